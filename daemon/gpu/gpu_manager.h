@@ -46,6 +46,13 @@ struct DeviceInfo {
 // Checkpointed GPU UUID -> GPU UUID on this node.
 using DeviceMap = std::map<std::string, std::string>;
 
+// What CRIU must be given for a target's GPU processes (e.g. where CRIU's amdgpu plugin lives
+// and its options): extra command-line arguments and environment for the criu process.
+struct CriuExtras {
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+};
+
 class GpuManager {
  public:
   virtual ~GpuManager() = default;
@@ -79,6 +86,21 @@ class GpuManager {
 
   virtual std::vector<PluginStatus> Plugins() = 0;
   virtual std::vector<DeviceInfo> Devices() = 0;
+
+  // Added for the GPU plugins; the defaults keep other implementations as they were.
+
+  // CheckCompatible, where an empty `map` is filled in order of the GPUs that `env_pid` may
+  // use by its environment (CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, ...): e.g. the init
+  // of the container the job is restored into. env_pid 0: as CheckCompatible.
+  virtual absl::Status CheckCompatibleFor(const nlohmann::json& manifest_gpu, pid_t env_pid,
+                                          DeviceMap& map) {
+    return CheckCompatible(manifest_gpu, map);
+  }
+
+  // Extra CRIU arguments/environment for dumping or restoring `procs` (both directions).
+  virtual absl::StatusOr<CriuExtras> CriuOptions(const std::vector<GpuProcess>& procs) {
+    return CriuExtras{};
+  }
 };
 
 // No GPU plugins: discovers nothing, refuses checkpoints that recorded GPU state.

@@ -1,0 +1,88 @@
+#pragma once
+
+// Image checksums. XXH3-128 over 64 MiB chunks, then XXH3-128 over the chunk digests: fast
+// enough to run beside CRIU while it writes (TailHasher) and parallel across the chunks of one
+// large pages file when a restore verifies it. Detects corruption and truncation; it is not a
+// signature (see docs/architecture.md, "Trust").
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace cryo {
+
+inline constexpr char kChecksumAlgorithm[] = "xxh3-128-chunked-64m";
+inline constexpr uint64_t kChecksumChunk = 64ull << 20;
+
+struct FileDigest {
+  uint64_t size = 0;
+  std::string checksum;  // hex
+};
+
+// Incremental form of the checksum, fed in order.
+class ChunkedHasher {
+ public:
+  ChunkedHasher();
+  ~ChunkedHasher();
+  ChunkedHasher(const ChunkedHasher&) = delete;
+  ChunkedHasher& operator=(const ChunkedHasher&) = delete;
+  void Update(const void* data, size_t len);
+  FileDigest Finish();
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// Hashes one file, using up to `threads` threads over its chunks. `progress` (optional) is
+// advanced by the bytes read.
+absl::StatusOr<FileDigest> HashFile(const std::string& path, int threads = 1,
+                                    std::atomic<uint64_t>* progress = nullptr);
+
+struct ExpectedFile {
+  std::string path;  // relative to the root
+  uint64_t size = 0;
+  std::string checksum;
+};
+
+// Checks every file's size, then its checksum. DATA_LOSS naming the first bad file.
+absl::Status VerifyFiles(const std::string& root, const std::vector<ExpectedFile>& files,
+                         int threads, std::atomic<uint64_t>* progress = nullptr);
+
+// Hashes the files of a directory while another process (CRIU) writes them, so the checksum
+// costs no extra pass. Assumes files are written sequentially, as CRIU writes images; Finish()
+// reads whatever is left after the writer exited.
+class TailHasher {
+ public:
+  explicit TailHasher(std::string dir);
+  ~TailHasher();
+  void Start();
+  // Stops following and hashes the remainder of every file. Relative path -> digest.
+  absl::StatusOr<std::map<std::string, FileDigest>> Finish();
+  uint64_t bytes_hashed() const { return bytes_.load(); }
+
+ private:
+  struct Tracked;
+  void Loop();
+  absl::Status Poll(bool final_pass);
+
+  std::string dir_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> bytes_{0};
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<Tracked>> files_;
+  absl::Status error_;
+};
+
+}  // namespace cryo

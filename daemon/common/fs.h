@@ -1,0 +1,48 @@
+#pragma once
+
+// Filesystem helpers with the durability the store needs: atomic replace (write temp, fsync,
+// rename, fsync dir) and explicit modes (images hold process memory: 0700 dirs, 0600 files).
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace cryo::fs {
+
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+// Writes `data` to `path` atomically: readers see the old file or the whole new one.
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode = 0600);
+// mkdir -p with `mode` for every directory it creates.
+absl::Status MakeDirs(const std::string& path, mode_t mode = 0700);
+// rm -rf; a missing path is fine.
+absl::Status RemoveTree(const std::string& path);
+absl::Status FsyncPath(const std::string& path);
+bool Exists(const std::string& path);
+bool IsDir(const std::string& path);
+
+struct Entry {
+  std::string name;
+  bool is_dir = false;
+};
+absl::StatusOr<std::vector<Entry>> ListDir(const std::string& path);
+
+// Every regular file under `root`, as paths relative to it, sorted.
+absl::StatusOr<std::vector<std::string>> ListFilesRecursive(const std::string& root);
+// Sum of the sizes of the regular files under `root` (best effort, for progress).
+uint64_t TreeBytes(const std::string& root);
+absl::StatusOr<uint64_t> FreeBytes(const std::string& path);
+// Applies 0700 to directories and 0600 to files under root (CRIU creates 0644 images).
+absl::Status RestrictModes(const std::string& root);
+
+std::string Join(absl::string_view a, absl::string_view b);
+
+// Moves `from` to `to` only if `to` does not exist (renameat2 RENAME_NOREPLACE).
+absl::Status RenameNoReplace(const std::string& from, const std::string& to);
+
+}  // namespace cryo::fs

@@ -1,0 +1,51 @@
+#pragma once
+
+// Reads what cryod needs to know about processes from /proc (the root is a parameter so tests
+// can point it at a fake tree).
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cryo::proc {
+
+struct ProcInfo {
+  pid_t pid = 0;
+  pid_t ppid = 0;
+  pid_t pgid = 0;
+  pid_t sid = 0;
+  char state = '?';
+  std::string comm;
+  uint64_t flags = 0;
+  uint64_t start_time = 0;  // clock ticks since boot: with the pid, identifies a process
+  bool kernel_thread = false;
+};
+
+class ProcReader {
+ public:
+  explicit ProcReader(std::string root = "/proc") : root_(std::move(root)) {}
+
+  // NOT_FOUND when there is no such process.
+  absl::StatusOr<ProcInfo> Read(pid_t pid) const;
+  // The root and all its descendants (processes, not threads), root first.
+  absl::StatusOr<std::vector<ProcInfo>> Tree(pid_t root) const;
+  // Thread ids of a process.
+  std::vector<pid_t> Threads(pid_t pid) const;
+  std::vector<std::string> Cmdline(pid_t pid) const;
+  // Anonymous + shared memory the process maps (what CRIU will mostly write), for progress.
+  uint64_t MemoryBytes(pid_t pid) const;
+  // Whether pid exists and, when start_time != 0, is still the same process.
+  bool Alive(pid_t pid, uint64_t start_time = 0) const;
+  // Stopped (T) or zombie (Z)?
+  bool Stopped(pid_t pid) const;
+  std::vector<pid_t> AllPids() const;
+
+ private:
+  std::string root_;
+};
+
+}  // namespace cryo::proc

@@ -1,0 +1,70 @@
+#pragma once
+
+// CRIU, behind an interface: CriuExec runs the real binary; tests of the flows around it use a
+// fake. Each call writes CRIU's own log under work_dir, and a failed call's status quotes the
+// log's last error and names the file.
+
+#include <sys/types.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace cryo::criu {
+
+struct DumpOptions {
+  pid_t pid = 0;
+  std::string images_dir;
+  std::string work_dir;  // logs and CRIU's scratch files
+  // After the dump the tree is left running (CRIU resumes it) or left stopped (cryod resumes or
+  // kills it once it knows whether the checkpoint was published).
+  bool leave_running = false;
+  bool tcp_established = false;
+  bool shell_job = false;
+  std::vector<std::string> extra_args;
+  std::vector<std::string> env;
+};
+
+struct RestoreOptions {
+  std::string images_dir;
+  std::string work_dir;
+  bool tcp_established = false;
+  bool shell_job = false;
+  std::vector<std::string> extra_args;
+  std::vector<std::string> env;
+};
+
+class Criu {
+ public:
+  virtual ~Criu() = default;
+  // `started` is called with CRIU's pid as soon as it runs, so the journal can record it.
+  virtual absl::Status Dump(const DumpOptions& o, const std::function<void(pid_t)>& started) = 0;
+  // Restores detached; returns the root pid of the restored tree.
+  virtual absl::StatusOr<pid_t> Restore(const RestoreOptions& o,
+                                        const std::function<void(pid_t)>& started) = 0;
+  virtual std::string version() const = 0;
+  virtual std::string path() const = 0;
+  // Output of `criu check` when it failed; empty when it passed.
+  virtual std::string check_error() const = 0;
+};
+
+struct CriuConfig {
+  std::string path;  // empty: search PATH and the sbin dirs
+  int log_level = 4;
+  std::vector<std::string> extra_dump_args;
+  std::vector<std::string> extra_restore_args;
+};
+
+// Finds CRIU, reads its version and runs `criu check`. FAILED_PRECONDITION when it is missing
+// or older than 4.1 (3.17 cannot handle kernels >= 6.13).
+absl::StatusOr<std::unique_ptr<Criu>> CreateCriuExec(const CriuConfig& cfg);
+
+// Turns a CRIU log into a status a person can act on (exposed for tests).
+absl::Status StatusFromLog(absl::string_view action, absl::string_view log,
+                           absl::string_view log_path, absl::string_view exit_desc);
+
+}  // namespace cryo::criu

@@ -1,0 +1,197 @@
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "common/subprocess.h"
+#include "criu/criu.h"
+
+namespace cryo::criu {
+namespace {
+
+std::string LastErrors(absl::string_view log, int max_lines) {
+  std::vector<absl::string_view> errs;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, "Error (") || absl::StartsWith(line, "Error")) {
+      errs.push_back(line);
+    }
+  }
+  if (errs.size() > static_cast<size_t>(max_lines)) {
+    errs.erase(errs.begin(), errs.end() - max_lines);
+  }
+  std::vector<std::string> cleaned;
+  for (auto l : errs) {
+    // Drop CRIU's "(00.123456) Error (criu/x.c:12): " prefix; the message is what helps.
+    auto pos = l.find("): ");
+    if (pos != absl::string_view::npos && pos < 80) l.remove_prefix(pos + 3);
+    cleaned.emplace_back(l);
+  }
+  return absl::StrJoin(cleaned, "; ");
+}
+
+class CriuExec final : public Criu {
+ public:
+  CriuExec(CriuConfig cfg, std::string path, std::string version, std::string check_error)
+      : cfg_(std::move(cfg)),
+        path_(std::move(path)),
+        version_(std::move(version)),
+        check_error_(std::move(check_error)) {}
+
+  std::string version() const override { return version_; }
+  std::string path() const override { return path_; }
+  std::string check_error() const override { return check_error_; }
+
+  absl::Status Dump(const DumpOptions& o, const std::function<void(pid_t)>& started) override {
+    std::vector<std::string> argv = {path_,
+                                     "dump",
+                                     "--tree",
+                                     std::to_string(o.pid),
+                                     "--images-dir",
+                                     o.images_dir,
+                                     "--work-dir",
+                                     o.work_dir,
+                                     "--log-file",
+                                     "dump.log",
+                                     absl::StrCat("-v", cfg_.log_level),
+                                     "--file-locks"};
+    argv.push_back(o.leave_running ? "--leave-running" : "--leave-stopped");
+    if (o.tcp_established) {
+      argv.insert(argv.end(), {"--tcp-established", "--network-lock", "nftables"});
+    }
+    if (o.shell_job) argv.push_back("--shell-job");
+    argv.insert(argv.end(), cfg_.extra_dump_args.begin(), cfg_.extra_dump_args.end());
+    argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
+    return RunCriu("dump", argv, o.work_dir, "dump.log", o.env, started);
+  }
+
+  absl::StatusOr<pid_t> Restore(const RestoreOptions& o,
+                                const std::function<void(pid_t)>& started) override {
+    std::string pidfile = fs::Join(o.work_dir, "restore.pid");
+    ::unlink(pidfile.c_str());
+    std::vector<std::string> argv = {path_,         "restore",     "--images-dir",
+                                     o.images_dir,  "--work-dir",  o.work_dir,
+                                     "--log-file",  "restore.log", absl::StrCat("-v", cfg_.log_level),
+                                     "--restore-detached", "--pidfile", pidfile,
+                                     "--file-locks"};
+    if (o.tcp_established) {
+      argv.insert(argv.end(), {"--tcp-established", "--network-lock", "nftables"});
+    }
+    if (o.shell_job) argv.push_back("--shell-job");
+    argv.insert(argv.end(), cfg_.extra_restore_args.begin(), cfg_.extra_restore_args.end());
+    argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
+    CRYO_RETURN_IF_ERROR(RunCriu("restore", argv, o.work_dir, "restore.log", o.env, started));
+    auto text = fs::ReadFile(pidfile);
+    int pid = 0;
+    if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &pid) || pid <= 0) {
+      return absl::InternalError(absl::StrCat("criu restore succeeded but wrote no pid to ",
+                                              pidfile));
+    }
+    return pid;
+  }
+
+ private:
+  absl::Status RunCriu(absl::string_view action, const std::vector<std::string>& argv,
+                       const std::string& work_dir, const std::string& log_name,
+                       const std::vector<std::string>& env,
+                       const std::function<void(pid_t)>& started) {
+    CRYO_RETURN_IF_ERROR(fs::MakeDirs(work_dir, 0700));
+    SpawnOptions so;
+    so.argv = argv;
+    so.env = env;
+    so.stdout_path = fs::Join(work_dir, absl::StrCat(action, ".out"));
+    CRYO_LOG(Debug) << "running " << absl::StrJoin(argv, " ");
+    CRYO_ASSIGN_OR_RETURN(pid_t pid, Spawn(so));
+    if (started) started(pid);
+    CRYO_ASSIGN_OR_RETURN(ExitInfo ei, WaitChild(pid));
+    if (ei.exited && ei.code == 0) return absl::OkStatus();
+    std::string log_path = fs::Join(work_dir, log_name);
+    auto log = fs::ReadFile(log_path);
+    std::string text = log.ok() ? *log : "";
+    if (auto out = fs::ReadFile(so.stdout_path); out.ok()) text += *out;
+    return StatusFromLog(absl::StrCat("criu ", action), text, log_path, ei.Describe());
+  }
+
+  CriuConfig cfg_;
+  std::string path_;
+  std::string version_;
+  std::string check_error_;
+};
+
+// "Version: 4.1.1" -> {4,1,1}
+bool ParseVersion(absl::string_view s, int* major, int* minor) {
+  std::vector<std::string> p = absl::StrSplit(s, '.');
+  return p.size() >= 2 && absl::SimpleAtoi(p[0], major) && absl::SimpleAtoi(p[1], minor);
+}
+
+}  // namespace
+
+absl::Status StatusFromLog(absl::string_view action, absl::string_view log,
+                           absl::string_view log_path, absl::string_view exit_desc) {
+  std::string errs = LastErrors(log, 3);
+  std::string msg = absl::StrCat(action, " failed (", exit_desc, ")",
+                                 errs.empty() ? "" : absl::StrCat(": ", errs), "; log: ", log_path);
+  if (absl::StrContains(log, "No space left on device") ||
+      absl::StrContains(log, "Disk quota exceeded")) {
+    return absl::ResourceExhaustedError(absl::StrCat("checkpoint store is full: ", msg));
+  }
+  if (absl::StrContains(log, "Read-only file system")) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint store is read-only: ", msg));
+  }
+  // The tree changed under CRIU: a task exited before or while it was seized.
+  if (absl::StrContains(log, "No such process") || absl::StrContains(log, "Can't seize") ||
+      absl::StrContains(log, "Unable to seize") || absl::StrContains(log, "is a zombie") ||
+      absl::StrContains(log, "Unexpected state")) {
+    return absl::AbortedError(absl::StrCat("the process tree changed during the checkpoint "
+                                           "(a process exited?): ",
+                                           msg));
+  }
+  if (absl::StrContains(log, "Can't fork for") || absl::StrContains(log, "File exists") ||
+      absl::StrContains(log, "PID already in use") || absl::StrContains(log, "ns_last_pid")) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a pid of the checkpoint is in use on this node: ", msg));
+  }
+  return absl::InternalError(msg);
+}
+
+absl::StatusOr<std::unique_ptr<Criu>> CreateCriuExec(const CriuConfig& cfg) {
+  std::string path = FindExecutable(cfg.path.empty() ? "criu" : cfg.path);
+  if (path.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CRIU not found (", cfg.path.empty() ? "searched PATH" : cfg.path,
+                     "); install CRIU >= 4.1 (scripts/setup.sh builds 4.1.1)"));
+  }
+  CRYO_ASSIGN_OR_RETURN(RunResult v, RunCapture({path, "--version"}));
+  std::string version;
+  for (absl::string_view line : absl::StrSplit(v.output, '\n')) {
+    if (absl::ConsumePrefix(&line, "Version:")) {
+      version = std::string(absl::StripAsciiWhitespace(line));
+    }
+  }
+  int major = 0, minor = 0;
+  if (!ParseVersion(version, &major, &minor)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " --version printed no version: ", v.output));
+  }
+  if (major < 4 || (major == 4 && minor < 1)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is CRIU ", version,
+                     "; cryo needs >= 4.1 (older CRIU cannot handle the vDSO of kernels >= 6.13)"));
+  }
+  std::string check_error;
+  auto check = RunCapture({path, "check"}, absl::Seconds(60));
+  if (!check.ok()) {
+    check_error = check.status().ToString();
+  } else if (!(check->exit.exited && check->exit.code == 0)) {
+    check_error = std::string(absl::StripAsciiWhitespace(check->output));
+  }
+  return std::unique_ptr<Criu>(new CriuExec(cfg, path, version, check_error));
+}
+
+}  // namespace cryo::criu

@@ -1,0 +1,245 @@
+#include "cryod/config.h"
+
+#include <unistd.h>
+
+#include <functional>
+#include <iostream>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/fs.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::cryod {
+namespace {
+
+struct Key {
+  const char* name;
+  const char* help;
+  // Sets from a string (flags) ...
+  std::function<absl::Status(Config&, const std::string&)> set;
+  // ... or from JSON (config file).
+  std::function<absl::Status(Config&, const nlohmann::json&)> set_json;
+};
+
+absl::Status Bad(const std::string& key, const std::string& v, const char* want) {
+  return absl::InvalidArgumentError(absl::StrCat(key, ": '", v, "' is not ", want));
+}
+
+Key Str(const char* name, const char* help, std::string Config::*field) {
+  return {name, help,
+          [field](Config& c, const std::string& v) {
+            c.*field = v;
+            return absl::OkStatus();
+          },
+          [field, name](Config& c, const nlohmann::json& j) {
+            if (!j.is_string()) return Bad(name, j.dump(), "a string");
+            c.*field = j.get<std::string>();
+            return absl::OkStatus();
+          }};
+}
+
+Key Int(const char* name, const char* help, int Config::*field) {
+  return {name, help,
+          [field, name](Config& c, const std::string& v) {
+            if (!absl::SimpleAtoi(v, &(c.*field)) || c.*field < 0) {
+              return Bad(name, v, "a non-negative integer");
+            }
+            return absl::OkStatus();
+          },
+          [field, name](Config& c, const nlohmann::json& j) {
+            if (!j.is_number_integer() || j.get<int>() < 0) {
+              return Bad(name, j.dump(), "a non-negative integer");
+            }
+            c.*field = j.get<int>();
+            return absl::OkStatus();
+          }};
+}
+
+Key Bool(const char* name, const char* help, bool Config::*field) {
+  return {name, help,
+          [field, name](Config& c, const std::string& v) {
+            if (!absl::SimpleAtob(v, &(c.*field))) return Bad(name, v, "true or false");
+            return absl::OkStatus();
+          },
+          [field, name](Config& c, const nlohmann::json& j) {
+            if (!j.is_boolean()) return Bad(name, j.dump(), "true or false");
+            c.*field = j.get<bool>();
+            return absl::OkStatus();
+          }};
+}
+
+const std::vector<Key>& Keys() {
+  static const std::vector<Key> keys = {
+      Str("socket", "unix socket of the gRPC API (0600, root only)", &Config::socket),
+      Str("state_dir", "journal and per-operation CRIU logs", &Config::state_dir),
+      Str("store", "checkpoint store path; a shared mount for cross-node restore "
+                   "(default <state_dir>/store)",
+          &Config::store),
+      Str("node_name", "name recorded in manifests (default: host name)", &Config::node_name),
+      Str("criu", "CRIU binary (default: criu from PATH, /usr/local/sbin first)", &Config::criu),
+      Str("metrics_address", "HOST:PORT for /metrics and /healthz; empty disables",
+          &Config::metrics_address),
+      Str("log_level", "debug, info, warning or error", &Config::log_level),
+      Int("retention_keep", "newest checkpoints kept per workload; 0 keeps all",
+          &Config::retention_keep),
+      Int("pid_wait_timeout_ms", "how long a restore waits for the checkpoint's pids to be free",
+          &Config::pid_wait_timeout_ms),
+      Int("gpu_lock_timeout_ms", "bound on locking GPU processes before a checkpoint",
+          &Config::gpu_lock_timeout_ms),
+      Int("incomplete_ttl_s", "age after which another node's unfinished checkpoint is collected",
+          &Config::incomplete_ttl_s),
+      Bool("store_fsync", "fsync images before publishing (survives a node crash)",
+           &Config::store_fsync),
+      Str("gpu_plugin_dir", "directory of GPU plugin libraries", &Config::gpu_plugin_dir),
+      Int("shutdown_grace_s", "on SIGTERM, how long running operations may take to finish",
+          &Config::shutdown_grace_s),
+      {"allowed_uids", "comma-separated uids allowed on the socket (default 0)",
+       [](Config& c, const std::string& v) {
+         c.allowed_uids.clear();
+         for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+           int u;
+           if (!absl::SimpleAtoi(p, &u)) return Bad("allowed_uids", v, "a list of uids");
+           c.allowed_uids.push_back(u);
+         }
+         return absl::OkStatus();
+       },
+       [](Config& c, const nlohmann::json& j) {
+         if (!j.is_array()) return Bad("allowed_uids", j.dump(), "an array of uids");
+         c.allowed_uids.clear();
+         for (const auto& u : j) {
+           if (!u.is_number_integer()) return Bad("allowed_uids", j.dump(), "an array of uids");
+           c.allowed_uids.push_back(u.get<int>());
+         }
+         return absl::OkStatus();
+       }},
+      {"gpu_plugins", "comma-separated GPU plugins to load (cuda, rocm); empty: none",
+       [](Config& c, const std::string& v) {
+         c.gpu_plugins = absl::StrSplit(v, ',', absl::SkipEmpty());
+         return absl::OkStatus();
+       },
+       [](Config& c, const nlohmann::json& j) {
+         if (!j.is_array()) return Bad("gpu_plugins", j.dump(), "an array of names");
+         c.gpu_plugins.clear();
+         for (const auto& n : j) {
+           if (!n.is_string()) return Bad("gpu_plugins", j.dump(), "an array of names");
+           c.gpu_plugins.push_back(n.get<std::string>());
+         }
+         return absl::OkStatus();
+       }},
+  };
+  return keys;
+}
+
+const Key* FindKey(std::string name) {
+  for (auto& ch : name) {
+    if (ch == '-') ch = '_';
+  }
+  for (const auto& k : Keys()) {
+    if (name == k.name) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::string Usage() {
+  Config d;
+  std::string out =
+      "usage: cryod [--config FILE] [--KEY=VALUE ...]\n\n"
+      "Per-node checkpoint daemon. Settings come from built-in defaults, then the JSON config\n"
+      "file (default /etc/cryo/cryod.json if present), then flags. Keys:\n\n";
+  std::map<std::string, std::string> defaults = {
+      {"socket", d.socket},
+      {"state_dir", d.state_dir},
+      {"store", "<state_dir>/store"},
+      {"node_name", "<hostname>"},
+      {"criu", "<PATH>"},
+      {"metrics_address", d.metrics_address},
+      {"log_level", d.log_level},
+      {"retention_keep", std::to_string(d.retention_keep)},
+      {"pid_wait_timeout_ms", std::to_string(d.pid_wait_timeout_ms)},
+      {"gpu_lock_timeout_ms", std::to_string(d.gpu_lock_timeout_ms)},
+      {"incomplete_ttl_s", std::to_string(d.incomplete_ttl_s)},
+      {"store_fsync", "true"},
+      {"gpu_plugin_dir", d.gpu_plugin_dir},
+      {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
+      {"allowed_uids", "0"},
+      {"gpu_plugins", ""}};
+  for (const auto& k : Keys()) {
+    std::string flag = k.name;
+    for (auto& c : flag) {
+      if (c == '_') c = '-';
+    }
+    absl::StrAppend(&out, "  --", flag, "\n      ", k.help, " (default: ", defaults[k.name],
+                    ")\n");
+  }
+  return out;
+}
+
+absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
+  // Flags are parsed first (to find --config) and applied after the file.
+  std::vector<std::pair<const Key*, std::string>> flags;
+  Config c;
+  bool file_given = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") return absl::CancelledError(Usage());
+    if (!absl::StartsWith(a, "--")) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
+    }
+    a = a.substr(2);
+    std::string value;
+    auto eq = a.find('=');
+    if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--", a, " needs a value"));
+    }
+    if (a == "config") {
+      c.config_file = value;
+      file_given = true;
+      continue;
+    }
+    const Key* k = FindKey(a);
+    if (!k) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", a, "\n", Usage()));
+    flags.emplace_back(k, value);
+  }
+  std::string file = file_given ? c.config_file : "/etc/cryo/cryod.json";
+  if (file_given || fs::Exists(file)) {
+    CRYO_ASSIGN_OR_RETURN(std::string text, fs::ReadFile(file));
+    auto j = nlohmann::json::parse(text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(file, ": not a JSON object"));
+    }
+    for (const auto& [key, val] : j.items()) {
+      const Key* k = FindKey(key);
+      if (!k) return absl::InvalidArgumentError(absl::StrCat(file, ": unknown key '", key, "'"));
+      CRYO_RETURN_IF_ERROR(Annotate(k->set_json(c, val), file));
+    }
+    c.config_file = file;
+  }
+  for (const auto& [k, v] : flags) CRYO_RETURN_IF_ERROR(k->set(c, v));
+  if (c.store.empty()) c.store = fs::Join(c.state_dir, "store");
+  if (c.node_name.empty()) {
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    c.node_name = host[0] ? host : "node";
+  }
+  for (const std::string* p : {&c.socket, &c.state_dir, &c.store}) {
+    if (p->empty() || (*p)[0] != '/') {
+      return absl::InvalidArgumentError(absl::StrCat("path '", *p, "' must be absolute"));
+    }
+  }
+  return c;
+}
+
+}  // namespace cryo::cryod

@@ -1,0 +1,37 @@
+#pragma once
+
+// cryod's settings: embedded defaults, then the JSON config file, then flags. Every key is
+// documented in docs/operations.md and by `cryod --help`.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace cryo::cryod {
+
+struct Config {
+  std::string config_file;  // empty: /etc/cryo/cryod.json if it exists
+  std::string socket = "/run/cryo/cryod.sock";
+  std::string state_dir = "/var/lib/cryo";
+  std::string store;  // empty: <state_dir>/store
+  std::string node_name;  // empty: the host name
+  std::string criu;       // empty: search PATH
+  std::string metrics_address = "127.0.0.1:9464";  // empty: no HTTP endpoint
+  std::string log_level = "info";
+  int retention_keep = 0;
+  int pid_wait_timeout_ms = 10000;
+  int gpu_lock_timeout_ms = 10000;
+  int incomplete_ttl_s = 86400;
+  bool store_fsync = true;
+  std::vector<int> allowed_uids = {0};
+  std::string gpu_plugin_dir = "/usr/local/lib/cryo/plugins";
+  std::vector<std::string> gpu_plugins;  // empty: none (CPU-only node)
+  int shutdown_grace_s = 120;
+};
+
+// Parses argv (flags override the file). --help prints usage and returns CANCELLED.
+absl::StatusOr<Config> LoadConfig(int argc, char** argv);
+std::string Usage();
+
+}  // namespace cryo::cryod

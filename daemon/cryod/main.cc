@@ -1,0 +1,246 @@
+// cryod: the per-node checkpoint daemon. Startup is a list of small steps on one shared state;
+// each returns ok, stop (clean exit) or fatal, and the teardown steps always run.
+
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/fs.h"
+#include "common/log.h"
+#include "common/proc.h"
+#include "criu/criu.h"
+#include "cryod/config.h"
+#include "cryod/unix_server.h"
+#include "gpu/gpu_manager.h"
+#include "journal/journal.h"
+#include "metrics/http_server.h"
+#include "metrics/metrics.h"
+#include "prometheus/text_serializer.h"
+#include "service/engine.h"
+#include "service/grpc_service.h"
+#include "store/store.h"
+
+namespace cryo::cryod {
+namespace {
+
+struct State {
+  int argc;
+  char** argv;
+  Config config;
+  std::unique_ptr<criu::Criu> criu;
+  std::unique_ptr<store::CheckpointStore> store;
+  std::unique_ptr<journal::Journal> journal;
+  std::unique_ptr<gpu::GpuManager> gpu;
+  std::unique_ptr<metrics::Metrics> metrics;
+  std::unique_ptr<metrics::HttpServer> http;
+  proc::ProcReader proc;
+  std::unique_ptr<service::Engine> engine;
+  service::OperationRegistry ops;
+  std::unique_ptr<service::CryoService> service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<UnixListener> listener;
+  sigset_t signals;
+};
+
+enum class Result { kOk, kStop, kFatal };
+
+struct Step {
+  const char* name;
+  std::function<Result(State&)> run;
+};
+
+Result Fatal(const char* what, const absl::Status& s) {
+  CRYO_LOG(Error) << what << ": " << s;
+  return Result::kFatal;
+}
+
+const std::vector<Step>& StartSteps() {
+  static const std::vector<Step> steps = {
+      {"config",
+       [](State& st) {
+         auto c = LoadConfig(st.argc, st.argv);
+         if (absl::IsCancelled(c.status())) {
+           std::cout << c.status().message();
+           return Result::kStop;
+         }
+         if (!c.ok()) {
+           std::cerr << "cryod: " << c.status().message() << "\n";
+           return Result::kFatal;
+         }
+         st.config = *c;
+         LogLevel lvl;
+         if (!ParseLogLevel(st.config.log_level, &lvl)) {
+           std::cerr << "cryod: unknown log_level '" << st.config.log_level << "'\n";
+           return Result::kFatal;
+         }
+         SetLogLevel(lvl);
+         return Result::kOk;
+       }},
+      {"privileges",
+       [](State& st) {
+         // Images and logs hold process memory: nothing cryod or CRIU creates is for others.
+         ::umask(077);
+         if (::geteuid() != 0) {
+           CRYO_LOG(Error) << "cryod must run as root (CRIU needs CAP_SYS_ADMIN and ptrace)";
+           return Result::kFatal;
+         }
+         // Block the signals we wait for, before any thread starts.
+         sigemptyset(&st.signals);
+         sigaddset(&st.signals, SIGTERM);
+         sigaddset(&st.signals, SIGINT);
+         pthread_sigmask(SIG_BLOCK, &st.signals, nullptr);
+         ::signal(SIGPIPE, SIG_IGN);
+         return Result::kOk;
+       }},
+      {"criu",
+       [](State& st) {
+         criu::CriuConfig cc;
+         cc.path = st.config.criu;
+         auto c = criu::CreateCriuExec(cc);
+         if (!c.ok()) return Fatal("CRIU", c.status());
+         st.criu = std::move(*c);
+         CRYO_LOG(Info) << "CRIU " << st.criu->version() << " at " << st.criu->path();
+         if (!st.criu->check_error().empty()) {
+           CRYO_LOG(Warning) << "criu check failed (checkpoints may fail): "
+                             << st.criu->check_error();
+         }
+         return Result::kOk;
+       }},
+      {"store",
+       [](State& st) {
+         auto s = fs::MakeDirs(st.config.state_dir, 0700);
+         if (!s.ok()) return Fatal("state dir", s);
+         store::LocalStoreOptions o{st.config.store, st.config.node_name, st.config.store_fsync};
+         auto store = store::CreateLocalStore(o);
+         if (!store.ok()) return Fatal("store", store.status());
+         st.store = std::move(*store);
+         auto j = journal::Journal::Open(fs::Join(st.config.state_dir, "journal"));
+         if (!j.ok()) return Fatal("journal", j.status());
+         st.journal = std::move(*j);
+         CRYO_LOG(Info) << "store " << st.config.store << ", state " << st.config.state_dir;
+         return Result::kOk;
+       }},
+      {"gpu",
+       [](State& st) {
+         if (!st.config.gpu_plugins.empty()) {
+           CRYO_LOG(Warning) << "gpu_plugins set but this build has no GPU plugin loader yet; "
+                                "GPU targets will be refused";
+         }
+         st.gpu = std::make_unique<gpu::NullGpuManager>();
+         return Result::kOk;
+       }},
+      {"metrics",
+       [](State& st) {
+         st.metrics = std::make_unique<metrics::Metrics>();
+         if (st.config.metrics_address.empty()) return Result::kOk;
+         auto registry = st.metrics->registry();
+         store::CheckpointStore* store = st.store.get();
+         auto http = metrics::HttpServer::Create(
+             st.config.metrics_address,
+             {{"/metrics",
+               [registry] {
+                 prometheus::TextSerializer ser;
+                 return metrics::HttpResponse{200, "text/plain; version=0.0.4",
+                                              ser.Serialize(registry->Collect())};
+               }},
+              {"/healthz", [store] {
+                 absl::Status s = store->CheckWritable();
+                 if (!s.ok()) return metrics::HttpResponse{503, "text/plain", s.ToString() + "\n"};
+                 return metrics::HttpResponse{200, "text/plain", "ok\n"};
+               }}});
+         if (!http.ok()) return Fatal("metrics endpoint", http.status());
+         st.http = std::move(*http);
+         CRYO_LOG(Info) << "metrics on " << st.config.metrics_address << " (port "
+                        << st.http->port() << ")";
+         return Result::kOk;
+       }},
+      {"recover",
+       [](State& st) {
+         service::EngineConfig ec;
+         ec.node_name = st.config.node_name;
+         ec.state_dir = st.config.state_dir;
+         ec.pid_wait_timeout = absl::Milliseconds(st.config.pid_wait_timeout_ms);
+         ec.gpu_lock_timeout = absl::Milliseconds(st.config.gpu_lock_timeout_ms);
+         ec.incomplete_ttl = absl::Seconds(st.config.incomplete_ttl_s);
+         ec.retention_keep = st.config.retention_keep;
+         ec.self_pid = ::getpid();
+         if (const char* h = ::getenv("CRYOD_TEST_HOOK_DIR")) ec.test_hook_dir = h;
+         service::EngineDeps deps{st.store.get(), st.criu.get(),    st.gpu.get(),
+                                  st.journal.get(), st.metrics.get(), &st.proc};
+         st.engine = std::make_unique<service::Engine>(ec, deps);
+         auto s = st.engine->Recover();
+         if (!s.ok()) return Fatal("journal recovery", s);
+         return Result::kOk;
+       }},
+      {"serve",
+       [](State& st) {
+         st.service =
+             std::make_unique<service::CryoService>(st.engine.get(), &st.ops, st.metrics.get());
+         grpc::ServerBuilder b;
+         b.RegisterService(st.service.get());
+         st.server = b.BuildAndStart();
+         if (!st.server) return Fatal("gRPC", absl::InternalError("server did not start"));
+         std::set<int> uids(st.config.allowed_uids.begin(), st.config.allowed_uids.end());
+         auto l = UnixListener::Create(st.config.socket, uids, st.server.get());
+         if (!l.ok()) return Fatal("socket", l.status());
+         st.listener = std::move(*l);
+         CRYO_LOG(Info) << "cryod " << CRYO_VERSION << " serving on " << st.config.socket
+                        << " (node " << st.config.node_name << ")";
+         return Result::kOk;
+       }},
+      {"wait",
+       [](State& st) {
+         int sig = 0;
+         sigwait(&st.signals, &sig);
+         CRYO_LOG(Info) << "signal " << sig << ": shutting down";
+         return Result::kOk;
+       }},
+  };
+  return steps;
+}
+
+void Teardown(State& st) {
+  // Stop taking new work, let running operations end (bounded), then close everything.
+  st.listener.reset();
+  if (st.service) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(st.config.shutdown_grace_s);
+    while (st.service->workers() > 0 && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    if (st.service->workers() > 0) {
+      CRYO_LOG(Warning) << st.service->workers()
+                        << " operations still running at shutdown; the journal will finish them";
+    }
+  }
+  if (st.server) st.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  st.http.reset();
+}
+
+}  // namespace
+}  // namespace cryo::cryod
+
+int main(int argc, char** argv) {
+  cryo::cryod::State st;
+  st.argc = argc;
+  st.argv = argv;
+  int code = 0;
+  for (const auto& step : cryo::cryod::StartSteps()) {
+    auto r = step.run(st);
+    if (r == cryo::cryod::Result::kStop) break;
+    if (r == cryo::cryod::Result::kFatal) {
+      code = 1;
+      break;
+    }
+  }
+  cryo::cryod::Teardown(st);
+  return code;
+}

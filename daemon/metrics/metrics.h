@@ -1,0 +1,46 @@
+#pragma once
+
+// Every metric cryod exports, declared here and nowhere else (prefix cryo_).
+
+#include <memory>
+#include <string>
+
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace cryo::metrics {
+
+class Metrics {
+ public:
+  Metrics();
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // op: checkpoint | restore; stage: the Stage name in lower case.
+  void ObserveStage(const std::string& op, const std::string& stage, double seconds);
+  void ObserveOperation(const std::string& op, double seconds);
+  // result: ok, or the status code name (not_found, resource_exhausted, ...).
+  void CountOperation(const std::string& op, const std::string& result);
+  void AddBytesWritten(uint64_t n) { bytes_written_->Increment(static_cast<double>(n)); }
+  void AddBytesRead(uint64_t n) { bytes_read_->Increment(static_cast<double>(n)); }
+  void SetInFlight(double n) { in_flight_->Set(n); }
+  void CountRecovered(const std::string& action) {
+    recovered_->Add({{"action", action}}).Increment();
+  }
+  void SetCheckpointsStored(double n) { stored_->Set(n); }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Histogram>* stage_seconds_;
+  prometheus::Family<prometheus::Histogram>* op_seconds_;
+  prometheus::Family<prometheus::Counter>* ops_total_;
+  prometheus::Family<prometheus::Counter>* recovered_;
+  prometheus::Counter* bytes_written_;
+  prometheus::Counter* bytes_read_;
+  prometheus::Gauge* in_flight_;
+  prometheus::Gauge* stored_;
+};
+
+}  // namespace cryo::metrics

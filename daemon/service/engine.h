@@ -1,0 +1,92 @@
+#pragma once
+
+// The checkpoint and restore flows of cryod, independent of gRPC. Every outside system is an
+// interface (store, CRIU, GPU plugins, /proc) so the flows can be tested with fakes, and the
+// real ones are used by cryod and the integration tests.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/proc.h"
+#include "criu/criu.h"
+#include "cryo/v1/cryo.pb.h"
+#include "gpu/gpu_manager.h"
+#include "journal/journal.h"
+#include "metrics/metrics.h"
+#include "service/operations.h"
+#include "store/store.h"
+
+namespace cryo::service {
+
+struct EngineConfig {
+  std::string node_name;
+  std::string state_dir;  // journal/ and ops/<op-id>/ (CRIU logs)
+  absl::Duration pid_wait_timeout = absl::Seconds(10);
+  absl::Duration gpu_lock_timeout = absl::Seconds(10);
+  absl::Duration incomplete_ttl = absl::Hours(24);
+  // Newest checkpoints kept per workload after each checkpoint; 0 keeps all.
+  int retention_keep = 0;
+  int verify_threads = 2;
+  // Operation log directories kept under state_dir/ops.
+  int keep_op_logs = 50;
+  pid_t self_pid = 0;
+  // Tests only: at named points the engine creates <dir>/<point>.reached and waits for
+  // <dir>/<point>.release, so a test can act (kill cryod, kill the job) at that exact moment.
+  std::string test_hook_dir;
+};
+
+struct EngineDeps {
+  store::CheckpointStore* store = nullptr;
+  criu::Criu* criu = nullptr;
+  gpu::GpuManager* gpu = nullptr;
+  journal::Journal* journal = nullptr;
+  metrics::Metrics* metrics = nullptr;
+  const proc::ProcReader* proc = nullptr;
+};
+
+class Engine {
+ public:
+  Engine(EngineConfig cfg, EngineDeps deps) : cfg_(std::move(cfg)), d_(deps) {}
+
+  // Finishes or undoes what the journal says was in flight when cryod stopped, then collects
+  // incomplete checkpoints. Called once at startup, before serving.
+  absl::Status Recover();
+
+  absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& req, Operation& op);
+  absl::StatusOr<v1::RestoreResult> Restore(const v1::RestoreRequest& req, Operation& op);
+
+  absl::StatusOr<v1::CheckpointInfo> Get(const std::string& id);
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> List(const std::string& workload);
+  absl::Status Delete(const std::string& id);
+  v1::NodeInfoResponse NodeInfo(const std::vector<std::shared_ptr<Operation>>& running);
+
+  static v1::CheckpointInfo InfoFromManifest(const store::Manifest& m, bool with_files);
+
+ private:
+  struct Claim;
+  absl::Status ValidateTarget(pid_t pid, std::vector<proc::ProcInfo>* tree);
+  void Hook(const std::string& point);
+  std::string OpDir(const std::string& op_id) const;
+  void PruneOpLogs();
+  void ResumeStopped(const std::vector<journal::Task>& tasks);
+  void KillTasks(const std::vector<journal::Task>& tasks);
+  void UnlockNetwork(const std::string& op_dir);
+  absl::Status WaitPidsFree(const store::Manifest& m, Operation& op, absl::Duration timeout);
+
+  EngineConfig cfg_;
+  EngineDeps d_;
+  absl::Mutex mu_;
+  std::set<pid_t> busy_pids_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> busy_ids_ ABSL_GUARDED_BY(mu_);
+};
+
+// Lower-case status code name for metrics ("resource_exhausted").
+std::string CodeName(absl::StatusCode code);
+
+}  // namespace cryo::service

@@ -1,0 +1,133 @@
+#include "service/grpc_service.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/ids.h"
+#include "common/log.h"
+
+namespace cryo::service {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::Status CryoService::Stream(grpc::ServerContext* ctx, Operation& op,
+                                 grpc::ServerWriter<v1::OperationEvent>* w) {
+  uint64_t seen = 0;
+  bool client_gone = false;
+  for (;;) {
+    seen = op.WaitForChange(seen, absl::Now() + absl::Milliseconds(500));
+    if (op.done()) break;
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    if (client_gone) continue;
+    v1::OperationEvent ev;
+    ev.set_operation_id(op.id());
+    *ev.mutable_progress() = op.progress();
+    if (!w->Write(ev)) client_gone = true;
+  }
+  absl::Status st = op.status();
+  if (st.ok()) w->Write(op.final_event());
+  return ToGrpc(st);
+}
+
+grpc::Status CryoService::RunOperation(grpc::ServerContext* ctx, const std::string& requested_id,
+                                       const std::string& kind, const std::string& target,
+                                       Body body, grpc::ServerWriter<v1::OperationEvent>* w) {
+  std::string id = requested_id.empty() ? absl::StrCat(kind.substr(0, 2), "-", RandomHex(8))
+                                        : requested_id;
+  if (absl::Status s = ValidateCheckpointId(id); !s.ok()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("operation id: ", s.message()));
+  }
+  auto op = ops_->Start(id, kind, target);
+  if (!op.ok()) return ToGrpc(op.status());
+  std::shared_ptr<Operation> shared = *op;
+  ++workers_;
+  if (metrics_) metrics_->SetInFlight(ops_->running_count());
+  // The work runs in its own thread so it finishes even if this caller disconnects.
+  std::thread([this, shared, body = std::move(body), kind] {
+    absl::StatusOr<v1::OperationEvent> r = body(*shared);
+    absl::Status st = r.ok() ? absl::OkStatus() : r.status();
+    if (!st.ok()) CRYO_LOG(Warning) << kind << " " << shared->id() << " failed: " << st;
+    if (metrics_) metrics_->CountOperation(kind, st.ok() ? "ok" : CodeName(st.code()));
+    shared->Finish(st, r.ok() ? *r : v1::OperationEvent());
+    ops_->Retire(shared->id());
+    if (metrics_) metrics_->SetInFlight(ops_->running_count());
+    --workers_;
+  }).detach();
+  return Stream(ctx, *shared, w);
+}
+
+grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
+                                     grpc::ServerWriter<v1::OperationEvent>* w) {
+  v1::CheckpointRequest copy = *req;
+  return RunOperation(
+      ctx, req->operation_id(), "checkpoint", absl::StrCat("pid ", req->pid()),
+      [this, copy](Operation& op) -> absl::StatusOr<v1::OperationEvent> {
+        auto info = engine_->Checkpoint(copy, op);
+        if (!info.ok()) return info.status();
+        v1::OperationEvent ev;
+        *ev.mutable_checkpoint() = *info;
+        return ev;
+      },
+      w);
+}
+
+grpc::Status CryoService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
+                                  grpc::ServerWriter<v1::OperationEvent>* w) {
+  v1::RestoreRequest copy = *req;
+  return RunOperation(
+      ctx, req->operation_id(), "restore", req->checkpoint_id(),
+      [this, copy](Operation& op) -> absl::StatusOr<v1::OperationEvent> {
+        auto res = engine_->Restore(copy, op);
+        if (!res.ok()) return res.status();
+        v1::OperationEvent ev;
+        *ev.mutable_restored() = *res;
+        return ev;
+      },
+      w);
+}
+
+grpc::Status CryoService::WatchOperation(grpc::ServerContext* ctx,
+                                         const v1::WatchOperationRequest* req,
+                                         grpc::ServerWriter<v1::OperationEvent>* w) {
+  auto op = ops_->Find(req->operation_id());
+  if (!op) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no operation '", req->operation_id(), "'"));
+  }
+  return Stream(ctx, *op, w);
+}
+
+grpc::Status CryoService::GetCheckpoint(grpc::ServerContext*, const v1::GetCheckpointRequest* req,
+                                        v1::CheckpointInfo* resp) {
+  auto r = engine_->Get(req->checkpoint_id());
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status CryoService::ListCheckpoints(grpc::ServerContext*,
+                                          const v1::ListCheckpointsRequest* req,
+                                          v1::ListCheckpointsResponse* resp) {
+  auto r = engine_->List(req->workload());
+  if (!r.ok()) return ToGrpc(r.status());
+  for (auto& i : *r) *resp->add_checkpoints() = std::move(i);
+  return grpc::Status::OK;
+}
+
+grpc::Status CryoService::DeleteCheckpoint(grpc::ServerContext*,
+                                           const v1::DeleteCheckpointRequest* req,
+                                           v1::DeleteCheckpointResponse*) {
+  return ToGrpc(engine_->Delete(req->checkpoint_id()));
+}
+
+grpc::Status CryoService::NodeInfo(grpc::ServerContext*, const v1::NodeInfoRequest*,
+                                   v1::NodeInfoResponse* resp) {
+  *resp = engine_->NodeInfo(ops_->Running());
+  return grpc::Status::OK;
+}
+
+}  // namespace cryo::service

@@ -1,0 +1,56 @@
+#pragma once
+
+// gRPC glue for the cryo.v1.Cryo service: turns requests into Engine calls, streams progress,
+// maps absl::Status to gRPC status. No checkpoint logic lives here.
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+
+#include "cryo/v1/cryo.grpc.pb.h"
+#include "metrics/metrics.h"
+#include "service/engine.h"
+#include "service/operations.h"
+
+namespace cryo::service {
+
+grpc::Status ToGrpc(const absl::Status& s);
+
+class CryoService final : public v1::Cryo::Service {
+ public:
+  CryoService(Engine* engine, OperationRegistry* ops, metrics::Metrics* metrics)
+      : engine_(engine), ops_(ops), metrics_(metrics) {}
+
+  grpc::Status Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
+                          grpc::ServerWriter<v1::OperationEvent>* w) override;
+  grpc::Status Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
+                       grpc::ServerWriter<v1::OperationEvent>* w) override;
+  grpc::Status WatchOperation(grpc::ServerContext* ctx, const v1::WatchOperationRequest* req,
+                              grpc::ServerWriter<v1::OperationEvent>* w) override;
+  grpc::Status GetCheckpoint(grpc::ServerContext* ctx, const v1::GetCheckpointRequest* req,
+                             v1::CheckpointInfo* resp) override;
+  grpc::Status ListCheckpoints(grpc::ServerContext* ctx, const v1::ListCheckpointsRequest* req,
+                               v1::ListCheckpointsResponse* resp) override;
+  grpc::Status DeleteCheckpoint(grpc::ServerContext* ctx, const v1::DeleteCheckpointRequest* req,
+                                v1::DeleteCheckpointResponse* resp) override;
+  grpc::Status NodeInfo(grpc::ServerContext* ctx, const v1::NodeInfoRequest* req,
+                        v1::NodeInfoResponse* resp) override;
+
+  // Operations still running in their own threads (they outlive their callers).
+  int workers() const { return workers_.load(); }
+
+ private:
+  using Body = std::function<absl::StatusOr<v1::OperationEvent>(Operation&)>;
+  grpc::Status RunOperation(grpc::ServerContext* ctx, const std::string& requested_id,
+                            const std::string& kind, const std::string& target, Body body,
+                            grpc::ServerWriter<v1::OperationEvent>* w);
+  grpc::Status Stream(grpc::ServerContext* ctx, Operation& op,
+                      grpc::ServerWriter<v1::OperationEvent>* w);
+
+  Engine* engine_;
+  OperationRegistry* ops_;
+  metrics::Metrics* metrics_;
+  std::atomic<int> workers_{0};
+};
+
+}  // namespace cryo::service

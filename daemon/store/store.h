@@ -1,0 +1,69 @@
+#pragma once
+
+// The checkpoint store: where images go and come back from. An interface so an object store
+// can be added later; LocalStore serves any filesystem path (local disk, NFS, CephFS, a CSI
+// RWX volume).
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "store/manifest.h"
+
+namespace cryo::store {
+
+// A checkpoint being written: invisible until Publish() succeeds.
+class StagedCheckpoint {
+ public:
+  virtual ~StagedCheckpoint() = default;
+  virtual const std::string& id() const = 0;
+  // Local directory that receives the images (CRIU's -D).
+  virtual std::string images_dir() const = 0;
+  // The staging directory itself, recorded in the journal so a crash can be cleaned up.
+  virtual std::string staging_dir() const = 0;
+  // Flushes the images, writes the manifest last and makes the checkpoint visible atomically.
+  // ALREADY_EXISTS if another checkpoint took the id meanwhile.
+  virtual absl::Status Publish(const Manifest& m) = 0;
+  // Removes everything staged; idempotent. Destroying an unpublished stage aborts it.
+  virtual absl::Status Abort() = 0;
+};
+
+class CheckpointStore {
+ public:
+  virtual ~CheckpointStore() = default;
+  virtual std::string location() const = 0;
+  virtual absl::StatusOr<std::unique_ptr<StagedCheckpoint>> Stage(const std::string& id) = 0;
+  // NOT_FOUND if there is no published checkpoint with this id.
+  virtual absl::StatusOr<Manifest> Get(const std::string& id) = 0;
+  // Every published checkpoint, newest first. Unreadable manifests are skipped.
+  virtual absl::StatusOr<std::vector<Manifest>> List() = 0;
+  virtual absl::Status Delete(const std::string& id) = 0;
+  // Local directory with the checkpoint's files, for verification and CRIU restore.
+  virtual absl::StatusOr<std::string> LocalPath(const std::string& id) = 0;
+  // Removes this node's staging directories that are not in `active` (from the journal), and
+  // any node's that are older than `ttl` (a node that died mid-checkpoint). Returns how many.
+  virtual absl::StatusOr<int> CollectIncomplete(const std::set<std::string>& active,
+                                                absl::Duration ttl) = 0;
+  // Deletes all but the newest `keep` checkpoints of `workload`; returns the deleted ids.
+  virtual absl::StatusOr<std::vector<std::string>> ApplyRetention(const std::string& workload,
+                                                                  int keep) = 0;
+  // FAILED_PRECONDITION (read-only, not a directory) or PERMISSION_DENIED, with the path.
+  virtual absl::Status CheckWritable() = 0;
+  virtual absl::StatusOr<uint64_t> FreeBytes() = 0;
+};
+
+struct LocalStoreOptions {
+  std::string root;
+  std::string node_name;
+  // fsync every image before publishing: a published checkpoint survives a node crash.
+  bool fsync = true;
+};
+
+absl::StatusOr<std::unique_ptr<CheckpointStore>> CreateLocalStore(const LocalStoreOptions& opts);
+
+}  // namespace cryo::store
