@@ -104,7 +104,7 @@ class GpuManager {
 };
 
 // No GPU plugins: discovers nothing, refuses checkpoints that recorded GPU state.
-class NullGpuManager final : public GpuManager {
+class NullGpuManager : public GpuManager {
  public:
   absl::StatusOr<std::vector<GpuProcess>> Discover(const std::vector<pid_t>&) override {
     return std::vector<GpuProcess>{};

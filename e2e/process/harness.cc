@@ -1,0 +1,255 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace cryo::e2e {
+
+std::string MakeTempDir(const std::string& prefix) {
+  std::string t = "/tmp/" + prefix + "-XXXXXX";
+  char* d = ::mkdtemp(t.data());
+  return d ? std::string(d) : "";
+}
+
+bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (pred()) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return pred();
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+static pid_t SpawnArgs(const std::vector<std::string>& argv, const std::vector<std::string>& env,
+                       const std::string& out, bool new_session) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    if (new_session) ::setsid();
+    int in = ::open("/dev/null", O_RDONLY);
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(in, 0);
+    ::dup2(o, 1);
+    ::dup2(o, 2);
+    ::close_range(3, ~0U, 0);
+    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> a;
+    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+    a.push_back(nullptr);
+    ::execv(a[0], a.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+absl::StatusOr<std::unique_ptr<Cryod>> Cryod::Start(const std::string& dir, const std::string& store,
+                                                    const std::string& node,
+                                                    std::vector<std::string> extra,
+                                                    std::vector<std::string> env) {
+  auto c = std::unique_ptr<Cryod>(new Cryod());
+  c->socket_ = dir + "/" + node + ".sock";
+  c->state_ = dir + "/" + node + "-state";
+  c->log_ = dir + "/" + node + ".log";
+  std::vector<std::string> argv = {CRYOD_BIN,       "--socket",   c->socket_,
+                                   "--state-dir",   c->state_,    "--store",
+                                   store,           "--node-name", node,
+                                   "--metrics-address", "127.0.0.1:0", "--log-level", "debug"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  c->pid_ = SpawnArgs(argv, env, c->log_, false);
+  // Connect only once the socket exists: a channel that failed once backs off for seconds.
+  WaitFor([&] {
+    int st;
+    if (::waitpid(c->pid_, &st, WNOHANG) == c->pid_) {
+      c->pid_ = -1;
+      return true;
+    }
+    return ::access(c->socket_.c_str(), F_OK) == 0;
+  });
+  if (c->pid_ < 0) {
+    return absl::InternalError(absl::StrCat("cryod exited at startup; log:\n", Slurp(c->log_)));
+  }
+  auto channel = grpc::CreateChannel("unix://" + c->socket_, grpc::InsecureChannelCredentials());
+  c->stub_ = v1::Cryo::NewStub(channel);
+  bool up = WaitFor([&] {
+    int st;
+    if (::waitpid(c->pid_, &st, WNOHANG) == c->pid_) {
+      c->pid_ = -1;
+      return true;
+    }
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    v1::NodeInfoResponse r;
+    return c->stub_->NodeInfo(&ctx, v1::NodeInfoRequest(), &r).ok();
+  });
+  if (!up || c->pid_ < 0) {
+    return absl::InternalError(absl::StrCat("cryod did not come up; log:\n", Slurp(c->log_)));
+  }
+  return c;
+}
+
+Cryod::~Cryod() {
+  if (pid_ > 0) Stop();
+}
+
+void Cryod::Kill9() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
+int Cryod::Stop() {
+  if (pid_ <= 0) return -1;
+  ::kill(pid_, SIGTERM);
+  int st = 0;
+  ::waitpid(pid_, &st, 0);
+  pid_ = -1;
+  return st;
+}
+
+int Cryod::metrics_port() {
+  // cryod logs "metrics on 127.0.0.1:0 (port N)".
+  std::string log = Slurp(log_);
+  auto pos = log.find("(port ");
+  if (pos == std::string::npos) return -1;
+  int port = -1;
+  (void)absl::SimpleAtoi(log.substr(pos + 6, log.find(')', pos) - pos - 6), &port);
+  return port;
+}
+
+grpc::Status Cryod::Checkpoint(const v1::CheckpointRequest& req, v1::CheckpointInfo* out) {
+  grpc::ClientContext ctx;
+  auto r = stub_->Checkpoint(&ctx, req);
+  v1::OperationEvent ev;
+  while (r->Read(&ev)) {
+    if (ev.has_checkpoint() && out) *out = ev.checkpoint();
+  }
+  return r->Finish();
+}
+
+grpc::Status Cryod::Restore(const v1::RestoreRequest& req, v1::RestoreResult* out) {
+  grpc::ClientContext ctx;
+  auto r = stub_->Restore(&ctx, req);
+  v1::OperationEvent ev;
+  while (r->Read(&ev)) {
+    if (ev.has_restored() && out) *out = ev.restored();
+  }
+  return r->Finish();
+}
+
+std::vector<v1::CheckpointInfo> Cryod::List() {
+  grpc::ClientContext ctx;
+  v1::ListCheckpointsResponse resp;
+  auto s = stub_->ListCheckpoints(&ctx, v1::ListCheckpointsRequest(), &resp);
+  if (!s.ok()) return {};
+  return {resp.checkpoints().begin(), resp.checkpoints().end()};
+}
+
+absl::StatusOr<std::unique_ptr<Workload>> Workload::Start(const std::string& dir, int mem_mib,
+                                                          int threads) {
+  auto w = std::unique_ptr<Workload>(new Workload());
+  w->status_ = dir + "/status-" + std::to_string(::getpid()) + "-" + std::to_string(rand());
+  w->pid_ = SpawnArgs({TESTLOAD_BIN, "--status", w->status_, "--mem-mib", std::to_string(mem_mib),
+                       "--threads", std::to_string(threads)},
+                      {}, dir + "/testload.log", true);
+  if (!w->WaitMain(5, absl::Seconds(60))) {
+    return absl::InternalError("cryo-testload did not start");
+  }
+  return w;
+}
+
+Workload::~Workload() { Kill(); }
+
+nlohmann::json Workload::Status() const {
+  std::string s = Slurp(status_);
+  auto j = nlohmann::json::parse(s, nullptr, false);
+  return j.is_discarded() ? nlohmann::json() : j;
+}
+
+bool Workload::WaitMain(uint64_t n, absl::Duration timeout) {
+  return WaitFor(
+      [&] {
+        auto j = Status();
+        return j.is_object() && j.value("main", uint64_t{0}) >= n;
+      },
+      timeout);
+}
+
+int Workload::Verify() {
+  auto before = Status();
+  uint64_t seq = before.is_object() ? before.value("verify_seq", uint64_t{0}) : 0;
+  ::kill(pid_, SIGUSR1);
+  int verdict = -1;
+  WaitFor([&] {
+    auto j = Status();
+    if (j.is_object() && j.value("verify_seq", uint64_t{0}) > seq) {
+      verdict = j.value("verify_ok", -1);
+      return true;
+    }
+    return false;
+  });
+  return verdict;
+}
+
+void Workload::Reap() {
+  if (reaped_ || pid_ <= 0) return;
+  int st;
+  if (::waitpid(pid_, &st, WNOHANG) == pid_) reaped_ = true;
+}
+
+char Workload::State() const {
+  std::string s = Slurp("/proc/" + std::to_string(pid_) + "/stat");
+  auto p = s.rfind(')');
+  if (p == std::string::npos || p + 2 >= s.size()) return '-';
+  return s[p + 2];
+}
+
+void Workload::Kill() {
+  if (pid_ <= 0) return;
+  // Only a process that is still this job (same status file open) is ours to kill.
+  if (State() != '-') {
+    ::kill(pid_, SIGCONT);
+    ::kill(pid_, SIGKILL);
+  }
+  if (!reaped_) {
+    WaitFor([&] {
+      Reap();
+      return reaped_ || State() == '-';
+    }, absl::Seconds(10));
+  }
+  WaitFor([&] { return State() == '-'; }, absl::Seconds(10));
+  pid_ = -1;
+}
+
+CliResult RunCli(const std::string& socket, const std::vector<std::string>& args) {
+  std::string cmd = absl::StrCat(CRYO_BIN, " --socket ", socket);
+  for (const auto& a : args) absl::StrAppend(&cmd, " '", a, "'");
+  absl::StrAppend(&cmd, " 2>&1");
+  FILE* p = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int st = ::pclose(p);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+}  // namespace cryo::e2e

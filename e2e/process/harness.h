@@ -1,0 +1,89 @@
+#pragma once
+
+// Test harness for the process-mode integration tests: real cryod binaries, real CRIU, the
+// cryo-testload workload. Everything lives in a temp dir and is torn down by destructors.
+
+#include <grpcpp/grpcpp.h>
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "cryo/v1/cryo.grpc.pb.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::e2e {
+
+std::string MakeTempDir(const std::string& prefix);
+
+// Waits until pred() or the deadline; true if pred() held.
+bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout = absl::Seconds(30));
+
+class Cryod {
+ public:
+  // Starts cryod with its own socket and state dir on `store`. Extra flags are passed as is.
+  static absl::StatusOr<std::unique_ptr<Cryod>> Start(const std::string& dir,
+                                                      const std::string& store,
+                                                      const std::string& node,
+                                                      std::vector<std::string> extra = {},
+                                                      std::vector<std::string> env = {});
+  ~Cryod();
+  void Kill9();
+  int Stop();  // SIGTERM, returns exit status
+  pid_t pid() const { return pid_; }
+  const std::string& socket() const { return socket_; }
+  const std::string& state_dir() const { return state_; }
+  const std::string& log() const { return log_; }
+  v1::Cryo::Stub& stub() { return *stub_; }
+  int metrics_port();
+
+  // Runs a streaming operation to its end.
+  grpc::Status Checkpoint(const v1::CheckpointRequest& req, v1::CheckpointInfo* out = nullptr);
+  grpc::Status Restore(const v1::RestoreRequest& req, v1::RestoreResult* out = nullptr);
+  std::vector<v1::CheckpointInfo> List();
+
+ private:
+  pid_t pid_ = -1;
+  std::string socket_, state_, log_;
+  std::unique_ptr<v1::Cryo::Stub> stub_;
+};
+
+class Workload {
+ public:
+  // Starts cryo-testload in its own session (as a job would be), child of this test.
+  static absl::StatusOr<std::unique_ptr<Workload>> Start(const std::string& dir, int mem_mib,
+                                                         int threads = 4);
+  ~Workload();
+  pid_t pid() const { return pid_; }
+  // The last record the job wrote; null until one is readable.
+  nlohmann::json Status() const;
+  // Waits until the job's main counter reaches n.
+  bool WaitMain(uint64_t n, absl::Duration timeout = absl::Seconds(30));
+  // Asks the job to verify its memory; returns its verdict (1 ok, 0 bad, -1 no answer).
+  int Verify();
+  // Reaps it if it died (a zombie still holds its pid).
+  void Reap();
+  // Kills the job wherever it lives now (after a restore it is no longer our child).
+  void Kill();
+  char State() const;  // R/S/T/Z from /proc, '-' when gone
+  const std::string& status_path() const { return status_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string status_;
+  bool reaped_ = false;
+};
+
+std::string Slurp(const std::string& path);
+
+// Runs the cryo CLI; returns exit code and stdout.
+struct CliResult {
+  int code;
+  std::string out;
+};
+CliResult RunCli(const std::string& socket, const std::vector<std::string>& args);
+
+}  // namespace cryo::e2e

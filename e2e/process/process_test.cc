@@ -1,0 +1,432 @@
+// Integration tests of process mode: real cryod, real CRIU 4.1, real processes.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "harness.h"
+
+namespace cryo::e2e {
+namespace {
+
+using grpc::StatusCode;
+
+class ProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "needs root (CRIU)";
+    dir_ = MakeTempDir("cryo-e2e");
+    ASSERT_FALSE(dir_.empty());
+    store_ = dir_ + "/store";
+  }
+  void TearDown() override {
+    workloads_.clear();
+    nodes_.clear();
+    for (const auto& m : mounts_) ::umount2(m.c_str(), MNT_DETACH);
+    if (!dir_.empty() && !HasFailure()) std::system(("rm -rf " + dir_).c_str());
+    if (HasFailure()) std::fprintf(stderr, "test files kept in %s\n", dir_.c_str());
+  }
+
+  Cryod& Node(const std::string& name, std::vector<std::string> extra = {},
+              std::vector<std::string> env = {}) {
+    auto c = Cryod::Start(dir_, store_, name, std::move(extra), std::move(env));
+    EXPECT_TRUE(c.ok()) << c.status();
+    if (!c.ok()) std::abort();
+    nodes_.push_back(std::move(*c));
+    return *nodes_.back();
+  }
+
+  Workload& Job(int mem_mib, int threads = 4) {
+    auto w = Workload::Start(dir_, mem_mib, threads);
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) std::abort();
+    workloads_.push_back(std::move(*w));
+    return *workloads_.back();
+  }
+
+  v1::CheckpointRequest Req(pid_t pid, const std::string& id, bool leave_running = false) {
+    v1::CheckpointRequest r;
+    r.set_pid(pid);
+    r.set_checkpoint_id(id);
+    r.set_leave_running(leave_running);
+    return r;
+  }
+
+  v1::RestoreRequest RestoreReq(const std::string& id, uint32_t wait_ms = 10000) {
+    v1::RestoreRequest r;
+    r.set_checkpoint_id(id);
+    r.set_pid_wait_timeout_ms(wait_ms);
+    return r;
+  }
+
+  // The job keeps running: not stopped, and its counter moves.
+  void ExpectRunning(Workload& w) {
+    EXPECT_NE(w.State(), 'T') << "job left stopped";
+    EXPECT_NE(w.State(), '-') << "job is gone";
+    uint64_t now = w.Status().value("main", uint64_t{0});
+    EXPECT_TRUE(w.WaitMain(now + 5, absl::Seconds(10))) << "job counter does not advance";
+  }
+
+  // Checkpoint (stop), reap the dead job, restore, and check the job went on from where it was.
+  void CheckpointKillRestore(Cryod& a, Cryod& b, int mem_mib, const std::string& id) {
+    Workload& w = Job(mem_mib);
+    ASSERT_TRUE(w.WaitMain(20));
+    const auto before = w.Status();
+    v1::CheckpointInfo info;
+    ASSERT_TRUE(a.Checkpoint(Req(w.pid(), id), &info).ok());
+    EXPECT_EQ(info.checkpoint_id(), id);
+    EXPECT_GT(info.size_bytes(), static_cast<uint64_t>(mem_mib) << 20);
+    // Preemption semantics: the job is gone once the checkpoint is published.
+    ASSERT_TRUE(WaitFor([&] {
+      w.Reap();
+      return w.State() == '-';
+    }));
+    const auto last = w.Status();  // what the job wrote last before it was stopped
+    ASSERT_GE(last.value("main", 0), before.value("main", 0));
+
+    v1::RestoreResult res;
+    grpc::Status s = b.Restore(RestoreReq(id), &res);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(res.root_pid(), w.pid()) << "restored tree keeps its pids";
+    ASSERT_TRUE(w.WaitMain(last.value("main", uint64_t{0}) + 10)) << "job does not run on";
+    const auto after = w.Status();
+    // Same process memory (nonce), and every counter continues instead of starting over.
+    EXPECT_EQ(after["nonce"], before["nonce"]);
+    EXPECT_EQ(after["child_pid"], before["child_pid"]);
+    EXPECT_GE(after.value("main", 0), last.value("main", 0));
+    EXPECT_GE(after.value("child", 0), last.value("child", 0));
+    EXPECT_GE(after.value("shm", 0), last.value("shm", 0));
+    EXPECT_GE(after.value("pipe_msgs", 0), last.value("pipe_msgs", 0));
+    for (size_t i = 0; i < last["threads"].size(); ++i) {
+      EXPECT_GE(after["threads"][i].get<uint64_t>(), last["threads"][i].get<uint64_t>());
+    }
+    EXPECT_GT(last.value("main", 0), 15) << "checkpointed value should be well above zero";
+    EXPECT_EQ(w.Verify(), 1) << "memory pattern, deleted file or pipe stream damaged";
+  }
+
+  std::string dir_, store_;
+  std::vector<std::unique_ptr<Cryod>> nodes_;
+  std::vector<std::unique_ptr<Workload>> workloads_;
+  std::vector<std::string> mounts_;
+};
+
+TEST_F(ProcessTest, CheckpointKillRestore256MiB) {
+  Cryod& a = Node("node-a");
+  CheckpointKillRestore(a, a, 256, "same-node");
+}
+
+TEST_F(ProcessTest, RestoreOnAnotherNodeFromSharedStore) {
+  Cryod& a = Node("node-a");
+  Cryod& b = Node("node-b");
+  CheckpointKillRestore(a, b, 256, "cross-node");
+  auto list = b.List();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].node_name(), "node-a") << "manifest records the source node";
+}
+
+TEST_F(ProcessTest, LeaveRunningThenRestoreWhilePidsTaken) {
+  Cryod& a = Node("node-a");
+  Workload& w = Job(32);
+  ASSERT_TRUE(w.WaitMain(10));
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "live", true)).ok());
+  ExpectRunning(w);
+  grpc::Status s = a.Restore(RestoreReq("live", 300));
+  EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), absl::StrCat("pid ", w.pid())))
+      << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "waited")) << s.error_message();
+  ExpectRunning(w);
+}
+
+TEST_F(ProcessTest, RefusesBadTargets) {
+  Cryod& a = Node("node-a");
+  // A pid that does not exist: find a free one.
+  pid_t free_pid = 30000;
+  while (::kill(free_pid, 0) == 0 || errno != ESRCH) ++free_pid;
+  grpc::Status s = a.Checkpoint(Req(free_pid, ""));
+  EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND) << s.error_message();
+
+  s = a.Checkpoint(Req(1, ""));
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << s.error_message();
+
+  s = a.Checkpoint(Req(a.pid(), ""));
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "cryod")) << s.error_message();
+
+  // kthreadd is pid 2 in the initial pid namespace.
+  ASSERT_TRUE(absl::StrContains(Slurp("/proc/2/stat"), "(kthreadd)"));
+  s = a.Checkpoint(Req(2, ""));
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "kernel thread")) << s.error_message();
+  EXPECT_TRUE(a.List().empty());
+}
+
+TEST_F(ProcessTest, RefusesUnsafeIds) {
+  Cryod& a = Node("node-a");
+  Workload& w = Job(8);
+  for (const std::string& id :
+       std::vector<std::string>{"../x", "a/b", ".hidden", "-rf", std::string(200, 'a')}) {
+    grpc::Status s = a.Checkpoint(Req(w.pid(), id));
+    EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << id << ": " << s.error_message();
+    s = a.Restore(RestoreReq(id));
+    EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << id;
+    grpc::ClientContext ctx;
+    v1::DeleteCheckpointRequest d;
+    d.set_checkpoint_id(id);
+    v1::DeleteCheckpointResponse dr;
+    EXPECT_EQ(a.stub().DeleteCheckpoint(&ctx, d, &dr).error_code(), StatusCode::INVALID_ARGUMENT);
+  }
+  EXPECT_FALSE(::access((dir_ + "/x").c_str(), F_OK) == 0) << "../x escaped the store";
+  grpc::Status s = a.Restore(RestoreReq("no-such-checkpoint"));
+  EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND) << s.error_message();
+  ExpectRunning(w);
+}
+
+TEST_F(ProcessTest, CorruptedOrTruncatedImageIsRefused) {
+  Cryod& a = Node("node-a");
+  Workload& w = Job(16);
+  ASSERT_TRUE(w.WaitMain(10));
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "victim")).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    w.Reap();
+    return w.State() == '-';
+  }));
+  const std::string pages = store_ + "/checkpoints/victim/images/pages-1.img";
+  struct stat st;
+  ASSERT_EQ(::stat(pages.c_str(), &st), 0);
+
+  // One flipped byte in the middle of the memory image.
+  {
+    std::fstream f(pages, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(st.st_size / 2);
+    char c;
+    f.get(c);
+    f.seekp(st.st_size / 2);
+    f.put(static_cast<char>(c ^ 0x40));
+  }
+  grpc::Status s = a.Restore(RestoreReq("victim"));
+  EXPECT_EQ(s.error_code(), StatusCode::DATA_LOSS) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "images/pages-1.img")) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "checksum")) << s.error_message();
+  EXPECT_EQ(w.State(), '-') << "nothing may start from a damaged checkpoint";
+
+  ASSERT_EQ(::truncate(pages.c_str(), st.st_size / 3), 0);
+  s = a.Restore(RestoreReq("victim"));
+  EXPECT_EQ(s.error_code(), StatusCode::DATA_LOSS) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "images/pages-1.img")) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "truncated")) << s.error_message();
+  EXPECT_EQ(w.State(), '-');
+}
+
+TEST_F(ProcessTest, FullStoreFailsCleanlyAndJobRuns) {
+  const std::string small = dir_ + "/small";
+  ASSERT_EQ(::mkdir(small.c_str(), 0700), 0);
+  ASSERT_EQ(::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=48m"), 0) << strerror(errno);
+  mounts_.push_back(small);
+  store_ = small;
+  Cryod& a = Node("node-a");
+  Workload& w = Job(128);
+  ASSERT_TRUE(w.WaitMain(10));
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "too-big"));
+  EXPECT_EQ(s.error_code(), StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  ExpectRunning(w);
+  EXPECT_TRUE(a.List().empty());
+  EXPECT_EQ(Slurp(small + "/checkpoints/too-big/manifest.json"), "");
+  EXPECT_EQ(std::system(("test -z \"$(ls -A " + small + "/.staging)\"").c_str()), 0)
+      << "staging not cleaned";
+  EXPECT_EQ(w.Verify(), 1);
+}
+
+TEST_F(ProcessTest, ReadOnlyStoreFailsCleanlyAndJobRuns) {
+  const std::string ro = dir_ + "/ro";
+  ASSERT_EQ(::mkdir(ro.c_str(), 0700), 0);
+  ASSERT_EQ(::mount("tmpfs", ro.c_str(), "tmpfs", 0, "size=16m"), 0) << strerror(errno);
+  mounts_.push_back(ro);
+  store_ = ro;
+  Cryod& a = Node("node-a");  // creates the store layout while writable
+  ASSERT_EQ(::mount(nullptr, ro.c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr), 0);
+  Workload& w = Job(8);
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "nope"));
+  EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "read-only")) << s.error_message();
+  ExpectRunning(w);
+  EXPECT_TRUE(a.List().empty());
+}
+
+// Holds cryod at a named point of a checkpoint (CRYOD_TEST_HOOK_DIR) while the test acts.
+struct HookPoint {
+  std::string dir, name;
+  HookPoint(const std::string& d, const std::string& n) : dir(d), name(n) {
+    std::ofstream(dir + "/" + name + ".enable") << "1";
+  }
+  bool Reached() {
+    return WaitFor([&] { return ::access((dir + "/" + name + ".reached").c_str(), F_OK) == 0; });
+  }
+  void Release() { std::ofstream(dir + "/" + name + ".release") << "1"; }
+};
+
+TEST_F(ProcessTest, ProcessExitingMidCheckpointFailsCleanly) {
+  const std::string hooks = dir_ + "/hooks";
+  ::mkdir(hooks.c_str(), 0700);
+  Cryod& a = Node("node-a", {}, {"CRYOD_TEST_HOOK_DIR=" + hooks});
+  Workload& w = Job(16);
+  HookPoint hp(hooks, "before-dump");
+  auto fut = std::async(std::launch::async, [&] { return a.Checkpoint(Req(w.pid(), "gone")); });
+  ASSERT_TRUE(hp.Reached());
+  ::kill(w.pid(), SIGKILL);
+  ASSERT_TRUE(WaitFor([&] {
+    w.Reap();
+    return w.State() == '-';
+  }));
+  hp.Release();
+  grpc::Status s = fut.get();
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(s.error_code() == StatusCode::ABORTED || s.error_code() == StatusCode::NOT_FOUND)
+      << s.error_code() << ": " << s.error_message();
+  EXPECT_TRUE(a.List().empty());
+  EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
+}
+
+TEST_F(ProcessTest, CryodKilledMidCheckpointLeavesJobRunningAndNothingVisible) {
+  const std::string hooks = dir_ + "/hooks";
+  ::mkdir(hooks.c_str(), 0700);
+  std::vector<std::string> env = {"CRYOD_TEST_HOOK_DIR=" + hooks};
+  auto* a = &Node("node-a", {}, env);
+  Workload& w = Job(64);
+  ASSERT_TRUE(w.WaitMain(10));
+  HookPoint hp(hooks, "after-dump");
+  auto fut = std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "half")); });
+  ASSERT_TRUE(hp.Reached());
+  // The dump is written and the job is stopped, waiting for the publish that never comes.
+  EXPECT_EQ(w.State(), 'T');
+  a->Kill9();
+  EXPECT_FALSE(fut.get().ok());
+  ::unlink((hooks + "/after-dump.enable").c_str());
+  a = &Node("node-a", {}, env);  // restart on the same state dir
+  ExpectRunning(w);
+  EXPECT_TRUE(a->List().empty());
+  EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
+  EXPECT_EQ(std::system(("test -z \"$(ls -A " + a->state_dir() + "/journal)\"").c_str()), 0);
+  EXPECT_EQ(w.Verify(), 1);
+}
+
+TEST_F(ProcessTest, RetentionKeepsNewestPerWorkload) {
+  Cryod& a = Node("node-a", {"--retention-keep", "2"});
+  Workload& w = Job(8);
+  for (const char* id : {"r1", "r2", "r3"}) {
+    auto req = Req(w.pid(), id, true);
+    req.set_workload("trainer");
+    ASSERT_TRUE(a.Checkpoint(req).ok());
+  }
+  auto list = a.List();
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].checkpoint_id(), "r3");
+  EXPECT_EQ(list[1].checkpoint_id(), "r2");
+  ExpectRunning(w);
+}
+
+TEST_F(ProcessTest, CliJsonAndMetrics) {
+  Cryod& a = Node("node-a");
+  Workload& w = Job(8);
+  auto r = RunCli(a.socket(), {"-o", "json", "node"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto node = nlohmann::json::parse(r.out);
+  EXPECT_EQ(node["criu_version"], "4.1.1");
+  EXPECT_EQ(node["node_name"], "node-a");
+
+  r = RunCli(a.socket(), {"-o", "json", "checkpoint", std::to_string(w.pid()), "--id", "cli-1",
+                          "--leave-running", "--label", "team=ml"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto cp = nlohmann::json::parse(r.out);
+  EXPECT_EQ(cp["checkpoint_id"], "cli-1");
+  EXPECT_EQ(cp["labels"]["team"], "ml");
+
+  r = RunCli(a.socket(), {"-o", "json", "inspect", "cli-1"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto manifest = nlohmann::json::parse(r.out);
+  EXPECT_EQ(manifest["format"], "cryo.checkpoint/v1");
+  EXPECT_EQ(manifest["target"]["root_pid"], w.pid());
+  EXPECT_FALSE(manifest["files"].empty());
+
+  r = RunCli(a.socket(), {"list"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "cli-1")) << r.out;
+
+  r = RunCli(a.socket(), {"rm", "cli-1"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = RunCli(a.socket(), {"-o", "json", "inspect", "cli-1"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(nlohmann::json::parse(r.out)["error"]["code"], "NOT_FOUND") << r.out;
+  r = RunCli(a.socket(), {"checkpoint"});
+  EXPECT_EQ(r.code, 2) << "usage error";
+  r = RunCli(dir_ + "/nobody.sock", {"node"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_TRUE(absl::StrContains(r.out, "cannot reach cryod")) << r.out;
+
+  // /metrics counts the checkpoint; /healthz answers.
+  int port = a.metrics_port();
+  ASSERT_GT(port, 0);
+  auto get = [&](const std::string& path) {
+    std::string out;
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
+      std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+      (void)!::write(fd, req.data(), req.size());
+      char buf[65536];
+      ssize_t n;
+      while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+    }
+    ::close(fd);
+    return out;
+  };
+  std::string metrics = get("/metrics");
+  EXPECT_TRUE(absl::StrContains(metrics, "cryo_operations_total{op=\"checkpoint\",result=\"ok\"} 1"))
+      << metrics;
+  EXPECT_TRUE(absl::StrContains(metrics, "cryo_stage_duration_seconds_bucket{op=\"checkpoint\",stage=\"dump\""));
+  EXPECT_TRUE(absl::StrContains(get("/healthz"), "200 OK"));
+}
+
+TEST_F(ProcessTest, SocketIsRootOnly) {
+  Cryod& a = Node("node-a");
+  struct stat st;
+  ASSERT_EQ(::stat(a.socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  // Even with the file mode out of the way, the peer-credential check refuses other uids.
+  ASSERT_EQ(::chmod(a.socket().c_str(), 0666), 0);
+  ::chmod(dir_.c_str(), 0755);
+  // A fresh process (exec, not just fork: gRPC state must not be shared) as uid 65534.
+  pid_t child = ::fork();
+  if (child == 0) {
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl(CRYO_BIN, CRYO_BIN, "--socket", a.socket().c_str(), "node", nullptr);
+    ::_exit(4);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 1) << "uid 65534 got an answer from cryod";
+  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "refused connection"));
+}
+
+}  // namespace
+}  // namespace cryo::e2e

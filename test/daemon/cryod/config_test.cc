@@ -1,0 +1,51 @@
+#include "cryod/config.h"
+
+#include "common/fs.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace cryo::cryod {
+namespace {
+
+absl::StatusOr<Config> Load(std::vector<std::string> args) {
+  args.insert(args.begin(), "cryod");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return LoadConfig(argv.size(), argv.data());
+}
+
+TEST(Config, DefaultsFileThenFlags) {
+  TempDir d;
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/c.json",
+                                  R"({"state_dir": "/srv/cryo", "retention_keep": 3,
+                                      "store_fsync": false, "allowed_uids": [0, 1000]})")
+                  .ok());
+  auto c = Load({"--config", d.path + "/c.json", "--retention-keep=5", "--node-name", "n1"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state_dir, "/srv/cryo");
+  EXPECT_EQ(c->store, "/srv/cryo/store") << "store defaults under state_dir";
+  EXPECT_EQ(c->retention_keep, 5) << "flags win over the file";
+  EXPECT_FALSE(c->store_fsync);
+  EXPECT_EQ(c->allowed_uids, (std::vector<int>{0, 1000}));
+  EXPECT_EQ(c->node_name, "n1");
+  EXPECT_EQ(c->socket, "/run/cryo/cryod.sock");
+}
+
+TEST(Config, ClearErrors) {
+  TempDir d;
+  EXPECT_EQ(Load({"--no-such-flag", "1"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Load({"--retention-keep", "many"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Load({"--store", "relative"}).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/typo.json", R"({"retention_kepe": 1})").ok());
+  auto c = Load({"--config", d.path + "/typo.json"});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("retention_kepe"), std::string::npos);
+  EXPECT_EQ(Load({"--config", d.path + "/missing.json"}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(Load({"--help"}).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_NE(Usage().find("--pid-wait-timeout-ms"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cryo::cryod

@@ -1,0 +1,51 @@
+#include "journal/journal.h"
+
+#include "common/fs.h"
+#include "gtest/gtest.h"
+#include "test_util.h"
+
+namespace cryo::journal {
+namespace {
+
+TEST(Journal, PutLoadRemove) {
+  TempDir d;
+  auto j = Journal::Open(d.path + "/journal");
+  ASSERT_TRUE(j.ok());
+  Entry e;
+  e.op_id = "ch-1";
+  e.kind = "checkpoint";
+  e.checkpoint_id = "c1";
+  e.state = "dumped";
+  e.tasks = {{100, 5}, {101, 6}};
+  e.staging_dir = "/s/c1+n+x";
+  e.leave_running = true;
+  e.gpu = {{{"pid", 100}, {"plugin", "cuda"}}};
+  ASSERT_TRUE((*j)->Put(e).ok());
+  e.state = "published";
+  ASSERT_TRUE((*j)->Put(e).ok());  // replaces, never duplicates
+  auto all = (*j)->LoadAll();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].state, "published");
+  EXPECT_EQ((*all)[0].tasks.size(), 2u);
+  EXPECT_EQ((*all)[0].tasks[1].start_time, 6u);
+  EXPECT_TRUE((*all)[0].leave_running);
+  EXPECT_EQ((*all)[0].gpu[0]["plugin"], "cuda");
+  ASSERT_TRUE((*j)->Remove("ch-1").ok());
+  EXPECT_TRUE((*j)->LoadAll()->empty());
+  EXPECT_TRUE((*j)->Remove("ch-1").ok()) << "removing twice is fine";
+}
+
+TEST(Journal, DropsCorruptEntriesAndTemporaries) {
+  TempDir d;
+  auto j = Journal::Open(d.path);
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/bad.json", "{truncated").ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/x.json.tmp.1.2", "{}").ok());
+  auto all = (*j)->LoadAll();
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->empty());
+  EXPECT_TRUE(fs::ListDir(d.path)->empty());
+}
+
+}  // namespace
+}  // namespace cryo::journal

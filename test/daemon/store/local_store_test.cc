@@ -1,0 +1,152 @@
+#include <sys/stat.h>
+#include <utime.h>
+
+#include "common/fs.h"
+#include "gtest/gtest.h"
+#include "store/store.h"
+#include "test_util.h"
+
+namespace cryo::store {
+namespace {
+
+Manifest M(const std::string& id, const std::string& workload, const std::string& created) {
+  Manifest m;
+  m.id = id;
+  m.workload = workload;
+  m.created_at = created;
+  m.root_pid = 1234;
+  m.files = {{"images/pages-1.img", 5, "x"}};
+  return m;
+}
+
+class LocalStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = CreateLocalStore({dir_.path + "/store", "node-a", true});
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(*s);
+  }
+  void Publish(const std::string& id, const std::string& workload, const std::string& created) {
+    auto st = store_->Stage(id);
+    ASSERT_TRUE(st.ok()) << st.status();
+    ASSERT_TRUE(fs::WriteFileAtomic((*st)->images_dir() + "/pages-1.img", "hello", 0644).ok());
+    ASSERT_TRUE((*st)->Publish(M(id, workload, created)).ok());
+  }
+  TempDir dir_;
+  std::unique_ptr<CheckpointStore> store_;
+};
+
+TEST_F(LocalStoreTest, StagedIsInvisibleUntilPublished) {
+  auto st = store_->Stage("c1");
+  ASSERT_TRUE(st.ok());
+  ASSERT_TRUE(fs::WriteFileAtomic((*st)->images_dir() + "/pages-1.img", "hello").ok());
+  EXPECT_EQ(store_->Get("c1").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store_->List()->empty());
+  ASSERT_TRUE((*st)->Publish(M("c1", "w", "2026-01-01")).ok());
+  auto got = store_->Get("c1");
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->workload, "w");
+  EXPECT_FALSE(fs::Exists((*st)->staging_dir()));
+  EXPECT_TRUE(fs::ListDir(dir_.path + "/store/.staging")->empty());
+}
+
+TEST_F(LocalStoreTest, ImagesAreOwnerOnly) {
+  Publish("c1", "w", "2026-01-01");
+  struct stat st;
+  ASSERT_EQ(::stat((dir_.path + "/store/checkpoints/c1").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat((dir_.path + "/store/checkpoints/c1/images/pages-1.img").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "images hold process memory";
+  ASSERT_EQ(::stat((dir_.path + "/store/checkpoints/c1/manifest.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST_F(LocalStoreTest, DuplicateIdsAndBadIdsAreRefused) {
+  Publish("c1", "w", "2026-01-01");
+  EXPECT_EQ(store_->Stage("c1").status().code(), absl::StatusCode::kAlreadyExists);
+  // Two writers racing for one id: the second publish loses and nothing is overwritten.
+  auto a = store_->Stage("c2");
+  auto b = store_->Stage("c2");
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->Publish(M("c2", "first", "2026-01-02")).ok());
+  EXPECT_EQ((*b)->Publish(M("c2", "second", "2026-01-02")).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(store_->Get("c2")->workload, "first");
+  for (const char* bad : {"../x", "", ".x", "a/b"}) {
+    EXPECT_EQ(store_->Stage(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(store_->Get(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(store_->Delete(bad).code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST_F(LocalStoreTest, AbortAndDestructorRemoveStaging) {
+  std::string dir;
+  {
+    auto st = store_->Stage("c1");
+    ASSERT_TRUE(st.ok());
+    dir = (*st)->staging_dir();
+    EXPECT_TRUE(fs::IsDir(dir));
+  }
+  EXPECT_FALSE(fs::Exists(dir)) << "an unpublished stage must not outlive its owner";
+}
+
+TEST_F(LocalStoreTest, ListNewestFirstDeleteAndRetention) {
+  Publish("a1", "a", "2026-01-01T00:00:01Z");
+  Publish("a2", "a", "2026-01-01T00:00:02Z");
+  Publish("b1", "b", "2026-01-01T00:00:03Z");
+  Publish("a3", "a", "2026-01-01T00:00:04Z");
+  auto all = store_->List();
+  ASSERT_EQ(all->size(), 4u);
+  EXPECT_EQ((*all)[0].id, "a3");
+  EXPECT_EQ((*all)[3].id, "a1");
+  auto deleted = store_->ApplyRetention("a", 2);
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_EQ(*deleted, std::vector<std::string>{"a1"});
+  EXPECT_EQ(store_->List()->size(), 3u);
+  EXPECT_TRUE(store_->Get("b1").ok()) << "other workloads untouched";
+  EXPECT_TRUE(store_->Delete("a2").ok());
+  EXPECT_EQ(store_->Delete("a2").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->Get("a2").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LocalStoreTest, TamperedManifestIdIsRejected) {
+  Publish("c1", "w", "2026-01-01");
+  ASSERT_EQ(::rename((dir_.path + "/store/checkpoints/c1").c_str(),
+                     (dir_.path + "/store/checkpoints/c9").c_str()),
+            0);
+  EXPECT_EQ(store_->Get("c9").status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(LocalStoreTest, CollectIncomplete) {
+  auto mine = store_->Stage("m1");
+  auto active = store_->Stage("m2");
+  ASSERT_TRUE(mine.ok() && active.ok());
+  std::string mine_dir = (*mine)->staging_dir(), active_dir = (*active)->staging_dir();
+  // Another node's stage, fresh (may be in progress) and old (abandoned).
+  std::string fresh = dir_.path + "/store/.staging/x+node-b+aaaa";
+  std::string old = dir_.path + "/store/.staging/y+node-b+bbbb";
+  ASSERT_TRUE(fs::MakeDirs(fresh).ok());
+  ASSERT_TRUE(fs::MakeDirs(old).ok());
+  struct utimbuf t{1000, 1000};
+  ::utime(old.c_str(), &t);
+  // A published directory whose manifest never arrived.
+  std::string orphan = dir_.path + "/store/checkpoints/orphan";
+  ASSERT_TRUE(fs::MakeDirs(orphan).ok());
+  ::utime(orphan.c_str(), &t);
+  auto n = store_->CollectIncomplete({active_dir}, absl::Hours(1));
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 3);
+  EXPECT_FALSE(fs::Exists(mine_dir));
+  EXPECT_TRUE(fs::Exists(active_dir));
+  EXPECT_TRUE(fs::Exists(fresh));
+  EXPECT_FALSE(fs::Exists(old));
+  EXPECT_FALSE(fs::Exists(orphan));
+}
+
+TEST(LocalStore, RelativeRootIsRefused) {
+  EXPECT_EQ(CreateLocalStore({"relative/path", "n", true}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace cryo::store
