@@ -44,7 +44,7 @@ echo "job pid $JOB: $(counters "$WORK/status")"
 ID=demo-$(date +%s)
 say "cryo checkpoint $JOB --id $ID   (stops the job once the checkpoint is safe)"
 "$CRYO" checkpoint "$JOB" --id "$ID" --workload demo
-wait "$JOB" 2>/dev/null || true
+{ wait "$JOB"; } 2>/dev/null || true
 echo "job is gone: $(kill -0 "$JOB" 2>/dev/null && echo no || echo yes); last state it wrote: $(counters "$WORK/status")"
 
 say "cryo list"

@@ -139,6 +139,8 @@ int main(int argc, char** argv) {
   pid_t child = fork();
   if (child < 0) { perror("fork"); return 1; }
   if (child == 0) {
+    // The child has its own small state; the big pattern belongs to the parent only.
+    if (mem_words) munmap(mem, mem_words * sizeof(uint64_t));
     close(pfd[0]);
     close(sv[0]);
     child_main(pfd[1], sv[1], shm, parent);

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Benchmark (not a test): checkpoint and restore of one process through cryod, beside plain
+# `criu dump` / `criu restore` of the same kind of process in the same run. Prints times,
+# throughput and the ratio cryod/criu. Usage: bench-process.sh [SIZE_MIB ...] (default 1024 4096)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+CRYOD=$BUILD_DIR/daemon/cryod
+CRYO=$BUILD_DIR/daemon/cryo
+LOAD=$BUILD_DIR/e2e/workloads/cryo-testload
+CRIU=${CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
+REPS=${REPS:-3}
+SIZES=("$@")
+[ ${#SIZES[@]} -gt 0 ] || SIZES=(1024 4096)
+for b in "$CRYOD" "$CRYO" "$LOAD"; do [ -x "$b" ] || { echo "missing $b: run scripts/setup.sh" >&2; exit 1; }; done
+
+W=$(mktemp -d /var/tmp/cryo-bench-XXXXXX)
+SOCK=$W/cryod.sock
+JOB=
+cleanup() {
+  [ -n "$JOB" ] && kill -9 "$JOB" 2>/dev/null || true
+  [ -n "${DPID:-}" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null || true
+  rm -rf "$W"
+}
+trap cleanup EXIT
+now() { date +%s.%N; }
+start_job() {  # $1 MiB; sets JOB
+  rm -f "$W/status"
+  setsid "$LOAD" --status "$W/status" --mem-mib "$1" --threads 4 </dev/null >/dev/null 2>&1 &
+  JOB=$!
+  until [ -s "$W/status" ] && grep -q '"main": [1-9]' "$W/status"; do sleep 0.05; done
+  CHILD=$(grep -o '"child_pid": [0-9]*' "$W/status" | grep -o '[0-9]*$')
+}
+gone() { while kill -0 "$1" 2>/dev/null; do wait "$1" 2>/dev/null || sleep 0.01; done; }
+# A killed tree's child is reparented and reaped by init; CRIU needs every pid free.
+wait_pid_free() { for p in "$@"; do while [ -e /proc/$p ]; do sleep 0.01; done; done; }
+kill_restored() { kill -9 "$1" "$2" 2>/dev/null || true; wait_pid_free "$1" "$2"; }
+
+# store_fsync=false: raw criu leaves its images in the page cache too, so this compares the
+# same work. The default (fsync on) is measured separately below.
+"$CRYOD" --socket "$SOCK" --state-dir "$W/state" --store "$W/store" --metrics-address "" \
+  --store-fsync false >"$W/cryod.log" 2>&1 &
+DPID=$!
+until "$CRYO" --socket "$SOCK" node >/dev/null 2>&1; do sleep 0.05; done
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+printf '%-8s %-22s %10s %10s %8s\n' SIZE STEP "criu s" "cryod s" "ratio"
+for mib in "${SIZES[@]}"; do
+  : >"$W/t"
+  for rep in $(seq "$REPS"); do
+    # Baseline: criu dump (kills the job), then criu restore.
+    start_job "$mib"
+    rm -rf "$W/raw" && mkdir -p "$W/raw"
+    sync  # write back the previous run's images outside the timed part
+    t0=$(now); "$CRIU" dump -t "$JOB" -D "$W/raw" -o dump.log --file-locks; t1=$(now)
+    { gone "$JOB"; } 2>/dev/null; wait_pid_free "$JOB" "$CHILD"
+    t2=$(now); "$CRIU" restore -d -D "$W/raw" -o restore.log --file-locks --pidfile "$W/raw/pid"; t3=$(now)
+    kill_restored "$JOB" "$CHILD"
+    raw_bytes=$(du -sb "$W/raw" | cut -f1)
+    # cryod: checkpoint (stops the job), then restore (verifies checksums first).
+    start_job "$mib"
+    id=b$mib-$rep
+    sync
+    t4=$(now); "$CRYO" --socket "$SOCK" checkpoint "$JOB" --id "$id" >/dev/null; t5=$(now)
+    { gone "$JOB"; } 2>/dev/null; wait_pid_free "$JOB" "$CHILD"
+    t6=$(now); "$CRYO" --socket "$SOCK" restore "$id" >/dev/null; t7=$(now)
+    kill_restored "$JOB" "$CHILD"
+    "$CRYO" --socket "$SOCK" rm "$id" >/dev/null
+    echo "$(echo "$t1-$t0" | bc) $(echo "$t5-$t4" | bc) $(echo "$t3-$t2" | bc) $(echo "$t7-$t6" | bc) $raw_bytes" >>"$W/t"
+    rm -rf "$W/raw"
+  done
+  for col in dump restore; do
+    if [ $col = dump ]; then a=1; b=2; else a=3; b=4; fi
+    ra=$(cut -d' ' -f$a "$W/t" | median); rb=$(cut -d' ' -f$b "$W/t" | median)
+    bytes=$(cut -d' ' -f5 "$W/t" | median)
+    printf '%-8s %-22s %10.3f %10.3f %8.3f   (%s MB/s criu, %s MB/s cryod; %s MiB of images)\n' \
+      "${mib}MiB" "$([ $col = dump ] && echo checkpoint || echo restore)" "$ra" "$rb" \
+      "$(echo "$rb/$ra" | bc -l)" "$(echo "$bytes/$ra/1000000" | bc)" \
+      "$(echo "$bytes/$rb/1000000" | bc)" "$((bytes >> 20))"
+  done
+done
+echo "median of $REPS runs each; machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r); $(date -u +%F)"
