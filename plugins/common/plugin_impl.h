@@ -1,0 +1,50 @@
+#pragma once
+
+// C++ side of a plugin: implement PluginImpl, then expose it through the C ABI with
+// FillPluginApi(). Keeps every plugin's hook glue (JSON in/out, last error, string ownership,
+// no exception crossing the ABI) in one place.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cryo/gpu_plugin.h"
+#include "gpu/gpu_manager.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::gpu {
+
+class PluginImpl {
+ public:
+  virtual ~PluginImpl() = default;
+
+  virtual nlohmann::json Status() = 0;
+  virtual absl::StatusOr<nlohmann::json> ListDevices() = 0;
+  virtual absl::StatusOr<nlohmann::json> Discover(const std::vector<pid_t>& pids) = 0;
+  virtual absl::Status Lock(pid_t pid, uint32_t timeout_ms) = 0;
+  virtual absl::Status Checkpoint(pid_t pid) = 0;
+  virtual absl::Status Restore(pid_t pid, const nlohmann::json& facts, const DeviceMap& map) = 0;
+  virtual absl::Status Unlock(pid_t pid) = 0;
+  virtual absl::Status Rollback(pid_t pid) = 0;
+  virtual absl::StatusOr<nlohmann::json> Describe(const nlohmann::json& procs) = 0;
+  virtual absl::StatusOr<nlohmann::json> CheckCompatible(const nlohmann::json& section,
+                                                         const nlohmann::json& request) = 0;
+  virtual absl::StatusOr<nlohmann::json> CriuOptions(const std::vector<pid_t>& pids) = 0;
+};
+
+using PluginFactory = absl::StatusOr<std::unique_ptr<PluginImpl>> (*)(const nlohmann::json& config);
+
+// Fills every hook of `api` except create, which the plugin supplies (it names its factory,
+// usually by calling CreatePluginWith).
+void FillPluginApi(cryo_gpu_plugin_api* api, const char* name, const char* version,
+                   cryo_gpu_rc (*create)(const char* config_json, cryo_gpu_plugin** out));
+
+cryo_gpu_rc CreatePluginWith(PluginFactory factory, const char* config_json, cryo_gpu_plugin** out);
+
+// Hands an already built implementation to the C ABI (tests inject fake drivers this way).
+cryo_gpu_plugin* WrapPluginImpl(std::unique_ptr<PluginImpl> impl);
+
+}  // namespace cryo::gpu

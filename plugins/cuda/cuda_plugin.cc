@@ -1,0 +1,656 @@
+#include "cuda_plugin.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+
+namespace cryo::gpu::cuda {
+namespace {
+
+const char* StateName(CUprocessState s) {
+  switch (s) {
+    case CU_PROCESS_STATE_RUNNING:
+      return "running";
+    case CU_PROCESS_STATE_LOCKED:
+      return "locked";
+    case CU_PROCESS_STATE_CHECKPOINTED:
+      return "checkpointed";
+    case CU_PROCESS_STATE_FAILED:
+      return "failed";
+  }
+  return "unknown";
+}
+
+// "/dev/nvidia3" -> 3; the control, uvm, modeset and caps nodes are not GPUs.
+std::optional<int> GpuMinor(absl::string_view path) {
+  if (!absl::ConsumePrefix(&path, "/dev/nvidia")) return std::nullopt;
+  int minor = 0;
+  if (path.empty() || !absl::SimpleAtoi(path, &minor)) return std::nullopt;
+  return minor;
+}
+
+// NCCL between processes uses CUDA IPC unless all of these are set: the driver checkpoints
+// such a job but cannot restore it (design.md).
+bool NcclIpcDisabled(const std::map<std::string, std::string>& env) {
+  auto is = [&](const char* k, const char* v) {
+    auto it = env.find(k);
+    return it != env.end() && it->second == v;
+  };
+  return is("NCCL_P2P_DISABLE", "1") && is("NCCL_SHM_DISABLE", "1") &&
+         is("NCCL_CUMEM_ENABLE", "0") && is("NCCL_CUMEM_HOST_ENABLE", "0");
+}
+
+// /dev/nvidia-uvm mappings of a process. A CUDA 13 process on driver 580 has one (a 2 MiB
+// window of the runtime); cudaMallocManaged adds one per managed range (seen on an H100,
+// 2026-11-22: 64 MiB managed -> a second, 64 MiB mapping).
+int UvmMappings(const ProcFs& proc, pid_t pid) {
+  int n = 0;
+  for (const std::string& m : proc.MappedPaths(pid)) n += absl::StartsWith(m, "/dev/nvidia-uvm");
+  return n;
+}
+constexpr int kBaseUvmMappings = 1;
+
+}  // namespace
+
+std::string ParseDriverVersion(absl::string_view version_file) {
+  // "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build ..."
+  absl::string_view first = version_file.substr(0, version_file.find('\n'));
+  for (absl::string_view w : absl::StrSplit(first, ' ', absl::SkipEmpty())) {
+    int dots = 0;
+    bool ok = !w.empty() && absl::ascii_isdigit(w[0]);
+    for (char c : w) {
+      dots += c == '.';
+      ok = ok && (absl::ascii_isdigit(c) || c == '.');
+    }
+    if (ok && dots >= 1) return std::string(w);
+  }
+  return "";
+}
+
+CudaPluginOptions CudaPluginOptions::FromJson(const nlohmann::json& j) {
+  CudaPluginOptions o;
+  if (!j.is_object()) return o;
+  o.libcuda = j.value("libcuda", o.libcuda);
+  o.libnvml = j.value("libnvml", o.libnvml);
+  o.proc_root = j.value("proc_root", o.proc_root);
+  o.driver_root = j.value("driver_root", o.driver_root);
+  o.allow_nccl_ipc = j.value("allow_nccl_ipc", o.allow_nccl_ipc);
+  o.always_pass_gpu_pairs = j.value("always_pass_gpu_pairs", o.always_pass_gpu_pairs);
+  o.refuse_managed_at_discover =
+      j.value("refuse_managed_at_discover", o.refuse_managed_at_discover);
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<CudaPlugin>> CudaPlugin::Create(const CudaPluginOptions& options,
+                                                               std::optional<CudaApi> api,
+                                                               std::optional<NvmlApi> nvml) {
+  std::unique_ptr<CudaPlugin> p(new CudaPlugin(options));
+  if (absl::Status s = p->Init(std::move(api), std::move(nvml)); !s.ok()) return s;
+  return p;
+}
+
+std::string CudaPlugin::FormatUuid(const CUuuid& u) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  std::string hex;
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) hex += '-';
+    absl::StrAppendFormat(&hex, "%02x", b[i]);
+  }
+  return "GPU-" + hex;
+}
+
+bool CudaPlugin::ParseUuid(const std::string& s, CUuuid* out) {
+  absl::string_view v = s;
+  absl::ConsumePrefix(&v, "GPU-");
+  std::string hex;
+  for (char c : v) {
+    if (c != '-') hex += c;
+  }
+  if (hex.size() != 32) return false;
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    c = absl::ascii_tolower(c);
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  for (int i = 0; i < 16; ++i) {
+    int hi = nibble(hex[2 * i]);
+    int lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out->bytes[i] = static_cast<char>(hi * 16 + lo);
+  }
+  return true;
+}
+
+absl::Status CudaPlugin::Init(std::optional<CudaApi> api, std::optional<NvmlApi> nvml) {
+  if (api.has_value()) {
+    api_ = *api;
+  } else {
+    auto loaded = LoadCudaApi(options_.libcuda);
+    if (!loaded.ok()) {
+      unavailable_ = absl::StrCat("no NVIDIA driver: ", loaded.status().message());
+      return absl::OkStatus();
+    }
+    api_ = *loaded;
+  }
+  if (nvml.has_value()) {
+    if (nvml->ok()) nvml_ = *nvml;
+  } else if (auto n = LoadNvmlApi(options_.libnvml); n.ok()) {
+    nvml_ = *n;
+  }
+  if (nvml_.has_value() && nvml_->init() != kNvmlSuccess) nvml_.reset();
+
+  CUresult r = api_.init(0);
+  if (r != CUDA_SUCCESS) {
+    unavailable_ = r == CUDA_ERROR_NO_DEVICE ? "NVIDIA driver present but no GPU"
+                                             : absl::StrCat("cuInit failed: ", ErrorName(r));
+    return absl::OkStatus();
+  }
+  api_.driver_get_version(&cuda_version_);
+  std::string cuda = absl::StrCat(cuda_version_ / 1000, ".", (cuda_version_ % 1000) / 10);
+  driver_version_ = absl::StrCat("CUDA ", cuda);
+  if (auto v = ReadFile(options_.driver_root + "/version"); v.ok()) {
+    if (std::string d = ParseDriverVersion(*v); !d.empty()) driver_version_ = d;
+  }
+
+  int count = 0;
+  if (CUresult c = api_.device_get_count(&count); c != CUDA_SUCCESS) count = 0;
+  for (int i = 0; i < count; ++i) {
+    Device d;
+    d.ordinal = i;
+    if (api_.device_get(&d.handle, i) != CUDA_SUCCESS) continue;
+    char name[256] = {};
+    api_.device_get_name(name, sizeof(name) - 1, d.handle);
+    d.name = name;
+    CUuuid u{};
+    api_.device_get_uuid(&u, d.handle);
+    d.uuid = FormatUuid(u);
+    size_t total = 0;
+    api_.device_total_mem(&total, d.handle);
+    d.total_bytes = total;
+    int major = 0, minor = 0, domain = 0, bus = 0, dev = 0;
+    api_.device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d.handle);
+    api_.device_get_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d.handle);
+    api_.device_get_attribute(&domain, CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d.handle);
+    api_.device_get_attribute(&bus, CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d.handle);
+    api_.device_get_attribute(&dev, CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d.handle);
+    d.chip = absl::StrCat("sm_", major, minor);
+    d.pci_bus_id = absl::StrFormat("%08x:%02x:%02x.0", domain, bus, dev);
+    devices_.push_back(std::move(d));
+  }
+  if (!api_.HasCheckpointApi()) {
+    unavailable_ = absl::StrCat("NVIDIA driver ", driver_version_, " (CUDA ", cuda,
+                                ") lacks the checkpoint API cuCheckpointProcess* "
+                                "(a driver for CUDA 12.8 or later is needed)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaPlugin::Available() const {
+  if (unavailable_.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(unavailable_);
+}
+
+std::string CudaPlugin::ErrorName(CUresult r) const {
+  const char* s = nullptr;
+  if (api_.get_error_name != nullptr && api_.get_error_name(r, &s) == CUDA_SUCCESS && s) return s;
+  return absl::StrCat("CUDA error ", static_cast<int>(r));
+}
+
+absl::Status CudaPlugin::CuError(CUresult r, pid_t pid, absl::string_view op) const {
+  std::string what = absl::StrCat("GPU ", op, " of pid ", pid, ": ", ErrorName(r));
+  if (!proc_.Exists(pid)) return absl::AbortedError(absl::StrCat(what, " (the process exited)"));
+  switch (r) {
+    case CUDA_ERROR_ILLEGAL_STATE: {
+      CUprocessState st = CU_PROCESS_STATE_FAILED;
+      bool known = api_.checkpoint_get_state(pid, &st) == CUDA_SUCCESS;
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, " (process is ", known ? StateName(st) : "in an unknown state", ")"));
+    }
+    case CUDA_ERROR_NOT_SUPPORTED: {
+      int uvm = UvmMappings(proc_, pid);
+      if (uvm > kBaseUvmMappings) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            what, ": the process uses managed (UVM) memory (", uvm - kBaseUvmMappings,
+            " managed range(s) mapped), which the driver's checkpoint does not support"));
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          what,
+          ": the process uses something the driver's checkpoint cannot handle (managed/UVM "
+          "memory, MPS, MIG or CUDA IPC)"));
+    }
+    case CUDA_ERROR_INVALID_VALUE:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_NOT_PERMITTED:
+      return absl::FailedPreconditionError(what);
+    default:
+      return absl::InternalError(what);
+  }
+}
+
+nlohmann::json CudaPlugin::Status() {
+  nlohmann::json j;
+  j["available"] = unavailable_.empty();
+  j["driver_version"] = driver_version_;
+  j["cuda_version"] = cuda_version_;
+  j["nvml"] = nvml_.has_value();
+  j["detail"] = unavailable_.empty()
+                    ? absl::StrCat("NVIDIA driver ", driver_version_, ", ", devices_.size(),
+                                   " GPU(s)", nvml_.has_value() ? "" : ", no NVML")
+                    : unavailable_;
+  return j;
+}
+
+std::optional<uint64_t> CudaPlugin::FreeBytes(const Device& d) {
+  if (nvml_.has_value()) {
+    nvmlDevice_t h = nullptr;
+    NvmlMemory m{};
+    if (nvml_->device_get_handle_by_uuid(d.uuid.c_str(), &h) == kNvmlSuccess &&
+        nvml_->device_get_memory_info(h, &m) == kNvmlSuccess) {
+      return m.free;
+    }
+  }
+  if (!api_.primary_ctx_retain || !api_.primary_ctx_release || !api_.ctx_push_current ||
+      !api_.ctx_pop_current || !api_.mem_get_info) {
+    return std::nullopt;
+  }
+  // Fallback: a short-lived primary context (its own few hundred MiB are counted as used).
+  absl::MutexLock l(&ctx_mu_);
+  CUcontext ctx = nullptr;
+  if (api_.primary_ctx_retain(&ctx, d.handle) != CUDA_SUCCESS) return std::nullopt;
+  std::optional<uint64_t> out;
+  if (api_.ctx_push_current(ctx) == CUDA_SUCCESS) {
+    size_t free = 0, total = 0;
+    if (api_.mem_get_info(&free, &total) == CUDA_SUCCESS) out = free;
+    CUcontext popped = nullptr;
+    api_.ctx_pop_current(&popped);
+  }
+  api_.primary_ctx_release(d.handle);
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> CudaPlugin::ListDevices() {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Device& d : devices_) {
+    nlohmann::json j = {{"uuid", d.uuid},
+                        {"name", d.name},
+                        {"chip", d.chip},
+                        {"index", d.ordinal},
+                        {"pci_bus_id", d.pci_bus_id},
+                        {"memory_total_bytes", d.total_bytes},
+                        {"driver_version", driver_version_}};
+    if (auto f = FreeBytes(d)) j["memory_free_bytes"] = *f;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::map<int, std::string> CudaPlugin::MinorsToUuids() const {
+  std::map<int, std::string> out;
+  std::string dir = options_.driver_root + "/gpus";
+  for (const std::string& bus : ListDir(dir)) {
+    auto info = ReadFile(absl::StrCat(dir, "/", bus, "/information"));
+    if (!info.ok()) continue;
+    std::string uuid;
+    int minor = -1;
+    for (absl::string_view line : absl::StrSplit(*info, '\n')) {
+      std::vector<absl::string_view> kv = absl::StrSplit(line, absl::MaxSplits(':', 1));
+      if (kv.size() != 2) continue;
+      absl::string_view k = absl::StripAsciiWhitespace(kv[0]);
+      absl::string_view v = absl::StripAsciiWhitespace(kv[1]);
+      if (k == "GPU UUID") uuid = std::string(v);
+      if (k == "Device Minor") (void)absl::SimpleAtoi(v, &minor);
+    }
+    if (minor >= 0 && !uuid.empty()) out[minor] = uuid;
+  }
+  return out;
+}
+
+std::map<std::string, uint64_t> CudaPlugin::ProcessMemory(pid_t pid) {
+  std::map<std::string, uint64_t> out;
+  if (!nvml_.has_value()) return out;
+  for (const Device& d : devices_) {
+    nvmlDevice_t h = nullptr;
+    if (nvml_->device_get_handle_by_uuid(d.uuid.c_str(), &h) != kNvmlSuccess) continue;
+    std::vector<NvmlProcessInfo> infos(64);
+    unsigned int n = infos.size();
+    nvmlReturn_t r = nvml_->device_get_compute_running_processes(h, &n, infos.data());
+    if (r == kNvmlInsufficientSize) {
+      infos.resize(n + 16);
+      n = infos.size();
+      r = nvml_->device_get_compute_running_processes(h, &n, infos.data());
+    }
+    if (r != kNvmlSuccess) continue;
+    for (unsigned int i = 0; i < n && i < infos.size(); ++i) {
+      // NVML says "not available" with ~0; more than the GPU has is no usable answer either.
+      if (static_cast<pid_t>(infos[i].pid) == pid && infos[i].used_gpu_memory <= d.total_bytes) {
+        out[d.uuid] = infos[i].used_gpu_memory;
+      }
+    }
+  }
+  return out;
+}
+
+std::optional<std::vector<std::string>> CudaPlugin::VisibleByEnv(
+    const std::map<std::string, std::string>& env, absl::Status* error) const {
+  std::vector<std::string> base;
+  for (const Device& d : devices_) base.push_back(d.uuid);
+  bool restricted = false;
+  // The container runtime exposes NVIDIA_VISIBLE_DEVICES' GPUs; CUDA_VISIBLE_DEVICES then
+  // counts within those.
+  for (const char* var : {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) {
+    auto it = env.find(var);
+    if (it == env.end()) continue;
+    auto r = ResolveVisibleDevices(it->second, base);
+    if (!r.ok()) {
+      *error = r.status();
+      return std::nullopt;
+    }
+    base = *r;
+    restricted = true;
+  }
+  if (!restricted) return std::nullopt;
+  return base;
+}
+
+const CudaPlugin::Device* CudaPlugin::FindDevice(const std::string& uuid) const {
+  for (const Device& d : devices_) {
+    if (d.uuid == uuid) return &d;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<nlohmann::json> CudaPlugin::Discover(const std::vector<pid_t>& pids) {
+  nlohmann::json out = nlohmann::json::array();
+  std::map<int, std::string> minors = MinorsToUuids();
+  std::vector<pid_t> nccl_ipc;  // GPU processes with NCCL loaded and CUDA IPC left on
+  size_t gpu_procs = 0;
+  for (pid_t pid : pids) {
+    if (!proc_.Exists(pid)) continue;
+    bool uses = false;
+    std::set<std::string> opened;
+    for (const std::string& t : proc_.FdTargets(pid)) {
+      if (!absl::StartsWith(t, "/dev/nvidia")) continue;
+      uses = true;
+      if (auto m = GpuMinor(t); m && minors.count(*m)) opened.insert(minors[*m]);
+    }
+    bool nccl = false;
+    int uvm_maps = 0;
+    for (const std::string& m : proc_.MappedPaths(pid)) {
+      if (absl::StartsWith(m, "/dev/nvidia")) uses = true;
+      if (absl::StartsWith(m, "/dev/nvidia-uvm")) ++uvm_maps;
+      if (absl::StrContains(m, "libnccl")) nccl = true;
+    }
+    if (!uses) continue;
+    if (options_.refuse_managed_at_discover && uvm_maps > kBaseUvmMappings) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pid ", pid, " appears to use managed (UVM) memory (", uvm_maps - kBaseUvmMappings,
+          " managed range(s) mapped), which the driver's checkpoint does not support"));
+    }
+    if (!unavailable_.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("pid ", pid,
+                       " uses an NVIDIA GPU (it has /dev/nvidia* open) but GPU checkpoint is "
+                       "unavailable on this node: ",
+                       unavailable_));
+    }
+    CUprocessState st = CU_PROCESS_STATE_RUNNING;
+    if (CUresult r = api_.checkpoint_get_state(pid, &st); r != CUDA_SUCCESS) {
+      if (!proc_.Exists(pid)) continue;  // exited meanwhile: not ours to refuse
+      return absl::FailedPreconditionError(
+          absl::StrCat("pid ", pid,
+                       " has NVIDIA device files open but the driver does not report it as a "
+                       "CUDA process (",
+                       ErrorName(r), "); only CUDA processes can be checkpointed"));
+    }
+    if (st != CU_PROCESS_STATE_RUNNING) {
+      return absl::FailedPreconditionError(absl::StrCat("pid ", pid, " is already ", StateName(st),
+                                                        " by the driver (another checkpoint in "
+                                                        "progress, or left behind by a tool)"));
+    }
+    auto env = proc_.Environ(pid);
+    std::map<std::string, std::string> e = env.ok() ? *env : std::map<std::string, std::string>{};
+    absl::Status env_error;
+    auto visible = VisibleByEnv(e, &env_error);
+    if (!env_error.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("pid ", pid, ": ", env_error.message()));
+    }
+    std::vector<std::string> order;
+    if (visible.has_value()) {
+      order = *visible;
+    } else {
+      for (const Device& d : devices_) order.push_back(d.uuid);
+    }
+    std::vector<std::string> devs;
+    for (const std::string& u : order) {
+      if (opened.empty() || opened.count(u)) devs.push_back(u);
+    }
+    for (const std::string& u : opened) {
+      if (std::find(devs.begin(), devs.end(), u) == devs.end()) devs.push_back(u);
+    }
+    std::map<std::string, uint64_t> mem = ProcessMemory(pid);
+    nlohmann::json dj = nlohmann::json::array();
+    for (const std::string& u : devs) {
+      nlohmann::json d = {{"uuid", u}};
+      if (const Device* dev = FindDevice(u)) {
+        d["name"] = dev->name;
+        d["chip"] = dev->chip;
+      }
+      if (mem.count(u)) d["memory_used_bytes"] = mem[u];
+      dj.push_back(std::move(d));
+    }
+    nlohmann::json facts = {{"devices", dj},
+                            {"uvm_mappings", uvm_maps},
+                            {"managed_memory_suspected", uvm_maps > kBaseUvmMappings},
+                            {"nccl", nccl}};
+    for (const char* var : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}) {
+      if (e.count(var)) facts[absl::AsciiStrToLower(var)] = e[var];
+    }
+    ++gpu_procs;
+    if (nccl && !NcclIpcDisabled(e)) nccl_ipc.push_back(pid);
+    out.push_back({{"pid", pid}, {"facts", facts}});
+  }
+  if (gpu_procs >= 2 && !nccl_ipc.empty() && !options_.allow_nccl_ipc) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pid ", nccl_ipc[0],
+        " runs NCCL across processes with CUDA IPC enabled: the driver "
+        "checkpoints such a job but cannot restore it. Run the job with NCCL_P2P_DISABLE=1 "
+        "NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0 (docs/gpu.md)"));
+  }
+  return out;
+}
+
+absl::Status CudaPlugin::Lock(pid_t pid, uint32_t timeout_ms) {
+  if (absl::Status s = Available(); !s.ok()) return s;
+  CUcheckpointLockArgs args{};
+  args.timeoutMs = timeout_ms;
+  auto start = std::chrono::steady_clock::now();
+  CUresult r = api_.checkpoint_lock(pid, &args);
+  if (r == CUDA_SUCCESS) return absl::OkStatus();
+  auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    std::chrono::steady_clock::now() - start)
+                    .count();
+  bool timed_out = r == CUDA_ERROR_NOT_READY || r == CUDA_ERROR_TIMEOUT ||
+                   (timeout_ms > 0 && waited >= timeout_ms && r != CUDA_ERROR_ILLEGAL_STATE &&
+                    r != CUDA_ERROR_NOT_SUPPORTED && proc_.Exists(pid));
+  if (timed_out) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("pid ", pid, " did not lock within ", timeout_ms, " ms (", ErrorName(r),
+                     "): a kernel or CUDA call is still running; the process was left running"));
+  }
+  return CuError(r, pid, "lock");
+}
+
+absl::Status CudaPlugin::Checkpoint(pid_t pid) {
+  if (absl::Status s = Available(); !s.ok()) return s;
+  CUresult r = api_.checkpoint_checkpoint(pid, nullptr);
+  return r == CUDA_SUCCESS ? absl::OkStatus() : CuError(r, pid, "checkpoint");
+}
+
+absl::Status CudaPlugin::Restore(pid_t pid, const nlohmann::json& facts, const DeviceMap& map) {
+  if (absl::Status s = Available(); !s.ok()) return s;
+  // The GPUs this process had; every one must be paired once any is moved.
+  std::vector<std::string> had;
+  if (facts.is_object() && facts.contains("devices") && facts["devices"].is_array()) {
+    for (const auto& d : facts["devices"]) {
+      if (d.is_object() && d.contains("uuid")) had.push_back(d["uuid"].get<std::string>());
+    }
+  }
+  if (had.empty()) {
+    for (const auto& [from, to] : map) had.push_back(from);
+  }
+  bool remap = options_.always_pass_gpu_pairs;
+  for (const std::string& u : had) {
+    auto it = map.find(u);
+    remap = remap || (it != map.end() && it->second != u);
+  }
+  std::vector<CUcheckpointGpuPair> pairs;
+  if (remap) {
+    for (const std::string& u : had) {
+      auto it = map.find(u);
+      std::string to = it != map.end() ? it->second : u;
+      CUcheckpointGpuPair p{};
+      if (!ParseUuid(u, &p.oldUuid) || !ParseUuid(to, &p.newUuid)) {
+        return absl::InvalidArgumentError(absl::StrCat("bad GPU UUID in map: ", u, " -> ", to));
+      }
+      pairs.push_back(p);
+    }
+  }
+  CUcheckpointRestoreArgs args{};
+  args.gpuPairs = pairs.empty() ? nullptr : pairs.data();
+  args.gpuPairsCount = static_cast<unsigned int>(pairs.size());
+  CUresult r = api_.checkpoint_restore(pid, pairs.empty() ? nullptr : &args);
+  return r == CUDA_SUCCESS ? absl::OkStatus() : CuError(r, pid, "restore");
+}
+
+absl::Status CudaPlugin::Unlock(pid_t pid) {
+  if (absl::Status s = Available(); !s.ok()) return s;
+  CUresult r = api_.checkpoint_unlock(pid, nullptr);
+  return r == CUDA_SUCCESS ? absl::OkStatus() : CuError(r, pid, "unlock");
+}
+
+absl::Status CudaPlugin::Rollback(pid_t pid) {
+  if (absl::Status s = Available(); !s.ok()) return s;
+  CUprocessState st = CU_PROCESS_STATE_RUNNING;
+  if (CUresult r = api_.checkpoint_get_state(pid, &st); r != CUDA_SUCCESS) {
+    if (!proc_.Exists(pid)) return absl::OkStatus();  // nothing left to put back
+    return CuError(r, pid, "state query");
+  }
+  switch (st) {
+    case CU_PROCESS_STATE_RUNNING:
+      return absl::OkStatus();
+    case CU_PROCESS_STATE_CHECKPOINTED:
+      if (CUresult r = api_.checkpoint_restore(pid, nullptr); r != CUDA_SUCCESS) {
+        return CuError(r, pid, "rollback restore");
+      }
+      [[fallthrough]];
+    case CU_PROCESS_STATE_LOCKED:
+      if (CUresult r = api_.checkpoint_unlock(pid, nullptr); r != CUDA_SUCCESS) {
+        return CuError(r, pid, "rollback unlock");
+      }
+      return absl::OkStatus();
+    case CU_PROCESS_STATE_FAILED:
+      break;
+  }
+  return absl::InternalError(
+      absl::StrCat("pid ", pid, " is in the driver's FAILED state: its GPU state is lost"));
+}
+
+absl::StatusOr<nlohmann::json> CudaPlugin::Describe(const nlohmann::json& procs) {
+  nlohmann::json devices = nlohmann::json::array();
+  std::map<std::string, size_t> index;
+  std::map<std::string, bool> used_known;
+  nlohmann::json processes = nlohmann::json::array();
+  for (const auto& p : procs) {
+    nlohmann::json facts = p.value("facts", nlohmann::json::object());
+    nlohmann::json pd = nlohmann::json::array();
+    for (const auto& d : facts.value("devices", nlohmann::json::array())) {
+      std::string uuid = d.value("uuid", "");
+      if (uuid.empty()) continue;
+      if (!index.count(uuid)) {
+        index[uuid] = devices.size();
+        nlohmann::json nd = {
+            {"uuid", uuid}, {"name", d.value("name", "")}, {"chip", d.value("chip", "")}};
+        if (const Device* dev = FindDevice(uuid)) nd["memory_total_bytes"] = dev->total_bytes;
+        devices.push_back(nd);
+        used_known[uuid] = true;
+      }
+      nlohmann::json& nd = devices[index[uuid]];
+      if (d.contains("memory_used_bytes")) {
+        nd["memory_used_bytes"] =
+            nd.value("memory_used_bytes", uint64_t{0}) + d["memory_used_bytes"].get<uint64_t>();
+      } else {
+        used_known[uuid] = false;
+      }
+      pd.push_back(d);
+    }
+    processes.push_back({{"pid", p.value("pid", 0)}, {"devices", pd}});
+  }
+  // A device whose use is unknown for some process must not claim a (too small) total.
+  for (auto& d : devices) {
+    if (!used_known[d["uuid"].get<std::string>()]) d.erase("memory_used_bytes");
+  }
+  return nlohmann::json{{"vendor", "nvidia"},
+                        {"driver_version", driver_version_},
+                        {"cuda_version", cuda_version_},
+                        {"devices", devices},
+                        {"processes", processes}};
+}
+
+absl::StatusOr<nlohmann::json> CudaPlugin::CheckCompatible(const nlohmann::json& section,
+                                                           const nlohmann::json& request) {
+  if (absl::Status s = Available(); !s.ok()) return s;
+  std::vector<CheckpointedGpu> ckpt;
+  if (section.is_object() && section.contains("devices") && section["devices"].is_array()) {
+    for (const auto& d : section["devices"]) {
+      CheckpointedGpu c;
+      c.uuid = d.value("uuid", "");
+      c.name = d.value("name", "");
+      c.chip = d.value("chip", "");
+      if (d.contains("memory_used_bytes")) c.need_bytes = d["memory_used_bytes"].get<uint64_t>();
+      if (!c.uuid.empty()) ckpt.push_back(std::move(c));
+    }
+  }
+  std::vector<NodeGpu> node;
+  for (Device& d : devices_) node.push_back({d.uuid, d.name, d.chip, FreeBytes(d)});
+  std::optional<std::vector<std::string>> allowed;
+  pid_t env_pid = request.value("env_pid", 0);
+  if (env_pid > 0) {
+    auto env = proc_.Environ(env_pid);
+    if (!env.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot read the environment of pid ",
+                                                        env_pid,
+                                                        " for its GPUs: ", env.status().message()));
+    }
+    absl::Status err;
+    allowed = VisibleByEnv(*env, &err);
+    if (!err.ok()) return err;
+  }
+  DeviceMap requested;
+  if (request.contains("map") && request["map"].is_object()) {
+    for (const auto& [k, v] : request["map"].items()) {
+      // Entries for other vendors' GPUs are not ours.
+      bool mine = false;
+      for (const auto& c : ckpt) mine = mine || c.uuid == k;
+      if (mine && v.is_string()) requested[k] = v.get<std::string>();
+    }
+  }
+  auto planned = PlanDeviceMap(ckpt, node, allowed, requested);
+  if (!planned.ok()) return planned.status();
+  return nlohmann::json{{"map", *planned}};
+}
+
+absl::StatusOr<nlohmann::json> CudaPlugin::CriuOptions(const std::vector<pid_t>&) {
+  // Nothing: after Checkpoint the processes hold no NVIDIA files, so plain CRIU dumps them.
+  return nlohmann::json{{"args", nlohmann::json::array()}, {"env", nlohmann::json::object()}};
+}
+
+}  // namespace cryo::gpu::cuda
