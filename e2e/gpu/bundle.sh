@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Makes a self-contained bundle of the GPU e2e suite for a GPU machine without a package
+# registry: our binaries, the shared libraries they need (except glibc's own), the GPU plugins,
+# the test programs and the scripts. Copy the directory over and run ./run.sh there.
+#
+#   e2e/gpu/bundle.sh [BUILD_DIR] [OUT_DIR]     (defaults: build-gpu, BUILD_DIR/gpu-bundle)
+#
+# Layout:
+#   run.sh                the suite (skips when there is no NVIDIA GPU)
+#   bin/NAME              wrappers that set LD_LIBRARY_PATH and exec libexec/NAME
+#   libexec/              cryo-gpuctl, cryo-gpu-testload; later cryod, cryo
+#   lib/                  non-glibc shared libraries of everything in libexec/ and lib/cryo/gpu/
+#   lib/cryo/gpu/         GPU plugins (libcryo_gpu_cuda.so, libcryo_gpu_rocm.so)
+#   criu/                 place for CRIU (sbin/criu, lib/criu/*.so plugins), added when present
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${1:-$ROOT/build-gpu}
+OUT=${2:-$BUILD/gpu-bundle}
+
+die() { echo "bundle: $*" >&2; exit 1; }
+[ -d "$BUILD" ] || die "no build dir $BUILD (cmake -S . -B $BUILD && cmake --build $BUILD)"
+
+rm -rf "$OUT"
+mkdir -p "$OUT/bin" "$OUT/libexec" "$OUT/lib/cryo/gpu" "$OUT/criu"
+
+# glibc and the loader come from the target machine; everything else travels.
+is_system_lib() {
+  case "$(basename "$1")" in
+    linux-vdso.so*|ld-linux*|libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libutil.so*|\
+    libresolv.so*|libcuda.so*|libnvidia-ml.so*) return 0 ;;
+  esac
+  return 1
+}
+
+copy_deps() {
+  ldd "$1" 2>/dev/null | awk '/=> \// {print $3}' | while read -r lib; do
+    is_system_lib "$lib" && continue
+    [ -e "$OUT/lib/$(basename "$lib")" ] || cp -L "$lib" "$OUT/lib/"
+  done
+}
+
+add_bin() {  # add_bin PATH [NAME]
+  local src=$1 name=${2:-$(basename "$1")}
+  [ -x "$src" ] || { echo "bundle: skip $name (not built: $src)" >&2; return 0; }
+  cp -L "$src" "$OUT/libexec/$name"
+  copy_deps "$src"
+  cat >"$OUT/bin/$name" <<WRAP
+#!/bin/sh
+B=\$(cd "\$(dirname "\$0")/.." && pwd)
+export LD_LIBRARY_PATH="\$B/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export CRYO_GPU_PLUGIN_DIR="\${CRYO_GPU_PLUGIN_DIR:-\$B/lib/cryo/gpu}"
+exec "\$B/libexec/$name" "\$@"
+WRAP
+  chmod +x "$OUT/bin/$name"
+}
+
+add_bin "$BUILD/plugins/cryo-gpuctl"
+add_bin "$BUILD/e2e/gpu/cryo-gpu-testload"
+# Later parts of the suite: picked up when built.
+add_bin "$BUILD/daemon/cryod" || true
+add_bin "$BUILD/daemon/cryo" || true
+
+for so in "$BUILD"/lib/cryo/gpu/libcryo_gpu_*.so; do
+  [ -e "$so" ] || die "no GPU plugins in $BUILD/lib/cryo/gpu (build cryo_gpu_cuda)"
+  cp -L "$so" "$OUT/lib/cryo/gpu/"
+  copy_deps "$so"
+done
+
+# CRIU (and its amdgpu plugin) as built by scripts/setup.sh, when this machine has it.
+CRIU=${CRIU:-/usr/local/sbin/criu}
+if [ -x "$CRIU" ]; then
+  mkdir -p "$OUT/criu/sbin" "$OUT/criu/lib"
+  cp -L "$CRIU" "$OUT/criu/sbin/criu"
+  ldd "$CRIU" | awk '/=> \// {print $3}' | while read -r lib; do
+    is_system_lib "$lib" || cp -L "$lib" "$OUT/criu/lib/"
+  done
+  if [ -d /usr/local/lib/criu ]; then
+    mkdir -p "$OUT/criu/lib/criu" && cp -L /usr/local/lib/criu/*.so "$OUT/criu/lib/criu/" 2>/dev/null || true
+  fi
+fi
+
+# Debug info is most of the size; CRYO_BUNDLE_STRIP=0 keeps it.
+if [ "${CRYO_BUNDLE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then
+  find "$OUT/libexec" "$OUT/lib" "$OUT/criu" -type f \( -perm -u+x -o -name '*.so*' \) \
+    -exec strip --strip-debug {} + 2>/dev/null || true
+fi
+
+cp "$ROOT/e2e/gpu/run.sh" "$OUT/run.sh"
+chmod +x "$OUT/run.sh"
+git -C "$ROOT" rev-parse --short HEAD >"$OUT/VERSION" 2>/dev/null || echo unknown >"$OUT/VERSION"
+du -sh "$OUT" | awk '{print "bundle: " $2 " (" $1 ")"}'
