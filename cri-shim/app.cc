@@ -1,0 +1,173 @@
+#include "cri-shim/app.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cri-shim/handlers/handlers.h"
+#include "cri-shim/log.h"
+#include "grpcpp/client_context.h"
+
+namespace cryo::shim {
+namespace {
+
+StepOutcome ParseFlagsStep(AppState& s) {
+  absl::StatusOr<Options> opts = ParseFlags(s.args);
+  if (!opts.ok()) {
+    fprintf(stderr, "cryo-cri-shim: %s\n%s", std::string(opts.status().message()).c_str(),
+            UsageText().c_str());
+    return StepOutcome::Fatal(std::string(opts.status().message()));
+  }
+  s.options = *opts;
+  if (s.options.show_help) {
+    fputs(UsageText().c_str(), stdout);
+    return StepOutcome::Stop();
+  }
+  return StepOutcome::Ok();
+}
+
+StepOutcome ConfigureLoggingStep(AppState& s) {
+  SetLogLevel(s.options.log_level);
+  CRYO_SHIM_LOG(kInfo, "starting cryo-cri-shim ", CRYO_VERSION, ": listen ", s.options.listen,
+                ", runtime ", s.options.runtime_endpoint);
+  return StepOutcome::Ok();
+}
+
+// Before any thread exists, so that every thread inherits the mask and only sigwait sees them.
+StepOutcome BlockSignalsStep(AppState& s) {
+  sigemptyset(&s.stop_signals);
+  sigaddset(&s.stop_signals, SIGINT);
+  sigaddset(&s.stop_signals, SIGTERM);
+  if (int err = pthread_sigmask(SIG_BLOCK, &s.stop_signals, nullptr); err != 0) {
+    return StepOutcome::Fatal(absl::StrCat("pthread_sigmask: ", strerror(err)));
+  }
+  signal(SIGPIPE, SIG_IGN);
+  return StepOutcome::Ok();
+}
+
+StepOutcome CreateMetricsStep(AppState& s) {
+  s.registry = std::make_shared<prometheus::Registry>();
+  absl::StatusOr<std::unique_ptr<ShimMetrics>> metrics = ShimMetrics::Create(s.registry);
+  if (!metrics.ok()) return StepOutcome::Fatal(std::string(metrics.status().message()));
+  s.metrics = std::move(*metrics);
+  return StepOutcome::Ok();
+}
+
+StepOutcome StartMetricsEndpointStep(AppState& s) {
+  if (s.options.metrics_address.empty()) {
+    CRYO_SHIM_LOG(kInfo, "metrics endpoint disabled");
+    return StepOutcome::Ok();
+  }
+  try {
+    s.exposer = std::make_unique<prometheus::Exposer>(s.options.metrics_address);
+  } catch (const std::exception& e) {
+    return StepOutcome::Fatal(
+        absl::StrCat("metrics endpoint on ", s.options.metrics_address, ": ", e.what()));
+  }
+  s.exposer->RegisterCollectable(s.registry);
+  std::vector<int> ports = s.exposer->GetListeningPorts();
+  CRYO_SHIM_LOG(kInfo, "metrics on http://", s.options.metrics_address, "/metrics (port ",
+                absl::StrJoin(ports, ","), ")");
+  return StepOutcome::Ok();
+}
+
+StepOutcome StartServerStep(AppState& s) {
+  absl::StatusOr<OwnedMethods> owned = DefaultOwnedMethods({s.options.cryod_socket});
+  if (!owned.ok()) return StepOutcome::Fatal(std::string(owned.status().message()));
+  absl::StatusOr<std::unique_ptr<ShimServer>> server = ShimServer::Create(
+      {s.options.listen, s.options.runtime_endpoint}, std::move(*owned), s.metrics.get());
+  if (!server.ok()) return StepOutcome::Fatal(std::string(server.status().message()));
+  s.server = std::move(*server);
+  CRYO_SHIM_LOG(kInfo, "serving CRI on unix:", s.options.listen);
+  return StepOutcome::Ok();
+}
+
+// Informational only: the shim serves (and answers UNAVAILABLE) while the runtime is down.
+StepOutcome ProbeRuntimeStep(AppState& s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  runtime::v1::VersionRequest req;
+  req.set_version("v1");
+  runtime::v1::VersionResponse resp;
+  grpc::Status st = s.server->runtime().runtime().Version(&ctx, req, &resp);
+  if (st.ok()) {
+    CRYO_SHIM_LOG(kInfo, "runtime: ", resp.runtime_name(), " ", resp.runtime_version(), " (CRI ",
+                  resp.runtime_api_version(), ")");
+  } else {
+    CRYO_SHIM_LOG(kWarning, "runtime at ", s.options.runtime_endpoint,
+                  " not answering yet: ", st.error_message());
+  }
+  return StepOutcome::Ok();
+}
+
+StepOutcome WaitForSignalStep(AppState& s) {
+  int sig = 0;
+  if (int err = sigwait(&s.stop_signals, &sig); err != 0) {
+    return StepOutcome::Fatal(absl::StrCat("sigwait: ", strerror(err)));
+  }
+  CRYO_SHIM_LOG(kInfo, "received ", strsignal(sig), ", shutting down");
+  return StepOutcome::Ok();
+}
+
+StepOutcome StopServerStep(AppState& s) {
+  if (s.server != nullptr) {
+    s.server->Shutdown(absl::Seconds(5));
+    s.server.reset();
+  }
+  return StepOutcome::Ok();
+}
+
+StepOutcome StopMetricsEndpointStep(AppState& s) {
+  s.exposer.reset();
+  return StepOutcome::Ok();
+}
+
+constexpr Step kStartup[] = {
+    {"parse-flags", ParseFlagsStep},
+    {"configure-logging", ConfigureLoggingStep},
+    {"block-signals", BlockSignalsStep},
+    {"create-metrics", CreateMetricsStep},
+    {"start-metrics-endpoint", StartMetricsEndpointStep},
+    {"start-server", StartServerStep},
+    {"probe-runtime", ProbeRuntimeStep},
+    {"wait-for-signal", WaitForSignalStep},
+};
+
+constexpr Step kTeardown[] = {
+    {"stop-server", StopServerStep},
+    {"stop-metrics-endpoint", StopMetricsEndpointStep},
+};
+
+}  // namespace
+
+int RunSteps(AppState& state, std::span<const Step> startup, std::span<const Step> teardown) {
+  int code = 0;
+  for (const Step& step : startup) {
+    StepOutcome out = step.run(state);
+    if (out.kind == StepOutcome::Kind::kOk) continue;
+    if (out.kind == StepOutcome::Kind::kFatal) {
+      CRYO_SHIM_LOG(kError, "step ", step.name, " failed: ", out.message);
+      code = 1;
+    } else if (!out.message.empty()) {
+      CRYO_SHIM_LOG(kInfo, "step ", step.name, ": ", out.message);
+    }
+    break;
+  }
+  for (const Step& step : teardown) {
+    StepOutcome out = step.run(state);
+    if (out.kind == StepOutcome::Kind::kFatal) {
+      CRYO_SHIM_LOG(kError, "teardown step ", step.name, " failed: ", out.message);
+      code = 1;
+    }
+  }
+  return code;
+}
+
+int RunShim(std::vector<std::string> args) {
+  AppState state;
+  state.args = std::move(args);
+  return RunSteps(state, kStartup, kTeardown);
+}
+
+}  // namespace cryo::shim

@@ -1,0 +1,109 @@
+#include "cri-shim/call_observer.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cri-shim/log.h"
+
+namespace cryo::shim {
+namespace {
+
+constexpr absl::Duration kUnreachableLogInterval = absl::Seconds(10);
+
+}  // namespace
+
+absl::string_view GrpcCodeName(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNKNOWN:
+      return "UNKNOWN";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::NOT_FOUND:
+      return "NOT_FOUND";
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return "ALREADY_EXISTS";
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return "PERMISSION_DENIED";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    case grpc::StatusCode::ABORTED:
+      return "ABORTED";
+    case grpc::StatusCode::OUT_OF_RANGE:
+      return "OUT_OF_RANGE";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DATA_LOSS:
+      return "DATA_LOSS";
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return "UNAUTHENTICATED";
+    default:
+      return "UNKNOWN";
+  }
+}
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+CallObserver::CallObserver(ShimMetrics* metrics, std::string runtime_endpoint)
+    : metrics_(metrics), runtime_endpoint_(std::move(runtime_endpoint)) {}
+
+CallObserver::Call CallObserver::Begin(absl::string_view method, absl::string_view label) {
+  Call call{std::string(method), std::string(label), absl::Now()};
+  if (metrics_ != nullptr) metrics_->InFlight().Increment();
+  return call;
+}
+
+grpc::Status CallObserver::End(const Call& call, CallPath path, const grpc::Status& status,
+                               bool upstream_unreachable) {
+  grpc::Status out = status;
+  if (upstream_unreachable) {
+    out = grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                       absl::StrCat("cryo-cri-shim: container runtime at ", runtime_endpoint_,
+                                    " is unavailable: ", status.error_message()),
+                       status.error_details());
+    if (metrics_ != nullptr) metrics_->RuntimeUnavailable().Increment();
+    absl::MutexLock lock(&log_mu_);
+    ++unreachable_since_log_;
+    absl::Time now = absl::Now();
+    if (now - last_unreachable_log_ >= kUnreachableLogInterval) {
+      CRYO_SHIM_LOG(kWarning, "runtime at ", runtime_endpoint_, " unreachable (",
+                    unreachable_since_log_, " call(s) failed since last report, latest ",
+                    call.method, "): ", status.error_message());
+      last_unreachable_log_ = now;
+      unreachable_since_log_ = 0;
+    }
+  }
+  absl::Duration elapsed = absl::Now() - call.start;
+  if (metrics_ != nullptr) {
+    metrics_->InFlight().Decrement();
+    metrics_
+        ->Requests(call.label, GrpcCodeName(out.error_code()),
+                   path == CallPath::kOwned ? "owned" : "forwarded")
+        .Increment();
+    metrics_->Latency(call.label).Observe(absl::ToDoubleSeconds(elapsed));
+  }
+  CRYO_SHIM_LOG(kDebug, call.method, " -> ", GrpcCodeName(out.error_code()), " in ",
+                absl::FormatDuration(elapsed), path == CallPath::kOwned ? " (owned)" : "",
+                out.ok() ? "" : absl::StrCat(": ", out.error_message()));
+  return out;
+}
+
+void CallObserver::OwnedDecision(const Call& call, absl::string_view decision) {
+  if (metrics_ != nullptr) metrics_->OwnedDecision(call.label, decision).Increment();
+  CRYO_SHIM_LOG(kDebug, call.method, ": owned handler decided ", decision);
+}
+
+}  // namespace cryo::shim

@@ -1,0 +1,14 @@
+#include "cri-shim/handlers/handlers.h"
+
+namespace cryo::shim {
+
+absl::StatusOr<OwnedMethods> DefaultOwnedMethods(const HandlerDeps& deps) {
+  OwnedMethods methods;
+  for (auto* factory : {&NewCheckpointContainerHandler, &NewStopContainerHandler,
+                        &NewCreateContainerHandler, &NewStartContainerHandler}) {
+    if (absl::Status st = methods.Add(factory(deps)); !st.ok()) return st;
+  }
+  return methods;
+}
+
+}  // namespace cryo::shim
