@@ -1,0 +1,192 @@
+#include "e2e/containerd/e2e_world.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "e2e/containerd/cri_client.h"
+
+#ifndef CRYO_E2E_SCRIPTS
+#error "CRYO_E2E_SCRIPTS must name e2e/containerd"
+#endif
+#ifndef CRYO_SHIM_BINARY
+#error "CRYO_SHIM_BINARY must name the cryo-cri-shim binary"
+#endif
+
+namespace cryo::e2e {
+namespace {
+
+bool SocketAccepts(const std::string& path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strncpy(addr.sun_path, path.c_str(), sizeof(addr.sun_path) - 1);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string Tail(const std::string& path, size_t max_bytes = 4000) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  return s.size() > max_bytes ? s.substr(s.size() - max_bytes) : s;
+}
+
+// fork + exec with stdout/stderr appended to log_file; dies with us.
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log_file,
+                            const std::vector<std::string>& extra_env) {
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    int fd = open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+    }
+    int devnull = open("/dev/null", O_RDONLY);
+    if (devnull >= 0) dup2(devnull, 0);
+    for (const std::string& e : extra_env) putenv(const_cast<char*>(e.c_str()));
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+}  // namespace
+
+std::string E2eTempRoot() {
+  const char* root = getenv("CRYO_E2E_TMP");
+  return root != nullptr && root[0] != '\0' ? root : "/tmp";
+}
+
+absl::StatusOr<std::unique_ptr<ShimProcess>> ShimProcess::Start(const std::string& binary,
+                                                                const std::string& listen,
+                                                                const std::string& runtime,
+                                                                const std::string& log_file) {
+  absl::StatusOr<pid_t> pid = Spawn({binary, "--listen", listen, "--runtime-endpoint", runtime,
+                                     "--metrics-address", "", "--log-level", "info"},
+                                    log_file, {});
+  if (!pid.ok()) return pid.status();
+  auto shim = std::unique_ptr<ShimProcess>(new ShimProcess(*pid, listen, log_file));
+  if (!WaitUntil([&] { return !shim->Alive() || SocketAccepts(listen); }, absl::Seconds(30)) ||
+      !shim->Alive()) {
+    return absl::UnavailableError(
+        absl::StrCat("cryo-cri-shim did not come up on ", listen, "; log:\n", Tail(log_file)));
+  }
+  return shim;
+}
+
+bool ShimProcess::Alive() {
+  if (reaped_) return false;
+  pid_t r = waitpid(pid_, &status_, WNOHANG);
+  if (r == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+absl::StatusOr<int> ShimProcess::Stop(absl::Duration timeout) {
+  if (!Alive()) return status_;
+  kill(pid_, SIGTERM);
+  if (!WaitUntil([&] { return !Alive(); }, timeout)) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status_, 0);
+    reaped_ = true;
+    return absl::DeadlineExceededError("cryo-cri-shim ignored SIGTERM; killed");
+  }
+  return status_;
+}
+
+ShimProcess::~ShimProcess() {
+  if (Alive()) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status_, 0);
+  }
+}
+
+absl::Status E2eWorld::RunNodeScript(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/bin/bash", absl::StrCat(CRYO_E2E_SCRIPTS, "/node.sh")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string log = absl::StrCat(dir_, "/node-script.log");
+  absl::StatusOr<pid_t> pid = Spawn(argv, log, {absl::StrCat("CRYO_E2E_OWNER_PID=", getpid())});
+  if (!pid.ok()) return pid.status();
+  int status = 0;
+  while (waitpid(*pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat("node.sh ", absl::StrJoin(args, " "), " failed; log:\n", Tail(log)));
+}
+
+absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std::string>& nodes) {
+  std::string tmpl = absl::StrCat(E2eTempRoot(), "/cryo-e2e-containerd.XXXXXX");
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, ": ", strerror(errno)));
+  }
+  auto world = std::unique_ptr<E2eWorld>(new E2eWorld(tmpl));
+  {
+    std::ofstream owner(absl::StrCat(tmpl, "/owner.pid"));
+    owner << getpid() << "\n";
+  }
+  for (const std::string& node : nodes) {
+    if (absl::Status st = world->StartNode(node); !st.ok()) return st;
+    absl::StatusOr<std::unique_ptr<ShimProcess>> shim =
+        ShimProcess::Start(CRYO_SHIM_BINARY, world->ShimSocket(node), world->NodeSocket(node),
+                           absl::StrCat(world->dir_, "/shim-", node, ".log"));
+    if (!shim.ok()) return shim.status();
+    world->shims_[node] = std::move(*shim);
+  }
+  return world;
+}
+
+E2eWorld::~E2eWorld() {
+  for (auto& [node, shim] : shims_) (void)shim->Stop();
+  shims_.clear();
+  if (absl::Status st = RunNodeScript({"clean", dir_}); !st.ok()) {
+    fprintf(stderr, "e2e cleanup failed: %s\n", std::string(st.message()).c_str());
+  }
+}
+
+std::string E2eWorld::NodeSocket(const std::string& node) const {
+  return absl::StrCat(dir_, "/", node, "/containerd.sock");
+}
+
+std::string E2eWorld::ShimSocket(const std::string& node) const {
+  return absl::StrCat(dir_, "/", node, "/cri-shim.sock");
+}
+
+std::string E2eWorld::CgroupParent(const std::string& node) const {
+  return absl::StrCat("/cryo-e2e/", dir_.substr(dir_.rfind('/') + 1), "/", node);
+}
+
+std::string E2eWorld::PodLogDir(const std::string& node, const std::string& pod) const {
+  return absl::StrCat(dir_, "/", node, "/pods/", pod);
+}
+
+absl::Status E2eWorld::StopNode(const std::string& node) {
+  return RunNodeScript({"stop", dir_, node});
+}
+
+absl::Status E2eWorld::StartNode(const std::string& node) {
+  return RunNodeScript({"start", dir_, node});
+}
+
+}  // namespace cryo::e2e

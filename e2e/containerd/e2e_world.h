@@ -1,0 +1,74 @@
+// The world of the containerd e2e tests: a private temp dir with two containerd 1.6 "nodes"
+// (node-a, node-b, via node.sh) and a cryo-cri-shim in front of each.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace cryo::e2e {
+
+// A cryo-cri-shim child process. It gets SIGKILL if the test process dies.
+class ShimProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<ShimProcess>> Start(const std::string& binary,
+                                                            const std::string& listen,
+                                                            const std::string& runtime,
+                                                            const std::string& log_file);
+  ~ShimProcess();
+
+  // Still running (not exited, not killed)?
+  bool Alive();
+  // SIGTERM, then waits; returns the exit status (waitpid encoding).
+  absl::StatusOr<int> Stop(absl::Duration timeout = absl::Seconds(10));
+  pid_t pid() const { return pid_; }
+  const std::string& socket() const { return listen_; }
+  const std::string& log_file() const { return log_file_; }
+
+ private:
+  ShimProcess(pid_t pid, std::string listen, std::string log_file)
+      : pid_(pid), listen_(std::move(listen)), log_file_(std::move(log_file)) {}
+  pid_t pid_;
+  bool reaped_ = false;
+  int status_ = 0;
+  std::string listen_;
+  std::string log_file_;
+};
+
+class E2eWorld {
+ public:
+  // Starts nodes and shims; on any failure everything started is cleaned up again.
+  static absl::StatusOr<std::unique_ptr<E2eWorld>> Create(const std::vector<std::string>& nodes);
+  // Stops the shims and runs node.sh clean (containerd killed, containers removed, unmounted,
+  // temp dir removed).
+  ~E2eWorld();
+
+  const std::string& dir() const { return dir_; }
+  std::string NodeSocket(const std::string& node) const;
+  std::string ShimSocket(const std::string& node) const;
+  ShimProcess& shim(const std::string& node) { return *shims_.at(node); }
+  // Pod cgroup parent and log dir that node.sh cleans up.
+  std::string CgroupParent(const std::string& node) const;
+  std::string PodLogDir(const std::string& node, const std::string& pod) const;
+
+  absl::Status StopNode(const std::string& node);
+  absl::Status StartNode(const std::string& node);
+
+ private:
+  explicit E2eWorld(std::string dir) : dir_(std::move(dir)) {}
+  absl::Status RunNodeScript(const std::vector<std::string>& args);
+
+  std::string dir_;
+  std::map<std::string, std::unique_ptr<ShimProcess>> shims_;
+};
+
+// Where temp dirs go; node.sh sweep cleans the same place (CTest cleanup fixture).
+std::string E2eTempRoot();
+
+}  // namespace cryo::e2e
