@@ -39,10 +39,15 @@ class ProxyCall {
   ProxyCall(grpc::GenericCallbackServerContext* ctx, const ProxyDeps& deps, OwnedMethod* owned)
       : ctx_(ctx), deps_(deps), owned_(owned), down_(this), up_(this) {}
 
+  ~ProxyCall() {
+    if (unary_) deps_.in_flight->Exit();
+  }
+
   grpc::ServerGenericBidiReactor* Begin() {
     MethodInfo info = ClassifyMethod(ctx_->method());
     // Owned methods are unary CRI calls by construction.
     unary_ = info.unary || owned_ != nullptr;
+    if (unary_) deps_.in_flight->Enter();
     call_ = deps_.observer->Begin(ctx_->method(), info.label);
     if (unary_) {
       absl::MutexLock lock(&mu_);
@@ -87,13 +92,13 @@ class ProxyCall {
 
   // Marks the upstream call as started unless kubelet already gave up, in which case the
   // downstream call is finished here and false returned.
-  bool ClaimUpstream() {
+  bool ClaimUpstream(bool streaming) {
     {
       absl::MutexLock lock(&mu_);
       if (!cancelled_.load()) {
         upstream_started_ = true;
-        send_hold_ = !unary_;
-        receive_hold_ = !unary_;
+        send_hold_ = streaming;
+        receive_hold_ = streaming;
       }
     }
     if (!upstream_started_) {
@@ -114,7 +119,7 @@ class ProxyCall {
 
   // Sends down_buf_ (kubelet's request, byte for byte) to the runtime as one unary call.
   void StartUnaryUpstream() {
-    if (!ClaimUpstream()) return;
+    if (!ClaimUpstream(/*streaming=*/false)) return;
     deps_.runtime->generic().UnaryCall(&upstream_ctx_, call_.method, grpc::StubOptions(),
                                        &down_buf_, &up_buf_,
                                        [this](grpc::Status status) { OnUnaryDone(status); });
@@ -136,7 +141,7 @@ class ProxyCall {
   // --- streaming relay -----------------------------------------------------------------------
 
   bool StartStreamingUpstream() {
-    if (!ClaimUpstream()) return false;
+    if (!ClaimUpstream(/*streaming=*/true)) return false;
     deps_.runtime->generic().PrepareBidiStreamingCall(&upstream_ctx_, call_.method,
                                                       grpc::StubOptions(), &up_);
     up_.AddMultipleHolds(2);
@@ -186,7 +191,6 @@ class ProxyCall {
         break;
       case kForwardEmpty:
         // kubelet half-closed without a request (or gave up): let the runtime answer that.
-        unary_ = false;
         if (StartStreamingUpstream()) {
           {
             absl::MutexLock lock(&mu_);
@@ -337,7 +341,7 @@ class ProxyCall {
   const ProxyDeps deps_;
   OwnedMethod* const owned_;
   CallObserver::Call call_;
-  bool unary_ = false;  // set in Begin (or on the empty-request fallback) before use
+  bool unary_ = false;  // a unary CRI call (counted in InFlightCalls); set once in Begin
 
   Downstream down_;
   Upstream up_;

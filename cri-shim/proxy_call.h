@@ -6,6 +6,10 @@
 // deadline go upstream; response headers, messages, trailers and the status come back.
 #pragma once
 
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "cri-shim/call_observer.h"
 #include "cri-shim/handler_runner.h"
 #include "cri-shim/owned_method.h"
@@ -14,10 +18,36 @@
 
 namespace cryo::shim {
 
+// Unary calls being served: shutdown waits for them (streams are cut instead: kubelet's event
+// stream never ends by itself).
+class InFlightCalls {
+ public:
+  void Enter() {
+    absl::MutexLock lock(&mu_);
+    ++count_;
+  }
+  void Exit() {
+    absl::MutexLock lock(&mu_);
+    --count_;
+  }
+  // True if none were left within timeout.
+  bool AwaitNone(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto none = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return count_ == 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&none), timeout);
+  }
+
+ private:
+  absl::Mutex mu_;
+  int count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 struct ProxyDeps {
   RuntimeConnection* runtime;
   CallObserver* observer;
   HandlerRunner* runner;
+  // Shared: a call's last reference may drop after the server considers it done.
+  std::shared_ptr<InFlightCalls> in_flight;
 };
 
 // Creates the reactor for one incoming call; it deletes itself when the call is over. owned is

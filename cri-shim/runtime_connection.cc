@@ -17,10 +17,14 @@ absl::StatusOr<std::unique_ptr<RuntimeConnection>> RuntimeConnection::Create(
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
   // A restarted runtime must be picked up within about a second, not after gRPC's default
-  // backoff of up to two minutes.
+  // backoff of up to two minutes. Not GRPC_ARG_MIN_RECONNECT_BACKOFF_MS: in this gRPC it is
+  // also the connect timeout, and a busy runtime that is slow to send its HTTP/2 settings
+  // would then be dropped and reported unavailable.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // Per-call bookkeeping the shim never reads. (gRPC's transparent retries stay on: they only
+  // resend what never reached the runtime, and cover races with a closing connection.)
+  args.SetInt(GRPC_ARG_ENABLE_CHANNELZ, 0);
   // Our own connection, never shared with another channel in the process (tests run several).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
 

@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -77,9 +78,10 @@ absl::StatusOr<std::unique_ptr<ShimServer>> ShimServer::Create(const ShimServerO
   if (!runtime.ok()) return runtime.status();
   server->runtime_ = std::move(*runtime);
   server->observer_ = std::make_unique<CallObserver>(metrics, server->runtime_->endpoint());
-  server->service_ = std::make_unique<Service>(
-      ProxyDeps{server->runtime_.get(), server->observer_.get(), &server->runner_},
-      &server->owned_);
+  server->service_ =
+      std::make_unique<Service>(ProxyDeps{server->runtime_.get(), server->observer_.get(),
+                                          &server->runner_, server->in_flight_},
+                                &server->owned_);
 
   if (absl::Status st = PrepareSocketPath(options.listen_path); !st.ok()) return st;
 
@@ -90,6 +92,7 @@ absl::StatusOr<std::unique_ptr<ShimServer>> ShimServer::Create(const ShimServerO
   builder.RegisterCallbackGenericService(server->service_.get());
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
+  builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || bound == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on unix:", options.listen_path));
@@ -104,11 +107,19 @@ absl::StatusOr<std::unique_ptr<ShimServer>> ShimServer::Create(const ShimServerO
 void ShimServer::Shutdown(absl::Duration grace) {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
-  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
-  if (!runner_.Drain(grace)) {
-    CRYO_SHIM_LOG(kWarning, "owned handlers still running after shutdown grace period");
-  }
+  absl::Time deadline = absl::Now() + grace;
+  // No new connections; calls on existing ones may still arrive and are served.
   ::unlink(options_.listen_path.c_str());
+  if (!in_flight_->AwaitNone(grace)) {
+    CRYO_SHIM_LOG(kWarning, "calls still in flight after ", absl::FormatDuration(grace),
+                  "; cancelling them");
+  }
+  // Not Shutdown(deadline): with kubelet's idle connection open, gRPC would wait the whole
+  // deadline even with nothing in flight.
+  server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  if (!runner_.Drain(std::max(deadline - absl::Now(), absl::Seconds(1)))) {
+    CRYO_SHIM_LOG(kWarning, "owned handlers still running after shutdown");
+  }
 }
 
 ShimServer::~ShimServer() { Shutdown(absl::Seconds(5)); }

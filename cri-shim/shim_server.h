@@ -10,6 +10,7 @@
 #include "cri-shim/call_observer.h"
 #include "cri-shim/handler_runner.h"
 #include "cri-shim/owned_method.h"
+#include "cri-shim/proxy_call.h"
 #include "cri-shim/runtime_connection.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
@@ -30,7 +31,8 @@ class ShimServer {
                                                             ShimMetrics* metrics);
   ~ShimServer();
 
-  // Stops accepting calls, gives running ones `grace` to finish, then cancels them.
+  // Removes the socket, gives unary calls in flight up to `grace` to finish, then cancels what
+  // is left (streams) and closes every connection.
   void Shutdown(absl::Duration grace);
 
   const std::string& listen_path() const { return options_.listen_path; }
@@ -46,6 +48,7 @@ class ShimServer {
   std::unique_ptr<RuntimeConnection> runtime_;
   std::unique_ptr<CallObserver> observer_;
   HandlerRunner runner_;
+  std::shared_ptr<InFlightCalls> in_flight_ = std::make_shared<InFlightCalls>();
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   bool shut_down_ = false;

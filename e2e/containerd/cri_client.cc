@@ -19,7 +19,6 @@ CriClient::CriClient(const std::string& socket_path) : socket_path_(socket_path)
   args.SetMaxReceiveMessageSize(16 << 20);  // kubelet's limit
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   channel_ = grpc::CreateCustomChannel(absl::StrCat("unix://", socket_path),
                                        grpc::InsecureChannelCredentials(), args);

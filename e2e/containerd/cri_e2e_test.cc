@@ -420,5 +420,23 @@ TEST_F(ContainerdE2e, RuntimeDownGivesUnavailableAndTheShimRecovers) {
   EXPECT_TRUE(world().shim("node-b").Alive());
 }
 
+TEST_F(ContainerdE2e, ShimShutsDownCleanlyOnSigterm) {
+  std::string socket = absl::StrCat(world().dir(), "/extra-shim.sock");
+  absl::StatusOr<std::unique_ptr<ShimProcess>> shim =
+      ShimProcess::Start(CRYO_SHIM_BINARY_FOR_TESTS, socket, world().NodeSocket("node-a"),
+                         absl::StrCat(world().dir(), "/extra-shim.log"));
+  ASSERT_TRUE(shim.ok()) << shim.status();
+  // kubelet keeps its connection open while the shim stops.
+  CriClient client(socket);
+  cri::VersionRequest req;
+  cri::VersionResponse resp;
+  ASSERT_TRUE(client.Call(client.runtime(), &cri::RuntimeService::Stub::Version, req, &resp).ok());
+
+  absl::StatusOr<int> status = (*shim)->Stop();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "wait status " << *status;
+  EXPECT_NE(access(socket.c_str(), F_OK), 0) << "socket left behind";
+}
+
 }  // namespace
 }  // namespace cryo::e2e

@@ -10,12 +10,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "e2e/containerd/cri_client.h"
 #include "e2e/containerd/e2e_world.h"
 
@@ -34,6 +36,25 @@ std::string LoadAverage() {
   std::string s(buf);
   while (!s.empty() && s.back() == '\n') s.pop_back();
   return s;
+}
+
+// User+system CPU time of a process, in microseconds.
+double CpuMicros(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+  if (fields.size() < 13) return 0;
+  double ticks = std::stod(fields[11]) + std::stod(fields[12]);  // utime, stime
+  return ticks * 1e6 / sysconf(_SC_CLK_TCK);
+}
+
+pid_t ReadPid(const std::string& path) {
+  std::ifstream f(path);
+  pid_t pid = 0;
+  f >> pid;
+  return pid;
 }
 
 double Percentile(std::vector<double> v, double p) {
@@ -103,12 +124,17 @@ int Run(int iterations) {
       iterations, host, sysconf(_SC_NPROCESSORS_ONLN));
   printf("load average before: %s\n", LoadAverage().c_str());
   printf("%-16s %-8s %9s %9s %9s %9s\n", "method", "path", "p50 us", "p90 us", "p99 us", "max us");
+  pid_t shim_pid = (*world)->shim("node-a").pid();
+  pid_t containerd_pid = ReadPid(absl::StrCat((*world)->dir(), "/node-a/containerd.pid"));
   int failures = 0;
+  double shim_cpu = 0, containerd_cpu = 0;
+  int64_t shim_calls = 0;
   for (const Case& c : cases) {
     for (int i = 0; i < 200; ++i) {  // warm up both paths (connections, caches)
       c.probe(direct);
       c.probe(shim);
     }
+    double shim_cpu0 = CpuMicros(shim_pid), containerd_cpu0 = CpuMicros(containerd_pid);
     std::vector<double> d, s;
     d.reserve(iterations);
     s.reserve(iterations);
@@ -122,6 +148,9 @@ int Run(int iterations) {
         (via_shim ? s : d).push_back(us);
       }
     }
+    shim_cpu += CpuMicros(shim_pid) - shim_cpu0;
+    containerd_cpu += CpuMicros(containerd_pid) - containerd_cpu0;
+    shim_calls += iterations;
     printf("%-16s %-8s %9.0f %9.0f %9.0f %9.0f\n", c.name, "direct", Percentile(d, 50),
            Percentile(d, 90), Percentile(d, 99), Percentile(d, 100));
     printf("%-16s %-8s %9.0f %9.0f %9.0f %9.0f\n", c.name, "shim", Percentile(s, 50),
@@ -129,6 +158,8 @@ int Run(int iterations) {
     printf("%-16s %-8s %+9.0f %9s %+9.0f\n", c.name, "added", Percentile(s, 50) - Percentile(d, 50),
            "", Percentile(s, 99) - Percentile(d, 99));
   }
+  printf("CPU per call: shim %.0f us; containerd %.0f us (both paths)\n", shim_cpu / shim_calls,
+         containerd_cpu / (2.0 * shim_calls));
   printf("load average after: %s\n", LoadAverage().c_str());
   (void)direct.StopContainer(id, 0);
   (void)direct.RemoveContainer(id);

@@ -44,6 +44,16 @@ class FakeRuntime::Runtime final : public cri::RuntimeService::Service {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "container missing not found",
                           "detail-bytes");
     }
+    if (req->container_id() == "latch") {
+      absl::MutexLock lock(&fake_->mu_);
+      fake_->seen_.latch_started = true;
+      auto released = [this]() ABSL_SHARED_LOCKS_REQUIRED(fake_->mu_) {
+        return fake_->seen_.latch_released;
+      };
+      fake_->mu_.Await(absl::Condition(&released));
+      resp->mutable_status()->set_id("latch");
+      return grpc::Status::OK;
+    }
     if (req->container_id() == "block") {
       {
         absl::MutexLock lock(&fake_->mu_);
@@ -165,6 +175,11 @@ absl::StatusOr<std::unique_ptr<FakeRuntime>> FakeRuntime::Start(const std::strin
     return absl::UnavailableError(absl::StrCat("fake runtime cannot listen on ", socket_path));
   }
   return fake;
+}
+
+void FakeRuntime::ReleaseLatch() {
+  absl::MutexLock lock(&mu_);
+  seen_.latch_released = true;
 }
 
 void FakeRuntime::Stop() {

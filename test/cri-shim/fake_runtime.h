@@ -25,6 +25,7 @@ namespace cri = ::runtime::v1;
 //   ContainerStatus: id "missing" -> NOT_FOUND with error details "detail-bytes"; "block" ->
 //     waits until the call is cancelled; anything else -> a status with that id. The deadline
 //     seen is recorded.
+//     "latch" -> waits until ReleaseLatch(), then answers.
 //   StopContainer: records the request bytes.
 //   ExecSync: cmd ["big", N] -> N bytes of stdout.
 //   GetContainerEvents: metadata x-events=N sends N events; x-events=forever sends one and
@@ -37,12 +38,16 @@ class FakeRuntime {
   ~FakeRuntime();
 
   void Stop();
+  // Lets ContainerStatus("latch") calls return.
+  void ReleaseLatch();
 
   struct Seen {
     int version_calls = 0;
     std::vector<std::string> stop_requests;  // serialized StopContainerRequest
     std::chrono::system_clock::time_point last_deadline;
     bool block_started = false;
+    bool latch_started = false;
+    bool latch_released = false;
     bool block_cancelled = false;
     bool events_cancelled = false;
     std::string last_request_id;

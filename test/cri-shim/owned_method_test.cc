@@ -115,7 +115,8 @@ TEST_F(OwnedMethodTest, HandlerCanFailTheCall) {
 TEST_F(OwnedMethodTest, HandlerCanCallTheRuntimeWithTheCallsMetadata) {
   StartWith(TestVersionHandler::Mode::kAskRuntime);
   cri::VersionResponse resp;
-  ASSERT_TRUE(CallVersion(&resp).ok());
+  grpc::Status st = CallVersion(&resp);
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
   EXPECT_EQ(resp.runtime_name(), "fake+cryo");
   EXPECT_EQ(fake_->seen().last_request_id, "owned-1");
 }
@@ -134,7 +135,8 @@ TEST_F(OwnedMethodTest, DefaultHandlersForwardEveryOwnedCallByteForByte) {
   req.set_timeout(30);
   grpc::ClientContext ctx;
   cri::StopContainerResponse resp;
-  ASSERT_TRUE(stub_->StopContainer(&ctx, req, &resp).ok());
+  grpc::Status st = stub_->StopContainer(&ctx, req, &resp);
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
   ASSERT_EQ(fake_->seen().stop_requests.size(), 1u);
   EXPECT_EQ(fake_->seen().stop_requests[0], req.SerializeAsString());
   EXPECT_EQ(CounterValue("cryo_shim_owned_decisions_total",

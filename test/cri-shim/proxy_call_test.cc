@@ -1,5 +1,7 @@
 // The generic forwarder: what goes in comes out, for every call shape, with metadata, status,
 // deadlines and cancellation.
+#include <unistd.h>
+
 #include <future>
 #include <string>
 #include <thread>
@@ -23,6 +25,14 @@ std::string Value(const std::multimap<grpc::string_ref, grpc::string_ref>& md,
 }
 
 class ProxyCallTest : public ShimFixture {};
+
+bool WaitUntilGone(const std::string& path) {
+  for (int i = 0; i < 1000; ++i) {
+    if (access(path.c_str(), F_OK) != 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
 
 TEST_F(ProxyCallTest, UnaryCallForwardsRequestResponseAndMetadataBothWays) {
   StartShim();
@@ -120,7 +130,8 @@ TEST_F(ProxyCallTest, ServerStreamingCallForwardsEveryMessage) {
   cri::ContainerEventResponse ev;
   std::vector<std::string> ids;
   while (reader->Read(&ev)) ids.push_back(ev.container_id());
-  ASSERT_TRUE(reader->Finish().ok());
+  grpc::Status st = reader->Finish();
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
   EXPECT_EQ(ids, (std::vector<std::string>{"c0", "c1", "c2", "c3", "c4"}));
 }
 
@@ -289,7 +300,8 @@ TEST_F(ProxyCallTest, MetricsCountCallsByMethodAndCode) {
   for (int i = 0; i < 3; ++i) {
     grpc::ClientContext ctx;
     cri::VersionResponse resp;
-    ASSERT_TRUE(stub_->Version(&ctx, cri::VersionRequest(), &resp).ok());
+    grpc::Status st = stub_->Version(&ctx, cri::VersionRequest(), &resp);
+    ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
   }
   grpc::ClientContext ctx;
   cri::ContainerStatusRequest req;
@@ -304,6 +316,41 @@ TEST_F(ProxyCallTest, MetricsCountCallsByMethodAndCode) {
   EXPECT_EQ(CounterValue("cryo_shim_requests_total",
                          {{"method", "RuntimeService/ContainerStatus"}, {"code", "NOT_FOUND"}}),
             1);
+}
+
+TEST_F(ProxyCallTest, ShutdownLetsUnaryCallsInFlightFinish) {
+  StartShim();
+  grpc::ClientContext ctx;
+  cri::ContainerStatusRequest req;
+  req.set_container_id("latch");
+  cri::ContainerStatusResponse resp;
+  std::promise<grpc::Status> done;
+  stub_->async()->ContainerStatus(&ctx, &req, &resp, [&](grpc::Status st) { done.set_value(st); });
+  ASSERT_TRUE(fake_->WaitFor([](const FakeRuntime::Seen& s) { return s.latch_started; },
+                             absl::Seconds(10)));
+  std::thread shutdown([&] { shim_->Shutdown(absl::Seconds(60)); });
+  // The socket goes first: nobody new gets in while the call finishes.
+  ASSERT_TRUE(WaitUntilGone(ShimSocket()));
+  fake_->ReleaseLatch();
+  grpc::Status st = done.get_future().get();
+  shutdown.join();
+  EXPECT_TRUE(st.ok()) << st.error_message();
+  EXPECT_EQ(resp.status().id(), "latch");
+}
+
+TEST_F(ProxyCallTest, ShutdownCutsEndlessStreams) {
+  StartShim();
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("x-events", "forever");
+  auto reader = stub_->GetContainerEvents(&ctx, cri::GetEventsRequest());
+  cri::ContainerEventResponse ev;
+  ASSERT_TRUE(reader->Read(&ev));
+  // A stream is not waited for: the grace period is for unary calls (the test would time out).
+  shim_->Shutdown(absl::Hours(1));
+  EXPECT_FALSE(reader->Read(&ev));
+  EXPECT_FALSE(reader->Finish().ok());
+  EXPECT_TRUE(fake_->WaitFor([](const FakeRuntime::Seen& s) { return s.events_cancelled; },
+                             absl::Seconds(10)));
 }
 
 TEST_F(ProxyCallTest, ShimRefusesASocketAnotherServerHolds) {
