@@ -44,9 +44,14 @@ fi
 # containerd's package starts a system instance; the tests run private ones, so leave it alone
 # but make sure it does not hold anything of ours.
 
+# The build id covers the tarball and our patches (scripts/criu-patches), so a CRIU built
+# without a patch the project now carries is rebuilt.
+BUILD_ID=$( { echo "$CRIU_SHA256"; cat "$ROOT"/scripts/criu-patches/*.patch 2>/dev/null; } | sha256sum | cut -c1-16)
+STAMP=$CRIU_PREFIX/lib/cryo/criu.build-id
 criu_ok() {
   [ -x "$CRIU_PREFIX/sbin/criu" ] &&
-    "$CRIU_PREFIX/sbin/criu" --version 2>/dev/null | grep -q "Version: $CRIU_VERSION"
+    "$CRIU_PREFIX/sbin/criu" --version 2>/dev/null | grep -q "Version: $CRIU_VERSION" &&
+    [ "$(cat "$STAMP" 2>/dev/null)" = "$BUILD_ID" ]
 }
 
 if ! criu_ok; then
@@ -75,6 +80,11 @@ SRC
   work="$CACHE/criu-$CRIU_VERSION"
   rm -rf "$work"
   tar -C "$CACHE" -xf "$tarball"
+  for p in "$ROOT"/scripts/criu-patches/*.patch; do
+    [ -e "$p" ] || continue
+    log "applying $(basename "$p")"
+    patch -d "$work" -p1 --quiet <"$p" || die "CRIU patch $(basename "$p") does not apply"
+  done
   log "building CRIU $CRIU_VERSION (about a minute)"
   # amdgpu plugin is built for the ROCm path; CRIU's own cuda_plugin is deliberately not built
   # (cryo drives the CUDA driver API itself and the two must not run together).
@@ -87,6 +97,7 @@ SRC
     install -D -m 0644 "$work/plugins/amdgpu/amdgpu_plugin.so" \
       "$CRIU_PREFIX/lib/criu/amdgpu_plugin.so"
   fi
+  install -D -m 0644 /dev/null "$STAMP" && echo "$BUILD_ID" >"$STAMP"
   criu_ok || die "installed CRIU does not report version $CRIU_VERSION"
 fi
 # runc looks up "criu" in PATH; Debian's /usr/sbin/criu (3.17, broken here) must not win.

@@ -164,12 +164,15 @@ std::vector<v1::CheckpointInfo> Cryod::List() {
 }
 
 absl::StatusOr<std::unique_ptr<Workload>> Workload::Start(const std::string& dir, int mem_mib,
-                                                          int threads) {
+                                                          int threads,
+                                                          std::vector<std::string> extra) {
   auto w = std::unique_ptr<Workload>(new Workload());
   w->status_ = dir + "/status-" + std::to_string(::getpid()) + "-" + std::to_string(rand());
-  w->pid_ = SpawnArgs({TESTLOAD_BIN, "--status", w->status_, "--mem-mib", std::to_string(mem_mib),
-                       "--threads", std::to_string(threads)},
-                      {}, dir + "/testload.log", true);
+  std::vector<std::string> argv = {TESTLOAD_BIN, "--status",  w->status_,
+                                   "--mem-mib",  std::to_string(mem_mib),
+                                   "--threads",  std::to_string(threads)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  w->pid_ = SpawnArgs(argv, {}, dir + "/testload.log", true);
   if (!w->WaitMain(5, absl::Seconds(60))) {
     return absl::InternalError("cryo-testload did not start");
   }

@@ -55,7 +55,8 @@ class Workload {
  public:
   // Starts cryo-testload in its own session (as a job would be), child of this test.
   static absl::StatusOr<std::unique_ptr<Workload>> Start(const std::string& dir, int mem_mib,
-                                                         int threads = 4);
+                                                         int threads = 4,
+                                                         std::vector<std::string> extra = {});
   ~Workload();
   pid_t pid() const { return pid_; }
   // The last record the job wrote; null until one is readable.

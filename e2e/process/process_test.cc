@@ -49,8 +49,8 @@ class ProcessTest : public ::testing::Test {
     return *nodes_.back();
   }
 
-  Workload& Job(int mem_mib, int threads = 4) {
-    auto w = Workload::Start(dir_, mem_mib, threads);
+  Workload& Job(int mem_mib, int threads = 4, std::vector<std::string> extra = {}) {
+    auto w = Workload::Start(dir_, mem_mib, threads, std::move(extra));
     EXPECT_TRUE(w.ok()) << w.status();
     if (!w.ok()) std::abort();
     workloads_.push_back(std::move(*w));
@@ -135,6 +135,27 @@ TEST_F(ProcessTest, RestoreOnAnotherNodeFromSharedStore) {
   auto list = b.List();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].node_name(), "node-a") << "manifest records the source node";
+}
+
+TEST_F(ProcessTest, EstablishedTcpConnectionSurvives) {
+  Cryod& a = Node("node-a");
+  Workload& w = Job(16, 2, {"--tcp"});
+  ASSERT_TRUE(WaitFor([&] { return w.Status().value("tcp_echoes", 0) > 10; }));
+  auto req = Req(w.pid(), "tcp");
+  req.set_tcp_established(true);
+  grpc::Status s = a.Checkpoint(req);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(WaitFor([&] {
+    w.Reap();
+    return w.State() == '-';
+  }));
+  const uint64_t last = w.Status().value("tcp_echoes", uint64_t{0});
+  s = a.Restore(RestoreReq("tcp"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // Pings keep crossing the same connection: it was restored, not reopened.
+  EXPECT_TRUE(WaitFor([&] { return w.Status().value("tcp_echoes", uint64_t{0}) > last + 20; }))
+      << w.Status().dump();
+  EXPECT_EQ(w.Verify(), 1) << "connection broke or memory damaged";
 }
 
 TEST_F(ProcessTest, LeaveRunningThenRestoreWhilePidsTaken) {

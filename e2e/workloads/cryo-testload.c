@@ -7,6 +7,8 @@
 // JSON record at offset 0 of the --status file (held open across the checkpoint). SIGUSR1
 // makes it verify the whole memory pattern; the record says when and whether it matched.
 // SIGTERM ends it with exit code 0; --exit-code N makes it exit N after --exit-after ticks.
+// --tcp adds an established loopback TCP connection between parent and child that carries
+// pings too (for CRIU's --tcp-established).
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -67,7 +72,7 @@ static int verify_memory(void) {
   return 1;
 }
 
-static void child_main(int pipe_w, int sock, volatile uint64_t* shm, pid_t parent) {
+static void child_main(int pipe_w, int sock, int tcp, volatile uint64_t* shm, pid_t parent) {
   uint64_t own = 0;
   for (;;) {
     if (getppid() != parent) _exit(0);
@@ -77,6 +82,11 @@ static void child_main(int pipe_w, int sock, volatile uint64_t* shm, pid_t paren
     char buf[16];
     ssize_t n = recv(sock, buf, sizeof(buf), MSG_DONTWAIT);
     if (n > 0) send(sock, buf, n, 0);
+    if (tcp >= 0) {
+      n = recv(tcp, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) send(tcp, buf, n, 0);
+      else if (n == 0) _exit(4);  // the connection broke
+    }
     sleep_ms(interval_ms);
   }
 }
@@ -87,6 +97,7 @@ int main(int argc, char** argv) {
   const char* status_path = NULL;
   long exit_after = -1;
   int exit_code = 0;
+  int use_tcp = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--mem-mib") && i + 1 < argc) mem_mib = atol(argv[++i]);
     else if (!strcmp(argv[i], "--threads") && i + 1 < argc) nthreads = atoi(argv[++i]);
@@ -94,6 +105,7 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--interval-ms") && i + 1 < argc) interval_ms = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--exit-after") && i + 1 < argc) exit_after = atol(argv[++i]);
     else if (!strcmp(argv[i], "--exit-code") && i + 1 < argc) exit_code = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--tcp")) use_tcp = 1;
     else {
       fprintf(stderr,
               "usage: %s --status FILE [--mem-mib N] [--threads N] [--interval-ms N] "
@@ -135,6 +147,18 @@ int main(int argc, char** argv) {
 
   int pfd[2], sv[2];
   if (pipe2(pfd, O_NONBLOCK) != 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
+  // Parent listens on an ephemeral loopback port; the child connects after the fork.
+  int lsock = -1, tcp_parent = -1, tcp_child = -1;
+  struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (use_tcp) {
+    socklen_t alen = sizeof(addr);
+    lsock = socket(AF_INET, SOCK_STREAM, 0);
+    if (lsock < 0 || bind(lsock, (struct sockaddr*)&addr, sizeof(addr)) != 0 ||
+        listen(lsock, 1) != 0 || getsockname(lsock, (struct sockaddr*)&addr, &alen) != 0) {
+      perror("tcp listen");
+      return 1;
+    }
+  }
   pid_t parent = getpid();
   pid_t child = fork();
   if (child < 0) { perror("fork"); return 1; }
@@ -143,10 +167,20 @@ int main(int argc, char** argv) {
     if (mem_words) munmap(mem, mem_words * sizeof(uint64_t));
     close(pfd[0]);
     close(sv[0]);
-    child_main(pfd[1], sv[1], shm, parent);
+    if (use_tcp) {
+      close(lsock);
+      tcp_child = socket(AF_INET, SOCK_STREAM, 0);
+      if (connect(tcp_child, (struct sockaddr*)&addr, sizeof(addr)) != 0) _exit(5);
+    }
+    child_main(pfd[1], sv[1], tcp_child, shm, parent);
   }
   close(pfd[1]);
   close(sv[1]);
+  if (use_tcp) {
+    tcp_parent = accept(lsock, NULL, NULL);
+    close(lsock);  // only the established connection remains
+    if (tcp_parent < 0) { perror("accept"); return 1; }
+  }
 
   signal(SIGUSR1, on_usr1);
   signal(SIGTERM, on_term);
@@ -154,6 +188,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, counter_thread, &thread_counters[i]);
 
   uint64_t main_counter = 0, child_last = 0, pipe_msgs = 0, echoes = 0, verify_seq = 0;
+  uint64_t tcp_echoes = 0;
   int verify_ok = -1;
   char rec[RECORD];
   for (;;) {
@@ -171,6 +206,12 @@ int main(int argc, char** argv) {
     send(sv[0], ping, 4, MSG_DONTWAIT);
     char echo[16];
     if (recv(sv[0], echo, sizeof(echo), MSG_DONTWAIT) > 0) echoes++;
+    if (tcp_parent >= 0) {
+      send(tcp_parent, "tcp!", 4, MSG_DONTWAIT);
+      ssize_t r = recv(tcp_parent, echo, sizeof(echo), MSG_DONTWAIT);
+      if (r > 0) tcp_echoes++;
+      else if (r == 0) verify_ok = 0;  // peer closed: the connection did not survive
+    }
     if (verify_requested) {
       verify_requested = 0;
       uint64_t check[512];
@@ -184,9 +225,10 @@ int main(int argc, char** argv) {
                      "{\"pid\": %d, \"nonce\": \"%016" PRIx64 "\", \"main\": %" PRIu64
                      ", \"child_pid\": %d, \"child\": %" PRIu64 ", \"shm\": %" PRIu64
                      ", \"pipe_msgs\": %" PRIu64 ", \"echoes\": %" PRIu64
-                     ", \"verify_seq\": %" PRIu64 ", \"verify_ok\": %d, \"mem_mib\": %ld, \"threads\": [",
+                     ", \"tcp_echoes\": %" PRIu64 ", \"verify_seq\": %" PRIu64
+                     ", \"verify_ok\": %d, \"mem_mib\": %ld, \"threads\": [",
                      getpid(), nonce, main_counter, child, child_last, *shm, pipe_msgs, echoes,
-                     verify_seq, verify_ok, mem_mib);
+                     tcp_echoes, verify_seq, verify_ok, mem_mib);
     for (int i = 0; i < nthreads && n < RECORD - 64; i++) {
       n += snprintf(rec + n, sizeof(rec) - n, "%s%" PRIu64, i ? ", " : "",
                     (uint64_t)atomic_load(&thread_counters[i]));
