@@ -96,7 +96,11 @@ const std::vector<Key>& Keys() {
           &Config::incomplete_ttl_s),
       Bool("store_fsync", "fsync images before publishing (survives a node crash)",
            &Config::store_fsync),
-      Str("gpu_plugin_dir", "directory of GPU plugin libraries", &Config::gpu_plugin_dir),
+      Str("gpu_plugin_dir", "directory of GPU plugin libraries (libcryo_gpu_<name>.so)",
+          &Config::gpu_plugin_dir),
+      Str("gpu_thp_during_checkpoint",
+          "transparent huge pages mode while GPU memory is copied out (\"always\" or empty)",
+          &Config::gpu_thp_during_checkpoint),
       Int("shutdown_grace_s", "on SIGTERM, how long running operations may take to finish",
           &Config::shutdown_grace_s),
       {"allowed_uids", "comma-separated uids allowed on the socket (default 0)",
@@ -118,7 +122,7 @@ const std::vector<Key>& Keys() {
          }
          return absl::OkStatus();
        }},
-      {"gpu_plugins", "comma-separated GPU plugins to load (cuda, rocm); empty: none",
+      {"gpu_plugins", "comma-separated GPU plugins to load (cuda, rocm); empty: all in the dir",
        [](Config& c, const std::string& v) {
          c.gpu_plugins = absl::StrSplit(v, ',', absl::SkipEmpty());
          return absl::OkStatus();
@@ -168,6 +172,7 @@ std::string Usage() {
       {"incomplete_ttl_s", std::to_string(d.incomplete_ttl_s)},
       {"store_fsync", "true"},
       {"gpu_plugin_dir", d.gpu_plugin_dir},
+      {"gpu_thp_during_checkpoint", ""},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},
       {"gpu_plugins", ""}};

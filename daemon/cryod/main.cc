@@ -20,6 +20,7 @@
 #include "criu/criu.h"
 #include "cryod/config.h"
 #include "cryod/unix_server.h"
+#include "cryo/gpu_manager_factory.h"
 #include "gpu/gpu_manager.h"
 #include "journal/journal.h"
 #include "metrics/http_server.h"
@@ -131,11 +132,19 @@ const std::vector<Step>& StartSteps() {
        }},
       {"gpu",
        [](State& st) {
-         if (!st.config.gpu_plugins.empty()) {
-           CRYO_LOG(Warning) << "gpu_plugins set but this build has no GPU plugin loader yet; "
-                                "GPU targets will be refused";
+         gpu::GpuConfig gc;
+         gc.plugin_dir = st.config.gpu_plugin_dir;
+         gc.plugins = st.config.gpu_plugins;
+         gc.lock_timeout = absl::Milliseconds(st.config.gpu_lock_timeout_ms);
+         gc.thp_during_checkpoint = st.config.gpu_thp_during_checkpoint;
+         auto g = gpu::CreateGpuManager(gc);
+         if (!g.ok()) return Fatal("GPU plugins", g.status());
+         st.gpu = std::move(*g);
+         for (const auto& p : st.gpu->Plugins()) {
+           CRYO_LOG(Info) << "GPU plugin " << p.name << " " << p.version << ": "
+                          << (p.available ? "available" : "unavailable") << " (" << p.detail
+                          << ")";
          }
-         st.gpu = std::make_unique<gpu::NullGpuManager>();
          return Result::kOk;
        }},
       {"metrics",

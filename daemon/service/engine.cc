@@ -225,6 +225,16 @@ void Engine::UnlockNetwork(const std::string& op_dir) {
   }
 }
 
+absl::Status Engine::AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs,
+                                       std::vector<std::string>* args,
+                                       std::vector<std::string>* env) {
+  if (procs.empty()) return absl::OkStatus();
+  CRYO_ASSIGN_OR_RETURN(gpu::CriuExtras extras, d_.gpu->CriuOptions(procs));
+  args->insert(args->end(), extras.args.begin(), extras.args.end());
+  for (const auto& [k, v] : extras.env) env->push_back(absl::StrCat(k, "=", v));
+  return absl::OkStatus();
+}
+
 absl::Status Engine::Recover() {
   CRYO_ASSIGN_OR_RETURN(auto entries, d_.journal->LoadAll());
   for (const auto& e : entries) {
@@ -386,6 +396,7 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
     dopt.leave_running = req.leave_running();
     dopt.tcp_established = req.tcp_established();
     dopt.shell_job = shell_job;
+    CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(gpu_procs, &dopt.extra_args, &dopt.env));
     dumped = d_.criu->Dump(dopt, [&](pid_t criu_pid) {
       je.state = "dumping";
       je.criu_pid = criu_pid;
@@ -452,7 +463,8 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
     m.files.push_back({absl::StrCat(store::kImagesDir, "/", rel), dg.size, dg.checksum});
   }
   if (!gpu_procs.empty()) {
-    m.gpu = {{"processes", GpuToJson(gpu_procs)}, {"facts", d_.gpu->Describe(gpu_procs)}};
+    m.gpu = d_.gpu->Describe(gpu_procs);
+    m.gpu_processes = GpuToJson(gpu_procs);
   }
 
   Hook("before-publish");
@@ -568,7 +580,7 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
   je.checkpoint_id = m.id;
   je.state = "restoring";
   je.started_at = absl::FormatTime(absl::RFC3339_sec, t_start, absl::UTCTimeZone());
-  je.gpu = m.gpu.is_null() ? nlohmann::json() : m.gpu.value("processes", nlohmann::json());
+  je.gpu = m.gpu_processes;
   CRYO_RETURN_IF_ERROR(d_.journal->Put(je));
   auto journal_done = absl::MakeCleanup([&] { (void)d_.journal->Remove(op.id()); });
 
@@ -579,6 +591,7 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
   ropt.work_dir = op_dir;
   ropt.tcp_established = m.tcp_established;
   ropt.shell_job = m.shell_job;
+  CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(GpuFromJson(je.gpu), &ropt.extra_args, &ropt.env));
   CRYO_ASSIGN_OR_RETURN(pid_t root, d_.criu->Restore(ropt, [&](pid_t criu_pid) {
     je.criu_pid = criu_pid;
     (void)d_.journal->Put(je);

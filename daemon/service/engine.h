@@ -77,6 +77,8 @@ class Engine {
   void ResumeStopped(const std::vector<journal::Task>& tasks);
   void KillTasks(const std::vector<journal::Task>& tasks);
   void UnlockNetwork(const std::string& op_dir);
+  absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs,
+                                 std::vector<std::string>* args, std::vector<std::string>* env);
   absl::Status WaitPidsFree(const store::Manifest& m, Operation& op, absl::Duration timeout);
 
   EngineConfig cfg_;

@@ -46,6 +46,7 @@ std::string ManifestToJson(const Manifest& m) {
   j["files"] = files;
   j["total_bytes"] = m.TotalBytes();
   j["gpu"] = m.gpu;
+  j["gpu_processes"] = m.gpu_processes;
   j["container"] = m.container;
   return j.dump(2) + "\n";
 }
@@ -101,6 +102,7 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view json) {
       m.files.push_back(std::move(mf));
     }
     m.gpu = j.value("gpu", nlohmann::json());
+    m.gpu_processes = j.value("gpu_processes", nlohmann::json());
     m.container = j.value("container", nlohmann::json());
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("manifest is malformed: ", e.what()));

@@ -48,7 +48,8 @@ struct Manifest {
   std::map<std::string, uint64_t> stage_ms;
   std::string checksum_algorithm;
   std::vector<ManifestFile> files;
-  nlohmann::json gpu;        // GPU plugins' facts; null when the job used no GPU
+  nlohmann::json gpu;        // GPU plugins' facts by plugin name; null when the job used no GPU
+  nlohmann::json gpu_processes;  // [{pid, plugin, facts}] of the GPU processes, for the restore
   nlohmann::json container;  // container mode's facts; null in process mode
 
   uint64_t TotalBytes() const;

@@ -266,8 +266,9 @@ TEST_F(EngineTest, GpuCheckpointRecordedAndRestoredWhenLeftRunning) {
   EXPECT_EQ(gpu_.rollbacks, 0);
   auto m = store_->Get("g1");
   ASSERT_TRUE(m.ok());
-  EXPECT_EQ(m->gpu["processes"][0]["pid"], job.pid);
-  EXPECT_EQ(m->gpu["facts"]["driver"], "fake");
+  EXPECT_EQ(m->gpu_processes[0]["pid"], job.pid);
+  EXPECT_EQ(m->gpu_processes[0]["plugin"], "fake");
+  EXPECT_EQ(m->gpu["driver"], "fake");
 }
 
 TEST_F(EngineTest, RefusesBadTargetsBeforeTouchingAnything) {
