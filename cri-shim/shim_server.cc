@@ -18,19 +18,6 @@
 
 namespace cryo::shim {
 
-class ShimServer::Service final : public grpc::CallbackGenericService {
- public:
-  Service(ProxyDeps deps, const OwnedMethods* owned) : deps_(deps), owned_(owned) {}
-
-  grpc::ServerGenericBidiReactor* CreateReactor(grpc::GenericCallbackServerContext* ctx) override {
-    return StartProxyCall(ctx, deps_, owned_->Find(ctx->method()));
-  }
-
- private:
-  ProxyDeps deps_;
-  const OwnedMethods* owned_;
-};
-
 ShimServer::ShimServer(ShimServerOptions options) : options_(std::move(options)) {}
 
 absl::Status PrepareSocketPath(const std::string& path) {
@@ -78,10 +65,6 @@ absl::StatusOr<std::unique_ptr<ShimServer>> ShimServer::Create(const ShimServerO
   if (!runtime.ok()) return runtime.status();
   server->runtime_ = std::move(*runtime);
   server->observer_ = std::make_unique<CallObserver>(metrics, server->runtime_->endpoint());
-  server->service_ =
-      std::make_unique<Service>(ProxyDeps{server->runtime_.get(), server->observer_.get(),
-                                          &server->runner_, server->in_flight_},
-                                &server->owned_);
 
   if (absl::Status st = PrepareSocketPath(options.listen_path); !st.ok()) return st;
 
@@ -89,7 +72,10 @@ absl::StatusOr<std::unique_ptr<ShimServer>> ShimServer::Create(const ShimServerO
   int bound = 0;
   builder.AddListeningPort(absl::StrCat("unix:", options.listen_path),
                            grpc::InsecureServerCredentials(), &bound);
-  builder.RegisterCallbackGenericService(server->service_.get());
+  server->engine_ = std::make_unique<ProxyEngine>(
+      ProxyDeps{server->runtime_.get(), server->observer_.get(), &server->runner_, &server->owned_,
+                server->in_flight_},
+      builder);
   builder.SetMaxReceiveMessageSize(-1);
   builder.SetMaxSendMessageSize(-1);
   builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
@@ -97,6 +83,7 @@ absl::StatusOr<std::unique_ptr<ShimServer>> ShimServer::Create(const ShimServerO
   if (server->server_ == nullptr || bound == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on unix:", options.listen_path));
   }
+  server->engine_->Start(options.threads);
   // kubelet runs as root; nobody else may drive containers through us.
   if (::chmod(options.listen_path.c_str(), 0660) != 0) {
     CRYO_SHIM_LOG(kWarning, "chmod ", options.listen_path, ": ", strerror(errno));
@@ -117,11 +104,16 @@ void ShimServer::Shutdown(absl::Duration grace) {
   // Not Shutdown(deadline): with kubelet's idle connection open, gRPC would wait the whole
   // deadline even with nothing in flight.
   server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  engine_->Stop(std::max(deadline - absl::Now(), absl::Seconds(1)));
   if (!runner_.Drain(std::max(deadline - absl::Now(), absl::Seconds(1)))) {
     CRYO_SHIM_LOG(kWarning, "owned handlers still running after shutdown");
   }
 }
 
-ShimServer::~ShimServer() { Shutdown(absl::Seconds(5)); }
+ShimServer::~ShimServer() {
+  Shutdown(absl::Seconds(5));
+  server_.reset();  // before the engine's completion queue
+  engine_.reset();
+}
 
 }  // namespace cryo::shim
