@@ -8,11 +8,14 @@
  * 128+N when a signal N killed the job. The job has its own session so that CRIU can dump and
  * restore it without --shell-job.
  *
- * Restore mode (hook only, not implemented): when CRYO_INIT_RESTORE_FROM names a checkpoint,
- * cryo-init will ask cryod to restore the job into this container instead of starting COMMAND;
- * see restore_job().
+ * Restore mode: when CRYO_INIT_RESTORE_FROM names a checkpoint, cryo-init starts nothing. The
+ * shim has cryod restore the job into this container (CRIU reparents it to us) and cryod then
+ * queues CRYO_INIT_SIGNAL with the job's pid, or with 0 when the restore failed (the reason is
+ * already in the container's log). From then on the restored job is supervised as if it had
+ * been started here. See cryo_init_protocol.h.
  *
- * Exit codes of its own: 125 cryo-init failed, 126 COMMAND not executable, 127 not found.
+ * Exit codes of its own: 125 cryo-init failed or the restore failed, 126 COMMAND not
+ * executable, 127 not found.
  *
  * Plain C and linked statically: it is bind-mounted into images that may have no libc at all.
  */
@@ -25,14 +28,16 @@
 #include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "cryo_init_protocol.h"
 
 #define EXIT_INIT_FAILED 125
 #define EXIT_NOT_EXECUTABLE 126
 #define EXIT_NOT_FOUND 127
 
-/* Environment variable that switches cryo-init to restore mode (value: checkpoint id). */
-#define RESTORE_ENV "CRYO_INIT_RESTORE_FROM"
+#define RESTORE_ENV CRYO_INIT_RESTORE_ENV
 
 static void die(const char* what) {
   fprintf(stderr, "cryo-init: %s: %s\n", what, strerror(errno));
@@ -72,17 +77,95 @@ static pid_t start_job(char** argv, const sigset_t* original_mask) {
   _exit(err == ENOENT || err == ENOTDIR ? EXIT_NOT_FOUND : EXIT_NOT_EXECUTABLE);
 }
 
+/* Children reaped before cryod named the job: the job may finish before the news arrives. */
+#define MAX_EARLY 64
+static pid_t early_pid[MAX_EARLY];
+static int early_status[MAX_EARLY];
+static int early_count;
+
+static void remember_early(pid_t pid, int status) {
+  if (early_count < MAX_EARLY) {
+    early_pid[early_count] = pid;
+    early_status[early_count] = status;
+    early_count++;
+  }
+}
+
+static void reap_early(void) {
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      remember_early(pid, status);
+      continue;
+    }
+    if (pid == 0 || errno == ECHILD) return;
+    if (errno != EINTR) die("waitpid");
+  }
+}
+
+static long restore_timeout_s(void) {
+  const char* v = getenv(CRYO_INIT_RESTORE_TIMEOUT_ENV);
+  long t = v ? strtol(v, NULL, 10) : 0;
+  return t > 0 ? t : CRYO_INIT_RESTORE_TIMEOUT_DEFAULT_S;
+}
+
 /*
- * Restore mode hook. To come: connect to cryod (its socket is mounted into the container), ask
- * it to restore `checkpoint` into this container's namespaces and cgroup with our fd 1/2 as
- * the job's stdout/stderr, and return the pid of the restored job, which CRIU reparents to us.
- * Only that pid counts as the job: a failed restore can leave a CRIU helper child behind, which
- * is reaped like any other orphan. Until then: not implemented.
+ * Restore mode: waits for cryod's word. Returns the job's pid (our child now), or exits: the
+ * restore failed, never came, or the container was stopped first. *early_exit is set when the
+ * job already ended before we were told (its wait status in *early_status_out).
  */
-static pid_t restore_job(const char* checkpoint) {
-  (void)checkpoint;
-  errno = ENOSYS;
-  return -1;
+static pid_t restore_job(const char* checkpoint, const sigset_t* waited, int* early_exit,
+                         int* early_status_out) {
+  long timeout = restore_timeout_s();
+  struct timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  deadline.tv_sec += timeout;
+  fprintf(stderr, "cryo-init: waiting for the restore of checkpoint %s\n", checkpoint);
+  for (;;) {
+    struct timespec now, left;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    left.tv_sec = deadline.tv_sec - now.tv_sec;
+    left.tv_nsec = deadline.tv_nsec - now.tv_nsec;
+    if (left.tv_nsec < 0) {
+      left.tv_sec--;
+      left.tv_nsec += 1000000000L;
+    }
+    if (left.tv_sec < 0) {
+      fprintf(stderr, "cryo-init: no restore of checkpoint %s came within %ld s; giving up\n",
+              checkpoint, timeout);
+      exit(CRYO_INIT_EXIT_RESTORE_FAILED);
+    }
+    siginfo_t info;
+    int sig = sigtimedwait(waited, &info, &left);
+    if (sig < 0) {
+      if (errno == EINTR || errno == EAGAIN) continue;
+      die("sigtimedwait");
+    }
+    if (sig == SIGCHLD) {
+      reap_early();
+      continue;
+    }
+    if (sig == CRYO_INIT_SIGNAL && info.si_code == SI_QUEUE) {
+      pid_t job = info.si_value.sival_int;
+      if (job <= 0) {
+        fprintf(stderr, "cryo-init: the restore of checkpoint %s failed\n", checkpoint);
+        exit(CRYO_INIT_EXIT_RESTORE_FAILED);
+      }
+      reap_early();
+      for (int i = 0; i < early_count; i++) {
+        if (early_pid[i] == job) {
+          *early_exit = 1;
+          *early_status_out = early_status[i];
+        }
+      }
+      return job;
+    }
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
+      /* Stopped before the job came back: nothing to hand the signal to. */
+      exit(128 + sig);
+    }
+  }
 }
 
 /* Encodes a wait status the way shells and kubelet expect. */
@@ -153,12 +236,9 @@ int main(int argc, char** argv) {
 
   pid_t job;
   if (restoring) {
-    job = restore_job(restore_from);
-    if (job < 0) {
-      fprintf(stderr, "cryo-init: restoring checkpoint %s: %s\n", restore_from,
-              errno == ENOSYS ? "restore mode is not implemented yet" : strerror(errno));
-      return EXIT_INIT_FAILED;
-    }
+    int early_exit = 0, early_status = 0;
+    job = restore_job(restore_from, &waited, &early_exit, &early_status);
+    if (early_exit) return exit_code_of(early_status);
   } else {
     job = start_job(argv + first, &original);
   }

@@ -1,5 +1,7 @@
 #include "common/proc.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <deque>
@@ -8,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/fs.h"
 
 namespace cryo::proc {
@@ -120,6 +123,42 @@ bool ProcReader::Alive(pid_t pid, uint64_t start_time) const {
 bool ProcReader::Stopped(pid_t pid) const {
   auto i = Read(pid);
   return i.ok() && (i->state == 'T' || i->state == 't' || i->state == 'Z');
+}
+
+std::vector<pid_t> ProcReader::Children(pid_t pid) const {
+  std::vector<pid_t> out;
+  for (pid_t p : AllPids()) {
+    auto i = Read(p);
+    if (i.ok() && i->ppid == pid) out.push_back(p);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+pid_t ProcReader::NsPid(pid_t pid) const {
+  auto s = fs::ReadFile(absl::StrCat(root_, "/", pid, "/status"));
+  if (!s.ok()) return 0;
+  for (absl::string_view line : absl::StrSplit(*s, '\n')) {
+    if (!absl::ConsumePrefix(&line, "NSpid:")) continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(line, absl::ByAnyChar(" \t"),
+                                                          absl::SkipEmpty());
+    int v = 0;
+    if (!parts.empty() && absl::SimpleAtoi(parts.back(), &v)) return v;
+  }
+  return 0;
+}
+
+std::string ProcReader::Link(pid_t pid, const std::string& rel) const {
+  std::string path = absl::StrCat(root_, "/", pid, "/", rel);
+  char buf[4096];
+  ssize_t n = ::readlink(path.c_str(), buf, sizeof(buf));
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+std::vector<std::string> ProcReader::Environ(pid_t pid) const {
+  auto s = fs::ReadFile(absl::StrCat(root_, "/", pid, "/environ"));
+  if (!s.ok()) return {};
+  return absl::StrSplit(*s, '\0', absl::SkipEmpty());
 }
 
 }  // namespace cryo::proc

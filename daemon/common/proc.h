@@ -43,6 +43,16 @@ class ProcReader {
   // Stopped (T) or zombie (Z)?
   bool Stopped(pid_t pid) const;
   std::vector<pid_t> AllPids() const;
+  // Direct children (processes) of pid.
+  std::vector<pid_t> Children(pid_t pid) const;
+  // The pid as seen in the process's own (innermost) pid namespace; 0 when unreadable.
+  pid_t NsPid(pid_t pid) const;
+  // Target of /proc/<pid>/<rel> ("fd/1" -> "pipe:[123]", "ns/pid" -> "pid:[4026...]", "exe");
+  // empty when unreadable.
+  std::string Link(pid_t pid, const std::string& rel) const;
+  // Environment as KEY=VALUE strings.
+  std::vector<std::string> Environ(pid_t pid) const;
+  const std::string& root() const { return root_; }
 
  private:
   std::string root_;

@@ -8,6 +8,8 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -15,6 +17,17 @@
 #include "absl/status/statusor.h"
 
 namespace cryo::criu {
+
+// Container mode: CRIU runs inside the container whose init is `init_pid`, through cryo-nsexec
+// (see daemon/nsexec). It then records no namespaces and recreates the processes wherever it
+// runs: in the same container for a dump, in the new one for a restore.
+struct InContainer {
+  pid_t init_pid = 0;
+  std::string nsexec;  // path of cryo-nsexec
+  // Host paths opened as fixed descriptors in CRIU (numbers >= 10), e.g. the new container's
+  // stdout pipe for --inherit-fd.
+  std::vector<std::pair<int, std::string>> fds;
+};
 
 struct DumpOptions {
   pid_t pid = 0;
@@ -27,6 +40,7 @@ struct DumpOptions {
   bool shell_job = false;
   std::vector<std::string> extra_args;
   std::vector<std::string> env;
+  std::optional<InContainer> in_container;
 };
 
 struct RestoreOptions {
@@ -36,6 +50,9 @@ struct RestoreOptions {
   bool shell_job = false;
   std::vector<std::string> extra_args;
   std::vector<std::string> env;
+  // Restores into this container (joining its cgroups; CRIU itself at a far pid so the job's
+  // pids stay free). The returned root pid is then the one in the container's pid namespace.
+  std::optional<InContainer> in_container;
 };
 
 class Criu {

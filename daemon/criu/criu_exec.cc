@@ -49,18 +49,11 @@ class CriuExec final : public Criu {
   std::string check_error() const override { return check_error_; }
 
   absl::Status Dump(const DumpOptions& o, const std::function<void(pid_t)>& started) override {
-    std::vector<std::string> argv = {path_,
-                                     "dump",
-                                     "--tree",
-                                     std::to_string(o.pid),
-                                     "--images-dir",
-                                     o.images_dir,
-                                     "--work-dir",
-                                     o.work_dir,
-                                     "--log-file",
-                                     "dump.log",
-                                     absl::StrCat("-v", cfg_.log_level),
-                                     "--file-locks"};
+    Paths p = PathsFor(o.images_dir, o.work_dir, o.in_container);
+    std::vector<std::string> argv = Prefix(o.in_container, o.images_dir, o.work_dir, false);
+    argv.insert(argv.end(), {path_, "dump", "--tree", std::to_string(o.pid), "--images-dir",
+                             p.images, "--work-dir", p.work, "--log-file", "dump.log",
+                             absl::StrCat("-v", cfg_.log_level), "--file-locks"});
     argv.push_back(o.leave_running ? "--leave-running" : "--leave-stopped");
     if (o.tcp_established) {
       argv.insert(argv.end(), {"--tcp-established", "--network-lock", "nftables"});
@@ -75,11 +68,16 @@ class CriuExec final : public Criu {
                                 const std::function<void(pid_t)>& started) override {
     std::string pidfile = fs::Join(o.work_dir, "restore.pid");
     ::unlink(pidfile.c_str());
-    std::vector<std::string> argv = {path_,         "restore",     "--images-dir",
-                                     o.images_dir,  "--work-dir",  o.work_dir,
-                                     "--log-file",  "restore.log", absl::StrCat("-v", cfg_.log_level),
-                                     "--restore-detached", "--pidfile", pidfile,
-                                     "--file-locks"};
+    Paths p = PathsFor(o.images_dir, o.work_dir, o.in_container);
+    std::vector<std::string> argv = Prefix(o.in_container, o.images_dir, o.work_dir, true);
+    argv.insert(argv.end(), {path_, "restore", "--images-dir", p.images, "--work-dir", p.work,
+                             "--log-file", "restore.log", absl::StrCat("-v", cfg_.log_level),
+                             "--restore-detached", "--pidfile", fs::Join(p.work, "restore.pid"),
+                             "--file-locks"});
+    if (o.in_container) {
+      // The new container's runtime made its cgroups; cryo-nsexec already put CRIU in them.
+      argv.push_back("--manage-cgroups=ignore");
+    }
     if (o.tcp_established) {
       argv.insert(argv.end(), {"--tcp-established", "--network-lock", "nftables"});
     }
@@ -97,6 +95,38 @@ class CriuExec final : public Criu {
   }
 
  private:
+  // Descriptor numbers cryo-nsexec gives the image and work directories inside the container.
+  static constexpr int kImagesFd = 3;
+  static constexpr int kWorkFd = 4;
+
+  struct Paths {
+    std::string images;
+    std::string work;
+  };
+
+  // Inside a container, CRIU reaches the host's directories through inherited descriptors.
+  static Paths PathsFor(const std::string& images, const std::string& work,
+                        const std::optional<InContainer>& c) {
+    if (!c) return {images, work};
+    return {absl::StrCat("{fd:", kImagesFd, "}"), absl::StrCat("{fd:", kWorkFd, "}")};
+  }
+
+  // cryo-nsexec and its options, or nothing in process mode.
+  static std::vector<std::string> Prefix(const std::optional<InContainer>& c,
+                                         const std::string& images, const std::string& work,
+                                         bool restore) {
+    if (!c) return {};
+    std::vector<std::string> argv = {c->nsexec, "--target", std::to_string(c->init_pid)};
+    if (restore) argv.insert(argv.end(), {"--join-cgroups", "--far-pid"});
+    argv.insert(argv.end(), {"--fd", absl::StrCat(kImagesFd, "=", images), "--fd",
+                             absl::StrCat(kWorkFd, "=", work)});
+    for (const auto& [n, path] : c->fds) {
+      argv.insert(argv.end(), {"--fd", absl::StrCat(n, "=", path)});
+    }
+    argv.push_back("--");
+    return argv;
+  }
+
   absl::Status RunCriu(absl::string_view action, const std::vector<std::string>& argv,
                        const std::string& work_dir, const std::string& log_name,
                        const std::vector<std::string>& env,

@@ -25,6 +25,7 @@ nlohmann::json EntryToJson(const Entry& e) {
           {"leave_running", e.leave_running},
           {"tcp_established", e.tcp_established},
           {"gpu", e.gpu},
+          {"container_init_pid", e.container_init_pid},
           {"started_at", e.started_at}};
 }
 
@@ -44,6 +45,7 @@ absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j) {
     e.leave_running = j.value("leave_running", false);
     e.tcp_established = j.value("tcp_established", false);
     e.gpu = j.value("gpu", nlohmann::json());
+    e.container_init_pid = j.value("container_init_pid", 0);
     e.started_at = j.value("started_at", "");
   } catch (const nlohmann::json::exception& ex) {
     return absl::InvalidArgumentError(absl::StrCat("journal entry is malformed: ", ex.what()));

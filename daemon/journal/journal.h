@@ -35,6 +35,7 @@ struct Entry {
   bool leave_running = false;
   bool tcp_established = false;
   nlohmann::json gpu;  // GPU processes locked or checkpointed, for rollback
+  int container_init_pid = 0;  // container mode: host pid of the container's cryo-init
   std::string started_at;
 };
 

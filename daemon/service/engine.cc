@@ -1,5 +1,6 @@
 #include "service/engine.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
@@ -12,8 +13,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/checksum.h"
 #include "common/fs.h"
@@ -21,6 +24,9 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/subprocess.h"
+#include "container/archive.h"
+#include "container/rootfs.h"
+#include "cri-shim/init/cryo_init_protocol.h"
 
 namespace cryo::service {
 namespace {
@@ -91,6 +97,11 @@ class ProgressTicker {
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// Container mode's files in a checkpoint, beside images/ (names as checkpointctl knows them).
+constexpr char kContainerDir[] = "container";
+constexpr char kRootfsTar[] = "container/rootfs-diff.tar";
+constexpr char kDeletedFiles[] = "container/deleted.files";
 
 std::vector<gpu::GpuProcess> GpuFromJson(const nlohmann::json& j) {
   std::vector<gpu::GpuProcess> out;
@@ -204,9 +215,10 @@ void Engine::KillTasks(const std::vector<journal::Task>& tasks) {
   }
 }
 
-void Engine::UnlockNetwork(const std::string& op_dir) {
+void Engine::UnlockNetwork(const std::string& op_dir, pid_t container_init) {
   // A dump with --leave-stopped keeps CRIU's nftables lock (table "inet CRIU-<run id>") for
-  // the restore; when we resume the job instead, the lock must go.
+  // the restore; when we resume the job instead, the lock must go. In container mode CRIU
+  // made it in the container's network namespace, so it is removed from there.
   auto log = fs::ReadFile(fs::Join(op_dir, "dump.log"));
   if (!log.ok()) return;
   std::smatch m;
@@ -218,7 +230,12 @@ void Engine::UnlockNetwork(const std::string& op_dir) {
   std::string nft = FindExecutable("nft");
   for (const auto& t : tables) {
     if (nft.empty()) break;
-    auto r = RunCapture({nft, "delete", "table", "inet", t});
+    std::vector<std::string> argv = {nft, "delete", "table", "inet", t};
+    if (container_init > 0) {
+      argv.insert(argv.begin(),
+                  {cfg_.nsexec_path, "--target", std::to_string(container_init), "--"});
+    }
+    auto r = RunCapture(argv);
     if (r.ok() && r->exit.exited && r->exit.code == 0) {
       CRYO_LOG(Info) << "removed CRIU network lock table " << t;
     }
@@ -264,7 +281,8 @@ absl::Status Engine::Recover() {
       } else {
         // Not published: undo. The job runs on as if nothing happened.
         if (!e.staging_dir.empty()) (void)fs::RemoveTree(e.staging_dir);
-        if (e.tcp_established && !e.leave_running) UnlockNetwork(OpDir(e.op_id));
+        // Harmless when there is no lock (a leave-running dump of a process keeps none).
+        if (e.tcp_established) UnlockNetwork(OpDir(e.op_id), e.container_init_pid);
         if (!gpu_procs.empty()) d_.gpu->Rollback(gpu_procs);
         ResumeStopped(e.tasks);
         action = "rolled_back";
@@ -287,6 +305,42 @@ absl::Status Engine::Recover() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<ContainerTarget> Engine::Container(const std::string& id, ContainerUse use) {
+  if (d_.runtime == nullptr) {
+    return absl::FailedPreconditionError(
+        "this cryod has no container runtime configured (runtime_endpoint); it checkpoints "
+        "processes by pid only");
+  }
+  if (cfg_.nsexec_path.empty() || !fs::Exists(cfg_.nsexec_path)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cryo-nsexec not found (", cfg_.nsexec_path, "); container mode needs it next to cryod"));
+  }
+  return ResolveContainer(*d_.runtime, *d_.proc, id, use);
+}
+
+absl::StatusOr<std::vector<store::ManifestFile>> Engine::SaveRootfs(const ContainerTarget& c,
+                                                                    const std::string& dir) {
+  CRYO_ASSIGN_OR_RETURN(std::string mountinfo,
+                        fs::ReadFile(absl::StrCat("/proc/", c.init_pid, "/mountinfo")));
+  CRYO_ASSIGN_OR_RETURN(auto mounts, container::ParseMountInfo(mountinfo));
+  CRYO_ASSIGN_OR_RETURN(std::string upper, container::OverlayUpperDir(mounts));
+  CRYO_RETURN_IF_ERROR(fs::MakeDirs(fs::Join(dir, kContainerDir), 0700));
+  const std::string tar = fs::Join(dir, kRootfsTar);
+  const std::string deleted = fs::Join(dir, kDeletedFiles);
+  CRYO_ASSIGN_OR_RETURN(
+      container::RootfsDiff diff,
+      container::WriteRootfsDiff(upper, container::MountPointsBelowRoot(mounts), tar, deleted));
+  CRYO_LOG(Info) << "writable layer of " << c.info.id.substr(0, 13) << ": " << diff.entries
+                 << " entries, " << diff.deleted.size() << " deletions, " << diff.tar_bytes
+                 << " bytes";
+  std::vector<store::ManifestFile> out;
+  for (const std::string& rel : {std::string(kRootfsTar), std::string(kDeletedFiles)}) {
+    CRYO_ASSIGN_OR_RETURN(FileDigest dg, HashFile(fs::Join(dir, rel)));
+    out.push_back({rel, dg.size, dg.checksum});
+  }
+  return out;
+}
+
 absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointRequest& req,
                                                       Operation& op) {
   StageClock clock("checkpoint", d_.metrics, op);
@@ -296,10 +350,22 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   clock.Begin(v1::STAGE_VALIDATE);
   if (!req.checkpoint_id().empty()) CRYO_RETURN_IF_ERROR(ValidateCheckpointId(req.checkpoint_id()));
   if (req.workload().size() > 253) return absl::InvalidArgumentError("workload is too long");
+  std::optional<ContainerTarget> ctr;
+  pid_t target = req.pid();
+  if (!req.container_id().empty()) {
+    if (req.pid() != 0) {
+      return absl::InvalidArgumentError("give either a pid or a container_id, not both");
+    }
+    CRYO_ASSIGN_OR_RETURN(ctr, Container(req.container_id(), ContainerUse::kCheckpoint));
+    target = ctr->job_pid;
+  } else if (!req.export_archive().empty()) {
+    return absl::InvalidArgumentError("export_archive is for container checkpoints only");
+  }
   std::vector<proc::ProcInfo> tree;
-  CRYO_RETURN_IF_ERROR(ValidateTarget(req.pid(), &tree));
-  const proc::ProcInfo& root = tree.front();
-  const std::string workload = req.workload().empty() ? root.comm : req.workload();
+  CRYO_RETURN_IF_ERROR(ValidateTarget(target, &tree));
+  const proc::ProcInfo root = tree.front();  // a copy: tree is re-read after the dump
+  const std::string workload =
+      !req.workload().empty() ? req.workload() : (ctr ? ctr->info.name : root.comm);
   const std::string id =
       req.checkpoint_id().empty() ? MakeCheckpointId(workload, absl::Now()) : req.checkpoint_id();
 
@@ -372,6 +438,7 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   je.leave_running = req.leave_running();
   je.tcp_established = req.tcp_established();
   je.gpu = GpuToJson(gpu_procs);
+  je.container_init_pid = ctr ? ctr->init_pid : 0;
   je.started_at = absl::FormatTime(absl::RFC3339_sec, t_start, absl::UTCTimeZone());
   CRYO_RETURN_IF_ERROR(d_.journal->Put(je));
   auto journal_done = absl::MakeCleanup([&] {
@@ -387,15 +454,18 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   TailHasher hasher(staged->images_dir());
   hasher.Start();
   absl::Status dumped;
+  criu::DumpOptions dopt;
   {
     ProgressTicker ticker(op, v1::STAGE_DUMP, [&] { return hasher.bytes_hashed(); }, expected);
-    criu::DumpOptions dopt;
-    dopt.pid = req.pid();
+    dopt.pid = ctr ? d_.proc->NsPid(target) : target;
     dopt.images_dir = staged->images_dir();
     dopt.work_dir = op_dir;
-    dopt.leave_running = req.leave_running();
+    // A container's job stays stopped until its writable layer is saved too, so that files
+    // and memory are of the same moment; it is resumed after that when asked.
+    dopt.leave_running = req.leave_running() && !ctr;
     dopt.tcp_established = req.tcp_established();
     dopt.shell_job = shell_job;
+    if (ctr) dopt.in_container = criu::InContainer{ctr->init_pid, cfg_.nsexec_path, {}};
     CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(gpu_procs, &dopt.extra_args, &dopt.env));
     dumped = d_.criu->Dump(dopt, [&](pid_t criu_pid) {
       je.state = "dumping";
@@ -412,16 +482,38 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
     (void)staged->Abort();
     return dumped;
   }
+  if (!dopt.leave_running) {
+    // Short-lived children come and go between validation and the dump; what CRIU left
+    // stopped is the tree as it is now, and that is what must be resumed or killed.
+    auto frozen = d_.proc->Tree(target);
+    if (frozen.ok()) {
+      tree = *std::move(frozen);
+      tasks.clear();
+      for (const auto& p : tree) tasks.push_back({p.pid, p.start_time});
+      je.tasks = tasks;
+    }
+  }
+  // The pids a restore needs free; a container's job keeps the ones it has inside.
+  std::vector<int> saved_pids, saved_tids;
+  for (const auto& p : tree) {
+    saved_pids.push_back(ctr ? d_.proc->NsPid(p.pid) : p.pid);
+    if (ctr) {
+      for (pid_t t : NsThreadIds(*d_.proc, p.pid)) saved_tids.push_back(t);
+    } else {
+      for (pid_t t : d_.proc->Threads(p.pid)) saved_tids.push_back(t);
+    }
+  }
   je.state = "dumped";
   je.criu_pid = 0;
   CRYO_RETURN_IF_ERROR(d_.journal->Put(je));
   Hook("after-dump");
 
   // From here until publish, a failure must resume the stopped job.
-  bool resume_on_failure = !req.leave_running();
+  bool resume_on_failure = !dopt.leave_running;
+  const pid_t net_ns_pid = ctr ? ctr->init_pid : 0;
   auto resume = absl::MakeCleanup([&] {
     if (!resume_on_failure) return;
-    if (req.tcp_established()) UnlockNetwork(op_dir);
+    if (req.tcp_established()) UnlockNetwork(op_dir, net_ns_pid);
     if (gpu_checkpointed) {
       d_.gpu->Rollback(gpu_procs);
       gpu_checkpointed = false;
@@ -429,6 +521,17 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
     ResumeStopped(tasks);
     CRYO_LOG(Warning) << "checkpoint " << id << " failed after the dump; job resumed";
   });
+
+  std::vector<store::ManifestFile> container_files;
+  if (ctr) {
+    clock.Begin(v1::STAGE_ROOTFS);
+    CRYO_ASSIGN_OR_RETURN(container_files, SaveRootfs(*ctr, staged->staging_dir()));
+    if (req.leave_running()) {
+      if (req.tcp_established()) UnlockNetwork(op_dir, net_ns_pid);
+      ResumeStopped(tasks);
+      resume_on_failure = false;
+    }
+  }
 
   if (req.leave_running() && gpu_checkpointed) {
     // The job goes on as soon as its images are written; publish happens beside it.
@@ -442,14 +545,15 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   if (!digests.ok()) return Annotate(digests.status(), "checksumming images");
   store::Manifest m;
   m.id = id;
+  m.kind = ctr ? "container" : "process";
   m.workload = workload;
   m.node = cfg_.node_name;
   m.created_at = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", t_start, absl::UTCTimeZone());
-  m.root_pid = req.pid();
-  m.pids = pids;
-  m.tids = tids;
+  m.root_pid = dopt.pid;
+  m.pids = saved_pids;
+  m.tids = saved_tids;
   m.command = root.comm;
-  m.cmdline = d_.proc->Cmdline(req.pid());
+  m.cmdline = d_.proc->Cmdline(target);
   m.kernel = Uname(false);
   m.arch = Uname(true);
   m.criu_version = d_.criu->version();
@@ -462,10 +566,16 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   for (const auto& [rel, dg] : *digests) {
     m.files.push_back({absl::StrCat(store::kImagesDir, "/", rel), dg.size, dg.checksum});
   }
+  m.files.insert(m.files.end(), container_files.begin(), container_files.end());
   if (!gpu_procs.empty()) {
     m.gpu = d_.gpu->Describe(gpu_procs);
     m.gpu_processes = GpuToJson(gpu_procs);
+    // A restore into another container finds each GPU process by its pid inside.
+    if (ctr) {
+      for (auto& p : m.gpu_processes) p["ns_pid"] = d_.proc->NsPid(p.value("pid", 0));
+    }
   }
+  if (ctr) m.container = ContainerJson(*ctr, d_.runtime->name());
 
   Hook("before-publish");
   clock.Begin(v1::STAGE_PUBLISH, m.TotalBytes());
@@ -487,17 +597,72 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
       CRYO_LOG(Info) << "retention: deleted " << absl::StrJoin(*deleted, ", ");
     }
   }
+  const std::string published = fs::Join(fs::Join(d_.store->location(), "checkpoints"), id);
+  absl::Status exported;
+  if (ctr && !req.export_archive().empty()) {
+    clock.Begin(v1::STAGE_EXPORT, m.TotalBytes());
+    exported = ExportArchive(m, *ctr, published, fs::Join(op_dir, "dump.log"),
+                             req.export_archive());
+  }
   clock.End();
   if (d_.metrics) d_.metrics->ObserveOperation("checkpoint", absl::ToDoubleSeconds(absl::Now() - t_start));
   m.stage_ms = clock.ms();
-  CRYO_LOG(Info) << "checkpoint " << id << " of pid " << req.pid() << " published ("
-                 << m.TotalBytes() << " bytes, " << m.files.size() << " files)";
+  CRYO_LOG(Info) << "checkpoint " << id << " of " << (ctr ? "container " : "pid ")
+                 << (ctr ? ctr->info.id.substr(0, 13) : std::to_string(target))
+                 << " published (" << m.TotalBytes() << " bytes, " << m.files.size() << " files)";
+  if (!exported.ok()) {
+    return Annotate(exported, absl::StrCat("checkpoint ", id, " is published, but its archive ",
+                                           req.export_archive(), " could not be written"));
+  }
   v1::CheckpointInfo info = InfoFromManifest(m, false);
-  info.set_store_path(fs::Join(fs::Join(d_.store->location(), "checkpoints"), id));
+  info.set_store_path(published);
   return info;
 }
 
-absl::Status Engine::WaitPidsFree(const store::Manifest& m, Operation& op, absl::Duration timeout) {
+nlohmann::json Engine::ContainerJson(const ContainerTarget& c, const std::string& runtime_name) {
+  nlohmann::json j;
+  j["id"] = c.info.id;
+  j["name"] = c.info.name;
+  j["image"] = c.info.image;
+  j["image_ref"] = c.info.image_ref;
+  j["labels"] = c.info.labels;
+  j["annotations"] = c.info.annotations;
+  j["runtime"] = runtime_name;
+  j["created_at_ns"] = c.info.created_at_ns;
+  // The pipes the job's output went to; a restore points them at the new container's.
+  j["stdout_pipe"] = c.stdout_pipe;
+  j["stderr_pipe"] = c.stderr_pipe;
+  j["rootfs_diff"] = kRootfsTar;
+  j["deleted_files"] = kDeletedFiles;
+  return j;
+}
+
+absl::Status Engine::ExportArchive(const store::Manifest& m, const ContainerTarget& c,
+                                   const std::string& dir, const std::string& dump_log,
+                                   const std::string& path) {
+  container::ArchiveInput in;
+  in.images_dir = fs::Join(dir, store::kImagesDir);
+  in.rootfs_diff_tar = fs::Join(dir, kRootfsTar);
+  in.deleted_files = fs::Join(dir, kDeletedFiles);
+  in.dump_log = dump_log;
+  const absl::Time created = absl::FromUnixNanos(c.info.created_at_ns);
+  in.config_dump = {
+      {"id", c.info.id},
+      {"name", c.info.name},
+      {"rootfsImage", c.info.image_ref},
+      {"rootfsImageRef", c.info.image_ref},
+      {"rootfsImageName", c.info.image},
+      {"runtime", "runc"},
+      {"createdTime", absl::FormatTime(absl::RFC3339_full, created, absl::UTCTimeZone())},
+      {"checkpointedTime", m.created_at},
+      // Where the same checkpoint lives in cryo's store, for `cryo restore`-style tooling.
+      {"cryo.checkpoint_id", m.id}};
+  in.spec_dump = c.info.runtime_spec.is_null() ? nlohmann::json::object() : c.info.runtime_spec;
+  return container::WriteCheckpointArchive(in, path);
+}
+
+absl::Status Engine::WaitPidsFree(const store::Manifest& m, Operation& op, absl::Duration timeout,
+                                  pid_t container_init) {
   std::vector<int> need = m.pids;
   need.insert(need.end(), m.tids.begin(), m.tids.end());
   std::sort(need.begin(), need.end());
@@ -506,7 +671,17 @@ absl::Status Engine::WaitPidsFree(const store::Manifest& m, Operation& op, absl:
   for (;;) {
     int busy = 0;
     std::string who;
+    std::set<pid_t> in_container;
+    if (container_init > 0) in_container = NsPidsInUse(*d_.proc, container_init);
     for (int p : need) {
+      if (container_init > 0) {
+        if (in_container.count(p)) {
+          busy = p;
+          who = "a process of the container";
+          break;
+        }
+        continue;
+      }
       // /proc/<tid> resolves for threads too; a zombie still holds its pid.
       auto i = d_.proc->Read(p);
       if (i.ok()) {
@@ -520,10 +695,39 @@ absl::Status Engine::WaitPidsFree(const store::Manifest& m, Operation& op, absl:
       return absl::FailedPreconditionError(absl::StrCat(
           "pid ", busy, " (needed by checkpoint '", m.id, "') is in use by '", who,
           "'; waited ", absl::FormatDuration(timeout),
-          ". Stop that process (is the checkpointed job still running?) and retry"));
+          container_init > 0 ? ". Something started in the container before the restore"
+                             : ". Stop that process (is the checkpointed job still running?)",
+          " and retry"));
     }
     op.Report(v1::STAGE_WAIT_PIDS, 0, 0, absl::StrCat("waiting for pid ", busy, " (", who, ")"));
     absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+void Engine::TellInit(pid_t init_pid, int value, const std::string& why) {
+  if (value <= 0 && !why.empty()) {
+    // The container's stderr is its log: the reason shows in `kubectl logs`.
+    int fd = ::open(absl::StrCat("/proc/", init_pid, "/fd/2").c_str(),
+                    O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      std::string line = absl::StrCat("cryo: ", why, "\n");
+      (void)!::write(fd, line.data(), line.size());
+      ::close(fd);
+    }
+  }
+  // Queued before cryo-init set its signal mask, the signal would kill it: it is ready once
+  // it waits for signals (it does so microseconds after it starts, long before any restore).
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (d_.proc->Link(init_pid, "exe").empty() == false && absl::Now() < deadline) {
+    auto w = fs::ReadFile(absl::StrCat("/proc/", init_pid, "/wchan"));
+    if (w.ok() && absl::StrContains(*w, "sigtimedwait")) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  union sigval v;
+  v.sival_int = value;
+  if (::sigqueue(init_pid, CRYO_INIT_SIGNAL, v) != 0) {
+    CRYO_LOG(Warning) << "telling cryo-init (pid " << init_pid << ") the restore result: "
+                      << strerror(errno);
   }
 }
 
@@ -533,10 +737,19 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
   clock.Begin(v1::STAGE_VALIDATE);
   CRYO_RETURN_IF_ERROR(ValidateCheckpointId(req.checkpoint_id()));
   CRYO_ASSIGN_OR_RETURN(store::Manifest m, d_.store->Get(req.checkpoint_id()));
-  if (m.kind != "process") {
+  const bool container_mode = m.kind == "container";
+  if (m.kind != "process" && !container_mode) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint '", m.id, "' is of an unknown kind '", m.kind, "'"));
+  }
+  if (container_mode && req.container_id().empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint '", m.id, "' is of a ", m.kind,
-        "; it is restored by creating its container through the CRI shim, not by cryo restore"));
+        "checkpoint '", m.id, "' is of a container; it is restored into a new container "
+        "(pod annotation cryo.dev/resume through the CRI shim), not as a process"));
+  }
+  if (!container_mode && !req.container_id().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint '", m.id, "' is of a process tree, not of a container"));
   }
   if (m.arch != Uname(true)) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint '", m.id, "' was taken on ",
@@ -551,28 +764,69 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
     busy_ids_.insert(m.id);
     claim.id = m.id;
   }
+  std::optional<ContainerTarget> ctr;
+  if (container_mode) {
+    CRYO_ASSIGN_OR_RETURN(ctr, Container(req.container_id(), ContainerUse::kRestore));
+  }
+  // From here on, a container waiting for this restore must hear how it went.
+  bool restored = false;
+  absl::Status failure;
+  auto tell_failure = absl::MakeCleanup([&] {
+    if (ctr && !restored) {
+      TellInit(ctr->init_pid, -1,
+               absl::StrCat("restore of checkpoint ", m.id, " failed: ",
+                            failure.ok() ? "cryod gave up" : failure.ToString()));
+    }
+  });
+  auto fail = [&](absl::Status s) {
+    failure = s;
+    return s;
+  };
+  if (ctr) {
+    if (ctr->restore_from != m.id) {
+      return fail(absl::FailedPreconditionError(
+          absl::StrCat("container ", ctr->info.name, " waits for checkpoint '", ctr->restore_from,
+                       "', not '", m.id, "'")));
+    }
+    const std::string want = m.container.value("image_ref", "");
+    if (!want.empty() && want != ctr->info.image_ref) {
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint '", m.id, "' was taken in a container of image ", want, " (",
+          m.container.value("image", ""), "); container ", ctr->info.name, " runs ",
+          ctr->info.image_ref, ": a job resumes only on the image it ran on")));
+    }
+  }
   gpu::DeviceMap map(req.gpu_map().begin(), req.gpu_map().end());
-  CRYO_RETURN_IF_ERROR(Annotate(d_.gpu->CheckCompatible(m.gpu, map),
-                                absl::StrCat("checkpoint '", m.id, "'")));
+  if (absl::Status s = d_.gpu->CheckCompatibleFor(m.gpu, ctr ? ctr->init_pid : 0, map); !s.ok()) {
+    return fail(Annotate(s, absl::StrCat("checkpoint '", m.id, "'")));
+  }
 
   // --- verify every file before anything starts: a bad image must never half-restore a job.
-  CRYO_ASSIGN_OR_RETURN(std::string dir, d_.store->LocalPath(m.id));
+  auto dir = d_.store->LocalPath(m.id);
+  if (!dir.ok()) return fail(dir.status());
   clock.Begin(v1::STAGE_VERIFY, m.TotalBytes());
   std::atomic<uint64_t> verified{0};
   {
     ProgressTicker ticker(op, v1::STAGE_VERIFY, [&] { return verified.load(); }, m.TotalBytes());
     std::vector<ExpectedFile> files;
     for (const auto& f : m.files) files.push_back({f.path, f.size, f.checksum});
-    CRYO_RETURN_IF_ERROR(Annotate(VerifyFiles(dir, files, cfg_.verify_threads, &verified),
-                                  absl::StrCat("checkpoint '", m.id, "' is damaged, refusing to restore")));
+    absl::Status s = VerifyFiles(*dir, files, cfg_.verify_threads, &verified);
+    if (!s.ok()) {
+      return fail(Annotate(s, absl::StrCat("checkpoint '", m.id,
+                                           "' is damaged, refusing to restore")));
+    }
   }
   if (d_.metrics) d_.metrics->AddBytesRead(m.TotalBytes());
 
   clock.Begin(v1::STAGE_WAIT_PIDS);
-  CRYO_RETURN_IF_ERROR(WaitPidsFree(m, op,
+  if (absl::Status s = WaitPidsFree(m, op,
                                     req.pid_wait_timeout_ms() > 0
                                         ? absl::Milliseconds(req.pid_wait_timeout_ms())
-                                        : cfg_.pid_wait_timeout));
+                                        : cfg_.pid_wait_timeout,
+                                    ctr ? ctr->init_pid : 0);
+      !s.ok()) {
+    return fail(s);
+  }
 
   journal::Entry je;
   je.op_id = op.id();
@@ -581,23 +835,68 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
   je.state = "restoring";
   je.started_at = absl::FormatTime(absl::RFC3339_sec, t_start, absl::UTCTimeZone());
   je.gpu = m.gpu_processes;
-  CRYO_RETURN_IF_ERROR(d_.journal->Put(je));
+  je.container_init_pid = ctr ? ctr->init_pid : 0;
+  if (absl::Status s = d_.journal->Put(je); !s.ok()) return fail(s);
   auto journal_done = absl::MakeCleanup([&] { (void)d_.journal->Remove(op.id()); });
+  const std::string op_dir = OpDir(op.id());
+  if (absl::Status s = fs::MakeDirs(op_dir, 0700); !s.ok()) return fail(s);
+
+  if (ctr) {
+    // The job's files must be where it left them before CRIU reopens them.
+    clock.Begin(v1::STAGE_ROOTFS);
+    auto r = RunCapture({cfg_.nsexec_path, "--target", std::to_string(ctr->init_pid),
+                         "--apply-rootfs-diff", fs::Join(*dir, kContainerDir)},
+                        absl::Minutes(30));
+    if (!r.ok()) return fail(r.status());
+    if (!r->exit.exited || r->exit.code != 0) {
+      return fail(absl::InternalError(
+          absl::StrCat("putting back the container's writable layer failed (",
+                       r->exit.Describe(), "): ", absl::StripAsciiWhitespace(r->output))));
+    }
+  }
 
   clock.Begin(v1::STAGE_RESTORE, m.TotalBytes());
-  const std::string op_dir = OpDir(op.id());
   criu::RestoreOptions ropt;
-  ropt.images_dir = fs::Join(dir, store::kImagesDir);
+  ropt.images_dir = fs::Join(*dir, store::kImagesDir);
   ropt.work_dir = op_dir;
   ropt.tcp_established = m.tcp_established;
   ropt.shell_job = m.shell_job;
-  CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(GpuFromJson(je.gpu), &ropt.extra_args, &ropt.env));
-  CRYO_ASSIGN_OR_RETURN(pid_t root, d_.criu->Restore(ropt, [&](pid_t criu_pid) {
+  if (ctr) {
+    // The job's output pipes become the new container's, so its log goes on where kubelet
+    // reads it; the new container's pipes are its cryo-init's fd 1 and 2.
+    criu::InContainer in{ctr->init_pid, cfg_.nsexec_path, {}};
+    const std::string out = m.container.value("stdout_pipe", "");
+    const std::string err = m.container.value("stderr_pipe", "");
+    if (!out.empty()) {
+      in.fds.emplace_back(10, absl::StrCat("/proc/", ctr->init_pid, "/fd/1:w"));
+      ropt.extra_args.insert(ropt.extra_args.end(), {"--inherit-fd", absl::StrCat("fd[10]:", out)});
+    }
+    if (!err.empty() && err != out) {
+      in.fds.emplace_back(11, absl::StrCat("/proc/", ctr->init_pid, "/fd/2:w"));
+      ropt.extra_args.insert(ropt.extra_args.end(), {"--inherit-fd", absl::StrCat("fd[11]:", err)});
+    }
+    ropt.in_container = in;
+  }
+  if (absl::Status s = AddGpuCriuOptions(GpuFromJson(je.gpu), &ropt.extra_args, &ropt.env);
+      !s.ok()) {
+    return fail(s);
+  }
+  absl::StatusOr<pid_t> root = d_.criu->Restore(ropt, [&](pid_t criu_pid) {
     je.criu_pid = criu_pid;
     (void)d_.journal->Put(je);
-  }));
-
+  });
+  if (!root.ok()) return fail(root.status());
+  pid_t host_root = *root;
   auto gpu_procs = GpuFromJson(je.gpu);
+  if (ctr) {
+    host_root = HostPidInNamespace(*d_.proc, ctr->init_pid, *root);
+    // The GPU processes have new host pids: find them by their pids inside.
+    for (size_t i = 0; i < gpu_procs.size() && i < m.gpu_processes.size(); ++i) {
+      gpu_procs[i].pid =
+          HostPidInNamespace(*d_.proc, ctr->init_pid, m.gpu_processes[i].value("ns_pid", 0));
+    }
+  }
+
   if (!gpu_procs.empty()) {
     clock.Begin(v1::STAGE_GPU_RESTORE);
     absl::Status s = d_.gpu->Restore(gpu_procs, map);
@@ -607,15 +906,20 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
       std::vector<journal::Task> t;
       for (const auto& p : gpu_procs) t.push_back({p.pid, 0});
       KillTasks(t);
-      return Annotate(s, "restoring GPU state (restored processes were stopped)");
+      return fail(Annotate(s, "restoring GPU state (restored processes were stopped)"));
     }
   }
+  if (ctr) TellInit(ctr->init_pid, *root, "");
+  restored = true;
   clock.End();
   if (d_.metrics) d_.metrics->ObserveOperation("restore", absl::ToDoubleSeconds(absl::Now() - t_start));
-  CRYO_LOG(Info) << "restored checkpoint " << m.id << " as pid " << root;
+  CRYO_LOG(Info) << "restored checkpoint " << m.id << " as pid " << host_root
+                 << (ctr ? absl::StrCat(" (pid ", *root, " in container ",
+                                        ctr->info.id.substr(0, 13), ")")
+                         : "");
   v1::RestoreResult r;
   r.set_checkpoint_id(m.id);
-  r.set_root_pid(root);
+  r.set_root_pid(host_root);
   for (const auto& [k, v] : clock.ms()) (*r.mutable_stage_ms())[k] = v;
   return r;
 }
@@ -634,6 +938,7 @@ v1::CheckpointInfo Engine::InfoFromManifest(const store::Manifest& m, bool with_
   i.set_criu_version(m.criu_version);
   i.set_kernel(m.kernel);
   i.set_leave_running(m.leave_running);
+  i.set_kind(m.kind);
   for (const auto& [k, v] : m.labels) (*i.mutable_labels())[k] = v;
   for (const auto& [k, v] : m.stage_ms) (*i.mutable_stage_ms())[k] = v;
   if (with_files) {
@@ -646,6 +951,35 @@ v1::CheckpointInfo Engine::InfoFromManifest(const store::Manifest& m, bool with_
     i.set_manifest_json(store::ManifestToJson(m));
   }
   return i;
+}
+
+absl::StatusOr<std::vector<v1::CheckpointRequest>> Engine::OptedInCheckpoints(
+    const std::string& reason) {
+  if (d_.runtime == nullptr) {
+    return absl::FailedPreconditionError("no container runtime configured (runtime_endpoint)");
+  }
+  CRYO_ASSIGN_OR_RETURN(auto running, d_.runtime->ListRunning());
+  const std::string p = cfg_.annotation_prefix;
+  std::vector<v1::CheckpointRequest> out;
+  for (const auto& c : running) {
+    auto on_stop = c.annotations.find(p + "/checkpoint-on-stop");
+    if (on_stop == c.annotations.end() || on_stop->second != "true") continue;
+    v1::CheckpointRequest req;
+    req.set_container_id(c.id);
+    // The notice may be withdrawn, and kubelet's own stop (if it comes) checkpoints again:
+    // the job keeps running.
+    req.set_leave_running(true);
+    auto wk = c.annotations.find(p + "/workload-key");
+    if (wk != c.annotations.end()) req.set_workload(wk->second);
+    for (const char* k : {"io.kubernetes.pod.namespace", "io.kubernetes.pod.name",
+                          "io.kubernetes.pod.uid", "io.kubernetes.container.name"}) {
+      auto it = c.labels.find(k);
+      if (it != c.labels.end()) (*req.mutable_labels())[k] = it->second;
+    }
+    (*req.mutable_labels())[p + "/reason"] = reason;
+    out.push_back(std::move(req));
+  }
+  return out;
 }
 
 absl::StatusOr<v1::CheckpointInfo> Engine::Get(const std::string& id) {

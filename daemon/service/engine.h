@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -19,6 +20,8 @@
 #include "gpu/gpu_manager.h"
 #include "journal/journal.h"
 #include "metrics/metrics.h"
+#include "runtime/runtime.h"
+#include "service/container_target.h"
 #include "service/operations.h"
 #include "store/store.h"
 
@@ -36,6 +39,10 @@ struct EngineConfig {
   // Operation log directories kept under state_dir/ops.
   int keep_op_logs = 50;
   pid_t self_pid = 0;
+  // cryo-nsexec, which runs CRIU inside containers (container mode).
+  std::string nsexec_path;
+  // Prefix of the annotations the shim puts on the containers it manages.
+  std::string annotation_prefix = "cryo.dev";
   // Tests only: at named points the engine creates <dir>/<point>.reached and waits for
   // <dir>/<point>.release, so a test can act (kill cryod, kill the job) at that exact moment.
   std::string test_hook_dir;
@@ -48,6 +55,8 @@ struct EngineDeps {
   journal::Journal* journal = nullptr;
   metrics::Metrics* metrics = nullptr;
   const proc::ProcReader* proc = nullptr;
+  // The node's container runtime; null: container mode is refused.
+  runtime::ContainerRuntime* runtime = nullptr;
 };
 
 class Engine {
@@ -60,6 +69,10 @@ class Engine {
 
   absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& req, Operation& op);
   absl::StatusOr<v1::RestoreResult> Restore(const v1::RestoreRequest& req, Operation& op);
+
+  // Checkpoint requests (leave running) for every running container whose pod opted in to
+  // checkpoint-on-stop, labelled with `reason`. FAILED_PRECONDITION without a runtime.
+  absl::StatusOr<std::vector<v1::CheckpointRequest>> OptedInCheckpoints(const std::string& reason);
 
   absl::StatusOr<v1::CheckpointInfo> Get(const std::string& id);
   absl::StatusOr<std::vector<v1::CheckpointInfo>> List(const std::string& workload);
@@ -76,10 +89,24 @@ class Engine {
   void PruneOpLogs();
   void ResumeStopped(const std::vector<journal::Task>& tasks);
   void KillTasks(const std::vector<journal::Task>& tasks);
-  void UnlockNetwork(const std::string& op_dir);
+  void UnlockNetwork(const std::string& op_dir, pid_t container_init);
   absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs,
                                  std::vector<std::string>* args, std::vector<std::string>* env);
-  absl::Status WaitPidsFree(const store::Manifest& m, Operation& op, absl::Duration timeout);
+  // container_init > 0: the pids must be free in that container's pid namespace.
+  absl::Status WaitPidsFree(const store::Manifest& m, Operation& op, absl::Duration timeout,
+                            pid_t container_init);
+
+  // Container mode.
+  absl::StatusOr<ContainerTarget> Container(const std::string& id, ContainerUse use);
+  // Saves the writable layer of a stopped container into dir/container/; returns its files.
+  absl::StatusOr<std::vector<store::ManifestFile>> SaveRootfs(const ContainerTarget& c,
+                                                              const std::string& dir);
+  static nlohmann::json ContainerJson(const ContainerTarget& c, const std::string& runtime_name);
+  absl::Status ExportArchive(const store::Manifest& m, const ContainerTarget& c,
+                             const std::string& dir, const std::string& dump_log,
+                             const std::string& path);
+  // Tells a resuming cryo-init the job's pid (value > 0) or that the restore failed, and why.
+  void TellInit(pid_t init_pid, int value, const std::string& why);
 
   EngineConfig cfg_;
   EngineDeps d_;

@@ -32,21 +32,20 @@ grpc::Status CryoService::Stream(grpc::ServerContext* ctx, Operation& op,
   return ToGrpc(st);
 }
 
-grpc::Status CryoService::RunOperation(grpc::ServerContext* ctx, const std::string& requested_id,
-                                       const std::string& kind, const std::string& target,
-                                       Body body, grpc::ServerWriter<v1::OperationEvent>* w) {
+absl::StatusOr<std::shared_ptr<Operation>> CryoService::StartOperation(
+    const std::string& requested_id, const std::string& kind, const std::string& target,
+    Body body) {
   std::string id = requested_id.empty() ? absl::StrCat(kind.substr(0, 2), "-", RandomHex(8))
                                         : requested_id;
   if (absl::Status s = ValidateCheckpointId(id); !s.ok()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrCat("operation id: ", s.message()));
+    return absl::InvalidArgumentError(absl::StrCat("operation id: ", s.message()));
   }
   auto op = ops_->Start(id, kind, target);
-  if (!op.ok()) return ToGrpc(op.status());
+  if (!op.ok()) return op.status();
   std::shared_ptr<Operation> shared = *op;
   ++workers_;
   if (metrics_) metrics_->SetInFlight(ops_->running_count());
-  // The work runs in its own thread so it finishes even if this caller disconnects.
+  // The work runs in its own thread so it finishes even if its caller disconnects.
   std::thread([this, shared, body = std::move(body), kind] {
     absl::StatusOr<v1::OperationEvent> r = body(*shared);
     absl::Status st = r.ok() ? absl::OkStatus() : r.status();
@@ -57,22 +56,51 @@ grpc::Status CryoService::RunOperation(grpc::ServerContext* ctx, const std::stri
     if (metrics_) metrics_->SetInFlight(ops_->running_count());
     --workers_;
   }).detach();
-  return Stream(ctx, *shared, w);
+  return shared;
+}
+
+grpc::Status CryoService::RunOperation(grpc::ServerContext* ctx, const std::string& requested_id,
+                                       const std::string& kind, const std::string& target,
+                                       Body body, grpc::ServerWriter<v1::OperationEvent>* w) {
+  auto op = StartOperation(requested_id, kind, target, std::move(body));
+  if (!op.ok()) return ToGrpc(op.status());
+  return Stream(ctx, **op, w);
+}
+
+CryoService::Body CryoService::CheckpointBody(const v1::CheckpointRequest& req) {
+  return [this, req](Operation& op) -> absl::StatusOr<v1::OperationEvent> {
+    auto info = engine_->Checkpoint(req, op);
+    if (!info.ok()) return info.status();
+    v1::OperationEvent ev;
+    *ev.mutable_checkpoint() = *info;
+    return ev;
+  };
 }
 
 grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
                                      grpc::ServerWriter<v1::OperationEvent>* w) {
-  v1::CheckpointRequest copy = *req;
-  return RunOperation(
-      ctx, req->operation_id(), "checkpoint", absl::StrCat("pid ", req->pid()),
-      [this, copy](Operation& op) -> absl::StatusOr<v1::OperationEvent> {
-        auto info = engine_->Checkpoint(copy, op);
-        if (!info.ok()) return info.status();
-        v1::OperationEvent ev;
-        *ev.mutable_checkpoint() = *info;
-        return ev;
-      },
-      w);
+  const std::string target = req->container_id().empty()
+                                 ? absl::StrCat("pid ", req->pid())
+                                 : absl::StrCat("container ", req->container_id().substr(0, 13));
+  return RunOperation(ctx, req->operation_id(), "checkpoint", target, CheckpointBody(*req), w);
+}
+
+absl::StatusOr<int> CryoService::CheckpointOptedIn(const std::string& reason) {
+  auto reqs = engine_->OptedInCheckpoints(reason);
+  if (!reqs.ok()) return reqs.status();
+  int started = 0;
+  for (const auto& req : *reqs) {
+    auto op = StartOperation("", "checkpoint",
+                             absl::StrCat("container ", req.container_id().substr(0, 13)),
+                             CheckpointBody(req));
+    if (op.ok()) {
+      ++started;
+    } else {
+      CRYO_LOG(Warning) << "checkpoint of container " << req.container_id() << " (" << reason
+                        << "): " << op.status();
+    }
+  }
+  return started;
 }
 
 grpc::Status CryoService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,

@@ -39,8 +39,18 @@ class CryoService final : public v1::Cryo::Service {
   // Operations still running in their own threads (they outlive their callers).
   int workers() const { return workers_.load(); }
 
+  // Starts a checkpoint (leave running) of every running container whose pod opted in to
+  // checkpoint-on-stop, each as its own operation, in parallel; returns how many started. For
+  // node-wide triggers such as a cloud's termination notice; returns without waiting.
+  absl::StatusOr<int> CheckpointOptedIn(const std::string& reason);
+
  private:
   using Body = std::function<absl::StatusOr<v1::OperationEvent>(Operation&)>;
+  // Registers the operation and runs body on a thread of its own.
+  absl::StatusOr<std::shared_ptr<Operation>> StartOperation(const std::string& requested_id,
+                                                            const std::string& kind,
+                                                            const std::string& target, Body body);
+  Body CheckpointBody(const v1::CheckpointRequest& req);
   grpc::Status RunOperation(grpc::ServerContext* ctx, const std::string& requested_id,
                             const std::string& kind, const std::string& target, Body body,
                             grpc::ServerWriter<v1::OperationEvent>* w);

@@ -41,7 +41,10 @@ bool WaitUntil(const std::function<bool()>& pred, absl::Duration timeout) {
 
 class Init {
  public:
-  Init(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  // own_pid_namespace: cryo-init runs as PID 1 of a new pid namespace (through unshare), as in
+  // a container; needs root.
+  Init(const std::vector<std::string>& args, const std::vector<std::string>& env = {},
+       bool own_pid_namespace = false) {
     int out[2], err[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) return;
     pid_ = fork();
@@ -49,10 +52,16 @@ class Init {
       dup2(out[1], 1);
       dup2(err[1], 2);
       for (const std::string& e : env) putenv(const_cast<char*>(e.c_str()));
-      std::vector<char*> argv = {const_cast<char*>(CRYO_INIT_BINARY)};
+      std::vector<char*> argv;
+      if (own_pid_namespace) {
+        for (const char* a : {"unshare", "--pid", "--fork", "--kill-child"}) {
+          argv.push_back(const_cast<char*>(a));
+        }
+      }
+      argv.push_back(const_cast<char*>(CRYO_INIT_BINARY));
       for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
-      execv(argv[0], argv.data());
+      execvp(argv[0], argv.data());
       _exit(99);
     }
     close(out[1]);
@@ -71,6 +80,15 @@ class Init {
   }
 
   pid_t pid() const { return pid_; }
+
+  // With own_pid_namespace: the host pid of cryo-init (unshare's child); 0 until it runs.
+  pid_t InitPid() {
+    std::ifstream f("/proc/" + std::to_string(pid_) + "/task/" + std::to_string(pid_) +
+                    "/children");
+    pid_t child = 0;
+    f >> child;
+    return child;
+  }
 
   // Next stdout line without the newline; empty at EOF.
   std::string ReadLine() {
@@ -197,11 +215,104 @@ TEST(CryoInitTest, NoCommandIsUsageError) {
   EXPECT_THAT(init.Stderr(), HasSubstr("usage: cryo-init"));
 }
 
-TEST(CryoInitTest, RestoreModeSaysItIsNotImplementedYet) {
-  Init init({"sh", "-c", "echo should-not-run"}, {"CRYO_INIT_RESTORE_FROM=ckpt-1"});
+// cryod's side of the restore protocol: queue CRYO_INIT_SIGNAL with a value.
+bool TellInit(pid_t init, int value) {
+  union sigval v;
+  v.sival_int = value;
+  return sigqueue(init, 40, v) == 0;  // CRYO_INIT_SIGNAL
+}
+
+// Starts `script` in the pid namespace of `init` the way a restore leaves a job: a child of a
+// process that then exits, so the kernel reparents it to the namespace's PID 1. Returns its pid
+// inside the namespace.
+pid_t AdoptIntoNamespace(pid_t init, const std::string& script) {
+  std::string cmd = "nsenter --target " + std::to_string(init) + " --pid -- sh -c '(" + script +
+                    ") >/dev/null 2>&1 & echo $!'";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return 0;
+  int pid = 0;
+  if (fscanf(p, "%d", &pid) != 1) pid = 0;
+  pclose(p);
+  return pid;
+}
+
+// Whether pid waits for signals yet (its mask is set then): one queued earlier would kill it.
+// /proc/<pid>/status cannot tell, the kernel unblocks the waited set during the wait.
+bool BlocksSignals(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/wchan");
+  std::string wchan;
+  f >> wchan;
+  return wchan.find("sigtimedwait") != std::string::npos;
+}
+
+class CryoInitRestoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) {
+      GTEST_SKIP() << "restore-mode tests run cryo-init as PID 1 of a new pid namespace, which "
+                      "needs root; run ctest as root";
+    }
+  }
+};
+
+TEST_F(CryoInitRestoreTest, StartsNothingAndExitsWhenTheRestoreFailed) {
+  Init init({"sh", "-c", "echo should-not-run"}, {"CRYO_INIT_RESTORE_FROM=ckpt-1"}, true);
+  ASSERT_TRUE(WaitUntil([&] { return init.InitPid() > 0; }, absl::Seconds(10)));
+  pid_t pid1 = init.InitPid();
+  ASSERT_TRUE(WaitUntil([&] { return BlocksSignals(pid1); }, absl::Seconds(10)));
+  ASSERT_TRUE(TellInit(pid1, 0));
   EXPECT_EQ(init.Wait(), 125);
+  EXPECT_EQ(init.ReadLine(), "") << "the command of a resuming container must not run";
+  std::string err = init.Stderr();
+  EXPECT_THAT(err, HasSubstr("waiting for the restore of checkpoint ckpt-1"));
+  EXPECT_THAT(err, HasSubstr("the restore of checkpoint ckpt-1 failed"));
+}
+
+TEST_F(CryoInitRestoreTest, SupervisesTheRestoredJobAndExitsWithItsCode) {
+  Init init({"sh", "-c", "echo should-not-run"}, {"CRYO_INIT_RESTORE_FROM=ckpt-2"}, true);
+  ASSERT_TRUE(WaitUntil([&] { return init.InitPid() > 0; }, absl::Seconds(10)));
+  pid_t pid1 = init.InitPid();
+  // A helper that exits on its own (as a failed CRIU helper might) must not count as the job.
+  pid_t helper = AdoptIntoNamespace(pid1, "exit 9");
+  ASSERT_GT(helper, 1);
+  pid_t job = AdoptIntoNamespace(pid1, "sleep 1; exit 42");
+  ASSERT_GT(job, 1);
+  ASSERT_TRUE(WaitUntil([&] { return BlocksSignals(pid1); }, absl::Seconds(10)));
+  ASSERT_TRUE(TellInit(pid1, job));
+  EXPECT_EQ(init.Wait(), 42) << init.Stderr();
   EXPECT_EQ(init.ReadLine(), "");
-  EXPECT_THAT(init.Stderr(), HasSubstr("restore mode is not implemented yet"));
+}
+
+TEST_F(CryoInitRestoreTest, JobThatEndedBeforeTheNewsStillGivesItsCode) {
+  Init init({"true"}, {"CRYO_INIT_RESTORE_FROM=ckpt-3"}, true);
+  ASSERT_TRUE(WaitUntil([&] { return init.InitPid() > 0; }, absl::Seconds(10)));
+  pid_t pid1 = init.InitPid();
+  pid_t job = AdoptIntoNamespace(pid1, "exit 7");
+  ASSERT_GT(job, 1);
+  // Wait until cryo-init has reaped it (no zombie left), then tell.
+  ASSERT_TRUE(WaitUntil([&] {
+    std::ifstream f("/proc/" + std::to_string(pid1) + "/task/" + std::to_string(pid1) +
+                    "/children");
+    std::string c;
+    return !(f >> c);
+  }, absl::Seconds(10)));
+  ASSERT_TRUE(TellInit(pid1, job));
+  EXPECT_EQ(init.Wait(), 7) << init.Stderr();
+}
+
+TEST_F(CryoInitRestoreTest, GivesUpWhenNoRestoreComes) {
+  Init init({"true"}, {"CRYO_INIT_RESTORE_FROM=ckpt-4", "CRYO_INIT_RESTORE_TIMEOUT_S=1"}, true);
+  EXPECT_EQ(init.Wait(), 125);
+  EXPECT_THAT(init.Stderr(), HasSubstr("no restore of checkpoint ckpt-4 came within 1 s"));
+}
+
+TEST_F(CryoInitRestoreTest, StopBeforeTheRestoreEndsItAtOnce) {
+  Init init({"true"}, {"CRYO_INIT_RESTORE_FROM=ckpt-5"}, true);
+  ASSERT_TRUE(WaitUntil([&] { return init.InitPid() > 0; }, absl::Seconds(10)));
+  pid_t pid1 = init.InitPid();
+  ASSERT_TRUE(WaitUntil([&] { return BlocksSignals(pid1); }, absl::Seconds(10)));
+  ASSERT_EQ(kill(pid1, SIGTERM), 0);
+  EXPECT_EQ(init.Wait(), 128 + SIGTERM);
 }
 
 TEST(CryoInitTest, IsStaticallyLinked) {
