@@ -1,5 +1,7 @@
 #include "cri-shim/app.h"
 
+#include <unistd.h>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -81,7 +83,17 @@ StepOutcome StartMetricsEndpointStep(AppState& s) {
 }
 
 StepOutcome StartServerStep(AppState& s) {
-  absl::StatusOr<OwnedMethods> owned = DefaultOwnedMethods({s.options.cryod_socket});
+  HandlerDeps deps;
+  deps.annotation_prefix = s.options.annotation_prefix;
+  deps.init_path = s.options.init_path;
+  deps.cryod = NewCryodClient(s.options.cryod_socket);
+  deps.metrics = s.metrics.get();
+  if (::access(deps.init_path.c_str(), X_OK) != 0) {
+    // Opted-in containers would fail to start; others are unaffected, so serve anyway.
+    CRYO_SHIM_LOG(kWarning, "cryo-init not found at ", deps.init_path,
+                  ": containers of opted-in pods will fail to start (see --init-path)");
+  }
+  absl::StatusOr<OwnedMethods> owned = DefaultOwnedMethods(deps);
   if (!owned.ok()) return StepOutcome::Fatal(std::string(owned.status().message()));
   absl::StatusOr<std::unique_ptr<ShimServer>> server = ShimServer::Create(
       {s.options.listen, s.options.runtime_endpoint}, std::move(*owned), s.metrics.get());

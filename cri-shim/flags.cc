@@ -14,6 +14,10 @@ std::string UsageText() {
          "  --runtime-endpoint ADDR    containerd/CRI-O socket, unix:///path or /path (default\n"
          "                             unix:///run/containerd/containerd.sock)\n"
          "  --cryod-socket PATH        cryod's socket (default /run/cryo/cryod.sock)\n"
+         "  --annotation-prefix P      pod annotations P/checkpoint-on-stop, P/resume, ...\n"
+         "                             (default cryo.dev)\n"
+         "  --init-path PATH           host path of cryo-init, mounted into opted-in containers\n"
+         "                             (default /usr/local/lib/cryo/cryo-init)\n"
          "  --metrics-address H:P      Prometheus endpoint, empty to disable (default "
          "127.0.0.1:9466)\n"
          "  --log-level LEVEL          debug, info, warn or error (default info)\n";
@@ -68,6 +72,10 @@ absl::StatusOr<Options> ParseFlags(const std::vector<std::string>& args) {
       target = &opts.runtime_endpoint;
     } else if (name == "cryod-socket") {
       target = &opts.cryod_socket;
+    } else if (name == "annotation-prefix") {
+      target = &opts.annotation_prefix;
+    } else if (name == "init-path") {
+      target = &opts.init_path;
     } else if (name == "metrics-address") {
       target = &opts.metrics_address;
     } else if (name == "log-level") {
@@ -89,6 +97,14 @@ absl::StatusOr<Options> ParseFlags(const std::vector<std::string>& args) {
     }
   }
   if (opts.listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
+  if (opts.annotation_prefix.empty() || opts.annotation_prefix.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("--annotation-prefix \"",
+                                                   opts.annotation_prefix,
+                                                   "\" must be a non-empty DNS-style prefix"));
+  }
+  if (opts.init_path.empty() || opts.init_path[0] != '/') {
+    return absl::InvalidArgumentError("--init-path must be an absolute path");
+  }
   absl::StatusOr<std::string> listen_path = UnixEndpointPath(opts.listen);
   if (!listen_path.ok()) return listen_path.status();
   opts.listen = *listen_path;

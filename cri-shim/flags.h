@@ -15,8 +15,12 @@ struct Options {
   std::string listen = "/run/cryo/cri-shim.sock";
   // The real runtime: containerd or CRI-O, "unix:///path" or a plain path.
   std::string runtime_endpoint = "unix:///run/containerd/containerd.sock";
-  // cryod's socket; used once checkpoint and restore are wired in.
+  // cryod's socket: checkpoints and restores of opted-in containers go through it.
   std::string cryod_socket = "/run/cryo/cryod.sock";
+  // Prefix of the pod annotations that opt a pod in (see opt_in.h).
+  std::string annotation_prefix = "cryo.dev";
+  // Host path of the static cryo-init that is bind-mounted into opted-in containers.
+  std::string init_path = "/usr/local/lib/cryo/cryo-init";
   // host:port for Prometheus metrics; empty disables them.
   std::string metrics_address = "127.0.0.1:9466";
   LogLevel log_level = LogLevel::kInfo;

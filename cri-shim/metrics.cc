@@ -34,6 +34,10 @@ ShimMetrics::ShimMetrics(std::shared_ptr<prometheus::Registry> registry)
                           .Name("cryo_shim_owned_decisions_total")
                           .Help("What the shim's own handlers did with the calls they own.")
                           .Register(*registry_);
+  container_ops_ = &prometheus::BuildCounter()
+                        .Name("cryo_shim_container_operations_total")
+                        .Help("Checkpoints and restores of containers the shim asked cryod for.")
+                        .Register(*registry_);
   in_flight_ = &prometheus::BuildGauge()
                     .Name("cryo_shim_requests_in_flight")
                     .Help("CRI calls the shim is serving now.")
@@ -73,6 +77,11 @@ prometheus::Counter& ShimMetrics::OwnedDecision(absl::string_view method_label,
                                                 absl::string_view decision) {
   return owned_decisions_->Add(
       {{"method", std::string(method_label)}, {"decision", std::string(decision)}});
+}
+
+prometheus::Counter& ShimMetrics::ContainerOperation(absl::string_view op,
+                                                    absl::string_view result) {
+  return container_ops_->Add({{"op", std::string(op)}, {"result", std::string(result)}});
 }
 
 }  // namespace cryo::shim

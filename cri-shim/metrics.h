@@ -31,6 +31,9 @@ class ShimMetrics {
   prometheus::Counter& RuntimeUnavailable() { return *runtime_unavailable_; }
   // cryo_shim_owned_decisions_total{method,decision}: forward, reply or fail.
   prometheus::Counter& OwnedDecision(absl::string_view method_label, absl::string_view decision);
+  // cryo_shim_container_operations_total{op,result}: op is checkpoint_on_stop, checkpoint_api
+  // or restore; result is ok, failed or skipped (e.g. a forced stop left no time).
+  prometheus::Counter& ContainerOperation(absl::string_view op, absl::string_view result);
 
   prometheus::Registry& registry() { return *registry_; }
 
@@ -41,6 +44,7 @@ class ShimMetrics {
   prometheus::Family<prometheus::Counter>* requests_;
   prometheus::Family<prometheus::Histogram>* latency_;
   prometheus::Family<prometheus::Counter>* owned_decisions_;
+  prometheus::Family<prometheus::Counter>* container_ops_;
   prometheus::Gauge* in_flight_;
   prometheus::Counter* runtime_unavailable_;
 };

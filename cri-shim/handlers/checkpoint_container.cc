@@ -1,10 +1,13 @@
-// CheckpointContainer (kubelet's checkpoint API).
-//
-// To come: resolve the container through the runtime (ContainerStatus verbose: pid, cgroup,
-// namespaces), have cryod checkpoint it GPU-aware and publish it to the store, then write the
-// archive kubelet asked for at request.location() in the format checkpointctl reads. containerd
-// 1.6/1.7 answer Unimplemented, so the shim will never forward this call once that works.
+// CheckpointContainer (kubelet's checkpoint API): containerd 1.6/1.7 answer Unimplemented, so
+// the shim never forwards it. cryod checkpoints the container (GPU-aware, leave running),
+// publishes it to the store and writes the archive kubelet asked for at request.location().
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
+#include "cri-shim/log.h"
+#include "cri-shim/metrics.h"
+#include "cri-shim/opt_in.h"
 
 namespace cryo::shim {
 namespace {
@@ -18,7 +21,51 @@ class CheckpointContainerHandler final
 
  protected:
   Result HandleRequest(CallContext& ctx, const Request& request) override {
-    return ForwardUnchanged{};
+    if (request.container_id().empty()) {
+      return absl::InvalidArgumentError("CheckpointContainer: container_id is required");
+    }
+    auto st = ContainerStatusOf(ctx, request.container_id(), false);
+    if (!st.ok()) {
+      if (absl::IsNotFound(st.status()) || absl::StrContains(st.status().message(), "not found")) {
+        return absl::NotFoundError(
+            absl::StrCat("CheckpointContainer: no container '", request.container_id(), "'"));
+      }
+      return st.status();
+    }
+    const runtime::v1::ContainerStatus& c = st->status();
+    if (c.state() != runtime::v1::CONTAINER_RUNNING) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("CheckpointContainer: container ", c.metadata().name(), " (",
+                       c.id().substr(0, 13), ") is not running",
+                       c.state() == runtime::v1::CONTAINER_EXITED
+                           ? absl::StrCat(" (exited with code ", c.exit_code(), ")")
+                           : ""));
+    }
+    v1::CheckpointRequest req;
+    req.set_container_id(c.id());
+    req.set_leave_running(true);  // kubelet's checkpoint is a copy: the container runs on
+    req.set_export_archive(request.location());
+    req.set_workload(WorkloadOf(c, deps_.annotation_prefix));
+    for (const auto& [k, v] : CheckpointLabels(c, deps_.annotation_prefix, "checkpoint-api")) {
+      (*req.mutable_labels())[k] = v;
+    }
+    absl::Duration budget =
+        request.timeout() > 0 ? absl::Seconds(request.timeout()) : TimeLeft(ctx, absl::Minutes(30));
+    auto r = deps_.cryod->Checkpoint(req, absl::Now() + budget);
+    if (deps_.metrics) {
+      deps_.metrics->ContainerOperation("checkpoint_api", r.ok() ? "ok" : "failed").Increment();
+    }
+    if (!r.ok()) {
+      CRYO_SHIM_LOG(kWarning, "CheckpointContainer ", c.id().substr(0, 13), ": ",
+                    r.status().ToString());
+      return absl::Status(r.status().code(),
+                          absl::StrCat("checkpointing container ", c.metadata().name(), ": ",
+                                       r.status().message()));
+    }
+    CRYO_SHIM_LOG(kInfo, "checkpointed container ", c.metadata().name(), " (", c.id().substr(0, 13),
+                  ") as ", r->checkpoint_id(),
+                  request.location().empty() ? "" : absl::StrCat(", archive ", request.location()));
+    return Response{};
   }
 
  private:

@@ -1,25 +1,164 @@
-// CreateContainer: where opted-in containers get cryo-init.
-//
-// To come: for a pod that opted in (annotations in request.sandbox_config()), mount cryo-init
-// read-only into the container and make it the entrypoint with the original command and args
-// behind it; for a container that is to resume, also tell cryo-init (environment) which
-// checkpoint to have cryod restore. The modified request is sent through
-// ctx.runtime().runtime().CreateContainer with ctx.NewRuntimeContext(). Other pods are
-// forwarded unchanged, byte for byte.
+// CreateContainer: where opted-in containers get cryo-init. For a pod that opted in (see
+// opt_in.h), cryo-init is bind-mounted read-only and becomes the entrypoint with the
+// container's original command behind it; a container that is to resume also gets the
+// checkpoint id in its environment, which makes cryo-init wait for the restore instead of
+// starting the command. The shim's decisions go on the container's annotations. Other pods
+// are forwarded unchanged.
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
+#include "cri-shim/init/cryo_init_protocol.h"
+#include "cri-shim/log.h"
+#include "cri-shim/opt_in.h"
+#include "nlohmann/json.hpp"
 
 namespace cryo::shim {
 namespace {
 
-class CreateContainerHandler final : public UnaryOwnedMethod<runtime::v1::CreateContainerRequest,
-                                                             runtime::v1::CreateContainerResponse> {
+namespace cri = ::runtime::v1;
+
+std::vector<std::string> JsonStrings(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  if (!j.is_array()) return out;
+  for (const auto& v : j) {
+    if (v.is_string()) out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+// What the container would run without the shim: the runtime's rule (command overrides the
+// image's entrypoint, args its cmd), with the image's config from the runtime.
+absl::StatusOr<std::vector<std::string>> EffectiveArgv(CallContext& ctx,
+                                                       const cri::ContainerConfig& config) {
+  std::vector<std::string> command(config.command().begin(), config.command().end());
+  std::vector<std::string> args(config.args().begin(), config.args().end());
+  if (command.empty()) {
+    cri::ImageStatusRequest req;
+    *req.mutable_image() = config.image();
+    req.set_verbose(true);
+    cri::ImageStatusResponse resp;
+    auto rctx = ctx.NewRuntimeContext();
+    grpc::Status s = ctx.runtime().images().ImageStatus(rctx.get(), req, &resp);
+    if (!s.ok()) return FromGrpc(s);
+    nlohmann::json info;
+    if (auto it = resp.info().find("info"); it != resp.info().end()) {
+      info = nlohmann::json::parse(it->second, nullptr, false);
+    }
+    nlohmann::json image_config;
+    if (info.is_object() && info.contains("imageSpec") && info["imageSpec"].is_object()) {
+      image_config = info["imageSpec"].value("config", nlohmann::json::object());
+    }
+    if (!image_config.is_object()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot tell what container ", config.metadata().name(),
+          " runs: no command in its spec and the runtime did not report the config of image ",
+          config.image().image()));
+    }
+    command = JsonStrings(image_config.value("Entrypoint", nlohmann::json()));
+    if (args.empty()) args = JsonStrings(image_config.value("Cmd", nlohmann::json()));
+  }
+  command.insert(command.end(), args.begin(), args.end());
+  if (command.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat("container ", config.metadata().name(),
+                                                      " has no command: neither its spec "
+                                                      "nor image ",
+                                                      config.image().image(), " names one"));
+  }
+  return command;
+}
+
+class CreateContainerHandler final
+    : public UnaryOwnedMethod<cri::CreateContainerRequest, cri::CreateContainerResponse> {
  public:
   explicit CreateContainerHandler(const HandlerDeps& deps)
       : UnaryOwnedMethod("/runtime.v1.RuntimeService/CreateContainer"), deps_(deps) {}
 
  protected:
   Result HandleRequest(CallContext& ctx, const Request& request) override {
-    return ForwardUnchanged{};
+    if (!request.has_config() || !request.has_sandbox_config()) return ForwardUnchanged{};
+    const cri::PodSandboxConfig& pod = request.sandbox_config();
+    const std::string pod_name =
+        absl::StrCat(pod.metadata().namespace_(), "/", pod.metadata().name());
+    OptIn opt =
+        DecideOptIn(deps_.annotation_prefix, {pod.annotations().begin(), pod.annotations().end()},
+                    {pod.labels().begin(), pod.labels().end()}, pod.metadata().namespace_(),
+                    pod.metadata().name(), request.config().metadata().name());
+    if (!opt.managed) return ForwardUnchanged{};
+
+    std::string resume_from;
+    if (opt.resume == "auto") {
+      auto list = deps_.cryod->List(opt.workload);
+      if (!list.ok()) {
+        // Starting fresh would throw away the job's progress: let kubelet retry instead.
+        return absl::UnavailableError(absl::StrCat(
+            "pod ", pod_name, " resumes automatically, but the checkpoints of workload ",
+            opt.workload, " cannot be listed: ", list.status().message()));
+      }
+      for (const auto& ck : *list) {
+        if (ck.kind() == "container") {
+          resume_from = ck.checkpoint_id();
+          break;
+        }
+      }
+    } else if (!opt.resume.empty()) {
+      auto got = deps_.cryod->Get(opt.resume);
+      if (!got.ok()) {
+        if (absl::IsNotFound(got.status())) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "pod ", pod_name, ": annotation ", deps_.annotation_prefix,
+              "/resume names checkpoint '", opt.resume, "', which is not in the checkpoint store"));
+        }
+        return absl::Status(got.status().code(),
+                            absl::StrCat("pod ", pod_name, ": checkpoint '", opt.resume,
+                                         "': ", got.status().message()));
+      }
+      if (got->kind() != "container") {
+        return absl::FailedPreconditionError(absl::StrCat("pod ", pod_name, ": checkpoint '",
+                                                          opt.resume, "' is of a ", got->kind(),
+                                                          ", not of a container"));
+      }
+      resume_from = opt.resume;
+    }
+
+    auto argv = EffectiveArgv(ctx, request.config());
+    if (!argv.ok()) return argv.status();
+    cri::CreateContainerRequest changed = request;
+    cri::ContainerConfig* config = changed.mutable_config();
+    config->clear_command();
+    config->clear_args();
+    config->add_command(CRYO_INIT_CONTAINER_PATH);
+    config->add_command("--");
+    for (const auto& a : *argv) config->add_command(a);
+    cri::Mount* m = config->add_mounts();
+    m->set_container_path(CRYO_INIT_CONTAINER_PATH);
+    m->set_host_path(deps_.init_path);
+    m->set_readonly(true);
+    ManagedKeys keys(deps_.annotation_prefix);
+    auto& ann = *config->mutable_annotations();
+    ann[keys.managed] = "true";
+    ann[keys.workload] = opt.workload;
+    if (opt.checkpoint_on_stop) ann[keys.checkpoint_on_stop] = "true";
+    if (!resume_from.empty()) {
+      ann[keys.resume_from] = resume_from;
+      cri::KeyValue* env = config->add_envs();
+      env->set_key(CRYO_INIT_RESTORE_ENV);
+      env->set_value(resume_from);
+    }
+
+    cri::CreateContainerResponse resp;
+    auto rctx = ctx.NewRuntimeContext();
+    grpc::Status s = ctx.runtime().runtime().CreateContainer(rctx.get(), changed, &resp);
+    if (!s.ok()) return FromGrpc(s);
+    CRYO_SHIM_LOG(kInfo, "created ", request.config().metadata().name(), " of pod ", pod_name,
+                  " under cryo-init (workload ", opt.workload,
+                  opt.checkpoint_on_stop ? ", checkpoint on stop" : "",
+                  resume_from.empty() ? (opt.resume == "auto" ? ", nothing to resume yet" : "")
+                                      : absl::StrCat(", resumes from ", resume_from),
+                  ")");
+    return resp;
   }
 
  private:

@@ -3,6 +3,8 @@
 namespace cryo::shim {
 
 absl::StatusOr<OwnedMethods> DefaultOwnedMethods(const HandlerDeps& deps) {
+  if (deps.cryod == nullptr)
+    return absl::InvalidArgumentError("owned handlers need a cryod client");
   OwnedMethods methods;
   for (auto* factory : {&NewCheckpointContainerHandler, &NewStopContainerHandler,
                         &NewCreateContainerHandler, &NewStartContainerHandler}) {

@@ -1,18 +1,25 @@
-// The CRI calls cryo-cri-shim owns, one source file each. Today each of them forwards; the
-// comments in each file say what it will do once cryod's container mode lands (issue 4).
+// The CRI calls cryo-cri-shim owns, one source file each. Containers of pods that did not opt
+// in (see opt_in.h) pass through unchanged, byte for byte.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "cri-shim/cryod_client.h"
 #include "cri-shim/owned_method.h"
 
 namespace cryo::shim {
 
+class ShimMetrics;
+
 // What owned handlers need from the rest of the node.
 struct HandlerDeps {
-  std::string cryod_socket;  // not dialled yet
+  std::string annotation_prefix = "cryo.dev";
+  // Host path of cryo-init, bind-mounted read-only into opted-in containers.
+  std::string init_path = "/usr/local/lib/cryo/cryo-init";
+  std::shared_ptr<Cryod> cryod;
+  ShimMetrics* metrics = nullptr;  // may be null (tests)
 };
 
 std::unique_ptr<OwnedMethod> NewCheckpointContainerHandler(const HandlerDeps& deps);

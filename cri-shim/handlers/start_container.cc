@@ -1,13 +1,21 @@
-// StartContainer: the restore path.
-//
-// To come: for a container created to resume, forward the start (cryo-init comes up as PID 1 and
-// waits), then have cryod restore the job into the container's namespaces and cgroup; a restore
-// that fails surfaces as a failed start with a clear reason. Other containers are forwarded
-// unchanged.
+// StartContainer: the restore path. A container created to resume is started (its cryo-init
+// comes up and waits), then cryod restores the job into it: its namespaces, cgroups, writable
+// layer and log pipes. A failed restore is a failed start with the reason; cryod has told the
+// waiting cryo-init, which exits, and written why to the container's log. Other containers
+// are forwarded unchanged.
+#include "absl/strings/str_cat.h"
+#include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
+#include "cri-shim/log.h"
+#include "cri-shim/metrics.h"
+#include "cri-shim/opt_in.h"
 
 namespace cryo::shim {
 namespace {
+
+// A restore of tens of GiB of GPU memory takes minutes; kubelet's own deadline is shorter, and
+// when it passes the restore still finishes (kubelet then sees a running container).
+constexpr absl::Duration kRestoreTimeout = absl::Minutes(30);
 
 class StartContainerHandler final : public UnaryOwnedMethod<runtime::v1::StartContainerRequest,
                                                             runtime::v1::StartContainerResponse> {
@@ -17,7 +25,45 @@ class StartContainerHandler final : public UnaryOwnedMethod<runtime::v1::StartCo
 
  protected:
   Result HandleRequest(CallContext& ctx, const Request& request) override {
-    return ForwardUnchanged{};
+    if (request.container_id().empty()) return ForwardUnchanged{};
+    auto st = ContainerStatusOf(ctx, request.container_id(), false);
+    if (!st.ok()) return ForwardUnchanged{};
+    const runtime::v1::ContainerStatus& c = st->status();
+    auto from = c.annotations().find(ManagedKeys(deps_.annotation_prefix).resume_from);
+    if (from == c.annotations().end() || from->second.empty()) return ForwardUnchanged{};
+    const std::string name = absl::StrCat(c.metadata().name(), " (", c.id().substr(0, 13), ")");
+
+    auto rctx = ctx.NewRuntimeContext();
+    Response resp;
+    grpc::Status s = ctx.runtime().runtime().StartContainer(rctx.get(), request, &resp);
+    if (!s.ok()) return FromGrpc(s);
+
+    v1::RestoreRequest req;
+    req.set_checkpoint_id(from->second);
+    req.set_container_id(c.id());
+    const absl::Time t0 = absl::Now();
+    auto r = deps_.cryod->Restore(req, t0 + kRestoreTimeout);
+    if (deps_.metrics)
+      deps_.metrics->ContainerOperation("restore", r.ok() ? "ok" : "failed").Increment();
+    if (!r.ok()) {
+      CRYO_SHIM_LOG(kWarning, "restore of ", from->second, " into ", name,
+                    " failed: ", r.status().ToString());
+      if (absl::IsUnavailable(r.status())) {
+        // cryod never saw the request, so nobody will tell cryo-init: end the container.
+        runtime::v1::StopContainerRequest stop;
+        stop.set_container_id(c.id());
+        stop.set_timeout(0);
+        runtime::v1::StopContainerResponse ignored;
+        auto sctx = ctx.NewRuntimeContext();
+        (void)ctx.runtime().runtime().StopContainer(sctx.get(), stop, &ignored);
+      }
+      return absl::Status(r.status().code(),
+                          absl::StrCat("resuming container ", name, " from checkpoint ",
+                                       from->second, " failed: ", r.status().message()));
+    }
+    CRYO_SHIM_LOG(kInfo, "resumed ", name, " from checkpoint ", from->second, " in ",
+                  absl::FormatDuration(absl::Now() - t0));
+    return resp;
   }
 
  private:

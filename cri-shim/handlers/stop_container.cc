@@ -1,14 +1,20 @@
-// StopContainer: the preemption path.
-//
-// To come: if the container runs and its pod opted in to checkpoint-on-stop, checkpoint it
-// through cryod first, bounded by request.timeout() (the grace period) and the call's deadline;
-// then forward the stop unchanged. A checkpoint that cannot finish in time is abandoned (cryod
-// rolls back), recorded (log, metric, a reason kubelet can show) and the stop proceeds. An
-// exited container is never checkpointed.
+// StopContainer: the preemption path. A running container whose pod asked for
+// checkpoint-on-stop is checkpointed through cryod first, within the stop's grace period; then
+// the stop goes to the runtime unchanged. A checkpoint that fails or runs out of time leaves
+// the job as it was (cryod rolls back) and is recorded: log, metric, and a line in the
+// container's log, which `kubectl logs --previous` shows.
+#include "absl/strings/str_cat.h"
+#include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
+#include "cri-shim/log.h"
+#include "cri-shim/metrics.h"
+#include "cri-shim/opt_in.h"
 
 namespace cryo::shim {
 namespace {
+
+// Kept back from the grace period for the stop itself.
+constexpr absl::Duration kStopMargin = absl::Seconds(1);
 
 class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopContainerRequest,
                                                            runtime::v1::StopContainerResponse> {
@@ -18,6 +24,52 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
 
  protected:
   Result HandleRequest(CallContext& ctx, const Request& request) override {
+    if (request.container_id().empty()) return ForwardUnchanged{};  // the runtime says why
+    auto st = ContainerStatusOf(ctx, request.container_id(), true);
+    if (!st.ok()) return ForwardUnchanged{};
+    const runtime::v1::ContainerStatus& c = st->status();
+    ManagedKeys keys(deps_.annotation_prefix);
+    auto on_stop = c.annotations().find(keys.checkpoint_on_stop);
+    if (on_stop == c.annotations().end() || on_stop->second != "true") return ForwardUnchanged{};
+    // An exited container has nothing left to save.
+    if (c.state() != runtime::v1::CONTAINER_RUNNING) return ForwardUnchanged{};
+    const std::string name = absl::StrCat(c.metadata().name(), " (", c.id().substr(0, 13), ")");
+    const int init_pid = InitPid(*st);
+    absl::Duration budget =
+        std::min(absl::Seconds(request.timeout()), TimeLeft(ctx, absl::InfiniteDuration())) -
+        kStopMargin;
+    if (budget < absl::Seconds(1)) {
+      CRYO_SHIM_LOG(kWarning, "stop of ", name, " with ", request.timeout(),
+                    " s grace: no time to checkpoint it");
+      if (deps_.metrics)
+        deps_.metrics->ContainerOperation("checkpoint_on_stop", "skipped").Increment();
+      WriteToContainerLog(init_pid,
+                          "cryo: stopped without a checkpoint: the stop gave no time "
+                          "for one (grace period too short)");
+      return ForwardUnchanged{};
+    }
+    v1::CheckpointRequest req;
+    req.set_container_id(c.id());
+    req.set_leave_running(false);  // the job ends with its checkpoint, as the stop wants
+    req.set_workload(WorkloadOf(c, deps_.annotation_prefix));
+    for (const auto& [k, v] : CheckpointLabels(c, deps_.annotation_prefix, "preemption")) {
+      (*req.mutable_labels())[k] = v;
+    }
+    const absl::Time t0 = absl::Now();
+    auto r = deps_.cryod->Checkpoint(req, t0 + budget);
+    if (r.ok()) {
+      CRYO_SHIM_LOG(kInfo, "checkpointed ", name, " before its stop as ", r->checkpoint_id(),
+                    " in ", absl::FormatDuration(absl::Now() - t0));
+      if (deps_.metrics) deps_.metrics->ContainerOperation("checkpoint_on_stop", "ok").Increment();
+    } else {
+      CRYO_SHIM_LOG(kWarning, "checkpoint of ", name,
+                    " before its stop failed: ", r.status().ToString(), "; stopping it anyway");
+      if (deps_.metrics) {
+        deps_.metrics->ContainerOperation("checkpoint_on_stop", "failed").Increment();
+      }
+      WriteToContainerLog(
+          init_pid, absl::StrCat("cryo: checkpoint before stop failed: ", r.status().message()));
+    }
     return ForwardUnchanged{};
   }
 

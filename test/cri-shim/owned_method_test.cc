@@ -122,7 +122,9 @@ TEST_F(OwnedMethodTest, HandlerCanCallTheRuntimeWithTheCallsMetadata) {
 }
 
 TEST_F(OwnedMethodTest, DefaultHandlersForwardEveryOwnedCallByteForByte) {
-  absl::StatusOr<OwnedMethods> owned = DefaultOwnedMethods({"/nonexistent/cryod.sock"});
+  HandlerDeps deps;
+  deps.cryod = NewCryodClient("/nonexistent/cryod.sock");
+  absl::StatusOr<OwnedMethods> owned = DefaultOwnedMethods(deps);
   ASSERT_TRUE(owned.ok()) << owned.status();
   for (const char* m :
        {"CheckpointContainer", "StopContainer", "CreateContainer", "StartContainer"}) {

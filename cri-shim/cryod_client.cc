@@ -1,0 +1,90 @@
+#include "cri-shim/cryod_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "cryo/v1/cryo.grpc.pb.h"
+
+namespace cryo::shim {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& socket) {
+  if (s.ok()) return absl::OkStatus();
+  std::string msg = s.error_message();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    msg = absl::StrCat("cryod at ", socket, " is unreachable: ", msg);
+  }
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), msg);
+}
+
+class CryodClient final : public Cryod {
+ public:
+  explicit CryodClient(std::string socket)
+      : socket_(std::move(socket)),
+        stub_(v1::Cryo::NewStub(grpc::CreateChannel(absl::StrCat("unix:", socket_),
+                                                    grpc::InsecureChannelCredentials()))) {}
+
+  absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& req,
+                                                absl::Time deadline) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    auto stream = stub_->Checkpoint(&ctx, req);
+    v1::OperationEvent ev;
+    v1::CheckpointInfo out;
+    while (stream->Read(&ev)) {
+      if (ev.has_checkpoint()) out = ev.checkpoint();
+    }
+    grpc::Status s = stream->Finish();
+    if (!s.ok()) return FromGrpc(s, socket_);
+    return out;
+  }
+
+  absl::StatusOr<v1::RestoreResult> Restore(const v1::RestoreRequest& req,
+                                            absl::Time deadline) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    auto stream = stub_->Restore(&ctx, req);
+    v1::OperationEvent ev;
+    v1::RestoreResult out;
+    while (stream->Read(&ev)) {
+      if (ev.has_restored()) out = ev.restored();
+    }
+    grpc::Status s = stream->Finish();
+    if (!s.ok()) return FromGrpc(s, socket_);
+    return out;
+  }
+
+  absl::StatusOr<v1::CheckpointInfo> Get(const std::string& id) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::GetCheckpointRequest req;
+    req.set_checkpoint_id(id);
+    v1::CheckpointInfo out;
+    grpc::Status s = stub_->GetCheckpoint(&ctx, req, &out);
+    if (!s.ok()) return FromGrpc(s, socket_);
+    return out;
+  }
+
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> List(const std::string& workload) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::ListCheckpointsRequest req;
+    req.set_workload(workload);
+    v1::ListCheckpointsResponse resp;
+    grpc::Status s = stub_->ListCheckpoints(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpc(s, socket_);
+    return std::vector<v1::CheckpointInfo>(resp.checkpoints().begin(), resp.checkpoints().end());
+  }
+
+ private:
+  std::string socket_;
+  std::unique_ptr<v1::Cryo::Stub> stub_;
+};
+
+}  // namespace
+
+std::shared_ptr<Cryod> NewCryodClient(const std::string& socket_path) {
+  return std::make_shared<CryodClient>(socket_path);
+}
+
+}  // namespace cryo::shim

@@ -1,0 +1,78 @@
+#include "cri-shim/handlers/common.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cri-shim/opt_in.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::shim {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+absl::StatusOr<runtime::v1::ContainerStatusResponse> ContainerStatusOf(CallContext& ctx,
+                                                                       const std::string& id,
+                                                                       bool verbose) {
+  runtime::v1::ContainerStatusRequest req;
+  req.set_container_id(id);
+  req.set_verbose(verbose);
+  runtime::v1::ContainerStatusResponse resp;
+  auto rctx = ctx.NewRuntimeContext();
+  grpc::Status s = ctx.runtime().runtime().ContainerStatus(rctx.get(), req, &resp);
+  if (!s.ok()) return FromGrpc(s);
+  return resp;
+}
+
+int InitPid(const runtime::v1::ContainerStatusResponse& r) {
+  auto it = r.info().find("info");
+  if (it == r.info().end()) return 0;
+  nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
+  if (!j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer()) return 0;
+  return j["pid"].get<int>();
+}
+
+std::map<std::string, std::string> CheckpointLabels(const runtime::v1::ContainerStatus& c,
+                                                    const std::string& prefix,
+                                                    const std::string& reason) {
+  std::map<std::string, std::string> out;
+  for (const char* k : {"io.kubernetes.pod.namespace", "io.kubernetes.pod.name",
+                        "io.kubernetes.pod.uid", "io.kubernetes.container.name"}) {
+    auto it = c.labels().find(k);
+    if (it != c.labels().end()) out[k] = it->second;
+  }
+  if (!out.count("io.kubernetes.container.name")) {
+    out["io.kubernetes.container.name"] = c.metadata().name();
+  }
+  out[prefix + "/reason"] = reason;
+  return out;
+}
+
+std::string WorkloadOf(const runtime::v1::ContainerStatus& c, const std::string& prefix) {
+  auto wk = c.annotations().find(ManagedKeys(prefix).workload);
+  if (wk != c.annotations().end() && !wk->second.empty()) return wk->second;
+  StringMap labels(c.labels().begin(), c.labels().end());
+  return DefaultWorkloadKey(labels, labels["io.kubernetes.pod.namespace"],
+                            labels["io.kubernetes.pod.name"], c.metadata().name());
+}
+
+void WriteToContainerLog(int init_pid, const std::string& line) {
+  if (init_pid <= 0) return;
+  int fd =
+      ::open(absl::StrCat("/proc/", init_pid, "/fd/2").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  std::string l = line + "\n";
+  (void)!::write(fd, l.data(), l.size());
+  ::close(fd);
+}
+
+absl::Duration TimeLeft(const CallContext& ctx, absl::Duration fallback) {
+  if (ctx.deadline() == std::chrono::system_clock::time_point::max()) return fallback;
+  return absl::FromChrono(ctx.deadline()) - absl::Now();
+}
+
+}  // namespace cryo::shim

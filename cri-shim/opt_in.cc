@@ -1,0 +1,52 @@
+#include "cri-shim/opt_in.h"
+
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace cryo::shim {
+namespace {
+
+std::string Get(const StringMap& m, const std::string& key) {
+  auto it = m.find(key);
+  return it == m.end() ? "" : std::string(absl::StripAsciiWhitespace(it->second));
+}
+
+}  // namespace
+
+std::string DefaultWorkloadKey(const StringMap& pod_labels, const std::string& pod_namespace,
+                               const std::string& pod_name, const std::string& container_name) {
+  std::string owner = Get(pod_labels, "batch.kubernetes.io/job-name");
+  if (owner.empty()) owner = Get(pod_labels, "job-name");
+  if (owner.empty()) owner = pod_name;
+  return absl::StrCat(pod_namespace, ".", owner, ".", container_name);
+}
+
+OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
+                  const StringMap& pod_labels, const std::string& pod_namespace,
+                  const std::string& pod_name, const std::string& container_name) {
+  OptIn o;
+  const std::string stop =
+      absl::AsciiStrToLower(Get(pod_annotations, prefix + "/checkpoint-on-stop"));
+  o.checkpoint_on_stop = stop == "true" || stop == "1" || stop == "yes";
+  o.resume = Get(pod_annotations, prefix + "/resume");
+  if (!o.checkpoint_on_stop && o.resume.empty()) return o;
+  const std::string only = Get(pod_annotations, prefix + "/containers");
+  if (!only.empty()) {
+    bool listed = false;
+    for (absl::string_view c : absl::StrSplit(only, ',', absl::SkipWhitespace())) {
+      if (absl::StripAsciiWhitespace(c) == container_name) listed = true;
+    }
+    if (!listed) return OptIn{};
+  }
+  o.managed = true;
+  std::string key = Get(pod_annotations, prefix + "/workload");
+  o.workload = key.empty() ? DefaultWorkloadKey(pod_labels, pod_namespace, pod_name, container_name)
+                           : absl::StrCat(key, ".", container_name);
+  return o;
+}
+
+}  // namespace cryo::shim
