@@ -47,5 +47,33 @@ TEST(Config, ClearErrors) {
   EXPECT_NE(Usage().find("--pid-wait-timeout-ms"), std::string::npos);
 }
 
+TEST(Config, TerminationKeys) {
+  auto c = Load({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->termination_providers.empty()) << "off by default";
+  EXPECT_EQ(c->termination_poll_ms, 1000);
+  EXPECT_EQ(c->termination_aws_url, "http://169.254.169.254");
+
+  TempDir d;
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/c.json",
+                                  R"({"termination_providers": ["gce", "azure"],
+                                      "termination_azure_vm_name": "vm-a"})")
+                  .ok());
+  c = Load({"--config", d.path + "/c.json", "--termination-poll-ms=250"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->termination_providers, (std::vector<std::string>{"gce", "azure"}));
+  EXPECT_EQ(c->termination_poll_ms, 250);
+  EXPECT_EQ(c->termination_azure_vm_name, "vm-a");
+  c = Load({"--termination-providers", "aws,gce"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->termination_providers, (std::vector<std::string>{"aws", "gce"}));
+
+  EXPECT_EQ(Load({"--termination-providers", "aws,oracle"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Load({"--termination-poll-ms", "0"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(Usage().find("--termination-azure-url"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cryo::cryod

@@ -1,0 +1,77 @@
+#pragma once
+
+// The HTTP the metadata endpoints need: plain http to a link-local address, a request or two per
+// poll, tiny bodies. HttpClient is the seam the providers are tested through; SocketHttpClient
+// is a small HTTP/1.1 client over a TCP socket (no libcurl: nothing here needs TLS, redirects or
+// proxies, and a metadata request must never go through a proxy from the environment).
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace cryo::termination {
+
+struct HttpRequest {
+  std::string method = "GET";
+  std::string url;  // http://HOST[:PORT]/PATH[?QUERY]
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // names lower-cased
+  std::string body;
+
+  // The header's value, or "" when absent; `name` lower-case.
+  std::string Header(const std::string& name) const;
+};
+
+class HttpClient {
+ public:
+  virtual ~HttpClient() = default;
+  // Any HTTP status is a response; an error means no (complete) response: UNAVAILABLE (refused,
+  // reset, truncated, malformed), DEADLINE_EXCEEDED (timeout), INVALID_ARGUMENT (bad URL),
+  // CANCELLED (after Shutdown()).
+  virtual absl::StatusOr<HttpResponse> Send(const HttpRequest& request) = 0;
+  // Ends the request in flight at once and fails every later one with CANCELLED, so the owner
+  // can stop without waiting for a timeout.
+  virtual void Shutdown() = 0;
+};
+
+// An error for an answer the caller cannot use: "GET URL: HTTP 403: <start of body>".
+// 5xx are UNAVAILABLE, 401/403 PERMISSION_DENIED, other statuses FAILED_PRECONDITION.
+absl::Status HttpStatusError(const HttpRequest& request, const HttpResponse& response);
+
+struct HttpUrl {
+  std::string host;       // without brackets for IPv6
+  std::string port;       // "80" when not given
+  std::string authority;  // host[:port] as written, for the Host header
+  std::string target;     // path and query, "/" at least
+};
+absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url);
+
+class SocketHttpClient : public HttpClient {
+ public:
+  // `timeout` bounds each request as a whole (resolve excepted: host names go through
+  // getaddrinfo, so configure IP literals where that matters; every default URL is one).
+  static absl::StatusOr<std::unique_ptr<SocketHttpClient>> Create(absl::Duration timeout);
+  ~SocketHttpClient() override;
+
+  absl::StatusOr<HttpResponse> Send(const HttpRequest& request) override;
+  void Shutdown() override;
+
+ private:
+  SocketHttpClient(int cancel_fd, absl::Duration timeout)
+      : cancel_fd_(cancel_fd), timeout_(timeout) {}
+
+  const int cancel_fd_;  // eventfd, readable once Shutdown() ran
+  const absl::Duration timeout_;
+};
+
+}  // namespace cryo::termination
