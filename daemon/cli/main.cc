@@ -1,6 +1,5 @@
 // cryo: command-line client of cryod for people on a node (and, with -o json, for scripts).
 
-#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "api/checkpoint_json.h"
 #include "cli/output.h"
 #include "cryo/v1/cryo.grpc.pb.h"
 #include "nlohmann/json.hpp"
@@ -83,14 +83,8 @@ std::string CodeName(grpc::StatusCode c) {
   return i >= 0 && i <= 16 ? names[i] : absl::StrCat(i);
 }
 
-std::string ToJson(const google::protobuf::Message& m) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions o;
-  o.add_whitespace = true;
-  o.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
-  return out;
-}
+// The same JSON as cryod's HTTP API and kubectl-checkpoint print.
+std::string ToJson(const google::protobuf::Message& m) { return api::MessageToJson(m); }
 
 int Fail(const Global& g, const std::string& what, const grpc::Status& s) {
   std::string msg = s.error_message();

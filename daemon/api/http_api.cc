@@ -1,0 +1,68 @@
+#include "api/http_api.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/time/time.h"
+#include "api/checkpoint_json.h"
+#include "common/ids.h"
+
+namespace cryo::api {
+namespace {
+
+constexpr char kJson[] = "application/json";
+
+int HttpCode(absl::StatusCode c) {
+  switch (c) {
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+absl::Time CreatedAt(const v1::CheckpointInfo& c) {
+  absl::Time t;
+  std::string err;
+  return absl::ParseTime(absl::RFC3339_full, c.created_at(), &t, &err) ? t : absl::InfinitePast();
+}
+
+metrics::HttpResponse List(const CheckpointReader& reader, const metrics::HttpRequest& req) {
+  auto list = reader.list(req.Param("workload"));
+  if (!list.ok()) return ErrorResponse(list.status());
+  // The store already lists newest first; sorting here keeps the promise for any reader.
+  std::stable_sort(list->begin(), list->end(),
+                   [](const v1::CheckpointInfo& a, const v1::CheckpointInfo& b) {
+                     return CreatedAt(a) > CreatedAt(b);
+                   });
+  return {200, kJson, CheckpointsToJson(*list).dump(2) + "\n"};
+}
+
+metrics::HttpResponse Get(const CheckpointReader& reader, const std::string& id) {
+  // Ids are directory names in the store: refuse anything else before it gets near a path.
+  if (absl::Status s = ValidateCheckpointId(id); !s.ok()) return ErrorResponse(s);
+  auto c = reader.get(id);
+  if (!c.ok()) return ErrorResponse(c.status());
+  return {200, kJson, CheckpointToJson(*c).dump(2) + "\n"};
+}
+
+}  // namespace
+
+metrics::HttpResponse ErrorResponse(const absl::Status& s) {
+  std::string code = absl::AsciiStrToLower(absl::StatusCodeToString(s.code()));
+  return {HttpCode(s.code()), kJson, ErrorJson(code, s.message()).dump(2) + "\n"};
+}
+
+void AddCheckpointRoutes(CheckpointReader reader, metrics::HttpRoutes& routes) {
+  routes.Prefix(kCheckpointsPath, [reader = std::move(reader)](const metrics::HttpRequest& req) {
+    if (req.rest.empty()) return List(reader, req);
+    return Get(reader, req.rest);
+  });
+}
+
+}  // namespace cryo::api

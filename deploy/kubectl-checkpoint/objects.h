@@ -1,0 +1,100 @@
+#pragma once
+
+// What the plugin computes from Kubernetes objects and cryod's checkpoints, without any I/O:
+// container choice, cryo pods, merged checkpoint lists, the resume pod and workload patch,
+// and the human formats. Everything here is unit-tested directly.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::kubectl {
+
+using nlohmann::json;
+
+// Labels of checkpoints taken through the CRI shim (kubelet's container labels).
+inline constexpr char kPodNamespaceLabel[] = "io.kubernetes.pod.namespace";
+inline constexpr char kPodNameLabel[] = "io.kubernetes.pod.name";
+inline constexpr char kContainerNameLabel[] = "io.kubernetes.container.name";
+// The cryo DaemonSet's pods (chart: app.kubernetes.io/name=cryo), and cryod's port.
+inline constexpr char kCryoPodSelector[] = "app.kubernetes.io/name=cryo";
+inline constexpr char kCryodPortName[] = "http";
+inline constexpr int kDefaultCryodPort = 9464;
+// cryod's read-only HTTP API (daemon/api/http_api.h).
+inline constexpr char kCryodCheckpointsPath[] = "/v1/checkpoints";
+
+// The string at `pointer` ("/spec/nodeName"), or "" when absent or not a string.
+std::string Str(const json& j, const std::string& pointer);
+// A number, or the decimal string protobuf's JSON uses for 64-bit fields; 0 otherwise.
+uint64_t U64(const json& v);
+
+// The container to checkpoint: `wanted` when given (must exist), else the only one, else the
+// pod's kubectl.kubernetes.io/default-container. Errors name the pod's containers.
+absl::StatusOr<std::string> PickContainer(const json& pod, const std::string& wanted);
+// Why the container is not running ("waiting: CrashLoopBackOff"), or "" when it runs.
+std::string NotRunningReason(const json& pod, const std::string& container);
+
+struct CryoPod {
+  std::string name;
+  std::string node;
+  std::string phase;
+  int port = kDefaultCryodPort;
+  bool running = false;  // phase Running: cryod can answer through the pod proxy
+};
+// The cryo pods of a PodList, with cryod's port (the port named "http" of container "cryod",
+// else of any container).
+std::vector<CryoPod> CryoPodsFromList(const json& pod_list);
+
+// Where a checkpoint was taken, from its labels ("" when it has none).
+struct PodRef {
+  std::string namespace_name;
+  std::string pod;
+  std::string container;
+  std::string ToString() const;  // "ns/pod/container", "-" when unknown
+};
+PodRef SourceOf(const json& checkpoint);
+
+// Checkpoint arrays from several cryods merged by checkpoint_id (nodes may share a store),
+// newest first.
+json MergeCheckpoints(const std::vector<json>& lists);
+
+struct ResumePodOptions {
+  std::string checkpoint_id;
+  std::string name;            // "" -> <source>-r-<random>
+  std::string node;            // "" -> the scheduler picks
+  std::string namespace_name;  // "" -> the source's
+  std::string container;       // the checkpointed container ("" when unknown)
+  std::string prefix = "cryo.dev";
+};
+// A new Pod that resumes `source` (a Pod, or a workload with spec.template) from a checkpoint:
+// its labels and annotations minus those controllers and the server set, the resume
+// annotation, and its spec without the node binding and fields only the server may set.
+absl::StatusOr<json> BuildResumePod(const json& source, const ResumePodOptions& o);
+
+// The annotations that make cryo resume a container from `id`.
+json ResumeAnnotations(const std::string& prefix, const std::string& id,
+                       const std::string& container);
+
+// "job/train", "deploy/web", "statefulsets.apps/db" -> the kubectl resource and name.
+struct WorkloadRef {
+  std::string resource;  // "job", "deployment" or "statefulset"
+  std::string name;
+};
+absl::StatusOr<WorkloadRef> ParseWorkload(const std::string& s);
+// JSON merge patch putting the resume annotations on the workload's pod template.
+json WorkloadResumePatch(const std::string& prefix, const std::string& id,
+                         const std::string& container);
+
+std::string RandomSuffix(int n);
+std::string HumanBytes(uint64_t n);
+// kubectl's style: 45s, 12m, 5h, 3d.
+std::string HumanAge(absl::Duration d);
+// Columns padded to their widest cell, separated by three spaces (kubectl get's look).
+std::string Table(const std::vector<std::vector<std::string>>& rows);
+absl::Time ParseRfc3339(const std::string& s);  // InfinitePast when unparsable
+
+}  // namespace cryo::kubectl

@@ -1,0 +1,175 @@
+#include "api/http_api.h"
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include "api/checkpoint_json.h"
+#include "gtest/gtest.h"
+#include "http_test_util.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::api {
+namespace {
+
+v1::CheckpointInfo Info(const std::string& id, const std::string& created, uint64_t size) {
+  v1::CheckpointInfo c;
+  c.set_checkpoint_id(id);
+  c.set_workload("ml.train.worker");
+  c.set_node_name("node-a");
+  c.set_created_at(created);
+  c.set_root_pid(42);
+  c.set_size_bytes(size);
+  c.set_file_count(3);
+  c.set_kind("container");
+  (*c.mutable_labels())["io.kubernetes.pod.name"] = "train-0";
+  (*c.mutable_stage_ms())["dump"] = 80;
+  return c;
+}
+
+// Stands in for the engine: canned answers, and what it was asked.
+struct FakeEngine {
+  std::vector<v1::CheckpointInfo> stored;
+  absl::Status fail;
+  std::vector<std::string> asked;
+
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> List(const std::string& workload) {
+    asked.push_back("list:" + workload);
+    if (!fail.ok()) return fail;
+    return stored;
+  }
+  absl::StatusOr<v1::CheckpointInfo> Get(const std::string& id) {
+    asked.push_back("get:" + id);
+    if (!fail.ok()) return fail;
+    for (const auto& c : stored) {
+      if (c.checkpoint_id() != id) continue;
+      v1::CheckpointInfo full = c;
+      auto* f = full.add_files();
+      f->set_path("images/pages-1.img");
+      f->set_size(4096);
+      f->set_checksum("xxh64:00ff");
+      full.set_manifest_json(R"({"format": "cryo.checkpoint/v1", "id": ")" + id +
+                             R"(", "source": {"kernel": "6.18.0"}})");
+      return full;
+    }
+    return absl::NotFoundError("checkpoint '" + id + "' not found");
+  }
+};
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    engine_.stored = {Info("old-1", "2026-11-01T10:00:00Z", 1024),
+                      Info("new-2", "2026-11-02T10:00:00Z", 2048)};
+    metrics::HttpRoutes routes;
+    AddCheckpointRoutes(ReaderOver(&ready_), routes);
+    auto s = metrics::HttpServer::Create("127.0.0.1:0", std::move(routes));
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+    ready_.store(&engine_);
+  }
+
+  // GET, checking the content type; returns the code and fills `json` with the parsed body.
+  int Get(const std::string& target, nlohmann::json* json) {
+    std::string r = HttpGet(server_->port(), target);
+    EXPECT_EQ(HttpHeader(r, "Content-Type"), "application/json") << r;
+    *json = nlohmann::json::parse(HttpBody(r), nullptr, false);
+    EXPECT_FALSE(json->is_discarded()) << r;
+    return HttpCode(r);
+  }
+
+  FakeEngine engine_;
+  std::atomic<FakeEngine*> ready_{nullptr};
+  std::unique_ptr<metrics::HttpServer> server_;
+};
+
+TEST_F(HttpApiTest, ListsNewestFirstAsTheCliPrintsThem) {
+  nlohmann::json j;
+  ASSERT_EQ(Get("/v1/checkpoints", &j), 200);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 2u);
+  EXPECT_EQ(j[0]["checkpoint_id"], "new-2");
+  EXPECT_EQ(j[1]["checkpoint_id"], "old-1");
+  // Each element is the CLI's JSON of the same CheckpointInfo (64-bit numbers as strings).
+  EXPECT_EQ(j[0], nlohmann::json::parse(MessageToJson(engine_.stored[1])));
+  EXPECT_EQ(j[0]["size_bytes"], "2048");
+  EXPECT_EQ(j[0]["labels"]["io.kubernetes.pod.name"], "train-0");
+  EXPECT_FALSE(j[0].contains("manifest"));
+  EXPECT_EQ(engine_.asked, std::vector<std::string>{"list:"});
+}
+
+TEST_F(HttpApiTest, ListPassesTheWorkloadFilter) {
+  nlohmann::json j;
+  ASSERT_EQ(Get("/v1/checkpoints?workload=ml.train%2Bx.worker", &j), 200);
+  EXPECT_EQ(engine_.asked, std::vector<std::string>{"list:ml.train+x.worker"});
+}
+
+TEST_F(HttpApiTest, GetHasFilesAndTheManifestAsAnObject) {
+  nlohmann::json j;
+  ASSERT_EQ(Get("/v1/checkpoints/old-1", &j), 200);
+  EXPECT_EQ(j["checkpoint_id"], "old-1");
+  ASSERT_EQ(j["files"].size(), 1u);
+  EXPECT_EQ(j["files"][0]["path"], "images/pages-1.img");
+  EXPECT_EQ(j["files"][0]["size"], "4096");
+  EXPECT_EQ(j["manifest"]["source"]["kernel"], "6.18.0");
+  EXPECT_FALSE(j.contains("manifest_json"));
+  EXPECT_EQ(engine_.asked, std::vector<std::string>{"get:old-1"});
+}
+
+TEST_F(HttpApiTest, UnknownIdIsA404JsonError) {
+  nlohmann::json j;
+  ASSERT_EQ(Get("/v1/checkpoints/nope", &j), 404);
+  EXPECT_EQ(j["error"]["code"], "not_found");
+  EXPECT_EQ(j["error"]["message"], "checkpoint 'nope' not found");
+}
+
+TEST_F(HttpApiTest, UnsafeIdsAreRefusedBeforeTheEngine) {
+  nlohmann::json j;
+  for (const char* target : {"/v1/checkpoints/..", "/v1/checkpoints/a%2F..%2F..%2Fetc",
+                             "/v1/checkpoints/a/b", "/v1/checkpoints/-rf"}) {
+    ASSERT_EQ(Get(target, &j), 400) << target;
+    EXPECT_EQ(j["error"]["code"], "invalid_argument") << target;
+  }
+  EXPECT_TRUE(engine_.asked.empty());
+}
+
+TEST_F(HttpApiTest, EngineErrorsMapToHttpCodes) {
+  engine_.fail = absl::InternalError("store unreadable");
+  nlohmann::json j;
+  ASSERT_EQ(Get("/v1/checkpoints", &j), 500);
+  EXPECT_EQ(j["error"]["code"], "internal");
+  EXPECT_EQ(j["error"]["message"], "store unreadable");
+}
+
+TEST_F(HttpApiTest, UnavailableUntilTheEngineExists) {
+  ready_.store(nullptr);
+  nlohmann::json j;
+  ASSERT_EQ(Get("/v1/checkpoints", &j), 503);
+  EXPECT_EQ(j["error"]["code"], "unavailable");
+  ASSERT_EQ(Get("/v1/checkpoints/old-1", &j), 503);
+  EXPECT_TRUE(engine_.asked.empty());
+  ready_.store(&engine_);
+  ASSERT_EQ(Get("/v1/checkpoints/old-1", &j), 200);
+}
+
+TEST(CheckpointJsonTest, KeepsAnUnparsableManifestAsText) {
+  v1::CheckpointInfo c;
+  c.set_checkpoint_id("x");
+  c.set_manifest_json("{broken");
+  nlohmann::json j = CheckpointToJson(c);
+  EXPECT_EQ(j["manifest_json"], "{broken");
+  EXPECT_FALSE(j.contains("manifest"));
+}
+
+TEST(CheckpointJsonTest, MessageToJsonUsesProtoFieldNames) {
+  v1::CheckpointInfo c;
+  c.set_checkpoint_id("x");
+  c.set_root_pid(7);
+  EXPECT_EQ(nlohmann::json::parse(MessageToJson(c, false)),
+            nlohmann::json({{"checkpoint_id", "x"}, {"root_pid", 7}}));
+  EXPECT_EQ(ErrorJson("not_found", "m"),
+            nlohmann::json({{"error", {{"code", "not_found"}, {"message", "m"}}}}));
+}
+
+}  // namespace
+}  // namespace cryo::api
