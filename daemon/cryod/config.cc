@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -74,6 +75,19 @@ Key Bool(const char* name, const char* help, bool Config::*field) {
           }};
 }
 
+absl::Status SetTerminationProviders(Config& c, const std::vector<std::string>& names,
+                                     const std::string& given) {
+  c.termination_providers.clear();
+  for (std::string n : names) {
+    n = std::string(absl::StripAsciiWhitespace(n));
+    if (n != "gce" && n != "aws" && n != "azure") {
+      return Bad("termination_providers", given, "a list of gce, aws, azure");
+    }
+    c.termination_providers.push_back(n);
+  }
+  return absl::OkStatus();
+}
+
 const std::vector<Key>& Keys() {
   static const std::vector<Key> keys = {
       Str("socket", "unix socket of the gRPC API (0600, root only)", &Config::socket),
@@ -103,6 +117,43 @@ const std::vector<Key>& Keys() {
           &Config::gpu_thp_during_checkpoint),
       Int("shutdown_grace_s", "on SIGTERM, how long running operations may take to finish",
           &Config::shutdown_grace_s),
+      Str("runtime_endpoint",
+          "container mode: CRI socket of containerd or CRI-O (unix:///path); empty: off",
+          &Config::runtime_endpoint),
+      Str("nsexec", "cryo-nsexec binary (default: next to cryod)", &Config::nsexec),
+      Str("annotation_prefix", "prefix of the pod annotations of opted-in pods",
+          &Config::annotation_prefix),
+      {"termination_providers",
+       "comma-separated clouds whose node termination notices trigger checkpoints of every "
+       "opted-in container (gce, aws, azure); empty: off",
+       [](Config& c, const std::string& v) {
+         return SetTerminationProviders(c, absl::StrSplit(v, ',', absl::SkipEmpty()), v);
+       },
+       [](Config& c, const nlohmann::json& j) {
+         // An array, or the same comma-separated string as the flag.
+         std::vector<std::string> names;
+         if (j.is_string()) {
+           names = absl::StrSplit(j.get<std::string>(), ',', absl::SkipEmpty());
+         } else if (j.is_array()) {
+           for (const auto& n : j) {
+             if (!n.is_string()) return Bad("termination_providers", j.dump(), "a list of clouds");
+             names.push_back(n.get<std::string>());
+           }
+         } else {
+           return Bad("termination_providers", j.dump(), "a list of clouds");
+         }
+         return SetTerminationProviders(c, names, j.dump());
+       }},
+      Int("termination_poll_ms", "how often the termination notice endpoints are polled",
+          &Config::termination_poll_ms),
+      Str("termination_gce_url", "GCE metadata instance/ directory (preempted, maintenance-event)",
+          &Config::termination_gce_url),
+      Str("termination_aws_url", "AWS instance metadata service (IMDSv2, IMDSv1 fallback)",
+          &Config::termination_aws_url),
+      Str("termination_azure_url", "Azure Scheduled Events URL", &Config::termination_azure_url),
+      Str("termination_azure_vm_name",
+          "this VM's name in Azure Scheduled Events (default: from the instance metadata)",
+          &Config::termination_azure_vm_name),
       {"allowed_uids", "comma-separated uids allowed on the socket (default 0)",
        [](Config& c, const std::string& v) {
          c.allowed_uids.clear();
@@ -175,6 +226,15 @@ std::string Usage() {
       {"gpu_thp_during_checkpoint", ""},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},
+      {"runtime_endpoint", ""},
+      {"nsexec", "<dir of cryod>/cryo-nsexec"},
+      {"annotation_prefix", d.annotation_prefix},
+      {"termination_providers", ""},
+      {"termination_poll_ms", std::to_string(d.termination_poll_ms)},
+      {"termination_gce_url", d.termination_gce_url},
+      {"termination_aws_url", d.termination_aws_url},
+      {"termination_azure_url", d.termination_azure_url},
+      {"termination_azure_vm_name", "<from the instance metadata>"},
       {"gpu_plugins", ""}};
   for (const auto& k : Keys()) {
     std::string flag = k.name;
@@ -238,6 +298,9 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);
     c.node_name = host[0] ? host : "node";
+  }
+  if (c.termination_poll_ms <= 0) {
+    return absl::InvalidArgumentError("termination_poll_ms must be positive");
   }
   for (const std::string* p : {&c.socket, &c.state_dir, &c.store}) {
     if (p->empty() || (*p)[0] != '/') {

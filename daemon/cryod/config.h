@@ -31,6 +31,21 @@ struct Config {
   // device-to-host copies; node-wide while a checkpoint runs). Empty leaves THP alone.
   std::string gpu_thp_during_checkpoint;
   int shutdown_grace_s = 120;
+  // Container mode: CRI socket of containerd or CRI-O (unix:///path); empty: processes only.
+  std::string runtime_endpoint;
+  // cryo-nsexec (empty: next to the cryod binary).
+  std::string nsexec;
+  // Prefix of the pod annotations of opted-in pods, as the shim uses it.
+  std::string annotation_prefix = "cryo.dev";
+  // Node termination notices (daemon/termination): clouds whose metadata endpoints are polled
+  // (gce, aws, azure); empty: off. The URLs are the clouds' link-local defaults.
+  std::vector<std::string> termination_providers;
+  int termination_poll_ms = 1000;
+  std::string termination_gce_url = "http://169.254.169.254/computeMetadata/v1/instance/";
+  std::string termination_aws_url = "http://169.254.169.254";
+  std::string termination_azure_url =
+      "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01";
+  std::string termination_azure_vm_name;  // empty: learned from the instance metadata
 };
 
 // Parses argv (flags override the file). --help prints usage and returns CANCELLED.

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
@@ -14,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "api/http_api.h"
 #include "common/fs.h"
 #include "common/log.h"
 #include "common/proc.h"
@@ -25,6 +27,8 @@
 #include "journal/journal.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics.h"
+#include "runtime/runtime.h"
+#include "termination/watcher.h"
 #include "prometheus/text_serializer.h"
 #include "service/engine.h"
 #include "service/grpc_service.h"
@@ -41,14 +45,18 @@ struct State {
   std::unique_ptr<store::CheckpointStore> store;
   std::unique_ptr<journal::Journal> journal;
   std::unique_ptr<gpu::GpuManager> gpu;
+  std::unique_ptr<runtime::ContainerRuntime> runtime;
   std::unique_ptr<metrics::Metrics> metrics;
   std::unique_ptr<metrics::HttpServer> http;
   proc::ProcReader proc;
   std::unique_ptr<service::Engine> engine;
+  // The engine as the HTTP API thread sees it: set once it has recovered.
+  std::atomic<service::Engine*> api_engine{nullptr};
   service::OperationRegistry ops;
   std::unique_ptr<service::CryoService> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<UnixListener> listener;
+  std::unique_ptr<termination::TerminationWatcher> termination;
   sigset_t signals;
 };
 
@@ -58,6 +66,15 @@ struct Step {
   const char* name;
   std::function<Result(State&)> run;
 };
+
+// A helper binary installed beside cryod.
+std::string SiblingBinary(const std::string& name) {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return name;
+  std::string self(buf, n);
+  return self.substr(0, self.rfind('/') + 1) + name;
+}
 
 Result Fatal(const char* what, const absl::Status& s) {
   CRYO_LOG(Error) << what << ": " << s;
@@ -153,23 +170,38 @@ const std::vector<Step>& StartSteps() {
          if (st.config.metrics_address.empty()) return Result::kOk;
          auto registry = st.metrics->registry();
          store::CheckpointStore* store = st.store.get();
-         auto http = metrics::HttpServer::Create(
-             st.config.metrics_address,
-             {{"/metrics",
-               [registry] {
-                 prometheus::TextSerializer ser;
-                 return metrics::HttpResponse{200, "text/plain; version=0.0.4",
-                                              ser.Serialize(registry->Collect())};
-               }},
-              {"/healthz", [store] {
-                 absl::Status s = store->CheckWritable();
-                 if (!s.ok()) return metrics::HttpResponse{503, "text/plain", s.ToString() + "\n"};
-                 return metrics::HttpResponse{200, "text/plain", "ok\n"};
-               }}});
+         metrics::HttpRoutes routes;
+         routes.Exact("/metrics", [registry] {
+           prometheus::TextSerializer ser;
+           return metrics::HttpResponse{200, "text/plain; version=0.0.4",
+                                        ser.Serialize(registry->Collect())};
+         });
+         routes.Exact("/healthz", [store] {
+           absl::Status s = store->CheckWritable();
+           if (!s.ok()) return metrics::HttpResponse{503, "text/plain", s.ToString() + "\n"};
+           return metrics::HttpResponse{200, "text/plain", "ok\n"};
+         });
+         // The engine comes later (step "recover"): the API answers 503 until then.
+         api::AddCheckpointRoutes(api::ReaderOver(&st.api_engine), routes);
+         auto http = metrics::HttpServer::Create(st.config.metrics_address, std::move(routes));
          if (!http.ok()) return Fatal("metrics endpoint", http.status());
          st.http = std::move(*http);
          CRYO_LOG(Info) << "metrics on " << st.config.metrics_address << " (port "
                         << st.http->port() << ")";
+         return Result::kOk;
+       }},
+      {"runtime",
+       [](State& st) {
+         if (st.config.runtime_endpoint.empty()) {
+           CRYO_LOG(Info) << "no runtime_endpoint: container mode off";
+           return Result::kOk;
+         }
+         auto rt = runtime::ConnectCri(st.config.runtime_endpoint, absl::Seconds(10));
+         if (!rt.ok()) return Fatal("runtime_endpoint", rt.status());
+         st.runtime = std::move(*rt);
+         // The runtime may come up after cryod: its state is asked per operation.
+         CRYO_LOG(Info) << "container runtime at " << st.runtime->endpoint() << ": "
+                        << st.runtime->name();
          return Result::kOk;
        }},
       {"recover",
@@ -182,12 +214,17 @@ const std::vector<Step>& StartSteps() {
          ec.incomplete_ttl = absl::Seconds(st.config.incomplete_ttl_s);
          ec.retention_keep = st.config.retention_keep;
          ec.self_pid = ::getpid();
+         ec.nsexec_path = st.config.nsexec.empty() ? SiblingBinary("cryo-nsexec")
+                                                   : st.config.nsexec;
+         ec.annotation_prefix = st.config.annotation_prefix;
          if (const char* h = ::getenv("CRYOD_TEST_HOOK_DIR")) ec.test_hook_dir = h;
          service::EngineDeps deps{st.store.get(), st.criu.get(),    st.gpu.get(),
-                                  st.journal.get(), st.metrics.get(), &st.proc};
+                                  st.journal.get(), st.metrics.get(), &st.proc,
+                                  st.runtime.get()};
          st.engine = std::make_unique<service::Engine>(ec, deps);
          auto s = st.engine->Recover();
          if (!s.ok()) return Fatal("journal recovery", s);
+         st.api_engine.store(st.engine.get(), std::memory_order_release);
          return Result::kOk;
        }},
       {"serve",
@@ -206,6 +243,39 @@ const std::vector<Step>& StartSteps() {
                         << " (node " << st.config.node_name << ")";
          return Result::kOk;
        }},
+      {"termination",
+       [](State& st) {
+         if (st.config.termination_providers.empty()) return Result::kOk;
+         if (!st.runtime) {
+           CRYO_LOG(Warning) << "termination_providers set but no runtime_endpoint: notices "
+                                "cannot checkpoint containers; not watching";
+           return Result::kOk;
+         }
+         termination::WatcherConfig wc;
+         wc.providers = st.config.termination_providers;
+         wc.poll_interval = absl::Milliseconds(st.config.termination_poll_ms);
+         wc.gce_url = st.config.termination_gce_url;
+         wc.aws_url = st.config.termination_aws_url;
+         wc.azure_url = st.config.termination_azure_url;
+         wc.azure_vm_name = st.config.termination_azure_vm_name;
+         service::CryoService* service = st.service.get();
+         auto w = termination::TerminationWatcher::CreateFromConfig(
+             wc, [service](const termination::Notice& n) {
+               CRYO_LOG(Warning) << "termination notice from " << n.provider << " (" << n.kind
+                                 << ", " << n.detail << "): checkpointing opted-in containers";
+               // Containers already being checkpointed refuse a second one; that is fine.
+               auto started = service->CheckpointOptedIn("termination-notice");
+               if (!started.ok()) {
+                 CRYO_LOG(Error) << "termination notice: " << started.status();
+               } else {
+                 CRYO_LOG(Info) << "termination notice: " << *started << " checkpoints started";
+               }
+             });
+         if (!w.ok()) return Fatal("termination notices", w.status());
+         st.termination = std::move(*w);
+         if (auto s = st.termination->Start(); !s.ok()) return Fatal("termination notices", s);
+         return Result::kOk;
+       }},
       {"wait",
        [](State& st) {
          int sig = 0;
@@ -219,6 +289,7 @@ const std::vector<Step>& StartSteps() {
 
 void Teardown(State& st) {
   // Stop taking new work, let running operations end (bounded), then close everything.
+  st.termination.reset();
   st.listener.reset();
   if (st.service) {
     const absl::Time deadline = absl::Now() + absl::Seconds(st.config.shutdown_grace_s);
