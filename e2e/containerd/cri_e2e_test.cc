@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "e2e/containerd/cri_client.h"
 #include "e2e/containerd/e2e_world.h"
+#include "e2e/containerd/fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -22,48 +23,6 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-
-class ContainerdE2e : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (geteuid() != 0) return;
-    absl::StatusOr<std::unique_ptr<E2eWorld>> world = E2eWorld::Create({"node-a", "node-b"});
-    if (!world.ok()) {
-      setup_error_ = new std::string(world.status().ToString());
-      return;
-    }
-    world_ = world->release();
-  }
-
-  static void TearDownTestSuite() {
-    delete world_;
-    world_ = nullptr;
-  }
-
-  void SetUp() override {
-    if (geteuid() != 0) {
-      GTEST_SKIP() << "containerd e2e tests need root (private containerd instances, runc, "
-                      "mounts); run ctest as root";
-    }
-    ASSERT_EQ(setup_error_, nullptr) << *setup_error_;
-    ASSERT_NE(world_, nullptr);
-  }
-
-  E2eWorld& world() { return *world_; }
-
-  static E2eWorld* world_;
-  static std::string* setup_error_;
-};
-
-E2eWorld* ContainerdE2e::world_ = nullptr;
-std::string* ContainerdE2e::setup_error_ = nullptr;
-
-// Removes a pod and everything in it, ignoring errors (cleanup on failed assertions).
-void RemovePodQuietly(CriClient& client, const std::string& pod_id) {
-  if (pod_id.empty()) return;
-  (void)client.StopPodSandbox(pod_id);
-  (void)client.RemovePodSandbox(pod_id);
-}
 
 // absl::Status back into gRPC's shape for RunLifecycle's records.
 grpc::Status FromGrpcBack(const absl::Status& st) {

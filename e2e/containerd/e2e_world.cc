@@ -82,10 +82,13 @@ std::string E2eTempRoot() {
 absl::StatusOr<std::unique_ptr<ShimProcess>> ShimProcess::Start(const std::string& binary,
                                                                 const std::string& listen,
                                                                 const std::string& runtime,
-                                                                const std::string& log_file) {
-  absl::StatusOr<pid_t> pid = Spawn({binary, "--listen", listen, "--runtime-endpoint", runtime,
-                                     "--metrics-address", "", "--log-level", "info"},
-                                    log_file, {});
+                                                                const std::string& log_file,
+                                                                const std::string& cryod_socket) {
+  std::vector<std::string> argv = {binary, "--listen", listen, "--runtime-endpoint", runtime,
+                                   "--metrics-address", "", "--log-level", "info",
+                                   "--init-path", CRYO_INIT_BINARY};
+  if (!cryod_socket.empty()) argv.insert(argv.end(), {"--cryod-socket", cryod_socket});
+  absl::StatusOr<pid_t> pid = Spawn(argv, log_file, {});
   if (!pid.ok()) return pid.status();
   auto shim = std::unique_ptr<ShimProcess>(new ShimProcess(*pid, listen, log_file));
   if (!WaitUntil([&] { return !shim->Alive() || SocketAccepts(listen); }, absl::Seconds(30)) ||
@@ -148,9 +151,15 @@ absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std
   }
   for (const std::string& node : nodes) {
     if (absl::Status st = world->StartNode(node); !st.ok()) return st;
+    absl::StatusOr<std::unique_ptr<Cryod>> cryod = Cryod::Start(
+        absl::StrCat(world->dir_, "/", node), world->store(), node,
+        {"--runtime-endpoint", absl::StrCat("unix://", world->NodeSocket(node))});
+    if (!cryod.ok()) return cryod.status();
+    world->cryods_[node] = std::move(*cryod);
     absl::StatusOr<std::unique_ptr<ShimProcess>> shim =
         ShimProcess::Start(CRYO_SHIM_BINARY, world->ShimSocket(node), world->NodeSocket(node),
-                           absl::StrCat(world->dir_, "/shim-", node, ".log"));
+                           absl::StrCat(world->dir_, "/shim-", node, ".log"),
+                           world->cryods_[node]->socket());
     if (!shim.ok()) return shim.status();
     world->shims_[node] = std::move(*shim);
   }
@@ -160,6 +169,7 @@ absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std
 E2eWorld::~E2eWorld() {
   for (auto& [node, shim] : shims_) (void)shim->Stop();
   shims_.clear();
+  cryods_.clear();  // stops them
   if (absl::Status st = RunNodeScript({"clean", dir_}); !st.ok()) {
     fprintf(stderr, "e2e cleanup failed: %s\n", std::string(st.message()).c_str());
   }

@@ -1,5 +1,7 @@
 // The world of the containerd e2e tests: a private temp dir with two containerd 1.6 "nodes"
-// (node-a, node-b, via node.sh) and a cryo-cri-shim in front of each.
+// (node-a, node-b, via node.sh), each with a cryod in container mode on its containerd and a
+// cryo-cri-shim in front of it that talks to that cryod. The cryods share one store
+// directory: the "shared storage" both nodes mount.
 #pragma once
 
 #include <sys/types.h>
@@ -11,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "harness.h"
 
 namespace cryo::e2e {
 
@@ -20,7 +23,8 @@ class ShimProcess {
   static absl::StatusOr<std::unique_ptr<ShimProcess>> Start(const std::string& binary,
                                                             const std::string& listen,
                                                             const std::string& runtime,
-                                                            const std::string& log_file);
+                                                            const std::string& log_file,
+                                                            const std::string& cryod_socket = "");
   ~ShimProcess();
 
   // Still running (not exited, not killed)?
@@ -53,6 +57,9 @@ class E2eWorld {
   std::string NodeSocket(const std::string& node) const;
   std::string ShimSocket(const std::string& node) const;
   ShimProcess& shim(const std::string& node) { return *shims_.at(node); }
+  Cryod& cryod(const std::string& node) { return *cryods_.at(node); }
+  // The checkpoint store both nodes' cryods use.
+  std::string store() const { return dir_ + "/store"; }
   // Pod cgroup parent and log dir that node.sh cleans up.
   std::string CgroupParent(const std::string& node) const;
   std::string PodLogDir(const std::string& node, const std::string& pod) const;
@@ -65,6 +72,7 @@ class E2eWorld {
   absl::Status RunNodeScript(const std::vector<std::string>& args);
 
   std::string dir_;
+  std::map<std::string, std::unique_ptr<Cryod>> cryods_;
   std::map<std::string, std::unique_ptr<ShimProcess>> shims_;
 };
 

@@ -1,0 +1,400 @@
+// Container mode end to end, with real parts: two containerd 1.6 nodes, a cryod on each in
+// container mode, the shim in front of each, one shared store, and a CRI client doing what
+// kubelet does. Opted-in pods are checkpointed (kubelet's checkpoint API, preemption stops)
+// and resumed on the other node; everything else is left alone. Needs root.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "container/archive.h"
+#include "e2e/containerd/cri_client.h"
+#include "e2e/containerd/fixture.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "test/daemon/termination/test_http_server.h"
+
+namespace cryo::e2e {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+// The job: counts, logs each tick, appends it to a file it keeps open in its writable layer,
+// and exits 42 once /tmp/stop exists.
+const std::vector<std::string> kCounter = {
+    "sh", "-c",
+    "i=0; exec 3>>/tmp/ticks; while :; do i=$((i+1)); echo \"tick $i\"; echo $i >&3; "
+    "if [ -e /tmp/stop ]; then exit 42; fi; sleep 0.1; done"};
+
+// The ticks a counter wrote to its CRI log ("tick N" lines), in order.
+std::vector<int> Ticks(const std::string& log_path) {
+  std::vector<int> out;
+  auto lines = ReadCriLog(log_path);
+  if (!lines.ok()) return out;
+  for (const auto& l : *lines) {
+    absl::string_view t = l.text;
+    int n;
+    if (absl::ConsumePrefix(&t, "tick ") && absl::SimpleAtoi(t, &n)) out.push_back(n);
+  }
+  return out;
+}
+
+class ContainerModeE2e : public ContainerdE2e {
+ protected:
+  struct Pod {
+    std::string pod_id;
+    std::string ctr_id;
+    std::string log_path;
+    cri::PodSandboxConfig config;
+  };
+
+  // Runs a pod (one container "counter") on `node` through that node's shim. The pod is a
+  // Job's pod: label job-name, so replacement pods share the default workload key.
+  absl::StatusOr<Pod> RunPod(const std::string& node, const std::string& name,
+                             const std::map<std::string, std::string>& annotations,
+                             const std::vector<std::string>& command = kCounter,
+                             bool start = true) {
+    CriClient& shim = Shim(node);
+    Pod p;
+    const std::string log_dir = world().PodLogDir(node, name);
+    p.config = MakePodConfig(name, absl::StrCat("uid-", name), log_dir, world().CgroupParent(node));
+    (*p.config.mutable_labels())["batch.kubernetes.io/job-name"] = "trainer";
+    for (const auto& [k, v] : annotations) (*p.config.mutable_annotations())[k] = v;
+    auto pod_id = shim.RunPodSandbox(p.config);
+    if (!pod_id.ok()) return pod_id.status();
+    p.pod_id = *pod_id;
+    pods_.push_back({node, p.pod_id});
+    cri::ContainerConfig config = MakeContainerConfig("counter", command);
+    // kubelet labels every container with its pod.
+    for (const char* k :
+         {"io.kubernetes.pod.name", "io.kubernetes.pod.namespace", "io.kubernetes.pod.uid"}) {
+      (*config.mutable_labels())[k] = p.config.labels().at(k);
+    }
+    auto ctr = shim.CreateContainer(p.pod_id, config, p.config);
+    if (!ctr.ok()) return ctr.status();
+    p.ctr_id = *ctr;
+    p.log_path = absl::StrCat(log_dir, "/counter.log");
+    if (start) {
+      if (absl::Status s = shim.StartContainer(p.ctr_id); !s.ok()) return s;
+    }
+    return p;
+  }
+
+  CriClient& Shim(const std::string& node) {
+    auto it = clients_.find(node);
+    if (it == clients_.end()) {
+      it = clients_.emplace(node, std::make_unique<CriClient>(world().ShimSocket(node))).first;
+    }
+    return *it->second;
+  }
+
+  bool WaitTicks(const Pod& p, size_t n) {
+    return WaitUntil([&] { return Ticks(p.log_path).size() >= n; }, absl::Seconds(60));
+  }
+
+  std::vector<v1::CheckpointInfo> Checkpoints(const std::string& workload) {
+    std::vector<v1::CheckpointInfo> out;
+    for (const auto& c : world().cryod("node-a").List()) {
+      if (c.workload() == workload) out.push_back(c);
+    }
+    return out;
+  }
+
+  absl::StatusOr<cri::ExecSyncResponse> Exec(const std::string& node, const std::string& id,
+                                             const std::string& script) {
+    cri::ExecSyncRequest req;
+    req.set_container_id(id);
+    for (const char* a : {"sh", "-c"}) req.add_cmd(a);
+    req.add_cmd(script);
+    req.set_timeout(20);
+    cri::ExecSyncResponse resp;
+    grpc::Status st =
+        Shim(node).Call(Shim(node).runtime(), &cri::RuntimeService::Stub::ExecSync, req, &resp);
+    if (!st.ok()) return FromGrpc(st);
+    return resp;
+  }
+
+  void TearDown() override {
+    for (const auto& [node, pod] : pods_) RemovePodQuietly(Shim(node), pod);
+    for (const auto& c : world().cryod("node-a").List()) {
+      v1::DeleteCheckpointRequest req;
+      req.set_checkpoint_id(c.checkpoint_id());
+      v1::DeleteCheckpointResponse resp;
+      grpc::ClientContext ctx;
+      (void)world().cryod("node-a").stub().DeleteCheckpoint(&ctx, req, &resp);
+    }
+  }
+
+  std::map<std::string, std::unique_ptr<CriClient>> clients_;
+  std::vector<std::pair<std::string, std::string>> pods_;
+};
+
+const std::string kWorkload = "cryo-e2e.trainer.counter";
+
+TEST_F(ContainerModeE2e, CheckpointContainerWritesKubeletArchiveAndTheContainerRunsOn) {
+  auto p = RunPod("node-a", "ckpt-api", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(WaitTicks(*p, 5));
+
+  const std::string archive = absl::StrCat(world().dir(), "/kubelet/checkpoints/ckpt-api.tar");
+  cri::CheckpointContainerRequest req;
+  req.set_container_id(p->ctr_id);
+  req.set_location(archive);
+  cri::CheckpointContainerResponse resp;
+  CriClient& shim = Shim("node-a");
+  grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req,
+                              &resp, absl::Minutes(2));
+  ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
+
+  // The archive is what checkpointctl reads.
+  auto names = container::ListArchive(archive);
+  ASSERT_TRUE(names.ok()) << names.status();
+  for (const char* want : {"config.dump", "spec.dump", "checkpoint/inventory.img",
+                           "rootfs-diff.tar", "deleted.files", "dump.log"}) {
+    EXPECT_THAT(*names, Contains(want));
+  }
+  auto config = container::ReadArchiveFile(archive, "config.dump");
+  ASSERT_TRUE(config.ok());
+  nlohmann::json cj = nlohmann::json::parse(*config);
+  EXPECT_EQ(cj["id"], p->ctr_id);
+  EXPECT_EQ(cj["name"], "counter");
+  EXPECT_EQ(cj["rootfsImageName"], kBusyboxImage);
+  auto spec = container::ReadArchiveFile(archive, "spec.dump");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_EQ(nlohmann::json::parse(*spec)["annotations"]["io.kubernetes.cri.container-name"],
+            "counter");
+
+  // Published in the store with the pod's facts, and the job runs on.
+  auto list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].kind(), "container");
+  EXPECT_EQ(list[0].labels().at("cryo.dev/reason"), "checkpoint-api");
+  EXPECT_EQ(list[0].labels().at("io.kubernetes.pod.name"), "ckpt-api");
+  EXPECT_TRUE(list[0].leave_running());
+  const size_t before = Ticks(p->log_path).size();
+  EXPECT_TRUE(WaitTicks(*p, before + 5)) << "the container stopped counting";
+  auto status = shim.ContainerStatus(p->ctr_id);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->state(), cri::CONTAINER_RUNNING);
+  std::vector<int> ticks = Ticks(p->log_path);
+  for (size_t i = 0; i < ticks.size(); ++i) ASSERT_EQ(ticks[i], static_cast<int>(i) + 1);
+}
+
+TEST_F(ContainerModeE2e, PreemptedContainerResumesOnAnotherNodeWhereItLeftOff) {
+  auto a = RunPod("node-a", "trainer-1", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(WaitTicks(*a, 10));
+
+  // Preemption: kubelet stops the container with the pod's grace period.
+  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  auto stopped = Shim("node-a").ContainerStatus(a->ctr_id);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->state(), cri::CONTAINER_EXITED);
+  auto list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 1u) << "the stop did not leave a checkpoint";
+  EXPECT_EQ(list[0].labels().at("cryo.dev/reason"), "preemption");
+  EXPECT_EQ(list[0].node_name(), "node-a");
+  EXPECT_FALSE(list[0].leave_running());
+  std::vector<int> old_ticks = Ticks(a->log_path);
+  ASSERT_FALSE(old_ticks.empty());
+  const int last = old_ticks.back();
+
+  // The replacement pod of the same Job, on the other node, resumes automatically.
+  auto b = RunPod("node-b", "trainer-2", {{"cryo.dev/checkpoint-on-stop", "true"},
+                                          {"cryo.dev/resume", "auto"}});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto running = Shim("node-b").ContainerStatus(b->ctr_id);
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->state(), cri::CONTAINER_RUNNING);
+  EXPECT_EQ(running->annotations().at("cryo.dev/resume-from"), list[0].checkpoint_id());
+  ASSERT_TRUE(WaitTicks(*b, 5));
+  std::vector<int> new_ticks = Ticks(b->log_path);
+  // The counter goes on from where it was checkpointed, not from 1, in the new pod's log.
+  EXPECT_EQ(new_ticks.front(), last + 1);
+  for (size_t i = 1; i < new_ticks.size(); ++i) EXPECT_EQ(new_ticks[i], new_ticks[i - 1] + 1);
+
+  // Its writable layer came along: the file it keeps open holds every tick so far.
+  auto lines = Exec("node-b", b->ctr_id, "wc -l < /tmp/ticks");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  int n = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(lines->stdout()), &n)) << lines->stdout();
+  EXPECT_GE(n, last + 5);
+
+  // When the job ends, its exit code is the container's.
+  ASSERT_TRUE(Exec("node-b", b->ctr_id, "touch /tmp/stop").ok());
+  auto done = Shim("node-b").WaitContainer(
+      b->ctr_id, [](const cri::ContainerStatus& s) { return s.state() == cri::CONTAINER_EXITED; },
+      absl::Seconds(30));
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->state(), cri::CONTAINER_EXITED);
+  EXPECT_EQ(done->exit_code(), 42);
+}
+
+TEST_F(ContainerModeE2e, PodsThatDoNotOptInAreLeftAlone) {
+  auto p = RunPod("node-a", "plain", {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(WaitTicks(*p, 3));
+  CriClient direct(world().NodeSocket("node-a"));
+  cri::ContainerStatusRequest req;
+  req.set_container_id(p->ctr_id);
+  req.set_verbose(true);
+  cri::ContainerStatusResponse resp;
+  ASSERT_TRUE(direct.Call(direct.runtime(), &cri::RuntimeService::Stub::ContainerStatus, req, &resp)
+                  .ok());
+  EXPECT_EQ(resp.status().annotations().count("cryo.dev/managed"), 0u);
+  nlohmann::json info = nlohmann::json::parse(resp.info().at("info"));
+  EXPECT_EQ(info["runtimeSpec"]["process"]["args"], nlohmann::json(kCounter))
+      << "the command of a pod that did not opt in was changed";
+  // Its stop is a plain stop: no checkpoint.
+  ASSERT_TRUE(Shim("node-a").StopContainer(p->ctr_id, 10).ok());
+  EXPECT_TRUE(Checkpoints(kWorkload).empty());
+}
+
+TEST_F(ContainerModeE2e, CheckpointContainerRefusesUnknownAndExitedContainers) {
+  CriClient& shim = Shim("node-a");
+  auto call = [&](const std::string& id) {
+    cri::CheckpointContainerRequest req;
+    req.set_container_id(id);
+    req.set_location(absl::StrCat(world().dir(), "/unused.tar"));
+    cri::CheckpointContainerResponse resp;
+    return shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req, &resp);
+  };
+  grpc::Status st = call("");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+  st = call("no-such-container");
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
+
+  auto p = RunPod("node-a", "exited", {{"cryo.dev/checkpoint-on-stop", "true"}},
+                  {"sh", "-c", "exit 3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto done = shim.WaitContainer(
+      p->ctr_id, [](const cri::ContainerStatus& s) { return s.state() == cri::CONTAINER_EXITED; });
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->exit_code(), 3) << "cryo-init must pass the job's exit code on";
+  st = call(p->ctr_id);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("not running"));
+  // Stopping an exited container checkpoints nothing.
+  EXPECT_TRUE(shim.StopContainer(p->ctr_id, 10).ok());
+  EXPECT_TRUE(Checkpoints(kWorkload).empty());
+  EXPECT_NE(::access(absl::StrCat(world().dir(), "/unused.tar").c_str(), F_OK), 0)
+      << "a refused checkpoint must not leave an archive";
+}
+
+TEST_F(ContainerModeE2e, ResumeFromAMissingCheckpointFailsTheCreateWithTheReason) {
+  auto p = RunPod("node-b", "resume-missing", {{"cryo.dev/resume", "no-such-checkpoint"}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition) << p.status();
+  EXPECT_THAT(p.status().message(), HasSubstr("'no-such-checkpoint'"));
+  EXPECT_THAT(p.status().message(), HasSubstr("not in the checkpoint store"));
+  // The node goes on as before.
+  auto q = RunPod("node-b", "after-missing", {});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(WaitTicks(*q, 2));
+}
+
+TEST_F(ContainerModeE2e, ResumeFromADamagedCheckpointFailsTheStartAndSaysWhichFile) {
+  auto a = RunPod("node-a", "damaged-src", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(WaitTicks(*a, 3));
+  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  auto list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 1u);
+  const std::string id = list[0].checkpoint_id();
+  // Flip one byte of the memory image in the shared store.
+  const std::string pages = absl::StrCat(world().store(), "/checkpoints/", id, "/images/pages-1.img");
+  {
+    std::fstream f(pages, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << pages;
+    f.seekg(100);
+    char c = 0;
+    f.read(&c, 1);
+    c ^= 0x5a;
+    f.seekp(100);
+    f.write(&c, 1);
+  }
+
+  auto b = RunPod("node-b", "damaged-dst", {{"cryo.dev/resume", id}}, kCounter, /*start=*/false);
+  ASSERT_TRUE(b.ok()) << b.status();
+  absl::Status started = Shim("node-b").StartContainer(b->ctr_id);
+  ASSERT_FALSE(started.ok());
+  EXPECT_EQ(started.code(), absl::StatusCode::kDataLoss) << started;
+  EXPECT_THAT(started.message(), HasSubstr("pages-1.img"));
+  // The container ends with cryo-init's code and the reason is in its log.
+  auto done = Shim("node-b").WaitContainer(
+      b->ctr_id, [](const cri::ContainerStatus& s) { return s.state() == cri::CONTAINER_EXITED; });
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->exit_code(), 125);
+  auto log = ReadCriLog(b->log_path);
+  ASSERT_TRUE(log.ok());
+  std::string all;
+  for (const auto& l : *log) all += l.text + "\n";
+  EXPECT_THAT(all, HasSubstr(absl::StrCat("cryo: restore of checkpoint ", id, " failed")));
+  EXPECT_THAT(all, HasSubstr("pages-1.img"));
+  EXPECT_EQ(Ticks(b->log_path).size(), 0u) << "a failed restore must not start the job afresh";
+  // Nothing else broke: node-b still runs pods.
+  auto q = RunPod("node-b", "after-damaged", {});
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(WaitTicks(*q, 2));
+}
+
+TEST_F(ContainerModeE2e, TerminationNoticeCheckpointsOptedInContainersAndTheyRunOn) {
+  auto opted = RunPod("node-a", "notice", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(opted.ok()) << opted.status();
+  auto plain = RunPod("node-a", "notice-plain", {});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  ASSERT_TRUE(WaitTicks(*opted, 3));
+
+  // GCE's metadata server, as the node sees it before and after the preemption notice.
+  std::atomic<bool> preempted{false};
+  auto gce = termination::TestHttpServer::Start([&](const termination::TestRequest& r) {
+    termination::TestResponse resp;
+    if (r.Header("metadata-flavor") != "Google") {
+      resp.status = 403;
+      return resp;
+    }
+    if (r.Path() == "/computeMetadata/v1/instance/preempted") {
+      resp.body = preempted ? "TRUE" : "FALSE";
+    } else if (r.Path() == "/computeMetadata/v1/instance/maintenance-event") {
+      resp.body = "NONE";
+    } else {
+      resp.status = 404;
+    }
+    return resp;
+  });
+  ASSERT_NE(gce, nullptr);
+  auto watcher = Cryod::Start(
+      absl::StrCat(world().dir(), "/node-a"), world().store(), "node-a-watch",
+      {"--runtime-endpoint", absl::StrCat("unix://", world().NodeSocket("node-a")),
+       "--termination-providers", "gce", "--termination-poll-ms", "100",
+       "--termination-gce-url", absl::StrCat(gce->base(), "/computeMetadata/v1/instance/")});
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  ASSERT_TRUE(WaitUntil([&] { return gce->requests() >= 6; }, absl::Seconds(30)));
+  EXPECT_TRUE(Checkpoints(kWorkload).empty()) << "checkpointed without a notice";
+
+  preempted = true;
+  ASSERT_TRUE(WaitUntil([&] { return !Checkpoints(kWorkload).empty(); }, absl::Seconds(60)))
+      << "no checkpoint after the notice; cryod log:\n" << (*watcher)->log();
+  auto list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 1u) << "only the opted-in container is checkpointed";
+  EXPECT_EQ(list[0].labels().at("cryo.dev/reason"), "termination-notice");
+  EXPECT_EQ(list[0].labels().at("io.kubernetes.pod.name"), "notice");
+  EXPECT_EQ(list[0].node_name(), "node-a-watch");
+  EXPECT_TRUE(list[0].leave_running());
+  // The notice may be withdrawn: the job runs on until kubelet stops it.
+  const size_t ticks = Ticks(opted->log_path).size();
+  EXPECT_TRUE(WaitTicks(*opted, ticks + 5));
+}
+
+}  // namespace
+}  // namespace cryo::e2e
