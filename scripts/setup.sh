@@ -22,13 +22,18 @@ PKGS=(
   # project libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   nlohmann-json3-dev prometheus-cpp-dev libzstd-dev libxxhash-dev libssl-dev
+  libarchive-dev  # container mode: writable-layer diffs and kubelet checkpoint archives
   libgtest-dev libgmock-dev libbenchmark-dev
   # CRIU's build deps (what Debian's criu build-depends on, minus docs)
   libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnet1-dev libcap-dev libbsd-dev
   libgnutls28-dev libnftables-dev libaio-dev uuid-dev python3-protobuf python3 libdrm-dev
   # runtime for the container tests
   containerd runc iproute2 nftables busybox-static procps
+  # Helm chart render and type check (scripts/check-chart.sh): Go + sprig, K8s API types
+  golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev python3-kubernetes
 )
+# ... and a kubectl, Debian's unless one is installed already (two would clash on /usr/bin/kubectl).
+command -v kubectl >/dev/null || PKGS+=(kubernetes-client)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Renders the Helm chart (charts/cryo) offline and type-checks every object it produces, for the
+# default values and each value set in charts/cryo/ci/; checks the plain manifests in
+# deploy/manifests the same way and that they still equal the chart's render. No helm, no
+# cluster: deploy/chart-render (Go text/template + Debian's sprig, Helm's glue) renders, then
+#   1. kubectl create --dry-run=client --validate=false -o json: parses every document and maps
+#      its apiVersion/kind (against an offline discovery cache written below; kubectl has no
+#      server here). This step alone does not type-check bodies: kubectl keeps them unstructured.
+#   2. kubecheck.py objects: every field against the Kubernetes API types (python3-kubernetes),
+#      required fields, references inside the release, cryod.json keys and shim flags against
+#      their sources.
+#   3. kubectl set image --local: decodes the workloads into kubectl's compiled-in Go types
+#      (a newer API than step 2); kubecheck.py roundtrip: nothing was dropped or changed.
+#   4. Negative cases: broken values and a broken template must be refused.
+# Also: every value in values.yaml is documented and charts/cryo/README.md's table is current.
+# Exit 0 only if everything passed. Needs: go (golang-go), sprig, sigs.k8s.io/yaml, semver
+# (Debian -dev packages), python3-kubernetes, kubectl. scripts/setup.sh installs them.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CHART=$ROOT/charts/cryo
+BUILD=${CHART_BUILD_DIR:-${BUILD_DIR:-$ROOT/build}/charts/chart-render}
+PY=/usr/bin/python3   # Debian's, which has python3-kubernetes (not a pyenv one)
+KUBECHECK=$ROOT/deploy/chart-render/kubecheck.py
+
+say() { printf '[check-chart] %s\n' "$*"; }
+fail() { printf '[check-chart] FAILED: %s\n' "$*" >&2; exit 1; }
+
+for tool in go kubectl "$PY"; do
+  command -v "$tool" >/dev/null || fail "$tool not found (run scripts/setup.sh)"
+done
+"$PY" -c 'import kubernetes' 2>/dev/null || fail "python3-kubernetes missing (run scripts/setup.sh)"
+
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+mkdir -p "$BUILD"
+
+# --- build the renderer (GOPATH mode: Debian's Go libraries under /usr/share/gocode) ---------
+export GO111MODULE=off GOPATH=/usr/share/gocode GOCACHE=$BUILD/gocache GOFLAGS='' GOTOOLCHAIN=local
+RENDER=$BUILD/chart-render
+(cd "$ROOT/deploy/chart-render" && go build -o "$RENDER" . && go vet . && go test -count=1 . >"$TMP/gotest.log" 2>&1) ||
+  { cat "$TMP/gotest.log" 2>/dev/null; fail "building or testing deploy/chart-render"; }
+say "renderer built and its unit tests pass: $(tail -1 "$TMP/gotest.log")"
+
+# --- offline discovery for kubectl -------------------------------------------------------------
+# kubectl maps kinds through API discovery even for client-side dry runs. It reads discovery
+# from its cache when the cache is fresh, so a cache for a server that does not exist lets it
+# run offline. It lists the kinds the chart may produce, with their real scopes.
+# An empty kubeconfig: nothing of the user's (contexts, credential plugins) is involved.
+: >"$TMP/kubeconfig"
+KUBE=(kubectl --kubeconfig="$TMP/kubeconfig" --server=http://127.0.0.1:1 --cache-dir="$TMP/kcache" --request-timeout=5s)
+disc=$TMP/kcache/discovery/127.0.0.1_1
+mkdir -p "$disc"
+"$PY" - "$disc" <<'PY'
+import json, os, sys
+d = sys.argv[1]
+groups = {
+    "v1": [("namespaces", "Namespace", False), ("configmaps", "ConfigMap", True),
+           ("serviceaccounts", "ServiceAccount", True), ("services", "Service", True),
+           ("persistentvolumeclaims", "PersistentVolumeClaim", True),
+           ("resourcequotas", "ResourceQuota", True)],
+    "apps/v1": [("daemonsets", "DaemonSet", True)],
+    "rbac.authorization.k8s.io/v1": [("roles", "Role", True), ("rolebindings", "RoleBinding", True),
+                                     ("clusterroles", "ClusterRole", False),
+                                     ("clusterrolebindings", "ClusterRoleBinding", False)],
+    "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy", True)],
+    "monitoring.coreos.com/v1": [("servicemonitors", "ServiceMonitor", True)],
+}
+glist = []
+for gv, res in groups.items():
+    group, _, version = gv.rpartition("/")
+    ver = {"groupVersion": gv, "version": version}
+    glist.append({"name": group, "versions": [ver], "preferredVersion": ver})
+    os.makedirs(os.path.join(d, gv), exist_ok=True)
+    with open(os.path.join(d, gv, "serverresources.json"), "w") as f:
+        json.dump({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
+                   "resources": [{"name": n, "singularName": k.lower(), "namespaced": ns,
+                                  "kind": k, "verbs": ["create", "get", "list"]}
+                                 for n, k, ns in res]}, f)
+with open(os.path.join(d, "servergroups.json"), "w") as f:
+    json.dump({"kind": "APIGroupList", "apiVersion": "v1", "groups": glist}, f)
+PY
+
+# check NAME FILE: steps 1-3 on one rendered file.
+checked=0
+check() {
+  local name=$1 file=$2 out=$TMP/$1
+  local kinds
+  kinds=$(grep -E '^kind: ' "$file" | awk '{print $2}' | sort | uniq -c | awk '{printf "%s%s×%s", sep, $2, $1; sep=", "}')
+  "${KUBE[@]}" create --dry-run=client --validate=false -o json -f "$file" >"$out.json" 2>"$out.kubectl.err" ||
+    { cat "$out.kubectl.err" >&2; fail "$name: kubectl could not decode the objects"; }
+  "$PY" "$KUBECHECK" objects "$out.json" --repo "$ROOT" >"$out.check" 2>&1 ||
+    { cat "$out.check" >&2; fail "$name: type check"; }
+  grep 'warning' "$out.check" | sed "s/^/[check-chart]   $name: /" || true
+  # Workloads through kubectl's typed decoder; what comes back must hold every field that went in.
+  "$PY" - "$out.json" "$out.workloads.json" <<'PY'
+import json, sys
+sys.path.insert(0, "")
+text, dec, i, objs = open(sys.argv[1]).read(), json.JSONDecoder(), 0, []
+while True:
+    while i < len(text) and text[i].isspace(): i += 1
+    if i >= len(text): break
+    o, i = dec.raw_decode(text, i); objs.append(o)
+with open(sys.argv[2], "w") as f:
+    for o in objs:
+        if o["kind"] in ("DaemonSet", "Deployment", "Job", "Pod"):
+            f.write(json.dumps(o) + "\n")
+PY
+  if [ -s "$out.workloads.json" ]; then
+    # kubectl prints nothing for an object it did not change, so every image becomes a sentinel
+    # that the comparison then accepts in image fields only.
+    local sentinel=kubecheck.invalid/sentinel:0
+    "${KUBE[@]}" set image --local -o json -f "$out.workloads.json" "*=$sentinel" >"$out.typed.json" 2>"$out.typed.err" ||
+      { cat "$out.typed.err" >&2; fail "$name: kubectl's typed decode refused a workload"; }
+    "$PY" "$KUBECHECK" roundtrip "$out.workloads.json" "$out.typed.json" "$sentinel" >>"$out.check" 2>&1 ||
+      { cat "$out.check" >&2; fail "$name: typed round trip changed a workload"; }
+  fi
+  checked=$((checked + 1))
+  say "ok  $name: $kinds"
+}
+
+# --- the chart: defaults and each value set ----------------------------------------------------
+render() { "$RENDER" --name cryo --namespace cryo-system "$@" "$CHART"; }
+
+render >"$TMP/default.yaml" || fail "rendering the defaults"
+check default "$TMP/default.yaml"
+for values in "$CHART"/ci/*-values.yaml; do
+  name=$(basename "$values" -values.yaml)
+  render -f "$values" --api-versions monitoring.coreos.com/v1 >"$TMP/$name.yaml" ||
+    fail "rendering with ci/$(basename "$values")"
+  check "$name" "$TMP/$name.yaml"
+done
+# --set on top of a file, as an operator would.
+render -f "$CHART/ci/pvc-values.yaml" --set store.pvc.existingClaim=shared-ckpt \
+  --set 'gpu.plugins={cuda,rocm}' --set cryod.retentionKeep=5 --set-string image.tag=1.2.3 \
+  >"$TMP/set-flags.yaml" || fail "rendering with --set"
+grep -q 'claimName: shared-ckpt' "$TMP/set-flags.yaml" || fail "--set store.pvc.existingClaim had no effect"
+! grep -q '^kind: PersistentVolumeClaim' "$TMP/set-flags.yaml" || fail "existingClaim still created a claim"
+grep -q '"retention_keep": 5' "$TMP/set-flags.yaml" || fail "--set cryod.retentionKeep had no effect"
+grep -q 'image: cryo/cryo-node:1.2.3' "$TMP/set-flags.yaml" || fail "--set-string image.tag had no effect"
+check set-flags "$TMP/set-flags.yaml"
+
+# --- the values reference ---------------------------------------------------------------------
+"$PY" "$ROOT/deploy/chart-render/values_doc.py" --check || fail "charts/cryo/README.md values table"
+say "ok  charts/cryo/README.md documents every value of values.yaml"
+
+# --- the plain manifests -----------------------------------------------------------------------
+manifests=$ROOT/deploy/manifests/cryo.yaml
+bash "$ROOT/deploy/manifests/generate.sh" --render "$RENDER" --stdout >"$TMP/manifests.yaml" ||
+  fail "rendering deploy/manifests"
+diff -u "$manifests" "$TMP/manifests.yaml" >"$TMP/manifests.diff" ||
+  { head -40 "$TMP/manifests.diff" >&2; fail "deploy/manifests/cryo.yaml differs from the chart's render: run deploy/manifests/generate.sh"; }
+check plain-manifests "$manifests"
+
+# --- negative cases: the checks must catch these -------------------------------------------------
+expect_refused() {  # expect_refused WHAT PATTERN COMMAND...
+  local what=$1 pattern=$2
+  shift 2
+  if "$@" >"$TMP/neg.out" 2>&1; then fail "not refused: $what"; fi
+  grep -q -- "$pattern" "$TMP/neg.out" || { cat "$TMP/neg.out" >&2; fail "refused for another reason: $what"; }
+  say "ok  refused: $what"
+}
+expect_refused "store.type=nfs" "store.type must be hostPath or pvc" render --set store.type=nfs
+expect_refused "runtime.type=docker" "runtime.type must be containerd or crio" render --set runtime.type=docker
+expect_refused "gpu.thpDuringCheckpoint=madvise" "gpu.thpDuringCheckpoint" render --set gpu.thpDuringCheckpoint=madvise
+expect_refused "termination.providers={ibm}" "is not one of gce, aws, azure" render --set 'termination.providers={ibm}'
+expect_refused "shim flag with a space" "not allowed" render --set-string 'shim.extraArgs[0]=--log-level=a b'
+render --set cryod.extraConfig.store_fsnyc=false >"$TMP/badkey.yaml"
+expect_refused "a cryod key cryod does not have (store_fsnyc)" "cryod has no key" bash -c \
+  "'${KUBE[0]}' ${KUBE[*]:1} create --dry-run=client --validate=false -o json -f '$TMP/badkey.yaml' >'$TMP/badkey.json' && '$PY' '$KUBECHECK' objects '$TMP/badkey.json' --repo '$ROOT'"
+expect_refused "a too old Kubernetes" "incompatible with Kubernetes" render --kube-version v1.24.0
+
+broken=$TMP/broken
+cp -r "$CHART" "$broken"
+sed -i 's/hostPID: true/hostPid: true/' "$broken/templates/daemonset.yaml"
+"$RENDER" "$broken" >"$TMP/typo.yaml"
+expect_refused "a misspelt field (hostPid)" "unknown field" bash -c \
+  "'${KUBE[0]}' ${KUBE[*]:1} create --dry-run=client --validate=false -o json -f '$TMP/typo.yaml' >'$TMP/typo.json' && '$PY' '$KUBECHECK' objects '$TMP/typo.json' --repo '$ROOT'"
+cp "$CHART/templates/daemonset.yaml" "$broken/templates/daemonset.yaml"
+sed -i 's/containerPort: {{ int .Values.metrics.port }}/containerPort: "{{ .Values.metrics.port }}"/' "$broken/templates/daemonset.yaml"
+"$RENDER" "$broken" >"$TMP/port.yaml"
+expect_refused "a string container port" "expected an integer" bash -c \
+  "'${KUBE[0]}' ${KUBE[*]:1} create --dry-run=client --validate=false -o json -f '$TMP/port.yaml' >'$TMP/port.json' && '$PY' '$KUBECHECK' objects '$TMP/port.json' --repo '$ROOT'"
+expect_refused "a string container port (kubectl typed decode)" "unable to decode" \
+  "${KUBE[@]}" set image --local -o json -f "$TMP/port.json" '*=x'
+cp "$CHART/templates/daemonset.yaml" "$broken/templates/daemonset.yaml"
+sed -i '0,/- name: runtime-socket$/s//- name: runtime-sockets/' "$broken/templates/daemonset.yaml"
+"$RENDER" "$broken" >"$TMP/mount.yaml"
+expect_refused "a mount without a volume" "has no volume" bash -c \
+  "'${KUBE[0]}' ${KUBE[*]:1} create --dry-run=client --validate=false -o json -f '$TMP/mount.yaml' >'$TMP/mount.json' && '$PY' '$KUBECHECK' objects '$TMP/mount.json' --repo '$ROOT'"
+
+say "all checks passed: $checked renders type-checked, plain manifests in sync, negative cases refused"
