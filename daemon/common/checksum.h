@@ -64,7 +64,9 @@ absl::Status VerifyFiles(const std::string& root, const std::vector<ExpectedFile
 // reads whatever is left after the writer exited.
 class TailHasher {
  public:
-  explicit TailHasher(std::string dir);
+  // start_writeback: also ask the kernel to start writing each hashed range to disk
+  // (sync_file_range), so that a final fsync finds little left to do.
+  explicit TailHasher(std::string dir, bool start_writeback = false);
   ~TailHasher();
   void Start();
   // Stops following and hashes the remainder of every file. Relative path -> digest.
@@ -77,6 +79,7 @@ class TailHasher {
   absl::Status Poll(bool final_pass);
 
   std::string dir_;
+  bool start_writeback_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> bytes_{0};
   std::thread thread_;

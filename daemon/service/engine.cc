@@ -451,7 +451,7 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   CRYO_RETURN_IF_ERROR(fs::MakeDirs(op_dir, 0700));
   Hook("before-dump");
   clock.Begin(v1::STAGE_DUMP, expected);
-  TailHasher hasher(staged->images_dir());
+  TailHasher hasher(staged->images_dir(), d_.store->durable());
   hasher.Start();
   absl::Status dumped;
   criu::DumpOptions dopt;
@@ -578,9 +578,10 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   if (ctr) m.container = ContainerJson(*ctr, d_.runtime->name());
 
   Hook("before-publish");
-  clock.Begin(v1::STAGE_PUBLISH, m.TotalBytes());
+  // The manifest records the stages up to here; the result also has publish and finish.
   clock.End();
   m.stage_ms = clock.ms();
+  clock.Begin(v1::STAGE_PUBLISH, m.TotalBytes());
   CRYO_RETURN_IF_ERROR(Annotate(staged->Publish(m), absl::StrCat("publishing checkpoint ", id)));
   je.state = "published";
   (void)d_.journal->Put(je);

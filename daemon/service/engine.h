@@ -8,7 +8,9 @@
 
 #include <memory>
 #include <optional>
+#include <algorithm>
 #include <set>
+#include <thread>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -35,7 +37,9 @@ struct EngineConfig {
   absl::Duration incomplete_ttl = absl::Hours(24);
   // Newest checkpoints kept per workload after each checkpoint; 0 keeps all.
   int retention_keep = 0;
-  int verify_threads = 2;
+  // Threads that verify checksums before a restore (the images are read from the page cache
+  // or the store's network link: several streams go faster than one).
+  int verify_threads = std::clamp<int>(std::thread::hardware_concurrency(), 2, 8);
   // Operation log directories kept under state_dir/ops.
   int keep_op_logs = 50;
   pid_t self_pid = 0;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -218,15 +219,24 @@ class LocalStore final : public CheckpointStore {
   }
 
   absl::StatusOr<uint64_t> FreeBytes() override { return fs::FreeBytes(opts_.root); }
+  bool durable() const override { return opts_.fsync; }
 
  private:
   LocalStoreOptions opts_;
   std::string node_;
 };
 
+// Every file, then every directory holding one (their entries must be durable too).
 absl::Status FsyncTree(const std::string& root) {
   CRYO_ASSIGN_OR_RETURN(auto files, fs::ListFilesRecursive(root));
-  for (const auto& f : files) CRYO_RETURN_IF_ERROR(fs::FsyncPath(fs::Join(root, f)));
+  std::set<std::string> dirs;
+  for (const auto& f : files) {
+    CRYO_RETURN_IF_ERROR(fs::FsyncPath(fs::Join(root, f)));
+    for (size_t slash = f.find('/'); slash != std::string::npos; slash = f.find('/', slash + 1)) {
+      dirs.insert(f.substr(0, slash));
+    }
+  }
+  for (const auto& d : dirs) CRYO_RETURN_IF_ERROR(fs::FsyncPath(fs::Join(root, d)));
   return fs::FsyncPath(root);
 }
 
@@ -235,7 +245,8 @@ absl::Status LocalStaged::Publish(const Manifest& m) {
   if (m.id != id_) return absl::InvalidArgumentError("manifest id differs from the staged id");
   // CRIU writes with its own modes; images hold process memory, so nobody else may read them.
   CRYO_RETURN_IF_ERROR(fs::RestrictModes(dir_));
-  if (store_->fsync()) CRYO_RETURN_IF_ERROR(FsyncTree(images_dir()));
+  // The whole checkpoint: the images and, in container mode, the writable-layer diff.
+  if (store_->fsync()) CRYO_RETURN_IF_ERROR(FsyncTree(dir_));
   CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(dir_, kManifestName), ManifestToJson(m)));
   std::string target = fs::Join(store_->published(), id_);
   absl::Status s = fs::RenameNoReplace(dir_, target);

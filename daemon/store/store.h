@@ -55,6 +55,8 @@ class CheckpointStore {
   // FAILED_PRECONDITION (read-only, not a directory) or PERMISSION_DENIED, with the path.
   virtual absl::Status CheckWritable() = 0;
   virtual absl::StatusOr<uint64_t> FreeBytes() = 0;
+  // Whether Publish makes images durable (fsync), so writers may start writeback early.
+  virtual bool durable() const { return false; }
 };
 
 struct LocalStoreOptions {
