@@ -8,7 +8,8 @@
 # Layout:
 #   run.sh                the suite (skips when there is no NVIDIA GPU)
 #   bin/NAME              wrappers that set LD_LIBRARY_PATH and exec libexec/NAME
-#   libexec/              cryo-gpuctl, cryo-gpu-testload; later cryod, cryo
+#   libexec/              cryo-gpuctl, cryo-gpu-testload, cryod, cryo
+#   run.sh, cryod.sh, train_losses.py   the suite
 #   lib/                  non-glibc shared libraries of everything in libexec/ and lib/cryo/gpu/
 #   lib/cryo/gpu/         GPU plugins (libcryo_gpu_cuda.so, libcryo_gpu_rocm.so)
 #   criu/                 place for CRIU (sbin/criu, lib/criu/*.so plugins), added when present
@@ -78,6 +79,14 @@ if [ -x "$CRIU" ]; then
   if [ -d /usr/local/lib/criu ]; then
     mkdir -p "$OUT/criu/lib/criu" && cp -L /usr/local/lib/criu/*.so "$OUT/criu/lib/criu/" 2>/dev/null || true
   fi
+  # cryod runs "criu" (its --criu); the wrapper gives it its own libraries.
+  cat >"$OUT/bin/criu" <<'WRAP'
+#!/bin/sh
+B=$(cd "$(dirname "$0")/.." && pwd)
+export LD_LIBRARY_PATH="$B/criu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+exec "$B/criu/sbin/criu" "$@"
+WRAP
+  chmod +x "$OUT/bin/criu"
 fi
 
 # Debug info is most of the size; CRYO_BUNDLE_STRIP=0 keeps it.
@@ -86,7 +95,13 @@ if [ "${CRYO_BUNDLE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then
     -exec strip --strip-debug {} + 2>/dev/null || true
 fi
 
-cp "$ROOT/e2e/gpu/run.sh" "$OUT/run.sh"
+cp "$ROOT/e2e/gpu/run.sh" "$ROOT/e2e/gpu/cryod.sh" "$ROOT/e2e/gpu/train_losses.py" "$OUT/"
 chmod +x "$OUT/run.sh"
 git -C "$ROOT" rev-parse --short HEAD >"$OUT/VERSION" 2>/dev/null || echo unknown >"$OUT/VERSION"
 du -sh "$OUT" | awk '{print "bundle: " $2 " (" $1 ")"}'
+# A compressed copy for machines reached through a size-limited transfer (the libraries, ICU's
+# data above all, compress about 4:1): tar -xJf gpu-bundle.tar.xz there.
+if [ "${CRYO_BUNDLE_ARCHIVE:-0}" = 1 ]; then
+  tar -C "$(dirname "$OUT")" -cJf "$OUT.tar.xz" "$(basename "$OUT")"
+  du -sh "$OUT.tar.xz" | awk '{print "bundle archive: " $2 " (" $1 ")"}'
+fi

@@ -1,0 +1,254 @@
+# The GPU suite's parts through cryod and CRIU, sourced by run.sh (which defines log, result,
+# jget, wait_until, status_ready, steps_past, $B, $RES, $LOAD, $GPUCTL).
+#
+#   cryod-leave-running   checkpoint a live 1 GiB job with leave-running: it runs on, all of its
+#                         device memory verified afterwards
+#   cryod-restore-N       checkpoint (the job stops), kill, restore through cryod: the job goes
+#                         on from its checkpointed step and verifies every word; stage times
+#   baseline-N            the same by hand, one step after another (driver API through
+#                         cryo-gpuctl, then criu dump; criu restore, then the driver's restore):
+#                         the method of the CRIUgpu paper, in the same call, for comparison
+#   overhead              steps/s of a job alone, beside an idle cryod, and after a restore
+#   torch-losses          a PyTorch training loop checkpointed, killed and restored mid-run
+#                         gives per-step losses bit-identical to an uninterrupted run
+#
+# Env: CRYO_GPU_BENCH_SIZES (GiB, default "1"), CRYO_GPU_BENCH_ROUNDS (default 1; each round
+# runs the baseline, then cryod: on VMs whose memory grows on first touch the first run of a
+# size pays for that, so compare later rounds), CRYO_GPU_WORK (scratch dir with the store;
+# default /var/tmp/cryo-gpu-e2e, on local disk).
+
+W=${CRYO_GPU_WORK:-/var/tmp/cryo-gpu-e2e}
+BENCH_SIZES=${CRYO_GPU_BENCH_SIZES:-1}
+BENCH_ROUNDS=${CRYO_GPU_BENCH_ROUNDS:-1}
+CRYOD_PID=
+rm -rf "$W" && mkdir -p "$W"
+CRYO=("$B/bin/cryo" --socket "$W/cryod.sock")
+
+start_cryod() {
+  "$B/bin/cryod" --socket "$W/cryod.sock" --state-dir "$W/state" --store "$W/store" \
+    --node-name gpu-node --criu "$B/bin/criu" --gpu-plugin-dir "$B/lib/cryo/gpu" \
+    --metrics-address 127.0.0.1:0 --log-level info >"$RES/cryod.log" 2>&1 &
+  CRYOD_PID=$!
+  PIDS+=("$CRYOD_PID")
+  wait_until 60 "${CRYO[@]}" node >/dev/null 2>&1
+}
+
+# start_job NAME ARGS...: the test program in a session of its own, as a job runs (not a shell
+# job), output to files. Sets LOAD_PID, LOAD_STATUS.
+start_job() {
+  local name=$1; shift
+  LOAD_STATUS="$RES/$name.status.json"
+  rm -f "$LOAD_STATUS"
+  setsid "$LOAD" --status "$LOAD_STATUS" "$@" </dev/null >"$RES/$name.load.log" 2>&1 &
+  LOAD_PID=$!
+  PIDS+=("$LOAD_PID")
+  wait_until 300 status_ready "$LOAD_STATUS"
+}
+
+# After a restore the job is no child of ours: kill by pid and wait for it to go.
+end_job() {
+  kill "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+  wait_until 30 bash -c "! kill -0 $1 2>/dev/null" || kill -9 "$1" 2>/dev/null
+}
+
+# steps/s of the job over `secs` seconds.
+rate() {  # rate STATUS SECS
+  local s0 s1
+  s0=$(jget "$1" 'd["steps"]'); sleep "$2"; s1=$(jget "$1" 'd["steps"]')
+  python3 -c "print(round(($s1 - $s0) / $2, 1))"
+}
+
+# verified_pass NAME STATUS GIB: waits for a full pass over all chunks from now; PASS/FAIL text.
+verified_pass() {
+  local s0 chunks
+  s0=$(jget "$2" 'd["steps"]')
+  chunks=$(python3 -c "print(max(1, round($3 * 4)))")
+  if ! wait_until 180 steps_past "$2" $(( s0 + chunks + 2 )); then
+    echo "job did not run on ($(cat "$2"))"; return 1
+  fi
+  [ "$(jget "$2" 'd["verified"]')" = True ] || { echo "pattern mismatch: $(cat "$2")"; return 1; }
+}
+
+held_gib() { nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits |
+  awk -F', ' -v p="$1" '$1==p {printf "%.2f", $2/1024}'; }
+
+cryod_leave_running() {
+  start_job lr --gib 1 || { result cryod-leave-running FAIL "job did not start"; return; }
+  local pid=$LOAD_PID
+  wait_until 60 steps_past "$LOAD_STATUS" 10
+  if ! "${CRYO[@]}" -o json checkpoint "$pid" --id lr --leave-running >"$RES/lr.json" 2>"$RES/lr.err"; then
+    result cryod-leave-running FAIL "$(cat "$RES/lr.err" "$RES/lr.json" | tail -3)"
+  elif msg=$(verified_pass lr "$LOAD_STATUS" 1); then
+    result cryod-leave-running PASS "$(jget "$RES/lr.json" '"%d ms total, stages %s" % (sum(int(v) for v in d["stage_ms"].values()), d["stage_ms"])')"
+  else
+    result cryod-leave-running FAIL "$msg"
+  fi
+  end_job "$pid"
+  "${CRYO[@]}" rm lr >/dev/null 2>&1
+}
+
+cryod_restore() {  # cryod_restore GIB [ROUND]
+  local gib=$1 r=${2:-1} name="cryod-restore-$1-r${2:-1}"
+  start_job "kr$gib-r$r" --gib "$gib" || { result "$name" FAIL "job did not start"; return; }
+  local pid=$LOAD_PID
+  wait_until 120 steps_past "$LOAD_STATUS" 10
+  local held; held=$(held_gib "$pid")
+  local before; before=$(rate "$LOAD_STATUS" 3)
+  local step_at; step_at=$(jget "$LOAD_STATUS" 'd["steps"]')
+  local t0; t0=$(date +%s%N)
+  if ! "${CRYO[@]}" -o json checkpoint "$pid" --id "kr$gib-r$r" >"$RES/kr$gib-r$r.ckpt.json" 2>"$RES/kr$gib-r$r.ckpt.err"; then
+    result "$name" FAIL "checkpoint: $(tail -2 "$RES/kr$gib-r$r.ckpt.err")"; end_job "$pid"; return
+  fi
+  local ckpt_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  wait "$pid" 2>/dev/null  # cryod killed it; reap it so its pid is free again
+  local last; last=$(jget "$LOAD_STATUS" 'd["steps"]')
+  t0=$(date +%s%N)
+  if ! "${CRYO[@]}" -o json restore "kr$gib-r$r" >"$RES/kr$gib-r$r.restore.json" 2>"$RES/kr$gib-r$r.restore.err"; then
+    result "$name" FAIL "restore: $(tail -2 "$RES/kr$gib-r$r.restore.err")"; return
+  fi
+  local restore_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  local msg
+  if ! msg=$(verified_pass "kr$gib-r$r" "$LOAD_STATUS" "$gib"); then
+    result "$name" FAIL "$msg"; end_job "$pid"; return
+  fi
+  local after; after=$(rate "$LOAD_STATUS" 3)
+  python3 - "$RES/kr$gib-r$r.ckpt.json" "$RES/kr$gib-r$r.restore.json" "$gib" "$held" "$ckpt_ms" "$restore_ms" "$before" "$after" "$step_at" "$last" >"$RES/kr$gib-r$r.summary.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+r = json.load(open(sys.argv[2]))
+print(json.dumps({"gib": float(sys.argv[3]), "held_gib": float(sys.argv[4] or 0),
+    "checkpoint_ms": int(sys.argv[5]), "restore_ms": int(sys.argv[6]),
+    "checkpoint_stages": {k: int(v) for k, v in c["stage_ms"].items()},
+    "restore_stages": {k: int(v) for k, v in r["stage_ms"].items()},
+    "image_bytes": int(c.get("size_bytes", 0)),
+    "steps_per_s_before": float(sys.argv[7]), "steps_per_s_after": float(sys.argv[8]),
+    "step_seen_before_checkpoint": int(sys.argv[9]), "last_step_in_status": int(sys.argv[10])}))
+PY
+  result "$name" PASS "$(jget "$RES/kr$gib-r$r.summary.json" '"checkpoint %d ms (vacate %d ms: lock %d + d2h %d; dump %d), restore %d ms (verify %d, criu %d, gpu %d); %.1f -> %.1f steps/s" % (d["checkpoint_ms"], d["checkpoint_stages"].get("gpu_lock",0)+d["checkpoint_stages"].get("gpu_checkpoint",0), d["checkpoint_stages"].get("gpu_lock",0), d["checkpoint_stages"].get("gpu_checkpoint",0), d["checkpoint_stages"].get("dump",0), d["restore_ms"], d["restore_stages"].get("verify",0), d["restore_stages"].get("restore",0), d["restore_stages"].get("gpu_restore",0), d["steps_per_s_before"], d["steps_per_s_after"])')"
+  end_job "$pid"
+  "${CRYO[@]}" rm "kr$gib-r$r" >/dev/null 2>&1
+}
+
+ms_of() { jget "$1" "d['$2']"; }
+
+baseline() {  # baseline GIB [ROUND]: driver API and CRIU by hand, one after the other
+  local gib=$1 r=${2:-1} name="baseline-$1-r${2:-1}" dir="$W/baseline-$1"
+  start_job "bl$gib-r$r" --gib "$gib" || { result "$name" FAIL "job did not start"; return; }
+  local pid=$LOAD_PID
+  wait_until 120 steps_past "$LOAD_STATUS" 10
+  rm -rf "$dir"; mkdir -p "$dir"
+  local t0 t1 t2 t3 t4 t5 t6
+  t0=$(date +%s%N)
+  "$GPUCTL" --timeout-ms 10000 lock "$pid" >"$RES/bl$gib-r$r.lock.json" 2>&1 || { result "$name" FAIL "lock: $(cat "$RES/bl$gib-r$r.lock.json")"; end_job "$pid"; return; }
+  t1=$(date +%s%N)
+  "$GPUCTL" checkpoint "$pid" >"$RES/bl$gib-r$r.d2h.json" 2>&1 || { result "$name" FAIL "checkpoint: $(cat "$RES/bl$gib-r$r.d2h.json")"; "$GPUCTL" rollback "$pid" >/dev/null 2>&1; end_job "$pid"; return; }
+  t2=$(date +%s%N)
+  "$B/bin/criu" dump -t "$pid" -D "$dir" -o dump.log -v4 --file-locks >/dev/null 2>&1 || { result "$name" FAIL "criu dump: $(grep -a Error "$dir/dump.log" | tail -2)"; "$GPUCTL" rollback "$pid" >/dev/null 2>&1; end_job "$pid"; return; }
+  t3=$(date +%s%N)
+  wait "$pid" 2>/dev/null
+  t4=$(date +%s%N)
+  "$B/bin/criu" restore -D "$dir" -o restore.log -v4 --file-locks --restore-detached >/dev/null 2>&1 || { result "$name" FAIL "criu restore: $(grep -a Error "$dir/restore.log" | tail -2)"; return; }
+  t5=$(date +%s%N)
+  "$GPUCTL" restore "$pid" >"$RES/bl$gib-r$r.h2d.json" 2>&1 && "$GPUCTL" unlock "$pid" >"$RES/bl$gib-r$r.unlock.json" 2>&1 || { result "$name" FAIL "driver restore: $(cat "$RES/bl$gib-r$r.h2d.json")"; end_job "$pid"; return; }
+  t6=$(date +%s%N)
+  local msg
+  if ! msg=$(verified_pass "bl$gib-r$r" "$LOAD_STATUS" "$gib"); then result "$name" FAIL "$msg"; end_job "$pid"; return; fi
+  local bytes; bytes=$(du -sb "$dir" | cut -f1)
+  python3 -c "
+import json
+ns=[$t0,$t1,$t2,$t3,$t4,$t5,$t6]; ms=lambda a,b:(ns[b]-ns[a])//1000000
+print(json.dumps({'gib':$gib,'lock_ms':ms(0,1),'d2h_ms':ms(1,2),'dump_ms':ms(2,3),'checkpoint_ms':ms(0,3),
+ 'criu_restore_ms':ms(4,5),'h2d_unlock_ms':ms(5,6),'restore_ms':ms(4,6),'image_bytes':$bytes}))" >"$RES/bl$gib-r$r.summary.json"
+  result "$name" PASS "$(jget "$RES/bl$gib-r$r.summary.json" '"checkpoint %d ms (lock %d, d2h %d, dump %d), restore %d ms (criu %d, h2d+unlock %d)" % (d["checkpoint_ms"], d["lock_ms"], d["d2h_ms"], d["dump_ms"], d["restore_ms"], d["criu_restore_ms"], d["h2d_unlock_ms"])')"
+  end_job "$pid"
+  rm -rf "$dir"
+}
+
+overhead() {
+  # The same job: alone (no cryod), then beside cryod; the restored job's rate is in
+  # cryod-restore-N (before -> after).
+  start_job oh --gib 1 || { result overhead FAIL "job did not start"; return; }
+  local pid=$LOAD_PID
+  wait_until 60 steps_past "$LOAD_STATUS" 10
+  local alone; alone=$(rate "$LOAD_STATUS" 5)
+  start_cryod || { result overhead FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; end_job "$pid"; return 1; }
+  local beside; beside=$(rate "$LOAD_STATUS" 5)
+  result overhead PASS "steps/s alone $alone, beside cryod $beside"
+  echo "{\"alone\": $alone, \"beside_cryod\": $beside}" >"$RES/overhead.json"
+  end_job "$pid"
+}
+
+torch_losses() {
+  local py=python3 steps=${CRYO_GPU_TORCH_STEPS:-300}
+  if ! $py -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+    result torch-losses SKIP "no PyTorch with CUDA here"; return
+  fi
+  local src="$B/train_losses.py" ref="$RES/torch.ref.txt" run="$RES/torch.run.txt"
+  rm -f "$ref" "$run"
+  setsid -w $py "$src" --steps "$steps" --out "$ref" </dev/null >"$RES/torch.ref.log" 2>&1
+  local tpid
+  setsid $py "$src" --steps "$steps" --out "$run" </dev/null >"$RES/torch.run.log" 2>&1 &
+  tpid=$!
+  PIDS+=("$tpid")
+  local mid=$(( steps / 3 ))
+  wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $mid ]" || { result torch-losses FAIL "training did not start: $(tail -3 "$RES/torch.run.log")"; return; }
+  if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id torch >"$RES/torch.ckpt.json" 2>"$RES/torch.ckpt.err"; then
+    result torch-losses FAIL "checkpoint: $(tail -2 "$RES/torch.ckpt.err")"; end_job "$tpid"; return
+  fi
+  wait "$tpid" 2>/dev/null
+  local at; at=$(wc -l <"$run")
+  if ! "${CRYO[@]}" -o json restore torch >"$RES/torch.restore.json" 2>"$RES/torch.restore.err"; then
+    result torch-losses FAIL "restore: $(tail -2 "$RES/torch.restore.err")"; return
+  fi
+  if ! wait_until 300 grep -qx done "$run"; then
+    result torch-losses FAIL "restored training did not finish ($(wc -l <"$run") lines)"; end_job "$tpid"; return
+  fi
+  if cmp -s "$ref" "$run"; then
+    result torch-losses PASS "$steps steps, checkpointed after step $((at - 1)), losses bit-identical ($(jget "$RES/torch.ckpt.json" 'd["size_bytes"]') image bytes)"
+  else
+    result torch-losses FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' ')"
+  fi
+  "${CRYO[@]}" rm torch >/dev/null 2>&1
+}
+
+# The numbers of every round, side by side (what docs/benchmarks.md takes).
+bench_table() {
+  python3 - "$RES" <<'PY' | tee "$RES/bench-table.txt"
+import glob, json, os, sys
+res = sys.argv[1]
+rows = []
+for f in sorted(glob.glob(os.path.join(res, "*.summary.json"))):
+    d = json.load(open(f))
+    tag = os.path.basename(f).split(".")[0]
+    if tag.startswith("kr"):
+        c, r = d["checkpoint_stages"], d["restore_stages"]
+        rows.append((tag, "cryod", d["gib"], d.get("held_gib", 0), d["checkpoint_ms"],
+                     c.get("gpu_lock", 0), c.get("gpu_checkpoint", 0), c.get("dump", 0),
+                     c.get("checksum", 0) + c.get("publish", 0), d["restore_ms"],
+                     r.get("verify", 0), r.get("restore", 0), r.get("gpu_restore", 0)))
+    elif tag.startswith("bl"):
+        rows.append((tag, "baseline", d["gib"], 0, d["checkpoint_ms"], d["lock_ms"], d["d2h_ms"],
+                     d["dump_ms"], 0, d["restore_ms"], 0, d["criu_restore_ms"], d["h2d_unlock_ms"]))
+print("%-8s %-8s %4s %6s | %7s %5s %6s %6s %6s | %7s %6s %6s %6s" % ("run", "who", "GiB", "held",
+      "ckpt", "lock", "d2h", "dump", "sum+pub", "restore", "verify", "criu", "gpu"))
+for r in rows:
+    print("%-8s %-8s %4.0f %6.2f | %7d %5d %6d %6d %6d | %7d %6d %6d %6d" % r)
+PY
+}
+
+run_cryod_parts() {
+  [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result cryod SKIP "bundle has no cryod or CRIU"; return; }
+  overhead || return
+  case " $PARTS " in *" cryod "*)
+    cryod_leave_running
+    for gib in $BENCH_SIZES; do
+      for r in $(seq 1 "$BENCH_ROUNDS"); do
+        baseline "$gib" "$r"
+        cryod_restore "$gib" "$r"
+      done
+    done
+    bench_table ;;
+  esac
+  case " $PARTS " in *" torch "*) torch_losses ;; esac
+}
