@@ -429,14 +429,26 @@ absl::StatusOr<nlohmann::json> CudaPlugin::Discover(const std::vector<pid_t>& pi
     } else {
       for (const Device& d : devices_) order.push_back(d.uuid);
     }
+    // The process's GPUs are those it has a context on: a restore must pair exactly those
+    // (the driver answers CUDA_ERROR_INVALID_VALUE to a pair for a GPU it did not save).
+    // libcuda opens every /dev/nvidiaN, visible or not (seen on a 2-GPU H200 with
+    // CUDA_VISIBLE_DEVICES=0), so open device files alone overstate them: NVML's per-process
+    // memory says which GPUs it uses; without NVML, the visible ones it opened.
+    std::map<std::string, uint64_t> mem = ProcessMemory(pid);
+    // NVML may list a process on a GPU whose file it merely opened, with nothing allocated.
+    for (auto it = mem.begin(); it != mem.end();) it = it->second == 0 ? mem.erase(it) : std::next(it);
     std::vector<std::string> devs;
     for (const std::string& u : order) {
-      if (opened.empty() || opened.count(u)) devs.push_back(u);
+      if (!mem.empty() ? mem.count(u) > 0 : (opened.empty() || opened.count(u) > 0)) {
+        devs.push_back(u);
+      }
     }
-    for (const std::string& u : opened) {
-      if (std::find(devs.begin(), devs.end(), u) == devs.end()) devs.push_back(u);
+    if (!visible.has_value()) {
+      for (const std::string& u : opened) {
+        bool uses = mem.empty() || mem.count(u) > 0;
+        if (uses && std::find(devs.begin(), devs.end(), u) == devs.end()) devs.push_back(u);
+      }
     }
-    std::map<std::string, uint64_t> mem = ProcessMemory(pid);
     nlohmann::json dj = nlohmann::json::array();
     for (const std::string& u : devs) {
       nlohmann::json d = {{"uuid", u}};
@@ -447,7 +459,16 @@ absl::StatusOr<nlohmann::json> CudaPlugin::Discover(const std::vector<pid_t>& pi
       if (mem.count(u)) d["memory_used_bytes"] = mem[u];
       dj.push_back(std::move(d));
     }
+    // Every GPU whose device file it had open: a move must pair each of them (below).
+    nlohmann::json files = nlohmann::json::array();
+    for (const std::string& u : order) {
+      if (opened.count(u)) files.push_back(u);
+    }
+    for (const std::string& u : opened) {
+      if (std::find(files.begin(), files.end(), u) == files.end()) files.push_back(u);
+    }
     nlohmann::json facts = {{"devices", dj},
+                            {"device_files", files},
                             {"uvm_mappings", uvm_maps},
                             {"managed_memory_suspected", uvm_maps > kBaseUvmMappings},
                             {"nccl", nccl}};
@@ -514,12 +535,53 @@ absl::Status CudaPlugin::Restore(pid_t pid, const nlohmann::json& facts, const D
   }
   std::vector<CUcheckpointGpuPair> pairs;
   if (remap) {
-    for (const std::string& u : had) {
+    // The driver takes a move only as a one-to-one map of every GPU whose device file the
+    // process had open (libcuda opens them all, visible or not): one pair alone is
+    // CUDA_ERROR_INVALID_VALUE (seen on 2 H200s, driver 580). The GPUs it used go where `map`
+    // says; the others stay where they are if they can, else take a free GPU of this node.
+    std::vector<std::string> domain = had;
+    if (facts.is_object() && facts.contains("device_files") && facts["device_files"].is_array()) {
+      for (const auto& f : facts["device_files"]) {
+        if (f.is_string() && std::find(domain.begin(), domain.end(), f) == domain.end()) {
+          domain.push_back(f.get<std::string>());
+        }
+      }
+    }
+    // Where `map` sends a GPU is fixed; every other GPU (used or only opened) comes after.
+    std::map<std::string, std::string> target;
+    std::set<std::string> taken;
+    for (const std::string& u : domain) {
       auto it = map.find(u);
-      std::string to = it != map.end() ? it->second : u;
+      if (it == map.end()) continue;
+      target[u] = it->second;
+      taken.insert(it->second);
+    }
+    for (const std::string& u : domain) {
+      if (target.count(u)) continue;
+      std::string to;
+      if (FindDevice(u) != nullptr && !taken.count(u)) {
+        to = u;
+      } else {
+        for (const Device& d : devices_) {
+          if (!taken.count(d.uuid)) {
+            to = d.uuid;
+            break;
+          }
+        }
+      }
+      if (to.empty()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "pid ", pid, " had ", domain.size(), " GPUs' device files open; this node has ",
+            devices_.size(), " GPUs, too few for the driver to move it"));
+      }
+      target[u] = to;
+      taken.insert(to);
+    }
+    for (const std::string& u : domain) {
       CUcheckpointGpuPair p{};
-      if (!ParseUuid(u, &p.oldUuid) || !ParseUuid(to, &p.newUuid)) {
-        return absl::InvalidArgumentError(absl::StrCat("bad GPU UUID in map: ", u, " -> ", to));
+      if (!ParseUuid(u, &p.oldUuid) || !ParseUuid(target[u], &p.newUuid)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad GPU UUID in map: ", u, " -> ", target[u]));
       }
       pairs.push_back(p);
     }
@@ -648,9 +710,23 @@ absl::StatusOr<nlohmann::json> CudaPlugin::CheckCompatible(const nlohmann::json&
   return nlohmann::json{{"map", *planned}};
 }
 
-absl::StatusOr<nlohmann::json> CudaPlugin::CriuOptions(const std::vector<pid_t>&) {
-  // Nothing: after Checkpoint the processes hold no NVIDIA files, so plain CRIU dumps them.
-  return nlohmann::json{{"args", nlohmann::json::array()}, {"env", nlohmann::json::object()}};
+absl::StatusOr<nlohmann::json> CudaPlugin::CriuOptions(const std::vector<pid_t>& pids) {
+  // After Checkpoint the processes hold no NVIDIA files, so plain CRIU dumps them. NCCL leaves
+  // deleted files open in /dev/shm (tens of MiB, above CRIU's 1 MiB default for the contents
+  // of deleted files) and deleted semaphores, which CRIU saves only with --link-remap (seen
+  // with a 2-rank DDP job, NCCL 2.28). A restore needs neither.
+  nlohmann::json args = nlohmann::json::array();
+  for (pid_t pid : pids) {
+    bool nccl = false;
+    for (const std::string& m : proc_.MappedPaths(pid)) {
+      if (absl::StrContains(m, "libnccl")) nccl = true;
+    }
+    if (nccl) {
+      args = {"--link-remap", "--ghost-limit", "256M"};
+      break;
+    }
+  }
+  return nlohmann::json{{"args", args}, {"env", nlohmann::json::object()}};
 }
 
 }  // namespace cryo::gpu::cuda

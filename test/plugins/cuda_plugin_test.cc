@@ -280,6 +280,45 @@ TEST_F(CudaPluginTest, DiscoversCudaProcessesWithDevicesAndMemory) {
   EXPECT_FALSE(facts["managed_memory_suspected"].get<bool>());
 }
 
+TEST_F(CudaPluginTest, AProcessesGpusAreTheOnesItUsesNotEveryDeviceFileItOpened) {
+  // libcuda opens every /dev/nvidiaN; with CUDA_VISIBLE_DEVICES=0 only GPU 0 has a context.
+  AddProcess(100, {0, 1}, std::string("CUDA_VISIBLE_DEVICES=0\0", 23));
+  driver_.used[0][100] = 8 << 20;
+  auto p = Make();
+  auto found = p->Discover({100});
+  ASSERT_TRUE(found.ok()) << found.status();
+  const auto& devs = (*found)[0]["facts"]["devices"];
+  ASSERT_EQ(devs.size(), 1u) << devs.dump();
+  EXPECT_EQ(devs[0]["uuid"], UuidOf(0));
+  EXPECT_EQ((*found)[0]["facts"]["device_files"], nlohmann::json({UuidOf(0), UuidOf(1)}));
+  // Moving it to GPU 1 pairs every GPU it had a file of, one to one: 0 -> 1 and 1 -> 0 (the
+  // driver refuses a single pair).
+  ASSERT_TRUE(p->Lock(100, 1000).ok());
+  ASSERT_TRUE(p->Checkpoint(100).ok());
+  ASSERT_TRUE(p->Restore(100, (*found)[0]["facts"], {{UuidOf(0), UuidOf(1)}}).ok());
+  ASSERT_EQ(driver_.last_pairs.size(), 2u);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].oldUuid.bytes, driver_.gpus[0].uuid, 16), 0);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].newUuid.bytes, driver_.gpus[1].uuid, 16), 0);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].oldUuid.bytes, driver_.gpus[1].uuid, 16), 0);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].newUuid.bytes, driver_.gpus[0].uuid, 16), 0);
+}
+
+TEST_F(CudaPluginTest, MovingOneOfTwoUsedGpusStillPairsEachGpuOnce) {
+  // Facts that name both GPUs as used; only GPU 0 is moved: GPU 1 must not stay where GPU 0
+  // goes (two pairs onto one GPU are refused by the driver).
+  AddProcess(100, {0, 1});
+  auto p = Make();
+  nlohmann::json facts = {{"devices", {{{"uuid", UuidOf(0)}}, {{"uuid", UuidOf(1)}}}},
+                          {"device_files", {UuidOf(0), UuidOf(1)}}};
+  ASSERT_TRUE(p->Lock(100, 1000).ok());
+  ASSERT_TRUE(p->Checkpoint(100).ok());
+  ASSERT_TRUE(p->Restore(100, facts, {{UuidOf(0), UuidOf(1)}}).ok());
+  ASSERT_EQ(driver_.last_pairs.size(), 2u);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].newUuid.bytes, driver_.gpus[1].uuid, 16), 0);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].oldUuid.bytes, driver_.gpus[1].uuid, 16), 0);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].newUuid.bytes, driver_.gpus[0].uuid, 16), 0);
+}
+
 TEST_F(CudaPluginTest, RefusesProcessTheDriverDoesNotKnowOrAlreadyLocked) {
   AddProcess(100, {0});
   driver_.state.erase(100);
@@ -310,6 +349,18 @@ TEST_F(CudaPluginTest, RefusesMultiProcessNcclWithIpcUnlessDisabled) {
   // One process alone has no peer to share memory with.
   root_.Write("proc/101/environ", "");
   EXPECT_TRUE(p->Discover({101}).ok());
+}
+
+TEST_F(CudaPluginTest, NcclJobsGetTheCriuOptionsForTheirDeletedShmFiles) {
+  AddProcess(100, {0}, "", "7f00-7f01 r-xp 0 0 0 /opt/lib/libnccl.so.2\n");
+  AddProcess(101, {0}, "", "7f00-7f01 r-xp 0 0 0 /usr/lib/libcudart.so.13\n");
+  auto p = Make();
+  auto with = p->CriuOptions({101, 100});
+  ASSERT_TRUE(with.ok());
+  EXPECT_EQ((*with)["args"], nlohmann::json({"--link-remap", "--ghost-limit", "256M"}));
+  auto without = p->CriuOptions({101});
+  ASSERT_TRUE(without.ok());
+  EXPECT_TRUE((*without)["args"].empty());
 }
 
 TEST_F(CudaPluginTest, ManagedMemoryIsFlaggedAndNamedWhenTheDriverRefuses) {
