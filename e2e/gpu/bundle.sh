@@ -95,7 +95,8 @@ if [ "${CRYO_BUNDLE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then
     -exec strip --strip-debug {} + 2>/dev/null || true
 fi
 
-cp "$ROOT/e2e/gpu/run.sh" "$ROOT/e2e/gpu/cryod.sh" "$ROOT/e2e/gpu/train_losses.py" "$OUT/"
+cp "$ROOT/e2e/gpu/run.sh" "$ROOT/e2e/gpu/cryod.sh" "$ROOT/e2e/gpu/train_losses.py" \
+  "$ROOT/e2e/gpu/ddp_losses.py" "$ROOT/e2e/gpu/pairs_probe.sh" "$OUT/"
 chmod +x "$OUT/run.sh"
 git -C "$ROOT" rev-parse --short HEAD >"$OUT/VERSION" 2>/dev/null || echo unknown >"$OUT/VERSION"
 du -sh "$OUT" | awk '{print "bundle: " $2 " (" $1 ")"}'

@@ -2,8 +2,8 @@
 # GPU e2e suite, run from a bundle made by bundle.sh (or from a build dir with CRYO_BUNDLE set).
 # Needs root and an NVIDIA GPU with driver >= 570 (checkpoint API); skips when there is none.
 #
-# Env: CRYO_GPU_PARTS   which parts run (default "plugin cryod torch"): plugin = in-place cycles
-#                       through cryo-gpuctl (no CRIU); cryod and torch: see cryod.sh
+# Env: CRYO_GPU_PARTS   which parts run (default "plugin cryod torch refuse multi"): plugin =
+#                       in-place cycles through cryo-gpuctl (no CRIU); the others: cryod.sh
 #      CRYO_GPU_BENCH_SIZES  GiB per cryod checkpoint/restore and its hand-run baseline (cryod.sh)
 #      CRYO_GPU_SIZES   GiB held by the test program per in-place cycle (default "1 8")
 #      CRYO_GPU_THP     1: repeat the largest size with THP=always during checkpoint
@@ -23,7 +23,7 @@ set -uo pipefail
 B=${CRYO_BUNDLE:-$(cd "$(dirname "$0")" && pwd)}
 RES=${CRYO_GPU_RESULTS:-$PWD/results}
 SIZES=${CRYO_GPU_SIZES:-1 8}
-PARTS=${CRYO_GPU_PARTS:-plugin cryod torch}
+PARTS=${CRYO_GPU_PARTS:-plugin cryod torch refuse multi}
 GPUCTL="$B/bin/cryo-gpuctl"
 LOAD="$B/bin/cryo-gpu-testload"
 mkdir -p "$RES"
@@ -176,7 +176,7 @@ case " $PARTS " in *" plugin "*) plugin_part ;; esac
 
 # Through cryod and CRIU.
 . "$B/cryod.sh"
-case " $PARTS " in *" cryod "*|*" torch "*) run_cryod_parts ;; esac
+case " $PARTS " in *" cryod "*|*" torch "*|*" refuse "*|*" multi "*) run_cryod_parts ;; esac
 
 echo
 echo "== GPU e2e summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)) =="

@@ -1,0 +1,67 @@
+"""A deterministic 2-rank PyTorch DDP (NCCL) training loop for the GPU e2e suite.
+
+Rank 0 appends every step's loss (float.hex) to --out; the last line is "done". The launcher
+process and both ranks form one process tree, which cryod checkpoints and restores as one job.
+NCCL must not share memory between the processes for the driver to restore them: the suite
+runs it with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0
+(then NCCL talks over sockets on loopback).
+
+    python3 ddp_losses.py --steps 200 --out losses.txt --port 29555
+"""
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def worker(rank, world, args):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(args.port)
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world)
+    torch.manual_seed(1234)
+    dev = torch.device("cuda", rank)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU(),
+        torch.nn.Linear(2048, 10)).to(dev)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    gen = torch.Generator(device=dev)
+    gen.manual_seed(100 + rank)
+    out = open(args.out, "a", buffering=1) if rank == 0 else None
+    for step in range(args.steps):
+        t0 = time.monotonic()
+        x = torch.randn(256, 512, device=dev, generator=gen)
+        y = torch.randint(0, 10, (256,), device=dev, generator=gen)
+        loss = torch.nn.functional.cross_entropy(ddp(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        # The loss of the whole job, the same on both ranks.
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        if out:
+            out.write(f"{step} {total.item().hex()}\n")
+        left = args.step_ms / 1000.0 - (time.monotonic() - t0)
+        if left > 0:
+            time.sleep(left)
+    dist.barrier()
+    if out:
+        out.write("done\n")
+        out.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--out", required=True)
+    p.add_argument("--port", type=int, default=29555)
+    p.add_argument("--step-ms", type=float, default=40.0)
+    args = p.parse_args()
+    mp.spawn(worker, args=(2, args), nprocs=2, join=True)
