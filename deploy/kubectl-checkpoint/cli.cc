@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,10 @@ Usage:
 The pod must be bound to a node that runs cryo; kubelet (with the ContainerCheckpoint
 feature gate) asks the container runtime, which cryo's CRI shim serves, to checkpoint the
 container. The container keeps running. POD may be written pod/NAME.
+
+Then the node's cryod is asked for the new checkpoint. When its store has none, kubelet
+does not go through cryo's shim (the runtime took the checkpoint itself): the command fails
+with exit code 15 and names the runtime's own archive.
 
 Options:
   -c, --container NAME      the container (needed when the pod has several and no
@@ -349,6 +354,23 @@ absl::Status Checkpoint(Ctx& c) {
   }
   auto cryo = RunningCryoPods(c, node);
   if (!cryo.ok()) return cryo.status();
+  const CryoPod& cryod = cryo->front();
+  const PodRef target{ns, pod_name, *container};
+  const std::string uid = Str(*pod, "/metadata/uid");
+  // What the store held before, so that the checkpoint this call makes is told apart from
+  // older ones by id, without comparing the node's clock with ours.
+  auto before = CryodGet(c, cryod, kCryodCheckpointsPath);
+  if (!before.ok()) {
+    if (Fatal(before.status())) return before.status();
+    return Failure(
+        kExitCryodFailed,
+        absl::StrCat(Describe(cryod), " does not answer, so the checkpoint could not be ",
+                     "confirmed; nothing was checkpointed: ", before.status().message()));
+  }
+  std::set<std::string> known;
+  for (const auto& ck : CheckpointsOf(*before, target, uid)) {
+    known.insert(Str(ck, "/checkpoint_id"));
+  }
 
   std::string path =
       absl::StrCat("/api/v1/nodes/", UrlEncode(node), "/proxy/checkpoint/", UrlEncode(ns), "/",
@@ -372,20 +394,56 @@ absl::Status Checkpoint(Ctx& c) {
                                 r.status().message()));
   }
   nlohmann::json items = r->value("items", nlohmann::json::array());
+  std::vector<std::string> archives;
+  if (items.is_array()) {
+    for (const auto& it : items) {
+      if (it.is_string()) archives.push_back(it.get<std::string>());
+    }
+  }
+  const std::string archive_text =
+      archives.empty() ? "kubelet named no archive"
+                       : absl::StrCat("the runtime's own archive is at ",
+                                      absl::StrJoin(archives, ", "), " on node ", node);
+
+  // kubelet answers alike whoever served CheckpointContainer: containerd >= 2.0 and CRI-O do it
+  // themselves when kubelet talks to them directly, and then cryo's store gets nothing.
+  auto after = CryodGet(c, cryod, kCryodCheckpointsPath);
+  if (!after.ok()) {
+    if (Fatal(after.status())) return after.status();
+    return Failure(kExitCryodFailed, absl::StrCat("kubelet on node ", node, " checkpointed ", what,
+                                                  " (", archive_text, "), but ", Describe(cryod),
+                                                  " did not answer to confirm that cryo took it: ",
+                                                  after.status().message()));
+  }
+  std::string id;
+  for (const auto& ck : CheckpointsOf(*after, target, uid)) {
+    std::string ck_id = Str(ck, "/checkpoint_id");
+    // The list is newest first: the first unknown id is this call's.
+    if (!ck_id.empty() && !known.count(ck_id)) {
+      id = ck_id;
+      break;
+    }
+  }
+  if (id.empty()) {
+    return Failure(
+        kExitNotThroughCryo,
+        absl::StrCat("kubelet on node ", node, " checkpointed ", what,
+                     ", but cryo's store has no new checkpoint of it: kubelet does not seem to go "
+                     "through cryo-cri-shim (containerd >= 2.0 and CRI-O answer "
+                     "CheckpointContainer themselves; point kubelet at the shim as in "
+                     "docs/install.md, step 4). ",
+                     absl::AsciiStrToUpper(archive_text.substr(0, 1)), archive_text.substr(1),
+                     "."));
+  }
   if (c.json) {
-    nlohmann::json j = {{"namespace", ns},
-                        {"pod", pod_name},
-                        {"container", *container},
-                        {"node", node},
-                        {"items", items}};
+    nlohmann::json j = {{"namespace", ns}, {"pod", pod_name}, {"container", *container},
+                        {"node", node},    {"items", items},  {"checkpoint_id", id}};
     c.out << j.dump(2) << "\n";
     return absl::OkStatus();
   }
   c.out << "checkpointed " << what << " on node " << node << "\n";
-  for (const auto& it : items) {
-    if (it.is_string()) c.out << "  kubelet archive: " << it.get<std::string>() << "\n";
-  }
-  c.out << "  cryo's store has it too: kubectl checkpoint list --node " << node << "\n";
+  c.out << "  cryo checkpoint: " << id << " (kubectl checkpoint inspect " << id << ")\n";
+  for (const auto& a : archives) c.out << "  kubelet archive: " << a << "\n";
   return absl::OkStatus();
 }
 

@@ -29,6 +29,7 @@ absl::StatusCode CodeFor(ExitCode code) {
     case kExitPodNotScheduled:
     case kExitNoCryo:
     case kExitKubeletRefused:
+    case kExitNotThroughCryo:
       return absl::StatusCode::kFailedPrecondition;
     default:
       return absl::StatusCode::kUnknown;

@@ -26,6 +26,7 @@ enum ExitCode : int {
   kExitSourcePodGone = 12,     // restore: the checkpoint's pod no longer exists
   kExitCryodFailed = 13,       // no cryod answered through the pod proxy
   kExitWorkloadNotFound = 14,  // restore --workload: no such Job/Deployment/StatefulSet
+  kExitNotThroughCryo = 15,    // kubelet checkpointed, but not through cryo's shim
   kExitKubectlMissing = 127,   // kubectl itself could not be run
 };
 

@@ -164,6 +164,23 @@ PodRef SourceOf(const json& checkpoint) {
   return r;
 }
 
+std::vector<json> CheckpointsOf(const json& list, const PodRef& ref, const std::string& uid) {
+  std::vector<json> out;
+  if (!list.is_array()) return out;
+  for (const auto& c : list) {
+    if (!c.is_object()) continue;
+    const PodRef r = SourceOf(c);
+    if (r.namespace_name != ref.namespace_name || r.pod != ref.pod ||
+        r.container != ref.container) {
+      continue;
+    }
+    const std::string label_uid = Str(c, absl::StrCat("/labels/", kPodUidLabel));
+    if (!uid.empty() && !label_uid.empty() && label_uid != uid) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
 absl::Time ParseRfc3339(const std::string& s) {
   absl::Time t;
   std::string err;

@@ -20,6 +20,7 @@ using nlohmann::json;
 inline constexpr char kPodNamespaceLabel[] = "io.kubernetes.pod.namespace";
 inline constexpr char kPodNameLabel[] = "io.kubernetes.pod.name";
 inline constexpr char kContainerNameLabel[] = "io.kubernetes.container.name";
+inline constexpr char kPodUidLabel[] = "io.kubernetes.pod.uid";
 // The cryo DaemonSet's pods (chart: app.kubernetes.io/name=cryo), and cryod's port.
 inline constexpr char kCryoPodSelector[] = "app.kubernetes.io/name=cryo";
 inline constexpr char kCryodPortName[] = "http";
@@ -57,6 +58,11 @@ struct PodRef {
   std::string ToString() const;  // "ns/pod/container", "-" when unknown
 };
 PodRef SourceOf(const json& checkpoint);
+
+// The checkpoints in `list` (cryod's /v1/checkpoints array) whose labels name `ref`'s
+// namespace, pod and container. One labelled with another pod uid than `uid` (when both are
+// known) is of an earlier pod of the same name, and is left out.
+std::vector<json> CheckpointsOf(const json& list, const PodRef& ref, const std::string& uid);
 
 // Checkpoint arrays from several cryods merged by checkpoint_id (nodes may share a store),
 // newest first.

@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,12 +31,16 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using testing::JsonResponse;
 using testing::Lines;
+using ::testing::Not;
 using testing::Request;
 using testing::Response;
 using ::testing::StartsWith;
 using testing::StatusJson;
 
 constexpr char kCryoPods[] = "/api/v1/namespaces/cryo-system/pods";
+constexpr char kTrainUid[] = "6d3c1a8e-0000-4000-8000-000000000001";
+constexpr char kTrainCheckpoint[] = "/api/v1/nodes/node-a/proxy/checkpoint/ml/train-0/worker";
+constexpr char kTrainArchive[] = "/var/lib/kubelet/checkpoints/checkpoint-train-0_ml-worker.tar";
 
 struct Outcome {
   int code = -1;
@@ -79,7 +85,7 @@ json Pod(const std::string& ns, const std::string& name, const std::string& node
           {"metadata",
            {{"name", name},
             {"namespace", ns},
-            {"uid", "6d3c1a8e-0000-4000-8000-000000000001"},
+            {"uid", kTrainUid},
             {"resourceVersion", "12345"},
             {"creationTimestamp", "2026-11-02T08:59:00Z"},
             {"generateName", "train-"},
@@ -139,6 +145,18 @@ json Checkpoint(const std::string& id, const std::string& created, const std::st
 
 std::string ProxyPath(const std::string& cryo_pod, const std::string& rest) {
   return absl::StrCat(kCryoPods, "/", cryo_pod, ":9464/proxy", rest);
+}
+
+// A checkpoint the shim took of NS/POD/CONTAINER (the labels it sets), of the pod `uid`.
+json CheckpointOf(const std::string& id, const std::string& ns, const std::string& pod,
+                  const std::string& container, const std::string& uid = kTrainUid) {
+  json c = Checkpoint(id, "2026-11-02T10:00:00Z", "node-a", 4096);
+  c["labels"] = {{"io.kubernetes.pod.namespace", ns},
+                 {"io.kubernetes.pod.name", pod},
+                 {"io.kubernetes.container.name", container},
+                 {"io.kubernetes.pod.uid", uid},
+                 {"cryo.dev/reason", "checkpoint-api"}};
+  return c;
 }
 
 class KubectlCheckpointTest : public ::testing::Test {
@@ -206,6 +224,21 @@ class KubectlCheckpointTest : public ::testing::Test {
     });
   }
 
+  // kubelet's checkpoint call at `post_path` answers `archives`; cryod's list on `cryo_pod`
+  // answers `before` until that call arrives and `after` from then on.
+  void ServeCheckpointCall(const std::string& cryo_pod, const std::string& post_path,
+                           const json& archives, const json& before, const json& after) {
+    auto posted = std::make_shared<std::atomic<bool>>(false);
+    server_.On("POST", post_path, [posted, archives](const Request&) {
+      posted->store(true);
+      return JsonResponse({{"items", archives}});
+    });
+    server_.On("GET", ProxyPath(cryo_pod, "/v1/checkpoints"),
+               [posted, before, after](const Request&) {
+                 return JsonResponse(posted->load() ? after : before);
+               });
+  }
+
   FakeApiServer server_;
   std::string dir_;
   std::string kubeconfig_;
@@ -216,19 +249,24 @@ class KubectlCheckpointTest : public ::testing::Test {
 TEST_F(KubectlCheckpointTest, CheckpointsThroughKubeletsApi) {
   ServeTrainPod();
   ServeCryoPods();
-  server_.OnJson("POST", "/api/v1/nodes/node-a/proxy/checkpoint/ml/train-0/worker",
-                 {{"items", {"/var/lib/kubelet/checkpoints/checkpoint-train-0_ml-worker.tar"}}});
+  const json old = CheckpointOf("ck-old", "ml", "train-0", "worker");
+  ServeCheckpointCall("cryo-a", kTrainCheckpoint, json::array({kTrainArchive}), json::array({old}),
+                      json::array({CheckpointOf("ck-new", "ml", "train-0", "worker"), old}));
   Outcome r = Plugin({"train-0", "-n", "ml", "--timeout", "90"});
   ASSERT_EQ(r.code, 0) << r;
   auto reqs = server_.ApiRequests();
   EXPECT_THAT(Lines(reqs),
               ElementsAre("GET /api/v1/namespaces/ml/pods/train-0", std::string("GET ") + kCryoPods,
-                          "POST /api/v1/nodes/node-a/proxy/checkpoint/ml/train-0/worker"));
+                          "GET " + ProxyPath("cryo-a", "/v1/checkpoints"),
+                          std::string("POST ") + kTrainCheckpoint,
+                          "GET " + ProxyPath("cryo-a", "/v1/checkpoints")));
   EXPECT_EQ(reqs[1].Param("labelSelector"), "app.kubernetes.io/name=cryo");
   EXPECT_EQ(reqs[1].Param("fieldSelector"), "spec.nodeName=node-a");
-  EXPECT_EQ(reqs[2].Param("timeout"), "90");
+  EXPECT_EQ(reqs[3].Param("timeout"), "90");
   EXPECT_THAT(r.out, HasSubstr("checkpointed ml/train-0/worker on node node-a"));
-  EXPECT_THAT(r.out, HasSubstr("/var/lib/kubelet/checkpoints/checkpoint-train-0_ml-worker.tar"));
+  EXPECT_THAT(r.out, HasSubstr("cryo checkpoint: ck-new (kubectl checkpoint inspect ck-new)"));
+  EXPECT_THAT(r.out, HasSubstr(kTrainArchive));
+  EXPECT_THAT(r.out, Not(HasSubstr("ck-old")));
 }
 
 TEST_F(KubectlCheckpointTest, CheckpointJsonAndKubeconfigFlagAndContextNamespace) {
@@ -236,8 +274,9 @@ TEST_F(KubectlCheckpointTest, CheckpointJsonAndKubeconfigFlagAndContextNamespace
   server_.OnJson("GET", "/api/v1/namespaces/default/pods/web",
                  Pod("default", "web", "node-b", {{"app", "running"}}));
   ServeCryoPods();
-  server_.OnJson("POST", "/api/v1/nodes/node-b/proxy/checkpoint/default/web/app",
-                 {{"items", {"/var/lib/kubelet/checkpoints/c.tar"}}});
+  ServeCheckpointCall("cryo-b", "/api/v1/nodes/node-b/proxy/checkpoint/default/web/app",
+                      json::array({"/var/lib/kubelet/checkpoints/c.tar"}), json::array(),
+                      json::array({CheckpointOf("ck-web", "default", "web", "app")}));
   Outcome r = Plugin({"pod/web", "--kubeconfig", kubeconfig_, "-o", "json"},
                      {"KUBECONFIG=" + dir_ + "/does-not-exist"});
   ASSERT_EQ(r.code, 0) << r;
@@ -246,8 +285,52 @@ TEST_F(KubectlCheckpointTest, CheckpointJsonAndKubeconfigFlagAndContextNamespace
                      {"pod", "web"},
                      {"container", "app"},
                      {"node", "node-b"},
-                     {"items", {"/var/lib/kubelet/checkpoints/c.tar"}}}));
-  EXPECT_EQ(server_.ApiRequests().back().Param("timeout"), "");
+                     {"items", {"/var/lib/kubelet/checkpoints/c.tar"}},
+                     {"checkpoint_id", "ck-web"}}));
+  auto reqs = server_.ApiRequests();
+  ASSERT_EQ(reqs.size(), 5u);
+  EXPECT_EQ(reqs[3].method, "POST");
+  EXPECT_EQ(reqs[3].Param("timeout"), "");
+}
+
+TEST_F(KubectlCheckpointTest, KubeletNotGoingThroughTheShimIsAnError) {
+  // containerd 2.x answered CheckpointContainer itself: kubelet reports an archive, but cryod's
+  // store got nothing new of this container (only other pods' and containers' checkpoints, and
+  // one of an earlier pod of the same name).
+  ServeTrainPod();
+  ServeCryoPods();
+  const json old = CheckpointOf("ck-old", "ml", "train-0", "worker");
+  ServeCheckpointCall(
+      "cryo-a", kTrainCheckpoint, json::array({kTrainArchive}), json::array({old}),
+      json::array({CheckpointOf("ck-other-pod", "ml", "train-1", "worker"),
+                   CheckpointOf("ck-sidecar", "ml", "train-0", "sidecar"),
+                   CheckpointOf("ck-earlier-pod", "ml", "train-0", "worker", "0000-old-uid"),
+                   old}));
+  Outcome r = Plugin({"train-0", "-n", "ml"});
+  EXPECT_EQ(r.code, kExitNotThroughCryo) << r;
+  EXPECT_THAT(r.err, HasSubstr("kubelet on node node-a checkpointed ml/train-0/worker, but cryo's "
+                               "store has no new checkpoint of it"));
+  EXPECT_THAT(r.err, HasSubstr("does not seem to go through cryo-cri-shim"));
+  EXPECT_THAT(r.err, HasSubstr("docs/install.md"));
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("The runtime's own archive is at ", kTrainArchive,
+                                            " on node node-a")));
+  EXPECT_EQ(r.out, "") << "nothing claims success";
+  EXPECT_EQ(Lines(server_.ApiRequests()).back(), "GET " + ProxyPath("cryo-a", "/v1/checkpoints"));
+}
+
+TEST_F(KubectlCheckpointTest, CryodNotAnsweringStopsBeforeKubeletIsAsked) {
+  ServeTrainPod();
+  ServeCryoPods();
+  server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints"),
+                 StatusJson(503, "ServiceUnavailable",
+                            "error trying to reach service: dial tcp "
+                            "10.0.0.7:9464: connect: connection refused"),
+                 503);
+  Outcome r = Plugin({"train-0", "-n", "ml"});
+  EXPECT_EQ(r.code, kExitCryodFailed) << r;
+  EXPECT_THAT(r.err, HasSubstr("cryo pod cryo-a (node node-a) does not answer"));
+  EXPECT_THAT(r.err, HasSubstr("nothing was checkpointed"));
+  for (const auto& q : server_.ApiRequests()) EXPECT_NE(q.method, "POST");
 }
 
 TEST_F(KubectlCheckpointTest, PodNotFound) {
@@ -300,6 +383,7 @@ TEST_F(KubectlCheckpointTest, NodeWithoutCryo) {
 TEST_F(KubectlCheckpointTest, KubeletErrorIsQuoted) {
   ServeTrainPod();
   ServeCryoPods();
+  server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints"), json::array());
   const std::string why =
       "checkpointing of ml/train-0/worker failed (rpc error: code = FailedPrecondition desc = "
       "container uses a GPU that cannot be checkpointed)";
@@ -314,6 +398,7 @@ TEST_F(KubectlCheckpointTest, KubeletErrorIsQuoted) {
 TEST_F(KubectlCheckpointTest, KubeletWithoutCheckpointApi) {
   ServeTrainPod();
   ServeCryoPods();
+  server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints"), json::array());
   server_.On("POST", "/api/v1/nodes/node-a/proxy/checkpoint/ml/train-0/worker",
              Response{404, "404 page not found\n", "text/plain; charset=utf-8"});
   Outcome r = Plugin({"train-0", "-n", "ml"});
@@ -332,6 +417,7 @@ TEST_F(KubectlCheckpointTest, UnauthorizedQuotesKubectl) {
 TEST_F(KubectlCheckpointTest, ForbiddenNodeProxy) {
   ServeTrainPod();
   ServeCryoPods();
+  server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints"), json::array());
   server_.OnJson("POST", "/api/v1/nodes/node-a/proxy/checkpoint/ml/train-0/worker",
                  StatusJson(403, "Forbidden",
                             "nodes \"node-a\" is forbidden: User \"bob\" cannot create resource "

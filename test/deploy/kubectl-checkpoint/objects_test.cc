@@ -76,6 +76,33 @@ TEST(MergeCheckpointsTest, ByIdNewestFirst) {
   EXPECT_EQ(m[2]["checkpoint_id"], "x");
 }
 
+TEST(CheckpointsOfTest, MatchesNamespacePodContainerAndUid) {
+  json list = json::parse(R"([
+    {"checkpoint_id": "a", "labels": {"io.kubernetes.pod.namespace": "ml",
+      "io.kubernetes.pod.name": "train-0", "io.kubernetes.container.name": "worker",
+      "io.kubernetes.pod.uid": "u1"}},
+    {"checkpoint_id": "no-uid", "labels": {"io.kubernetes.pod.namespace": "ml",
+      "io.kubernetes.pod.name": "train-0", "io.kubernetes.container.name": "worker"}},
+    {"checkpoint_id": "earlier-pod", "labels": {"io.kubernetes.pod.namespace": "ml",
+      "io.kubernetes.pod.name": "train-0", "io.kubernetes.container.name": "worker",
+      "io.kubernetes.pod.uid": "u0"}},
+    {"checkpoint_id": "sidecar", "labels": {"io.kubernetes.pod.namespace": "ml",
+      "io.kubernetes.pod.name": "train-0", "io.kubernetes.container.name": "sidecar"}},
+    {"checkpoint_id": "other-ns", "labels": {"io.kubernetes.pod.namespace": "dev",
+      "io.kubernetes.pod.name": "train-0", "io.kubernetes.container.name": "worker"}},
+    {"checkpoint_id": "process-mode"}, "not an object"])");
+  auto ids = [](const std::vector<json>& v) {
+    std::vector<std::string> out;
+    for (const auto& c : v) out.push_back(c["checkpoint_id"].get<std::string>());
+    return out;
+  };
+  const PodRef ref{"ml", "train-0", "worker"};
+  EXPECT_EQ(ids(CheckpointsOf(list, ref, "u1")), (std::vector<std::string>{"a", "no-uid"}));
+  EXPECT_EQ(ids(CheckpointsOf(list, ref, "")),
+            (std::vector<std::string>{"a", "no-uid", "earlier-pod"}));
+  EXPECT_TRUE(CheckpointsOf(json::object(), ref, "u1").empty());
+}
+
 TEST(BuildResumePodTest, FromAWorkloadTemplate) {
   json deploy = json::parse(R"({"apiVersion": "apps/v1", "kind": "Deployment",
     "metadata": {"name": "web", "namespace": "prod", "uid": "u"},
