@@ -60,7 +60,8 @@ void AzureEventsProvider::LearnName() {
   }
   if (!warned_no_name_ && !absl::IsCancelled(why)) {
     CRYO_LOG(Warning) << "azure: cannot learn this VM's name (" << why.message()
-                      << "); every Preempt or Terminate event counts until it is known";
+                      << "); every Preempt, Terminate, Reboot or Redeploy event counts until it "
+                         "is known";
     warned_no_name_ = true;
   }
 }
@@ -87,8 +88,12 @@ absl::StatusOr<std::vector<Notice>> AzureEventsProvider::Poll() {
       kind = "preempt";
     } else if (type == "Terminate") {
       kind = "terminate";
+    } else if (type == "Reboot") {
+      kind = "reboot";  // the VM restarts: every process is gone
+    } else if (type == "Redeploy") {
+      kind = "redeploy";  // the VM moves to another host, booted afresh: every process is gone
     } else {
-      continue;  // Reboot, Redeploy, Freeze: the VM and its memory survive or come back
+      continue;  // Freeze pauses the VM for seconds and keeps its memory
     }
     std::vector<std::string> resources;
     if (auto it = ev.find("Resources"); it != ev.end() && it->is_array()) {

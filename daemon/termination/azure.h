@@ -6,12 +6,13 @@
 //       "EventType": "Preempt"|"Terminate"|"Reboot"|"Redeploy"|"Freeze", "ResourceType":
 //       "VirtualMachine", "Resources": ["vmname", ...], "EventStatus": "Scheduled"|"Started",
 //       "NotBefore": "Mon, 19 Sep 2016 18:29:47 GMT", ...}]}
-// Preempt (spot eviction, >= 30 s ahead) and Terminate events that name this VM are notices;
-// NotBefore is the deadline; each EventId is a distinct notice. The events document lists the
-// events of the whole availability set or scale group, so the VM's own name matters: configured,
-// or learned from the instance metadata (name_url). While the name is unknown every Preempt or
-// Terminate event counts (a needless checkpoint beats a missed one). Events are never
-// acknowledged: an acknowledgement lets Azure start them sooner.
+// Preempt (spot eviction, >= 30 s ahead), Terminate, Reboot and Redeploy events that name this
+// VM are notices: each ends every process of the VM (Redeploy boots it on another host). Freeze
+// (a pause of seconds that keeps memory) is not. NotBefore is the deadline; each EventId is a
+// distinct notice. The events document lists the events of the whole availability set or scale
+// group, so the VM's own name matters: configured, or learned from the instance metadata
+// (name_url). While the name is unknown every such event counts (a needless checkpoint beats a
+// missed one). Events are never acknowledged: an acknowledgement lets Azure start them sooner.
 
 #include <memory>
 #include <string>

@@ -12,7 +12,8 @@ namespace cryo::termination {
 
 struct Notice {
   std::string provider;  // "gce", "aws", "azure"
-  // "preempt", "maintenance-terminate" (GCE), "spot-interruption" (AWS), "terminate" (Azure).
+  // "preempt", "maintenance-terminate" (GCE), "spot-interruption" (AWS), "terminate",
+  // "reboot", "redeploy" (Azure).
   std::string kind;
   // Stays the same while the same notice stands on later polls; a different id is a new notice
   // (a new Azure EventId, a new AWS action or time).

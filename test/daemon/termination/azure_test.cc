@@ -1,5 +1,9 @@
 #include "termination/azure.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "fake_clouds.h"
 #include "fakes.h"
 #include "gtest/gtest.h"
@@ -64,17 +68,39 @@ TEST(AzureEvents, OtherVmsAndOtherTypesAreIgnored) {
   auto got = p.Poll();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_TRUE(got->empty()) << "another VM of the scale set";
-  for (const char* type : {"Reboot", "Redeploy", "Freeze"}) {
-    f.cloud.SetDocument(AzureDoc(4, "e2", type, "vm-a", "Scheduled", kNotBefore));
-    got = p.Poll();
-    ASSERT_TRUE(got.ok()) << got.status();
-    EXPECT_TRUE(got->empty()) << type;
-  }
+  // Freeze pauses the VM and keeps its memory: no checkpoint needed.
+  f.cloud.SetDocument(AzureDoc(4, "e2", "Freeze", "vm-a", "Scheduled", kNotBefore));
+  got = p.Poll();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(got->empty());
   f.cloud.SetDocument(AzureDoc(5, "e3", "Terminate", "VM-A", "Scheduled", kNotBefore));
   got = p.Poll();
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 1u) << "VM names compare without case";
   EXPECT_EQ((*got)[0].kind, "terminate");
+}
+
+TEST(AzureEvents, RebootAndRedeployLoseEveryProcessSoTheyAreNotices) {
+  AzureFixture f;
+  auto p = f.Provider();
+  for (const auto& [type, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"Reboot", "reboot"}, {"Redeploy", "redeploy"}}) {
+    f.cloud.SetDocument(AzureDoc(6, "ev-" + kind, type, "vm-a", "Scheduled", kNotBefore));
+    auto got = p.Poll();
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->size(), 1u) << type;
+    const Notice& n = (*got)[0];
+    EXPECT_EQ(n.provider, "azure");
+    EXPECT_EQ(n.kind, kind);
+    EXPECT_EQ(n.id, "azure/ev-" + kind);
+    EXPECT_EQ(n.deadline, NotBeforeTime());
+    EXPECT_NE(n.detail.find("Azure " + type + " event"), std::string::npos) << n.detail;
+    // Another VM's reboot is not ours.
+    f.cloud.SetDocument(AzureDoc(7, "ev-b", type, "vm-b", "Scheduled", kNotBefore));
+    got = p.Poll();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(got->empty()) << type;
+  }
 }
 
 TEST(AzureEvents, ConfiguredNameWinsAndUnknownNameCountsEveryEvent) {
