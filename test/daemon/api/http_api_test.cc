@@ -30,6 +30,7 @@ v1::CheckpointInfo Info(const std::string& id, const std::string& created, uint6
 // Stands in for the engine: canned answers, and what it was asked.
 struct FakeEngine {
   std::vector<v1::CheckpointInfo> stored;
+  std::string manifest;  // served by Get instead of the minimal one when set
   absl::Status fail;
   std::vector<std::string> asked;
 
@@ -48,8 +49,9 @@ struct FakeEngine {
       f->set_path("images/pages-1.img");
       f->set_size(4096);
       f->set_checksum("xxh64:00ff");
-      full.set_manifest_json(R"({"format": "cryo.checkpoint/v1", "id": ")" + id +
-                             R"(", "source": {"kernel": "6.18.0"}})");
+      full.set_manifest_json(!manifest.empty() ? manifest
+                                               : R"({"format": "cryo.checkpoint/v1", "id": ")" +
+                                                     id + R"(", "source": {"kernel": "6.18.0"}})");
       return full;
     }
     return absl::NotFoundError("checkpoint '" + id + "' not found");
@@ -113,7 +115,45 @@ TEST_F(HttpApiTest, GetHasFilesAndTheManifestAsAnObject) {
   EXPECT_EQ(j["files"][0]["size"], "4096");
   EXPECT_EQ(j["manifest"]["source"]["kernel"], "6.18.0");
   EXPECT_FALSE(j.contains("manifest_json"));
+  EXPECT_FALSE(j.contains("redacted")) << "nothing to withhold";
   EXPECT_EQ(engine_.asked, std::vector<std::string>{"get:old-1"});
+}
+
+TEST_F(HttpApiTest, GetWithholdsTheCommandLineAndContainerAnnotations) {
+  // The shape store::ManifestToJson writes, with what a job's argv and a pod may carry.
+  engine_.manifest = R"({"format": "cryo.checkpoint/v1", "id": "old-1",
+    "target": {"root_pid": 1, "pids": [1, 7], "tids": [1, 7, 8], "command": "python3",
+               "cmdline": ["python3", "train.py", "--hf-token=hf_SECRET123"]},
+    "source": {"kernel": "6.18.0", "arch": "x86_64"},
+    "container": {"id": "3f2a", "name": "worker", "image": "registry.local/train:1",
+                  "labels": {"io.kubernetes.pod.name": "train-0"},
+                  "annotations": {"io.kubernetes.container.preStopHandler":
+                                  "{\"exec\":{\"command\":[\"curl\",\"-u\",\"admin:SECRET456\"]}}"}},
+    "files": []})";
+  std::string r = HttpGet(server_->port(), "/v1/checkpoints/old-1");
+  ASSERT_EQ(HttpCode(r), 200) << r;
+  const std::string body = HttpBody(r);
+  EXPECT_EQ(body.find("SECRET123"), std::string::npos) << body;
+  EXPECT_EQ(body.find("SECRET456"), std::string::npos) << body;
+  nlohmann::json j = nlohmann::json::parse(body);
+  EXPECT_EQ(j["manifest"]["target"]["command"], "python3") << "the command name stays";
+  EXPECT_EQ(j["manifest"]["target"]["tids"], nlohmann::json({1, 7, 8}));
+  EXPECT_FALSE(j["manifest"]["target"].contains("cmdline"));
+  EXPECT_FALSE(j["manifest"]["container"].contains("annotations"));
+  EXPECT_EQ(j["manifest"]["container"]["image"], "registry.local/train:1");
+  EXPECT_EQ(j["redacted"],
+            nlohmann::json({"/manifest/target/cmdline", "/manifest/container/annotations"}));
+}
+
+TEST_F(HttpApiTest, ProcessModeManifestHasOnlyTheCommandLineWithheld) {
+  engine_.manifest = R"({"format": "cryo.checkpoint/v1", "id": "old-1",
+    "target": {"root_pid": 42, "command": "sleep", "cmdline": ["sleep", "1000"]},
+    "container": null})";
+  nlohmann::json j;
+  ASSERT_EQ(Get("/v1/checkpoints/old-1", &j), 200);
+  EXPECT_EQ(j["manifest"]["target"], nlohmann::json({{"root_pid", 42}, {"command", "sleep"}}));
+  EXPECT_TRUE(j["manifest"]["container"].is_null());
+  EXPECT_EQ(j["redacted"], nlohmann::json({"/manifest/target/cmdline"}));
 }
 
 TEST_F(HttpApiTest, UnknownIdIsA404JsonError) {
@@ -152,13 +192,24 @@ TEST_F(HttpApiTest, UnavailableUntilTheEngineExists) {
   ASSERT_EQ(Get("/v1/checkpoints/old-1", &j), 200);
 }
 
-TEST(CheckpointJsonTest, KeepsAnUnparsableManifestAsText) {
+TEST(CheckpointJsonTest, WithholdsAManifestItCannotRedact) {
   v1::CheckpointInfo c;
   c.set_checkpoint_id("x");
-  c.set_manifest_json("{broken");
+  c.set_command("python3");
+  c.set_manifest_json(R"({"target": {"cmdline": ["python3", "--password=SECRET"]} broken)");
   nlohmann::json j = CheckpointToJson(c);
-  EXPECT_EQ(j["manifest_json"], "{broken");
+  EXPECT_FALSE(j.contains("manifest_json"));
   EXPECT_FALSE(j.contains("manifest"));
+  EXPECT_EQ(j.dump().find("SECRET"), std::string::npos) << j.dump();
+  EXPECT_EQ(j["redacted"], nlohmann::json({"/manifest_json"}));
+  EXPECT_EQ(j["command"], "python3");
+}
+
+TEST(CheckpointJsonTest, ListEntriesWithoutAManifestAreUnchanged) {
+  v1::CheckpointInfo c;
+  c.set_checkpoint_id("x");
+  c.set_command("python3");
+  EXPECT_EQ(CheckpointToJson(c), nlohmann::json::parse(MessageToJson(c)));
 }
 
 TEST(CheckpointJsonTest, MessageToJsonUsesProtoFieldNames) {
