@@ -135,6 +135,9 @@ app.kubernetes.io/part-of: cryo
 {{- $_ := set $c "termination_poll_ms" (int $v.termination.pollMs) -}}
 {{- $c = mergeOverwrite $c (deepCopy ($v.termination.extraConfig | default dict)) -}}
 {{- end -}}
+{{- if not (has (lower (toString $v.cryod.logLevel)) (list "debug" "info" "warn" "warning" "error")) -}}
+{{- fail (printf "cryod.logLevel must be debug, info, warning or error, not %q" (toString $v.cryod.logLevel)) -}}
+{{- end -}}
 {{- if not (has $v.gpu.thpDuringCheckpoint (list "" "always")) -}}
 {{- fail (printf "gpu.thpDuringCheckpoint must be \"\" or \"always\", not %q" $v.gpu.thpDuringCheckpoint) -}}
 {{- end -}}
@@ -154,6 +157,9 @@ app.kubernetes.io/part-of: cryo
   (printf "--metrics-address=%s" $v.shim.metricsAddress)
   (printf "--log-level=%s" $v.shim.logLevel)
 -}}
+{{- if not (has (lower (toString $v.shim.logLevel)) (list "debug" "info" "warn" "warning" "error")) -}}
+{{- fail (printf "shim.logLevel must be debug, info, warn or error, not %q" (toString $v.shim.logLevel)) -}}
+{{- end -}}
 {{- if ne $v.annotationPrefix "cryo.dev" -}}
 {{- $a = append $a (printf "--annotation-prefix=%s" $v.annotationPrefix) -}}
 {{- end -}}
