@@ -11,7 +11,8 @@
 #      their sources.
 #   3. kubectl set image --local: decodes the workloads into kubectl's compiled-in Go types
 #      (a newer API than step 2); kubecheck.py roundtrip: nothing was dropped or changed.
-#   4. Negative cases: broken values and a broken template must be refused.
+#   4. What each value set must render: its kinds exactly, and lines it must (not) contain.
+#   5. Negative cases: broken values and a broken template must be refused.
 # Also: every value in values.yaml is documented and charts/cryo/README.md's table is current.
 # Exit 0 only if everything passed. Needs: go (golang-go), sprig, sigs.k8s.io/yaml, semver
 # (Debian -dev packages), python3-kubernetes, kubectl. scripts/setup.sh installs them.
@@ -81,12 +82,17 @@ with open(os.path.join(d, "servergroups.json"), "w") as f:
     json.dump({"kind": "APIGroupList", "apiVersion": "v1", "groups": glist}, f)
 PY
 
+# "ConfigMap×1, DaemonSet×1, ...": the kinds of a rendered file, sorted, with their counts.
+kinds_of() {
+  grep -E '^kind: ' "$1" | awk '{print $2}' | sort | uniq -c | awk '{printf "%s%s×%s", sep, $2, $1; sep=", "}'
+}
+
 # check NAME FILE: steps 1-3 on one rendered file.
 checked=0
 check() {
   local name=$1 file=$2 out=$TMP/$1
   local kinds
-  kinds=$(grep -E '^kind: ' "$file" | awk '{print $2}' | sort | uniq -c | awk '{printf "%s%s×%s", sep, $2, $1; sep=", "}')
+  kinds=$(kinds_of "$file")
   "${KUBE[@]}" create --dry-run=client --validate=false -o json -f "$file" >"$out.json" 2>"$out.kubectl.err" ||
     { cat "$out.kubectl.err" >&2; fail "$name: kubectl could not decode the objects"; }
   "$PY" "$KUBECHECK" objects "$out.json" --repo "$ROOT" >"$out.check" 2>&1 ||
@@ -119,16 +125,104 @@ PY
   say "ok  $name: $kinds"
 }
 
+# --- what each value set must render (step 4) --------------------------------------------------
+# expect_kinds NAME "Kind×N, ...": exactly these kinds. expect_has/expect_lacks NAME ERE WHY.
+expect_kinds() {
+  local got
+  got=$(kinds_of "$TMP/$1.yaml")
+  [ "$got" = "$2" ] || fail "$1: renders $got; expected $2"
+}
+expect_has() { grep -qE -- "$2" "$TMP/$1.yaml" || fail "$1: $3 (no line matches /$2/)"; }
+expect_lacks() { ! grep -qE -- "$2" "$TMP/$1.yaml" || fail "$1: $3 (a line matches /$2/)"; }
+
+# expectations NAME: the checks of the defaults or of ci/NAME-values.yaml; fails for a value set
+# that has none, so a new file in ci/ comes with its own.
+expectations() {
+  local n=$1
+  case $n in
+    default)
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Service×1, ServiceAccount×1"
+      expect_has "$n" '^ +privileged: true$' "cryod is privileged by default"
+      expect_has "$n" '^ +kubernetes.io/os: linux$' "the default nodeSelector (Linux)"
+      expect_has "$n" '^ +kubernetes.io/arch: amd64$' "the default nodeSelector (amd64 image)"
+      expect_has "$n" '^ +path: /healthz$' "the HTTP readiness probe"
+      expect_has "$n" '"metrics_address": "0.0.0.0:9464"' "cryod's HTTP API on the pod IP"
+      expect_has "$n" '^ +path: /var/lib/cryo/store$' "the hostPath store"
+      ;;
+    crio)
+      expect_kinds "$n" "ClusterRole×1, ClusterRoleBinding×1, ConfigMap×1, DaemonSet×1, Namespace×1, ResourceQuota×1, Role×1, RoleBinding×2, Service×1, ServiceAccount×1"
+      expect_has "$n" '"runtime_endpoint": "unix:///var/run/crio/crio.sock"' "CRI-O's socket for cryod"
+      expect_has "$n" '--runtime-endpoint=unix:///var/run/crio/crio.sock' "CRI-O's socket for the shim"
+      expect_has "$n" '^ +path: /var/lib/containers/storage$' "CRI-O's storage root"
+      expect_has "$n" '--annotation-prefix=checkpoint.example.com' "the shim's annotation prefix"
+      expect_has "$n" '"annotation_prefix": "checkpoint.example.com"' "cryod's annotation prefix"
+      expect_has "$n" '^ +hostNetwork: true$' "host networking"
+      expect_has "$n" 'image: registry.example.com/cryo/cryo-node@sha256:0{64}$' "the image by digest"
+      expect_has "$n" '"termination_providers": "gce,aws"' "termination notices"
+      expect_has "$n" '^ +name: oncall@example.com$' "the checkpointers' bindings"
+      ;;
+    gpu)
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Service×1, ServiceAccount×1"
+      expect_has "$n" '^ +runtimeClassName: nvidia$' "the NVIDIA runtime class"
+      expect_has "$n" '^ +- name: NVIDIA_VISIBLE_DEVICES$' "the driver injected"
+      expect_has "$n" '"gpu_thp_during_checkpoint": "always"' "THP during checkpoints"
+      expect_has "$n" '^ +path: /sys/kernel/mm/transparent_hugepage$' "the THP mount"
+      expect_has "$n" '"gpu_lock_timeout_ms": 30000' "the lock timeout"
+      expect_has "$n" '^ +nvidia.com/gpu.present: "true"$' "the GPU nodeSelector"
+      expect_has "$n" '^ +kubernetes.io/arch: amd64$' "merged with the default nodeSelector"
+      ;;
+    hostpath-shared)
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Service×1, ServiceAccount×1"
+      expect_has "$n" '^ +path: /mnt/cryo/checkpoints$' "the shared hostPath store"
+      expect_has "$n" '^ +mountPropagation: HostToContainer$' "a late NFS mount still shows up"
+      expect_has "$n" '"retention_keep": 5' "retention"
+      ;;
+    least-privilege)
+      expect_kinds "$n" "ConfigMap×1, DaemonSet×1, ServiceAccount×1"
+      expect_lacks "$n" 'privileged: true' "nothing is privileged"
+      expect_has "$n" '^ +- CHECKPOINT_RESTORE$' "the explicit capabilities"
+      expect_has "$n" '^ +type: Unconfined$' "seccomp unconfined"
+      expect_has "$n" 'container.apparmor.security.beta.kubernetes.io/cryod: unconfined' "AppArmor unconfined"
+      expect_has "$n" '^ +path: /sys/fs/cgroup$' "the cgroup tree"
+      expect_lacks "$n" '^ +path: /dev$' "no host /dev without privileged"
+      expect_has "$n" '"metrics_address": "127.0.0.1:9464"' "cryod's HTTP on loopback only"
+      expect_lacks "$n" 'containerPort:' "no port"
+      expect_has "$n" 'command: \["/usr/local/bin/cryo","--socket=/run/cryo/cryod.sock","node"\]' "exec probes without the HTTP port"
+      expect_lacks "$n" 'httpGet:|tcpSocket:' "no probe on the closed port"
+      ;;
+    monitoring)
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, NetworkPolicy×1, Role×1, Service×1, ServiceAccount×1, ServiceMonitor×1"
+      expect_has "$n" '^ +release: kube-prometheus-stack$' "the ServiceMonitor's selector label"
+      expect_has "$n" '^ +interval: 15s$' "the scrape interval"
+      expect_has "$n" '^ +cidr: 10.0.0.0/28$' "the API server's addresses in the NetworkPolicy"
+      expect_has "$n" '^ +kubernetes.io/metadata.name: monitoring$' "Prometheus' namespace in the NetworkPolicy"
+      ;;
+    pvc)
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, PersistentVolumeClaim×1, Role×1, Service×1, ServiceAccount×1"
+      expect_has "$n" '^ +claimName: cryo-store$' "the store from the created claim"
+      expect_has "$n" '^ +storageClassName: "nfs-rwx"$' "the storage class"
+      expect_has "$n" '^ +storage: "500Gi"$' "the size"
+      expect_has "$n" '^ +- ReadWriteMany$' "a shared claim"
+      expect_has "$n" 'helm.sh/resource-policy: keep' "kept on uninstall"
+      expect_lacks "$n" '^ +path: /var/lib/cryo/store$' "no hostPath store"
+      ;;
+    *) return 1 ;;
+  esac
+  say "ok  expected: $n"
+}
+
 # --- the chart: defaults and each value set ----------------------------------------------------
 render() { "$RENDER" --name cryo --namespace cryo-system "$@" "$CHART"; }
 
 render >"$TMP/default.yaml" || fail "rendering the defaults"
 check default "$TMP/default.yaml"
+expectations default
 for values in "$CHART"/ci/*-values.yaml; do
   name=$(basename "$values" -values.yaml)
   render -f "$values" --api-versions monitoring.coreos.com/v1 >"$TMP/$name.yaml" ||
     fail "rendering with ci/$(basename "$values")"
   check "$name" "$TMP/$name.yaml"
+  expectations "$name" || fail "ci/$(basename "$values") has no expectations in scripts/check-chart.sh: add them"
 done
 # --set on top of a file, as an operator would.
 render -f "$CHART/ci/pvc-values.yaml" --set store.pvc.existingClaim=shared-ckpt \
@@ -163,6 +257,8 @@ expect_refused() {  # expect_refused WHAT PATTERN COMMAND...
 expect_refused "store.type=nfs" "store.type must be hostPath or pvc" render --set store.type=nfs
 expect_refused "runtime.type=docker" "runtime.type must be containerd or crio" render --set runtime.type=docker
 expect_refused "gpu.thpDuringCheckpoint=madvise" "gpu.thpDuringCheckpoint" render --set gpu.thpDuringCheckpoint=madvise
+expect_refused "cryod.logLevel=verbose" "cryod.logLevel must be" render --set cryod.logLevel=verbose
+expect_refused "shim.logLevel=trace" "shim.logLevel must be" render --set shim.logLevel=trace
 expect_refused "termination.providers={ibm}" "is not one of gce, aws, azure" render --set 'termination.providers={ibm}'
 expect_refused "shim flag with a space" "not allowed" render --set-string 'shim.extraArgs[0]=--log-level=a b'
 render --set cryod.extraConfig.store_fsnyc=false >"$TMP/badkey.yaml"
