@@ -10,6 +10,10 @@ CRYO=$BUILD_DIR/daemon/cryo
 LOAD=$BUILD_DIR/e2e/workloads/cryo-testload
 CRIU=${CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
 REPS=${REPS:-3}
+STORE_FSYNC=${STORE_FSYNC:-false}
+# Hand-run CRIU in the mode cryod uses by default (criu_hw_breakpoints=false), so both do
+# the same work; on some VMs CRIU otherwise hangs (docs/troubleshooting.md).
+export CRIU_FAULT=${CRIU_FAULT:-130}
 SIZES=("$@")
 [ ${#SIZES[@]} -gt 0 ] || SIZES=(1024 4096)
 for b in "$CRYOD" "$CRYO" "$LOAD"; do [ -x "$b" ] || { echo "missing $b: run scripts/setup.sh" >&2; exit 1; }; done
@@ -36,10 +40,10 @@ gone() { while kill -0 "$1" 2>/dev/null; do wait "$1" 2>/dev/null || sleep 0.01;
 wait_pid_free() { for p in "$@"; do while [ -e /proc/$p ]; do sleep 0.01; done; done; }
 kill_restored() { kill -9 "$1" "$2" 2>/dev/null || true; wait_pid_free "$1" "$2"; }
 
-# store_fsync=false: raw criu leaves its images in the page cache too, so this compares the
-# same work. The default (fsync on) is measured separately below.
+# store_fsync=false by default: raw criu leaves its images in the page cache too, so this
+# compares the same work. STORE_FSYNC=true measures cryod's default (durable publish).
 "$CRYOD" --socket "$SOCK" --state-dir "$W/state" --store "$W/store" --metrics-address "" \
-  --store-fsync false >"$W/cryod.log" 2>&1 &
+  --store-fsync "$STORE_FSYNC" >"$W/cryod.log" 2>&1 &
 DPID=$!
 until "$CRYO" --socket "$SOCK" node >/dev/null 2>&1; do sleep 0.05; done
 
@@ -79,4 +83,4 @@ for mib in "${SIZES[@]}"; do
       "$(echo "$bytes/$rb/1000000" | bc)" "$((bytes >> 20))"
   done
 done
-echo "median of $REPS runs each; machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r); $(date -u +%F)"
+echo "median of $REPS runs each; cryod store_fsync=$STORE_FSYNC; machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r); $(date -u +%F)"

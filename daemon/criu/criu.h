@@ -74,6 +74,11 @@ struct CriuConfig {
   int log_level = 4;
   std::vector<std::string> extra_dump_args;
   std::vector<std::string> extra_restore_args;
+  // Whether CRIU may stop tasks with x86 hardware breakpoints when it removes its parasite
+  // code. Off: CRIU traps on system calls instead (its CRIU_FAULT=130 mode), which costs
+  // microseconds. Some VMs never deliver the breakpoint and CRIU then waits forever with the
+  // job half-seized (seen on Firecracker guests, kernel 6.18, 2026-11-23).
+  bool hw_breakpoints = false;
 };
 
 // Finds CRIU, reads its version and runs `criu check`. FAILED_PRECONDITION when it is missing

@@ -1,6 +1,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -135,6 +138,11 @@ class CriuExec final : public Criu {
     SpawnOptions so;
     so.argv = argv;
     so.env = env;
+    const bool fault_set = ::getenv("CRIU_FAULT") != nullptr ||
+                           std::any_of(env.begin(), env.end(), [](const std::string& e) {
+                             return absl::StartsWith(e, "CRIU_FAULT=");
+                           });
+    if (!cfg_.hw_breakpoints && !fault_set) so.env.push_back("CRIU_FAULT=130");
     so.stdout_path = fs::Join(work_dir, absl::StrCat(action, ".out"));
     CRYO_LOG(Debug) << "running " << absl::StrJoin(argv, " ");
     CRYO_ASSIGN_OR_RETURN(pid_t pid, Spawn(so));

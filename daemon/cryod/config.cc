@@ -97,6 +97,10 @@ const std::vector<Key>& Keys() {
           &Config::store),
       Str("node_name", "name recorded in manifests (default: host name)", &Config::node_name),
       Str("criu", "CRIU binary (default: criu from PATH, /usr/local/sbin first)", &Config::criu),
+      Bool("criu_hw_breakpoints",
+           "let CRIU use x86 hardware breakpoints (off: it traps on syscalls instead; some VMs "
+           "never deliver the breakpoints and CRIU hangs)",
+           &Config::criu_hw_breakpoints),
       Str("metrics_address", "HOST:PORT for /metrics and /healthz; empty disables",
           &Config::metrics_address),
       Str("log_level", "debug, info, warning or error", &Config::log_level),
@@ -215,6 +219,7 @@ std::string Usage() {
       {"store", "<state_dir>/store"},
       {"node_name", "<hostname>"},
       {"criu", "<PATH>"},
+      {"criu_hw_breakpoints", "false"},
       {"metrics_address", d.metrics_address},
       {"log_level", d.log_level},
       {"retention_keep", std::to_string(d.retention_keep)},

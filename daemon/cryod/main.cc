@@ -123,6 +123,7 @@ const std::vector<Step>& StartSteps() {
        [](State& st) {
          criu::CriuConfig cc;
          cc.path = st.config.criu;
+         cc.hw_breakpoints = st.config.criu_hw_breakpoints;
          auto c = criu::CreateCriuExec(cc);
          if (!c.ok()) return Fatal("CRIU", c.status());
          st.criu = std::move(*c);

@@ -79,11 +79,14 @@ if [ -x "$CRIU" ]; then
   if [ -d /usr/local/lib/criu ]; then
     mkdir -p "$OUT/criu/lib/criu" && cp -L /usr/local/lib/criu/*.so "$OUT/criu/lib/criu/" 2>/dev/null || true
   fi
-  # cryod runs "criu" (its --criu); the wrapper gives it its own libraries.
+  # cryod runs "criu" (its --criu); the wrapper gives it its own libraries. Hand-run CRIU gets
+  # the mode cryod uses by default (no hardware breakpoints: criu_hw_breakpoints in
+  # docs/operations.md), so the baseline does the same work.
   cat >"$OUT/bin/criu" <<'WRAP'
 #!/bin/sh
 B=$(cd "$(dirname "$0")/.." && pwd)
 export LD_LIBRARY_PATH="$B/criu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export CRIU_FAULT="${CRIU_FAULT:-130}"
 exec "$B/criu/sbin/criu" "$@"
 WRAP
   chmod +x "$OUT/bin/criu"
@@ -96,7 +99,7 @@ if [ "${CRYO_BUNDLE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then
 fi
 
 cp "$ROOT/e2e/gpu/run.sh" "$ROOT/e2e/gpu/cryod.sh" "$ROOT/e2e/gpu/train_losses.py" \
-  "$ROOT/e2e/gpu/ddp_losses.py" "$ROOT/e2e/gpu/pairs_probe.sh" "$OUT/"
+  "$ROOT/e2e/gpu/ddp_losses.py" "$ROOT/e2e/gpu/pairs_probe.sh" "$ROOT/e2e/gpu/lease-run.sh" "$OUT/"
 chmod +x "$OUT/run.sh"
 git -C "$ROOT" rev-parse --short HEAD >"$OUT/VERSION" 2>/dev/null || echo unknown >"$OUT/VERSION"
 du -sh "$OUT" | awk '{print "bundle: " $2 " (" $1 ")"}'
