@@ -12,8 +12,10 @@
 #include <iostream>
 #include <memory>
 #include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "api/http_api.h"
 #include "common/fs.h"
@@ -57,8 +59,15 @@ struct State {
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<UnixListener> listener;
   std::unique_ptr<termination::TerminationWatcher> termination;
+  // Collects incomplete checkpoints (other nodes' abandoned stages too) while cryod runs.
+  std::thread collector;
+  absl::Mutex collector_mu;
+  bool collector_stop ABSL_GUARDED_BY(collector_mu) = false;
   sigset_t signals;
 };
+
+// How often incomplete checkpoints are collected while cryod runs.
+constexpr absl::Duration kCollectEvery = absl::Minutes(10);
 
 enum class Result { kOk, kStop, kFatal };
 
@@ -244,6 +253,22 @@ const std::vector<Step>& StartSteps() {
                         << " (node " << st.config.node_name << ")";
          return Result::kOk;
        }},
+      {"collector",
+       [](State& st) {
+         st.collector = std::thread([&st] {
+           for (;;) {
+             {
+               absl::MutexLock l(&st.collector_mu);
+               if (st.collector_mu.AwaitWithTimeout(absl::Condition(&st.collector_stop),
+                                                    kCollectEvery)) {
+                 return;
+               }
+             }
+             st.engine->CollectIncomplete();
+           }
+         });
+         return Result::kOk;
+       }},
       {"termination",
        [](State& st) {
          if (st.config.termination_providers.empty()) return Result::kOk;
@@ -291,6 +316,13 @@ const std::vector<Step>& StartSteps() {
 void Teardown(State& st) {
   // Stop taking new work, let running operations end (bounded), then close everything.
   st.termination.reset();
+  if (st.collector.joinable()) {
+    {
+      absl::MutexLock l(&st.collector_mu);
+      st.collector_stop = true;
+    }
+    st.collector.join();
+  }
   st.listener.reset();
   if (st.service) {
     const absl::Time deadline = absl::Now() + absl::Seconds(st.config.shutdown_grace_s);

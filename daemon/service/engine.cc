@@ -129,10 +129,12 @@ struct Engine::Claim {
   Engine* e;
   std::vector<pid_t> pids;
   std::string id;
+  std::string staging_dir;
   ~Claim() {
     absl::MutexLock l(&e->mu_);
     for (pid_t p : pids) e->busy_pids_.erase(p);
     if (!id.empty()) e->busy_ids_.erase(id);
+    if (!staging_dir.empty()) e->staging_dirs_.erase(staging_dir);
   }
 };
 
@@ -198,6 +200,21 @@ void Engine::ResumeStopped(const std::vector<journal::Task>& tasks) {
   for (const auto& t : tasks) {
     if (d_.proc->Alive(t.pid, t.start_time)) ::kill(t.pid, SIGCONT);
   }
+}
+
+std::vector<journal::Task> Engine::WithDescendants(const std::vector<journal::Task>& tasks) const {
+  std::vector<journal::Task> out = tasks;
+  std::set<int> seen;
+  for (const auto& t : tasks) seen.insert(t.pid);
+  for (const auto& t : tasks) {
+    if (!d_.proc->Alive(t.pid, t.start_time)) continue;
+    auto tree = d_.proc->Tree(t.pid);
+    if (!tree.ok()) continue;
+    for (const auto& p : *tree) {
+      if (seen.insert(p.pid).second) out.push_back({p.pid, p.start_time});
+    }
+  }
+  return out;
 }
 
 void Engine::KillTasks(const std::vector<journal::Task>& tasks) {
@@ -266,16 +283,27 @@ absl::Status Engine::Recover() {
       }
     }
     auto gpu_procs = GpuFromJson(e.gpu);
+    // Children forked after the journal entry was written are in CRIU's dump (and stopped by
+    // it) but not in e.tasks: whatever is done to the job is done to its whole tree as it is.
+    const std::vector<journal::Task> tasks = WithDescendants(e.tasks);
+    // cryod may have died between the publish (a rename) and the journal's "published": the
+    // checkpoint in the store, taken by this node at this operation's start, says which.
+    bool published = e.state == "published";
+    if (!published && e.kind == "checkpoint" && e.state == "dumped") {
+      auto m = d_.store->Get(e.checkpoint_id);
+      published = m.ok() && m->node == cfg_.node_name && e.started_at.size() >= 19 &&
+                  absl::StartsWith(m->created_at, e.started_at.substr(0, 19));
+    }
     std::string action;
     if (e.kind == "checkpoint") {
-      if (e.state == "published") {
+      if (published) {
         // The checkpoint is safe in the store: finish what was asked.
         if (e.leave_running) {
           if (!gpu_procs.empty()) d_.gpu->Rollback(gpu_procs);
-          ResumeStopped(e.tasks);
+          ResumeStopped(tasks);
           action = "completed_resumed";
         } else {
-          KillTasks(e.tasks);
+          KillTasks(tasks);
           action = "completed_stopped";
         }
       } else {
@@ -284,7 +312,7 @@ absl::Status Engine::Recover() {
         // Harmless when there is no lock (a leave-running dump of a process keeps none).
         if (e.tcp_established) UnlockNetwork(OpDir(e.op_id), e.container_init_pid);
         if (!gpu_procs.empty()) d_.gpu->Rollback(gpu_procs);
-        ResumeStopped(e.tasks);
+        ResumeStopped(tasks);
         action = "rolled_back";
       }
     } else {
@@ -295,14 +323,25 @@ absl::Status Engine::Recover() {
     if (d_.metrics) d_.metrics->CountRecovered(action);
     CRYO_RETURN_IF_ERROR(d_.journal->Remove(e.op_id));
   }
-  auto n = d_.store->CollectIncomplete({}, cfg_.incomplete_ttl);
-  if (!n.ok()) {
-    CRYO_LOG(Warning) << "collecting incomplete checkpoints: " << n.status();
-  } else if (*n > 0) {
-    CRYO_LOG(Info) << "collected " << *n << " incomplete checkpoint directories";
-  }
+  CollectIncomplete();
   PruneOpLogs();
   return absl::OkStatus();
+}
+
+int Engine::CollectIncomplete() {
+  absl::MutexLock l(&collect_mu_);
+  std::set<std::string> active;
+  {
+    absl::MutexLock m(&mu_);
+    active = staging_dirs_;
+  }
+  auto n = d_.store->CollectIncomplete(active, cfg_.incomplete_ttl);
+  if (!n.ok()) {
+    CRYO_LOG(Warning) << "collecting incomplete checkpoints: " << n.status();
+    return 0;
+  }
+  if (*n > 0) CRYO_LOG(Info) << "collected " << *n << " incomplete checkpoint directories";
+  return *n;
 }
 
 absl::StatusOr<ContainerTarget> Engine::Container(const std::string& id, ContainerUse use) {
@@ -369,7 +408,7 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   const std::string id =
       req.checkpoint_id().empty() ? MakeCheckpointId(workload, absl::Now()) : req.checkpoint_id();
 
-  Claim claim{this, {}, ""};
+  Claim claim{this, {}, "", ""};
   {
     absl::MutexLock l(&mu_);
     for (const auto& p : tree) {
@@ -427,7 +466,15 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   }
 
   // --- stage in the store and record the operation before anything irreversible.
-  CRYO_ASSIGN_OR_RETURN(auto staged, d_.store->Stage(id));
+  std::unique_ptr<store::StagedCheckpoint> staged;
+  {
+    // The collector must not take a stage between its creation and its claim.
+    absl::MutexLock l(&collect_mu_);
+    CRYO_ASSIGN_OR_RETURN(staged, d_.store->Stage(id));
+    absl::MutexLock m(&mu_);
+    claim.staging_dir = staged->staging_dir();
+    staging_dirs_.insert(claim.staging_dir);
+  }
   journal::Entry je;
   je.op_id = op.id();
   je.kind = "checkpoint";
@@ -583,6 +630,7 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   m.stage_ms = clock.ms();
   clock.Begin(v1::STAGE_PUBLISH, m.TotalBytes());
   CRYO_RETURN_IF_ERROR(Annotate(staged->Publish(m), absl::StrCat("publishing checkpoint ", id)));
+  Hook("after-publish");
   je.state = "published";
   (void)d_.journal->Put(je);
   resume_on_failure = false;
@@ -593,7 +641,12 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   if (!req.leave_running()) KillTasks(tasks);
   gpu_checkpointed = false;  // a killed job's GPU state dies with it
   if (cfg_.retention_keep > 0) {
-    auto deleted = d_.store->ApplyRetention(workload, cfg_.retention_keep);
+    std::set<std::string> in_use;
+    {
+      absl::MutexLock l(&mu_);
+      in_use = busy_ids_;
+    }
+    auto deleted = d_.store->ApplyRetention(workload, cfg_.retention_keep, in_use);
     if (deleted.ok() && !deleted->empty()) {
       CRYO_LOG(Info) << "retention: deleted " << absl::StrJoin(*deleted, ", ");
     }
@@ -756,7 +809,7 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
     return absl::FailedPreconditionError(absl::StrCat("checkpoint '", m.id, "' was taken on ",
                                                       m.arch, ", this node is ", Uname(true)));
   }
-  Claim claim{this, {}, ""};
+  Claim claim{this, {}, "", ""};
   {
     absl::MutexLock l(&mu_);
     if (busy_ids_.count(m.id)) {

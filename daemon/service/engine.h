@@ -71,6 +71,12 @@ class Engine {
   // incomplete checkpoints. Called once at startup, before serving.
   absl::Status Recover();
 
+  // Removes staging directories no operation owns (this node's) or that are older than the
+  // incomplete TTL (any node's: it died mid-checkpoint), published directories that never got
+  // a manifest, and deleted checkpoints left in the trash. Safe while operations run; cryod
+  // calls it at start and periodically. Returns how many directories went.
+  int CollectIncomplete();
+
   absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& req, Operation& op);
   absl::StatusOr<v1::RestoreResult> Restore(const v1::RestoreRequest& req, Operation& op);
 
@@ -92,6 +98,8 @@ class Engine {
   std::string OpDir(const std::string& op_id) const;
   void PruneOpLogs();
   void ResumeStopped(const std::vector<journal::Task>& tasks);
+  // `tasks` and every live descendant of them (matched by pid and start time).
+  std::vector<journal::Task> WithDescendants(const std::vector<journal::Task>& tasks) const;
   void KillTasks(const std::vector<journal::Task>& tasks);
   void UnlockNetwork(const std::string& op_dir, pid_t container_init);
   absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs,
@@ -117,6 +125,8 @@ class Engine {
   absl::Mutex mu_;
   std::set<pid_t> busy_pids_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> busy_ids_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> staging_dirs_ ABSL_GUARDED_BY(mu_);  // of checkpoints in progress
+  absl::Mutex collect_mu_;  // held while staging and while collecting
 };
 
 // Lower-case status code name for metrics ("resource_exhausted").

@@ -183,15 +183,15 @@ class LocalStore final : public CheckpointStore {
     return removed;
   }
 
-  absl::StatusOr<std::vector<std::string>> ApplyRetention(const std::string& workload,
-                                                          int keep) override {
+  absl::StatusOr<std::vector<std::string>> ApplyRetention(
+      const std::string& workload, int keep, const std::set<std::string>& in_use) override {
     std::vector<std::string> deleted;
     if (keep <= 0) return deleted;
     CRYO_ASSIGN_OR_RETURN(auto all, List());
     int seen = 0;
     for (const auto& m : all) {
       if (m.workload != workload) continue;
-      if (++seen <= keep) continue;
+      if (++seen <= keep || in_use.count(m.id)) continue;
       absl::Status s = Delete(m.id);
       if (s.ok()) {
         deleted.push_back(m.id);

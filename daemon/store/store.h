@@ -49,9 +49,10 @@ class CheckpointStore {
   // any node's that are older than `ttl` (a node that died mid-checkpoint). Returns how many.
   virtual absl::StatusOr<int> CollectIncomplete(const std::set<std::string>& active,
                                                 absl::Duration ttl) = 0;
-  // Deletes all but the newest `keep` checkpoints of `workload`; returns the deleted ids.
-  virtual absl::StatusOr<std::vector<std::string>> ApplyRetention(const std::string& workload,
-                                                                  int keep) = 0;
+  // Deletes all but the newest `keep` checkpoints of `workload`, except those in `in_use` (a
+  // restore reads them; a later pass takes them); returns the deleted ids.
+  virtual absl::StatusOr<std::vector<std::string>> ApplyRetention(
+      const std::string& workload, int keep, const std::set<std::string>& in_use) = 0;
   // FAILED_PRECONDITION (read-only, not a directory) or PERMISSION_DENIED, with the path.
   virtual absl::Status CheckWritable() = 0;
   virtual absl::StatusOr<uint64_t> FreeBytes() = 0;

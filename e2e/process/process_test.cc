@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "harness.h"
 
@@ -341,6 +342,88 @@ TEST_F(ProcessTest, CryodKilledMidCheckpointLeavesJobRunningAndNothingVisible) {
   EXPECT_TRUE(a->List().empty());
   EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
   EXPECT_EQ(std::system(("test -z \"$(ls -A " + a->state_dir() + "/journal)\"").c_str()), 0);
+  EXPECT_EQ(w.Verify(), 1);
+}
+
+TEST_F(ProcessTest, CryodKilledWhileCriuDumpsWaitsForCriuThenRollsBack) {
+  // A CRIU that waits at a gate before dumping holds cryod in its "dumping" state.
+  const std::string gate = dir_ + "/criu-gate";
+  const std::string slow = dir_ + "/criu-slow";
+  std::ofstream(slow) << "#!/bin/sh\n"
+                      << "if [ \"$1\" = dump ]; then touch " << gate << ".started\n"
+                      << "  while [ ! -e " << gate << ".go ]; do sleep 0.01; done\nfi\n"
+                      << "PATH=/usr/local/sbin:$PATH exec criu \"$@\"\n";
+  ASSERT_EQ(::chmod(slow.c_str(), 0755), 0);
+  auto* a = &Node("node-a", {"--criu", slow});
+  Workload& w = Job(64);
+  ASSERT_TRUE(w.WaitMain(10));
+  auto fut = std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "mid")); });
+  ASSERT_TRUE(WaitFor([&] { return ::access((gate + ".started").c_str(), F_OK) == 0; }));
+  const std::string journal = a->state_dir() + "/journal";
+  ASSERT_TRUE(WaitFor([&] {
+    return std::system(("grep -qr '\"dumping\"' " + journal).c_str()) == 0;
+  })) << "journal does not say dumping";
+  a->Kill9();
+  EXPECT_FALSE(fut.get().ok());
+  // CRIU goes on without cryod and leaves the job stopped, as any dump for a preemption does.
+  std::ofstream(gate + ".go") << "1";
+  ASSERT_TRUE(WaitFor([&] { return w.State() == 'T'; })) << "state " << w.State();
+  // The restarted cryod waits for that CRIU to end, then undoes the checkpoint.
+  a = &Node("node-a", {"--criu", slow});
+  ExpectRunning(w);
+  EXPECT_EQ(w.Verify(), 1);
+  EXPECT_TRUE(a->List().empty());
+  EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
+  EXPECT_EQ(std::system(("test -z \"$(ls -A " + journal + ")\"").c_str()), 0);
+  EXPECT_NE(Slurp(a->log()).find("rolled_back"), std::string::npos);
+}
+
+TEST_F(ProcessTest, CryodKilledRightAfterPublishFinishesTheCheckpoint) {
+  // Published, but the journal never heard: the checkpoint is good, so the restarted cryod
+  // finishes what was asked (the job stops) instead of resuming a job that now has a twin.
+  const std::string hooks = dir_ + "/hooks";
+  ::mkdir(hooks.c_str(), 0700);
+  std::vector<std::string> env = {"CRYOD_TEST_HOOK_DIR=" + hooks};
+  auto* a = &Node("node-a", {}, env);
+  Workload& w = Job(32);
+  ASSERT_TRUE(w.WaitMain(10));
+  HookPoint hp(hooks, "after-publish");
+  auto fut = std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "pub")); });
+  ASSERT_TRUE(hp.Reached());
+  uint64_t at = w.Status().value("main", uint64_t{0});
+  a->Kill9();
+  EXPECT_FALSE(fut.get().ok());
+  ::unlink((hooks + "/after-publish.enable").c_str());
+  a = &Node("node-a", {}, env);
+  ASSERT_TRUE(WaitFor([&] {
+    w.Reap();
+    return w.State() == '-';
+  })) << "job was not stopped";
+  auto list = a->List();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].checkpoint_id(), "pub");
+  EXPECT_NE(Slurp(a->log()).find("completed_stopped"), std::string::npos);
+  // And it restores: the counter goes on from where the dump caught it.
+  ASSERT_TRUE(a->Restore(RestoreReq("pub")).ok());
+  EXPECT_TRUE(w.WaitMain(at + 5));
+  EXPECT_EQ(w.Verify(), 1);
+}
+
+TEST_F(ProcessTest, RestoreWaitsForPidsThatFreeUpInTime) {
+  Cryod& a = Node("node-a");
+  Workload& w = Job(16);
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "wait", /*leave_running=*/true)).ok());
+  // The job still holds its pids when the restore starts; it goes half a second later.
+  auto fut = std::async(std::launch::async, [&] { return a.Restore(RestoreReq("wait", 20000)); });
+  absl::SleepFor(absl::Milliseconds(500));
+  ::kill(w.pid(), SIGKILL);
+  ASSERT_TRUE(WaitFor([&] {
+    w.Reap();
+    return w.State() == '-';
+  }));
+  grpc::Status s = fut.get();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunning(w);
   EXPECT_EQ(w.Verify(), 1);
 }
 

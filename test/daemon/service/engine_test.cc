@@ -111,8 +111,9 @@ class FailingPublishStore : public store::CheckpointStore {
   absl::StatusOr<int> CollectIncomplete(const std::set<std::string>& a, absl::Duration t) override {
     return inner_->CollectIncomplete(a, t);
   }
-  absl::StatusOr<std::vector<std::string>> ApplyRetention(const std::string& w, int k) override {
-    return inner_->ApplyRetention(w, k);
+  absl::StatusOr<std::vector<std::string>> ApplyRetention(
+      const std::string& w, int k, const std::set<std::string>& in_use) override {
+    return inner_->ApplyRetention(w, k, in_use);
   }
   absl::Status CheckWritable() override { return inner_->CheckWritable(); }
   absl::StatusOr<uint64_t> FreeBytes() override { return inner_->FreeBytes(); }

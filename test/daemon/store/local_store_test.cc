@@ -99,11 +99,17 @@ TEST_F(LocalStoreTest, ListNewestFirstDeleteAndRetention) {
   ASSERT_EQ(all->size(), 4u);
   EXPECT_EQ((*all)[0].id, "a3");
   EXPECT_EQ((*all)[3].id, "a1");
-  auto deleted = store_->ApplyRetention("a", 2);
+  // a1 is being read by a restore: retention leaves it for a later pass.
+  auto kept = store_->ApplyRetention("a", 2, {"a1"});
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->empty());
+  EXPECT_TRUE(store_->Get("a1").ok());
+  auto deleted = store_->ApplyRetention("a", 2, {});
   ASSERT_TRUE(deleted.ok());
   EXPECT_EQ(*deleted, std::vector<std::string>{"a1"});
   EXPECT_EQ(store_->List()->size(), 3u);
   EXPECT_TRUE(store_->Get("b1").ok()) << "other workloads untouched";
+  EXPECT_FALSE(fs::Exists(dir_.path + "/store/checkpoints/a1"));
   EXPECT_TRUE(store_->Delete("a2").ok());
   EXPECT_EQ(store_->Delete("a2").code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(store_->Get("a2").status().code(), absl::StatusCode::kNotFound);
