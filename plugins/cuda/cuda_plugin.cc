@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace cryo::gpu::cuda {
@@ -371,6 +372,9 @@ const CudaPlugin::Device* CudaPlugin::FindDevice(const std::string& uuid) const 
 absl::StatusOr<nlohmann::json> CudaPlugin::Discover(const std::vector<pid_t>& pids) {
   nlohmann::json out = nlohmann::json::array();
   std::map<int, std::string> minors = MinorsToUuids();
+  // Every GPU of this node in the driver's order: a move may have to pair all of them.
+  nlohmann::json node_gpus = nlohmann::json::array();
+  for (const Device& d : devices_) node_gpus.push_back(d.uuid);
   std::vector<pid_t> nccl_ipc;  // GPU processes with NCCL loaded and CUDA IPC left on
   size_t gpu_procs = 0;
   for (pid_t pid : pids) {
@@ -471,7 +475,8 @@ absl::StatusOr<nlohmann::json> CudaPlugin::Discover(const std::vector<pid_t>& pi
                             {"device_files", files},
                             {"uvm_mappings", uvm_maps},
                             {"managed_memory_suspected", uvm_maps > kBaseUvmMappings},
-                            {"nccl", nccl}};
+                            {"nccl", nccl},
+                            {"node_gpus", node_gpus}};
     for (const char* var : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"}) {
       if (e.count(var)) facts[absl::AsciiStrToLower(var)] = e[var];
     }
@@ -533,64 +538,99 @@ absl::Status CudaPlugin::Restore(pid_t pid, const nlohmann::json& facts, const D
     auto it = map.find(u);
     remap = remap || (it != map.end() && it->second != u);
   }
-  std::vector<CUcheckpointGpuPair> pairs;
-  if (remap) {
-    // The driver takes a move only as a one-to-one map of every GPU whose device file the
-    // process had open (libcuda opens them all, visible or not): one pair alone is
-    // CUDA_ERROR_INVALID_VALUE (seen on 2 H200s, driver 580). The GPUs it used go where `map`
-    // says; the others stay where they are if they can, else take a free GPU of this node.
-    std::vector<std::string> domain = had;
-    if (facts.is_object() && facts.contains("device_files") && facts["device_files"].is_array()) {
-      for (const auto& f : facts["device_files"]) {
-        if (f.is_string() && std::find(domain.begin(), domain.end(), f) == domain.end()) {
-          domain.push_back(f.get<std::string>());
-        }
-      }
-    }
-    // Where `map` sends a GPU is fixed; every other GPU (used or only opened) comes after.
-    std::map<std::string, std::string> target;
-    std::set<std::string> taken;
-    for (const std::string& u : domain) {
-      auto it = map.find(u);
-      if (it == map.end()) continue;
-      target[u] = it->second;
-      taken.insert(it->second);
-    }
-    for (const std::string& u : domain) {
-      if (target.count(u)) continue;
-      std::string to;
-      if (FindDevice(u) != nullptr && !taken.count(u)) {
-        to = u;
-      } else {
-        for (const Device& d : devices_) {
-          if (!taken.count(d.uuid)) {
-            to = d.uuid;
-            break;
-          }
-        }
-      }
-      if (to.empty()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "pid ", pid, " had ", domain.size(), " GPUs' device files open; this node has ",
-            devices_.size(), " GPUs, too few for the driver to move it"));
-      }
-      target[u] = to;
-      taken.insert(to);
-    }
-    for (const std::string& u : domain) {
-      CUcheckpointGpuPair p{};
-      if (!ParseUuid(u, &p.oldUuid) || !ParseUuid(target[u], &p.newUuid)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("bad GPU UUID in map: ", u, " -> ", target[u]));
-      }
-      pairs.push_back(p);
-    }
+  if (!remap) {
+    CUresult r = api_.checkpoint_restore(pid, nullptr);
+    return r == CUDA_SUCCESS ? absl::OkStatus() : CuError(r, pid, "restore");
   }
-  CUcheckpointRestoreArgs args{};
-  args.gpuPairs = pairs.empty() ? nullptr : pairs.data();
-  args.gpuPairsCount = static_cast<unsigned int>(pairs.size());
-  CUresult r = api_.checkpoint_restore(pid, pairs.empty() ? nullptr : &args);
-  return r == CUDA_SUCCESS ? absl::OkStatus() : CuError(r, pid, "restore");
+  // The driver takes a move only as a one-to-one map of every GPU it recorded for the process,
+  // and which GPUs those are is not documented: one pair alone is CUDA_ERROR_INVALID_VALUE
+  // (seen on 2 H200s, driver 580), and with CUDA_VISIBLE_DEVICES hiding GPUs it wanted the
+  // hidden ones too (reported by others on 4 GPUs). So: first every GPU the process used or had
+  // a device file of; if the driver refuses that, every GPU of the node it was checkpointed on.
+  // The GPUs it used go where `map` says; the others stay where they are if they can.
+  std::vector<std::string> used_or_opened = had;
+  auto add_all = [](std::vector<std::string>* to, const nlohmann::json& list) {
+    if (!list.is_array()) return;
+    for (const auto& u : list) {
+      if (u.is_string() && std::find(to->begin(), to->end(), u) == to->end()) {
+        to->push_back(u.get<std::string>());
+      }
+    }
+  };
+  if (facts.is_object()) add_all(&used_or_opened, facts.value("device_files", nlohmann::json()));
+  std::vector<std::vector<std::string>> domains = {used_or_opened};
+  if (facts.is_object() && facts.contains("node_gpus")) {
+    std::vector<std::string> node = used_or_opened;
+    add_all(&node, facts["node_gpus"]);
+    if (node.size() > used_or_opened.size()) domains.push_back(std::move(node));
+  }
+  std::vector<std::string> tried;
+  CUresult r = CUDA_ERROR_INVALID_VALUE;
+  for (const std::vector<std::string>& domain : domains) {
+    auto pairs = PairAll(pid, domain, map);
+    if (!pairs.ok()) return pairs.status();
+    CUcheckpointRestoreArgs args{};
+    args.gpuPairs = pairs->data();
+    args.gpuPairsCount = static_cast<unsigned int>(pairs->size());
+    r = api_.checkpoint_restore(pid, &args);
+    if (r == CUDA_SUCCESS) return absl::OkStatus();
+    std::string desc;
+    for (const CUcheckpointGpuPair& p : *pairs) {
+      absl::StrAppend(&desc, desc.empty() ? "" : ", ", FormatUuid(p.oldUuid), "->",
+                      FormatUuid(p.newUuid));
+    }
+    tried.push_back(absl::StrCat("[", desc, "]: ", ErrorName(r)));
+    // Only a refused pairing is worth another try; anything else is the answer.
+    if (r != CUDA_ERROR_INVALID_VALUE) break;
+  }
+  absl::Status s = CuError(r, pid, "restore");
+  return absl::Status(s.code(), absl::StrCat(s.message(), " (GPU pairs tried: ",
+                                             absl::StrJoin(tried, "; "), ")"));
+}
+
+absl::StatusOr<std::vector<CUcheckpointGpuPair>> CudaPlugin::PairAll(
+    pid_t pid, const std::vector<std::string>& domain, const DeviceMap& map) const {
+  // Where `map` sends a GPU is fixed; every other GPU comes after, onto itself if it is here
+  // and free, else onto the first free GPU of this node.
+  std::map<std::string, std::string> target;
+  std::set<std::string> taken;
+  for (const std::string& u : domain) {
+    auto it = map.find(u);
+    if (it == map.end()) continue;
+    target[u] = it->second;
+    taken.insert(it->second);
+  }
+  for (const std::string& u : domain) {
+    if (target.count(u)) continue;
+    std::string to;
+    if (FindDevice(u) != nullptr && !taken.count(u)) {
+      to = u;
+    } else {
+      for (const Device& d : devices_) {
+        if (!taken.count(d.uuid)) {
+          to = d.uuid;
+          break;
+        }
+      }
+    }
+    if (to.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pid ", pid, " was checkpointed with ", domain.size(),
+          " GPUs that the driver must map one to one; this node has ", devices_.size(),
+          " GPUs, too few to move it"));
+    }
+    target[u] = to;
+    taken.insert(to);
+  }
+  std::vector<CUcheckpointGpuPair> pairs;
+  for (const std::string& u : domain) {
+    CUcheckpointGpuPair p{};
+    if (!ParseUuid(u, &p.oldUuid) || !ParseUuid(target[u], &p.newUuid)) {
+      return absl::InvalidArgumentError(absl::StrCat("bad GPU UUID in map: ", u, " -> ", target[u]));
+    }
+    pairs.push_back(p);
+  }
+  return pairs;
 }
 
 absl::Status CudaPlugin::Unlock(pid_t pid) {

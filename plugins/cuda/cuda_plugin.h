@@ -90,6 +90,11 @@ class CudaPlugin final : public PluginImpl {
   std::optional<std::vector<std::string>> VisibleByEnv(
       const std::map<std::string, std::string>& env, absl::Status* error) const;
   const Device* FindDevice(const std::string& uuid) const;
+  // A one-to-one pairing of every GPU in `domain`: those in `map` go there, the rest stay or
+  // take a free GPU of this node.
+  absl::StatusOr<std::vector<CUcheckpointGpuPair>> PairAll(pid_t pid,
+                                                           const std::vector<std::string>& domain,
+                                                           const DeviceMap& map) const;
 
   CudaPluginOptions options_;
   ProcFs proc_;

@@ -27,6 +27,10 @@ struct FakeDriver {
   std::vector<std::string> calls;
   std::vector<CUcheckpointGpuPair> last_pairs;
   bool restore_had_args = false;
+  // > 0: a restore with pairs must pair exactly this many GPUs (else CUDA_ERROR_INVALID_VALUE),
+  // as the driver wants every GPU it recorded paired.
+  size_t pairs_required = 0;
+  int restore_calls = 0;
   std::map<int, std::map<int, unsigned long long>> used;  // gpu index -> pid -> bytes
 };
 FakeDriver* g = nullptr;
@@ -89,6 +93,10 @@ CUresult Restore(int pid, CUcheckpointRestoreArgs* a) {
   g->restore_had_args = a != nullptr;
   g->last_pairs.clear();
   if (a != nullptr) g->last_pairs.assign(a->gpuPairs, a->gpuPairs + a->gpuPairsCount);
+  ++g->restore_calls;
+  if (a != nullptr && g->pairs_required > 0 && a->gpuPairsCount != g->pairs_required) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (g->state[pid] != CU_PROCESS_STATE_CHECKPOINTED) return CUDA_ERROR_ILLEGAL_STATE;
   g->state[pid] = CU_PROCESS_STATE_LOCKED;
   return CUDA_SUCCESS;
@@ -317,6 +325,48 @@ TEST_F(CudaPluginTest, MovingOneOfTwoUsedGpusStillPairsEachGpuOnce) {
   EXPECT_EQ(std::memcmp(driver_.last_pairs[0].newUuid.bytes, driver_.gpus[1].uuid, 16), 0);
   EXPECT_EQ(std::memcmp(driver_.last_pairs[1].oldUuid.bytes, driver_.gpus[1].uuid, 16), 0);
   EXPECT_EQ(std::memcmp(driver_.last_pairs[1].newUuid.bytes, driver_.gpus[0].uuid, 16), 0);
+}
+
+TEST_F(CudaPluginTest, MoveFallsBackToPairingEveryGpuOfTheNode) {
+  // The process had only GPU 0's file open, but the driver wants all three GPUs of the node
+  // paired: the first pairing (GPU 0 alone) is refused, the node-wide one is taken.
+  AddProcess(100, {0}, std::string("CUDA_VISIBLE_DEVICES=0\0", 23));
+  driver_.used[0][100] = 8 << 20;
+  driver_.pairs_required = 3;
+  auto p = Make();
+  auto found = p->Discover({100});
+  ASSERT_TRUE(found.ok()) << found.status();
+  const nlohmann::json& facts = (*found)[0]["facts"];
+  EXPECT_EQ(facts["node_gpus"], nlohmann::json({UuidOf(0), UuidOf(1), UuidOf(2)}));
+  ASSERT_TRUE(p->Lock(100, 1000).ok());
+  ASSERT_TRUE(p->Checkpoint(100).ok());
+  ASSERT_TRUE(p->Restore(100, facts, {{UuidOf(0), UuidOf(1)}}).ok());
+  EXPECT_EQ(driver_.restore_calls, 2);
+  ASSERT_EQ(driver_.last_pairs.size(), 3u);
+  // 0 -> 1 as asked; 1 cannot stay (taken), so it takes the free GPU 0; 2 stays.
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].newUuid.bytes, driver_.gpus[1].uuid, 16), 0);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].oldUuid.bytes, driver_.gpus[1].uuid, 16), 0);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].newUuid.bytes, driver_.gpus[0].uuid, 16), 0);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[2].oldUuid.bytes, driver_.gpus[2].uuid, 16), 0);
+  EXPECT_EQ(std::memcmp(driver_.last_pairs[2].newUuid.bytes, driver_.gpus[2].uuid, 16), 0);
+}
+
+TEST_F(CudaPluginTest, RefusedMoveNamesEveryPairingTried) {
+  AddProcess(100, {0}, std::string("CUDA_VISIBLE_DEVICES=0\0", 23));
+  driver_.used[0][100] = 8 << 20;
+  driver_.pairs_required = 7;  // nothing we can build
+  auto p = Make();
+  auto found = p->Discover({100});
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_TRUE(p->Lock(100, 1000).ok());
+  ASSERT_TRUE(p->Checkpoint(100).ok());
+  absl::Status s = p->Restore(100, (*found)[0]["facts"], {{UuidOf(0), UuidOf(1)}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(driver_.restore_calls, 2);
+  EXPECT_NE(s.message().find(UuidOf(0) + "->" + UuidOf(1) + "]"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find(UuidOf(2) + "->" + UuidOf(2)), absl::string_view::npos) << s;
+  // Still checkpointed: a rollback can bring it back where it was.
+  EXPECT_EQ(driver_.state[100], CU_PROCESS_STATE_CHECKPOINTED);
 }
 
 TEST_F(CudaPluginTest, RefusesProcessTheDriverDoesNotKnowOrAlreadyLocked) {
