@@ -3,13 +3,14 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <algorithm>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,12 @@
 
 namespace cryo::cli {
 namespace {
+
+// Unary calls answer from cryod's state at once; one that takes longer than this is a stuck
+// cryod, and the user should hear so rather than wait forever.
+std::chrono::system_clock::time_point UnaryDeadline() {
+  return std::chrono::system_clock::now() + std::chrono::seconds(30);
+}
 
 constexpr char kUsage[] = R"(usage: cryo [--socket PATH] [-o text|json] COMMAND [ARGS]
 
@@ -284,6 +291,7 @@ int List(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   if (auto it = a.kv.find("workload"); it != a.kv.end()) req.set_workload(it->second);
   v1::ListCheckpointsResponse resp;
   grpc::ClientContext ctx;
+  ctx.set_deadline(UnaryDeadline());
   grpc::Status s = stub.ListCheckpoints(&ctx, req, &resp);
   if (!s.ok()) return Fail(g, "list", s);
   if (g.json) {
@@ -306,6 +314,7 @@ int Inspect(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
   req.set_checkpoint_id(argv[0]);
   v1::CheckpointInfo c;
   grpc::ClientContext ctx;
+  ctx.set_deadline(UnaryDeadline());
   grpc::Status s = stub.GetCheckpoint(&ctx, req, &c);
   if (!s.ok()) return Fail(g, "inspect", s);
   if (g.json) {
@@ -342,6 +351,7 @@ int Remove(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>
     req.set_checkpoint_id(id);
     v1::DeleteCheckpointResponse resp;
     grpc::ClientContext ctx;
+    ctx.set_deadline(UnaryDeadline());
     grpc::Status s = stub.DeleteCheckpoint(&ctx, req, &resp);
     if (!s.ok()) {
       rc = 1;
@@ -366,6 +376,7 @@ int Node(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   if (!argv.empty()) return Usage("node takes no arguments");
   v1::NodeInfoResponse n;
   grpc::ClientContext ctx;
+  ctx.set_deadline(UnaryDeadline());
   grpc::Status s = stub.NodeInfo(&ctx, v1::NodeInfoRequest(), &n);
   if (!s.ok()) return Fail(g, "node", s);
   if (g.json) {

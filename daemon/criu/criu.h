@@ -9,12 +9,13 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace cryo::criu {
 
@@ -84,6 +85,10 @@ struct CriuConfig {
 // Finds CRIU, reads its version and runs `criu check`. FAILED_PRECONDITION when it is missing
 // or older than 4.1 (3.17 cannot handle kernels >= 6.13).
 absl::StatusOr<std::unique_ptr<Criu>> CreateCriuExec(const CriuConfig& cfg);
+
+// Orders dotted version numbers ("4.1.1" < "4.2"; a missing part counts as 0): <0, 0 or >0.
+// nullopt when either is not of that form.
+std::optional<int> CompareVersions(absl::string_view a, absl::string_view b);
 
 // Turns a CRIU log into a status a person can act on (exposed for tests).
 absl::Status StatusFromLog(absl::string_view action, absl::string_view log,

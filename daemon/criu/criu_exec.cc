@@ -170,6 +170,17 @@ bool ParseVersion(absl::string_view s, int* major, int* minor) {
 
 }  // namespace
 
+std::optional<int> CompareVersions(absl::string_view a, absl::string_view b) {
+  std::vector<std::string> pa = absl::StrSplit(a, '.'), pb = absl::StrSplit(b, '.');
+  for (size_t i = 0; i < std::max(pa.size(), pb.size()); ++i) {
+    int x = 0, y = 0;
+    if (i < pa.size() && !absl::SimpleAtoi(pa[i], &x)) return std::nullopt;
+    if (i < pb.size() && !absl::SimpleAtoi(pb[i], &y)) return std::nullopt;
+    if (x != y) return x < y ? -1 : 1;
+  }
+  return 0;
+}
+
 absl::Status StatusFromLog(absl::string_view action, absl::string_view log,
                            absl::string_view log_path, absl::string_view exit_desc) {
   std::string errs = LastErrors(log, 3);

@@ -20,6 +20,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                     .Name("cryo_operations_total")
                     .Help("Checkpoints and restores by result (ok or the failure's status code)")
                     .Register(*registry_);
+  failed_stage_ = &prometheus::BuildCounter()
+                      .Name("cryo_failed_stage_total")
+                      .Help("Failed checkpoints and restores by the stage they failed in")
+                      .Register(*registry_);
   recovered_ = &prometheus::BuildCounter()
                     .Name("cryo_recovered_operations_total")
                     .Help("Operations found in the journal at startup, by what was done")
@@ -56,6 +60,10 @@ void Metrics::ObserveOperation(const std::string& op, double seconds) {
 
 void Metrics::CountOperation(const std::string& op, const std::string& result) {
   ops_total_->Add({{"op", op}, {"result", result}}).Increment();
+}
+
+void Metrics::CountFailedStage(const std::string& op, const std::string& stage) {
+  failed_stage_->Add({{"op", op}, {"stage", stage}}).Increment();
 }
 
 }  // namespace cryo::metrics

@@ -23,6 +23,8 @@ class Metrics {
   void ObserveOperation(const std::string& op, double seconds);
   // result: ok, or the status code name (not_found, resource_exhausted, ...).
   void CountOperation(const std::string& op, const std::string& result);
+  // A failed operation's stage at the time it failed (dump, publish, gpu_lock, ...).
+  void CountFailedStage(const std::string& op, const std::string& stage);
   void AddBytesWritten(uint64_t n) { bytes_written_->Increment(static_cast<double>(n)); }
   void AddBytesRead(uint64_t n) { bytes_read_->Increment(static_cast<double>(n)); }
   void SetInFlight(double n) { in_flight_->Set(n); }
@@ -36,6 +38,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>* stage_seconds_;
   prometheus::Family<prometheus::Histogram>* op_seconds_;
   prometheus::Family<prometheus::Counter>* ops_total_;
+  prometheus::Family<prometheus::Counter>* failed_stage_;
   prometheus::Family<prometheus::Counter>* recovered_;
   prometheus::Counter* bytes_written_;
   prometheus::Counter* bytes_read_;

@@ -47,6 +47,10 @@ std::string StageName(v1::Stage s) {
 class StageClock {
  public:
   StageClock(std::string op, metrics::Metrics* m, Operation& o) : op_(std::move(op)), m_(m), o_(o) {}
+  // A stage still open here is the one the operation failed in (success ends with End()).
+  ~StageClock() {
+    if (cur_ != v1::STAGE_UNSPECIFIED && m_) m_->CountFailedStage(op_, StageName(cur_));
+  }
   void Begin(v1::Stage s, uint64_t total = 0, std::string msg = "") {
     End();
     cur_ = s;
@@ -75,9 +79,9 @@ class StageClock {
 class ProgressTicker {
  public:
   ProgressTicker(Operation& op, v1::Stage stage, std::function<uint64_t()> done, uint64_t total)
-      : thread_([this, &op, stage, done = std::move(done), total] {
+      : op_(op), stage_(stage), done_(std::move(done)), total_(total), thread_([this] {
           while (!stop_.load()) {
-            op.Report(stage, done(), total);
+            op_.Report(stage_, done_(), total_);
             absl::MutexLock l(&mu_);
             mu_.AwaitWithTimeout(absl::Condition(+[](std::atomic<bool>* b) { return b->load(); },
                                                  &stop_),
@@ -90,9 +94,14 @@ class ProgressTicker {
       stop_ = true;
     }
     thread_.join();
+    op_.Report(stage_, done_(), total_);  // where the stage ended, not its last tick
   }
 
  private:
+  Operation& op_;
+  const v1::Stage stage_;
+  const std::function<uint64_t()> done_;
+  const uint64_t total_;
   absl::Mutex mu_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -808,6 +817,14 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
   if (m.arch != Uname(true)) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint '", m.id, "' was taken on ",
                                                       m.arch, ", this node is ", Uname(true)));
+  }
+  // CRIU reads images of older versions, not always of newer ones: refuse before anything is
+  // touched rather than fail half-way through the restore.
+  if (auto c = criu::CompareVersions(d_.criu->version(), m.criu_version); c && *c < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint '", m.id, "' was taken with CRIU ", m.criu_version, "; this node has CRIU ",
+        d_.criu->version(), ", which may not read its images: restore on a node with CRIU >= ",
+        m.criu_version));
   }
   Claim claim{this, {}, "", ""};
   {

@@ -16,16 +16,22 @@ grpc::Status ToGrpc(const absl::Status& s) {
 grpc::Status CryoService::Stream(grpc::ServerContext* ctx, Operation& op,
                                  grpc::ServerWriter<v1::OperationEvent>* w) {
   uint64_t seen = 0;
+  size_t cursor = 0;
   bool client_gone = false;
   for (;;) {
     seen = op.WaitForChange(seen, absl::Now() + absl::Milliseconds(500));
-    if (op.done()) break;
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-    if (client_gone) continue;
-    v1::OperationEvent ev;
-    ev.set_operation_id(op.id());
-    *ev.mutable_progress() = op.progress();
-    if (!w->Write(ev)) client_gone = true;
+    const bool done = op.done();
+    if (!done && ctx->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+    }
+    for (const v1::Progress& p : op.ProgressSince(&cursor)) {
+      if (client_gone) break;
+      v1::OperationEvent ev;
+      ev.set_operation_id(op.id());
+      *ev.mutable_progress() = p;
+      if (!w->Write(ev)) client_gone = true;
+    }
+    if (done) break;
   }
   absl::Status st = op.status();
   if (st.ok()) w->Write(op.final_event());

@@ -6,6 +6,9 @@ namespace cryo::service {
 
 void Operation::Report(v1::Stage stage, uint64_t done, uint64_t total, std::string message) {
   absl::MutexLock l(&mu_);
+  if (progress_.stage() != v1::STAGE_UNSPECIFIED && progress_.stage() != stage) {
+    ended_.push_back(progress_);
+  }
   progress_.set_stage(stage);
   progress_.set_bytes_done(done);
   progress_.set_bytes_total(total);
@@ -33,6 +36,14 @@ uint64_t Operation::WaitForChange(uint64_t seen, absl::Time deadline) {
 v1::Progress Operation::progress() const {
   absl::MutexLock l(&mu_);
   return progress_;
+}
+std::vector<v1::Progress> Operation::ProgressSince(size_t* cursor) const {
+  absl::MutexLock l(&mu_);
+  std::vector<v1::Progress> out;
+  for (size_t i = *cursor; i < ended_.size(); ++i) out.push_back(ended_[i]);
+  *cursor = ended_.size();
+  if (progress_.stage() != v1::STAGE_UNSPECIFIED) out.push_back(progress_);
+  return out;
 }
 v1::Stage Operation::stage() const {
   absl::MutexLock l(&mu_);

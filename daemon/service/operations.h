@@ -37,6 +37,9 @@ class Operation {
   // deadline passed. Returns the new sequence number.
   uint64_t WaitForChange(uint64_t seen, absl::Time deadline);
   v1::Progress progress() const;
+  // The last progress of every stage that ended since `*cursor` (advanced), then the current
+  // one: a watcher that wakes late still sees where each stage ended.
+  std::vector<v1::Progress> ProgressSince(size_t* cursor) const;
   v1::Stage stage() const;
   bool done() const;
   absl::Status status() const;
@@ -48,6 +51,7 @@ class Operation {
   mutable absl::Mutex mu_;
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   v1::Progress progress_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::Progress> ended_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   v1::OperationEvent final_ ABSL_GUARDED_BY(mu_);

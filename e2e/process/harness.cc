@@ -135,22 +135,26 @@ int Cryod::metrics_port() {
   return port;
 }
 
-grpc::Status Cryod::Checkpoint(const v1::CheckpointRequest& req, v1::CheckpointInfo* out) {
+grpc::Status Cryod::Checkpoint(const v1::CheckpointRequest& req, v1::CheckpointInfo* out,
+                               std::vector<v1::Progress>* progress) {
   grpc::ClientContext ctx;
   auto r = stub_->Checkpoint(&ctx, req);
   v1::OperationEvent ev;
   while (r->Read(&ev)) {
     if (ev.has_checkpoint() && out) *out = ev.checkpoint();
+    if (ev.has_progress() && progress) progress->push_back(ev.progress());
   }
   return r->Finish();
 }
 
-grpc::Status Cryod::Restore(const v1::RestoreRequest& req, v1::RestoreResult* out) {
+grpc::Status Cryod::Restore(const v1::RestoreRequest& req, v1::RestoreResult* out,
+                            std::vector<v1::Progress>* progress) {
   grpc::ClientContext ctx;
   auto r = stub_->Restore(&ctx, req);
   v1::OperationEvent ev;
   while (r->Read(&ev)) {
     if (ev.has_restored() && out) *out = ev.restored();
+    if (ev.has_progress() && progress) progress->push_back(ev.progress());
   }
   return r->Finish();
 }

@@ -41,8 +41,11 @@ class Cryod {
   int metrics_port();
 
   // Runs a streaming operation to its end.
-  grpc::Status Checkpoint(const v1::CheckpointRequest& req, v1::CheckpointInfo* out = nullptr);
-  grpc::Status Restore(const v1::RestoreRequest& req, v1::RestoreResult* out = nullptr);
+  // `progress`, when given, collects the progress events cryod streamed.
+  grpc::Status Checkpoint(const v1::CheckpointRequest& req, v1::CheckpointInfo* out = nullptr,
+                          std::vector<v1::Progress>* progress = nullptr);
+  grpc::Status Restore(const v1::RestoreRequest& req, v1::RestoreResult* out = nullptr,
+                       std::vector<v1::Progress>* progress = nullptr);
   std::vector<v1::CheckpointInfo> List();
 
  private:

@@ -10,6 +10,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -82,14 +84,40 @@ class ProcessTest : public ::testing::Test {
   }
 
   // Checkpoint (stop), reap the dead job, restore, and check the job went on from where it was.
+  // Stages never go back, and each of `must` was reported.
+  static void ExpectStagesInOrder(const std::vector<v1::Progress>& events,
+                                  const std::vector<v1::Stage>& must) {
+    ASSERT_FALSE(events.empty()) << "no progress events";
+    for (size_t i = 1; i < events.size(); ++i) {
+      EXPECT_LE(events[i - 1].stage(), events[i].stage()) << "event " << i;
+      EXPECT_LE(events[i - 1].elapsed_ms(), events[i].elapsed_ms()) << "event " << i;
+    }
+    for (v1::Stage st : must) {
+      EXPECT_TRUE(std::any_of(events.begin(), events.end(),
+                              [st](const v1::Progress& p) { return p.stage() == st; }))
+          << v1::Stage_Name(st) << " never reported";
+    }
+  }
+  static v1::Progress LastOf(const std::vector<v1::Progress>& events, v1::Stage st) {
+    v1::Progress last;
+    for (const auto& p : events) {
+      if (p.stage() == st) last = p;
+    }
+    return last;
+  }
+
   void CheckpointKillRestore(Cryod& a, Cryod& b, int mem_mib, const std::string& id) {
     Workload& w = Job(mem_mib);
     ASSERT_TRUE(w.WaitMain(20));
     const auto before = w.Status();
     v1::CheckpointInfo info;
-    ASSERT_TRUE(a.Checkpoint(Req(w.pid(), id), &info).ok());
+    std::vector<v1::Progress> progress;
+    ASSERT_TRUE(a.Checkpoint(Req(w.pid(), id), &info, &progress).ok());
     EXPECT_EQ(info.checkpoint_id(), id);
     EXPECT_GT(info.size_bytes(), static_cast<uint64_t>(mem_mib) << 20);
+    // Progress came as it happened: stages in order, the dump counting the bytes written.
+    ExpectStagesInOrder(progress, {v1::STAGE_DUMP, v1::STAGE_PUBLISH});
+    EXPECT_GT(LastOf(progress, v1::STAGE_DUMP).bytes_done(), 0u);
     // Preemption semantics: the job is gone once the checkpoint is published.
     ASSERT_TRUE(WaitFor([&] {
       w.Reap();
@@ -99,8 +127,13 @@ class ProcessTest : public ::testing::Test {
     ASSERT_GE(last.value("main", 0), before.value("main", 0));
 
     v1::RestoreResult res;
-    grpc::Status s = b.Restore(RestoreReq(id), &res);
+    progress.clear();
+    grpc::Status s = b.Restore(RestoreReq(id), &res, &progress);
     ASSERT_TRUE(s.ok()) << s.error_message();
+    ExpectStagesInOrder(progress, {v1::STAGE_VERIFY, v1::STAGE_RESTORE});
+    const v1::Progress verify = LastOf(progress, v1::STAGE_VERIFY);
+    EXPECT_GT(verify.bytes_total(), static_cast<uint64_t>(mem_mib) << 20);
+    EXPECT_EQ(verify.bytes_done(), verify.bytes_total()) << "every byte verified";
     EXPECT_EQ(res.root_pid(), w.pid()) << "restored tree keeps its pids";
     ASSERT_TRUE(w.WaitMain(last.value("main", uint64_t{0}) + 10)) << "job does not run on";
     const auto after = w.Status();
@@ -211,7 +244,13 @@ TEST_F(ProcessTest, RefusesUnsafeIds) {
     v1::DeleteCheckpointResponse dr;
     EXPECT_EQ(a.stub().DeleteCheckpoint(&ctx, d, &dr).error_code(), StatusCode::INVALID_ARGUMENT);
   }
-  EXPECT_FALSE(::access((dir_ + "/x").c_str(), F_OK) == 0) << "../x escaped the store";
+  // "../x" would land beside checkpoints/ in the store, or beside the store.
+  for (const std::string& p : {store_ + "/x", dir_ + "/x", store_ + "/checkpoints/x"}) {
+    EXPECT_NE(::access(p.c_str(), F_OK), 0) << p << " exists: ../x escaped";
+  }
+  EXPECT_TRUE(a.List().empty()) << "a refused id left a checkpoint";
+  std::error_code ec;
+  EXPECT_TRUE(std::filesystem::is_empty(store_ + "/.staging", ec) || ec) << "a stage was left";
   grpc::Status s = a.Restore(RestoreReq("no-such-checkpoint"));
   EXPECT_EQ(s.error_code(), StatusCode::NOT_FOUND) << s.error_message();
   ExpectRunning(w);
@@ -476,6 +515,11 @@ TEST_F(ProcessTest, CliJsonAndMetrics) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["error"]["code"], "NOT_FOUND") << r.out;
   r = RunCli(a.socket(), {"checkpoint"});
   EXPECT_EQ(r.code, 2) << "usage error";
+  pid_t free_pid = 30000;
+  while (::kill(free_pid, 0) == 0 || errno != ESRCH) ++free_pid;
+  r = RunCli(a.socket(), {"-o", "json", "checkpoint", std::to_string(free_pid)});
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["error"]["code"], "NOT_FOUND") << r.out;
   r = RunCli(dir_ + "/nobody.sock", {"node"});
   EXPECT_EQ(r.code, 1);
   EXPECT_TRUE(absl::StrContains(r.out, "cannot reach cryod")) << r.out;
@@ -504,6 +548,13 @@ TEST_F(ProcessTest, CliJsonAndMetrics) {
   EXPECT_TRUE(absl::StrContains(metrics, "cryo_operations_total{op=\"checkpoint\",result=\"ok\"} 1"))
       << metrics;
   EXPECT_TRUE(absl::StrContains(metrics, "cryo_stage_duration_seconds_bucket{op=\"checkpoint\",stage=\"dump\""));
+  // The unknown pid: counted by its status code and by the stage it failed in.
+  EXPECT_TRUE(absl::StrContains(
+      metrics, "cryo_operations_total{op=\"checkpoint\",result=\"not_found\"} 1"))
+      << metrics;
+  EXPECT_TRUE(absl::StrContains(
+      metrics, "cryo_failed_stage_total{op=\"checkpoint\",stage=\"validate\"} 1"))
+      << metrics;
   EXPECT_TRUE(absl::StrContains(get("/healthz"), "200 OK"));
 }
 

@@ -31,5 +31,16 @@ TEST(CriuLog, MapsKnownFailuresToActionableCodes) {
   EXPECT_EQ(s.message().find("criu/x.c"), std::string::npos) << "source prefix dropped: " << s;
 }
 
+TEST(CompareVersionsTest, OrdersDottedNumbers) {
+  EXPECT_EQ(CompareVersions("4.1.1", "4.1.1"), 0);
+  EXPECT_EQ(CompareVersions("4.1", "4.1.0"), 0) << "a missing part counts as 0";
+  EXPECT_LT(*CompareVersions("4.1", "4.1.1"), 0);
+  EXPECT_LT(*CompareVersions("4.1.1", "4.2"), 0);
+  EXPECT_GT(*CompareVersions("4.10", "4.9"), 0) << "numbers, not strings";
+  EXPECT_GT(*CompareVersions("5.0", "4.99.99"), 0);
+  EXPECT_FALSE(CompareVersions("4.1-rc1", "4.1").has_value());
+  EXPECT_FALSE(CompareVersions("", "4.1").has_value()) << "an unknown version is not older";
+}
+
 }  // namespace
 }  // namespace cryo::criu

@@ -39,7 +39,8 @@ class FakeCriu : public criu::Criu {
     last_restore = o;
     return 4242;
   }
-  std::string version() const override { return "4.1.1"; }
+  std::string version() const override { return ver; }
+  std::string ver = "4.1.1";
   std::string path() const override { return "/fake/criu"; }
   std::string check_error() const override { return ""; }
   criu::DumpOptions last_dump;
@@ -355,6 +356,26 @@ TEST_F(EngineTest, RestoreChecksBeforeStartingAnything) {
   EXPECT_EQ(criu_.restores, 0);
   r.set_checkpoint_id("nope");
   EXPECT_EQ(engine_->Restore(r, op_).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, RestoreRefusesACheckpointOfANewerCriu) {
+  Child job;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
+  ::waitpid(job.pid, nullptr, 0);
+  job.pid = -1;
+  v1::RestoreRequest r;
+  r.set_checkpoint_id("c1");
+  criu_.ver = "4.0.2";  // this node's CRIU is older than the one that took the checkpoint
+  auto res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();
+  EXPECT_NE(res.status().message().find("taken with CRIU 4.1.1"), std::string::npos)
+      << res.status();
+  EXPECT_NE(res.status().message().find("this node has CRIU 4.0.2"), std::string::npos);
+  EXPECT_EQ(criu_.restores, 0);
+  criu_.ver = "4.2";  // a newer CRIU reads older images
+  res = engine_->Restore(r, op_);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(criu_.restores, 1);
 }
 
 TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
