@@ -56,7 +56,8 @@ sleep 2
 echo "job pid $JOB runs on: $(counters "$WORK/status")"
 kill -USR1 "$JOB"
 sleep 1
-python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print("memory pattern after restore:", "intact" if j["verify_ok"] == 1 else "DAMAGED")' "$WORK/status"
+# The demo fails (exit 1) when the restored job's memory is not what it was.
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); ok = j["verify_ok"] == 1; print("memory pattern after restore:", "intact" if ok else "DAMAGED"); sys.exit(0 if ok else 1)' "$WORK/status"
 
 say "cryo inspect $ID"
 "$CRYO" inspect "$ID" | head -12
