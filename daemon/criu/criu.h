@@ -28,6 +28,9 @@ struct InContainer {
   // Host paths opened as fixed descriptors in CRIU (numbers >= 10), e.g. the new container's
   // stdout pipe for --inherit-fd.
   std::vector<std::pair<int, std::string>> fds;
+  // Restore: the highest pid or tid of the checkpoint. CRIU's own helper processes are forked
+  // above it, so they cannot take a pid the restored tree needs.
+  pid_t last_pid = 0;
 };
 
 struct DumpOptions {

@@ -121,6 +121,9 @@ class CriuExec final : public Criu {
     if (!c) return {};
     std::vector<std::string> argv = {c->nsexec, "--target", std::to_string(c->init_pid)};
     if (restore) argv.insert(argv.end(), {"--join-cgroups", "--far-pid"});
+    if (restore && c->last_pid > 0) {
+      argv.insert(argv.end(), {"--last-pid", std::to_string(c->last_pid)});
+    }
     argv.insert(argv.end(), {"--fd", absl::StrCat(kImagesFd, "=", images), "--fd",
                              absl::StrCat(kWorkFd, "=", work)});
     for (const auto& [n, path] : c->fds) {

@@ -1,6 +1,6 @@
 // cryo-nsexec: runs a host program, or applies a rootfs diff, inside a container.
 //
-//   cryo-nsexec --target PID [--join-cgroups] [--far-pid] [--fd N=PATH[:w]]...
+//   cryo-nsexec --target PID [--join-cgroups] [--far-pid] [--last-pid N] [--fd N=PATH[:w]]...
 //               (--apply-rootfs-diff DIR | -- PROGRAM [ARG...])
 //
 // Joins the ipc, uts, net, pid and mount namespaces of PID (the container's init; optionally its
@@ -10,7 +10,8 @@
 // the host's library directories (`{fd:N}` in an ARG becomes /proc/self/fd/N), and --fd opens
 // host paths as fixed descriptors (":w" opens for writing, e.g. the container init's stdout
 // pipe). --far-pid gives the child a pid at the top of the pid range, so that it cannot take a
-// pid that a restore needs. The exit status is the child's (128+N when killed by signal N).
+// pid that a restore needs; --last-pid N moves the namespace's next pid above N, so that the
+// processes the child forks (CRIU's helpers) do not either. The exit status is the child's (128+N when killed by signal N).
 //
 // cryod runs it for CRIU in container mode. It must stay single-threaded: setns into a mount
 // namespace is refused to a multi-threaded process.
@@ -58,6 +59,7 @@ struct Options {
   pid_t target = 0;
   bool join_cgroups = false;
   bool far_pid = false;
+  pid_t last_pid = 0;
   std::vector<std::pair<int, std::string>> fds;  // N -> PATH[:w]
   std::string diff_dir;
   std::vector<std::string> program;  // PROGRAM ARGS...
@@ -81,6 +83,10 @@ Options Parse(int argc, char** argv) {
       o.join_cgroups = true;
     } else if (a == "--far-pid") {
       o.far_pid = true;
+    } else if (a == "--last-pid") {
+      if (!absl::SimpleAtoi(value(), &o.last_pid) || o.last_pid <= 0) {
+        Die("--last-pid needs a pid");
+      }
     } else if (a == "--fd") {
       std::string v = value();
       size_t eq = v.find('=');
@@ -94,6 +100,7 @@ Options Parse(int argc, char** argv) {
     } else {
       Die(absl::StrCat("unknown argument '", a,
                        "'; usage: cryo-nsexec --target PID [--join-cgroups] [--far-pid] "
+                       "[--last-pid N] "
                        "[--fd N=PATH[:w]]... (--apply-rootfs-diff DIR | -- PROGRAM [ARG...])"));
     }
   }
@@ -334,12 +341,26 @@ int main(int argc, char** argv) {
     exec_argv.insert(exec_argv.end(), args.begin(), args.end());
   }
 
+  // The host's: a container's /proc/sys is mounted read-only.
+  int last_pid_fd = -1;
+  if (o.last_pid > 0) {
+    last_pid_fd = ::open("/proc/sys/kernel/ns_last_pid", O_WRONLY | O_CLOEXEC);
+    if (last_pid_fd < 0) DieErrno("open /proc/sys/kernel/ns_last_pid");
+  }
   if (o.join_cgroups) JoinCgroups(o.target);
   JoinNamespaces(o.target);
 
   pid_t child = o.far_pid ? ForkFar() : ::fork();
   if (child < 0) DieErrno("fork");
   if (child == 0) {
+    // ns_last_pid acts on the writer's pid namespace: only the child, inside it, can set it.
+    if (last_pid_fd >= 0) {
+      const std::string v = std::to_string(o.last_pid);
+      if (::write(last_pid_fd, v.data(), v.size()) != static_cast<ssize_t>(v.size())) {
+        DieErrno("setting ns_last_pid");
+      }
+      ::close(last_pid_fd);
+    }
     if (diff_fd >= 0) _exit(ApplyDiff(o.diff_dir, diff_fd));
     std::vector<char*> cargv;
     for (auto& a : exec_argv) cargv.push_back(a.data());

@@ -936,6 +936,9 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
     // The job's output pipes become the new container's, so its log goes on where kubelet
     // reads it; the new container's pipes are its cryo-init's fd 1 and 2.
     criu::InContainer in{ctr->init_pid, cfg_.nsexec_path, {}};
+    // Seen on 2026-11-23: CRIU's cgroupd helper took pid 18, which the job's child needed.
+    for (int p : m.pids) in.last_pid = std::max<pid_t>(in.last_pid, p);
+    for (int p : m.tids) in.last_pid = std::max<pid_t>(in.last_pid, p);
     const std::string out = m.container.value("stdout_pipe", "");
     const std::string err = m.container.value("stderr_pipe", "");
     if (!out.empty()) {
