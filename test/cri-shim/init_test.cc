@@ -287,15 +287,23 @@ TEST_F(CryoInitRestoreTest, JobThatEndedBeforeTheNewsStillGivesItsCode) {
   Init init({"true"}, {"CRYO_INIT_RESTORE_FROM=ckpt-3"}, true);
   ASSERT_TRUE(WaitUntil([&] { return init.InitPid() > 0; }, absl::Seconds(10)));
   pid_t pid1 = init.InitPid();
-  pid_t job = AdoptIntoNamespace(pid1, "exit 7");
+  // News queued before cryo-init blocks its signal would be dropped (a namespace's init ignores
+  // signals it has no handler for), and it would wait for the restore until its timeout.
+  ASSERT_TRUE(WaitUntil([&] { return BlocksSignals(pid1); }, absl::Seconds(10)));
+  // The job lives long enough to become cryo-init's child (a job that ended at once could be
+  // reaped by the shell that started it, never reaching cryo-init), then ends unannounced.
+  pid_t job = AdoptIntoNamespace(pid1, "sleep 2; exit 7");
   ASSERT_GT(job, 1);
-  // Wait until cryo-init has reaped it (no zombie left), then tell.
-  ASSERT_TRUE(WaitUntil([&] {
+  auto children = [&] {
     std::ifstream f("/proc/" + std::to_string(pid1) + "/task/" + std::to_string(pid1) +
                     "/children");
     std::string c;
-    return !(f >> c);
-  }, absl::Seconds(10)));
+    f >> c;
+    return c;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return !children().empty(); }, absl::Seconds(10)));
+  // Wait until cryo-init has reaped it (no zombie left), then tell.
+  ASSERT_TRUE(WaitUntil([&] { return children().empty(); }, absl::Seconds(10)));
   ASSERT_TRUE(TellInit(pid1, job));
   EXPECT_EQ(init.Wait(), 7) << init.Stderr();
 }
