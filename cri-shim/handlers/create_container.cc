@@ -98,10 +98,15 @@ class CreateContainerHandler final
             opt.workload, " cannot be listed: ", list.status().message()));
       }
       for (const auto& ck : *list) {
-        if (ck.kind() == "container") {
-          resume_from = ck.checkpoint_id();
-          break;
+        if (ck.kind() != "container") continue;
+        if (!ck.damaged().empty()) {
+          // A restore found it damaged: an older one loses less than starting over.
+          CRYO_SHIM_LOG(kWarning, "pod ", pod_name, ": skipping damaged checkpoint ",
+                        ck.checkpoint_id(), " (", ck.damaged(), ")");
+          continue;
         }
+        resume_from = ck.checkpoint_id();
+        break;
       }
     } else if (!opt.resume.empty()) {
       auto got = deps_.cryod->Get(opt.resume);

@@ -301,8 +301,10 @@ int List(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   std::vector<std::vector<std::string>> rows = {
       {"ID", "WORKLOAD", "NODE", "CREATED", "SIZE", "PID", "COMMAND"}};
   for (const auto& c : resp.checkpoints()) {
-    rows.push_back({c.checkpoint_id(), c.workload(), c.node_name(), c.created_at(),
-                    HumanBytes(c.size_bytes()), absl::StrCat(c.root_pid()), c.command()});
+    // A damaged checkpoint stays listed (its space is used) but says it will not restore.
+    rows.push_back({c.damaged().empty() ? c.checkpoint_id() : c.checkpoint_id() + " (DAMAGED)",
+                    c.workload(), c.node_name(), c.created_at(), HumanBytes(c.size_bytes()),
+                    absl::StrCat(c.root_pid()), c.command()});
   }
   std::cout << Table(rows);
   return 0;
@@ -330,6 +332,7 @@ int Inspect(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
             << c.pids_size() << " processes)\n"
             << "size:      " << HumanBytes(c.size_bytes()) << " in " << c.file_count()
             << " files\n"
+            << (c.damaged().empty() ? "" : "DAMAGED:   " + c.damaged() + "\n")
             << "criu:      " << c.criu_version() << ", kernel " << c.kernel() << "\n"
             << "stages:    " << Ms(c.stage_ms()) << "\n"
             << "path:      " << c.store_path() << "\n";

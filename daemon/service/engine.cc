@@ -883,6 +883,13 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
     for (const auto& f : m.files) files.push_back({f.path, f.size, f.checksum});
     absl::Status s = VerifyFiles(*dir, files, cfg_.verify_threads, &verified);
     if (!s.ok()) {
+      if (absl::IsDataLoss(s)) {
+        // Remembered, so that automatic resumes pick an older checkpoint next time; an I/O
+        // error (store unreachable) says nothing about the checkpoint and is not recorded.
+        if (absl::Status ms = d_.store->MarkDamaged(m.id, std::string(s.message())); !ms.ok()) {
+          CRYO_LOG(Warning) << "recording checkpoint " << m.id << " as damaged: " << ms;
+        }
+      }
       return fail(Annotate(s, absl::StrCat("checkpoint '", m.id,
                                            "' is damaged, refusing to restore")));
     }
@@ -1013,6 +1020,7 @@ v1::CheckpointInfo Engine::InfoFromManifest(const store::Manifest& m, bool with_
   i.set_kernel(m.kernel);
   i.set_leave_running(m.leave_running);
   i.set_kind(m.kind);
+  i.set_damaged(m.damaged);
   for (const auto& [k, v] : m.labels) (*i.mutable_labels())[k] = v;
   for (const auto& [k, v] : m.stage_ms) (*i.mutable_stage_ms())[k] = v;
   if (with_files) {

@@ -100,7 +100,19 @@ class LocalStore final : public CheckpointStore {
       return absl::DataLossError(absl::StrCat("checkpoint directory '", id,
                                               "' holds a manifest for '", m->id, "'"));
     }
+    if (auto why = fs::ReadFile(fs::Join(dir, kDamagedName)); why.ok()) {
+      m->damaged = why->empty() ? "damaged" : *why;
+    }
     return m;
+  }
+
+  absl::Status MarkDamaged(const std::string& id, const std::string& reason) override {
+    CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
+    const std::string dir = fs::Join(published(), id);
+    if (!fs::Exists(fs::Join(dir, kManifestName))) {
+      return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));
+    }
+    return fs::WriteFileAtomic(fs::Join(dir, kDamagedName), reason, 0600);
   }
 
   absl::StatusOr<Manifest> Get(const std::string& id) override {

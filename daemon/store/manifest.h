@@ -15,6 +15,8 @@ namespace cryo::store {
 
 inline constexpr char kManifestFormat[] = "cryo.checkpoint/v1";
 inline constexpr char kManifestName[] = "manifest.json";
+// Beside the manifest once a restore found a file damaged; holds the reason.
+inline constexpr char kDamagedName[] = "damaged";
 inline constexpr char kImagesDir[] = "images";
 
 struct ManifestFile {
@@ -51,6 +53,8 @@ struct Manifest {
   nlohmann::json gpu;        // GPU plugins' facts by plugin name; null when the job used no GPU
   nlohmann::json gpu_processes;  // [{pid, plugin, facts}] of the GPU processes, for the restore
   nlohmann::json container;  // container mode's facts; null in process mode
+  // Store state, not in manifest.json: why a restore refused the checkpoint (empty: none did).
+  std::string damaged;
 
   uint64_t TotalBytes() const;
 };

@@ -43,6 +43,8 @@ class CheckpointStore {
   // Every published checkpoint, newest first. Unreadable manifests are skipped.
   virtual absl::StatusOr<std::vector<Manifest>> List() = 0;
   virtual absl::Status Delete(const std::string& id) = 0;
+  // Records that a restore found the checkpoint damaged (Manifest::damaged from then on).
+  virtual absl::Status MarkDamaged(const std::string& id, const std::string& reason) = 0;
   // Local directory with the checkpoint's files, for verification and CRIU restore.
   virtual absl::StatusOr<std::string> LocalPath(const std::string& id) = 0;
   // Removes this node's staging directories that are not in `active` (from the journal), and

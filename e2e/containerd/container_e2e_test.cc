@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "container/archive.h"
 #include "e2e/containerd/cri_client.h"
 #include "e2e/containerd/fixture.h"
@@ -307,10 +308,27 @@ TEST_F(ContainerModeE2e, ResumeFromADamagedCheckpointFailsTheStartAndSaysWhichFi
   auto a = RunPod("node-a", "damaged-src", {{"cryo.dev/checkpoint-on-stop", "true"}});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(WaitTicks(*a, 3));
+  // An older, good checkpoint of the same workload, taken while it runs (kubelet's API).
+  {
+    cri::CheckpointContainerRequest req;
+    req.set_container_id(a->ctr_id);
+    cri::CheckpointContainerResponse resp;
+    CriClient& shim = Shim("node-a");
+    grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer,
+                                req, &resp, absl::Minutes(2));
+    ASSERT_TRUE(st.ok()) << st.error_message();
+  }
+  auto first = Checkpoints(kWorkload);
+  ASSERT_EQ(first.size(), 1u);
+  const std::string older = first[0].checkpoint_id();
+  absl::SleepFor(absl::Milliseconds(1100));  // creation times have whole seconds
+  ASSERT_TRUE(WaitTicks(*a, Ticks(a->log_path).size() + 3));
   ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  const int last_a = Ticks(a->log_path).back();
   auto list = Checkpoints(kWorkload);
-  ASSERT_EQ(list.size(), 1u);
+  ASSERT_EQ(list.size(), 2u);
   const std::string id = list[0].checkpoint_id();
+  ASSERT_NE(id, older) << "the stop's checkpoint is the newest";
   // Flip one byte of the memory image in the shared store.
   const std::string pages = absl::StrCat(world().store(), "/checkpoints/", id, "/images/pages-1.img");
   {
@@ -342,6 +360,22 @@ TEST_F(ContainerModeE2e, ResumeFromADamagedCheckpointFailsTheStartAndSaysWhichFi
   EXPECT_THAT(all, HasSubstr(absl::StrCat("cryo: restore of checkpoint ", id, " failed")));
   EXPECT_THAT(all, HasSubstr("pages-1.img"));
   EXPECT_EQ(Ticks(b->log_path).size(), 0u) << "a failed restore must not start the job afresh";
+  // The refusal is remembered: the checkpoint is marked damaged (restores still verify), and
+  // an automatic resume passes over it to the older, good one.
+  list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].checkpoint_id(), id);
+  EXPECT_THAT(list[0].damaged(), HasSubstr("pages-1.img"));
+  EXPECT_EQ(list[1].damaged(), "");
+  auto c = RunPod("node-b", "damaged-auto", {{"cryo.dev/resume", "auto"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto resumed = Shim("node-b").ContainerStatus(c->ctr_id);
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(resumed->annotations().at("cryo.dev/resume-from"), older);
+  ASSERT_TRUE(WaitTicks(*c, 2));
+  const std::vector<int> ct = Ticks(c->log_path);
+  EXPECT_GT(ct.front(), 1) << "started afresh instead of resuming";
+  EXPECT_LE(ct.front(), last_a) << "resumed from the damaged checkpoint's moment";
   // Nothing else broke: node-b still runs pods.
   auto q = RunPod("node-b", "after-damaged", {});
   ASSERT_TRUE(q.ok()) << q.status();

@@ -283,6 +283,12 @@ TEST_F(ProcessTest, CorruptedOrTruncatedImageIsRefused) {
   EXPECT_TRUE(absl::StrContains(s.error_message(), "images/pages-1.img")) << s.error_message();
   EXPECT_TRUE(absl::StrContains(s.error_message(), "checksum")) << s.error_message();
   EXPECT_EQ(w.State(), '-') << "nothing may start from a damaged checkpoint";
+  // Remembered in the store, for `cryo list` and automatic resumes.
+  auto listed = a.List();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(listed[0].damaged(), "images/pages-1.img")) << listed[0].damaged();
+  auto cli = RunCli(a.socket(), {"list"});
+  EXPECT_TRUE(absl::StrContains(cli.out, "victim (DAMAGED)")) << cli.out;
 
   ASSERT_EQ(::truncate(pages.c_str(), st.st_size / 3), 0);
   s = a.Restore(RestoreReq("victim"));

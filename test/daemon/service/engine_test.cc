@@ -106,6 +106,9 @@ class FailingPublishStore : public store::CheckpointStore {
   absl::StatusOr<store::Manifest> Get(const std::string& id) override { return inner_->Get(id); }
   absl::StatusOr<std::vector<store::Manifest>> List() override { return inner_->List(); }
   absl::Status Delete(const std::string& id) override { return inner_->Delete(id); }
+  absl::Status MarkDamaged(const std::string& id, const std::string& why) override {
+    return inner_->MarkDamaged(id, why);
+  }
   absl::StatusOr<std::string> LocalPath(const std::string& id) override {
     return inner_->LocalPath(id);
   }

@@ -115,6 +115,18 @@ TEST_F(LocalStoreTest, ListNewestFirstDeleteAndRetention) {
   EXPECT_EQ(store_->Get("a2").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(LocalStoreTest, DamagedIsRecordedBesideTheManifest) {
+  Publish("c1", "w", "2026-01-01T00:00:00Z");
+  EXPECT_EQ(store_->Get("c1")->damaged, "");
+  ASSERT_TRUE(store_->MarkDamaged("c1", "images/pages-1.img: checksum mismatch").ok());
+  EXPECT_EQ(store_->Get("c1")->damaged, "images/pages-1.img: checksum mismatch");
+  EXPECT_EQ(store_->List()->at(0).damaged, "images/pages-1.img: checksum mismatch");
+  EXPECT_EQ(store_->MarkDamaged("nope", "x").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->MarkDamaged("../x", "x").code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(store_->Delete("c1").ok()) << "a damaged checkpoint is deleted like any other";
+  EXPECT_EQ(store_->Get("c1").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(LocalStoreTest, TamperedManifestIdIsRejected) {
   Publish("c1", "w", "2026-01-01");
   ASSERT_EQ(::rename((dir_.path + "/store/checkpoints/c1").c_str(),
