@@ -20,6 +20,8 @@ std::string MessageToJson(const google::protobuf::Message& m, bool pretty = true
 // One checkpoint as a JSON object: MessageToJson's fields, except that the manifest (present
 // only when the checkpoint was read with its files) is embedded as an object under "manifest"
 // instead of the escaped "manifest_json" string, so clients need not parse JSON inside JSON.
+// The job's command line and the container's annotations are withheld from it (they may carry
+// secrets and the HTTP API has no authentication); "redacted" lists what was withheld.
 nlohmann::json CheckpointToJson(const v1::CheckpointInfo& c);
 
 // An array of CheckpointToJson, in the given order.
