@@ -321,7 +321,7 @@ TEST_F(ContainerModeE2e, ResumeFromADamagedCheckpointFailsTheStartAndSaysWhichFi
   auto first = Checkpoints(kWorkload);
   ASSERT_EQ(first.size(), 1u);
   const std::string older = first[0].checkpoint_id();
-  absl::SleepFor(absl::Milliseconds(1100));  // creation times have whole seconds
+  absl::SleepFor(absl::Milliseconds(1100));  // the list is ordered by creation time
   ASSERT_TRUE(WaitTicks(*a, Ticks(a->log_path).size() + 3));
   ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
   const int last_a = Ticks(a->log_path).back();
