@@ -1,9 +1,9 @@
 // StopContainer: the preemption path. A running container whose pod asked for
 // checkpoint-on-stop is checkpointed through cryod first, within the stop's grace period; then
 // the stop goes to the runtime unchanged. A checkpoint that fails leaves the job as it was
-// (cryod rolls back); one that runs out of time is not waited for (cryod goes on: the stop's
-// kill then fails the dump, or the checkpoint is published whole). Both are recorded: log,
-// metric, and a line in the container's log, which `kubectl logs --previous` shows.
+// (cryod rolls back); one that runs out of time is not waited for, and cryod, seeing the call's
+// deadline gone, publishes nothing and resumes the job for the stop to end. Both are recorded:
+// log, metric, and a line in the container's log, which `kubectl logs --previous` shows.
 #include "absl/strings/str_cat.h"
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"

@@ -390,7 +390,7 @@ absl::StatusOr<std::vector<store::ManifestFile>> Engine::SaveRootfs(const Contai
 }
 
 absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointRequest& req,
-                                                      Operation& op) {
+                                                      Operation& op, absl::Time deadline) {
   StageClock clock("checkpoint", d_.metrics, op);
   const absl::Time t_start = absl::Now();
 
@@ -453,6 +453,12 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   // job (started from a terminal); that is what the user means, so say it for them.
   const bool shell_job =
       req.shell_job() || !in_tree.count(root.sid) || !in_tree.count(root.pgid);
+
+  if (absl::Now() > deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the caller's deadline passed before the checkpoint of pid ", target,
+        " started; nothing was done"));
+  }
 
   // --- GPU: lock every GPU process, then move device memory into host memory.
   std::vector<gpu::GpuProcess> gpu_procs;
@@ -634,6 +640,15 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   if (ctr) m.container = ContainerJson(*ctr, d_.runtime->name());
 
   Hook("before-publish");
+  // A caller with a deadline (the shim: a stop's grace period) has moved on and the stop is
+  // ending the job. Published now, the checkpoint could hold the stop's signal pending in the
+  // job and be resumed only to stop again: the job is resumed instead and the stop ends it.
+  if (absl::Now() > deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "checkpoint ", id, " was not finished by the caller's deadline (",
+        absl::FormatDuration(absl::Trunc(absl::Now() - t_start, absl::Milliseconds(1))),
+        " after it started); not published, the job was resumed"));
+  }
   // The manifest records the stages up to here; the result also has publish and finish.
   clock.End();
   m.stage_ms = clock.ms();

@@ -77,7 +77,10 @@ class Engine {
   // calls it at start and periodically. Returns how many directories went.
   int CollectIncomplete();
 
-  absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& req, Operation& op);
+  // `deadline`: the caller's (gRPC) deadline; past it, the checkpoint is not published and the
+  // job goes on as before (DEADLINE_EXCEEDED).
+  absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& req, Operation& op,
+                                                absl::Time deadline = absl::InfiniteFuture());
   absl::StatusOr<v1::RestoreResult> Restore(const v1::RestoreRequest& req, Operation& op);
 
   // Checkpoint requests (leave running) for every running container whose pod opted in to

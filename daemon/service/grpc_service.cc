@@ -1,5 +1,6 @@
 #include "service/grpc_service.h"
 
+#include <chrono>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -73,9 +74,10 @@ grpc::Status CryoService::RunOperation(grpc::ServerContext* ctx, const std::stri
   return Stream(ctx, **op, w);
 }
 
-CryoService::Body CryoService::CheckpointBody(const v1::CheckpointRequest& req) {
-  return [this, req](Operation& op) -> absl::StatusOr<v1::OperationEvent> {
-    auto info = engine_->Checkpoint(req, op);
+CryoService::Body CryoService::CheckpointBody(const v1::CheckpointRequest& req,
+                                              absl::Time deadline) {
+  return [this, req, deadline](Operation& op) -> absl::StatusOr<v1::OperationEvent> {
+    auto info = engine_->Checkpoint(req, op, deadline);
     if (!info.ok()) return info.status();
     v1::OperationEvent ev;
     *ev.mutable_checkpoint() = *info;
@@ -88,7 +90,12 @@ grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::Checkpo
   const std::string target = req->container_id().empty()
                                  ? absl::StrCat("pid ", req->pid())
                                  : absl::StrCat("container ", req->container_id().substr(0, 13));
-  return RunOperation(ctx, req->operation_id(), "checkpoint", target, CheckpointBody(*req), w);
+  // gRPC's "no deadline" is the largest time_point.
+  const absl::Time deadline = ctx->deadline() == std::chrono::system_clock::time_point::max()
+                                  ? absl::InfiniteFuture()
+                                  : absl::FromChrono(ctx->deadline());
+  return RunOperation(ctx, req->operation_id(), "checkpoint", target,
+                      CheckpointBody(*req, deadline), w);
 }
 
 absl::StatusOr<int> CryoService::CheckpointOptedIn(const std::string& reason) {

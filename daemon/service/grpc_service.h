@@ -7,6 +7,7 @@
 
 #include <atomic>
 
+#include "absl/time/time.h"
 #include "cryo/v1/cryo.grpc.pb.h"
 #include "metrics/metrics.h"
 #include "service/engine.h"
@@ -50,7 +51,8 @@ class CryoService final : public v1::Cryo::Service {
   absl::StatusOr<std::shared_ptr<Operation>> StartOperation(const std::string& requested_id,
                                                             const std::string& kind,
                                                             const std::string& target, Body body);
-  Body CheckpointBody(const v1::CheckpointRequest& req);
+  Body CheckpointBody(const v1::CheckpointRequest& req,
+                      absl::Time deadline = absl::InfiniteFuture());
   grpc::Status RunOperation(grpc::ServerContext* ctx, const std::string& requested_id,
                             const std::string& kind, const std::string& target, Body body,
                             grpc::ServerWriter<v1::OperationEvent>* w);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -83,7 +84,6 @@ class ProcessTest : public ::testing::Test {
     EXPECT_TRUE(w.WaitMain(now + 5, absl::Seconds(10))) << "job counter does not advance";
   }
 
-  // Checkpoint (stop), reap the dead job, restore, and check the job went on from where it was.
   // Stages never go back, and each of `must` was reported.
   static void ExpectStagesInOrder(const std::vector<v1::Progress>& events,
                                   const std::vector<v1::Stage>& must) {
@@ -106,6 +106,7 @@ class ProcessTest : public ::testing::Test {
     return last;
   }
 
+  // Checkpoint (stop), reap the dead job, restore, and check the job went on from where it was.
   void CheckpointKillRestore(Cryod& a, Cryod& b, int mem_mib, const std::string& id) {
     Workload& w = Job(mem_mib);
     ASSERT_TRUE(w.WaitMain(20));
@@ -363,6 +364,38 @@ TEST_F(ProcessTest, ProcessExitingMidCheckpointFailsCleanly) {
   EXPECT_FALSE(s.ok());
   EXPECT_TRUE(s.error_code() == StatusCode::ABORTED || s.error_code() == StatusCode::NOT_FOUND)
       << s.error_code() << ": " << s.error_message();
+  EXPECT_TRUE(a.List().empty());
+  EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
+}
+
+TEST_F(ProcessTest, CheckpointPastTheCallersDeadlineIsNotPublishedAndTheJobRunsOn) {
+  const std::string hooks = dir_ + "/hooks";
+  ::mkdir(hooks.c_str(), 0700);
+  Cryod& a = Node("node-a", {}, {"CRYOD_TEST_HOOK_DIR=" + hooks});
+  Workload& w = Job(16);
+  ASSERT_TRUE(w.WaitMain(10));
+  HookPoint hp(hooks, "before-publish");  // the dump is done, the job stopped by it
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
+  auto fut = std::async(std::launch::async, [&] {
+    auto r = a.stub().Checkpoint(&ctx, Req(w.pid(), "late"));
+    v1::OperationEvent ev;
+    while (r->Read(&ev)) {
+    }
+    return r->Finish();
+  });
+  ASSERT_TRUE(hp.Reached());
+  grpc::Status s = fut.get();  // the caller gives up at its deadline, as the shim does
+  EXPECT_EQ(s.error_code(), StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  // cryod's copy of the deadline is the timeout counted from when the call reached it, a few
+  // ms after the caller's.
+  absl::SleepFor(absl::Milliseconds(500));
+  hp.Release();
+  // cryod sees the deadline gone before publishing: nothing published, the job resumed.
+  ASSERT_TRUE(WaitFor([&] {
+    return absl::StrContains(Slurp(a.log()), "not published, the job was resumed");
+  })) << Slurp(a.log());
+  ExpectRunning(w);
   EXPECT_TRUE(a.List().empty());
   EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
 }

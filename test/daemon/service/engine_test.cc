@@ -20,11 +20,13 @@ namespace {
 class FakeCriu : public criu::Criu {
  public:
   absl::Status dump_result;
+  absl::Duration dump_delay = absl::ZeroDuration();
   bool dumped = false;
   int restores = 0;
   absl::Status Dump(const criu::DumpOptions& o, const std::function<void(pid_t)>& started) override {
     started(0);
     last_dump = o;
+    absl::SleepFor(dump_delay);
     if (!dump_result.ok()) return dump_result;
     // What CRIU does on success: images written, tree left stopped unless asked to run.
     (void)fs::WriteFileAtomic(o.images_dir + "/pages-1.img", std::string(100000, 'p'));
@@ -247,6 +249,25 @@ TEST_F(EngineTest, PublishFailureResumesTheStoppedJob) {
   EXPECT_TRUE(StagingEmpty());
   EXPECT_TRUE(JournalEmpty());
   EXPECT_TRUE(store_->List()->empty());
+}
+
+TEST_F(EngineTest, CallersDeadlinePassedPublishesNothingAndTheJobRunsOn) {
+  Child job;
+  criu_.dump_delay = absl::Milliseconds(300);
+  auto info = engine_->Checkpoint(Req(job.pid, "late"), op_, absl::Now() + absl::Milliseconds(100));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded) << info.status();
+  EXPECT_NE(info.status().message().find("not published"), std::string::npos) << info.status();
+  ASSERT_TRUE(criu_.dumped);
+  EXPECT_TRUE(job.Runs()) << "the job was stopped by the dump and must run again";
+  EXPECT_TRUE(StagingEmpty());
+  EXPECT_TRUE(JournalEmpty());
+  EXPECT_TRUE(store_->List()->empty());
+  // A deadline already gone: nothing is started at all.
+  criu_.dumped = false;
+  info = engine_->Checkpoint(Req(job.pid, "late"), op_, absl::Now() - absl::Seconds(1));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded) << info.status();
+  EXPECT_FALSE(criu_.dumped);
+  EXPECT_TRUE(job.Runs());
 }
 
 TEST_F(EngineTest, GpuLockTimeoutTouchesNothing) {
