@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <future>
 #include <map>
 #include <string>
 #include <vector>
@@ -259,6 +260,44 @@ TEST_F(ContainerModeE2e, PodsThatDoNotOptInAreLeftAlone) {
   // Its stop is a plain stop: no checkpoint.
   ASSERT_TRUE(Shim("node-a").StopContainer(p->ctr_id, 10).ok());
   EXPECT_TRUE(Checkpoints(kWorkload).empty());
+}
+
+TEST_F(ContainerModeE2e, StopWhoseCheckpointMissesTheGracePeriodPublishesNothingAndStops) {
+  auto p = RunPod("node-a", "late-stop", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(WaitTicks(*p, 3));
+  // cryod stops after the dump, before the publish, until released.
+  const std::string hooks = world().HookDir("node-a");
+  std::ofstream(hooks + "/before-publish.enable") << "1";
+  auto stop = std::async(std::launch::async,
+                         [&] { return Shim("node-a").StopContainer(p->ctr_id, 3); });
+  bool reached = false;
+  for (int i = 0; i < 600 && !reached; ++i) {
+    reached = ::access((hooks + "/before-publish.reached").c_str(), F_OK) == 0;
+    if (!reached) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(reached) << "the stop did not start a checkpoint";
+  // The shim waits the grace period less a second (2 s here), then the stop goes on.
+  absl::SleepFor(absl::Milliseconds(2500));
+  std::ofstream(hooks + "/before-publish.release") << "1";
+  ASSERT_TRUE(stop.get().ok());
+  auto done = Shim("node-a").WaitContainer(
+      p->ctr_id, [](const cri::ContainerStatus& s) { return s.state() == cri::CONTAINER_EXITED; },
+      absl::Seconds(30));
+  ASSERT_TRUE(done.ok()) << done.status();
+  // Too late to be published: nothing is, and the container's log says why.
+  bool refused = false;
+  for (int i = 0; i < 600 && !refused; ++i) {
+    refused = absl::StrContains(Slurp(world().cryod("node-a").log()), "not published");
+    if (!refused) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_TRUE(refused) << Slurp(world().cryod("node-a").log());
+  EXPECT_TRUE(Checkpoints(kWorkload).empty()) << "a checkpoint finished after the grace period";
+  auto log = ReadCriLog(p->log_path);
+  ASSERT_TRUE(log.ok());
+  std::string all;
+  for (const auto& l : *log) all += l.text + "\n";
+  EXPECT_THAT(all, HasSubstr("cryo: checkpoint before stop failed"));
 }
 
 TEST_F(ContainerModeE2e, CheckpointContainerRefusesUnknownAndExitedContainers) {

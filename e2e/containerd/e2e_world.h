@@ -60,6 +60,9 @@ class E2eWorld {
   Cryod& cryod(const std::string& node) { return *cryods_.at(node); }
   // The checkpoint store both nodes' cryods use.
   std::string store() const { return dir_ + "/store"; }
+  // CRYOD_TEST_HOOK_DIR of a node's cryod: POINT.enable holds cryod at POINT (it writes
+  // POINT.reached) until POINT.release appears.
+  std::string HookDir(const std::string& node) const { return dir_ + "/hooks-" + node; }
   // Pod cgroup parent and log dir that node.sh cleans up.
   std::string CgroupParent(const std::string& node) const;
   std::string PodLogDir(const std::string& node, const std::string& pod) const;
