@@ -328,10 +328,9 @@ int Inspect(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
             << "workload:  " << c.workload() << "\n"
             << "node:      " << c.node_name() << "\n"
             << "created:   " << c.created_at() << "\n"
-            << "command:   " << c.command() << " (pid " << c.root_pid() << ", "
-            << c.pids_size() << " processes)\n"
-            << "size:      " << HumanBytes(c.size_bytes()) << " in " << c.file_count()
-            << " files\n"
+            << "command:   " << c.command() << " (pid " << c.root_pid() << ", " << c.pids_size()
+            << " processes)\n"
+            << "size:      " << HumanBytes(c.size_bytes()) << " in " << c.file_count() << " files\n"
             << (c.damaged().empty() ? "" : "DAMAGED:   " + c.damaged() + "\n")
             << "criu:      " << c.criu_version() << ", kernel " << c.kernel() << "\n"
             << "stages:    " << Ms(c.stage_ms()) << "\n"

@@ -92,8 +92,9 @@ const std::vector<Key>& Keys() {
   static const std::vector<Key> keys = {
       Str("socket", "unix socket of the gRPC API (0600, root only)", &Config::socket),
       Str("state_dir", "journal and per-operation CRIU logs", &Config::state_dir),
-      Str("store", "checkpoint store path; a shared mount for cross-node restore "
-                   "(default <state_dir>/store)",
+      Str("store",
+          "checkpoint store path; a shared mount for cross-node restore "
+          "(default <state_dir>/store)",
           &Config::store),
       Str("node_name", "name recorded in manifests (default: host name)", &Config::node_name),
       Str("criu", "CRIU binary (default: criu from PATH, /usr/local/sbin first)", &Config::criu),

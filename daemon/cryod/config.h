@@ -17,7 +17,7 @@ struct Config {
   std::string store;  // empty: <state_dir>/store
   std::string node_name;  // empty: the host name
   std::string criu;       // empty: search PATH
-  bool criu_hw_breakpoints = false;  // see criu::CriuConfig::hw_breakpoints
+  bool criu_hw_breakpoints = false;                // see criu::CriuConfig::hw_breakpoints
   std::string metrics_address = "127.0.0.1:9464";  // empty: no HTTP endpoint
   std::string log_level = "info";
   int retention_keep = 0;

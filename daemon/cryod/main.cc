@@ -22,19 +22,19 @@
 #include "common/log.h"
 #include "common/proc.h"
 #include "criu/criu.h"
+#include "cryo/gpu_manager_factory.h"
 #include "cryod/config.h"
 #include "cryod/unix_server.h"
-#include "cryo/gpu_manager_factory.h"
 #include "gpu/gpu_manager.h"
 #include "journal/journal.h"
 #include "metrics/http_server.h"
 #include "metrics/metrics.h"
-#include "runtime/runtime.h"
-#include "termination/watcher.h"
 #include "prometheus/text_serializer.h"
+#include "runtime/runtime.h"
 #include "service/engine.h"
 #include "service/grpc_service.h"
 #include "store/store.h"
+#include "termination/watcher.h"
 
 namespace cryo::cryod {
 namespace {

@@ -21,9 +21,9 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                     .Help("Checkpoints and restores by result (ok or the failure's status code)")
                     .Register(*registry_);
   failed_stage_ = &prometheus::BuildCounter()
-                      .Name("cryo_failed_stage_total")
-                      .Help("Failed checkpoints and restores by the stage they failed in")
-                      .Register(*registry_);
+                       .Name("cryo_failed_stage_total")
+                       .Help("Failed checkpoints and restores by the stage they failed in")
+                       .Register(*registry_);
   recovered_ = &prometheus::BuildCounter()
                     .Name("cryo_recovered_operations_total")
                     .Help("Operations found in the journal at startup, by what was done")

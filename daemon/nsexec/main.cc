@@ -11,7 +11,8 @@
 // host paths as fixed descriptors (":w" opens for writing, e.g. the container init's stdout
 // pipe). --far-pid gives the child a pid at the top of the pid range, so that it cannot take a
 // pid that a restore needs; --last-pid N moves the namespace's next pid above N, so that the
-// processes the child forks (CRIU's helpers) do not either. The exit status is the child's (128+N when killed by signal N).
+// processes the child forks (CRIU's helpers) do not either. The exit status is the child's
+// (128+N when killed by signal N).
 //
 // cryod runs it for CRIU in container mode. It must stay single-threaded: setns into a mount
 // namespace is refused to a multi-threaded process.

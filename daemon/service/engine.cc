@@ -455,9 +455,9 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
       req.shell_job() || !in_tree.count(root.sid) || !in_tree.count(root.pgid);
 
   if (absl::Now() > deadline) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "the caller's deadline passed before the checkpoint of pid ", target,
-        " started; nothing was done"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("the caller's deadline passed before the checkpoint of pid ", target,
+                     " started; nothing was done"));
   }
 
   // --- GPU: lock every GPU process, then move device memory into host memory.
@@ -838,8 +838,8 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
   if (auto c = criu::CompareVersions(d_.criu->version(), m.criu_version); c && *c < 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint '", m.id, "' was taken with CRIU ", m.criu_version, "; this node has CRIU ",
-        d_.criu->version(), ", which may not read its images: restore on a node with CRIU >= ",
-        m.criu_version));
+        d_.criu->version(),
+        ", which may not read its images: restore on a node with CRIU >= ", m.criu_version));
   }
   Claim claim{this, {}, "", ""};
   {

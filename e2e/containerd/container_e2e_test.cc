@@ -269,8 +269,8 @@ TEST_F(ContainerModeE2e, StopWhoseCheckpointMissesTheGracePeriodPublishesNothing
   // cryod stops after the dump, before the publish, until released.
   const std::string hooks = world().HookDir("node-a");
   std::ofstream(hooks + "/before-publish.enable") << "1";
-  auto stop = std::async(std::launch::async,
-                         [&] { return Shim("node-a").StopContainer(p->ctr_id, 3); });
+  auto stop =
+      std::async(std::launch::async, [&] { return Shim("node-a").StopContainer(p->ctr_id, 3); });
   bool reached = false;
   for (int i = 0; i < 600 && !reached; ++i) {
     reached = ::access((hooks + "/before-publish.reached").c_str(), F_OK) == 0;

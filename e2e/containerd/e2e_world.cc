@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -158,10 +158,10 @@ absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std
     if (::mkdir(hooks.c_str(), 0700) != 0 && errno != EEXIST) {
       return absl::InternalError(absl::StrCat("mkdir ", hooks, ": ", strerror(errno)));
     }
-    absl::StatusOr<std::unique_ptr<Cryod>> cryod = Cryod::Start(
-        absl::StrCat(world->dir_, "/", node), world->store(), node,
-        {"--runtime-endpoint", absl::StrCat("unix://", world->NodeSocket(node))},
-        {"CRYOD_TEST_HOOK_DIR=" + hooks});
+    absl::StatusOr<std::unique_ptr<Cryod>> cryod =
+        Cryod::Start(absl::StrCat(world->dir_, "/", node), world->store(), node,
+                     {"--runtime-endpoint", absl::StrCat("unix://", world->NodeSocket(node))},
+                     {"CRYOD_TEST_HOOK_DIR=" + hooks});
     if (!cryod.ok()) return cryod.status();
     world->cryods_[node] = std::move(*cryod);
     absl::StatusOr<std::unique_ptr<ShimProcess>> shim =

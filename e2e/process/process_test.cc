@@ -588,11 +588,11 @@ TEST_F(ProcessTest, CliJsonAndMetrics) {
       << metrics;
   EXPECT_TRUE(absl::StrContains(metrics, "cryo_stage_duration_seconds_bucket{op=\"checkpoint\",stage=\"dump\""));
   // The unknown pid: counted by its status code and by the stage it failed in.
-  EXPECT_TRUE(absl::StrContains(
-      metrics, "cryo_operations_total{op=\"checkpoint\",result=\"not_found\"} 1"))
+  EXPECT_TRUE(
+      absl::StrContains(metrics, "cryo_operations_total{op=\"checkpoint\",result=\"not_found\"} 1"))
       << metrics;
-  EXPECT_TRUE(absl::StrContains(
-      metrics, "cryo_failed_stage_total{op=\"checkpoint\",stage=\"validate\"} 1"))
+  EXPECT_TRUE(
+      absl::StrContains(metrics, "cryo_failed_stage_total{op=\"checkpoint\",stage=\"validate\"} 1"))
       << metrics;
   EXPECT_TRUE(absl::StrContains(get("/healthz"), "200 OK"));
 }

@@ -584,8 +584,8 @@ absl::Status CudaPlugin::Restore(pid_t pid, const nlohmann::json& facts, const D
     if (r != CUDA_ERROR_INVALID_VALUE) break;
   }
   absl::Status s = CuError(r, pid, "restore");
-  return absl::Status(s.code(), absl::StrCat(s.message(), " (GPU pairs tried: ",
-                                             absl::StrJoin(tried, "; "), ")"));
+  return absl::Status(
+      s.code(), absl::StrCat(s.message(), " (GPU pairs tried: ", absl::StrJoin(tried, "; "), ")"));
 }
 
 absl::StatusOr<std::vector<CUcheckpointGpuPair>> CudaPlugin::PairAll(
@@ -614,10 +614,10 @@ absl::StatusOr<std::vector<CUcheckpointGpuPair>> CudaPlugin::PairAll(
       }
     }
     if (to.empty()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "pid ", pid, " was checkpointed with ", domain.size(),
-          " GPUs that the driver must map one to one; this node has ", devices_.size(),
-          " GPUs, too few to move it"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("pid ", pid, " was checkpointed with ", domain.size(),
+                       " GPUs that the driver must map one to one; this node has ", devices_.size(),
+                       " GPUs, too few to move it"));
     }
     target[u] = to;
     taken.insert(to);
@@ -626,7 +626,8 @@ absl::StatusOr<std::vector<CUcheckpointGpuPair>> CudaPlugin::PairAll(
   for (const std::string& u : domain) {
     CUcheckpointGpuPair p{};
     if (!ParseUuid(u, &p.oldUuid) || !ParseUuid(target[u], &p.newUuid)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad GPU UUID in map: ", u, " -> ", target[u]));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad GPU UUID in map: ", u, " -> ", target[u]));
     }
     pairs.push_back(p);
   }
