@@ -177,6 +177,19 @@ std::string UuidOf(int i) {
 
 class CudaPluginTest : public ::testing::Test {
  protected:
+  // Whether the driver's i-th GPU pair moved GPU `from` onto GPU `to` (indexes into gpus).
+  ::testing::AssertionResult PairIs(size_t i, int from, int to) const {
+    if (i >= driver_.last_pairs.size()) return ::testing::AssertionFailure() << "no pair " << i;
+    const CUcheckpointGpuPair& p = driver_.last_pairs[i];
+    if (std::memcmp(p.oldUuid.bytes, driver_.gpus[from].uuid, 16) != 0) {
+      return ::testing::AssertionFailure() << "pair " << i << " is not from GPU " << from;
+    }
+    if (std::memcmp(p.newUuid.bytes, driver_.gpus[to].uuid, 16) != 0) {
+      return ::testing::AssertionFailure() << "pair " << i << " is not onto GPU " << to;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
   void SetUp() override {
     g = &driver_;
     auto gpu = [](const char* name, unsigned char id, int major, int minor) {
@@ -305,10 +318,8 @@ TEST_F(CudaPluginTest, AProcessesGpusAreTheOnesItUsesNotEveryDeviceFileItOpened)
   ASSERT_TRUE(p->Checkpoint(100).ok());
   ASSERT_TRUE(p->Restore(100, (*found)[0]["facts"], {{UuidOf(0), UuidOf(1)}}).ok());
   ASSERT_EQ(driver_.last_pairs.size(), 2u);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].oldUuid.bytes, driver_.gpus[0].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].newUuid.bytes, driver_.gpus[1].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].oldUuid.bytes, driver_.gpus[1].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].newUuid.bytes, driver_.gpus[0].uuid, 16), 0);
+  EXPECT_TRUE(PairIs(0, 0, 1));
+  EXPECT_TRUE(PairIs(1, 1, 0));
 }
 
 TEST_F(CudaPluginTest, MovingOneOfTwoUsedGpusStillPairsEachGpuOnce) {
@@ -322,9 +333,8 @@ TEST_F(CudaPluginTest, MovingOneOfTwoUsedGpusStillPairsEachGpuOnce) {
   ASSERT_TRUE(p->Checkpoint(100).ok());
   ASSERT_TRUE(p->Restore(100, facts, {{UuidOf(0), UuidOf(1)}}).ok());
   ASSERT_EQ(driver_.last_pairs.size(), 2u);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].newUuid.bytes, driver_.gpus[1].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].oldUuid.bytes, driver_.gpus[1].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].newUuid.bytes, driver_.gpus[0].uuid, 16), 0);
+  EXPECT_TRUE(PairIs(0, 0, 1));
+  EXPECT_TRUE(PairIs(1, 1, 0));
 }
 
 TEST_F(CudaPluginTest, MoveFallsBackToPairingEveryGpuOfTheNode) {
@@ -344,11 +354,9 @@ TEST_F(CudaPluginTest, MoveFallsBackToPairingEveryGpuOfTheNode) {
   EXPECT_EQ(driver_.restore_calls, 2);
   ASSERT_EQ(driver_.last_pairs.size(), 3u);
   // 0 -> 1 as asked; 1 cannot stay (taken), so it takes the free GPU 0; 2 stays.
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].newUuid.bytes, driver_.gpus[1].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].oldUuid.bytes, driver_.gpus[1].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].newUuid.bytes, driver_.gpus[0].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[2].oldUuid.bytes, driver_.gpus[2].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[2].newUuid.bytes, driver_.gpus[2].uuid, 16), 0);
+  EXPECT_TRUE(PairIs(0, 0, 1));
+  EXPECT_TRUE(PairIs(1, 1, 0));
+  EXPECT_TRUE(PairIs(2, 2, 2));
 }
 
 TEST_F(CudaPluginTest, RefusedMoveNamesEveryPairingTried) {
@@ -467,9 +475,8 @@ TEST_F(CudaPluginTest, RestoreOntoAnotherGpuPairsEveryCheckpointedGpu) {
   ASSERT_TRUE(p->Restore(100, facts, {{UuidOf(0), UuidOf(1)}, {UuidOf(1), UuidOf(0)}}).ok());
   ASSERT_TRUE(driver_.restore_had_args);
   ASSERT_EQ(driver_.last_pairs.size(), 2u);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].oldUuid.bytes, driver_.gpus[0].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[0].newUuid.bytes, driver_.gpus[1].uuid, 16), 0);
-  EXPECT_EQ(std::memcmp(driver_.last_pairs[1].newUuid.bytes, driver_.gpus[0].uuid, 16), 0);
+  EXPECT_TRUE(PairIs(0, 0, 1));
+  EXPECT_TRUE(PairIs(1, 1, 0));
 }
 
 TEST_F(CudaPluginTest, RollbackFromEachState) {
