@@ -138,12 +138,10 @@ struct Engine::Claim {
   Engine* e;
   std::vector<pid_t> pids;
   std::string id;
-  std::string staging_dir;
   ~Claim() {
     absl::MutexLock l(&e->mu_);
     for (pid_t p : pids) e->busy_pids_.erase(p);
     if (!id.empty()) e->busy_ids_.erase(id);
-    if (!staging_dir.empty()) e->staging_dirs_.erase(staging_dir);
   }
 };
 
@@ -332,19 +330,13 @@ absl::Status Engine::Recover() {
     if (d_.metrics) d_.metrics->CountRecovered(action);
     CRYO_RETURN_IF_ERROR(d_.journal->Remove(e.op_id));
   }
-  CollectIncomplete();
+  CollectIncomplete(/*own_stages=*/true);  // before serving: none of them is in progress
   PruneOpLogs();
   return absl::OkStatus();
 }
 
-int Engine::CollectIncomplete() {
-  absl::MutexLock l(&collect_mu_);
-  std::set<std::string> active;
-  {
-    absl::MutexLock m(&mu_);
-    active = staging_dirs_;
-  }
-  auto n = d_.store->CollectIncomplete(active, cfg_.incomplete_ttl);
+int Engine::CollectIncomplete(bool own_stages) {
+  auto n = d_.store->CollectIncomplete(cfg_.incomplete_ttl, own_stages);
   if (!n.ok()) {
     CRYO_LOG(Warning) << "collecting incomplete checkpoints: " << n.status();
     return 0;
@@ -417,7 +409,7 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   const std::string id =
       req.checkpoint_id().empty() ? MakeCheckpointId(workload, absl::Now()) : req.checkpoint_id();
 
-  Claim claim{this, {}, "", ""};
+  Claim claim{this, {}, ""};
   {
     absl::MutexLock l(&mu_);
     for (const auto& p : tree) {
@@ -481,15 +473,7 @@ absl::StatusOr<v1::CheckpointInfo> Engine::Checkpoint(const v1::CheckpointReques
   }
 
   // --- stage in the store and record the operation before anything irreversible.
-  std::unique_ptr<store::StagedCheckpoint> staged;
-  {
-    // The collector must not take a stage between its creation and its claim.
-    absl::MutexLock l(&collect_mu_);
-    CRYO_ASSIGN_OR_RETURN(staged, d_.store->Stage(id));
-    absl::MutexLock m(&mu_);
-    claim.staging_dir = staged->staging_dir();
-    staging_dirs_.insert(claim.staging_dir);
-  }
+  CRYO_ASSIGN_OR_RETURN(auto staged, d_.store->Stage(id));
   journal::Entry je;
   je.op_id = op.id();
   je.kind = "checkpoint";
@@ -841,7 +825,7 @@ absl::StatusOr<v1::RestoreResult> Engine::Restore(const v1::RestoreRequest& req,
         d_.criu->version(),
         ", which may not read its images: restore on a node with CRIU >= ", m.criu_version));
   }
-  Claim claim{this, {}, "", ""};
+  Claim claim{this, {}, ""};
   {
     absl::MutexLock l(&mu_);
     if (busy_ids_.count(m.id)) {

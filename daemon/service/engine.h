@@ -71,11 +71,12 @@ class Engine {
   // incomplete checkpoints. Called once at startup, before serving.
   absl::Status Recover();
 
-  // Removes staging directories no operation owns (this node's) or that are older than the
-  // incomplete TTL (any node's: it died mid-checkpoint), published directories that never got
-  // a manifest, and deleted checkpoints left in the trash. Safe while operations run; cryod
-  // calls it at start and periodically. Returns how many directories went.
-  int CollectIncomplete();
+  // Removes other nodes' stages older than the incomplete TTL (the node died mid-checkpoint),
+  // published directories that never got a manifest, the trash, and with `own_stages` this
+  // node's stages (only at start, before any operation). Without `own_stages` it is safe while
+  // operations run and takes no lock they wait on; cryod calls it so every 10 minutes.
+  // Returns how many directories went.
+  int CollectIncomplete(bool own_stages = false);
 
   // `deadline`: the caller's (gRPC) deadline; past it, the checkpoint is not published and the
   // job goes on as before (DEADLINE_EXCEEDED).
@@ -128,8 +129,6 @@ class Engine {
   absl::Mutex mu_;
   std::set<pid_t> busy_pids_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> busy_ids_ ABSL_GUARDED_BY(mu_);
-  std::set<std::string> staging_dirs_ ABSL_GUARDED_BY(mu_);  // of checkpoints in progress
-  absl::Mutex collect_mu_;  // held while staging and while collecting
 };
 
 // Lower-case status code name for metrics ("resource_exhausted").

@@ -160,8 +160,7 @@ class LocalStore final : public CheckpointStore {
     return dir;
   }
 
-  absl::StatusOr<int> CollectIncomplete(const std::set<std::string>& active,
-                                        absl::Duration ttl) override {
+  absl::StatusOr<int> CollectIncomplete(absl::Duration ttl, bool own_stages) override {
     int removed = 0;
     const absl::Time now = absl::Now();
     auto age = [&](const std::string& p) {
@@ -172,9 +171,9 @@ class LocalStore final : public CheckpointStore {
     CRYO_ASSIGN_OR_RETURN(auto staged, fs::ListDir(staging()));
     for (const auto& e : staged) {
       std::string p = fs::Join(staging(), e.name);
-      if (active.count(p)) continue;
       std::vector<std::string> parts = absl::StrSplit(e.name, kSep);
       bool mine = parts.size() == 3 && parts[1] == node_;
+      if (mine && !own_stages) continue;
       // Another node's stage may be in progress: only an old one is known to be abandoned.
       if (!mine && age(p) < ttl) continue;
       CRYO_LOG(Info) << "collecting incomplete checkpoint " << p;

@@ -47,10 +47,11 @@ class CheckpointStore {
   virtual absl::Status MarkDamaged(const std::string& id, const std::string& reason) = 0;
   // Local directory with the checkpoint's files, for verification and CRIU restore.
   virtual absl::StatusOr<std::string> LocalPath(const std::string& id) = 0;
-  // Removes this node's staging directories that are not in `active` (from the journal), and
-  // any node's that are older than `ttl` (a node that died mid-checkpoint). Returns how many.
-  virtual absl::StatusOr<int> CollectIncomplete(const std::set<std::string>& active,
-                                                absl::Duration ttl) = 0;
+  // Removes other nodes' staging directories older than `ttl` (a node that died mid-checkpoint),
+  // published directories that never got a manifest (once older than `ttl`) and the trash;
+  // with `own_stages`, every staging directory of this node too (only safe when this node runs
+  // no checkpoint: cryod's start). Returns how many directories went.
+  virtual absl::StatusOr<int> CollectIncomplete(absl::Duration ttl, bool own_stages) = 0;
   // Deletes all but the newest `keep` checkpoints of `workload`, except those in `in_use` (a
   // restore reads them; a later pass takes them); returns the deleted ids.
   virtual absl::StatusOr<std::vector<std::string>> ApplyRetention(

@@ -114,8 +114,8 @@ class FailingPublishStore : public store::CheckpointStore {
   absl::StatusOr<std::string> LocalPath(const std::string& id) override {
     return inner_->LocalPath(id);
   }
-  absl::StatusOr<int> CollectIncomplete(const std::set<std::string>& a, absl::Duration t) override {
-    return inner_->CollectIncomplete(a, t);
+  absl::StatusOr<int> CollectIncomplete(absl::Duration t, bool own) override {
+    return inner_->CollectIncomplete(t, own);
   }
   absl::StatusOr<std::vector<std::string>> ApplyRetention(
       const std::string& w, int k, const std::set<std::string>& in_use) override {

@@ -137,9 +137,8 @@ TEST_F(LocalStoreTest, TamperedManifestIdIsRejected) {
 
 TEST_F(LocalStoreTest, CollectIncomplete) {
   auto mine = store_->Stage("m1");
-  auto active = store_->Stage("m2");
-  ASSERT_TRUE(mine.ok() && active.ok());
-  std::string mine_dir = (*mine)->staging_dir(), active_dir = (*active)->staging_dir();
+  ASSERT_TRUE(mine.ok());
+  std::string mine_dir = (*mine)->staging_dir();
   // Another node's stage, fresh (may be in progress) and old (abandoned).
   std::string fresh = dir_.path + "/store/.staging/x+node-b+aaaa";
   std::string old = dir_.path + "/store/.staging/y+node-b+bbbb";
@@ -151,14 +150,20 @@ TEST_F(LocalStoreTest, CollectIncomplete) {
   std::string orphan = dir_.path + "/store/checkpoints/orphan";
   ASSERT_TRUE(fs::MakeDirs(orphan).ok());
   ::utime(orphan.c_str(), &t);
-  auto n = store_->CollectIncomplete({active_dir}, absl::Hours(1));
+  // While this node may be checkpointing, its own stages are left alone.
+  auto n = store_->CollectIncomplete(absl::Hours(1), false);
   ASSERT_TRUE(n.ok());
-  EXPECT_EQ(*n, 3);
-  EXPECT_FALSE(fs::Exists(mine_dir));
-  EXPECT_TRUE(fs::Exists(active_dir));
+  EXPECT_EQ(*n, 2);
+  EXPECT_TRUE(fs::Exists(mine_dir));
   EXPECT_TRUE(fs::Exists(fresh));
   EXPECT_FALSE(fs::Exists(old));
   EXPECT_FALSE(fs::Exists(orphan));
+  // At start, nothing of this node is in progress: its stages are abandoned.
+  n = store_->CollectIncomplete(absl::Hours(1), true);
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 1);
+  EXPECT_FALSE(fs::Exists(mine_dir));
+  EXPECT_TRUE(fs::Exists(fresh));
 }
 
 TEST(LocalStore, RelativeRootIsRefused) {
