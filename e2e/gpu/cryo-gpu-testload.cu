@@ -1,12 +1,14 @@
 // cryo-gpu-testload: a CUDA job for the GPU checkpoint tests. Holds N GiB of device memory in
-// 256 MiB chunks filled with a pattern that depends on each chunk's generation; every step one
-// chunk is verified and rewritten with the next generation (one kernel), and a busy kernel keeps
-// the GPU occupied. Any word that does not hold what the host expects is counted. The status
+// chunks (256 MiB unless --chunk-mib says otherwise) filled with a pattern that depends on each
+// chunk's generation; every step one chunk is verified and rewritten with the next generation
+// (one kernel), and a busy kernel keeps the GPU occupied. Any word that does not hold what the host expects is counted. The status
 // file (JSON, replaced atomically about every 200 ms) says how far it got and whether every
 // word so far verified.
 //
 //   cryo-gpu-testload --gib 8 --status /tmp/s.json [--spin-ms 5000] [--managed-mib 64]
-//                     [--busy-us 2000] [--seconds 0]
+//                     [--busy-us 2000] [--seconds 0] [--chunk-mib 256]
+// (A small job, `--gib 0.015625 --chunk-mib 16`, gives a checkpoint small enough to carry from
+// one machine to another for the cross-node test.)
 
 #include <cuda_runtime.h>
 #include <signal.h>
@@ -22,8 +24,6 @@
 
 namespace {
 
-constexpr size_t kChunkBytes = size_t{256} << 20;
-constexpr size_t kChunkWords = kChunkBytes / sizeof(uint64_t);
 
 volatile sig_atomic_t g_stop = 0;
 
@@ -40,17 +40,18 @@ __host__ __device__ inline uint64_t Pattern(uint64_t chunk, uint64_t i, uint64_t
   return Mix((chunk << 40) ^ i) ^ (gen * 0x9E3779B97F4A7C15ULL);
 }
 
-__global__ void Fill(uint64_t* p, uint64_t chunk, uint64_t gen) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < kChunkWords;
+__global__ void Fill(uint64_t* p, size_t words, uint64_t chunk, uint64_t gen) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words;
        i += size_t(gridDim.x) * blockDim.x) {
     p[i] = Pattern(chunk, i, gen);
   }
 }
 
 // Checks generation `gen`, writes `gen + 1`.
-__global__ void VerifyAdvance(uint64_t* p, uint64_t chunk, uint64_t gen, unsigned long long* bad) {
+__global__ void VerifyAdvance(uint64_t* p, size_t words, uint64_t chunk, uint64_t gen,
+                              unsigned long long* bad) {
   unsigned long long mine = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < kChunkWords;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words;
        i += size_t(gridDim.x) * blockDim.x) {
     if (p[i] != Pattern(chunk, i, gen)) ++mine;
     p[i] = Pattern(chunk, i, gen + 1);
@@ -74,6 +75,7 @@ __global__ void Touch(int* p, size_t n) {
 
 struct Status {
   double gib = 0;
+  uint64_t chunks = 0;
   uint64_t steps = 0;
   uint64_t full_passes = 0;
   unsigned long long mismatches = 0;
@@ -88,10 +90,11 @@ void WriteStatus(const std::string& path, const Status& s) {
   FILE* f = std::fopen(tmp.c_str(), "w");
   if (!f) return;
   std::fprintf(f,
-               "{\"pid\": %d, \"gib\": %.3f, \"ready\": %s, \"steps\": %llu, "
+               "{\"pid\": %d, \"gib\": %.6f, \"chunks\": %llu, \"ready\": %s, \"steps\": %llu, "
                "\"full_passes\": %llu, \"mismatches\": %llu, \"busy_kernels\": %llu, "
                "\"verified\": %s, \"error\": \"%s\"}\n",
-               getpid(), s.gib, s.ready ? "true" : "false", (unsigned long long)s.steps,
+               getpid(), s.gib, (unsigned long long)s.chunks, s.ready ? "true" : "false",
+               (unsigned long long)s.steps,
                (unsigned long long)s.full_passes, s.mismatches, s.busy_kernels,
                s.ready && s.mismatches == 0 && s.error.empty() ? "true" : "false", s.error.c_str());
   std::fclose(f);
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
   long busy_us = 2000;
   long managed_mib = 0;
   double seconds = 0;
+  long chunk_mib = 256;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "";
@@ -122,6 +126,8 @@ int main(int argc, char** argv) {
       managed_mib = std::atol(v), ++i;
     else if (a == "--seconds")
       seconds = std::atof(v), ++i;
+    else if (a == "--chunk-mib")
+      chunk_mib = std::atol(v), ++i;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -142,14 +148,21 @@ int main(int argc, char** argv) {
   int sms = 0, clock_khz = 0;
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
   cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0);
-  size_t chunks = static_cast<size_t>(gib * 1024.0 / 256.0 + 0.5);
+  if (chunk_mib <= 0) {
+    std::fprintf(stderr, "--chunk-mib must be positive\n");
+    return 2;
+  }
+  const size_t chunk_bytes = size_t(chunk_mib) << 20;
+  const size_t chunk_words = chunk_bytes / sizeof(uint64_t);
+  size_t chunks = static_cast<size_t>(gib * 1024.0 / double(chunk_mib) + 0.5);
   if (chunks == 0) chunks = 1;
+  st.chunks = chunks;
   std::vector<uint64_t*> mem(chunks, nullptr);
   std::vector<uint64_t> gen(chunks, 0);
   for (size_t c = 0; c < chunks; ++c) {
-    if (cudaError_t e = cudaMalloc(&mem[c], kChunkBytes); e != cudaSuccess)
+    if (cudaError_t e = cudaMalloc(&mem[c], chunk_bytes); e != cudaSuccess)
       return fail("cudaMalloc", e);
-    Fill<<<sms * 4, 512>>>(mem[c], c, 0);
+    Fill<<<sms * 4, 512>>>(mem[c], chunk_words, c, 0);
   }
   unsigned long long* bad = nullptr;
   unsigned long long* busy = nullptr;
@@ -170,7 +183,7 @@ int main(int argc, char** argv) {
   if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return fail("fill", e);
   st.ready = true;
   WriteStatus(status_path, st);
-  std::fprintf(stderr, "testload pid %d: %zu x 256 MiB ready\n", getpid(), chunks);
+  std::fprintf(stderr, "testload pid %d: %zu x %ld MiB ready\n", getpid(), chunks, chunk_mib);
 
   // clock64 counts SM cycles: cycles = us * kHz / 1000.
   long long busy_cycles = static_cast<long long>(busy_us) * clock_khz / 1000;
@@ -179,7 +192,7 @@ int main(int argc, char** argv) {
   auto last_write = start;
   while (!g_stop) {
     size_t c = st.steps % chunks;
-    VerifyAdvance<<<sms * 4, 512>>>(mem[c], c, gen[c], bad);
+    VerifyAdvance<<<sms * 4, 512>>>(mem[c], chunk_words, c, gen[c], bad);
     ++gen[c];
     Spin<<<sms, 128>>>(spin_ms > 0 ? spin_cycles : busy_cycles, busy);
     if (managed) Touch<<<sms, 256>>>(managed, managed_n);

@@ -14,9 +14,12 @@
 # Part "refuse" (bad input): a kernel that never ends (lock times out, the job runs on); managed
 # memory (refused with the reason, the job runs on); a restore onto a GPU without enough free
 # memory (refused before anything starts; it restores once the memory is free).
-# Part "multi" (2 GPUs; SKIP with one): restore onto the other GPU (--gpu-map); two jobs on two
-# GPUs checkpointed at once, against one alone; a 2-rank DDP (NCCL) job checkpointed, killed and
-# restored as one tree, its losses bit-identical to an uninterrupted run.
+# Part "multi" (2 GPUs): restore onto the other GPU (--gpu-map); two jobs on two GPUs
+# checkpointed at once, against one alone; a 2-rank DDP (NCCL) job checkpointed, killed and
+# restored as one tree, its losses bit-identical to an uninterrupted run. With one GPU those
+# SKIP, and what one GPU can show runs instead: two jobs on it checkpointed at once
+# (parallel-1-gpu) and the DDP job over gloo with both ranks on GPU 0 (ddp-gloo-1-gpu).
+# Parts "export" / "import": the cross-node restore, described above xnode_export.
 #
 # Env: CRYO_GPU_BENCH_SIZES (GiB, default "1"), CRYO_GPU_BENCH_ROUNDS (default 1; each round
 # runs the baseline, then cryod: on VMs whose memory grows on first touch the first run of a
@@ -33,7 +36,7 @@ JOB_ENV=()  # extra environment of the next start_job (e.g. CUDA_VISIBLE_DEVICES
 
 start_cryod() {
   "$B/bin/cryod" --socket "$W/cryod.sock" --state-dir "$W/state" --store "$W/store" \
-    --node-name gpu-node --criu "$B/bin/criu" --gpu-plugin-dir "$B/lib/cryo/gpu" \
+    --node-name "${CRYO_GPU_NODE:-gpu-node}" --criu "$B/bin/criu" --gpu-plugin-dir "$B/lib/cryo/gpu" \
     --metrics-address 127.0.0.1:0 --log-level info >"$RES/cryod.log" 2>&1 &
   CRYOD_PID=$!
   PIDS+=("$CRYOD_PID")
@@ -70,7 +73,7 @@ rate() {  # rate STATUS SECS
 verified_pass() {
   local s0 chunks
   s0=$(jget "$2" 'd["steps"]')
-  chunks=$(python3 -c "print(max(1, round($3 * 4)))")
+  chunks=$(jget "$2" "d.get('chunks') or max(1, round($3 * 4))")
   if ! wait_until 180 steps_past "$2" $(( s0 + chunks + 2 )); then
     echo "job did not run on ($(cat "$2"))"; return 1
   fi
@@ -313,7 +316,12 @@ gpu_uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
 multi_parts() {
   local n; n=$(nvidia-smi -L | wc -l)
   if [ "$n" -lt 2 ]; then
-    result multi-gpu SKIP "one GPU here; the 2-GPU tests need two"; return
+    result multi-gpu SKIP "one GPU here: restore onto the other GPU, two GPUs in parallel and the NCCL DDP job need two"
+    # What one GPU can show of the same paths: two jobs checkpointed at once (sharing the GPU),
+    # and a 2-process CUDA job (DDP over gloo, both ranks on GPU 0) as one tree.
+    parallel_pair parallel-1-gpu 0 0 4
+    ddp_losses ddp-gloo-1-gpu --backend gloo --same-gpu
+    return
   fi
   local u0 u1; u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
   local only=" ${CRYO_GPU_MULTI_TESTS:-other parallel ddp} "
@@ -342,36 +350,52 @@ multi_parts() {
     "${CRYO[@]}" rm other >/dev/null 2>&1
   fi
   JOB_ENV=()
-  [[ "$only" == *" ddp "* ]] && ddp_losses
-  [[ "$only" == *" parallel "* ]] || return 0
-  # Two jobs on two GPUs checkpointed at once: the GPU copies must not wait for each other.
-  JOB_ENV=(CUDA_VISIBLE_DEVICES=0); start_job par0 --gib 8; local p0=$LOAD_PID s0=$LOAD_STATUS
-  JOB_ENV=(CUDA_VISIBLE_DEVICES=1); start_job par1 --gib 8; local p1=$LOAD_PID s1=$LOAD_STATUS
+  [[ "$only" == *" ddp "* ]] && ddp_losses ddp-2-ranks
+  [[ "$only" == *" parallel "* ]] && parallel_pair parallel-2-gpus 0 1 8
+  return 0
+}
+
+# parallel_pair NAME GPU_A GPU_B GIB: two jobs checkpointed at once (leave-running), against one
+# alone. On two GPUs the copies must not wait for each other; on one they share it.
+parallel_pair() {
+  local name=$1 ga=$2 gb=$3 gib=$4
+  JOB_ENV=("CUDA_VISIBLE_DEVICES=$ga"); start_job "$name-a" --gib "$gib"; local p0=$LOAD_PID s0=$LOAD_STATUS
+  JOB_ENV=("CUDA_VISIBLE_DEVICES=$gb"); start_job "$name-b" --gib "$gib"; local p1=$LOAD_PID s1=$LOAD_STATUS
   JOB_ENV=()
   wait_until 60 steps_past "$s0" 10; wait_until 60 steps_past "$s1" 10
   local t0 one both
   t0=$(date +%s%N)
-  "${CRYO[@]}" -o json checkpoint "$p0" --id par-one --leave-running >"$RES/par-one.json" 2>&1
+  "${CRYO[@]}" -o json checkpoint "$p0" --id par-one --leave-running >"$RES/$name-one.json" 2>&1
+  local r1=$?
   one=$(( ($(date +%s%N) - t0) / 1000000 ))
   t0=$(date +%s%N)
-  "${CRYO[@]}" -o json checkpoint "$p0" --id par-a --leave-running >"$RES/par-a.json" 2>&1 &
+  "${CRYO[@]}" -o json checkpoint "$p0" --id par-a --leave-running >"$RES/$name-a.json" 2>&1 &
   local ca=$!
-  "${CRYO[@]}" -o json checkpoint "$p1" --id par-b --leave-running >"$RES/par-b.json" 2>&1
+  "${CRYO[@]}" -o json checkpoint "$p1" --id par-b --leave-running >"$RES/$name-b.json" 2>&1
   local rb=$?; wait $ca; local ra=$?
   both=$(( ($(date +%s%N) - t0) / 1000000 ))
-  if [ $ra -eq 0 ] && [ $rb -eq 0 ] && verified_pass par0 "$s0" 8 >/dev/null && verified_pass par1 "$s1" 8 >/dev/null; then
-    result parallel-2-gpus PASS "one job ${one} ms; two jobs on two GPUs at once ${both} ms (ratio $(python3 -c "print(round($both/$one, 2))")); d2h $(jget "$RES/par-a.json" 'd["stage_ms"]["gpu_checkpoint"]') and $(jget "$RES/par-b.json" 'd["stage_ms"]["gpu_checkpoint"]') ms"
-    echo "{\"one_ms\": $one, \"both_ms\": $both}" >"$RES/parallel.json"
+  local va vb
+  va=$(verified_pass "$name-a" "$s0" "$gib") && vb=$(verified_pass "$name-b" "$s1" "$gib")
+  local verified=$?
+  if [ $r1 -eq 0 ] && [ $ra -eq 0 ] && [ $rb -eq 0 ] && [ $verified -eq 0 ]; then
+    result "$name" PASS "GPUs $ga and $gb, $gib GiB each: one job ${one} ms; two at once ${both} ms (ratio $(python3 -c "print(round($both/$one, 2))")); device->host $(jget "$RES/$name-one.json" 'd["stage_ms"]["gpu_checkpoint"]') ms alone, $(jget "$RES/$name-a.json" 'd["stage_ms"]["gpu_checkpoint"]') and $(jget "$RES/$name-b.json" 'd["stage_ms"]["gpu_checkpoint"]') ms together; both jobs verified every word after"
+    echo "{\"gpus\": \"$ga $gb\", \"gib\": $gib, \"one_ms\": $one, \"both_ms\": $both}" >"$RES/$name.json"
   else
-    result parallel-2-gpus FAIL "rc $ra/$rb: $(head -c 200 "$RES/par-a.json") $(head -c 200 "$RES/par-b.json")"
+    result "$name" FAIL "rc $r1/$ra/$rb: $(head -c 200 "$RES/$name-a.json") $(head -c 200 "$RES/$name-b.json") ${va:-} ${vb:-}"
   fi
   end_job "$p0"; end_job "$p1"
   for id in par-one par-a par-b; do "${CRYO[@]}" rm "$id" >/dev/null 2>&1; done
 }
 
+# ddp_losses NAME [ddp_losses.py options]: a 2-rank DDP job checkpointed, killed and restored as
+# one tree; its per-step losses must equal an uninterrupted run's.
 ddp_losses() {
+  local name=$1; shift
   local py=python3 steps=${CRYO_GPU_DDP_STEPS:-200}
-  local src="$B/ddp_losses.py" ref="$RES/ddp.ref.txt" run="$RES/ddp.run.txt"
+  if ! $py -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+    result "$name" SKIP "no PyTorch with CUDA here"; return
+  fi
+  local src="$B/ddp_losses.py" ref="$RES/$name.ref.txt" run="$RES/$name.run.txt"
   rm -f "$ref" "$run"
   export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0
   export NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo
@@ -379,44 +403,127 @@ ddp_losses() {
   # one ("Unknown shit 600 (anon_inode:[io_uring])", seen on the H200s, and UV_USE_IO_URING=0
   # did not remove it). USE_LIBUV=0 selects TCPStore's other backend.
   export USE_LIBUV=0 UV_USE_IO_URING=0
-  setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29561 </dev/null >"$RES/ddp.ref.log" 2>&1
-  grep -qx done "$ref" || { result ddp-2-ranks FAIL "reference run failed: $(tail -3 "$RES/ddp.ref.log")"; return; }
-  setsid $py "$src" --steps "$steps" --out "$run" --port 29562 </dev/null >"$RES/ddp.run.log" 2>&1 &
+  setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29561 "$@" </dev/null >"$RES/$name.ref.log" 2>&1
+  grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/$name.ref.log")"; return; }
+  setsid $py "$src" --steps "$steps" --out "$run" --port 29562 "$@" </dev/null >"$RES/$name.run.log" 2>&1 &
   local tpid=$!
   PIDS+=("$tpid")
   local mid=$(( steps / 3 ))
-  wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $mid ]" || { result ddp-2-ranks FAIL "training did not start: $(tail -3 "$RES/ddp.run.log")"; return; }
+  wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $mid ]" || { result "$name" FAIL "training did not start: $(tail -3 "$RES/$name.run.log")"; return; }
   # What the job's processes map from devices and /dev/shm, for a failed dump's log.
   for p in $(ps -s "$tpid" -o pid=); do
     { echo "== $p $(tr '\0' ' ' </proc/$p/cmdline | cut -c1-80)"; grep -E 'nvidia|/dev/shm|deleted' /proc/$p/maps; } \
-      >>"$RES/ddp.maps.txt" 2>/dev/null
+      >>"$RES/$name.maps.txt" 2>/dev/null
   done
-  if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id ddp --tcp-established >"$RES/ddp.ckpt.json" 2>&1; then
-    local dlog; dlog=$(grep -o 'log: [^"]*dump.log' "$RES/ddp.ckpt.json" | cut -c6-)
-    [ -n "$dlog" ] && cp "$dlog" "$RES/ddp.dump.log"
-    result ddp-2-ranks FAIL "checkpoint: $(head -c 400 "$RES/ddp.ckpt.json")"; end_job "$tpid"; return
+  if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" --tcp-established >"$RES/$name.ckpt.json" 2>&1; then
+    local dlog; dlog=$(grep -o 'log: [^"]*dump.log' "$RES/$name.ckpt.json" | cut -c6-)
+    [ -n "$dlog" ] && cp "$dlog" "$RES/$name.dump.log"
+    result "$name" FAIL "checkpoint: $(head -c 400 "$RES/$name.ckpt.json")"; end_job "$tpid"; return
   fi
   wait "$tpid" 2>/dev/null
   local at; at=$(wc -l <"$run")
-  if ! "${CRYO[@]}" -o json restore ddp >"$RES/ddp.restore.json" 2>&1; then
-    local rlog; rlog=$(grep -o 'log: [^"]*restore.log' "$RES/ddp.restore.json" | cut -c6-)
-    [ -n "$rlog" ] && grep -aE 'Error|Warn|fail' "$rlog" | tail -40 >"$RES/ddp.restore.log"
-    result ddp-2-ranks FAIL "restore: $(head -c 400 "$RES/ddp.restore.json")"; return
+  if ! "${CRYO[@]}" -o json restore "$name" >"$RES/$name.restore.json" 2>&1; then
+    local rlog; rlog=$(grep -o 'log: [^"]*restore.log' "$RES/$name.restore.json" | cut -c6-)
+    [ -n "$rlog" ] && grep -aE 'Error|Warn|fail' "$rlog" | tail -40 >"$RES/$name.restore.log"
+    result "$name" FAIL "restore: $(head -c 400 "$RES/$name.restore.json")"; return
   fi
   if ! wait_until 300 grep -qx done "$run"; then
-    result ddp-2-ranks FAIL "restored training did not finish ($(wc -l <"$run") lines)"; end_job "$tpid"; return
+    result "$name" FAIL "restored training did not finish ($(wc -l <"$run") lines)"; end_job "$tpid"; return
   fi
   if cmp -s "$ref" "$run"; then
-    result ddp-2-ranks PASS "2 ranks, $steps steps, checkpointed after step $((at - 1)) as one tree ($(jget "$RES/ddp.ckpt.json" 'len(d["pids"])') processes), losses bit-identical; $(jget "$RES/ddp.ckpt.json" '"gpu %s+%s ms, dump %s ms" % (d["stage_ms"].get("gpu_lock"), d["stage_ms"].get("gpu_checkpoint"), d["stage_ms"].get("dump"))')"
+    result "$name" PASS "2 ranks, $steps steps, checkpointed after step $((at - 1)) as one tree ($(jget "$RES/$name.ckpt.json" 'len(d["pids"])') processes), losses bit-identical; $(jget "$RES/$name.ckpt.json" '"gpu %s+%s ms, dump %s ms" % (d["stage_ms"].get("gpu_lock"), d["stage_ms"].get("gpu_checkpoint"), d["stage_ms"].get("dump"))')"
   else
-    result ddp-2-ranks FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' ')"
+    result "$name" FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' ')"
   fi
-  "${CRYO[@]}" rm ddp >/dev/null 2>&1
+  "${CRYO[@]}" rm "$name" >/dev/null 2>&1
+}
+
+# Parts "export" and "import" (two machines of one GPU each, one after the other): a checkpoint
+# taken on one node is restored on another, onto that node's GPU. export checkpoints a small job
+# (16 MiB of pattern, so that the packed checkpoint fits what a lease brings back) and writes the
+# checkpoint, xz-packed and split into 15 MiB parts, to $CRYO_GPU_EXPORT_DIR; import, on the other
+# machine, puts the parts from $CRYO_GPU_IMPORT_DIR into its store, restores the job through its
+# cryod and checks that it goes on from its step and verifies every word on this node's GPU.
+# The job's files must exist on both machines: its output goes to /dev/null, its working
+# directory is /, its status file is under XNODE_DIR, and the bundle lies at the same path.
+XNODE_DIR=/var/tmp/cryo-xnode
+
+xnode_export() {
+  local out=${CRYO_GPU_EXPORT_DIR:?CRYO_GPU_EXPORT_DIR names where the parts go}
+  rm -rf "$XNODE_DIR" && mkdir -p "$XNODE_DIR" "$out"
+  LOAD_STATUS=$XNODE_DIR/status.json
+  # A restored process keeps its pid, so the job takes one far above what a fresh machine has
+  # handed out (seen: a low pid taken by the other machine's cryod, and the restore refused).
+  local pid_max; pid_max=$(cat /proc/sys/kernel/pid_max)
+  [ "$pid_max" -ge 4096 ] && echo $(( pid_max / 2 )) >/proc/sys/kernel/ns_last_pid
+  (cd / && exec setsid "$LOAD" --status "$LOAD_STATUS" --gib 0.015625 --chunk-mib 16 </dev/null >/dev/null 2>&1) &
+  local pid=$!
+  PIDS+=("$pid")
+  if ! wait_until 120 status_ready "$LOAD_STATUS" || ! wait_until 60 steps_past "$LOAD_STATUS" 50; then
+    result xnode-export FAIL "job did not start"; end_job "$pid"; return
+  fi
+  if ! "${CRYO[@]}" -o json checkpoint "$pid" --id xnode >"$RES/xnode.ckpt.json" 2>"$RES/xnode.ckpt.err"; then
+    result xnode-export FAIL "checkpoint: $(tail -2 "$RES/xnode.ckpt.err")"; end_job "$pid"; return
+  fi
+  wait "$pid" 2>/dev/null
+  local stage; stage=$(mktemp -d /var/tmp/cryo-xnode-pack-XXXXXX)
+  cp "$LOAD_STATUS" "$stage/status.json"
+  nvidia-smi --query-gpu=uuid,name,driver_version --format=csv,noheader -i 0 >"$stage/source-gpu.txt"
+  rm -f "$out"/xnode.tar.xz.*
+  tar -C "$W/store/checkpoints" -cf - xnode -C "$stage" status.json source-gpu.txt |
+    xz -T0 -6 | split -b 15M -d -a 1 - "$out/xnode.tar.xz."
+  local parts bytes src; parts=$(ls "$out"/xnode.tar.xz.* | wc -l); bytes=$(cat "$out"/xnode.tar.xz.* | wc -c)
+  src=$(cat "$stage/source-gpu.txt")
+  rm -rf "$stage"
+  if [ "$parts" -gt 3 ]; then
+    result xnode-export FAIL "packed checkpoint is $bytes bytes in $parts parts: too large to bring back"
+  else
+    result xnode-export PASS "pid $pid at step $(jget "$LOAD_STATUS" 'd["steps"]') on [$src]: $(jget "$RES/xnode.ckpt.json" 'd["size_bytes"]') image bytes, packed $bytes bytes in $parts parts"
+  fi
+}
+
+xnode_import() {
+  local in=${CRYO_GPU_IMPORT_DIR:?CRYO_GPU_IMPORT_DIR names where the parts are}
+  if ! ls "$in"/xnode.tar.xz.* >/dev/null 2>&1; then
+    result restore-other-node FAIL "no parts $in/xnode.tar.xz.*"; return
+  fi
+  local stage; stage=$(mktemp -d /var/tmp/cryo-xnode-unpack-XXXXXX)
+  if ! cat "$in"/xnode.tar.xz.* | xz -d | tar -C "$stage" -xf -; then
+    result restore-other-node FAIL "parts do not unpack"; return
+  fi
+  rm -rf "$XNODE_DIR" "$W/store/checkpoints/xnode" && mkdir -p "$XNODE_DIR" "$W/store/checkpoints"
+  mv "$stage/xnode" "$W/store/checkpoints/xnode"
+  cp "$stage/status.json" "$XNODE_DIR/status.json"
+  local src; src=$(cat "$stage/source-gpu.txt")
+  rm -rf "$stage"
+  local here; here=$(nvidia-smi --query-gpu=uuid,name,driver_version --format=csv,noheader -i 0)
+  local saved pid; saved=$(jget "$XNODE_DIR/status.json" 'd["steps"]'); pid=$(jget "$XNODE_DIR/status.json" 'd["pid"]')
+  if ! "${CRYO[@]}" -o json restore xnode >"$RES/xnode.restore.json" 2>"$RES/xnode.restore.err"; then
+    result restore-other-node FAIL "source GPU [$src], this GPU [$here]: $(tail -3 "$RES/xnode.restore.err") $(head -c 600 "$RES/xnode.restore.json")"
+    return
+  fi
+  PIDS+=("$pid")
+  local msg where
+  if ! wait_until 60 steps_past "$XNODE_DIR/status.json" $(( saved + 1 )); then
+    result restore-other-node FAIL "restored job did not go on from step $saved: $(cat "$XNODE_DIR/status.json")"
+  elif ! msg=$(verified_pass xnode "$XNODE_DIR/status.json" 0.015625); then
+    result restore-other-node FAIL "$msg"
+  else
+    where=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', ' -v p="$pid" '$1==p {print $2}')
+    result restore-other-node PASS "checkpointed on [$src] by node gpu-node, restored on this node (${CRYO_GPU_NODE:-gpu-node}) onto [$here]; pid $pid runs on ${where:-?}, went on from step $saved, every word verified; restore $(jget "$RES/xnode.restore.json" 'd.get("stage_ms")') ms"
+  fi
+  end_job "$pid"
 }
 
 run_cryod_parts() {
   [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result cryod SKIP "bundle has no cryod or CRIU"; return; }
-  overhead || return
+  # The steady-state measurement goes with the benchmark; other parts only need cryod.
+  case " $PARTS " in
+    *" cryod "*) overhead || return ;;
+    *) start_cryod || { result cryod FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; } ;;
+  esac
+  case " $PARTS " in *" export "*) xnode_export ;; esac
+  case " $PARTS " in *" import "*) xnode_import ;; esac
   case " $PARTS " in *" cryod "*)
     cryod_leave_running
     for gib in $BENCH_SIZES; do

@@ -1,12 +1,14 @@
-"""A deterministic 2-rank PyTorch DDP (NCCL) training loop for the GPU e2e suite.
+"""A deterministic 2-rank PyTorch DDP training loop for the GPU e2e suite.
 
 Rank 0 appends every step's loss (float.hex) to --out; the last line is "done". The launcher
 process and both ranks form one process tree, which cryod checkpoints and restores as one job.
 NCCL must not share memory between the processes for the driver to restore them: the suite
 runs it with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0
-(then NCCL talks over sockets on loopback).
+(then NCCL talks over sockets on loopback). On a machine with one GPU, `--backend gloo
+--same-gpu` puts both ranks on GPU 0 and reduces through gloo over TCP (NCCL refuses two ranks on
+one GPU): the same 2-process CUDA job, without NCCL.
 
-    python3 ddp_losses.py --steps 200 --out losses.txt --port 29555
+    python3 ddp_losses.py --steps 200 --out losses.txt --port 29555 [--backend gloo --same-gpu]
 """
 import argparse
 import os
@@ -22,14 +24,15 @@ def worker(rank, world, args):
     os.environ["MASTER_PORT"] = str(args.port)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", rank=rank, world_size=world)
+    gpu = 0 if args.same_gpu else rank
+    torch.cuda.set_device(gpu)
+    dist.init_process_group(args.backend, rank=rank, world_size=world)
     torch.manual_seed(1234)
-    dev = torch.device("cuda", rank)
+    dev = torch.device("cuda", gpu)
     model = torch.nn.Sequential(
         torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU(),
         torch.nn.Linear(2048, 10)).to(dev)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     gen = torch.Generator(device=dev)
     gen.manual_seed(100 + rank)
@@ -63,5 +66,7 @@ if __name__ == "__main__":
     p.add_argument("--out", required=True)
     p.add_argument("--port", type=int, default=29555)
     p.add_argument("--step-ms", type=float, default=40.0)
+    p.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
+    p.add_argument("--same-gpu", action="store_true", help="both ranks on GPU 0")
     args = p.parse_args()
     mp.spawn(worker, args=(2, args), nprocs=2, join=True)

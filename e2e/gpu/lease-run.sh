@@ -10,11 +10,15 @@
 #   CRYO_GPU_PARTS="plugin cryod" CRYO_GPU_BENCH_SIZES="1 8 32" lease-run.sh b out   # 1 GPU
 #   CRYO_GPU_PARTS="torch refuse" lease-run.sh b out                                 # 1 GPU
 #   CRYO_GPU_PARTS="multi" lease-run.sh b out                                        # 2 GPUs
+# Cross-node (two leases, one after the other): part "export" leaves the packed checkpoint in
+# OUT (xnode.tar.xz.N); carry those files to the next machine and run part "import" there with
+# CRYO_GPU_IMPORT_DIR naming where they are (and CRYO_GPU_NODE=gpu-node-b).
 set -uo pipefail
 B=$(cd "${1:?bundle dir}" && pwd)
 OUT=${2:?out dir}
 mkdir -p "$OUT"
 RES=$(mktemp -d /var/tmp/cryo-gpu-results-XXXXXX)
+export CRYO_GPU_EXPORT_DIR=${CRYO_GPU_EXPORT_DIR:-$OUT}
 # The machine's GPUs are shared with nobody during the lease, but NVLink multicast must stay off.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 {

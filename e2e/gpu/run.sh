@@ -3,7 +3,8 @@
 # Needs root and an NVIDIA GPU with driver >= 570 (checkpoint API); skips when there is none.
 #
 # Env: CRYO_GPU_PARTS   which parts run (default "plugin cryod torch refuse multi"): plugin =
-#                       in-place cycles through cryo-gpuctl (no CRIU); the others: cryod.sh
+#                       in-place cycles through cryo-gpuctl (no CRIU); the others, and "export"
+#                       / "import" (the cross-node test over two machines), are in cryod.sh
 #      CRYO_GPU_BENCH_SIZES  GiB per cryod checkpoint/restore and its hand-run baseline (cryod.sh)
 #      CRYO_GPU_SIZES   GiB held by the test program per in-place cycle (default "1 8")
 #      CRYO_GPU_THP     1: repeat the largest size with THP=always during checkpoint
@@ -176,7 +177,7 @@ case " $PARTS " in *" plugin "*) plugin_part ;; esac
 
 # Through cryod and CRIU.
 . "$B/cryod.sh"
-case " $PARTS " in *" cryod "*|*" torch "*|*" refuse "*|*" multi "*) run_cryod_parts ;; esac
+case " $PARTS " in *" cryod "*|*" torch "*|*" refuse "*|*" multi "*|*" export "*|*" import "*) run_cryod_parts ;; esac
 
 echo
 echo "== GPU e2e summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)) =="
