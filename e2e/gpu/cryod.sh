@@ -23,13 +23,16 @@
 #
 # Env: CRYO_GPU_BENCH_SIZES (GiB, default "1"), CRYO_GPU_BENCH_ROUNDS (default 1; each round
 # runs the baseline, then cryod: on VMs whose memory grows on first touch the first run of a
-# size pays for that, so compare later rounds), CRYO_GPU_WORK (scratch dir with the store;
+# size pays for that, so compare later rounds), CRYO_GPU_BENCH_FSYNC (e.g. "false true": the
+# rounds once per store_fsync setting, numbered on), CRYO_GPU_STORE_FSYNC (cryod's store_fsync,
+# default true), CRYO_GPU_NODE (cryod's node name), CRYO_GPU_WORK (scratch dir with the store;
 # default /var/tmp/cryo-gpu-e2e, on local disk).
 
 W=${CRYO_GPU_WORK:-/var/tmp/cryo-gpu-e2e}
 BENCH_SIZES=${CRYO_GPU_BENCH_SIZES:-1}
 BENCH_ROUNDS=${CRYO_GPU_BENCH_ROUNDS:-1}
 CRYOD_PID=
+STORE_FSYNC=${CRYO_GPU_STORE_FSYNC:-true}  # cryod's default: images on disk before publish
 rm -rf "$W" && mkdir -p "$W"
 CRYO=("$B/bin/cryo" --socket "$W/cryod.sock")
 JOB_ENV=()  # extra environment of the next start_job (e.g. CUDA_VISIBLE_DEVICES=1)
@@ -37,10 +40,15 @@ JOB_ENV=()  # extra environment of the next start_job (e.g. CUDA_VISIBLE_DEVICES
 start_cryod() {
   "$B/bin/cryod" --socket "$W/cryod.sock" --state-dir "$W/state" --store "$W/store" \
     --node-name "${CRYO_GPU_NODE:-gpu-node}" --criu "$B/bin/criu" --gpu-plugin-dir "$B/lib/cryo/gpu" \
-    --metrics-address 127.0.0.1:0 --log-level info >"$RES/cryod.log" 2>&1 &
+    --store-fsync "$STORE_FSYNC" --metrics-address 127.0.0.1:0 --log-level info >>"$RES/cryod.log" 2>&1 &
   CRYOD_PID=$!
   PIDS+=("$CRYOD_PID")
   wait_until 60 "${CRYO[@]}" node >/dev/null 2>&1
+}
+
+stop_cryod() {
+  [ -n "$CRYOD_PID" ] || return 0
+  kill "$CRYOD_PID" 2>/dev/null; wait "$CRYOD_PID" 2>/dev/null; CRYOD_PID=
 }
 
 # start_job NAME ARGS...: the test program in a session of its own, as a job runs (not a shell
@@ -99,31 +107,31 @@ cryod_leave_running() {
 }
 
 cryod_restore() {  # cryod_restore GIB [ROUND]
-  local gib=$1 r=${2:-1} name="cryod-restore-$1-r${2:-1}"
-  start_job "kr$gib-r$r" --gib "$gib" || { result "$name" FAIL "job did not start"; return; }
+  local gib=$1 r=${2:-1} name="cryod-restore-$1-r${2:-1}${KR_TAG:-}" k="kr$1-r${2:-1}${KR_TAG:-}"
+  start_job "$k" --gib "$gib" || { result "$name" FAIL "job did not start"; return; }
   local pid=$LOAD_PID
   wait_until 120 steps_past "$LOAD_STATUS" 10
   local held; held=$(held_gib "$pid")
   local before; before=$(rate "$LOAD_STATUS" 3)
   local step_at; step_at=$(jget "$LOAD_STATUS" 'd["steps"]')
   local t0; t0=$(date +%s%N)
-  if ! "${CRYO[@]}" -o json checkpoint "$pid" --id "kr$gib-r$r" >"$RES/kr$gib-r$r.ckpt.json" 2>"$RES/kr$gib-r$r.ckpt.err"; then
-    result "$name" FAIL "checkpoint: $(tail -2 "$RES/kr$gib-r$r.ckpt.err")"; end_job "$pid"; return
+  if ! "${CRYO[@]}" -o json checkpoint "$pid" --id "$k" >"$RES/$k.ckpt.json" 2>"$RES/$k.ckpt.err"; then
+    result "$name" FAIL "checkpoint: $(tail -2 "$RES/$k.ckpt.err")"; end_job "$pid"; return
   fi
   local ckpt_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   wait "$pid" 2>/dev/null  # cryod killed it; reap it so its pid is free again
   local last; last=$(jget "$LOAD_STATUS" 'd["steps"]')
   t0=$(date +%s%N)
-  if ! "${CRYO[@]}" -o json restore "kr$gib-r$r" >"$RES/kr$gib-r$r.restore.json" 2>"$RES/kr$gib-r$r.restore.err"; then
-    result "$name" FAIL "restore: $(tail -2 "$RES/kr$gib-r$r.restore.err")"; return
+  if ! "${CRYO[@]}" -o json restore "$k" >"$RES/$k.restore.json" 2>"$RES/$k.restore.err"; then
+    result "$name" FAIL "restore: $(tail -2 "$RES/$k.restore.err")"; return
   fi
   local restore_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   local msg
-  if ! msg=$(verified_pass "kr$gib-r$r" "$LOAD_STATUS" "$gib"); then
+  if ! msg=$(verified_pass "$k" "$LOAD_STATUS" "$gib"); then
     result "$name" FAIL "$msg"; end_job "$pid"; return
   fi
   local after; after=$(rate "$LOAD_STATUS" 3)
-  python3 - "$RES/kr$gib-r$r.ckpt.json" "$RES/kr$gib-r$r.restore.json" "$gib" "$held" "$ckpt_ms" "$restore_ms" "$before" "$after" "$step_at" "$last" >"$RES/kr$gib-r$r.summary.json" <<'PY'
+  python3 - "$RES/$k.ckpt.json" "$RES/$k.restore.json" "$gib" "$held" "$ckpt_ms" "$restore_ms" "$before" "$after" "$step_at" "$last" >"$RES/$k.summary.json" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1]))
 r = json.load(open(sys.argv[2]))
@@ -135,9 +143,9 @@ print(json.dumps({"gib": float(sys.argv[3]), "held_gib": float(sys.argv[4] or 0)
     "steps_per_s_before": float(sys.argv[7]), "steps_per_s_after": float(sys.argv[8]),
     "step_seen_before_checkpoint": int(sys.argv[9]), "last_step_in_status": int(sys.argv[10])}))
 PY
-  result "$name" PASS "$(jget "$RES/kr$gib-r$r.summary.json" '"checkpoint %d ms (vacate %d ms: lock %d + d2h %d; dump %d), restore %d ms (verify %d, criu %d, gpu %d); %.1f -> %.1f steps/s" % (d["checkpoint_ms"], d["checkpoint_stages"].get("gpu_lock",0)+d["checkpoint_stages"].get("gpu_checkpoint",0), d["checkpoint_stages"].get("gpu_lock",0), d["checkpoint_stages"].get("gpu_checkpoint",0), d["checkpoint_stages"].get("dump",0), d["restore_ms"], d["restore_stages"].get("verify",0), d["restore_stages"].get("restore",0), d["restore_stages"].get("gpu_restore",0), d["steps_per_s_before"], d["steps_per_s_after"])')"
+  result "$name" PASS "$(jget "$RES/$k.summary.json" '"checkpoint %d ms (vacate %d ms: lock %d + d2h %d; dump %d), restore %d ms (verify %d, criu %d, gpu %d); %.1f -> %.1f steps/s" % (d["checkpoint_ms"], d["checkpoint_stages"].get("gpu_lock",0)+d["checkpoint_stages"].get("gpu_checkpoint",0), d["checkpoint_stages"].get("gpu_lock",0), d["checkpoint_stages"].get("gpu_checkpoint",0), d["checkpoint_stages"].get("dump",0), d["restore_ms"], d["restore_stages"].get("verify",0), d["restore_stages"].get("restore",0), d["restore_stages"].get("gpu_restore",0), d["steps_per_s_before"], d["steps_per_s_after"])')"
   end_job "$pid"
-  "${CRYO[@]}" rm "kr$gib-r$r" >/dev/null 2>&1
+  "${CRYO[@]}" rm "$k" >/dev/null 2>&1
 }
 
 ms_of() { jget "$1" "d['$2']"; }
@@ -233,17 +241,18 @@ for f in sorted(glob.glob(os.path.join(res, "*.summary.json"))):
     tag = os.path.basename(f).split(".")[0]
     if tag.startswith("kr"):
         c, r = d["checkpoint_stages"], d["restore_stages"]
-        rows.append((tag, "cryod", d["gib"], d.get("held_gib", 0), d["checkpoint_ms"],
+        who = "cryod" + ("-nofs" if tag.endswith("-nofsync") else "")
+        rows.append((tag, who, d["gib"], d.get("held_gib", 0), d["checkpoint_ms"],
                      c.get("gpu_lock", 0), c.get("gpu_checkpoint", 0), c.get("dump", 0),
                      c.get("checksum", 0) + c.get("publish", 0), d["restore_ms"],
                      r.get("verify", 0), r.get("restore", 0), r.get("gpu_restore", 0)))
     elif tag.startswith("bl"):
         rows.append((tag, "baseline", d["gib"], 0, d["checkpoint_ms"], d["lock_ms"], d["d2h_ms"],
                      d["dump_ms"], 0, d["restore_ms"], 0, d["criu_restore_ms"], d["h2d_unlock_ms"]))
-print("%-8s %-8s %4s %6s | %7s %5s %6s %6s %6s | %7s %6s %6s %6s" % ("run", "who", "GiB", "held",
+print("%-12s %-10s %4s %6s | %7s %5s %6s %6s %6s | %7s %6s %6s %6s" % ("run", "who", "GiB", "held",
       "ckpt", "lock", "d2h", "dump", "sum+pub", "restore", "verify", "criu", "gpu"))
 for r in rows:
-    print("%-8s %-8s %4.0f %6.2f | %7d %5d %6d %6d %6d | %7d %6d %6d %6d" % r)
+    print("%-12s %-10s %4.0f %6.2f | %7d %5d %6d %6d %6d | %7d %6d %6d %6d" % r)
 PY
 }
 
@@ -526,12 +535,25 @@ run_cryod_parts() {
   case " $PARTS " in *" import "*) xnode_import ;; esac
   case " $PARTS " in *" cryod "*)
     cryod_leave_running
-    for gib in $BENCH_SIZES; do
-      for r in $(seq 1 "$BENCH_ROUNDS"); do
-        baseline "$gib" "$r"
-        cryod_restore "$gib" "$r"
+    # CRYO_GPU_BENCH_FSYNC="true false" repeats the rounds with cryod's store_fsync off: the
+    # baseline leaves its images in the page cache, cryod by default waits for the disk.
+    local fs pass=0 n
+    for fs in ${CRYO_GPU_BENCH_FSYNC:-$STORE_FSYNC}; do
+      if [ "$fs" != "$STORE_FSYNC" ]; then
+        stop_cryod; STORE_FSYNC=$fs
+        start_cryod || { result cryod FAIL "cryod did not restart: $(tail -3 "$RES/cryod.log")"; return; }
+      fi
+      KR_TAG=$([ "$fs" = true ] || echo -nofsync)
+      for gib in $BENCH_SIZES; do
+        for r in $(seq 1 "$BENCH_ROUNDS"); do
+          n=$(( pass * BENCH_ROUNDS + r ))  # rounds numbered on across passes
+          baseline "$gib" "$n"
+          cryod_restore "$gib" "$n"
+        done
       done
+      pass=$(( pass + 1 ))
     done
+    KR_TAG=
     bench_table ;;
   esac
   case " $PARTS " in *" torch "*) torch_losses ;; esac
