@@ -47,4 +47,28 @@ cryo_gpu_rc CreatePluginWith(PluginFactory factory, const char* config_json, cry
 // Hands an already built implementation to the C ABI (tests inject fake drivers this way).
 cryo_gpu_plugin* WrapPluginImpl(std::unique_ptr<PluginImpl> impl);
 
+// The create hook of a plugin whose Impl has `static StatusOr<unique_ptr<Impl>>
+// Create(const Options&)` and whose Options has `static Options FromJson(const json&)`.
+template <typename Impl, typename Options>
+cryo_gpu_rc CreateFromJson(const char* config_json, cryo_gpu_plugin** out) {
+  return CreatePluginWith(
+      [](const nlohmann::json& config) -> absl::StatusOr<std::unique_ptr<PluginImpl>> {
+        auto p = Impl::Create(Options::FromJson(config));
+        if (!p.ok()) return p.status();
+        return std::unique_ptr<PluginImpl>(std::move(*p));
+      },
+      config_json, out);
+}
+
+// The API table a plugin library exports (its cryo_gpu_plugin_v1 returns this), filled once.
+template <typename Impl, typename Options>
+const cryo_gpu_plugin_api* PluginApiOf(const char* name, const char* version) {
+  static const cryo_gpu_plugin_api api = [&] {
+    cryo_gpu_plugin_api a;
+    FillPluginApi(&a, name, version, &CreateFromJson<Impl, Options>);
+    return a;
+  }();
+  return &api;
+}
+
 }  // namespace cryo::gpu

@@ -3,27 +3,9 @@
 #include "cryo/gpu_plugin.h"
 #include "cuda_plugin.h"
 
-namespace {
-
-absl::StatusOr<std::unique_ptr<cryo::gpu::PluginImpl>> Make(const nlohmann::json& config) {
-  auto p =
-      cryo::gpu::cuda::CudaPlugin::Create(cryo::gpu::cuda::CudaPluginOptions::FromJson(config));
-  if (!p.ok()) return p.status();
-  return std::unique_ptr<cryo::gpu::PluginImpl>(std::move(*p));
-}
-
-cryo_gpu_rc Create(const char* config, cryo_gpu_plugin** out) {
-  return cryo::gpu::CreatePluginWith(&Make, config, out);
-}
-
-}  // namespace
-
 extern "C" __attribute__((visibility("default"))) const cryo_gpu_plugin_api* cryo_gpu_plugin_v1(
     void) {
-  static const cryo_gpu_plugin_api api = [] {
-    cryo_gpu_plugin_api a;
-    cryo::gpu::FillPluginApi(&a, "cuda", CRYO_VERSION, &Create);
-    return a;
-  }();
-  return &api;
+  using cryo::gpu::cuda::CudaPlugin;
+  using cryo::gpu::cuda::CudaPluginOptions;
+  return cryo::gpu::PluginApiOf<CudaPlugin, CudaPluginOptions>("cuda", CRYO_VERSION);
 }
