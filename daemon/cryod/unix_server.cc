@@ -61,26 +61,19 @@ absl::StatusOr<std::unique_ptr<UnixListener>> UnixListener::Create(const std::st
 
 UnixListener::UnixListener(std::string path, int fd, std::set<int> allowed, grpc::Server* server)
     : path_(std::move(path)), fd_(fd), allowed_(std::move(allowed)), server_(server) {
-  if (::pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
   thread_ = std::thread([this] { Loop(); });
 }
 
 UnixListener::~UnixListener() {
-  if (wake_[1] >= 0) {
-    char c = 0;
-    ssize_t u = ::write(wake_[1], &c, 1);
-    (void)u;
-  }
+  wake_.Wake();
   if (thread_.joinable()) thread_.join();
   ::close(fd_);
   ::unlink(path_.c_str());
-  if (wake_[0] >= 0) ::close(wake_[0]);
-  if (wake_[1] >= 0) ::close(wake_[1]);
 }
 
 void UnixListener::Loop() {
   for (;;) {
-    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_.read_fd(), POLLIN, 0}};
     int n = ::poll(p, 2, -1);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 || (p[1].revents & POLLIN)) return;

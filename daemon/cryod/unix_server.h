@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/wake_pipe.h"
 
 namespace cryo::cryod {
 
@@ -29,7 +30,7 @@ class UnixListener {
 
   std::string path_;
   int fd_;
-  int wake_[2] = {-1, -1};
+  WakePipe wake_;
   std::set<int> allowed_;
   grpc::Server* server_;
   std::thread thread_;

@@ -154,26 +154,19 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const std::string
 
 HttpServer::HttpServer(int fd, int port, HttpRoutes routes)
     : fd_(fd), port_(port), routes_(std::move(routes)) {
-  if (::pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
   thread_ = std::thread([this] { Loop(); });
 }
 
 HttpServer::~HttpServer() {
-  if (wake_[1] >= 0) {
-    char c = 0;
-    ssize_t u = ::write(wake_[1], &c, 1);
-    (void)u;
-  }
+  wake_.Wake();
   if (thread_.joinable()) thread_.join();
   ::close(fd_);
-  if (wake_[0] >= 0) ::close(wake_[0]);
-  if (wake_[1] >= 0) ::close(wake_[1]);
 }
 
 void HttpServer::Loop() {
   for (;;) {
-    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    int n = ::poll(p, wake_[0] >= 0 ? 2 : 1, -1);
+    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_.read_fd(), POLLIN, 0}};
+    int n = ::poll(p, 2, -1);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 || (p[1].revents & POLLIN)) return;
     if (p[0].revents & POLLIN) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/wake_pipe.h"
 
 namespace cryo::metrics {
 
@@ -80,7 +81,7 @@ class HttpServer {
 
   int fd_;
   int port_;
-  int wake_[2] = {-1, -1};
+  WakePipe wake_;
   HttpRoutes routes_;
   std::thread thread_;
 };
