@@ -28,6 +28,12 @@ namespace {
 
 using grpc::StatusCode;
 
+// True when `dir` has no entries (a store's .staging or a node's journal after an undo).
+bool EmptyDir(const std::string& dir) {
+  std::error_code ec;
+  return std::filesystem::is_empty(dir, ec) && !ec;
+}
+
 class ProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -42,6 +48,13 @@ class ProcessTest : public ::testing::Test {
     for (const auto& m : mounts_) ::umount2(m.c_str(), MNT_DETACH);
     if (!dir_.empty() && !HasFailure()) std::system(("rm -rf " + dir_).c_str());
     if (HasFailure()) std::fprintf(stderr, "test files kept in %s\n", dir_.c_str());
+  }
+
+  // The environment of a cryod that stops at the test hooks under hook_dir() (see HookPoint).
+  std::string hook_dir() const { return dir_ + "/hooks"; }
+  std::vector<std::string> HookEnv() {
+    ::mkdir(hook_dir().c_str(), 0700);
+    return {"CRYOD_TEST_HOOK_DIR=" + hook_dir()};
   }
 
   Cryod& Node(const std::string& name, std::vector<std::string> extra = {},
@@ -313,8 +326,7 @@ TEST_F(ProcessTest, FullStoreFailsCleanlyAndJobRuns) {
   ExpectRunning(w);
   EXPECT_TRUE(a.List().empty());
   EXPECT_EQ(Slurp(small + "/checkpoints/too-big/manifest.json"), "");
-  EXPECT_EQ(std::system(("test -z \"$(ls -A " + small + "/.staging)\"").c_str()), 0)
-      << "staging not cleaned";
+  EXPECT_TRUE(EmptyDir(small + "/.staging")) << "staging not cleaned";
   EXPECT_EQ(w.Verify(), 1);
 }
 
@@ -347,11 +359,9 @@ struct HookPoint {
 };
 
 TEST_F(ProcessTest, ProcessExitingMidCheckpointFailsCleanly) {
-  const std::string hooks = dir_ + "/hooks";
-  ::mkdir(hooks.c_str(), 0700);
-  Cryod& a = Node("node-a", {}, {"CRYOD_TEST_HOOK_DIR=" + hooks});
+  Cryod& a = Node("node-a", {}, HookEnv());
   Workload& w = Job(16);
-  HookPoint hp(hooks, "before-dump");
+  HookPoint hp(hook_dir(), "before-dump");
   auto fut = std::async(std::launch::async, [&] { return a.Checkpoint(Req(w.pid(), "gone")); });
   ASSERT_TRUE(hp.Reached());
   ::kill(w.pid(), SIGKILL);
@@ -365,16 +375,14 @@ TEST_F(ProcessTest, ProcessExitingMidCheckpointFailsCleanly) {
   EXPECT_TRUE(s.error_code() == StatusCode::ABORTED || s.error_code() == StatusCode::NOT_FOUND)
       << s.error_code() << ": " << s.error_message();
   EXPECT_TRUE(a.List().empty());
-  EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
 }
 
 TEST_F(ProcessTest, CheckpointPastTheCallersDeadlineIsNotPublishedAndTheJobRunsOn) {
-  const std::string hooks = dir_ + "/hooks";
-  ::mkdir(hooks.c_str(), 0700);
-  Cryod& a = Node("node-a", {}, {"CRYOD_TEST_HOOK_DIR=" + hooks});
+  Cryod& a = Node("node-a", {}, HookEnv());
   Workload& w = Job(16);
   ASSERT_TRUE(w.WaitMain(10));
-  HookPoint hp(hooks, "before-publish");  // the dump is done, the job stopped by it
+  HookPoint hp(hook_dir(), "before-publish");  // the dump is done, the job stopped by it
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
   auto fut = std::async(std::launch::async, [&] {
@@ -397,29 +405,27 @@ TEST_F(ProcessTest, CheckpointPastTheCallersDeadlineIsNotPublishedAndTheJobRunsO
   })) << Slurp(a.log());
   ExpectRunning(w);
   EXPECT_TRUE(a.List().empty());
-  EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
 }
 
 TEST_F(ProcessTest, CryodKilledMidCheckpointLeavesJobRunningAndNothingVisible) {
-  const std::string hooks = dir_ + "/hooks";
-  ::mkdir(hooks.c_str(), 0700);
-  std::vector<std::string> env = {"CRYOD_TEST_HOOK_DIR=" + hooks};
+  const std::vector<std::string> env = HookEnv();
   auto* a = &Node("node-a", {}, env);
   Workload& w = Job(64);
   ASSERT_TRUE(w.WaitMain(10));
-  HookPoint hp(hooks, "after-dump");
+  HookPoint hp(hook_dir(), "after-dump");
   auto fut = std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "half")); });
   ASSERT_TRUE(hp.Reached());
   // The dump is written and the job is stopped, waiting for the publish that never comes.
   EXPECT_EQ(w.State(), 'T');
   a->Kill9();
   EXPECT_FALSE(fut.get().ok());
-  ::unlink((hooks + "/after-dump.enable").c_str());
+  ::unlink((hook_dir() + "/after-dump.enable").c_str());
   a = &Node("node-a", {}, env);  // restart on the same state dir
   ExpectRunning(w);
   EXPECT_TRUE(a->List().empty());
-  EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
-  EXPECT_EQ(std::system(("test -z \"$(ls -A " + a->state_dir() + "/journal)\"").c_str()), 0);
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+  EXPECT_TRUE(EmptyDir(a->state_dir() + "/journal"));
   EXPECT_EQ(w.Verify(), 1);
 }
 
@@ -451,27 +457,25 @@ TEST_F(ProcessTest, CryodKilledWhileCriuDumpsWaitsForCriuThenRollsBack) {
   ExpectRunning(w);
   EXPECT_EQ(w.Verify(), 1);
   EXPECT_TRUE(a->List().empty());
-  EXPECT_EQ(std::system(("test -z \"$(ls -A " + store_ + "/.staging)\"").c_str()), 0);
-  EXPECT_EQ(std::system(("test -z \"$(ls -A " + journal + ")\"").c_str()), 0);
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+  EXPECT_TRUE(EmptyDir(journal));
   EXPECT_NE(Slurp(a->log()).find("rolled_back"), std::string::npos);
 }
 
 TEST_F(ProcessTest, CryodKilledRightAfterPublishFinishesTheCheckpoint) {
   // Published, but the journal never heard: the checkpoint is good, so the restarted cryod
   // finishes what was asked (the job stops) instead of resuming a job that now has a twin.
-  const std::string hooks = dir_ + "/hooks";
-  ::mkdir(hooks.c_str(), 0700);
-  std::vector<std::string> env = {"CRYOD_TEST_HOOK_DIR=" + hooks};
+  const std::vector<std::string> env = HookEnv();
   auto* a = &Node("node-a", {}, env);
   Workload& w = Job(32);
   ASSERT_TRUE(w.WaitMain(10));
-  HookPoint hp(hooks, "after-publish");
+  HookPoint hp(hook_dir(), "after-publish");
   auto fut = std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "pub")); });
   ASSERT_TRUE(hp.Reached());
   uint64_t at = w.Status().value("main", uint64_t{0});
   a->Kill9();
   EXPECT_FALSE(fut.get().ok());
-  ::unlink((hooks + "/after-publish.enable").c_str());
+  ::unlink((hook_dir() + "/after-publish.enable").c_str());
   a = &Node("node-a", {}, env);
   ASSERT_TRUE(WaitFor([&] {
     w.Reap();
@@ -584,9 +588,11 @@ TEST_F(ProcessTest, CliJsonAndMetrics) {
     return out;
   };
   std::string metrics = get("/metrics");
-  EXPECT_TRUE(absl::StrContains(metrics, "cryo_operations_total{op=\"checkpoint\",result=\"ok\"} 1"))
+  EXPECT_TRUE(
+      absl::StrContains(metrics, "cryo_operations_total{op=\"checkpoint\",result=\"ok\"} 1"))
       << metrics;
-  EXPECT_TRUE(absl::StrContains(metrics, "cryo_stage_duration_seconds_bucket{op=\"checkpoint\",stage=\"dump\""));
+  EXPECT_TRUE(absl::StrContains(
+      metrics, "cryo_stage_duration_seconds_bucket{op=\"checkpoint\",stage=\"dump\""));
   // The unknown pid: counted by its status code and by the stage it failed in.
   EXPECT_TRUE(
       absl::StrContains(metrics, "cryo_operations_total{op=\"checkpoint\",result=\"not_found\"} 1"))
