@@ -312,6 +312,62 @@ TEST_F(ProcessTest, CorruptedOrTruncatedImageIsRefused) {
   EXPECT_EQ(w.State(), '-');
 }
 
+TEST_F(ProcessTest, GpuCheckpointOnANodeWithoutItsDriverIsRefusedBeforeAnythingStarts) {
+  // node-b loads the real GPU plugins; this machine has no NVIDIA driver (CI never has one).
+  Cryod& a = Node("node-a");
+  Cryod& b = Node("node-b", {"--gpu-plugin-dir", CRYO_GPU_PLUGIN_DIR});
+  grpc::ClientContext ctx;
+  v1::NodeInfoResponse node;
+  ASSERT_TRUE(b.stub().NodeInfo(&ctx, v1::NodeInfoRequest(), &node).ok());
+  const v1::PluginInfo* cuda = nullptr;
+  for (const auto& p : node.plugins()) {
+    if (p.name() == "cuda") cuda = &p;
+  }
+  ASSERT_NE(cuda, nullptr) << node.DebugString();
+  if (cuda->available()) GTEST_SKIP() << "this machine has an NVIDIA driver: " << cuda->detail();
+  EXPECT_FALSE(cuda->detail().empty()) << "NodeInfo must say why the plugin is unavailable";
+
+  Workload& w = Job(16);
+  ASSERT_TRUE(w.WaitMain(10));
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "gpu-job")).ok());
+  ASSERT_TRUE(WaitFor([&] {
+    w.Reap();
+    return w.State() == '-';
+  }));
+  // The GPU section an H100 node wrote into a real checkpoint (2026-11-23), as if this job
+  // had held that GPU.
+  const std::string mpath = store_ + "/checkpoints/gpu-job/manifest.json";
+  const std::string original = Slurp(mpath);
+  auto m = nlohmann::json::parse(original);
+  nlohmann::json dev = {{"uuid", "GPU-1f00ce25-fe1d-892c-2578-9ba55b65811e"},
+                        {"name", "NVIDIA H100 80GB HBM3"},
+                        {"chip", "sm_90"},
+                        {"memory_used_bytes", 562036736}};
+  m["gpu"] = {{"cuda",
+               {{"vendor", "nvidia"},
+                {"driver_version", "580.159.04"},
+                {"cuda_version", 13000},
+                {"devices", {dev}},
+                {"processes", {{{"pid", w.pid()}, {"devices", {dev}}}}}}}};
+  std::ofstream(mpath, std::ios::trunc) << m.dump(1);
+
+  grpc::Status s = b.Restore(RestoreReq("gpu-job"));
+  EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "cuda plugin is unavailable on this node"))
+      << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), cuda->detail())) << s.error_message();
+  EXPECT_EQ(w.State(), '-') << "nothing may start on a node without the checkpoint's GPU";
+  EXPECT_TRUE(b.List().size() == 1 && b.List()[0].damaged().empty())
+      << "a refused restore must leave the checkpoint as it was";
+
+  // The same checkpoint without its GPU section restores on that node: nothing was used up.
+  std::ofstream(mpath, std::ios::trunc) << original;
+  s = b.Restore(RestoreReq("gpu-job"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(WaitFor([&] { return w.State() != '-'; }));
+  EXPECT_EQ(w.Verify(), 1);
+}
+
 TEST_F(ProcessTest, FullStoreFailsCleanlyAndJobRuns) {
   const std::string small = dir_ + "/small";
   ASSERT_EQ(::mkdir(small.c_str(), 0700), 0);
