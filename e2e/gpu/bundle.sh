@@ -9,7 +9,7 @@
 #   run.sh                the suite (skips when there is no NVIDIA GPU)
 #   bin/NAME              wrappers that set LD_LIBRARY_PATH and exec libexec/NAME
 #   libexec/              cryo-gpuctl, cryo-gpu-testload, cryod, cryo
-#   run.sh, cryod.sh, train_losses.py   the suite
+#   run.sh, cryod.sh, lease-run.sh, *.py   the suite
 #   lib/                  non-glibc shared libraries of everything in libexec/ and lib/cryo/gpu/
 #   lib/cryo/gpu/         GPU plugins (libcryo_gpu_cuda.so, libcryo_gpu_rocm.so)
 #   criu/                 place for CRIU (sbin/criu, lib/criu/*.so plugins), added when present
