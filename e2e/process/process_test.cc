@@ -34,6 +34,14 @@ bool EmptyDir(const std::string& dir) {
   return std::filesystem::is_empty(dir, ec) && !ec;
 }
 
+// Waits until the job is gone, reaping it when it is our child (a checkpoint that stops it).
+bool WaitGone(Workload& w) {
+  return WaitFor([&] {
+    w.Reap();
+    return w.State() == '-';
+  });
+}
+
 class ProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -133,10 +141,7 @@ class ProcessTest : public ::testing::Test {
     ExpectStagesInOrder(progress, {v1::STAGE_DUMP, v1::STAGE_PUBLISH});
     EXPECT_GT(LastOf(progress, v1::STAGE_DUMP).bytes_done(), 0u);
     // Preemption semantics: the job is gone once the checkpoint is published.
-    ASSERT_TRUE(WaitFor([&] {
-      w.Reap();
-      return w.State() == '-';
-    }));
+    ASSERT_TRUE(WaitGone(w));
     const auto last = w.Status();  // what the job wrote last before it was stopped
     ASSERT_GE(last.value("main", 0), before.value("main", 0));
 
@@ -193,10 +198,7 @@ TEST_F(ProcessTest, EstablishedTcpConnectionSurvives) {
   req.set_tcp_established(true);
   grpc::Status s = a.Checkpoint(req);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  ASSERT_TRUE(WaitFor([&] {
-    w.Reap();
-    return w.State() == '-';
-  }));
+  ASSERT_TRUE(WaitGone(w));
   const uint64_t last = w.Status().value("tcp_echoes", uint64_t{0});
   s = a.Restore(RestoreReq("tcp"));
   ASSERT_TRUE(s.ok()) << s.error_message();
@@ -275,10 +277,7 @@ TEST_F(ProcessTest, CorruptedOrTruncatedImageIsRefused) {
   Workload& w = Job(16);
   ASSERT_TRUE(w.WaitMain(10));
   ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "victim")).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    w.Reap();
-    return w.State() == '-';
-  }));
+  ASSERT_TRUE(WaitGone(w));
   const std::string pages = store_ + "/checkpoints/victim/images/pages-1.img";
   struct stat st;
   ASSERT_EQ(::stat(pages.c_str(), &st), 0);
@@ -333,10 +332,7 @@ TEST_F(ProcessTest, GpuCheckpointOnANodeWithoutItsDriverIsRefusedBeforeAnythingS
   Workload& w = Job(16);
   ASSERT_TRUE(w.WaitMain(10));
   ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "gpu-job")).ok());
-  ASSERT_TRUE(WaitFor([&] {
-    w.Reap();
-    return w.State() == '-';
-  }));
+  ASSERT_TRUE(WaitGone(w));
   // The GPU section an H100 node wrote into a real checkpoint (2026-11-23), as if this job
   // had held that GPU.
   const std::string mpath = store_ + "/checkpoints/gpu-job/manifest.json";
@@ -425,10 +421,7 @@ TEST_F(ProcessTest, ProcessExitingMidCheckpointFailsCleanly) {
   auto fut = std::async(std::launch::async, [&] { return a.Checkpoint(Req(w.pid(), "gone")); });
   ASSERT_TRUE(hp.Reached());
   ::kill(w.pid(), SIGKILL);
-  ASSERT_TRUE(WaitFor([&] {
-    w.Reap();
-    return w.State() == '-';
-  }));
+  ASSERT_TRUE(WaitGone(w));
   hp.Release();
   grpc::Status s = fut.get();
   EXPECT_FALSE(s.ok());
@@ -537,10 +530,7 @@ TEST_F(ProcessTest, CryodKilledRightAfterPublishFinishesTheCheckpoint) {
   EXPECT_FALSE(fut.get().ok());
   ::unlink((hook_dir() + "/after-publish.enable").c_str());
   a = &Node("node-a", {}, env);
-  ASSERT_TRUE(WaitFor([&] {
-    w.Reap();
-    return w.State() == '-';
-  })) << "job was not stopped";
+  ASSERT_TRUE(WaitGone(w)) << "job was not stopped";
   auto list = a->List();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].checkpoint_id(), "pub");
@@ -559,10 +549,7 @@ TEST_F(ProcessTest, RestoreWaitsForPidsThatFreeUpInTime) {
   auto fut = std::async(std::launch::async, [&] { return a.Restore(RestoreReq("wait", 20000)); });
   absl::SleepFor(absl::Milliseconds(500));
   ::kill(w.pid(), SIGKILL);
-  ASSERT_TRUE(WaitFor([&] {
-    w.Reap();
-    return w.State() == '-';
-  }));
+  ASSERT_TRUE(WaitGone(w));
   grpc::Status s = fut.get();
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunning(w);
