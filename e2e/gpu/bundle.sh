@@ -9,7 +9,7 @@
 #   run.sh                the suite (skips when there is no NVIDIA GPU)
 #   bin/NAME              wrappers that set LD_LIBRARY_PATH and exec libexec/NAME
 #   libexec/              cryo-gpuctl, cryo-gpu-testload, cryod, cryo
-#   run.sh, cryod.sh, lease-run.sh, *.py   the suite
+#   run.sh, cryod.sh, lease-run.sh, gpu_check.sh, *.py   the suite
 #   lib/                  non-glibc shared libraries of everything in libexec/ and lib/cryo/gpu/
 #   lib/cryo/gpu/         GPU plugins (libcryo_gpu_cuda.so, libcryo_gpu_rocm.so)
 #   criu/                 place for CRIU (sbin/criu, lib/criu/*.so plugins), added when present
@@ -99,7 +99,8 @@ if [ "${CRYO_BUNDLE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then
 fi
 
 cp "$ROOT/e2e/gpu/run.sh" "$ROOT/e2e/gpu/cryod.sh" "$ROOT/e2e/gpu/train_losses.py" \
-  "$ROOT/e2e/gpu/ddp_losses.py" "$ROOT/e2e/gpu/pairs_probe.sh" "$ROOT/e2e/gpu/lease-run.sh" "$OUT/"
+  "$ROOT/e2e/gpu/ddp_losses.py" "$ROOT/e2e/gpu/pairs_probe.sh" "$ROOT/e2e/gpu/lease-run.sh" \
+  "$ROOT/e2e/gpu/gpu_check.sh" "$OUT/"
 chmod +x "$OUT/run.sh"
 git -C "$ROOT" rev-parse --short HEAD >"$OUT/VERSION" 2>/dev/null || echo unknown >"$OUT/VERSION"
 du -sh "$OUT" | awk '{print "bundle: " $2 " (" $1 ")"}'

@@ -7,15 +7,13 @@
 #   e2e/gpu/ctest.sh BUILD_DIR
 set -uo pipefail
 BUILD=${1:?build dir}
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  echo "SKIP: no NVIDIA GPU on this machine (nvidia-smi not found); the GPU suite needs one (docs/gpu.md)"
-  exit 77
-fi
-if ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "SKIP: nvidia-smi finds no usable GPU: $(nvidia-smi -L 2>&1 | head -1)"
-  exit 77
-fi
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/e2e/gpu/gpu_check.sh"
+WHY=$(no_gpu_reason)
+if [ -n "$WHY" ]; then
+  echo "SKIP: $WHY (docs/gpu.md)"
+  exit 77
+fi
 T=$(mktemp -d /var/tmp/cryo-gpu-ctest-XXXXXX)
 bash "$ROOT/e2e/gpu/bundle.sh" "$BUILD" "$T/gpu-bundle" || { echo "FAIL: bundle.sh"; exit 1; }
 bash "$T/gpu-bundle/lease-run.sh" "$T/gpu-bundle" "$T/out"

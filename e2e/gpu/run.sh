@@ -41,12 +41,10 @@ result() {  # result NAME PASS|FAIL|SKIP detail
 cleanup() { for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
 trap cleanup EXIT
 
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-  echo "SKIP: no NVIDIA GPU on this machine (nvidia-smi not found); the GPU e2e suite needs one"
-  exit 0
-fi
-if ! nvidia-smi -L >/dev/null 2>&1; then
-  echo "SKIP: nvidia-smi finds no usable GPU: $(nvidia-smi -L 2>&1 | head -1)"
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_check.sh"
+WHY=$(no_gpu_reason)
+if [ -n "$WHY" ]; then
+  echo "SKIP: $WHY"
   exit 0
 fi
 [ "$(id -u)" = 0 ] || { echo "FAIL: the GPU checkpoint API needs root"; exit 1; }
