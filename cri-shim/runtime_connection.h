@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "cri-shim/cri_api.h"
+#include "lib/cri/cri_api.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/generic/generic_stub.h"
 

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "cri-shim/cri_api.h"
+#include "lib/cri/cri_api.h"
 #include "cri-shim/owned_method.h"
 
 namespace cryo::shim {

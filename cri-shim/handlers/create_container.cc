@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
-#include "cri-shim/init/cryo_init_protocol.h"
+#include "lib/contract/cryo_init_protocol.h"
 #include "cri-shim/log.h"
 #include "cri-shim/opt_in.h"
 #include "nlohmann/json.hpp"

@@ -31,7 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cryo_init_protocol.h"
+#include "lib/contract/cryo_init_protocol.h"
 
 #define EXIT_INIT_FAILED 125
 #define EXIT_NOT_EXECUTABLE 126

@@ -1,4 +1,4 @@
-#include "api/checkpoint_json.h"
+#include "daemon/api/checkpoint_json.h"
 
 #include <google/protobuf/util/json_util.h>
 

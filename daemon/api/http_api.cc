@@ -1,12 +1,12 @@
-#include "api/http_api.h"
+#include "daemon/api/http_api.h"
 
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/time/time.h"
-#include "api/checkpoint_json.h"
-#include "common/ids.h"
+#include "daemon/api/checkpoint_json.h"
+#include "lib/base/ids.h"
 
 namespace cryo::api {
 namespace {

@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cryo/v1/cryo.pb.h"
-#include "metrics/http_server.h"
+#include "daemon/metrics/http_server.h"
 
 namespace cryo::api {
 

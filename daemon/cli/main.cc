@@ -18,8 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
-#include "api/checkpoint_json.h"
-#include "cli/output.h"
+#include "daemon/api/checkpoint_json.h"
+#include "daemon/cli/output.h"
 #include "cryo/v1/cryo.grpc.pb.h"
 #include "nlohmann/json.hpp"
 

@@ -1,4 +1,4 @@
-#include "cli/output.h"
+#include "daemon/cli/output.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "container/archive.h"
+#include "daemon/container/archive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -12,8 +12,8 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "common/fs.h"
-#include "common/status.h"
+#include "lib/base/fs.h"
+#include "lib/base/status.h"
 
 namespace cryo::container {
 namespace {

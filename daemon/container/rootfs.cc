@@ -1,4 +1,4 @@
-#include "container/rootfs.h"
+#include "daemon/container/rootfs.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -19,8 +19,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/fs.h"
-#include "common/status.h"
+#include "lib/base/fs.h"
+#include "lib/base/status.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::container {

@@ -10,11 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/fs.h"
-#include "common/log.h"
-#include "common/status.h"
-#include "common/subprocess.h"
-#include "criu/criu.h"
+#include "lib/base/fs.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
+#include "lib/base/subprocess.h"
+#include "daemon/criu/criu.h"
 
 namespace cryo::criu {
 namespace {

@@ -1,4 +1,4 @@
-#include "cryod/config.h"
+#include "daemon/cryod/config.h"
 
 #include <unistd.h>
 
@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/fs.h"
-#include "common/status.h"
+#include "lib/base/fs.h"
+#include "lib/base/status.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::cryod {

@@ -1,4 +1,4 @@
-#include "cryod/unix_server.h"
+#include "daemon/cryod/unix_server.h"
 
 #include <fcntl.h>
 #include <grpcpp/server_posix.h>
@@ -11,9 +11,9 @@
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
-#include "common/fs.h"
-#include "common/log.h"
-#include "common/status.h"
+#include "lib/base/fs.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
 
 namespace cryo::cryod {
 

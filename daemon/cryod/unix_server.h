@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "common/wake_pipe.h"
+#include "lib/base/wake_pipe.h"
 
 namespace cryo::cryod {
 

@@ -1,13 +1,13 @@
-#include "journal/journal.h"
+#include "daemon/journal/journal.h"
 
 #include <unistd.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/fs.h"
-#include "common/ids.h"
-#include "common/log.h"
-#include "common/status.h"
+#include "lib/base/fs.h"
+#include "lib/base/ids.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
 
 namespace cryo::journal {
 

@@ -1,4 +1,4 @@
-#include "metrics/http_server.h"
+#include "daemon/metrics/http_server.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -15,7 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/status.h"
+#include "lib/base/status.h"
 
 namespace cryo::metrics {
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/wake_pipe.h"
+#include "lib/base/wake_pipe.h"
 
 namespace cryo::metrics {
 

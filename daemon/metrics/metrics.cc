@@ -1,4 +1,4 @@
-#include "metrics/metrics.h"
+#include "daemon/metrics/metrics.h"
 
 namespace cryo::metrics {
 namespace {

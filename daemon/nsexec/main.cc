@@ -40,8 +40,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "common/fs.h"
-#include "container/rootfs.h"
+#include "lib/base/fs.h"
+#include "daemon/container/rootfs.h"
 
 namespace {
 

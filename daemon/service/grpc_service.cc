@@ -1,11 +1,11 @@
-#include "service/grpc_service.h"
+#include "daemon/service/grpc_service.h"
 
 #include <chrono>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/ids.h"
-#include "common/log.h"
+#include "lib/base/ids.h"
+#include "lib/base/log.h"
 
 namespace cryo::service {
 

@@ -9,9 +9,9 @@
 
 #include "absl/time/time.h"
 #include "cryo/v1/cryo.grpc.pb.h"
-#include "metrics/metrics.h"
-#include "service/engine.h"
-#include "service/operations.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/operations.h"
 
 namespace cryo::service {
 

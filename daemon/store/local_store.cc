@@ -9,11 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "common/fs.h"
-#include "common/ids.h"
-#include "common/log.h"
-#include "common/status.h"
-#include "store/store.h"
+#include "lib/base/fs.h"
+#include "lib/base/ids.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
+#include "daemon/store/store.h"
 
 namespace cryo::store {
 namespace {

@@ -1,4 +1,4 @@
-#include "store/manifest.h"
+#include "daemon/store/manifest.h"
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"

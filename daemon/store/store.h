@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "store/manifest.h"
+#include "daemon/store/manifest.h"
 
 namespace cryo::store {
 

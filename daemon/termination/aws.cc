@@ -1,4 +1,4 @@
-#include "termination/aws.h"
+#include "daemon/termination/aws.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,8 +6,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/log.h"
-#include "common/status.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::termination {

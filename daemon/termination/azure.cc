@@ -1,4 +1,4 @@
-#include "termination/azure.h"
+#include "daemon/termination/azure.h"
 
 #include <utility>
 
@@ -6,8 +6,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/log.h"
-#include "common/status.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::termination {

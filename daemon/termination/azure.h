@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "termination/clock.h"
-#include "termination/http_client.h"
-#include "termination/provider.h"
+#include "daemon/termination/clock.h"
+#include "daemon/termination/http_client.h"
+#include "daemon/termination/provider.h"
 
 namespace cryo::termination {
 

@@ -1,11 +1,11 @@
-#include "termination/gce.h"
+#include "daemon/termination/gce.h"
 
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "lib/base/status.h"
 
 namespace cryo::termination {
 namespace {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "termination/http_client.h"
-#include "termination/provider.h"
+#include "daemon/termination/http_client.h"
+#include "daemon/termination/provider.h"
 
 namespace cryo::termination {
 

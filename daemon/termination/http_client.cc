@@ -1,4 +1,4 @@
-#include "termination/http_client.h"
+#include "daemon/termination/http_client.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -19,7 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
-#include "common/status.h"
+#include "lib/base/status.h"
 
 namespace cryo::termination {
 namespace {

@@ -1,4 +1,4 @@
-#include "termination/watcher.h"
+#include "daemon/termination/watcher.h"
 
 #include <algorithm>
 #include <exception>
@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "common/log.h"
-#include "common/status.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
 
 namespace cryo::termination {
 namespace {

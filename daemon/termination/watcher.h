@@ -23,12 +23,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "termination/aws.h"
-#include "termination/azure.h"
-#include "termination/clock.h"
-#include "termination/gce.h"
-#include "termination/http_client.h"
-#include "termination/provider.h"
+#include "daemon/termination/aws.h"
+#include "daemon/termination/azure.h"
+#include "daemon/termination/clock.h"
+#include "daemon/termination/gce.h"
+#include "daemon/termination/http_client.h"
+#include "daemon/termination/provider.h"
 
 namespace cryo::termination {
 

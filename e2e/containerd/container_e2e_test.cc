@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "container/archive.h"
+#include "daemon/container/archive.h"
 #include "e2e/containerd/cri_client.h"
 #include "e2e/containerd/fixture.h"
 #include "gmock/gmock.h"

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "cri-shim/cri_api.h"
+#include "lib/cri/cri_api.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "harness.h"
+#include "e2e/process/harness.h"
 
 namespace cryo::e2e {
 

@@ -56,7 +56,7 @@ WRAP
   chmod +x "$OUT/bin/$name"
 }
 
-add_bin "$BUILD/plugins/cryo-gpuctl"
+add_bin "$BUILD/daemon/cryo-gpuctl"
 add_bin "$BUILD/e2e/gpu/cryo-gpu-testload"
 # Later parts of the suite: picked up when built.
 add_bin "$BUILD/daemon/cryod" || true

@@ -1,4 +1,4 @@
-#include "harness.h"
+#include "e2e/process/harness.h"
 
 #include <fcntl.h>
 #include <signal.h>

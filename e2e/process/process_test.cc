@@ -21,7 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "harness.h"
+#include "e2e/process/harness.h"
 
 namespace cryo::e2e {
 namespace {

@@ -1,4 +1,4 @@
-#include "device_plan.h"
+#include "plugins/common/device_plan.h"
 
 #include <map>
 #include <set>

@@ -5,15 +5,19 @@
 // any process or GPU is touched.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "gpu/gpu_manager.h"
 
 namespace cryo::gpu {
+
+// Checkpointed GPU UUID -> GPU UUID on this node (the same alias as cryod's GpuManager uses;
+// plugins see only the ABI, never the daemon's headers).
+using DeviceMap = std::map<std::string, std::string>;
 
 struct CheckpointedGpu {
   std::string uuid;

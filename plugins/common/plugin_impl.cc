@@ -1,4 +1,4 @@
-#include "plugin_impl.h"
+#include "plugins/common/plugin_impl.h"
 
 #include <cstdlib>
 #include <cstring>

@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "cryo/gpu_plugin.h"
-#include "gpu/gpu_manager.h"
+#include "plugins/abi/gpu_plugin.h"
+#include "plugins/common/device_plan.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::gpu {

@@ -1,4 +1,4 @@
-#include "procfs.h"
+#include "plugins/common/procfs.h"
 
 #include <dirent.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "cuda_api.h"
+#include "plugins/cuda/cuda_api.h"
 
 #include <dlfcn.h>
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "cuda_types.h"
+#include "plugins/cuda/cuda_types.h"
 
 namespace cryo::gpu::cuda {
 

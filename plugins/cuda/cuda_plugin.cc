@@ -1,4 +1,4 @@
-#include "cuda_plugin.h"
+#include "plugins/cuda/cuda_plugin.h"
 
 #include <algorithm>
 #include <chrono>

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "common/device_plan.h"
-#include "common/plugin_impl.h"
-#include "common/procfs.h"
-#include "cuda_api.h"
+#include "plugins/common/device_plan.h"
+#include "plugins/common/plugin_impl.h"
+#include "plugins/common/procfs.h"
+#include "plugins/cuda/cuda_api.h"
 
 namespace cryo::gpu::cuda {
 

@@ -1,7 +1,7 @@
 // Entry point of libcryo_gpu_rocm.so.
 
-#include "cryo/gpu_plugin.h"
-#include "rocm_plugin.h"
+#include "plugins/abi/gpu_plugin.h"
+#include "plugins/rocm/rocm_plugin.h"
 
 extern "C" __attribute__((visibility("default"))) const cryo_gpu_plugin_api* cryo_gpu_plugin_v1(
     void) {

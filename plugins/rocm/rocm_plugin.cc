@@ -1,4 +1,4 @@
-#include "rocm_plugin.h"
+#include "plugins/rocm/rocm_plugin.h"
 
 #include <algorithm>
 #include <set>

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "common/device_plan.h"
-#include "common/plugin_impl.h"
-#include "common/procfs.h"
+#include "plugins/common/device_plan.h"
+#include "plugins/common/plugin_impl.h"
+#include "plugins/common/procfs.h"
 
 namespace cryo::gpu::rocm {
 

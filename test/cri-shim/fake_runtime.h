@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "cri-shim/cri_api.h"
+#include "lib/cri/cri_api.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
 

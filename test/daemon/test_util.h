@@ -7,7 +7,7 @@
 
 #include "absl/time/clock.h"
 
-#include "common/fs.h"
+#include "lib/base/fs.h"
 
 namespace cryo {
 

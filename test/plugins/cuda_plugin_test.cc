@@ -1,13 +1,13 @@
 // The cuda plugin's logic over a fake driver (function table) and a fake /proc tree.
 
-#include "cuda_plugin.h"
+#include "plugins/cuda/cuda_plugin.h"
 
 #include <cstring>
 #include <map>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "test_util.h"
+#include "test/plugins/test_util.h"
 
 namespace cryo::gpu::cuda {
 namespace {

@@ -1,4 +1,4 @@
-#include "common/device_plan.h"
+#include "plugins/common/device_plan.h"
 
 #include "gtest/gtest.h"
 

@@ -1,7 +1,7 @@
-#include "rocm_plugin.h"
+#include "plugins/rocm/rocm_plugin.h"
 
 #include "gtest/gtest.h"
-#include "test_util.h"
+#include "test/plugins/test_util.h"
 
 namespace cryo::gpu::rocm {
 namespace {

@@ -1,12 +1,12 @@
-#include "api/http_api.h"
+#include "daemon/api/http_api.h"
 
 #include <atomic>
 #include <string>
 #include <vector>
 
-#include "api/checkpoint_json.h"
+#include "daemon/api/checkpoint_json.h"
 #include "gtest/gtest.h"
-#include "http_test_util.h"
+#include "test/daemon/http_test_util.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::api {

@@ -1,4 +1,4 @@
-#include "criu/criu.h"
+#include "daemon/criu/criu.h"
 
 #include "gtest/gtest.h"
 

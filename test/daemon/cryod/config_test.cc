@@ -1,8 +1,8 @@
-#include "cryod/config.h"
+#include "daemon/cryod/config.h"
 
-#include "common/fs.h"
+#include "lib/base/fs.h"
 #include "gtest/gtest.h"
-#include "test_util.h"
+#include "test/daemon/test_util.h"
 
 namespace cryo::cryod {
 namespace {

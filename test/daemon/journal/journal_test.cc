@@ -1,8 +1,8 @@
-#include "journal/journal.h"
+#include "daemon/journal/journal.h"
 
-#include "common/fs.h"
+#include "lib/base/fs.h"
 #include "gtest/gtest.h"
-#include "test_util.h"
+#include "test/daemon/test_util.h"
 
 namespace cryo::journal {
 namespace {

@@ -1,9 +1,9 @@
-#include "metrics/http_server.h"
+#include "daemon/metrics/http_server.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
-#include "http_test_util.h"
+#include "test/daemon/http_test_util.h"
 
 namespace cryo::metrics {
 namespace {

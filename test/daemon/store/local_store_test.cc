@@ -1,10 +1,10 @@
 #include <sys/stat.h>
 #include <utime.h>
 
-#include "common/fs.h"
+#include "lib/base/fs.h"
 #include "gtest/gtest.h"
-#include "store/store.h"
-#include "test_util.h"
+#include "daemon/store/store.h"
+#include "test/daemon/test_util.h"
 
 namespace cryo::store {
 namespace {

@@ -1,4 +1,4 @@
-#include "store/manifest.h"
+#include "daemon/store/manifest.h"
 
 #include "gtest/gtest.h"
 

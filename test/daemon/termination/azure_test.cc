@@ -1,13 +1,13 @@
-#include "termination/azure.h"
+#include "daemon/termination/azure.h"
 
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "fake_clouds.h"
-#include "fakes.h"
+#include "test/daemon/termination/fake_clouds.h"
+#include "test/daemon/termination/fakes.h"
 #include "gtest/gtest.h"
-#include "test_http_server.h"
+#include "test/daemon/termination/test_http_server.h"
 
 namespace cryo::termination {
 namespace {

@@ -1,4 +1,4 @@
-#include "fake_clouds.h"
+#include "test/daemon/termination/fake_clouds.h"
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"

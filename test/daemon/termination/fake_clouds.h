@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/synchronization/mutex.h"
-#include "test_http_server.h"
+#include "test/daemon/termination/test_http_server.h"
 
 namespace cryo::termination {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "termination/clock.h"
-#include "termination/http_client.h"
+#include "daemon/termination/clock.h"
+#include "daemon/termination/http_client.h"
 
 namespace cryo::termination {
 

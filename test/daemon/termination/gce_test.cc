@@ -1,9 +1,9 @@
-#include "termination/gce.h"
+#include "daemon/termination/gce.h"
 
-#include "fake_clouds.h"
-#include "fakes.h"
+#include "test/daemon/termination/fake_clouds.h"
+#include "test/daemon/termination/fakes.h"
 #include "gtest/gtest.h"
-#include "test_http_server.h"
+#include "test/daemon/termination/test_http_server.h"
 
 namespace cryo::termination {
 namespace {

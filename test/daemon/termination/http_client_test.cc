@@ -1,9 +1,9 @@
-#include "termination/http_client.h"
+#include "daemon/termination/http_client.h"
 
 #include <future>
 
 #include "gtest/gtest.h"
-#include "test_http_server.h"
+#include "test/daemon/termination/test_http_server.h"
 
 namespace cryo::termination {
 namespace {

@@ -1,14 +1,14 @@
-#include "termination/watcher.h"
+#include "daemon/termination/watcher.h"
 
 #include <future>
 #include <stdexcept>
 
 #include "absl/synchronization/mutex.h"
-#include "fake_clouds.h"
-#include "fakes.h"
+#include "test/daemon/termination/fake_clouds.h"
+#include "test/daemon/termination/fakes.h"
 #include "gtest/gtest.h"
-#include "test_http_server.h"
-#include "test_util.h"
+#include "test/daemon/termination/test_http_server.h"
+#include "test/daemon/test_util.h"
 
 namespace cryo::termination {
 namespace {

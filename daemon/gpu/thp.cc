@@ -1,0 +1,44 @@
+#include "daemon/gpu/thp.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "plugins/common/procfs.h"
+
+namespace cryo::gpu {
+namespace {
+
+absl::Status WriteMode(const std::string& path, const std::string& mode) {
+  std::ofstream out(path);
+  out << mode;
+  out.flush();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", mode, " to ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ThpSetter::Acquire() {
+  absl::MutexLock l(&mu_);
+  if (mode_.empty()) return std::string();
+  if (users_++ > 0) return absl::StrCat(mode_, " (was ", previous_, ")");
+  auto cur = ReadFile(path_);
+  if (!cur.ok()) return cur.status();
+  previous_ = SelectedChoice(*cur);
+  changed_ = false;
+  if (previous_ == mode_) return mode_;
+  absl::Status s = WriteMode(path_, mode_);
+  if (!s.ok()) return s;
+  changed_ = true;
+  return absl::StrCat(mode_, " (was ", previous_, ")");
+}
+
+void ThpSetter::Release() {
+  absl::MutexLock l(&mu_);
+  if (mode_.empty() || users_ == 0) return;
+  if (--users_ > 0 || !changed_) return;
+  (void)WriteMode(path_, previous_);
+  changed_ = false;
+}
+
+}  // namespace cryo::gpu

@@ -1,0 +1,153 @@
+#include "daemon/kubectl/kubectl.h"
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "daemon/kubectl/errors.h"
+
+namespace cryo::kubectl {
+namespace {
+
+std::string Trim(const std::string& s) { return std::string(absl::StripAsciiWhitespace(s)); }
+
+}  // namespace
+
+KubectlError ClassifyKubectlError(const std::string& stderr_text) {
+  KubectlError e;
+  e.message = Trim(stderr_text);
+  if (e.message.empty()) e.message = "kubectl failed without a message";
+  const std::string& m = e.message;
+  // kubectl's wording for server errors: "Error from server (Reason): message".
+  if (auto p = m.find("Error from server ("); p != std::string::npos) {
+    auto start = p + 19;
+    auto end = m.find(')', start);
+    if (end != std::string::npos) e.reason = m.substr(start, end - start);
+  }
+  if (e.reason == "NotFound") {
+    e.kind = KubectlError::kNotFound;
+  } else if (e.reason == "Forbidden") {
+    e.kind = KubectlError::kForbidden;
+  } else if (e.reason == "Unauthorized" || absl::StrContains(m, "You must be logged in") ||
+             absl::StrContains(m, "(Unauthorized)")) {
+    e.kind = KubectlError::kUnauthorized;
+  } else if (!e.reason.empty()) {
+    e.kind = KubectlError::kServer;
+  } else if (absl::StrContains(m, "Unable to connect to the server") ||
+             absl::StrContains(m, "The connection to the server") ||
+             absl::StrContains(m, "connection refused") || absl::StrContains(m, "no such host") ||
+             absl::StrContains(m, "i/o timeout") || absl::StrContains(m, "dial tcp") ||
+             absl::StrContains(m, "TLS handshake timeout")) {
+    e.kind = KubectlError::kUnreachable;
+  }
+  return e;
+}
+
+absl::Status KubectlStatus(const KubectlError& e) {
+  switch (e.kind) {
+    case KubectlError::kUnreachable:
+      return Failure(kExitApiUnreachable,
+                     absl::StrCat("cannot reach the Kubernetes API server: ", e.message));
+    case KubectlError::kUnauthorized:
+      return Failure(kExitUnauthorized,
+                     absl::StrCat("the API server did not accept your credentials: ", e.message));
+    case KubectlError::kForbidden:
+      return Failure(
+          kExitUnauthorized,
+          absl::StrCat("not allowed (see the RBAC section of docs/kubectl.md): ", e.message));
+    case KubectlError::kNotFound:
+      return absl::NotFoundError(e.message);
+    default:
+      return absl::UnknownError(e.message);
+  }
+}
+
+absl::StatusOr<ProcessResult> Kubectl::Run(const std::vector<std::string>& args,
+                                           const std::string& input) const {
+  std::vector<std::string> argv = {o_.kubectl};
+  if (!o_.kubeconfig.empty()) argv.push_back("--kubeconfig=" + o_.kubeconfig);
+  if (!o_.context.empty()) argv.push_back("--context=" + o_.context);
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = RunProcess(argv, input);
+  if (absl::IsNotFound(r.status())) {
+    return Failure(kExitKubectlMissing,
+                   absl::StrCat("cannot run kubectl (", r.status().message(),
+                                "): kubectl-checkpoint uses your kubectl for every API call"));
+  }
+  return r;
+}
+
+absl::StatusOr<nlohmann::json> Kubectl::RunJson(const std::vector<std::string>& args,
+                                                const std::string& input) const {
+  auto r = Run(args, input);
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) return KubectlStatus(ClassifyKubectlError(r->err));
+  nlohmann::json j = nlohmann::json::parse(r->out, nullptr, false);
+  if (j.is_discarded()) {
+    std::string head = r->out.substr(0, 200);
+    return absl::DataLossError(
+        absl::StrCat("kubectl ", args.empty() ? "" : args[0], " did not answer JSON: ", head));
+  }
+  return j;
+}
+
+absl::StatusOr<nlohmann::json> Kubectl::GetRaw(const std::string& path) const {
+  return RunJson({"get", "--raw", path}, "");
+}
+
+absl::StatusOr<nlohmann::json> Kubectl::PostRaw(const std::string& path,
+                                                const std::string& body) const {
+  return RunJson({"create", "--raw", path, "-f", "-"}, body);
+}
+
+absl::StatusOr<nlohmann::json> Kubectl::Create(const nlohmann::json& object,
+                                               const std::string& namespace_name) const {
+  std::vector<std::string> args = {"create", "-f", "-", "-o", "json"};
+  if (!namespace_name.empty()) args.push_back("--namespace=" + namespace_name);
+  return RunJson(args, object.dump());
+}
+
+absl::StatusOr<nlohmann::json> Kubectl::MergePatch(const std::string& resource,
+                                                   const std::string& name,
+                                                   const std::string& namespace_name,
+                                                   const nlohmann::json& patch) const {
+  std::vector<std::string> args = {
+      "patch", resource + "/" + name, "--type=merge", "--patch=" + patch.dump(), "-o", "json"};
+  if (!namespace_name.empty()) args.push_back("--namespace=" + namespace_name);
+  return RunJson(args, "");
+}
+
+absl::StatusOr<nlohmann::json> Kubectl::ReadObjectFile(const std::string& path) const {
+  // `annotate --local` reads JSON or YAML and prints JSON without asking the server. Removing
+  // an annotation nobody sets is its no-op; several objects in one file fail to parse below.
+  auto j = RunJson(
+      {"annotate", "--local", "-f", path, "-o", "json", "kubectl-checkpoint.cryo.dev/none-"}, "");
+  if (absl::IsDataLoss(j.status())) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " must hold exactly one object"));
+  }
+  return j;
+}
+
+std::string Kubectl::ContextNamespace() const {
+  auto r = Run({"config", "view", "--minify", "-o", "jsonpath={..namespace}"});
+  if (!r.ok() || r->exit_code != 0) return "";
+  return Trim(r->out);
+}
+
+std::string UrlEncode(const std::string& s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(c);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+}  // namespace cryo::kubectl

@@ -1,0 +1,373 @@
+#include "daemon/kubectl/objects.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace cryo::kubectl {
+namespace {
+
+// Labels by which controllers own pods: a copy carrying them would be adopted (and then
+// deleted as surplus) by the ReplicaSet or Job that made the original.
+const std::set<std::string>& ControllerLabels() {
+  static const std::set<std::string> s = {"pod-template-hash",
+                                          "controller-revision-hash",
+                                          "statefulset.kubernetes.io/pod-name",
+                                          "apps.kubernetes.io/pod-index",
+                                          "controller-uid",
+                                          "batch.kubernetes.io/controller-uid"};
+  return s;
+}
+
+// Annotations written by kubectl apply and kubelet, not by the pod's author.
+const std::set<std::string>& ServerAnnotations() {
+  static const std::set<std::string> s = {
+      "kubectl.kubernetes.io/last-applied-configuration", "kubernetes.io/config.seen",
+      "kubernetes.io/config.source", "kubernetes.io/config.hash", "kubernetes.io/config.mirror"};
+  return s;
+}
+
+std::vector<std::string> ContainerNames(const json& pod) {
+  std::vector<std::string> names;
+  const json* cs = pod.contains("spec") ? &pod["spec"] : nullptr;
+  if (cs && cs->contains("containers") && (*cs)["containers"].is_array()) {
+    for (const auto& c : (*cs)["containers"]) names.push_back(Str(c, "/name"));
+  }
+  return names;
+}
+
+std::string PodName(const json& pod) {
+  return absl::StrCat(Str(pod, "/metadata/namespace"), "/", Str(pod, "/metadata/name"));
+}
+
+json StringMap(const json& j) {
+  json out = json::object();
+  if (!j.is_object()) return out;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.value().is_string()) out[it.key()] = it.value();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string Str(const json& j, const std::string& pointer) {
+  const json::json_pointer p(pointer);
+  if (!j.contains(p)) return "";
+  const json& v = j.at(p);
+  return v.is_string() ? v.get<std::string>() : "";
+}
+
+uint64_t U64(const json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer()) return v.get<int64_t>() < 0 ? 0 : v.get<int64_t>();
+  uint64_t n = 0;
+  if (v.is_string() && absl::SimpleAtoi(v.get<std::string>(), &n)) return n;
+  return 0;
+}
+
+absl::StatusOr<std::string> PickContainer(const json& pod, const std::string& wanted) {
+  std::vector<std::string> names = ContainerNames(pod);
+  const std::string list = names.empty() ? "none" : absl::StrJoin(names, ", ");
+  if (!wanted.empty()) {
+    if (std::find(names.begin(), names.end(), wanted) != names.end()) return wanted;
+    return absl::NotFoundError(absl::StrCat("pod ", PodName(pod), " has no container '", wanted,
+                                            "' (its containers: ", list, ")"));
+  }
+  if (names.size() == 1) return names[0];
+  std::string def = Str(pod, "/metadata/annotations/kubectl.kubernetes.io~1default-container");
+  if (!def.empty() && std::find(names.begin(), names.end(), def) != names.end()) return def;
+  return absl::NotFoundError(absl::StrCat("pod ", PodName(pod), " has ", names.size(),
+                                          " containers: choose one with -c (", list, ")"));
+}
+
+std::string NotRunningReason(const json& pod, const std::string& container) {
+  const json::json_pointer p("/status/containerStatuses");
+  if (pod.contains(p) && pod.at(p).is_array()) {
+    for (const auto& cs : pod.at(p)) {
+      if (Str(cs, "/name") != container) continue;
+      const json state = cs.value("state", json::object());
+      if (state.contains("running")) return "";
+      if (state.contains("waiting")) {
+        std::string why = Str(state, "/waiting/reason");
+        return absl::StrCat("waiting", why.empty() ? "" : ": " + why);
+      }
+      if (state.contains("terminated")) {
+        std::string why = Str(state, "/terminated/reason");
+        int code = state["terminated"].value("exitCode", 0);
+        return absl::StrCat("terminated", why.empty() ? "" : ": " + why, ", exit code ", code);
+      }
+      return "no state reported";
+    }
+  }
+  std::string phase = Str(pod, "/status/phase");
+  return absl::StrCat("no status yet", phase.empty() ? "" : " (pod phase " + phase + ")");
+}
+
+std::vector<CryoPod> CryoPodsFromList(const json& pod_list) {
+  std::vector<CryoPod> out;
+  if (!pod_list.contains("items") || !pod_list["items"].is_array()) return out;
+  for (const auto& p : pod_list["items"]) {
+    CryoPod c;
+    c.name = Str(p, "/metadata/name");
+    c.node = Str(p, "/spec/nodeName");
+    c.phase = Str(p, "/status/phase");
+    c.running = c.phase == "Running";
+    // The "cryod" container's port first: a sidecar may also name a port "http".
+    int fallback = 0;
+    const json::json_pointer containers("/spec/containers");
+    if (p.contains(containers) && p.at(containers).is_array()) {
+      for (const auto& ct : p.at(containers)) {
+        if (!ct.contains("ports") || !ct["ports"].is_array()) continue;
+        for (const auto& port : ct["ports"]) {
+          if (Str(port, "/name") != kCryodPortName || !port.contains("containerPort")) continue;
+          int n = port["containerPort"].is_number_integer() ? port["containerPort"].get<int>() : 0;
+          if (n <= 0) continue;
+          if (Str(ct, "/name") == "cryod") {
+            c.port = n;
+            fallback = -1;
+          } else if (fallback == 0) {
+            fallback = n;
+          }
+        }
+      }
+    }
+    if (fallback > 0) c.port = fallback;
+    if (!c.name.empty()) out.push_back(c);
+  }
+  std::sort(out.begin(), out.end(), [](const CryoPod& a, const CryoPod& b) {
+    return std::tie(a.node, a.name) < std::tie(b.node, b.name);
+  });
+  return out;
+}
+
+std::string PodRef::ToString() const {
+  if (pod.empty()) return "-";
+  return absl::StrCat(namespace_name.empty() ? "?" : namespace_name, "/", pod, "/",
+                      container.empty() ? "?" : container);
+}
+
+PodRef SourceOf(const json& checkpoint) {
+  PodRef r;
+  const json labels = checkpoint.value("labels", json::object());
+  if (!labels.is_object()) return r;
+  r.namespace_name = labels.value(kPodNamespaceLabel, "");
+  r.pod = labels.value(kPodNameLabel, "");
+  r.container = labels.value(kContainerNameLabel, "");
+  return r;
+}
+
+std::vector<json> CheckpointsOf(const json& list, const PodRef& ref, const std::string& uid) {
+  std::vector<json> out;
+  if (!list.is_array()) return out;
+  for (const auto& c : list) {
+    if (!c.is_object()) continue;
+    const PodRef r = SourceOf(c);
+    if (r.namespace_name != ref.namespace_name || r.pod != ref.pod ||
+        r.container != ref.container) {
+      continue;
+    }
+    const std::string label_uid = Str(c, absl::StrCat("/labels/", kPodUidLabel));
+    if (!uid.empty() && !label_uid.empty() && label_uid != uid) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+absl::Time ParseRfc3339(const std::string& s) {
+  absl::Time t;
+  std::string err;
+  return absl::ParseTime(absl::RFC3339_full, s, &t, &err) ? t : absl::InfinitePast();
+}
+
+json MergeCheckpoints(const std::vector<json>& lists) {
+  std::vector<json> all;
+  std::set<std::string> seen;
+  for (const auto& list : lists) {
+    if (!list.is_array()) continue;
+    for (const auto& c : list) {
+      std::string id = Str(c, "/checkpoint_id");
+      if (id.empty() || !seen.insert(id).second) continue;
+      all.push_back(c);
+    }
+  }
+  std::stable_sort(all.begin(), all.end(), [](const json& a, const json& b) {
+    absl::Time ta = ParseRfc3339(Str(a, "/created_at")), tb = ParseRfc3339(Str(b, "/created_at"));
+    if (ta != tb) return ta > tb;
+    return Str(a, "/checkpoint_id") < Str(b, "/checkpoint_id");
+  });
+  json out = json::array();
+  for (auto& c : all) out.push_back(std::move(c));
+  return out;
+}
+
+json ResumeAnnotations(const std::string& prefix, const std::string& id,
+                       const std::string& container) {
+  json a = {{prefix + "/resume", id}};
+  // Only the checkpointed container resumes; without this the shim would try every container
+  // of the pod (init containers and sidecars too) from the same checkpoint.
+  if (!container.empty()) a[prefix + "/containers"] = container;
+  return a;
+}
+
+std::string RandomSuffix(int n) {
+  // Kubernetes' generateName alphabet: no vowels (no words), no look-alikes.
+  static const char kAlphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+  std::random_device rd;
+  std::uniform_int_distribution<int> d(0, sizeof(kAlphabet) - 2);
+  std::string s;
+  for (int i = 0; i < n; ++i) s.push_back(kAlphabet[d(rd)]);
+  return s;
+}
+
+absl::StatusOr<json> BuildResumePod(const json& source, const ResumePodOptions& o) {
+  if (!source.is_object()) return absl::InvalidArgumentError("the source is not a JSON object");
+  json meta, spec;
+  std::string source_name, source_ns;
+  const std::string kind = source.value("kind", "Pod");
+  if (kind == "Pod") {
+    meta = source.value("metadata", json::object());
+    spec = source.value("spec", json::object());
+    source_name = Str(meta, "/name");
+    source_ns = Str(meta, "/namespace");
+  } else if (source.contains(json::json_pointer("/spec/template/spec"))) {
+    // A Job, Deployment, StatefulSet...: its pod template stands for the pod.
+    meta = source["spec"]["template"].value("metadata", json::object());
+    spec = source["spec"]["template"]["spec"];
+    source_name = Str(source, "/metadata/name");
+    source_ns = Str(source, "/metadata/namespace");
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a ", kind, " is neither a Pod nor a workload with a pod template"));
+  }
+  if (!spec.is_object() || !spec.contains("containers") || !spec["containers"].is_array() ||
+      spec["containers"].empty()) {
+    return absl::InvalidArgumentError("the source pod has no containers");
+  }
+  if (!o.container.empty()) {
+    bool found = false;
+    for (const auto& c : spec["containers"]) found = found || Str(c, "/name") == o.container;
+    if (!found) {
+      return absl::InvalidArgumentError(absl::StrCat("the source pod has no container '",
+                                                     o.container, "', which the checkpoint is of"));
+    }
+  }
+
+  std::string name = o.name;
+  if (name.empty()) {
+    // Pod names are DNS subdomains; the hostname derived from them is cut at 63 characters.
+    std::string base = source_name.empty() ? "restore" : source_name.substr(0, 53);
+    while (!base.empty() && (base.back() == '-' || base.back() == '.')) base.pop_back();
+    name = absl::StrCat(base, "-r-", RandomSuffix(5));
+  }
+
+  json labels = StringMap(meta.value("labels", json::object()));
+  for (const auto& k : ControllerLabels()) labels.erase(k);
+  json annotations = StringMap(meta.value("annotations", json::object()));
+  for (const auto& k : ServerAnnotations()) annotations.erase(k);
+  annotations.erase("kubectl-checkpoint.cryo.dev/none");
+  annotations.erase(o.prefix + "/containers");
+  const json resume = ResumeAnnotations(o.prefix, o.checkpoint_id, o.container);
+  for (auto it = resume.begin(); it != resume.end(); ++it) annotations[it.key()] = it.value();
+
+  // Set by the scheduler, by a subresource, or by admission from priorityClassName (which
+  // refuses a copied value that no longer matches the class).
+  for (const char* k : {"nodeName", "ephemeralContainers", "priority", "preemptionPolicy"}) {
+    spec.erase(k);
+  }
+  if (!o.node.empty()) spec["nodeName"] = o.node;
+
+  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", name}}}};
+  const std::string ns = o.namespace_name.empty() ? source_ns : o.namespace_name;
+  if (!ns.empty()) pod["metadata"]["namespace"] = ns;
+  if (!labels.empty()) pod["metadata"]["labels"] = labels;
+  pod["metadata"]["annotations"] = annotations;
+  pod["spec"] = spec;
+  return pod;
+}
+
+absl::StatusOr<WorkloadRef> ParseWorkload(const std::string& s) {
+  std::vector<std::string> parts = absl::StrSplit(s, absl::MaxSplits('/', 1));
+  if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workload wants KIND/NAME (job/NAME, deployment/NAME, statefulset/NAME), "
+                     "not '",
+                     s, "'"));
+  }
+  std::string kind = absl::AsciiStrToLower(parts[0]);
+  static const std::map<std::string, std::string> kKinds = {{"job", "job"},
+                                                            {"jobs", "job"},
+                                                            {"job.batch", "job"},
+                                                            {"jobs.batch", "job"},
+                                                            {"deployment", "deployment"},
+                                                            {"deployments", "deployment"},
+                                                            {"deploy", "deployment"},
+                                                            {"deployment.apps", "deployment"},
+                                                            {"deployments.apps", "deployment"},
+                                                            {"statefulset", "statefulset"},
+                                                            {"statefulsets", "statefulset"},
+                                                            {"sts", "statefulset"},
+                                                            {"statefulset.apps", "statefulset"},
+                                                            {"statefulsets.apps", "statefulset"}};
+  auto it = kKinds.find(kind);
+  if (it == kKinds.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--workload: '", parts[0], "' is not a Job, Deployment or StatefulSet"));
+  }
+  return WorkloadRef{it->second, parts[1]};
+}
+
+json WorkloadResumePatch(const std::string& prefix, const std::string& id,
+                         const std::string& container) {
+  return {{"spec",
+           {{"template",
+             {{"metadata", {{"annotations", ResumeAnnotations(prefix, id, container)}}}}}}}};
+}
+
+std::string HumanBytes(uint64_t n) {
+  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024 && u < 5) {
+    v /= 1024;
+    ++u;
+  }
+  if (u == 0) return absl::StrCat(n, " B");
+  return absl::StrFormat(v < 10 ? "%.1f %s" : "%.0f %s", v, kUnits[u]);
+}
+
+std::string HumanAge(absl::Duration d) {
+  int64_t s = absl::ToInt64Seconds(d);
+  if (s < 0) s = 0;
+  if (s < 120) return absl::StrCat(s, "s");
+  if (s < 3 * 3600) return absl::StrCat(s / 60, "m");
+  if (s < 48 * 3600) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    if (width.size() < r.size()) width.resize(r.size(), 0);
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 3, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace cryo::kubectl

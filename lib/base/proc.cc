@@ -1,0 +1,164 @@
+#include "lib/base/proc.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <deque>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "lib/base/fs.h"
+
+namespace cryo::proc {
+namespace {
+constexpr uint64_t kPfKthread = 0x00200000;  // PF_KTHREAD in <linux/sched.h>
+}
+
+absl::StatusOr<ProcInfo> ProcReader::Read(pid_t pid) const {
+  if (pid <= 0) return absl::InvalidArgumentError(absl::StrCat("invalid pid ", pid));
+  auto stat = fs::ReadFile(absl::StrCat(root_, "/", pid, "/stat"));
+  if (!stat.ok()) return absl::NotFoundError(absl::StrCat("no process with pid ", pid));
+  // comm is in parentheses and may itself contain spaces and ')'.
+  const std::string& s = *stat;
+  auto open = s.find('('), close = s.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 2 > s.size()) {
+    return absl::InternalError(absl::StrCat("cannot parse /proc/", pid, "/stat"));
+  }
+  ProcInfo info;
+  info.pid = pid;
+  info.comm = s.substr(open + 1, close - open - 1);
+  std::vector<std::string> f = absl::StrSplit(s.substr(close + 2), ' ');
+  // f[0] is field 3 (state) of proc(5).
+  if (f.size() < 20) return absl::InternalError(absl::StrCat("short /proc/", pid, "/stat"));
+  info.state = f[0].empty() ? '?' : f[0][0];
+  int64_t v;
+  if (absl::SimpleAtoi(f[1], &v)) info.ppid = v;
+  if (absl::SimpleAtoi(f[2], &v)) info.pgid = v;
+  if (absl::SimpleAtoi(f[3], &v)) info.sid = v;
+  absl::SimpleAtoi(f[6], &info.flags);
+  absl::SimpleAtoi(f[19], &info.start_time);
+  info.kernel_thread = (info.flags & kPfKthread) != 0;
+  return info;
+}
+
+std::vector<pid_t> ProcReader::AllPids() const {
+  std::vector<pid_t> out;
+  auto entries = fs::ListDir(root_);
+  if (!entries.ok()) return out;
+  for (const auto& e : *entries) {
+    int v;
+    if (absl::SimpleAtoi(e.name, &v) && v > 0) out.push_back(v);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ProcInfo>> ProcReader::Tree(pid_t root) const {
+  auto r = Read(root);
+  if (!r.ok()) return r.status();
+  std::map<pid_t, std::vector<ProcInfo>> children;
+  for (pid_t p : AllPids()) {
+    auto i = Read(p);
+    if (i.ok()) children[i->ppid].push_back(*i);
+  }
+  std::vector<ProcInfo> out{*r};
+  std::deque<pid_t> todo{root};
+  while (!todo.empty()) {
+    pid_t p = todo.front();
+    todo.pop_front();
+    for (const auto& c : children[p]) {
+      out.push_back(c);
+      todo.push_back(c.pid);
+    }
+  }
+  return out;
+}
+
+std::vector<pid_t> ProcReader::Threads(pid_t pid) const {
+  std::vector<pid_t> out;
+  auto entries = fs::ListDir(absl::StrCat(root_, "/", pid, "/task"));
+  if (!entries.ok()) return out;
+  for (const auto& e : *entries) {
+    int v;
+    if (absl::SimpleAtoi(e.name, &v)) out.push_back(v);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> ProcReader::Cmdline(pid_t pid) const {
+  auto s = fs::ReadFile(absl::StrCat(root_, "/", pid, "/cmdline"));
+  if (!s.ok() || s->empty()) return {};
+  std::string v = *s;
+  if (v.back() == '\0') v.pop_back();
+  return absl::StrSplit(v, '\0');
+}
+
+uint64_t ProcReader::MemoryBytes(pid_t pid) const {
+  auto s = fs::ReadFile(absl::StrCat(root_, "/", pid, "/smaps_rollup"));
+  if (!s.ok()) return 0;
+  uint64_t total = 0;
+  for (absl::string_view line : absl::StrSplit(*s, '\n')) {
+    // Anonymous pages plus shared ones (shmem is dumped too); file-backed clean pages are not.
+    for (absl::string_view key : {"Anonymous:", "Shared_Dirty:"}) {
+      if (absl::ConsumePrefix(&line, key)) {
+        uint64_t kb = 0;
+        std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+        if (!parts.empty() && absl::SimpleAtoi(parts[0], &kb)) total += kb * 1024;
+      }
+    }
+  }
+  return total;
+}
+
+bool ProcReader::Alive(pid_t pid, uint64_t start_time) const {
+  auto i = Read(pid);
+  if (!i.ok()) return false;
+  return start_time == 0 || i->start_time == start_time;
+}
+
+bool ProcReader::Stopped(pid_t pid) const {
+  auto i = Read(pid);
+  return i.ok() && (i->state == 'T' || i->state == 't' || i->state == 'Z');
+}
+
+std::vector<pid_t> ProcReader::Children(pid_t pid) const {
+  std::vector<pid_t> out;
+  for (pid_t p : AllPids()) {
+    auto i = Read(p);
+    if (i.ok() && i->ppid == pid) out.push_back(p);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+pid_t ProcReader::NsPid(pid_t pid) const {
+  auto s = fs::ReadFile(absl::StrCat(root_, "/", pid, "/status"));
+  if (!s.ok()) return 0;
+  for (absl::string_view line : absl::StrSplit(*s, '\n')) {
+    if (!absl::ConsumePrefix(&line, "NSpid:")) continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(line, absl::ByAnyChar(" \t"),
+                                                          absl::SkipEmpty());
+    int v = 0;
+    if (!parts.empty() && absl::SimpleAtoi(parts.back(), &v)) return v;
+  }
+  return 0;
+}
+
+std::string ProcReader::Link(pid_t pid, const std::string& rel) const {
+  std::string path = absl::StrCat(root_, "/", pid, "/", rel);
+  char buf[4096];
+  ssize_t n = ::readlink(path.c_str(), buf, sizeof(buf));
+  return n > 0 ? std::string(buf, n) : std::string();
+}
+
+std::vector<std::string> ProcReader::Environ(pid_t pid) const {
+  auto s = fs::ReadFile(absl::StrCat(root_, "/", pid, "/environ"));
+  if (!s.ok()) return {};
+  return absl::StrSplit(*s, '\0', absl::SkipEmpty());
+}
+
+}  // namespace cryo::proc

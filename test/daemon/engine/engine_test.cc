@@ -1,0 +1,420 @@
+// The checkpoint and restore flows with a fake CRIU and a fake GPU manager, on real child
+// processes and a real store in a temp dir: every failure path must leave the job running and
+// nothing published.
+
+#include "daemon/engine/engine.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/store/checksum.h"
+#include "lib/base/fs.h"
+#include "gtest/gtest.h"
+#include "test/daemon/test_util.h"
+
+namespace cryo::service {
+namespace {
+
+class FakeCriu : public criu::Criu {
+ public:
+  absl::Status dump_result;
+  absl::Duration dump_delay = absl::ZeroDuration();
+  bool dumped = false;
+  int restores = 0;
+  absl::Status Dump(const criu::DumpOptions& o, const std::function<void(pid_t)>& started) override {
+    started(0);
+    last_dump = o;
+    absl::SleepFor(dump_delay);
+    if (!dump_result.ok()) return dump_result;
+    // What CRIU does on success: images written, tree left stopped unless asked to run.
+    (void)fs::WriteFileAtomic(o.images_dir + "/pages-1.img", std::string(100000, 'p'));
+    (void)fs::WriteFileAtomic(o.images_dir + "/core-" + std::to_string(o.pid) + ".img", "core");
+    if (!o.leave_running) ::kill(o.pid, SIGSTOP);
+    dumped = true;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<pid_t> Restore(const criu::RestoreOptions& o,
+                                const std::function<void(pid_t)>&) override {
+    ++restores;
+    last_restore = o;
+    return 4242;
+  }
+  std::string version() const override { return ver; }
+  std::string ver = "4.1.1";
+  std::string path() const override { return "/fake/criu"; }
+  std::string check_error() const override { return ""; }
+  criu::DumpOptions last_dump;
+  criu::RestoreOptions last_restore;
+};
+
+class FakeGpu : public gpu::NullGpuManager {
+ public:
+  bool use_gpu = false;
+  absl::Status lock_result, compat_result;
+  int rollbacks = 0, locks = 0, checkpoints = 0, restores = 0, unlocks = 0;
+  absl::StatusOr<std::vector<gpu::GpuProcess>> Discover(const std::vector<pid_t>& pids) override {
+    if (!use_gpu) return std::vector<gpu::GpuProcess>{};
+    return std::vector<gpu::GpuProcess>{{pids[0], "fake", {{"uuid", "GPU-1"}}}};
+  }
+  absl::Status Lock(const std::vector<gpu::GpuProcess>&, absl::Duration) override {
+    ++locks;
+    return lock_result;
+  }
+  absl::Status Checkpoint(std::vector<gpu::GpuProcess>&) override {
+    ++checkpoints;
+    return absl::OkStatus();
+  }
+  absl::Status Restore(const std::vector<gpu::GpuProcess>&, const gpu::DeviceMap&) override {
+    ++restores;
+    return absl::OkStatus();
+  }
+  absl::Status Unlock(const std::vector<gpu::GpuProcess>&) override {
+    ++unlocks;
+    return absl::OkStatus();
+  }
+  void Rollback(const std::vector<gpu::GpuProcess>&) override { ++rollbacks; }
+  nlohmann::json Describe(const std::vector<gpu::GpuProcess>&) override {
+    return {{"driver", "fake"}};
+  }
+  absl::Status CheckCompatible(const nlohmann::json&, gpu::DeviceMap&) override {
+    return compat_result;
+  }
+};
+
+// A store whose publish fails, as a full disk would at the last moment.
+class FailingPublishStore : public store::CheckpointStore {
+ public:
+  explicit FailingPublishStore(store::CheckpointStore* inner) : inner_(inner) {}
+  class Staged : public store::StagedCheckpoint {
+   public:
+    explicit Staged(std::unique_ptr<store::StagedCheckpoint> in) : in_(std::move(in)) {}
+    const std::string& id() const override { return in_->id(); }
+    std::string images_dir() const override { return in_->images_dir(); }
+    std::string staging_dir() const override { return in_->staging_dir(); }
+    absl::Status Publish(const store::Manifest&) override {
+      return absl::ResourceExhaustedError("no space left on device (injected)");
+    }
+    absl::Status Abort() override { return in_->Abort(); }
+    std::unique_ptr<store::StagedCheckpoint> in_;
+  };
+  std::string location() const override { return inner_->location(); }
+  absl::StatusOr<std::unique_ptr<store::StagedCheckpoint>> Stage(const std::string& id) override {
+    auto s = inner_->Stage(id);
+    if (!s.ok()) return s.status();
+    return std::unique_ptr<store::StagedCheckpoint>(new Staged(std::move(*s)));
+  }
+  absl::StatusOr<store::Manifest> Get(const std::string& id) override { return inner_->Get(id); }
+  absl::StatusOr<std::vector<store::Manifest>> List() override { return inner_->List(); }
+  absl::Status Delete(const std::string& id) override { return inner_->Delete(id); }
+  absl::Status MarkDamaged(const std::string& id, const std::string& why) override {
+    return inner_->MarkDamaged(id, why);
+  }
+  absl::StatusOr<std::string> LocalPath(const std::string& id) override {
+    return inner_->LocalPath(id);
+  }
+  absl::StatusOr<int> CollectIncomplete(absl::Duration t, bool own) override {
+    return inner_->CollectIncomplete(t, own);
+  }
+  absl::StatusOr<std::vector<std::string>> ApplyRetention(
+      const std::string& w, int k, const std::set<std::string>& in_use) override {
+    return inner_->ApplyRetention(w, k, in_use);
+  }
+  absl::Status CheckWritable() override { return inner_->CheckWritable(); }
+  absl::StatusOr<uint64_t> FreeBytes() override { return inner_->FreeBytes(); }
+
+ private:
+  store::CheckpointStore* inner_;
+};
+
+// A job: a child process that just sleeps.
+struct Child {
+  pid_t pid;
+  Child() {
+    pid = ::fork();
+    if (pid == 0) {
+      for (;;) ::pause();
+    }
+  }
+  ~Child() {
+    if (pid <= 0) return;  // kill(-1) would signal everything
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  // Running or sleeping: anything but stopped, zombie or gone.
+  bool Runs() const {
+    char c = State();
+    return c == 'R' || c == 'S' || c == 'D';
+  }
+  char State() const {
+    auto i = proc::ProcReader().Read(pid);
+    return i.ok() ? i->state : '-';
+  }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto s = store::CreateLocalStore({dir_.path + "/store", "node-a", false});
+    ASSERT_TRUE(s.ok());
+    store_ = std::move(*s);
+    auto j = journal::Journal::Open(dir_.path + "/state/journal");
+    ASSERT_TRUE(j.ok());
+    journal_ = std::move(*j);
+    Rebuild(store_.get());
+  }
+  void Rebuild(store::CheckpointStore* store, const proc::ProcReader* proc = nullptr) {
+    EngineConfig c;
+    c.node_name = "node-a";
+    c.state_dir = dir_.path + "/state";
+    c.self_pid = ::getpid();
+    c.pid_wait_timeout = absl::Milliseconds(200);
+    engine_ = std::make_unique<Engine>(
+        c, EngineDeps{store, &criu_, &gpu_, journal_.get(), &metrics_, proc ? proc : &proc_});
+  }
+  v1::CheckpointRequest Req(pid_t pid, const std::string& id, bool leave_running = false) {
+    v1::CheckpointRequest r;
+    r.set_pid(pid);
+    r.set_checkpoint_id(id);
+    r.set_leave_running(leave_running);
+    return r;
+  }
+  bool StagingEmpty() { return fs::ListDir(dir_.path + "/store/.staging")->empty(); }
+  bool JournalEmpty() { return journal_->LoadAll()->empty(); }
+
+  TempDir dir_;
+  std::unique_ptr<store::CheckpointStore> store_;
+  std::unique_ptr<journal::Journal> journal_;
+  FakeCriu criu_;
+  FakeGpu gpu_;
+  metrics::Metrics metrics_;
+  proc::ProcReader proc_;
+  std::unique_ptr<Engine> engine_;
+  Operation op_{"op-1", "checkpoint", "test"};
+};
+
+TEST_F(EngineTest, SuccessPublishesManifestAndStopsTheJob) {
+  Child job;
+  auto info = engine_->Checkpoint(Req(job.pid, "c1"), op_);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->checkpoint_id(), "c1");
+  EXPECT_FALSE(criu_.last_dump.leave_running) << "dumps leave-stopped until published";
+  auto m = store_->Get("c1");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->root_pid, job.pid);
+  EXPECT_EQ(m->pids, std::vector<int>{job.pid});
+  ASSERT_EQ(m->files.size(), 2u);
+  for (const auto& f : m->files) {
+    auto d = HashFile(dir_.path + "/store/checkpoints/c1/" + f.path);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->checksum, f.checksum) << f.path;
+    EXPECT_EQ(d->size, f.size);
+  }
+  EXPECT_GT(m->stage_ms.count("dump"), 0u);
+  EXPECT_EQ(job.State(), 'Z') << "preemption semantics: the job is killed after publish";
+  EXPECT_TRUE(StagingEmpty());
+  EXPECT_TRUE(JournalEmpty());
+}
+
+TEST_F(EngineTest, LeaveRunningKeepsTheJob) {
+  Child job;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1", true), op_).ok());
+  EXPECT_TRUE(criu_.last_dump.leave_running);
+  EXPECT_TRUE(job.Runs());
+}
+
+TEST_F(EngineTest, DumpFailureRollsBackEverything) {
+  Child job;
+  gpu_.use_gpu = true;
+  criu_.dump_result = absl::InternalError("criu dump failed");
+  auto info = engine_->Checkpoint(Req(job.pid, "c1"), op_);
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(gpu_.locks, 1);
+  EXPECT_EQ(gpu_.rollbacks, 1) << "GPU state restored and unlocked";
+  EXPECT_TRUE(job.Runs());
+  EXPECT_TRUE(StagingEmpty());
+  EXPECT_TRUE(JournalEmpty());
+  EXPECT_TRUE(store_->List()->empty());
+}
+
+TEST_F(EngineTest, PublishFailureResumesTheStoppedJob) {
+  Child job;
+  FailingPublishStore failing(store_.get());
+  Rebuild(&failing);
+  auto info = engine_->Checkpoint(Req(job.pid, "c1"), op_);
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kResourceExhausted) << info.status();
+  ASSERT_TRUE(criu_.dumped);
+  EXPECT_TRUE(job.Runs()) << "the job was stopped by the dump and must run again";
+  EXPECT_TRUE(StagingEmpty());
+  EXPECT_TRUE(JournalEmpty());
+  EXPECT_TRUE(store_->List()->empty());
+}
+
+TEST_F(EngineTest, CallersDeadlinePassedPublishesNothingAndTheJobRunsOn) {
+  Child job;
+  criu_.dump_delay = absl::Milliseconds(300);
+  auto info = engine_->Checkpoint(Req(job.pid, "late"), op_, absl::Now() + absl::Milliseconds(100));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded) << info.status();
+  EXPECT_NE(info.status().message().find("not published"), std::string::npos) << info.status();
+  ASSERT_TRUE(criu_.dumped);
+  EXPECT_TRUE(job.Runs()) << "the job was stopped by the dump and must run again";
+  EXPECT_TRUE(StagingEmpty());
+  EXPECT_TRUE(JournalEmpty());
+  EXPECT_TRUE(store_->List()->empty());
+  // A deadline already gone: nothing is started at all.
+  criu_.dumped = false;
+  info = engine_->Checkpoint(Req(job.pid, "late"), op_, absl::Now() - absl::Seconds(1));
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded) << info.status();
+  EXPECT_FALSE(criu_.dumped);
+  EXPECT_TRUE(job.Runs());
+}
+
+TEST_F(EngineTest, GpuLockTimeoutTouchesNothing) {
+  Child job;
+  gpu_.use_gpu = true;
+  gpu_.lock_result = absl::DeadlineExceededError("lock did not finish in 10s");
+  auto info = engine_->Checkpoint(Req(job.pid, "c1"), op_);
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(criu_.dumped);
+  EXPECT_EQ(gpu_.checkpoints, 0);
+  EXPECT_TRUE(job.Runs());
+  EXPECT_TRUE(StagingEmpty());
+}
+
+TEST_F(EngineTest, GpuCheckpointRecordedAndRestoredWhenLeftRunning) {
+  Child job;
+  gpu_.use_gpu = true;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "g1", true), op_).ok());
+  EXPECT_EQ(gpu_.checkpoints, 1);
+  EXPECT_EQ(gpu_.restores, 1);
+  EXPECT_EQ(gpu_.unlocks, 1);
+  EXPECT_EQ(gpu_.rollbacks, 0);
+  auto m = store_->Get("g1");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->gpu_processes[0]["pid"], job.pid);
+  EXPECT_EQ(m->gpu_processes[0]["plugin"], "fake");
+  EXPECT_EQ(m->gpu["driver"], "fake");
+}
+
+TEST_F(EngineTest, RefusesBadTargetsBeforeTouchingAnything) {
+  // A fake /proc with a kernel thread, a zombie and a tree that holds "cryod".
+  TempDir p;
+  auto fake = [&](int pid, int ppid, const char* comm, uint64_t flags, char state) {
+    ASSERT_TRUE(fs::MakeDirs(absl::StrCat(p.path, "/", pid)).ok());
+    std::string stat = absl::StrCat(pid, " (", comm, ") ", std::string(1, state), " ", ppid, " ",
+                                    pid, " ", pid, " 0 -1 ", flags);
+    for (int f = 10; f <= 22; ++f) absl::StrAppend(&stat, " 1");
+    ASSERT_TRUE(fs::WriteFileAtomic(absl::StrCat(p.path, "/", pid, "/stat"), stat).ok());
+  };
+  fake(2, 0, "kthreadd", 0x00208040, 'S');
+  fake(50, 1, "dead", 0x400000, 'Z');
+  fake(60, 1, "parent", 0x400000, 'S');
+  fake(::getpid(), 60, "cryod", 0x400000, 'S');
+  proc::ProcReader reader(p.path);
+  Rebuild(store_.get(), &reader);
+  EXPECT_EQ(engine_->Checkpoint(Req(2, ""), op_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->Checkpoint(Req(50, ""), op_).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto s = engine_->Checkpoint(Req(60, ""), op_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("cryod"), std::string::npos) << s;
+  EXPECT_EQ(engine_->Checkpoint(Req(1, ""), op_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->Checkpoint(Req(::getpid(), ""), op_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->Checkpoint(Req(77, ""), op_).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(engine_->Checkpoint(Req(60, "../x"), op_).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(criu_.dumped);
+}
+
+TEST_F(EngineTest, RecoverRollsBackAnUnpublishedCheckpoint) {
+  Child job;
+  ::kill(job.pid, SIGSTOP);
+  auto staged = store_->Stage("half");
+  ASSERT_TRUE(staged.ok());
+  journal::Entry e;
+  e.op_id = "op-9";
+  e.kind = "checkpoint";
+  e.checkpoint_id = "half";
+  e.state = "dumped";
+  e.tasks = {{job.pid, proc_.Read(job.pid)->start_time}};
+  e.staging_dir = (*staged)->staging_dir();
+  ASSERT_TRUE(journal_->Put(e).ok());
+  ASSERT_TRUE(WaitUntil([&] { return job.State() == 'T'; }));
+  ASSERT_TRUE(engine_->Recover().ok());
+  EXPECT_TRUE(WaitUntil([&] { return job.Runs(); })) << "job left stopped";
+  EXPECT_FALSE(fs::Exists(e.staging_dir));
+  EXPECT_TRUE(JournalEmpty());
+}
+
+TEST_F(EngineTest, RecoverFinishesAPublishedPreemption) {
+  Child job;
+  ::kill(job.pid, SIGSTOP);
+  journal::Entry e;
+  e.op_id = "op-9";
+  e.kind = "checkpoint";
+  e.checkpoint_id = "done";
+  e.state = "published";
+  e.tasks = {{job.pid, proc_.Read(job.pid)->start_time}};
+  ASSERT_TRUE(journal_->Put(e).ok());
+  ASSERT_TRUE(engine_->Recover().ok());
+  EXPECT_EQ(job.State(), 'Z');
+  EXPECT_TRUE(JournalEmpty());
+}
+
+TEST_F(EngineTest, RestoreChecksBeforeStartingAnything) {
+  Child job;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1", true), op_).ok());
+  v1::RestoreRequest r;
+  r.set_checkpoint_id("c1");
+  // The job still runs, so its pid is taken.
+  auto res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();
+  EXPECT_NE(res.status().message().find(std::to_string(job.pid)), std::string::npos);
+  EXPECT_EQ(criu_.restores, 0);
+  // A GPU mismatch is refused even before the pid check.
+  gpu_.compat_result = absl::FailedPreconditionError("chip H100 != A100");
+  res = engine_->Restore(r, op_);
+  EXPECT_NE(res.status().message().find("chip"), std::string::npos) << res.status();
+  EXPECT_EQ(criu_.restores, 0);
+  r.set_checkpoint_id("nope");
+  EXPECT_EQ(engine_->Restore(r, op_).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, RestoreRefusesACheckpointOfANewerCriu) {
+  Child job;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
+  ::waitpid(job.pid, nullptr, 0);
+  job.pid = -1;
+  v1::RestoreRequest r;
+  r.set_checkpoint_id("c1");
+  criu_.ver = "4.0.2";  // this node's CRIU is older than the one that took the checkpoint
+  auto res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();
+  EXPECT_NE(res.status().message().find("taken with CRIU 4.1.1"), std::string::npos)
+      << res.status();
+  EXPECT_NE(res.status().message().find("this node has CRIU 4.0.2"), std::string::npos);
+  EXPECT_EQ(criu_.restores, 0);
+  criu_.ver = "4.2";  // a newer CRIU reads older images
+  res = engine_->Restore(r, op_);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(criu_.restores, 1);
+}
+
+TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
+  Child job;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
+  ::waitpid(job.pid, nullptr, 0);  // reap: a zombie still holds the pid
+  v1::RestoreRequest r;
+  r.set_checkpoint_id("c1");
+  auto res = engine_->Restore(r, op_);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(res->root_pid(), 4242);
+  EXPECT_EQ(criu_.last_restore.images_dir, dir_.path + "/store/checkpoints/c1/images");
+  EXPECT_TRUE(JournalEmpty());
+  job.pid = -1;
+}
+
+}  // namespace
+}  // namespace cryo::service

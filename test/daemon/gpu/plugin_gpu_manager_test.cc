@@ -1,0 +1,407 @@
+// PluginGpuManager over fake plugins given as in-memory C tables: the same ABI a real plugin
+// speaks, no dlopen, no GPU.
+
+#include "daemon/gpu/plugin_gpu_manager.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/gpu/gpu_manager_factory.h"
+#include "gtest/gtest.h"
+#include "test/plugins/test_util.h"
+
+namespace cryo::gpu {
+namespace {
+
+enum class State { kRunning, kLocked, kCheckpointed };
+
+// Behaviour and record of one fake plugin. Hooks are C functions, so state is static per N.
+template <int N>
+struct Fake {
+  static inline std::mutex mu;
+  static inline std::condition_variable cv;
+  static inline std::map<int, State> state;
+  static inline std::set<int> owns;  // pids discover reports
+  static inline std::set<int> lock_times_out;
+  static inline std::set<int> checkpoint_fails;
+  static inline int checkpoint_rendezvous = 0;  // wait until this many checkpoints run at once
+  static inline int in_checkpoint = 0;
+  static inline std::vector<std::string> calls;
+  static inline std::string thp_file;  // read during checkpoint
+  static inline std::string thp_seen;
+  static inline std::string last_restore_map;
+  static inline thread_local std::string error;
+  static inline cryo_gpu_plugin_api api;
+
+  static void Reset() {
+    std::lock_guard l(mu);
+    state.clear();
+    owns.clear();
+    lock_times_out.clear();
+    checkpoint_fails.clear();
+    checkpoint_rendezvous = 0;
+    in_checkpoint = 0;
+    calls.clear();
+    thp_file.clear();
+    thp_seen.clear();
+    last_restore_map.clear();
+  }
+  static char* Dup(const std::string& s) { return strdup(s.c_str()); }
+  static cryo_gpu_rc Err(cryo_gpu_rc rc, const std::string& msg) {
+    error = msg;
+    return rc;
+  }
+  static void Record(const std::string& c) {
+    std::lock_guard l(mu);
+    calls.push_back(c);
+  }
+
+  static cryo_gpu_rc Create(const char*, cryo_gpu_plugin** out) {
+    *out = reinterpret_cast<cryo_gpu_plugin*>(&api);
+    return CRYO_GPU_OK;
+  }
+  static void Destroy(cryo_gpu_plugin*) {}
+  static const char* LastError(cryo_gpu_plugin*) { return error.c_str(); }
+  static void Free(char* s) { std::free(s); }
+  static cryo_gpu_rc Status(cryo_gpu_plugin*, char** out) {
+    *out = Dup(R"({"available": true, "detail": "fake"})");
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Devices(cryo_gpu_plugin*, char** out) {
+    *out = Dup(absl::StrCat(R"([{"uuid": "GPU-fake)", N, R"(", "name": "Fake", "chip": "sm_90",)",
+                            R"( "memory_total_bytes": 100, "memory_free_bytes": 60}])"));
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Discover(cryo_gpu_plugin*, const int32_t* pids, size_t n, char** out) {
+    nlohmann::json arr = nlohmann::json::array();
+    std::lock_guard l(mu);
+    for (size_t i = 0; i < n; ++i) {
+      if (owns.count(pids[i])) {
+        arr.push_back({{"pid", pids[i]}, {"facts", {{"devices", {{{"uuid", "GPU-fake"}}}}}}});
+      }
+    }
+    *out = Dup(arr.dump());
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Lock(cryo_gpu_plugin*, int32_t pid, uint32_t timeout_ms) {
+    Record(absl::StrCat("lock ", pid, " ", timeout_ms));
+    std::lock_guard l(mu);
+    if (lock_times_out.count(pid)) return Err(CRYO_GPU_DEADLINE_EXCEEDED, "kernel still running");
+    if (state[pid] != State::kRunning) return Err(CRYO_GPU_FAILED_PRECONDITION, "not running");
+    state[pid] = State::kLocked;
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Checkpoint(cryo_gpu_plugin*, int32_t pid) {
+    Record(absl::StrCat("checkpoint ", pid));
+    std::unique_lock l(mu);
+    if (!thp_file.empty()) {
+      std::ifstream in(thp_file);
+      std::getline(in, thp_seen);
+    }
+    if (checkpoint_rendezvous > 0) {
+      // Returns only once all expected checkpoints are inside at the same time.
+      ++in_checkpoint;
+      cv.notify_all();
+      if (!cv.wait_for(l, std::chrono::seconds(30),
+                       [] { return in_checkpoint >= checkpoint_rendezvous; })) {
+        return Err(CRYO_GPU_INTERNAL, "checkpoints did not run in parallel");
+      }
+    }
+    if (state[pid] != State::kLocked) return Err(CRYO_GPU_FAILED_PRECONDITION, "not locked");
+    if (checkpoint_fails.count(pid)) return Err(CRYO_GPU_INTERNAL, "copy failed");
+    state[pid] = State::kCheckpointed;
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Restore(cryo_gpu_plugin*, int32_t pid, const char*,
+                             const cryo_gpu_device_pair* map, size_t n) {
+    Record(absl::StrCat("restore ", pid));
+    std::lock_guard l(mu);
+    last_restore_map.clear();
+    for (size_t i = 0; i < n; ++i) {
+      absl::StrAppend(&last_restore_map, map[i].from_uuid, "->", map[i].to_uuid, ";");
+    }
+    if (state[pid] != State::kCheckpointed) return Err(CRYO_GPU_FAILED_PRECONDITION, "state");
+    state[pid] = State::kLocked;
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Unlock(cryo_gpu_plugin*, int32_t pid) {
+    Record(absl::StrCat("unlock ", pid));
+    std::lock_guard l(mu);
+    if (state[pid] != State::kLocked) return Err(CRYO_GPU_FAILED_PRECONDITION, "not locked");
+    state[pid] = State::kRunning;
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Rollback(cryo_gpu_plugin*, int32_t pid) {
+    Record(absl::StrCat("rollback ", pid));
+    std::lock_guard l(mu);
+    state[pid] = State::kRunning;
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Describe(cryo_gpu_plugin*, const char* procs, char** out) {
+    nlohmann::json p = nlohmann::json::parse(procs);
+    *out = Dup(nlohmann::json{
+        {"devices", {{{"uuid", "GPU-fake"}, {"chip", "sm_90"}}}},
+        {"processes",
+         p}}.dump());
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Check(cryo_gpu_plugin*, const char* section, const char* request, char** out) {
+    nlohmann::json r = nlohmann::json::parse(request);
+    nlohmann::json map = r["map"].empty() ? nlohmann::json{{"GPU-fake", "GPU-new"}} : r["map"];
+    *out = Dup(nlohmann::json{{"map", map}}.dump());
+    return CRYO_GPU_OK;
+  }
+  static cryo_gpu_rc Criu(cryo_gpu_plugin*, const int32_t*, size_t, char** out) {
+    *out = Dup(R"({"args": ["--libdir", "/x"], "env": {"K": "V"}})");
+    return CRYO_GPU_OK;
+  }
+
+  static const cryo_gpu_plugin_api* Table(const char* name) {
+    api = cryo_gpu_plugin_api{};
+    api.struct_size = sizeof(cryo_gpu_plugin_api);
+    api.abi_major = CRYO_GPU_PLUGIN_ABI_MAJOR;
+    api.abi_minor = CRYO_GPU_PLUGIN_ABI_MINOR;
+    api.name = name;
+    api.version = "test";
+    api.create = Create;
+    api.destroy = Destroy;
+    api.last_error = LastError;
+    api.free_string = Free;
+    api.status = Status;
+    api.list_devices = Devices;
+    api.discover = Discover;
+    api.lock = Lock;
+    api.checkpoint = Checkpoint;
+    api.restore = Restore;
+    api.unlock = Unlock;
+    api.rollback = Rollback;
+    api.describe = Describe;
+    api.check_compatible = Check;
+    api.criu_options = Criu;
+    return &api;
+  }
+};
+
+using A = Fake<1>;
+using B = Fake<2>;
+
+class ManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    A::Reset();
+    B::Reset();
+  }
+  std::unique_ptr<GpuManager> Make(std::vector<const cryo_gpu_plugin_api*> tables,
+                                   std::string thp_mode = "", std::string thp_path = "") {
+    GpuConfig cfg;
+    cfg.plugin_dir = "/nonexistent";
+    cfg.tables = std::move(tables);
+    cfg.lock_timeout = absl::Milliseconds(1234);
+    cfg.thp_during_checkpoint = thp_mode;
+    cfg.thp_path = thp_path;
+    auto m = CreateGpuManager(cfg);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+  static std::vector<GpuProcess> Procs(std::vector<pid_t> pids, const char* plugin = "fake") {
+    std::vector<GpuProcess> out;
+    for (pid_t p : pids) out.push_back({p, plugin, nlohmann::json::object()});
+    return out;
+  }
+};
+
+TEST_F(ManagerTest, RefusesPluginOfAnotherAbiMajor) {
+  cryo_gpu_plugin_api t = *A::Table("fake");
+  t.abi_major = CRYO_GPU_PLUGIN_ABI_MAJOR + 1;
+  GpuConfig cfg;
+  cfg.plugin_dir = "/nonexistent";
+  cfg.tables = {&t};
+  auto m = CreateGpuManager(cfg);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(m.status().message().find("ABI"), absl::string_view::npos);
+}
+
+TEST_F(ManagerTest, RefusesTableTooShortForAbi) {
+  cryo_gpu_plugin_api t = *A::Table("fake");
+  t.struct_size = offsetof(cryo_gpu_plugin_api, lock);
+  GpuConfig cfg;
+  cfg.plugin_dir = "/nonexistent";
+  cfg.tables = {&t};
+  auto m = CreateGpuManager(cfg);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ManagerTest, NamedPluginMissingFromDirIsNotFound) {
+  GpuConfig cfg;
+  cfg.plugin_dir = "/nonexistent";
+  cfg.plugins = {"cuda"};
+  auto m = CreateGpuManager(cfg);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ManagerTest, EmptyPluginDirGivesManagerWithoutPlugins) {
+  GpuConfig cfg;
+  cfg.plugin_dir = "/nonexistent";
+  auto m = CreateGpuManager(cfg);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->Plugins().empty());
+  DeviceMap map;
+  EXPECT_EQ((*m)->CheckCompatible({{"cuda", {{"devices", nlohmann::json::array()}}}}, map).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE((*m)->CheckCompatible(nullptr, map).ok());
+}
+
+TEST_F(ManagerTest, DiscoverKeepsCallerOrderAndRefusesTwoVendorsInOneProcess) {
+  auto m = Make({A::Table("fake"), B::Table("other")});
+  A::owns = {30, 10};
+  B::owns = {20};
+  auto found = m->Discover({10, 20, 30, 40});
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_EQ(found->size(), 3u);
+  EXPECT_EQ((*found)[0].pid, 10);
+  EXPECT_EQ((*found)[1].pid, 20);
+  EXPECT_EQ((*found)[1].plugin, "other");
+  EXPECT_EQ((*found)[2].facts["devices"][0]["uuid"], "GPU-fake");
+
+  B::owns = {10};
+  auto both = m->Discover({10});
+  EXPECT_EQ(both.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ManagerTest, LockTimeoutUnlocksTheOthersAndReportsDeadline) {
+  auto m = Make({A::Table("fake")});
+  A::lock_times_out = {2};
+  absl::Status s = m->Lock(Procs({1, 2, 3}), absl::ZeroDuration());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("pid 2"), absl::string_view::npos);
+  for (int pid : {1, 2, 3}) EXPECT_EQ(A::state[pid], State::kRunning) << pid;
+  // The configured default bound was passed down when the call gave none.
+  EXPECT_NE(std::find(A::calls.begin(), A::calls.end(), "lock 1 1234"), A::calls.end());
+}
+
+TEST_F(ManagerTest, CheckpointsRunInParallel) {
+  auto m = Make({A::Table("fake")});
+  auto procs = Procs({1, 2});
+  ASSERT_TRUE(m->Lock(procs, absl::Seconds(1)).ok());
+  A::checkpoint_rendezvous = 2;  // each checkpoint waits for the other to be inside
+  absl::Status s = m->Checkpoint(procs);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(A::state[1], State::kCheckpointed);
+  EXPECT_EQ(A::state[2], State::kCheckpointed);
+  EXPECT_TRUE(procs[0].facts.contains("checkpoint_ms"));
+  ASSERT_TRUE(m->Restore(procs, {}).ok());
+  ASSERT_TRUE(m->Unlock(procs).ok());
+  EXPECT_EQ(A::state[1], State::kRunning);
+}
+
+TEST_F(ManagerTest, OneFailedCheckpointRollsBackBoth) {
+  auto m = Make({A::Table("fake"), B::Table("other")});
+  std::vector<GpuProcess> procs = {{1, "fake", {}}, {2, "other", {}}};
+  ASSERT_TRUE(m->Lock(procs, absl::Seconds(1)).ok());
+  B::checkpoint_fails = {2};
+  absl::Status s = m->Checkpoint(procs);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(s.message().find("rolled back"), absl::string_view::npos);
+  EXPECT_EQ(A::state[1], State::kRunning);
+  EXPECT_EQ(B::state[2], State::kRunning);
+  EXPECT_NE(std::find(A::calls.begin(), A::calls.end(), "rollback 1"), A::calls.end());
+  EXPECT_NE(std::find(B::calls.begin(), B::calls.end(), "rollback 2"), B::calls.end());
+}
+
+TEST_F(ManagerTest, ThpIsSetDuringCheckpointAndPutBack) {
+  testing::TempDir dir;
+  dir.Write("enabled", "always [madvise] never\n");
+  auto m = Make({A::Table("fake")}, "always", dir / "enabled");
+  A::thp_file = dir / "enabled";
+  auto procs = Procs({1});
+  ASSERT_TRUE(m->Lock(procs, absl::Seconds(1)).ok());
+  ASSERT_TRUE(m->Checkpoint(procs).ok());
+  EXPECT_EQ(A::thp_seen, "always");
+  std::ifstream in(dir / "enabled");
+  std::string after;
+  std::getline(in, after);
+  EXPECT_EQ(after, "madvise");
+  EXPECT_EQ(procs[0].facts["thp"], "always (was madvise)");
+}
+
+TEST_F(ManagerTest, RestorePassesTheMapToThePlugin) {
+  auto m = Make({A::Table("fake")});
+  auto procs = Procs({1});
+  ASSERT_TRUE(m->Lock(procs, absl::Seconds(1)).ok());
+  ASSERT_TRUE(m->Checkpoint(procs).ok());
+  ASSERT_TRUE(m->Restore(procs, {{"GPU-a", "GPU-b"}}).ok());
+  EXPECT_EQ(A::last_restore_map, "GPU-a->GPU-b;");
+}
+
+TEST_F(ManagerTest, DescribeAndCheckCompatibleRoundTrip) {
+  auto m = Make({A::Table("fake")});
+  A::owns = {7};
+  auto found = m->Discover({7});
+  ASSERT_TRUE(found.ok());
+  nlohmann::json gpu = m->Describe(*found);
+  ASSERT_TRUE(gpu.contains("fake"));
+  EXPECT_EQ(gpu["fake"]["plugin_version"], "test");
+  EXPECT_EQ(gpu["fake"]["processes"][0]["pid"], 7);
+
+  DeviceMap map;
+  ASSERT_TRUE(m->CheckCompatible(gpu, map).ok());
+  EXPECT_EQ(map["GPU-fake"], "GPU-new");
+
+  nlohmann::json unknown = {{"nosuch", gpu["fake"]}};
+  DeviceMap map2;
+  EXPECT_EQ(m->CheckCompatible(unknown, map2).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ManagerTest, CriuOptionsMergeAndDevicesCarryVendor) {
+  auto m = Make({A::Table("fake"), B::Table("other")});
+  auto extras = m->CriuOptions({{1, "fake", {}}, {2, "other", {}}});
+  ASSERT_TRUE(extras.ok());
+  // Identical flags from two plugins appear once.
+  EXPECT_EQ(extras->args, (std::vector<std::string>{"--libdir", "/x"}));
+  EXPECT_EQ(extras->env["K"], "V");
+  auto devs = m->Devices();
+  ASSERT_EQ(devs.size(), 2u);
+  EXPECT_EQ(devs[0].vendor, "fake");
+  EXPECT_EQ(devs[1].uuid, "GPU-fake2");
+  EXPECT_EQ(devs[1].memory_free_bytes, 60u);
+}
+
+// The built plugins load by dlopen and start on a machine without any GPU driver.
+TEST(RealPluginsTest, LoadWithoutDriversAndSayWhy) {
+  GpuConfig cfg;
+  cfg.plugin_dir = CRYO_TEST_PLUGIN_DIR;
+  cfg.plugins = {"cuda", "rocm"};
+  cfg.plugin_options = {{"cuda", {{"libcuda", "libcuda-does-not-exist.so.1"}}},
+                        {"rocm", {{"dev_kfd", "/nonexistent/kfd"}}}};
+  auto m = CreateGpuManager(cfg);
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto ps = (*m)->Plugins();
+  ASSERT_EQ(ps.size(), 2u);
+  EXPECT_EQ(ps[0].name, "cuda");
+  EXPECT_FALSE(ps[0].available);
+  EXPECT_NE(ps[0].detail.find("no NVIDIA driver"), std::string::npos) << ps[0].detail;
+  EXPECT_FALSE(ps[1].available);
+  EXPECT_TRUE((*m)->Devices().empty());
+  // This test's own process uses no GPU: nothing to refuse.
+  auto found = (*m)->Discover({getpid()});
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_TRUE(found->empty());
+}
+
+}  // namespace
+}  // namespace cryo::gpu

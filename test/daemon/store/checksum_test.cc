@@ -1,0 +1,114 @@
+#include "daemon/store/checksum.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "lib/base/fs.h"
+#include "gtest/gtest.h"
+#include "test/daemon/test_util.h"
+
+namespace cryo {
+namespace {
+
+std::string RandomData(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+TEST(Checksum, StreamingEqualsFileHashAcrossChunksAndThreads) {
+  TempDir d;
+  // Two full 64 MiB chunks and a partial one.
+  std::string data = RandomData(2 * kChecksumChunk + 12345, 1);
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/f", data).ok());
+  ChunkedHasher h;
+  // Feed in odd-sized pieces so chunk boundaries fall mid-update.
+  for (size_t off = 0; off < data.size(); off += 1000003) {
+    h.Update(data.data() + off, std::min<size_t>(1000003, data.size() - off));
+  }
+  FileDigest streamed = h.Finish();
+  auto one = HashFile(d.path + "/f", 1);
+  auto four = HashFile(d.path + "/f", 4);
+  ASSERT_TRUE(one.ok() && four.ok());
+  EXPECT_EQ(streamed.size, data.size());
+  EXPECT_EQ(streamed.checksum, one->checksum);
+  EXPECT_EQ(one->checksum, four->checksum);
+  EXPECT_EQ(streamed.checksum.size(), 32u);
+}
+
+TEST(Checksum, OneBitChangesTheDigest) {
+  TempDir d;
+  std::string data = RandomData(1 << 20, 2);
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/a", data).ok());
+  data[777] ^= 1;
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/b", data).ok());
+  EXPECT_NE(HashFile(d.path + "/a")->checksum, HashFile(d.path + "/b")->checksum);
+}
+
+TEST(Checksum, EmptyFileHasADigest) {
+  TempDir d;
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/e", "").ok());
+  auto e = HashFile(d.path + "/e");
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->size, 0u);
+  EXPECT_EQ(e->checksum, ChunkedHasher().Finish().checksum);
+}
+
+TEST(Checksum, VerifyNamesTruncatedAndCorruptFiles) {
+  TempDir d;
+  std::string data = RandomData(4096, 3);
+  ASSERT_TRUE(fs::MakeDirs(d.path + "/images").ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/images/pages-1.img", data).ok());
+  auto dg = HashFile(d.path + "/images/pages-1.img");
+  std::vector<ExpectedFile> files = {{"images/pages-1.img", dg->size, dg->checksum}};
+  EXPECT_TRUE(VerifyFiles(d.path, files, 2).ok());
+
+  data[10] ^= 0x80;
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/images/pages-1.img", data).ok());
+  absl::Status s = VerifyFiles(d.path, files, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("images/pages-1.img: checksum mismatch"), std::string::npos) << s;
+
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/images/pages-1.img", data.substr(0, 100)).ok());
+  s = VerifyFiles(d.path, files, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("truncated"), std::string::npos) << s;
+
+  ::unlink((d.path + "/images/pages-1.img").c_str());
+  s = VerifyFiles(d.path, files, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("missing"), std::string::npos) << s;
+}
+
+TEST(Checksum, TailHasherMatchesWhileFilesAreWritten) {
+  TempDir d;
+  TailHasher t(d.path);
+  t.Start();
+  std::string big = RandomData(3 << 20, 4), small = RandomData(100, 5);
+  {
+    // Written in pieces while the hasher follows, as CRIU writes its images.
+    int fd = ::open((d.path + "/pages").c_str(), O_WRONLY | O_CREAT, 0600);
+    for (size_t off = 0; off < big.size(); off += 65536) {
+      ASSERT_EQ(::write(fd, big.data() + off, std::min<size_t>(65536, big.size() - off)),
+                static_cast<ssize_t>(std::min<size_t>(65536, big.size() - off)));
+      if (off % (1 << 20) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ::close(fd);
+  }
+  ASSERT_TRUE(fs::MakeDirs(d.path + "/sub").ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/sub/core", small).ok());
+  auto got = t.Finish();
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  EXPECT_EQ((*got)["pages"].checksum, HashFile(d.path + "/pages")->checksum);
+  EXPECT_EQ((*got)["pages"].size, big.size());
+  EXPECT_EQ((*got)["sub/core"].checksum, HashFile(d.path + "/sub/core")->checksum);
+}
+
+}  // namespace
+}  // namespace cryo
