@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cri-shim/handlers/handlers.h"
-#include "cri-shim/log.h"
+#include "lib/base/log.h"
 #include "grpcpp/client_context.h"
 
 namespace cryo::shim {
@@ -38,9 +38,9 @@ StepOutcome TuneRuntimeStep(AppState& s) {
 }
 
 StepOutcome ConfigureLoggingStep(AppState& s) {
+  SetLogProgram("cryo-cri-shim");
   SetLogLevel(s.options.log_level);
-  CRYO_SHIM_LOG(kInfo, "starting cryo-cri-shim ", CRYO_VERSION, ": listen ", s.options.listen,
-                ", runtime ", s.options.runtime_endpoint);
+  CRYO_LOG(Info) << "starting cryo-cri-shim " << CRYO_VERSION << ": listen " << s.options.listen << ", runtime " << s.options.runtime_endpoint;
   return StepOutcome::Ok();
 }
 
@@ -66,7 +66,7 @@ StepOutcome CreateMetricsStep(AppState& s) {
 
 StepOutcome StartMetricsEndpointStep(AppState& s) {
   if (s.options.metrics_address.empty()) {
-    CRYO_SHIM_LOG(kInfo, "metrics endpoint disabled");
+    CRYO_LOG(Info) << "metrics endpoint disabled";
     return StepOutcome::Ok();
   }
   try {
@@ -77,8 +77,7 @@ StepOutcome StartMetricsEndpointStep(AppState& s) {
   }
   s.exposer->RegisterCollectable(s.registry);
   std::vector<int> ports = s.exposer->GetListeningPorts();
-  CRYO_SHIM_LOG(kInfo, "metrics on http://", s.options.metrics_address, "/metrics (port ",
-                absl::StrJoin(ports, ","), ")");
+  CRYO_LOG(Info) << "metrics on http://" << s.options.metrics_address << "/metrics (port " << absl::StrJoin(ports, ",") << ")";
   return StepOutcome::Ok();
 }
 
@@ -90,8 +89,7 @@ StepOutcome StartServerStep(AppState& s) {
   deps.metrics = s.metrics.get();
   if (::access(deps.init_path.c_str(), X_OK) != 0) {
     // Opted-in containers would fail to start; others are unaffected, so serve anyway.
-    CRYO_SHIM_LOG(kWarning, "cryo-init not found at ", deps.init_path,
-                  ": containers of opted-in pods will fail to start (see --init-path)");
+    CRYO_LOG(Warning) << "cryo-init not found at " << deps.init_path << ": containers of opted-in pods will fail to start (see --init-path)";
   }
   absl::StatusOr<OwnedMethods> owned = DefaultOwnedMethods(deps);
   if (!owned.ok()) return StepOutcome::Fatal(std::string(owned.status().message()));
@@ -99,7 +97,7 @@ StepOutcome StartServerStep(AppState& s) {
       {s.options.listen, s.options.runtime_endpoint}, std::move(*owned), s.metrics.get());
   if (!server.ok()) return StepOutcome::Fatal(std::string(server.status().message()));
   s.server = std::move(*server);
-  CRYO_SHIM_LOG(kInfo, "serving CRI on unix:", s.options.listen);
+  CRYO_LOG(Info) << "serving CRI on unix:" << s.options.listen;
   return StepOutcome::Ok();
 }
 
@@ -112,11 +110,9 @@ StepOutcome ProbeRuntimeStep(AppState& s) {
   runtime::v1::VersionResponse resp;
   grpc::Status st = s.server->runtime().runtime().Version(&ctx, req, &resp);
   if (st.ok()) {
-    CRYO_SHIM_LOG(kInfo, "runtime: ", resp.runtime_name(), " ", resp.runtime_version(), " (CRI ",
-                  resp.runtime_api_version(), ")");
+    CRYO_LOG(Info) << "runtime: " << resp.runtime_name() << " " << resp.runtime_version() << " (CRI " << resp.runtime_api_version() << ")";
   } else {
-    CRYO_SHIM_LOG(kWarning, "runtime at ", s.options.runtime_endpoint,
-                  " not answering yet: ", st.error_message());
+    CRYO_LOG(Warning) << "runtime at " << s.options.runtime_endpoint << " not answering yet: " << st.error_message();
   }
   return StepOutcome::Ok();
 }
@@ -126,7 +122,7 @@ StepOutcome WaitForSignalStep(AppState& s) {
   if (int err = sigwait(&s.stop_signals, &sig); err != 0) {
     return StepOutcome::Fatal(absl::StrCat("sigwait: ", strerror(err)));
   }
-  CRYO_SHIM_LOG(kInfo, "received ", strsignal(sig), ", shutting down");
+  CRYO_LOG(Info) << "received " << strsignal(sig) << ", shutting down";
   return StepOutcome::Ok();
 }
 
@@ -164,17 +160,17 @@ int RunSteps(AppState& state, std::span<const Step> startup, std::span<const Ste
     StepOutcome out = step.run(state);
     if (out.kind == StepOutcome::Kind::kOk) continue;
     if (out.kind == StepOutcome::Kind::kFatal) {
-      CRYO_SHIM_LOG(kError, "step ", step.name, " failed: ", out.message);
+      CRYO_LOG(Error) << "step " << step.name << " failed: " << out.message;
       code = 1;
     } else if (!out.message.empty()) {
-      CRYO_SHIM_LOG(kInfo, "step ", step.name, ": ", out.message);
+      CRYO_LOG(Info) << "step " << step.name << ": " << out.message;
     }
     break;
   }
   for (const Step& step : teardown) {
     StepOutcome out = step.run(state);
     if (out.kind == StepOutcome::Kind::kFatal) {
-      CRYO_SHIM_LOG(kError, "teardown step ", step.name, " failed: ", out.message);
+      CRYO_LOG(Error) << "teardown step " << step.name << " failed: " << out.message;
       code = 1;
     }
   }

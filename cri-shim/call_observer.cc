@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "cri-shim/log.h"
+#include "lib/base/log.h"
 
 namespace cryo::shim {
 namespace {
@@ -52,11 +52,6 @@ absl::string_view GrpcCodeName(grpc::StatusCode code) {
   }
 }
 
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
 CallObserver::CallObserver(ShimMetrics* metrics, std::string runtime_endpoint)
     : metrics_(metrics), runtime_endpoint_(std::move(runtime_endpoint)) {}
 
@@ -79,9 +74,7 @@ grpc::Status CallObserver::End(const Call& call, CallPath path, const grpc::Stat
     ++unreachable_since_log_;
     absl::Time now = absl::Now();
     if (now - last_unreachable_log_ >= kUnreachableLogInterval) {
-      CRYO_SHIM_LOG(kWarning, "runtime at ", runtime_endpoint_, " unreachable (",
-                    unreachable_since_log_, " call(s) failed since last report, latest ",
-                    call.method, "): ", status.error_message());
+      CRYO_LOG(Warning) << "runtime at " << runtime_endpoint_ << " unreachable (" << unreachable_since_log_ << " call(s) failed since last report, latest " << call.method << "): " << status.error_message();
       last_unreachable_log_ = now;
       unreachable_since_log_ = 0;
     }
@@ -95,15 +88,14 @@ grpc::Status CallObserver::End(const Call& call, CallPath path, const grpc::Stat
         .Increment();
     metrics_->Latency(call.label).Observe(absl::ToDoubleSeconds(elapsed));
   }
-  CRYO_SHIM_LOG(kDebug, call.method, " -> ", GrpcCodeName(out.error_code()), " in ",
-                absl::FormatDuration(elapsed), path == CallPath::kOwned ? " (owned)" : "",
-                out.ok() ? "" : absl::StrCat(": ", out.error_message()));
+  CRYO_LOG(Debug) << call.method << " -> " << GrpcCodeName(out.error_code()) << " in " << absl::FormatDuration(elapsed) << (path == CallPath::kOwned ? " (owned)" : "")
+                  << (out.ok() ? "" : absl::StrCat(": ", out.error_message()));
   return out;
 }
 
 void CallObserver::OwnedDecision(const Call& call, absl::string_view decision) {
   if (metrics_ != nullptr) metrics_->OwnedDecision(call.label, decision).Increment();
-  CRYO_SHIM_LOG(kDebug, call.method, ": owned handler decided ", decision);
+  CRYO_LOG(Debug) << call.method << ": owned handler decided " << decision;
 }
 
 }  // namespace cryo::shim

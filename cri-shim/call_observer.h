@@ -51,7 +51,6 @@ class CallObserver {
 };
 
 // absl and gRPC share the canonical code numbering.
-grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::string_view GrpcCodeName(grpc::StatusCode code);
 
 }  // namespace cryo::shim

@@ -4,17 +4,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "cryo/v1/cryo.grpc.pb.h"
+#include "lib/base/grpc_status.h"
+#include "lib/base/status.h"
 
 namespace cryo::shim {
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& socket) {
-  if (s.ok()) return absl::OkStatus();
-  std::string msg = s.error_message();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    msg = absl::StrCat("cryod at ", socket, " is unreachable: ", msg);
+    return Annotate(cryo::FromGrpc(s), absl::StrCat("cryod at ", socket, " is unreachable"));
   }
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), msg);
+  return cryo::FromGrpc(s);
 }
 
 class CryodClient final : public Cryod {

@@ -1,5 +1,7 @@
 #include "cri-shim/flags.h"
 
+#include "lib/base/flags.h"
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -7,20 +9,32 @@
 
 namespace cryo::shim {
 
+namespace {
+
+// Declares every flag against `o` (and `level`, parsed after).
+void Declare(flags::FlagSet& fs, Options& o, std::string& level) {
+  fs.String("listen", &o.listen, "unix socket to serve CRI on (what kubelet's "
+            "--container-runtime-endpoint names)", "PATH");
+  fs.String("runtime-endpoint", &o.runtime_endpoint,
+            "containerd or CRI-O socket, unix:///path or /path", "ADDR");
+  fs.String("cryod-socket", &o.cryod_socket, "cryod's socket", "PATH");
+  fs.String("annotation-prefix", &o.annotation_prefix,
+            "prefix of the pod annotations P/checkpoint-on-stop, P/resume, ...", "P");
+  fs.String("init-path", &o.init_path,
+            "host path of cryo-init, mounted into opted-in containers", "PATH");
+  fs.String("metrics-address", &o.metrics_address,
+            "Prometheus endpoint HOST:PORT; empty disables it", "HOST:PORT");
+  fs.String("log-level", &level, "debug, info, warning or error", "LEVEL");
+}
+
+}  // namespace
+
 std::string UsageText() {
-  return "usage: cryo-cri-shim [flags]\n"
-         "  --listen PATH              unix socket to serve CRI on (default "
-         "/run/cryo/cri-shim.sock)\n"
-         "  --runtime-endpoint ADDR    containerd/CRI-O socket, unix:///path or /path (default\n"
-         "                             unix:///run/containerd/containerd.sock)\n"
-         "  --cryod-socket PATH        cryod's socket (default /run/cryo/cryod.sock)\n"
-         "  --annotation-prefix P      pod annotations P/checkpoint-on-stop, P/resume, ...\n"
-         "                             (default cryo.dev)\n"
-         "  --init-path PATH           host path of cryo-init, mounted into opted-in containers\n"
-         "                             (default /usr/local/lib/cryo/cryo-init)\n"
-         "  --metrics-address H:P      Prometheus endpoint, empty to disable (default "
-         "127.0.0.1:9466)\n"
-         "  --log-level LEVEL          debug, info, warn or error (default info)\n";
+  Options o;
+  std::string level = "info";
+  flags::FlagSet fs;
+  Declare(fs, o, level);
+  return "usage: cryo-cri-shim [flags]\n\n" + fs.Usage();
 }
 
 absl::StatusOr<std::string> UnixEndpointPath(absl::string_view endpoint) {
@@ -44,58 +58,19 @@ absl::StatusOr<std::string> NormalizeUnixEndpoint(absl::string_view endpoint) {
 
 absl::StatusOr<Options> ParseFlags(const std::vector<std::string>& args) {
   Options opts;
-  for (size_t i = 0; i < args.size(); ++i) {
-    absl::string_view arg = args[i];
-    if (arg == "-h" || arg == "--help") {
-      opts.show_help = true;
-      continue;
-    }
-    if (!absl::ConsumePrefix(&arg, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument \"", arg, "\""));
-    }
-    std::string name;
-    std::string value;
-    bool has_value = false;
-    if (size_t eq = arg.find('='); eq != absl::string_view::npos) {
-      name = std::string(arg.substr(0, eq));
-      value = std::string(arg.substr(eq + 1));
-      has_value = true;
-    } else {
-      name = std::string(arg);
-    }
-    name = absl::StrReplaceAll(name, {{"_", "-"}});
-    std::string* target = nullptr;
-    std::string level;
-    if (name == "listen") {
-      target = &opts.listen;
-    } else if (name == "runtime-endpoint") {
-      target = &opts.runtime_endpoint;
-    } else if (name == "cryod-socket") {
-      target = &opts.cryod_socket;
-    } else if (name == "annotation-prefix") {
-      target = &opts.annotation_prefix;
-    } else if (name == "init-path") {
-      target = &opts.init_path;
-    } else if (name == "metrics-address") {
-      target = &opts.metrics_address;
-    } else if (name == "log-level") {
-      target = &level;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    }
-    if (!has_value) {
-      if (i + 1 >= args.size()) {
-        return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
-      }
-      value = args[++i];
-    }
-    *target = value;
-    if (name == "log-level") {
-      absl::StatusOr<LogLevel> parsed = ParseLogLevel(level);
-      if (!parsed.ok()) return parsed.status();
-      opts.log_level = *parsed;
-    }
+  std::string level = "info";
+  flags::FlagSet fs;
+  Declare(fs, opts, level);
+  absl::StatusOr<flags::FlagSet::Result> r = fs.Parse(args);
+  if (!r.ok()) return r.status();
+  if (!r->positional.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument \"", r->positional.front(), "\""));
   }
+  opts.show_help = r->help;
+  absl::StatusOr<LogLevel> parsed = ParseLogLevel(level);
+  if (!parsed.ok()) return parsed.status();
+  opts.log_level = *parsed;
   if (opts.listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
   if (opts.annotation_prefix.empty() || opts.annotation_prefix.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("--annotation-prefix \"",

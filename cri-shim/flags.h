@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "cri-shim/log.h"
+#include "lib/base/log.h"
 
 namespace cryo::shim {
 

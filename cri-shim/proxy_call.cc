@@ -5,9 +5,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "cri-shim/cri_methods.h"
-#include "cri-shim/log.h"
+#include "lib/base/log.h"
 #include "cri-shim/metadata.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "lib/base/grpc_status.h"
 
 namespace cryo::shim {
 namespace {
@@ -375,7 +376,7 @@ class ProxyCall {
         }
         case OwnedResult::Kind::kFail:
           deps_.observer->OwnedDecision(call_, "fail");
-          FinishDownstream(ToGrpcStatus(result.status()), false);
+          FinishDownstream(ToGrpc(result.status()), false);
           break;
       }
     }
@@ -466,7 +467,7 @@ void ProxyEngine::Stop(absl::Duration timeout) {
     accepting_ = false;
     auto none = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return live_calls_ == 0; };
     if (!threads_.empty() && !mu_.AwaitWithTimeout(absl::Condition(&none), timeout)) {
-      CRYO_SHIM_LOG(kWarning, live_calls_, " call(s) did not end at shutdown");
+      CRYO_LOG(Warning) << live_calls_ << " call(s) did not end at shutdown";
     }
   }
   // Nothing may start an operation after this.

@@ -11,7 +11,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "cri-shim/log.h"
+#include "lib/base/log.h"
 #include "cri-shim/proxy_call.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
@@ -86,7 +86,7 @@ absl::StatusOr<std::unique_ptr<ShimServer>> ShimServer::Create(const ShimServerO
   server->engine_->Start(options.threads);
   // kubelet runs as root; nobody else may drive containers through us.
   if (::chmod(options.listen_path.c_str(), 0660) != 0) {
-    CRYO_SHIM_LOG(kWarning, "chmod ", options.listen_path, ": ", strerror(errno));
+    CRYO_LOG(Warning) << "chmod " << options.listen_path << ": " << strerror(errno);
   }
   return server;
 }
@@ -98,15 +98,14 @@ void ShimServer::Shutdown(absl::Duration grace) {
   // No new connections; calls on existing ones may still arrive and are served.
   ::unlink(options_.listen_path.c_str());
   if (!in_flight_->AwaitNone(grace)) {
-    CRYO_SHIM_LOG(kWarning, "calls still in flight after ", absl::FormatDuration(grace),
-                  "; cancelling them");
+    CRYO_LOG(Warning) << "calls still in flight after " << absl::FormatDuration(grace) << "; cancelling them";
   }
   // Not Shutdown(deadline): with kubelet's idle connection open, gRPC would wait the whole
   // deadline even with nothing in flight.
   server_->Shutdown(absl::ToChronoTime(absl::Now()));
   engine_->Stop(std::max(deadline - absl::Now(), absl::Seconds(1)));
   if (!runner_.Drain(std::max(deadline - absl::Now(), absl::Seconds(1)))) {
-    CRYO_SHIM_LOG(kWarning, "owned handlers still running after shutdown");
+    CRYO_LOG(Warning) << "owned handlers still running after shutdown";
   }
 }
 

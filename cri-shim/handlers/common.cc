@@ -10,11 +10,6 @@
 
 namespace cryo::shim {
 
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
-
 absl::StatusOr<runtime::v1::ContainerStatusResponse> ContainerStatusOf(CallContext& ctx,
                                                                        const std::string& id,
                                                                        bool verbose) {

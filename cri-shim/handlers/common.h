@@ -7,10 +7,9 @@
 #include "absl/status/statusor.h"
 #include "lib/cri/cri_api.h"
 #include "cri-shim/owned_method.h"
+#include "lib/base/grpc_status.h"
 
 namespace cryo::shim {
-
-absl::Status FromGrpc(const grpc::Status& s);
 
 // ContainerStatus from the runtime on behalf of this call (verbose: with the init pid).
 absl::StatusOr<runtime::v1::ContainerStatusResponse> ContainerStatusOf(CallContext& ctx,

@@ -11,7 +11,7 @@
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
 #include "lib/contract/cryo_init_protocol.h"
-#include "cri-shim/log.h"
+#include "lib/base/log.h"
 #include "cri-shim/opt_in.h"
 #include "nlohmann/json.hpp"
 
@@ -101,8 +101,7 @@ class CreateContainerHandler final
         if (ck.kind() != "container") continue;
         if (!ck.damaged().empty()) {
           // A restore found it damaged: an older one loses less than starting over.
-          CRYO_SHIM_LOG(kWarning, "pod ", pod_name, ": skipping damaged checkpoint ",
-                        ck.checkpoint_id(), " (", ck.damaged(), ")");
+          CRYO_LOG(Warning) << "pod " << pod_name << ": skipping damaged checkpoint " << ck.checkpoint_id() << " (" << ck.damaged() << ")";
           continue;
         }
         resume_from = ck.checkpoint_id();
@@ -157,12 +156,13 @@ class CreateContainerHandler final
     auto rctx = ctx.NewRuntimeContext();
     grpc::Status s = ctx.runtime().runtime().CreateContainer(rctx.get(), changed, &resp);
     if (!s.ok()) return FromGrpc(s);
-    CRYO_SHIM_LOG(kInfo, "created ", request.config().metadata().name(), " of pod ", pod_name,
-                  " under cryo-init (workload ", opt.workload,
-                  opt.checkpoint_on_stop ? ", checkpoint on stop" : "",
-                  resume_from.empty() ? (opt.resume == "auto" ? ", nothing to resume yet" : "")
-                                      : absl::StrCat(", resumes from ", resume_from),
-                  ")");
+    CRYO_LOG(Info) << "created " << request.config().metadata().name() << " of pod " << pod_name
+                   << " under cryo-init (workload " << opt.workload
+                   << (opt.checkpoint_on_stop ? ", checkpoint on stop" : "")
+                   << (resume_from.empty()
+                           ? (opt.resume == "auto" ? ", nothing to resume yet" : "")
+                           : absl::StrCat(", resumes from ", resume_from))
+                   << ")";
     return resp;
   }
 

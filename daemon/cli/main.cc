@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,8 @@
 #include "daemon/cli/output.h"
 #include "cryo/v1/cryo.grpc.pb.h"
 #include "nlohmann/json.hpp"
+#include "lib/base/flags.h"
+#include "lib/base/human.h"
 
 namespace cryo::cli {
 namespace {
@@ -59,8 +62,22 @@ Options:
 
 struct Global {
   std::string socket;
+  std::string output = "text";
   bool json = false;
 };
+
+void DeclareGlobal(flags::FlagSet& fs, Global& g) {
+  fs.String("socket", &g.socket, "cryod's socket", "PATH");
+  fs.String("output", &g.output, "text or json", "FORMAT").Short('o');
+}
+
+absl::Status CheckGlobal(Global& g) {
+  if (g.output != "json" && g.output != "text") {
+    return absl::InvalidArgumentError("output format is text or json");
+  }
+  g.json = g.output == "json";
+  return absl::OkStatus();
+}
 
 int Usage(const std::string& msg) {
   if (!msg.empty()) std::cerr << "cryo: " << msg << "\n\n";
@@ -109,61 +126,38 @@ int Fail(const Global& g, const std::string& what, const grpc::Status& s) {
   return 1;
 }
 
-// Arguments after the command: flags with values, boolean flags, positionals.
-struct Args {
-  std::vector<std::string> pos;
-  std::multimap<std::string, std::string> kv;
-  std::set<std::string> flags;
-  std::string error;
-};
-
-Args ParseArgs(const std::vector<std::string>& in, const std::set<std::string>& with_value,
-               const std::set<std::string>& boolean) {
-  Args a;
-  for (size_t i = 0; i < in.size(); ++i) {
-    const std::string& s = in[i];
-    if (s.rfind("--", 0) != 0) {
-      a.pos.push_back(s);
-      continue;
-    }
-    std::string name = s.substr(2), value;
-    bool has_eq = false;
-    if (auto eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-      has_eq = true;
-    }
-    if (boolean.count(name) && !has_eq) {
-      a.flags.insert(name);
-    } else if (with_value.count(name)) {
-      if (!has_eq) {
-        if (i + 1 >= in.size()) {
-          a.error = absl::StrCat("--", name, " needs a value");
-          return a;
-        }
-        value = in[++i];
-      }
-      a.kv.emplace(name, value);
-    } else {
-      a.error = absl::StrCat("unknown option --", name);
-      return a;
-    }
+// A duration flag as the API's milliseconds; the API field is 32 bits, so longer is an error
+// rather than a silent wrap.
+absl::Status ToMs(absl::Duration d, const char* flag, uint32_t* ms) {
+  if (d > absl::Milliseconds(std::numeric_limits<uint32_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " ", absl::FormatDuration(d), " is longer than the ",
+                     absl::FormatDuration(absl::Milliseconds(std::numeric_limits<uint32_t>::max())),
+                     " cryod accepts"));
   }
-  return a;
-}
-
-bool ParseDurationMs(const std::string& s, uint32_t* ms) {
-  absl::Duration d;
-  if (!absl::ParseDuration(s, &d) || d < absl::ZeroDuration()) return false;
   *ms = static_cast<uint32_t>(absl::ToInt64Milliseconds(d));
-  return true;
+  return absl::OkStatus();
 }
 
-bool ParsePair(const std::string& s, std::string* k, std::string* v) {
-  auto eq = s.find('=');
-  if (eq == std::string::npos || eq == 0) return false;
-  *k = s.substr(0, eq);
-  *v = s.substr(eq + 1);
+// Parses a command's arguments with its flags plus the global ones (which may follow the
+// command); prints usage and returns false on error.
+bool ParseCommand(Global& g, flags::FlagSet& fs, const std::vector<std::string>& argv,
+                  std::vector<std::string>* pos, int* rc) {
+  DeclareGlobal(fs, g);
+  auto r = fs.Parse(argv);
+  if (!r.ok()) {
+    *rc = Usage(std::string(r.status().message()));
+    return false;
+  }
+  if (r->help) {
+    *rc = (Usage(""), 0);
+    return false;
+  }
+  if (absl::Status s = CheckGlobal(g); !s.ok()) {
+    *rc = Usage(std::string(s.message()));
+    return false;
+  }
+  *pos = r->positional;
   return true;
 }
 
@@ -191,33 +185,40 @@ grpc::Status Follow(const Global& g, grpc::ClientReaderInterface<v1::OperationEv
   return r->Finish();
 }
 
-int Checkpoint(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
-  Args a = ParseArgs(argv, {"id", "workload", "label", "gpu-lock-timeout", "operation-id"},
-                     {"leave-running", "tcp-established", "shell-job"});
-  if (!a.error.empty()) return Usage(a.error);
-  if (a.pos.size() != 1) return Usage("checkpoint takes one PID");
+int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
   v1::CheckpointRequest req;
+  std::string id, workload, op_id;
+  std::map<std::string, std::string> labels;
+  bool leave_running = false, tcp = false, shell_job = false;
+  absl::Duration lock_timeout = absl::ZeroDuration();
+  flags::FlagSet fs;
+  fs.String("id", &id, "checkpoint id", "ID");
+  fs.String("workload", &workload, "group for retention and listing", "NAME");
+  fs.String("operation-id", &op_id, "id of the operation, to watch it from elsewhere", "ID");
+  fs.KeyValues("label", &labels, "recorded in the manifest");
+  fs.Bool("leave-running", &leave_running, "keep the job running afterwards");
+  fs.Bool("tcp-established", &tcp, "include established TCP connections");
+  fs.Bool("shell-job", &shell_job, "the tree was started from a terminal");
+  fs.Duration("gpu-lock-timeout", &lock_timeout, "bound on locking GPU processes");
+  std::vector<std::string> pos;
+  int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  if (pos.size() != 1) return Usage("checkpoint takes one PID");
   int pid;
-  if (!absl::SimpleAtoi(a.pos[0], &pid) || pid <= 0) return Usage("PID must be a positive number");
+  if (!absl::SimpleAtoi(pos[0], &pid) || pid <= 0) return Usage("PID must be a positive number");
   req.set_pid(pid);
-  for (const auto& [k, v] : a.kv) {
-    if (k == "id") req.set_checkpoint_id(v);
-    if (k == "workload") req.set_workload(v);
-    if (k == "operation-id") req.set_operation_id(v);
-    if (k == "label") {
-      std::string lk, lv;
-      if (!ParsePair(v, &lk, &lv)) return Usage("--label wants KEY=VALUE");
-      (*req.mutable_labels())[lk] = lv;
-    }
-    if (k == "gpu-lock-timeout") {
-      uint32_t ms;
-      if (!ParseDurationMs(v, &ms)) return Usage("--gpu-lock-timeout wants a duration like 30s");
-      req.set_gpu_lock_timeout_ms(ms);
-    }
+  req.set_checkpoint_id(id);
+  req.set_workload(workload);
+  req.set_operation_id(op_id);
+  for (const auto& [k, v] : labels) (*req.mutable_labels())[k] = v;
+  uint32_t ms = 0;
+  if (absl::Status s = ToMs(lock_timeout, "gpu-lock-timeout", &ms); !s.ok()) {
+    return Usage(std::string(s.message()));
   }
-  req.set_leave_running(a.flags.count("leave-running"));
-  req.set_tcp_established(a.flags.count("tcp-established"));
-  req.set_shell_job(a.flags.count("shell-job"));
+  req.set_gpu_lock_timeout_ms(ms);
+  req.set_leave_running(leave_running);
+  req.set_tcp_established(tcp);
+  req.set_shell_job(shell_job);
   grpc::ClientContext ctx;
   auto reader = stub.Checkpoint(&ctx, req);
   v1::OperationEvent last;
@@ -227,7 +228,7 @@ int Checkpoint(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::str
   if (g.json) {
     std::cout << ToJson(c) << "\n";
   } else {
-    std::cout << "checkpoint " << c.checkpoint_id() << ": " << HumanBytes(c.size_bytes()) << " in "
+    std::cout << "checkpoint " << c.checkpoint_id() << ": " << human::Bytes(c.size_bytes()) << " in "
               << c.file_count() << " files, pid " << c.root_pid() << " ("
               << (c.leave_running() ? "left running" : "stopped") << ")\n"
               << "  stages: " << Ms(c.stage_ms()) << "\n"
@@ -236,25 +237,28 @@ int Checkpoint(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::str
   return 0;
 }
 
-int Restore(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
-  Args a = ParseArgs(argv, {"pid-wait", "gpu-map", "operation-id"}, {});
-  if (!a.error.empty()) return Usage(a.error);
-  if (a.pos.size() != 1) return Usage("restore takes one checkpoint ID");
+int Restore(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
   v1::RestoreRequest req;
-  req.set_checkpoint_id(a.pos[0]);
-  for (const auto& [k, v] : a.kv) {
-    if (k == "operation-id") req.set_operation_id(v);
-    if (k == "pid-wait") {
-      uint32_t ms;
-      if (!ParseDurationMs(v, &ms)) return Usage("--pid-wait wants a duration like 10s");
-      req.set_pid_wait_timeout_ms(ms);
-    }
-    if (k == "gpu-map") {
-      std::string from, to;
-      if (!ParsePair(v, &from, &to)) return Usage("--gpu-map wants OLD_UUID=NEW_UUID");
-      (*req.mutable_gpu_map())[from] = to;
-    }
+  std::string op_id;
+  std::map<std::string, std::string> gpu_map;
+  absl::Duration pid_wait = absl::ZeroDuration();
+  flags::FlagSet fs;
+  fs.Duration("pid-wait", &pid_wait, "wait this long for the pids to be free");
+  fs.KeyValues("gpu-map", &gpu_map, "map a checkpointed GPU onto one of this node's",
+               "OLD_UUID=NEW_UUID");
+  fs.String("operation-id", &op_id, "id of the operation, to watch it from elsewhere", "ID");
+  std::vector<std::string> pos;
+  int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  if (pos.size() != 1) return Usage("restore takes one checkpoint ID");
+  req.set_checkpoint_id(pos[0]);
+  req.set_operation_id(op_id);
+  uint32_t ms = 0;
+  if (absl::Status s = ToMs(pid_wait, "pid-wait", &ms); !s.ok()) {
+    return Usage(std::string(s.message()));
   }
+  req.set_pid_wait_timeout_ms(ms);
+  for (const auto& [k, v] : gpu_map) (*req.mutable_gpu_map())[k] = v;
   grpc::ClientContext ctx;
   auto reader = stub.Restore(&ctx, req);
   v1::OperationEvent last;
@@ -270,10 +274,14 @@ int Restore(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
   return 0;
 }
 
-int Watch(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
-  if (argv.size() != 1) return Usage("watch takes one operation id");
+int Watch(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+  flags::FlagSet fs;
+  std::vector<std::string> pos;
+  int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  if (pos.size() != 1) return Usage("watch takes one operation id");
   v1::WatchOperationRequest req;
-  req.set_operation_id(argv[0]);
+  req.set_operation_id(pos[0]);
   grpc::ClientContext ctx;
   auto reader = stub.WatchOperation(&ctx, req);
   v1::OperationEvent last;
@@ -283,12 +291,16 @@ int Watch(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>&
   return 0;
 }
 
-int List(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
-  Args a = ParseArgs(argv, {"workload"}, {});
-  if (!a.error.empty()) return Usage(a.error);
-  if (!a.pos.empty()) return Usage("list takes no arguments");
+int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+  std::string workload;
+  flags::FlagSet fs;
+  fs.String("workload", &workload, "only this workload's checkpoints", "NAME");
+  std::vector<std::string> pos;
+  int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  if (!pos.empty()) return Usage("list takes no arguments");
   v1::ListCheckpointsRequest req;
-  if (auto it = a.kv.find("workload"); it != a.kv.end()) req.set_workload(it->second);
+  req.set_workload(workload);
   v1::ListCheckpointsResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(UnaryDeadline());
@@ -303,17 +315,21 @@ int List(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   for (const auto& c : resp.checkpoints()) {
     // A damaged checkpoint stays listed (its space is used) but says it will not restore.
     rows.push_back({c.damaged().empty() ? c.checkpoint_id() : c.checkpoint_id() + " (DAMAGED)",
-                    c.workload(), c.node_name(), c.created_at(), HumanBytes(c.size_bytes()),
+                    c.workload(), c.node_name(), c.created_at(), human::Bytes(c.size_bytes()),
                     absl::StrCat(c.root_pid()), c.command()});
   }
-  std::cout << Table(rows);
+  std::cout << human::Table(rows);
   return 0;
 }
 
-int Inspect(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
-  if (argv.size() != 1) return Usage("inspect takes one checkpoint ID");
+int Inspect(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+  flags::FlagSet fs;
+  std::vector<std::string> pos;
+  int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  if (pos.size() != 1) return Usage("inspect takes one checkpoint ID");
   v1::GetCheckpointRequest req;
-  req.set_checkpoint_id(argv[0]);
+  req.set_checkpoint_id(pos[0]);
   v1::CheckpointInfo c;
   grpc::ClientContext ctx;
   ctx.set_deadline(UnaryDeadline());
@@ -330,7 +346,7 @@ int Inspect(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
             << "created:   " << c.created_at() << "\n"
             << "command:   " << c.command() << " (pid " << c.root_pid() << ", " << c.pids_size()
             << " processes)\n"
-            << "size:      " << HumanBytes(c.size_bytes()) << " in " << c.file_count() << " files\n"
+            << "size:      " << human::Bytes(c.size_bytes()) << " in " << c.file_count() << " files\n"
             << (c.damaged().empty() ? "" : "DAMAGED:   " + c.damaged() + "\n")
             << "criu:      " << c.criu_version() << ", kernel " << c.kernel() << "\n"
             << "stages:    " << Ms(c.stage_ms()) << "\n"
@@ -338,17 +354,20 @@ int Inspect(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
   for (const auto& [k, v] : c.labels()) std::cout << "label:     " << k << "=" << v << "\n";
   std::vector<std::vector<std::string>> rows = {{"  FILE", "SIZE", "CHECKSUM"}};
   for (const auto& f : c.files()) {
-    rows.push_back({"  " + f.path(), HumanBytes(f.size()), f.checksum()});
+    rows.push_back({"  " + f.path(), human::Bytes(f.size()), f.checksum()});
   }
-  std::cout << Table(rows);
+  std::cout << human::Table(rows);
   return 0;
 }
 
-int Remove(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
-  if (argv.empty()) return Usage("rm takes one or more checkpoint IDs");
+int Remove(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+  flags::FlagSet fs;
+  std::vector<std::string> pos;
   int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  if (pos.empty()) return Usage("rm takes one or more checkpoint IDs");
   nlohmann::json out = nlohmann::json::array();
-  for (const auto& id : argv) {
+  for (const auto& id : pos) {
     v1::DeleteCheckpointRequest req;
     req.set_checkpoint_id(id);
     v1::DeleteCheckpointResponse resp;
@@ -374,8 +393,12 @@ int Remove(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>
   return rc;
 }
 
-int Node(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
-  if (!argv.empty()) return Usage("node takes no arguments");
+int Node(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+  flags::FlagSet fs;
+  std::vector<std::string> pos;
+  int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  if (!pos.empty()) return Usage("node takes no arguments");
   v1::NodeInfoResponse n;
   grpc::ClientContext ctx;
   ctx.set_deadline(UnaryDeadline());
@@ -392,7 +415,7 @@ int Node(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
                                              : absl::StrCat(" (check FAILED: ",
                                                             n.criu_check_error(), ")"))
             << "\n"
-            << "store:    " << n.store_path() << " (" << HumanBytes(n.store_free_bytes())
+            << "store:    " << n.store_path() << " (" << human::Bytes(n.store_free_bytes())
             << " free)\n";
   if (n.plugins().empty()) std::cout << "plugins:  none (CPU only)\n";
   for (const auto& p : n.plugins()) {
@@ -401,8 +424,8 @@ int Node(const Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   }
   for (const auto& gpu : n.gpus()) {
     std::cout << "gpu:      " << gpu.uuid() << " " << gpu.name() << " "
-              << HumanBytes(gpu.memory_free_bytes()) << " free of "
-              << HumanBytes(gpu.memory_total_bytes()) << "\n";
+              << human::Bytes(gpu.memory_free_bytes()) << " free of "
+              << human::Bytes(gpu.memory_total_bytes()) << "\n";
   }
   for (const auto& op : n.operations()) {
     std::cout << "running:  " << op.operation_id() << " " << op.kind() << " " << op.target()
@@ -420,36 +443,16 @@ int main(int argc, char** argv) {
   const char* env = std::getenv("CRYO_SOCKET");
   g.socket = env && *env ? env : "/run/cryo/cryod.sock";
   std::vector<std::string> args(argv + 1, argv + argc);
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help" || a == "help") return Usage(""), 0;
-    if (a == "--socket" && i + 1 < args.size()) {
-      g.socket = args[++i];
-    } else if (a.rfind("--socket=", 0) == 0) {
-      g.socket = a.substr(9);
-    } else if ((a == "-o" || a == "--output") && i + 1 < args.size()) {
-      std::string f = args[++i];
-      if (f != "json" && f != "text") return Usage("output format is text or json");
-      g.json = f == "json";
-    } else if (a == "-o=json" || a == "--output=json" || a == "-ojson") {
-      g.json = true;
-    } else {
-      break;
-    }
-  }
-  if (i >= args.size()) return Usage("no command");
-  std::string cmd = args[i];
-  std::vector<std::string> rest;
-  // -o may also follow the command.
-  for (size_t j = i + 1; j < args.size(); ++j) {
-    if ((args[j] == "-o" || args[j] == "--output") && j + 1 < args.size()) {
-      if (args[j + 1] != "json" && args[j + 1] != "text") return Usage("output format is text or json");
-      g.json = args[++j] == "json";
-    } else {
-      rest.push_back(args[j]);
-    }
-  }
+  // Global flags before the command; the command's own parser takes them after it too.
+  cryo::flags::FlagSet fs;
+  DeclareGlobal(fs, g);
+  auto r = fs.Parse(args, {.allow_unknown = false, .stop_at_positional = true});
+  if (!r.ok()) return Usage(std::string(r.status().message()));
+  if (r->help || (!r->positional.empty() && r->positional[0] == "help")) return Usage(""), 0;
+  if (absl::Status s = CheckGlobal(g); !s.ok()) return Usage(std::string(s.message()));
+  if (r->positional.empty()) return Usage("no command");
+  const std::string cmd = r->positional[0];
+  const std::vector<std::string> rest(r->positional.begin() + 1, r->positional.end());
   auto channel = grpc::CreateChannel("unix://" + g.socket, grpc::InsecureChannelCredentials());
   auto stub = cryo::v1::Cryo::NewStub(channel);
   if (cmd == "checkpoint") return Checkpoint(g, *stub, rest);

@@ -8,19 +8,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/base/human.h"
 
 namespace cryo::cli {
-
-std::string HumanBytes(uint64_t n) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(n);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrCat(n, " B") : absl::StrFormat("%.1f %s", v, units[u]);
-}
 
 std::string StageLabel(v1::Stage s) {
   std::string n = v1::Stage_Name(s);
@@ -42,13 +32,13 @@ void ProgressBar::Update(const v1::Progress& p) {
     double frac = std::min(1.0, static_cast<double>(p.bytes_done()) / p.bytes_total());
     int fill = static_cast<int>(frac * width);
     absl::StrAppend(&line, "[", std::string(fill, '#'), std::string(width - fill, '.'), "] ",
-                    HumanBytes(p.bytes_done()), " / ", HumanBytes(p.bytes_total()));
+                    human::Bytes(p.bytes_done()), " / ", human::Bytes(p.bytes_total()));
   } else if (p.bytes_done() > 0) {
-    absl::StrAppend(&line, HumanBytes(p.bytes_done()));
+    absl::StrAppend(&line, human::Bytes(p.bytes_done()));
   }
   uint64_t stage_ms = p.elapsed_ms() - stage_start_ms_;
   if (p.bytes_done() > 0 && stage_ms > 0) {
-    absl::StrAppend(&line, "  ", HumanBytes(p.bytes_done() * 1000 / stage_ms), "/s");
+    absl::StrAppend(&line, "  ", human::Bytes(p.bytes_done() * 1000 / stage_ms), "/s");
   }
   absl::StrAppendFormat(&line, "  %.1fs", p.elapsed_ms() / 1000.0);
   if (!p.message().empty()) absl::StrAppend(&line, "  ", p.message());
@@ -64,24 +54,6 @@ void ProgressBar::Clear() {
     std::fflush(stderr);
     drawn_ = false;
   }
-}
-
-std::string Table(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> w;
-  for (const auto& r : rows) {
-    if (w.size() < r.size()) w.resize(r.size(), 0);
-    for (size_t i = 0; i < r.size(); ++i) w[i] = std::max(w[i], r[i].size());
-  }
-  std::string out;
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) {
-      absl::StrAppend(&line, r[i]);
-      if (i + 1 < r.size()) line += std::string(w[i] - r[i].size() + 2, ' ');
-    }
-    absl::StrAppend(&out, line, "\n");
-  }
-  return out;
 }
 
 }  // namespace cryo::cli

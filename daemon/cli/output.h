@@ -1,6 +1,6 @@
 #pragma once
 
-// Human output of the cryo CLI: sizes, rates, tables and the progress bar.
+// Human output of the cryo CLI beyond lib/base/human.h: stage names and the progress bar.
 
 #include <cstdint>
 #include <string>
@@ -11,7 +11,6 @@
 
 namespace cryo::cli {
 
-std::string HumanBytes(uint64_t n);
 std::string StageLabel(v1::Stage s);
 
 // Renders one line of progress; redraws in place on a terminal.
@@ -28,8 +27,5 @@ class ProgressBar {
   v1::Stage stage_ = v1::STAGE_UNSPECIFIED;
   uint64_t stage_start_ms_ = 0;
 };
-
-// Plain-text table with aligned columns.
-std::string Table(const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace cryo::cli

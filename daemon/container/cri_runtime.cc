@@ -5,6 +5,8 @@
 #include "absl/strings/strip.h"
 #include "lib/cri/cri_api.h"
 #include "daemon/container/runtime.h"
+#include "lib/base/grpc_status.h"
+#include "lib/base/status.h"
 
 namespace cryo::runtime {
 namespace {
@@ -12,9 +14,7 @@ namespace {
 namespace cri = ::runtime::v1;
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrCat(what, ": ", s.error_message()));
+  return Annotate(cryo::FromGrpc(s), what);
 }
 
 ContainerInfo::State FromCri(cri::ContainerState s) {

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/flags.h"
 #include "lib/base/fs.h"
 #include "lib/base/status.h"
 #include "nlohmann/json.hpp"
@@ -93,11 +94,10 @@ const std::vector<Key>& Keys() {
       Str("socket", "unix socket of the gRPC API (0600, root only)", &Config::socket),
       Str("state_dir", "journal and per-operation CRIU logs", &Config::state_dir),
       Str("store",
-          "checkpoint store path; a shared mount for cross-node restore "
-          "(default <state_dir>/store)",
+          "checkpoint store path; a shared mount for cross-node restore",
           &Config::store),
-      Str("node_name", "name recorded in manifests (default: host name)", &Config::node_name),
-      Str("criu", "CRIU binary (default: criu from PATH, /usr/local/sbin first)", &Config::criu),
+      Str("node_name", "name recorded in manifests", &Config::node_name),
+      Str("criu", "CRIU binary", &Config::criu),
       Bool("criu_hw_breakpoints",
            "let CRIU use x86 hardware breakpoints (off: it traps on syscalls instead; some VMs "
            "never deliver the breakpoints and CRIU hangs)",
@@ -125,7 +125,7 @@ const std::vector<Key>& Keys() {
       Str("runtime_endpoint",
           "container mode: CRI socket of containerd or CRI-O (unix:///path); empty: off",
           &Config::runtime_endpoint),
-      Str("nsexec", "cryo-nsexec binary (default: next to cryod)", &Config::nsexec),
+      Str("nsexec", "cryo-nsexec binary", &Config::nsexec),
       Str("annotation_prefix", "prefix of the pod annotations of opted-in pods",
           &Config::annotation_prefix),
       {"termination_providers",
@@ -157,9 +157,9 @@ const std::vector<Key>& Keys() {
           &Config::termination_aws_url),
       Str("termination_azure_url", "Azure Scheduled Events URL", &Config::termination_azure_url),
       Str("termination_azure_vm_name",
-          "this VM's name in Azure Scheduled Events (default: from the instance metadata)",
+          "this VM's name in Azure Scheduled Events",
           &Config::termination_azure_vm_name),
-      {"allowed_uids", "comma-separated uids allowed on the socket (default 0)",
+      {"allowed_uids", "comma-separated uids allowed on the socket",
        [](Config& c, const std::string& v) {
          c.allowed_uids.clear();
          for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
@@ -206,20 +206,17 @@ const Key* FindKey(std::string name) {
   return nullptr;
 }
 
-}  // namespace
-
-std::string Usage() {
+// The flags side of Keys(): every key is a flag of the same name (dashes or underscores), whose
+// value is applied after the config file. `pending` receives (key, value) in command-line order.
+void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
+                  std::vector<std::pair<const Key*, std::string>>* pending) {
   Config d;
-  std::string out =
-      "usage: cryod [--config FILE] [--KEY=VALUE ...]\n\n"
-      "Per-node checkpoint daemon. Settings come from built-in defaults, then the JSON config\n"
-      "file (default /etc/cryo/cryod.json if present), then flags. Keys:\n\n";
-  std::map<std::string, std::string> defaults = {
+  const std::map<std::string, std::string> defaults = {
       {"socket", d.socket},
       {"state_dir", d.state_dir},
       {"store", "<state_dir>/store"},
       {"node_name", "<hostname>"},
-      {"criu", "<PATH>"},
+      {"criu", "criu from PATH, /usr/local/sbin first"},
       {"criu_hw_breakpoints", "false"},
       {"metrics_address", d.metrics_address},
       {"log_level", d.log_level},
@@ -229,61 +226,60 @@ std::string Usage() {
       {"incomplete_ttl_s", std::to_string(d.incomplete_ttl_s)},
       {"store_fsync", "true"},
       {"gpu_plugin_dir", d.gpu_plugin_dir},
-      {"gpu_thp_during_checkpoint", ""},
+      {"gpu_thp_during_checkpoint", "leave THP alone"},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},
-      {"runtime_endpoint", ""},
+      {"runtime_endpoint", "none: processes only"},
       {"nsexec", "<dir of cryod>/cryo-nsexec"},
       {"annotation_prefix", d.annotation_prefix},
-      {"termination_providers", ""},
+      {"termination_providers", "none"},
       {"termination_poll_ms", std::to_string(d.termination_poll_ms)},
       {"termination_gce_url", d.termination_gce_url},
       {"termination_aws_url", d.termination_aws_url},
       {"termination_azure_url", d.termination_azure_url},
       {"termination_azure_vm_name", "<from the instance metadata>"},
-      {"gpu_plugins", ""}};
-  for (const auto& k : Keys()) {
-    std::string flag = k.name;
-    for (auto& c : flag) {
-      if (c == '_') c = '-';
-    }
-    absl::StrAppend(&out, "  --", flag, "\n      ", k.help, " (default: ", defaults[k.name],
-                    ")\n");
+      {"gpu_plugins", "every plugin in gpu_plugin_dir"}};
+  fs.String("config", config_file, "JSON config file", "FILE")
+      .DefaultText("/etc/cryo/cryod.json if present");
+  for (const Key& k : Keys()) {
+    const Key* key = &k;
+    auto it = defaults.find(k.name);
+    fs.Custom(
+        k.name,
+        [key, pending](absl::string_view v) {
+          pending->emplace_back(key, std::string(v));
+          return absl::OkStatus();
+        },
+        k.help, "VALUE", it == defaults.end() ? "" : it->second);
   }
-  return out;
+}
+
+}  // namespace
+
+std::string Usage() {
+  std::string file;
+  std::vector<std::pair<const Key*, std::string>> pending;
+  flags::FlagSet fs;
+  DeclareFlags(fs, &file, &pending);
+  return "usage: cryod [--config FILE] [--KEY=VALUE ...]\n\n"
+         "Per-node checkpoint daemon. Settings come from built-in defaults, then the JSON config\n"
+         "file, then flags. Every key of the file is a flag of the same name:\n\n" +
+         fs.Usage();
 }
 
 absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
-  // Flags are parsed first (to find --config) and applied after the file.
-  std::vector<std::pair<const Key*, std::string>> flags;
   Config c;
-  bool file_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-h" || a == "--help") return absl::CancelledError(Usage());
-    if (!absl::StartsWith(a, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
-    }
-    a = a.substr(2);
-    std::string value;
-    auto eq = a.find('=');
-    if (eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else if (i + 1 < argc) {
-      value = argv[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("--", a, " needs a value"));
-    }
-    if (a == "config") {
-      c.config_file = value;
-      file_given = true;
-      continue;
-    }
-    const Key* k = FindKey(a);
-    if (!k) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", a, "\n", Usage()));
-    flags.emplace_back(k, value);
+  std::vector<std::pair<const Key*, std::string>> pending;
+  flags::FlagSet fs;
+  DeclareFlags(fs, &c.config_file, &pending);
+  CRYO_ASSIGN_OR_RETURN(flags::FlagSet::Result r,
+                        fs.Parse(std::vector<std::string>(argv + 1, argv + argc)));
+  if (r.help) return absl::CancelledError(Usage());
+  if (!r.positional.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument '", r.positional.front(), "'"));
   }
+  const bool file_given = fs.Given("config");
   std::string file = file_given ? c.config_file : "/etc/cryo/cryod.json";
   if (file_given || fs::Exists(file)) {
     CRYO_ASSIGN_OR_RETURN(std::string text, fs::ReadFile(file));
@@ -297,8 +293,10 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
       CRYO_RETURN_IF_ERROR(Annotate(k->set_json(c, val), file));
     }
     c.config_file = file;
+  } else {
+    c.config_file.clear();
   }
-  for (const auto& [k, v] : flags) CRYO_RETURN_IF_ERROR(k->set(c, v));
+  for (const auto& [k, v] : pending) CRYO_RETURN_IF_ERROR(k->set(c, v));
   if (c.store.empty()) c.store = fs::Join(c.state_dir, "store");
   if (c.node_name.empty()) {
     char host[256] = {0};

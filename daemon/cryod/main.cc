@@ -104,12 +104,13 @@ const std::vector<Step>& StartSteps() {
            return Result::kFatal;
          }
          st.config = *c;
-         LogLevel lvl;
-         if (!ParseLogLevel(st.config.log_level, &lvl)) {
-           std::cerr << "cryod: unknown log_level '" << st.config.log_level << "'\n";
+         auto lvl = ParseLogLevel(st.config.log_level);
+         if (!lvl.ok()) {
+           std::cerr << "cryod: log_level: " << lvl.status().message() << "\n";
            return Result::kFatal;
          }
-         SetLogLevel(lvl);
+         SetLogProgram("cryod");
+         SetLogLevel(*lvl);
          return Result::kOk;
        }},
       {"privileges",

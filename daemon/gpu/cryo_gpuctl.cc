@@ -22,6 +22,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/flags.h"
 #include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/gpu/plugin_gpu_manager.h"
 
@@ -78,37 +79,37 @@ int main(int argc, char** argv) {
   int64_t hold_ms = 0;
   cryo::gpu::DeviceMap map;
   absl::Duration timeout = absl::ZeroDuration();
-  std::vector<std::string> rest;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--plugin-dir") {
-      cfg.plugin_dir = next();
-    } else if (a == "--plugins") {
-      cfg.plugins = absl::StrSplit(next(), ',', absl::SkipEmpty());
-    } else if (a == "--plugin") {
-      single = next();
-    } else if (a == "--timeout-ms") {
-      int64_t ms = 0;
-      if (!absl::SimpleAtoi(next(), &ms)) return Usage();
-      timeout = absl::Milliseconds(ms);
-    } else if (a == "--plugin-options") {
-      cfg.plugin_options = nlohmann::json::parse(next(), nullptr, false);
-      if (!cfg.plugin_options.is_object()) return Usage();
-    } else if (a == "--thp") {
-      cfg.thp_during_checkpoint = next();
-    } else if (a == "--hold-ms") {
-      if (!absl::SimpleAtoi(next(), &hold_ms)) return Usage();
-    } else if (a == "--map") {
-      std::vector<std::string> kv = absl::StrSplit(next(), absl::MaxSplits('=', 1));
-      if (kv.size() != 2) return Usage();
-      map[kv[0]] = kv[1];
-    } else if (a == "-h" || a == "--help") {
-      return Usage();
-    } else {
-      rest.push_back(a);
-    }
+  std::string plugin_options;
+  cryo::flags::FlagSet fs;
+  fs.String("plugin-dir", &cfg.plugin_dir, "directory of the plugin libraries", "DIR");
+  fs.StringList("plugins", &cfg.plugins, "plugins to load", "a,b", /*split_commas=*/true);
+  fs.String("plugin", &single, "plugin of single steps", "NAME");
+  fs.Custom(
+      "timeout-ms",
+      [&](absl::string_view v) {
+        int64_t ms = 0;
+        if (!absl::SimpleAtoi(v, &ms) || ms < 0) {
+          return absl::InvalidArgumentError("--timeout-ms wants milliseconds");
+        }
+        timeout = absl::Milliseconds(ms);
+        return absl::OkStatus();
+      },
+      "lock bound", "N");
+  fs.String("plugin-options", &plugin_options, "options per plugin", "JSON");
+  fs.String("thp", &cfg.thp_during_checkpoint, "THP mode during checkpoint", "MODE");
+  fs.Int64("hold-ms", &hold_ms, "cycle: time between checkpoint and restore");
+  fs.KeyValues("map", &map, "restore onto another GPU", "FROM=TO");
+  auto parsed = fs.Parse(std::vector<std::string>(argv + 1, argv + argc));
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "cryo-gpuctl: %s\n", std::string(parsed.status().message()).c_str());
+    return Usage();
   }
+  if (parsed->help) return Usage();
+  if (!plugin_options.empty()) {
+    cfg.plugin_options = nlohmann::json::parse(plugin_options, nullptr, false);
+    if (!cfg.plugin_options.is_object()) return Usage();
+  }
+  const std::vector<std::string>& rest = parsed->positional;
   if (rest.empty()) return Usage();
   std::string cmd = rest[0];
   std::vector<pid_t> pids;

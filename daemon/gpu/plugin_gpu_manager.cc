@@ -11,7 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "plugins/common/procfs.h"
+#include "lib/base/fs.h"
+#include "lib/base/proc.h"
 
 namespace cryo::gpu {
 namespace {
@@ -86,7 +87,7 @@ absl::StatusOr<std::unique_ptr<PluginGpuManager>> PluginGpuManager::Create(
   }
   std::vector<std::string> names = config.plugins;
   if (names.empty()) {
-    for (const std::string& f : ListDir(config.plugin_dir)) {
+    for (const std::string& f : fs::ListNames(config.plugin_dir)) {
       if (absl::StartsWith(f, kLibPrefix) && absl::EndsWith(f, kLibSuffix)) {
         names.push_back(f.substr(sizeof(kLibPrefix) - 1,
                                  f.size() - (sizeof(kLibPrefix) - 1) - (sizeof(kLibSuffix) - 1)));
@@ -99,7 +100,7 @@ absl::StatusOr<std::unique_ptr<PluginGpuManager>> PluginGpuManager::Create(
     for (const auto& have : m->plugins_) in_memory = in_memory || have->name() == name;
     if (in_memory) continue;
     std::string path = absl::StrCat(config.plugin_dir, "/", kLibPrefix, name, kLibSuffix);
-    if (!PathExists(path)) {
+    if (!fs::Exists(path)) {
       return absl::NotFoundError(absl::StrCat("GPU plugin ", name, " not found at ", path));
     }
     if (absl::Status s = add(Plugin::Open(path, options(name))); !s.ok()) return s;

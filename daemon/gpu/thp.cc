@@ -2,8 +2,10 @@
 
 #include <fstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "plugins/common/procfs.h"
+#include "lib/base/fs.h"
+#include "lib/base/proc.h"
 
 namespace cryo::gpu {
 namespace {
@@ -16,13 +18,23 @@ absl::Status WriteMode(const std::string& path, const std::string& mode) {
   return absl::OkStatus();
 }
 
+// "always [madvise] never" -> "madvise": the selected value of a sysfs choice file.
+std::string SelectedChoice(absl::string_view text) {
+  size_t open = text.find('[');
+  size_t close = text.find(']', open);
+  if (open == absl::string_view::npos || close == absl::string_view::npos) {
+    return std::string(absl::StripAsciiWhitespace(text));
+  }
+  return std::string(text.substr(open + 1, close - open - 1));
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ThpSetter::Acquire() {
   absl::MutexLock l(&mu_);
   if (mode_.empty()) return std::string();
   if (users_++ > 0) return absl::StrCat(mode_, " (was ", previous_, ")");
-  auto cur = ReadFile(path_);
+  auto cur = fs::ReadFile(path_);
   if (!cur.ok()) return cur.status();
   previous_ = SelectedChoice(*cur);
   changed_ = false;

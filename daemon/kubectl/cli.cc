@@ -17,6 +17,7 @@
 #include "daemon/kubectl/errors.h"
 #include "daemon/kubectl/kubectl.h"
 #include "daemon/kubectl/objects.h"
+#include "lib/base/human.h"
 
 namespace cryo::kubectl {
 namespace {
@@ -490,10 +491,10 @@ absl::Status List(Ctx& c) {
     absl::Time t = ParseRfc3339(Str(ck, "/created_at"));
     rows.push_back({Str(ck, "/checkpoint_id"), Str(ck, "/workload"), SourceOf(ck).ToString(),
                     Str(ck, "/node_name"),
-                    HumanBytes(U64(ck.value("size_bytes", nlohmann::json()))),
-                    t == absl::InfinitePast() ? "?" : HumanAge(now - t)});
+                    human::Bytes(U64(ck.value("size_bytes", nlohmann::json()))),
+                    t == absl::InfinitePast() ? "?" : human::Age(now - t)});
   }
-  c.out << Table(rows);
+  c.out << human::Table(rows);
   return absl::OkStatus();
 }
 
@@ -541,10 +542,10 @@ absl::Status Inspect(Ctx& c) {
   line("Node:", Str(j, "/node_name"));
   line("Created:",
        absl::StrCat(Str(j, "/created_at"),
-                    t == absl::InfinitePast() ? "" : " (" + HumanAge(absl::Now() - t) + " ago)"));
+                    t == absl::InfinitePast() ? "" : " (" + human::Age(absl::Now() - t) + " ago)"));
   line("Command:", absl::StrCat(command, " (pid ", U64(j.value("root_pid", nlohmann::json())), ", ",
                                 processes, processes == 1 ? " process)" : " processes)"));
-  line("Size:", absl::StrCat(HumanBytes(U64(j.value("size_bytes", nlohmann::json()))), " in ",
+  line("Size:", absl::StrCat(human::Bytes(U64(j.value("size_bytes", nlohmann::json()))), " in ",
                              U64(j.value("file_count", nlohmann::json())), " files"));
   std::vector<std::string> source;
   if (auto k = Str(m, "/source/kernel"); !k.empty()) source.push_back("kernel " + k);

@@ -63,13 +63,16 @@ absl::Status KubectlStatus(const KubectlError& e) {
   }
 }
 
-absl::StatusOr<ProcessResult> Kubectl::Run(const std::vector<std::string>& args,
+absl::StatusOr<RunOutput> Kubectl::Run(const std::vector<std::string>& args,
                                            const std::string& input) const {
   std::vector<std::string> argv = {o_.kubectl};
   if (!o_.kubeconfig.empty()) argv.push_back("--kubeconfig=" + o_.kubeconfig);
   if (!o_.context.empty()) argv.push_back("--context=" + o_.context);
   argv.insert(argv.end(), args.begin(), args.end());
-  auto r = RunProcess(argv, input);
+  RunOptions ro;
+  ro.argv = std::move(argv);
+  ro.input = input;
+  auto r = cryo::Run(ro);
   if (absl::IsNotFound(r.status())) {
     return Failure(kExitKubectlMissing,
                    absl::StrCat("cannot run kubectl (", r.status().message(),
@@ -82,7 +85,7 @@ absl::StatusOr<nlohmann::json> Kubectl::RunJson(const std::vector<std::string>& 
                                                 const std::string& input) const {
   auto r = Run(args, input);
   if (!r.ok()) return r.status();
-  if (r->exit_code != 0) return KubectlStatus(ClassifyKubectlError(r->err));
+  if (r->exit.ShellCode() != 0) return KubectlStatus(ClassifyKubectlError(r->err));
   nlohmann::json j = nlohmann::json::parse(r->out, nullptr, false);
   if (j.is_discarded()) {
     std::string head = r->out.substr(0, 200);
@@ -131,7 +134,7 @@ absl::StatusOr<nlohmann::json> Kubectl::ReadObjectFile(const std::string& path) 
 
 std::string Kubectl::ContextNamespace() const {
   auto r = Run({"config", "view", "--minify", "-o", "jsonpath={..namespace}"});
-  if (!r.ok() || r->exit_code != 0) return "";
+  if (!r.ok() || r->exit.ShellCode() != 0) return "";
   return Trim(r->out);
 }
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
-#include "daemon/kubectl/process.h"
+#include "lib/base/subprocess.h"
 
 namespace cryo::kubectl {
 
@@ -46,7 +46,7 @@ class Kubectl {
   explicit Kubectl(KubectlOptions options) : o_(std::move(options)) {}
 
   // kubectl [--kubeconfig K] [--context C] ARGS with `input` on stdin.
-  absl::StatusOr<ProcessResult> Run(const std::vector<std::string>& args,
+  absl::StatusOr<RunOutput> Run(const std::vector<std::string>& args,
                                     const std::string& input = "") const;
 
   // GET PATH through the API server (`kubectl get --raw`), parsed as JSON.

@@ -95,12 +95,6 @@ absl::StatusOr<WorkloadRef> ParseWorkload(const std::string& s);
 json WorkloadResumePatch(const std::string& prefix, const std::string& id,
                          const std::string& container);
 
-std::string RandomSuffix(int n);
-std::string HumanBytes(uint64_t n);
-// kubectl's style: 45s, 12m, 5h, 3d.
-std::string HumanAge(absl::Duration d);
-// Columns padded to their widest cell, separated by three spaces (kubectl get's look).
-std::string Table(const std::vector<std::vector<std::string>>& rows);
 absl::Time ParseRfc3339(const std::string& s);  // InfinitePast when unparsable
 
 }  // namespace cryo::kubectl

@@ -36,6 +36,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/flags.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -68,44 +69,42 @@ struct Options {
 
 Options Parse(int argc, char** argv) {
   Options o;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) Die(absl::StrCat(a, " needs a value"));
-      return argv[++i];
-    };
-    if (a == "--") {
-      ++i;
-      break;
-    } else if (a == "--target") {
-      if (!absl::SimpleAtoi(value(), &o.target) || o.target <= 0) Die("--target needs a pid");
-    } else if (a == "--join-cgroups") {
-      o.join_cgroups = true;
-    } else if (a == "--far-pid") {
-      o.far_pid = true;
-    } else if (a == "--last-pid") {
-      if (!absl::SimpleAtoi(value(), &o.last_pid) || o.last_pid <= 0) {
-        Die("--last-pid needs a pid");
-      }
-    } else if (a == "--fd") {
-      std::string v = value();
-      size_t eq = v.find('=');
-      int n = 0;
-      if (eq == std::string::npos || !absl::SimpleAtoi(v.substr(0, eq), &n) || n < 3) {
-        Die(absl::StrCat("--fd wants N=PATH with N >= 3, got '", v, "'"));
-      }
-      o.fds.emplace_back(n, v.substr(eq + 1));
-    } else if (a == "--apply-rootfs-diff") {
-      o.diff_dir = value();
-    } else {
-      Die(absl::StrCat("unknown argument '", a,
-                       "'; usage: cryo-nsexec --target PID [--join-cgroups] [--far-pid] "
-                       "[--last-pid N] "
-                       "[--fd N=PATH[:w]]... (--apply-rootfs-diff DIR | -- PROGRAM [ARG...])"));
+  cryo::flags::FlagSet flag_set;
+  flag_set.Custom("target", [&](absl::string_view v) {
+    if (!absl::SimpleAtoi(v, &o.target) || o.target <= 0) {
+      return absl::InvalidArgumentError("--target needs a pid");
     }
+    return absl::OkStatus();
+  }, "host pid of the container's init", "PID");
+  flag_set.Bool("join-cgroups", &o.join_cgroups, "join every cgroup of the target");
+  flag_set.Bool("far-pid", &o.far_pid, "run the program at a pid far above the checkpoint's");
+  flag_set.Custom("last-pid", [&](absl::string_view v) {
+    if (!absl::SimpleAtoi(v, &o.last_pid) || o.last_pid <= 0) {
+      return absl::InvalidArgumentError("--last-pid needs a pid");
+    }
+    return absl::OkStatus();
+  }, "highest pid the program must stay above", "N");
+  flag_set.Custom("fd", [&](absl::string_view v) {
+    size_t eq = v.find('=');
+    int n = 0;
+    if (eq == absl::string_view::npos || !absl::SimpleAtoi(v.substr(0, eq), &n) || n < 3) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fd wants N=PATH with N >= 3, got '", v, "'"));
+    }
+    o.fds.emplace_back(n, std::string(v.substr(eq + 1)));
+    return absl::OkStatus();
+  }, "host path opened as descriptor N (\":w\" for writing)", "N=PATH[:w]");
+  flag_set.String("apply-rootfs-diff", &o.diff_dir, "put a saved writable layer back", "DIR");
+  auto r = flag_set.Parse(std::vector<std::string>(argv + 1, argv + argc),
+                    {.allow_unknown = false, .stop_at_positional = true});
+  if (!r.ok()) {
+    Die(absl::StrCat(r.status().message(),
+                     "; usage: cryo-nsexec --target PID [--join-cgroups] [--far-pid] "
+                     "[--last-pid N] [--fd N=PATH[:w]]... (--apply-rootfs-diff DIR | -- PROGRAM "
+                     "[ARG...])"));
   }
-  for (; i < argc; ++i) o.program.emplace_back(argv[i]);
+  o.program = r->positional;
+
   if (o.target == 0) Die("--target is required");
   if (o.program.empty() == o.diff_dir.empty()) {
     Die("give either --apply-rootfs-diff DIR or -- PROGRAM");

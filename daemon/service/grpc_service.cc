@@ -9,11 +9,6 @@
 
 namespace cryo::service {
 
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
 grpc::Status CryoService::Stream(grpc::ServerContext* ctx, Operation& op,
                                  grpc::ServerWriter<v1::OperationEvent>* w) {
   uint64_t seen = 0;

@@ -12,10 +12,9 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/operations.h"
+#include "lib/base/grpc_status.h"
 
 namespace cryo::service {
-
-grpc::Status ToGrpc(const absl::Status& s);
 
 class CryoService final : public v1::Cryo::Service {
  public:

@@ -241,7 +241,7 @@ def cross_checks(objs, repo):
                                   r'(?:Str|Int|Bool)\("([a-z_]+)"|\{"([a-z_]+)", "')
     if cryod_keys is not None:
         cryod_keys = {a or b for a, b in cryod_keys}
-    shim_flags = keys_from_source(f"{repo}/cri-shim/flags.cc", r'name == "([a-z-]+)"')
+    shim_flags = keys_from_source(f"{repo}/cri-shim/flags.cc", r'fs\.[A-Za-z]+\("([a-z-]+)"')
     for name, cm in configmaps.items():
         data = cm.get("data", {})
         if "cryod.json" in data:

@@ -26,11 +26,6 @@ CriClient::CriClient(const std::string& socket_path) : socket_path_(socket_path)
   images_ = cri::ImageService::NewStub(channel_);
 }
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
-
 std::pair<grpc::Status, std::string> CriClient::RawUnary(const std::string& method,
                                                          const std::string& request,
                                                          absl::Duration timeout) {

@@ -14,6 +14,7 @@
 #include "lib/cri/cri_api.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
+#include "lib/base/grpc_status.h"
 
 namespace cryo::e2e {
 
@@ -68,7 +69,6 @@ class CriClient {
   std::unique_ptr<cri::ImageService::Stub> images_;
 };
 
-absl::Status FromGrpc(const grpc::Status& status);
 
 // A pod config as kubelet sends it for a host-network pod: empty hostname (containerd 1.6
 // refuses one with host network), pid namespace per container.

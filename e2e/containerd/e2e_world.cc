@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "e2e/containerd/cri_client.h"
+#include "lib/base/subprocess.h"
 
 #ifndef CRYO_E2E_SCRIPTS
 #error "CRYO_E2E_SCRIPTS must name e2e/containerd"
@@ -51,27 +52,13 @@ std::string Tail(const std::string& path, size_t max_bytes = 4000) {
 // fork + exec with stdout/stderr appended to log_file; dies with us.
 absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv, const std::string& log_file,
                             const std::vector<std::string>& extra_env) {
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    int fd = open(log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      dup2(fd, 1);
-      dup2(fd, 2);
-    }
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    for (const std::string& e : extra_env) putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  return pid;
+  SpawnOptions o;
+  o.argv = argv;
+  o.env = extra_env;
+  o.stdout_path = log_file;
+  o.own_process_group = false;
+  o.die_with_parent = true;
+  return cryo::Spawn(o);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "lib/base/subprocess.h"
 
 namespace cryo::e2e {
 
@@ -41,23 +42,14 @@ std::string Slurp(const std::string& path) {
 
 static pid_t SpawnArgs(const std::vector<std::string>& argv, const std::vector<std::string>& env,
                        const std::string& out, bool new_session) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    if (new_session) ::setsid();
-    int in = ::open("/dev/null", O_RDONLY);
-    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ::dup2(in, 0);
-    ::dup2(o, 1);
-    ::dup2(o, 2);
-    ::close_range(3, ~0U, 0);
-    for (const auto& e : env) ::putenv(const_cast<char*>(e.c_str()));
-    std::vector<char*> a;
-    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    ::execv(a[0], a.data());
-    ::_exit(127);
-  }
-  return pid;
+  SpawnOptions o;
+  o.argv = argv;
+  o.env = env;
+  o.stdout_path = out;
+  o.new_session = new_session;
+  o.own_process_group = false;
+  auto pid = Spawn(o);
+  return pid.ok() ? *pid : -1;
 }
 
 absl::StatusOr<std::unique_ptr<Cryod>> Cryod::Start(const std::string& dir, const std::string& store,

@@ -243,4 +243,12 @@ absl::Status RenameNoReplace(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
+std::vector<std::string> ListNames(const std::string& path) {
+  std::vector<std::string> out;
+  auto entries = ListDir(path);
+  if (!entries.ok()) return out;
+  for (auto& e : *entries) out.push_back(std::move(e.name));
+  return out;
+}
+
 }  // namespace cryo::fs

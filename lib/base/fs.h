@@ -31,6 +31,8 @@ struct Entry {
   bool is_dir = false;
 };
 absl::StatusOr<std::vector<Entry>> ListDir(const std::string& path);
+// Names in a directory (no "." or ".."), unsorted; empty when it cannot be read.
+std::vector<std::string> ListNames(const std::string& path);
 
 // Every regular file under `root`, as paths relative to it, sorted.
 absl::StatusOr<std::vector<std::string>> ListFilesRecursive(const std::string& root);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "lib/base/fs.h"
+#include "lib/base/status.h"
 
 namespace cryo::proc {
 namespace {
@@ -159,6 +160,46 @@ std::vector<std::string> ProcReader::Environ(pid_t pid) const {
   auto s = fs::ReadFile(absl::StrCat(root_, "/", pid, "/environ"));
   if (!s.ok()) return {};
   return absl::StrSplit(*s, '\0', absl::SkipEmpty());
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ProcReader::EnvironMap(pid_t pid) const {
+  CRYO_ASSIGN_OR_RETURN(std::string text, fs::ReadFile(PidPath(pid, "environ")));
+  std::map<std::string, std::string> env;
+  for (absl::string_view kv : absl::StrSplit(text, '\0', absl::SkipEmpty())) {
+    size_t eq = kv.find('=');
+    if (eq == absl::string_view::npos) continue;
+    env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));
+  }
+  return env;
+}
+
+bool ProcReader::Exists(pid_t pid) const { return fs::Exists(absl::StrCat(root_, "/", pid)); }
+
+std::string ProcReader::PidPath(pid_t pid, absl::string_view rel) const {
+  return absl::StrCat(root_, "/", pid, "/", rel);
+}
+
+std::vector<std::string> ProcReader::FdTargets(pid_t pid) const {
+  std::vector<std::string> out;
+  const std::string dir = PidPath(pid, "fd");
+  for (const std::string& name : fs::ListNames(dir)) {
+    std::string target = Link(pid, absl::StrCat("fd/", name));
+    if (!target.empty()) out.push_back(std::move(target));
+  }
+  return out;
+}
+
+std::vector<std::string> ProcReader::MappedPaths(pid_t pid) const {
+  std::vector<std::string> out;
+  auto text = fs::ReadFile(PidPath(pid, "maps"));
+  if (!text.ok()) return out;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    // address perms offset dev inode pathname: the path starts at the first '/'.
+    size_t slash = line.find('/');
+    if (slash == absl::string_view::npos) continue;
+    out.emplace_back(line.substr(slash));
+  }
+  return out;
 }
 
 }  // namespace cryo::proc

@@ -1,15 +1,17 @@
 #pragma once
 
-// Reads what cryod needs to know about processes from /proc (the root is a parameter so tests
-// can point it at a fake tree).
+// Reads what cryod and the GPU plugins need to know about processes from /proc (the root is a
+// parameter so tests can point it at a fake tree).
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace cryo::proc {
 
@@ -52,6 +54,16 @@ class ProcReader {
   std::string Link(pid_t pid, const std::string& rel) const;
   // Environment as KEY=VALUE strings.
   std::vector<std::string> Environ(pid_t pid) const;
+  // The same as a map; NOT_FOUND / PERMISSION_DENIED when it cannot be read.
+  absl::StatusOr<std::map<std::string, std::string>> EnvironMap(pid_t pid) const;
+  // Targets of /proc/<pid>/fd/* ("/dev/nvidia0", "pipe:[123]"); empty when unreadable.
+  std::vector<std::string> FdTargets(pid_t pid) const;
+  // Path names of the files /proc/<pid>/maps maps.
+  std::vector<std::string> MappedPaths(pid_t pid) const;
+  // Whether /proc/<pid> is there (any state, zombies included).
+  bool Exists(pid_t pid) const;
+  // "<root>/<pid>/<rel>".
+  std::string PidPath(pid_t pid, absl::string_view rel) const;
   const std::string& root() const { return root_; }
 
  private:

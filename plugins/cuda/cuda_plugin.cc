@@ -52,7 +52,7 @@ bool NcclIpcDisabled(const std::map<std::string, std::string>& env) {
 // /dev/nvidia-uvm mappings of a process. A CUDA 13 process on driver 580 has one (a 2 MiB
 // window of the runtime); cudaMallocManaged adds one per managed range (seen on an H100,
 // 2026-11-22: 64 MiB managed -> a second, 64 MiB mapping).
-int UvmMappings(const ProcFs& proc, pid_t pid) {
+int UvmMappings(const proc::ProcReader& proc, pid_t pid) {
   int n = 0;
   for (const std::string& m : proc.MappedPaths(pid)) n += absl::StartsWith(m, "/dev/nvidia-uvm");
   return n;
@@ -158,7 +158,7 @@ absl::Status CudaPlugin::Init(std::optional<CudaApi> api, std::optional<NvmlApi>
   api_.driver_get_version(&cuda_version_);
   std::string cuda = absl::StrCat(cuda_version_ / 1000, ".", (cuda_version_ % 1000) / 10);
   driver_version_ = absl::StrCat("CUDA ", cuda);
-  if (auto v = ReadFile(options_.driver_root + "/version"); v.ok()) {
+  if (auto v = fs::ReadFile(options_.driver_root + "/version"); v.ok()) {
     if (std::string d = ParseDriverVersion(*v); !d.empty()) driver_version_ = d;
   }
 
@@ -297,8 +297,8 @@ absl::StatusOr<nlohmann::json> CudaPlugin::ListDevices() {
 std::map<int, std::string> CudaPlugin::MinorsToUuids() const {
   std::map<int, std::string> out;
   std::string dir = options_.driver_root + "/gpus";
-  for (const std::string& bus : ListDir(dir)) {
-    auto info = ReadFile(absl::StrCat(dir, "/", bus, "/information"));
+  for (const std::string& bus : fs::ListNames(dir)) {
+    auto info = fs::ReadFile(absl::StrCat(dir, "/", bus, "/information"));
     if (!info.ok()) continue;
     std::string uuid;
     int minor = -1;
@@ -420,7 +420,7 @@ absl::StatusOr<nlohmann::json> CudaPlugin::Discover(const std::vector<pid_t>& pi
                                                         " by the driver (another checkpoint in "
                                                         "progress, or left behind by a tool)"));
     }
-    auto env = proc_.Environ(pid);
+    auto env = proc_.EnvironMap(pid);
     std::map<std::string, std::string> e = env.ok() ? *env : std::map<std::string, std::string>{};
     absl::Status env_error;
     auto visible = VisibleByEnv(e, &env_error);
@@ -727,7 +727,7 @@ absl::StatusOr<nlohmann::json> CudaPlugin::CheckCompatible(const nlohmann::json&
   std::optional<std::vector<std::string>> allowed;
   pid_t env_pid = request.value("env_pid", 0);
   if (env_pid > 0) {
-    auto env = proc_.Environ(env_pid);
+    auto env = proc_.EnvironMap(env_pid);
     if (!env.ok()) {
       return absl::FailedPreconditionError(absl::StrCat("cannot read the environment of pid ",
                                                         env_pid,

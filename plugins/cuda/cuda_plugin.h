@@ -14,7 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "plugins/common/device_plan.h"
 #include "plugins/common/plugin_impl.h"
-#include "plugins/common/procfs.h"
+#include "lib/base/fs.h"
+#include "lib/base/proc.h"
 #include "plugins/cuda/cuda_api.h"
 
 namespace cryo::gpu::cuda {
@@ -97,7 +98,7 @@ class CudaPlugin final : public PluginImpl {
                                                            const DeviceMap& map) const;
 
   CudaPluginOptions options_;
-  ProcFs proc_;
+  proc::ProcReader proc_;
   CudaApi api_;
   std::optional<NvmlApi> nvml_;
   std::string unavailable_;  // empty when usable

@@ -16,7 +16,7 @@ namespace {
 // sysfs "key value" lines.
 std::map<std::string, std::string> Properties(const std::string& path) {
   std::map<std::string, std::string> out;
-  auto text = ReadFile(path);
+  auto text = fs::ReadFile(path);
   if (!text.ok()) return out;
   for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
     std::vector<absl::string_view> kv =
@@ -34,7 +34,7 @@ uint64_t U64(const std::map<std::string, std::string>& m, const std::string& k) 
 }
 
 std::optional<uint64_t> ReadU64(const std::string& path) {
-  auto t = ReadFile(path);
+  auto t = fs::ReadFile(path);
   uint64_t v = 0;
   if (!t.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*t), &v)) return std::nullopt;
   return v;
@@ -72,15 +72,15 @@ std::string RocmPlugin::KfdPath(absl::string_view rel) const {
 }
 
 std::string RocmPlugin::Unavailable() const {
-  if (!PathExists(options_.dev_kfd))
+  if (!fs::Exists(options_.dev_kfd))
     return absl::StrCat("no AMD KFD driver (", options_.dev_kfd, " missing)");
   std::string so = options_.criu_plugin_dir + "/amdgpu_plugin.so";
-  if (!PathExists(so)) return absl::StrCat("CRIU's amdgpu plugin is missing (", so, ")");
+  if (!fs::Exists(so)) return absl::StrCat("CRIU's amdgpu plugin is missing (", so, ")");
   return "";
 }
 
 std::vector<RocmPlugin::Gpu> RocmPlugin::Gpus() const {
-  std::vector<std::string> nodes = ListDir(KfdPath("topology/nodes"));
+  std::vector<std::string> nodes = fs::ListNames(KfdPath("topology/nodes"));
   std::sort(nodes.begin(), nodes.end(), [](const std::string& a, const std::string& b) {
     int x = 0, y = 0;
     (void)absl::SimpleAtoi(a, &x);
@@ -99,7 +99,7 @@ std::vector<RocmPlugin::Gpu> RocmPlugin::Gpus() const {
     uint64_t unique = U64(props, "unique_id");
     g.uuid = unique != 0 ? absl::StrFormat("AMD-%016x", unique) : absl::StrCat("AMD-gpu_id-", *id);
     g.chip = Chip(U64(props, "gfx_target_version"));
-    auto name = ReadFile(dir + "/name");
+    auto name = fs::ReadFile(dir + "/name");
     g.name = name.ok() ? std::string(absl::StripAsciiWhitespace(*name)) : g.chip;
     g.render_minor =
         props.count("drm_render_minor") ? static_cast<int>(U64(props, "drm_render_minor")) : -1;
@@ -159,7 +159,7 @@ absl::StatusOr<nlohmann::json> RocmPlugin::Discover(const std::vector<pid_t>& pi
       }
     }
     std::string kfd_proc = KfdPath(absl::StrCat("proc/", pid));
-    if (!kfd && !PathExists(kfd_proc)) continue;
+    if (!kfd && !fs::Exists(kfd_proc)) continue;
     if (std::string why = Unavailable(); !why.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat("pid ", pid,
@@ -235,7 +235,7 @@ absl::StatusOr<nlohmann::json> RocmPlugin::CheckCompatible(const nlohmann::json&
   std::optional<std::vector<std::string>> allowed;
   pid_t env_pid = request.value("env_pid", 0);
   if (env_pid > 0) {
-    auto env = proc_.Environ(env_pid);
+    auto env = proc_.EnvironMap(env_pid);
     if (!env.ok()) return absl::FailedPreconditionError(std::string(env.status().message()));
     for (const char* var : {"ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"}) {
       auto it = env->find(var);

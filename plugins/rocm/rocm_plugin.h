@@ -13,7 +13,8 @@
 
 #include "plugins/common/device_plan.h"
 #include "plugins/common/plugin_impl.h"
-#include "plugins/common/procfs.h"
+#include "lib/base/fs.h"
+#include "lib/base/proc.h"
 
 namespace cryo::gpu::rocm {
 
@@ -68,7 +69,7 @@ class RocmPlugin final : public PluginImpl {
   std::string KfdPath(absl::string_view rel) const;
 
   RocmPluginOptions options_;
-  ProcFs proc_;
+  proc::ProcReader proc_;
 };
 
 }  // namespace cryo::gpu::rocm

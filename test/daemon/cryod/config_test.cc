@@ -47,6 +47,25 @@ TEST(Config, ClearErrors) {
   EXPECT_NE(Usage().find("--pid-wait-timeout-ms"), std::string::npos);
 }
 
+TEST(Config, UsagePrintsEveryDefaultOnce) {
+  const std::string u = Usage();
+  // Each flag's block is its "--name" line and the help line under it.
+  size_t pos = 0;
+  int flags = 0;
+  while ((pos = u.find("\n  --", pos)) != std::string::npos) {
+    size_t end = u.find("\n  --", pos + 1);
+    std::string block = u.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    size_t first = block.find("default");
+    if (first != std::string::npos) {
+      EXPECT_EQ(block.find("default", first + 1), std::string::npos) << block;
+    }
+    ++flags;
+    pos += 1;
+  }
+  EXPECT_GT(flags, 20);
+  EXPECT_NE(u.find("(default: <state_dir>/store)"), std::string::npos) << u;
+}
+
 TEST(Config, TerminationKeys) {
   auto c = Load({});
   ASSERT_TRUE(c.ok()) << c.status();

@@ -19,7 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "daemon/kubectl/process.h"
+#include "lib/base/subprocess.h"
 
 namespace cryo::kubectl {
 namespace {
@@ -163,7 +163,7 @@ class KubectlCheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // kubectl is part of this machine kind: its absence is a broken machine, not a skip.
-    ASSERT_FALSE(FindInPath("kubectl").empty())
+    ASSERT_FALSE(FindExecutable("kubectl").empty())
         << "kubectl is not on PATH: these tests run the real kubectl against a fake API "
            "server. Install kubectl (client only) and run them again.";
     ASSERT_TRUE(server_.ok()) << "the fake API server could not listen on 127.0.0.1";
@@ -190,10 +190,13 @@ class KubectlCheckpointTest : public ::testing::Test {
   Outcome Plugin(const std::vector<std::string>& args, std::vector<std::string> env = {}) {
     std::vector<std::string> argv = {KUBECTL_CHECKPOINT_BINARY};
     argv.insert(argv.end(), args.begin(), args.end());
-    auto r = RunProcess(argv, "", env_with_defaults(std::move(env)));
+    RunOptions ro;
+    ro.argv = argv;
+    ro.env = env_with_defaults(std::move(env));
+    auto r = cryo::Run(ro);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return {};
-    return {r->exit_code, r->out, r->err};
+    return {r->exit.ShellCode(), r->out, r->err};
   }
 
   // The test's variables after the defaults, so they win.

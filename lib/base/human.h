@@ -1,0 +1,23 @@
+#pragma once
+
+// What people read: sizes, ages and aligned tables, the same in the cryo CLI and the kubectl
+// plugin.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+
+namespace cryo::human {
+
+// 512 -> "512 B", 1.5 GiB -> "1.5 GiB", 300 MiB -> "300 MiB" (one decimal below 10).
+std::string Bytes(uint64_t n);
+// kubectl's AGE column: "59s", "90m", "5h", "3d".
+std::string Age(absl::Duration d);
+// Rows with columns aligned, three spaces between them (kubectl's spacing).
+std::string Table(const std::vector<std::vector<std::string>>& rows);
+// Control characters (a name from a shared store, say) shown as escapes, never raw.
+std::string Printable(const std::string& s);
+
+}  // namespace cryo::human
