@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/contract/annotations.h"
+#include "lib/contract/labels.h"
 
 namespace cryo::shim {
 namespace {
@@ -19,8 +21,8 @@ std::string Get(const StringMap& m, const std::string& key) {
 
 std::string DefaultWorkloadKey(const StringMap& pod_labels, const std::string& pod_namespace,
                                const std::string& pod_name, const std::string& container_name) {
-  std::string owner = Get(pod_labels, "batch.kubernetes.io/job-name");
-  if (owner.empty()) owner = Get(pod_labels, "job-name");
+  std::string owner = Get(pod_labels, contract::k8s::kJobName);
+  if (owner.empty()) owner = Get(pod_labels, contract::k8s::kJobNameLegacy);
   if (owner.empty()) owner = pod_name;
   return absl::StrCat(pod_namespace, ".", owner, ".", container_name);
 }
@@ -30,11 +32,11 @@ OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
                   const std::string& pod_name, const std::string& container_name) {
   OptIn o;
   const std::string stop =
-      absl::AsciiStrToLower(Get(pod_annotations, prefix + "/checkpoint-on-stop"));
+      absl::AsciiStrToLower(Get(pod_annotations, contract::Key(prefix, contract::pod::kCheckpointOnStop)));
   o.checkpoint_on_stop = stop == "true" || stop == "1" || stop == "yes";
-  o.resume = Get(pod_annotations, prefix + "/resume");
+  o.resume = Get(pod_annotations, contract::Key(prefix, contract::pod::kResume));
   if (!o.checkpoint_on_stop && o.resume.empty()) return o;
-  const std::string only = Get(pod_annotations, prefix + "/containers");
+  const std::string only = Get(pod_annotations, contract::Key(prefix, contract::pod::kContainers));
   if (!only.empty()) {
     bool listed = false;
     for (absl::string_view c : absl::StrSplit(only, ',', absl::SkipWhitespace())) {
@@ -43,7 +45,7 @@ OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
     if (!listed) return OptIn{};
   }
   o.managed = true;
-  std::string key = Get(pod_annotations, prefix + "/workload");
+  std::string key = Get(pod_annotations, contract::Key(prefix, contract::pod::kWorkload));
   o.workload = key.empty() ? DefaultWorkloadKey(pod_labels, pod_namespace, pod_name, container_name)
                            : absl::StrCat(key, ".", container_name);
   return o;

@@ -13,6 +13,8 @@
 #include <map>
 #include <string>
 
+#include "lib/contract/annotations.h"
+
 namespace cryo::shim {
 
 using StringMap = std::map<std::string, std::string>;
@@ -32,10 +34,10 @@ OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
 // Container annotations the shim sets on containers it manages.
 struct ManagedKeys {
   explicit ManagedKeys(const std::string& prefix)
-      : managed(prefix + "/managed"),
-        checkpoint_on_stop(prefix + "/checkpoint-on-stop"),
-        workload(prefix + "/workload-key"),
-        resume_from(prefix + "/resume-from") {}
+      : managed(contract::Key(prefix, contract::container::kManaged)),
+        checkpoint_on_stop(contract::Key(prefix, contract::container::kCheckpointOnStop)),
+        workload(contract::Key(prefix, contract::container::kWorkloadKey)),
+        resume_from(contract::Key(prefix, contract::container::kResumeFrom)) {}
   std::string managed;             // "true"
   std::string checkpoint_on_stop;  // "true" when asked
   std::string workload;            // the workload key

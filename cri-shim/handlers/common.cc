@@ -7,6 +7,8 @@
 #include "absl/time/clock.h"
 #include "cri-shim/opt_in.h"
 #include "nlohmann/json.hpp"
+#include "lib/contract/annotations.h"
+#include "lib/contract/labels.h"
 
 namespace cryo::shim {
 
@@ -35,15 +37,14 @@ std::map<std::string, std::string> CheckpointLabels(const runtime::v1::Container
                                                     const std::string& prefix,
                                                     const std::string& reason) {
   std::map<std::string, std::string> out;
-  for (const char* k : {"io.kubernetes.pod.namespace", "io.kubernetes.pod.name",
-                        "io.kubernetes.pod.uid", "io.kubernetes.container.name"}) {
+  for (const char* k : contract::k8s::kContainerIdentity) {
     auto it = c.labels().find(k);
     if (it != c.labels().end()) out[k] = it->second;
   }
-  if (!out.count("io.kubernetes.container.name")) {
-    out["io.kubernetes.container.name"] = c.metadata().name();
+  if (!out.count(contract::k8s::kContainerName)) {
+    out[contract::k8s::kContainerName] = c.metadata().name();
   }
-  out[prefix + "/reason"] = reason;
+  out[contract::Key(prefix, contract::label::kReason)] = reason;
   return out;
 }
 
@@ -51,8 +52,8 @@ std::string WorkloadOf(const runtime::v1::ContainerStatus& c, const std::string&
   auto wk = c.annotations().find(ManagedKeys(prefix).workload);
   if (wk != c.annotations().end() && !wk->second.empty()) return wk->second;
   StringMap labels(c.labels().begin(), c.labels().end());
-  return DefaultWorkloadKey(labels, labels["io.kubernetes.pod.namespace"],
-                            labels["io.kubernetes.pod.name"], c.metadata().name());
+  return DefaultWorkloadKey(labels, labels[contract::k8s::kPodNamespace],
+                            labels[contract::k8s::kPodName], c.metadata().name());
 }
 
 void WriteToContainerLog(int init_pid, const std::string& line) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/fs.h"
 #include "lib/base/status.h"
+#include "lib/contract/archive.h"
 
 namespace cryo::container {
 namespace {
@@ -105,21 +106,21 @@ absl::Status WriteCheckpointArchive(const ArchiveInput& in, const std::string& p
   {
     TarWriter w(fd);
     CRYO_RETURN_IF_ERROR(w.Check(path));
-    CRYO_RETURN_IF_ERROR(w.AddBytes("config.dump", in.config_dump.dump(2) + "\n"));
-    CRYO_RETURN_IF_ERROR(w.AddBytes("spec.dump", in.spec_dump.dump(2) + "\n"));
+    CRYO_RETURN_IF_ERROR(w.AddBytes(contract::archive::kConfigDump, in.config_dump.dump(2) + "\n"));
+    CRYO_RETURN_IF_ERROR(w.AddBytes(contract::archive::kSpecDump, in.spec_dump.dump(2) + "\n"));
     CRYO_RETURN_IF_ERROR(w.AddDir("checkpoint"));
     CRYO_ASSIGN_OR_RETURN(auto images, fs::ListFilesRecursive(in.images_dir));
     for (const auto& rel : images) {
       CRYO_RETURN_IF_ERROR(
-          w.AddFile(absl::StrCat("checkpoint/", rel), fs::Join(in.images_dir, rel)));
+          w.AddFile(absl::StrCat(contract::archive::kCheckpointDir, "/", rel), fs::Join(in.images_dir, rel)));
     }
     if (!in.rootfs_diff_tar.empty()) {
-      CRYO_RETURN_IF_ERROR(w.AddFile("rootfs-diff.tar", in.rootfs_diff_tar));
+      CRYO_RETURN_IF_ERROR(w.AddFile(contract::archive::kRootfsDiff, in.rootfs_diff_tar));
     }
     if (!in.deleted_files.empty())
-      CRYO_RETURN_IF_ERROR(w.AddFile("deleted.files", in.deleted_files));
+      CRYO_RETURN_IF_ERROR(w.AddFile(contract::archive::kDeletedFiles, in.deleted_files));
     if (!in.dump_log.empty() && fs::Exists(in.dump_log)) {
-      CRYO_RETURN_IF_ERROR(w.AddFile("dump.log", in.dump_log));
+      CRYO_RETURN_IF_ERROR(w.AddFile(contract::archive::kDumpLog, in.dump_log));
     }
     CRYO_RETURN_IF_ERROR(w.Close());
   }

@@ -43,6 +43,7 @@
 #include "absl/strings/strip.h"
 #include "lib/base/fs.h"
 #include "daemon/container/rootfs.h"
+#include "lib/contract/archive.h"
 
 namespace {
 
@@ -268,10 +269,10 @@ pid_t ForkFar() {
 }
 
 int ApplyDiff(const std::string& dir_path, int dir_fd) {
-  int tar = ::openat(dir_fd, "rootfs-diff.tar", O_RDONLY | O_CLOEXEC);
+  int tar = ::openat(dir_fd, cryo::contract::archive::kRootfsDiff, O_RDONLY | O_CLOEXEC);
   if (tar < 0) DieErrno(absl::StrCat("open ", dir_path, "/rootfs-diff.tar"));
   std::string deleted_text;
-  int del = ::openat(dir_fd, "deleted.files", O_RDONLY | O_CLOEXEC);
+  int del = ::openat(dir_fd, cryo::contract::archive::kDeletedFiles, O_RDONLY | O_CLOEXEC);
   if (del >= 0) {
     char buf[65536];
     ssize_t n;

@@ -1,0 +1,44 @@
+#pragma once
+
+// The annotations cryo reads and writes, in one place for the shim, cryod and the kubectl
+// plugin. Pods opt in with annotations under a prefix (default "cryo.dev", configurable on the
+// shim and cryod); the shim copies its decision onto the container's own annotations at
+// creation, so later calls (stop, start, checkpoint) need no pod lookup. Labels of checkpoints
+// use the same prefix.
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace cryo::contract {
+
+inline constexpr char kDefaultPrefix[] = "cryo.dev";
+
+// Pod annotations (set by the user).
+namespace pod {
+inline constexpr char kCheckpointOnStop[] = "checkpoint-on-stop";  // "true"
+inline constexpr char kResume[] = "resume";                        // "auto" | "<checkpoint id>"
+inline constexpr char kWorkload[] = "workload";                    // workload key override
+inline constexpr char kContainers[] = "containers";                // "a,b": only these
+}  // namespace pod
+
+// Container annotations (set by the shim at CreateContainer).
+namespace container {
+inline constexpr char kManaged[] = "managed";                        // "true": under cryo-init
+inline constexpr char kCheckpointOnStop[] = "checkpoint-on-stop";    // "true"
+inline constexpr char kWorkloadKey[] = "workload-key";               // the workload key
+inline constexpr char kResumeFrom[] = "resume-from";                 // checkpoint id to restore
+}  // namespace container
+
+// Checkpoint labels cryo adds.
+namespace label {
+inline constexpr char kReason[] = "reason";  // why the checkpoint was taken
+}  // namespace label
+
+// "<prefix>/<key>".
+inline std::string Key(absl::string_view prefix, absl::string_view key) {
+  return absl::StrCat(prefix, "/", key);
+}
+
+}  // namespace cryo::contract

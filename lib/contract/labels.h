@@ -1,0 +1,26 @@
+#pragma once
+
+// Kubernetes' own label and annotation names that cryo reads: kubelet's labels on every CRI
+// container, and the Job controller's labels on its pods.
+
+namespace cryo::contract::k8s {
+
+// Set by kubelet on every container it creates through CRI.
+inline constexpr char kPodNamespace[] = "io.kubernetes.pod.namespace";
+inline constexpr char kPodName[] = "io.kubernetes.pod.name";
+inline constexpr char kPodUid[] = "io.kubernetes.pod.uid";
+inline constexpr char kContainerName[] = "io.kubernetes.container.name";
+// The four above, in the order cryo copies them onto a checkpoint's labels.
+inline constexpr const char* kContainerIdentity[] = {kPodNamespace, kPodName, kPodUid,
+                                                     kContainerName};
+
+// Set by the Job controller on its pods (the second is the older, unprefixed name).
+inline constexpr char kJobName[] = "batch.kubernetes.io/job-name";
+inline constexpr char kJobNameLegacy[] = "job-name";
+inline constexpr char kControllerUid[] = "batch.kubernetes.io/controller-uid";
+inline constexpr char kControllerUidLegacy[] = "controller-uid";
+
+// How the chart labels cryod's pods.
+inline constexpr char kCryoPodSelector[] = "app.kubernetes.io/name=cryo";
+
+}  // namespace cryo::contract::k8s
