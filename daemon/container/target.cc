@@ -5,7 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "lib/contract/cryo_init_protocol.h"
 
-namespace cryo::service {
+namespace cryo::container {
 namespace {
 
 bool IsCryoInit(const proc::ProcReader& proc, pid_t pid) {
@@ -118,4 +118,4 @@ std::vector<pid_t> NsThreadIds(const proc::ProcReader& proc, pid_t pid) {
   return out;
 }
 
-}  // namespace cryo::service
+}  // namespace cryo::container

@@ -14,7 +14,7 @@
 #include "lib/base/proc.h"
 #include "daemon/container/runtime.h"
 
-namespace cryo::service {
+namespace cryo::container {
 
 struct ContainerTarget {
   runtime::ContainerInfo info;
@@ -45,4 +45,4 @@ pid_t HostPidInNamespace(const proc::ProcReader& proc, pid_t init_pid, pid_t ns_
 // Thread ids of a process as numbered inside its own pid namespace.
 std::vector<pid_t> NsThreadIds(const proc::ProcReader& proc, pid_t pid);
 
-}  // namespace cryo::service
+}  // namespace cryo::container

@@ -31,13 +31,33 @@
 #include "daemon/metrics/metrics.h"
 #include "prometheus/text_serializer.h"
 #include "daemon/container/runtime.h"
+#include "daemon/container/container_checkpoint.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/operation_runner.h"
+#include "daemon/service/convert.h"
 #include "daemon/service/grpc_service.h"
 #include "daemon/store/store.h"
 #include "daemon/termination/watcher.h"
 
 namespace cryo::cryod {
 namespace {
+
+// What the read-only HTTP API reads: the engine's checkpoints as API messages.
+struct ApiView {
+  engine::Engine* engine;
+  absl::StatusOr<std::vector<v1::CheckpointInfo>> List(const std::string& workload) {
+    auto r = engine->List(workload);
+    if (!r.ok()) return r.status();
+    std::vector<v1::CheckpointInfo> out;
+    for (const auto& c : *r) out.push_back(service::ToProto(c, /*with_files=*/false));
+    return out;
+  }
+  absl::StatusOr<v1::CheckpointInfo> Get(const std::string& id) {
+    auto r = engine->Get(id);
+    if (!r.ok()) return r.status();
+    return service::ToProto(*r, /*with_files=*/true);
+  }
+};
 
 struct State {
   int argc;
@@ -51,10 +71,12 @@ struct State {
   std::unique_ptr<metrics::Metrics> metrics;
   std::unique_ptr<metrics::HttpServer> http;
   proc::ProcReader proc;
-  std::unique_ptr<service::Engine> engine;
+  std::unique_ptr<engine::Engine> engine;
   // The engine as the HTTP API thread sees it: set once it has recovered.
-  std::atomic<service::Engine*> api_engine{nullptr};
-  service::OperationRegistry ops;
+  std::unique_ptr<ApiView> api_view;
+  std::atomic<ApiView*> api_engine{nullptr};
+  engine::OperationRegistry ops;
+  std::unique_ptr<engine::OperationRunner> runner;
   std::unique_ptr<service::CryoService> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<UnixListener> listener;
@@ -83,6 +105,41 @@ std::string SiblingBinary(const std::string& name) {
   if (n <= 0) return name;
   std::string self(buf, n);
   return self.substr(0, self.rfind('/') + 1) + name;
+}
+
+// Starts a checkpoint (leave running: a notice may be withdrawn, and kubelet's own stop, if it
+// comes, checkpoints again) of every running container whose pod opted in to
+// checkpoint-on-stop, each as its own operation; returns how many started.
+absl::StatusOr<int> CheckpointOptedIn(State& st, const std::string& reason) {
+  if (!st.runtime) {
+    return absl::FailedPreconditionError("no container runtime configured (runtime_endpoint)");
+  }
+  auto opted = container::OptedInContainers(*st.runtime, st.config.annotation_prefix, reason);
+  if (!opted.ok()) return opted.status();
+  int started = 0;
+  for (const auto& c : *opted) {
+    engine::CheckpointRequest req;
+    req.container_id = c.container_id;
+    req.leave_running = true;
+    req.workload = c.workload;
+    req.labels = c.labels;
+    engine::Engine* e = st.engine.get();
+    auto op = st.runner->Start(
+        "", "checkpoint", absl::StrCat("container ", c.container_id.substr(0, 13)),
+        [e, req](engine::Operation& op) -> absl::StatusOr<engine::OperationResult> {
+          auto r = e->Checkpoint(req, op);
+          if (!r.ok()) return r.status();
+          return engine::OperationResult(*std::move(r));
+        });
+    // Containers already being checkpointed refuse a second one; that is fine.
+    if (op.ok()) {
+      ++started;
+    } else {
+      CRYO_LOG(Warning) << "checkpoint of container " << c.container_id << " (" << reason
+                        << "): " << op.status();
+    }
+  }
+  return started;
 }
 
 Result Fatal(const char* what, const absl::Status& s) {
@@ -163,7 +220,6 @@ const std::vector<Step>& StartSteps() {
          gpu::GpuConfig gc;
          gc.plugin_dir = st.config.gpu_plugin_dir;
          gc.plugins = st.config.gpu_plugins;
-         gc.lock_timeout = absl::Milliseconds(st.config.gpu_lock_timeout_ms);
          gc.thp_during_checkpoint = st.config.gpu_thp_during_checkpoint;
          auto g = gpu::CreateGpuManager(gc);
          if (!g.ok()) return Fatal("GPU plugins", g.status());
@@ -217,7 +273,7 @@ const std::vector<Step>& StartSteps() {
        }},
       {"recover",
        [](State& st) {
-         service::EngineConfig ec;
+         engine::EngineConfig ec;
          ec.node_name = st.config.node_name;
          ec.state_dir = st.config.state_dir;
          ec.pid_wait_timeout = absl::Milliseconds(st.config.pid_wait_timeout_ms);
@@ -229,19 +285,21 @@ const std::vector<Step>& StartSteps() {
                                                    : st.config.nsexec;
          ec.annotation_prefix = st.config.annotation_prefix;
          if (const char* h = ::getenv("CRYOD_TEST_HOOK_DIR")) ec.test_hook_dir = h;
-         service::EngineDeps deps{st.store.get(), st.criu.get(),    st.gpu.get(),
-                                  st.journal.get(), st.metrics.get(), &st.proc,
-                                  st.runtime.get()};
-         st.engine = std::make_unique<service::Engine>(ec, deps);
+         engine::EngineDeps deps{st.store.get(), st.criu.get(),    st.gpu.get(),
+                                 st.journal.get(), st.metrics.get(), &st.proc,
+                                 st.runtime.get()};
+         st.engine = std::make_unique<engine::Engine>(ec, deps);
          auto s = st.engine->Recover();
          if (!s.ok()) return Fatal("journal recovery", s);
-         st.api_engine.store(st.engine.get(), std::memory_order_release);
+         st.api_view = std::make_unique<ApiView>(ApiView{st.engine.get()});
+         st.api_engine.store(st.api_view.get(), std::memory_order_release);
+         st.runner = std::make_unique<engine::OperationRunner>(&st.ops, st.metrics.get());
          return Result::kOk;
        }},
       {"serve",
        [](State& st) {
          st.service =
-             std::make_unique<service::CryoService>(st.engine.get(), &st.ops, st.metrics.get());
+             std::make_unique<service::CryoService>(st.engine.get(), st.runner.get(), &st.ops);
          grpc::ServerBuilder b;
          b.RegisterService(st.service.get());
          st.server = b.BuildAndStart();
@@ -285,13 +343,11 @@ const std::vector<Step>& StartSteps() {
          wc.aws_url = st.config.termination_aws_url;
          wc.azure_url = st.config.termination_azure_url;
          wc.azure_vm_name = st.config.termination_azure_vm_name;
-         service::CryoService* service = st.service.get();
          auto w = termination::TerminationWatcher::CreateFromConfig(
-             wc, [service](const termination::Notice& n) {
+             wc, [&st](const termination::Notice& n) {
                CRYO_LOG(Warning) << "termination notice from " << n.provider << " (" << n.kind
                                  << ", " << n.detail << "): checkpointing opted-in containers";
-               // Containers already being checkpointed refuse a second one; that is fine.
-               auto started = service->CheckpointOptedIn("termination-notice");
+               auto started = CheckpointOptedIn(st, "termination-notice");
                if (!started.ok()) {
                  CRYO_LOG(Error) << "termination notice: " << started.status();
                } else {
@@ -325,16 +381,10 @@ void Teardown(State& st) {
     st.collector.join();
   }
   st.listener.reset();
-  if (st.service) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(st.config.shutdown_grace_s);
-    while (st.service->workers() > 0 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    if (st.service->workers() > 0) {
-      CRYO_LOG(Warning) << st.service->workers()
-                        << " operations still running at shutdown; the journal will finish them";
-    }
-  }
+  // Refuses new operations at once, lets running ones finish within the grace, then cancels
+  // them (each rolls back or, past its publish, finishes) and joins every thread: nothing runs
+  // on the engine once this returns.
+  if (st.runner) st.runner->Shutdown(absl::Seconds(st.config.shutdown_grace_s));
   if (st.server) st.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   st.http.reset();
 }

@@ -1,38 +1,50 @@
 #pragma once
 
-// The checkpoint and restore flows of cryod, independent of gRPC. Every outside system is an
-// interface (store, CRIU, GPU plugins, /proc) so the flows can be tested with fakes, and the
-// real ones are used by cryod and the integration tests.
+// The checkpoint and restore flows of cryod, independent of gRPC. Each flow is a transaction
+// (transaction.h): named steps over one state object, each with its undo; a live failure and
+// crash recovery take back the same way. Every outside system is an interface (store, CRIU,
+// GPU plugins, /proc, the container runtime) so the flows are tested with fakes, and the real
+// ones are used by cryod and the integration tests.
+//
+//   checkpoint: validate -> stage -> gpu_lock -> gpu_checkpoint -> dump -> rootfs ->
+//               resume_early -> gpu_resume -> manifest -> publish (commit) -> finish -> export
+//   restore:    validate -> init_handshake -> check -> verify -> wait_pids -> journal ->
+//               rootfs -> criu_restore -> gpu_restore -> done (commit)
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
-#include <algorithm>
 #include <set>
-#include <thread>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "lib/base/proc.h"
+#include "daemon/container/runtime.h"
+#include "daemon/container/target.h"
 #include "daemon/criu/criu.h"
-#include "cryo/v1/cryo.pb.h"
+#include "daemon/engine/job_control.h"
+#include "daemon/engine/operation.h"
+#include "daemon/engine/test_hooks.h"
+#include "daemon/engine/transaction.h"
+#include "daemon/engine/types.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/metrics.h"
-#include "daemon/container/runtime.h"
-#include "daemon/container/target.h"
-#include "daemon/engine/operations.h"
 #include "daemon/store/store.h"
+#include "lib/base/proc.h"
 
-namespace cryo::service {
+namespace cryo::engine {
 
 struct EngineConfig {
   std::string node_name;
   std::string state_dir;  // journal/ and ops/<op-id>/ (CRIU logs)
   absl::Duration pid_wait_timeout = absl::Seconds(10);
+  // The one default bound on locking GPU processes (a request may give its own).
   absl::Duration gpu_lock_timeout = absl::Seconds(10);
   absl::Duration incomplete_ttl = absl::Hours(24);
   // Newest checkpoints kept per workload after each checkpoint; 0 keeps all.
@@ -47,8 +59,7 @@ struct EngineConfig {
   std::string nsexec_path;
   // Prefix of the annotations the shim puts on the containers it manages.
   std::string annotation_prefix = "cryo.dev";
-  // Tests only: at named points the engine creates <dir>/<point>.reached and waits for
-  // <dir>/<point>.release, so a test can act (kill cryod, kill the job) at that exact moment.
+  // See test_hooks.h.
   std::string test_hook_dir;
 };
 
@@ -63,12 +74,17 @@ struct EngineDeps {
   runtime::ContainerRuntime* runtime = nullptr;
 };
 
+struct CheckpointState;
+struct RestoreState;
+
 class Engine {
  public:
-  Engine(EngineConfig cfg, EngineDeps deps) : cfg_(std::move(cfg)), d_(deps) {}
+  Engine(EngineConfig cfg, EngineDeps deps);
+  ~Engine();
 
-  // Finishes or undoes what the journal says was in flight when cryod stopped, then collects
-  // incomplete checkpoints. Called once at startup, before serving.
+  // Finishes or undoes what the journal says was in flight when cryod stopped (through the
+  // same undo steps a live failure runs), then collects incomplete checkpoints. Called once at
+  // startup, before serving.
   absl::Status Recover();
 
   // Removes other nodes' stages older than the incomplete TTL (the node died mid-checkpoint),
@@ -78,60 +94,74 @@ class Engine {
   // Returns how many directories went.
   int CollectIncomplete(bool own_stages = false);
 
-  // `deadline`: the caller's (gRPC) deadline; past it, the checkpoint is not published and the
-  // job goes on as before (DEADLINE_EXCEEDED).
-  absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& req, Operation& op,
-                                                absl::Time deadline = absl::InfiniteFuture());
-  absl::StatusOr<v1::RestoreResult> Restore(const v1::RestoreRequest& req, Operation& op);
+  absl::StatusOr<CheckpointResult> Checkpoint(const CheckpointRequest& req, Operation& op);
+  absl::StatusOr<RestoreResult> Restore(const RestoreRequest& req, Operation& op);
 
-  // Checkpoint requests (leave running) for every running container whose pod opted in to
-  // checkpoint-on-stop, labelled with `reason`. FAILED_PRECONDITION without a runtime.
-  absl::StatusOr<std::vector<v1::CheckpointRequest>> OptedInCheckpoints(const std::string& reason);
-
-  absl::StatusOr<v1::CheckpointInfo> Get(const std::string& id);
-  absl::StatusOr<std::vector<v1::CheckpointInfo>> List(const std::string& workload);
+  absl::StatusOr<CheckpointRecord> Get(const std::string& id);
+  absl::StatusOr<std::vector<CheckpointRecord>> List(const std::string& workload);
   absl::Status Delete(const std::string& id);
-  v1::NodeInfoResponse NodeInfo(const std::vector<std::shared_ptr<Operation>>& running);
+  NodeFacts Node();
 
-  static v1::CheckpointInfo InfoFromManifest(const store::Manifest& m, bool with_files);
+  const EngineConfig& config() const { return cfg_; }
 
  private:
-  struct Claim;
+  friend struct CheckpointState;
+  friend struct RestoreState;
+  class Claim;
+
+  Transaction<CheckpointState> CheckpointSteps();
+  Transaction<RestoreState> RestoreSteps();
+
+  // Checkpoint steps.
+  absl::Status ValidateCheckpoint(CheckpointState& s);
+  absl::Status StageCheckpoint(CheckpointState& s);
+  absl::Status LockGpus(CheckpointState& s);
+  absl::Status CheckpointGpus(CheckpointState& s);
+  absl::Status Dump(CheckpointState& s);
+  absl::Status SaveRootfs(CheckpointState& s);
+  absl::Status ResumeEarly(CheckpointState& s);
+  absl::Status ResumeGpus(CheckpointState& s);
+  absl::Status BuildManifest(CheckpointState& s);
+  absl::Status Publish(CheckpointState& s);
+  absl::Status Finish(CheckpointState& s);
+  absl::Status Export(CheckpointState& s);
+  // Their undos (they read only the journal entry: recovery runs them too).
+  void UndoStage(CheckpointState& s);
+  void UndoGpu(CheckpointState& s);
+  void UndoDump(CheckpointState& s);
+  // What a published checkpoint still owes its job: kill it (preemption) or let it run.
+  void CompletePublished(const journal::Entry& e);
+
+  // Restore steps.
+  absl::Status ValidateRestore(RestoreState& s);
+  absl::Status CheckRestore(RestoreState& s);
+  absl::Status Verify(RestoreState& s);
+  absl::Status WaitPidsFree(RestoreState& s);
+  absl::Status JournalRestore(RestoreState& s);
+  absl::Status ApplyRootfs(RestoreState& s);
+  absl::Status RunCriuRestore(RestoreState& s);
+  absl::Status RestoreGpus(RestoreState& s);
+  absl::Status Done(RestoreState& s);
+  void UndoInitHandshake(RestoreState& s);
+  void UndoCriuRestore(RestoreState& s);
+
   absl::Status ValidateTarget(pid_t pid, std::vector<proc::ProcInfo>* tree);
-  void Hook(const std::string& point);
-  std::string OpDir(const std::string& op_id) const;
-  void PruneOpLogs();
-  void ResumeStopped(const std::vector<journal::Task>& tasks);
-  // `tasks` and every live descendant of them (matched by pid and start time).
-  std::vector<journal::Task> WithDescendants(const std::vector<journal::Task>& tasks) const;
-  void KillTasks(const std::vector<journal::Task>& tasks);
-  void UnlockNetwork(const std::string& op_dir, pid_t container_init);
+  absl::StatusOr<container::ContainerTarget> Container(const std::string& id, bool restore);
   absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs,
                                  std::vector<std::string>* args, std::vector<std::string>* env);
-  // container_init > 0: the pids must be free in that container's pid namespace.
-  absl::Status WaitPidsFree(const store::Manifest& m, Operation& op, absl::Duration timeout,
-                            pid_t container_init);
-
-  // Container mode.
-  absl::StatusOr<ContainerTarget> Container(const std::string& id, ContainerUse use);
-  // Saves the writable layer of a stopped container into dir/container/; returns its files.
-  absl::StatusOr<std::vector<store::ManifestFile>> SaveRootfs(const ContainerTarget& c,
-                                                              const std::string& dir);
-  static nlohmann::json ContainerJson(const ContainerTarget& c, const std::string& runtime_name);
-  absl::Status ExportArchive(const store::Manifest& m, const ContainerTarget& c,
-                             const std::string& dir, const std::string& dump_log,
-                             const std::string& path);
-  // Tells a resuming cryo-init the job's pid (value > 0) or that the restore failed, and why.
-  void TellInit(pid_t init_pid, int value, const std::string& why);
+  std::string OpDir(const std::string& op_id) const;
+  void PruneOpLogs();
+  void RecoverEntry(const journal::Entry& e);
 
   EngineConfig cfg_;
   EngineDeps d_;
+  JobControl jobs_;
+  TestHooks hooks_;
+  std::unique_ptr<Transaction<CheckpointState>> checkpoint_txn_;
+  std::unique_ptr<Transaction<RestoreState>> restore_txn_;
   absl::Mutex mu_;
   std::set<pid_t> busy_pids_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> busy_ids_ ABSL_GUARDED_BY(mu_);
 };
 
-// Lower-case status code name for metrics ("resource_exhausted").
-std::string CodeName(absl::StatusCode code);
-
-}  // namespace cryo::service
+}  // namespace cryo::engine

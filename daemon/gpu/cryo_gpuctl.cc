@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   std::string single = "cuda";
   int64_t hold_ms = 0;
   cryo::gpu::DeviceMap map;
-  absl::Duration timeout = absl::ZeroDuration();
+  absl::Duration timeout = absl::Seconds(10);
   std::string plugin_options;
   cryo::flags::FlagSet fs;
   fs.String("plugin-dir", &cfg.plugin_dir, "directory of the plugin libraries", "DIR");

@@ -14,17 +14,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/gpu/gpu_process.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::gpu {
-
-// One process of the target that holds GPU state of one vendor.
-struct GpuProcess {
-  pid_t pid = 0;
-  std::string plugin;  // plugin name, e.g. "cuda"
-  // Per-process facts from the plugin (device UUIDs, memory used, ...), recorded in the manifest.
-  nlohmann::json facts;
-};
 
 struct PluginStatus {
   std::string name;
@@ -61,7 +54,8 @@ class GpuManager {
   // driver cannot checkpoint (e.g. managed memory) is refused here, before anything is locked.
   virtual absl::StatusOr<std::vector<GpuProcess>> Discover(const std::vector<pid_t>& pids) = 0;
 
-  // Locks every process (in parallel); DEADLINE_EXCEEDED if one does not lock within timeout.
+  // Locks every process (in parallel); DEADLINE_EXCEEDED if one does not lock within timeout
+  // (positive; InfiniteDuration() for no bound).
   // On failure, whatever was locked is unlocked again before returning.
   virtual absl::Status Lock(const std::vector<GpuProcess>& procs, absl::Duration timeout) = 0;
 

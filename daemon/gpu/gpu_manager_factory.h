@@ -4,7 +4,6 @@
 //
 //   cryo::gpu::GpuConfig cfg;                 // defaults suit a node; see each field
 //   cfg.plugin_dir = "/usr/local/lib/cryo/gpu";
-//   cfg.lock_timeout = absl::Seconds(10);
 //   auto gpu = cryo::gpu::CreateGpuManager(cfg);   // StatusOr<unique_ptr<GpuManager>>
 //
 // A node without any GPU driver still gets a working manager: its plugins load and report
@@ -33,9 +32,6 @@ struct GpuConfig {
   std::vector<const cryo_gpu_plugin_api*> tables;
   // Per-plugin options, passed to the plugin's create(): {"cuda": {...}, "rocm": {...}}.
   nlohmann::json plugin_options = nlohmann::json::object();
-  // Lock bound used when Lock() is given a zero timeout (CheckpointRequest.gpu_lock_timeout_ms
-  // of 0).
-  absl::Duration lock_timeout = absl::Seconds(10);
   // Transparent huge pages mode to set while device memory moves into host memory ("always"
   // makes the driver's device-to-host copy ~1.5x faster here); empty leaves the node setting
   // alone. Node-wide while any checkpoint runs: see docs/gpu.md for the trade-off.

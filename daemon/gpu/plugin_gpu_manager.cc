@@ -150,7 +150,9 @@ absl::StatusOr<std::vector<GpuProcess>> PluginGpuManager::Discover(const std::ve
 }
 
 absl::Status PluginGpuManager::Lock(const std::vector<GpuProcess>& procs, absl::Duration timeout) {
-  if (timeout <= absl::ZeroDuration()) timeout = config_.lock_timeout;
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("a GPU lock needs a positive bound");
+  }
   uint32_t ms = TimeoutMs(timeout);
   std::vector<Plugin*> plugin(procs.size());
   for (size_t i = 0; i < procs.size(); ++i) {

@@ -6,51 +6,98 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
+#include "lib/base/json.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 
 namespace cryo::journal {
 
+namespace {
+
+constexpr const char* kKinds[] = {"checkpoint", "restore"};
+constexpr const char* kStates[] = {"started", "dumping", "dumped", "published", "restoring"};
+
+}  // namespace
+
+const char* Name(OpKind k) { return kKinds[static_cast<int>(k)]; }
+const char* Name(OpState s) { return kStates[static_cast<int>(s)]; }
+
+std::optional<OpKind> ParseOpKind(const std::string& s) {
+  for (int i = 0; i < 2; ++i) {
+    if (s == kKinds[i]) return static_cast<OpKind>(i);
+  }
+  return std::nullopt;
+}
+
+std::optional<OpState> ParseOpState(const std::string& s) {
+  for (int i = 0; i < 5; ++i) {
+    if (s == kStates[i]) return static_cast<OpState>(i);
+  }
+  return std::nullopt;
+}
+
 nlohmann::json EntryToJson(const Entry& e) {
   nlohmann::json tasks = nlohmann::json::array();
-  for (const auto& t : e.tasks) tasks.push_back({{"pid", t.pid}, {"start_time", t.start_time}});
+  for (const auto& t : e.tasks) {
+    tasks.push_back({{"pid", t.pid}, {"start_time", t.start_time}, {"was_stopped", t.was_stopped}});
+  }
   return {{"op_id", e.op_id},
-          {"kind", e.kind},
+          {"kind", Name(e.kind)},
           {"checkpoint_id", e.checkpoint_id},
-          {"state", e.state},
+          {"state", Name(e.state)},
+          {"steps", e.steps},
           {"tasks", tasks},
           {"criu_pid", e.criu_pid},
           {"criu_start_time", e.criu_start_time},
           {"staging_dir", e.staging_dir},
           {"leave_running", e.leave_running},
           {"tcp_established", e.tcp_established},
-          {"gpu", e.gpu},
+          {"gpu", gpu::ToJson(e.gpu)},
           {"container_init_pid", e.container_init_pid},
           {"started_at", e.started_at}};
 }
 
 absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return absl::InvalidArgumentError("journal entry is not an object");
   Entry e;
-  try {
-    e.op_id = j.at("op_id").get<std::string>();
-    e.kind = j.at("kind").get<std::string>();
-    e.checkpoint_id = j.value("checkpoint_id", "");
-    e.state = j.at("state").get<std::string>();
-    for (const auto& t : j.value("tasks", nlohmann::json::array())) {
-      e.tasks.push_back({t.at("pid").get<int>(), t.at("start_time").get<uint64_t>()});
-    }
-    e.criu_pid = j.value("criu_pid", 0);
-    e.criu_start_time = j.value("criu_start_time", uint64_t{0});
-    e.staging_dir = j.value("staging_dir", "");
-    e.leave_running = j.value("leave_running", false);
-    e.tcp_established = j.value("tcp_established", false);
-    e.gpu = j.value("gpu", nlohmann::json());
-    e.container_init_pid = j.value("container_init_pid", 0);
-    e.started_at = j.value("started_at", "");
-  } catch (const nlohmann::json::exception& ex) {
-    return absl::InvalidArgumentError(absl::StrCat("journal entry is malformed: ", ex.what()));
+  json::Fields f(j, "");
+  std::string kind, state;
+  CRYO_RETURN_IF_ERROR(f.Str("op_id", &e.op_id, true));
+  CRYO_RETURN_IF_ERROR(f.Str("kind", &kind, true));
+  CRYO_RETURN_IF_ERROR(f.Str("checkpoint_id", &e.checkpoint_id));
+  CRYO_RETURN_IF_ERROR(f.Str("state", &state, true));
+  auto k = ParseOpKind(kind);
+  auto st = ParseOpState(state);
+  if (!k || !st) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("journal entry of unknown kind '", kind, "' or state '", state, "'"));
   }
-  if (ValidateCheckpointId(e.op_id).ok() == false) {
+  e.kind = *k;
+  e.state = *st;
+  CRYO_RETURN_IF_ERROR(f.Strs("steps", &e.steps));
+  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* tasks, f.Array("tasks"));
+  if (tasks != nullptr) {
+    for (size_t i = 0; i < tasks->size(); ++i) {
+      json::Fields tf((*tasks)[i], absl::StrCat("tasks[", i, "]"));
+      Task t;
+      CRYO_RETURN_IF_ERROR(tf.Int("pid", &t.pid, true));
+      CRYO_RETURN_IF_ERROR(tf.Uint64("start_time", &t.start_time, true));
+      CRYO_RETURN_IF_ERROR(tf.Bool("was_stopped", &t.was_stopped));
+      if (t.pid <= 0) return absl::InvalidArgumentError("journal entry has a task without a pid");
+      e.tasks.push_back(t);
+    }
+  }
+  CRYO_RETURN_IF_ERROR(f.Int("criu_pid", &e.criu_pid));
+  CRYO_RETURN_IF_ERROR(f.Uint64("criu_start_time", &e.criu_start_time));
+  CRYO_RETURN_IF_ERROR(f.Str("staging_dir", &e.staging_dir));
+  CRYO_RETURN_IF_ERROR(f.Bool("leave_running", &e.leave_running));
+  CRYO_RETURN_IF_ERROR(f.Bool("tcp_established", &e.tcp_established));
+  nlohmann::json gpu;
+  CRYO_RETURN_IF_ERROR(f.Any("gpu", &gpu));
+  CRYO_ASSIGN_OR_RETURN(e.gpu, gpu::GpuProcessesFromJson(gpu));
+  CRYO_RETURN_IF_ERROR(f.Int("container_init_pid", &e.container_init_pid));
+  CRYO_RETURN_IF_ERROR(f.Str("started_at", &e.started_at));
+  if (!ValidateCheckpointId(e.op_id).ok()) {
     return absl::InvalidArgumentError(absl::StrCat("journal entry has a bad op id '", e.op_id, "'"));
   }
   return e;
@@ -93,9 +140,8 @@ absl::StatusOr<std::vector<Entry>> Journal::LoadAll() {
       CRYO_LOG(Warning) << "journal: " << text.status();
       continue;
     }
-    auto j = nlohmann::json::parse(*text, nullptr, false);
-    auto e = j.is_discarded() ? absl::StatusOr<Entry>(absl::InvalidArgumentError("not JSON"))
-                              : EntryFromJson(j);
+    auto j = json::Parse(*text, {1u << 20, 16});
+    auto e = j.ok() ? EntryFromJson(*j) : absl::StatusOr<Entry>(j.status());
     if (!e.ok()) {
       CRYO_LOG(Warning) << "journal: dropping " << p << ": " << e.status();
       ::unlink(p.c_str());

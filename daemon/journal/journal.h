@@ -1,45 +1,60 @@
 #pragma once
 
 // The job journal: one small JSON file per operation in flight, replaced atomically at every
-// state change and removed when the operation ends. After a crash or restart cryod reads it to
-// finish or undo what was in flight (see Engine::Recover).
+// state change and removed when the operation ends. It holds everything the undo of an
+// operation's begun steps needs, so that after a crash or restart cryod can take back exactly
+// what a live failure would have (see daemon/engine/).
 
 #include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/gpu/gpu_process.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::journal {
 
+enum class OpKind { kCheckpoint, kRestore };
+// checkpoint: started -> dumping -> dumped -> published; restore: restoring.
+enum class OpState { kStarted, kDumping, kDumped, kPublished, kRestoring };
+const char* Name(OpKind k);
+const char* Name(OpState s);
+std::optional<OpKind> ParseOpKind(const std::string& s);
+std::optional<OpState> ParseOpState(const std::string& s);
+
 struct Task {
   int pid = 0;
   uint64_t start_time = 0;  // tells the task from a later process that reused its pid
+  // Stopped (SIGSTOP) before the checkpoint began: a rollback leaves it stopped.
+  bool was_stopped = false;
 };
 
 struct Entry {
   std::string op_id;
-  std::string kind;  // "checkpoint" | "restore"
+  OpKind kind = OpKind::kCheckpoint;
   std::string checkpoint_id;
-  // checkpoint: "started" -> "dumping" -> "dumped" -> "published"; restore: "restoring"
-  std::string state;
+  OpState state = OpState::kStarted;
+  // Steps begun whose undo has not run, in the order they began.
+  std::vector<std::string> steps;
   std::vector<Task> tasks;
   int criu_pid = 0;
   uint64_t criu_start_time = 0;
   std::string staging_dir;
   bool leave_running = false;
   bool tcp_established = false;
-  nlohmann::json gpu;  // GPU processes locked or checkpointed, for rollback
+  std::vector<gpu::GpuProcess> gpu;  // GPU processes locked or checkpointed, for rollback
   int container_init_pid = 0;  // container mode: host pid of the container's cryo-init
   std::string started_at;
 };
 
 nlohmann::json EntryToJson(const Entry& e);
+// Total: a malformed entry is INVALID_ARGUMENT, never an exception.
 absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j);
 
 class Journal {

@@ -6,6 +6,7 @@
 #include <set>
 #include <cerrno>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -67,6 +68,13 @@ class LocalStore final : public CheckpointStore {
   std::string staging() const { return fs::Join(opts_.root, ".staging"); }
   std::string trash() const { return fs::Join(opts_.root, ".trash"); }
   bool fsync() const { return opts_.fsync; }
+
+  bool OwnsStagingDir(const std::string& path) const override {
+    if (!absl::StartsWith(path, staging() + "/")) return false;
+    const std::string name = path.substr(staging().size() + 1);
+    return !name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
+           absl::StrContains(name, absl::StrCat(std::string(1, kSep), node_, std::string(1, kSep)));
+  }
 
   absl::StatusOr<std::unique_ptr<StagedCheckpoint>> Stage(const std::string& id) override {
     CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));

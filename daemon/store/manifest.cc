@@ -2,8 +2,132 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/json.h"
+#include "lib/base/status.h"
 
 namespace cryo::store {
+namespace {
+
+nlohmann::json ContainerToJson(const ContainerSection& c) {
+  return {{"id", c.id},
+          {"name", c.name},
+          {"image", c.image},
+          {"image_ref", c.image_ref},
+          {"labels", c.labels},
+          {"annotations", c.annotations},
+          {"runtime", c.runtime},
+          {"created_at_ns", c.created_at_ns},
+          {"stdout_pipe", c.stdout_pipe},
+          {"stderr_pipe", c.stderr_pipe},
+          {"rootfs_diff", c.rootfs_diff},
+          {"deleted_files", c.deleted_files}};
+}
+
+absl::StatusOr<ContainerSection> ContainerFromJson(const nlohmann::json& j) {
+  json::Fields f(j, "container");
+  ContainerSection c;
+  CRYO_RETURN_IF_ERROR(f.Str("id", &c.id, true));
+  CRYO_RETURN_IF_ERROR(f.Str("name", &c.name));
+  CRYO_RETURN_IF_ERROR(f.Str("image", &c.image));
+  CRYO_RETURN_IF_ERROR(f.Str("image_ref", &c.image_ref));
+  CRYO_RETURN_IF_ERROR(f.StrMap("labels", &c.labels));
+  CRYO_RETURN_IF_ERROR(f.StrMap("annotations", &c.annotations));
+  CRYO_RETURN_IF_ERROR(f.Str("runtime", &c.runtime));
+  CRYO_RETURN_IF_ERROR(f.Int64("created_at_ns", &c.created_at_ns));
+  CRYO_RETURN_IF_ERROR(f.Str("stdout_pipe", &c.stdout_pipe));
+  CRYO_RETURN_IF_ERROR(f.Str("stderr_pipe", &c.stderr_pipe));
+  CRYO_RETURN_IF_ERROR(f.Str("rootfs_diff", &c.rootfs_diff));
+  CRYO_RETURN_IF_ERROR(f.Str("deleted_files", &c.deleted_files));
+  return c;
+}
+
+absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
+  json::Fields f(j, "");
+  CRYO_RETURN_IF_ERROR(f.Str("id", &m.id, true));
+  CRYO_RETURN_IF_ERROR(f.Str("workload", &m.workload));
+  CRYO_RETURN_IF_ERROR(f.Str("node", &m.node));
+  CRYO_RETURN_IF_ERROR(f.Str("created_at", &m.created_at));
+  std::string kind = "process";
+  CRYO_RETURN_IF_ERROR(f.Str("kind", &kind));
+  auto k = ParseKind(kind);
+  if (!k) return absl::InvalidArgumentError(absl::StrCat("unknown checkpoint kind '", kind, "'"));
+  m.kind = *k;
+
+  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* target, f.Object("target", true));
+  json::Fields t(*target, "target");
+  CRYO_RETURN_IF_ERROR(t.Int("root_pid", &m.root_pid, true));
+  CRYO_RETURN_IF_ERROR(t.Ints("pids", &m.pids));
+  CRYO_RETURN_IF_ERROR(t.Ints("tids", &m.tids));
+  CRYO_RETURN_IF_ERROR(t.Str("command", &m.command));
+  CRYO_RETURN_IF_ERROR(t.Strs("cmdline", &m.cmdline));
+
+  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* source, f.Object("source", true));
+  json::Fields s(*source, "source");
+  CRYO_RETURN_IF_ERROR(s.Str("kernel", &m.kernel));
+  CRYO_RETURN_IF_ERROR(s.Str("arch", &m.arch));
+  CRYO_RETURN_IF_ERROR(s.Str("criu_version", &m.criu_version));
+  CRYO_RETURN_IF_ERROR(s.Str("cryo_version", &m.cryo_version));
+
+  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* options, f.Object("options"));
+  if (options != nullptr) {
+    json::Fields o(*options, "options");
+    CRYO_RETURN_IF_ERROR(o.Bool("leave_running", &m.leave_running));
+    CRYO_RETURN_IF_ERROR(o.Bool("tcp_established", &m.tcp_established));
+    CRYO_RETURN_IF_ERROR(o.Bool("shell_job", &m.shell_job));
+  }
+  CRYO_RETURN_IF_ERROR(f.StrMap("labels", &m.labels));
+  CRYO_RETURN_IF_ERROR(f.Uint64Map("stage_ms", &m.stage_ms));
+  CRYO_RETURN_IF_ERROR(f.Str("checksum_algorithm", &m.checksum_algorithm));
+
+  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* files, f.Array("files", true));
+  for (size_t i = 0; i < files->size(); ++i) {
+    const nlohmann::json& e = (*files)[i];
+    const std::string where = absl::StrCat("files[", i, "]");
+    if (!e.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+    json::Fields ff(e, where);
+    ManifestFile mf;
+    CRYO_RETURN_IF_ERROR(ff.Str("path", &mf.path, true));
+    CRYO_RETURN_IF_ERROR(ff.Uint64("size", &mf.size, true));
+    CRYO_RETURN_IF_ERROR(ff.Str("checksum", &mf.checksum, true));
+    if (!SafeRelativePath(mf.path)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("manifest lists an unsafe file path '", mf.path, "'"));
+    }
+    m.files.push_back(std::move(mf));
+  }
+
+  CRYO_RETURN_IF_ERROR(f.Any("gpu", &m.gpu));
+  if (!m.gpu.is_null() && !m.gpu.is_object()) {
+    return absl::InvalidArgumentError("field 'gpu' is not an object");
+  }
+  nlohmann::json gp;
+  CRYO_RETURN_IF_ERROR(f.Any("gpu_processes", &gp));
+  CRYO_ASSIGN_OR_RETURN(m.gpu_processes, gpu::GpuProcessesFromJson(gp));
+
+  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* container, f.Object("container"));
+  if (m.kind == CheckpointKind::kContainer) {
+    if (container == nullptr) {
+      return absl::InvalidArgumentError("a container checkpoint without its 'container' section");
+    }
+    CRYO_ASSIGN_OR_RETURN(m.container, ContainerFromJson(*container));
+  } else if (container != nullptr) {
+    return absl::InvalidArgumentError("a process checkpoint with a 'container' section");
+  }
+  if (m.root_pid <= 0) return absl::InvalidArgumentError("manifest has no root pid");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* KindName(CheckpointKind k) {
+  return k == CheckpointKind::kContainer ? "container" : "process";
+}
+
+std::optional<CheckpointKind> ParseKind(const std::string& s) {
+  if (s == "process") return CheckpointKind::kProcess;
+  if (s == "container") return CheckpointKind::kContainer;
+  return std::nullopt;
+}
 
 uint64_t Manifest::TotalBytes() const {
   uint64_t t = 0;
@@ -26,7 +150,7 @@ std::string ManifestToJson(const Manifest& m) {
   j["workload"] = m.workload;
   j["node"] = m.node;
   j["created_at"] = m.created_at;
-  j["kind"] = m.kind;
+  j["kind"] = KindName(m.kind);
   j["target"] = {{"root_pid", m.root_pid}, {"pids", m.pids},     {"tids", m.tids},
                  {"command", m.command},   {"cmdline", m.cmdline}};
   j["source"] = {{"kernel", m.kernel},
@@ -46,68 +170,31 @@ std::string ManifestToJson(const Manifest& m) {
   j["files"] = files;
   j["total_bytes"] = m.TotalBytes();
   j["gpu"] = m.gpu;
-  j["gpu_processes"] = m.gpu_processes;
-  j["container"] = m.container;
-  return j.dump(2) + "\n";
+  j["gpu_processes"] = m.gpu_processes.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_processes);
+  j["container"] = m.container ? ContainerToJson(*m.container) : nlohmann::json();
+  // Replace invalid UTF-8 (a command name is bytes) rather than throw.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-absl::StatusOr<Manifest> ParseManifest(absl::string_view json) {
-  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError("manifest is not valid JSON");
-  }
-  std::string format = j.value("format", "");
+absl::StatusOr<Manifest> ParseManifest(absl::string_view text) {
+  auto parsed = json::Parse(text, {kMaxManifestBytes, kMaxManifestDepth});
+  if (!parsed.ok()) return Annotate(parsed.status(), "manifest");
+  const nlohmann::json& j = *parsed;
+  if (!j.is_object()) return absl::InvalidArgumentError("manifest is not a JSON object");
+  std::string format;
+  if (auto it = j.find("format"); it != j.end() && it->is_string()) format = it->get<std::string>();
   if (format != kManifestFormat) {
     if (format.rfind("cryo.checkpoint/", 0) == 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           "manifest format '", format, "' is not supported by this cryod (knows ", kManifestFormat,
           "); restore with a cryod of the version that wrote it or newer"));
     }
-    return absl::InvalidArgumentError(absl::StrCat("not a cryo manifest (format '", format, "')"));
+    return absl::InvalidArgumentError(absl::StrCat("not a cryo manifest (format '",
+                                                   format.substr(0, 64), "')"));
   }
   Manifest m;
-  try {
-    m.id = j.at("id").get<std::string>();
-    m.workload = j.value("workload", "");
-    m.node = j.value("node", "");
-    m.created_at = j.value("created_at", "");
-    m.kind = j.value("kind", "process");
-    const auto& t = j.at("target");
-    m.root_pid = t.at("root_pid").get<int>();
-    m.pids = t.value("pids", std::vector<int>{});
-    m.tids = t.value("tids", std::vector<int>{});
-    m.command = t.value("command", "");
-    m.cmdline = t.value("cmdline", std::vector<std::string>{});
-    const auto& s = j.at("source");
-    m.kernel = s.value("kernel", "");
-    m.arch = s.value("arch", "");
-    m.criu_version = s.value("criu_version", "");
-    m.cryo_version = s.value("cryo_version", "");
-    if (j.contains("options")) {
-      const auto& o = j["options"];
-      m.leave_running = o.value("leave_running", false);
-      m.tcp_established = o.value("tcp_established", false);
-      m.shell_job = o.value("shell_job", false);
-    }
-    m.labels = j.value("labels", std::map<std::string, std::string>{});
-    m.stage_ms = j.value("stage_ms", std::map<std::string, uint64_t>{});
-    m.checksum_algorithm = j.value("checksum_algorithm", "");
-    for (const auto& f : j.at("files")) {
-      ManifestFile mf{f.at("path").get<std::string>(), f.at("size").get<uint64_t>(),
-                      f.at("checksum").get<std::string>()};
-      if (!SafeRelativePath(mf.path)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("manifest lists an unsafe file path '", mf.path, "'"));
-      }
-      m.files.push_back(std::move(mf));
-    }
-    m.gpu = j.value("gpu", nlohmann::json());
-    m.gpu_processes = j.value("gpu_processes", nlohmann::json());
-    m.container = j.value("container", nlohmann::json());
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("manifest is malformed: ", e.what()));
-  }
-  if (m.root_pid <= 0) return absl::InvalidArgumentError("manifest has no root pid");
+  absl::Status s = ParseBody(j, m);
+  if (!s.ok()) return Annotate(s, "manifest is malformed");
   return m;
 }
 

@@ -1,14 +1,18 @@
 #pragma once
 
 // manifest.json: the record of one checkpoint, written last. Its presence is what makes a
-// checkpoint visible; every image file is listed with its size and checksum.
+// checkpoint visible; every image file is listed with its size and checksum. Manifests are read
+// from a store other nodes write, so parsing is total: a malformed one is an error, never a
+// crash, and every section is checked when parsed.
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/gpu/gpu_process.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::store {
@@ -18,6 +22,13 @@ inline constexpr char kManifestName[] = "manifest.json";
 // Beside the manifest once a restore found a file damaged; holds the reason.
 inline constexpr char kDamagedName[] = "damaged";
 inline constexpr char kImagesDir[] = "images";
+// Bounds on what a manifest may hold (it is read on every node that lists the store).
+inline constexpr size_t kMaxManifestBytes = 16u << 20;
+inline constexpr int kMaxManifestDepth = 32;
+
+enum class CheckpointKind { kProcess, kContainer };
+const char* KindName(CheckpointKind k);
+std::optional<CheckpointKind> ParseKind(const std::string& s);
 
 struct ManifestFile {
   std::string path;  // relative to the checkpoint directory
@@ -25,12 +36,29 @@ struct ManifestFile {
   std::string checksum;
 };
 
+// Container mode's facts: where the job ran and how its output was wired.
+struct ContainerSection {
+  std::string id;
+  std::string name;
+  std::string image;      // as asked for
+  std::string image_ref;  // what it resolved to
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> annotations;
+  std::string runtime;
+  int64_t created_at_ns = 0;
+  // The pipes the job's output went to; a restore points them at the new container's.
+  std::string stdout_pipe;
+  std::string stderr_pipe;
+  std::string rootfs_diff;
+  std::string deleted_files;
+};
+
 struct Manifest {
   std::string id;
   std::string workload;
   std::string node;
   std::string created_at;  // RFC 3339, UTC
-  std::string kind = "process";
+  CheckpointKind kind = CheckpointKind::kProcess;
   // The tree as dumped: the restore needs all of these ids free.
   int root_pid = 0;
   std::vector<int> pids;
@@ -50,9 +78,10 @@ struct Manifest {
   std::map<std::string, uint64_t> stage_ms;
   std::string checksum_algorithm;
   std::vector<ManifestFile> files;
-  nlohmann::json gpu;        // GPU plugins' facts by plugin name; null when the job used no GPU
-  nlohmann::json gpu_processes;  // [{pid, plugin, facts}] of the GPU processes, for the restore
-  nlohmann::json container;  // container mode's facts; null in process mode
+  // GPU plugins' sections by plugin name (each plugin reads its own); null without GPU state.
+  nlohmann::json gpu;
+  std::vector<gpu::GpuProcess> gpu_processes;
+  std::optional<ContainerSection> container;  // container mode only
   // Store state, not in manifest.json: why a restore refused the checkpoint (empty: none did).
   std::string damaged;
 
@@ -60,8 +89,9 @@ struct Manifest {
 };
 
 std::string ManifestToJson(const Manifest& m);
-// INVALID_ARGUMENT for malformed JSON or unsafe file paths; FAILED_PRECONDITION for a format
-// this cryod does not know (written by a newer one).
+// INVALID_ARGUMENT for malformed JSON, a missing or mistyped field, a section that does not fit
+// its kind, or an unsafe file path; FAILED_PRECONDITION for a format this cryod does not know
+// (written by a newer one). Never throws.
 absl::StatusOr<Manifest> ParseManifest(absl::string_view json);
 
 // A relative path inside the checkpoint: no "..", no absolute path, no empty component.

@@ -59,6 +59,9 @@ class CheckpointStore {
   // FAILED_PRECONDITION (read-only, not a directory) or PERMISSION_DENIED, with the path.
   virtual absl::Status CheckWritable() = 0;
   virtual absl::StatusOr<uint64_t> FreeBytes() = 0;
+  // Whether `path` is a staging directory of this node in this store (a journal names one for
+  // recovery to remove; nothing else may be removed on its word).
+  virtual bool OwnsStagingDir(const std::string& path) const = 0;
   // Whether Publish makes images durable (fsync), so writers may start writeback early.
   virtual bool durable() const { return false; }
 };

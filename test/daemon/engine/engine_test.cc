@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "test/daemon/test_util.h"
 
-namespace cryo::service {
+namespace cryo::engine {
 namespace {
 
 class FakeCriu : public criu::Criu {
@@ -56,7 +56,7 @@ class FakeGpu : public gpu::NullGpuManager {
   int rollbacks = 0, locks = 0, checkpoints = 0, restores = 0, unlocks = 0;
   absl::StatusOr<std::vector<gpu::GpuProcess>> Discover(const std::vector<pid_t>& pids) override {
     if (!use_gpu) return std::vector<gpu::GpuProcess>{};
-    return std::vector<gpu::GpuProcess>{{pids[0], "fake", {{"uuid", "GPU-1"}}}};
+    return std::vector<gpu::GpuProcess>{{pids[0], "fake", {{"uuid", "GPU-1"}}, 0}};
   }
   absl::Status Lock(const std::vector<gpu::GpuProcess>&, absl::Duration) override {
     ++locks;
@@ -122,6 +122,7 @@ class FailingPublishStore : public store::CheckpointStore {
     return inner_->ApplyRetention(w, k, in_use);
   }
   absl::Status CheckWritable() override { return inner_->CheckWritable(); }
+  bool OwnsStagingDir(const std::string& p) const override { return inner_->OwnsStagingDir(p); }
   absl::StatusOr<uint64_t> FreeBytes() override { return inner_->FreeBytes(); }
 
  private:
@@ -173,11 +174,11 @@ class EngineTest : public ::testing::Test {
     engine_ = std::make_unique<Engine>(
         c, EngineDeps{store, &criu_, &gpu_, journal_.get(), &metrics_, proc ? proc : &proc_});
   }
-  v1::CheckpointRequest Req(pid_t pid, const std::string& id, bool leave_running = false) {
-    v1::CheckpointRequest r;
-    r.set_pid(pid);
-    r.set_checkpoint_id(id);
-    r.set_leave_running(leave_running);
+  CheckpointRequest Req(pid_t pid, const std::string& id, bool leave_running = false) {
+    CheckpointRequest r;
+    r.pid = pid;
+    r.checkpoint_id = id;
+    r.leave_running = leave_running;
     return r;
   }
   bool StagingEmpty() { return fs::ListDir(dir_.path + "/store/.staging")->empty(); }
@@ -198,7 +199,7 @@ TEST_F(EngineTest, SuccessPublishesManifestAndStopsTheJob) {
   Child job;
   auto info = engine_->Checkpoint(Req(job.pid, "c1"), op_);
   ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->checkpoint_id(), "c1");
+  EXPECT_EQ(info->manifest.id, "c1");
   EXPECT_FALSE(criu_.last_dump.leave_running) << "dumps leave-stopped until published";
   auto m = store_->Get("c1");
   ASSERT_TRUE(m.ok());
@@ -254,7 +255,9 @@ TEST_F(EngineTest, PublishFailureResumesTheStoppedJob) {
 TEST_F(EngineTest, CallersDeadlinePassedPublishesNothingAndTheJobRunsOn) {
   Child job;
   criu_.dump_delay = absl::Milliseconds(300);
-  auto info = engine_->Checkpoint(Req(job.pid, "late"), op_, absl::Now() + absl::Milliseconds(100));
+  auto late = Req(job.pid, "late");
+  late.deadline = absl::Now() + absl::Milliseconds(100);
+  auto info = engine_->Checkpoint(late, op_);
   EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded) << info.status();
   EXPECT_NE(info.status().message().find("not published"), std::string::npos) << info.status();
   ASSERT_TRUE(criu_.dumped);
@@ -264,7 +267,8 @@ TEST_F(EngineTest, CallersDeadlinePassedPublishesNothingAndTheJobRunsOn) {
   EXPECT_TRUE(store_->List()->empty());
   // A deadline already gone: nothing is started at all.
   criu_.dumped = false;
-  info = engine_->Checkpoint(Req(job.pid, "late"), op_, absl::Now() - absl::Seconds(1));
+  late.deadline = absl::Now() - absl::Seconds(1);
+  info = engine_->Checkpoint(late, op_);
   EXPECT_EQ(info.status().code(), absl::StatusCode::kDeadlineExceeded) << info.status();
   EXPECT_FALSE(criu_.dumped);
   EXPECT_TRUE(job.Runs());
@@ -292,8 +296,8 @@ TEST_F(EngineTest, GpuCheckpointRecordedAndRestoredWhenLeftRunning) {
   EXPECT_EQ(gpu_.rollbacks, 0);
   auto m = store_->Get("g1");
   ASSERT_TRUE(m.ok());
-  EXPECT_EQ(m->gpu_processes[0]["pid"], job.pid);
-  EXPECT_EQ(m->gpu_processes[0]["plugin"], "fake");
+  EXPECT_EQ(m->gpu_processes[0].pid, job.pid);
+  EXPECT_EQ(m->gpu_processes[0].plugin, "fake");
   EXPECT_EQ(m->gpu["driver"], "fake");
 }
 
@@ -335,9 +339,10 @@ TEST_F(EngineTest, RecoverRollsBackAnUnpublishedCheckpoint) {
   ASSERT_TRUE(staged.ok());
   journal::Entry e;
   e.op_id = "op-9";
-  e.kind = "checkpoint";
+  e.kind = journal::OpKind::kCheckpoint;
   e.checkpoint_id = "half";
-  e.state = "dumped";
+  e.state = journal::OpState::kDumped;
+  e.steps = {"stage", "dump"};
   e.tasks = {{job.pid, proc_.Read(job.pid)->start_time}};
   e.staging_dir = (*staged)->staging_dir();
   ASSERT_TRUE(journal_->Put(e).ok());
@@ -353,9 +358,9 @@ TEST_F(EngineTest, RecoverFinishesAPublishedPreemption) {
   ::kill(job.pid, SIGSTOP);
   journal::Entry e;
   e.op_id = "op-9";
-  e.kind = "checkpoint";
+  e.kind = journal::OpKind::kCheckpoint;
   e.checkpoint_id = "done";
-  e.state = "published";
+  e.state = journal::OpState::kPublished;
   e.tasks = {{job.pid, proc_.Read(job.pid)->start_time}};
   ASSERT_TRUE(journal_->Put(e).ok());
   ASSERT_TRUE(engine_->Recover().ok());
@@ -366,8 +371,8 @@ TEST_F(EngineTest, RecoverFinishesAPublishedPreemption) {
 TEST_F(EngineTest, RestoreChecksBeforeStartingAnything) {
   Child job;
   ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1", true), op_).ok());
-  v1::RestoreRequest r;
-  r.set_checkpoint_id("c1");
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
   // The job still runs, so its pid is taken.
   auto res = engine_->Restore(r, op_);
   EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();
@@ -378,7 +383,7 @@ TEST_F(EngineTest, RestoreChecksBeforeStartingAnything) {
   res = engine_->Restore(r, op_);
   EXPECT_NE(res.status().message().find("chip"), std::string::npos) << res.status();
   EXPECT_EQ(criu_.restores, 0);
-  r.set_checkpoint_id("nope");
+  r.checkpoint_id = "nope";
   EXPECT_EQ(engine_->Restore(r, op_).status().code(), absl::StatusCode::kNotFound);
 }
 
@@ -387,8 +392,8 @@ TEST_F(EngineTest, RestoreRefusesACheckpointOfANewerCriu) {
   ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
   ::waitpid(job.pid, nullptr, 0);
   job.pid = -1;
-  v1::RestoreRequest r;
-  r.set_checkpoint_id("c1");
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
   criu_.ver = "4.0.2";  // this node's CRIU is older than the one that took the checkpoint
   auto res = engine_->Restore(r, op_);
   EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();
@@ -406,15 +411,15 @@ TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
   Child job;
   ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
   ::waitpid(job.pid, nullptr, 0);  // reap: a zombie still holds the pid
-  v1::RestoreRequest r;
-  r.set_checkpoint_id("c1");
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
   auto res = engine_->Restore(r, op_);
   ASSERT_TRUE(res.ok()) << res.status();
-  EXPECT_EQ(res->root_pid(), 4242);
+  EXPECT_EQ(res->root_pid, 4242);
   EXPECT_EQ(criu_.last_restore.images_dir, dir_.path + "/store/checkpoints/c1/images");
   EXPECT_TRUE(JournalEmpty());
   job.pid = -1;
 }
 
 }  // namespace
-}  // namespace cryo::service
+}  // namespace cryo::engine

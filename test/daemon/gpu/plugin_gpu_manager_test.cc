@@ -208,7 +208,6 @@ class ManagerTest : public ::testing::Test {
     GpuConfig cfg;
     cfg.plugin_dir = "/nonexistent";
     cfg.tables = std::move(tables);
-    cfg.lock_timeout = absl::Milliseconds(1234);
     cfg.thp_during_checkpoint = thp_mode;
     cfg.thp_path = thp_path;
     auto m = CreateGpuManager(cfg);
@@ -286,11 +285,11 @@ TEST_F(ManagerTest, DiscoverKeepsCallerOrderAndRefusesTwoVendorsInOneProcess) {
 TEST_F(ManagerTest, LockTimeoutUnlocksTheOthersAndReportsDeadline) {
   auto m = Make({A::Table("fake")});
   A::lock_times_out = {2};
-  absl::Status s = m->Lock(Procs({1, 2, 3}), absl::ZeroDuration());
+  absl::Status s = m->Lock(Procs({1, 2, 3}), absl::Milliseconds(1234));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.message().find("pid 2"), absl::string_view::npos);
   for (int pid : {1, 2, 3}) EXPECT_EQ(A::state[pid], State::kRunning) << pid;
-  // The configured default bound was passed down when the call gave none.
+  // The caller's bound reaches the plugin as it is (the engine holds the only default).
   EXPECT_NE(std::find(A::calls.begin(), A::calls.end(), "lock 1 1234"), A::calls.end());
 }
 

@@ -13,24 +13,27 @@ TEST(Journal, PutLoadRemove) {
   ASSERT_TRUE(j.ok());
   Entry e;
   e.op_id = "ch-1";
-  e.kind = "checkpoint";
+  e.kind = OpKind::kCheckpoint;
   e.checkpoint_id = "c1";
-  e.state = "dumped";
-  e.tasks = {{100, 5}, {101, 6}};
+  e.state = OpState::kDumped;
+  e.steps = {"stage", "gpu_lock"};
+  e.tasks = {{100, 5, false}, {101, 6, true}};
   e.staging_dir = "/s/c1+n+x";
   e.leave_running = true;
-  e.gpu = {{{"pid", 100}, {"plugin", "cuda"}}};
+  e.gpu = {{100, "cuda", {{"uuid", "GPU-1"}}, 0}};
   ASSERT_TRUE((*j)->Put(e).ok());
-  e.state = "published";
+  e.state = OpState::kPublished;
   ASSERT_TRUE((*j)->Put(e).ok());  // replaces, never duplicates
   auto all = (*j)->LoadAll();
   ASSERT_TRUE(all.ok());
   ASSERT_EQ(all->size(), 1u);
-  EXPECT_EQ((*all)[0].state, "published");
+  EXPECT_EQ((*all)[0].state, OpState::kPublished);
+  EXPECT_EQ((*all)[0].steps, (std::vector<std::string>{"stage", "gpu_lock"}));
+  EXPECT_TRUE((*all)[0].tasks[1].was_stopped);
   EXPECT_EQ((*all)[0].tasks.size(), 2u);
   EXPECT_EQ((*all)[0].tasks[1].start_time, 6u);
   EXPECT_TRUE((*all)[0].leave_running);
-  EXPECT_EQ((*all)[0].gpu[0]["plugin"], "cuda");
+  EXPECT_EQ((*all)[0].gpu[0].plugin, "cuda");
   ASSERT_TRUE((*j)->Remove("ch-1").ok());
   EXPECT_TRUE((*j)->LoadAll()->empty());
   EXPECT_TRUE((*j)->Remove("ch-1").ok()) << "removing twice is fine";
@@ -45,6 +48,24 @@ TEST(Journal, DropsCorruptEntriesAndTemporaries) {
   ASSERT_TRUE(all.ok());
   EXPECT_TRUE(all->empty());
   EXPECT_TRUE(fs::ListDir(d.path)->empty());
+}
+
+TEST(Journal, MistypedEntriesAreDroppedNotThrown) {
+  TempDir d;
+  auto j = Journal::Open(d.path);
+  for (const char* bad : {R"({"op_id": 7, "kind": "checkpoint", "state": "dumped"})",
+                          R"({"op_id": "a", "kind": "checkpoint", "state": "sleeping"})",
+                          R"({"op_id": "b", "kind": "checkpoint", "state": "dumped",
+                              "tasks": [{"pid": "x", "start_time": 1}]})",
+                          R"({"op_id": "c", "kind": "checkpoint", "state": "dumped",
+                              "gpu": [{"pid": 1}]})",
+                          R"({"op_id": "../../etc", "kind": "restore", "state": "restoring"})"}) {
+    static int n = 0;
+    ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/e" + std::to_string(n++) + ".json", bad).ok());
+  }
+  auto all = (*j)->LoadAll();
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->empty());
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ TEST(Manifest, RoundTrips) {
   EXPECT_EQ(back->files[0].path, "images/pages-1.img");
   EXPECT_EQ(back->TotalBytes(), 4106u);
   EXPECT_EQ(back->gpu, m.gpu);
-  EXPECT_TRUE(back->container.is_null());
+  EXPECT_FALSE(back->container.has_value());
   EXPECT_EQ(nlohmann::json::parse(ManifestToJson(m))["format"], kManifestFormat);
 }
 
@@ -68,6 +68,68 @@ TEST(Manifest, RefusesGarbageAndUnsafePaths) {
   j = nlohmann::json::parse(ManifestToJson(Sample()));
   j["target"]["root_pid"] = 0;
   EXPECT_EQ(ParseManifest(j.dump()).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Found on 2026-11-24: a manifest whose "format" was a number threw out of ParseManifest and
+// aborted cryod on every node that listed the store.
+TEST(Manifest, EveryFieldOfEveryTypeIsAnErrorNeverACrash) {
+  Manifest c = Sample();
+  c.kind = CheckpointKind::kContainer;
+  c.container = ContainerSection{};
+  c.container->id = "abc";
+  c.gpu_processes = {{100, "cuda", {{"uuid", "GPU-1"}}, 7}};
+  const nlohmann::json base = nlohmann::json::parse(ManifestToJson(c));
+  const nlohmann::json flat = base.flatten();
+  const std::vector<nlohmann::json> wrong = {nlohmann::json(7),        nlohmann::json(-1),
+                                             nlohmann::json("x"),      nlohmann::json(true),
+                                             nlohmann::json::array(),  nlohmann::json::object(),
+                                             nlohmann::json(nullptr),  nlohmann::json(1.5),
+                                             nlohmann::json(1ull << 63)};
+  std::vector<std::string> paths;
+  for (const auto& [leaf, v] : flat.items()) {
+    // Every leaf and every object or array above it.
+    std::string p = leaf;
+    while (!p.empty()) {
+      paths.push_back(p);
+      p = p.substr(0, p.rfind('/'));
+    }
+  }
+  int refused = 0;
+  for (const std::string& p : paths) {
+    for (const auto& w : wrong) {
+      nlohmann::json j = base;
+      j[nlohmann::json::json_pointer(p)] = w;
+      auto r = ParseManifest(j.dump());  // must return, whatever it says
+      if (!r.ok()) {
+        ++refused;
+        EXPECT_TRUE(absl::IsInvalidArgument(r.status()) ||
+                    absl::IsFailedPrecondition(r.status()))
+            << p << " = " << w.dump() << ": " << r.status();
+      }
+    }
+  }
+  EXPECT_GT(refused, 100);
+  auto j = base;
+  j["format"] = 1;
+  EXPECT_EQ(ParseManifest(j.dump()).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(Manifest, AContainerCheckpointNeedsItsContainerSection) {
+  Manifest c = Sample();
+  c.kind = CheckpointKind::kContainer;
+  auto r = ParseManifest(ManifestToJson(c));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("container"), std::string::npos) << r.status();
+}
+
+TEST(Manifest, DeepNestingAndHugeInputAreRefusedCheaply) {
+  std::string deep = R"({"format": "cryo.checkpoint/v1", "labels": )";
+  deep += std::string(400000, '[') + std::string(400000, ']') + "}";
+  auto r = ParseManifest(deep);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("deeper"), std::string::npos) << r.status();
+  std::string huge(kMaxManifestBytes + 1, ' ');
+  EXPECT_EQ(ParseManifest(huge).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

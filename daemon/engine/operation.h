@@ -2,8 +2,10 @@
 
 // Operations in flight and their progress, so any number of clients can watch one. The
 // operation runs to its end even if the client that started it goes away: a half-done
-// checkpoint is worse than an unwatched one.
+// checkpoint is worse than an unwatched one. A client may cancel one (or a caller's deadline
+// pass): the operation then rolls back at its next safe point, unless it is past its commit.
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -15,9 +17,18 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "cryo/v1/cryo.pb.h"
+#include "daemon/engine/types.h"
 
-namespace cryo::service {
+namespace cryo::engine {
+
+struct Progress {
+  Stage stage = Stage::kUnspecified;
+  // Bytes done and expected in this stage (expected 0 when unknown).
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+  uint64_t elapsed_ms = 0;  // since the operation started
+  std::string message;
+};
 
 class Operation {
  public:
@@ -30,31 +41,38 @@ class Operation {
   const std::string& target() const { return target_; }
   absl::Time start() const { return start_; }
 
-  void Report(v1::Stage stage, uint64_t done, uint64_t total, std::string message = "");
-  void Finish(absl::Status status, v1::OperationEvent final_event);
+  void Report(Stage stage, uint64_t done, uint64_t total, std::string message = "");
+  void Finish(absl::Status status, OperationResult result);
+
+  // Asks the operation to stop: it rolls back at its next safe point (before its commit).
+  void Cancel(std::string why);
+  bool cancelled() const { return cancelled_.load(); }
+  std::string cancel_reason() const;
 
   // Blocks until there is news after `seen` (a sequence number), the operation ended, or the
   // deadline passed. Returns the new sequence number.
   uint64_t WaitForChange(uint64_t seen, absl::Time deadline);
-  v1::Progress progress() const;
+  Progress progress() const;
   // The last progress of every stage that ended since `*cursor` (advanced), then the current
   // one: a watcher that wakes late still sees where each stage ended.
-  std::vector<v1::Progress> ProgressSince(size_t* cursor) const;
-  v1::Stage stage() const;
+  std::vector<Progress> ProgressSince(size_t* cursor) const;
+  Stage stage() const;
   bool done() const;
   absl::Status status() const;
-  v1::OperationEvent final_event() const;
+  OperationResult result() const;
 
  private:
   const std::string id_, kind_, target_;
   const absl::Time start_;
+  std::atomic<bool> cancelled_{false};
   mutable absl::Mutex mu_;
+  std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
-  v1::Progress progress_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::Progress> ended_ ABSL_GUARDED_BY(mu_);
+  Progress progress_ ABSL_GUARDED_BY(mu_);
+  std::vector<Progress> ended_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);
-  v1::OperationEvent final_ ABSL_GUARDED_BY(mu_);
+  OperationResult result_ ABSL_GUARDED_BY(mu_);
 };
 
 class OperationRegistry {
@@ -74,4 +92,4 @@ class OperationRegistry {
   std::deque<std::pair<absl::Time, std::string>> retired_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace cryo::service
+}  // namespace cryo::engine

@@ -1,29 +1,79 @@
-#include "daemon/engine/operations.h"
+#include "daemon/engine/operation.h"
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
-namespace cryo::service {
+namespace cryo::engine {
 
-void Operation::Report(v1::Stage stage, uint64_t done, uint64_t total, std::string message) {
+std::string StageName(Stage s) {
+  switch (s) {
+    case Stage::kUnspecified:
+      return "unspecified";
+    case Stage::kValidate:
+      return "validate";
+    case Stage::kGpuLock:
+      return "gpu_lock";
+    case Stage::kGpuCheckpoint:
+      return "gpu_checkpoint";
+    case Stage::kDump:
+      return "dump";
+    case Stage::kChecksum:
+      return "checksum";
+    case Stage::kPublish:
+      return "publish";
+    case Stage::kFinish:
+      return "finish";
+    case Stage::kVerify:
+      return "verify";
+    case Stage::kWaitPids:
+      return "wait_pids";
+    case Stage::kRestore:
+      return "restore";
+    case Stage::kGpuRestore:
+      return "gpu_restore";
+    case Stage::kDone:
+      return "done";
+    case Stage::kRootfs:
+      return "rootfs";
+    case Stage::kExport:
+      return "export";
+  }
+  return "unknown";
+}
+
+void Operation::Report(Stage stage, uint64_t done, uint64_t total, std::string message) {
   absl::MutexLock l(&mu_);
-  if (progress_.stage() != v1::STAGE_UNSPECIFIED && progress_.stage() != stage) {
+  if (progress_.stage != Stage::kUnspecified && progress_.stage != stage) {
     ended_.push_back(progress_);
   }
-  progress_.set_stage(stage);
-  progress_.set_bytes_done(done);
-  progress_.set_bytes_total(total);
-  progress_.set_elapsed_ms(absl::ToInt64Milliseconds(absl::Now() - start_));
-  progress_.set_message(std::move(message));
+  progress_.stage = stage;
+  progress_.bytes_done = done;
+  progress_.bytes_total = total;
+  progress_.elapsed_ms = absl::ToInt64Milliseconds(absl::Now() - start_);
+  progress_.message = std::move(message);
   ++seq_;
 }
 
-void Operation::Finish(absl::Status status, v1::OperationEvent final_event) {
+void Operation::Finish(absl::Status status, OperationResult result) {
   absl::MutexLock l(&mu_);
   done_ = true;
   status_ = std::move(status);
-  final_ = std::move(final_event);
-  final_.set_operation_id(id_);
+  result_ = std::move(result);
   ++seq_;
+}
+
+void Operation::Cancel(std::string why) {
+  {
+    absl::MutexLock l(&mu_);
+    if (cancel_reason_.empty()) cancel_reason_ = std::move(why);
+    ++seq_;
+  }
+  cancelled_ = true;
+}
+
+std::string Operation::cancel_reason() const {
+  absl::MutexLock l(&mu_);
+  return cancel_reason_;
 }
 
 uint64_t Operation::WaitForChange(uint64_t seen, absl::Time deadline) {
@@ -33,33 +83,38 @@ uint64_t Operation::WaitForChange(uint64_t seen, absl::Time deadline) {
   return seq_;
 }
 
-v1::Progress Operation::progress() const {
+Progress Operation::progress() const {
   absl::MutexLock l(&mu_);
   return progress_;
 }
-std::vector<v1::Progress> Operation::ProgressSince(size_t* cursor) const {
+
+std::vector<Progress> Operation::ProgressSince(size_t* cursor) const {
   absl::MutexLock l(&mu_);
-  std::vector<v1::Progress> out;
+  std::vector<Progress> out;
   for (size_t i = *cursor; i < ended_.size(); ++i) out.push_back(ended_[i]);
   *cursor = ended_.size();
-  if (progress_.stage() != v1::STAGE_UNSPECIFIED) out.push_back(progress_);
+  if (progress_.stage != Stage::kUnspecified) out.push_back(progress_);
   return out;
 }
-v1::Stage Operation::stage() const {
+
+Stage Operation::stage() const {
   absl::MutexLock l(&mu_);
-  return progress_.stage();
+  return progress_.stage;
 }
+
 bool Operation::done() const {
   absl::MutexLock l(&mu_);
   return done_;
 }
+
 absl::Status Operation::status() const {
   absl::MutexLock l(&mu_);
   return status_;
 }
-v1::OperationEvent Operation::final_event() const {
+
+OperationResult Operation::result() const {
   absl::MutexLock l(&mu_);
-  return final_;
+  return result_;
 }
 
 absl::StatusOr<std::shared_ptr<Operation>> OperationRegistry::Start(const std::string& id,
@@ -103,4 +158,4 @@ std::vector<std::shared_ptr<Operation>> OperationRegistry::Running() {
 
 size_t OperationRegistry::running_count() { return Running().size(); }
 
-}  // namespace cryo::service
+}  // namespace cryo::engine

@@ -1,0 +1,140 @@
+#include "daemon/container/container_checkpoint.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/container/archive.h"
+#include "daemon/container/rootfs.h"
+#include "daemon/store/checksum.h"
+#include "lib/base/fs.h"
+#include "lib/base/log.h"
+#include "lib/base/poll.h"
+#include "lib/base/status.h"
+#include "lib/contract/annotations.h"
+#include "lib/contract/archive.h"
+#include "lib/contract/cryo_init_protocol.h"
+#include "lib/contract/labels.h"
+
+namespace cryo::container {
+
+absl::StatusOr<std::vector<store::ManifestFile>> SaveWritableLayer(const proc::ProcReader& proc,
+                                                                   const ContainerTarget& c,
+                                                                   const std::string& dir) {
+  CRYO_ASSIGN_OR_RETURN(std::string mountinfo, fs::ReadFile(proc.PidPath(c.init_pid, "mountinfo")));
+  CRYO_ASSIGN_OR_RETURN(auto mounts, ParseMountInfo(mountinfo));
+  CRYO_ASSIGN_OR_RETURN(std::string upper, OverlayUpperDir(mounts));
+  CRYO_RETURN_IF_ERROR(fs::MakeDirs(fs::Join(dir, contract::checkpoint::kContainerDir), 0700));
+  const std::string tar = fs::Join(dir, contract::checkpoint::kRootfsDiff);
+  const std::string deleted = fs::Join(dir, contract::checkpoint::kDeletedFiles);
+  CRYO_ASSIGN_OR_RETURN(RootfsDiff diff,
+                        WriteRootfsDiff(upper, MountPointsBelowRoot(mounts), tar, deleted));
+  CRYO_LOG(Info) << "writable layer of " << c.info.id.substr(0, 13) << ": " << diff.entries
+                 << " entries, " << diff.deleted.size() << " deletions, " << diff.tar_bytes
+                 << " bytes";
+  std::vector<store::ManifestFile> out;
+  for (const char* rel : {contract::checkpoint::kRootfsDiff, contract::checkpoint::kDeletedFiles}) {
+    CRYO_ASSIGN_OR_RETURN(FileDigest dg, HashFile(fs::Join(dir, rel)));
+    out.push_back({rel, dg.size, dg.checksum});
+  }
+  return out;
+}
+
+store::ContainerSection SectionOf(const ContainerTarget& c, const std::string& runtime_name) {
+  store::ContainerSection s;
+  s.id = c.info.id;
+  s.name = c.info.name;
+  s.image = c.info.image;
+  s.image_ref = c.info.image_ref;
+  s.labels = c.info.labels;
+  s.annotations = c.info.annotations;
+  s.runtime = runtime_name;
+  s.created_at_ns = c.info.created_at_ns;
+  s.stdout_pipe = c.stdout_pipe;
+  s.stderr_pipe = c.stderr_pipe;
+  s.rootfs_diff = contract::checkpoint::kRootfsDiff;
+  s.deleted_files = contract::checkpoint::kDeletedFiles;
+  return s;
+}
+
+absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarget& c,
+                                  const std::string& dir, const std::string& dump_log,
+                                  const std::string& path) {
+  ArchiveInput in;
+  in.images_dir = fs::Join(dir, store::kImagesDir);
+  in.rootfs_diff_tar = fs::Join(dir, contract::checkpoint::kRootfsDiff);
+  in.deleted_files = fs::Join(dir, contract::checkpoint::kDeletedFiles);
+  in.dump_log = dump_log;
+  const absl::Time created = absl::FromUnixNanos(c.info.created_at_ns);
+  in.config_dump = {
+      {"id", c.info.id},
+      {"name", c.info.name},
+      {"rootfsImage", c.info.image_ref},
+      {"rootfsImageRef", c.info.image_ref},
+      {"rootfsImageName", c.info.image},
+      {"runtime", "runc"},
+      {"createdTime", absl::FormatTime(absl::RFC3339_full, created, absl::UTCTimeZone())},
+      {"checkpointedTime", m.created_at},
+      // Where the same checkpoint lives in cryo's store, for `cryo restore`-style tooling.
+      {"cryo.checkpoint_id", m.id}};
+  in.spec_dump = c.info.runtime_spec.is_null() ? nlohmann::json::object() : c.info.runtime_spec;
+  return WriteCheckpointArchive(in, path);
+}
+
+void TellInit(const proc::ProcReader& proc, pid_t init_pid, int value, const std::string& why) {
+  if (value <= 0 && !why.empty()) {
+    // The container's stderr is its log: the reason shows in `kubectl logs`.
+    int fd = ::open(proc.PidPath(init_pid, "fd/2").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      std::string line = absl::StrCat("cryo: ", why, "\n");
+      (void)!::write(fd, line.data(), line.size());
+      ::close(fd);
+    }
+  }
+  // Queued before cryo-init set its signal mask, the signal would kill it: it is ready once
+  // it waits for signals (it does so microseconds after it starts, long before any restore).
+  PollUntil(
+      [&] {
+        if (proc.Link(init_pid, "exe").empty()) return true;  // gone: nobody to tell
+        auto w = fs::ReadFile(proc.PidPath(init_pid, "wchan"));
+        return w.ok() && absl::StrContains(*w, "sigtimedwait");
+      },
+      absl::Seconds(5), absl::Milliseconds(5));
+  union sigval v;
+  v.sival_int = value;
+  if (::sigqueue(init_pid, CRYO_INIT_SIGNAL, v) != 0) {
+    CRYO_LOG(Warning) << "telling cryo-init (pid " << init_pid << ") the restore result: "
+                      << strerror(errno);
+  }
+}
+
+absl::StatusOr<std::vector<OptedIn>> OptedInContainers(runtime::ContainerRuntime& rt,
+                                                       const std::string& prefix,
+                                                       const std::string& reason) {
+  CRYO_ASSIGN_OR_RETURN(auto running, rt.ListRunning());
+  std::vector<OptedIn> out;
+  for (const auto& c : running) {
+    auto on_stop =
+        c.annotations.find(contract::Key(prefix, contract::container::kCheckpointOnStop));
+    if (on_stop == c.annotations.end() || on_stop->second != "true") continue;
+    OptedIn o;
+    o.container_id = c.id;
+    auto wk = c.annotations.find(contract::Key(prefix, contract::container::kWorkloadKey));
+    if (wk != c.annotations.end()) o.workload = wk->second;
+    for (const char* k : contract::k8s::kContainerIdentity) {
+      auto it = c.labels.find(k);
+      if (it != c.labels.end()) o.labels[k] = it->second;
+    }
+    o.labels[contract::Key(prefix, contract::label::kReason)] = reason;
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace cryo::container

@@ -1,0 +1,53 @@
+#pragma once
+
+// What a container checkpoint and restore need beyond a process tree, moved out of the engine:
+// the writable layer saved beside the images, the manifest's container section, the kubelet
+// archive, the cryo-init handshake and the list of opted-in containers (termination notices).
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/container/runtime.h"
+#include "daemon/container/target.h"
+#include "daemon/store/manifest.h"
+#include "lib/base/proc.h"
+
+namespace cryo::container {
+
+// Saves the writable layer of a stopped container into `dir`/container/ (tar and deleted files,
+// as lib/contract/archive.h names them); returns those files with size and checksum.
+absl::StatusOr<std::vector<store::ManifestFile>> SaveWritableLayer(const proc::ProcReader& proc,
+                                                                   const ContainerTarget& c,
+                                                                   const std::string& dir);
+
+// The manifest's container section for a checkpoint of `c`.
+store::ContainerSection SectionOf(const ContainerTarget& c, const std::string& runtime_name);
+
+// Writes kubelet's checkpoint archive for a published checkpoint in `dir`.
+absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarget& c,
+                                  const std::string& dir, const std::string& dump_log,
+                                  const std::string& path);
+
+// Tells a resuming cryo-init the restored job's pid (value > 0) or that the restore failed
+// (value <= 0; `why` goes to the container's log first). Best effort.
+void TellInit(const proc::ProcReader& proc, pid_t init_pid, int value, const std::string& why);
+
+// A running container whose pod opted in to checkpoint-on-stop.
+struct OptedIn {
+  std::string container_id;
+  std::string workload;  // the key the shim recorded (empty: none)
+  std::map<std::string, std::string> labels;  // kubelet's identity labels and the reason
+};
+
+// Every running container of `rt` opted in to checkpoint-on-stop (annotations under `prefix`),
+// with `reason` as its checkpoint's reason label. For node-wide triggers.
+absl::StatusOr<std::vector<OptedIn>> OptedInContainers(runtime::ContainerRuntime& rt,
+                                                       const std::string& prefix,
+                                                       const std::string& reason);
+
+}  // namespace cryo::container

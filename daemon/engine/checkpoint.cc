@@ -1,0 +1,420 @@
+// The checkpoint transaction (see engine.h for the steps and transaction.h for the rules).
+
+#include <signal.h>
+#include <sys/utsname.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "daemon/container/container_checkpoint.h"
+#include "daemon/criu/network_lock.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/states.h"
+#include "lib/base/fs.h"
+#include "lib/base/ids.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
+
+namespace cryo::engine {
+namespace {
+
+std::string Uname(bool machine) {
+  struct utsname u;
+  if (::uname(&u) != 0) return "unknown";
+  return machine ? u.machine : u.release;
+}
+
+}  // namespace
+
+Transaction<CheckpointState> Engine::CheckpointSteps() {
+  using S = CheckpointState;
+  auto run = [this](absl::Status (Engine::*f)(S&)) {
+    return [this, f](S& s) { return (this->*f)(s); };
+  };
+  auto undo = [this](void (Engine::*f)(S&)) { return [this, f](S& s) { (this->*f)(s); }; };
+  return Transaction<S>({
+      {"validate", Stage::kValidate, run(&Engine::ValidateCheckpoint), nullptr},
+      {"stage", Stage::kUnspecified, run(&Engine::StageCheckpoint), undo(&Engine::UndoStage)},
+      // gpu_lock's undo takes the GPU state back from wherever it got (locked or checkpointed).
+      // Steps that only some jobs need begin their stage themselves, when they do something.
+      {"gpu_lock", Stage::kUnspecified, run(&Engine::LockGpus), undo(&Engine::UndoGpu)},
+      {"gpu_checkpoint", Stage::kUnspecified, run(&Engine::CheckpointGpus), nullptr},
+      {"dump", Stage::kUnspecified, run(&Engine::Dump), undo(&Engine::UndoDump)},
+      {"rootfs", Stage::kUnspecified, run(&Engine::SaveRootfs), nullptr},
+      {"resume_early", Stage::kUnspecified, run(&Engine::ResumeEarly), nullptr},
+      {"gpu_resume", Stage::kUnspecified, run(&Engine::ResumeGpus), nullptr},
+      {"manifest", Stage::kChecksum, run(&Engine::BuildManifest), nullptr},
+      // Publish begins its stage itself: the manifest records the stages before it.
+      {"publish", Stage::kUnspecified, run(&Engine::Publish), nullptr, /*commit=*/true},
+      {"finish", Stage::kFinish, run(&Engine::Finish), nullptr},
+      {"export", Stage::kUnspecified, run(&Engine::Export), nullptr},
+  });
+}
+
+absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req,
+                                                    Operation& op) {
+  StageClock clock("checkpoint", d_.metrics, op);
+  CheckpointState s;
+  s.req = req;
+  s.op = &op;
+  s.clock = &clock;
+  s.t_start = absl::Now();
+  s.je.op_id = op.id();
+  s.je.kind = journal::OpKind::kCheckpoint;
+  s.je.state = journal::OpState::kStarted;
+  s.je.leave_running = req.leave_running;
+  s.je.tcp_established = req.tcp_established;
+  s.je.started_at = absl::FormatTime(absl::RFC3339_sec, s.t_start, absl::UTCTimeZone());
+  bool journaled = false;
+
+  Transaction<CheckpointState>::Hooks hooks;
+  hooks.before = [&](const Step<CheckpointState>& step) -> absl::Status {
+    if (op.cancelled()) {
+      return absl::CancelledError(absl::StrCat("checkpoint cancelled before ", step.name, " (",
+                                               op.cancel_reason(),
+                                               "); nothing was published, the job runs on"));
+    }
+    // Once the dump has started, the deadline is checked again right before the publish: a
+    // dump cannot be interrupted, and stopping between its parts would only lose the work.
+    const bool check_deadline = step.name == "validate" || step.name == "publish";
+    if (check_deadline && absl::Now() > req.deadline) {
+      return step.name == "validate"
+                 ? absl::DeadlineExceededError(
+                       "the caller's deadline passed before the checkpoint started; nothing was "
+                       "done")
+                 : absl::DeadlineExceededError(absl::StrCat(
+                       "checkpoint ", s.id, " was not finished by the caller's deadline (",
+                       absl::FormatDuration(
+                           absl::Trunc(absl::Now() - s.t_start, absl::Milliseconds(1))),
+                       " after it started); not published, the job was resumed"));
+    }
+    if (step.stage != Stage::kUnspecified) clock.Begin(step.stage, s.expected);
+    return absl::OkStatus();
+  };
+  hooks.on_begin = [&](const std::string& name) -> absl::Status {
+    s.je.steps.push_back(name);
+    // The first step with an undo (stage) creates the entry; it must exist before anything
+    // irreversible happens.
+    if (name == "stage") return absl::OkStatus();  // written by the step itself
+    journaled = true;
+    return d_.journal->Put(s.je);
+  };
+  hooks.on_rolled_back = [&] {
+    if (!s.je.staging_dir.empty() || journaled) {
+      if (absl::Status st = d_.journal->Remove(op.id()); !st.ok()) {
+        CRYO_LOG(Error) << "journal: " << st;
+      }
+    }
+  };
+  absl::Status st = checkpoint_txn_->Run(s, hooks);
+  if (s.je.state == journal::OpState::kPublished) {
+    // Committed: the journal entry has done its job, whatever the completion steps said.
+    if (absl::Status r = d_.journal->Remove(op.id()); !r.ok()) CRYO_LOG(Error) << "journal: " << r;
+  }
+  // After the commit, a failed completion step says itself that the checkpoint is published.
+  if (!st.ok()) return st;
+  clock.End();
+  if (d_.metrics) {
+    d_.metrics->ObserveOperation("checkpoint", absl::ToDoubleSeconds(absl::Now() - s.t_start));
+  }
+  s.manifest.stage_ms = clock.ms();
+  CRYO_LOG(Info) << "checkpoint " << s.id << " of "
+                 << (s.ctr ? absl::StrCat("container ", s.ctr->info.id.substr(0, 13))
+                           : absl::StrCat("pid ", s.target))
+                 << " published (" << s.manifest.TotalBytes() << " bytes, "
+                 << s.manifest.files.size() << " files)";
+  return CheckpointResult{std::move(s.manifest), s.published_path};
+}
+
+absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
+  const CheckpointRequest& req = s.req;
+  if (!req.checkpoint_id.empty()) CRYO_RETURN_IF_ERROR(ValidateCheckpointId(req.checkpoint_id));
+  if (req.workload.size() > 253) return absl::InvalidArgumentError("workload is too long");
+  s.target = req.pid;
+  if (!req.container_id.empty()) {
+    if (req.pid != 0) {
+      return absl::InvalidArgumentError("give either a pid or a container_id, not both");
+    }
+    CRYO_ASSIGN_OR_RETURN(s.ctr, Container(req.container_id, /*restore=*/false));
+    s.target = s.ctr->job_pid;
+  } else if (!req.export_archive.empty()) {
+    return absl::InvalidArgumentError("export_archive is for container checkpoints only");
+  }
+  CRYO_RETURN_IF_ERROR(ValidateTarget(s.target, &s.tree));
+  s.root = s.tree.front();  // a copy: tree is re-read after the dump
+  s.workload = !req.workload.empty() ? req.workload : (s.ctr ? s.ctr->info.name : s.root.comm);
+  s.id = req.checkpoint_id.empty() ? MakeCheckpointId(s.workload, absl::Now()) : req.checkpoint_id;
+  s.je.checkpoint_id = s.id;
+
+  std::vector<pid_t> tree_pids;
+  for (const auto& p : s.tree) tree_pids.push_back(p.pid);
+  s.claim = std::make_unique<Claim>(this);
+  CRYO_RETURN_IF_ERROR(s.claim->Take(tree_pids, s.id, /*id_is_new=*/true));
+
+  std::set<pid_t> in_tree;
+  for (const auto& p : s.tree) {
+    in_tree.insert(p.pid);
+    s.pids.push_back(p.pid);
+    for (pid_t t : d_.proc->Threads(p.pid)) s.tids.push_back(t);
+    s.expected += d_.proc->MemoryBytes(p.pid);
+  }
+  s.je.tasks = jobs_.TasksOf(s.tree);
+  s.je.container_init_pid = s.ctr ? s.ctr->init_pid : 0;
+  // CRIU refuses a tree whose session or group leader is outside it unless told it is a shell
+  // job (started from a terminal); that is what the user means, so say it for them.
+  s.shell_job = req.shell_job || !in_tree.count(s.root.sid) || !in_tree.count(s.root.pgid);
+  // A GPU feature the driver cannot checkpoint is refused here, before anything is locked.
+  CRYO_ASSIGN_OR_RETURN(s.gpu, d_.gpu->Discover(s.pids));
+  if (s.ctr) {
+    for (auto& g : s.gpu) g.ns_pid = d_.proc->NsPid(g.pid);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::StageCheckpoint(CheckpointState& s) {
+  CRYO_RETURN_IF_ERROR(d_.store->CheckWritable());
+  CRYO_ASSIGN_OR_RETURN(s.staged, d_.store->Stage(s.id));
+  s.je.staging_dir = s.staged->staging_dir();
+  s.op_dir = OpDir(s.op->id());
+  CRYO_RETURN_IF_ERROR(fs::MakeDirs(s.op_dir, 0700));
+  // The journal's first record: from here on a crash is undone at the next start.
+  return d_.journal->Put(s.je);
+}
+
+void Engine::UndoStage(CheckpointState& s) {
+  if (s.staged) {
+    (void)s.staged->Abort();
+  } else if (!s.je.staging_dir.empty() && d_.store->OwnsStagingDir(s.je.staging_dir)) {
+    (void)fs::RemoveTree(s.je.staging_dir);
+  }
+}
+
+absl::Status Engine::LockGpus(CheckpointState& s) {
+  if (s.gpu.empty()) return absl::OkStatus();
+  s.clock->Begin(Stage::kGpuLock, 0, absl::StrCat(s.gpu.size(), " GPU processes"));
+  s.je.gpu = s.gpu;
+  CRYO_RETURN_IF_ERROR(d_.journal->Put(s.je));
+  const absl::Duration timeout = s.req.gpu_lock_timeout > absl::ZeroDuration()
+                                     ? s.req.gpu_lock_timeout
+                                     : cfg_.gpu_lock_timeout;
+  return d_.gpu->Lock(s.gpu, timeout);
+}
+
+absl::Status Engine::CheckpointGpus(CheckpointState& s) {
+  if (s.gpu.empty()) return absl::OkStatus();
+  s.clock->Begin(Stage::kGpuCheckpoint);
+  CRYO_RETURN_IF_ERROR(d_.gpu->Checkpoint(s.gpu));
+  // Device memory now sits in the processes: CRIU will write it, so count it.
+  for (pid_t p : s.pids) s.expected = std::max(s.expected, d_.proc->MemoryBytes(p));
+  return absl::OkStatus();
+}
+
+void Engine::UndoGpu(CheckpointState& s) {
+  if (s.je.gpu.empty() || s.gpu_back) return;
+  d_.gpu->Rollback(s.je.gpu);
+  s.gpu_back = true;
+}
+
+absl::Status Engine::Dump(CheckpointState& s) {
+  hooks_.At("before-dump");
+  s.clock->Begin(Stage::kDump, s.expected);
+  TailHasher hasher(s.staged->images_dir(), d_.store->durable());
+  hasher.Start();
+  criu::DumpOptions dopt;
+  absl::Status dumped;
+  {
+    ProgressTicker ticker(*s.op, Stage::kDump, [&] { return hasher.bytes_hashed(); }, s.expected);
+    dopt.pid = s.ctr ? d_.proc->NsPid(s.target) : s.target;
+    dopt.images_dir = s.staged->images_dir();
+    dopt.work_dir = s.op_dir;
+    // A container's job stays stopped until its writable layer is saved too, so that files
+    // and memory are of the same moment; it is resumed after that when asked.
+    dopt.leave_running = s.req.leave_running && !s.ctr;
+    dopt.tcp_established = s.req.tcp_established;
+    dopt.shell_job = s.shell_job;
+    if (s.ctr) dopt.in_container = criu::InContainer{s.ctr->init_pid, cfg_.nsexec_path, {}};
+    CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.gpu, &dopt.extra_args, &dopt.env));
+    dumped = d_.criu->Dump(dopt, [&](pid_t criu_pid) {
+      s.je.state = journal::OpState::kDumping;
+      s.je.criu_pid = criu_pid;
+      auto info = d_.proc->Read(criu_pid);
+      s.je.criu_start_time = info.ok() ? info->start_time : 0;
+      if (absl::Status js = d_.journal->Put(s.je); !js.ok()) CRYO_LOG(Error) << "journal: " << js;
+    });
+  }
+  auto digests = hasher.Finish();
+  // CRIU resumes the tree itself when a dump fails.
+  CRYO_RETURN_IF_ERROR(dumped);
+  s.left_stopped = !dopt.leave_running;
+  if (s.left_stopped) {
+    // Short-lived children come and go between validation and the dump; what CRIU left
+    // stopped is the tree as it is now, and that is what must be resumed or killed.
+    auto frozen = d_.proc->Tree(s.target);
+    if (frozen.ok()) {
+      std::vector<journal::Task> before = s.je.tasks;
+      s.tree = *std::move(frozen);
+      s.je.tasks = jobs_.TasksOf(s.tree);
+      // CRIU stopped them all now: who was stopped before is what validation saw.
+      for (auto& t : s.je.tasks) {
+        t.was_stopped = false;
+        for (const auto& b : before) {
+          if (b.pid == t.pid && b.start_time == t.start_time) t.was_stopped = b.was_stopped;
+        }
+      }
+    }
+  }
+  // The pids a restore needs free; a container's job keeps the ones it has inside.
+  for (const auto& p : s.tree) {
+    s.saved_pids.push_back(s.ctr ? d_.proc->NsPid(p.pid) : p.pid);
+    if (s.ctr) {
+      for (pid_t t : container::NsThreadIds(*d_.proc, p.pid)) s.saved_tids.push_back(t);
+    } else {
+      for (pid_t t : d_.proc->Threads(p.pid)) s.saved_tids.push_back(t);
+    }
+  }
+  s.je.state = journal::OpState::kDumped;
+  s.je.criu_pid = 0;
+  CRYO_RETURN_IF_ERROR(d_.journal->Put(s.je));
+  if (!digests.ok()) return Annotate(digests.status(), "checksumming images");
+  s.digests = *std::move(digests);
+  hooks_.At("after-dump");
+  return absl::OkStatus();
+}
+
+void Engine::UndoDump(CheckpointState& s) {
+  // Harmless when there is no lock (a leave-running dump of a process keeps none), and when
+  // the job already runs (a failed dump resumed it; SIGCONT to a running task is a no-op).
+  if (s.je.tcp_established) {
+    criu::RemoveNetworkLock(fs::Join(OpDir(s.je.op_id), "dump.log"), s.je.container_init_pid,
+                            cfg_.nsexec_path);
+  }
+  // The GPU state must be back before the job runs again: roll it back here, not only in
+  // gpu_lock's undo (which runs after this one).
+  UndoGpu(s);
+  jobs_.Resume(jobs_.WithDescendants(s.je.tasks));
+  CRYO_LOG(Warning) << "checkpoint " << s.je.checkpoint_id << " not published; job resumed";
+}
+
+absl::Status Engine::SaveRootfs(CheckpointState& s) {
+  if (!s.ctr) return absl::OkStatus();
+  s.clock->Begin(Stage::kRootfs);
+  CRYO_ASSIGN_OR_RETURN(s.container_files,
+                        container::SaveWritableLayer(*d_.proc, *s.ctr, s.staged->staging_dir()));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ResumeEarly(CheckpointState& s) {
+  // A container asked to run on goes on as soon as its files are saved too.
+  if (!s.ctr || !s.req.leave_running) return absl::OkStatus();
+  if (s.req.tcp_established) {
+    criu::RemoveNetworkLock(fs::Join(s.op_dir, "dump.log"), s.ctr->init_pid, cfg_.nsexec_path);
+  }
+  if (s.gpu.empty()) jobs_.Resume(s.je.tasks);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ResumeGpus(CheckpointState& s) {
+  if (!s.req.leave_running || s.gpu.empty()) return absl::OkStatus();
+  s.clock->Begin(Stage::kGpuRestore);
+  // The job goes on as soon as its images are written; the publish happens beside it.
+  CRYO_RETURN_IF_ERROR(d_.gpu->Restore(s.gpu, {}));
+  CRYO_RETURN_IF_ERROR(d_.gpu->Unlock(s.gpu));
+  s.gpu_back = true;
+  if (s.ctr) jobs_.Resume(s.je.tasks);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::BuildManifest(CheckpointState& s) {
+  store::Manifest& m = s.manifest;
+  m.id = s.id;
+  m.kind = s.ctr ? store::CheckpointKind::kContainer : store::CheckpointKind::kProcess;
+  m.workload = s.workload;
+  m.node = cfg_.node_name;
+  m.created_at = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", s.t_start, absl::UTCTimeZone());
+  m.root_pid = s.ctr ? d_.proc->NsPid(s.target) : s.target;
+  m.pids = s.saved_pids;
+  m.tids = s.saved_tids;
+  m.command = s.root.comm;
+  m.cmdline = d_.proc->Cmdline(s.target);
+  m.kernel = Uname(false);
+  m.arch = Uname(true);
+  m.criu_version = d_.criu->version();
+  m.cryo_version = CRYO_VERSION;
+  m.leave_running = s.req.leave_running;
+  m.tcp_established = s.req.tcp_established;
+  m.shell_job = s.shell_job;
+  m.labels = s.req.labels;
+  m.checksum_algorithm = kChecksumAlgorithm;
+  for (const auto& [rel, dg] : s.digests) {
+    m.files.push_back({absl::StrCat(store::kImagesDir, "/", rel), dg.size, dg.checksum});
+  }
+  m.files.insert(m.files.end(), s.container_files.begin(), s.container_files.end());
+  if (!s.gpu.empty()) {
+    m.gpu = d_.gpu->Describe(s.gpu);
+    m.gpu_processes = s.gpu;
+  }
+  if (s.ctr) m.container = container::SectionOf(*s.ctr, d_.runtime->name());
+  // Before the publish step's deadline check, so a test can let the deadline pass here.
+  hooks_.At("before-publish");
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Publish(CheckpointState& s) {
+  // The manifest records the stages up to here; the result also has publish and finish.
+  s.clock->End();
+  s.manifest.stage_ms = s.clock->ms();
+  s.clock->Begin(Stage::kPublish, s.manifest.TotalBytes());
+  CRYO_RETURN_IF_ERROR(
+      Annotate(s.staged->Publish(s.manifest), absl::StrCat("publishing checkpoint ", s.id)));
+  hooks_.At("after-publish");
+  s.je.state = journal::OpState::kPublished;
+  (void)d_.journal->Put(s.je);
+  s.published_path = fs::Join(fs::Join(d_.store->location(), "checkpoints"), s.id);
+  if (d_.metrics) d_.metrics->AddBytesWritten(s.manifest.TotalBytes());
+  return absl::OkStatus();
+}
+
+void Engine::CompletePublished(const journal::Entry& e) {
+  const std::vector<journal::Task> tasks = jobs_.WithDescendants(e.tasks);
+  if (e.leave_running) {
+    // Resumed already when the operation ran to its end; after a crash, resume now.
+    if (!e.gpu.empty()) d_.gpu->Rollback(e.gpu);
+    jobs_.Resume(tasks);
+  } else {
+    // Preemption: the job ends with its checkpoint safe in the store. Its GPU state dies with
+    // it.
+    jobs_.Kill(tasks);
+  }
+}
+
+absl::Status Engine::Finish(CheckpointState& s) {
+  if (!s.req.leave_running) jobs_.Kill(s.je.tasks);
+  if (cfg_.retention_keep > 0) {
+    std::set<std::string> in_use;
+    {
+      absl::MutexLock l(&mu_);
+      in_use = busy_ids_;
+    }
+    auto deleted = d_.store->ApplyRetention(s.workload, cfg_.retention_keep, in_use);
+    if (deleted.ok() && !deleted->empty()) {
+      CRYO_LOG(Info) << "retention: deleted " << absl::StrJoin(*deleted, ", ");
+    } else if (!deleted.ok()) {
+      CRYO_LOG(Warning) << "retention: " << deleted.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Export(CheckpointState& s) {
+  if (!s.ctr || s.req.export_archive.empty()) return absl::OkStatus();
+  s.clock->Begin(Stage::kExport, s.manifest.TotalBytes());
+  return Annotate(container::ExportKubeletArchive(s.manifest, *s.ctr, s.published_path,
+                                                   fs::Join(s.op_dir, "dump.log"),
+                                                   s.req.export_archive),
+                  absl::StrCat("checkpoint ", s.id, " is published, but its archive ",
+                               s.req.export_archive, " could not be written"));
+}
+
+}  // namespace cryo::engine

@@ -1,0 +1,343 @@
+// The restore transaction (see engine.h for the steps and transaction.h for the rules).
+
+#include <sys/utsname.h>
+
+#include <algorithm>
+#include <atomic>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "daemon/container/container_checkpoint.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/states.h"
+#include "lib/base/fs.h"
+#include "lib/base/ids.h"
+#include "lib/base/log.h"
+#include "lib/base/poll.h"
+#include "lib/base/status.h"
+#include "lib/base/subprocess.h"
+#include "lib/contract/archive.h"
+
+namespace cryo::engine {
+namespace {
+
+std::string Machine() {
+  struct utsname u;
+  if (::uname(&u) != 0) return "unknown";
+  return u.machine;
+}
+
+}  // namespace
+
+Transaction<RestoreState> Engine::RestoreSteps() {
+  using S = RestoreState;
+  auto run = [this](absl::Status (Engine::*f)(S&)) {
+    return [this, f](S& s) { return (this->*f)(s); };
+  };
+  auto undo = [this](void (Engine::*f)(S&)) { return [this, f](S& s) { (this->*f)(s); }; };
+  return Transaction<S>({
+      {"validate", Stage::kValidate, run(&Engine::ValidateRestore), nullptr},
+      // From here on, a container waiting for this restore must hear how it went.
+      {"init_handshake", Stage::kUnspecified, [](S&) { return absl::OkStatus(); },
+       undo(&Engine::UndoInitHandshake)},
+      {"check", Stage::kUnspecified, run(&Engine::CheckRestore), nullptr},
+      {"verify", Stage::kVerify, run(&Engine::Verify), nullptr},
+      {"wait_pids", Stage::kWaitPids, run(&Engine::WaitPidsFree), nullptr},
+      {"journal", Stage::kUnspecified, run(&Engine::JournalRestore), nullptr},
+      {"rootfs", Stage::kUnspecified, run(&Engine::ApplyRootfs), nullptr},
+      {"criu_restore", Stage::kRestore, run(&Engine::RunCriuRestore),
+       undo(&Engine::UndoCriuRestore)},
+      {"gpu_restore", Stage::kUnspecified, run(&Engine::RestoreGpus), nullptr},
+      {"done", Stage::kUnspecified, run(&Engine::Done), nullptr, /*commit=*/true},
+  });
+}
+
+absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operation& op) {
+  StageClock clock("restore", d_.metrics, op);
+  RestoreState s;
+  s.req = req;
+  s.op = &op;
+  s.clock = &clock;
+  s.t_start = absl::Now();
+  s.map = req.gpu_map;
+  s.je.op_id = op.id();
+  s.je.kind = journal::OpKind::kRestore;
+  s.je.checkpoint_id = req.checkpoint_id;
+  s.je.state = journal::OpState::kRestoring;
+  s.je.started_at = absl::FormatTime(absl::RFC3339_sec, s.t_start, absl::UTCTimeZone());
+
+  Transaction<RestoreState>::Hooks hooks;
+  hooks.before = [&](const Step<RestoreState>& step) -> absl::Status {
+    if (op.cancelled()) {
+      return absl::CancelledError(absl::StrCat("restore cancelled before ", step.name, " (",
+                                               op.cancel_reason(), "); nothing was started"));
+    }
+    if (absl::Now() > req.deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("the caller's deadline passed before the restore's ", step.name,
+                       " step; the restore was abandoned"));
+    }
+    if (step.stage != Stage::kUnspecified) clock.Begin(step.stage);
+    return absl::OkStatus();
+  };
+  hooks.on_begin = [&](const std::string& name) -> absl::Status {
+    s.je.steps.push_back(name);
+    return s.journaled ? d_.journal->Put(s.je) : absl::OkStatus();
+  };
+  hooks.on_failure = [&](const absl::Status& failure) { s.failure = failure; };
+  absl::Status st = restore_txn_->Run(s, hooks);
+  if (s.journaled) (void)d_.journal->Remove(op.id());
+  if (!st.ok()) return st;
+  clock.End();
+  if (d_.metrics) {
+    d_.metrics->ObserveOperation("restore", absl::ToDoubleSeconds(absl::Now() - s.t_start));
+  }
+  CRYO_LOG(Info) << "restored checkpoint " << s.m.id << " as pid " << s.host_root
+                 << (s.ctr ? absl::StrCat(" (pid ", s.root, " in container ",
+                                          s.ctr->info.id.substr(0, 13), ")")
+                           : "");
+  return RestoreResult{s.m.id, s.host_root, clock.ms()};
+}
+
+absl::Status Engine::ValidateRestore(RestoreState& s) {
+  CRYO_RETURN_IF_ERROR(ValidateCheckpointId(s.req.checkpoint_id));
+  CRYO_ASSIGN_OR_RETURN(s.m, d_.store->Get(s.req.checkpoint_id));
+  const bool container_mode = s.m.kind == store::CheckpointKind::kContainer;
+  if (container_mode && s.req.container_id.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint '", s.m.id, "' is of a container; it is restored into a new container "
+        "(pod annotation cryo.dev/resume through the CRI shim), not as a process"));
+  }
+  if (!container_mode && !s.req.container_id.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint '", s.m.id, "' is of a process tree, not of a container"));
+  }
+  if (!container_mode && !s.req.gpu_map.empty() && s.m.gpu_processes.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint '", s.m.id, "' holds no GPU state: a GPU map has nothing to apply to"));
+  }
+  if (s.m.arch != Machine()) {
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint '", s.m.id, "' was taken on ",
+                                                      s.m.arch, ", this node is ", Machine()));
+  }
+  // CRIU reads images of older versions, not always of newer ones: refuse before anything is
+  // touched rather than fail half-way through the restore.
+  if (auto c = criu::CompareVersions(d_.criu->version(), s.m.criu_version); c && *c < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint '", s.m.id, "' was taken with CRIU ", s.m.criu_version, "; this node has CRIU ",
+        d_.criu->version(),
+        ", which may not read its images: restore on a node with CRIU >= ", s.m.criu_version));
+  }
+  s.claim = std::make_unique<Claim>(this);
+  CRYO_RETURN_IF_ERROR(s.claim->Take({}, s.m.id, /*id_is_new=*/false));
+  if (container_mode) {
+    CRYO_ASSIGN_OR_RETURN(s.ctr, Container(s.req.container_id, /*restore=*/true));
+    s.je.container_init_pid = s.ctr->init_pid;
+  }
+  s.je.gpu = s.m.gpu_processes;
+  return absl::OkStatus();
+}
+
+void Engine::UndoInitHandshake(RestoreState& s) {
+  if (s.je.container_init_pid <= 0) return;
+  container::TellInit(*d_.proc, s.je.container_init_pid, -1,
+                      absl::StrCat("restore of checkpoint ", s.je.checkpoint_id, " failed: ",
+                                   s.failure.ok() ? "cryod gave up" : s.failure.ToString()));
+}
+
+absl::Status Engine::CheckRestore(RestoreState& s) {
+  if (s.ctr) {
+    if (s.ctr->restore_from != s.m.id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("container ", s.ctr->info.name, " waits for checkpoint '",
+                       s.ctr->restore_from, "', not '", s.m.id, "'"));
+    }
+    const std::string want = s.m.container ? s.m.container->image_ref : "";
+    if (!want.empty() && want != s.ctr->info.image_ref) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint '", s.m.id, "' was taken in a container of image ", want, " (",
+          s.m.container->image, "); container ", s.ctr->info.name, " runs ", s.ctr->info.image_ref,
+          ": a job resumes only on the image it ran on"));
+    }
+  }
+  if (absl::Status st = d_.gpu->CheckCompatibleFor(s.m.gpu, s.ctr ? s.ctr->init_pid : 0, s.map);
+      !st.ok()) {
+    return Annotate(st, absl::StrCat("checkpoint '", s.m.id, "'"));
+  }
+  CRYO_ASSIGN_OR_RETURN(s.dir, d_.store->LocalPath(s.m.id));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Verify(RestoreState& s) {
+  // Every file before anything starts: a bad image must never half-restore a job.
+  s.clock->Begin(Stage::kVerify, s.m.TotalBytes());
+  std::atomic<uint64_t> verified{0};
+  absl::Status st;
+  {
+    ProgressTicker ticker(*s.op, Stage::kVerify, [&] { return verified.load(); },
+                          s.m.TotalBytes());
+    std::vector<ExpectedFile> files;
+    for (const auto& f : s.m.files) files.push_back({f.path, f.size, f.checksum});
+    st = VerifyFiles(s.dir, files, cfg_.verify_threads, &verified);
+  }
+  if (!st.ok()) {
+    if (absl::IsDataLoss(st)) {
+      // Remembered, so that automatic resumes pick an older checkpoint next time; an I/O
+      // error (store unreachable) says nothing about the checkpoint and is not recorded.
+      if (absl::Status ms = d_.store->MarkDamaged(s.m.id, std::string(st.message())); !ms.ok()) {
+        CRYO_LOG(Warning) << "recording checkpoint " << s.m.id << " as damaged: " << ms;
+      }
+    }
+    return Annotate(st, absl::StrCat("checkpoint '", s.m.id, "' is damaged, refusing to restore"));
+  }
+  if (d_.metrics) d_.metrics->AddBytesRead(s.m.TotalBytes());
+  return absl::OkStatus();
+}
+
+absl::Status Engine::WaitPidsFree(RestoreState& s) {
+  const absl::Duration timeout = s.req.pid_wait_timeout > absl::ZeroDuration()
+                                     ? s.req.pid_wait_timeout
+                                     : cfg_.pid_wait_timeout;
+  const pid_t container_init = s.ctr ? s.ctr->init_pid : 0;
+  std::vector<int> need = s.m.pids;
+  need.insert(need.end(), s.m.tids.begin(), s.m.tids.end());
+  std::sort(need.begin(), need.end());
+  need.erase(std::unique(need.begin(), need.end()), need.end());
+  int busy = 0;
+  std::string who;
+  auto free = [&] {
+    busy = 0;
+    std::set<pid_t> in_container;
+    if (container_init > 0) in_container = container::NsPidsInUse(*d_.proc, container_init);
+    for (int p : need) {
+      if (container_init > 0) {
+        if (in_container.count(p)) {
+          busy = p;
+          who = "a process of the container";
+          break;
+        }
+        continue;
+      }
+      // /proc/<tid> resolves for threads too; a zombie still holds its pid.
+      auto i = d_.proc->Read(p);
+      if (i.ok()) {
+        busy = p;
+        who = i->comm;
+        break;
+      }
+    }
+    if (busy != 0) {
+      s.op->Report(Stage::kWaitPids, 0, 0, absl::StrCat("waiting for pid ", busy, " (", who, ")"));
+    }
+    // The wait ends early when the caller gives up.
+    return busy == 0 || s.op->cancelled() || absl::Now() > s.req.deadline;
+  };
+  const absl::Time until = std::min(absl::Now() + timeout, s.req.deadline);
+  PollUntilDeadline(free, until, absl::Milliseconds(20));
+  if (busy == 0) return absl::OkStatus();
+  if (s.op->cancelled()) {
+    return absl::CancelledError(absl::StrCat("restore cancelled while waiting for pid ", busy));
+  }
+  if (absl::Now() > s.req.deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the caller's deadline passed while the restore waited for pid ", busy, " (", who, ")"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "pid ", busy, " (needed by checkpoint '", s.m.id, "') is in use by '", who, "'; waited ",
+      absl::FormatDuration(timeout),
+      container_init > 0 ? ". Something started in the container before the restore"
+                         : ". Stop that process (is the checkpointed job still running?)",
+      " and retry"));
+}
+
+absl::Status Engine::JournalRestore(RestoreState& s) {
+  CRYO_RETURN_IF_ERROR(d_.journal->Put(s.je));
+  s.journaled = true;
+  s.op_dir = OpDir(s.op->id());
+  return fs::MakeDirs(s.op_dir, 0700);
+}
+
+absl::Status Engine::ApplyRootfs(RestoreState& s) {
+  if (!s.ctr) return absl::OkStatus();
+  // The job's files must be where it left them before CRIU reopens them.
+  s.clock->Begin(Stage::kRootfs);
+  RunOptions ro;
+  ro.argv = {cfg_.nsexec_path, "--target", std::to_string(s.ctr->init_pid),
+             "--apply-rootfs-diff", fs::Join(s.dir, contract::checkpoint::kContainerDir)};
+  ro.timeout = absl::Minutes(30);
+  ro.merge_stderr = true;
+  CRYO_ASSIGN_OR_RETURN(RunOutput r, Run(ro));
+  if (!r.exit.exited || r.exit.code != 0) {
+    return absl::InternalError(absl::StrCat("putting back the container's writable layer failed (",
+                                            r.exit.Describe(),
+                                            "): ", absl::StripAsciiWhitespace(r.out)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RunCriuRestore(RestoreState& s) {
+  s.clock->Begin(Stage::kRestore, s.m.TotalBytes());
+  criu::RestoreOptions ropt;
+  ropt.images_dir = fs::Join(s.dir, store::kImagesDir);
+  ropt.work_dir = s.op_dir;
+  ropt.tcp_established = s.m.tcp_established;
+  ropt.shell_job = s.m.shell_job;
+  if (s.ctr) {
+    // The job's output pipes become the new container's, so its log goes on where kubelet
+    // reads it; the new container's pipes are its cryo-init's fd 1 and 2.
+    criu::InContainer in{s.ctr->init_pid, cfg_.nsexec_path, {}};
+    // Seen on 2026-11-23: CRIU's cgroupd helper took pid 18, which the job's child needed.
+    for (int p : s.m.pids) in.last_pid = std::max<pid_t>(in.last_pid, p);
+    for (int p : s.m.tids) in.last_pid = std::max<pid_t>(in.last_pid, p);
+    const std::string out = s.m.container ? s.m.container->stdout_pipe : "";
+    const std::string err = s.m.container ? s.m.container->stderr_pipe : "";
+    if (!out.empty()) {
+      in.fds.emplace_back(10, d_.proc->PidPath(s.ctr->init_pid, "fd/1") + ":w");
+      ropt.extra_args.insert(ropt.extra_args.end(), {"--inherit-fd", absl::StrCat("fd[10]:", out)});
+    }
+    if (!err.empty() && err != out) {
+      in.fds.emplace_back(11, d_.proc->PidPath(s.ctr->init_pid, "fd/2") + ":w");
+      ropt.extra_args.insert(ropt.extra_args.end(), {"--inherit-fd", absl::StrCat("fd[11]:", err)});
+    }
+    ropt.in_container = in;
+  }
+  CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.m.gpu_processes, &ropt.extra_args, &ropt.env));
+  CRYO_ASSIGN_OR_RETURN(s.root, d_.criu->Restore(ropt, [&](pid_t criu_pid) {
+                          s.je.criu_pid = criu_pid;
+                          (void)d_.journal->Put(s.je);
+                        }));
+  s.host_root = s.ctr ? container::HostPidInNamespace(*d_.proc, s.ctr->init_pid, s.root) : s.root;
+  s.gpu = s.m.gpu_processes;
+  if (s.ctr) {
+    // The GPU processes have new host pids: find them by their pids inside.
+    for (auto& g : s.gpu) g.pid = container::HostPidInNamespace(*d_.proc, s.ctr->init_pid, g.ns_pid);
+  }
+  // What the undo kills if a later step fails (matched by start time, like every task).
+  s.je.criu_pid = 0;
+  s.je.tasks.clear();
+  if (auto tree = d_.proc->Tree(s.host_root); tree.ok()) s.je.tasks = jobs_.TasksOf(*tree);
+  (void)d_.journal->Put(s.je);
+  return absl::OkStatus();
+}
+
+void Engine::UndoCriuRestore(RestoreState& s) {
+  // The restored processes cannot run without their GPU state: do not leave them half-alive.
+  jobs_.Kill(jobs_.WithDescendants(s.je.tasks));
+}
+
+absl::Status Engine::RestoreGpus(RestoreState& s) {
+  if (s.gpu.empty()) return absl::OkStatus();
+  s.clock->Begin(Stage::kGpuRestore);
+  absl::Status st = d_.gpu->Restore(s.gpu, s.map);
+  if (st.ok()) st = d_.gpu->Unlock(s.gpu);
+  if (!st.ok()) return Annotate(st, "restoring GPU state (restored processes were stopped)");
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Done(RestoreState& s) {
+  if (s.ctr) container::TellInit(*d_.proc, s.ctr->init_pid, s.root, "");
+  return absl::OkStatus();
+}
+
+}  // namespace cryo::engine

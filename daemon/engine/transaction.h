@@ -1,0 +1,91 @@
+#pragma once
+
+// Checkpoint and restore are transactions: an ordered list of named steps over one state
+// object, each with the undo of what it does. When a step fails, or the operation is cancelled
+// or past its deadline before the commit, the undo of every begun step runs, newest first, and
+// nothing the transaction did is left behind. Steps after the commit step are its completion:
+// a failure there is reported but undoes nothing (the checkpoint is published).
+//
+// Crash recovery uses the same undos: before a step with an undo runs, its name is recorded
+// (the journal, through `on_begin`), and cryod replays the recorded names through Undo() at its
+// next start. An undo therefore reads only what the journal holds, and must be safe whatever
+// part of its step ran.
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "daemon/engine/types.h"
+
+namespace cryo::engine {
+
+template <typename State>
+struct Step {
+  std::string name;
+  // The progress stage this step reports (kUnspecified: stays in the current one).
+  Stage stage = Stage::kUnspecified;
+  std::function<absl::Status(State&)> run;
+  // Empty when the step changes nothing that must be taken back.
+  std::function<void(State&)> undo;
+  // After this step succeeds, nothing is undone any more.
+  bool commit = false;
+};
+
+template <typename State>
+class Transaction {
+ public:
+  struct Hooks {
+    // Before every step up to the commit: a non-OK status (cancelled, deadline) stops the
+    // transaction there and rolls it back.
+    std::function<absl::Status(const Step<State>&)> before;
+    // Before a step with an undo runs: records it (the journal). A failure stops the
+    // transaction: an undo nobody could replay after a crash must not be needed.
+    std::function<absl::Status(const std::string& name)> on_begin;
+    // With the failure, before the undos run (an undo may need to say why).
+    std::function<void(const absl::Status&)> on_failure;
+    // After the undos ran (the journal entry can go).
+    std::function<void()> on_rolled_back;
+  };
+
+  explicit Transaction(std::vector<Step<State>> steps) : steps_(std::move(steps)) {}
+
+  absl::Status Run(State& s, const Hooks& hooks) {
+    std::vector<const Step<State>*> begun;
+    bool committed = false;
+    for (const Step<State>& step : steps_) {
+      absl::Status st;
+      if (!committed && hooks.before) st = hooks.before(step);
+      if (st.ok() && !committed && step.undo && hooks.on_begin) st = hooks.on_begin(step.name);
+      if (st.ok()) {
+        if (!committed && step.undo) begun.push_back(&step);
+        st = step.run(s);
+      }
+      if (!st.ok()) {
+        if (committed) return st;
+        if (hooks.on_failure) hooks.on_failure(st);
+        for (auto it = begun.rbegin(); it != begun.rend(); ++it) (*it)->undo(s);
+        if (hooks.on_rolled_back) hooks.on_rolled_back();
+        return st;
+      }
+      if (step.commit) committed = true;
+    }
+    return absl::OkStatus();
+  }
+
+  // Runs the undo of the named steps, newest first (names without an undo are skipped).
+  void Undo(const std::vector<std::string>& begun, State& s) const {
+    for (auto it = begun.rbegin(); it != begun.rend(); ++it) {
+      for (const Step<State>& step : steps_) {
+        if (step.name == *it && step.undo) step.undo(s);
+      }
+    }
+  }
+
+  const std::vector<Step<State>>& steps() const { return steps_; }
+
+ private:
+  std::vector<Step<State>> steps_;
+};
+
+}  // namespace cryo::engine

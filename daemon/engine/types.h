@@ -1,0 +1,99 @@
+#pragma once
+
+// What the engine is asked and what it answers, in its own terms (the gRPC layer converts; see
+// daemon/service/convert.h).
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "daemon/gpu/gpu_manager.h"
+#include "daemon/store/manifest.h"
+
+namespace cryo::engine {
+
+// Stages of an operation, for progress and per-stage timings. The numbers are those of
+// cryo.v1.Stage.
+enum class Stage {
+  kUnspecified = 0,
+  kValidate = 1,
+  kGpuLock = 2,
+  kGpuCheckpoint = 3,
+  kDump = 4,
+  kChecksum = 5,
+  kPublish = 6,
+  kFinish = 7,
+  kVerify = 8,
+  kWaitPids = 9,
+  kRestore = 10,
+  kGpuRestore = 11,
+  kDone = 12,
+  kRootfs = 13,
+  kExport = 14,
+};
+// "gpu_lock": the name in manifests, results and metrics.
+std::string StageName(Stage s);
+
+struct CheckpointRequest {
+  pid_t pid = 0;             // process mode: root of the tree
+  std::string container_id;  // container mode: a running container under cryo-init
+  std::string checkpoint_id;  // empty: made from the workload and the time
+  std::string workload;       // empty: the container's name or the root's command
+  bool leave_running = false;
+  bool tcp_established = false;
+  bool shell_job = false;
+  std::map<std::string, std::string> labels;
+  absl::Duration gpu_lock_timeout = absl::ZeroDuration();  // zero: the node's setting
+  std::string export_archive;  // container mode: also write a kubelet archive here
+  // The caller's deadline: past it, nothing is published and the job runs on.
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct RestoreRequest {
+  std::string checkpoint_id;
+  std::string container_id;  // container checkpoints: the container waiting for the job
+  absl::Duration pid_wait_timeout = absl::ZeroDuration();  // zero: the node's setting
+  gpu::DeviceMap gpu_map;
+  absl::Time deadline = absl::InfiniteFuture();
+};
+
+struct CheckpointResult {
+  store::Manifest manifest;
+  std::string store_path;
+};
+
+struct RestoreResult {
+  std::string checkpoint_id;
+  pid_t root_pid = 0;  // host pid
+  std::map<std::string, uint64_t> stage_ms;
+};
+
+// A published checkpoint as listed or inspected.
+struct CheckpointRecord {
+  store::Manifest manifest;
+  std::string store_path;  // empty in lists
+};
+
+// The node as cryod sees it (`cryo node`).
+struct NodeFacts {
+  std::string node_name;
+  std::string cryo_version;
+  std::string kernel;
+  std::string arch;
+  std::string criu_version;
+  std::string criu_path;
+  std::string criu_check_error;
+  std::string store_path;
+  uint64_t store_free_bytes = 0;
+  std::vector<gpu::PluginStatus> plugins;
+  std::vector<gpu::DeviceInfo> gpus;
+};
+
+using OperationResult = std::variant<std::monostate, CheckpointResult, RestoreResult>;
+
+}  // namespace cryo::engine

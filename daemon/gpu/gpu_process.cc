@@ -1,0 +1,48 @@
+#include "daemon/gpu/gpu_process.h"
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/json.h"
+
+namespace cryo::gpu {
+
+nlohmann::json ToJson(const std::vector<GpuProcess>& procs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : procs) {
+    nlohmann::json e = {{"pid", p.pid}, {"plugin", p.plugin}, {"facts", p.facts}};
+    if (p.ns_pid > 0) e["ns_pid"] = p.ns_pid;
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::json& j) {
+  std::vector<GpuProcess> out;
+  if (j.is_null()) return out;
+  if (!j.is_array()) return absl::InvalidArgumentError("gpu_processes is not an array");
+  for (size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& e = j[i];
+    const std::string where = absl::StrCat("gpu_processes[", i, "]");
+    if (!e.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+    json::Fields f(e, where);
+    GpuProcess p;
+    int pid = 0, ns_pid = 0;
+    if (absl::Status s = f.Int("pid", &pid, true); !s.ok()) return s;
+    if (absl::Status s = f.Str("plugin", &p.plugin, true); !s.ok()) return s;
+    if (absl::Status s = f.Int("ns_pid", &ns_pid); !s.ok()) return s;
+    if (pid <= 0 || p.plugin.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has no pid or plugin"));
+    }
+    p.pid = pid;
+    p.ns_pid = ns_pid;
+    if (e.contains("facts") && !e["facts"].is_null()) {
+      if (!e["facts"].is_object()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ".facts is not an object"));
+      }
+      p.facts = e["facts"];
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace cryo::gpu

@@ -1,0 +1,30 @@
+#pragma once
+
+// One process of a job that holds GPU state, as the engine, the journal and the manifest see
+// it; its one JSON form ({"pid", "plugin", "facts", "ns_pid"}).
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::gpu {
+
+struct GpuProcess {
+  pid_t pid = 0;       // host pid
+  std::string plugin;  // plugin name, e.g. "cuda"
+  // Per-process facts from the plugin (device UUIDs, memory used, ...), recorded in the manifest.
+  nlohmann::json facts = nlohmann::json::object();
+  // Container mode: the pid inside the container's pid namespace, by which a restore into
+  // another container finds the process again. 0 in process mode.
+  pid_t ns_pid = 0;
+};
+
+nlohmann::json ToJson(const std::vector<GpuProcess>& procs);
+// INVALID_ARGUMENT naming the entry when one is malformed; null is an empty list.
+absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::json& j);
+
+}  // namespace cryo::gpu

@@ -1,0 +1,145 @@
+#include "daemon/service/convert.h"
+
+#include "absl/time/clock.h"
+
+namespace cryo::service {
+
+engine::CheckpointRequest FromProto(const v1::CheckpointRequest& r, absl::Time deadline) {
+  engine::CheckpointRequest out;
+  out.pid = r.pid();
+  out.container_id = r.container_id();
+  out.checkpoint_id = r.checkpoint_id();
+  out.workload = r.workload();
+  out.leave_running = r.leave_running();
+  out.tcp_established = r.tcp_established();
+  out.shell_job = r.shell_job();
+  out.labels = {r.labels().begin(), r.labels().end()};
+  out.gpu_lock_timeout = absl::Milliseconds(r.gpu_lock_timeout_ms());
+  out.export_archive = r.export_archive();
+  out.deadline = deadline;
+  return out;
+}
+
+engine::RestoreRequest FromProto(const v1::RestoreRequest& r, absl::Time deadline) {
+  engine::RestoreRequest out;
+  out.checkpoint_id = r.checkpoint_id();
+  out.container_id = r.container_id();
+  out.pid_wait_timeout = absl::Milliseconds(r.pid_wait_timeout_ms());
+  out.gpu_map = {r.gpu_map().begin(), r.gpu_map().end()};
+  out.deadline = deadline;
+  return out;
+}
+
+v1::Stage ToProto(engine::Stage s) { return static_cast<v1::Stage>(static_cast<int>(s)); }
+
+v1::Progress ToProto(const engine::Progress& p) {
+  v1::Progress out;
+  out.set_stage(ToProto(p.stage));
+  out.set_bytes_done(p.bytes_done);
+  out.set_bytes_total(p.bytes_total);
+  out.set_elapsed_ms(p.elapsed_ms);
+  out.set_message(p.message);
+  return out;
+}
+
+v1::CheckpointInfo ToProto(const store::Manifest& m, bool with_files) {
+  v1::CheckpointInfo i;
+  i.set_checkpoint_id(m.id);
+  i.set_workload(m.workload);
+  i.set_node_name(m.node);
+  i.set_created_at(m.created_at);
+  i.set_root_pid(m.root_pid);
+  for (int p : m.pids) i.add_pids(p);
+  i.set_command(m.command);
+  i.set_size_bytes(m.TotalBytes());
+  i.set_file_count(m.files.size());
+  i.set_criu_version(m.criu_version);
+  i.set_kernel(m.kernel);
+  i.set_leave_running(m.leave_running);
+  i.set_kind(store::KindName(m.kind));
+  i.set_damaged(m.damaged);
+  for (const auto& [k, v] : m.labels) (*i.mutable_labels())[k] = v;
+  for (const auto& [k, v] : m.stage_ms) (*i.mutable_stage_ms())[k] = v;
+  if (with_files) {
+    for (const auto& f : m.files) {
+      auto* fi = i.add_files();
+      fi->set_path(f.path);
+      fi->set_size(f.size);
+      fi->set_checksum(f.checksum);
+    }
+    i.set_manifest_json(store::ManifestToJson(m));
+  }
+  return i;
+}
+
+v1::CheckpointInfo ToProto(const engine::CheckpointRecord& r, bool with_files) {
+  v1::CheckpointInfo i = ToProto(r.manifest, with_files);
+  if (!r.store_path.empty()) i.set_store_path(r.store_path);
+  return i;
+}
+
+v1::CheckpointInfo ToProto(const engine::CheckpointResult& r) {
+  v1::CheckpointInfo i = ToProto(r.manifest, false);
+  i.set_store_path(r.store_path);
+  return i;
+}
+
+v1::RestoreResult ToProto(const engine::RestoreResult& r) {
+  v1::RestoreResult out;
+  out.set_checkpoint_id(r.checkpoint_id);
+  out.set_root_pid(r.root_pid);
+  for (const auto& [k, v] : r.stage_ms) (*out.mutable_stage_ms())[k] = v;
+  return out;
+}
+
+v1::NodeInfoResponse ToProto(const engine::NodeFacts& n,
+                             const std::vector<std::shared_ptr<engine::Operation>>& running) {
+  v1::NodeInfoResponse r;
+  r.set_node_name(n.node_name);
+  r.set_cryo_version(n.cryo_version);
+  r.set_kernel(n.kernel);
+  r.set_arch(n.arch);
+  r.set_criu_version(n.criu_version);
+  r.set_criu_path(n.criu_path);
+  r.set_criu_check_error(n.criu_check_error);
+  r.set_store_path(n.store_path);
+  r.set_store_free_bytes(n.store_free_bytes);
+  for (const auto& p : n.plugins) {
+    auto* pi = r.add_plugins();
+    pi->set_name(p.name);
+    pi->set_version(p.version);
+    pi->set_available(p.available);
+    pi->set_detail(p.detail);
+  }
+  for (const auto& g : n.gpus) {
+    auto* gi = r.add_gpus();
+    gi->set_vendor(g.vendor);
+    gi->set_uuid(g.uuid);
+    gi->set_name(g.name);
+    gi->set_chip(g.chip);
+    gi->set_memory_total_bytes(g.memory_total_bytes);
+    gi->set_memory_free_bytes(g.memory_free_bytes);
+    gi->set_driver_version(g.driver_version);
+  }
+  for (const auto& op : running) {
+    auto* o = r.add_operations();
+    o->set_operation_id(op->id());
+    o->set_kind(op->kind());
+    o->set_target(op->target());
+    o->set_stage(ToProto(op->stage()));
+  }
+  return r;
+}
+
+v1::OperationEvent ResultEvent(const std::string& op_id, const engine::OperationResult& r) {
+  v1::OperationEvent ev;
+  ev.set_operation_id(op_id);
+  if (const auto* c = std::get_if<engine::CheckpointResult>(&r)) {
+    *ev.mutable_checkpoint() = ToProto(*c);
+  } else if (const auto* rr = std::get_if<engine::RestoreResult>(&r)) {
+    *ev.mutable_restored() = ToProto(*rr);
+  }
+  return ev;
+}
+
+}  // namespace cryo::service
