@@ -134,6 +134,26 @@ expect_kinds() {
 }
 expect_has() { grep -qE -- "$2" "$TMP/$1.yaml" || fail "$1: $3 (no line matches /$2/)"; }
 expect_lacks() { ! grep -qE -- "$2" "$TMP/$1.yaml" || fail "$1: $3 (a line matches /$2/)"; }
+# expect_notes NAME FIXED-STRING WHY: the rendered NOTES.txt says it.
+expect_notes() { grep -qF -- "$2" "$TMP/$1.notes" || fail "$1: NOTES.txt: $3 (no line has '$2')"; }
+# expect_pod NAME PYTHON-EXPR JSON WHY: the expression, over the DaemonSet's pod spec `p`, its
+# cryod container `c` and its install-shim init container `i` (None without one), equals JSON.
+expect_pod() {
+  local got
+  got=$("$PY" - "$TMP/$1.yaml" "$2" <<'PY'
+import json, sys, yaml
+ds = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "DaemonSet"][0]
+p = ds["spec"]["template"]["spec"]
+c = [x for x in p["containers"] if x["name"] == "cryod"][0]
+i = ([x for x in p.get("initContainers", []) if x["name"] == "install-shim"] or [None])[0]
+print(json.dumps(eval(sys.argv[2]), sort_keys=True))
+PY
+  ) || fail "$1: evaluating $2"
+  [ "$got" = "$("$PY" -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1]), sort_keys=True))' "$3")" ] ||
+    fail "$1: $4: $2 is $got, expected $3"
+}
+# Probe as "ACTION PATH-OR-COMMAND period timeout failures" for a compact comparison.
+probe() { echo "[c['$1'].get('httpGet', c['$1'].get('exec')), c['$1'].get('initialDelaySeconds'), c['$1']['periodSeconds'], c['$1']['timeoutSeconds'], c['$1']['failureThreshold']]"; }
 
 # expectations NAME: the checks of the defaults or of ci/NAME-values.yaml; fails for a value set
 # that has none, so a new file in ci/ comes with its own.
@@ -145,9 +165,27 @@ expectations() {
       expect_has "$n" '^ +privileged: true$' "cryod is privileged by default"
       expect_has "$n" '^ +kubernetes.io/os: linux$' "the default nodeSelector (Linux)"
       expect_has "$n" '^ +kubernetes.io/arch: amd64$' "the default nodeSelector (amd64 image)"
-      expect_has "$n" '^ +path: /healthz$' "the HTTP readiness probe"
       expect_has "$n" '"metrics_address": "0.0.0.0:9464"' "cryod's HTTP API on the pod IP"
       expect_has "$n" '^ +path: /var/lib/cryo/store$' "the hostPath store"
+      # Probes: HTTP through cryod's HTTP loop, readiness on /healthz (503 while the store is not
+      # writable), liveness on a path that answers whatever the store's state.
+      expect_pod "$n" "$(probe readinessProbe)" '[{"path": "/healthz", "port": "http"}, null, 10, 5, 3]' "readiness"
+      expect_pod "$n" "$(probe livenessProbe)" '[{"path": "/metrics", "port": "http"}, null, 20, 10, 6]' "liveness"
+      expect_pod "$n" "$(probe startupProbe)" '[{"path": "/metrics", "port": "http"}, null, 10, 10, 60]' "startup"
+      # Only GPU taints are tolerated (not the control plane's), and the pods are node-critical.
+      expect_pod "$n" "p['tolerations']" '[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]' "GPU tolerations only"
+      expect_pod "$n" "p['priorityClassName']" '"system-node-critical"' "priority class"
+      # The unprivileged installer writes nothing under the host's /etc.
+      expect_pod "$n" "i['securityContext']['privileged']" 'false' "the installer is not privileged"
+      expect_lacks "$n" '^ +path: /etc(/|$)' "no host path under /etc"
+      expect_pod "$n" "sorted(v['hostPath']['path'] for v in p['volumes'] if v['name'] in ('host-systemd-dir', 'host-shim-config'))" '["/opt/cryo/etc", "/opt/cryo/systemd"]' "unit and flags under the prefix"
+      expect_notes "$n" "cryod                 DaemonSet cryo" "what was installed"
+      expect_notes "$n" "kubectl -n cryo-system rollout status daemonset/cryo" "how to check it"
+      expect_notes "$n" "ln -sf /opt/cryo/etc/cri-shim.env /etc/cryo/cri-shim.env" "linking the flags"
+      expect_notes "$n" "systemctl link /opt/cryo/systemd/cryo-cri-shim.service" "linking the unit"
+      expect_notes "$n" "containerRuntimeEndpoint: unix:///run/cryo/cri-shim.sock" "the kubelet step"
+      expect_notes "$n" "docs/install.md" "where the docs are"
+      expect_notes "$n" "a job resumes only on the node it was" "the node-local store"
       ;;
     crio)
       expect_kinds "$n" "ClusterRole×1, ClusterRoleBinding×1, ConfigMap×1, DaemonSet×1, Namespace×1, ResourceQuota×1, Role×1, RoleBinding×2, Service×1, ServiceAccount×1"
@@ -160,6 +198,12 @@ expectations() {
       expect_has "$n" 'image: registry.example.com/cryo/cryo-node@sha256:0{64}$' "the image by digest"
       expect_has "$n" '"termination_providers": "gce,aws"' "termination notices"
       expect_has "$n" '^ +name: oncall@example.com$' "the checkpointers' bindings"
+      # shim.manageService: the installer is privileged and the only one writing the host's /etc.
+      expect_pod "$n" "i['securityContext']" '{"privileged": true, "runAsUser": 0}' "the privileged installer"
+      expect_pod "$n" "sorted(v['hostPath']['path'] for v in p['volumes'] if v['name'] in ('host-systemd-dir', 'host-shim-config'))" '["/etc/cryo", "/etc/systemd/system"]' "unit and flags in /etc"
+      expect_pod "$n" "p['tolerations']" '[{"key": "cloud.google.com/gke-spot", "operator": "Exists", "effect": "NoSchedule"}]' "the tolerations set"
+      expect_notes "$n" "Nothing: the installer enabled and started cryo-cri-shim.service" "no manual unit step"
+      expect_notes "$n" "containerRuntimeEndpoint: unix:///run/cryo/cri-shim.sock" "the kubelet step"
       ;;
     gpu)
       expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Service×1, ServiceAccount×1"
@@ -189,6 +233,11 @@ expectations() {
       expect_lacks "$n" 'containerPort:' "no port"
       expect_has "$n" 'command: \["/usr/local/bin/cryo","--socket=/run/cryo/cryod.sock","node"\]' "exec probes without the HTTP port"
       expect_lacks "$n" 'httpGet:|tcpSocket:' "no probe on the closed port"
+      local node='{"command": ["/usr/local/bin/cryo", "--socket=/run/cryo/cryod.sock", "node"]}'
+      expect_pod "$n" "$(probe readinessProbe)" "[$node, null, 10, 5, 3]" "readiness over the socket"
+      expect_pod "$n" "$(probe livenessProbe)" "[$node, null, 20, 10, 6]" "liveness over the socket"
+      expect_pod "$n" "$(probe startupProbe)" "[$node, null, 10, 10, 60]" "startup over the socket"
+      expect_notes "$n" "metrics.enabled is false" "the closed HTTP port"
       ;;
     monitoring)
       expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, NetworkPolicy×1, Role×1, Service×1, ServiceAccount×1, ServiceMonitor×1"
@@ -213,13 +262,19 @@ expectations() {
 
 # --- the chart: defaults and each value set ----------------------------------------------------
 render() { "$RENDER" --name cryo --namespace cryo-system "$@" "$CHART"; }
+# render_set NAME ARGS...: $TMP/NAME.yaml and its NOTES.txt in $TMP/NAME.notes.
+render_set() {
+  local name=$1
+  shift
+  render --notes "$@" >"$TMP/$name.yaml" 2>"$TMP/$name.notes" || { cat "$TMP/$name.notes" >&2; return 1; }
+}
 
-render >"$TMP/default.yaml" || fail "rendering the defaults"
+render_set default || fail "rendering the defaults"
 check default "$TMP/default.yaml"
 expectations default
 for values in "$CHART"/ci/*-values.yaml; do
   name=$(basename "$values" -values.yaml)
-  render -f "$values" --api-versions monitoring.coreos.com/v1 >"$TMP/$name.yaml" ||
+  render_set "$name" -f "$values" --api-versions monitoring.coreos.com/v1 ||
     fail "rendering with ci/$(basename "$values")"
   check "$name" "$TMP/$name.yaml"
   expectations "$name" || fail "ci/$(basename "$values") has no expectations in scripts/check-chart.sh: add them"
@@ -284,5 +339,12 @@ sed -i '0,/- name: runtime-socket$/s//- name: runtime-sockets/' "$broken/templat
 "$RENDER" "$broken" >"$TMP/mount.yaml"
 expect_refused "a mount without a volume" "has no volume" bash -c \
   "'${KUBE[0]}' ${KUBE[*]:1} create --dry-run=client --validate=false -o json -f '$TMP/mount.yaml' >'$TMP/mount.json' && '$PY' '$KUBECHECK' objects '$TMP/mount.json' --repo '$ROOT'"
+cp "$CHART/templates/daemonset.yaml" "$broken/templates/daemonset.yaml"
+# The unprivileged installer's flags sent to the host's /etc/cryo, as chart 0.1.0 did.
+sed -i 's|{{- printf "%s/etc" (trimSuffix "/" .Values.shim.prefix) -}}|/etc/cryo|' "$broken/templates/_helpers.tpl"
+"$RENDER" "$broken" >"$TMP/etc.yaml"
+grep -q 'path: /etc/cryo$' "$TMP/etc.yaml" || fail "the /etc mutation of _helpers.tpl did not apply"
+expect_refused "an unprivileged container writing the host's /etc" "writable without being privileged" bash -c \
+  "'${KUBE[0]}' ${KUBE[*]:1} create --dry-run=client --validate=false -o json -f '$TMP/etc.yaml' >'$TMP/etc.json' && '$PY' '$KUBECHECK' objects '$TMP/etc.json' --repo '$ROOT'"
 
 say "all checks passed: $checked renders type-checked, plain manifests in sync, negative cases refused"

@@ -207,9 +207,15 @@ def cross_checks(objs, repo):
         for c in spec.get("initContainers", []) + spec.get("containers", []):
             cwhere = f"{where} container {c['name']}"
             seen = set()
+            privileged = (c.get("securityContext") or {}).get("privileged") is True
             for m in c.get("volumeMounts", []):
                 if m["name"] not in volumes:
                     err(cwhere, f"volumeMount {m['name']} has no volume")
+                host = (volumes.get(m["name"], {}).get("hostPath") or {}).get("path", "")
+                if (host == "/etc" or host.startswith("/etc/")) and not m.get("readOnly") \
+                        and not privileged:
+                    err(cwhere, f"mounts the host's {host} writable without being privileged "
+                        "(only a container documented as privileged may write the host's /etc)")
                 if m["mountPath"] in seen:
                     err(cwhere, f"two mounts at {m['mountPath']}")
                 seen.add(m["mountPath"])
