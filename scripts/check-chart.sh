@@ -65,7 +65,8 @@ groups = {
                                      ("clusterroles", "ClusterRole", False),
                                      ("clusterrolebindings", "ClusterRoleBinding", False)],
     "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy", True)],
-    "monitoring.coreos.com/v1": [("servicemonitors", "ServiceMonitor", True)],
+    "monitoring.coreos.com/v1": [("servicemonitors", "ServiceMonitor", True),
+                                 ("prometheusrules", "PrometheusRule", True)],
 }
 glist = []
 for gv, res in groups.items():
@@ -240,11 +241,15 @@ expectations() {
       expect_notes "$n" "metrics.enabled is false" "the closed HTTP port"
       ;;
     monitoring)
-      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, NetworkPolicy×1, Role×1, Service×1, ServiceAccount×1, ServiceMonitor×1"
-      expect_has "$n" '^ +release: kube-prometheus-stack$' "the ServiceMonitor's selector label"
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, NetworkPolicy×1, PrometheusRule×1, Role×1, Service×1, ServiceAccount×1, ServiceMonitor×1"
+      [ "$(grep -cE '^ +release: kube-prometheus-stack$' "$TMP/$n.yaml")" = 2 ] ||
+        fail "$n: the ServiceMonitor's and the PrometheusRule's selector label"
       expect_has "$n" '^ +interval: 15s$' "the scrape interval"
       expect_has "$n" '^ +cidr: 10.0.0.0/28$' "the API server's addresses in the NetworkPolicy"
       expect_has "$n" '^ +kubernetes.io/metadata.name: monitoring$' "Prometheus' namespace in the NetworkPolicy"
+      expect_has "$n" '^ +team: ml-platform$' "ruleLabels on the alerts"
+      expect_notes "$n" "PrometheusRule cryo" "the PrometheusRule"
+      expect_notes "$n" "fire only once" "the shim's metrics must be scraped"
       ;;
     pvc)
       expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, PersistentVolumeClaim×1, Role×1, Service×1, ServiceAccount×1"
@@ -300,6 +305,62 @@ bash "$ROOT/deploy/manifests/generate.sh" --render "$RENDER" --stdout >"$TMP/man
 diff -u "$manifests" "$TMP/manifests.yaml" >"$TMP/manifests.diff" ||
   { head -40 "$TMP/manifests.diff" >&2; fail "deploy/manifests/cryo.yaml differs from the chart's render: run deploy/manifests/generate.sh"; }
 check plain-manifests "$manifests"
+
+# --- the alerts: promtool checks the PrometheusRule's rules and runs charts/cryo/tests/ ---------
+# rules_of RENDERED OUT: the PrometheusRule's spec (its groups), i.e. a Prometheus rules file.
+rules_of() {
+  "$PY" - "$1" "$2" <<'PY'
+import sys, yaml
+rules = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "PrometheusRule"]
+if len(rules) != 1:
+    sys.exit(f"{sys.argv[1]}: {len(rules)} PrometheusRules, expected 1")
+yaml.safe_dump(rules[0]["spec"], open(sys.argv[2], "w"), sort_keys=False, width=1000)
+PY
+}
+# alert_render TEST: the render whose rules charts/cryo/tests/TEST.yaml tests.
+alert_render() {
+  case $1 in
+    alerts_test) echo monitoring ;;
+    alerts_pvc_test)
+      render -f "$CHART/ci/pvc-values.yaml" --set monitoring.prometheusRule.enabled=true \
+        >"$TMP/pvc-alerts.yaml" || return 1
+      echo pvc-alerts ;;
+    *) return 1 ;;
+  esac
+}
+if command -v promtool >/dev/null; then
+  ntests=0
+  for t in "$CHART"/tests/*_test.yaml; do
+    tname=$(basename "$t" .yaml)
+    src=$(alert_render "$tname") ||
+      fail "charts/cryo/tests/$tname.yaml: no render for it in scripts/check-chart.sh (alert_render): add one"
+    dir=$TMP/$tname
+    mkdir -p "$dir"
+    rules_of "$TMP/$src.yaml" "$dir/rules.yaml" || fail "$tname: extracting the rules of $src"
+    promtool check rules "$dir/rules.yaml" >"$dir/check.log" 2>&1 ||
+      { cat "$dir/check.log" >&2; fail "promtool check rules: the rules rendered for $src"; }
+    cp "$t" "$dir/"
+    promtool test rules "$dir/$tname.yaml" >"$dir/test.log" 2>&1 ||
+      { cat "$dir/test.log" >&2; fail "promtool test rules charts/cryo/tests/$tname.yaml"; }
+    ntests=$((ntests + 1))
+    say "ok  alerts: promtool check rules ($src: $(grep -o '[0-9]* rules found' "$dir/check.log")), test rules $tname.yaml"
+  done
+  [ "$ntests" -gt 0 ] || fail "no promtool tests in charts/cryo/tests/"
+  # The tests must be able to fail: a rule that misses the first failed preemption checkpoint.
+  mkdir -p "$TMP/mutant"
+  sed 's/result=~"failed|skipped"}\[1h\]) > 0$/result=~"failed|skipped"}[1h]) > 1/' \
+    "$TMP/alerts_test/rules.yaml" >"$TMP/mutant/rules.yaml"
+  ! cmp -s "$TMP/alerts_test/rules.yaml" "$TMP/mutant/rules.yaml" || fail "the mutation of the rules did not apply"
+  cp "$CHART/tests/alerts_test.yaml" "$TMP/mutant/"
+  if promtool test rules "$TMP/mutant/alerts_test.yaml" >"$TMP/mutant/test.log" 2>&1 ||
+    ! grep -q 'the first failed preemption checkpoint fires' "$TMP/mutant/test.log"; then
+    cat "$TMP/mutant/test.log" >&2
+    fail "the alert tests did not catch a rule that misses the first failed checkpoint"
+  fi
+  say "ok  refused: a CryoCheckpointOnStopFailed rule that misses the first failure (promtool test fails)"
+else
+  say "SKIPPED: promtool not found (Debian package prometheus, which scripts/setup.sh installs): the alert rules were neither checked nor tested"
+fi
 
 # --- negative cases: the checks must catch these -------------------------------------------------
 expect_refused() {  # expect_refused WHAT PATTERN COMMAND...
