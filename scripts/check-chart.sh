@@ -391,6 +391,35 @@ if command -v "$PROMTOOL" >/dev/null; then
     say "ok  alerts: promtool check rules ($src: $(grep -o '[0-9]* rules found' "$dir/check.log")), test rules $tname.yaml"
   done
   [ "$ntests" -gt 0 ] || fail "no promtool tests in charts/cryo/tests/"
+  # docs/operations.md's table of alerts shows what the chart renders: each alert's expression
+  # (as rendered with the defaults' names and the hostPath store), its `for` and severity.
+  "$PY" - "$TMP/alerts_test/rules.yaml" "$ROOT/docs/operations.md" <<'PY' || fail "docs/operations.md's alerts differ from the chart's rules"
+import re, sys, yaml
+rules = {r["alert"]: r for g in yaml.safe_load(open(sys.argv[1]))["groups"] for r in g["rules"]}
+rows = {}
+doc = open(sys.argv[2]).read()
+section = doc.split("\n### Alerts\n", 1)[1].split("\n## ", 1)[0]
+for line in section.splitlines():
+    cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+    if len(cells) == 5 and re.fullmatch(r"`[A-Za-z]+`", cells[0]):
+        rows[cells[0].strip("`")] = cells
+bad = []
+if set(rows) != set(rules):
+    bad.append(f"alerts in the docs {sorted(rows)} != in the chart {sorted(rules)}")
+for name, r in rules.items():
+    if name not in rows:
+        continue
+    _, expr, for_, sev, _ = rows[name]
+    if f"`{r['expr']}`" not in expr:
+        bad.append(f"{name}: the docs do not show the rendered expression {r['expr']}")
+    if for_ != r.get("for", ""):
+        bad.append(f"{name}: for {for_!r} in the docs, {r.get('for', '')!r} in the chart")
+    if sev != r["labels"]["severity"]:
+        bad.append(f"{name}: severity {sev!r} in the docs, {r['labels']['severity']!r} in the chart")
+if bad:
+    sys.exit("\n".join(bad))
+PY
+  say "ok  docs/operations.md lists every alert with the chart's expression, for and severity"
   # The tests must be able to fail: a rule that misses the first failed preemption checkpoint.
   mkdir -p "$TMP/mutant"
   sed 's/result=~"failed|skipped"}\[1h\]) > 0$/result=~"failed|skipped"}[1h]) > 1/' \
