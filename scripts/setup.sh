@@ -31,6 +31,7 @@ PKGS=(
   containerd runc iproute2 nftables busybox-static procps
   # Helm chart render and type check (scripts/check-chart.sh): Go + sprig, K8s API types
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev python3-kubernetes
+  golang-github-xeipuuv-gojsonschema-dev python3-jsonschema prometheus  # schema check; promtool
 )
 # ... and a kubectl, Debian's unless one is installed already (two would clash on /usr/bin/kubectl).
 command -v kubectl >/dev/null || PKGS+=(kubernetes-client)

@@ -14,8 +14,10 @@ goes) or a missing required field is an error. kubectl alone does not do this of
 could not: references inside the release (volume mounts to volumes, probe ports to container
 ports, Service and ServiceMonitor selectors to pod and Service labels, the ConfigMap the pods
 mount), cryod.json against the keys cryod accepts (read from daemon/cryod/config.cc) and the
-shim's flags against cri-shim/flags.cc. The ServiceMonitor (a CRD, no types here) gets a small
-structural check of the fields the chart sets.
+shim's flags against cri-shim/flags.cc, and that no container writes a host directory under /etc
+without being privileged. The ServiceMonitor and PrometheusRule (CRDs, no types here) get a
+small structural check of the fields the chart sets (the rules themselves are checked by
+promtool in scripts/check-chart.sh).
 
 `roundtrip` compares an object with what kubectl printed after decoding it into its compiled-in
 Go types (kubectl set ... --local): a field that the types do not have is dropped by that
@@ -162,6 +164,35 @@ def check_service_monitor(o, where):
         err(where, "spec.selector.matchLabels must be a map")
 
 
+def check_prometheus_rule(o, where):
+    spec = o.get("spec")
+    if not isinstance(spec, dict) or set(spec) != {"groups"}:
+        return err(where, "spec must hold exactly 'groups'")
+    groups = spec["groups"]
+    if not isinstance(groups, list) or not groups:
+        return err(where, "spec.groups must be a non-empty list")
+    for i, g in enumerate(groups):
+        gw = f"{where}.spec.groups[{i}]"
+        for k in g:
+            if k not in {"name", "interval", "rules", "partial_response_strategy", "limit"}:
+                err(f"{gw}.{k}", "unknown field")
+        if not isinstance(g.get("name"), str) or not isinstance(g.get("rules"), list):
+            err(gw, "a group needs a name and a list of rules")
+            continue
+        for j, r in enumerate(g["rules"]):
+            rw = f"{gw}.rules[{j}]"
+            for k in r:
+                if k not in {"alert", "record", "expr", "for", "keep_firing_for", "labels",
+                             "annotations"}:
+                    err(f"{rw}.{k}", "unknown field")
+            if ("alert" in r) == ("record" in r) or not isinstance(r.get("expr"), (str, int)):
+                err(rw, "a rule needs an expr and exactly one of alert, record")
+            for m in ("labels", "annotations"):
+                if m in r and (not isinstance(r[m], dict)
+                               or not all(isinstance(v, str) for v in r[m].values())):
+                    err(f"{rw}.{m}", "must map names to strings")
+
+
 def keys_from_source(path, pattern):
     try:
         return set(re.findall(pattern, open(path).read()))
@@ -207,9 +238,15 @@ def cross_checks(objs, repo):
         for c in spec.get("initContainers", []) + spec.get("containers", []):
             cwhere = f"{where} container {c['name']}"
             seen = set()
+            privileged = (c.get("securityContext") or {}).get("privileged") is True
             for m in c.get("volumeMounts", []):
                 if m["name"] not in volumes:
                     err(cwhere, f"volumeMount {m['name']} has no volume")
+                host = (volumes.get(m["name"], {}).get("hostPath") or {}).get("path", "")
+                if (host == "/etc" or host.startswith("/etc/")) and not m.get("readOnly") \
+                        and not privileged:
+                    err(cwhere, f"mounts the host's {host} writable without being privileged "
+                        "(only a container documented as privileged may write the host's /etc)")
                 if m["mountPath"] in seen:
                     err(cwhere, f"two mounts at {m['mountPath']}")
                 seen.add(m["mountPath"])
@@ -290,6 +327,9 @@ def cmd_objects(path, repo):
         names.add(key)
         if kind == "ServiceMonitor":
             check_service_monitor(o, where)
+            continue
+        if kind == "PrometheusRule":
+            check_prometheus_rule(o, where)
             continue
         cls = kind_class(o)
         if cls is None:

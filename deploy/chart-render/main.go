@@ -13,6 +13,8 @@
 //	  --kube-version V         .Capabilities.KubeVersion (default v1.30.0)
 //	  --api-versions G/V       add to .Capabilities.APIVersions, repeatable
 //	  --notes                  also print the rendered NOTES.txt (to stderr)
+//	  --skip-schema-validation do not check the values against values.schema.json (as Helm's
+//	                           flag of that name)
 //
 // Output: every rendered manifest as `---\n# Source: CHART/templates/FILE\n...`, sorted in
 // Helm's install order, like `helm template`. Exit status 1 with a message on any error.
@@ -21,8 +23,9 @@
 // .Chart, .Capabilities (KubeVersion, APIVersions.Has), .Template, .Files.Get; templates and
 // partials (_*.tpl) under templates/; every sprig function except env/expandenv (Helm removes
 // them too); Helm's include, tpl, required, toYaml, fromYaml, fromYamlArray, toJson, fromJson,
-// fromJsonArray, lookup (always empty, as in `helm template`). Refused (an error, never a silent
-// difference): subcharts and dependencies, crds/, values.schema.json, hooks, toToml.
+// fromJsonArray, lookup (always empty, as in `helm template`); values.schema.json, checked
+// against the coalesced values before anything renders (schema.go). Refused (an error, never a
+// silent difference): subcharts and dependencies, crds/, hooks, toToml.
 package main
 
 import (
@@ -30,6 +33,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -58,6 +62,7 @@ type options struct {
 	kubeVersion string
 	apiVersions []string
 	notes       bool
+	skipSchema  bool
 }
 
 type setArg struct {
@@ -111,9 +116,12 @@ func parseArgs(args []string) options {
 			o.apiVersions = append(o.apiVersions, get())
 		case "--notes":
 			o.notes = true
+		case "--skip-schema-validation":
+			o.skipSchema = true
 		case "-h", "--help":
 			fmt.Println("usage: chart-render [--name N] [--namespace NS] [-f FILE]... [--set K=V]... " +
-				"[--set-string K=V]... [--kube-version V] [--api-versions G/V]... [--notes] CHART_DIR")
+				"[--set-string K=V]... [--kube-version V] [--api-versions G/V]... [--notes] " +
+				"[--skip-schema-validation] CHART_DIR")
 			os.Exit(0)
 		default:
 			if strings.HasPrefix(a, "-") {
@@ -355,7 +363,50 @@ type Metadata struct {
 	Annotations  map[string]string `json:"annotations"`
 	Dependencies []interface{}     `json:"dependencies"`
 	Icon         string            `json:"icon"`
+	Maintainers  []Maintainer      `json:"maintainers"`
 	Deprecated   bool              `json:"deprecated"`
+}
+
+// Maintainer is one entry of Chart.yaml's maintainers.
+type Maintainer struct {
+	Name  string `json:"name"`
+	Email string `json:"email"`
+	URL   string `json:"url"`
+}
+
+var emailRe = regexp.MustCompile(`^[^@\s]+@[^@\s]+\.[^@\s]+$`)
+
+// checkMetadata: what Helm's Metadata.Validate refuses at install (maintainers need a name) and
+// what `helm lint` reports as errors for the URL fields (home, sources, icon, maintainer
+// emails and URLs must parse).
+func checkMetadata(md Metadata) error {
+	isURL := func(s string) bool {
+		u, err := url.ParseRequestURI(s)
+		return err == nil && u.Scheme != ""
+	}
+	if md.Home != "" && !isURL(md.Home) {
+		return fmt.Errorf("home %q is not a URL", md.Home)
+	}
+	for _, s := range md.Sources {
+		if !isURL(s) {
+			return fmt.Errorf("sources: %q is not a URL", s)
+		}
+	}
+	if md.Icon != "" && !isURL(md.Icon) {
+		return fmt.Errorf("icon %q is not a URL", md.Icon)
+	}
+	for i, m := range md.Maintainers {
+		if m.Name == "" {
+			return fmt.Errorf("maintainers[%d]: a maintainer needs a name", i)
+		}
+		if m.Email != "" && !emailRe.MatchString(m.Email) {
+			return fmt.Errorf("maintainers[%d]: invalid email %q", i, m.Email)
+		}
+		if m.URL != "" && !isURL(m.URL) {
+			return fmt.Errorf("maintainers[%d]: invalid url %q", i, m.URL)
+		}
+	}
+	return nil
 }
 
 // Files gives templates the chart's non-template files, as Helm's .Files does.
@@ -399,7 +450,7 @@ type chartFile struct {
 	content string
 }
 
-func loadChart(dir string) (Metadata, map[string]interface{}, []chartFile, Files) {
+func loadChart(dir string) (Metadata, map[string]interface{}, []byte, []chartFile, Files) {
 	var md Metadata
 	raw, err := os.ReadFile(filepath.Join(dir, "Chart.yaml"))
 	if err != nil {
@@ -420,7 +471,10 @@ func loadChart(dir string) (Metadata, map[string]interface{}, []chartFile, Files
 	if len(md.Dependencies) > 0 {
 		die("Chart.yaml: dependencies are not supported by this renderer")
 	}
-	for _, unsupported := range []string{"charts", "crds", "values.schema.json", "requirements.yaml"} {
+	if err := checkMetadata(md); err != nil {
+		die("Chart.yaml: %v", err)
+	}
+	for _, unsupported := range []string{"charts", "crds", "requirements.yaml"} {
 		if _, err := os.Stat(filepath.Join(dir, unsupported)); err == nil {
 			die("%s is not supported by this renderer", unsupported)
 		}
@@ -430,6 +484,10 @@ func loadChart(dir string) (Metadata, map[string]interface{}, []chartFile, Files
 		die("%v", err)
 	}
 	values := readYAMLMap(valuesRaw, "values.yaml")
+	schema, err := os.ReadFile(filepath.Join(dir, "values.schema.json"))
+	if err != nil && !os.IsNotExist(err) {
+		die("%v", err)
+	}
 
 	var templates []chartFile
 	files := Files{}
@@ -445,7 +503,7 @@ func loadChart(dir string) (Metadata, map[string]interface{}, []chartFile, Files
 		}
 		if strings.HasPrefix(rel, "templates/") {
 			templates = append(templates, chartFile{md.Name + "/" + rel, string(data)})
-		} else if rel != "Chart.yaml" && rel != "values.yaml" {
+		} else if rel != "Chart.yaml" && rel != "values.yaml" && rel != "values.schema.json" {
 			files[rel] = data
 		}
 		return nil
@@ -454,7 +512,7 @@ func loadChart(dir string) (Metadata, map[string]interface{}, []chartFile, Files
 		die("%v", err)
 	}
 	sort.Slice(templates, func(i, j int) bool { return templates[i].name < templates[j].name })
-	return md, values, templates, files
+	return md, values, schema, templates, files
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -607,7 +665,7 @@ type manifest struct {
 
 func main() {
 	o := parseArgs(os.Args[1:])
-	md, defaults, templates, files := loadChart(o.chartDir)
+	md, defaults, schema, templates, files := loadChart(o.chartDir)
 
 	user := map[string]interface{}{}
 	for _, f := range o.valueFiles {
@@ -623,6 +681,11 @@ func main() {
 		}
 	}
 	values := coalesce(user, defaults)
+	if schema != nil && !o.skipSchema {
+		if err := validateValues(md.Name, schema, values); err != nil {
+			die("%v", err)
+		}
+	}
 
 	kv, err := semver.NewVersion(o.kubeVersion)
 	if err != nil {

@@ -92,3 +92,73 @@ func TestDocSplit(t *testing.T) {
 		t.Fatalf("got %q", kept)
 	}
 }
+
+func TestSchemaValidationLikeHelm(t *testing.T) {
+	schema := []byte(`{
+	  "$schema": "http://json-schema.org/draft-07/schema#",
+	  "type": "object",
+	  "additionalProperties": false,
+	  "properties": {
+	    "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+	    "keep": {"type": "integer", "minimum": 0},
+	    "level": {"enum": ["debug", "info"]},
+	    "sub": {"type": "object", "additionalProperties": false,
+	            "properties": {"name": {"type": "string"}}}
+	  }
+	}`)
+	defaults := readYAMLMap([]byte("port: 9464\nkeep: 3\nlevel: info\nsub: {name: x}\n"), "test")
+	// Values from a file are float64 and --set integers int64: both are JSON integers.
+	if err := validateValues("c", schema, coalesce(map[string]interface{}{"keep": int64(5)}, defaults)); err != nil {
+		t.Fatalf("valid values refused: %v", err)
+	}
+	cases := []struct {
+		set, want string
+	}{
+		{"keep=five", "- keep: Invalid type. Expected: integer, given: string"},
+		{"keep=-1", "- keep: Must be greater than or equal to 0"},
+		{"port=70000", "- port: Must be less than or equal to 65535"},
+		{"level=verbose", "- level: level must be one of the following"},
+		{"sub.nmae=y", "- sub: Additional property nmae is not allowed"},
+		{"kep=3", "- (root): Additional property kep is not allowed"},
+	}
+	for _, c := range cases {
+		user := map[string]interface{}{}
+		if err := applySet(user, c.set, false); err != nil {
+			t.Fatal(err)
+		}
+		err := validateValues("c", schema, coalesce(user, defaults))
+		if err == nil {
+			t.Errorf("--set %s: accepted", c.set)
+			continue
+		}
+		head := "values don't meet the specifications of the schema(s) in the following chart(s):\nc:\n"
+		if !strings.HasPrefix(err.Error(), head) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %s: got %q, want a line %q under Helm's heading", c.set, err, c.want)
+		}
+	}
+	// A null deletes the default before validation (Helm coalesces first).
+	if err := validateValues("c", schema, coalesce(map[string]interface{}{"port": nil}, defaults)); err != nil {
+		t.Fatalf("null value: %v", err)
+	}
+	if err := validateValues("c", []byte(`{"type": `), defaults); err == nil {
+		t.Fatal("a schema that is not JSON was accepted")
+	}
+}
+
+func TestChartMetadataChecks(t *testing.T) {
+	ok := Metadata{Home: "https://cryo.invalid/", Sources: []string{"https://cryo.invalid/src"},
+		Icon: "data:image/svg+xml;base64,PHN2Zy8+", Maintainers: []Maintainer{{Name: "a", Email: "a@b.invalid"}}}
+	if err := checkMetadata(ok); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []Metadata{
+		{Home: "cryo.invalid"},
+		{Sources: []string{"not a url"}},
+		{Maintainers: []Maintainer{{Email: "a@b.invalid"}}},
+		{Maintainers: []Maintainer{{Name: "a", Email: "nope"}}},
+	} {
+		if err := checkMetadata(bad); err == nil {
+			t.Errorf("accepted %+v", bad)
+		}
+	}
+}

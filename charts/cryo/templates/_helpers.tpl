@@ -176,3 +176,51 @@ app.kubernetes.io/part-of: cryo
 {{- end -}}
 {{- join " " $a -}}
 {{- end -}}
+
+{{/* Where the installer puts the shim's unit and flags on the host. Only the privileged
+     installer (shim.manageService) writes under the host's /etc; the unprivileged one writes
+     both under the shim's prefix, and the operator links them in (docs/install.md, step 3). */}}
+{{- define "cryo.shimSystemdDir" -}}
+{{- $v := .Values.shim -}}
+{{- $d := $v.systemdDir | default (ternary "/etc/systemd/system" (printf "%s/systemd" (trimSuffix "/" $v.prefix)) (and $v.manageService true)) | trimSuffix "/" -}}
+{{- if $v.manageService -}}
+{{- if not (has $d (list "/etc/systemd/system" "/run/systemd/system" "/usr/local/lib/systemd/system")) -}}
+{{- fail (printf "shim.systemdDir %q: with shim.manageService the unit must go to a directory systemd loads units from (/etc/systemd/system, /run/systemd/system or /usr/local/lib/systemd/system)" $d) -}}
+{{- end -}}
+{{- else if or (eq $d "/etc") (hasPrefix "/etc/" $d) -}}
+{{- fail (printf "shim.systemdDir %q is under the host's /etc, which only the privileged installer writes: set shim.manageService=true, or leave shim.systemdDir empty (<prefix>/systemd) and link the unit in (docs/install.md, step 3)" $d) -}}
+{{- end -}}
+{{- $d -}}
+{{- end -}}
+
+{{/* Host directory of cri-shim.env: /etc/cryo (what the unit reads) for the privileged
+     installer, <prefix>/etc for the unprivileged one (/etc/cryo/cri-shim.env is then a link the
+     operator makes). */}}
+{{- define "cryo.shimConfigDir" -}}
+{{- if .Values.shim.manageService -}}
+/etc/cryo
+{{- else -}}
+{{- printf "%s/etc" (trimSuffix "/" .Values.shim.prefix) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* For NOTES.txt: a map as "k=v, k=v" (sorted), tolerations as "key:effect, ...". */}}
+{{- define "cryo.kv" -}}
+{{- $out := list -}}
+{{- range $k, $v := . -}}
+{{- $out = append $out (printf "%s=%v" $k $v) -}}
+{{- end -}}
+{{- join ", " $out -}}
+{{- end -}}
+
+{{- define "cryo.taints" -}}
+{{- $out := list -}}
+{{- range . -}}
+{{- if .key -}}
+{{- $out = append $out (printf "%s%s" .key (ternary (printf ":%s" (.effect | default "")) "" (not (empty .effect)))) -}}
+{{- else -}}
+{{- $out = append $out (printf "every taint%s" (ternary (printf " with effect %s" (.effect | default "")) "" (not (empty .effect)))) -}}
+{{- end -}}
+{{- end -}}
+{{- join ", " $out -}}
+{{- end -}}
