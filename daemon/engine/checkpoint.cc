@@ -71,6 +71,7 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
 
   Transaction<CheckpointState>::Hooks hooks;
   hooks.before = [&](const Step<CheckpointState>& step) -> absl::Status {
+    if (cfg_.fault) CRYO_RETURN_IF_ERROR(cfg_.fault(step.name, false));
     if (op.cancelled()) {
       return absl::CancelledError(absl::StrCat("checkpoint cancelled before ", step.name, " (",
                                                op.cancel_reason(),
@@ -93,6 +94,9 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
     if (step.stage != Stage::kUnspecified) clock.Begin(step.stage, s.expected);
     return absl::OkStatus();
   };
+  if (cfg_.fault) {
+    hooks.after = [&](const Step<CheckpointState>& step) { return cfg_.fault(step.name, true); };
+  }
   hooks.on_begin = [&](const std::string& name) -> absl::Status {
     s.je.steps.push_back(name);
     // The first step with an undo (stage) creates the entry; it must exist before anything

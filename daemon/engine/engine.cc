@@ -34,6 +34,18 @@ Engine::Engine(EngineConfig cfg, EngineDeps deps)
 
 Engine::~Engine() = default;
 
+std::vector<std::string> Engine::CheckpointStepNames() const {
+  std::vector<std::string> out;
+  for (const auto& s : checkpoint_txn_->steps()) out.push_back(s.name);
+  return out;
+}
+
+std::vector<std::string> Engine::RestoreStepNames() const {
+  std::vector<std::string> out;
+  for (const auto& s : restore_txn_->steps()) out.push_back(s.name);
+  return out;
+}
+
 Engine::Claim::~Claim() {
   absl::MutexLock l(&e_->mu_);
   for (pid_t p : pids_) e_->busy_pids_.erase(p);

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <set>
@@ -61,6 +62,9 @@ struct EngineConfig {
   std::string annotation_prefix = "cryo.dev";
   // See test_hooks.h.
   std::string test_hook_dir;
+  // Tests only: called before (`after` false) and after every step up to a commit; a non-OK
+  // status fails the step there, as a real failure would.
+  std::function<absl::Status(const std::string& step, bool after)> fault;
 };
 
 struct EngineDeps {
@@ -103,6 +107,9 @@ class Engine {
   NodeFacts Node();
 
   const EngineConfig& config() const { return cfg_; }
+  // The steps' names in order (tests, docs).
+  std::vector<std::string> CheckpointStepNames() const;
+  std::vector<std::string> RestoreStepNames() const;
 
  private:
   friend struct CheckpointState;

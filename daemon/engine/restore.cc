@@ -69,6 +69,7 @@ absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operati
 
   Transaction<RestoreState>::Hooks hooks;
   hooks.before = [&](const Step<RestoreState>& step) -> absl::Status {
+    if (cfg_.fault) CRYO_RETURN_IF_ERROR(cfg_.fault(step.name, false));
     if (op.cancelled()) {
       return absl::CancelledError(absl::StrCat("restore cancelled before ", step.name, " (",
                                                op.cancel_reason(), "); nothing was started"));
@@ -81,6 +82,9 @@ absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operati
     if (step.stage != Stage::kUnspecified) clock.Begin(step.stage);
     return absl::OkStatus();
   };
+  if (cfg_.fault) {
+    hooks.after = [&](const Step<RestoreState>& step) { return cfg_.fault(step.name, true); };
+  }
   hooks.on_begin = [&](const std::string& name) -> absl::Status {
     s.je.steps.push_back(name);
     return s.journaled ? d_.journal->Put(s.je) : absl::OkStatus();

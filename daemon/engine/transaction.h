@@ -42,6 +42,8 @@ class Transaction {
     // Before a step with an undo runs: records it (the journal). A failure stops the
     // transaction: an undo nobody could replay after a crash must not be needed.
     std::function<absl::Status(const std::string& name)> on_begin;
+    // After a step up to the commit succeeded: a non-OK status fails that step (its undo runs).
+    std::function<absl::Status(const Step<State>&)> after;
     // With the failure, before the undos run (an undo may need to say why).
     std::function<void(const absl::Status&)> on_failure;
     // After the undos ran (the journal entry can go).
@@ -60,6 +62,7 @@ class Transaction {
       if (st.ok()) {
         if (!committed && step.undo) begun.push_back(&step);
         st = step.run(s);
+        if (st.ok() && !committed && !step.commit && hooks.after) st = hooks.after(step);
       }
       if (!st.ok()) {
         if (committed) return st;

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 
 #include "lib/base/fs.h"
+#include "lib/base/poll.h"
 
 namespace cryo {
 
@@ -24,12 +25,7 @@ struct TempDir {
 // Polls pred until it holds or the timeout passes (no fixed sleeps in tests).
 inline bool WaitUntil(const std::function<bool()>& pred,
                       absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (pred()) return true;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return pred();
+  return PollUntil(pred, timeout, absl::Milliseconds(5));
 }
 
 }  // namespace cryo

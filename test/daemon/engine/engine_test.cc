@@ -9,79 +9,19 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "daemon/store/checksum.h"
 #include "lib/base/fs.h"
 #include "gtest/gtest.h"
+#include "test/daemon/engine/fakes.h"
 #include "test/daemon/test_util.h"
 
 namespace cryo::engine {
 namespace {
 
-class FakeCriu : public criu::Criu {
- public:
-  absl::Status dump_result;
-  absl::Duration dump_delay = absl::ZeroDuration();
-  bool dumped = false;
-  int restores = 0;
-  absl::Status Dump(const criu::DumpOptions& o, const std::function<void(pid_t)>& started) override {
-    started(0);
-    last_dump = o;
-    absl::SleepFor(dump_delay);
-    if (!dump_result.ok()) return dump_result;
-    // What CRIU does on success: images written, tree left stopped unless asked to run.
-    (void)fs::WriteFileAtomic(o.images_dir + "/pages-1.img", std::string(100000, 'p'));
-    (void)fs::WriteFileAtomic(o.images_dir + "/core-" + std::to_string(o.pid) + ".img", "core");
-    if (!o.leave_running) ::kill(o.pid, SIGSTOP);
-    dumped = true;
-    return absl::OkStatus();
-  }
-  absl::StatusOr<pid_t> Restore(const criu::RestoreOptions& o,
-                                const std::function<void(pid_t)>&) override {
-    ++restores;
-    last_restore = o;
-    return 4242;
-  }
-  std::string version() const override { return ver; }
-  std::string ver = "4.1.1";
-  std::string path() const override { return "/fake/criu"; }
-  std::string check_error() const override { return ""; }
-  criu::DumpOptions last_dump;
-  criu::RestoreOptions last_restore;
-};
-
-class FakeGpu : public gpu::NullGpuManager {
- public:
-  bool use_gpu = false;
-  absl::Status lock_result, compat_result;
-  int rollbacks = 0, locks = 0, checkpoints = 0, restores = 0, unlocks = 0;
-  absl::StatusOr<std::vector<gpu::GpuProcess>> Discover(const std::vector<pid_t>& pids) override {
-    if (!use_gpu) return std::vector<gpu::GpuProcess>{};
-    return std::vector<gpu::GpuProcess>{{pids[0], "fake", {{"uuid", "GPU-1"}}, 0}};
-  }
-  absl::Status Lock(const std::vector<gpu::GpuProcess>&, absl::Duration) override {
-    ++locks;
-    return lock_result;
-  }
-  absl::Status Checkpoint(std::vector<gpu::GpuProcess>&) override {
-    ++checkpoints;
-    return absl::OkStatus();
-  }
-  absl::Status Restore(const std::vector<gpu::GpuProcess>&, const gpu::DeviceMap&) override {
-    ++restores;
-    return absl::OkStatus();
-  }
-  absl::Status Unlock(const std::vector<gpu::GpuProcess>&) override {
-    ++unlocks;
-    return absl::OkStatus();
-  }
-  void Rollback(const std::vector<gpu::GpuProcess>&) override { ++rollbacks; }
-  nlohmann::json Describe(const std::vector<gpu::GpuProcess>&) override {
-    return {{"driver", "fake"}};
-  }
-  absl::Status CheckCompatible(const nlohmann::json&, gpu::DeviceMap&) override {
-    return compat_result;
-  }
-};
+using testing::Child;
+using testing::FakeCriu;
+using testing::FakeGpu;
 
 // A store whose publish fails, as a full disk would at the last moment.
 class FailingPublishStore : public store::CheckpointStore {
@@ -129,31 +69,6 @@ class FailingPublishStore : public store::CheckpointStore {
   store::CheckpointStore* inner_;
 };
 
-// A job: a child process that just sleeps.
-struct Child {
-  pid_t pid;
-  Child() {
-    pid = ::fork();
-    if (pid == 0) {
-      for (;;) ::pause();
-    }
-  }
-  ~Child() {
-    if (pid <= 0) return;  // kill(-1) would signal everything
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-  }
-  // Running or sleeping: anything but stopped, zombie or gone.
-  bool Runs() const {
-    char c = State();
-    return c == 'R' || c == 'S' || c == 'D';
-  }
-  char State() const {
-    auto i = proc::ProcReader().Read(pid);
-    return i.ok() ? i->state : '-';
-  }
-};
-
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -165,8 +80,10 @@ class EngineTest : public ::testing::Test {
     journal_ = std::move(*j);
     Rebuild(store_.get());
   }
-  void Rebuild(store::CheckpointStore* store, const proc::ProcReader* proc = nullptr) {
+  void Rebuild(store::CheckpointStore* store, const proc::ProcReader* proc = nullptr,
+               std::function<absl::Status(const std::string&, bool)> fault = nullptr) {
     EngineConfig c;
+    c.fault = std::move(fault);
     c.node_name = "node-a";
     c.state_dir = dir_.path + "/state";
     c.self_pid = ::getpid();
@@ -415,10 +332,177 @@ TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
   r.checkpoint_id = "c1";
   auto res = engine_->Restore(r, op_);
   ASSERT_TRUE(res.ok()) << res.status();
-  EXPECT_EQ(res->root_pid, 4242);
+  EXPECT_EQ(res->root_pid, criu_.restored.back());
   EXPECT_EQ(criu_.last_restore.images_dir, dir_.path + "/store/checkpoints/c1/images");
   EXPECT_TRUE(JournalEmpty());
   job.pid = -1;
+}
+
+// Each step of a checkpoint failing in turn, before it ran and after it ran, for a preemption
+// and a leave-running checkpoint of a GPU job: the job runs on, nothing is published or
+// staged, the journal is empty, the GPU state was given back whenever it had been taken, and
+// the pids and id are free again (the next attempt succeeds).
+TEST_F(EngineTest, EveryCheckpointStepFailingRollsBackEverything) {
+  // Up to the commit: the steps after it complete a published checkpoint and undo nothing.
+  std::vector<std::string> steps = engine_->CheckpointStepNames();
+  auto publish = std::find(steps.begin(), steps.end(), "publish");
+  ASSERT_NE(publish, steps.end());
+  steps.erase(publish + 1, steps.end());
+  int cases = 0;
+  for (bool leave_running : {false, true}) {
+    for (const std::string& failing : steps) {
+      for (bool after : {false, true}) {
+        if (failing == "publish" && after) continue;  // past the commit: nothing rolls back
+        SCOPED_TRACE(absl::StrCat(failing, after ? " (after it ran)" : " (before it ran)",
+                                  leave_running ? ", leave running" : ", preemption"));
+        Rebuild(store_.get(), nullptr, [&](const std::string& step, bool a) {
+          return step == failing && a == after ? absl::UnavailableError("injected") : absl::OkStatus();
+        });
+        gpu_ = FakeGpu();
+        gpu_.use_gpu = true;
+        Child job;
+        Operation op("op-f", "checkpoint", "test");
+        auto r = engine_->Checkpoint(Req(job.pid, "c1", leave_running), op);
+        EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+        EXPECT_TRUE(job.Runs()) << "state " << job.State();
+        EXPECT_TRUE(store_->List()->empty());
+        EXPECT_TRUE(StagingEmpty());
+        EXPECT_TRUE(JournalEmpty());
+        // Locked or checkpointed GPU state is always given back.
+        EXPECT_EQ(gpu_.locks > 0, gpu_.rollbacks > 0 || gpu_.unlocks > 0)
+            << gpu_.locks << " locks, " << gpu_.rollbacks << " rollbacks";
+        // Nothing is left claimed: the same checkpoint goes through now.
+        Rebuild(store_.get());
+        Operation op2("op-g", "checkpoint", "test");
+        ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1", true), op2).ok());
+        ASSERT_TRUE(store_->Delete("c1").ok());
+        ++cases;
+      }
+    }
+  }
+  EXPECT_EQ(cases, static_cast<int>(2 * (2 * steps.size() - 1)));
+}
+
+// Each restore step failing in turn: no restored process is left behind, nothing is journaled,
+// and the checkpoint stays restorable.
+TEST_F(EngineTest, EveryRestoreStepFailingLeavesNothingRestored) {
+  Child job;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
+  ::waitpid(job.pid, nullptr, 0);
+  job.pid = -1;
+  for (const std::string& failing : engine_->RestoreStepNames()) {
+    for (bool after : {false, true}) {
+      if (failing == "done" && after) continue;
+      SCOPED_TRACE(absl::StrCat(failing, after ? " (after it ran)" : " (before it ran)"));
+      Rebuild(store_.get(), nullptr, [&](const std::string& step, bool a) {
+        return step == failing && a == after ? absl::UnavailableError("injected") : absl::OkStatus();
+      });
+      const size_t restored_before = criu_.restored.size();
+      RestoreRequest r;
+      r.checkpoint_id = "c1";
+      Operation op("op-r", "restore", "test");
+      auto res = engine_->Restore(r, op);
+      EXPECT_EQ(res.status().code(), absl::StatusCode::kUnavailable) << res.status();
+      for (size_t i = restored_before; i < criu_.restored.size(); ++i) {
+        auto st = proc_.Read(criu_.restored[i]);
+        EXPECT_TRUE(!st.ok() || st->state == 'Z') << "restored pid " << criu_.restored[i]
+                                                  << " left running";
+      }
+      EXPECT_TRUE(JournalEmpty());
+    }
+  }
+  Rebuild(store_.get());
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
+  EXPECT_TRUE(engine_->Restore(r, op_).ok());
+}
+
+// Recovery replays whatever prefix of the checkpoint's steps the journal recorded through the
+// same undos: the stopped job runs again, the stage is gone, GPU state is rolled back.
+TEST_F(EngineTest, RecoveryUndoesEveryRecordedPrefixOfSteps) {
+  const std::vector<std::string> all = {"stage", "gpu_lock", "dump"};
+  for (size_t n = 1; n <= all.size(); ++n) {
+    std::vector<std::string> steps(all.begin(), all.begin() + n);
+    SCOPED_TRACE(absl::StrJoin(steps, ","));
+    gpu_ = FakeGpu();
+    Child job;
+    if (n == 3) ::kill(job.pid, SIGSTOP);  // the dump left it stopped
+    auto staged = store_->Stage("half");
+    ASSERT_TRUE(staged.ok());
+    journal::Entry e;
+    e.op_id = "op-9";
+    e.kind = journal::OpKind::kCheckpoint;
+    e.checkpoint_id = "half";
+    e.state = n == 3 ? journal::OpState::kDumped : journal::OpState::kStarted;
+    e.steps = steps;
+    e.tasks = {{job.pid, proc_.Read(job.pid)->start_time, false}};
+    e.staging_dir = (*staged)->staging_dir();
+    if (n >= 2) e.gpu = {{job.pid, "fake", nlohmann::json::object(), 0}};
+    ASSERT_TRUE(journal_->Put(e).ok());
+    staged->release();  // what a crash leaves: the directory, no object to abort it
+    ASSERT_TRUE(engine_->Recover().ok());
+    EXPECT_TRUE(WaitUntil([&] { return job.Runs(); })) << "job left stopped";
+    EXPECT_FALSE(fs::Exists(e.staging_dir));
+    EXPECT_EQ(gpu_.rollbacks > 0, n >= 2);
+    EXPECT_TRUE(JournalEmpty());
+  }
+}
+
+// Found on 2026-11-24: a job stopped by its owner before a checkpoint that then failed was
+// resumed by the rollback (and by recovery).
+TEST_F(EngineTest, AJobStoppedBeforeAFailedCheckpointStaysStopped) {
+  Child job;
+  ::kill(job.pid, SIGSTOP);
+  ASSERT_TRUE(WaitUntil([&] { return job.State() == 'T'; }));
+  FailingPublishStore failing(store_.get());
+  Rebuild(&failing);
+  auto info = engine_->Checkpoint(Req(job.pid, "c1"), op_);
+  EXPECT_FALSE(info.ok());
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(job.State(), 'T') << "the rollback resumed a job its owner had stopped";
+  // Recovery likewise.
+  journal::Entry e;
+  e.op_id = "op-9";
+  e.kind = journal::OpKind::kCheckpoint;
+  e.checkpoint_id = "x";
+  e.state = journal::OpState::kDumped;
+  e.steps = {"dump"};
+  e.tasks = {{job.pid, proc_.Read(job.pid)->start_time, true}};
+  ASSERT_TRUE(journal_->Put(e).ok());
+  Rebuild(store_.get());
+  ASSERT_TRUE(engine_->Recover().ok());
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(job.State(), 'T');
+}
+
+// Found on 2026-11-24: recovery removed whatever directory a journal entry named.
+TEST_F(EngineTest, RecoveryRemovesOnlyThisStoresStagingDirectories) {
+  TempDir outside;
+  ASSERT_TRUE(fs::WriteFileAtomic(outside.path + "/precious", "x").ok());
+  journal::Entry e;
+  e.op_id = "op-9";
+  e.kind = journal::OpKind::kCheckpoint;
+  e.checkpoint_id = "x";
+  e.state = journal::OpState::kStarted;
+  e.steps = {"stage"};
+  e.staging_dir = outside.path;
+  ASSERT_TRUE(journal_->Put(e).ok());
+  ASSERT_TRUE(engine_->Recover().ok());
+  EXPECT_TRUE(fs::Exists(outside.path + "/precious"));
+}
+
+TEST_F(EngineTest, ACancelledCheckpointRollsBackAndSaysSo) {
+  Child job;
+  Operation op("op-c", "checkpoint", "test");
+  Rebuild(store_.get(), nullptr, [&](const std::string& step, bool after) {
+    if (step == "dump" && after) op.Cancel("the client asked");
+    return absl::OkStatus();
+  });
+  auto r = engine_->Checkpoint(Req(job.pid, "c1"), op);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kCancelled) << r.status();
+  EXPECT_NE(r.status().message().find("the client asked"), std::string::npos);
+  EXPECT_TRUE(job.Runs());
+  EXPECT_TRUE(store_->List()->empty());
 }
 
 }  // namespace

@@ -1,0 +1,124 @@
+#pragma once
+
+// Fakes of CRIU and the GPU manager for the engine's tests, and a real child process as the job.
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "daemon/criu/criu.h"
+#include "daemon/gpu/gpu_manager.h"
+#include "lib/base/fs.h"
+#include "lib/base/proc.h"
+
+namespace cryo::engine::testing {
+
+class FakeCriu : public criu::Criu {
+ public:
+  absl::Status dump_result;
+  absl::Duration dump_delay = absl::ZeroDuration();
+  bool dumped = false;
+  int restores = 0;
+  absl::Status Dump(const criu::DumpOptions& o, const std::function<void(pid_t)>& started) override {
+    started(0);
+    last_dump = o;
+    absl::SleepFor(dump_delay);
+    if (!dump_result.ok()) return dump_result;
+    // What CRIU does on success: images written, tree left stopped unless asked to run.
+    (void)fs::WriteFileAtomic(o.images_dir + "/pages-1.img", std::string(100000, 'p'));
+    (void)fs::WriteFileAtomic(o.images_dir + "/core-" + std::to_string(o.pid) + ".img", "core");
+    if (!o.leave_running) ::kill(o.pid, SIGSTOP);
+    dumped = true;
+    return absl::OkStatus();
+  }
+  // A restore "recreates" the job as a real sleeping child, so that whatever the engine then
+  // does to the restored tree (kill it on a rollback) acts on a process of the test's own.
+  absl::StatusOr<pid_t> Restore(const criu::RestoreOptions& o,
+                                const std::function<void(pid_t)>&) override {
+    ++restores;
+    last_restore = o;
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      for (;;) ::pause();
+    }
+    restored.push_back(pid);
+    return pid;
+  }
+  ~FakeCriu() {
+    for (pid_t p : restored) {
+      ::kill(p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+  }
+  std::vector<pid_t> restored;
+  std::string version() const override { return ver; }
+  std::string ver = "4.1.1";
+  std::string path() const override { return "/fake/criu"; }
+  std::string check_error() const override { return ""; }
+  criu::DumpOptions last_dump;
+  criu::RestoreOptions last_restore;
+};
+
+class FakeGpu : public gpu::NullGpuManager {
+ public:
+  bool use_gpu = false;
+  absl::Status lock_result, compat_result, checkpoint_result, restore_result;
+  int rollbacks = 0, locks = 0, checkpoints = 0, restores = 0, unlocks = 0;
+  absl::StatusOr<std::vector<gpu::GpuProcess>> Discover(const std::vector<pid_t>& pids) override {
+    if (!use_gpu) return std::vector<gpu::GpuProcess>{};
+    return std::vector<gpu::GpuProcess>{{pids[0], "fake", {{"uuid", "GPU-1"}}, 0}};
+  }
+  absl::Status Lock(const std::vector<gpu::GpuProcess>&, absl::Duration) override {
+    ++locks;
+    return lock_result;
+  }
+  absl::Status Checkpoint(std::vector<gpu::GpuProcess>&) override {
+    ++checkpoints;
+    return checkpoint_result;
+  }
+  absl::Status Restore(const std::vector<gpu::GpuProcess>&, const gpu::DeviceMap&) override {
+    ++restores;
+    return restore_result;
+  }
+  absl::Status Unlock(const std::vector<gpu::GpuProcess>&) override {
+    ++unlocks;
+    return absl::OkStatus();
+  }
+  void Rollback(const std::vector<gpu::GpuProcess>&) override { ++rollbacks; }
+  nlohmann::json Describe(const std::vector<gpu::GpuProcess>&) override {
+    return {{"driver", "fake"}};
+  }
+  absl::Status CheckCompatible(const nlohmann::json&, gpu::DeviceMap&) override {
+    return compat_result;
+  }
+};
+
+// A job: a child process that just sleeps.
+struct Child {
+  pid_t pid;
+  Child() {
+    pid = ::fork();
+    if (pid == 0) {
+      for (;;) ::pause();
+    }
+  }
+  ~Child() {
+    if (pid <= 0) return;  // kill(-1) would signal everything
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  // Running or sleeping: anything but stopped, zombie or gone.
+  bool Runs() const {
+    char c = State();
+    return c == 'R' || c == 'S' || c == 'D';
+  }
+  char State() const {
+    auto i = proc::ProcReader().Read(pid);
+    return i.ok() ? i->state : '-';
+  }
+};
+
+}  // namespace cryo::engine::testing
