@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
 
 namespace cryo::gpu {
 absl::StatusOr<std::unique_ptr<Plugin>> Plugin::FromTable(const cryo_gpu_plugin_api* api,
@@ -46,6 +47,11 @@ absl::StatusOr<std::unique_ptr<Plugin>> Plugin::FromTable(const cryo_gpu_plugin_
     p->handle_ = nullptr;
     return s;  // ~Plugin closes the library
   }
+  // ABI 1.1: the plugin's messages go to cryod's log, named after the plugin.
+  if (api->struct_size >= offsetof(cryo_gpu_plugin_api, set_log) + sizeof(void*) &&
+      api->set_log != nullptr) {
+    api->set_log(p->handle_, &Plugin::LogThunk, p.get());
+  }
   return p;
 }
 
@@ -65,6 +71,25 @@ absl::StatusOr<std::unique_ptr<Plugin>> Plugin::Open(const std::string& path,
         absl::StrCat(path, " is not a cryo GPU plugin (no ", CRYO_GPU_PLUGIN_ENTRY, ")"));
   }
   return FromTable(entry(), config, dl);
+}
+
+void Plugin::LogThunk(void* ctx, int32_t level, const char* msg) {
+  const auto* self = static_cast<const Plugin*>(ctx);
+  if (msg == nullptr) return;
+  switch (level) {
+    case CRYO_GPU_LOG_DEBUG:
+      CRYO_LOG(Debug) << self->name_ << " plugin: " << msg;
+      break;
+    case CRYO_GPU_LOG_INFO:
+      CRYO_LOG(Info) << self->name_ << " plugin: " << msg;
+      break;
+    case CRYO_GPU_LOG_WARNING:
+      CRYO_LOG(Warning) << self->name_ << " plugin: " << msg;
+      break;
+    default:
+      CRYO_LOG(Error) << self->name_ << " plugin: " << msg;
+      break;
+  }
 }
 
 Plugin::~Plugin() {

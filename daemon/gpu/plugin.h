@@ -48,6 +48,7 @@ class Plugin {
 
  private:
   Plugin(const cryo_gpu_plugin_api* api, void* dl_handle) : api_(api), dl_(dl_handle) {}
+  static void LogThunk(void* ctx, int32_t level, const char* msg);
   absl::Status Error(cryo_gpu_rc rc, const char* hook);
   absl::StatusOr<nlohmann::json> TakeJson(cryo_gpu_rc rc, char* out, const char* hook);
 

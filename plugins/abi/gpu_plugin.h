@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 #define CRYO_GPU_PLUGIN_ABI_MAJOR 1
-#define CRYO_GPU_PLUGIN_ABI_MINOR 0
+#define CRYO_GPU_PLUGIN_ABI_MINOR 1
 #define CRYO_GPU_PLUGIN_ENTRY "cryo_gpu_plugin_v1"
 
 typedef int32_t cryo_gpu_rc;
@@ -53,6 +53,18 @@ enum {
 
 /* One plugin instance; opaque to cryod. */
 typedef struct cryo_gpu_plugin cryo_gpu_plugin;
+
+/* Log levels of set_log's callback. */
+enum {
+  CRYO_GPU_LOG_DEBUG = 0,
+  CRYO_GPU_LOG_INFO = 1,
+  CRYO_GPU_LOG_WARNING = 2,
+  CRYO_GPU_LOG_ERROR = 3,
+};
+
+/* cryod's log: `msg` (UTF-8, one line, no newline) is owned by the plugin and valid only during
+ * the call; `ctx` is what set_log was given. Thread-safe: called from any hook's thread. */
+typedef void (*cryo_gpu_log_fn)(void* ctx, int32_t level, const char* msg);
 
 /* A checkpointed GPU and the GPU of this node it is restored onto. */
 typedef struct cryo_gpu_device_pair {
@@ -119,6 +131,12 @@ typedef struct cryo_gpu_plugin_api {
   cryo_gpu_rc (*criu_options)(cryo_gpu_plugin* p, const int32_t* pids, size_t count,
                               char** out_json);
   /* ABI 1.0 ends here; append new hooks below and bump CRYO_GPU_PLUGIN_ABI_MINOR. */
+
+  /* ABI 1.1: where the plugin's own messages go (timings, what the driver said). cryod calls it
+   * once, right after create(), before any other hook; a plugin that never gets it (an older
+   * cryod) logs nothing. fn may be NULL to stop logging. */
+  void (*set_log)(cryo_gpu_plugin* p, cryo_gpu_log_fn fn, void* ctx);
+  /* ABI 1.1 ends here. */
 } cryo_gpu_plugin_api;
 
 typedef const cryo_gpu_plugin_api* (*cryo_gpu_plugin_entry_fn)(void);

@@ -119,6 +119,7 @@ cryo_gpu_rc CheckCompatibleHook(cryo_gpu_plugin* p, const char* section, const c
 cryo_gpu_rc CriuOptionsHook(cryo_gpu_plugin* p, const int32_t* pids, size_t n, char** out) {
   return Guard([&] { return Emit(Impl(p)->CriuOptions(Pids(pids, n)), out); });
 }
+void SetLogHook(cryo_gpu_plugin* p, cryo_gpu_log_fn fn, void* ctx) { Impl(p)->SetLog(fn, ctx); }
 
 }  // namespace
 
@@ -145,6 +146,7 @@ void FillPluginApi(cryo_gpu_plugin_api* api, const char* name, const char* versi
   api->describe = DescribeHook;
   api->check_compatible = CheckCompatibleHook;
   api->criu_options = CriuOptionsHook;
+  api->set_log = SetLogHook;
 }
 
 cryo_gpu_rc CreatePluginWith(PluginFactory factory, const char* config_json,

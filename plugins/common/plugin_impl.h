@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,6 +34,21 @@ class PluginImpl {
   virtual absl::StatusOr<nlohmann::json> CheckCompatible(const nlohmann::json& section,
                                                          const nlohmann::json& request) = 0;
   virtual absl::StatusOr<nlohmann::json> CriuOptions(const std::vector<pid_t>& pids) = 0;
+
+  // cryod's log (ABI 1.1), set once before any hook; nothing is logged without it.
+  void SetLog(cryo_gpu_log_fn fn, void* ctx) {
+    log_fn_ = fn;
+    log_ctx_ = ctx;
+  }
+
+ protected:
+  void Log(int32_t level, const std::string& msg) const {
+    if (log_fn_ != nullptr) log_fn_(log_ctx_, level, msg.c_str());
+  }
+
+ private:
+  cryo_gpu_log_fn log_fn_ = nullptr;
+  void* log_ctx_ = nullptr;
 };
 
 using PluginFactory = absl::StatusOr<std::unique_ptr<PluginImpl>> (*)(const nlohmann::json& config);

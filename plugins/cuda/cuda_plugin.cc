@@ -517,8 +517,16 @@ absl::Status CudaPlugin::Lock(pid_t pid, uint32_t timeout_ms) {
 
 absl::Status CudaPlugin::Checkpoint(pid_t pid) {
   if (absl::Status s = Available(); !s.ok()) return s;
+  auto start = std::chrono::steady_clock::now();
   CUresult r = api_.checkpoint_checkpoint(pid, nullptr);
-  return r == CUDA_SUCCESS ? absl::OkStatus() : CuError(r, pid, "checkpoint");
+  if (r != CUDA_SUCCESS) return CuError(r, pid, "checkpoint");
+  Log(CRYO_GPU_LOG_INFO,
+      absl::StrCat("pid ", pid, ": driver checkpoint took ",
+                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::steady_clock::now() - start)
+                       .count(),
+                   " ms"));
+  return absl::OkStatus();
 }
 
 absl::Status CudaPlugin::Restore(pid_t pid, const nlohmann::json& facts, const DeviceMap& map) {
@@ -651,6 +659,7 @@ absl::Status CudaPlugin::Rollback(pid_t pid) {
     case CU_PROCESS_STATE_RUNNING:
       return absl::OkStatus();
     case CU_PROCESS_STATE_CHECKPOINTED:
+      Log(CRYO_GPU_LOG_WARNING, absl::StrCat("pid ", pid, ": rolling back a checkpointed process"));
       if (CUresult r = api_.checkpoint_restore(pid, nullptr); r != CUDA_SUCCESS) {
         return CuError(r, pid, "rollback restore");
       }

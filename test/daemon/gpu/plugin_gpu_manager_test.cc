@@ -190,8 +190,15 @@ struct Fake {
     api.describe = Describe;
     api.check_compatible = Check;
     api.criu_options = Criu;
+    api.set_log = SetLog;
     return &api;
   }
+  static void SetLog(cryo_gpu_plugin*, cryo_gpu_log_fn fn, void* ctx) {
+    log_fn = fn;
+    log_ctx = ctx;
+  }
+  static inline cryo_gpu_log_fn log_fn = nullptr;
+  static inline void* log_ctx = nullptr;
 };
 
 using A = Fake<1>;
@@ -231,6 +238,30 @@ TEST_F(ManagerTest, RefusesPluginOfAnotherAbiMajor) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(m.status().message().find("ABI"), absl::string_view::npos);
+}
+
+// ABI 1.1: a plugin's messages reach cryod's log, named after the plugin; a 1.0 plugin (its
+// table ends before set_log) loads and is simply never given a log.
+TEST_F(ManagerTest, PluginMessagesReachCryodsLogAndOldPluginsStillLoad) {
+  A::log_fn = nullptr;
+  auto m = Make({A::Table("fake")});
+  ASSERT_NE(A::log_fn, nullptr) << "set_log was not called after create";
+  ::testing::internal::CaptureStderr();
+  A::log_fn(A::log_ctx, CRYO_GPU_LOG_WARNING, "driver said hello");
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("WARN"), std::string::npos) << err;
+  EXPECT_NE(err.find("fake plugin: driver said hello"), std::string::npos) << err;
+
+  A::log_fn = nullptr;
+  cryo_gpu_plugin_api old = *A::Table("fake");
+  old.struct_size = offsetof(cryo_gpu_plugin_api, set_log);
+  old.abi_minor = 0;
+  GpuConfig cfg;
+  cfg.plugin_dir = "/nonexistent";
+  cfg.tables = {&old};
+  auto m10 = CreateGpuManager(cfg);
+  ASSERT_TRUE(m10.ok()) << m10.status();
+  EXPECT_EQ(A::log_fn, nullptr) << "a 1.0 table has no set_log to call";
 }
 
 TEST_F(ManagerTest, RefusesTableTooShortForAbi) {
