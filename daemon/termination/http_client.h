@@ -1,17 +1,19 @@
 #pragma once
 
 // The HTTP the metadata endpoints need: plain http to a link-local address, a request or two per
-// poll, tiny bodies. HttpClient is the seam the providers are tested through; SocketHttpClient
-// is a small HTTP/1.1 client over a TCP socket (no libcurl: nothing here needs TLS, redirects or
-// proxies, and a metadata request must never go through a proxy from the environment).
+// poll, tiny bodies. HttpClient is the seam the providers are tested through; CurlHttpClient
+// sends with libcurl, with proxies, redirects and every scheme but http off (a metadata request
+// must never go through a proxy from the environment).
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace cryo::termination {
@@ -56,22 +58,22 @@ struct HttpUrl {
 };
 absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url);
 
-class SocketHttpClient : public HttpClient {
+class CurlHttpClient : public HttpClient {
  public:
-  // `timeout` bounds each request as a whole (resolve excepted: host names go through
-  // getaddrinfo, so configure IP literals where that matters; every default URL is one).
-  static absl::StatusOr<std::unique_ptr<SocketHttpClient>> Create(absl::Duration timeout);
-  ~SocketHttpClient() override;
+  // `timeout` bounds each request as a whole.
+  static absl::StatusOr<std::unique_ptr<CurlHttpClient>> Create(absl::Duration timeout);
+  ~CurlHttpClient() override;
 
   absl::StatusOr<HttpResponse> Send(const HttpRequest& request) override;
   void Shutdown() override;
 
  private:
-  SocketHttpClient(int cancel_fd, absl::Duration timeout)
-      : cancel_fd_(cancel_fd), timeout_(timeout) {}
+  explicit CurlHttpClient(absl::Duration timeout) : timeout_(timeout) {}
 
-  const int cancel_fd_;  // eventfd, readable once Shutdown() ran
   const absl::Duration timeout_;
+  absl::Mutex mu_;
+  bool shut_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<void*> in_flight_ ABSL_GUARDED_BY(mu_);  // CURLM* of requests being sent
 };
 
 }  // namespace cryo::termination

@@ -45,7 +45,7 @@ absl::StatusOr<std::unique_ptr<TerminationWatcher>> TerminationWatcher::CreateFr
   }
   if (clock == nullptr) clock = RealClock();
   CRYO_ASSIGN_OR_RETURN(std::shared_ptr<HttpClient> http,
-                        SocketHttpClient::Create(config.request_timeout));
+                        CurlHttpClient::Create(config.request_timeout));
   std::vector<std::unique_ptr<NoticeProvider>> providers;
   std::vector<std::string> seen;
   for (const std::string& name : config.providers) {

@@ -55,7 +55,7 @@ class TerminationWatcher {
   };
 
   // Providers named in `config` (a name given twice counts once; "gce" is two providers,
-  // gce/preempted and gce/maintenance-event) over one SocketHttpClient. INVALID_ARGUMENT for no
+  // gce/preempted and gce/maintenance-event) over one CurlHttpClient. INVALID_ARGUMENT for no
   // or an unknown provider name, a URL that is not http://, or a non-positive interval.
   // Not started.
   static absl::StatusOr<std::unique_ptr<TerminationWatcher>> CreateFromConfig(

@@ -12,7 +12,7 @@ struct AwsFixture {
   FakeAws cloud;
   FakeClock clock;
   std::unique_ptr<TestHttpServer> server = TestHttpServer::Start(cloud.Handler());
-  std::shared_ptr<HttpClient> http = *SocketHttpClient::Create(absl::Seconds(10));
+  std::shared_ptr<HttpClient> http = *CurlHttpClient::Create(absl::Seconds(10));
   AwsSpotProvider provider{http, &clock, Options()};
 
   AwsOptions Options() {

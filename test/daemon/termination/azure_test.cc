@@ -22,7 +22,7 @@ struct AzureFixture {
   FakeAzure cloud;
   FakeClock clock;
   std::unique_ptr<TestHttpServer> server = TestHttpServer::Start(cloud.Handler());
-  std::shared_ptr<HttpClient> http = *SocketHttpClient::Create(absl::Seconds(10));
+  std::shared_ptr<HttpClient> http = *CurlHttpClient::Create(absl::Seconds(10));
 
   AzureEventsProvider Provider(std::string vm_name = "") {
     AzureOptions o;

@@ -11,7 +11,7 @@ namespace {
 struct GceFixture {
   FakeGce cloud;
   std::unique_ptr<TestHttpServer> server = TestHttpServer::Start(cloud.Handler());
-  std::shared_ptr<HttpClient> http = *SocketHttpClient::Create(absl::Seconds(10));
+  std::shared_ptr<HttpClient> http = *CurlHttpClient::Create(absl::Seconds(10));
   std::string url = server->base() + FakeGce::kPath;
 };
 

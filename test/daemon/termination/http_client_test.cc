@@ -8,8 +8,8 @@
 namespace cryo::termination {
 namespace {
 
-std::unique_ptr<SocketHttpClient> Client(absl::Duration timeout = absl::Seconds(10)) {
-  auto c = SocketHttpClient::Create(timeout);
+std::unique_ptr<CurlHttpClient> Client(absl::Duration timeout = absl::Seconds(10)) {
+  auto c = CurlHttpClient::Create(timeout);
   EXPECT_TRUE(c.ok()) << c.status();
   return std::move(*c);
 }
@@ -39,7 +39,7 @@ TEST(ParseHttpUrl, Forms) {
   }
 }
 
-TEST(SocketHttpClient, SendsMethodHeadersAndBody) {
+TEST(CurlHttpClient, SendsMethodHeadersAndBody) {
   TestRequest seen;
   auto server = TestHttpServer::Start([&](const TestRequest& r) {
     seen = r;
@@ -65,7 +65,7 @@ TEST(SocketHttpClient, SendsMethodHeadersAndBody) {
   EXPECT_EQ(seen.Header("content-length"), "0") << "IMDS wants a length on PUT";
 }
 
-TEST(SocketHttpClient, ReadsChunkedAndUntilCloseBodies) {
+TEST(CurlHttpClient, ReadsChunkedAndUntilCloseBodies) {
   auto server = TestHttpServer::Start([](const TestRequest& r) {
     TestResponse resp;
     if (r.Path() == "/chunked") {
@@ -85,7 +85,7 @@ TEST(SocketHttpClient, ReadsChunkedAndUntilCloseBodies) {
   EXPECT_EQ(resp->body, "TRUE");
 }
 
-TEST(SocketHttpClient, BrokenAnswersAreErrors) {
+TEST(CurlHttpClient, BrokenAnswersAreErrors) {
   auto server = TestHttpServer::Start([](const TestRequest& r) {
     TestResponse resp;
     if (r.Path() == "/truncated") {
@@ -104,7 +104,7 @@ TEST(SocketHttpClient, BrokenAnswersAreErrors) {
   }
 }
 
-TEST(SocketHttpClient, RefusedIsUnavailable) {
+TEST(CurlHttpClient, RefusedIsUnavailable) {
   // Bound but not listening: connections are refused.
   auto down = TestHttpServer::Start([](const TestRequest&) { return TestResponse{}; },
                                     /*listen=*/false);
@@ -113,7 +113,7 @@ TEST(SocketHttpClient, RefusedIsUnavailable) {
   EXPECT_NE(resp.status().message().find("connect"), std::string::npos) << resp.status();
 }
 
-TEST(SocketHttpClient, SilentServerTimesOut) {
+TEST(CurlHttpClient, SilentServerTimesOut) {
   auto server = TestHttpServer::Start([](const TestRequest&) {
     TestResponse r;
     r.hang = true;
@@ -123,7 +123,7 @@ TEST(SocketHttpClient, SilentServerTimesOut) {
   EXPECT_EQ(resp.status().code(), absl::StatusCode::kDeadlineExceeded) << resp.status();
 }
 
-TEST(SocketHttpClient, ShutdownEndsRequestInFlight) {
+TEST(CurlHttpClient, ShutdownEndsRequestInFlight) {
   std::promise<void> arrived;
   auto server = TestHttpServer::Start([&](const TestRequest&) {
     arrived.set_value();
