@@ -239,7 +239,7 @@ absl::StatusOr<std::vector<CryoPod>> RunningCryoPods(Ctx& c, const std::string& 
                                   "/pods?labelSelector=", UrlEncode(kCryoPodSelector));
   if (!node.empty()) absl::StrAppend(&path, "&fieldSelector=", UrlEncode("spec.nodeName=" + node));
   auto list = c.kubectl.GetRaw(path);
-  if (!list.ok() && !absl::IsNotFound(list.status())) {
+  if (!list.ok() && !IsApiNotFound(list.status())) {
     return WithContext(list.status(), absl::StrCat("listing cryo pods in namespace ", c.cryo_ns));
   }
   std::vector<CryoPod> all = list.ok() ? CryoPodsFromList(*list) : std::vector<CryoPod>{};
@@ -290,7 +290,7 @@ absl::StatusOr<nlohmann::json> FetchCheckpoint(Ctx& c, const std::string& id,
     auto r = CryodGet(c, p, absl::StrCat(std::string(kCryodCheckpointsPath), "/", id));
     if (r.ok()) return r;
     if (Fatal(r.status())) return r.status();
-    if (!absl::IsNotFound(r.status())) {
+    if (!IsApiNotFound(r.status())) {
       problems.push_back(absl::StrCat(Describe(p), ": ", r.status().message()));
     }
   }
@@ -336,7 +336,7 @@ absl::Status Checkpoint(Ctx& c) {
   const std::string ref = absl::StrCat(ns, "/", pod_name);
 
   auto pod = c.kubectl.GetRaw(PodPath(ns, pod_name));
-  if (absl::IsNotFound(pod.status()) && ExitCodeOf(pod.status()) == kExitError) {
+  if (IsApiNotFound(pod.status())) {
     return Failure(kExitPodNotFound, absl::StrCat("pod ", ref, " not found"));
   }
   if (!pod.ok()) return WithContext(pod.status(), absl::StrCat("reading pod ", ref));
@@ -383,7 +383,7 @@ absl::Status Checkpoint(Ctx& c) {
     if (ExitCodeOf(r.status()) != kExitError) {
       return WithContext(r.status(), absl::StrCat("checkpointing ", what, " on node ", node));
     }
-    if (absl::IsNotFound(r.status())) {
+    if (IsApiNotFound(r.status())) {
       return Failure(kExitKubeletRefused,
                      absl::StrCat("kubelet on node ", node,
                                   " has no checkpoint API: enable its ContainerCheckpoint feature "
@@ -605,7 +605,7 @@ absl::Status RestoreWorkload(Ctx& c, const std::string& id) {
   auto r = c.kubectl.MergePatch(wl->resource, wl->name, ns, patch);
   if (!r.ok()) {
     if (ExitCodeOf(r.status()) != kExitError) return r.status();
-    if (absl::IsNotFound(r.status())) {
+    if (IsApiNotFound(r.status())) {
       return Failure(kExitWorkloadNotFound,
                      absl::StrCat(ref, " not found in namespace ", ns, ": ", r.status().message()));
     }
@@ -641,6 +641,7 @@ absl::Status Restore(Ctx& c) {
   if (c.args.Has("from-file")) {
     auto f = c.kubectl.ReadObjectFile(c.args.Get("from-file"));
     if (!f.ok()) {
+      if (ExitCodeOf(f.status()) != kExitError) return f.status();
       return Failure(kExitUsage, absl::StrCat("--from-file ", c.args.Get("from-file"), ": ",
                                               f.status().message()));
     }
@@ -655,7 +656,7 @@ absl::Status Restore(Ctx& c) {
     }
     const std::string ref = absl::StrCat(src.namespace_name, "/", src.pod);
     auto pod = c.kubectl.GetRaw(PodPath(src.namespace_name, src.pod));
-    if (absl::IsNotFound(pod.status()) && ExitCodeOf(pod.status()) == kExitError) {
+    if (IsApiNotFound(pod.status())) {
       return Failure(kExitSourcePodGone,
                      absl::StrCat("pod ", ref, ", which checkpoint ", id,
                                   " was taken from, no longer exists: give its manifest with "

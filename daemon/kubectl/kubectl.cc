@@ -73,7 +73,7 @@ absl::StatusOr<RunOutput> Kubectl::Run(const std::vector<std::string>& args,
   ro.argv = std::move(argv);
   ro.input = input;
   auto r = cryo::Run(ro);
-  if (absl::IsNotFound(r.status())) {
+  if (absl::IsNotFound(r.status()) || absl::IsPermissionDenied(r.status())) {
     return Failure(kExitKubectlMissing,
                    absl::StrCat("cannot run kubectl (", r.status().message(),
                                 "): kubectl-checkpoint uses your kubectl for every API call"));

@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "daemon/kubectl/errors.h"
 #include "test/daemon/kubectl/fake_apiserver.h"
@@ -440,10 +441,22 @@ TEST_F(KubectlCheckpointTest, ApiServerUnreachable) {
   EXPECT_THAT(r.err, HasSubstr("127.0.0.1:1"));
 }
 
-TEST_F(KubectlCheckpointTest, KubectlMissing) {
-  Outcome r = Plugin({"train-0", "-n", "ml"}, {"KUBECTL=" + dir_ + "/no-kubectl"});
-  EXPECT_EQ(r.code, kExitKubectlMissing) << r;
-  EXPECT_THAT(r.err, HasSubstr("cannot run kubectl"));
+TEST_F(KubectlCheckpointTest, KubectlMissingIs127ForEveryCommand) {
+  // A missing kubectl was once taken for "the API server has no cryo pods" (exit 9).
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"train-0", "-n", "ml"},
+           {"list"},
+           {"list", "--node", "node-a"},
+           {"inspect", "ck-1"},
+           {"restore", "ck-1"},
+           {"restore", "ck-1", "--from-file", "/dev/null"},
+           {"restore", "ck-1", "--workload", "job/train"}}) {
+    for (const std::string& kubectl : {std::string("/nonexistent"), dir_}) {  // missing; a dir
+      Outcome r = Plugin(args, {"KUBECTL=" + kubectl});
+      EXPECT_EQ(r.code, kExitKubectlMissing) << absl::StrJoin(args, " ") << "\n" << r;
+      EXPECT_THAT(r.err, HasSubstr("cannot run kubectl")) << absl::StrJoin(args, " ");
+    }
+  }
 }
 
 TEST_F(KubectlCheckpointTest, UsageErrors) {
