@@ -225,7 +225,7 @@ struct Ctx {
   std::string ns;       // the namespace: -n, else resolved by Namespace() on first use
   std::string ns_flag;  // -n as given, "" without
   std::string cryo_ns = "cryo-system";
-  std::string prefix = "cryo.dev";
+  std::string prefix = contract::kDefaultPrefix;
   bool json = false;
 };
 
@@ -236,7 +236,7 @@ std::string PodPath(const std::string& ns, const std::string& pod) {
 // The running cryo pods (on `node` when given). kExitNoCryo when there are none.
 absl::StatusOr<std::vector<CryoPod>> RunningCryoPods(Ctx& c, const std::string& node) {
   std::string path = absl::StrCat("/api/v1/namespaces/", UrlEncode(c.cryo_ns),
-                                  "/pods?labelSelector=", UrlEncode(kCryoPodSelector));
+                                  "/pods?labelSelector=", UrlEncode(contract::k8s::kCryoPodSelector));
   if (!node.empty()) absl::StrAppend(&path, "&fieldSelector=", UrlEncode("spec.nodeName=" + node));
   auto list = c.kubectl.GetRaw(path);
   if (!list.ok() && !IsApiNotFound(list.status())) {
@@ -255,7 +255,7 @@ absl::StatusOr<std::vector<CryoPod>> RunningCryoPods(Ctx& c, const std::string& 
   return Failure(kExitNoCryo,
                  absl::StrCat(node.empty() ? "the cluster does not run cryo"
                                            : "node " + node + " does not run cryo",
-                              ": no pod labelled ", kCryoPodSelector, " in namespace ", c.cryo_ns,
+                              ": no pod labelled ", contract::k8s::kCryoPodSelector, " in namespace ", c.cryo_ns,
                               node.empty() ? "" : " is scheduled there",
                               " (is the cryo DaemonSet installed there, and does it tolerate the "
                               "node's taints? --cryo-namespace names another namespace)"));
@@ -650,7 +650,7 @@ absl::Status Restore(Ctx& c) {
     if (src.pod.empty() || src.namespace_name.empty()) {
       return Failure(kExitSourcePodGone,
                      absl::StrCat("checkpoint ", id,
-                                  " does not say which pod it was taken from (no ", kPodNameLabel,
+                                  " does not say which pod it was taken from (no ", contract::k8s::kPodName,
                                   " label): give the pod with --from-file "
                                   "pod.json|yaml"));
     }

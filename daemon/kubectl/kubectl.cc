@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "daemon/kubectl/errors.h"
+#include "daemon/kubectl/objects.h"
 
 namespace cryo::kubectl {
 namespace {
@@ -125,7 +126,7 @@ absl::StatusOr<nlohmann::json> Kubectl::ReadObjectFile(const std::string& path) 
   // `annotate --local` reads JSON or YAML and prints JSON without asking the server. Removing
   // an annotation nobody sets is its no-op; several objects in one file fail to parse below.
   auto j = RunJson(
-      {"annotate", "--local", "-f", path, "-o", "json", "kubectl-checkpoint.cryo.dev/none-"}, "");
+      {"annotate", "--local", "-f", path, "-o", "json", absl::StrCat(kNoopAnnotation, "-")}, "");
   if (absl::IsDataLoss(j.status())) {
     return absl::InvalidArgumentError(absl::StrCat(path, " must hold exactly one object"));
   }

@@ -21,8 +21,8 @@ const std::set<std::string>& ControllerLabels() {
                                           "controller-revision-hash",
                                           "statefulset.kubernetes.io/pod-name",
                                           "apps.kubernetes.io/pod-index",
-                                          "controller-uid",
-                                          "batch.kubernetes.io/controller-uid"};
+                                          contract::k8s::kControllerUidLegacy,
+                                          contract::k8s::kControllerUid};
   return s;
 }
 
@@ -158,9 +158,9 @@ PodRef SourceOf(const json& checkpoint) {
   PodRef r;
   const json labels = checkpoint.value("labels", json::object());
   if (!labels.is_object()) return r;
-  r.namespace_name = labels.value(kPodNamespaceLabel, "");
-  r.pod = labels.value(kPodNameLabel, "");
-  r.container = labels.value(kContainerNameLabel, "");
+  r.namespace_name = labels.value(contract::k8s::kPodNamespace, "");
+  r.pod = labels.value(contract::k8s::kPodName, "");
+  r.container = labels.value(contract::k8s::kContainerName, "");
   return r;
 }
 
@@ -174,7 +174,7 @@ std::vector<json> CheckpointsOf(const json& list, const PodRef& ref, const std::
         r.container != ref.container) {
       continue;
     }
-    const std::string label_uid = Str(c, absl::StrCat("/labels/", kPodUidLabel));
+    const std::string label_uid = Str(c, absl::StrCat("/labels/", contract::k8s::kPodUid));
     if (!uid.empty() && !label_uid.empty() && label_uid != uid) continue;
     out.push_back(c);
   }
@@ -210,10 +210,10 @@ json MergeCheckpoints(const std::vector<json>& lists) {
 
 json ResumeAnnotations(const std::string& prefix, const std::string& id,
                        const std::string& container) {
-  json a = {{prefix + "/resume", id}};
+  json a = {{contract::Key(prefix, contract::pod::kResume), id}};
   // Only the checkpointed container resumes; without this the shim would try every container
   // of the pod (init containers and sidecars too) from the same checkpoint.
-  if (!container.empty()) a[prefix + "/containers"] = container;
+  if (!container.empty()) a[contract::Key(prefix, contract::pod::kContainers)] = container;
   return a;
 }
 
@@ -272,8 +272,8 @@ absl::StatusOr<json> BuildResumePod(const json& source, const ResumePodOptions& 
   for (const auto& k : ControllerLabels()) labels.erase(k);
   json annotations = StringMap(meta.value("annotations", json::object()));
   for (const auto& k : ServerAnnotations()) annotations.erase(k);
-  annotations.erase("kubectl-checkpoint.cryo.dev/none");
-  annotations.erase(o.prefix + "/containers");
+  annotations.erase(kNoopAnnotation);
+  annotations.erase(contract::Key(o.prefix, contract::pod::kContainers));
   const json resume = ResumeAnnotations(o.prefix, o.checkpoint_id, o.container);
   for (auto it = resume.begin(); it != resume.end(); ++it) annotations[it.key()] = it.value();
 

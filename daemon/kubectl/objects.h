@@ -10,21 +10,23 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/contract/annotations.h"
+#include "lib/contract/labels.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::kubectl {
 
 using nlohmann::json;
 
-// Labels of checkpoints taken through the CRI shim (kubelet's container labels).
-inline constexpr char kPodNamespaceLabel[] = "io.kubernetes.pod.namespace";
-inline constexpr char kPodNameLabel[] = "io.kubernetes.pod.name";
-inline constexpr char kContainerNameLabel[] = "io.kubernetes.container.name";
-inline constexpr char kPodUidLabel[] = "io.kubernetes.pod.uid";
-// The cryo DaemonSet's pods (chart: app.kubernetes.io/name=cryo), and cryod's port.
-inline constexpr char kCryoPodSelector[] = "app.kubernetes.io/name=cryo";
+// Label and annotation names come from lib/contract (labels.h: kubelet's container labels
+// that cryo copies onto checkpoints, and the chart's cryod pod selector; annotations.h: the
+// pod annotations the shim reads). Only what the plugin alone uses is named here.
+// The port through which the API server's pod proxy reaches cryod's HTTP API.
 inline constexpr char kCryodPortName[] = "http";
 inline constexpr int kDefaultCryodPort = 9464;
+// Removed by `kubectl annotate --local` as its no-op when converting a file to JSON; nobody
+// sets it, and a resume pod never carries it.
+inline constexpr char kNoopAnnotation[] = "kubectl-cryo.cryo.dev/none";
 // cryod's read-only HTTP API (daemon/api/http_api.h).
 inline constexpr char kCryodCheckpointsPath[] = "/v1/checkpoints";
 
@@ -74,7 +76,7 @@ struct ResumePodOptions {
   std::string node;            // "" -> the scheduler picks
   std::string namespace_name;  // "" -> the source's
   std::string container;       // the checkpointed container ("" when unknown)
-  std::string prefix = "cryo.dev";
+  std::string prefix = contract::kDefaultPrefix;
 };
 // A new Pod that resumes `source` (a Pod, or a workload with spec.template) from a checkpoint:
 // its labels and annotations minus those controllers and the server set, the resume
