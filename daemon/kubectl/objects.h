@@ -45,12 +45,27 @@ struct CryoPod {
   std::string name;
   std::string node;
   std::string phase;
-  int port = kDefaultCryodPort;
+  int port = 0;          // cryod's port named "http"; 0 when the pod declares none
   bool running = false;  // phase Running: cryod can answer through the pod proxy
 };
 // The cryo pods of a PodList, with cryod's port (the port named "http" of container "cryod",
 // else of any container).
 std::vector<CryoPod> CryoPodsFromList(const json& pod_list);
+
+// The names of the nodes of a NodeList whose Ready condition is True, sorted.
+std::vector<std::string> ReadyNodes(const json& node_list);
+
+// Where cryod's HTTP API is reached through the API server (--cryo-endpoint, $CRYO_ENDPOINT).
+struct CryodEndpoint {
+  enum Kind {
+    kPods,   // "pods": the cryo DaemonSet's pods, through the pod proxy (the default)
+    kNodes,  // "nodes[:PORT]": a host service on every node, through the node proxy
+  };
+  Kind kind = kPods;
+  int port = kDefaultCryodPort;  // kNodes only
+  std::string ToString() const;
+};
+absl::StatusOr<CryodEndpoint> ParseCryodEndpoint(const std::string& s);
 
 // Where a checkpoint was taken, from its labels ("" when it has none).
 struct PodRef {
@@ -96,6 +111,18 @@ absl::StatusOr<WorkloadRef> ParseWorkload(const std::string& s);
 // JSON merge patch putting the resume annotations on the workload's pod template.
 json WorkloadResumePatch(const std::string& prefix, const std::string& id,
                          const std::string& container);
+
+// The kind of `resource` as kubectl -o name prints it: "job.batch", "deployment.apps".
+std::string QualifiedKind(const std::string& resource);
+
+// kubectl's shape of a list of things that are not one API kind: {"apiVersion": "v1",
+// "kind": "List", "items": [...], "metadata": {"resourceVersion": ""}}.
+json KubeList(const json& items);
+
+// `j` as YAML (block style, two-space indent, sequences under a key not indented, as kubectl
+// prints). Strings are plain where no YAML reader could take them for anything else (a number,
+// a boolean, a date, null) and double-quoted otherwise.
+std::string ToYaml(const json& j);
 
 absl::Time ParseRfc3339(const std::string& s);  // InfinitePast when unparsable
 
