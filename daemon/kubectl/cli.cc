@@ -144,14 +144,16 @@ void DeclareKubectlFlags(flags::FlagSet& fs, Options* o) {
 }
 
 absl::Status SetOutput(absl::string_view v, Output* out) {
-  static const std::map<std::string, Output, std::less<>> kFormats = {
-      {"text", Output::kText}, {"wide", Output::kWide}, {"json", Output::kJson},
-      {"yaml", Output::kYaml}, {"name", Output::kName}};
+  static const std::map<std::string, Output, std::less<>> kFormats = {{"text", Output::kText},
+                                                                      {"wide", Output::kWide},
+                                                                      {"json", Output::kJson},
+                                                                      {"yaml", Output::kYaml},
+                                                                      {"name", Output::kName}};
   const std::string value = ShortValue(v);
   auto it = kFormats.find(value);
   if (it == kFormats.end()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "-o/--output: '", value, "' is not one of text, wide, json, yaml or name"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("-o/--output: '", value, "' is not one of text, wide, json, yaml or name"));
   }
   *out = it->second;
   return absl::OkStatus();
@@ -170,8 +172,7 @@ void DeclareCommonFlags(flags::FlagSet& fs, Options* o) {
   fs.Bool("all-namespaces", &o->all_namespaces, "list: checkpoints of every namespace").Short('A');
   fs.Custom(
         "output", [o](absl::string_view v) { return SetOutput(v, &o->output); },
-        "text, wide (list: more columns), json, yaml or name", "FORMAT",
-        "text")
+        "text, wide (list: more columns), json, yaml or name", "FORMAT", "text")
       .Short('o');
 }
 
@@ -215,8 +216,7 @@ void DeclareCommandFlags(flags::FlagSet& fs, const std::string& command, Options
             o->container = ShortValue(v);
             return absl::OkStatus();
           },
-          "the container (default: the only one, or the pod's default-container)",
-          "NAME")
+          "the container (default: the only one, or the pod's default-container)", "NAME")
         .Short('c');
   }
   if (takes("timeout")) {
@@ -236,14 +236,12 @@ void DeclareCommandFlags(flags::FlagSet& fs, const std::string& command, Options
           }
           return absl::OkStatus();
         },
-        "how long kubelet waits, in seconds or as 5m (default: the runtime's)",
-        "SECONDS");
+        "how long kubelet waits, in seconds or as 5m (default: the runtime's)", "SECONDS");
   }
   if (takes("node")) {
     fs.String("node", &o->node,
-              command == "restore"
-                  ? "bind the new pod to NODE (default: the scheduler picks)"
-                  : "ask only the cryod on NODE",
+              command == "restore" ? "bind the new pod to NODE (default: the scheduler picks)"
+                                   : "ask only the cryod on NODE",
               "NODE");
   }
   if (takes("workload")) {
@@ -258,8 +256,7 @@ void DeclareCommandFlags(flags::FlagSet& fs, const std::string& command, Options
   }
   if (takes("from-file")) {
     fs.String("from-file", &o->from_file,
-              "the source pod (or its workload) as JSON or YAML, when it is gone",
-              "FILE");
+              "the source pod (or its workload) as JSON or YAML, when it is gone", "FILE");
   }
   if (takes("dry-run")) {
     fs.Custom(
@@ -471,9 +468,10 @@ absl::StatusOr<std::vector<Cryod>> PodCryods(Ctx& c, const std::string& node) {
                      HostServiceHint()));
   }
   if (!idle.empty()) {
-    return Failure(kExitNoCryo, absl::StrCat("cryo is not running", where.empty() ? "" : where,
-                                             ": pod ", idle[0].name, " in namespace ", cns, " is ",
-                                             idle[0].phase.empty() ? "not started" : idle[0].phase));
+    return Failure(kExitNoCryo,
+                   absl::StrCat("cryo is not running", where.empty() ? "" : where, ": pod ",
+                                idle[0].name, " in namespace ", cns, " is ",
+                                idle[0].phase.empty() ? "not started" : idle[0].phase));
   }
   return Failure(
       kExitNoCryo,
@@ -532,15 +530,16 @@ absl::StatusOr<json> CryodGet(Ctx& c, const Cryod& d, const std::string& path) {
 // Why a cryod that was found might not answer.
 std::string NoAnswerHint(const Ctx& c, const Cryod& d) {
   if (c.endpoint.kind != CryodEndpoint::kNodes) return "";
-  return absl::StrCat(" (does cryod run on node ", d.node, " as a host service, with its HTTP API on ",
-                      "port ", c.endpoint.port, " of the node's address?)");
+  return absl::StrCat(" (does cryod run on node ", d.node,
+                      " as a host service, with its HTTP API on ", "port ", c.endpoint.port,
+                      " of the node's address?)");
 }
 
 // Errors that mean no other cryod will do better: stop asking.
 bool Fatal(const absl::Status& s) {
   int code = ExitCodeOf(s);
-  return code == kExitApiUnreachable || code == kExitUnauthorized ||
-         code == kExitKubectlMissing || code == kExitNoCryo;
+  return code == kExitApiUnreachable || code == kExitUnauthorized || code == kExitKubectlMissing ||
+         code == kExitNoCryo;
 }
 
 // One checkpoint from the first cryod that has it.
@@ -560,10 +559,10 @@ absl::StatusOr<json> FetchCheckpoint(Ctx& c, const std::string& id, const std::s
     }
   }
   if (!problems.empty()) {
-    return Failure(kExitCryodFailed,
-                   absl::StrCat("checkpoint ", id, " not found, and ", problems.size(), " of ",
-                                cryods->size(), " cryods failed to answer: ",
-                                absl::StrJoin(problems, "; ")));
+    return Failure(
+        kExitCryodFailed,
+        absl::StrCat("checkpoint ", id, " not found, and ", problems.size(), " of ", cryods->size(),
+                     " cryods failed to answer: ", absl::StrJoin(problems, "; ")));
   }
   if (!node.empty()) {
     return Failure(kExitCheckpointNotFound,
@@ -726,10 +725,10 @@ absl::Status List(Ctx& c, const std::vector<std::string>& pos) {
     if (r.ok() && r->is_array()) {
       lists.push_back(std::move(*r));
     } else {
-      problems.push_back(absl::StrCat(d.describe, ": ",
-                                      r.ok() ? "answered something other than a list"
-                                             : std::string(r.status().message()),
-                                      r.ok() ? "" : NoAnswerHint(c, d)));
+      problems.push_back(absl::StrCat(
+          d.describe, ": ",
+          r.ok() ? "answered something other than a list" : std::string(r.status().message()),
+          r.ok() ? "" : NoAnswerHint(c, d)));
     }
   }
   for (const auto& p : problems) c.err << "warning: " << p << "\n";
@@ -768,17 +767,17 @@ absl::Status List(Ctx& c, const std::vector<std::string>& pos) {
     std::vector<std::string> row = {
         Str(ck, "/checkpoint_id"),
         Str(ck, "/workload"),
-        src.pod.empty() ? "-" : absl::StrCat(src.pod, "/", src.container.empty() ? "?" : src.container),
+        src.pod.empty() ? "-"
+                        : absl::StrCat(src.pod, "/", src.container.empty() ? "?" : src.container),
         Str(ck, "/node_name"),
         human::Bytes(U64(ck.value("size_bytes", json()))),
         t == absl::InfinitePast() ? "?" : human::Age(now - t)};
     if (all) row.insert(row.begin(), src.namespace_name.empty() ? "-" : src.namespace_name);
     if (wide) {
       const json labels = ck.value("labels", json::object());
-      row.insert(row.end(),
-                 {Str(ck, "/kind"), absl::StrCat(U64(ck.value("file_count", json()))),
-                  labels.is_object() ? labels.value(reason_label, "-") : "-",
-                  Str(ck, "/created_at")});
+      row.insert(row.end(), {Str(ck, "/kind"), absl::StrCat(U64(ck.value("file_count", json()))),
+                             labels.is_object() ? labels.value(reason_label, "-") : "-",
+                             Str(ck, "/created_at")});
     }
     for (auto& cell : row) cell = cell.empty() ? "-" : human::Printable(cell);
     rows.push_back(std::move(row));
@@ -925,8 +924,8 @@ absl::Status RestoreWorkload(Ctx& c, const std::string& id) {
   } else if (c.o.output == Output::kName) {
     c.out << name << "\n";
   } else {
-    c.out << ref << " in namespace " << ns
-          << " annotated: its new pods resume from checkpoint " << id << "\n";
+    c.out << ref << " in namespace " << ns << " annotated: its new pods resume from checkpoint "
+          << id << "\n";
   }
   return absl::OkStatus();
 }
@@ -954,10 +953,11 @@ absl::Status Restore(Ctx& c, const std::vector<std::string>& pos) {
     source = std::move(*f);
   } else {
     if (src.pod.empty() || src.namespace_name.empty()) {
-      return Failure(kExitSourcePodGone,
-                     absl::StrCat("checkpoint ", id, " does not say which pod it was taken from (no ",
-                                  contract::k8s::kPodName,
-                                  " label): give the pod with --from-file pod.json|yaml"));
+      return Failure(
+          kExitSourcePodGone,
+          absl::StrCat("checkpoint ", id, " does not say which pod it was taken from (no ",
+                       contract::k8s::kPodName,
+                       " label): give the pod with --from-file pod.json|yaml"));
     }
     const std::string ref = absl::StrCat(src.namespace_name, "/", src.pod);
     auto pod = c.kubectl.GetRaw(PodPath(src.namespace_name, src.pod));
@@ -1112,9 +1112,10 @@ int RunCli(const std::vector<std::string>& argv, const std::string& invoked_as, 
     }
   }
   if (o.all_namespaces && command != "list") {
-    return usage("-A/--all-namespaces goes with list only (checkpoint ids are unique across "
-                 "namespaces)",
-                 command);
+    return usage(
+        "-A/--all-namespaces goes with list only (checkpoint ids are unique across "
+        "namespaces)",
+        command);
   }
   if (o.cryo_namespace.empty() || o.prefix.empty()) {
     return usage("--cryo-namespace and --annotation-prefix cannot be empty", command);

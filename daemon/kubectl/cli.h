@@ -18,7 +18,7 @@ inline constexpr char kLegacyPluginName[] = "kubectl-checkpoint";
 // Runs the plugin on its arguments (what follows "kubectl cryo"); `invoked_as` is the base
 // name it was run by (kLegacyPluginName takes "POD" for "checkpoint POD"). Returns the exit code
 // (errors.h). Output goes to `out`, errors, warnings and kubectl's -v log to `err`.
-int RunCli(const std::vector<std::string>& args, const std::string& invoked_as,
-           std::ostream& out, std::ostream& err);
+int RunCli(const std::vector<std::string>& args, const std::string& invoked_as, std::ostream& out,
+           std::ostream& err);
 
 }  // namespace cryo::kubectl

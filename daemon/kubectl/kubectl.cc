@@ -90,10 +90,11 @@ absl::StatusOr<RunOutput> Kubectl::Run(const std::vector<std::string>& args,
   ro.input = input;
   auto r = cryo::Run(ro);
   if (absl::IsNotFound(r.status()) || absl::IsPermissionDenied(r.status())) {
-    return Failure(kExitKubectlMissing,
-                   absl::StrCat("cannot run kubectl (", r.status().message(),
-                                "): kubectl cryo makes every API call through your kubectl ($KUBECTL, "
-                                "else kubectl on PATH)"));
+    return Failure(
+        kExitKubectlMissing,
+        absl::StrCat("cannot run kubectl (", r.status().message(),
+                     "): kubectl cryo makes every API call through your kubectl ($KUBECTL, "
+                     "else kubectl on PATH)"));
   }
   if (r.ok() && o_.log != nullptr) *o_.log << r->err;
   return r;

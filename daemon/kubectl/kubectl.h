@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nlohmann/json.hpp"
 #include "lib/base/subprocess.h"
+#include "nlohmann/json.hpp"
 
 namespace cryo::kubectl {
 
@@ -53,7 +53,7 @@ class Kubectl {
   // kubectl GLOBAL_FLAGS ARGS with `input` on stdin. kExitKubectlMissing when kubectl cannot
   // be started.
   absl::StatusOr<RunOutput> Run(const std::vector<std::string>& args,
-                                    const std::string& input = "") const;
+                                const std::string& input = "") const;
 
   // GET PATH through the API server (`kubectl get --raw`), parsed as JSON.
   absl::StatusOr<nlohmann::json> GetRaw(const std::string& path) const;

@@ -175,8 +175,7 @@ absl::StatusOr<CryodEndpoint> ParseCryodEndpoint(const std::string& s) {
   if (s.empty() || s == "pods") return e;
   if (s == "nodes" || absl::StartsWith(s, "nodes:")) {
     e.kind = CryodEndpoint::kNodes;
-    if (s != "nodes" &&
-        (!absl::SimpleAtoi(s.substr(6), &e.port) || e.port < 1 || e.port > 65535)) {
+    if (s != "nodes" && (!absl::SimpleAtoi(s.substr(6), &e.port) || e.port < 1 || e.port > 65535)) {
       return absl::InvalidArgumentError(
           absl::StrCat("cryod endpoint '", s, "': the port after nodes: is a number, 1 to 65535"));
     }
@@ -249,7 +248,7 @@ bool PlainSafe(const std::string& s) {
     if (c == ' ' && s[i + 1] != '#') continue;
     return false;
   }
-  static const std::set<std::string> kWords = {"y",   "n",  "yes", "no",    "on",
+  static const std::set<std::string> kWords = {"y",   "n",    "yes",   "no",  "on",
                                                "off", "true", "false", "null"};
   return !kWords.count(absl::AsciiStrToLower(s));
 }

@@ -202,8 +202,8 @@ TEST_F(PassthroughTest, IdentityFlagsReachTheApiServer) {
     ASSERT_GT(reqs.size(), before) << absl::StrJoin(args, " ");
     for (size_t i = before; i < reqs.size(); ++i) {
       auto h = reqs[i].headers;
-      const std::string what = absl::StrCat(absl::StrJoin(args, " "), ": ", reqs[i].method, " ",
-                                            reqs[i].path);
+      const std::string what =
+          absl::StrCat(absl::StrJoin(args, " "), ": ", reqs[i].method, " ", reqs[i].path);
       EXPECT_EQ(h["impersonate-user"], "alice") << what;
       EXPECT_EQ(h["impersonate-group"], "ml-team, ops") << what;
       EXPECT_EQ(h["impersonate-uid"], "u-1") << what;
@@ -245,9 +245,11 @@ TEST_F(PassthroughTest, ConnectionFlagsChooseServerAndUser) {
   // The kubeconfig's server is nowhere; --server / -s point at the fake one.
   WriteKubeconfig(kubeconfig_, "http://127.0.0.1:1");
   EXPECT_EQ(Plugin({"list", "-A"}).code, kExitApiUnreachable);
-  for (const std::vector<std::string>& server : std::vector<std::vector<std::string>>{
-           {"--server", server_.url()}, {"--server=" + server_.url()}, {"-s", server_.url()},
-           {"-s=" + server_.url()}}) {
+  for (const std::vector<std::string>& server :
+       std::vector<std::vector<std::string>>{{"--server", server_.url()},
+                                             {"--server=" + server_.url()},
+                                             {"-s", server_.url()},
+                                             {"-s=" + server_.url()}}) {
     std::vector<std::string> args = {"checkpoint", "train-0", "-n", "ml", "-o", "json"};
     args.insert(args.end(), server.begin(), server.end());
     r = Plugin(args);
@@ -258,20 +260,48 @@ TEST_F(PassthroughTest, ConnectionFlagsChooseServerAndUser) {
 
 TEST_F(PassthroughTest, EveryKubectlCallGetsThemAll) {
   const std::string kubectl = LoggingKubectl();
-  const std::vector<std::string> flags = {
-      "--kubeconfig=" + kubeconfig_, "--context=fake",    "--cluster=fake",
-      "--user=tester",               "--server=" + server_.url(), "--token=test-token",
-      "--as=alice",                  "--as-group=g1",     "--as-uid=u-1",
-      "--request-timeout=7s",        "--insecure-skip-tls-verify=true",
-      "--cache-dir=" + dir_ + "/cache2", "--warnings-as-errors=false", "--v=1",
-      "--disable-compression=true"};
+  const std::vector<std::string> flags = {"--kubeconfig=" + kubeconfig_,
+                                          "--context=fake",
+                                          "--cluster=fake",
+                                          "--user=tester",
+                                          "--server=" + server_.url(),
+                                          "--token=test-token",
+                                          "--as=alice",
+                                          "--as-group=g1",
+                                          "--as-uid=u-1",
+                                          "--request-timeout=7s",
+                                          "--insecure-skip-tls-verify=true",
+                                          "--cache-dir=" + dir_ + "/cache2",
+                                          "--warnings-as-errors=false",
+                                          "--v=1",
+                                          "--disable-compression=true"};
   // As given: --name VALUE, --name=VALUE, -s, -v, bare booleans.
-  const std::vector<std::string> given = {
-      "--kubeconfig", kubeconfig_, "--context", "fake", "--cluster=fake", "--user", "tester",
-      "-s", server_.url(), "--token", "test-token", "--as", "alice", "--as-group", "g1",
-      "--as-uid", "u-1", "--request-timeout", "7s", "--insecure-skip-tls-verify",
-      "--cache-dir", dir_ + "/cache2", "--warnings-as-errors=false", "-v", "1",
-      "--disable-compression"};
+  const std::vector<std::string> given = {"--kubeconfig",
+                                          kubeconfig_,
+                                          "--context",
+                                          "fake",
+                                          "--cluster=fake",
+                                          "--user",
+                                          "tester",
+                                          "-s",
+                                          server_.url(),
+                                          "--token",
+                                          "test-token",
+                                          "--as",
+                                          "alice",
+                                          "--as-group",
+                                          "g1",
+                                          "--as-uid",
+                                          "u-1",
+                                          "--request-timeout",
+                                          "7s",
+                                          "--insecure-skip-tls-verify",
+                                          "--cache-dir",
+                                          dir_ + "/cache2",
+                                          "--warnings-as-errors=false",
+                                          "-v",
+                                          "1",
+                                          "--disable-compression"};
   auto all_commands = EveryCommand();
   all_commands.push_back({"version"});
   for (std::vector<std::string> args : all_commands) {
@@ -295,8 +325,8 @@ TEST_F(PassthroughTest, RequestTimeoutReachesTheApiServer) {
 }
 
 TEST_F(PassthroughTest, VerbosityShowsKubectlsLog) {
-  for (const std::vector<std::string>& v : std::vector<std::vector<std::string>>{
-           {"-v=6"}, {"-v", "6"}, {"--v=6"}, {"-v6"}}) {
+  for (const std::vector<std::string>& v :
+       std::vector<std::vector<std::string>>{{"-v=6"}, {"-v", "6"}, {"--v=6"}, {"-v6"}}) {
     std::vector<std::string> args = {"inspect", "ck-1", "-o", "name"};
     args.insert(args.end(), v.begin(), v.end());
     Outcome r = Plugin(args);
@@ -380,7 +410,8 @@ TEST_F(HostServiceTest, CheckpointThroughTheNodeProxy) {
 }
 
 TEST_F(HostServiceTest, InspectOnOneNodeAndAnotherPort) {
-  Outcome r = Plugin({"inspect", "ck-b", "--node", "node-b", "-o", "name"}, {"CRYO_ENDPOINT=nodes"});
+  Outcome r =
+      Plugin({"inspect", "ck-b", "--node", "node-b", "-o", "name"}, {"CRYO_ENDPOINT=nodes"});
   ASSERT_EQ(r.code, 0) << r;
   EXPECT_EQ(r.out, "checkpoint/ck-b\n");
   EXPECT_THAT(Lines(server_.ApiRequests()),
@@ -438,8 +469,8 @@ TEST_F(HostServiceTest, NoReadyNode) {
 
 TEST_F(PluginTest, NoCryoPodSaysWhatWasLookedForAndHowToReachAHostService) {
   server_.OnJson("GET", kCryoPods, CryoPodList({}));
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"list"}, {"inspect", "ck-1"}, {"restore", "ck-1"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"list"}, {"inspect", "ck-1"}, {"restore", "ck-1"}}) {
     Outcome r = Plugin(args);
     EXPECT_EQ(r.code, kExitNoCryo) << r;
     EXPECT_THAT(r.err, HasSubstr("error: cryod not found: no pod labelled "

@@ -11,9 +11,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "daemon/kubectl/errors.h"
+#include "daemon/kubectl/objects.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "daemon/kubectl/objects.h"
 #include "test/daemon/kubectl/plugin_fixture.h"
 
 namespace cryo::kubectl::testing {
@@ -33,7 +33,8 @@ TEST_F(KubectlCryoTest, CheckpointsThroughKubeletsApi) {
   ServeTrainPod();
   ServeCryoPods();
   const json old = CheckpointOf("ck-old", "ml", "train-0", "worker");
-  ServeCheckpointCall(ProxyPath("cryo-a", "/v1/checkpoints"), kTrainCheckpoint, json::array({kTrainArchive}), json::array({old}),
+  ServeCheckpointCall(ProxyPath("cryo-a", "/v1/checkpoints"), kTrainCheckpoint,
+                      json::array({kTrainArchive}), json::array({old}),
                       json::array({CheckpointOf("ck-new", "ml", "train-0", "worker"), old}));
   Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml", "--timeout", "90"});
   ASSERT_EQ(r.code, 0) << r;
@@ -85,7 +86,8 @@ TEST_F(KubectlCryoTest, KubeletNotGoingThroughTheShimIsAnError) {
   ServeCryoPods();
   const json old = CheckpointOf("ck-old", "ml", "train-0", "worker");
   ServeCheckpointCall(
-      ProxyPath("cryo-a", "/v1/checkpoints"), kTrainCheckpoint, json::array({kTrainArchive}), json::array({old}),
+      ProxyPath("cryo-a", "/v1/checkpoints"), kTrainCheckpoint, json::array({kTrainArchive}),
+      json::array({old}),
       json::array({CheckpointOf("ck-other-pod", "ml", "train-1", "worker"),
                    CheckpointOf("ck-sidecar", "ml", "train-0", "sidecar"),
                    CheckpointOf("ck-earlier-pod", "ml", "train-0", "worker", "0000-old-uid"),
@@ -224,18 +226,18 @@ TEST_F(KubectlCryoTest, ApiServerUnreachable) {
 
 TEST_F(KubectlCryoTest, KubectlMissingIs127ForEveryCommand) {
   // A missing kubectl was once taken for "the API server has no cryo pods" (exit 9).
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"checkpoint", "train-0", "-n", "ml"},
-           {"list"},
-           {"list", "-A"},
-           {"list", "--node", "node-a"},
-           {"list", "--cryo-endpoint", "nodes:9464"},
-           {"inspect", "ck-1"},
-           {"restore", "ck-1"},
-           {"restore", "ck-1", "--from-file", "/dev/null"},
-           {"restore", "ck-1", "--workload", "job/train"},
-           {"version"},
-           {"--version"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"checkpoint", "train-0", "-n", "ml"},
+                                             {"list"},
+                                             {"list", "-A"},
+                                             {"list", "--node", "node-a"},
+                                             {"list", "--cryo-endpoint", "nodes:9464"},
+                                             {"inspect", "ck-1"},
+                                             {"restore", "ck-1"},
+                                             {"restore", "ck-1", "--from-file", "/dev/null"},
+                                             {"restore", "ck-1", "--workload", "job/train"},
+                                             {"version"},
+                                             {"--version"}}) {
     for (const std::string& kubectl : {std::string("/nonexistent"), dir_}) {  // missing; a dir
       Outcome r = Plugin(args, {"KUBECTL=" + kubectl});
       EXPECT_EQ(r.code, kExitKubectlMissing) << absl::StrJoin(args, " ") << "\n" << r;
@@ -244,31 +246,32 @@ TEST_F(KubectlCryoTest, KubectlMissingIs127ForEveryCommand) {
       std::vector<std::string> legacy = args;
       if (legacy[0] == "checkpoint") legacy.erase(legacy.begin());
       r = Legacy(legacy, {"KUBECTL=" + kubectl});
-      EXPECT_EQ(r.code, kExitKubectlMissing) << "kubectl-checkpoint " << absl::StrJoin(legacy, " ")
-                                             << "\n" << r;
+      EXPECT_EQ(r.code, kExitKubectlMissing)
+          << "kubectl-checkpoint " << absl::StrJoin(legacy, " ") << "\n"
+          << r;
     }
   }
   EXPECT_THAT(server_.requests(), IsEmpty());
 }
 
 TEST_F(KubectlCryoTest, UsageErrors) {
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"checkpoint", "train-0", "--bogus"},
-           {"checkpoint", "train-0", "--bogus=1", "-Z"},
-           {"list", "-c", "x"},             // another command's flag
-           {"checkpoint", "train-0", "-A"},  // -A is list's
-           {"inspect", "ck-1", "--all-namespaces"},
-           {"checkpoint", "train-0", "-o", "jsonpath={.x}"},
-           {"list", "--cryo-endpoint", "node:9464"},
-           {"list", "--cryo-endpoint", "nodes:99999"},
-           {"list", "-v", "lots"},
-           {"list", "--insecure-skip-tls-verify=maybe"},
-           {"version", "-o", "name"},
-           {"checkpoint"},
-           {"checkpoint", "a", "b"},
-           {"list", "extra"},
-           {"train-0"},  // kubectl-cryo wants a command first
-           {}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"checkpoint", "train-0", "--bogus"},
+                                             {"checkpoint", "train-0", "--bogus=1", "-Z"},
+                                             {"list", "-c", "x"},  // another command's flag
+                                             {"checkpoint", "train-0", "-A"},  // -A is list's
+                                             {"inspect", "ck-1", "--all-namespaces"},
+                                             {"checkpoint", "train-0", "-o", "jsonpath={.x}"},
+                                             {"list", "--cryo-endpoint", "node:9464"},
+                                             {"list", "--cryo-endpoint", "nodes:99999"},
+                                             {"list", "-v", "lots"},
+                                             {"list", "--insecure-skip-tls-verify=maybe"},
+                                             {"version", "-o", "name"},
+                                             {"checkpoint"},
+                                             {"checkpoint", "a", "b"},
+                                             {"list", "extra"},
+                                             {"train-0"},  // kubectl-cryo wants a command first
+                                             {}}) {
     Outcome r = Plugin(args);
     EXPECT_EQ(r.code, kExitUsage) << absl::StrJoin(args, " ") << "\n" << r;
     EXPECT_THAT(r.err, HasSubstr("kubectl cryo")) << absl::StrJoin(args, " ");
@@ -289,8 +292,8 @@ TEST_F(KubectlCryoTest, UsageErrors) {
 
 TEST_F(KubectlCryoTest, HelpForEachCommand) {
   for (const std::string cmd : {"checkpoint", "list", "inspect", "restore", "version"}) {
-    for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-             {cmd, "--help"}, {"help", cmd}, {"-h", cmd}}) {
+    for (const std::vector<std::string>& args :
+         std::vector<std::vector<std::string>>{{cmd, "--help"}, {"help", cmd}, {"-h", cmd}}) {
       Outcome r = Plugin(args);
       EXPECT_EQ(r.code, 0) << r;
       EXPECT_THAT(r.out, HasSubstr("kubectl cryo " + cmd)) << cmd;
@@ -379,9 +382,13 @@ TEST_F(ListTest, NamespaceAsKubectlMeansIt) {
   EXPECT_THAT(FirstColumn(r.out), ElementsAre("ck-web"));
   EXPECT_THAT(r.out, HasSubstr(" web/app "));
   // -n, --namespace, -n=, -nNS.
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"list", "-n", "ml"}, {"list", "--namespace", "ml"}, {"list", "--namespace=ml"},
-           {"list", "-n=ml"}, {"list", "-nml"}, {"-n", "ml", "list"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"list", "-n", "ml"},
+                                             {"list", "--namespace", "ml"},
+                                             {"list", "--namespace=ml"},
+                                             {"list", "-n=ml"},
+                                             {"list", "-nml"},
+                                             {"-n", "ml", "list"}}) {
     r = Plugin(args);
     ASSERT_EQ(r.code, 0) << r;
     EXPECT_THAT(FirstColumn(r.out), ElementsAre("ck-new", "ck-shared", "ck-old"))
@@ -400,9 +407,11 @@ TEST_F(ListTest, NamespaceAsKubectlMeansIt) {
 
 TEST_F(ListTest, AllNamespaces) {
   // -A wins over -n, as in kubectl; checkpoints taken outside Kubernetes show too.
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"list", "-A"}, {"list", "--all-namespaces"}, {"list", "-A", "-n", "ml"},
-           {"list", "--all-namespaces=true"}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"list", "-A"},
+                                             {"list", "--all-namespaces"},
+                                             {"list", "-A", "-n", "ml"},
+                                             {"list", "--all-namespaces=true"}}) {
     Outcome r = Plugin(args);
     ASSERT_EQ(r.code, 0) << r;
     std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
@@ -449,8 +458,8 @@ TEST_F(ListTest, EveryOutputFormat) {
   ASSERT_EQ(r.code, 0) << r;
   std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 4u) << r;
-  for (const char* col : {"ID", "WORKLOAD", "POD", "NODE", "SIZE", "AGE", "KIND", "FILES",
-                          "REASON", "CREATED"}) {
+  for (const char* col :
+       {"ID", "WORKLOAD", "POD", "NODE", "SIZE", "AGE", "KIND", "FILES", "REASON", "CREATED"}) {
     EXPECT_THAT(lines[0], HasSubstr(col));
   }
   EXPECT_THAT(lines[2], HasSubstr("container   12      kubelet   2026-11-02T10:00:00Z"));

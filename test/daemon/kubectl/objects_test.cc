@@ -8,12 +8,11 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "lib/base/subprocess.h"
-
 #include "daemon/kubectl/errors.h"
+#include "daemon/kubectl/kubectl.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "daemon/kubectl/kubectl.h"
+#include "lib/base/subprocess.h"
 
 namespace cryo::kubectl {
 namespace {
@@ -212,7 +211,8 @@ TEST(CryodEndpointTest, PodsOrNodesWithAPort) {
   EXPECT_EQ(e->port, kDefaultCryodPort);
   EXPECT_EQ(ParseCryodEndpoint("nodes:8080")->port, 8080);
   EXPECT_EQ(ParseCryodEndpoint("nodes:8080")->ToString(), "nodes:8080");
-  for (const char* bad : {"node", "nodes:", "nodes:0", "nodes:65536", "nodes:x", "pod", "http://x"}) {
+  for (const char* bad :
+       {"node", "nodes:", "nodes:0", "nodes:65536", "nodes:x", "pod", "http://x"}) {
     EXPECT_FALSE(ParseCryodEndpoint(bad).ok()) << bad;
   }
 }
@@ -271,11 +271,27 @@ TEST(YamlTest, QuotesWhatAReaderWouldTakeForSomethingElse) {
   }
   // Quoted: numbers, dates, booleans and null of YAML 1.1 and 1.2, indicators, comments,
   // mapping and flow syntax, surrounding space, the empty string, non-ASCII, controls.
-  for (const char* quoted :
-       {"2048", "2026-11-02T10:00:00Z", "1e3", ".5", "-1", "+1", "0x1f", "true", "False", "yes",
-        "No", "on", "OFF", "y", "N", "null", "Null", "~", "", " a", "a ", "a: b", "a:", "a #b",
-        "- a", "[a]", "{a}", "*a", "&a", "!a", "%a", "@a", "`a", "'a'", "\"a\"", "|", ">", "?",
-        "a,b", "a\nb", "a\tb", "\xc3\xa9t\xc3\xa9"}) {
+  for (const char* quoted : {"2048",  "2026-11-02T10:00:00Z",
+                             "1e3",   ".5",
+                             "-1",    "+1",
+                             "0x1f",  "true",
+                             "False", "yes",
+                             "No",    "on",
+                             "OFF",   "y",
+                             "N",     "null",
+                             "Null",  "~",
+                             "",      " a",
+                             "a ",    "a: b",
+                             "a:",    "a #b",
+                             "- a",   "[a]",
+                             "{a}",   "*a",
+                             "&a",    "!a",
+                             "%a",    "@a",
+                             "`a",    "'a'",
+                             "\"a\"", "|",
+                             ">",     "?",
+                             "a,b",   "a\nb",
+                             "a\tb",  "\xc3\xa9t\xc3\xa9"}) {
     const std::string out = y(quoted);
     EXPECT_THAT(out, ::testing::StartsWith("k: \"")) << quoted;
   }
@@ -312,7 +328,8 @@ TEST(YamlTest, ReadsBackAsTheSameJson) {
 }
 
 TEST(ErrorsTest, ApiNotFoundIsNeverAFailure) {
-  EXPECT_TRUE(IsApiNotFound(KubectlStatus(ClassifyKubectlError("Error from server (NotFound): x"))));
+  EXPECT_TRUE(
+      IsApiNotFound(KubectlStatus(ClassifyKubectlError("Error from server (NotFound): x"))));
   EXPECT_FALSE(IsApiNotFound(Failure(kExitKubectlMissing, "no kubectl")));
   EXPECT_FALSE(IsApiNotFound(Failure(kExitPodNotFound, "no pod")));
   EXPECT_FALSE(IsApiNotFound(absl::OkStatus()));
@@ -326,8 +343,9 @@ TEST(KubectlErrorTest, LogLinesAreNotTheMessage) {
   EXPECT_EQ(e.kind, KubectlError::kNotFound);
   EXPECT_EQ(e.message, "Error from server (NotFound): pods \"x\" not found");
   // Only log lines: they are the message.
-  e = ClassifyKubectlError("E1124 10:00:00.000000   12 memcache.go:265] dial tcp 127.0.0.1:1: "
-                           "connect: connection refused\n");
+  e = ClassifyKubectlError(
+      "E1124 10:00:00.000000   12 memcache.go:265] dial tcp 127.0.0.1:1: "
+      "connect: connection refused\n");
   EXPECT_EQ(e.kind, KubectlError::kUnreachable);
   EXPECT_THAT(e.message, HasSubstr("connection refused"));
 }

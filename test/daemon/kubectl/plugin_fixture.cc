@@ -73,10 +73,12 @@ json CryoPodList(const std::vector<std::tuple<std::string, std::string, std::str
   json items = json::array();
   for (const auto& [name, node, phase] : pods) {
     json ports = {{{"name", "grpc"}, {"containerPort", 9465}, {"protocol", "TCP"}}};
-    if (http_port) ports.push_back({{"name", "http"}, {"containerPort", 9464}, {"protocol", "TCP"}});
-    items.push_back({{"metadata", {{"name", name}, {"namespace", "cryo-system"}}},
-                     {"spec", {{"nodeName", node}, {"containers", {{{"name", "cryod"}, {"ports", ports}}}}}},
-                     {"status", {{"phase", phase}}}});
+    if (http_port)
+      ports.push_back({{"name", "http"}, {"containerPort", 9464}, {"protocol", "TCP"}});
+    items.push_back(
+        {{"metadata", {{"name", name}, {"namespace", "cryo-system"}}},
+         {"spec", {{"nodeName", node}, {"containers", {{{"name", "cryod"}, {"ports", ports}}}}}},
+         {"status", {{"phase", phase}}}});
   }
   return {{"kind", "PodList"}, {"apiVersion", "v1"}, {"items", items}};
 }
@@ -87,8 +89,7 @@ json NodeList(const std::vector<std::pair<std::string, std::string>>& nodes) {
     json conditions = json::array();
     conditions.push_back({{"type", "MemoryPressure"}, {"status", "False"}});
     conditions.push_back({{"type", "Ready"}, {"status", ready}});
-    items.push_back(
-        {{"metadata", {{"name", name}}}, {"status", {{"conditions", conditions}}}});
+    items.push_back({{"metadata", {{"name", name}}}, {"status", {{"conditions", conditions}}}});
   }
   return {{"kind", "NodeList"}, {"apiVersion", "v1"}, {"items", items}};
 }
@@ -155,7 +156,8 @@ void PluginTest::WriteKubeconfig(const std::string& path, const std::string& ser
   std::ofstream f(path);
   f << "apiVersion: v1\nkind: Config\n"
     << "clusters:\n"
-    << "- name: fake\n  cluster:\n    server: " << server << "\n    insecure-skip-tls-verify: true\n"
+    << "- name: fake\n  cluster:\n    server: " << server
+    << "\n    insecure-skip-tls-verify: true\n"
     << "- name: strict\n  cluster:\n    server: " << server << "\n"
     << "- name: nowhere\n  cluster:\n    server: http://127.0.0.1:1\n"
     << "users:\n"
@@ -179,8 +181,12 @@ Outcome PluginTest::RunBinary(const std::string& binary, const std::vector<std::
   RunOptions ro;
   ro.argv = {binary};
   ro.argv.insert(ro.argv.end(), args.begin(), args.end());
-  ro.env = {"KUBECONFIG=" + kubeconfig_, "HOME=" + dir_, "KUBECACHEDIR=" + dir_ + "/cache",
-            "KUBECTL=", "CRYO_ENDPOINT=", "CRYO_NODE_SELECTOR="};
+  ro.env = {"KUBECONFIG=" + kubeconfig_,
+            "HOME=" + dir_,
+            "KUBECACHEDIR=" + dir_ + "/cache",
+            "KUBECTL=",
+            "CRYO_ENDPOINT=",
+            "CRYO_NODE_SELECTOR="};
   ro.env.insert(ro.env.end(), env.begin(), env.end());
   auto r = cryo::Run(ro);
   EXPECT_TRUE(r.ok()) << r.status();
