@@ -1,7 +1,7 @@
 #pragma once
 
-// kubectl-checkpoint's commands: checkpoint a pod's container through kubelet, and list,
-// inspect and restore cryo's checkpoints through cryod's HTTP API on the cryo pods.
+// kubectl cryo's commands: checkpoint a pod's container through kubelet, and list, inspect and
+// restore cryo's checkpoints through cryod's HTTP API, which the API server proxies to.
 
 #include <ostream>
 #include <string>
@@ -9,8 +9,16 @@
 
 namespace cryo::kubectl {
 
-// Runs the plugin on its arguments (what follows "kubectl checkpoint"); returns the exit code
-// (errors.h). Output goes to `out`, errors and warnings to `err`.
-int RunCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+// The plugin's name: kubectl runs it as "kubectl cryo".
+inline constexpr char kPluginName[] = "kubectl-cryo";
+// Its second name, for "kubectl checkpoint POD", usable while kubectl has no built-in command
+// of that name (kubectl never runs a plugin that a built-in shadows).
+inline constexpr char kLegacyPluginName[] = "kubectl-checkpoint";
+
+// Runs the plugin on its arguments (what follows "kubectl cryo"); `invoked_as` is the base
+// name it was run by (kLegacyPluginName takes "POD" for "checkpoint POD"). Returns the exit code
+// (errors.h). Output goes to `out`, errors, warnings and kubectl's -v log to `err`.
+int RunCli(const std::vector<std::string>& args, const std::string& invoked_as, std::ostream& out,
+           std::ostream& err);
 
 }  // namespace cryo::kubectl

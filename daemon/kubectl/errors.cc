@@ -7,7 +7,7 @@
 namespace cryo::kubectl {
 namespace {
 
-constexpr char kExitPayload[] = "type.cryo.dev/kubectl-checkpoint/exit-code";
+constexpr char kExitPayload[] = "type.cryo.dev/kubectl-cryo/exit-code";
 
 absl::StatusCode CodeFor(ExitCode code) {
   switch (code) {
@@ -23,8 +23,9 @@ absl::StatusCode CodeFor(ExitCode code) {
     case kExitCheckpointNotFound:
     case kExitSourcePodGone:
     case kExitWorkloadNotFound:
-    case kExitKubectlMissing:
       return absl::StatusCode::kNotFound;
+    case kExitKubectlMissing:
+      return absl::StatusCode::kFailedPrecondition;
     case kExitContainerNotRunning:
     case kExitPodNotScheduled:
     case kExitNoCryo:
@@ -50,6 +51,10 @@ int ExitCodeOf(const absl::Status& s) {
   int code;
   if (p && absl::SimpleAtoi(std::string(*p), &code)) return code;
   return kExitError;
+}
+
+bool IsApiNotFound(const absl::Status& s) {
+  return absl::IsNotFound(s) && !s.GetPayload(kExitPayload).has_value();
 }
 
 absl::Status WithContext(const absl::Status& s, absl::string_view context) {

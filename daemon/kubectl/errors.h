@@ -1,7 +1,7 @@
 #pragma once
 
-// Exit codes of kubectl-checkpoint: one per failure a script may want to tell apart. The code
-// travels with the absl::Status as a payload, so any layer can decide it and main() reports it.
+// Exit codes of kubectl-cryo: one per failure a script may want to tell apart. The code travels
+// with the absl::Status as a payload, so any layer can decide it and main() reports it.
 
 #include <string>
 
@@ -35,6 +35,11 @@ absl::Status Failure(ExitCode code, absl::string_view message);
 
 // The exit code a status carries; kExitError when it carries none, kExitOk for OK.
 int ExitCodeOf(const absl::Status& s);
+
+// A 404 of the API server (or of what it proxies to) as KubectlStatus reports it: NOT_FOUND
+// without an exit code. A Failure() never counts, whatever its absl code: "kubectl is missing"
+// once read as "no such object" made every command report the cluster as running no cryo.
+bool IsApiNotFound(const absl::Status& s);
 
 // The same status with context prepended to its message, payload kept.
 absl::Status WithContext(const absl::Status& s, absl::string_view context);

@@ -4,21 +4,38 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "daemon/kubectl/errors.h"
+#include "daemon/kubectl/objects.h"
 
 namespace cryo::kubectl {
 namespace {
 
 std::string Trim(const std::string& s) { return std::string(absl::StripAsciiWhitespace(s)); }
 
+// klog's line prefix ("I1124 10:00:00.123456 ..."): kubectl's log with -v, and its warnings.
+bool IsKlogLine(absl::string_view l) {
+  return l.size() > 14 && absl::StrContains("IWEF", l[0]) && absl::ascii_isdigit(l[1]) &&
+         absl::ascii_isdigit(l[4]) && l[5] == ' ' && l[8] == ':';
+}
+
+// kubectl's message without its log lines (when there is anything else).
+std::string WithoutLog(const std::string& text) {
+  std::vector<absl::string_view> keep;
+  for (absl::string_view l : absl::StrSplit(text, '\n', absl::SkipWhitespace())) {
+    if (!IsKlogLine(l)) keep.push_back(l);
+  }
+  return keep.empty() ? Trim(text) : Trim(absl::StrJoin(keep, "\n"));
+}
+
 }  // namespace
 
 KubectlError ClassifyKubectlError(const std::string& stderr_text) {
   KubectlError e;
-  e.message = Trim(stderr_text);
+  e.message = WithoutLog(stderr_text);
   if (e.message.empty()) e.message = "kubectl failed without a message";
-  const std::string& m = e.message;
+  const std::string& m = stderr_text;
   // kubectl's wording for server errors: "Error from server (Reason): message".
   if (auto p = m.find("Error from server ("); p != std::string::npos) {
     auto start = p + 19;
@@ -64,20 +81,22 @@ absl::Status KubectlStatus(const KubectlError& e) {
 }
 
 absl::StatusOr<RunOutput> Kubectl::Run(const std::vector<std::string>& args,
-                                           const std::string& input) const {
+                                       const std::string& input) const {
   std::vector<std::string> argv = {o_.kubectl};
-  if (!o_.kubeconfig.empty()) argv.push_back("--kubeconfig=" + o_.kubeconfig);
-  if (!o_.context.empty()) argv.push_back("--context=" + o_.context);
+  argv.insert(argv.end(), o_.global_flags.begin(), o_.global_flags.end());
   argv.insert(argv.end(), args.begin(), args.end());
   RunOptions ro;
   ro.argv = std::move(argv);
   ro.input = input;
   auto r = cryo::Run(ro);
-  if (absl::IsNotFound(r.status())) {
-    return Failure(kExitKubectlMissing,
-                   absl::StrCat("cannot run kubectl (", r.status().message(),
-                                "): kubectl-checkpoint uses your kubectl for every API call"));
+  if (absl::IsNotFound(r.status()) || absl::IsPermissionDenied(r.status())) {
+    return Failure(
+        kExitKubectlMissing,
+        absl::StrCat("cannot run kubectl (", r.status().message(),
+                     "): kubectl cryo makes every API call through your kubectl ($KUBECTL, "
+                     "else kubectl on PATH)"));
   }
+  if (r.ok() && o_.log != nullptr) *o_.log << r->err;
   return r;
 }
 
@@ -125,7 +144,7 @@ absl::StatusOr<nlohmann::json> Kubectl::ReadObjectFile(const std::string& path) 
   // `annotate --local` reads JSON or YAML and prints JSON without asking the server. Removing
   // an annotation nobody sets is its no-op; several objects in one file fail to parse below.
   auto j = RunJson(
-      {"annotate", "--local", "-f", path, "-o", "json", "kubectl-checkpoint.cryo.dev/none-"}, "");
+      {"annotate", "--local", "-f", path, "-o", "json", absl::StrCat(kNoopAnnotation, "-")}, "");
   if (absl::IsDataLoss(j.status())) {
     return absl::InvalidArgumentError(absl::StrCat(path, " must hold exactly one object"));
   }
@@ -136,6 +155,23 @@ std::string Kubectl::ContextNamespace() const {
   auto r = Run({"config", "view", "--minify", "-o", "jsonpath={..namespace}"});
   if (!r.ok() || r->exit.ShellCode() != 0) return "";
   return Trim(r->out);
+}
+
+absl::StatusOr<std::string> Kubectl::ClientVersion() const {
+  auto j = RunJson({"version", "--client", "-o", "json"}, "");
+  if (!j.ok()) return j.status();
+  std::string v = j->value("/clientVersion/gitVersion"_json_pointer, "");
+  if (v.empty()) return absl::UnknownError("kubectl version --client named no gitVersion");
+  return v;
+}
+
+absl::StatusOr<bool> Kubectl::HasBuiltin(const std::string& command) const {
+  auto r = Run({"help", command});
+  if (!r.ok()) return r.status();
+  // kubectl answers an unknown topic with "Unknown help topic [`X`]" and its general help,
+  // still exiting 0; a built-in gets its own help.
+  if (r->exit.ShellCode() != 0) return absl::UnknownError(Trim(r->err));
+  return !absl::StrContains(r->out + r->err, "Unknown help topic") && !Trim(r->out).empty();
 }
 
 std::string UrlEncode(const std::string& s) {

@@ -5,19 +5,24 @@
 // kubectl's stderr is the only error report we get; it is classified here (unreachable,
 // unauthorized, not found, other server errors) and quoted in every message.
 
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "nlohmann/json.hpp"
 #include "lib/base/subprocess.h"
+#include "nlohmann/json.hpp"
 
 namespace cryo::kubectl {
 
 struct KubectlOptions {
   std::string kubectl = "kubectl";  // the binary ($KUBECTL overrides)
-  std::string kubeconfig;           // passed through when set
-  std::string context;
+  // kubectl's global flags as the user gave them ("--as=alice", "--v=6"), in that order, put
+  // before the arguments of every call: the plugin acts as the user's kubectl would.
+  std::vector<std::string> global_flags;
+  // When set (the user asked kubectl for a log with -v), kubectl's stderr is copied here after
+  // every call, successful ones included.
+  std::ostream* log = nullptr;
 };
 
 // What a failed kubectl call said, sorted into what the plugin acts on.
@@ -45,9 +50,10 @@ class Kubectl {
  public:
   explicit Kubectl(KubectlOptions options) : o_(std::move(options)) {}
 
-  // kubectl [--kubeconfig K] [--context C] ARGS with `input` on stdin.
+  // kubectl GLOBAL_FLAGS ARGS with `input` on stdin. kExitKubectlMissing when kubectl cannot
+  // be started.
   absl::StatusOr<RunOutput> Run(const std::vector<std::string>& args,
-                                    const std::string& input = "") const;
+                                const std::string& input = "") const;
 
   // GET PATH through the API server (`kubectl get --raw`), parsed as JSON.
   absl::StatusOr<nlohmann::json> GetRaw(const std::string& path) const;
@@ -64,6 +70,13 @@ class Kubectl {
   absl::StatusOr<nlohmann::json> ReadObjectFile(const std::string& path) const;
   // The namespace of the current (or --context) context; "" when it sets none.
   std::string ContextNamespace() const;
+  // kubectl's own version (`kubectl version --client`), e.g. "v1.32.4".
+  absl::StatusOr<std::string> ClientVersion() const;
+  // Whether kubectl has a built-in COMMAND. Asked through `kubectl help COMMAND`, which, unlike
+  // `kubectl COMMAND --help`, never runs a plugin (this one included).
+  absl::StatusOr<bool> HasBuiltin(const std::string& command) const;
+
+  const KubectlOptions& options() const { return o_; }
 
  private:
   absl::StatusOr<nlohmann::json> RunJson(const std::vector<std::string>& args,

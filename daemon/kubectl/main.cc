@@ -1,5 +1,6 @@
-// kubectl-checkpoint: the kubectl plugin behind `kubectl checkpoint`. kubectl finds it on PATH
-// by its name and runs it with the arguments that follow "checkpoint".
+// kubectl-cryo: the kubectl plugin behind `kubectl cryo`. kubectl finds it on PATH by its name
+// and runs it with the arguments that follow "cryo". Installed under a second name,
+// kubectl-checkpoint, it serves `kubectl checkpoint POD` too.
 
 #include <iostream>
 #include <string>
@@ -8,6 +9,8 @@
 #include "daemon/kubectl/cli.h"
 
 int main(int argc, char** argv) {
+  std::string name = argc > 0 ? argv[0] : cryo::kubectl::kPluginName;
+  if (auto slash = name.rfind('/'); slash != std::string::npos) name = name.substr(slash + 1);
   std::vector<std::string> args(argv + 1, argv + argc);
-  return cryo::kubectl::RunCli(args, std::cout, std::cerr);
+  return cryo::kubectl::RunCli(args, name, std::cout, std::cerr);
 }

@@ -1,10 +1,13 @@
 #include "daemon/kubectl/objects.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <random>
 #include <set>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -21,8 +24,8 @@ const std::set<std::string>& ControllerLabels() {
                                           "controller-revision-hash",
                                           "statefulset.kubernetes.io/pod-name",
                                           "apps.kubernetes.io/pod-index",
-                                          "controller-uid",
-                                          "batch.kubernetes.io/controller-uid"};
+                                          contract::k8s::kControllerUidLegacy,
+                                          contract::k8s::kControllerUid};
   return s;
 }
 
@@ -139,13 +142,49 @@ std::vector<CryoPod> CryoPodsFromList(const json& pod_list) {
         }
       }
     }
-    if (fallback > 0) c.port = fallback;
+    if (fallback > 0 && c.port == 0) c.port = fallback;
     if (!c.name.empty()) out.push_back(c);
   }
   std::sort(out.begin(), out.end(), [](const CryoPod& a, const CryoPod& b) {
     return std::tie(a.node, a.name) < std::tie(b.node, b.name);
   });
   return out;
+}
+
+std::vector<std::string> ReadyNodes(const json& node_list) {
+  std::vector<std::string> out;
+  if (!node_list.contains("items") || !node_list["items"].is_array()) return out;
+  for (const auto& n : node_list["items"]) {
+    const std::string name = Str(n, "/metadata/name");
+    const json::json_pointer conditions("/status/conditions");
+    if (name.empty() || !n.contains(conditions) || !n.at(conditions).is_array()) continue;
+    for (const auto& c : n.at(conditions)) {
+      if (Str(c, "/type") == "Ready" && Str(c, "/status") == "True") out.push_back(name);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string CryodEndpoint::ToString() const {
+  return kind == kPods ? "pods" : absl::StrCat("nodes:", port);
+}
+
+absl::StatusOr<CryodEndpoint> ParseCryodEndpoint(const std::string& s) {
+  CryodEndpoint e;
+  if (s.empty() || s == "pods") return e;
+  if (s == "nodes" || absl::StartsWith(s, "nodes:")) {
+    e.kind = CryodEndpoint::kNodes;
+    if (s != "nodes" && (!absl::SimpleAtoi(s.substr(6), &e.port) || e.port < 1 || e.port > 65535)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cryod endpoint '", s, "': the port after nodes: is a number, 1 to 65535"));
+    }
+    return e;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cryod endpoint '", s,
+      "' is neither \"pods\" (the cryo DaemonSet's pods) nor \"nodes:PORT\" (cryod as a host "
+      "service on every node, its HTTP API on PORT)"));
 }
 
 std::string PodRef::ToString() const {
@@ -158,9 +197,9 @@ PodRef SourceOf(const json& checkpoint) {
   PodRef r;
   const json labels = checkpoint.value("labels", json::object());
   if (!labels.is_object()) return r;
-  r.namespace_name = labels.value(kPodNamespaceLabel, "");
-  r.pod = labels.value(kPodNameLabel, "");
-  r.container = labels.value(kContainerNameLabel, "");
+  r.namespace_name = labels.value(contract::k8s::kPodNamespace, "");
+  r.pod = labels.value(contract::k8s::kPodName, "");
+  r.container = labels.value(contract::k8s::kContainerName, "");
   return r;
 }
 
@@ -174,10 +213,108 @@ std::vector<json> CheckpointsOf(const json& list, const PodRef& ref, const std::
         r.container != ref.container) {
       continue;
     }
-    const std::string label_uid = Str(c, absl::StrCat("/labels/", kPodUidLabel));
+    const std::string label_uid = Str(c, absl::StrCat("/labels/", contract::k8s::kPodUid));
     if (!uid.empty() && !label_uid.empty() && label_uid != uid) continue;
     out.push_back(c);
   }
+  return out;
+}
+
+std::string QualifiedKind(const std::string& resource) {
+  if (resource == "job") return "job.batch";
+  if (resource == "deployment" || resource == "statefulset") return resource + ".apps";
+  return resource;
+}
+
+json KubeList(const json& items) {
+  return {{"apiVersion", "v1"},
+          {"kind", "List"},
+          {"items", items.is_array() ? items : json::array()},
+          {"metadata", {{"resourceVersion", ""}}}};
+}
+
+namespace {
+
+// Whether `s` reads back as the same string when written plain. Conservative: ASCII letters,
+// digits and a few punctuation marks; never a first character that starts a number, a date, an
+// indicator or a tag; never a word YAML 1.1 readers take for a boolean or null.
+bool PlainSafe(const std::string& s) {
+  if (s.empty() || (!absl::ascii_isalpha(s[0]) && s[0] != '/' && s[0] != '_')) return false;
+  if (s.back() == ' ' || s.back() == ':') return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (absl::ascii_isalnum(c) || std::strchr("._/-@=+~#", c) != nullptr) continue;
+    if (c == ':' && s[i + 1] != ' ') continue;  // s.back() != ':', so s[i + 1] exists
+    if (c == ' ' && s[i + 1] != '#') continue;
+    return false;
+  }
+  static const std::set<std::string> kWords = {"y",   "n",    "yes",   "no",  "on",
+                                               "off", "true", "false", "null"};
+  return !kWords.count(absl::AsciiStrToLower(s));
+}
+
+std::string YamlString(const std::string& s) {
+  if (PlainSafe(s)) return s;
+  // A JSON string is a YAML double-quoted scalar, except that YAML allows neither DEL nor the
+  // C1 controls raw (JSON does): those get escapes of their own.
+  const std::string q = json(s).dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string out;
+  for (size_t i = 0; i < q.size(); ++i) {
+    const unsigned char c = q[i];
+    if (c == 0x7f) {
+      out += "\\x7f";
+    } else if (c == 0xc2 && i + 1 < q.size() && static_cast<unsigned char>(q[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(q[i + 1]) <= 0x9f) {
+      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(q[++i]));
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  return out;
+}
+
+bool IsBlock(const json& v) { return (v.is_object() || v.is_array()) && !v.empty(); }
+
+std::string YamlScalar(const json& v) {
+  if (v.is_string()) return YamlString(v.get<std::string>());
+  if (v.is_object()) return "{}";
+  if (v.is_array()) return "[]";
+  return v.dump();  // numbers, true, false, null
+}
+
+// A non-empty object or array, each line indented by `indent`.
+void EmitYaml(const json& v, size_t indent, std::string* out) {
+  const std::string pad(indent, ' ');
+  if (v.is_object()) {
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      absl::StrAppend(out, pad, YamlString(it.key()), ":");
+      if (IsBlock(it.value())) {
+        out->push_back('\n');
+        EmitYaml(it.value(), it.value().is_array() ? indent : indent + 2, out);
+      } else {
+        absl::StrAppend(out, " ", YamlScalar(it.value()), "\n");
+      }
+    }
+    return;
+  }
+  for (const auto& e : v) {
+    if (IsBlock(e)) {
+      // The element's first line goes on the dash's line.
+      std::string sub;
+      EmitYaml(e, indent + 2, &sub);
+      absl::StrAppend(out, pad, "- ", sub.substr(indent + 2));
+    } else {
+      absl::StrAppend(out, pad, "- ", YamlScalar(e), "\n");
+    }
+  }
+}
+
+}  // namespace
+
+std::string ToYaml(const json& j) {
+  if (!IsBlock(j)) return YamlScalar(j) + "\n";
+  std::string out;
+  EmitYaml(j, 0, &out);
   return out;
 }
 
@@ -210,10 +347,10 @@ json MergeCheckpoints(const std::vector<json>& lists) {
 
 json ResumeAnnotations(const std::string& prefix, const std::string& id,
                        const std::string& container) {
-  json a = {{prefix + "/resume", id}};
+  json a = {{contract::Key(prefix, contract::pod::kResume), id}};
   // Only the checkpointed container resumes; without this the shim would try every container
   // of the pod (init containers and sidecars too) from the same checkpoint.
-  if (!container.empty()) a[prefix + "/containers"] = container;
+  if (!container.empty()) a[contract::Key(prefix, contract::pod::kContainers)] = container;
   return a;
 }
 
@@ -272,8 +409,8 @@ absl::StatusOr<json> BuildResumePod(const json& source, const ResumePodOptions& 
   for (const auto& k : ControllerLabels()) labels.erase(k);
   json annotations = StringMap(meta.value("annotations", json::object()));
   for (const auto& k : ServerAnnotations()) annotations.erase(k);
-  annotations.erase("kubectl-checkpoint.cryo.dev/none");
-  annotations.erase(o.prefix + "/containers");
+  annotations.erase(kNoopAnnotation);
+  annotations.erase(contract::Key(o.prefix, contract::pod::kContainers));
   const json resume = ResumeAnnotations(o.prefix, o.checkpoint_id, o.container);
   for (auto it = resume.begin(); it != resume.end(); ++it) annotations[it.key()] = it.value();
 

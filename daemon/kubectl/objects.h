@@ -10,21 +10,23 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/contract/annotations.h"
+#include "lib/contract/labels.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::kubectl {
 
 using nlohmann::json;
 
-// Labels of checkpoints taken through the CRI shim (kubelet's container labels).
-inline constexpr char kPodNamespaceLabel[] = "io.kubernetes.pod.namespace";
-inline constexpr char kPodNameLabel[] = "io.kubernetes.pod.name";
-inline constexpr char kContainerNameLabel[] = "io.kubernetes.container.name";
-inline constexpr char kPodUidLabel[] = "io.kubernetes.pod.uid";
-// The cryo DaemonSet's pods (chart: app.kubernetes.io/name=cryo), and cryod's port.
-inline constexpr char kCryoPodSelector[] = "app.kubernetes.io/name=cryo";
+// Label and annotation names come from lib/contract (labels.h: kubelet's container labels
+// that cryo copies onto checkpoints, and the chart's cryod pod selector; annotations.h: the
+// pod annotations the shim reads). Only what the plugin alone uses is named here.
+// The port through which the API server's pod proxy reaches cryod's HTTP API.
 inline constexpr char kCryodPortName[] = "http";
 inline constexpr int kDefaultCryodPort = 9464;
+// Removed by `kubectl annotate --local` as its no-op when converting a file to JSON; nobody
+// sets it, and a resume pod never carries it.
+inline constexpr char kNoopAnnotation[] = "kubectl-cryo.cryo.dev/none";
 // cryod's read-only HTTP API (daemon/api/http_api.h).
 inline constexpr char kCryodCheckpointsPath[] = "/v1/checkpoints";
 
@@ -43,12 +45,27 @@ struct CryoPod {
   std::string name;
   std::string node;
   std::string phase;
-  int port = kDefaultCryodPort;
+  int port = 0;          // cryod's port named "http"; 0 when the pod declares none
   bool running = false;  // phase Running: cryod can answer through the pod proxy
 };
 // The cryo pods of a PodList, with cryod's port (the port named "http" of container "cryod",
 // else of any container).
 std::vector<CryoPod> CryoPodsFromList(const json& pod_list);
+
+// The names of the nodes of a NodeList whose Ready condition is True, sorted.
+std::vector<std::string> ReadyNodes(const json& node_list);
+
+// Where cryod's HTTP API is reached through the API server (--cryo-endpoint, $CRYO_ENDPOINT).
+struct CryodEndpoint {
+  enum Kind {
+    kPods,   // "pods": the cryo DaemonSet's pods, through the pod proxy (the default)
+    kNodes,  // "nodes[:PORT]": a host service on every node, through the node proxy
+  };
+  Kind kind = kPods;
+  int port = kDefaultCryodPort;  // kNodes only
+  std::string ToString() const;
+};
+absl::StatusOr<CryodEndpoint> ParseCryodEndpoint(const std::string& s);
 
 // Where a checkpoint was taken, from its labels ("" when it has none).
 struct PodRef {
@@ -74,7 +91,7 @@ struct ResumePodOptions {
   std::string node;            // "" -> the scheduler picks
   std::string namespace_name;  // "" -> the source's
   std::string container;       // the checkpointed container ("" when unknown)
-  std::string prefix = "cryo.dev";
+  std::string prefix = contract::kDefaultPrefix;
 };
 // A new Pod that resumes `source` (a Pod, or a workload with spec.template) from a checkpoint:
 // its labels and annotations minus those controllers and the server set, the resume
@@ -94,6 +111,18 @@ absl::StatusOr<WorkloadRef> ParseWorkload(const std::string& s);
 // JSON merge patch putting the resume annotations on the workload's pod template.
 json WorkloadResumePatch(const std::string& prefix, const std::string& id,
                          const std::string& container);
+
+// The kind of `resource` as kubectl -o name prints it: "job.batch", "deployment.apps".
+std::string QualifiedKind(const std::string& resource);
+
+// kubectl's shape of a list of things that are not one API kind: {"apiVersion": "v1",
+// "kind": "List", "items": [...], "metadata": {"resourceVersion": ""}}.
+json KubeList(const json& items);
+
+// `j` as YAML (block style, two-space indent, sequences under a key not indented, as kubectl
+// prints). Strings are plain where no YAML reader could take them for anything else (a number,
+// a boolean, a date, null) and double-quoted otherwise.
+std::string ToYaml(const json& j);
 
 absl::Time ParseRfc3339(const std::string& s);  // InfinitePast when unparsable
 

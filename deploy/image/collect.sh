@@ -4,7 +4,8 @@
 #
 #   deploy/image/collect.sh OUT [PREFIX]        (PREFIX: where cmake --install put cryo, /usr/local)
 #
-# OUT/usr/local/bin/       cryod, cryo, cryo-nsexec, cryo-cri-shim, cryo-init, kubectl-checkpoint
+# OUT/usr/local/bin/       cryod, cryo, cryo-nsexec, cryo-cri-shim, cryo-init, kubectl-cryo (and
+#                          kubectl-checkpoint, the kubectl plugin's second name: a link to it)
 # OUT/usr/local/sbin/criu, OUT/usr/local/lib/criu/   CRIU 4.1.1 and its amdgpu plugin
 # OUT/usr/local/lib/cryo/gpu/                        GPU plugins
 # OUT/usr/local/lib/cryo-deps/ + ld.so.conf.d entry  their non-glibc libraries: the system
@@ -43,15 +44,19 @@ copy_deps() {  # copy_deps ELF DIR [all]: its libraries into DIR (glibc too when
 }
 
 required=(cryod cryo cryo-nsexec cryo-cri-shim cryo-init)
-for b in "${required[@]}" kubectl-checkpoint; do
+for b in "${required[@]}" kubectl-cryo; do
   src=$PREFIX/bin/$b
   if [ ! -x "$src" ]; then
-    [ "$b" = kubectl-checkpoint ] && { echo "collect: $b not built, skipped" >&2; continue; }
+    [ "$b" = kubectl-cryo ] && { echo "collect: $b not built, skipped" >&2; continue; }
     die "missing $src (cmake --install the build first)"
   fi
   cp -L "$src" "$OUT/usr/local/bin/"
   copy_deps "$src" "$OUT/usr/local/lib/cryo-deps"
 done
+# The plugin's second name, as cmake --install makes it: a link, not a second copy.
+if [ -e "$OUT/usr/local/bin/kubectl-cryo" ]; then
+  ln -sfn kubectl-cryo "$OUT/usr/local/bin/kubectl-checkpoint"
+fi
 # cryo-init is bind-mounted into arbitrary containers: it must not need any library.
 if deps "$PREFIX/bin/cryo-init" | grep -q .; then die "cryo-init is not static"; fi
 

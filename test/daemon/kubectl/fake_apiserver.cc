@@ -3,6 +3,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -48,17 +51,78 @@ bool IsDiscovery(const std::string& path) {
   return parts.size() == 3 && parts[0] == "apis";
 }
 
+// A connection, plain or TLS.
+struct Conn {
+  int fd;
+  SSL* ssl;
+
+  ssize_t Read(char* buf, size_t n) {
+    if (ssl != nullptr) return SSL_read(ssl, buf, static_cast<int>(n));
+    return ::recv(fd, buf, n, 0);
+  }
+  ssize_t Write(const char* buf, size_t n) {
+    if (ssl != nullptr) return SSL_write(ssl, buf, static_cast<int>(n));
+    return ::send(fd, buf, n, MSG_NOSIGNAL);
+  }
+};
+
 // Reads from `conn` until `pred(buffer)` holds or the peer stops; false on EOF/timeout first.
 template <typename Pred>
-bool ReadUntil(int conn, std::string* buf, Pred pred) {
+bool ReadUntil(Conn& conn, std::string* buf, Pred pred) {
   char tmp[8192];
   while (!pred(*buf)) {
-    ssize_t n = ::recv(conn, tmp, sizeof(tmp), 0);
-    if (n < 0 && errno == EINTR) continue;
+    ssize_t n = conn.Read(tmp, sizeof(tmp));
+    if (n < 0 && errno == EINTR && conn.ssl == nullptr) continue;
     if (n <= 0) return false;
     buf->append(tmp, n);
   }
   return true;
+}
+
+// A TLS context with a fresh self-signed certificate (P-256) for 127.0.0.1 and localhost;
+// null on any failure. `pem` receives the certificate.
+SSL_CTX* MakeTlsContext(std::string* pem) {
+  EVP_PKEY* key = EVP_EC_gen("P-256");
+  X509* cert = X509_new();
+  SSL_CTX* ctx = nullptr;
+  if (key != nullptr && cert != nullptr) {
+    X509_set_version(cert, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(cert), 1);
+    X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(cert), 24 * 3600);
+    X509_set_pubkey(cert, key);
+    X509_NAME* name = X509_get_subject_name(cert);
+    X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>("fake-apiserver"), -1, -1, 0);
+    X509_set_issuer_name(cert, name);
+    X509V3_CTX v3;
+    X509V3_set_ctx_nodb(&v3);
+    X509V3_set_ctx(&v3, cert, cert, nullptr, nullptr, 0);
+    for (auto [nid, value] : {std::pair{NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost"},
+                              std::pair{NID_basic_constraints, "critical,CA:TRUE"}}) {
+      if (X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &v3, nid, value)) {
+        X509_add_ext(cert, ext, -1);
+        X509_EXTENSION_free(ext);
+      }
+    }
+    if (X509_sign(cert, key, EVP_sha256()) > 0) {
+      ctx = SSL_CTX_new(TLS_server_method());
+      if (ctx != nullptr &&
+          (SSL_CTX_use_certificate(ctx, cert) != 1 || SSL_CTX_use_PrivateKey(ctx, key) != 1)) {
+        SSL_CTX_free(ctx);
+        ctx = nullptr;
+      }
+      BIO* bio = BIO_new(BIO_s_mem());
+      PEM_write_bio_X509(bio, cert);
+      char* data = nullptr;
+      long len = BIO_get_mem_data(bio, &data);
+      pem->assign(data, len);
+      BIO_free(bio);
+    }
+  }
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  return ctx;
 }
 
 }  // namespace
@@ -81,7 +145,11 @@ nlohmann::json StatusJson(int code, const std::string& reason, const std::string
 
 Response JsonResponse(const nlohmann::json& j, int code) { return {code, j.dump()}; }
 
-FakeApiServer::FakeApiServer() {
+FakeApiServer::FakeApiServer(bool tls) : tls_(tls) {
+  if (tls_) {
+    ssl_ctx_ = MakeTlsContext(&cert_pem_);
+    if (ssl_ctx_ == nullptr) return;
+  }
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -104,6 +172,7 @@ FakeApiServer::~FakeApiServer() {
   for (int fd : {fd_, wake_[0], wake_[1]}) {
     if (fd >= 0) ::close(fd);
   }
+  SSL_CTX_free(static_cast<SSL_CTX*>(ssl_ctx_));
 }
 
 void FakeApiServer::On(const std::string& method, const std::string& path, Handler h) {
@@ -215,19 +284,33 @@ void FakeApiServer::Loop() {
     if (p[1].revents) return;
     if (p[0].revents & POLLIN) {
       int conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn >= 0) {
-        Serve(conn);
-        ::close(conn);
+      if (conn < 0) continue;
+      timeval tv{10, 0};
+      ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+      ::setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+      SSL* ssl = nullptr;
+      if (tls_) {
+        ssl = SSL_new(static_cast<SSL_CTX*>(ssl_ctx_));
+        SSL_set_fd(ssl, conn);
+        if (SSL_accept(ssl) != 1) {  // a client that refused the certificate, say
+          SSL_free(ssl);
+          ::close(conn);
+          continue;
+        }
       }
+      Serve(conn, ssl);
+      if (ssl != nullptr) {
+        SSL_shutdown(ssl);
+        SSL_free(ssl);
+      }
+      ::close(conn);
     }
   }
 }
 
-void FakeApiServer::Serve(int conn) {
+void FakeApiServer::Serve(int fd, void* ssl_session) {
   // One request per connection ("Connection: close"): kubectl opens as many as it needs.
-  timeval tv{10, 0};
-  ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  Conn conn{fd, static_cast<SSL*>(ssl_session)};
   std::string buf;
   if (!ReadUntil(conn, &buf,
                  [](const std::string& b) { return b.find("\r\n\r\n") != std::string::npos; })) {
@@ -250,8 +333,10 @@ void FakeApiServer::Serve(int conn) {
   for (size_t i = 1; i < lines.size(); ++i) {
     auto colon = lines[i].find(':');
     if (colon == std::string::npos) continue;
-    req.headers[absl::AsciiStrToLower(lines[i].substr(0, colon))] =
-        std::string(absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
+    // A repeated header (Impersonate-Group, one per group) as the values joined by ", ".
+    std::string& v = req.headers[absl::AsciiStrToLower(lines[i].substr(0, colon))];
+    absl::StrAppend(&v, v.empty() ? "" : ", ",
+                    absl::StripAsciiWhitespace(lines[i].substr(colon + 1)));
   }
   std::string rest = buf.substr(head_end + 4);
   if (absl::AsciiStrToLower(req.headers["transfer-encoding"]) == "chunked") {
@@ -298,7 +383,7 @@ void FakeApiServer::Serve(int conn) {
                                  "\r\nConnection: close\r\n\r\n", resp.body);
   size_t off = 0;
   while (off < out.size()) {
-    ssize_t n = ::send(conn, out.data() + off, out.size() - off, MSG_NOSIGNAL);
+    ssize_t n = conn.Write(out.data() + off, out.size() - off);
     if (n <= 0) break;
     off += n;
   }

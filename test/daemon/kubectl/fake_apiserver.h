@@ -1,8 +1,10 @@
 #pragma once
 
 // A stand-in for the Kubernetes API server (and, behind its proxies, kubelet and cryod) for
-// tests that run the real kubectl: HTTP/1.1 on 127.0.0.1 (port 0), canned answers per method
-// and path, and a record of every request. Unknown paths get the API server's 404 Status.
+// tests that run the real kubectl: HTTP/1.1 on 127.0.0.1 (port 0), plain or over TLS, canned
+// answers per method and path, and a record of every request. Unknown paths get the API
+// server's 404 Status. kubectl sends bearer tokens only over TLS, so tests of credentials need
+// the TLS server (a self-signed certificate for 127.0.0.1, made at start).
 
 #include <functional>
 #include <map>
@@ -22,7 +24,7 @@ struct Request {
   std::string path;                            // as sent
   std::string query;                           // as sent
   std::map<std::string, std::string> params;   // decoded query parameters
-  std::map<std::string, std::string> headers;  // names in lower case
+  std::map<std::string, std::string> headers;  // names in lower case; repeats joined by ", "
   std::string body;                            // de-chunked
 
   std::string Param(const std::string& k) const;
@@ -43,14 +45,18 @@ Response JsonResponse(const nlohmann::json& j, int code = 200);
 
 class FakeApiServer {
  public:
-  FakeApiServer();
+  explicit FakeApiServer(bool tls = false);
   ~FakeApiServer();
   FakeApiServer(const FakeApiServer&) = delete;
   FakeApiServer& operator=(const FakeApiServer&) = delete;
 
   bool ok() const { return fd_ >= 0; }
   int port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  std::string url() const {
+    return (tls_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(port_);
+  }
+  // The server's certificate (PEM), for a client's --certificate-authority; "" without TLS.
+  const std::string& certificate_pem() const { return cert_pem_; }
 
   // Answers METHOD PATH (path without the query) with `h`; a later call replaces it.
   void On(const std::string& method, const std::string& path, Handler h);
@@ -69,8 +75,12 @@ class FakeApiServer {
 
  private:
   void Loop();
-  void Serve(int conn);
+  // One request on a connection (`ssl`: its TLS session, or null).
+  void Serve(int conn, void* ssl);
 
+  bool tls_ = false;
+  void* ssl_ctx_ = nullptr;  // SSL_CTX, kept out of this header
+  std::string cert_pem_;
   int fd_ = -1;
   int port_ = 0;
   int wake_[2] = {-1, -1};

@@ -1,261 +1,42 @@
-// Runs the real kubectl-checkpoint binary, which runs the real kubectl, against a fake API
-// server (standing in for kubelet and cryod behind the API server's proxies too), and checks
+// The commands of kubectl-cryo, run as the real binary, which runs the real kubectl against a
+// fake API server (standing in for kubelet and cryod behind the API server's proxies too):
 // the requests it sent, what it printed and how it exited.
 
-#include <stdlib.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <fstream>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "daemon/kubectl/errors.h"
-#include "test/daemon/kubectl/fake_apiserver.h"
+#include "daemon/kubectl/objects.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
-#include "lib/base/subprocess.h"
+#include "test/daemon/kubectl/plugin_fixture.h"
 
-namespace cryo::kubectl {
+namespace cryo::kubectl::testing {
 namespace {
 
-using nlohmann::json;
 using ::testing::ElementsAre;
-using testing::FakeApiServer;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using testing::JsonResponse;
-using testing::Lines;
 using ::testing::Not;
-using testing::Request;
-using testing::Response;
 using ::testing::StartsWith;
-using testing::StatusJson;
 
-constexpr char kCryoPods[] = "/api/v1/namespaces/cryo-system/pods";
-constexpr char kTrainUid[] = "6d3c1a8e-0000-4000-8000-000000000001";
-constexpr char kTrainCheckpoint[] = "/api/v1/nodes/node-a/proxy/checkpoint/ml/train-0/worker";
-constexpr char kTrainArchive[] = "/var/lib/kubelet/checkpoints/checkpoint-train-0_ml-worker.tar";
+using KubectlCryoTest = PluginTest;
 
-struct Outcome {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+// ---- kubectl cryo checkpoint POD
 
-std::ostream& operator<<(std::ostream& os, const Outcome& r) {
-  return os << "exit " << r.code << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
-}
-
-// A container's status in a pod: "running", "waiting:REASON" or "terminated:REASON".
-json ContainerStatus(const std::string& name, const std::string& state) {
-  json s;
-  if (state == "running") {
-    s = {{"running", {{"startedAt", "2026-11-02T09:00:00Z"}}}};
-  } else if (absl::StartsWith(state, "waiting:")) {
-    s = {{"waiting", {{"reason", state.substr(8)}}}};
-  } else {
-    s = {{"terminated", {{"reason", state.substr(11)}, {"exitCode", 1}}}};
-  }
-  return {{"name", name}, {"ready", state == "running"}, {"state", s}};
-}
-
-// A pod as the API server returns it, server-set fields included.
-json Pod(const std::string& ns, const std::string& name, const std::string& node,
-         const std::vector<std::pair<std::string, std::string>>& containers) {
-  json spec = {{"containers", json::array()},
-               {"restartPolicy", "Never"},
-               {"priority", 0},
-               {"schedulerName", "default-scheduler"},
-               {"volumes", {{{"name", "data"}, {"emptyDir", json::object()}}}}};
-  json statuses = json::array();
-  for (const auto& [c, state] : containers) {
-    spec["containers"].push_back(
-        {{"name", c}, {"image", "registry.local/train:1"}, {"args", {"--epochs", "90"}}});
-    statuses.push_back(ContainerStatus(c, state));
-  }
-  if (!node.empty()) spec["nodeName"] = node;
-  return {{"apiVersion", "v1"},
-          {"kind", "Pod"},
-          {"metadata",
-           {{"name", name},
-            {"namespace", ns},
-            {"uid", kTrainUid},
-            {"resourceVersion", "12345"},
-            {"creationTimestamp", "2026-11-02T08:59:00Z"},
-            {"generateName", "train-"},
-            {"labels",
-             {{"app", "train"},
-              {"batch.kubernetes.io/job-name", "train"},
-              {"batch.kubernetes.io/controller-uid", "0f0f"},
-              {"controller-uid", "0f0f"}}},
-            {"annotations",
-             {{"team", "ml"}, {"kubectl.kubernetes.io/last-applied-configuration", "{}"}}},
-            {"ownerReferences",
-             {{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"name", "train"}, {"uid", "0f0f"}}}},
-            {"managedFields", json::array({{{"manager", "kube-controller-manager"}}})}}},
-          {"spec", spec},
-          {"status",
-           {{"phase", node.empty() ? "Pending" : "Running"}, {"containerStatuses", statuses}}}};
-}
-
-// The cryo DaemonSet's pods: (name, node, phase).
-json CryoPodList(const std::vector<std::tuple<std::string, std::string, std::string>>& pods) {
-  json items = json::array();
-  for (const auto& [name, node, phase] : pods) {
-    items.push_back(
-        {{"metadata", {{"name", name}, {"namespace", "cryo-system"}}},
-         {"spec",
-          {{"nodeName", node},
-           {"containers",
-            {{{"name", "cryod"},
-              {"ports", {{{"name", "http"}, {"containerPort", 9464}, {"protocol", "TCP"}}}}}}}}},
-         {"status", {{"phase", phase}}}});
-  }
-  return {{"kind", "PodList"}, {"apiVersion", "v1"}, {"items", items}};
-}
-
-// A checkpoint as cryod's /v1/checkpoints answers it.
-json Checkpoint(const std::string& id, const std::string& created, const std::string& node,
-                uint64_t size) {
-  return {{"checkpoint_id", id},
-          {"workload", "ml.train.worker"},
-          {"node_name", node},
-          {"created_at", created},
-          {"root_pid", 1},
-          {"pids", {1, 7}},
-          {"command", "python3"},
-          {"size_bytes", std::to_string(size)},
-          {"file_count", 12},
-          {"criu_version", "4.1.1"},
-          {"kernel", "6.18.0"},
-          {"kind", "container"},
-          {"labels",
-           {{"io.kubernetes.pod.namespace", "ml"},
-            {"io.kubernetes.pod.name", "train-0"},
-            {"io.kubernetes.container.name", "worker"},
-            {"cryo.dev/reason", "kubelet"}}},
-          {"stage_ms", {{"dump", "80"}, {"gpu_checkpoint", "1200"}}}};
-}
-
-std::string ProxyPath(const std::string& cryo_pod, const std::string& rest) {
-  return absl::StrCat(kCryoPods, "/", cryo_pod, ":9464/proxy", rest);
-}
-
-// A checkpoint the shim took of NS/POD/CONTAINER (the labels it sets), of the pod `uid`.
-json CheckpointOf(const std::string& id, const std::string& ns, const std::string& pod,
-                  const std::string& container, const std::string& uid = kTrainUid) {
-  json c = Checkpoint(id, "2026-11-02T10:00:00Z", "node-a", 4096);
-  c["labels"] = {{"io.kubernetes.pod.namespace", ns},
-                 {"io.kubernetes.pod.name", pod},
-                 {"io.kubernetes.container.name", container},
-                 {"io.kubernetes.pod.uid", uid},
-                 {"cryo.dev/reason", "checkpoint-api"}};
-  return c;
-}
-
-class KubectlCheckpointTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    // kubectl is part of this machine kind: its absence is a broken machine, not a skip.
-    ASSERT_FALSE(FindExecutable("kubectl").empty())
-        << "kubectl is not on PATH: these tests run the real kubectl against a fake API "
-           "server. Install kubectl (client only) and run them again.";
-    ASSERT_TRUE(server_.ok()) << "the fake API server could not listen on 127.0.0.1";
-    char t[] = "/tmp/kubectl-checkpoint-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(t), nullptr);
-    dir_ = t;
-    kubeconfig_ = dir_ + "/kubeconfig";
-    WriteKubeconfig(kubeconfig_, server_.url());
-  }
-  void TearDown() override {
-    if (!dir_.empty()) (void)!::system(("rm -rf '" + dir_ + "'").c_str());
-  }
-
-  static void WriteKubeconfig(const std::string& path, const std::string& server) {
-    std::ofstream f(path);
-    f << "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: " << server
-      << "\n    insecure-skip-tls-verify: true\nusers:\n- name: tester\n  user:\n"
-         "    token: test-token\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n"
-         "    user: tester\n    namespace: default\ncurrent-context: fake\n";
-  }
-
-  // The binary with KUBECONFIG pointing at the fake server, and a HOME of its own so kubectl's
-  // discovery cache stays in the test's directory.
-  Outcome Plugin(const std::vector<std::string>& args, std::vector<std::string> env = {}) {
-    std::vector<std::string> argv = {KUBECTL_CHECKPOINT_BINARY};
-    argv.insert(argv.end(), args.begin(), args.end());
-    RunOptions ro;
-    ro.argv = argv;
-    ro.env = env_with_defaults(std::move(env));
-    auto r = cryo::Run(ro);
-    EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return {};
-    return {r->exit.ShellCode(), r->out, r->err};
-  }
-
-  // The test's variables after the defaults, so they win.
-  std::vector<std::string> env_with_defaults(std::vector<std::string> env) {
-    std::vector<std::string> all = {"KUBECONFIG=" + kubeconfig_, "HOME=" + dir_,
-                                    "KUBECACHEDIR=" + dir_ + "/cache"};
-    all.insert(all.end(), env.begin(), env.end());
-    return all;
-  }
-
-  void ServeTrainPod(const std::string& state = "running") {
-    server_.OnJson("GET", "/api/v1/namespaces/ml/pods/train-0",
-                   Pod("ml", "train-0", "node-a", {{"worker", state}}));
-  }
-  void ServeCryoPods() {
-    server_.On("GET", kCryoPods, [](const Request& r) {
-      json all = CryoPodList({{"cryo-a", "node-a", "Running"}, {"cryo-b", "node-b", "Running"}});
-      std::string sel = r.Param("fieldSelector");
-      if (absl::StartsWith(sel, "spec.nodeName=")) {
-        json items = json::array();
-        for (const auto& p : all["items"]) {
-          if ("spec.nodeName=" + p["spec"]["nodeName"].get<std::string>() == sel)
-            items.push_back(p);
-        }
-        all["items"] = items;
-      }
-      return JsonResponse(all);
-    });
-  }
-
-  // kubelet's checkpoint call at `post_path` answers `archives`; cryod's list on `cryo_pod`
-  // answers `before` until that call arrives and `after` from then on.
-  void ServeCheckpointCall(const std::string& cryo_pod, const std::string& post_path,
-                           const json& archives, const json& before, const json& after) {
-    auto posted = std::make_shared<std::atomic<bool>>(false);
-    server_.On("POST", post_path, [posted, archives](const Request&) {
-      posted->store(true);
-      return JsonResponse({{"items", archives}});
-    });
-    server_.On("GET", ProxyPath(cryo_pod, "/v1/checkpoints"),
-               [posted, before, after](const Request&) {
-                 return JsonResponse(posted->load() ? after : before);
-               });
-  }
-
-  FakeApiServer server_;
-  std::string dir_;
-  std::string kubeconfig_;
-};
-
-// ---- kubectl checkpoint POD
-
-TEST_F(KubectlCheckpointTest, CheckpointsThroughKubeletsApi) {
+TEST_F(KubectlCryoTest, CheckpointsThroughKubeletsApi) {
   ServeTrainPod();
   ServeCryoPods();
   const json old = CheckpointOf("ck-old", "ml", "train-0", "worker");
-  ServeCheckpointCall("cryo-a", kTrainCheckpoint, json::array({kTrainArchive}), json::array({old}),
+  ServeCheckpointCall(ProxyPath("cryo-a", "/v1/checkpoints"), kTrainCheckpoint,
+                      json::array({kTrainArchive}), json::array({old}),
                       json::array({CheckpointOf("ck-new", "ml", "train-0", "worker"), old}));
-  Outcome r = Plugin({"train-0", "-n", "ml", "--timeout", "90"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml", "--timeout", "90"});
   ASSERT_EQ(r.code, 0) << r;
   auto reqs = server_.ApiRequests();
   EXPECT_THAT(Lines(reqs),
@@ -267,20 +48,21 @@ TEST_F(KubectlCheckpointTest, CheckpointsThroughKubeletsApi) {
   EXPECT_EQ(reqs[1].Param("fieldSelector"), "spec.nodeName=node-a");
   EXPECT_EQ(reqs[3].Param("timeout"), "90");
   EXPECT_THAT(r.out, HasSubstr("checkpointed ml/train-0/worker on node node-a"));
-  EXPECT_THAT(r.out, HasSubstr("cryo checkpoint: ck-new (kubectl checkpoint inspect ck-new)"));
+  EXPECT_THAT(r.out, HasSubstr("cryo checkpoint: ck-new (kubectl cryo inspect ck-new)"));
   EXPECT_THAT(r.out, HasSubstr(kTrainArchive));
   EXPECT_THAT(r.out, Not(HasSubstr("ck-old")));
 }
 
-TEST_F(KubectlCheckpointTest, CheckpointJsonAndKubeconfigFlagAndContextNamespace) {
+TEST_F(KubectlCryoTest, CheckpointJsonAndKubeconfigFlagAndContextNamespace) {
   // No -n: the context's namespace; no KUBECONFIG: --kubeconfig is passed to kubectl.
   server_.OnJson("GET", "/api/v1/namespaces/default/pods/web",
                  Pod("default", "web", "node-b", {{"app", "running"}}));
   ServeCryoPods();
-  ServeCheckpointCall("cryo-b", "/api/v1/nodes/node-b/proxy/checkpoint/default/web/app",
+  ServeCheckpointCall(ProxyPath("cryo-b", "/v1/checkpoints"),
+                      "/api/v1/nodes/node-b/proxy/checkpoint/default/web/app",
                       json::array({"/var/lib/kubelet/checkpoints/c.tar"}), json::array(),
                       json::array({CheckpointOf("ck-web", "default", "web", "app")}));
-  Outcome r = Plugin({"pod/web", "--kubeconfig", kubeconfig_, "-o", "json"},
+  Outcome r = Plugin({"checkpoint", "pod/web", "--kubeconfig", kubeconfig_, "-o", "json"},
                      {"KUBECONFIG=" + dir_ + "/does-not-exist"});
   ASSERT_EQ(r.code, 0) << r;
   json j = json::parse(r.out);
@@ -296,7 +78,7 @@ TEST_F(KubectlCheckpointTest, CheckpointJsonAndKubeconfigFlagAndContextNamespace
   EXPECT_EQ(reqs[3].Param("timeout"), "");
 }
 
-TEST_F(KubectlCheckpointTest, KubeletNotGoingThroughTheShimIsAnError) {
+TEST_F(KubectlCryoTest, KubeletNotGoingThroughTheShimIsAnError) {
   // containerd 2.x answered CheckpointContainer itself: kubelet reports an archive, but cryod's
   // store got nothing new of this container (only other pods' and containers' checkpoints, and
   // one of an earlier pod of the same name).
@@ -304,12 +86,13 @@ TEST_F(KubectlCheckpointTest, KubeletNotGoingThroughTheShimIsAnError) {
   ServeCryoPods();
   const json old = CheckpointOf("ck-old", "ml", "train-0", "worker");
   ServeCheckpointCall(
-      "cryo-a", kTrainCheckpoint, json::array({kTrainArchive}), json::array({old}),
+      ProxyPath("cryo-a", "/v1/checkpoints"), kTrainCheckpoint, json::array({kTrainArchive}),
+      json::array({old}),
       json::array({CheckpointOf("ck-other-pod", "ml", "train-1", "worker"),
                    CheckpointOf("ck-sidecar", "ml", "train-0", "sidecar"),
                    CheckpointOf("ck-earlier-pod", "ml", "train-0", "worker", "0000-old-uid"),
                    old}));
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitNotThroughCryo) << r;
   EXPECT_THAT(r.err, HasSubstr("kubelet on node node-a checkpointed ml/train-0/worker, but cryo's "
                                "store has no new checkpoint of it"));
@@ -321,7 +104,7 @@ TEST_F(KubectlCheckpointTest, KubeletNotGoingThroughTheShimIsAnError) {
   EXPECT_EQ(Lines(server_.ApiRequests()).back(), "GET " + ProxyPath("cryo-a", "/v1/checkpoints"));
 }
 
-TEST_F(KubectlCheckpointTest, CryodNotAnsweringStopsBeforeKubeletIsAsked) {
+TEST_F(KubectlCryoTest, CryodNotAnsweringStopsBeforeKubeletIsAsked) {
   ServeTrainPod();
   ServeCryoPods();
   server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints"),
@@ -329,61 +112,62 @@ TEST_F(KubectlCheckpointTest, CryodNotAnsweringStopsBeforeKubeletIsAsked) {
                             "error trying to reach service: dial tcp "
                             "10.0.0.7:9464: connect: connection refused"),
                  503);
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitCryodFailed) << r;
   EXPECT_THAT(r.err, HasSubstr("cryo pod cryo-a (node node-a) does not answer"));
   EXPECT_THAT(r.err, HasSubstr("nothing was checkpointed"));
   for (const auto& q : server_.ApiRequests()) EXPECT_NE(q.method, "POST");
 }
 
-TEST_F(KubectlCheckpointTest, PodNotFound) {
+TEST_F(KubectlCryoTest, PodNotFound) {
   server_.OnJson("GET", "/api/v1/namespaces/ml/pods/nope",
                  StatusJson(404, "NotFound", "pods \"nope\" not found"), 404);
-  Outcome r = Plugin({"nope", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "nope", "-n", "ml"});
   EXPECT_EQ(r.code, kExitPodNotFound) << r;
   EXPECT_THAT(r.err, HasSubstr("pod ml/nope not found"));
   EXPECT_THAT(Lines(server_.ApiRequests()), ElementsAre("GET /api/v1/namespaces/ml/pods/nope"));
 }
 
-TEST_F(KubectlCheckpointTest, ContainerNotRunning) {
+TEST_F(KubectlCryoTest, ContainerNotRunning) {
   ServeTrainPod("waiting:CrashLoopBackOff");
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitContainerNotRunning) << r;
   EXPECT_THAT(r.err, HasSubstr("container worker of pod ml/train-0 is not running (waiting: "
                                "CrashLoopBackOff)"));
   EXPECT_EQ(server_.ApiRequests().size(), 1u);
 }
 
-TEST_F(KubectlCheckpointTest, ContainerMustBeChosenAndExist) {
+TEST_F(KubectlCryoTest, ContainerMustBeChosenAndExist) {
   server_.OnJson("GET", "/api/v1/namespaces/ml/pods/duo",
                  Pod("ml", "duo", "node-a", {{"worker", "running"}, {"sidecar", "running"}}));
-  Outcome r = Plugin({"duo", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "duo", "-n", "ml"});
   EXPECT_EQ(r.code, kExitContainerNotFound) << r;
   EXPECT_THAT(r.err, HasSubstr("choose one with -c (worker, sidecar)"));
-  r = Plugin({"duo", "-n", "ml", "-c", "nope"});
+  r = Plugin({"checkpoint", "duo", "-n", "ml", "-c", "nope"});
   EXPECT_EQ(r.code, kExitContainerNotFound) << r;
   EXPECT_THAT(r.err, HasSubstr("has no container 'nope' (its containers: worker, sidecar)"));
 }
 
-TEST_F(KubectlCheckpointTest, PodNotScheduled) {
+TEST_F(KubectlCryoTest, PodNotScheduled) {
   server_.OnJson("GET", "/api/v1/namespaces/ml/pods/train-0",
                  Pod("ml", "train-0", "", {{"worker", "waiting:ContainerCreating"}}));
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitPodNotScheduled) << r;
   EXPECT_THAT(r.err, HasSubstr("pod ml/train-0 is not scheduled to a node yet (phase Pending)"));
 }
 
-TEST_F(KubectlCheckpointTest, NodeWithoutCryo) {
+TEST_F(KubectlCryoTest, NodeWithoutCryo) {
   ServeTrainPod();
   server_.OnJson("GET", kCryoPods, CryoPodList({}));
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitNoCryo) << r;
-  EXPECT_THAT(r.err, HasSubstr("node node-a does not run cryo"));
-  EXPECT_THAT(r.err, HasSubstr("app.kubernetes.io/name=cryo in namespace cryo-system"));
+  EXPECT_THAT(r.err, HasSubstr("cryod not found on node node-a: no pod labelled "
+                               "app.kubernetes.io/name=cryo in namespace cryo-system runs there"));
+  EXPECT_THAT(r.err, HasSubstr("--cryo-endpoint nodes:9464"));
   for (const auto& q : server_.ApiRequests()) EXPECT_NE(q.method, "POST");
 }
 
-TEST_F(KubectlCheckpointTest, KubeletErrorIsQuoted) {
+TEST_F(KubectlCryoTest, KubeletErrorIsQuoted) {
   ServeTrainPod();
   ServeCryoPods();
   server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints"), json::array());
@@ -392,32 +176,32 @@ TEST_F(KubectlCheckpointTest, KubeletErrorIsQuoted) {
       "container uses a GPU that cannot be checkpointed)";
   server_.On("POST", "/api/v1/nodes/node-a/proxy/checkpoint/ml/train-0/worker",
              Response{500, why, "text/plain; charset=utf-8"});
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitKubeletRefused) << r;
   EXPECT_THAT(r.err, HasSubstr("kubelet on node node-a refused to checkpoint ml/train-0/worker"));
   EXPECT_THAT(r.err, HasSubstr(why));
 }
 
-TEST_F(KubectlCheckpointTest, KubeletWithoutCheckpointApi) {
+TEST_F(KubectlCryoTest, KubeletWithoutCheckpointApi) {
   ServeTrainPod();
   ServeCryoPods();
   server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints"), json::array());
   server_.On("POST", "/api/v1/nodes/node-a/proxy/checkpoint/ml/train-0/worker",
              Response{404, "404 page not found\n", "text/plain; charset=utf-8"});
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitKubeletRefused) << r;
   EXPECT_THAT(r.err, HasSubstr("ContainerCheckpoint feature gate"));
 }
 
-TEST_F(KubectlCheckpointTest, UnauthorizedQuotesKubectl) {
+TEST_F(KubectlCryoTest, UnauthorizedQuotesKubectl) {
   server_.OnJson("GET", "/api/v1/namespaces/ml/pods/train-0",
                  StatusJson(401, "Unauthorized", "Unauthorized"), 401);
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitUnauthorized) << r;
   EXPECT_THAT(r.err, HasSubstr("You must be logged in to the server"));
 }
 
-TEST_F(KubectlCheckpointTest, ForbiddenNodeProxy) {
+TEST_F(KubectlCryoTest, ForbiddenNodeProxy) {
   ServeTrainPod();
   ServeCryoPods();
   server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints"), json::array());
@@ -426,71 +210,148 @@ TEST_F(KubectlCheckpointTest, ForbiddenNodeProxy) {
                             "nodes \"node-a\" is forbidden: User \"bob\" cannot create resource "
                             "\"nodes/proxy\" in API group \"\" at the cluster scope"),
                  403);
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitUnauthorized) << r;
   EXPECT_THAT(r.err, HasSubstr("cannot create resource \"nodes/proxy\""));
 }
 
-TEST_F(KubectlCheckpointTest, ApiServerUnreachable) {
+TEST_F(KubectlCryoTest, ApiServerUnreachable) {
   // Nothing listens on port 1 of the loopback address.
   WriteKubeconfig(kubeconfig_, "http://127.0.0.1:1");
-  Outcome r = Plugin({"train-0", "-n", "ml"});
+  Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml"});
   EXPECT_EQ(r.code, kExitApiUnreachable) << r;
   EXPECT_THAT(r.err, HasSubstr("cannot reach the Kubernetes API server"));
   EXPECT_THAT(r.err, HasSubstr("127.0.0.1:1"));
 }
 
-TEST_F(KubectlCheckpointTest, KubectlMissing) {
-  Outcome r = Plugin({"train-0", "-n", "ml"}, {"KUBECTL=" + dir_ + "/no-kubectl"});
-  EXPECT_EQ(r.code, kExitKubectlMissing) << r;
-  EXPECT_THAT(r.err, HasSubstr("cannot run kubectl"));
-}
-
-TEST_F(KubectlCheckpointTest, UsageErrors) {
-  Outcome r = Plugin({"train-0", "--bogus"});
-  EXPECT_EQ(r.code, kExitUsage) << r;
-  EXPECT_THAT(r.err, HasSubstr("unknown flag --bogus"));
-  r = Plugin({"list", "-c", "x"});
-  EXPECT_EQ(r.code, kExitUsage) << r;
-  r = Plugin({"train-0", "-o", "yaml"});
-  EXPECT_EQ(r.code, kExitUsage) << r;
-  r = Plugin({});
-  EXPECT_EQ(r.code, kExitUsage) << r;
+TEST_F(KubectlCryoTest, KubectlMissingIs127ForEveryCommand) {
+  // A missing kubectl was once taken for "the API server has no cryo pods" (exit 9).
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"checkpoint", "train-0", "-n", "ml"},
+                                             {"list"},
+                                             {"list", "-A"},
+                                             {"list", "--node", "node-a"},
+                                             {"list", "--cryo-endpoint", "nodes:9464"},
+                                             {"inspect", "ck-1"},
+                                             {"restore", "ck-1"},
+                                             {"restore", "ck-1", "--from-file", "/dev/null"},
+                                             {"restore", "ck-1", "--workload", "job/train"},
+                                             {"version"},
+                                             {"--version"}}) {
+    for (const std::string& kubectl : {std::string("/nonexistent"), dir_}) {  // missing; a dir
+      Outcome r = Plugin(args, {"KUBECTL=" + kubectl});
+      EXPECT_EQ(r.code, kExitKubectlMissing) << absl::StrJoin(args, " ") << "\n" << r;
+      EXPECT_THAT(r.err, HasSubstr("cannot run kubectl")) << absl::StrJoin(args, " ");
+      // The second name too ("checkpoint" is then implied).
+      std::vector<std::string> legacy = args;
+      if (legacy[0] == "checkpoint") legacy.erase(legacy.begin());
+      r = Legacy(legacy, {"KUBECTL=" + kubectl});
+      EXPECT_EQ(r.code, kExitKubectlMissing)
+          << "kubectl-checkpoint " << absl::StrJoin(legacy, " ") << "\n"
+          << r;
+    }
+  }
   EXPECT_THAT(server_.requests(), IsEmpty());
 }
 
-TEST_F(KubectlCheckpointTest, HelpForEachCommand) {
-  for (const std::string cmd : {"list", "inspect", "restore"}) {
-    Outcome r = Plugin({cmd, "--help"});
-    EXPECT_EQ(r.code, 0) << r;
-    EXPECT_THAT(r.out, HasSubstr("kubectl checkpoint " + cmd)) << cmd;
-    EXPECT_THAT(r.out, HasSubstr("--annotation-prefix")) << cmd;
+TEST_F(KubectlCryoTest, UsageErrors) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"checkpoint", "train-0", "--bogus"},
+                                             {"checkpoint", "train-0", "--bogus=1", "-Z"},
+                                             {"list", "-c", "x"},  // another command's flag
+                                             {"checkpoint", "train-0", "-A"},  // -A is list's
+                                             {"inspect", "ck-1", "--all-namespaces"},
+                                             {"checkpoint", "train-0", "-o", "jsonpath={.x}"},
+                                             {"list", "--cryo-endpoint", "node:9464"},
+                                             {"list", "--cryo-endpoint", "nodes:99999"},
+                                             {"list", "-v", "lots"},
+                                             {"list", "--insecure-skip-tls-verify=maybe"},
+                                             {"version", "-o", "name"},
+                                             {"checkpoint"},
+                                             {"checkpoint", "a", "b"},
+                                             {"list", "extra"},
+                                             {"train-0"},  // kubectl-cryo wants a command first
+                                             {}}) {
+    Outcome r = Plugin(args);
+    EXPECT_EQ(r.code, kExitUsage) << absl::StrJoin(args, " ") << "\n" << r;
+    EXPECT_THAT(r.err, HasSubstr("kubectl cryo")) << absl::StrJoin(args, " ");
   }
-  Outcome r = Plugin({"-h"});
-  EXPECT_EQ(r.code, 0) << r;
-  EXPECT_THAT(r.out, HasSubstr("kubectl checkpoint POD [-c CONTAINER]"));
+  Outcome r = Plugin({"checkpoint", "train-0", "--bogus"});
+  EXPECT_THAT(r.err, HasSubstr("unknown flag --bogus"));
+  EXPECT_THAT(r.err, HasSubstr("See 'kubectl cryo checkpoint --help'"));
+  r = Plugin({"train-0"});
+  EXPECT_THAT(r.err, HasSubstr("unknown command \"train-0\" for \"kubectl cryo\" (to checkpoint "
+                               "a pod: kubectl cryo checkpoint POD)"));
+  r = Plugin({"list", "--cryo-endpoint", "node:9464"});
+  EXPECT_THAT(r.err, HasSubstr("nodes:PORT"));
+  r = Plugin({"list"}, {"CRYO_ENDPOINT=pod"});
+  EXPECT_EQ(r.code, kExitUsage) << r;
+  EXPECT_THAT(r.err, HasSubstr("$CRYO_ENDPOINT"));
+  EXPECT_THAT(server_.requests(), IsEmpty());
+}
+
+TEST_F(KubectlCryoTest, HelpForEachCommand) {
+  for (const std::string cmd : {"checkpoint", "list", "inspect", "restore", "version"}) {
+    for (const std::vector<std::string>& args :
+         std::vector<std::vector<std::string>>{{cmd, "--help"}, {"help", cmd}, {"-h", cmd}}) {
+      Outcome r = Plugin(args);
+      EXPECT_EQ(r.code, 0) << r;
+      EXPECT_THAT(r.out, HasSubstr("kubectl cryo " + cmd)) << cmd;
+      EXPECT_THAT(r.out, HasSubstr("--cryo-endpoint")) << cmd;
+      EXPECT_THAT(r.out, HasSubstr("--as-group")) << cmd;
+      EXPECT_THAT(r.out, Not(HasSubstr("kubectl checkpoint " + cmd))) << cmd;
+    }
+  }
+  EXPECT_THAT(Plugin({"checkpoint", "--help"}).out, HasSubstr("--container NAME, -c NAME"));
+  EXPECT_THAT(Plugin({"list", "--help"}).out, Not(HasSubstr("--container")));
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"-h"}, {"--help"}, {"help"}}) {
+    Outcome r = Plugin(args);
+    EXPECT_EQ(r.code, 0) << r;
+    EXPECT_THAT(r.out, HasSubstr("kubectl cryo checkpoint POD [-c CONTAINER]"));
+    EXPECT_EQ(Legacy(args).out, r.out);
+  }
+  // No command: the help, on stderr, as a usage error.
+  Outcome r = Plugin({});
+  EXPECT_EQ(r.code, kExitUsage);
+  EXPECT_THAT(r.err, HasSubstr("kubectl cryo checkpoint POD [-c CONTAINER]"));
   EXPECT_THAT(server_.requests(), IsEmpty());
 }
 
 // ---- list
 
-class ListTest : public KubectlCheckpointTest {
+class ListTest : public KubectlCryoTest {
  protected:
   void SetUp() override {
-    KubectlCheckpointTest::SetUp();
+    KubectlCryoTest::SetUp();
     ServeCryoPods();
-    // node-a and node-b share a store: both report ck-shared.
+    // node-a and node-b share a store: both report ck-shared. Namespace ml has three
+    // checkpoints, default one (ck-web), and ck-host was taken outside Kubernetes.
+    json host = Checkpoint("ck-host", "2026-10-30T10:00:00Z", "node-a", 100);
+    host.erase("labels");
     json a = {Checkpoint("ck-shared", "2026-11-02T10:00:00Z", "node-a", 1536 << 20),
-              Checkpoint("ck-old", "2026-11-01T10:00:00Z", "node-a", 512)};
+              Checkpoint("ck-old", "2026-11-01T10:00:00Z", "node-a", 512), host};
+    json web = CheckpointOf("ck-web", "default", "web", "app");
+    web["created_at"] = "2026-10-31T10:00:00Z";
     json b = {Checkpoint("ck-new", "2026-11-02T11:00:00Z", "node-b", 2048),
-              Checkpoint("ck-shared", "2026-11-02T10:00:00Z", "node-a", 1536 << 20)};
+              Checkpoint("ck-shared", "2026-11-02T10:00:00Z", "node-a", 1536 << 20), web};
     server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints"), a);
     server_.OnJson("GET", ProxyPath("cryo-b", "/v1/checkpoints"), b);
+  }
+
+  // The first column of each row after the header.
+  static std::vector<std::string> FirstColumn(const std::string& table) {
+    std::vector<std::string> out;
+    std::vector<std::string> lines = absl::StrSplit(table, '\n', absl::SkipEmpty());
+    for (size_t i = 1; i < lines.size(); ++i) {
+      out.push_back(std::string(lines[i].substr(0, lines[i].find(' '))));
+    }
+    return out;
   }
 };
 
 TEST_F(ListTest, MergesNodesSharingAStore) {
-  Outcome r = Plugin({"list"});
+  Outcome r = Plugin({"list", "-n", "ml"});
   ASSERT_EQ(r.code, 0) << r;
   auto reqs = server_.ApiRequests();
   EXPECT_THAT(Lines(reqs), ElementsAre(std::string("GET ") + kCryoPods,
@@ -503,25 +364,111 @@ TEST_F(ListTest, MergesNodesSharingAStore) {
   for (const char* col : {"WORKLOAD", "POD", "NODE", "SIZE", "AGE"}) {
     EXPECT_THAT(lines[0], HasSubstr(col));
   }
+  EXPECT_THAT(lines[0], Not(HasSubstr("NAMESPACE")));
   EXPECT_THAT(lines[1], StartsWith("ck-new "));
   EXPECT_THAT(lines[2], StartsWith("ck-shared "));
   EXPECT_THAT(lines[3], StartsWith("ck-old "));
   EXPECT_THAT(lines[2], HasSubstr("ml.train.worker"));
-  EXPECT_THAT(lines[2], HasSubstr("ml/train-0/worker"));
+  EXPECT_THAT(lines[2], HasSubstr(" train-0/worker "));
   EXPECT_THAT(lines[2], HasSubstr("node-a"));
   EXPECT_THAT(lines[2], HasSubstr("1.5 GiB"));
   EXPECT_THAT(lines[1], HasSubstr("node-b"));
 }
 
-TEST_F(ListTest, JsonIsTheMergedArray) {
-  Outcome r = Plugin({"list", "-o", "json"});
+TEST_F(ListTest, NamespaceAsKubectlMeansIt) {
+  // No -n: the context's namespace (default).
+  Outcome r = Plugin({"list"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_THAT(FirstColumn(r.out), ElementsAre("ck-web"));
+  EXPECT_THAT(r.out, HasSubstr(" web/app "));
+  // -n, --namespace, -n=, -nNS.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"list", "-n", "ml"},
+                                             {"list", "--namespace", "ml"},
+                                             {"list", "--namespace=ml"},
+                                             {"list", "-n=ml"},
+                                             {"list", "-nml"},
+                                             {"-n", "ml", "list"}}) {
+    r = Plugin(args);
+    ASSERT_EQ(r.code, 0) << r;
+    EXPECT_THAT(FirstColumn(r.out), ElementsAre("ck-new", "ck-shared", "ck-old"))
+        << absl::StrJoin(args, " ");
+  }
+  // Another context: its namespace (ml).
+  r = Plugin({"list", "--context", "other"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_THAT(FirstColumn(r.out), ElementsAre("ck-new", "ck-shared", "ck-old"));
+  // A namespace without checkpoints.
+  r = Plugin({"list", "-n", "empty"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "No checkpoints found in empty namespace.\n");
+}
+
+TEST_F(ListTest, AllNamespaces) {
+  // -A wins over -n, as in kubectl; checkpoints taken outside Kubernetes show too.
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"list", "-A"},
+                                             {"list", "--all-namespaces"},
+                                             {"list", "-A", "-n", "ml"},
+                                             {"list", "--all-namespaces=true"}}) {
+    Outcome r = Plugin(args);
+    ASSERT_EQ(r.code, 0) << r;
+    std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+    ASSERT_EQ(lines.size(), 6u) << r;
+    EXPECT_THAT(lines[0], StartsWith("NAMESPACE   ID "));
+    EXPECT_THAT(FirstColumn(r.out), ElementsAre("ml", "ml", "ml", "default", "-"));
+    EXPECT_THAT(lines[4], HasSubstr("ck-web"));
+    EXPECT_THAT(lines[5], HasSubstr("ck-host"));
+  }
+}
+
+TEST_F(ListTest, EveryOutputFormat) {
+  // json and yaml: kubectl's List.
+  Outcome r = Plugin({"list", "-n", "ml", "-o", "json"});
   ASSERT_EQ(r.code, 0) << r;
   json j = json::parse(r.out);
-  ASSERT_TRUE(j.is_array());
+  EXPECT_EQ(j["apiVersion"], "v1");
+  EXPECT_EQ(j["kind"], "List");
+  EXPECT_EQ(j["metadata"], json({{"resourceVersion", ""}}));
+  ASSERT_TRUE(j["items"].is_array());
   std::vector<std::string> ids;
-  for (const auto& c : j) ids.push_back(c["checkpoint_id"]);
+  for (const auto& c : j["items"]) ids.push_back(c["checkpoint_id"]);
   EXPECT_THAT(ids, ElementsAre("ck-new", "ck-shared", "ck-old"));
-  EXPECT_EQ(j[1], Checkpoint("ck-shared", "2026-11-02T10:00:00Z", "node-a", 1536 << 20));
+  EXPECT_EQ(j["items"][1], Checkpoint("ck-shared", "2026-11-02T10:00:00Z", "node-a", 1536 << 20));
+  // The same list, written as YAML.
+  r = Plugin({"list", "-n", "ml", "-o", "yaml"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, ToYaml(j));
+  EXPECT_THAT(r.out, StartsWith("apiVersion: v1\nitems:\n- checkpoint_id: ck-new\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nkind: List\nmetadata:\n  resourceVersion: \"\"\n"));
+  EXPECT_THAT(r.out, HasSubstr("  size_bytes: \"2048\"\n"));  // a string stays one
+  // An empty list is still a List.
+  r = Plugin({"list", "-n", "empty", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(json::parse(r.out)["items"], json::array());
+  // name: checkpoint/ID per line.
+  r = Plugin({"list", "-A", "-o", "name"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out,
+            "checkpoint/ck-new\ncheckpoint/ck-shared\ncheckpoint/ck-old\ncheckpoint/ck-web\n"
+            "checkpoint/ck-host\n");
+  // wide: more columns.
+  r = Plugin({"list", "-n", "ml", "-o", "wide"});
+  ASSERT_EQ(r.code, 0) << r;
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << r;
+  for (const char* col :
+       {"ID", "WORKLOAD", "POD", "NODE", "SIZE", "AGE", "KIND", "FILES", "REASON", "CREATED"}) {
+    EXPECT_THAT(lines[0], HasSubstr(col));
+  }
+  EXPECT_THAT(lines[2], HasSubstr("container   12      kubelet   2026-11-02T10:00:00Z"));
+  // text, said or not.
+  EXPECT_EQ(Plugin({"list", "-n", "ml", "-o", "text"}).out, Plugin({"list", "-n", "ml"}).out);
+  // -o=FORMAT, -oFORMAT, --output FORMAT.
+  EXPECT_EQ(Plugin({"list", "-A", "-o=name"}).out, Plugin({"list", "-A", "-oname"}).out);
+  EXPECT_EQ(Plugin({"list", "-A", "--output", "name"}).out,
+            Plugin({"list", "-A", "--output=name"}).out);
 }
 
 TEST_F(ListTest, OneNodeAndWorkloadFilter) {
@@ -537,9 +484,9 @@ TEST_F(ListTest, OneNodeAndWorkloadFilter) {
 TEST_F(ListTest, AFailingCryodIsAWarning) {
   server_.OnJson("GET", ProxyPath("cryo-b", "/v1/checkpoints"),
                  {{"error", {{"code", "unavailable"}, {"message", "cryod is starting"}}}}, 503);
-  Outcome r = Plugin({"list", "-o", "json"});
+  Outcome r = Plugin({"list", "-A", "-o", "json"});
   ASSERT_EQ(r.code, 0) << r;
-  EXPECT_EQ(json::parse(r.out).size(), 2u);
+  EXPECT_EQ(json::parse(r.out)["items"].size(), 3u);
   EXPECT_THAT(r.err, HasSubstr("warning: cryo pod cryo-b (node node-b)"));
 }
 
@@ -552,7 +499,7 @@ TEST_F(ListTest, NoCryodAnswers) {
 
 // ---- inspect
 
-TEST_F(KubectlCheckpointTest, InspectAsksCryodsUntilOneHasIt) {
+TEST_F(KubectlCryoTest, InspectAsksCryodsUntilOneHasIt) {
   ServeCryoPods();
   // cryo-a's store does not have it; cryo-b's does.
   server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints/ck-1"),
@@ -589,13 +536,23 @@ TEST_F(KubectlCheckpointTest, InspectAsksCryodsUntilOneHasIt) {
   r = Plugin({"inspect", "ck-1", "-o", "json"});
   ASSERT_EQ(r.code, 0) << r;
   EXPECT_EQ(json::parse(r.out), ck);
+  r = Plugin({"inspect", "ck-1", "-o", "yaml"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, ToYaml(ck));
+  EXPECT_THAT(r.out, HasSubstr("\nmanifest:\n  container:\n    image: registry.local/train:1\n"));
+  r = Plugin({"inspect", "ck-1", "-o", "name"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, "checkpoint/ck-1\n");
+  // -n does not hide a checkpoint: ids are unique across namespaces.
+  EXPECT_EQ(Plugin({"inspect", "ck-1", "-n", "elsewhere", "-o", "name"}).out, "checkpoint/ck-1\n");
+  EXPECT_EQ(Plugin({"inspect", "ck-1", "-o", "wide"}).out, Plugin({"inspect", "ck-1"}).out);
 }
 
-TEST_F(KubectlCheckpointTest, InspectUnknownAndUnsafeIds) {
+TEST_F(KubectlCryoTest, InspectUnknownAndUnsafeIds) {
   ServeCryoPods();
   Outcome r = Plugin({"inspect", "ck-nope"});
   EXPECT_EQ(r.code, kExitCheckpointNotFound) << r;
-  EXPECT_THAT(r.err, HasSubstr("checkpoint ck-nope not found (asked cryo on 2 nodes)"));
+  EXPECT_THAT(r.err, HasSubstr("checkpoint ck-nope not found (asked cryod on 2 nodes)"));
   const size_t before = server_.requests().size();
   r = Plugin({"inspect", "../etc"});
   EXPECT_EQ(r.code, kExitUsage) << r;
@@ -604,10 +561,10 @@ TEST_F(KubectlCheckpointTest, InspectUnknownAndUnsafeIds) {
 
 // ---- restore
 
-class RestoreTest : public KubectlCheckpointTest {
+class RestoreTest : public KubectlCryoTest {
  protected:
   void SetUp() override {
-    KubectlCheckpointTest::SetUp();
+    KubectlCryoTest::SetUp();
     server_.ServeDiscovery();
     ServeCryoPods();
     server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints/ck-1"),
@@ -687,7 +644,8 @@ TEST_F(RestoreTest, NodeBindsThePodAndAsksThatNodesCryod) {
 
 TEST_F(RestoreTest, DryRunPrintsThePodAndCreatesNothing) {
   ServeTrainPod();
-  Outcome r = Plugin({"restore", "ck-1", "--dry-run", "--annotation-prefix", "example.com/cryo"});
+  Outcome r = Plugin({"restore", "ck-1", "--dry-run", "--annotation-prefix", "example.com/cryo",
+                      "--name", "copy", "-o", "json"});
   ASSERT_EQ(r.code, 0) << r;
   json pod = json::parse(r.out);
   EXPECT_EQ(pod["metadata"]["annotations"]["example.com/cryo/resume"], "ck-1");
@@ -697,7 +655,34 @@ TEST_F(RestoreTest, DryRunPrintsThePodAndCreatesNothing) {
                         "managedFields", "generateName"}) {
     EXPECT_FALSE(pod["metadata"].contains(k)) << k;
   }
+  // Without -o: the same pod as YAML, which kubectl reads back (here through --from-file, which
+  // converts it with kubectl annotate --local) into the same pod.
+  r = Plugin({"restore", "ck-1", "--dry-run", "--annotation-prefix", "example.com/cryo", "--name",
+              "copy"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, ToYaml(pod));
+  std::ofstream(dir_ + "/dry-run.yaml") << r.out;
+  r = Plugin({"restore", "ck-1", "--dry-run", "--annotation-prefix", "example.com/cryo", "--name",
+              "copy", "-o", "json", "--from-file", dir_ + "/dry-run.yaml"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(json::parse(r.out), pod);
+  EXPECT_EQ(Plugin({"restore", "ck-1", "--dry-run", "-o", "name", "--name", "copy"}).out,
+            "pod/copy\n");
+  r = Plugin({"restore", "ck-1", "--dry-run=client", "-o", "yaml", "--name", "copy"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_THAT(r.out, StartsWith("apiVersion: v1\nkind: Pod\nmetadata:\n  annotations:\n"));
   for (const auto& q : server_.ApiRequests()) EXPECT_NE(q.method, "POST");
+}
+
+TEST_F(RestoreTest, OutputFormats) {
+  ServeTrainPod();
+  Outcome r = Plugin({"restore", "ck-1", "--name", "r1", "-o", "name"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, "pod/r1\n");
+  r = Plugin({"restore", "ck-1", "--name", "r2", "-o", "yaml"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("\n  uid: new-uid\n"));  // what the server stored
+  EXPECT_THAT(r.out, HasSubstr("\nstatus:\n  phase: Pending\n"));
 }
 
 TEST_F(RestoreTest, SourcePodGoneSuggestsFromFile) {
@@ -740,8 +725,32 @@ TEST_F(RestoreTest, WorkloadGetsAMergePatchOnItsTemplate) {
   ASSERT_EQ(patches.size(), 1u);
   EXPECT_EQ(patches[0].path, "/apis/batch/v1/namespaces/ml/jobs/train");
   EXPECT_EQ(patches[0].headers["content-type"], "application/merge-patch+json");
-  EXPECT_EQ(patches[0].Json(), json::parse(R"({"spec": {"template": {"metadata": {"annotations":
-                {"cryo.dev/resume": "ck-1", "cryo.dev/containers": "worker"}}}}})"));
+  const json want = json::parse(R"({"spec": {"template": {"metadata": {"annotations":
+                {"cryo.dev/resume": "ck-1", "cryo.dev/containers": "worker"}}}}})");
+  EXPECT_EQ(patches[0].Json(), want);
+
+  // Output formats: the patched object, or kubectl's name for it.
+  r = Plugin({"restore", "ck-1", "--workload", "job/train", "-o", "name"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, "job.batch/train\n");
+  r = Plugin({"restore", "ck-1", "--workload", "job/train", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(json::parse(r.out), job);
+  r = Plugin({"restore", "ck-1", "--workload", "job/train", "-o", "yaml"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, ToYaml(job));
+  // --dry-run: the patch, sent nowhere.
+  const size_t sent = server_.requests().size();
+  r = Plugin({"restore", "ck-1", "--workload", "sts/db", "--dry-run"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_THAT(r.out, StartsWith("would patch statefulset/db in namespace ml"));
+  r = Plugin({"restore", "ck-1", "--workload", "sts/db", "--dry-run", "-o", "json"});
+  EXPECT_EQ(json::parse(r.out), want);
+  r = Plugin({"restore", "ck-1", "--workload", "sts/db", "--dry-run", "-o", "name"});
+  EXPECT_EQ(r.out, "statefulset.apps/db\n");
+  for (size_t i = sent; i < server_.requests().size(); ++i) {
+    EXPECT_NE(server_.requests()[i].method, "PATCH");
+  }
 }
 
 TEST_F(RestoreTest, WorkloadNotFound) {
@@ -755,4 +764,4 @@ TEST_F(RestoreTest, WorkloadNotFound) {
 }
 
 }  // namespace
-}  // namespace cryo::kubectl
+}  // namespace cryo::kubectl::testing
