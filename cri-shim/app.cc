@@ -1,16 +1,15 @@
 #include "cri-shim/app.h"
 
-#include <unistd.h>
-
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "cri-shim/handlers/handlers.h"
-#include "lib/base/log.h"
 #include "grpcpp/client_context.h"
+#include "lib/base/log.h"
 
 namespace cryo::shim {
 namespace {
@@ -40,7 +39,8 @@ StepOutcome TuneRuntimeStep(AppState& s) {
 StepOutcome ConfigureLoggingStep(AppState& s) {
   SetLogProgram("cryo-cri-shim");
   SetLogLevel(s.options.log_level);
-  CRYO_LOG(Info) << "starting cryo-cri-shim " << CRYO_VERSION << ": listen " << s.options.listen << ", runtime " << s.options.runtime_endpoint;
+  CRYO_LOG(Info) << "starting cryo-cri-shim " << CRYO_VERSION << ": listen " << s.options.listen
+                 << ", runtime " << s.options.runtime_endpoint;
   return StepOutcome::Ok();
 }
 
@@ -77,7 +77,8 @@ StepOutcome StartMetricsEndpointStep(AppState& s) {
   }
   s.exposer->RegisterCollectable(s.registry);
   std::vector<int> ports = s.exposer->GetListeningPorts();
-  CRYO_LOG(Info) << "metrics on http://" << s.options.metrics_address << "/metrics (port " << absl::StrJoin(ports, ",") << ")";
+  CRYO_LOG(Info) << "metrics on http://" << s.options.metrics_address << "/metrics (port "
+                 << absl::StrJoin(ports, ",") << ")";
   return StepOutcome::Ok();
 }
 
@@ -89,7 +90,8 @@ StepOutcome StartServerStep(AppState& s) {
   deps.metrics = s.metrics.get();
   if (::access(deps.init_path.c_str(), X_OK) != 0) {
     // Opted-in containers would fail to start; others are unaffected, so serve anyway.
-    CRYO_LOG(Warning) << "cryo-init not found at " << deps.init_path << ": containers of opted-in pods will fail to start (see --init-path)";
+    CRYO_LOG(Warning) << "cryo-init not found at " << deps.init_path
+                      << ": containers of opted-in pods will fail to start (see --init-path)";
   }
   absl::StatusOr<OwnedMethods> owned = DefaultOwnedMethods(deps);
   if (!owned.ok()) return StepOutcome::Fatal(std::string(owned.status().message()));
@@ -110,9 +112,11 @@ StepOutcome ProbeRuntimeStep(AppState& s) {
   runtime::v1::VersionResponse resp;
   grpc::Status st = s.server->runtime().runtime().Version(&ctx, req, &resp);
   if (st.ok()) {
-    CRYO_LOG(Info) << "runtime: " << resp.runtime_name() << " " << resp.runtime_version() << " (CRI " << resp.runtime_api_version() << ")";
+    CRYO_LOG(Info) << "runtime: " << resp.runtime_name() << " " << resp.runtime_version()
+                   << " (CRI " << resp.runtime_api_version() << ")";
   } else {
-    CRYO_LOG(Warning) << "runtime at " << s.options.runtime_endpoint << " not answering yet: " << st.error_message();
+    CRYO_LOG(Warning) << "runtime at " << s.options.runtime_endpoint
+                      << " not answering yet: " << st.error_message();
   }
   return StepOutcome::Ok();
 }

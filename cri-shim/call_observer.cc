@@ -74,7 +74,9 @@ grpc::Status CallObserver::End(const Call& call, CallPath path, const grpc::Stat
     ++unreachable_since_log_;
     absl::Time now = absl::Now();
     if (now - last_unreachable_log_ >= kUnreachableLogInterval) {
-      CRYO_LOG(Warning) << "runtime at " << runtime_endpoint_ << " unreachable (" << unreachable_since_log_ << " call(s) failed since last report, latest " << call.method << "): " << status.error_message();
+      CRYO_LOG(Warning) << "runtime at " << runtime_endpoint_ << " unreachable ("
+                        << unreachable_since_log_ << " call(s) failed since last report, latest "
+                        << call.method << "): " << status.error_message();
       last_unreachable_log_ = now;
       unreachable_since_log_ = 0;
     }
@@ -88,7 +90,8 @@ grpc::Status CallObserver::End(const Call& call, CallPath path, const grpc::Stat
         .Increment();
     metrics_->Latency(call.label).Observe(absl::ToDoubleSeconds(elapsed));
   }
-  CRYO_LOG(Debug) << call.method << " -> " << GrpcCodeName(out.error_code()) << " in " << absl::FormatDuration(elapsed) << (path == CallPath::kOwned ? " (owned)" : "")
+  CRYO_LOG(Debug) << call.method << " -> " << GrpcCodeName(out.error_code()) << " in "
+                  << absl::FormatDuration(elapsed) << (path == CallPath::kOwned ? " (owned)" : "")
                   << (out.ok() ? "" : absl::StrCat(": ", out.error_message()));
   return out;
 }

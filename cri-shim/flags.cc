@@ -1,11 +1,10 @@
 #include "cri-shim/flags.h"
 
-#include "lib/base/flags.h"
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
+#include "lib/base/flags.h"
 
 namespace cryo::shim {
 
@@ -13,15 +12,17 @@ namespace {
 
 // Declares every flag against `o` (and `level`, parsed after).
 void Declare(flags::FlagSet& fs, Options& o, std::string& level) {
-  fs.String("listen", &o.listen, "unix socket to serve CRI on (what kubelet's "
-            "--container-runtime-endpoint names)", "PATH");
+  fs.String("listen", &o.listen,
+            "unix socket to serve CRI on (what kubelet's "
+            "--container-runtime-endpoint names)",
+            "PATH");
   fs.String("runtime-endpoint", &o.runtime_endpoint,
             "containerd or CRI-O socket, unix:///path or /path", "ADDR");
   fs.String("cryod-socket", &o.cryod_socket, "cryod's socket", "PATH");
   fs.String("annotation-prefix", &o.annotation_prefix,
             "prefix of the pod annotations P/checkpoint-on-stop, P/resume, ...", "P");
-  fs.String("init-path", &o.init_path,
-            "host path of cryo-init, mounted into opted-in containers", "PATH");
+  fs.String("init-path", &o.init_path, "host path of cryo-init, mounted into opted-in containers",
+            "PATH");
   fs.String("metrics-address", &o.metrics_address,
             "Prometheus endpoint HOST:PORT; empty disables it", "HOST:PORT");
   fs.String("log-level", &level, "debug, info, warning or error", "LEVEL");
@@ -73,8 +74,7 @@ absl::StatusOr<Options> ParseFlags(const std::vector<std::string>& args) {
   opts.log_level = *parsed;
   if (opts.listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
   if (opts.annotation_prefix.empty() || opts.annotation_prefix.find('/') != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("--annotation-prefix \"",
-                                                   opts.annotation_prefix,
+    return absl::InvalidArgumentError(absl::StrCat("--annotation-prefix \"", opts.annotation_prefix,
                                                    "\" must be a non-empty DNS-style prefix"));
   }
   if (opts.init_path.empty() || opts.init_path[0] != '/') {

@@ -80,7 +80,7 @@ prometheus::Counter& ShimMetrics::OwnedDecision(absl::string_view method_label,
 }
 
 prometheus::Counter& ShimMetrics::ContainerOperation(absl::string_view op,
-                                                    absl::string_view result) {
+                                                     absl::string_view result) {
   return container_ops_->Add({{"op", std::string(op)}, {"result", std::string(result)}});
 }
 

@@ -31,8 +31,8 @@ OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
                   const StringMap& pod_labels, const std::string& pod_namespace,
                   const std::string& pod_name, const std::string& container_name) {
   OptIn o;
-  const std::string stop =
-      absl::AsciiStrToLower(Get(pod_annotations, contract::Key(prefix, contract::pod::kCheckpointOnStop)));
+  const std::string stop = absl::AsciiStrToLower(
+      Get(pod_annotations, contract::Key(prefix, contract::pod::kCheckpointOnStop)));
   o.checkpoint_on_stop = stop == "true" || stop == "1" || stop == "yes";
   o.resume = Get(pod_annotations, contract::Key(prefix, contract::pod::kResume));
   if (!o.checkpoint_on_stop && o.resume.empty()) return o;

@@ -5,10 +5,10 @@
 
 #include "absl/base/thread_annotations.h"
 #include "cri-shim/cri_methods.h"
-#include "lib/base/log.h"
 #include "cri-shim/metadata.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "lib/base/grpc_status.h"
+#include "lib/base/log.h"
 
 namespace cryo::shim {
 namespace {

@@ -7,9 +7,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "lib/cri/cri_api.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/generic/generic_stub.h"
+#include "lib/cri/cri_api.h"
 
 namespace cryo::shim {
 

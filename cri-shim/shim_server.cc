@@ -11,10 +11,10 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "lib/base/log.h"
 #include "cri-shim/proxy_call.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "lib/base/log.h"
 
 namespace cryo::shim {
 
@@ -98,7 +98,8 @@ void ShimServer::Shutdown(absl::Duration grace) {
   // No new connections; calls on existing ones may still arrive and are served.
   ::unlink(options_.listen_path.c_str());
   if (!in_flight_->AwaitNone(grace)) {
-    CRYO_LOG(Warning) << "calls still in flight after " << absl::FormatDuration(grace) << "; cancelling them";
+    CRYO_LOG(Warning) << "calls still in flight after " << absl::FormatDuration(grace)
+                      << "; cancelling them";
   }
   // Not Shutdown(deadline): with kubelet's idle connection open, gRPC would wait the whole
   // deadline even with nothing in flight.

@@ -18,7 +18,7 @@ die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 
 PKGS=(
   # build
-  build-essential cmake ninja-build pkg-config git ca-certificates xz-utils
+  build-essential cmake ninja-build pkg-config git ca-certificates xz-utils clang-format ccache
   # project libraries
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   nlohmann-json3-dev prometheus-cpp-dev libzstd-dev libxxhash-dev libssl-dev

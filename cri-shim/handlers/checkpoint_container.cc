@@ -5,9 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
-#include "lib/base/log.h"
 #include "cri-shim/metrics.h"
 #include "cri-shim/opt_in.h"
+#include "lib/base/log.h"
 
 namespace cryo::shim {
 namespace {
@@ -56,13 +56,16 @@ class CheckpointContainerHandler final
       deps_.metrics->ContainerOperation("checkpoint_api", r.ok() ? "ok" : "failed").Increment();
     }
     if (!r.ok()) {
-      CRYO_LOG(Warning) << "CheckpointContainer " << c.id().substr(0, 13) << ": " << r.status().ToString();
+      CRYO_LOG(Warning) << "CheckpointContainer " << c.id().substr(0, 13) << ": "
+                        << r.status().ToString();
       return absl::Status(r.status().code(),
                           absl::StrCat("checkpointing container ", c.metadata().name(), ": ",
                                        r.status().message()));
     }
-    CRYO_LOG(Info) << "checkpointed container " << c.metadata().name() << " (" << c.id().substr(0, 13) << ") as " << r->checkpoint_id()
-                   << (request.location().empty() ? "" : absl::StrCat(", archive ", request.location()));
+    CRYO_LOG(Info) << "checkpointed container " << c.metadata().name() << " ("
+                   << c.id().substr(0, 13) << ") as " << r->checkpoint_id()
+                   << (request.location().empty() ? ""
+                                                  : absl::StrCat(", archive ", request.location()));
     return Response{};
   }
 

@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cri-shim/opt_in.h"
-#include "nlohmann/json.hpp"
 #include "lib/contract/annotations.h"
 #include "lib/contract/labels.h"
+#include "nlohmann/json.hpp"
 
 namespace cryo::shim {
 

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "lib/cri/cri_api.h"
 #include "cri-shim/owned_method.h"
 #include "lib/base/grpc_status.h"
+#include "lib/cri/cri_api.h"
 
 namespace cryo::shim {
 

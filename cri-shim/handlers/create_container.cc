@@ -10,9 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
-#include "lib/contract/cryo_init_protocol.h"
-#include "lib/base/log.h"
 #include "cri-shim/opt_in.h"
+#include "lib/base/log.h"
+#include "lib/contract/cryo_init_protocol.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::shim {
@@ -101,7 +101,8 @@ class CreateContainerHandler final
         if (ck.kind() != "container") continue;
         if (!ck.damaged().empty()) {
           // A restore found it damaged: an older one loses less than starting over.
-          CRYO_LOG(Warning) << "pod " << pod_name << ": skipping damaged checkpoint " << ck.checkpoint_id() << " (" << ck.damaged() << ")";
+          CRYO_LOG(Warning) << "pod " << pod_name << ": skipping damaged checkpoint "
+                            << ck.checkpoint_id() << " (" << ck.damaged() << ")";
           continue;
         }
         resume_from = ck.checkpoint_id();
@@ -159,9 +160,8 @@ class CreateContainerHandler final
     CRYO_LOG(Info) << "created " << request.config().metadata().name() << " of pod " << pod_name
                    << " under cryo-init (workload " << opt.workload
                    << (opt.checkpoint_on_stop ? ", checkpoint on stop" : "")
-                   << (resume_from.empty()
-                           ? (opt.resume == "auto" ? ", nothing to resume yet" : "")
-                           : absl::StrCat(", resumes from ", resume_from))
+                   << (resume_from.empty() ? (opt.resume == "auto" ? ", nothing to resume yet" : "")
+                                           : absl::StrCat(", resumes from ", resume_from))
                    << ")";
     return resp;
   }

@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
-#include "lib/base/log.h"
 #include "cri-shim/metrics.h"
 #include "cri-shim/opt_in.h"
+#include "lib/base/log.h"
 
 namespace cryo::shim {
 namespace {
@@ -46,7 +46,8 @@ class StartContainerHandler final : public UnaryOwnedMethod<runtime::v1::StartCo
     if (deps_.metrics)
       deps_.metrics->ContainerOperation("restore", r.ok() ? "ok" : "failed").Increment();
     if (!r.ok()) {
-      CRYO_LOG(Warning) << "restore of " << from->second << " into " << name << " failed: " << r.status().ToString();
+      CRYO_LOG(Warning) << "restore of " << from->second << " into " << name
+                        << " failed: " << r.status().ToString();
       if (absl::IsUnavailable(r.status())) {
         // cryod never saw the request, so nobody will tell cryo-init: end the container.
         runtime::v1::StopContainerRequest stop;
@@ -60,7 +61,8 @@ class StartContainerHandler final : public UnaryOwnedMethod<runtime::v1::StartCo
                           absl::StrCat("resuming container ", name, " from checkpoint ",
                                        from->second, " failed: ", r.status().message()));
     }
-    CRYO_LOG(Info) << "resumed " << name << " from checkpoint " << from->second << " in " << absl::FormatDuration(absl::Now() - t0);
+    CRYO_LOG(Info) << "resumed " << name << " from checkpoint " << from->second << " in "
+                   << absl::FormatDuration(absl::Now() - t0);
     return resp;
   }
 

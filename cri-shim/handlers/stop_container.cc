@@ -7,9 +7,9 @@
 #include "absl/strings/str_cat.h"
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
-#include "lib/base/log.h"
 #include "cri-shim/metrics.h"
 #include "cri-shim/opt_in.h"
+#include "lib/base/log.h"
 
 namespace cryo::shim {
 namespace {
@@ -40,7 +40,8 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
         std::min(absl::Seconds(request.timeout()), TimeLeft(ctx, absl::InfiniteDuration())) -
         kStopMargin;
     if (budget < absl::Seconds(1)) {
-      CRYO_LOG(Warning) << "stop of " << name << " with " << request.timeout() << " s grace: no time to checkpoint it";
+      CRYO_LOG(Warning) << "stop of " << name << " with " << request.timeout()
+                        << " s grace: no time to checkpoint it";
       if (deps_.metrics)
         deps_.metrics->ContainerOperation("checkpoint_on_stop", "skipped").Increment();
       WriteToContainerLog(init_pid,
@@ -58,10 +59,13 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
     const absl::Time t0 = absl::Now();
     auto r = deps_.cryod->Checkpoint(req, t0 + budget);
     if (r.ok()) {
-      CRYO_LOG(Info) << "checkpointed " << name << " before its stop as " << r->checkpoint_id() << " in " << absl::FormatDuration(absl::Now() - t0);
+      CRYO_LOG(Info) << "checkpointed " << name << " before its stop as " << r->checkpoint_id()
+                     << " in " << absl::FormatDuration(absl::Now() - t0);
       if (deps_.metrics) deps_.metrics->ContainerOperation("checkpoint_on_stop", "ok").Increment();
     } else {
-      CRYO_LOG(Warning) << "checkpoint of " << name << " before its stop failed: " << r.status().ToString() << "; stopping it anyway";
+      CRYO_LOG(Warning) << "checkpoint of " << name
+                        << " before its stop failed: " << r.status().ToString()
+                        << "; stopping it anyway";
       if (deps_.metrics) {
         deps_.metrics->ContainerOperation("checkpoint_on_stop", "failed").Increment();
       }

@@ -4,11 +4,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <limits>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -19,12 +19,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "cryo/v1/cryo.grpc.pb.h"
 #include "daemon/api/checkpoint_json.h"
 #include "daemon/cli/output.h"
-#include "cryo/v1/cryo.grpc.pb.h"
-#include "nlohmann/json.hpp"
 #include "lib/base/flags.h"
 #include "lib/base/human.h"
+#include "nlohmann/json.hpp"
 
 namespace cryo::cli {
 namespace {
@@ -113,15 +113,14 @@ std::string ToJson(const google::protobuf::Message& m) { return api::MessageToJs
 int Fail(const Global& g, const std::string& what, const grpc::Status& s) {
   std::string msg = s.error_message();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    msg = absl::StrCat("cannot reach cryod at ", g.socket, " (is it running, and are you root?): ",
-                       msg);
+    msg = absl::StrCat("cannot reach cryod at ", g.socket,
+                       " (is it running, and are you root?): ", msg);
   }
   if (g.json) {
     nlohmann::json j = {{"error", {{"code", CodeName(s.error_code())}, {"message", msg}}}};
     std::cout << j.dump(2) << "\n";
   } else {
-    std::cerr << "cryo: " << what << " failed: " << CodeName(s.error_code()) << ": " << msg
-              << "\n";
+    std::cerr << "cryo: " << what << " failed: " << CodeName(s.error_code()) << ": " << msg << "\n";
   }
   return 1;
 }
@@ -228,8 +227,8 @@ int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   if (g.json) {
     std::cout << ToJson(c) << "\n";
   } else {
-    std::cout << "checkpoint " << c.checkpoint_id() << ": " << human::Bytes(c.size_bytes()) << " in "
-              << c.file_count() << " files, pid " << c.root_pid() << " ("
+    std::cout << "checkpoint " << c.checkpoint_id() << ": " << human::Bytes(c.size_bytes())
+              << " in " << c.file_count() << " files, pid " << c.root_pid() << " ("
               << (c.leave_running() ? "left running" : "stopped") << ")\n"
               << "  stages: " << Ms(c.stage_ms()) << "\n"
               << "  stored: " << c.store_path() << "\n";
@@ -346,7 +345,8 @@ int Inspect(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
             << "created:   " << c.created_at() << "\n"
             << "command:   " << c.command() << " (pid " << c.root_pid() << ", " << c.pids_size()
             << " processes)\n"
-            << "size:      " << human::Bytes(c.size_bytes()) << " in " << c.file_count() << " files\n"
+            << "size:      " << human::Bytes(c.size_bytes()) << " in " << c.file_count()
+            << " files\n"
             << (c.damaged().empty() ? "" : "DAMAGED:   " + c.damaged() + "\n")
             << "criu:      " << c.criu_version() << ", kernel " << c.kernel() << "\n"
             << "stages:    " << Ms(c.stage_ms()) << "\n"
@@ -377,7 +377,8 @@ int Remove(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv
     if (!s.ok()) {
       rc = 1;
       if (g.json) {
-        out.push_back({{"id", id}, {"error", s.error_message()}, {"code", CodeName(s.error_code())}});
+        out.push_back(
+            {{"id", id}, {"error", s.error_message()}, {"code", CodeName(s.error_code())}});
       } else {
         Fail(g, absl::StrCat("rm ", id), s);
       }
@@ -411,9 +412,9 @@ int Node(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
   std::cout << "node:     " << n.node_name() << " (cryo " << n.cryo_version() << ")\n"
             << "kernel:   " << n.kernel() << " " << n.arch() << "\n"
             << "criu:     " << n.criu_version() << " at " << n.criu_path()
-            << (n.criu_check_error().empty() ? " (check ok)"
-                                             : absl::StrCat(" (check FAILED: ",
-                                                            n.criu_check_error(), ")"))
+            << (n.criu_check_error().empty()
+                    ? " (check ok)"
+                    : absl::StrCat(" (check FAILED: ", n.criu_check_error(), ")"))
             << "\n"
             << "store:    " << n.store_path() << " (" << human::Bytes(n.store_free_bytes())
             << " free)\n";
@@ -428,8 +429,8 @@ int Node(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
               << human::Bytes(gpu.memory_total_bytes()) << "\n";
   }
   for (const auto& op : n.operations()) {
-    std::cout << "running:  " << op.operation_id() << " " << op.kind() << " " << op.target()
-              << " (" << StageLabel(op.stage()) << ")\n";
+    std::cout << "running:  " << op.operation_id() << " " << op.kind() << " " << op.target() << " ("
+              << StageLabel(op.stage()) << ")\n";
   }
   return 0;
 }

@@ -111,8 +111,8 @@ absl::Status WriteCheckpointArchive(const ArchiveInput& in, const std::string& p
     CRYO_RETURN_IF_ERROR(w.AddDir("checkpoint"));
     CRYO_ASSIGN_OR_RETURN(auto images, fs::ListFilesRecursive(in.images_dir));
     for (const auto& rel : images) {
-      CRYO_RETURN_IF_ERROR(
-          w.AddFile(absl::StrCat(contract::archive::kCheckpointDir, "/", rel), fs::Join(in.images_dir, rel)));
+      CRYO_RETURN_IF_ERROR(w.AddFile(absl::StrCat(contract::archive::kCheckpointDir, "/", rel),
+                                     fs::Join(in.images_dir, rel)));
     }
     if (!in.rootfs_diff_tar.empty()) {
       CRYO_RETURN_IF_ERROR(w.AddFile(contract::archive::kRootfsDiff, in.rootfs_diff_tar));
@@ -141,8 +141,8 @@ absl::Status ForEachEntry(const std::string& path,
   auto cleanup = absl::MakeCleanup([a] { archive_read_free(a); });
   archive_read_support_format_tar(a);
   if (archive_read_open_filename(a, path.c_str(), 1 << 20) != ARCHIVE_OK) {
-    return absl::NotFoundError(absl::StrCat("cannot open archive ", path, ": ",
-                                            archive_error_string(a)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot open archive ", path, ": ", archive_error_string(a)));
   }
   struct archive_entry* e;
   int r;
@@ -150,8 +150,8 @@ absl::Status ForEachEntry(const std::string& path,
     if (!fn(archive_entry_pathname(e), a)) return absl::OkStatus();
   }
   if (r != ARCHIVE_EOF) {
-    return absl::DataLossError(absl::StrCat("archive ", path, " is damaged: ",
-                                            archive_error_string(a)));
+    return absl::DataLossError(
+        absl::StrCat("archive ", path, " is damaged: ", archive_error_string(a)));
   }
   return absl::OkStatus();
 }

@@ -109,8 +109,8 @@ void TellInit(const proc::ProcReader& proc, pid_t init_pid, int value, const std
   union sigval v;
   v.sival_int = value;
   if (::sigqueue(init_pid, CRYO_INIT_SIGNAL, v) != 0) {
-    CRYO_LOG(Warning) << "telling cryo-init (pid " << init_pid << ") the restore result: "
-                      << strerror(errno);
+    CRYO_LOG(Warning) << "telling cryo-init (pid " << init_pid
+                      << ") the restore result: " << strerror(errno);
   }
 }
 

@@ -40,7 +40,7 @@ void TellInit(const proc::ProcReader& proc, pid_t init_pid, int value, const std
 // A running container whose pod opted in to checkpoint-on-stop.
 struct OptedIn {
   std::string container_id;
-  std::string workload;  // the key the shim recorded (empty: none)
+  std::string workload;                       // the key the shim recorded (empty: none)
   std::map<std::string, std::string> labels;  // kubelet's identity labels and the reason
 };
 

@@ -3,10 +3,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "lib/cri/cri_api.h"
 #include "daemon/container/runtime.h"
 #include "lib/base/grpc_status.h"
 #include "lib/base/status.h"
+#include "lib/cri/cri_api.h"
 
 namespace cryo::runtime {
 namespace {

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "lib/base/proc.h"
 #include "daemon/container/runtime.h"
+#include "lib/base/proc.h"
 
 namespace cryo::container {
 

@@ -10,11 +10,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon/criu/criu.h"
 #include "lib/base/fs.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 #include "lib/base/subprocess.h"
-#include "daemon/criu/criu.h"
 
 namespace cryo::criu {
 namespace {
@@ -73,10 +73,10 @@ class CriuExec final : public Criu {
     ::unlink(pidfile.c_str());
     Paths p = PathsFor(o.images_dir, o.work_dir, o.in_container);
     std::vector<std::string> argv = Prefix(o.in_container, o.images_dir, o.work_dir, true);
-    argv.insert(argv.end(), {path_, "restore", "--images-dir", p.images, "--work-dir", p.work,
-                             "--log-file", "restore.log", absl::StrCat("-v", cfg_.log_level),
-                             "--restore-detached", "--pidfile", fs::Join(p.work, "restore.pid"),
-                             "--file-locks"});
+    argv.insert(argv.end(),
+                {path_, "restore", "--images-dir", p.images, "--work-dir", p.work, "--log-file",
+                 "restore.log", absl::StrCat("-v", cfg_.log_level), "--restore-detached",
+                 "--pidfile", fs::Join(p.work, "restore.pid"), "--file-locks"});
     if (o.in_container) {
       // The new container's runtime made its cgroups; cryo-nsexec already put CRIU in them.
       argv.push_back("--manage-cgroups=ignore");
@@ -91,8 +91,8 @@ class CriuExec final : public Criu {
     auto text = fs::ReadFile(pidfile);
     int pid = 0;
     if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &pid) || pid <= 0) {
-      return absl::InternalError(absl::StrCat("criu restore succeeded but wrote no pid to ",
-                                              pidfile));
+      return absl::InternalError(
+          absl::StrCat("criu restore succeeded but wrote no pid to ", pidfile));
     }
     return pid;
   }
@@ -200,9 +200,10 @@ absl::Status StatusFromLog(absl::string_view action, absl::string_view log,
   if (absl::StrContains(log, "No such process") || absl::StrContains(log, "Can't seize") ||
       absl::StrContains(log, "Unable to seize") || absl::StrContains(log, "is a zombie") ||
       absl::StrContains(log, "Unexpected state")) {
-    return absl::AbortedError(absl::StrCat("the process tree changed during the checkpoint "
-                                           "(a process exited?): ",
-                                           msg));
+    return absl::AbortedError(
+        absl::StrCat("the process tree changed during the checkpoint "
+                     "(a process exited?): ",
+                     msg));
   }
   if (absl::StrContains(log, "Can't fork for") || absl::StrContains(log, "File exists") ||
       absl::StrContains(log, "PID already in use") || absl::StrContains(log, "ns_last_pid")) {

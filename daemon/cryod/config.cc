@@ -93,9 +93,7 @@ const std::vector<Key>& Keys() {
   static const std::vector<Key> keys = {
       Str("socket", "unix socket of the gRPC API (0600, root only)", &Config::socket),
       Str("state_dir", "journal and per-operation CRIU logs", &Config::state_dir),
-      Str("store",
-          "checkpoint store path; a shared mount for cross-node restore",
-          &Config::store),
+      Str("store", "checkpoint store path; a shared mount for cross-node restore", &Config::store),
       Str("node_name", "name recorded in manifests", &Config::node_name),
       Str("criu", "CRIU binary", &Config::criu),
       Bool("criu_hw_breakpoints",
@@ -156,8 +154,7 @@ const std::vector<Key>& Keys() {
       Str("termination_aws_url", "AWS instance metadata service (IMDSv2, IMDSv1 fallback)",
           &Config::termination_aws_url),
       Str("termination_azure_url", "Azure Scheduled Events URL", &Config::termination_azure_url),
-      Str("termination_azure_vm_name",
-          "this VM's name in Azure Scheduled Events",
+      Str("termination_azure_vm_name", "this VM's name in Azure Scheduled Events",
           &Config::termination_azure_vm_name),
       {"allowed_uids", "comma-separated uids allowed on the socket",
        [](Config& c, const std::string& v) {

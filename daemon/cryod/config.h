@@ -14,9 +14,9 @@ struct Config {
   std::string config_file;  // empty: /etc/cryo/cryod.json if it exists
   std::string socket = "/run/cryo/cryod.sock";
   std::string state_dir = "/var/lib/cryo";
-  std::string store;  // empty: <state_dir>/store
-  std::string node_name;  // empty: the host name
-  std::string criu;       // empty: search PATH
+  std::string store;                               // empty: <state_dir>/store
+  std::string node_name;                           // empty: the host name
+  std::string criu;                                // empty: search PATH
   bool criu_hw_breakpoints = false;                // see criu::CriuConfig::hw_breakpoints
   std::string metrics_address = "127.0.0.1:9464";  // empty: no HTTP endpoint
   std::string log_level = "info";

@@ -18,26 +18,26 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "daemon/api/http_api.h"
-#include "lib/base/fs.h"
-#include "lib/base/log.h"
-#include "lib/base/proc.h"
+#include "daemon/container/container_checkpoint.h"
+#include "daemon/container/runtime.h"
 #include "daemon/criu/criu.h"
-#include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/cryod/config.h"
 #include "daemon/cryod/unix_server.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/operation_runner.h"
 #include "daemon/gpu/gpu_manager.h"
+#include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/http_server.h"
 #include "daemon/metrics/metrics.h"
-#include "prometheus/text_serializer.h"
-#include "daemon/container/runtime.h"
-#include "daemon/container/container_checkpoint.h"
-#include "daemon/engine/engine.h"
-#include "daemon/engine/operation_runner.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/grpc_service.h"
 #include "daemon/store/store.h"
 #include "daemon/termination/watcher.h"
+#include "lib/base/fs.h"
+#include "lib/base/log.h"
+#include "lib/base/proc.h"
+#include "prometheus/text_serializer.h"
 
 namespace cryo::cryod {
 namespace {
@@ -226,8 +226,7 @@ const std::vector<Step>& StartSteps() {
          st.gpu = std::move(*g);
          for (const auto& p : st.gpu->Plugins()) {
            CRYO_LOG(Info) << "GPU plugin " << p.name << " " << p.version << ": "
-                          << (p.available ? "available" : "unavailable") << " (" << p.detail
-                          << ")";
+                          << (p.available ? "available" : "unavailable") << " (" << p.detail << ")";
          }
          return Result::kOk;
        }},
@@ -281,13 +280,12 @@ const std::vector<Step>& StartSteps() {
          ec.incomplete_ttl = absl::Seconds(st.config.incomplete_ttl_s);
          ec.retention_keep = st.config.retention_keep;
          ec.self_pid = ::getpid();
-         ec.nsexec_path = st.config.nsexec.empty() ? SiblingBinary("cryo-nsexec")
-                                                   : st.config.nsexec;
+         ec.nsexec_path =
+             st.config.nsexec.empty() ? SiblingBinary("cryo-nsexec") : st.config.nsexec;
          ec.annotation_prefix = st.config.annotation_prefix;
          if (const char* h = ::getenv("CRYOD_TEST_HOOK_DIR")) ec.test_hook_dir = h;
-         engine::EngineDeps deps{st.store.get(), st.criu.get(),    st.gpu.get(),
-                                 st.journal.get(), st.metrics.get(), &st.proc,
-                                 st.runtime.get()};
+         engine::EngineDeps deps{st.store.get(),   st.criu.get(), st.gpu.get(),    st.journal.get(),
+                                 st.metrics.get(), &st.proc,      st.runtime.get()};
          st.engine = std::make_unique<engine::Engine>(ec, deps);
          auto s = st.engine->Recover();
          if (!s.ok()) return Fatal("journal recovery", s);

@@ -84,8 +84,8 @@ void UnixListener::Loop() {
     socklen_t len = sizeof(cred);
     if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
         !allowed_.count(static_cast<int>(cred.uid))) {
-      CRYO_LOG(Warning) << "refused connection on " << path_ << " from uid " << cred.uid
-                        << " (pid " << cred.pid << "): not in allowed_uids";
+      CRYO_LOG(Warning) << "refused connection on " << path_ << " from uid " << cred.uid << " (pid "
+                        << cred.pid << "): not in allowed_uids";
       ::close(conn);
       continue;
     }

@@ -53,8 +53,7 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
   });
 }
 
-absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req,
-                                                    Operation& op) {
+absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req, Operation& op) {
   StageClock clock("checkpoint", d_.metrics, op);
   CheckpointState s;
   s.req = req;
@@ -229,7 +228,8 @@ absl::Status Engine::Dump(CheckpointState& s) {
   criu::DumpOptions dopt;
   absl::Status dumped;
   {
-    ProgressTicker ticker(*s.op, Stage::kDump, [&] { return hasher.bytes_hashed(); }, s.expected);
+    ProgressTicker ticker(
+        *s.op, Stage::kDump, [&] { return hasher.bytes_hashed(); }, s.expected);
     dopt.pid = s.ctr ? d_.proc->NsPid(s.target) : s.target;
     dopt.images_dir = s.staged->images_dir();
     dopt.work_dir = s.op_dir;
@@ -414,11 +414,11 @@ absl::Status Engine::Finish(CheckpointState& s) {
 absl::Status Engine::Export(CheckpointState& s) {
   if (!s.ctr || s.req.export_archive.empty()) return absl::OkStatus();
   s.clock->Begin(Stage::kExport, s.manifest.TotalBytes());
-  return Annotate(container::ExportKubeletArchive(s.manifest, *s.ctr, s.published_path,
-                                                   fs::Join(s.op_dir, "dump.log"),
-                                                   s.req.export_archive),
-                  absl::StrCat("checkpoint ", s.id, " is published, but its archive ",
-                               s.req.export_archive, " could not be written"));
+  return Annotate(
+      container::ExportKubeletArchive(s.manifest, *s.ctr, s.published_path,
+                                      fs::Join(s.op_dir, "dump.log"), s.req.export_archive),
+      absl::StrCat("checkpoint ", s.id, " is published, but its archive ", s.req.export_archive,
+                   " could not be written"));
 }
 
 }  // namespace cryo::engine

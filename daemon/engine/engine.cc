@@ -123,16 +123,15 @@ absl::Status Engine::ValidateTarget(pid_t pid, std::vector<proc::ProcInfo>* tree
   return absl::OkStatus();
 }
 
-absl::StatusOr<container::ContainerTarget> Engine::Container(const std::string& id,
-                                                             bool restore) {
+absl::StatusOr<container::ContainerTarget> Engine::Container(const std::string& id, bool restore) {
   if (d_.runtime == nullptr) {
     return absl::FailedPreconditionError(
         "this cryod has no container runtime configured (runtime_endpoint); it checkpoints "
         "processes by pid only");
   }
   if (cfg_.nsexec_path.empty() || !fs::Exists(cfg_.nsexec_path)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cryo-nsexec not found (", cfg_.nsexec_path, "); container mode needs it next to cryod"));
+    return absl::FailedPreconditionError(absl::StrCat("cryo-nsexec not found (", cfg_.nsexec_path,
+                                                      "); container mode needs it next to cryod"));
   }
   return container::ResolveContainer(
       *d_.runtime, *d_.proc, id,

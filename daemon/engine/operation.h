@@ -33,7 +33,9 @@ struct Progress {
 class Operation {
  public:
   Operation(std::string id, std::string kind, std::string target)
-      : id_(std::move(id)), kind_(std::move(kind)), target_(std::move(target)),
+      : id_(std::move(id)),
+        kind_(std::move(kind)),
+        target_(std::move(target)),
         start_(absl::Now()) {}
 
   const std::string& id() const { return id_; }

@@ -37,9 +37,8 @@ absl::StatusOr<std::shared_ptr<Operation>> OperationRunner::Start(const std::str
                                                                   const std::string& target,
                                                                   Body body) {
   JoinFinished();
-  const std::string id = requested_id.empty()
-                             ? absl::StrCat(kind.substr(0, 2), "-", RandomHex(8))
-                             : requested_id;
+  const std::string id =
+      requested_id.empty() ? absl::StrCat(kind.substr(0, 2), "-", RandomHex(8)) : requested_id;
   if (absl::Status s = ValidateCheckpointId(id); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("operation id: ", s.message()));
   }

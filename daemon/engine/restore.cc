@@ -109,9 +109,10 @@ absl::Status Engine::ValidateRestore(RestoreState& s) {
   CRYO_ASSIGN_OR_RETURN(s.m, d_.store->Get(s.req.checkpoint_id));
   const bool container_mode = s.m.kind == store::CheckpointKind::kContainer;
   if (container_mode && s.req.container_id.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint '", s.m.id, "' is of a container; it is restored into a new container "
-        "(pod annotation cryo.dev/resume through the CRI shim), not as a process"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint '", s.m.id,
+                     "' is of a container; it is restored into a new container "
+                     "(pod annotation cryo.dev/resume through the CRI shim), not as a process"));
   }
   if (!container_mode && !s.req.container_id.empty()) {
     return absl::FailedPreconditionError(
@@ -159,10 +160,10 @@ absl::Status Engine::CheckRestore(RestoreState& s) {
     }
     const std::string want = s.m.container ? s.m.container->image_ref : "";
     if (!want.empty() && want != s.ctr->info.image_ref) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint '", s.m.id, "' was taken in a container of image ", want, " (",
-          s.m.container->image, "); container ", s.ctr->info.name, " runs ", s.ctr->info.image_ref,
-          ": a job resumes only on the image it ran on"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint '", s.m.id, "' was taken in a container of image ", want, " (",
+                       s.m.container->image, "); container ", s.ctr->info.name, " runs ",
+                       s.ctr->info.image_ref, ": a job resumes only on the image it ran on"));
     }
   }
   if (absl::Status st = d_.gpu->CheckCompatibleFor(s.m.gpu, s.ctr ? s.ctr->init_pid : 0, s.map);
@@ -179,8 +180,8 @@ absl::Status Engine::Verify(RestoreState& s) {
   std::atomic<uint64_t> verified{0};
   absl::Status st;
   {
-    ProgressTicker ticker(*s.op, Stage::kVerify, [&] { return verified.load(); },
-                          s.m.TotalBytes());
+    ProgressTicker ticker(
+        *s.op, Stage::kVerify, [&] { return verified.load(); }, s.m.TotalBytes());
     std::vector<ExpectedFile> files;
     for (const auto& f : s.m.files) files.push_back({f.path, f.size, f.checksum});
     st = VerifyFiles(s.dir, files, cfg_.verify_threads, &verified);
@@ -267,8 +268,8 @@ absl::Status Engine::ApplyRootfs(RestoreState& s) {
   // The job's files must be where it left them before CRIU reopens them.
   s.clock->Begin(Stage::kRootfs);
   RunOptions ro;
-  ro.argv = {cfg_.nsexec_path, "--target", std::to_string(s.ctr->init_pid),
-             "--apply-rootfs-diff", fs::Join(s.dir, contract::checkpoint::kContainerDir)};
+  ro.argv = {cfg_.nsexec_path, "--target", std::to_string(s.ctr->init_pid), "--apply-rootfs-diff",
+             fs::Join(s.dir, contract::checkpoint::kContainerDir)};
   ro.timeout = absl::Minutes(30);
   ro.merge_stderr = true;
   CRYO_ASSIGN_OR_RETURN(RunOutput r, Run(ro));
@@ -308,14 +309,15 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   }
   CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.m.gpu_processes, &ropt.extra_args, &ropt.env));
   CRYO_ASSIGN_OR_RETURN(s.root, d_.criu->Restore(ropt, [&](pid_t criu_pid) {
-                          s.je.criu_pid = criu_pid;
-                          (void)d_.journal->Put(s.je);
-                        }));
+    s.je.criu_pid = criu_pid;
+    (void)d_.journal->Put(s.je);
+  }));
   s.host_root = s.ctr ? container::HostPidInNamespace(*d_.proc, s.ctr->init_pid, s.root) : s.root;
   s.gpu = s.m.gpu_processes;
   if (s.ctr) {
     // The GPU processes have new host pids: find them by their pids inside.
-    for (auto& g : s.gpu) g.pid = container::HostPidInNamespace(*d_.proc, s.ctr->init_pid, g.ns_pid);
+    for (auto& g : s.gpu)
+      g.pid = container::HostPidInNamespace(*d_.proc, s.ctr->init_pid, g.ns_pid);
   }
   // What the undo kills if a later step fails (matched by start time, like every task).
   s.je.criu_pid = 0;

@@ -19,7 +19,8 @@ namespace cryo::engine {
 
 class StageClock {
  public:
-  StageClock(std::string op, metrics::Metrics* m, Operation& o) : op_(std::move(op)), m_(m), o_(o) {}
+  StageClock(std::string op, metrics::Metrics* m, Operation& o)
+      : op_(std::move(op)), m_(m), o_(o) {}
   // A stage still open here is the one the operation failed in (success ends with End()).
   ~StageClock();
   void Begin(Stage s, uint64_t total = 0, std::string msg = "");

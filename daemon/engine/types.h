@@ -40,8 +40,8 @@ enum class Stage {
 std::string StageName(Stage s);
 
 struct CheckpointRequest {
-  pid_t pid = 0;             // process mode: root of the tree
-  std::string container_id;  // container mode: a running container under cryo-init
+  pid_t pid = 0;              // process mode: root of the tree
+  std::string container_id;   // container mode: a running container under cryo-init
   std::string checkpoint_id;  // empty: made from the workload and the time
   std::string workload;       // empty: the container's name or the root's command
   bool leave_running = false;

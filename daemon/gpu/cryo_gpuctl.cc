@@ -22,9 +22,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "lib/base/flags.h"
 #include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/gpu/plugin_gpu_manager.h"
+#include "lib/base/flags.h"
 
 namespace {
 

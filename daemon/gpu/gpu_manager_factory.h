@@ -16,9 +16,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "plugins/abi/gpu_plugin.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "nlohmann/json.hpp"
+#include "plugins/abi/gpu_plugin.h"
 
 namespace cryo::gpu {
 

@@ -10,9 +10,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "plugins/abi/gpu_plugin.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "nlohmann/json.hpp"
+#include "plugins/abi/gpu_plugin.h"
 
 namespace cryo::gpu {
 

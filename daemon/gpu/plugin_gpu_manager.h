@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/gpu/gpu_manager.h"
+#include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/gpu/plugin.h"
 #include "daemon/gpu/thp.h"
 

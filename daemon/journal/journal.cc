@@ -98,7 +98,8 @@ absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j) {
   CRYO_RETURN_IF_ERROR(f.Int("container_init_pid", &e.container_init_pid));
   CRYO_RETURN_IF_ERROR(f.Str("started_at", &e.started_at));
   if (!ValidateCheckpointId(e.op_id).ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("journal entry has a bad op id '", e.op_id, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("journal entry has a bad op id '", e.op_id, "'"));
   }
   return e;
 }

@@ -49,7 +49,7 @@ struct Entry {
   bool leave_running = false;
   bool tcp_established = false;
   std::vector<gpu::GpuProcess> gpu;  // GPU processes locked or checkpointed, for rollback
-  int container_init_pid = 0;  // container mode: host pid of the container's cryo-init
+  int container_init_pid = 0;        // container mode: host pid of the container's cryo-init
   std::string started_at;
 };
 

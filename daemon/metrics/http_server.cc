@@ -112,8 +112,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const std::string
                                                                HttpRoutes routes) {
   auto colon = address.rfind(':');
   if (colon == std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("metrics address '", address,
-                                                   "' is not HOST:PORT"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address '", address, "' is not HOST:PORT"));
   }
   std::string host = address.substr(0, colon);
   std::string port = address.substr(colon + 1);
@@ -202,10 +202,9 @@ void HttpServer::Serve(int conn) {
                        : resp.code == 500 ? "Internal Server Error"
                        : resp.code == 503 ? "Service Unavailable"
                                           : "Error";
-  std::string out = absl::StrCat("HTTP/1.0 ", resp.code, " ", reason,
-                                 "\r\nContent-Type: ", resp.content_type,
-                                 "\r\nContent-Length: ", resp.body.size(),
-                                 "\r\nConnection: close\r\n\r\n");
+  std::string out =
+      absl::StrCat("HTTP/1.0 ", resp.code, " ", reason, "\r\nContent-Type: ", resp.content_type,
+                   "\r\nContent-Length: ", resp.body.size(), "\r\nConnection: close\r\n\r\n");
   if (!head) out += resp.body;
   size_t off = 0;
   while (off < out.size()) {

@@ -36,13 +36,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "lib/base/flags.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "lib/base/fs.h"
 #include "daemon/container/rootfs.h"
+#include "lib/base/flags.h"
+#include "lib/base/fs.h"
 #include "lib/contract/archive.h"
 
 namespace {
@@ -71,33 +71,42 @@ struct Options {
 Options Parse(int argc, char** argv) {
   Options o;
   cryo::flags::FlagSet flag_set;
-  flag_set.Custom("target", [&](absl::string_view v) {
-    if (!absl::SimpleAtoi(v, &o.target) || o.target <= 0) {
-      return absl::InvalidArgumentError("--target needs a pid");
-    }
-    return absl::OkStatus();
-  }, "host pid of the container's init", "PID");
+  flag_set.Custom(
+      "target",
+      [&](absl::string_view v) {
+        if (!absl::SimpleAtoi(v, &o.target) || o.target <= 0) {
+          return absl::InvalidArgumentError("--target needs a pid");
+        }
+        return absl::OkStatus();
+      },
+      "host pid of the container's init", "PID");
   flag_set.Bool("join-cgroups", &o.join_cgroups, "join every cgroup of the target");
   flag_set.Bool("far-pid", &o.far_pid, "run the program at a pid far above the checkpoint's");
-  flag_set.Custom("last-pid", [&](absl::string_view v) {
-    if (!absl::SimpleAtoi(v, &o.last_pid) || o.last_pid <= 0) {
-      return absl::InvalidArgumentError("--last-pid needs a pid");
-    }
-    return absl::OkStatus();
-  }, "highest pid the program must stay above", "N");
-  flag_set.Custom("fd", [&](absl::string_view v) {
-    size_t eq = v.find('=');
-    int n = 0;
-    if (eq == absl::string_view::npos || !absl::SimpleAtoi(v.substr(0, eq), &n) || n < 3) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--fd wants N=PATH with N >= 3, got '", v, "'"));
-    }
-    o.fds.emplace_back(n, std::string(v.substr(eq + 1)));
-    return absl::OkStatus();
-  }, "host path opened as descriptor N (\":w\" for writing)", "N=PATH[:w]");
+  flag_set.Custom(
+      "last-pid",
+      [&](absl::string_view v) {
+        if (!absl::SimpleAtoi(v, &o.last_pid) || o.last_pid <= 0) {
+          return absl::InvalidArgumentError("--last-pid needs a pid");
+        }
+        return absl::OkStatus();
+      },
+      "highest pid the program must stay above", "N");
+  flag_set.Custom(
+      "fd",
+      [&](absl::string_view v) {
+        size_t eq = v.find('=');
+        int n = 0;
+        if (eq == absl::string_view::npos || !absl::SimpleAtoi(v.substr(0, eq), &n) || n < 3) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--fd wants N=PATH with N >= 3, got '", v, "'"));
+        }
+        o.fds.emplace_back(n, std::string(v.substr(eq + 1)));
+        return absl::OkStatus();
+      },
+      "host path opened as descriptor N (\":w\" for writing)", "N=PATH[:w]");
   flag_set.String("apply-rootfs-diff", &o.diff_dir, "put a saved writable layer back", "DIR");
   auto r = flag_set.Parse(std::vector<std::string>(argv + 1, argv + argc),
-                    {.allow_unknown = false, .stop_at_positional = true});
+                          {.allow_unknown = false, .stop_at_positional = true});
   if (!r.ok()) {
     Die(absl::StrCat(r.status().message(),
                      "; usage: cryo-nsexec --target PID [--join-cgroups] [--far-pid] "

@@ -152,8 +152,9 @@ absl::Status VerifyFiles(const std::string& root, const std::vector<ExpectedFile
       return absl::DataLossError(absl::StrCat(f.path, ": missing (", std::strerror(errno), ")"));
     }
     if (static_cast<uint64_t>(st.st_size) != f.size) {
-      return absl::DataLossError(absl::StrCat(f.path, ": size ", st.st_size, " bytes, manifest says ",
-                                              f.size, " (truncated or altered)"));
+      return absl::DataLossError(absl::StrCat(f.path, ": size ", st.st_size,
+                                              " bytes, manifest says ", f.size,
+                                              " (truncated or altered)"));
     }
   }
   for (const auto& f : files) {
@@ -183,7 +184,9 @@ TailHasher::~TailHasher() {
   if (thread_.joinable()) thread_.join();
 }
 
-void TailHasher::Start() { thread_ = std::thread([this] { Loop(); }); }
+void TailHasher::Start() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void TailHasher::Loop() {
   while (!stop_.load()) {

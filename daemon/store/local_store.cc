@@ -3,18 +3,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <set>
 #include <cerrno>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "daemon/store/store.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
-#include "daemon/store/store.h"
 
 namespace cryo::store {
 namespace {
@@ -105,8 +105,8 @@ class LocalStore final : public CheckpointStore {
     auto m = ParseManifest(*text);
     if (!m.ok()) return Annotate(m.status(), absl::StrCat("checkpoint '", id, "'"));
     if (m->id != id) {
-      return absl::DataLossError(absl::StrCat("checkpoint directory '", id,
-                                              "' holds a manifest for '", m->id, "'"));
+      return absl::DataLossError(
+          absl::StrCat("checkpoint directory '", id, "' holds a manifest for '", m->id, "'"));
     }
     if (auto why = fs::ReadFile(fs::Join(dir, kDamagedName)); why.ok()) {
       m->damaged = why->empty() ? "damaged" : *why;
@@ -222,7 +222,8 @@ class LocalStore final : public CheckpointStore {
   }
 
   absl::Status CheckWritable() override {
-    std::string probe = fs::Join(staging(), absl::StrCat(".probe", std::string(1, kSep), RandomHex(6)));
+    std::string probe =
+        fs::Join(staging(), absl::StrCat(".probe", std::string(1, kSep), RandomHex(6)));
     int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
       int e = errno;

@@ -151,8 +151,11 @@ std::string ManifestToJson(const Manifest& m) {
   j["node"] = m.node;
   j["created_at"] = m.created_at;
   j["kind"] = KindName(m.kind);
-  j["target"] = {{"root_pid", m.root_pid}, {"pids", m.pids},     {"tids", m.tids},
-                 {"command", m.command},   {"cmdline", m.cmdline}};
+  j["target"] = {{"root_pid", m.root_pid},
+                 {"pids", m.pids},
+                 {"tids", m.tids},
+                 {"command", m.command},
+                 {"cmdline", m.cmdline}};
   j["source"] = {{"kernel", m.kernel},
                  {"arch", m.arch},
                  {"criu_version", m.criu_version},
@@ -189,8 +192,8 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view text) {
           "manifest format '", format, "' is not supported by this cryod (knows ", kManifestFormat,
           "); restore with a cryod of the version that wrote it or newer"));
     }
-    return absl::InvalidArgumentError(absl::StrCat("not a cryo manifest (format '",
-                                                   format.substr(0, 64), "')"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a cryo manifest (format '", format.substr(0, 64), "')"));
   }
   Manifest m;
   absl::Status s = ParseBody(j, m);

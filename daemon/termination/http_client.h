@@ -6,8 +6,8 @@
 // must never go through a proxy from the environment).
 
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>

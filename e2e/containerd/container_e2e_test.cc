@@ -212,8 +212,8 @@ TEST_F(ContainerModeE2e, PreemptedContainerResumesOnAnotherNodeWhereItLeftOff) {
   const int last = old_ticks.back();
 
   // The replacement pod of the same Job, on the other node, resumes automatically.
-  auto b = RunPod("node-b", "trainer-2", {{"cryo.dev/checkpoint-on-stop", "true"},
-                                          {"cryo.dev/resume", "auto"}});
+  auto b = RunPod("node-b", "trainer-2",
+                  {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/resume", "auto"}});
   ASSERT_TRUE(b.ok()) << b.status();
   auto running = Shim("node-b").ContainerStatus(b->ctr_id);
   ASSERT_TRUE(running.ok());
@@ -251,8 +251,8 @@ TEST_F(ContainerModeE2e, PodsThatDoNotOptInAreLeftAlone) {
   req.set_container_id(p->ctr_id);
   req.set_verbose(true);
   cri::ContainerStatusResponse resp;
-  ASSERT_TRUE(direct.Call(direct.runtime(), &cri::RuntimeService::Stub::ContainerStatus, req, &resp)
-                  .ok());
+  ASSERT_TRUE(
+      direct.Call(direct.runtime(), &cri::RuntimeService::Stub::ContainerStatus, req, &resp).ok());
   EXPECT_EQ(resp.status().annotations().count("cryo.dev/managed"), 0u);
   nlohmann::json info = nlohmann::json::parse(resp.info().at("info"));
   EXPECT_EQ(info["runtimeSpec"]["process"]["args"], nlohmann::json(kCounter))
@@ -314,8 +314,8 @@ TEST_F(ContainerModeE2e, CheckpointContainerRefusesUnknownAndExitedContainers) {
   st = call("no-such-container");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << st.error_message();
 
-  auto p = RunPod("node-a", "exited", {{"cryo.dev/checkpoint-on-stop", "true"}},
-                  {"sh", "-c", "exit 3"});
+  auto p =
+      RunPod("node-a", "exited", {{"cryo.dev/checkpoint-on-stop", "true"}}, {"sh", "-c", "exit 3"});
   ASSERT_TRUE(p.ok()) << p.status();
   auto done = shim.WaitContainer(
       p->ctr_id, [](const cri::ContainerStatus& s) { return s.state() == cri::CONTAINER_EXITED; });
@@ -369,7 +369,8 @@ TEST_F(ContainerModeE2e, ResumeFromADamagedCheckpointFailsTheStartAndSaysWhichFi
   const std::string id = list[0].checkpoint_id();
   ASSERT_NE(id, older) << "the stop's checkpoint is the newest";
   // Flip one byte of the memory image in the shared store.
-  const std::string pages = absl::StrCat(world().store(), "/checkpoints/", id, "/images/pages-1.img");
+  const std::string pages =
+      absl::StrCat(world().store(), "/checkpoints/", id, "/images/pages-1.img");
   {
     std::fstream f(pages, std::ios::in | std::ios::out | std::ios::binary);
     ASSERT_TRUE(f.good()) << pages;
@@ -449,15 +450,16 @@ TEST_F(ContainerModeE2e, TerminationNoticeCheckpointsOptedInContainersAndTheyRun
   auto watcher = Cryod::Start(
       absl::StrCat(world().dir(), "/node-a"), world().store(), "node-a-watch",
       {"--runtime-endpoint", absl::StrCat("unix://", world().NodeSocket("node-a")),
-       "--termination-providers", "gce", "--termination-poll-ms", "100",
-       "--termination-gce-url", absl::StrCat(gce->base(), "/computeMetadata/v1/instance/")});
+       "--termination-providers", "gce", "--termination-poll-ms", "100", "--termination-gce-url",
+       absl::StrCat(gce->base(), "/computeMetadata/v1/instance/")});
   ASSERT_TRUE(watcher.ok()) << watcher.status();
   ASSERT_TRUE(WaitUntil([&] { return gce->requests() >= 6; }, absl::Seconds(30)));
   EXPECT_TRUE(Checkpoints(kWorkload).empty()) << "checkpointed without a notice";
 
   preempted = true;
   ASSERT_TRUE(WaitUntil([&] { return !Checkpoints(kWorkload).empty(); }, absl::Seconds(60)))
-      << "no checkpoint after the notice; cryod log:\n" << (*watcher)->log();
+      << "no checkpoint after the notice; cryod log:\n"
+      << (*watcher)->log();
   auto list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 1u) << "only the opted-in container is checkpointed";
   EXPECT_EQ(list[0].labels().at("cryo.dev/reason"), "termination-notice");

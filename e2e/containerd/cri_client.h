@@ -11,10 +11,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "lib/cri/cri_api.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "lib/base/grpc_status.h"
+#include "lib/cri/cri_api.h"
 
 namespace cryo::e2e {
 
@@ -68,7 +68,6 @@ class CriClient {
   std::unique_ptr<cri::RuntimeService::Stub> runtime_;
   std::unique_ptr<cri::ImageService::Stub> images_;
 };
-
 
 // A pod config as kubelet sends it for a host-network pod: empty hostname (containerd 1.6
 // refuses one with host network), pid namespace per container.

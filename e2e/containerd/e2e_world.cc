@@ -73,9 +73,9 @@ absl::StatusOr<std::unique_ptr<ShimProcess>> ShimProcess::Start(const std::strin
                                                                 const std::string& runtime,
                                                                 const std::string& log_file,
                                                                 const std::string& cryod_socket) {
-  std::vector<std::string> argv = {binary, "--listen", listen, "--runtime-endpoint", runtime,
-                                   "--metrics-address", "", "--log-level", "info",
-                                   "--init-path", CRYO_INIT_BINARY};
+  std::vector<std::string> argv = {
+      binary, "--listen",    listen, "--runtime-endpoint", runtime,         "--metrics-address",
+      "",     "--log-level", "info", "--init-path",        CRYO_INIT_BINARY};
   if (!cryod_socket.empty()) argv.insert(argv.end(), {"--cryod-socket", cryod_socket});
   absl::StatusOr<pid_t> pid = Spawn(argv, log_file, {});
   if (!pid.ok()) return pid.status();
@@ -151,10 +151,9 @@ absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std
                      {"CRYOD_TEST_HOOK_DIR=" + hooks});
     if (!cryod.ok()) return cryod.status();
     world->cryods_[node] = std::move(*cryod);
-    absl::StatusOr<std::unique_ptr<ShimProcess>> shim =
-        ShimProcess::Start(CRYO_SHIM_BINARY, world->ShimSocket(node), world->NodeSocket(node),
-                           absl::StrCat(world->dir_, "/shim-", node, ".log"),
-                           world->cryods_[node]->socket());
+    absl::StatusOr<std::unique_ptr<ShimProcess>> shim = ShimProcess::Start(
+        CRYO_SHIM_BINARY, world->ShimSocket(node), world->NodeSocket(node),
+        absl::StrCat(world->dir_, "/shim-", node, ".log"), world->cryods_[node]->socket());
     if (!shim.ok()) return shim.status();
     world->shims_[node] = std::move(*shim);
   }

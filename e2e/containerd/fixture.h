@@ -45,7 +45,6 @@ class ContainerdE2e : public ::testing::Test {
   static inline std::string* setup_error_ = nullptr;
 };
 
-
 // Removes a pod and everything in it, ignoring errors (cleanup on failed assertions).
 inline void RemovePodQuietly(CriClient& client, const std::string& pod_id) {
   if (pod_id.empty()) return;

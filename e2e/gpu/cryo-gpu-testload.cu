@@ -1,9 +1,9 @@
 // cryo-gpu-testload: a CUDA job for the GPU checkpoint tests. Holds N GiB of device memory in
 // chunks (256 MiB unless --chunk-mib says otherwise) filled with a pattern that depends on each
 // chunk's generation; every step one chunk is verified and rewritten with the next generation
-// (one kernel), and a busy kernel keeps the GPU occupied. Any word that does not hold what the host expects is counted. The status
-// file (JSON, replaced atomically about every 200 ms) says how far it got and whether every
-// word so far verified.
+// (one kernel), and a busy kernel keeps the GPU occupied. Any word that does not hold what the host
+// expects is counted. The status file (JSON, replaced atomically about every 200 ms) says how far
+// it got and whether every word so far verified.
 //
 //   cryo-gpu-testload --gib 8 --status /tmp/s.json [--spin-ms 5000] [--managed-mib 64]
 //                     [--busy-us 2000] [--seconds 0] [--chunk-mib 256]
@@ -23,7 +23,6 @@
 #include <vector>
 
 namespace {
-
 
 volatile sig_atomic_t g_stop = 0;
 
@@ -94,9 +93,9 @@ void WriteStatus(const std::string& path, const Status& s) {
                "\"full_passes\": %llu, \"mismatches\": %llu, \"busy_kernels\": %llu, "
                "\"verified\": %s, \"error\": \"%s\"}\n",
                getpid(), s.gib, (unsigned long long)s.chunks, s.ready ? "true" : "false",
-               (unsigned long long)s.steps,
-               (unsigned long long)s.full_passes, s.mismatches, s.busy_kernels,
-               s.ready && s.mismatches == 0 && s.error.empty() ? "true" : "false", s.error.c_str());
+               (unsigned long long)s.steps, (unsigned long long)s.full_passes, s.mismatches,
+               s.busy_kernels, s.ready && s.mismatches == 0 && s.error.empty() ? "true" : "false",
+               s.error.c_str());
   std::fclose(f);
   std::rename(tmp.c_str(), path.c_str());
 }

@@ -52,7 +52,8 @@ static pid_t SpawnArgs(const std::vector<std::string>& argv, const std::vector<s
   return pid.ok() ? *pid : -1;
 }
 
-absl::StatusOr<std::unique_ptr<Cryod>> Cryod::Start(const std::string& dir, const std::string& store,
+absl::StatusOr<std::unique_ptr<Cryod>> Cryod::Start(const std::string& dir,
+                                                    const std::string& store,
                                                     const std::string& node,
                                                     std::vector<std::string> extra,
                                                     std::vector<std::string> env) {
@@ -60,10 +61,10 @@ absl::StatusOr<std::unique_ptr<Cryod>> Cryod::Start(const std::string& dir, cons
   c->socket_ = dir + "/" + node + ".sock";
   c->state_ = dir + "/" + node + "-state";
   c->log_ = dir + "/" + node + ".log";
-  std::vector<std::string> argv = {CRYOD_BIN,       "--socket",   c->socket_,
-                                   "--state-dir",   c->state_,    "--store",
-                                   store,           "--node-name", node,
-                                   "--metrics-address", "127.0.0.1:0", "--log-level", "debug"};
+  std::vector<std::string> argv = {CRYOD_BIN, "--socket",          c->socket_,    "--state-dir",
+                                   c->state_, "--store",           store,         "--node-name",
+                                   node,      "--metrics-address", "127.0.0.1:0", "--log-level",
+                                   "debug"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   c->pid_ = SpawnArgs(argv, env, c->log_, false);
   // Connect only once the socket exists: a channel that failed once backs off for seconds.
@@ -164,9 +165,13 @@ absl::StatusOr<std::unique_ptr<Workload>> Workload::Start(const std::string& dir
                                                           std::vector<std::string> extra) {
   auto w = std::unique_ptr<Workload>(new Workload());
   w->status_ = dir + "/status-" + std::to_string(::getpid()) + "-" + std::to_string(rand());
-  std::vector<std::string> argv = {TESTLOAD_BIN, "--status",  w->status_,
-                                   "--mem-mib",  std::to_string(mem_mib),
-                                   "--threads",  std::to_string(threads)};
+  std::vector<std::string> argv = {TESTLOAD_BIN,
+                                   "--status",
+                                   w->status_,
+                                   "--mem-mib",
+                                   std::to_string(mem_mib),
+                                   "--threads",
+                                   std::to_string(threads)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   w->pid_ = SpawnArgs(argv, {}, dir + "/testload.log", true);
   if (!w->WaitMain(5, absl::Seconds(60))) {
@@ -229,10 +234,12 @@ void Workload::Kill() {
     ::kill(pid_, SIGKILL);
   }
   if (!reaped_) {
-    WaitFor([&] {
-      Reap();
-      return reaped_ || State() == '-';
-    }, absl::Seconds(10));
+    WaitFor(
+        [&] {
+          Reap();
+          return reaped_ || State() == '-';
+        },
+        absl::Seconds(10));
   }
   WaitFor([&] { return State() == '-'; }, absl::Seconds(10));
   pid_ = -1;

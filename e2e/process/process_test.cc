@@ -20,8 +20,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "gtest/gtest.h"
 #include "e2e/process/harness.h"
+#include "gtest/gtest.h"
 
 namespace cryo::e2e {
 namespace {

@@ -11,9 +11,12 @@
 // pings too (for CRIU's --tcp-established).
 
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -21,9 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -62,8 +62,14 @@ static void* counter_thread(void* arg) {
   return NULL;
 }
 
-static void on_usr1(int sig) { (void)sig; verify_requested = 1; }
-static void on_term(int sig) { (void)sig; stop_requested = 1; }
+static void on_usr1(int sig) {
+  (void)sig;
+  verify_requested = 1;
+}
+static void on_term(int sig) {
+  (void)sig;
+  stop_requested = 1;
+}
 
 static int verify_memory(void) {
   for (size_t i = 0; i < mem_words; i++) {
@@ -84,8 +90,10 @@ static void child_main(int pipe_w, int sock, int tcp, volatile uint64_t* shm, pi
     if (n > 0) send(sock, buf, n, 0);
     if (tcp >= 0) {
       n = recv(tcp, buf, sizeof(buf), MSG_DONTWAIT);
-      if (n > 0) send(tcp, buf, n, 0);
-      else if (n == 0) _exit(4);  // the connection broke
+      if (n > 0)
+        send(tcp, buf, n, 0);
+      else if (n == 0)
+        _exit(4);  // the connection broke
     }
     sleep_ms(interval_ms);
   }
@@ -99,13 +107,20 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   int use_tcp = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--mem-mib") && i + 1 < argc) mem_mib = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--threads") && i + 1 < argc) nthreads = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--status") && i + 1 < argc) status_path = argv[++i];
-    else if (!strcmp(argv[i], "--interval-ms") && i + 1 < argc) interval_ms = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--exit-after") && i + 1 < argc) exit_after = atol(argv[++i]);
-    else if (!strcmp(argv[i], "--exit-code") && i + 1 < argc) exit_code = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--tcp")) use_tcp = 1;
+    if (!strcmp(argv[i], "--mem-mib") && i + 1 < argc)
+      mem_mib = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+      nthreads = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--status") && i + 1 < argc)
+      status_path = argv[++i];
+    else if (!strcmp(argv[i], "--interval-ms") && i + 1 < argc)
+      interval_ms = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--exit-after") && i + 1 < argc)
+      exit_after = atol(argv[++i]);
+    else if (!strcmp(argv[i], "--exit-code") && i + 1 < argc)
+      exit_code = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--tcp"))
+      use_tcp = 1;
     else {
       fprintf(stderr,
               "usage: %s --status FILE [--mem-mib N] [--threads N] [--interval-ms N] "
@@ -126,24 +141,37 @@ int main(int argc, char** argv) {
   if (mem_words) {
     mem = mmap(NULL, mem_words * sizeof(uint64_t), PROT_READ | PROT_WRITE,
                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (mem == MAP_FAILED) { perror("mmap"); return 1; }
+    if (mem == MAP_FAILED) {
+      perror("mmap");
+      return 1;
+    }
     for (size_t i = 0; i < mem_words; i++) mem[i] = mix(nonce ^ i);
   }
 
-  volatile uint64_t* shm = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (shm == MAP_FAILED) { perror("mmap shared"); return 1; }
+  volatile uint64_t* shm =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shm == MAP_FAILED) {
+    perror("mmap shared");
+    return 1;
+  }
 
   // A deleted file the job keeps open: CRIU must carry its contents.
   char tmpl[] = "/tmp/cryo-testload-XXXXXX";
   int del = mkstemp(tmpl);
-  if (del < 0) { perror("mkstemp"); return 1; }
+  if (del < 0) {
+    perror("mkstemp");
+    return 1;
+  }
   unlink(tmpl);
   uint64_t del_content[512];
   for (int i = 0; i < 512; i++) del_content[i] = mix(nonce + 7 * i);
   if (pwrite(del, del_content, sizeof(del_content), 0) != sizeof(del_content)) return 1;
 
   int status = open(status_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (status < 0) { perror(status_path); return 1; }
+  if (status < 0) {
+    perror(status_path);
+    return 1;
+  }
 
   int pfd[2], sv[2];
   if (pipe2(pfd, O_NONBLOCK) != 0 || socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
@@ -161,7 +189,10 @@ int main(int argc, char** argv) {
   }
   pid_t parent = getpid();
   pid_t child = fork();
-  if (child < 0) { perror("fork"); return 1; }
+  if (child < 0) {
+    perror("fork");
+    return 1;
+  }
   if (child == 0) {
     // The child has its own small state; the big pattern belongs to the parent only.
     if (mem_words) munmap(mem, mem_words * sizeof(uint64_t));
@@ -179,13 +210,17 @@ int main(int argc, char** argv) {
   if (use_tcp) {
     tcp_parent = accept(lsock, NULL, NULL);
     close(lsock);  // only the established connection remains
-    if (tcp_parent < 0) { perror("accept"); return 1; }
+    if (tcp_parent < 0) {
+      perror("accept");
+      return 1;
+    }
   }
 
   signal(SIGUSR1, on_usr1);
   signal(SIGTERM, on_term);
   pthread_t th[MAX_THREADS];
-  for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, counter_thread, &thread_counters[i]);
+  for (int i = 0; i < nthreads; i++)
+    pthread_create(&th[i], NULL, counter_thread, &thread_counters[i]);
 
   uint64_t main_counter = 0, child_last = 0, pipe_msgs = 0, echoes = 0, verify_seq = 0;
   uint64_t tcp_echoes = 0;
@@ -209,14 +244,15 @@ int main(int argc, char** argv) {
     if (tcp_parent >= 0) {
       send(tcp_parent, "tcp!", 4, MSG_DONTWAIT);
       ssize_t r = recv(tcp_parent, echo, sizeof(echo), MSG_DONTWAIT);
-      if (r > 0) tcp_echoes++;
-      else if (r == 0) verify_ok = 0;  // peer closed: the connection did not survive
+      if (r > 0)
+        tcp_echoes++;
+      else if (r == 0)
+        verify_ok = 0;  // peer closed: the connection did not survive
     }
     if (verify_requested) {
       verify_requested = 0;
       uint64_t check[512];
-      int ok = verify_memory() &&
-               pread(del, check, sizeof(check), 0) == sizeof(check) &&
+      int ok = verify_memory() && pread(del, check, sizeof(check), 0) == sizeof(check) &&
                memcmp(check, del_content, sizeof(check)) == 0;
       if (verify_ok != 0) verify_ok = ok;
       verify_seq++;

@@ -13,8 +13,7 @@ namespace cryo::flags {
 namespace {
 
 absl::Status Bad(absl::string_view flag, absl::string_view value, absl::string_view want) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, ": '", value, "' is not ", want));
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": '", value, "' is not ", want));
 }
 
 }  // namespace
@@ -33,8 +32,7 @@ FlagSet& FlagSet::Add(Flag f) {
 
 FlagSet& FlagSet::String(std::string name, std::string* v, std::string help,
                          std::string value_name) {
-  return Add({name, 0, std::move(help), std::move(value_name), *v,
-              [v](absl::string_view s) {
+  return Add({name, 0, std::move(help), std::move(value_name), *v, [v](absl::string_view s) {
                 *v = std::string(s);
                 return absl::OkStatus();
               }});
@@ -64,8 +62,7 @@ FlagSet& FlagSet::Int64(std::string name, int64_t* v, std::string help, std::str
 
 FlagSet& FlagSet::Bool(std::string name, bool* v, std::string help) {
   std::string n = Canonical(name);
-  return Add({name, 0, std::move(help), "", *v ? "true" : "",
-              [v, n](absl::string_view s) {
+  return Add({name, 0, std::move(help), "", *v ? "true" : "", [v, n](absl::string_view s) {
                 bool b;
                 if (!absl::SimpleAtob(s, &b)) return Bad(n, s, "true or false");
                 *v = b;
@@ -112,8 +109,7 @@ FlagSet& FlagSet::StringList(std::string name, std::vector<std::string>* v, std:
 FlagSet& FlagSet::KeyValues(std::string name, std::map<std::string, std::string>* v,
                             std::string help, std::string value_name) {
   std::string n = Canonical(name);
-  return Add({name, 0, std::move(help), std::move(value_name), "",
-              [v, n](absl::string_view s) {
+  return Add({name, 0, std::move(help), std::move(value_name), "", [v, n](absl::string_view s) {
                 auto eq = s.find('=');
                 if (eq == absl::string_view::npos || eq == 0) return Bad(n, s, "KEY=VALUE");
                 (*v)[std::string(s.substr(0, eq))] = std::string(s.substr(eq + 1));
@@ -123,8 +119,8 @@ FlagSet& FlagSet::KeyValues(std::string name, std::map<std::string, std::string>
 
 FlagSet& FlagSet::Custom(std::string name, std::function<absl::Status(absl::string_view)> set,
                          std::string help, std::string value_name, std::string default_text) {
-  return Add({name, 0, std::move(help), std::move(value_name), std::move(default_text),
-              std::move(set)});
+  return Add(
+      {name, 0, std::move(help), std::move(value_name), std::move(default_text), std::move(set)});
 }
 
 FlagSet& FlagSet::Short(char c) {

@@ -151,9 +151,7 @@ static absl::Status RemoveAt(int dirfd, const char* name, const std::string& dis
   return absl::OkStatus();
 }
 
-absl::Status RemoveTree(const std::string& path) {
-  return RemoveAt(AT_FDCWD, path.c_str(), path);
-}
+absl::Status RemoveTree(const std::string& path) { return RemoveAt(AT_FDCWD, path.c_str(), path); }
 
 bool Exists(const std::string& path) {
   struct stat st;

@@ -2,8 +2,8 @@
 
 #include <random>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace cryo {

@@ -51,8 +51,8 @@ LogMessage::LogMessage(LogLevel level, const char* file, int line) {
     program = Program();
   }
   os_ << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ ", absl::Now(), absl::UTCTimeZone())
-      << kNames[static_cast<int>(level)] << " " << program << " " << (base ? base + 1 : file)
-      << ":" << line << "] ";
+      << kNames[static_cast<int>(level)] << " " << program << " " << (base ? base + 1 : file) << ":"
+      << line << "] ";
 }
 
 LogMessage::~LogMessage() {

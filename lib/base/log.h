@@ -44,11 +44,11 @@ struct LogVoidify {
 
 }  // namespace cryo
 
-#define CRYO_LOG(level)                                                         \
-  switch (0)                                                                    \
-  case 0:                                                                       \
-  default:                                                                      \
-    !::cryo::LogEnabled(::cryo::LogLevel::k##level)                             \
-        ? (void)0                                                               \
-        : ::cryo::LogVoidify() &                                                \
+#define CRYO_LOG(level)                             \
+  switch (0)                                        \
+  case 0:                                           \
+  default:                                          \
+    !::cryo::LogEnabled(::cryo::LogLevel::k##level) \
+        ? (void)0                                   \
+        : ::cryo::LogVoidify() &                    \
               ::cryo::LogMessage(::cryo::LogLevel::k##level, __FILE__, __LINE__).stream()

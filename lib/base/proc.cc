@@ -141,8 +141,8 @@ pid_t ProcReader::NsPid(pid_t pid) const {
   if (!s.ok()) return 0;
   for (absl::string_view line : absl::StrSplit(*s, '\n')) {
     if (!absl::ConsumePrefix(&line, "NSpid:")) continue;
-    std::vector<absl::string_view> parts = absl::StrSplit(line, absl::ByAnyChar(" \t"),
-                                                          absl::SkipEmpty());
+    std::vector<absl::string_view> parts =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
     int v = 0;
     if (!parts.empty() && absl::SimpleAtoi(parts.back(), &v)) return v;
   }

@@ -24,11 +24,11 @@ absl::Status Annotate(const absl::Status& s, absl::string_view context);
 #define CRYO_CONCAT_INNER(a, b) a##b
 #define CRYO_CONCAT(a, b) CRYO_CONCAT_INNER(a, b)
 
-#define CRYO_RETURN_IF_ERROR(expr)               \
-  do {                                           \
-    if (absl::Status _st = (expr); !_st.ok()) {  \
-      return _st;                                \
-    }                                            \
+#define CRYO_RETURN_IF_ERROR(expr)              \
+  do {                                          \
+    if (absl::Status _st = (expr); !_st.ok()) { \
+      return _st;                               \
+    }                                           \
   } while (0)
 
 #define CRYO_ASSIGN_OR_RETURN(lhs, expr) \

@@ -25,8 +25,8 @@ namespace cryo {
 namespace {
 
 int OpenAppend(const std::string& path) {
-  return ::open(path.empty() ? "/dev/null" : path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                0600);
+  return ::open(path.empty() ? "/dev/null" : path.c_str(),
+                O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 }
 
 // Input goes through an anonymous file, not a pipe: no SIGPIPE when the child does not read
@@ -227,16 +227,15 @@ absl::StatusOr<RunOutput> Run(const RunOptions& opts) {
   pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   std::string* sinks[2] = {&r.out, &r.err};
   int open_fds = err[0] >= 0 ? 2 : 1;
-  const absl::Time deadline = opts.timeout == absl::InfiniteDuration()
-                                  ? absl::InfiniteFuture()
-                                  : absl::Now() + opts.timeout;
+  const absl::Time deadline = opts.timeout == absl::InfiniteDuration() ? absl::InfiniteFuture()
+                                                                       : absl::Now() + opts.timeout;
   bool timed_out = false;
   char buf[65536];
   while (open_fds > 0) {
     int wait_ms = -1;
     if (deadline != absl::InfiniteFuture()) {
-      wait_ms = static_cast<int>(
-          std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
+      wait_ms =
+          static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now())));
     }
     int ready = ::poll(p, 2, wait_ms);
     if (ready < 0) {
@@ -266,16 +265,15 @@ absl::StatusOr<RunOutput> Run(const RunOptions& opts) {
   if (timed_out) ::kill(-*pid, SIGKILL);
   absl::StatusOr<ExitInfo> exit = WaitChild(*pid);
   if (timed_out) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        opts.argv[0], " did not finish within ", absl::FormatDuration(opts.timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat(opts.argv[0], " did not finish within ", absl::FormatDuration(opts.timeout)));
   }
   if (!exit.ok()) return exit.status();
   r.exit = *exit;
   return r;
 }
 
-absl::StatusOr<RunResult> RunCapture(const std::vector<std::string>& argv,
-                                     absl::Duration timeout) {
+absl::StatusOr<RunResult> RunCapture(const std::vector<std::string>& argv, absl::Duration timeout) {
   RunOptions o;
   o.argv = argv;
   o.timeout = timeout;

@@ -25,10 +25,10 @@ inline constexpr char kContainers[] = "containers";                // "a,b": onl
 
 // Container annotations (set by the shim at CreateContainer).
 namespace container {
-inline constexpr char kManaged[] = "managed";                        // "true": under cryo-init
-inline constexpr char kCheckpointOnStop[] = "checkpoint-on-stop";    // "true"
-inline constexpr char kWorkloadKey[] = "workload-key";               // the workload key
-inline constexpr char kResumeFrom[] = "resume-from";                 // checkpoint id to restore
+inline constexpr char kManaged[] = "managed";                      // "true": under cryo-init
+inline constexpr char kCheckpointOnStop[] = "checkpoint-on-stop";  // "true"
+inline constexpr char kWorkloadKey[] = "workload-key";             // the workload key
+inline constexpr char kResumeFrom[] = "resume-from";               // checkpoint id to restore
 }  // namespace container
 
 // Checkpoint labels cryo adds.

@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "plugins/abi/gpu_plugin.h"
 #include "plugins/common/device_plan.h"
-#include "nlohmann/json.hpp"
 
 namespace cryo::gpu {
 

@@ -440,7 +440,8 @@ absl::StatusOr<nlohmann::json> CudaPlugin::Discover(const std::vector<pid_t>& pi
     // memory says which GPUs it uses; without NVML, the visible ones it opened.
     std::map<std::string, uint64_t> mem = ProcessMemory(pid);
     // NVML may list a process on a GPU whose file it merely opened, with nothing allocated.
-    for (auto it = mem.begin(); it != mem.end();) it = it->second == 0 ? mem.erase(it) : std::next(it);
+    for (auto it = mem.begin(); it != mem.end();)
+      it = it->second == 0 ? mem.erase(it) : std::next(it);
     std::vector<std::string> devs;
     for (const std::string& u : order) {
       if (!mem.empty() ? mem.count(u) > 0 : (opened.empty() || opened.count(u) > 0)) {
@@ -520,12 +521,11 @@ absl::Status CudaPlugin::Checkpoint(pid_t pid) {
   auto start = std::chrono::steady_clock::now();
   CUresult r = api_.checkpoint_checkpoint(pid, nullptr);
   if (r != CUDA_SUCCESS) return CuError(r, pid, "checkpoint");
-  Log(CRYO_GPU_LOG_INFO,
-      absl::StrCat("pid ", pid, ": driver checkpoint took ",
-                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::steady_clock::now() - start)
-                       .count(),
-                   " ms"));
+  Log(CRYO_GPU_LOG_INFO, absl::StrCat("pid ", pid, ": driver checkpoint took ",
+                                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::steady_clock::now() - start)
+                                          .count(),
+                                      " ms"));
   return absl::OkStatus();
 }
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "plugins/common/device_plan.h"
-#include "plugins/common/plugin_impl.h"
 #include "lib/base/fs.h"
 #include "lib/base/proc.h"
+#include "plugins/common/device_plan.h"
+#include "plugins/common/plugin_impl.h"
 #include "plugins/cuda/cuda_api.h"
 
 namespace cryo::gpu::cuda {

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "plugins/common/device_plan.h"
-#include "plugins/common/plugin_impl.h"
 #include "lib/base/fs.h"
 #include "lib/base/proc.h"
+#include "plugins/common/device_plan.h"
+#include "plugins/common/plugin_impl.h"
 
 namespace cryo::gpu::rocm {
 

@@ -10,9 +10,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "lib/cri/cri_api.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
+#include "lib/cri/cri_api.h"
 
 namespace cryo::shim::testing {
 

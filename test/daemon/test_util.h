@@ -6,7 +6,6 @@
 #include <string>
 
 #include "absl/time/clock.h"
-
 #include "lib/base/fs.h"
 #include "lib/base/poll.h"
 

@@ -6,8 +6,8 @@
 
 #include "daemon/api/checkpoint_json.h"
 #include "gtest/gtest.h"
-#include "test/daemon/http_test_util.h"
 #include "nlohmann/json.hpp"
+#include "test/daemon/http_test_util.h"
 
 namespace cryo::api {
 namespace {

@@ -83,13 +83,13 @@ class FakeProc {
 
   void Add(const Process& p) {
     const std::string d = absl::StrCat(root_, "/", p.pid);
-    Write(d + "/stat", absl::StrCat(p.pid, " (", p.comm, ") ", std::string(1, p.state), " ",
-                                    p.ppid, " ", p.pid, " ", p.pid, " 0 -1 4194304 0 0 0 0 0 0 0",
+    Write(d + "/stat", absl::StrCat(p.pid, " (", p.comm, ") ", std::string(1, p.state), " ", p.ppid,
+                                    " ", p.pid, " ", p.pid, " 0 -1 4194304 0 0 0 0 0 0 0",
                                     " 0 20 0 1 0 ", 1000 + p.pid, " 0 0"));
-    Write(d + "/status", absl::StrCat("Name:\t", p.comm, "\nNSpid:\t",
-                                      p.ns_pid > 0 ? absl::StrCat(p.pid, "\t", p.ns_pid)
-                                                   : absl::StrCat(p.pid),
-                                      "\n"));
+    Write(d + "/status",
+          absl::StrCat("Name:\t", p.comm, "\nNSpid:\t",
+                       p.ns_pid > 0 ? absl::StrCat(p.pid, "\t", p.ns_pid) : absl::StrCat(p.pid),
+                       "\n"));
     Write(d + "/environ", absl::StrJoin(p.env, std::string(1, '\0')));
     Write(d + "/cmdline", absl::StrJoin(p.cmdline, std::string(1, '\0')));
     Write(d + "/wchan", "do_sigtimedwait");

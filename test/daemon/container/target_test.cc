@@ -39,9 +39,12 @@ class TargetTest : public ::testing::Test {
     c.pid = init_;
     c.image = "example/train:1";
     c.image_ref = "sha256:abc";
-    c.annotations = {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/workload-key", "ns.job.c"}};
-    c.labels = {{"io.kubernetes.pod.namespace", "ns"}, {"io.kubernetes.pod.name", "job-0"},
-                {"io.kubernetes.pod.uid", "u1"}, {"io.kubernetes.container.name", "trainer"},
+    c.annotations = {{"cryo.dev/checkpoint-on-stop", "true"},
+                     {"cryo.dev/workload-key", "ns.job.c"}};
+    c.labels = {{"io.kubernetes.pod.namespace", "ns"},
+                {"io.kubernetes.pod.name", "job-0"},
+                {"io.kubernetes.pod.uid", "u1"},
+                {"io.kubernetes.container.name", "trainer"},
                 {"other", "x"}};
     rt_.containers[c.id] = c;
   }

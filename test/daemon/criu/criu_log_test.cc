@@ -1,5 +1,4 @@
 #include "daemon/criu/criu.h"
-
 #include "gtest/gtest.h"
 
 namespace cryo::criu {
@@ -21,7 +20,8 @@ TEST(CriuLog, MapsKnownFailuresToActionableCodes) {
       {"(00.3) Error (criu/x.c:5): something else\n", absl::StatusCode::kInternal},
   };
   for (const auto& c : cases) {
-    absl::Status s = StatusFromLog("criu dump", c.log, "/var/lib/cryo/ops/x/dump.log", "exit code 1");
+    absl::Status s =
+        StatusFromLog("criu dump", c.log, "/var/lib/cryo/ops/x/dump.log", "exit code 1");
     EXPECT_EQ(s.code(), c.code) << c.log;
     EXPECT_NE(s.message().find("/var/lib/cryo/ops/x/dump.log"), std::string::npos)
         << "the message names the log";

@@ -1,7 +1,7 @@
 #include "daemon/cryod/config.h"
 
-#include "lib/base/fs.h"
 #include "gtest/gtest.h"
+#include "lib/base/fs.h"
 #include "test/daemon/test_util.h"
 
 namespace cryo::cryod {
@@ -34,8 +34,7 @@ TEST(Config, DefaultsFileThenFlags) {
 TEST(Config, ClearErrors) {
   TempDir d;
   EXPECT_EQ(Load({"--no-such-flag", "1"}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Load({"--retention-keep", "many"}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Load({"--retention-keep", "many"}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Load({"--store", "relative"}).status().code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/typo.json", R"({"retention_kepe": 1})").ok());
   auto c = Load({"--config", d.path + "/typo.json"});

@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/store/checksum.h"
-#include "lib/base/fs.h"
 #include "gtest/gtest.h"
+#include "lib/base/fs.h"
 #include "test/daemon/engine/fakes.h"
 #include "test/daemon/test_util.h"
 
@@ -234,13 +234,15 @@ TEST_F(EngineTest, RefusesBadTargetsBeforeTouchingAnything) {
   fake(::getpid(), 60, "cryod", 0x400000, 'S');
   proc::ProcReader reader(p.path);
   Rebuild(store_.get(), &reader);
-  EXPECT_EQ(engine_->Checkpoint(Req(2, ""), op_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->Checkpoint(Req(2, ""), op_).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(engine_->Checkpoint(Req(50, ""), op_).status().code(),
             absl::StatusCode::kFailedPrecondition);
   auto s = engine_->Checkpoint(Req(60, ""), op_).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("cryod"), std::string::npos) << s;
-  EXPECT_EQ(engine_->Checkpoint(Req(1, ""), op_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->Checkpoint(Req(1, ""), op_).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(engine_->Checkpoint(Req(::getpid(), ""), op_).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(engine_->Checkpoint(Req(77, ""), op_).status().code(), absl::StatusCode::kNotFound);
@@ -356,7 +358,8 @@ TEST_F(EngineTest, EveryCheckpointStepFailingRollsBackEverything) {
         SCOPED_TRACE(absl::StrCat(failing, after ? " (after it ran)" : " (before it ran)",
                                   leave_running ? ", leave running" : ", preemption"));
         Rebuild(store_.get(), nullptr, [&](const std::string& step, bool a) {
-          return step == failing && a == after ? absl::UnavailableError("injected") : absl::OkStatus();
+          return step == failing && a == after ? absl::UnavailableError("injected")
+                                               : absl::OkStatus();
         });
         gpu_ = FakeGpu();
         gpu_.use_gpu = true;
@@ -395,7 +398,8 @@ TEST_F(EngineTest, EveryRestoreStepFailingLeavesNothingRestored) {
       if (failing == "done" && after) continue;
       SCOPED_TRACE(absl::StrCat(failing, after ? " (after it ran)" : " (before it ran)"));
       Rebuild(store_.get(), nullptr, [&](const std::string& step, bool a) {
-        return step == failing && a == after ? absl::UnavailableError("injected") : absl::OkStatus();
+        return step == failing && a == after ? absl::UnavailableError("injected")
+                                             : absl::OkStatus();
       });
       const size_t restored_before = criu_.restored.size();
       RestoreRequest r;
@@ -405,8 +409,8 @@ TEST_F(EngineTest, EveryRestoreStepFailingLeavesNothingRestored) {
       EXPECT_EQ(res.status().code(), absl::StatusCode::kUnavailable) << res.status();
       for (size_t i = restored_before; i < criu_.restored.size(); ++i) {
         auto st = proc_.Read(criu_.restored[i]);
-        EXPECT_TRUE(!st.ok() || st->state == 'Z') << "restored pid " << criu_.restored[i]
-                                                  << " left running";
+        EXPECT_TRUE(!st.ok() || st->state == 'Z')
+            << "restored pid " << criu_.restored[i] << " left running";
       }
       EXPECT_TRUE(JournalEmpty());
     }

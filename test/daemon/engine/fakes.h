@@ -22,7 +22,8 @@ class FakeCriu : public criu::Criu {
   absl::Duration dump_delay = absl::ZeroDuration();
   bool dumped = false;
   int restores = 0;
-  absl::Status Dump(const criu::DumpOptions& o, const std::function<void(pid_t)>& started) override {
+  absl::Status Dump(const criu::DumpOptions& o,
+                    const std::function<void(pid_t)>& started) override {
     started(0);
     last_dump = o;
     absl::SleepFor(dump_delay);

@@ -1,7 +1,7 @@
 #include "daemon/journal/journal.h"
 
-#include "lib/base/fs.h"
 #include "gtest/gtest.h"
+#include "lib/base/fs.h"
 #include "test/daemon/test_util.h"
 
 namespace cryo::journal {

@@ -7,8 +7,8 @@
 #include <random>
 #include <thread>
 
-#include "lib/base/fs.h"
 #include "gtest/gtest.h"
+#include "lib/base/fs.h"
 #include "test/daemon/test_util.h"
 
 namespace cryo {

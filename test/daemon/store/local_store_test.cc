@@ -1,9 +1,9 @@
 #include <sys/stat.h>
 #include <utime.h>
 
-#include "lib/base/fs.h"
-#include "gtest/gtest.h"
 #include "daemon/store/store.h"
+#include "gtest/gtest.h"
+#include "lib/base/fs.h"
 #include "test/daemon/test_util.h"
 
 namespace cryo::store {
@@ -144,7 +144,9 @@ TEST_F(LocalStoreTest, CollectIncomplete) {
   std::string old = dir_.path + "/store/.staging/y+node-b+bbbb";
   ASSERT_TRUE(fs::MakeDirs(fresh).ok());
   ASSERT_TRUE(fs::MakeDirs(old).ok());
-  struct utimbuf t{1000, 1000};
+  struct utimbuf t {
+    1000, 1000
+  };
   ::utime(old.c_str(), &t);
   // A published directory whose manifest never arrived.
   std::string orphan = dir_.path + "/store/checkpoints/orphan";

@@ -80,11 +80,10 @@ TEST(Manifest, EveryFieldOfEveryTypeIsAnErrorNeverACrash) {
   c.gpu_processes = {{100, "cuda", {{"uuid", "GPU-1"}}, 7}};
   const nlohmann::json base = nlohmann::json::parse(ManifestToJson(c));
   const nlohmann::json flat = base.flatten();
-  const std::vector<nlohmann::json> wrong = {nlohmann::json(7),        nlohmann::json(-1),
-                                             nlohmann::json("x"),      nlohmann::json(true),
-                                             nlohmann::json::array(),  nlohmann::json::object(),
-                                             nlohmann::json(nullptr),  nlohmann::json(1.5),
-                                             nlohmann::json(1ull << 63)};
+  const std::vector<nlohmann::json> wrong = {
+      nlohmann::json(7),       nlohmann::json(-1),      nlohmann::json("x"),
+      nlohmann::json(true),    nlohmann::json::array(), nlohmann::json::object(),
+      nlohmann::json(nullptr), nlohmann::json(1.5),     nlohmann::json(1ull << 63)};
   std::vector<std::string> paths;
   for (const auto& [leaf, v] : flat.items()) {
     // Every leaf and every object or array above it.
@@ -102,8 +101,7 @@ TEST(Manifest, EveryFieldOfEveryTypeIsAnErrorNeverACrash) {
       auto r = ParseManifest(j.dump());  // must return, whatever it says
       if (!r.ok()) {
         ++refused;
-        EXPECT_TRUE(absl::IsInvalidArgument(r.status()) ||
-                    absl::IsFailedPrecondition(r.status()))
+        EXPECT_TRUE(absl::IsInvalidArgument(r.status()) || absl::IsFailedPrecondition(r.status()))
             << p << " = " << w.dump() << ": " << r.status();
       }
     }

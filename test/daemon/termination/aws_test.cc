@@ -1,8 +1,8 @@
 #include "daemon/termination/aws.h"
 
+#include "gtest/gtest.h"
 #include "test/daemon/termination/fake_clouds.h"
 #include "test/daemon/termination/fakes.h"
-#include "gtest/gtest.h"
 #include "test/daemon/termination/test_http_server.h"
 
 namespace cryo::termination {

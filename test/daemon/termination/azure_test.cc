@@ -4,9 +4,9 @@
 #include <utility>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "test/daemon/termination/fake_clouds.h"
 #include "test/daemon/termination/fakes.h"
-#include "gtest/gtest.h"
 #include "test/daemon/termination/test_http_server.h"
 
 namespace cryo::termination {

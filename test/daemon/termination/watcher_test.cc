@@ -4,9 +4,9 @@
 #include <stdexcept>
 
 #include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
 #include "test/daemon/termination/fake_clouds.h"
 #include "test/daemon/termination/fakes.h"
-#include "gtest/gtest.h"
 #include "test/daemon/termination/test_http_server.h"
 #include "test/daemon/test_util.h"
 

@@ -29,9 +29,9 @@ TEST(FlagSetTest, FormsOfFlagsAndPositionals) {
   Opts o;
   FlagSet fs;
   Declare(fs, o);
-  auto r = fs.Parse({"--socket=/a", "--count", "7", "pos1", "--quiet", "--pid-wait", "1m30s",
-                     "--plugin", "cuda,rocm", "--label", "a=b", "--label=c=d=e", "-ojson", "--",
-                     "--not-a-flag"});
+  auto r =
+      fs.Parse({"--socket=/a", "--count", "7", "pos1", "--quiet", "--pid-wait", "1m30s", "--plugin",
+                "cuda,rocm", "--label", "a=b", "--label=c=d=e", "-ojson", "--", "--not-a-flag"});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(o.socket, "/a");
   EXPECT_EQ(o.n, 7);

@@ -13,8 +13,9 @@ TEST(Ids, AcceptsSafeIds) {
 }
 
 TEST(Ids, RefusesPathTricksAndOddNames) {
-  for (const std::string& id : std::vector<std::string>{"", "..", "../x", "a/b", "/etc", ".hidden", "-rf", "a b", "a\nb",
-                               std::string("a\0b", 3), "a+b", std::string(129, 'x')}) {
+  for (const std::string& id :
+       std::vector<std::string>{"", "..", "../x", "a/b", "/etc", ".hidden", "-rf", "a b", "a\nb",
+                                std::string("a\0b", 3), "a+b", std::string(129, 'x')}) {
     absl::Status s = ValidateCheckpointId(id);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << id;
   }

@@ -5,21 +5,21 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
-#include "lib/base/fs.h"
 #include "gtest/gtest.h"
+#include "lib/base/fs.h"
 #include "test/daemon/test_util.h"
 
 namespace cryo::proc {
 namespace {
 
 // A fake /proc entry: only what ProcReader reads.
-void FakeProc(const std::string& root, int pid, int ppid, const std::string& comm,
-              uint64_t flags, char state = 'S') {
+void FakeProc(const std::string& root, int pid, int ppid, const std::string& comm, uint64_t flags,
+              char state = 'S') {
   std::string dir = absl::StrCat(root, "/", pid);
   ASSERT_TRUE(fs::MakeDirs(dir + "/task/" + std::to_string(pid)).ok());
   // Fields after comm: state ppid pgrp session tty tpgid flags ... starttime is field 22.
-  std::string stat = absl::StrCat(pid, " (", comm, ") ", std::string(1, state), " ", ppid, " ",
-                                  pid, " ", pid, " 0 -1 ", flags);
+  std::string stat = absl::StrCat(pid, " (", comm, ") ", std::string(1, state), " ", ppid, " ", pid,
+                                  " ", pid, " 0 -1 ", flags);
   for (int f = 10; f <= 22; ++f) absl::StrAppend(&stat, " ", f == 22 ? 4242 : 0);
   absl::StrAppend(&stat, " 0 0\n");
   ASSERT_TRUE(fs::WriteFileAtomic(dir + "/stat", stat).ok());
