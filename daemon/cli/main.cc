@@ -313,9 +313,11 @@ int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
       {"ID", "WORKLOAD", "NODE", "CREATED", "SIZE", "PID", "COMMAND"}};
   for (const auto& c : resp.checkpoints()) {
     // A damaged checkpoint stays listed (its space is used) but says it will not restore.
+    // Names come from a store other nodes write: never raw control characters on a terminal.
     rows.push_back({c.damaged().empty() ? c.checkpoint_id() : c.checkpoint_id() + " (DAMAGED)",
-                    c.workload(), c.node_name(), c.created_at(), human::Bytes(c.size_bytes()),
-                    absl::StrCat(c.root_pid()), c.command()});
+                    human::Printable(c.workload()), human::Printable(c.node_name()), c.created_at(),
+                    human::Bytes(c.size_bytes()), absl::StrCat(c.root_pid()),
+                    human::Printable(c.command())});
   }
   std::cout << human::Table(rows);
   return 0;
@@ -340,18 +342,20 @@ int Inspect(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
     return 0;
   }
   std::cout << "id:        " << c.checkpoint_id() << "\n"
-            << "workload:  " << c.workload() << "\n"
-            << "node:      " << c.node_name() << "\n"
+            << "workload:  " << human::Printable(c.workload()) << "\n"
+            << "node:      " << human::Printable(c.node_name()) << "\n"
             << "created:   " << c.created_at() << "\n"
-            << "command:   " << c.command() << " (pid " << c.root_pid() << ", " << c.pids_size()
-            << " processes)\n"
+            << "command:   " << human::Printable(c.command()) << " (pid " << c.root_pid() << ", "
+            << c.pids_size() << " processes)\n"
             << "size:      " << human::Bytes(c.size_bytes()) << " in " << c.file_count()
             << " files\n"
             << (c.damaged().empty() ? "" : "DAMAGED:   " + c.damaged() + "\n")
             << "criu:      " << c.criu_version() << ", kernel " << c.kernel() << "\n"
             << "stages:    " << Ms(c.stage_ms()) << "\n"
             << "path:      " << c.store_path() << "\n";
-  for (const auto& [k, v] : c.labels()) std::cout << "label:     " << k << "=" << v << "\n";
+  for (const auto& [k, v] : c.labels()) {
+    std::cout << "label:     " << human::Printable(k) << "=" << human::Printable(v) << "\n";
+  }
   std::vector<std::vector<std::string>> rows = {{"  FILE", "SIZE", "CHECKSUM"}};
   for (const auto& f : c.files()) {
     rows.push_back({"  " + f.path(), human::Bytes(f.size()), f.checksum()});

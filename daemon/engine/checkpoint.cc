@@ -12,6 +12,7 @@
 #include "daemon/criu/network_lock.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
+#include "daemon/engine/validate.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
@@ -133,17 +134,11 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
 
 absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   const CheckpointRequest& req = s.req;
-  if (!req.checkpoint_id.empty()) CRYO_RETURN_IF_ERROR(ValidateCheckpointId(req.checkpoint_id));
-  if (req.workload.size() > 253) return absl::InvalidArgumentError("workload is too long");
+  CRYO_RETURN_IF_ERROR(ValidateRequest(req));
   s.target = req.pid;
   if (!req.container_id.empty()) {
-    if (req.pid != 0) {
-      return absl::InvalidArgumentError("give either a pid or a container_id, not both");
-    }
     CRYO_ASSIGN_OR_RETURN(s.ctr, Container(req.container_id, /*restore=*/false));
     s.target = s.ctr->job_pid;
-  } else if (!req.export_archive.empty()) {
-    return absl::InvalidArgumentError("export_archive is for container checkpoints only");
   }
   CRYO_RETURN_IF_ERROR(ValidateTarget(s.target, &s.tree));
   s.root = s.tree.front();  // a copy: tree is re-read after the dump

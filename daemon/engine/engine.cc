@@ -105,6 +105,12 @@ absl::Status Engine::ValidateTarget(pid_t pid, std::vector<proc::ProcInfo>* tree
     return absl::InvalidArgumentError(absl::StrCat("pid ", pid, " is cryod itself"));
   }
   CRYO_ASSIGN_OR_RETURN(proc::ProcInfo root, d_.proc->Read(pid));
+  // /proc/<tid> resolves for a thread too; CRIU would fail on it with an internal error.
+  if (pid_t tgid = d_.proc->Tgid(pid); tgid > 0 && tgid != pid) {
+    return absl::InvalidArgumentError(absl::StrCat("pid ", pid, " is a thread of process ", tgid,
+                                                   " (", root.comm,
+                                                   "); checkpoint the process, pid ", tgid));
+  }
   if (root.kernel_thread) {
     return absl::InvalidArgumentError(
         absl::StrCat("pid ", pid, " (", root.comm, ") is a kernel thread"));

@@ -11,6 +11,7 @@
 #include "daemon/container/container_checkpoint.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
+#include "daemon/engine/validate.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
@@ -105,7 +106,7 @@ absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operati
 }
 
 absl::Status Engine::ValidateRestore(RestoreState& s) {
-  CRYO_RETURN_IF_ERROR(ValidateCheckpointId(s.req.checkpoint_id));
+  CRYO_RETURN_IF_ERROR(ValidateRequest(s.req));
   CRYO_ASSIGN_OR_RETURN(s.m, d_.store->Get(s.req.checkpoint_id));
   const bool container_mode = s.m.kind == store::CheckpointKind::kContainer;
   if (container_mode && s.req.container_id.empty()) {

@@ -136,6 +136,17 @@ std::vector<pid_t> ProcReader::Children(pid_t pid) const {
   return out;
 }
 
+pid_t ProcReader::Tgid(pid_t pid) const {
+  auto s = fs::ReadFile(absl::StrCat(root_, "/", pid, "/status"));
+  if (!s.ok()) return 0;
+  for (absl::string_view line : absl::StrSplit(*s, '\n')) {
+    if (!absl::ConsumePrefix(&line, "Tgid:")) continue;
+    int v = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &v)) return v;
+  }
+  return 0;
+}
+
 pid_t ProcReader::NsPid(pid_t pid) const {
   auto s = fs::ReadFile(absl::StrCat(root_, "/", pid, "/status"));
   if (!s.ok()) return 0;

@@ -47,6 +47,9 @@ class ProcReader {
   std::vector<pid_t> AllPids() const;
   // Direct children (processes) of pid.
   std::vector<pid_t> Children(pid_t pid) const;
+  // The process a thread belongs to (its thread group id); the pid itself for a process's main
+  // thread, 0 when unreadable.
+  pid_t Tgid(pid_t pid) const;
   // The pid as seen in the process's own (innermost) pid namespace; 0 when unreadable.
   pid_t NsPid(pid_t pid) const;
   // Target of /proc/<pid>/<rel> ("fd/1" -> "pipe:[123]", "ns/pid" -> "pid:[4026...]", "exe");

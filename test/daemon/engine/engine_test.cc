@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/store/checksum.h"
@@ -249,6 +251,46 @@ TEST_F(EngineTest, RefusesBadTargetsBeforeTouchingAnything) {
   EXPECT_EQ(engine_->Checkpoint(Req(60, "../x"), op_).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(criu_.dumped);
+}
+
+// Found on 2026-11-24: a thread id given as a pid reached CRIU, which failed with an internal
+// error.
+TEST_F(EngineTest, AThreadIdIsRefusedNamingItsProcess) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    std::thread t([&] {
+      pid_t tid = static_cast<pid_t>(::gettid());
+      (void)!::write(fds[1], &tid, sizeof(tid));
+      for (;;) ::pause();
+    });
+    for (;;) ::pause();
+  }
+  pid_t tid = 0;
+  ASSERT_EQ(::read(fds[0], &tid, sizeof(tid)), static_cast<ssize_t>(sizeof(tid)));
+  auto r = engine_->Checkpoint(Req(tid, "t1"), op_);
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find(absl::StrCat("thread of process ", pid)), std::string::npos)
+      << r.status();
+  EXPECT_FALSE(criu_.dumped);
+}
+
+TEST_F(EngineTest, OversizedLabelsAndControlCharactersAreRefused) {
+  Child job;
+  auto req = Req(job.pid, "c1");
+  for (int i = 0; i < 3; ++i) req.labels[absl::StrCat("k", i)] = std::string(1 << 20, 'x');
+  EXPECT_EQ(engine_->Checkpoint(req, op_).status().code(), absl::StatusCode::kInvalidArgument);
+  req.labels.clear();
+  req.workload = "evil\x1b[2Jname";
+  EXPECT_EQ(engine_->Checkpoint(req, op_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(criu_.dumped);
+  RestoreRequest rr;
+  rr.checkpoint_id = "c1";
+  rr.gpu_map = {{"GPU-a", ""}};
+  EXPECT_EQ(engine_->Restore(rr, op_).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(EngineTest, RecoverRollsBackAnUnpublishedCheckpoint) {
