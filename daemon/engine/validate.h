@@ -11,7 +11,7 @@
 namespace cryo::engine {
 
 inline constexpr size_t kMaxLabels = 64;
-inline constexpr size_t kMaxLabelKey = 253;      // a Kubernetes label or annotation name
+inline constexpr size_t kMaxLabelKey = 253;  // a Kubernetes label or annotation name
 inline constexpr size_t kMaxLabelValue = 4096;
 inline constexpr size_t kMaxLabelBytes = 16 << 10;  // all keys and values together
 inline constexpr size_t kMaxWorkload = 253;
