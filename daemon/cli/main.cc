@@ -46,14 +46,18 @@ Commands:
       --shell-job          the tree was started from a terminal (detected when needed)
       --label KEY=VALUE    recorded in the manifest (repeatable)
       --gpu-lock-timeout D bound on locking GPU processes (e.g. 30s)
+      --detach             print the operation id and leave it running (Ctrl-C otherwise
+                           cancels the operation, which then rolls back)
   restore ID       restore a checkpoint on this node (it keeps its pids)
       --pid-wait D         wait this long for the pids to be free (default: node setting)
       --gpu-map OLD=NEW    map a checkpointed GPU UUID onto one of this node's (repeatable)
+      --detach             print the operation id and leave it running
   list             list checkpoints, newest first    [--workload NAME]
   inspect ID       show a checkpoint's manifest and files
   rm ID...         delete checkpoints
   node             show this node: CRIU, kernel, store, GPU plugins, operations in flight
   watch OP         follow an operation started elsewhere
+  cancel OP        stop an operation: it rolls back unless already published or restored
 
 Options:
   --socket PATH    cryod's socket (default $CRYO_SOCKET or /run/cryo/cryod.sock)
@@ -168,6 +172,24 @@ std::string Ms(const google::protobuf::Map<std::string, uint64_t>& m) {
   return absl::StrJoin(parts, ", ");
 }
 
+// --detach: the first event names the operation; then leave it running.
+int Detached(const Global& g, grpc::ClientReaderInterface<v1::OperationEvent>* r,
+             grpc::ClientContext& ctx) {
+  v1::OperationEvent ev;
+  if (!r->Read(&ev)) {
+    grpc::Status s = r->Finish();
+    return Fail(g, "start", s);
+  }
+  if (g.json) {
+    std::cout << nlohmann::json{{"operation_id", ev.operation_id()}}.dump(2) << "\n";
+  } else {
+    std::cout << "operation " << ev.operation_id() << " started; follow it with: cryo watch "
+              << ev.operation_id() << "\n";
+  }
+  ctx.TryCancel();
+  return 0;
+}
+
 // Drains an operation stream, drawing progress, and returns the final event.
 grpc::Status Follow(const Global& g, grpc::ClientReaderInterface<v1::OperationEvent>* r,
                     v1::OperationEvent* last) {
@@ -199,6 +221,8 @@ int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   fs.Bool("tcp-established", &tcp, "include established TCP connections");
   fs.Bool("shell-job", &shell_job, "the tree was started from a terminal");
   fs.Duration("gpu-lock-timeout", &lock_timeout, "bound on locking GPU processes");
+  bool detach = false;
+  fs.Bool("detach", &detach, "leave the operation running and print its id");
   std::vector<std::string> pos;
   int rc = 0;
   if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
@@ -218,8 +242,10 @@ int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   req.set_leave_running(leave_running);
   req.set_tcp_established(tcp);
   req.set_shell_job(shell_job);
+  req.set_detach(detach);
   grpc::ClientContext ctx;
   auto reader = stub.Checkpoint(&ctx, req);
+  if (detach) return Detached(g, reader.get(), ctx);
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
   if (!s.ok()) return Fail(g, "checkpoint", s);
@@ -246,10 +272,13 @@ int Restore(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
   fs.KeyValues("gpu-map", &gpu_map, "map a checkpointed GPU onto one of this node's",
                "OLD_UUID=NEW_UUID");
   fs.String("operation-id", &op_id, "id of the operation, to watch it from elsewhere", "ID");
+  bool detach = false;
+  fs.Bool("detach", &detach, "leave the operation running and print its id");
   std::vector<std::string> pos;
   int rc = 0;
   if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
   if (pos.size() != 1) return Usage("restore takes one checkpoint ID");
+  req.set_detach(detach);
   req.set_checkpoint_id(pos[0]);
   req.set_operation_id(op_id);
   uint32_t ms = 0;
@@ -260,6 +289,7 @@ int Restore(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
   for (const auto& [k, v] : gpu_map) (*req.mutable_gpu_map())[k] = v;
   grpc::ClientContext ctx;
   auto reader = stub.Restore(&ctx, req);
+  if (detach) return Detached(g, reader.get(), ctx);
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
   if (!s.ok()) return Fail(g, "restore", s);
@@ -269,6 +299,32 @@ int Restore(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
   } else {
     std::cout << "restored " << r.checkpoint_id() << " as pid " << r.root_pid() << "\n"
               << "  stages: " << Ms(r.stage_ms()) << "\n";
+  }
+  return 0;
+}
+
+int Cancel(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+  std::string reason;
+  flags::FlagSet fs;
+  fs.String("reason", &reason, "recorded with the operation's result", "TEXT");
+  std::vector<std::string> pos;
+  int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  if (pos.size() != 1) return Usage("cancel takes one operation id");
+  v1::CancelOperationRequest req;
+  req.set_operation_id(pos[0]);
+  req.set_reason(reason.empty() ? "cancelled with cryo cancel" : reason);
+  v1::CancelOperationResponse resp;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(UnaryDeadline());
+  grpc::Status s = stub.CancelOperation(&ctx, req, &resp);
+  if (!s.ok()) return Fail(g, "cancel", s);
+  if (g.json) {
+    std::cout << nlohmann::json{{"operation_id", pos[0]}, {"cancelled", true}}.dump(2) << "\n";
+  } else {
+    std::cout << "asked operation " << pos[0]
+              << " to stop; it rolls back at its next safe point (cryo watch " << pos[0]
+              << " shows how it ends)\n";
   }
   return 0;
 }
@@ -467,5 +523,6 @@ int main(int argc, char** argv) {
   if (cmd == "rm" || cmd == "delete") return Remove(g, *stub, rest);
   if (cmd == "node") return Node(g, *stub, rest);
   if (cmd == "watch") return Watch(g, *stub, rest);
+  if (cmd == "cancel") return Cancel(g, *stub, rest);
   return Usage(absl::StrCat("unknown command '", cmd, "'"));
 }

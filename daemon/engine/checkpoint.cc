@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -56,6 +57,8 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
 
 absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req, Operation& op) {
   StageClock clock("checkpoint", d_.metrics, op);
+  // CRIU's logs of old operations go as new ones come, not only when cryod starts.
+  auto prune = absl::MakeCleanup([this] { PruneOpLogs(); });
   CheckpointState s;
   s.req = req;
   s.op = &op;
@@ -72,11 +75,6 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
   Transaction<CheckpointState>::Hooks hooks;
   hooks.before = [&](const Step<CheckpointState>& step) -> absl::Status {
     if (cfg_.fault) CRYO_RETURN_IF_ERROR(cfg_.fault(step.name, false));
-    if (op.cancelled()) {
-      return absl::CancelledError(absl::StrCat("checkpoint cancelled before ", step.name, " (",
-                                               op.cancel_reason(),
-                                               "); nothing was published, the job runs on"));
-    }
     // Once the dump has started, the deadline is checked again right before the publish: a
     // dump cannot be interrupted, and stopping between its parts would only lose the work.
     const bool check_deadline = step.name == "validate" || step.name == "publish";
@@ -90,6 +88,12 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
                        absl::FormatDuration(
                            absl::Trunc(absl::Now() - s.t_start, absl::Milliseconds(1))),
                        " after it started); not published, the job was resumed"));
+    }
+    // After the deadline: a caller at its deadline also goes away, which cancels.
+    if (op.cancelled()) {
+      return absl::CancelledError(absl::StrCat("checkpoint cancelled before its ", step.name,
+                                               " step (", op.cancel_reason(),
+                                               "); not published, the job was resumed"));
     }
     if (step.stage != Stage::kUnspecified) clock.Begin(step.stage, s.expected);
     return absl::OkStatus();

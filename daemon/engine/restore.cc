@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -56,6 +57,7 @@ Transaction<RestoreState> Engine::RestoreSteps() {
 
 absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operation& op) {
   StageClock clock("restore", d_.metrics, op);
+  auto prune = absl::MakeCleanup([this] { PruneOpLogs(); });
   RestoreState s;
   s.req = req;
   s.op = &op;
@@ -71,14 +73,14 @@ absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operati
   Transaction<RestoreState>::Hooks hooks;
   hooks.before = [&](const Step<RestoreState>& step) -> absl::Status {
     if (cfg_.fault) CRYO_RETURN_IF_ERROR(cfg_.fault(step.name, false));
-    if (op.cancelled()) {
-      return absl::CancelledError(absl::StrCat("restore cancelled before ", step.name, " (",
-                                               op.cancel_reason(), "); nothing was started"));
-    }
     if (absl::Now() > req.deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("the caller's deadline passed before the restore's ", step.name,
                        " step; the restore was abandoned"));
+    }
+    if (op.cancelled()) {
+      return absl::CancelledError(absl::StrCat("restore cancelled before its ", step.name,
+                                               " step (", op.cancel_reason(), ")"));
     }
     if (step.stage != Stage::kUnspecified) clock.Begin(step.stage);
     return absl::OkStatus();

@@ -18,7 +18,7 @@ absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
 
 }  // namespace
 
-grpc::Status CryoService::Stream(grpc::ServerContext* ctx, engine::Operation& op,
+grpc::Status CryoService::Stream(grpc::ServerContext* ctx, engine::Operation& op, bool owner,
                                  grpc::ServerWriter<v1::OperationEvent>* w) {
   uint64_t seen = 0;
   size_t cursor = 0;
@@ -27,6 +27,8 @@ grpc::Status CryoService::Stream(grpc::ServerContext* ctx, engine::Operation& op
     seen = op.WaitForChange(seen, absl::Now() + absl::Milliseconds(500));
     const bool done = op.done();
     if (!done && ctx->IsCancelled()) {
+      // A caller that gave up (Ctrl-C, its deadline) does not want the result: roll back.
+      if (owner) op.Cancel("the caller went away or its deadline passed");
       return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
     }
     for (const engine::Progress& p : op.ProgressSince(&cursor)) {
@@ -44,12 +46,12 @@ grpc::Status CryoService::Stream(grpc::ServerContext* ctx, engine::Operation& op
 }
 
 grpc::Status CryoService::Run(grpc::ServerContext* ctx, const std::string& requested_id,
-                              const std::string& kind, const std::string& target,
+                              const std::string& kind, const std::string& target, bool detach,
                               engine::OperationRunner::Body body,
                               grpc::ServerWriter<v1::OperationEvent>* w) {
   auto op = runner_->Start(requested_id, kind, target, std::move(body));
   if (!op.ok()) return ToGrpc(op.status());
-  return Stream(ctx, **op, w);
+  return Stream(ctx, **op, /*owner=*/!detach, w);
 }
 
 grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
@@ -60,7 +62,7 @@ grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::Checkpo
   engine::CheckpointRequest r = FromProto(*req, DeadlineOf(ctx));
   engine::Engine* e = engine_;
   return Run(
-      ctx, req->operation_id(), "checkpoint", target,
+      ctx, req->operation_id(), "checkpoint", target, req->detach(),
       [e, r](engine::Operation& op) -> absl::StatusOr<engine::OperationResult> {
         auto res = e->Checkpoint(r, op);
         if (!res.ok()) return res.status();
@@ -74,7 +76,7 @@ grpc::Status CryoService::Restore(grpc::ServerContext* ctx, const v1::RestoreReq
   engine::RestoreRequest r = FromProto(*req, DeadlineOf(ctx));
   engine::Engine* e = engine_;
   return Run(
-      ctx, req->operation_id(), "restore", req->checkpoint_id(),
+      ctx, req->operation_id(), "restore", req->checkpoint_id(), req->detach(),
       [e, r](engine::Operation& op) -> absl::StatusOr<engine::OperationResult> {
         auto res = e->Restore(r, op);
         if (!res.ok()) return res.status();
@@ -91,7 +93,23 @@ grpc::Status CryoService::WatchOperation(grpc::ServerContext* ctx,
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("no operation '", req->operation_id(), "'"));
   }
-  return Stream(ctx, *op, w);
+  return Stream(ctx, *op, /*owner=*/false, w);
+}
+
+grpc::Status CryoService::CancelOperation(grpc::ServerContext*,
+                                          const v1::CancelOperationRequest* req,
+                                          v1::CancelOperationResponse*) {
+  auto op = ops_->Find(req->operation_id());
+  if (!op) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrCat("no operation '", req->operation_id(), "'"));
+  }
+  if (op->done()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat("operation '", req->operation_id(), "' has already ended"));
+  }
+  op->Cancel(req->reason().empty() ? "cancelled by a client" : req->reason().substr(0, 200));
+  return grpc::Status::OK;
 }
 
 grpc::Status CryoService::GetCheckpoint(grpc::ServerContext*, const v1::GetCheckpointRequest* req,

@@ -32,12 +32,16 @@ class CryoService final : public v1::Cryo::Service {
                                 v1::DeleteCheckpointResponse* resp) override;
   grpc::Status NodeInfo(grpc::ServerContext* ctx, const v1::NodeInfoRequest* req,
                         v1::NodeInfoResponse* resp) override;
+  grpc::Status CancelOperation(grpc::ServerContext* ctx, const v1::CancelOperationRequest* req,
+                               v1::CancelOperationResponse* resp) override;
 
  private:
   grpc::Status Run(grpc::ServerContext* ctx, const std::string& requested_id,
-                   const std::string& kind, const std::string& target,
+                   const std::string& kind, const std::string& target, bool detach,
                    engine::OperationRunner::Body body, grpc::ServerWriter<v1::OperationEvent>* w);
-  grpc::Status Stream(grpc::ServerContext* ctx, engine::Operation& op,
+  // `owner`: the call that started the operation; when it goes away (and did not detach), the
+  // operation is cancelled.
+  grpc::Status Stream(grpc::ServerContext* ctx, engine::Operation& op, bool owner,
                       grpc::ServerWriter<v1::OperationEvent>* w);
 
   engine::Engine* engine_;

@@ -78,6 +78,11 @@ absl::StatusOr<FileDigest> HashFile(const std::string& path, int threads,
                                     std::atomic<uint64_t>* progress) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
+  return HashFd(fd, path, threads, progress);
+}
+
+absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads,
+                                  std::atomic<uint64_t>* progress) {
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     int e = errno;
@@ -144,24 +149,51 @@ absl::StatusOr<FileDigest> HashFile(const std::string& path, int threads,
 
 absl::Status VerifyFiles(const std::string& root, const std::vector<ExpectedFile>& files,
                          int threads, std::atomic<uint64_t>* progress) {
-  // Sizes first: a truncated file is named without reading gigabytes.
-  for (const auto& f : files) {
-    struct stat st;
-    std::string p = fs::Join(root, f.path);
-    if (::stat(p.c_str(), &st) != 0) {
-      return absl::DataLossError(absl::StrCat(f.path, ": missing (", std::strerror(errno), ")"));
+  // Every file is opened without following links and must be a regular file inside the
+  // checkpoint: a planted link would have its size and digest compared (and reported), a FIFO
+  // would hang the restore. Sizes first: a truncated file is named without reading gigabytes.
+  std::vector<int> fds;
+  auto close_all = [&] {
+    for (int fd : fds) {
+      if (fd >= 0) ::close(fd);
     }
-    if (static_cast<uint64_t>(st.st_size) != f.size) {
+  };
+  for (const auto& f : files) {
+    absl::StatusOr<int> fd = fs::OpenRegularBeneath(root, f.path);
+    if (!fd.ok()) {
+      close_all();
+      if (absl::IsNotFound(fd.status())) {
+        return absl::DataLossError(absl::StrCat(f.path, ": missing"));
+      }
+      if (absl::IsFailedPrecondition(fd.status())) {
+        return absl::DataLossError(
+            absl::StrCat(f.path,
+                         ": not a regular file of the checkpoint (a link, a device or a "
+                         "FIFO was put in its place)"));
+      }
+      return fd.status();
+    }
+    fds.push_back(*fd);
+    struct stat st;
+    if (::fstat(*fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != f.size) {
+      close_all();
       return absl::DataLossError(absl::StrCat(f.path, ": size ", st.st_size,
                                               " bytes, manifest says ", f.size,
                                               " (truncated or altered)"));
     }
   }
-  for (const auto& f : files) {
-    CRYO_ASSIGN_OR_RETURN(FileDigest d, HashFile(fs::Join(root, f.path), threads, progress));
-    if (d.checksum != f.checksum) {
+  for (size_t i = 0; i < files.size(); ++i) {
+    const ExpectedFile& f = files[i];
+    absl::StatusOr<FileDigest> d = HashFd(fds[i], fs::Join(root, f.path), threads, progress);
+    fds[i] = -1;  // HashFd closed it
+    if (!d.ok()) {
+      close_all();
+      return d.status();
+    }
+    if (d->checksum != f.checksum) {
+      close_all();
       return absl::DataLossError(absl::StrCat(f.path, ": checksum mismatch (manifest ", f.checksum,
-                                              ", file ", d.checksum, ")"));
+                                              ", file ", d->checksum, ")"));
     }
   }
   return absl::OkStatus();

@@ -55,7 +55,13 @@ struct ExpectedFile {
   std::string checksum;
 };
 
-// Checks every file's size, then its checksum. DATA_LOSS naming the first bad file.
+// The same over an open descriptor, which it closes; `path` names it in errors.
+absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads = 1,
+                                  std::atomic<uint64_t>* progress = nullptr);
+
+// Checks every file's size, then its checksum. DATA_LOSS naming the first bad file; a file that
+// is a link, a FIFO or anything but a regular file inside `root` is DATA_LOSS too, and is never
+// read.
 absl::Status VerifyFiles(const std::string& root, const std::vector<ExpectedFile>& files,
                          int threads, std::atomic<uint64_t>* progress = nullptr);
 

@@ -94,13 +94,15 @@ class LocalStore final : public CheckpointStore {
     return std::unique_ptr<StagedCheckpoint>(new LocalStaged(this, id, dir));
   }
 
+  // `dir` is published()/id. Read through the checkpoints directory, following no link: a
+  // checkpoint directory or manifest that is a link (or a FIFO) is not a checkpoint.
   absl::StatusOr<Manifest> ReadManifest(const std::string& dir, const std::string& id) {
-    auto text = fs::ReadFile(fs::Join(dir, kManifestName));
+    auto text = fs::ReadRegularBeneath(published(), fs::Join(id, kManifestName), kMaxManifestBytes);
     if (!text.ok()) {
       if (absl::IsNotFound(text.status())) {
         return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));
       }
-      return text.status();
+      return Annotate(text.status(), absl::StrCat("checkpoint '", id, "'"));
     }
     auto m = ParseManifest(*text);
     if (!m.ok()) return Annotate(m.status(), absl::StrCat("checkpoint '", id, "'"));
@@ -108,7 +110,8 @@ class LocalStore final : public CheckpointStore {
       return absl::DataLossError(
           absl::StrCat("checkpoint directory '", id, "' holds a manifest for '", m->id, "'"));
     }
-    if (auto why = fs::ReadFile(fs::Join(dir, kDamagedName)); why.ok()) {
+    if (auto why = fs::ReadRegularBeneath(published(), fs::Join(id, kDamagedName), 4096);
+        why.ok()) {
       m->damaged = why->empty() ? "damaged" : *why;
     }
     return m;
@@ -162,7 +165,9 @@ class LocalStore final : public CheckpointStore {
   absl::StatusOr<std::string> LocalPath(const std::string& id) override {
     CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
     std::string dir = fs::Join(published(), id);
-    if (!fs::Exists(fs::Join(dir, kManifestName))) {
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+        !fs::Exists(fs::Join(dir, kManifestName))) {
       return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));
     }
     return dir;

@@ -675,5 +675,109 @@ TEST_F(ProcessTest, SocketIsRootOnly) {
   EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "refused connection"));
 }
 
+// Found on 2026-11-24: SIGTERM while an operation outlasted shutdown_grace_s freed the engine
+// under the operation's thread (std::bad_alloc), and new operations were still accepted during
+// the grace. Now new work is refused at once, the running checkpoint is cancelled once the grace
+// is over, rolls back at its next step, and cryod exits cleanly after it.
+TEST_F(ProcessTest, SigtermDuringACheckpointRefusesNewWorkAndRollsItBack) {
+  Cryod& a = Node("node-a", {"--shutdown-grace-s", "1"}, HookEnv());
+  Workload& w = Job(16);
+  ASSERT_TRUE(w.WaitMain(10));
+  HookPoint hp(hook_dir(), "before-publish");  // dumped: the job is stopped by CRIU
+  auto fut = std::async(std::launch::async, [&] { return a.Checkpoint(Req(w.pid(), "term")); });
+  ASSERT_TRUE(hp.Reached());
+  auto stopped = std::async(std::launch::async, [&] { return a.Stop(); });
+  // New operations are refused at once: the socket goes with the first step of the shutdown.
+  EXPECT_TRUE(WaitFor([&] { return RunCli(a.socket(), {"node"}).code != 0; }, absl::Seconds(10)));
+  absl::SleepFor(absl::Milliseconds(1500));  // past the grace: the checkpoint is cancelled
+  hp.Release();
+  grpc::Status s = fut.get();
+  EXPECT_FALSE(s.ok());
+  int status = stopped.get();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "cryod status " << status;
+  const std::string log = Slurp(a.log());
+  EXPECT_TRUE(absl::StrContains(log, "cancelled")) << log;
+  ExpectRunning(w);
+  EXPECT_TRUE(EmptyDir(store_ + "/checkpoints"));
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+  EXPECT_TRUE(EmptyDir(a.state_dir() + "/journal"));
+}
+
+// Found on 2026-11-24: a restore ignored its caller's deadline and restored the job 15 s after
+// the client had given up.
+TEST_F(ProcessTest, ARestoreEndsAtItsCallersDeadlineAndDoesNothingLater) {
+  Cryod& a = Node("node-a");
+  Workload& w = Job(16);
+  ASSERT_TRUE(w.WaitMain(5));
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "dl", /*leave_running=*/true)).ok());
+  // The job still runs, so the restore waits for its pids; the caller gives up after 2 s.
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  auto r = a.stub().Restore(&ctx, RestoreReq("dl", /*wait_ms=*/60000));
+  v1::OperationEvent ev;
+  while (r->Read(&ev)) {
+  }
+  grpc::Status s = r->Finish();
+  EXPECT_EQ(s.error_code(), StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  // Freeing the pids now must not let the abandoned restore go on.
+  w.Kill();
+  ASSERT_TRUE(WaitGone(w));
+  ASSERT_TRUE(WaitFor([&] { return EmptyDir(a.state_dir() + "/journal"); }));
+  absl::SleepFor(absl::Seconds(2));
+  const std::string log = Slurp(a.log());
+  EXPECT_FALSE(absl::StrContains(log, "restored checkpoint dl")) << log;
+}
+
+TEST_F(ProcessTest, CryoCancelStopsARestoreWaitingForPids) {
+  Cryod& a = Node("node-a");
+  Workload& w = Job(16);
+  ASSERT_TRUE(w.WaitMain(5));
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "cx", /*leave_running=*/true)).ok());
+  v1::RestoreRequest req = RestoreReq("cx", /*wait_ms=*/60000);
+  req.set_operation_id("re-cancel-me");
+  auto fut = std::async(std::launch::async, [&] { return a.Restore(req); });
+  ASSERT_TRUE(
+      WaitFor([&] { return absl::StrContains(RunCli(a.socket(), {"node"}).out, "re-cancel-me"); }));
+  const absl::Time t0 = absl::Now();
+  auto c = RunCli(a.socket(), {"cancel", "re-cancel-me"});
+  EXPECT_EQ(c.code, 0) << c.out;
+  grpc::Status s = fut.get();
+  EXPECT_EQ(s.error_code(), StatusCode::CANCELLED) << s.error_message();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  ExpectRunning(w);
+  EXPECT_EQ(RunCli(a.socket(), {"cancel", "re-cancel-me"}).code, 1) << "already ended";
+}
+
+// Found on 2026-11-24: one manifest whose "format" was a number aborted cryod on every node
+// that listed the store.
+TEST_F(ProcessTest, DamagedManifestsInASharedStoreNeitherCrashNorHideTheOthers) {
+  Cryod& a = Node("node-a");
+  Workload& w = Job(16);
+  ASSERT_TRUE(w.WaitMain(5));
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "good", /*leave_running=*/true)).ok());
+  auto plant = [&](const std::string& id, const std::string& manifest) {
+    std::filesystem::create_directories(store_ + "/checkpoints/" + id);
+    std::ofstream(store_ + "/checkpoints/" + id + "/manifest.json") << manifest;
+  };
+  plant("bad-format", R"({"format": 7, "id": "bad-format"})");
+  plant("bad-container", R"({"format": "cryo.checkpoint/v1", "id": "bad-container",
+      "kind": "container", "target": {"root_pid": 5}, "source": {}, "files": []})");
+  plant("deep", R"({"format": "cryo.checkpoint/v1", "labels": )" + std::string(100000, '[') +
+                    std::string(100000, ']') + "}");
+  for (int i = 0; i < 2; ++i) {
+    auto list = RunCli(a.socket(), {"-o", "json", "list"});
+    EXPECT_EQ(list.code, 0) << list.out;
+    EXPECT_TRUE(absl::StrContains(list.out, "\"good\"")) << list.out;
+  }
+  auto inspect = RunCli(a.socket(), {"inspect", "bad-format"});
+  EXPECT_NE(inspect.code, 0);
+  v1::RestoreRequest rr = RestoreReq("bad-container");
+  grpc::Status s = a.Restore(rr);
+  EXPECT_EQ(s.error_code(), StatusCode::INVALID_ARGUMENT) << s.error_message();
+  // cryod is alive and still checkpoints (with retention, which lists the store).
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "good-2", /*leave_running=*/true)).ok());
+  EXPECT_EQ(::kill(a.pid(), 0), 0);
+}
+
 }  // namespace
 }  // namespace cryo::e2e

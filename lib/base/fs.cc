@@ -2,9 +2,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -246,6 +248,65 @@ std::vector<std::string> ListNames(const std::string& path) {
   auto entries = ListDir(path);
   if (!entries.ok()) return out;
   for (auto& e : *entries) out.push_back(std::move(e.name));
+  return out;
+}
+
+absl::StatusOr<int> OpenRegularBeneath(const std::string& root, const std::string& rel, int flags) {
+  int dir = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return ErrnoStatus(errno, absl::StrCat("open ", root));
+  struct open_how how = {};
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
+  how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | static_cast<uint64_t>(flags);
+  how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+  int fd = static_cast<int>(::syscall(SYS_openat2, dir, rel.c_str(), &how, sizeof(how)));
+  int err = errno;
+  ::close(dir);
+  const std::string path = Join(root, rel);
+  if (fd < 0) {
+    if (err == ELOOP || err == EXDEV) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path, " is reached through a symbolic link or leaves ", root, "; refusing to follow it"));
+    }
+    return ErrnoStatus(err, absl::StrCat("open ", path));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
+  }
+  // Reads may block from here on, as for any file.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const std::string& rel,
+                                               uint64_t max_bytes) {
+  CRYO_ASSIGN_OR_RETURN(int fd, OpenRegularBeneath(root, rel));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat(Join(root, rel), " is larger than ", max_bytes, " bytes"));
+  }
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      return ErrnoStatus(e, absl::StrCat("read ", Join(root, rel)));
+    }
+    if (n == 0) break;
+    out.append(buf, n);
+    if (out.size() > max_bytes) {
+      ::close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat(Join(root, rel), " is larger than ", max_bytes, " bytes"));
+    }
+  }
+  ::close(fd);
   return out;
 }
 

@@ -44,6 +44,17 @@ absl::Status RestrictModes(const std::string& root);
 
 std::string Join(absl::string_view a, absl::string_view b);
 
+// Opens `rel` below the directory `root` without following any symbolic link (in `rel` or at
+// its end) and without leaving `root` (openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), and
+// only if it is a regular file: what a shared store holds is opened this way, so that a planted
+// link or FIFO can neither leak another file nor hang a reader. FAILED_PRECONDITION names what
+// it found instead; NOT_FOUND when it is not there. `flags` are added to O_RDONLY|O_CLOEXEC.
+absl::StatusOr<int> OpenRegularBeneath(const std::string& root, const std::string& rel,
+                                       int flags = 0);
+// ReadFile through OpenRegularBeneath, refusing files larger than `max_bytes`.
+absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const std::string& rel,
+                                               uint64_t max_bytes);
+
 // Moves `from` to `to` only if `to` does not exist (renameat2 RENAME_NOREPLACE).
 absl::Status RenameNoReplace(const std::string& from, const std::string& to);
 

@@ -1,12 +1,14 @@
 #include "daemon/store/checksum.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
 #include <random>
 #include <thread>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
 #include "test/daemon/test_util.h"
@@ -83,6 +85,35 @@ TEST(Checksum, VerifyNamesTruncatedAndCorruptFiles) {
   s = VerifyFiles(d.path, files, 2);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("missing"), std::string::npos) << s;
+}
+
+// Found on 2026-11-24: an image replaced by a link to /etc/shadow had its size (and, when the
+// size matched, its digest) reported; a FIFO in its place hung the restore.
+TEST(Checksum, VerifyRefusesLinksAndFifosWithoutReadingThem) {
+  TempDir d;
+  ASSERT_TRUE(fs::MakeDirs(d.path + "/images").ok());
+  TempDir outside;
+  const std::string secret(17, 's');
+  ASSERT_TRUE(fs::WriteFileAtomic(outside.path + "/secret", secret).ok());
+  auto sd = HashFile(outside.path + "/secret");
+  ASSERT_TRUE(sd.ok());
+  ASSERT_EQ(::symlink((outside.path + "/secret").c_str(), (d.path + "/images/pages-1.img").c_str()),
+            0);
+  // The manifest claims exactly the secret's size: the old code then reported its digest.
+  absl::Status s = VerifyFiles(d.path, {{"images/pages-1.img", 17, "0"}}, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("not a regular file"), std::string::npos) << s;
+  EXPECT_EQ(s.message().find(sd->checksum), std::string::npos) << "the secret's digest leaked";
+  // A link in a directory of the path, too.
+  ASSERT_EQ(::symlink(outside.path.c_str(), (d.path + "/linked").c_str()), 0);
+  s = VerifyFiles(d.path, {{"linked/secret", 17, sd->checksum}}, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  // A FIFO answers at once instead of waiting for a writer.
+  ASSERT_EQ(::mkfifo((d.path + "/images/core-1.img").c_str(), 0600), 0);
+  const absl::Time t0 = absl::Now();
+  s = VerifyFiles(d.path, {{"images/core-1.img", 0, "0"}}, 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
 }
 
 TEST(Checksum, TailHasherMatchesWhileFilesAreWritten) {

@@ -135,6 +135,23 @@ TEST_F(LocalStoreTest, TamperedManifestIdIsRejected) {
   EXPECT_EQ(store_->Get("c9").status().code(), absl::StatusCode::kDataLoss);
 }
 
+TEST_F(LocalStoreTest, LinkedCheckpointsAndManifestsAreNotCheckpoints) {
+  Publish("real", "w", "2026-11-22T08:00:00.000Z");
+  // A checkpoint directory that is a link to another, and a manifest that is a link.
+  const std::string root = dir_.path + "/store/checkpoints";
+  ASSERT_EQ(::symlink((root + "/real").c_str(), (root + "/alias").c_str()), 0);
+  ASSERT_TRUE(fs::MakeDirs(root + "/fake").ok());
+  ASSERT_EQ(
+      ::symlink((root + "/real/manifest.json").c_str(), (root + "/fake/manifest.json").c_str()), 0);
+  EXPECT_FALSE(store_->Get("alias").ok());
+  EXPECT_FALSE(store_->LocalPath("alias").ok());
+  EXPECT_FALSE(store_->Get("fake").ok());
+  auto all = store_->List();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].id, "real");
+}
+
 TEST_F(LocalStoreTest, CollectIncomplete) {
   auto mine = store_->Stage("m1");
   ASSERT_TRUE(mine.ok());
