@@ -46,6 +46,7 @@ class CheckpointContainerHandler final
     req.set_leave_running(true);  // kubelet's checkpoint is a copy: the container runs on
     req.set_export_archive(request.location());
     req.set_workload(WorkloadOf(c, deps_.annotation_prefix));
+    if (absl::Status s = SetCriuOptions(c, deps_.annotation_prefix, &req); !s.ok()) return s;
     for (const auto& [k, v] : CheckpointLabels(c, deps_.annotation_prefix, "checkpoint-api")) {
       (*req.mutable_labels())[k] = v;
     }

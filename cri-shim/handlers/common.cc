@@ -7,6 +7,7 @@
 #include "absl/time/clock.h"
 #include "cri-shim/opt_in.h"
 #include "lib/contract/annotations.h"
+#include "lib/contract/criu_annotations.h"
 #include "lib/contract/labels.h"
 #include "nlohmann/json.hpp"
 
@@ -46,6 +47,20 @@ std::map<std::string, std::string> CheckpointLabels(const runtime::v1::Container
   }
   out[contract::Key(prefix, contract::label::kReason)] = reason;
   return out;
+}
+
+absl::Status SetCriuOptions(const runtime::v1::ContainerStatus& c, const std::string& prefix,
+                            v1::CheckpointRequest* req) {
+  auto a = contract::ParseCriuAnnotations({c.annotations().begin(), c.annotations().end()}, prefix);
+  if (!a.ok()) return a.status();
+  v1::CriuOptions* o = req->mutable_criu();
+  if (a->tcp_established) o->set_tcp_established(*a->tcp_established);
+  if (a->tcp_close) o->set_tcp_close(*a->tcp_close);
+  if (a->skip_in_flight) o->set_skip_in_flight(*a->skip_in_flight);
+  if (a->link_remap) o->set_link_remap(*a->link_remap);
+  if (a->ghost_limit) o->set_ghost_limit_bytes(*a->ghost_limit);
+  if (a->ext_unix_sk) o->set_ext_unix_sk(*a->ext_unix_sk);
+  return absl::OkStatus();
 }
 
 std::string WorkloadOf(const runtime::v1::ContainerStatus& c, const std::string& prefix) {

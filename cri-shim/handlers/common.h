@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "cri-shim/owned_method.h"
+#include "cryo/v1/cryo.pb.h"
 #include "lib/base/grpc_status.h"
 #include "lib/cri/cri_api.h"
 
@@ -28,6 +29,11 @@ std::map<std::string, std::string> CheckpointLabels(const runtime::v1::Container
 // The container's workload key: what the shim recorded at creation, else the default key from
 // kubelet's labels (containers created before the shim, or of pods that did not opt in).
 std::string WorkloadOf(const runtime::v1::ContainerStatus& c, const std::string& prefix);
+
+// The pod's CRIU options (copied onto the container at creation, lib/contract/criu_annotations.h)
+// into the request; unset ones are left to cryod's node defaults.
+absl::Status SetCriuOptions(const runtime::v1::ContainerStatus& c, const std::string& prefix,
+                            v1::CheckpointRequest* req);
 
 // Best effort: a line in the container's log (its PID 1's stderr), where `kubectl logs` shows it.
 void WriteToContainerLog(int init_pid, const std::string& line);

@@ -12,6 +12,7 @@
 #include "cri-shim/handlers/handlers.h"
 #include "cri-shim/opt_in.h"
 #include "lib/base/log.h"
+#include "lib/contract/criu_annotations.h"
 #include "lib/contract/cryo_init_protocol.h"
 #include "nlohmann/json.hpp"
 
@@ -87,6 +88,15 @@ class CreateContainerHandler final
                     {pod.labels().begin(), pod.labels().end()}, pod.metadata().namespace_(),
                     pod.metadata().name(), request.config().metadata().name());
     if (!opt.managed) return ForwardUnchanged{};
+    // The pod's CRIU options are checked now: a bad value fails the creation, not a
+    // preemption later.
+    const std::map<std::string, std::string> pod_annotations(pod.annotations().begin(),
+                                                             pod.annotations().end());
+    if (auto criu = contract::ParseCriuAnnotations(pod_annotations, deps_.annotation_prefix);
+        !criu.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pod ", pod_name, ": ", criu.status().message()));
+    }
 
     std::string resume_from;
     if (opt.resume == "auto") {
@@ -146,6 +156,10 @@ class CreateContainerHandler final
     ann[keys.managed] = "true";
     ann[keys.workload] = opt.workload;
     if (opt.checkpoint_on_stop) ann[keys.checkpoint_on_stop] = "true";
+    for (const std::string& key : contract::CriuAnnotationKeys()) {
+      auto it = pod_annotations.find(contract::Key(deps_.annotation_prefix, key));
+      if (it != pod_annotations.end()) ann[it->first] = it->second;
+    }
     if (!resume_from.empty()) {
       ann[keys.resume_from] = resume_from;
       cri::KeyValue* env = config->add_envs();

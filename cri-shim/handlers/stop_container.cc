@@ -53,6 +53,11 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
     req.set_container_id(c.id());
     req.set_leave_running(false);  // the job ends with its checkpoint, as the stop wants
     req.set_workload(WorkloadOf(c, deps_.annotation_prefix));
+    // Validated when the container was created; a value changed since is the user's to see.
+    if (absl::Status s = SetCriuOptions(c, deps_.annotation_prefix, &req); !s.ok()) {
+      CRYO_LOG(Warning) << "stop of " << name << ": " << s << "; node defaults used";
+      req.clear_criu();
+    }
     for (const auto& [k, v] : CheckpointLabels(c, deps_.annotation_prefix, "preemption")) {
       (*req.mutable_labels())[k] = v;
     }

@@ -22,6 +22,7 @@
 #include "cryo/v1/cryo.grpc.pb.h"
 #include "daemon/api/checkpoint_json.h"
 #include "daemon/cli/output.h"
+#include "daemon/criu/options.h"
 #include "lib/base/flags.h"
 #include "lib/base/human.h"
 #include "nlohmann/json.hpp"
@@ -43,6 +44,12 @@ Commands:
       --workload NAME      group for retention and listing (default: the command name)
       --leave-running      keep the job running afterwards (default: stop it, as on preemption)
       --tcp-established    include established TCP connections
+      --tcp-close          ... and restore them closed
+      --skip-in-flight     leave out connections waiting in a listener's queue
+      --link-remap[=false] allow open files unlinked while another link remains
+      --ghost-limit SIZE   largest deleted-but-open file carried (64Mi, 1Gi)
+      --ext-unix-sk        allow unix sockets connected outside the job
+                           (CRIU options; unset ones take the node's defaults)
       --shell-job          the tree was started from a terminal (detected when needed)
       --label KEY=VALUE    recorded in the manifest (repeatable)
       --gpu-lock-timeout D bound on locking GPU processes (e.g. 30s)
@@ -219,6 +226,14 @@ int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   fs.KeyValues("label", &labels, "recorded in the manifest");
   fs.Bool("leave-running", &leave_running, "keep the job running afterwards");
   fs.Bool("tcp-established", &tcp, "include established TCP connections");
+  // CRIU options: given ones override the node's defaults (criu_* in cryod's config).
+  bool tcp_close = false, skip_in_flight = false, link_remap = false, ext_unix_sk = false;
+  std::string ghost_limit;
+  fs.Bool("tcp-close", &tcp_close, "restore TCP connections closed");
+  fs.Bool("skip-in-flight", &skip_in_flight, "leave out connections in a listener's queue");
+  fs.Bool("link-remap", &link_remap, "allow open files unlinked while another link remains");
+  fs.Bool("ext-unix-sk", &ext_unix_sk, "allow unix sockets connected outside the job");
+  fs.String("ghost-limit", &ghost_limit, "largest deleted-but-open file carried", "SIZE");
   fs.Bool("shell-job", &shell_job, "the tree was started from a terminal");
   fs.Duration("gpu-lock-timeout", &lock_timeout, "bound on locking GPU processes");
   bool detach = false;
@@ -240,7 +255,18 @@ int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   }
   req.set_gpu_lock_timeout_ms(ms);
   req.set_leave_running(leave_running);
-  req.set_tcp_established(tcp);
+  if (fs.Given("tcp-established")) req.mutable_criu()->set_tcp_established(tcp);
+  if (fs.Given("tcp-close")) req.mutable_criu()->set_tcp_close(tcp_close);
+  if (fs.Given("skip-in-flight")) req.mutable_criu()->set_skip_in_flight(skip_in_flight);
+  if (fs.Given("link-remap")) req.mutable_criu()->set_link_remap(link_remap);
+  if (fs.Given("ext-unix-sk")) req.mutable_criu()->set_ext_unix_sk(ext_unix_sk);
+  if (!ghost_limit.empty()) {
+    uint64_t bytes = 0;
+    if (absl::Status s = human::ParseSize(ghost_limit, &bytes); !s.ok()) {
+      return Usage(absl::StrCat("--ghost-limit: ", s.message()));
+    }
+    req.mutable_criu()->set_ghost_limit_bytes(bytes);
+  }
   req.set_shell_job(shell_job);
   req.set_detach(detach);
   grpc::ClientContext ctx;

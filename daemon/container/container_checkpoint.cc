@@ -132,6 +132,13 @@ absl::StatusOr<std::vector<OptedIn>> OptedInContainers(runtime::ContainerRuntime
       if (it != c.labels.end()) o.labels[k] = it->second;
     }
     o.labels[contract::Key(prefix, contract::label::kReason)] = reason;
+    auto criu = contract::ParseCriuAnnotations(c.annotations, prefix);
+    if (criu.ok()) {
+      o.criu = *criu;
+    } else {
+      CRYO_LOG(Warning) << "container " << c.id.substr(0, 13) << ": " << criu.status()
+                        << "; node defaults used";
+    }
     out.push_back(std::move(o));
   }
   return out;

@@ -16,6 +16,7 @@
 #include "daemon/container/target.h"
 #include "daemon/store/manifest.h"
 #include "lib/base/proc.h"
+#include "lib/contract/criu_annotations.h"
 
 namespace cryo::container {
 
@@ -42,6 +43,7 @@ struct OptedIn {
   std::string container_id;
   std::string workload;                       // the key the shim recorded (empty: none)
   std::map<std::string, std::string> labels;  // kubelet's identity labels and the reason
+  contract::CriuAnnotations criu;             // the pod's CRIU options
 };
 
 // Every running container of `rt` opted in to checkpoint-on-stop (annotations under `prefix`),

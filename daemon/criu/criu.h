@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "daemon/criu/options.h"
 
 namespace cryo::criu {
 
@@ -40,8 +41,8 @@ struct DumpOptions {
   // After the dump the tree is left running (CRIU resumes it) or left stopped (cryod resumes or
   // kills it once it knows whether the checkpoint was published).
   bool leave_running = false;
-  bool tcp_established = false;
-  bool shell_job = false;
+  JobOptions job;
+  // From the GPU plugins (never from a caller).
   std::vector<std::string> extra_args;
   std::vector<std::string> env;
   std::optional<InContainer> in_container;
@@ -50,8 +51,7 @@ struct DumpOptions {
 struct RestoreOptions {
   std::string images_dir;
   std::string work_dir;
-  bool tcp_established = false;
-  bool shell_job = false;
+  JobOptions job;  // as the checkpoint was dumped
   std::vector<std::string> extra_args;
   std::vector<std::string> env;
   // Restores into this container (joining its cgroups; CRIU itself at a far pid so the job's
@@ -76,8 +76,6 @@ class Criu {
 struct CriuConfig {
   std::string path;  // empty: search PATH and the sbin dirs
   int log_level = 4;
-  std::vector<std::string> extra_dump_args;
-  std::vector<std::string> extra_restore_args;
   // Whether CRIU may stop tasks with x86 hardware breakpoints when it removes its parasite
   // code. Off: CRIU traps on system calls instead (its CRIU_FAULT=130 mode), which costs
   // microseconds. Some VMs never deliver the breakpoint and CRIU then waits forever with the
@@ -93,7 +91,8 @@ absl::StatusOr<std::unique_ptr<Criu>> CreateCriuExec(const CriuConfig& cfg);
 // nullopt when either is not of that form.
 std::optional<int> CompareVersions(absl::string_view a, absl::string_view b);
 
-// Turns a CRIU log into a status a person can act on (exposed for tests).
+// Turns a CRIU log into a status a person can act on (exposed for tests). Where CRIU says an
+// option would have helped, FAILED_PRECONDITION naming cryo's flag, config key and annotation.
 absl::Status StatusFromLog(absl::string_view action, absl::string_view log,
                            absl::string_view log_path, absl::string_view exit_desc);
 

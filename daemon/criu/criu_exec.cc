@@ -58,11 +58,8 @@ class CriuExec final : public Criu {
                              p.images, "--work-dir", p.work, "--log-file", "dump.log",
                              absl::StrCat("-v", cfg_.log_level), "--file-locks"});
     argv.push_back(o.leave_running ? "--leave-running" : "--leave-stopped");
-    if (o.tcp_established) {
-      argv.insert(argv.end(), {"--tcp-established", "--network-lock", "nftables"});
-    }
-    if (o.shell_job) argv.push_back("--shell-job");
-    argv.insert(argv.end(), cfg_.extra_dump_args.begin(), cfg_.extra_dump_args.end());
+    const std::vector<std::string> job = o.job.DumpArgs();
+    argv.insert(argv.end(), job.begin(), job.end());
     argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
     return RunCriu("dump", argv, o.work_dir, "dump.log", o.env, started);
   }
@@ -81,11 +78,8 @@ class CriuExec final : public Criu {
       // The new container's runtime made its cgroups; cryo-nsexec already put CRIU in them.
       argv.push_back("--manage-cgroups=ignore");
     }
-    if (o.tcp_established) {
-      argv.insert(argv.end(), {"--tcp-established", "--network-lock", "nftables"});
-    }
-    if (o.shell_job) argv.push_back("--shell-job");
-    argv.insert(argv.end(), cfg_.extra_restore_args.begin(), cfg_.extra_restore_args.end());
+    const std::vector<std::string> job = o.job.RestoreArgs();
+    argv.insert(argv.end(), job.begin(), job.end());
     argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
     CRYO_RETURN_IF_ERROR(RunCriu("restore", argv, o.work_dir, "restore.log", o.env, started));
     auto text = fs::ReadFile(pidfile);
@@ -204,6 +198,39 @@ absl::Status StatusFromLog(absl::string_view action, absl::string_view log,
         absl::StrCat("the process tree changed during the checkpoint "
                      "(a process exited?): ",
                      msg));
+  }
+  // CRIU's advice names its own flags; a cryo user sets cryo's option instead.
+  struct Hint {
+    const char* in_log;
+    const char* what;
+    const char* option;  // cryo's name: --flag, criu_<key>, <prefix>/criu-<key>
+  };
+  static const Hint kHints[] = {
+      {"increase limit", "the job holds a deleted but open file larger than the ghost limit",
+       "ghost-limit"},
+      {"Use link-remap option", "the job holds an open file unlinked while another link remains",
+       "link-remap"},
+      {"Consider using --ext-unix-sk", "the job has a unix socket connected outside it",
+       "ext-unix-sk"},
+      {"Consider using the --ext-unix-sk", "the checkpoint holds a unix socket connected outside",
+       "ext-unix-sk"},
+      {"In-flight connections can be ignored", "a TCP connection waits in a listener's queue",
+       "skip-in-flight"},
+      {"Connected TCP socket, consider using", "the job has established TCP connections",
+       "tcp-established (or tcp-close)"},
+      {"Need to set the --tcp-close", "the checkpoint was taken with TCP connections to close",
+       "tcp-close"},
+  };
+  for (const Hint& h : kHints) {
+    if (!absl::StrContains(log, h.in_log)) continue;
+    std::string key(h.option);
+    key = key.substr(0, key.find(' '));
+    std::string underscored = key;
+    for (char& c : underscored) c = c == '-' ? '_' : c;
+    return absl::FailedPreconditionError(
+        absl::StrCat(h.what, ": allow it with cryo's ", h.option, " option (cryo checkpoint --",
+                     key, ", node config criu_", underscored, ", pod annotation cryo.dev/criu-",
+                     key, "); see docs/operations.md, CRIU options. ", msg));
   }
   if (absl::StrContains(log, "Can't fork for") || absl::StrContains(log, "File exists") ||
       absl::StrContains(log, "PID already in use") || absl::StrContains(log, "ns_last_pid")) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/base/flags.h"
 #include "lib/base/fs.h"
+#include "lib/base/human.h"
 #include "lib/base/status.h"
 #include "nlohmann/json.hpp"
 
@@ -89,6 +90,46 @@ absl::Status SetTerminationProviders(Config& c, const std::vector<std::string>& 
   return absl::OkStatus();
 }
 
+Key CriuBool(const char* name, const char* help, bool criu::NodeDefaults::*field) {
+  return {name, help,
+          [field, name](Config& c, const std::string& v) {
+            if (!absl::SimpleAtob(v, &(c.criu_defaults.*field)))
+              return Bad(name, v, "true or false");
+            return absl::OkStatus();
+          },
+          [field, name](Config& c, const nlohmann::json& j) {
+            if (!j.is_boolean()) return Bad(name, j.dump(), "true or false");
+            c.criu_defaults.*field = j.get<bool>();
+            return absl::OkStatus();
+          }};
+}
+
+absl::Status SetTcp(Config& c, const std::string& v) {
+  const std::string l = absl::AsciiStrToLower(v);
+  if (l == "auto") {
+    c.criu_defaults.tcp_established = criu::NodeDefaults::Tcp::kAuto;
+  } else if (l == "true") {
+    c.criu_defaults.tcp_established = criu::NodeDefaults::Tcp::kOn;
+  } else if (l == "false") {
+    c.criu_defaults.tcp_established = criu::NodeDefaults::Tcp::kOff;
+  } else {
+    return Bad("criu_tcp_established", v, "true, false or auto");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetGhost(Config& c, const std::string& v) {
+  uint64_t bytes = 0;
+  if (absl::Status s = human::ParseSize(v, &bytes); !s.ok()) {
+    return Bad("criu_ghost_limit", v, "a size such as 64Mi");
+  }
+  if (bytes > criu::kMaxGhostLimit) {
+    return Bad("criu_ghost_limit", v, "at most 16Gi (the contents go into every checkpoint)");
+  }
+  c.criu_defaults.ghost_limit = bytes;
+  return absl::OkStatus();
+}
+
 const std::vector<Key>& Keys() {
   static const std::vector<Key> keys = {
       Str("socket", "unix socket of the gRPC API (0600, root only)", &Config::socket),
@@ -156,6 +197,32 @@ const std::vector<Key>& Keys() {
       Str("termination_azure_url", "Azure Scheduled Events URL", &Config::termination_azure_url),
       Str("termination_azure_vm_name", "this VM's name in Azure Scheduled Events",
           &Config::termination_azure_vm_name),
+      {"criu_tcp_established",
+       "dump established TCP connections: true, false, or auto (containers with a network "
+       "namespace of their own)",
+       [](Config& c, const std::string& v) { return SetTcp(c, v); },
+       [](Config& c, const nlohmann::json& j) {
+         if (j.is_boolean()) return SetTcp(c, j.get<bool>() ? "true" : "false");
+         if (!j.is_string()) return Bad("criu_tcp_established", j.dump(), "true, false or auto");
+         return SetTcp(c, j.get<std::string>());
+       }},
+      CriuBool("criu_tcp_close", "restore TCP connections closed (dumps them without a lock)",
+               &criu::NodeDefaults::tcp_close),
+      CriuBool("criu_skip_in_flight", "leave out TCP connections in a listener's accept queue",
+               &criu::NodeDefaults::skip_in_flight),
+      CriuBool("criu_link_remap",
+               "allow open files unlinked while another link remains (CRIU makes a link)",
+               &criu::NodeDefaults::link_remap),
+      {"criu_ghost_limit",
+       "largest deleted-but-open file carried in the images (bytes, or 64Mi, 1Gi)",
+       [](Config& c, const std::string& v) { return SetGhost(c, v); },
+       [](Config& c, const nlohmann::json& j) {
+         if (j.is_number_unsigned()) return SetGhost(c, std::to_string(j.get<uint64_t>()));
+         if (!j.is_string()) return Bad("criu_ghost_limit", j.dump(), "a size");
+         return SetGhost(c, j.get<std::string>());
+       }},
+      CriuBool("criu_ext_unix_sk", "allow unix sockets connected outside the job",
+               &criu::NodeDefaults::ext_unix_sk),
       {"allowed_uids", "comma-separated uids allowed on the socket",
        [](Config& c, const std::string& v) {
          c.allowed_uids.clear();
@@ -235,7 +302,13 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"termination_aws_url", d.termination_aws_url},
       {"termination_azure_url", d.termination_azure_url},
       {"termination_azure_vm_name", "<from the instance metadata>"},
-      {"gpu_plugins", "every plugin in gpu_plugin_dir"}};
+      {"gpu_plugins", "every plugin in gpu_plugin_dir"},
+      {"criu_tcp_established", "auto"},
+      {"criu_tcp_close", "false"},
+      {"criu_skip_in_flight", "false"},
+      {"criu_link_remap", "true"},
+      {"criu_ghost_limit", "64Mi"},
+      {"criu_ext_unix_sk", "false"}};
   fs.String("config", config_file, "JSON config file", "FILE")
       .DefaultText("/etc/cryo/cryod.json if present");
   for (const Key& k : Keys()) {

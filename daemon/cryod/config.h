@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/criu/options.h"
 
 namespace cryo::cryod {
 
@@ -38,6 +39,8 @@ struct Config {
   std::string nsexec;
   // Prefix of the pod annotations of opted-in pods, as the shim uses it.
   std::string annotation_prefix = "cryo.dev";
+  // CRIU options of every job unless a request or its pod's annotations say otherwise.
+  criu::NodeDefaults criu_defaults;
   // Node termination notices (daemon/termination): clouds whose metadata endpoints are polled
   // (gce, aws, azure); empty: off. The URLs are the clouds' link-local defaults.
   std::vector<std::string> termination_providers;

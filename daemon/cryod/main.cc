@@ -123,6 +123,8 @@ absl::StatusOr<int> CheckpointOptedIn(State& st, const std::string& reason) {
     req.leave_running = true;
     req.workload = c.workload;
     req.labels = c.labels;
+    req.criu = {c.criu.tcp_established, c.criu.tcp_close,   c.criu.skip_in_flight,
+                c.criu.link_remap,      c.criu.ghost_limit, c.criu.ext_unix_sk};
     engine::Engine* e = st.engine.get();
     auto op = st.runner->Start(
         "", "checkpoint", absl::StrCat("container ", c.container_id.substr(0, 13)),
@@ -283,6 +285,7 @@ const std::vector<Step>& StartSteps() {
          ec.nsexec_path =
              st.config.nsexec.empty() ? SiblingBinary("cryo-nsexec") : st.config.nsexec;
          ec.annotation_prefix = st.config.annotation_prefix;
+         ec.criu_defaults = st.config.criu_defaults;
          if (const char* h = ::getenv("CRYOD_TEST_HOOK_DIR")) ec.test_hook_dir = h;
          engine::EngineDeps deps{st.store.get(),   st.criu.get(), st.gpu.get(),    st.journal.get(),
                                  st.metrics.get(), &st.proc,      st.runtime.get()};

@@ -68,7 +68,6 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
   s.je.kind = journal::OpKind::kCheckpoint;
   s.je.state = journal::OpState::kStarted;
   s.je.leave_running = req.leave_running;
-  s.je.tcp_established = req.tcp_established;
   s.je.started_at = absl::FormatTime(absl::RFC3339_sec, s.t_start, absl::UTCTimeZone());
   bool journaled = false;
 
@@ -166,7 +165,11 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   s.je.container_init_pid = s.ctr ? s.ctr->init_pid : 0;
   // CRIU refuses a tree whose session or group leader is outside it unless told it is a shell
   // job (started from a terminal); that is what the user means, so say it for them.
-  s.shell_job = req.shell_job || !in_tree.count(s.root.sid) || !in_tree.count(s.root.pgid);
+  const bool own_netns = s.ctr && !d_.proc->Link(s.ctr->init_pid, "ns/net").empty() &&
+                         d_.proc->Link(s.ctr->init_pid, "ns/net") != d_.proc->Link(1, "ns/net");
+  CRYO_RETURN_IF_ERROR(criu::Resolve(cfg_.criu_defaults, req.criu, own_netns, &s.job));
+  s.job.shell_job = req.shell_job || !in_tree.count(s.root.sid) || !in_tree.count(s.root.pgid);
+  s.je.tcp_established = s.job.tcp_established;
   // A GPU feature the driver cannot checkpoint is refused here, before anything is locked.
   CRYO_ASSIGN_OR_RETURN(s.gpu, d_.gpu->Discover(s.pids));
   if (s.ctr) {
@@ -235,8 +238,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
     // A container's job stays stopped until its writable layer is saved too, so that files
     // and memory are of the same moment; it is resumed after that when asked.
     dopt.leave_running = s.req.leave_running && !s.ctr;
-    dopt.tcp_established = s.req.tcp_established;
-    dopt.shell_job = s.shell_job;
+    dopt.job = s.job;
     if (s.ctr) dopt.in_container = criu::InContainer{s.ctr->init_pid, cfg_.nsexec_path, {}};
     CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.gpu, &dopt.extra_args, &dopt.env));
     dumped = d_.criu->Dump(dopt, [&](pid_t criu_pid) {
@@ -311,7 +313,7 @@ absl::Status Engine::SaveRootfs(CheckpointState& s) {
 absl::Status Engine::ResumeEarly(CheckpointState& s) {
   // A container asked to run on goes on as soon as its files are saved too.
   if (!s.ctr || !s.req.leave_running) return absl::OkStatus();
-  if (s.req.tcp_established) {
+  if (s.job.tcp_established) {
     criu::RemoveNetworkLock(fs::Join(s.op_dir, "dump.log"), s.ctr->init_pid, cfg_.nsexec_path);
   }
   if (s.gpu.empty()) jobs_.Resume(s.je.tasks);
@@ -346,8 +348,7 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
   m.criu_version = d_.criu->version();
   m.cryo_version = CRYO_VERSION;
   m.leave_running = s.req.leave_running;
-  m.tcp_established = s.req.tcp_established;
-  m.shell_job = s.shell_job;
+  m.options = s.job;
   m.labels = s.req.labels;
   m.checksum_algorithm = kChecksumAlgorithm;
   for (const auto& [rel, dg] : s.digests) {

@@ -60,6 +60,8 @@ struct EngineConfig {
   std::string nsexec_path;
   // Prefix of the annotations the shim puts on the containers it manages.
   std::string annotation_prefix = "cryo.dev";
+  // CRIU options of every job unless its request says otherwise.
+  criu::NodeDefaults criu_defaults;
   // See test_hooks.h.
   std::string test_hook_dir;
   // Tests only: called before (`after` false) and after every step up to a commit; a non-OK

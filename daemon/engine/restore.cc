@@ -289,8 +289,7 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   criu::RestoreOptions ropt;
   ropt.images_dir = fs::Join(s.dir, store::kImagesDir);
   ropt.work_dir = s.op_dir;
-  ropt.tcp_established = s.m.tcp_established;
-  ropt.shell_job = s.m.shell_job;
+  ropt.job = s.m.options;
   if (s.ctr) {
     // The job's output pipes become the new container's, so its log goes on where kubelet
     // reads it; the new container's pipes are its cryo-init's fd 1 and 2.

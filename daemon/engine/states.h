@@ -56,7 +56,7 @@ struct CheckpointState {
   std::string id;
   std::vector<int> pids, tids;
   uint64_t expected = 0;
-  bool shell_job = false;
+  criu::JobOptions job;  // what CRIU dumps with (resolved in validate)
   std::unique_ptr<Engine::Claim> claim;
   std::vector<gpu::GpuProcess> gpu;
 

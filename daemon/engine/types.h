@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "daemon/criu/options.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/store/manifest.h"
 
@@ -45,8 +46,9 @@ struct CheckpointRequest {
   std::string checkpoint_id;  // empty: made from the workload and the time
   std::string workload;       // empty: the container's name or the root's command
   bool leave_running = false;
-  bool tcp_established = false;
   bool shell_job = false;
+  // CRIU options asked for (over the node's defaults); see daemon/criu/options.h.
+  criu::OptionOverrides criu;
   std::map<std::string, std::string> labels;
   absl::Duration gpu_lock_timeout = absl::ZeroDuration();  // zero: the node's setting
   std::string export_archive;  // container mode: also write a kubelet archive here

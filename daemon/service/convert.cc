@@ -11,8 +11,15 @@ engine::CheckpointRequest FromProto(const v1::CheckpointRequest& r, absl::Time d
   out.checkpoint_id = r.checkpoint_id();
   out.workload = r.workload();
   out.leave_running = r.leave_running();
-  out.tcp_established = r.tcp_established();
   out.shell_job = r.shell_job();
+  const v1::CriuOptions& c = r.criu();
+  if (c.has_tcp_established()) out.criu.tcp_established = c.tcp_established();
+  if (r.tcp_established()) out.criu.tcp_established = true;
+  if (c.has_tcp_close()) out.criu.tcp_close = c.tcp_close();
+  if (c.has_skip_in_flight()) out.criu.skip_in_flight = c.skip_in_flight();
+  if (c.has_link_remap()) out.criu.link_remap = c.link_remap();
+  if (c.has_ghost_limit_bytes()) out.criu.ghost_limit = c.ghost_limit_bytes();
+  if (c.has_ext_unix_sk()) out.criu.ext_unix_sk = c.ext_unix_sk();
   out.labels = {r.labels().begin(), r.labels().end()};
   out.gpu_lock_timeout = absl::Milliseconds(r.gpu_lock_timeout_ms());
   out.export_archive = r.export_archive();

@@ -72,8 +72,13 @@ absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
   if (options != nullptr) {
     json::Fields o(*options, "options");
     CRYO_RETURN_IF_ERROR(o.Bool("leave_running", &m.leave_running));
-    CRYO_RETURN_IF_ERROR(o.Bool("tcp_established", &m.tcp_established));
-    CRYO_RETURN_IF_ERROR(o.Bool("shell_job", &m.shell_job));
+    CRYO_RETURN_IF_ERROR(o.Bool("tcp_established", &m.options.tcp_established));
+    CRYO_RETURN_IF_ERROR(o.Bool("tcp_close", &m.options.tcp_close));
+    CRYO_RETURN_IF_ERROR(o.Bool("skip_in_flight", &m.options.skip_in_flight));
+    CRYO_RETURN_IF_ERROR(o.Bool("link_remap", &m.options.link_remap));
+    CRYO_RETURN_IF_ERROR(o.Uint64("ghost_limit", &m.options.ghost_limit));
+    CRYO_RETURN_IF_ERROR(o.Bool("ext_unix_sk", &m.options.ext_unix_sk));
+    CRYO_RETURN_IF_ERROR(o.Bool("shell_job", &m.options.shell_job));
   }
   CRYO_RETURN_IF_ERROR(f.StrMap("labels", &m.labels));
   CRYO_RETURN_IF_ERROR(f.Uint64Map("stage_ms", &m.stage_ms));
@@ -160,9 +165,11 @@ std::string ManifestToJson(const Manifest& m) {
                  {"arch", m.arch},
                  {"criu_version", m.criu_version},
                  {"cryo_version", m.cryo_version}};
-  j["options"] = {{"leave_running", m.leave_running},
-                  {"tcp_established", m.tcp_established},
-                  {"shell_job", m.shell_job}};
+  j["options"] = {
+      {"leave_running", m.leave_running},     {"tcp_established", m.options.tcp_established},
+      {"tcp_close", m.options.tcp_close},     {"skip_in_flight", m.options.skip_in_flight},
+      {"link_remap", m.options.link_remap},   {"ghost_limit", m.options.ghost_limit},
+      {"ext_unix_sk", m.options.ext_unix_sk}, {"shell_job", m.options.shell_job}};
   j["labels"] = m.labels;
   j["stage_ms"] = m.stage_ms;
   j["checksum_algorithm"] = m.checksum_algorithm;

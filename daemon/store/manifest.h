@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/criu/options.h"
 #include "daemon/gpu/gpu_process.h"
 #include "nlohmann/json.hpp"
 
@@ -70,10 +71,9 @@ struct Manifest {
   std::string arch;
   std::string criu_version;
   std::string cryo_version;
-  // Options the checkpoint was taken with (the restore repeats some of them).
+  // Options the checkpoint was taken with (the restore repeats those CRIU needs).
   bool leave_running = false;
-  bool tcp_established = false;
-  bool shell_job = false;
+  criu::JobOptions options;
   std::map<std::string, std::string> labels;
   std::map<std::string, uint64_t> stage_ms;
   std::string checksum_algorithm;

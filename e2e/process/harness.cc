@@ -180,6 +180,20 @@ absl::StatusOr<std::unique_ptr<Workload>> Workload::Start(const std::string& dir
   return w;
 }
 
+absl::StatusOr<std::unique_ptr<Workload>> Workload::StartProgram(const std::string& dir,
+                                                                 const std::string& binary,
+                                                                 std::vector<std::string> args) {
+  auto w = std::unique_ptr<Workload>(new Workload());
+  w->status_ = dir + "/status-" + std::to_string(::getpid()) + "-" + std::to_string(rand());
+  std::vector<std::string> argv = {binary, "--status", w->status_};
+  argv.insert(argv.end(), args.begin(), args.end());
+  w->pid_ = SpawnArgs(argv, {}, dir + "/workload.log", true);
+  if (!w->WaitMain(5, absl::Seconds(60))) {
+    return absl::InternalError(absl::StrCat(binary, " did not start (see ", dir, "/workload.log)"));
+  }
+  return w;
+}
+
 Workload::~Workload() { Kill(); }
 
 nlohmann::json Workload::Status() const {

@@ -1,9 +1,12 @@
 #include "lib/base/human.h"
 
 #include <algorithm>
+#include <cstdint>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 
 namespace cryo::human {
 
@@ -56,6 +59,31 @@ std::string Printable(const std::string& s) {
     }
   }
   return out;
+}
+
+absl::Status ParseSize(absl::string_view s, uint64_t* bytes) {
+  absl::string_view v = absl::StripAsciiWhitespace(s);
+  struct Unit {
+    const char* suffix;
+    uint64_t mult;
+  };
+  static const Unit kUnits[] = {{"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
+                                {"Ki", 1ull << 10},  {"Mi", 1ull << 20},  {"Gi", 1ull << 30},
+                                {"K", 1000ull},      {"M", 1000000ull},   {"G", 1000000000ull}};
+  uint64_t mult = 1;
+  for (const Unit& u : kUnits) {
+    if (absl::ConsumeSuffix(&v, u.suffix)) {
+      mult = u.mult;
+      break;
+    }
+  }
+  uint64_t n = 0;
+  if (v.empty() || !absl::SimpleAtoi(v, &n) || (n > 0 && mult > UINT64_MAX / n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", s, "' is not a size (a number of bytes, or with Ki, Mi, Gi)"));
+  }
+  *bytes = n * mult;
+  return absl::OkStatus();
 }
 
 }  // namespace cryo::human

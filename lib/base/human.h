@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace cryo::human {
@@ -17,6 +19,8 @@ std::string Bytes(uint64_t n);
 std::string Age(absl::Duration d);
 // Rows with columns aligned, three spaces between them (kubectl's spacing).
 std::string Table(const std::vector<std::vector<std::string>>& rows);
+// "64Mi", "1Gi", "512MiB", "8388608" (bytes): Kubernetes' quantities and plain numbers.
+absl::Status ParseSize(absl::string_view s, uint64_t* bytes);
 // Control characters (a name from a shared store, say) shown as escapes, never raw.
 std::string Printable(const std::string& s);
 

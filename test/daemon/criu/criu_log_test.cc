@@ -1,3 +1,4 @@
+#include "absl/strings/str_cat.h"
 #include "daemon/criu/criu.h"
 #include "gtest/gtest.h"
 
@@ -40,6 +41,60 @@ TEST(CompareVersionsTest, OrdersDottedNumbers) {
   EXPECT_GT(*CompareVersions("5.0", "4.99.99"), 0);
   EXPECT_FALSE(CompareVersions("4.1-rc1", "4.1").has_value());
   EXPECT_FALSE(CompareVersions("", "4.1").has_value()) << "an unknown version is not older";
+}
+
+TEST(CriuOptionsTest, CriusAdviceBecomesCrysOptionInThreeForms) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"Error (criu/files-reg.c:1031): Can't dump ghost file /tmp/x of 8392704 size, increase "
+       "limit",
+       "ghost-limit"},
+      {"Error (criu/files-reg.c:1122): Can't create link remap for /d/a. Use link-remap option.",
+       "link-remap"},
+      {"Error (criu/sk-unix.c:874): External socket is used. Consider using --ext-unix-sk option.",
+       "ext-unix-sk"},
+      {"Error (criu/sk-inet.c:178): In-flight connections can be ignored with the "
+       "--skip-in-flight option.",
+       "skip-in-flight"},
+      {"Error (criu/sk-inet.c:191): Connected TCP socket, consider using --tcp-established "
+       "option.",
+       "tcp-established"},
+  };
+  for (const auto& [log, option] : cases) {
+    absl::Status s = StatusFromLog("criu dump", log, "/ops/x/dump.log", "exit code 1");
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    const std::string key = [o = std::string(option)]() mutable {
+      for (char& c : o) c = c == '-' ? '_' : c;
+      return o;
+    }();
+    EXPECT_NE(s.message().find(absl::StrCat("cryo checkpoint --", option)), std::string::npos) << s;
+    EXPECT_NE(s.message().find(absl::StrCat("criu_", key)), std::string::npos) << s;
+    EXPECT_NE(s.message().find(absl::StrCat("cryo.dev/criu-", option)), std::string::npos) << s;
+    EXPECT_NE(s.message().find("/ops/x/dump.log"), std::string::npos) << "the log is still named";
+  }
+}
+
+TEST(CriuOptionsTest, RequestsOverrideTheNodeAndTcpFollowsTheNetworkNamespace) {
+  NodeDefaults node;
+  JobOptions o;
+  ASSERT_TRUE(Resolve(node, {}, /*own_netns=*/false, &o).ok());
+  EXPECT_TRUE(o.link_remap);
+  EXPECT_EQ(o.ghost_limit, 64ull << 20);
+  EXPECT_FALSE(o.tcp_established) << "auto: off for a job sharing the host's network";
+  ASSERT_TRUE(Resolve(node, {}, /*own_netns=*/true, &o).ok());
+  EXPECT_TRUE(o.tcp_established) << "auto: on in a network namespace of its own";
+  OptionOverrides asked;
+  asked.link_remap = false;
+  asked.ghost_limit = 1 << 20;
+  asked.tcp_close = true;
+  ASSERT_TRUE(Resolve(node, asked, true, &o).ok());
+  EXPECT_FALSE(o.link_remap);
+  EXPECT_EQ(o.ghost_limit, 1u << 20);
+  EXPECT_TRUE(o.tcp_close);
+  EXPECT_FALSE(o.tcp_established) << "tcp-close dumps without the network lock";
+  EXPECT_EQ(o.DumpArgs(), (std::vector<std::string>{"--tcp-close", "--ghost-limit", "1048576"}));
+  EXPECT_EQ(o.RestoreArgs(), (std::vector<std::string>{"--tcp-close"}));
+  asked.ghost_limit = kMaxGhostLimit + 1;
+  EXPECT_EQ(Resolve(node, asked, true, &o).code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
