@@ -26,6 +26,10 @@ void Declare(flags::FlagSet& fs, Options& o, std::string& level) {
   fs.String("metrics-address", &o.metrics_address,
             "Prometheus endpoint HOST:PORT; empty disables it", "HOST:PORT");
   fs.String("log-level", &level, "debug, info, warning or error", "LEVEL");
+  fs.Int("checkpointed-exit-code", &o.checkpointed_exit_code,
+         "exit code of a container stopped after its checkpoint (1..125)");
+  fs.Int("checkpoint-min-grace-seconds", &o.checkpoint_min_grace_s,
+         "stops giving less grace are not checkpointed (3 skips force deletes)", "SECONDS");
 }
 
 }  // namespace
@@ -73,6 +77,12 @@ absl::StatusOr<Options> ParseFlags(const std::vector<std::string>& args) {
   if (!parsed.ok()) return parsed.status();
   opts.log_level = *parsed;
   if (opts.listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
+  if (opts.checkpointed_exit_code < 1 || opts.checkpointed_exit_code > 125) {
+    return absl::InvalidArgumentError("--checkpointed-exit-code must be 1..125");
+  }
+  if (opts.checkpoint_min_grace_s < 0) {
+    return absl::InvalidArgumentError("--checkpoint-min-grace-seconds must not be negative");
+  }
   if (opts.annotation_prefix.empty() || opts.annotation_prefix.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("--annotation-prefix \"", opts.annotation_prefix,
                                                    "\" must be a non-empty DNS-style prefix"));

@@ -24,6 +24,10 @@ struct Options {
   // host:port for Prometheus metrics; empty disables them.
   std::string metrics_address = "127.0.0.1:9466";
   LogLevel log_level = LogLevel::kInfo;
+  // Exit code of a container stopped after its checkpoint (see lib/contract/cryo_init_protocol.h).
+  int checkpointed_exit_code = 75;
+  // Stops giving less grace than this are not checkpointed (kubelet never gives less than 2 s).
+  int checkpoint_min_grace_s = 2;
   bool show_help = false;
 };
 

@@ -23,8 +23,13 @@ std::string DefaultWorkloadKey(const StringMap& pod_labels, const std::string& p
                                const std::string& pod_name, const std::string& container_name) {
   std::string owner = Get(pod_labels, contract::k8s::kJobName);
   if (owner.empty()) owner = Get(pod_labels, contract::k8s::kJobNameLegacy);
-  if (owner.empty()) owner = pod_name;
-  return absl::StrCat(pod_namespace, ".", owner, ".", container_name);
+  if (owner.empty()) return absl::StrCat(pod_namespace, ".", pod_name, ".", container_name);
+  // The Job's uid too: its replacement pods share it, a new Job of the same name does not (and
+  // starts fresh instead of resuming a deleted Job's state).
+  std::string uid = Get(pod_labels, contract::k8s::kControllerUid);
+  if (uid.empty()) uid = Get(pod_labels, contract::k8s::kControllerUidLegacy);
+  if (uid.empty()) return absl::StrCat(pod_namespace, ".", owner, ".", container_name);
+  return absl::StrCat(pod_namespace, ".", owner, ".", uid.substr(0, 8), ".", container_name);
 }
 
 OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,

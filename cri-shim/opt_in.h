@@ -44,9 +44,11 @@ struct ManagedKeys {
   std::string resume_from;         // checkpoint id this container resumes from
 };
 
-// The default workload key: <namespace>.<job name | pod name>.<container>. A Job's pods share
-// the job-name label, so a replacement pod finds its predecessor's checkpoints; for other
-// controllers whose pod names change, set <prefix>/workload.
+// The default workload key: <namespace>.<job name>.<first 8 of the Job's uid>.<container> for
+// a Job's pods (they share the job-name and controller-uid labels: a replacement pod finds its
+// predecessor's checkpoints, a re-created Job of the same name does not), else
+// <namespace>.<pod name>.<container>. For other controllers whose pod names change, set
+// <prefix>/workload.
 std::string DefaultWorkloadKey(const StringMap& pod_labels, const std::string& pod_namespace,
                                const std::string& pod_name, const std::string& container_name);
 

@@ -70,6 +70,7 @@ groups = {
            ("persistentvolumeclaims", "PersistentVolumeClaim", True),
            ("resourcequotas", "ResourceQuota", True)],
     "apps/v1": [("daemonsets", "DaemonSet", True)],
+    "batch/v1": [("jobs", "Job", True)],
     "rbac.authorization.k8s.io/v1": [("roles", "Role", True), ("rolebindings", "RoleBinding", True),
                                      ("clusterroles", "ClusterRole", False),
                                      ("clusterrolebindings", "ClusterRoleBinding", False)],
@@ -97,7 +98,9 @@ kinds_of() {
   grep -E '^kind: ' "$1" | awk '{print $2}' | sort | uniq -c | awk '{printf "%s%s×%s", sep, $2, $1; sep=", "}'
 }
 
-# check NAME FILE: steps 1-3 on one rendered file.
+# check NAME FILE [kubectl-types]: steps 1-3 on one rendered file. With kubectl-types, step 2 is
+# left out: Debian's python3-kubernetes predates fields the examples use (a Job's
+# podFailurePolicy), which kubectl's compiled-in types (step 3) know.
 checked=0
 check() {
   local name=$1 file=$2 out=$TMP/$1
@@ -105,8 +108,11 @@ check() {
   kinds=$(kinds_of "$file")
   "${KUBE[@]}" create --dry-run=client --validate=false -o json -f "$file" >"$out.json" 2>"$out.kubectl.err" ||
     { cat "$out.kubectl.err" >&2; fail "$name: kubectl could not decode the objects"; }
-  "$PY" "$KUBECHECK" objects "$out.json" --repo "$ROOT" >"$out.check" 2>&1 ||
-    { cat "$out.check" >&2; fail "$name: type check"; }
+  : >"$out.check"
+  if [ "${3:-}" != kubectl-types ]; then
+    "$PY" "$KUBECHECK" objects "$out.json" --repo "$ROOT" >"$out.check" 2>&1 ||
+      { cat "$out.check" >&2; fail "$name: type check"; }
+  fi
   grep 'warning' "$out.check" | sed "s/^/[check-chart]   $name: /" || true
   # Workloads through kubectl's typed decoder; what comes back must hold every field that went in.
   "$PY" - "$out.json" "$out.workloads.json" <<'PY'
@@ -349,6 +355,19 @@ bash "$ROOT/deploy/manifests/generate.sh" --render "$RENDER" --stdout >"$TMP/man
 diff -u "$manifests" "$TMP/manifests.yaml" >"$TMP/manifests.diff" ||
   { head -40 "$TMP/manifests.diff" >&2; fail "deploy/manifests/cryo.yaml differs from the chart's render: run deploy/manifests/generate.sh"; }
 check plain-manifests "$manifests"
+
+# --- the examples users copy ---------------------------------------------------------------------
+for example in "$ROOT"/deploy/examples/*.yaml; do
+  check "example-$(basename "$example" .yaml)" "$example" kubectl-types
+done
+# The example Job ignores exactly the exit code cryo-init stops with after a checkpoint.
+code=$(sed -n 's/^#define CRYO_INIT_CHECKPOINTED_EXIT_DEFAULT \([0-9]*\).*/\1/p' \
+  "$ROOT/lib/contract/cryo_init_protocol.h")
+grep -q "values: \[$code\]" "$ROOT/deploy/examples/checkpointed-job.yaml" ||
+  fail "deploy/examples/checkpointed-job.yaml does not ignore cryo-init's exit code $code"
+grep -q "restartPolicy: Never" "$ROOT/deploy/examples/checkpointed-job.yaml" ||
+  fail "deploy/examples/checkpointed-job.yaml: podFailurePolicy needs restartPolicy: Never"
+say "examples: $(ls "$ROOT"/deploy/examples/*.yaml | wc -l) type-checked; the Job ignores exit code $code"
 
 # --- the alerts: promtool checks the PrometheusRule's rules and runs charts/cryo/tests/ ---------
 # rules_of RENDERED OUT: the PrometheusRule's spec (its groups), i.e. a Prometheus rules file.

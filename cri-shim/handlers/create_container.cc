@@ -6,6 +6,7 @@
 // are forwarded unchanged.
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cri-shim/handlers/common.h"
@@ -14,12 +15,19 @@
 #include "lib/base/log.h"
 #include "lib/contract/criu_annotations.h"
 #include "lib/contract/cryo_init_protocol.h"
+#include "lib/contract/labels.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::shim {
 namespace {
 
 namespace cri = ::runtime::v1;
+
+void AddEnv(cri::ContainerConfig* config, const std::string& key, const std::string& value) {
+  cri::KeyValue* env = config->add_envs();
+  env->set_key(key);
+  env->set_value(value);
+}
 
 std::vector<std::string> JsonStrings(const nlohmann::json& j) {
   std::vector<std::string> out;
@@ -156,15 +164,42 @@ class CreateContainerHandler final
     ann[keys.managed] = "true";
     ann[keys.workload] = opt.workload;
     if (opt.checkpoint_on_stop) ann[keys.checkpoint_on_stop] = "true";
+    // A stop after a checkpoint ends the container with its own exit code, which a Job's
+    // podFailurePolicy can ignore; and with a termination message saying why.
+    int exit_code = deps_.checkpointed_exit_code;
+    if (auto it = pod_annotations.find(
+            contract::Key(deps_.annotation_prefix, contract::pod::kCheckpointedExitCode));
+        it != pod_annotations.end()) {
+      if (!absl::SimpleAtoi(it->second, &exit_code) || exit_code < 1 || exit_code > 125) {
+        return absl::InvalidArgumentError(absl::StrCat("pod ", pod_name, ": annotation ", it->first,
+                                                       ": '", it->second,
+                                                       "' is not an exit code from 1 to 125"));
+      }
+    }
+    AddEnv(config, CRYO_INIT_CHECKPOINTED_EXIT_ENV, absl::StrCat(exit_code));
+    if (auto it = request.config().annotations().find(contract::k8s::kTerminationMessagePath);
+        it != request.config().annotations().end() && !it->second.empty()) {
+      AddEnv(config, CRYO_INIT_TERMINATION_LOG_ENV, it->second);
+    }
+    if (auto it = pod_annotations.find(
+            contract::Key(deps_.annotation_prefix, contract::pod::kCheckpointMinGrace));
+        it != pod_annotations.end()) {
+      int s = 0;
+      if (!absl::SimpleAtoi(it->second, &s) || s < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("pod ", pod_name, ": annotation ", it->first,
+                                                       ": '", it->second,
+                                                       "' is not a number of seconds"));
+      }
+      ann[contract::Key(deps_.annotation_prefix, contract::container::kCheckpointMinGrace)] =
+          absl::StrCat(s);
+    }
     for (const std::string& key : contract::CriuAnnotationKeys()) {
       auto it = pod_annotations.find(contract::Key(deps_.annotation_prefix, key));
       if (it != pod_annotations.end()) ann[it->first] = it->second;
     }
     if (!resume_from.empty()) {
       ann[keys.resume_from] = resume_from;
-      cri::KeyValue* env = config->add_envs();
-      env->set_key(CRYO_INIT_RESTORE_ENV);
-      env->set_value(resume_from);
+      AddEnv(config, CRYO_INIT_RESTORE_ENV, resume_from);
     }
 
     cri::CreateContainerResponse resp;

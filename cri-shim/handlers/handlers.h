@@ -19,6 +19,10 @@ struct HandlerDeps {
   // Host path of cryo-init, bind-mounted read-only into opted-in containers.
   std::string init_path = "/usr/local/lib/cryo/cryo-init";
   std::shared_ptr<Cryod> cryod;
+  // Exit code of a container stopped after its checkpoint, unless its pod says otherwise.
+  int checkpointed_exit_code = 75;
+  // Stops giving less grace than this are not checkpointed, unless the pod says otherwise.
+  int checkpoint_min_grace_s = 2;
   ShimMetrics* metrics = nullptr;  // may be null (tests)
 };
 

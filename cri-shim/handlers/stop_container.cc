@@ -4,12 +4,14 @@
 // (cryod rolls back); one that runs out of time is not waited for, and cryod, seeing the call's
 // deadline gone, publishes nothing and resumes the job for the stop to end. Both are recorded:
 // log, metric, and a line in the container's log, which `kubectl logs --previous` shows.
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
 #include "cri-shim/metrics.h"
 #include "cri-shim/opt_in.h"
 #include "lib/base/log.h"
+#include "lib/contract/annotations.h"
 
 namespace cryo::shim {
 namespace {
@@ -39,14 +41,27 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
     absl::Duration budget =
         std::min(absl::Seconds(request.timeout()), TimeLeft(ctx, absl::InfiniteDuration())) -
         kStopMargin;
-    if (budget < absl::Seconds(1)) {
-      CRYO_LOG(Warning) << "stop of " << name << " with " << request.timeout()
-                        << " s grace: no time to checkpoint it";
+    // kubelet never asks for less than 2 s (a force delete is a 2 s stop): the pod's or the
+    // shim's minimum grace decides which short stops are not worth a checkpoint.
+    int min_grace = deps_.checkpoint_min_grace_s;
+    if (auto it = c.annotations().find(
+            contract::Key(deps_.annotation_prefix, contract::container::kCheckpointMinGrace));
+        it != c.annotations().end()) {
+      (void)absl::SimpleAtoi(it->second, &min_grace);
+    }
+    const bool below_min = request.timeout() < min_grace;
+    if (below_min || budget < absl::Seconds(1)) {
+      CRYO_LOG(Warning) << "stop of " << name << " with " << request.timeout() << " s grace: "
+                        << (below_min ? absl::StrCat("below the minimum of ", min_grace, " s")
+                                      : "no time")
+                        << " to checkpoint it";
       if (deps_.metrics)
         deps_.metrics->ContainerOperation("checkpoint_on_stop", "skipped").Increment();
       WriteToContainerLog(init_pid,
-                          "cryo: stopped without a checkpoint: the stop gave no time "
-                          "for one (grace period too short)");
+                          below_min ? "cryo: stopped without a checkpoint: the stop's grace period "
+                                      "is below the pod's minimum for one"
+                                    : "cryo: stopped without a checkpoint: the stop gave no time "
+                                      "for one (grace period too short)");
       return ForwardUnchanged{};
     }
     v1::CheckpointRequest req;
@@ -58,7 +73,9 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
       CRYO_LOG(Warning) << "stop of " << name << ": " << s << "; node defaults used";
       req.clear_criu();
     }
-    for (const auto& [k, v] : CheckpointLabels(c, deps_.annotation_prefix, "preemption")) {
+    // CRI does not say why kubelet stops a container (preemption, eviction, deletion, drain):
+    // "stop" is what the shim knows.
+    for (const auto& [k, v] : CheckpointLabels(c, deps_.annotation_prefix, "stop")) {
       (*req.mutable_labels())[k] = v;
     }
     const absl::Time t0 = absl::Now();

@@ -21,6 +21,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,28 @@ static void reap_early(void) {
   }
 }
 
+static int verbose(void) {
+  const char* v = getenv(CRYO_INIT_VERBOSE_ENV);
+  return v != NULL && strcmp(v, "1") == 0;
+}
+
+static int checkpointed_exit_code(void) {
+  const char* v = getenv(CRYO_INIT_CHECKPOINTED_EXIT_ENV);
+  long c = v ? strtol(v, NULL, 10) : 0;
+  return c >= 1 && c <= 125 ? (int)c : CRYO_INIT_CHECKPOINTED_EXIT_DEFAULT;
+}
+
+/* Kubernetes shows this as the container's termination message. Best effort. */
+static void write_termination_message(const char* msg) {
+  const char* path = getenv(CRYO_INIT_TERMINATION_LOG_ENV);
+  if (path == NULL || path[0] == '\0') return;
+  int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return;
+  ssize_t unused = write(fd, msg, strlen(msg));
+  (void)unused;
+  close(fd);
+}
+
 static long restore_timeout_s(void) {
   const char* v = getenv(CRYO_INIT_RESTORE_TIMEOUT_ENV);
   long t = v ? strtol(v, NULL, 10) : 0;
@@ -121,7 +144,8 @@ static pid_t restore_job(const char* checkpoint, const sigset_t* waited, int* ea
   struct timespec deadline;
   clock_gettime(CLOCK_MONOTONIC, &deadline);
   deadline.tv_sec += timeout;
-  fprintf(stderr, "cryo-init: waiting for the restore of checkpoint %s\n", checkpoint);
+  if (verbose())
+    fprintf(stderr, "cryo-init: waiting for the restore of checkpoint %s\n", checkpoint);
   for (;;) {
     struct timespec now, left;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -193,9 +217,11 @@ static int reap(pid_t job, int* job_status) {
   }
 }
 
-/* Waits for signals until the job is gone; returns its exit code. */
+/* Waits for signals until the job is gone; returns its exit code, or the checkpointed exit code
+ * when cryod said it checkpointed the job before ending it. */
 static int supervise(pid_t job, const sigset_t* waited) {
   int status = 0;
+  int checkpointed = 0;
   for (;;) {
     siginfo_t info;
     int sig = sigwaitinfo(waited, &info);
@@ -204,7 +230,19 @@ static int supervise(pid_t job, const sigset_t* waited) {
       die("sigwaitinfo");
     }
     if (sig == SIGCHLD) {
-      if (reap(job, &status)) return exit_code_of(status);
+      if (!reap(job, &status)) continue;
+      if (checkpointed) {
+        int code = checkpointed_exit_code();
+        write_termination_message(
+            "cryo: checkpointed before this stop; its replacement resumes from the checkpoint\n");
+        if (verbose()) fprintf(stderr, "cryo-init: job checkpointed and stopped (exit %d)\n", code);
+        return code;
+      }
+      return exit_code_of(status);
+    }
+    if (sig == CRYO_INIT_SIGNAL && info.si_code == SI_QUEUE &&
+        info.si_value.sival_int == CRYO_INIT_VALUE_CHECKPOINTED) {
+      checkpointed = 1; /* cryod's word, not the job's: not forwarded */
       continue;
     }
     /* Forward to the job only; it decides what its children get (kubelet's stop is a TERM to

@@ -87,6 +87,10 @@ absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarge
   return WriteCheckpointArchive(in, path);
 }
 
+void TellInitCheckpointed(const proc::ProcReader& proc, pid_t init_pid) {
+  TellInit(proc, init_pid, CRYO_INIT_VALUE_CHECKPOINTED, "");
+}
+
 void TellInit(const proc::ProcReader& proc, pid_t init_pid, int value, const std::string& why) {
   if (value <= 0 && !why.empty()) {
     // The container's stderr is its log: the reason shows in `kubectl logs`.

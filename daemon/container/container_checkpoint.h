@@ -38,6 +38,10 @@ absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarge
 // (value <= 0; `why` goes to the container's log first). Best effort.
 void TellInit(const proc::ProcReader& proc, pid_t init_pid, int value, const std::string& why);
 
+// Tells a running cryo-init that its job was checkpointed and is about to be ended, so that it
+// exits with the checkpointed exit code (lib/contract/cryo_init_protocol.h). Best effort.
+void TellInitCheckpointed(const proc::ProcReader& proc, pid_t init_pid);
+
 // A running container whose pod opted in to checkpoint-on-stop.
 struct OptedIn {
   std::string container_id;

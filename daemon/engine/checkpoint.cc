@@ -387,14 +387,21 @@ void Engine::CompletePublished(const journal::Entry& e) {
     if (!e.gpu.empty()) d_.gpu->Rollback(e.gpu);
     jobs_.Resume(tasks);
   } else {
-    // Preemption: the job ends with its checkpoint safe in the store. Its GPU state dies with
-    // it.
-    jobs_.Kill(tasks);
+    EndCheckpointedJob(e, tasks);
   }
 }
 
+void Engine::EndCheckpointedJob(const journal::Entry& e, const std::vector<journal::Task>& tasks) {
+  // A container's cryo-init hears it first: it then stops with the checkpointed exit code, which
+  // Kubernetes can tell from a failure. The job's GPU state dies with it.
+  if (e.container_init_pid > 0 && d_.proc->Alive(e.container_init_pid)) {
+    container::TellInitCheckpointed(*d_.proc, e.container_init_pid);
+  }
+  jobs_.Kill(tasks);
+}
+
 absl::Status Engine::Finish(CheckpointState& s) {
-  if (!s.req.leave_running) jobs_.Kill(s.je.tasks);
+  if (!s.req.leave_running) EndCheckpointedJob(s.je, s.je.tasks);
   if (cfg_.retention_keep > 0) {
     std::set<std::string> in_use;
     {

@@ -140,6 +140,7 @@ class Engine {
   void UndoDump(CheckpointState& s);
   // What a published checkpoint still owes its job: kill it (preemption) or let it run.
   void CompletePublished(const journal::Entry& e);
+  void EndCheckpointedJob(const journal::Entry& e, const std::vector<journal::Task>& tasks);
 
   // Restore steps.
   absl::Status ValidateRestore(RestoreState& s);

@@ -51,6 +51,9 @@ std::vector<int> Ticks(const std::string& log_path) {
   return out;
 }
 
+// The uid of the Job the pods belong to (the Job controller's controller-uid label).
+const std::string kJobUid = "5e1f0c2a-0000-4000-8000-000000000001";
+
 class ContainerModeE2e : public ContainerdE2e {
  protected:
   struct Pod {
@@ -61,16 +64,18 @@ class ContainerModeE2e : public ContainerdE2e {
   };
 
   // Runs a pod (one container "counter") on `node` through that node's shim. The pod is a
-  // Job's pod: label job-name, so replacement pods share the default workload key.
+  // Job's pod, as the Job controller labels them (job-name, controller-uid): replacement pods
+  // of the same Job share the default workload key.
   absl::StatusOr<Pod> RunPod(const std::string& node, const std::string& name,
                              const std::map<std::string, std::string>& annotations,
-                             const std::vector<std::string>& command = kCounter,
-                             bool start = true) {
+                             const std::vector<std::string>& command = kCounter, bool start = true,
+                             const std::string& job_uid = kJobUid) {
     CriClient& shim = Shim(node);
     Pod p;
     const std::string log_dir = world().PodLogDir(node, name);
     p.config = MakePodConfig(name, absl::StrCat("uid-", name), log_dir, world().CgroupParent(node));
     (*p.config.mutable_labels())["batch.kubernetes.io/job-name"] = "trainer";
+    (*p.config.mutable_labels())["batch.kubernetes.io/controller-uid"] = job_uid;
     for (const auto& [k, v] : annotations) (*p.config.mutable_annotations())[k] = v;
     auto pod_id = shim.RunPodSandbox(p.config);
     if (!pod_id.ok()) return pod_id.status();
@@ -141,7 +146,7 @@ class ContainerModeE2e : public ContainerdE2e {
   std::vector<std::pair<std::string, std::string>> pods_;
 };
 
-const std::string kWorkload = "cryo-e2e.trainer.counter";
+const std::string kWorkload = "cryo-e2e.trainer.5e1f0c2a.counter";
 
 TEST_F(ContainerModeE2e, CheckpointContainerWritesKubeletArchiveAndTheContainerRunsOn) {
   auto p = RunPod("node-a", "ckpt-api", {{"cryo.dev/checkpoint-on-stop", "true"}});
@@ -204,7 +209,10 @@ TEST_F(ContainerModeE2e, PreemptedContainerResumesOnAnotherNodeWhereItLeftOff) {
   EXPECT_EQ(stopped->state(), cri::CONTAINER_EXITED);
   auto list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 1u) << "the stop did not leave a checkpoint";
-  EXPECT_EQ(list[0].labels().at("cryo.dev/reason"), "preemption");
+  EXPECT_EQ(list[0].labels().at("cryo.dev/reason"), "stop");
+  // Stopped after its checkpoint: the checkpointed exit code, not the kill's 137, so that a
+  // Job's podFailurePolicy can ignore it.
+  EXPECT_EQ(stopped->exit_code(), 75);
   EXPECT_EQ(list[0].node_name(), "node-a");
   EXPECT_FALSE(list[0].leave_running());
   std::vector<int> old_ticks = Ticks(a->log_path);
@@ -469,6 +477,103 @@ TEST_F(ContainerModeE2e, TerminationNoticeCheckpointsOptedInContainersAndTheyRun
   // The notice may be withdrawn: the job runs on until kubelet stops it.
   const size_t ticks = Ticks(opted->log_path).size();
   EXPECT_TRUE(WaitTicks(*opted, ticks + 5));
+}
+
+// Found on 2026-11-24 under a real kubelet: a re-created Job of the same name resumed the deleted
+// Job's state. The workload key follows the Job's uid: replacements of the same Job resume, a
+// new Job starts fresh.
+TEST_F(ContainerModeE2e, ARecreatedJobStartsFreshWhileReplacementsOfTheSameJobResume) {
+  auto a = RunPod("node-a", "trainer-1", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(WaitTicks(*a, 10));
+  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  ASSERT_EQ(Checkpoints(kWorkload).size(), 1u);
+  const int last = Ticks(a->log_path).back();
+
+  // A new Job of the same name (another uid): nothing to resume, it starts at 1.
+  const std::string other_uid = "9a8b7c6d-0000-4000-8000-000000000002";
+  auto fresh = RunPod("node-b", "trainer-new", {{"cryo.dev/resume", "auto"}}, kCounter,
+                      /*start=*/true, other_uid);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  ASSERT_TRUE(WaitTicks(*fresh, 3));
+  EXPECT_EQ(Ticks(fresh->log_path).front(), 1) << "a new Job resumed another Job's state";
+
+  // A replacement pod of the first Job resumes where it stopped.
+  auto again = RunPod("node-b", "trainer-2", {{"cryo.dev/resume", "auto"}});
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(WaitTicks(*again, 3));
+  EXPECT_EQ(Ticks(again->log_path).front(), last + 1);
+}
+
+// kubelet never asks for less than 2 s: a force delete is a 2 s stop. A pod that asks for a
+// minimum of 3 s is not checkpointed by one (and ends as a plain stop), one that does not is.
+TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace) {
+  auto skip = RunPod("node-a", "forced",
+                     {{"cryo.dev/checkpoint-on-stop", "true"},
+                      {"cryo.dev/checkpoint-min-grace-seconds", "3"},
+                      {"cryo.dev/checkpointed-exit-code", "99"}});
+  ASSERT_TRUE(skip.ok()) << skip.status();
+  ASSERT_TRUE(WaitTicks(*skip, 3));
+  ASSERT_TRUE(Shim("node-a").StopContainer(skip->ctr_id, 2).ok());
+  EXPECT_TRUE(Checkpoints(kWorkload).empty()) << "a 2 s stop below the pod's 3 s minimum";
+  auto st = Shim("node-a").ContainerStatus(skip->ctr_id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_NE(st->exit_code(), 99) << "not checkpointed: not the checkpointed exit code";
+
+  auto kept =
+      RunPod("node-a", "forced-2",
+             {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/checkpointed-exit-code", "99"}});
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(WaitTicks(*kept, 3));
+  ASSERT_TRUE(Shim("node-a").StopContainer(kept->ctr_id, 2).ok());
+  EXPECT_EQ(Checkpoints(kWorkload).size(), 1u) << "a 2 s stop is enough for a small job";
+  st = Shim("node-a").ContainerStatus(kept->ctr_id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->exit_code(), 99) << "the pod's checkpointed exit code";
+  // A bad value is refused when the container is created, not at the stop.
+  auto bad =
+      RunPod("node-a", "bad-code",
+             {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/checkpointed-exit-code", "137"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("checkpointed-exit-code"), std::string::npos)
+      << bad.status();
+}
+
+// Found on 2026-11-24: after a cryod restart the shim took ~28 s (gRPC's reconnect backoff) to
+// reach it again, failing replacement pods meanwhile.
+TEST_F(ContainerModeE2e, TheShimReachesARestartedCryodWithinASecondOrTwo) {
+  auto a = RunPod("node-a", "reconnect", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(WaitTicks(*a, 3));
+  auto checkpoint = [&] {
+    cri::CheckpointContainerRequest req;
+    req.set_container_id(a->ctr_id);
+    req.set_timeout(30);
+    cri::CheckpointContainerResponse resp;
+    return FromGrpc(Shim("node-a").Call(
+        Shim("node-a").runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req, &resp));
+  };
+  // Calls during a 10 s outage fail and set the shim's channel backing off (gRPC's default
+  // backoff had grown to several seconds by then), as kubelet's replacement pods did.
+  auto down = [&] {
+    for (int i = 0; i < 10; ++i) {
+      absl::Status s = checkpoint();
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+      absl::SleepFor(absl::Seconds(1));
+    }
+  };
+  ASSERT_TRUE(world().RestartCryod("node-a", down).ok());
+  const absl::Time t0 = absl::Now();
+  absl::Status last;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        last = checkpoint();
+        return last.ok();
+      },
+      absl::Seconds(30)))
+      << last;
+  EXPECT_LT(absl::Now() - t0, absl::Milliseconds(2500))
+      << "the shim took this long to see cryod again";
 }
 
 }  // namespace

@@ -128,6 +128,23 @@ absl::Status E2eWorld::RunNodeScript(const std::vector<std::string>& args) {
       absl::StrCat("node.sh ", absl::StrJoin(args, " "), " failed; log:\n", Tail(log)));
 }
 
+absl::StatusOr<std::unique_ptr<Cryod>> E2eWorld::StartCryod(const std::string& node) {
+  return Cryod::Start(absl::StrCat(dir_, "/", node), store(), node,
+                      {"--runtime-endpoint", absl::StrCat("unix://", NodeSocket(node))},
+                      {"CRYOD_TEST_HOOK_DIR=" + HookDir(node)});
+}
+
+absl::Status E2eWorld::RestartCryod(const std::string& node,
+                                    const std::function<void()>& while_down) {
+  cryods_.at(node)->Stop();
+  cryods_.at(node).reset();
+  while_down();
+  auto c = StartCryod(node);
+  if (!c.ok()) return c.status();
+  cryods_[node] = std::move(*c);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std::string>& nodes) {
   std::string tmpl = absl::StrCat(E2eTempRoot(), "/cryo-e2e-containerd.XXXXXX");
   if (mkdtemp(tmpl.data()) == nullptr) {
@@ -145,10 +162,7 @@ absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std
     if (::mkdir(hooks.c_str(), 0700) != 0 && errno != EEXIST) {
       return absl::InternalError(absl::StrCat("mkdir ", hooks, ": ", strerror(errno)));
     }
-    absl::StatusOr<std::unique_ptr<Cryod>> cryod =
-        Cryod::Start(absl::StrCat(world->dir_, "/", node), world->store(), node,
-                     {"--runtime-endpoint", absl::StrCat("unix://", world->NodeSocket(node))},
-                     {"CRYOD_TEST_HOOK_DIR=" + hooks});
+    absl::StatusOr<std::unique_ptr<Cryod>> cryod = world->StartCryod(node);
     if (!cryod.ok()) return cryod.status();
     world->cryods_[node] = std::move(*cryod);
     absl::StatusOr<std::unique_ptr<ShimProcess>> shim = ShimProcess::Start(

@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -68,6 +69,10 @@ class E2eWorld {
   std::string PodLogDir(const std::string& node, const std::string& pod) const;
 
   absl::Status StopNode(const std::string& node);
+  // Stops a node's cryod (SIGTERM), runs `while_down`, and starts it again on the same socket
+  // and state.
+  absl::Status RestartCryod(
+      const std::string& node, const std::function<void()>& while_down = [] {});
   absl::Status StartNode(const std::string& node);
 
  private:
@@ -75,6 +80,7 @@ class E2eWorld {
   absl::Status RunNodeScript(const std::vector<std::string>& args);
 
   std::string dir_;
+  absl::StatusOr<std::unique_ptr<Cryod>> StartCryod(const std::string& node);
   std::map<std::string, std::unique_ptr<Cryod>> cryods_;
   std::map<std::string, std::unique_ptr<ShimProcess>> shims_;
 };

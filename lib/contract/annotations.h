@@ -21,6 +21,11 @@ inline constexpr char kCheckpointOnStop[] = "checkpoint-on-stop";  // "true"
 inline constexpr char kResume[] = "resume";                        // "auto" | "<checkpoint id>"
 inline constexpr char kWorkload[] = "workload";                    // workload key override
 inline constexpr char kContainers[] = "containers";                // "a,b": only these
+// Exit code of a container stopped after its checkpoint (1..125; default the shim's).
+inline constexpr char kCheckpointedExitCode[] = "checkpointed-exit-code";
+// Stops that give less than this many seconds are not checkpointed ("3" skips force deletes,
+// which kubelet turns into 2 s stops).
+inline constexpr char kCheckpointMinGrace[] = "checkpoint-min-grace-seconds";
 }  // namespace pod
 
 // Container annotations (set by the shim at CreateContainer).
@@ -29,6 +34,8 @@ inline constexpr char kManaged[] = "managed";                      // "true": un
 inline constexpr char kCheckpointOnStop[] = "checkpoint-on-stop";  // "true"
 inline constexpr char kWorkloadKey[] = "workload-key";             // the workload key
 inline constexpr char kResumeFrom[] = "resume-from";               // checkpoint id to restore
+// Copied from the pod annotation of the same name.
+inline constexpr char kCheckpointMinGrace[] = "checkpoint-min-grace-seconds";
 }  // namespace container
 
 // Checkpoint labels cryo adds.

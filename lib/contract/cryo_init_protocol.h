@@ -24,4 +24,23 @@
 /* cryo-init's own exit code when the restore failed or never came. */
 #define CRYO_INIT_EXIT_RESTORE_FAILED 125
 
+/* Queued with CRYO_INIT_SIGNAL to a cryo-init whose job cryod has just checkpointed and is about
+ * to end (a stop's checkpoint is published): cryo-init then exits with the checkpointed exit code
+ * instead of the job's 137, so that Kubernetes' policies (a Job's podFailurePolicy) can tell a
+ * checkpointed stop from a failure. Sent with si_code SI_QUEUE from outside the container. */
+#define CRYO_INIT_VALUE_CHECKPOINTED 0x43525930 /* "CRY0" */
+
+/* The checkpointed exit code (1..125), set by the shim (flag, or the pod's annotation
+ * <prefix>/checkpointed-exit-code); the default is sysexits' EX_TEMPFAIL: try again later. */
+#define CRYO_INIT_CHECKPOINTED_EXIT_ENV "CRYO_INIT_CHECKPOINTED_EXIT_CODE"
+#define CRYO_INIT_CHECKPOINTED_EXIT_DEFAULT 75
+
+/* Where kubelet reads the container's termination message (the shim passes the container's
+ * terminationMessagePath); cryo-init writes there why it stopped after a checkpoint. */
+#define CRYO_INIT_TERMINATION_LOG_ENV "CRYO_INIT_TERMINATION_LOG"
+
+/* Set to 1, cryo-init says what it does on stderr (the container's log); it is quiet otherwise,
+ * so a resumed job's log goes on without a line of cryo's own. */
+#define CRYO_INIT_VERBOSE_ENV "CRYO_INIT_VERBOSE"
+
 #endif /* CRYO_INIT_PROTOCOL_H_ */

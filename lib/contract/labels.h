@@ -14,6 +14,9 @@ inline constexpr char kContainerName[] = "io.kubernetes.container.name";
 inline constexpr const char* kContainerIdentity[] = {kPodNamespace, kPodName, kPodUid,
                                                      kContainerName};
 
+// Set by kubelet on every container: the path of its termination message in the container.
+inline constexpr char kTerminationMessagePath[] = "io.kubernetes.container.terminationMessagePath";
+
 // Set by the Job controller on its pods (the second is the older, unprefixed name).
 inline constexpr char kJobName[] = "batch.kubernetes.io/job-name";
 inline constexpr char kJobNameLegacy[] = "job-name";
