@@ -5,6 +5,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/strip.h"
 #include "lib/base/flags.h"
+#include "lib/contract/cryo_init_protocol.h"
 
 namespace cryo::shim {
 
@@ -27,7 +28,7 @@ void Declare(flags::FlagSet& fs, Options& o, std::string& level) {
             "Prometheus endpoint HOST:PORT; empty disables it", "HOST:PORT");
   fs.String("log-level", &level, "debug, info, warning or error", "LEVEL");
   fs.Int("checkpointed-exit-code", &o.checkpointed_exit_code,
-         "exit code of a container stopped after its checkpoint (1..125)");
+         "exit code of a container stopped after its checkpoint (1..124)");
   fs.Int("checkpoint-min-grace-seconds", &o.checkpoint_min_grace_s,
          "stops giving less grace are not checkpointed (3 skips force deletes)", "SECONDS");
 }
@@ -77,8 +78,11 @@ absl::StatusOr<Options> ParseFlags(const std::vector<std::string>& args) {
   if (!parsed.ok()) return parsed.status();
   opts.log_level = *parsed;
   if (opts.listen.empty()) return absl::InvalidArgumentError("--listen must not be empty");
-  if (opts.checkpointed_exit_code < 1 || opts.checkpointed_exit_code > 125) {
-    return absl::InvalidArgumentError("--checkpointed-exit-code must be 1..125");
+  if (opts.checkpointed_exit_code < 1 ||
+      opts.checkpointed_exit_code > CRYO_INIT_CHECKPOINTED_EXIT_MAX) {
+    return absl::InvalidArgumentError(
+        "--checkpointed-exit-code must be 1..124 (125-127 are "
+        "cryo-init's own and the shell's)");
   }
   if (opts.checkpoint_min_grace_s < 0) {
     return absl::InvalidArgumentError("--checkpoint-min-grace-seconds must not be negative");

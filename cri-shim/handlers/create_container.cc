@@ -170,10 +170,11 @@ class CreateContainerHandler final
     if (auto it = pod_annotations.find(
             contract::Key(deps_.annotation_prefix, contract::pod::kCheckpointedExitCode));
         it != pod_annotations.end()) {
-      if (!absl::SimpleAtoi(it->second, &exit_code) || exit_code < 1 || exit_code > 125) {
+      if (!absl::SimpleAtoi(it->second, &exit_code) || exit_code < 1 ||
+          exit_code > CRYO_INIT_CHECKPOINTED_EXIT_MAX) {
         return absl::InvalidArgumentError(absl::StrCat("pod ", pod_name, ": annotation ", it->first,
                                                        ": '", it->second,
-                                                       "' is not an exit code from 1 to 125"));
+                                                       "' is not an exit code from 1 to 124"));
       }
     }
     AddEnv(config, CRYO_INIT_CHECKPOINTED_EXIT_ENV, absl::StrCat(exit_code));

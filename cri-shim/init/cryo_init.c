@@ -113,7 +113,25 @@ static int verbose(void) {
 static int checkpointed_exit_code(void) {
   const char* v = getenv(CRYO_INIT_CHECKPOINTED_EXIT_ENV);
   long c = v ? strtol(v, NULL, 10) : 0;
-  return c >= 1 && c <= 125 ? (int)c : CRYO_INIT_CHECKPOINTED_EXIT_DEFAULT;
+  return c >= 1 && c <= CRYO_INIT_CHECKPOINTED_EXIT_MAX ? (int)c
+                                                        : CRYO_INIT_CHECKPOINTED_EXIT_DEFAULT;
+}
+
+/* cryod queues its word before it kills the job, but when both are pending the kernel hands
+ * out SIGCHLD (17) before the real-time signal: look for the word before naming the exit. */
+static int checkpointed_word_pending(void) {
+  sigset_t only;
+  sigemptyset(&only);
+  sigaddset(&only, CRYO_INIT_SIGNAL);
+  struct timespec now = {0, 0};
+  siginfo_t info;
+  int found = 0;
+  while (sigtimedwait(&only, &info, &now) == CRYO_INIT_SIGNAL) {
+    if (info.si_code == SI_QUEUE && info.si_value.sival_int == CRYO_INIT_VALUE_CHECKPOINTED) {
+      found = 1;
+    }
+  }
+  return found;
 }
 
 /* Kubernetes shows this as the container's termination message. Best effort. */
@@ -231,7 +249,7 @@ static int supervise(pid_t job, const sigset_t* waited) {
     }
     if (sig == SIGCHLD) {
       if (!reap(job, &status)) continue;
-      if (checkpointed) {
+      if (checkpointed || checkpointed_word_pending()) {
         int code = checkpointed_exit_code();
         write_termination_message(
             "cryo: checkpointed before this stop; its replacement resumes from the checkpoint\n");

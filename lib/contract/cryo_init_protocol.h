@@ -30,10 +30,12 @@
  * checkpointed stop from a failure. Sent with si_code SI_QUEUE from outside the container. */
 #define CRYO_INIT_VALUE_CHECKPOINTED 0x43525930 /* "CRY0" */
 
-/* The checkpointed exit code (1..125), set by the shim (flag, or the pod's annotation
- * <prefix>/checkpointed-exit-code); the default is sysexits' EX_TEMPFAIL: try again later. */
+/* The checkpointed exit code (1..124: 125-127 are cryo-init's own and the shell's), set by the
+ * shim (flag, or the pod's annotation <prefix>/checkpointed-exit-code); the default is sysexits'
+ * EX_TEMPFAIL: try again later. */
 #define CRYO_INIT_CHECKPOINTED_EXIT_ENV "CRYO_INIT_CHECKPOINTED_EXIT_CODE"
 #define CRYO_INIT_CHECKPOINTED_EXIT_DEFAULT 75
+#define CRYO_INIT_CHECKPOINTED_EXIT_MAX 124
 
 /* Where kubelet reads the container's termination message (the shim passes the container's
  * terminationMessagePath); cryo-init writes there why it stopped after a checkpoint. */

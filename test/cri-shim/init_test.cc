@@ -29,6 +29,7 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 bool WaitUntil(const std::function<bool()>& pred, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
@@ -264,8 +265,20 @@ TEST_F(CryoInitRestoreTest, StartsNothingAndExitsWhenTheRestoreFailed) {
   EXPECT_EQ(init.Wait(), 125);
   EXPECT_EQ(init.ReadLine(), "") << "the command of a resuming container must not run";
   std::string err = init.Stderr();
-  EXPECT_THAT(err, HasSubstr("waiting for the restore of checkpoint ckpt-1"));
+  // Quiet while it waits (a resumed pod's log carries no line of cryo's own), but a failure is
+  // said.
+  EXPECT_THAT(err, Not(HasSubstr("waiting for the restore")));
   EXPECT_THAT(err, HasSubstr("the restore of checkpoint ckpt-1 failed"));
+}
+
+TEST_F(CryoInitRestoreTest, SaysWhatItWaitsForWhenVerbose) {
+  Init init({"true"}, {"CRYO_INIT_RESTORE_FROM=ckpt-1", "CRYO_INIT_VERBOSE=1"}, true);
+  ASSERT_TRUE(WaitUntil([&] { return init.InitPid() > 0; }, absl::Seconds(10)));
+  pid_t pid1 = init.InitPid();
+  ASSERT_TRUE(WaitUntil([&] { return BlocksSignals(pid1); }, absl::Seconds(10)));
+  ASSERT_TRUE(TellInit(pid1, 0));
+  EXPECT_EQ(init.Wait(), 125);
+  EXPECT_THAT(init.Stderr(), HasSubstr("waiting for the restore of checkpoint ckpt-1"));
 }
 
 TEST_F(CryoInitRestoreTest, SupervisesTheRestoredJobAndExitsWithItsCode) {
@@ -281,6 +294,7 @@ TEST_F(CryoInitRestoreTest, SupervisesTheRestoredJobAndExitsWithItsCode) {
   ASSERT_TRUE(TellInit(pid1, job));
   EXPECT_EQ(init.Wait(), 42) << init.Stderr();
   EXPECT_EQ(init.ReadLine(), "");
+  EXPECT_EQ(init.Stderr(), "") << "a resumed job's log goes on without a line of cryo's own";
 }
 
 TEST_F(CryoInitRestoreTest, JobThatEndedBeforeTheNewsStillGivesItsCode) {
@@ -335,6 +349,85 @@ TEST(CryoInitTest, IsStaticallyLinked) {
     EXPECT_NE(ph.p_type, static_cast<Elf64_Word>(PT_INTERP)) << "cryo-init needs a dynamic loader";
     EXPECT_NE(ph.p_type, static_cast<Elf64_Word>(PT_DYNAMIC)) << "cryo-init is dynamically linked";
   }
+}
+
+// cryod's word that it checkpointed the job before ending it.
+constexpr int kCheckpointedWord = 0x43525930;  // CRYO_INIT_VALUE_CHECKPOINTED
+
+char StateOf(pid_t pid) {
+  for (const auto& [p, info] : Processes()) {
+    if (p == pid) return info.state;
+  }
+  return 0;
+}
+
+class CheckpointedStopTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/cryo-init-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    term_log_ = dir_ + "/termination-log";
+    std::ofstream(term_log_).close();
+  }
+  void TearDown() override {
+    unlink(term_log_.c_str());
+    rmdir(dir_.c_str());
+  }
+  std::string TerminationMessage() {
+    std::ifstream f(term_log_);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  }
+  std::string dir_;
+  std::string term_log_;
+};
+
+TEST_F(CheckpointedStopTest, AJobEndedAfterItsCheckpointExitsWithTheCheckpointedCode) {
+  std::string log_env = "CRYO_INIT_TERMINATION_LOG=" + term_log_;
+  Init init({"sh", "-c", "echo $$; exec sleep 30"}, {log_env});
+  pid_t job = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(init.ReadLine(), &job));
+  ASSERT_TRUE(TellInit(init.pid(), kCheckpointedWord));
+  // The word is taken before the job ends (as cryod sends it), then the job is killed.
+  ASSERT_TRUE(WaitUntil([&] { return BlocksSignals(init.pid()); }, absl::Seconds(10)));
+  kill(job, SIGKILL);
+  EXPECT_EQ(init.Wait(), 75) << "not 137: Kubernetes must tell a checkpointed stop from a failure";
+  EXPECT_THAT(TerminationMessage(), HasSubstr("checkpointed"));
+}
+
+TEST_F(CheckpointedStopTest, TheWordCountsWhenTheJobsEndIsSeenFirst) {
+  // cryod queues the word, then kills the job; if cryo-init wakes only after both, the kernel
+  // hands it SIGCHLD (17) before the real-time word (40).
+  Init init({"sh", "-c", "echo $$; exec sleep 30"}, {"CRYO_INIT_CHECKPOINTED_EXIT_CODE=99"});
+  pid_t job = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(init.ReadLine(), &job));
+  ASSERT_EQ(kill(init.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(WaitUntil([&] { return StateOf(init.pid()) == 'T'; }, absl::Seconds(10)));
+  ASSERT_TRUE(TellInit(init.pid(), kCheckpointedWord));
+  kill(job, SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return StateOf(job) == 'Z'; }, absl::Seconds(10)));
+  ASSERT_EQ(kill(init.pid(), SIGCONT), 0);
+  EXPECT_EQ(init.Wait(), 99);
+}
+
+TEST_F(CheckpointedStopTest, OtherWordsAreNotTheCheckpointedOne) {
+  Init init({"sh", "-c", "echo $$; exec sleep 30"});
+  pid_t job = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(init.ReadLine(), &job));
+  ASSERT_TRUE(WaitUntil([&] { return BlocksSignals(init.pid()); }, absl::Seconds(10)));
+  ASSERT_TRUE(TellInit(init.pid(), 12345));  // forwarded to the job, which does not handle it
+  EXPECT_EQ(init.Wait(), 128 + 40);
+  (void)job;
+}
+
+TEST(CryoInitTest, AnOutOfRangeCheckpointedCodeFallsBackToTheDefault) {
+  Init init({"sh", "-c", "echo $$; exec sleep 30"}, {"CRYO_INIT_CHECKPOINTED_EXIT_CODE=125"});
+  pid_t job = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(init.ReadLine(), &job));
+  ASSERT_TRUE(WaitUntil([&] { return BlocksSignals(init.pid()); }, absl::Seconds(10)));
+  ASSERT_TRUE(TellInit(init.pid(), kCheckpointedWord));
+  kill(job, SIGKILL);
+  EXPECT_EQ(init.Wait(), 75) << "125 is cryo-init's own failure code";
 }
 
 }  // namespace
