@@ -122,6 +122,10 @@ absl::Status WriteCheckpointArchive(const ArchiveInput& in, const std::string& p
     if (!in.dump_log.empty() && fs::Exists(in.dump_log)) {
       CRYO_RETURN_IF_ERROR(w.AddFile(contract::archive::kDumpLog, in.dump_log));
     }
+    if (!in.stats_dump.empty() && fs::Exists(in.stats_dump)) {
+      CRYO_RETURN_IF_ERROR(w.AddFile(contract::archive::kStatsDump, in.stats_dump));
+    }
+    for (const auto& [name, data] : in.extra) CRYO_RETURN_IF_ERROR(w.AddBytes(name, data));
     CRYO_RETURN_IF_ERROR(w.Close());
   }
   if (::fsync(fd) != 0) return ErrnoStatus(errno, absl::StrCat("fsync ", tmp));

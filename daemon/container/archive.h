@@ -9,6 +9,7 @@
 //   deleted.files    JSON array of paths deleted from the image
 //   dump.log         CRIU's log of the dump
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct ArchiveInput {
   std::string rootfs_diff_tar;  // empty: none
   std::string deleted_files;    // empty: none
   std::string dump_log;         // empty: none
+  std::string stats_dump;       // CRIU's stats-dump; empty: none
+  // Small files written as they are (name in the archive -> contents).
+  std::map<std::string, std::string> extra;
   nlohmann::json config_dump;
   nlohmann::json spec_dump;
 };

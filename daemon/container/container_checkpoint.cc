@@ -33,8 +33,9 @@ absl::StatusOr<std::vector<store::ManifestFile>> SaveWritableLayer(const proc::P
   CRYO_RETURN_IF_ERROR(fs::MakeDirs(fs::Join(dir, contract::checkpoint::kContainerDir), 0700));
   const std::string tar = fs::Join(dir, contract::checkpoint::kRootfsDiff);
   const std::string deleted = fs::Join(dir, contract::checkpoint::kDeletedFiles);
-  CRYO_ASSIGN_OR_RETURN(RootfsDiff diff,
-                        WriteRootfsDiff(upper, MountPointsBelowRoot(mounts), tar, deleted));
+  std::vector<std::string> excluded = MountPointsBelowRoot(mounts);
+  excluded.push_back(contract::checkpoint::kCryoInitDir);  // cryo-init's mount point: ours
+  CRYO_ASSIGN_OR_RETURN(RootfsDiff diff, WriteRootfsDiff(upper, excluded, tar, deleted));
   CRYO_LOG(Info) << "writable layer of " << c.info.id.substr(0, 13) << ": " << diff.entries
                  << " entries, " << diff.deleted.size() << " deletions, " << diff.tar_bytes
                  << " bytes";
@@ -71,11 +72,15 @@ absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarge
   in.rootfs_diff_tar = fs::Join(dir, contract::checkpoint::kRootfsDiff);
   in.deleted_files = fs::Join(dir, contract::checkpoint::kDeletedFiles);
   in.dump_log = dump_log;
+  // CRIU writes its statistics beside its log (its work directory).
+  in.stats_dump = fs::Join(dump_log.substr(0, dump_log.rfind('/')), contract::archive::kStatsDump);
   const absl::Time created = absl::FromUnixNanos(c.info.created_at_ns);
+  // The fields and names containerd and CRI-O write, as checkpointctl reads them: rootfsImage is
+  // the image as the user named it, rootfsImageRef what it resolved to.
   in.config_dump = {
       {"id", c.info.id},
       {"name", c.info.name},
-      {"rootfsImage", c.info.image_ref},
+      {"rootfsImage", c.info.image},
       {"rootfsImageRef", c.info.image_ref},
       {"rootfsImageName", c.info.image},
       {"runtime", "runc"},
@@ -84,6 +89,43 @@ absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarge
       // Where the same checkpoint lives in cryo's store, for `cryo restore`-style tooling.
       {"cryo.checkpoint_id", m.id}};
   in.spec_dump = c.info.runtime_spec.is_null() ? nlohmann::json::object() : c.info.runtime_spec;
+  // containerd's "status" (what checkpointctl shows as CREATED) and CRI's ContainerStatus as
+  // "status.dump" (what CRI-O and containerd 2 restore from).
+  in.extra[contract::archive::kStatus] = nlohmann::json{{"CreatedAt", c.info.created_at_ns},
+                                                        {"StartedAt", c.info.created_at_ns},
+                                                        {"FinishedAt", 0},
+                                                        {"ExitCode", 0},
+                                                        {"Pid", c.init_pid},
+                                                        {"Reason", ""},
+                                                        {"Message", ""}}
+                                             .dump(2) +
+                                         "\n";
+  in.extra[contract::archive::kStatusDump] =
+      nlohmann::json{{"id", c.info.id},
+                     {"metadata", {{"name", c.info.name}}},
+                     {"state", 1},  // CONTAINER_RUNNING at the checkpoint
+                     {"created_at", c.info.created_at_ns},
+                     {"started_at", c.info.created_at_ns},
+                     {"image", {{"image", c.info.image}}},
+                     {"image_ref", c.info.image_ref},
+                     {"labels", c.info.labels},
+                     {"annotations", c.info.annotations},
+                     {"log_path", c.info.log_path}}
+          .dump(2) +
+      "\n";
+  // cryo's manifest, with the paths the archive uses, so cryo can restore from the archive alone.
+  store::Manifest in_archive = m;
+  for (auto& f : in_archive.files) {
+    if (absl::StartsWith(f.path, absl::StrCat(store::kImagesDir, "/"))) {
+      f.path = absl::StrCat(contract::archive::kCheckpointDir,
+                            f.path.substr(std::string(store::kImagesDir).size()));
+    } else if (f.path == contract::checkpoint::kRootfsDiff) {
+      f.path = contract::archive::kRootfsDiff;
+    } else if (f.path == contract::checkpoint::kDeletedFiles) {
+      f.path = contract::archive::kDeletedFiles;
+    }
+  }
+  in.extra[contract::archive::kCryoManifest] = store::ManifestToJson(in_archive);
   return WriteCheckpointArchive(in, path);
 }
 

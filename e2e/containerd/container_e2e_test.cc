@@ -163,11 +163,18 @@ TEST_F(ContainerModeE2e, CheckpointContainerWritesKubeletArchiveAndTheContainerR
                               &resp, absl::Minutes(2));
   ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
 
-  // The archive is what checkpointctl reads.
+  // The archive holds what checkpointctl (lib/metadata.go and internal/container.go of
+  // checkpoint-restore/checkpointctl, 1.1-1.4) reads: config.dump (ContainerConfig: id, name,
+  // rootfsImage, rootfsImageRef, rootfsImageName, runtime, createdTime, checkpointedTime),
+  // spec.dump (the OCI spec; its annotations), checkpoint/ (CRIU's images), rootfs-diff.tar,
+  // deleted.files, dump.log, stats-dump (CRIU's statistics: `inspect --stats` and `--all` fail
+  // without it), status (containerd's: CreatedAt, shown as CREATED) and status.dump (CRI's
+  // ContainerStatus, as CRI-O and containerd 2 write it); and cryo's own manifest.
   auto names = container::ListArchive(archive);
   ASSERT_TRUE(names.ok()) << names.status();
-  for (const char* want : {"config.dump", "spec.dump", "checkpoint/inventory.img",
-                           "rootfs-diff.tar", "deleted.files", "dump.log"}) {
+  for (const char* want :
+       {"config.dump", "spec.dump", "checkpoint/inventory.img", "rootfs-diff.tar", "deleted.files",
+        "dump.log", "stats-dump", "status", "status.dump", "cryo-manifest.json"}) {
     EXPECT_THAT(*names, Contains(want));
   }
   auto config = container::ReadArchiveFile(archive, "config.dump");
@@ -175,7 +182,33 @@ TEST_F(ContainerModeE2e, CheckpointContainerWritesKubeletArchiveAndTheContainerR
   nlohmann::json cj = nlohmann::json::parse(*config);
   EXPECT_EQ(cj["id"], p->ctr_id);
   EXPECT_EQ(cj["name"], "counter");
+  EXPECT_EQ(cj["rootfsImage"], kBusyboxImage) << "the image's name, not its id";
   EXPECT_EQ(cj["rootfsImageName"], kBusyboxImage);
+  EXPECT_FALSE(cj["rootfsImageRef"].get<std::string>().empty());
+  for (const char* field : {"runtime", "createdTime", "checkpointedTime"}) {
+    EXPECT_TRUE(cj.contains(field)) << field;
+  }
+  auto status_file = container::ReadArchiveFile(archive, "status");
+  ASSERT_TRUE(status_file.ok());
+  EXPECT_GT(nlohmann::json::parse(*status_file).value("CreatedAt", int64_t{0}), 1700000000000000000)
+      << "CreatedAt in nanoseconds (checkpointctl showed 1970 without it)";
+  auto status_dump = container::ReadArchiveFile(archive, "status.dump");
+  ASSERT_TRUE(status_dump.ok());
+  EXPECT_EQ(nlohmann::json::parse(*status_dump)["metadata"]["name"], "counter");
+  // cryo's manifest lists every file of the archive under the archive's own names.
+  auto cm = container::ReadArchiveFile(archive, "cryo-manifest.json");
+  ASSERT_TRUE(cm.ok());
+  for (const auto& f : nlohmann::json::parse(*cm)["files"]) {
+    EXPECT_THAT(*names, Contains(f["path"].get<std::string>()));
+  }
+  // The writable layer holds the job's files, not cryo's own mount point.
+  auto diff = container::ReadArchiveFile(archive, "rootfs-diff.tar");
+  ASSERT_TRUE(diff.ok());
+  const std::string diff_path = absl::StrCat(world().dir(), "/rootfs-diff.tar");
+  std::ofstream(diff_path, std::ios::binary) << *diff;
+  auto diff_names = container::ListArchive(diff_path);
+  ASSERT_TRUE(diff_names.ok()) << diff_names.status();
+  for (const auto& n : *diff_names) EXPECT_NE(n.rfind(".cryo", 0), 0u) << n;
   auto spec = container::ReadArchiveFile(archive, "spec.dump");
   ASSERT_TRUE(spec.ok());
   EXPECT_EQ(nlohmann::json::parse(*spec)["annotations"]["io.kubernetes.cri.container-name"],

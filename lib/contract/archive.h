@@ -13,7 +13,13 @@ inline constexpr char kCheckpointDir[] = "checkpoint";  // CRIU's images
 inline constexpr char kRootfsDiff[] = "rootfs-diff.tar";
 inline constexpr char kDeletedFiles[] = "deleted.files";
 inline constexpr char kDumpLog[] = "dump.log";
-inline constexpr char kStatsDump[] = "stats-dump";
+inline constexpr char kStatsDump[] =
+    "stats-dump";                            // CRIU's dump statistics (checkpointctl --stats)
+inline constexpr char kStatus[] = "status";  // containerd's container status
+inline constexpr char kStatusDump[] = "status.dump";  // CRI's ContainerStatus (CRI-O, containerd 2)
+// cryo's own manifest (every file with its checksum), which makes the archive restorable by cryo
+// (`kubectl cryo` / a checkpoint image) without its store.
+inline constexpr char kCryoManifest[] = "cryo-manifest.json";
 
 }  // namespace cryo::contract::archive
 
@@ -21,6 +27,9 @@ namespace cryo::contract::checkpoint {
 
 // In a cryo checkpoint directory, beside images/.
 inline constexpr char kContainerDir[] = "container";
+// cryo-init's mount point in the container (CRYO_INIT_CONTAINER_PATH's directory): never part of
+// the saved writable layer.
+inline constexpr char kCryoInitDir[] = ".cryo";
 inline constexpr char kRootfsDiff[] = "container/rootfs-diff.tar";
 inline constexpr char kDeletedFiles[] = "container/deleted.files";
 
