@@ -5,23 +5,33 @@
 //   cryo-gpuctl [options] discover|describe PID...
 //   cryo-gpuctl [options] lock|checkpoint|restore|unlock|rollback PID...
 //   cryo-gpuctl [options] cycle PID...   discover, lock, checkpoint, (hold), restore, unlock
+//   cryo-gpuctl fastpath-status PID...   what the fast-path library in each process says
+//   cryo-gpuctl [--files DIR] fastpath-drain|fastpath-refill PID   one step of the fast path
+//     alone (drain leaves the files' digests in DIR/fastpath-<nspid>.digests.json for refill)
 //
+// With --fast, cycle first drains each process through its fast-path library (into files under
+// --files DIR with --writers files each, or into the process's own memory without --files), and
+// refills it after the unlock: the driver then only moves what the library does not own.
 // Options: --plugin-dir DIR, --plugins cuda,rocm, --plugin NAME (for single steps, default
 // cuda), --timeout-ms N (lock), --thp MODE (during checkpoint), --hold-ms N (cycle: time between
-// checkpoint and restore), --map FROM=TO (restore/cycle), --plugin-options JSON ({"cuda": {...}}).
+// checkpoint and restore), --map FROM=TO (restore/cycle), --plugin-options JSON ({"cuda": {...}}),
+// --fast, --files DIR, --writers N, --threads N (the fast path's copy threads).
 // Prints one JSON object on stdout; exit 0 on success, 1 on failure (the JSON says why).
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "daemon/gpu/fastpath_client.h"
 #include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/gpu/plugin_gpu_manager.h"
 #include "lib/base/flags.h"
@@ -39,9 +49,10 @@ int Usage() {
   std::fprintf(stderr,
                "usage: cryo-gpuctl [--plugin-dir DIR] [--plugins a,b] [--plugin NAME] "
                "[--timeout-ms N] [--thp MODE] [--hold-ms N] [--map FROM=TO]\n"
-               "                   [--plugin-options JSON]\n"
+               "                   [--plugin-options JSON] [--fast [--files DIR] [--writers N] "
+               "[--threads N]]\n"
                "                   status|devices|discover|describe|lock|checkpoint|restore|"
-               "unlock|rollback|cycle [PID...]\n");
+               "unlock|rollback|cycle|fastpath-status|fastpath-drain|fastpath-refill [PID...]\n");
   return 2;
 }
 
@@ -99,6 +110,14 @@ int main(int argc, char** argv) {
   fs.String("thp", &cfg.thp_during_checkpoint, "THP mode during checkpoint", "MODE");
   fs.Int64("hold-ms", &hold_ms, "cycle: time between checkpoint and restore");
   fs.KeyValues("map", &map, "restore onto another GPU", "FROM=TO");
+  bool fast = false;
+  std::string files_dir;
+  int writers = 4;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  fs.Bool("fast", &fast, "cycle: drain and refill through the fast-path library");
+  fs.String("files", &files_dir, "fast path: save into files under DIR", "DIR");
+  fs.Int("writers", &writers, "fast path: files (and writers) per process");
+  fs.Int("threads", &threads, "fast path: copy threads per process");
   auto parsed = fs.Parse(std::vector<std::string>(argv + 1, argv + argc));
   if (!parsed.ok()) {
     std::fprintf(stderr, "cryo-gpuctl: %s\n", std::string(parsed.status().message()).c_str());
@@ -117,6 +136,92 @@ int main(int argc, char** argv) {
     int pid = 0;
     if (!absl::SimpleAtoi(rest[i], &pid) || pid <= 0) return Usage();
     pids.push_back(pid);
+  }
+
+  if (cmd == "fastpath-status") {
+    cryo::proc::ProcReader proc;
+    nlohmann::json out = {{"command", cmd}, {"processes", nlohmann::json::array()}};
+    bool ok = true;
+    for (pid_t p : pids) {
+      auto st = cryo::gpu::FastpathStatus(proc, {p, proc.NsPid(p)}, absl::Seconds(10));
+      ok = ok && st.ok();
+      out["processes"].push_back(
+          st.ok() ? *st : nlohmann::json{{"pid", p}, {"error", StatusJson(st.status())}});
+    }
+    out["ok"] = ok;
+    std::printf("%s\n", out.dump(2).c_str());
+    return ok ? 0 : 1;
+  }
+
+  if (cmd == "fastpath-drain" || cmd == "fastpath-refill") {
+    if (pids.size() != 1) return Usage();
+    cryo::proc::ProcReader proc;
+    cryo::gpu::FastpathProcess p{pids[0], proc.NsPid(pids[0])};
+    const std::string digests_path =
+        files_dir + "/fastpath-" + std::to_string(p.ns_pid) + ".digests.json";
+    nlohmann::json out = {{"command", cmd}};
+    auto finish = [&](const absl::Status& st) {
+      if (!st.ok()) out["error"] = StatusJson(st);
+      out["ok"] = st.ok();
+      std::printf("%s\n", out.dump(2).c_str());
+      return st.ok() ? 0 : 1;
+    };
+    auto t0 = Clock::now();
+    std::vector<int> fds;
+    if (cmd == "fastpath-drain") {
+      if (!files_dir.empty()) {
+        auto opened = cryo::gpu::OpenFastpathFiles(files_dir, p.ns_pid, writers, true);
+        if (!opened.ok()) return finish(opened.status());
+        fds = *opened;
+      }
+      cryo::gpu::FastpathDrainOptions dopt;
+      dopt.threads = std::max(1, threads);
+      dopt.quiesce_timeout = timeout;
+      auto d = cryo::gpu::FastpathDrain::Start(proc, p, dopt, fds);
+      if (!d.ok()) return finish(d.status());
+      out["drained"] = (*d)->drained();
+      out["drain_ms"] = Ms(t0, Clock::now());
+      auto saved = (*d)->WaitSaved();
+      cryo::gpu::CloseAll(fds);
+      if (!saved.ok()) return finish(saved.status());
+      out["saved_ms"] = Ms(t0, Clock::now());
+      nlohmann::json ds = nlohmann::json::array();
+      for (const auto& dg : *saved) ds.push_back({{"size", dg.size}, {"checksum", dg.checksum}});
+      out["files"] = ds;
+      if (!files_dir.empty()) {
+        FILE* f = std::fopen(digests_path.c_str(), "w");
+        if (f == nullptr) return finish(absl::InternalError("cannot write " + digests_path));
+        std::fprintf(f, "%s\n", ds.dump().c_str());
+        std::fclose(f);
+      }
+      return finish(absl::OkStatus());
+    }
+    std::vector<cryo::FileDigest> expected;
+    if (!files_dir.empty()) {
+      FILE* f = std::fopen(digests_path.c_str(), "r");
+      if (f == nullptr) return finish(absl::NotFoundError("no " + digests_path));
+      std::string text;
+      char buf[4096];
+      size_t n;
+      while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+      std::fclose(f);
+      nlohmann::json ds = nlohmann::json::parse(text, nullptr, false);
+      if (!ds.is_array()) return finish(absl::DataLossError(digests_path + " is not a list"));
+      for (const auto& d : ds) {
+        expected.push_back({d.value("size", uint64_t{0}), d.value("checksum", std::string())});
+      }
+      auto opened = cryo::gpu::OpenFastpathFiles(files_dir, p.ns_pid,
+                                                 static_cast<int>(expected.size()), false);
+      if (!opened.ok()) return finish(opened.status());
+      fds = *opened;
+    }
+    auto r =
+        cryo::gpu::FastpathRefill(proc, p, std::max(1, threads), fds, expected, absl::Minutes(10));
+    cryo::gpu::CloseAll(fds);
+    out["refill_ms"] = Ms(t0, Clock::now());
+    if (!r.ok()) return finish(r.status());
+    out["refilled"] = *r;
+    return finish(absl::OkStatus());
   }
 
   auto created = cryo::gpu::CreateGpuManager(cfg);
@@ -196,11 +301,67 @@ int main(int argc, char** argv) {
   uint64_t free_before = FreeBytes(m);
   out["gpu_free_before_bytes"] = free_before;
   auto t0 = Clock::now();
+  // The fast path first: each process moves what its library owns, all in parallel.
+  cryo::proc::ProcReader proc;
+  struct Fast {
+    cryo::gpu::FastpathProcess p;
+    std::vector<int> files;
+    std::unique_ptr<cryo::gpu::FastpathDrain> drain;
+    std::vector<cryo::FileDigest> digests;
+    absl::Status st;
+  };
+  std::vector<Fast> fasts(fast ? procs.size() : 0);
+  if (fast) {
+    cryo::gpu::FastpathDrainOptions dopt;
+    dopt.threads = std::max(1, threads);
+    dopt.quiesce_timeout = timeout;
+    std::vector<std::thread> ts;
+    for (size_t i = 0; i < procs.size(); ++i) {
+      fasts[i].p = {procs[i].pid, proc.NsPid(procs[i].pid)};
+      ts.emplace_back([&, i] {
+        Fast& f = fasts[i];
+        if (!files_dir.empty()) {
+          auto opened = cryo::gpu::OpenFastpathFiles(files_dir, f.p.ns_pid, writers, true);
+          if (!opened.ok()) {
+            f.st = opened.status();
+            return;
+          }
+          f.files = *opened;
+        }
+        auto d = cryo::gpu::FastpathDrain::Start(proc, f.p, dopt, f.files);
+        if (!d.ok()) {
+          f.st = d.status();
+          return;
+        }
+        f.drain = *std::move(d);
+      });
+    }
+    for (auto& t : ts) t.join();
+    out["drain_ms"] = Ms(t0, Clock::now());
+    out["gpu_free_after_drain_bytes"] = FreeBytes(m);
+    nlohmann::json drained = nlohmann::json::array();
+    for (Fast& f : fasts) {
+      if (!f.st.ok()) return finish(f.st);
+      drained.push_back(f.drain->drained());
+    }
+    out["fastpath_drained"] = drained;
+  }
   s = timed("lock", [&] { return m.Lock(procs, timeout); });
   if (!s.ok()) return finish(s);
   s = timed("checkpoint", [&] { return m.Checkpoint(procs); });
   out["vacate_ms"] = Ms(t0, Clock::now());
   if (!s.ok()) return finish(s);
+  if (fast) {
+    // The files are written beside the driver's checkpoint; done when the data is out of the
+    // processes' memory.
+    for (Fast& f : fasts) {
+      auto saved = f.drain->WaitSaved();
+      if (!saved.ok()) return finish(saved.status());
+      f.digests = *saved;
+      cryo::gpu::CloseAll(f.files);
+    }
+    out["saved_ms"] = Ms(t0, Clock::now());
+  }
   uint64_t free_after = FreeBytes(m);
   out["gpu_free_after_checkpoint_bytes"] = free_after;
   out["gpu_freed_bytes"] = free_after > free_before ? free_after - free_before : 0;
@@ -220,5 +381,35 @@ int main(int argc, char** argv) {
   }
   s = timed("unlock", [&] { return m.Unlock(procs); });
   out["gpu_free_after_unlock_bytes"] = FreeBytes(m);
-  return finish(s);
+  if (!s.ok() || !fast) return finish(s);
+  auto t_refill = Clock::now();
+  std::vector<std::thread> ts;
+  nlohmann::json refilled = nlohmann::json::array();
+  std::vector<absl::StatusOr<nlohmann::json>> results(fasts.size(), absl::UnknownError(""));
+  for (size_t i = 0; i < fasts.size(); ++i) {
+    ts.emplace_back([&, i] {
+      Fast& f = fasts[i];
+      std::vector<int> in;
+      if (!files_dir.empty()) {
+        auto opened = cryo::gpu::OpenFastpathFiles(files_dir, f.p.ns_pid, writers, false);
+        if (!opened.ok()) {
+          results[i] = opened.status();
+          return;
+        }
+        in = *opened;
+      }
+      results[i] = cryo::gpu::FastpathRefill(proc, f.p, std::max(1, threads), in, f.digests,
+                                             absl::Minutes(10));
+      cryo::gpu::CloseAll(in);
+    });
+  }
+  for (auto& t : ts) t.join();
+  out["refill_ms"] = Ms(t_refill, Clock::now());
+  for (auto& r : results) {
+    if (!r.ok()) return finish(r.status());
+    refilled.push_back(*r);
+  }
+  out["fastpath_refilled"] = refilled;
+  out["gpu_free_after_refill_bytes"] = FreeBytes(m);
+  return finish(absl::OkStatus());
 }

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/base/chunked_xxh3.h"
 #include "lib/base/fs.h"
 #include "lib/base/status.h"
 
@@ -20,20 +21,7 @@ namespace {
 
 constexpr size_t kReadBuf = 1 << 20;
 
-std::string Hex(const XXH128_hash_t& h) {
-  XXH128_canonical_t c;
-  XXH128_canonicalFromHash(&c, h);
-  std::string out;
-  out.reserve(32);
-  for (unsigned char b : c.digest) absl::StrAppendFormat(&out, "%02x", b);
-  return out;
-}
-
-std::string Combine(const std::vector<XXH128_hash_t>& chunks) {
-  std::vector<XXH128_canonical_t> canon(chunks.size());
-  for (size_t i = 0; i < chunks.size(); ++i) XXH128_canonicalFromHash(&canon[i], chunks[i]);
-  return Hex(XXH3_128bits(canon.data(), canon.size() * sizeof(XXH128_canonical_t)));
-}
+using xxh3chunked::Combine;
 
 }  // namespace
 

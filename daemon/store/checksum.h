@@ -18,11 +18,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "lib/base/chunked_xxh3.h"
 
 namespace cryo {
 
 inline constexpr char kChecksumAlgorithm[] = "xxh3-128-chunked-64m";
-inline constexpr uint64_t kChecksumChunk = 64ull << 20;
+inline constexpr uint64_t kChecksumChunk = xxh3chunked::kChunk;
 
 struct FileDigest {
   uint64_t size = 0;

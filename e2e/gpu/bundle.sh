@@ -12,6 +12,7 @@
 #   run.sh, cryod.sh, lease-run.sh, gpu_check.sh, *.py   the suite
 #   lib/                  non-glibc shared libraries of everything in libexec/ and lib/cryo/gpu/
 #   lib/cryo/gpu/         GPU plugins (libcryo_gpu_cuda.so, libcryo_gpu_rocm.so)
+#   lib/cryo/             the fast-path library (libcryo_gpu_fastpath.so), loaded into jobs
 #   criu/                 place for CRIU (sbin/criu, lib/criu/*.so plugins), added when present
 set -euo pipefail
 
@@ -68,6 +69,11 @@ for so in "$BUILD"/lib/cryo/gpu/libcryo_gpu_*.so; do
   copy_deps "$so"
 done
 
+# The fast-path library, loaded into jobs (it needs only glibc and libgcc_s of the job's image).
+if [ -f "$BUILD/lib/cryo/libcryo_gpu_fastpath.so" ]; then
+  cp -L "$BUILD/lib/cryo/libcryo_gpu_fastpath.so" "$OUT/lib/cryo/"
+fi
+
 # CRIU (and its amdgpu plugin) as built by scripts/setup.sh, when this machine has it.
 CRIU=${CRIU:-/usr/local/sbin/criu}
 if [ -x "$CRIU" ]; then
@@ -98,7 +104,7 @@ if [ "${CRYO_BUNDLE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then
     -exec strip --strip-debug {} + 2>/dev/null || true
 fi
 
-cp "$ROOT/e2e/gpu/run.sh" "$ROOT/e2e/gpu/cryod.sh" "$ROOT/e2e/gpu/train_losses.py" \
+cp "$ROOT/e2e/gpu/run.sh" "$ROOT/e2e/gpu/cryod.sh" "$ROOT/e2e/gpu/fastpath.sh" "$ROOT/e2e/gpu/train_losses.py" \
   "$ROOT/e2e/gpu/ddp_losses.py" "$ROOT/e2e/gpu/pairs_probe.sh" "$ROOT/e2e/gpu/lease-run.sh" \
   "$ROOT/e2e/gpu/gpu_check.sh" "$OUT/"
 chmod +x "$OUT/run.sh"

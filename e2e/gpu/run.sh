@@ -4,7 +4,8 @@
 #
 # Env: CRYO_GPU_PARTS   which parts run (default "plugin cryod torch refuse multi"): plugin =
 #                       in-place cycles through cryo-gpuctl (no CRIU); the others, and "export"
-#                       / "import" (the cross-node test over two machines), are in cryod.sh
+#                       / "import" (the cross-node test over two machines), are in cryod.sh;
+#                       "fastpath-proof" and "fastpath" (the fast-path library) in fastpath.sh
 #      CRYO_GPU_BENCH_SIZES  GiB per cryod checkpoint/restore and its hand-run baseline (cryod.sh)
 #      CRYO_GPU_SIZES   GiB held by the test program per in-place cycle (default "1 8")
 #      CRYO_GPU_THP     1: repeat the largest size with THP=always during checkpoint
@@ -176,6 +177,10 @@ case " $PARTS " in *" plugin "*) plugin_part ;; esac
 # Through cryod and CRIU.
 . "$B/cryod.sh"
 case " $PARTS " in *" cryod "*|*" torch "*|*" refuse "*|*" multi "*|*" export "*|*" import "*) run_cryod_parts ;; esac
+
+# The fast path (the library loaded into jobs), alone and through cryod.
+. "$B/fastpath.sh"
+case " $PARTS " in *" fastpath"*) run_fastpath_parts ;; esac
 
 echo
 echo "== GPU e2e summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)) =="

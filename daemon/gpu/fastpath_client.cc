@@ -1,0 +1,229 @@
+#include "daemon/gpu/fastpath_client.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "lib/base/fs.h"
+#include "lib/base/json.h"
+#include "lib/base/status.h"
+#include "lib/contract/gpu_fastpath.h"
+#include "lib/contract/gpu_fastpath_wire.h"
+
+namespace cryo::gpu {
+namespace wire = contract::gpu_fastpath;
+
+namespace {
+
+// One reply of the library, or an error naming the process.
+absl::StatusOr<nlohmann::json> Receive(int fd, const FastpathProcess& p, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return absl::DeadlineExceededError(absl::StrCat("the GPU fast path of pid ", p.pid,
+                                                      " did not answer within ",
+                                                      absl::FormatDuration(timeout)));
+    }
+    pollfd pfd{fd, POLLIN, 0};
+    int r = ::poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return ErrnoStatus(errno, "poll");
+    if (r == 0) continue;
+    std::string text;
+    std::vector<int> fds;
+    if (!wire::ReceiveMessage(fd, &text, &fds)) {
+      return absl::UnavailableError(absl::StrCat("the GPU fast path of pid ", p.pid,
+                                                 " closed its channel without an answer"));
+    }
+    for (int f : fds) ::close(f);  // the library sends none
+    CRYO_ASSIGN_OR_RETURN(nlohmann::json j, json::Parse(text, {wire::kMaxMessage, 8}));
+    if (!j.is_object()) return absl::InvalidArgumentError("fast path: reply is not an object");
+    bool ok = false;
+    CRYO_RETURN_IF_ERROR(json::Fields(j, "fast path reply").Bool("ok", &ok, true));
+    if (!ok) {
+      std::string error;
+      bool rolled_back = false;
+      json::Fields f(j, "fast path reply");
+      (void)f.Str("error", &error);
+      (void)f.Bool("rolled_back", &rolled_back);
+      const std::string msg =
+          absl::StrCat("GPU fast path of pid ", p.pid, ": ", error,
+                       rolled_back ? " (its memory is back on the GPU; the job runs on)" : "");
+      // A checksum mismatch on refill: the data is not what was saved.
+      if (absl::StrContains(error, "does not hold what the checkpoint recorded")) {
+        return absl::DataLossError(msg);
+      }
+      return absl::AbortedError(msg);
+    }
+    return j;
+  }
+}
+
+absl::Status Send(int fd, const FastpathProcess& p, const nlohmann::json& req,
+                  const std::vector<int>& files) {
+  if (!wire::SendMessage(fd, req.dump(), files)) {
+    return ErrnoStatus(errno, absl::StrCat("sending to the GPU fast path of pid ", p.pid));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<FileDigest> Digests(const nlohmann::json& j) {
+  std::vector<FileDigest> out;
+  auto it = j.find("files");
+  if (it == j.end() || !it->is_array()) return out;
+  for (const auto& f : *it) {
+    FileDigest d;
+    json::Fields fields(f, "fast path file");
+    if (!fields.Uint64("size", &d.size, true).ok() ||
+        !fields.Str("checksum", &d.checksum, true).ok()) {
+      continue;
+    }
+    out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string FastpathFileName(pid_t ns_pid, int k) {
+  return absl::StrCat("gpu/fastpath-", ns_pid, ".", k, ".bin");
+}
+
+void CloseAll(std::vector<int>& fds) {
+  for (int f : fds) ::close(f);
+  fds.clear();
+}
+
+absl::StatusOr<std::vector<int>> OpenFastpathFiles(const std::string& dir, pid_t ns_pid, int n,
+                                                   bool write) {
+  std::vector<int> fds;
+  if (write) CRYO_RETURN_IF_ERROR(fs::MakeDirs(absl::StrCat(dir, "/gpu"), 0700));
+  for (int k = 0; k < n; ++k) {
+    const std::string path = absl::StrCat(dir, "/", FastpathFileName(ns_pid, k));
+    const int base = write ? O_WRONLY | O_CREAT | O_EXCL : O_RDONLY;
+    // The store's data never passes through the page cache twice: written and read once.
+    int fd = ::open(path.c_str(), base | O_CLOEXEC | O_NOFOLLOW | O_DIRECT, 0600);
+    if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), base | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+      absl::Status st = ErrnoStatus(errno, absl::StrCat("opening ", path));
+      CloseAll(fds);
+      return st;
+    }
+    fds.push_back(fd);
+  }
+  return fds;
+}
+
+bool LoadsFastpathLibrary(const proc::ProcReader& proc, pid_t pid) {
+  for (const std::string& path : proc.MappedPaths(pid)) {
+    if (absl::EndsWith(path, absl::StrCat("/", wire::kLibraryName))) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const FastpathProcess& p) {
+  const std::string name = wire::SocketName(p.ns_pid > 0 ? p.ns_pid : p.pid);
+  const std::string theirs = proc.Link(p.pid, "ns/net");
+  if (theirs.empty()) {
+    return absl::NotFoundError(absl::StrCat("pid ", p.pid, " is gone"));
+  }
+  int fd = -1;
+  int err = 0;
+  if (theirs == proc::ProcReader().Link(::getpid(), "ns/net")) {
+    fd = wire::ConnectAbstract(name);
+    err = errno;
+  } else {
+    // The socket lives in the job's network namespace: connect from a thread that joined it
+    // (a socket stays in the namespace it was made in; the thread ends there).
+    const std::string ns = proc.PidPath(p.pid, "ns/net");
+    std::thread t([&] {
+      int nsfd = ::open(ns.c_str(), O_RDONLY | O_CLOEXEC);
+      if (nsfd < 0 || ::setns(nsfd, CLONE_NEWNET) != 0) {
+        err = errno;
+        if (nsfd >= 0) ::close(nsfd);
+        return;
+      }
+      ::close(nsfd);
+      fd = wire::ConnectAbstract(name);
+      err = errno;
+    });
+    t.join();
+  }
+  if (fd < 0) {
+    if (err == ECONNREFUSED || err == ENOENT) {
+      return absl::NotFoundError(
+          absl::StrCat("pid ", p.pid, " has no GPU fast path listening (@", name, ")"));
+    }
+    return ErrnoStatus(err, absl::StrCat("connecting to the GPU fast path of pid ", p.pid));
+  }
+  return fd;
+}
+
+absl::StatusOr<nlohmann::json> FastpathStatus(const proc::ProcReader& proc,
+                                              const FastpathProcess& p, absl::Duration timeout) {
+  CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
+  absl::Status st = Send(fd, p, {{"op", "status"}}, {});
+  absl::StatusOr<nlohmann::json> r = st.ok() ? Receive(fd, p, timeout) : st;
+  ::close(fd);
+  return r;
+}
+
+absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::ProcReader& proc,
+                                                                    const FastpathProcess& p,
+                                                                    const FastpathDrainOptions& opt,
+                                                                    const std::vector<int>& files) {
+  CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
+  std::unique_ptr<FastpathDrain> d(new FastpathDrain(fd, p, opt.reply_timeout, !files.empty()));
+  nlohmann::json req{{"op", "drain"},
+                     {"threads", opt.threads},
+                     {"timeout_ms", absl::ToInt64Milliseconds(opt.quiesce_timeout)},
+                     {"stripe_bytes", opt.stripe_bytes},
+                     {"files", files.size()}};
+  CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
+  CRYO_ASSIGN_OR_RETURN(d->drained_, Receive(fd, p, opt.reply_timeout));
+  return d;
+}
+
+FastpathDrain::~FastpathDrain() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+uint64_t FastpathDrain::bytes() const {
+  uint64_t b = 0;
+  (void)json::Fields(drained_, "drained").Uint64("bytes", &b);
+  return b;
+}
+
+absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved() {
+  if (!files_) return std::vector<FileDigest>{};
+  absl::StatusOr<nlohmann::json> saved = Receive(fd_, p_, timeout_);
+  ::close(fd_);
+  fd_ = -1;
+  if (!saved.ok()) return saved.status();
+  return Digests(*saved);
+}
+
+absl::StatusOr<nlohmann::json> FastpathRefill(const proc::ProcReader& proc,
+                                              const FastpathProcess& p, int threads,
+                                              const std::vector<int>& files,
+                                              const std::vector<FileDigest>& expected,
+                                              absl::Duration timeout) {
+  CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
+  nlohmann::json exp = nlohmann::json::array();
+  for (const FileDigest& d : expected) exp.push_back({{"size", d.size}, {"checksum", d.checksum}});
+  nlohmann::json req{
+      {"op", "refill"}, {"threads", threads}, {"files", files.size()}, {"expected", exp}};
+  absl::Status st = Send(fd, p, req, files);
+  absl::StatusOr<nlohmann::json> r = st.ok() ? Receive(fd, p, timeout) : st;
+  ::close(fd);
+  return r;
+}
+
+}  // namespace cryo::gpu

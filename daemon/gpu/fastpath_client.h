@@ -1,0 +1,94 @@
+#pragma once
+
+// cryod's end of the GPU fast-path channel (lib/contract/gpu_fastpath.h): finds the library in a
+// job's process, asks it to drain its GPU memory (into files of the store) and to refill it.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/store/checksum.h"
+#include "lib/base/proc.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::gpu {
+
+// One process of a job that runs the fast-path library.
+struct FastpathProcess {
+  pid_t pid = 0;     // host pid
+  pid_t ns_pid = 0;  // the pid it sees itself as (names its socket)
+};
+
+// Where a process's drained data goes, relative to a checkpoint's directory:
+// gpu/fastpath-<ns_pid>.<k>.bin.
+std::string FastpathFileName(pid_t ns_pid, int k);
+
+// Opens the n files of a process under `dir` (created, 0600, direct I/O where the file system
+// has it) for a drain, or the existing ones read-only for a refill. The caller closes them.
+absl::StatusOr<std::vector<int>> OpenFastpathFiles(const std::string& dir, pid_t ns_pid, int n,
+                                                   bool write);
+void CloseAll(std::vector<int>& fds);
+
+// Whether the process maps the library (it may still not have started CUDA).
+bool LoadsFastpathLibrary(const proc::ProcReader& proc, pid_t pid);
+
+// Connects to the library of `p`, from its network namespace when that is not cryod's.
+// NOT_FOUND when it does not listen (no library, or CUDA not started yet).
+absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const FastpathProcess& p);
+
+// {"state", "owned_bytes", ...} as the library says them.
+absl::StatusOr<nlohmann::json> FastpathStatus(const proc::ProcReader& proc,
+                                              const FastpathProcess& p, absl::Duration timeout);
+
+struct FastpathDrainOptions {
+  int threads = 8;
+  absl::Duration quiesce_timeout = absl::Seconds(10);
+  uint64_t stripe_bytes = 64ull << 20;
+  absl::Duration reply_timeout = absl::Minutes(10);
+};
+
+// One drain, from the request to the library's last word. The library rolls back by itself on
+// a failure it reports; if cryod goes away (or this object is destroyed before WaitSaved),
+// the library also rolls back as long as the data is still in the job's memory.
+class FastpathDrain {
+ public:
+  // Sends the request with `files` (descriptors of empty files opened for writing; none keeps
+  // the data in the job's memory) and waits for "drained": the GPU memory is free then.
+  static absl::StatusOr<std::unique_ptr<FastpathDrain>> Start(const proc::ProcReader& proc,
+                                                              const FastpathProcess& p,
+                                                              const FastpathDrainOptions& opt,
+                                                              const std::vector<int>& files);
+  ~FastpathDrain();
+
+  const nlohmann::json& drained() const { return drained_; }
+  uint64_t bytes() const;
+  // With files: waits until they are written and out of the job's memory; their digests, in
+  // order. Without: nothing to wait for.
+  absl::StatusOr<std::vector<FileDigest>> WaitSaved();
+
+ private:
+  FastpathDrain(int fd, FastpathProcess p, absl::Duration timeout, bool files)
+      : fd_(fd), p_(p), timeout_(timeout), files_(files) {}
+  int fd_;
+  FastpathProcess p_;
+  absl::Duration timeout_;
+  bool files_;
+  nlohmann::json drained_;
+};
+
+// Refills a drained or restored process: with `files` (read descriptors of the drain's files, in
+// order) and the digests the checkpoint recorded for them, or with none when the data is still in
+// the job's memory. The library checks every file before the job's GPU work may go on; a
+// mismatch is DATA_LOSS and the job stays held (the caller ends it).
+absl::StatusOr<nlohmann::json> FastpathRefill(const proc::ProcReader& proc,
+                                              const FastpathProcess& p, int threads,
+                                              const std::vector<int>& files,
+                                              const std::vector<FileDigest>& expected,
+                                              absl::Duration timeout);
+
+}  // namespace cryo::gpu

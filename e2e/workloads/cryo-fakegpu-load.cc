@@ -1,0 +1,315 @@
+// cryo-fakegpu-load: a "GPU" job for tests of the GPU fast path on machines without a GPU. It
+// runs over the fake CUDA driver (test/fakes/cuda, loaded as libcuda.so.1), whose device memory
+// the job's "kernels" (host functions run by cuLaunchKernel) read and write directly.
+//
+// It holds --mib of memory in --chunk-mib cudaMalloc chunks (owned by the fast path), --vmm-mib
+// mapped the way PyTorch's expandable segments map memory (one reserved range, a cuMemCreate +
+// cuMemMap per chunk), and --small 64 KiB allocations (below the fast path's threshold: the
+// driver's). Every step one kernel checks a chunk against the pattern of its generation and
+// writes the next. Like the CUDA runtime it finds the driver through dlopen + cuGetProcAddress;
+// the build named cryo-fakegpu-load-direct calls the driver's exported symbols instead.
+//
+// Every --interval-ms it rewrites one JSON record at offset 0 of --status (held open across a
+// checkpoint): pid, ready, steps, mismatches, verified, api (the checks of what queries on an
+// allocation answer), device_used (bytes the fake GPU holds). SIGTERM ends it (exit 0, or 3 if
+// any word was wrong).
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct Api {
+  decltype(&cuInit) Init;
+  decltype(&cuDeviceGet) DeviceGet;
+  decltype(&cuDevicePrimaryCtxRetain) PrimaryCtxRetain;
+  decltype(&cuCtxSetCurrent) CtxSetCurrent;
+  decltype(&cuMemAlloc_v2) MemAlloc;
+  decltype(&cuMemFree_v2) MemFree;
+  decltype(&cuMemGetInfo_v2) MemGetInfo;
+  decltype(&cuMemGetAddressRange_v2) MemGetAddressRange;
+  decltype(&cuPointerGetAttribute) PointerGetAttribute;
+  decltype(&cuMemAddressReserve) MemAddressReserve;
+  decltype(&cuMemCreate) MemCreate;
+  decltype(&cuMemMap) MemMap;
+  decltype(&cuMemSetAccess) MemSetAccess;
+  decltype(&cuMemcpyHtoD_v2) MemcpyHtoD;
+  decltype(&cuMemcpyDtoH_v2) MemcpyDtoH;
+  decltype(&cuLaunchKernel) LaunchKernel;
+};
+
+#ifdef CRYO_FAKEGPU_DIRECT
+bool LoadApi(Api* a, std::string* err) {
+  *a = Api{&cuInit,
+           &cuDeviceGet,
+           &cuDevicePrimaryCtxRetain,
+           &cuCtxSetCurrent,
+           &cuMemAlloc_v2,
+           &cuMemFree_v2,
+           &cuMemGetInfo_v2,
+           &cuMemGetAddressRange_v2,
+           &cuPointerGetAttribute,
+           &cuMemAddressReserve,
+           &cuMemCreate,
+           &cuMemMap,
+           &cuMemSetAccess,
+           &cuMemcpyHtoD_v2,
+           &cuMemcpyDtoH_v2,
+           &cuLaunchKernel};
+  (void)err;
+  return true;
+}
+#else
+// As libcudart does it: the driver's library by name, then every entry point through it.
+bool LoadApi(Api* a, std::string* err) {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) {
+    *err = dlerror();
+    return false;
+  }
+  auto gpa = reinterpret_cast<decltype(&cuGetProcAddress_v2)>(dlsym(h, "cuGetProcAddress_v2"));
+  if (gpa == nullptr) {
+    *err = "no cuGetProcAddress_v2";
+    return false;
+  }
+  bool ok = true;
+  auto get = [&](const char* name, auto** out, cuuint64_t flags = CU_GET_PROC_ADDRESS_DEFAULT) {
+    void* p = nullptr;
+    CUdriverProcAddressQueryResult st;
+    if (gpa(name, &p, 13000, flags, &st) != CUDA_SUCCESS || p == nullptr) {
+      ok = false;
+      *err = std::string("no ") + name;
+    }
+    *out = reinterpret_cast<std::remove_pointer_t<decltype(out)> >(p);
+  };
+  get("cuInit", &a->Init);
+  get("cuDeviceGet", &a->DeviceGet);
+  get("cuDevicePrimaryCtxRetain", &a->PrimaryCtxRetain);
+  get("cuCtxSetCurrent", &a->CtxSetCurrent);
+  get("cuMemAlloc", &a->MemAlloc);
+  get("cuMemFree", &a->MemFree);
+  get("cuMemGetInfo", &a->MemGetInfo);
+  get("cuMemGetAddressRange", &a->MemGetAddressRange);
+  get("cuPointerGetAttribute", &a->PointerGetAttribute);
+  get("cuMemAddressReserve", &a->MemAddressReserve);
+  get("cuMemCreate", &a->MemCreate);
+  get("cuMemMap", &a->MemMap);
+  get("cuMemSetAccess", &a->MemSetAccess);
+  get("cuMemcpyHtoD", &a->MemcpyHtoD);
+  get("cuMemcpyDtoH", &a->MemcpyDtoH);
+  // The per-thread default stream variant, as a runtime built that way asks for it.
+  get("cuLaunchKernel", &a->LaunchKernel, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+  return ok;
+}
+#endif
+
+volatile sig_atomic_t g_stop = 0;
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+uint64_t Pattern(uint64_t chunk, uint64_t i, uint64_t gen) {
+  return Mix((chunk << 40) ^ i) ^ (gen * 0x9E3779B97F4A7C15ULL);
+}
+
+// The "kernel": params = {uint64_t** words, size_t* n, uint64_t* chunk, uint64_t* gen,
+// uint64_t** bad}.
+void VerifyAdvance(void** params) {
+  uint64_t* w = *static_cast<uint64_t**>(params[0]);
+  const size_t n = *static_cast<size_t*>(params[1]);
+  const uint64_t chunk = *static_cast<uint64_t*>(params[2]);
+  const uint64_t gen = *static_cast<uint64_t*>(params[3]);
+  uint64_t* bad = *static_cast<uint64_t**>(params[4]);
+  for (size_t i = 0; i < n; ++i) {
+    if (w[i] != Pattern(chunk, i, gen)) ++*bad;
+    w[i] = Pattern(chunk, i, gen + 1);
+  }
+}
+
+struct Chunk {
+  CUdeviceptr p;
+  size_t bytes;
+  uint64_t gen = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string status_path;
+  long mib = 24, chunk_mib = 4, vmm_mib = 8, small = 2, interval_ms = 20;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    const char* v = i + 1 < argc ? argv[i + 1] : "0";
+    if (a == "--status")
+      status_path = v, ++i;
+    else if (a == "--mib")
+      mib = atol(v), ++i;
+    else if (a == "--chunk-mib")
+      chunk_mib = atol(v), ++i;
+    else if (a == "--vmm-mib")
+      vmm_mib = atol(v), ++i;
+    else if (a == "--small")
+      small = atol(v), ++i;
+    else if (a == "--interval-ms")
+      interval_ms = atol(v), ++i;
+    else {
+      fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  if (chunk_mib <= 0 || chunk_mib % 2 != 0) {
+    fprintf(stderr, "--chunk-mib must be a positive even number\n");
+    return 2;
+  }
+  signal(SIGTERM, [](int) { g_stop = 1; });
+  int status_fd =
+      status_path.empty() ? -1 : open(status_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+
+  Api api{};
+  std::string api_result = "ok";
+  std::atomic<uint64_t> steps{0};
+  uint64_t bad = 0;
+  std::atomic<bool> ready{false};
+  auto write_status = [&](size_t used) {
+    if (status_fd < 0) return;
+    char rec[512];
+    int n = snprintf(rec, sizeof(rec),
+                     "{\"pid\": %d, \"ready\": %s, \"steps\": %llu, \"mismatches\": %llu, "
+                     "\"verified\": %s, \"api\": \"%s\", \"device_used\": %zu}",
+                     getpid(), ready ? "true" : "false", (unsigned long long)steps.load(),
+                     (unsigned long long)bad, ready && bad == 0 ? "true" : "false",
+                     api_result.c_str(), used);
+    std::string out(rec, n);
+    out.resize(sizeof(rec) - 1, ' ');
+    out.push_back('\n');
+    (void)!pwrite(status_fd, out.data(), out.size(), 0);
+  };
+
+  std::string err;
+  if (!LoadApi(&api, &err)) {
+    api_result = "no driver: " + err;
+    write_status(0);
+    fprintf(stderr, "%s\n", api_result.c_str());
+    return 1;
+  }
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  if (api.Init(0) != CUDA_SUCCESS || api.DeviceGet(&dev, 0) != CUDA_SUCCESS ||
+      api.PrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || api.CtxSetCurrent(ctx) != CUDA_SUCCESS) {
+    fprintf(stderr, "driver init failed\n");
+    return 1;
+  }
+
+  // What a job may ask of an allocation must answer as without the fast path.
+  {
+    const size_t asked = (3u << 20) + 40;
+    CUdeviceptr p = 0, base = 0;
+    size_t size = 0, attr = 0;
+    uint64_t in = 0x1234567890abcdefULL, out = 0;
+    if (api.MemAlloc(&p, asked) != CUDA_SUCCESS) {
+      api_result = "cuMemAlloc failed";
+    } else if (api.MemGetAddressRange(&base, &size, p + 100) != CUDA_SUCCESS || base != p ||
+               size != asked) {
+      api_result = "cuMemGetAddressRange: size " + std::to_string(size);
+    } else if (api.PointerGetAttribute(&attr, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) != CUDA_SUCCESS ||
+               attr != asked) {
+      api_result = "CU_POINTER_ATTRIBUTE_RANGE_SIZE: " + std::to_string(attr);
+    } else if (api.MemcpyHtoD(p + 8, &in, 8) != CUDA_SUCCESS ||
+               api.MemcpyDtoH(&out, p + 8, 8) != CUDA_SUCCESS || out != in) {
+      api_result = "copies do not round-trip";
+    }
+    if (p != 0) api.MemFree(p);
+  }
+
+  std::vector<Chunk> chunks;
+  const size_t cb = size_t(chunk_mib) << 20;
+  for (long m = 0; m < mib; m += chunk_mib) {
+    CUdeviceptr p = 0;
+    if (api.MemAlloc(&p, cb) != CUDA_SUCCESS) return fprintf(stderr, "cuMemAlloc\n"), 1;
+    chunks.push_back({p, cb});
+  }
+  if (vmm_mib > 0) {
+    CUdeviceptr range = 0;
+    const size_t total = size_t(vmm_mib) << 20;
+    if (api.MemAddressReserve(&range, total, 0, 0, 0) != CUDA_SUCCESS) {
+      return fprintf(stderr, "cuMemAddressReserve\n"), 1;
+    }
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    CUmemAccessDesc acc{};
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (size_t off = 0; off < total; off += cb) {
+      CUmemGenericAllocationHandle h = 0;
+      if (api.MemCreate(&h, cb, &prop, 0) != CUDA_SUCCESS ||
+          api.MemMap(range + off, cb, 0, h, 0) != CUDA_SUCCESS ||
+          api.MemSetAccess(range + off, cb, &acc, 1) != CUDA_SUCCESS) {
+        return fprintf(stderr, "mapping a segment\n"), 1;
+      }
+      chunks.push_back({range + off, cb});
+    }
+  }
+  for (long i = 0; i < small; ++i) {
+    CUdeviceptr p = 0;
+    if (api.MemAlloc(&p, 64 << 10) != CUDA_SUCCESS) return fprintf(stderr, "small\n"), 1;
+    chunks.push_back({p, size_t(64) << 10});
+  }
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    auto* w = reinterpret_cast<uint64_t*>(chunks[c].p);
+    for (size_t i = 0; i < chunks[c].bytes / 8; ++i) w[i] = Pattern(c, i, 0);
+  }
+  ready = true;
+  auto used = [&] {
+    size_t free_b = 0, total = 0;
+    api.MemGetInfo(&free_b, &total);
+    return total - free_b;
+  };
+  write_status(used());
+  std::thread reporter([&] {
+    while (!g_stop) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+      api.CtxSetCurrent(ctx);
+      write_status(used());
+    }
+  });
+
+  uint64_t* bad_p = &bad;
+  while (!g_stop) {
+    const size_t c = steps % chunks.size();
+    uint64_t* words = reinterpret_cast<uint64_t*>(chunks[c].p);
+    size_t n = chunks[c].bytes / 8;
+    uint64_t chunk_id = c;
+    uint64_t gen = chunks[c].gen;
+    void* params[] = {&words, &n, &chunk_id, &gen, &bad_p};
+    if (api.LaunchKernel(reinterpret_cast<CUfunction>(&VerifyAdvance), 1, 1, 1, 1, 1, 1, 0, nullptr,
+                         params, nullptr) != CUDA_SUCCESS) {
+      fprintf(stderr, "launch failed\n");
+      break;
+    }
+    ++chunks[c].gen;
+    ++steps;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  reporter.join();
+  write_status(used());
+  return bad == 0 ? 0 : 3;
+}

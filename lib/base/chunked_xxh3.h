@@ -1,0 +1,38 @@
+#pragma once
+
+// The store's checksum, "xxh3-128-chunked-64m": XXH3-128 over each 64 MiB chunk of a file, then
+// XXH3-128 over the chunks' canonical digests. Header-only and free of abseil so that the GPU
+// fast-path library, which runs inside jobs, computes exactly what the store verifies. A user
+// that must not depend on libxxhash.so defines XXH_INLINE_ALL before including this.
+
+#include <xxhash.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cryo::xxh3chunked {
+
+inline constexpr uint64_t kChunk = 64ull << 20;
+
+inline std::string Hex(const XXH128_hash_t& h) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  XXH128_canonical_t c;
+  XXH128_canonicalFromHash(&c, h);
+  std::string out;
+  out.reserve(2 * sizeof(c.digest));
+  for (unsigned char b : c.digest) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+// The file's checksum from its chunks' digests, in order. An empty file has one chunk.
+inline std::string Combine(const std::vector<XXH128_hash_t>& chunks) {
+  std::vector<XXH128_canonical_t> canon(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) XXH128_canonicalFromHash(&canon[i], chunks[i]);
+  return Hex(XXH3_128bits(canon.data(), canon.size() * sizeof(XXH128_canonical_t)));
+}
+
+}  // namespace cryo::xxh3chunked

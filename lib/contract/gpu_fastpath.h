@@ -1,0 +1,59 @@
+#pragma once
+
+// What cryod and the GPU fast-path library (libcryo_gpu_fastpath.so, loaded into a job with
+// LD_PRELOAD) agree on. The library moves the job's device memory itself, at PCIe speed, before
+// the driver's checkpoint, and back after the driver's restore (docs/gpu.md, "Fast path").
+//
+// Channel: a SOCK_SEQPACKET unix socket in the abstract namespace of the job's network
+// namespace, named kSocketPrefix + the process's pid as the process itself sees it (its pid
+// namespace). The library creates it when the process first uses CUDA; cryod connects from the
+// job's network namespace. Only root and the job's own user may connect.
+//
+// One connection carries one request (JSON, at most kMaxMessage bytes, file descriptors attached
+// with SCM_RIGHTS) and its replies; then the library closes it, so that no connected socket is
+// left for CRIU to dump.
+//
+//   {"op": "status"}
+//     -> {"ok", "pid", "version", "state", "owned_bytes", "owned_allocations",
+//         "foreign_allocations", "calls": {...}}
+//   {"op": "drain", "threads": N, "timeout_ms": T, "stripe_bytes": U, "files": W}
+//     (+ W descriptors of empty files opened for writing; W = 0 keeps the data in the process)
+//     Shuts the gate on the job's GPU work, waits for calls in flight, synchronizes, copies every
+//     owned allocation into host memory, releases the device memory.
+//     -> {"ok", "event": "drained", "bytes", "allocations", "quiesce_ms", "copy_ms",
+//         "release_ms", "total_ms"}
+//     with W > 0, then, once the data is in the files and out of the process's memory:
+//     -> {"ok", "event": "saved", "files": [{"size", "checksum"}], "write_ms"}
+//     A failure answers {"ok": false, "error", "rolled_back"}: the memory is back on the GPU and
+//     the job runs on, unless "rolled_back" is false (then cryod rolls back with "refill").
+//   {"op": "refill", "threads": N, "files": W, "expected": [{"size", "checksum"}]}
+//     (+ the W descriptors of the drain's files, opened for reading, when the data is in files)
+//     Maps device memory back at the same addresses, copies the data in, checks every file
+//     against "expected" before the job's GPU work may go on, and opens the gate.
+//     -> {"ok", "bytes", "allocate_ms", "copy_ms", "total_ms", "files": [{"size", "checksum"}]}
+//
+// Files: the drained allocations, in order, form one stream of bytes that is striped over the W
+// files in units of stripe_bytes (unit c goes to file c % W at offset (c / W) * stripe_bytes).
+// stripe_bytes is a multiple of the store's checksum chunk, so each file's checksum is the
+// store's own (lib/base/chunked_xxh3.h).
+
+#include <cstdint>
+
+namespace cryo::contract::gpu_fastpath {
+
+inline constexpr int kVersion = 1;
+inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
+inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
+inline constexpr uint32_t kMaxMessage = 64 << 10;
+inline constexpr int kMaxFiles = 64;
+
+// The library's states, as "state" says them.
+inline constexpr char kStateRunning[] = "running";
+inline constexpr char kStateDrained[] = "drained";  // data in host memory, GPU memory released
+inline constexpr char kStateSaved[] = "saved";      // data only in the drain's files
+
+// Environment of the job (the library reads it at start).
+inline constexpr char kEnvDisable[] = "CRYO_GPU_FASTPATH_DISABLE";  // "1": pass everything through
+inline constexpr char kEnvMinBytes[] = "CRYO_GPU_FASTPATH_MIN_BYTES";  // smallest owned cuMemAlloc
+
+}  // namespace cryo::contract::gpu_fastpath

@@ -1,0 +1,47 @@
+#pragma once
+
+// The library's end of the control channel (lib/contract/gpu_fastpath.h): one thread that
+// accepts cryod's connections on the process's abstract socket and serves one request each.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "nlohmann/json.hpp"
+#include "plugins/fastpath/mover.h"
+#include "plugins/fastpath/registry.h"
+
+namespace cryo::fastpath {
+
+class Control {
+ public:
+  // `extra_status` adds fields to the status reply (the interposer's call counts).
+  Control(Mover& mover, Registry& reg, std::function<void(nlohmann::json&)> extra_status)
+      : mover_(mover), reg_(reg), extra_status_(std::move(extra_status)) {}
+
+  // Listens on kSocketPrefix + `pid` (0: getpid()) and starts the serving thread. Idempotent.
+  // The error when the socket cannot be made (the fast path is then unavailable).
+  std::string Start(pid_t pid = 0);
+  // In a child after fork(): the parent's socket is not ours to serve.
+  void ForgetAfterFork();
+  // Serves one connection (the thread's loop calls this; tests too).
+  void Serve(int conn);
+
+ private:
+  void Loop();
+  nlohmann::json Status();
+  void HandleDrain(int conn, const nlohmann::json& req, std::vector<int>& fds);
+  void HandleRefill(int conn, const nlohmann::json& req, std::vector<int>& fds);
+
+  Mover& mover_;
+  Registry& reg_;
+  std::function<void(nlohmann::json&)> extra_status_;
+  int listen_fd_ = -1;
+  pid_t pid_ = 0;
+  std::atomic<bool> started_{false};
+};
+
+}  // namespace cryo::fastpath

@@ -1,0 +1,891 @@
+#include "plugins/fastpath/mover.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <functional>
+
+// The library runs inside jobs, which may not have libxxhash: its code is compiled in.
+#define XXH_INLINE_ALL
+#include "lib/base/chunked_xxh3.h"
+
+namespace cryo::fastpath {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+std::string Cuda(const Driver& d, const char* what, CUresult r) {
+  return std::string(what) + ": " + d.ErrorText(r) + " (" + std::to_string(static_cast<int>(r)) +
+         ")";
+}
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+// A counter to wait on until it drops to zero.
+class Countdown {
+ public:
+  void Add(int n) {
+    std::lock_guard<std::mutex> l(mu_);
+    n_ += n;
+  }
+  bool Done() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (--n_ == 0) {
+      cv_.notify_all();
+      return true;
+    }
+    return false;
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return n_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int n_ = 0;
+};
+
+// Threads for host-side copies; joined when it goes.
+class Pool {
+ public:
+  explicit Pool(int n) {
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this] {
+        GateGuard::MarkLibraryThread();
+        Run();
+      });
+    }
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+  void Submit(std::function<void()> f) {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      q_.push_back(std::move(f));
+    }
+    cv_.notify_one();
+  }
+  int size() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return stop_ || !q_.empty(); });
+        if (q_.empty()) return;
+        f = std::move(q_.front());
+        q_.pop_front();
+      }
+      f();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> q_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// The store's checksum of one file, fed in file order.
+class FileHasher {
+ public:
+  FileHasher() : st_(XXH3_createState()) { XXH3_128bits_reset(st_); }
+  ~FileHasher() { XXH3_freeState(st_); }
+  FileHasher(const FileHasher&) = delete;
+  FileHasher& operator=(const FileHasher&) = delete;
+  void Update(const char* p, size_t n) {
+    while (n > 0) {
+      size_t take = std::min<uint64_t>(n, xxh3chunked::kChunk - in_chunk_);
+      XXH3_128bits_update(st_, p, take);
+      in_chunk_ += take;
+      total_ += take;
+      p += take;
+      n -= take;
+      if (in_chunk_ == xxh3chunked::kChunk) {
+        digests_.push_back(XXH3_128bits_digest(st_));
+        XXH3_128bits_reset(st_);
+        in_chunk_ = 0;
+      }
+    }
+  }
+  FileSum Finish() {
+    if (in_chunk_ > 0 || digests_.empty()) digests_.push_back(XXH3_128bits_digest(st_));
+    return FileSum{total_, xxh3chunked::Combine(digests_)};
+  }
+
+ private:
+  XXH3_state_t* st_;
+  uint64_t in_chunk_ = 0;
+  uint64_t total_ = 0;
+  std::vector<XXH128_hash_t> digests_;
+};
+
+// Page-aligned pinned host memory (direct I/O needs the alignment).
+class Pinned {
+ public:
+  Pinned(const Driver& d, size_t bytes) : d_(d) {
+    if (d_.cuMemHostAlloc(&raw_, bytes + 4096, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS) {
+      auto a = (reinterpret_cast<uintptr_t>(raw_) + 4095) & ~uintptr_t{4095};
+      p_ = reinterpret_cast<char*>(a);
+    } else {
+      raw_ = nullptr;
+    }
+  }
+  ~Pinned() {
+    if (raw_ != nullptr) d_.cuMemFreeHost(raw_);
+  }
+  Pinned(const Pinned&) = delete;
+  Pinned& operator=(const Pinned&) = delete;
+  char* get() const { return p_; }
+
+ private:
+  const Driver& d_;
+  void* raw_ = nullptr;
+  char* p_ = nullptr;
+};
+
+// Writes all of iov at off, finishing partial writes; direct I/O is dropped where the file
+// system refuses it.
+bool WriteAll(int fd, std::vector<iovec> iov, off_t off, std::string* err) {
+  size_t first = 0;
+  while (first < iov.size()) {
+    ssize_t n = ::pwritev(fd, iov.data() + first, static_cast<int>(iov.size() - first), off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL) {
+      int fl = ::fcntl(fd, F_GETFL);
+      if (fl >= 0 && (fl & O_DIRECT) != 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0) continue;
+    }
+    if (n <= 0) {
+      *err = n < 0 ? Errno("write") : "write: no progress (store full?)";
+      return false;
+    }
+    off += n;
+    while (n > 0 && first < iov.size()) {
+      size_t take = std::min<size_t>(n, iov[first].iov_len);
+      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
+      iov[first].iov_len -= take;
+      n -= take;
+      if (iov[first].iov_len == 0) ++first;
+    }
+  }
+  return true;
+}
+
+bool ReadAll(int fd, char* buf, size_t len, off_t off, std::string* err) {
+  while (len > 0) {
+    ssize_t n = ::pread(fd, buf, len, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EINVAL) {
+      int fl = ::fcntl(fd, F_GETFL);
+      if (fl >= 0 && (fl & O_DIRECT) != 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0) continue;
+    }
+    if (n <= 0) {
+      *err = n < 0 ? Errno("read") : "file shorter than the drain wrote";
+      return false;
+    }
+    buf += n;
+    len -= n;
+    off += n;
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* StateName(State s) {
+  switch (s) {
+    case State::kRunning:
+      return "running";
+    case State::kDrained:
+      return "drained";
+    case State::kSaved:
+      return "saved";
+  }
+  return "unknown";
+}
+
+Mover::~Mover() { StopWriters(); }
+
+void Mover::OpenGates() {
+  gate_.Open();
+  capture_.Release();
+}
+
+Outcome Mover::Quiesce(std::chrono::milliseconds timeout, double* ms) {
+  const auto t0 = Clock::now();
+  if (!capture_.Quiesce(timeout)) {
+    return {"a CUDA graph capture of the job did not end within " +
+                std::to_string(timeout.count()) + " ms",
+            true};
+  }
+  if (!gate_.Shut(timeout)) {
+    capture_.Release();
+    return {"CUDA calls of the job were still in flight after " + std::to_string(timeout.count()) +
+                " ms",
+            true};
+  }
+  // Work already submitted must finish before its memory moves. A synchronize cannot be
+  // interrupted, so it runs on a thread of its own and is given up on at the deadline (a kernel
+  // that waits for something outside the job never ends: the job runs on untouched).
+  struct Sync {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    std::string error;
+  };
+  auto sync = std::make_shared<Sync>();
+  std::set<CUcontext> ctxs = reg_.contexts();
+  Driver d = d_;
+  std::thread([d, ctxs, sync] {
+    GateGuard::MarkLibraryThread();
+    std::string err;
+    for (CUcontext c : ctxs) {
+      CUresult r = d.cuCtxSetCurrent(c);
+      if (r == CUDA_SUCCESS) r = d.cuCtxSynchronize();
+      if (r != CUDA_SUCCESS && err.empty()) err = Cuda(d, "synchronizing the job's GPU work", r);
+    }
+    std::lock_guard<std::mutex> l(sync->mu);
+    sync->done = true;
+    sync->error = err;
+    sync->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> l(sync->mu);
+  if (!sync->cv.wait_for(l, timeout, [&] { return sync->done; }) || !sync->error.empty()) {
+    std::string why = sync->done ? sync->error
+                                 : "the job's GPU work did not finish within " +
+                                       std::to_string(timeout.count()) + " ms";
+    l.unlock();
+    OpenGates();
+    return {why, true};
+  }
+  *ms = Ms(t0);
+  return {};
+}
+
+bool Mover::Plan() {
+  std::lock_guard<std::mutex> l(reg_.mu());
+  plan_.clear();
+  total_ = 0;
+  for (auto& [id, p] : reg_.phys()) {
+    if (p->exported || p->real == 0) continue;
+    p->stream_offset = total_;
+    total_ += p->size;
+    plan_.push_back(p.get());
+  }
+  return true;
+}
+
+std::vector<Mover::Piece> Mover::PiecesOf(uint64_t stream_off, uint64_t len) const {
+  std::vector<Piece> out;
+  // plan_ is in stream order: find the first allocation that ends after stream_off.
+  auto it = std::upper_bound(plan_.begin(), plan_.end(), stream_off, [](uint64_t off, Phys* p) {
+    return off < p->stream_offset + p->size;
+  });
+  for (; it != plan_.end() && len > 0; ++it) {
+    Phys* p = *it;
+    uint64_t from = stream_off - p->stream_offset;
+    uint64_t take = std::min<uint64_t>(len, p->size - from);
+    out.push_back({p, from, take});
+    stream_off += take;
+    len -= take;
+  }
+  return out;
+}
+
+std::string Mover::MapTemporary(Phys* p) {
+  CUdeviceptr va = 0;
+  CUresult r = d_.cuMemAddressReserve(&va, p->size, 0, 0, 0);
+  if (r != CUDA_SUCCESS) return Cuda(d_, "reserving a range to copy through", r);
+  r = d_.cuMemMap(va, p->size, 0, p->real, 0);
+  if (r == CUDA_SUCCESS) {
+    CUmemAccessDesc a{};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = p->prop.location.id;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = d_.cuMemSetAccess(va, p->size, &a, 1);
+    if (r != CUDA_SUCCESS) d_.cuMemUnmap(va, p->size);
+  }
+  if (r != CUDA_SUCCESS) {
+    d_.cuMemAddressFree(va, p->size);
+    return Cuda(d_, "mapping an allocation to copy it", r);
+  }
+  temp_maps_[p] = va;
+  return "";
+}
+
+void Mover::UnmapTemporaries() {
+  for (auto& [p, va] : temp_maps_) {
+    d_.cuMemUnmap(va, p->size);
+    d_.cuMemAddressFree(va, p->size);
+  }
+  temp_maps_.clear();
+}
+
+CUdeviceptr Mover::SourceOf(Phys* p) {
+  auto it = sources_.find(p);
+  return it == sources_.end() ? 0 : it->second;
+}
+
+std::string Mover::FindSources() {
+  sources_.clear();
+  {
+    std::lock_guard<std::mutex> l(reg_.mu());
+    for (auto& [va, m] : reg_.mappings()) {
+      if (m.offset == 0 && m.size >= m.phys->size && !sources_.count(m.phys)) {
+        sources_[m.phys] = va;
+      }
+    }
+  }
+  for (Phys* p : plan_) {
+    if (sources_.count(p)) continue;
+    std::string err = MapTemporary(p);
+    if (!err.empty()) return err;
+    sources_[p] = temp_maps_[p];
+  }
+  return "";
+}
+
+CUstream Mover::StreamFor(CUcontext ctx) {
+  auto it = streams_.find(ctx);
+  if (it != streams_.end()) return it->second;
+  CUstream s = nullptr;
+  if (d_.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) s = nullptr;
+  streams_[ctx] = s;
+  return s;
+}
+
+void Mover::DestroyStreams() {
+  for (auto& [ctx, s] : streams_) {
+    if (s == nullptr) continue;
+    d_.cuCtxSetCurrent(ctx);
+    d_.cuStreamDestroy_v2(s);
+  }
+  streams_.clear();
+}
+
+std::string Mover::CopyOut(int threads) {
+  struct Item {
+    Phys* phys;
+    uint64_t off;
+    uint64_t len;
+  };
+  std::vector<Item> items;
+  for (Phys* p : plan_) {
+    for (uint64_t off = 0; off < p->size; off += cfg_.ring_slot_bytes) {
+      items.push_back({p, off, std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off)});
+    }
+  }
+  if (items.empty()) return "";
+  d_.cuCtxSetCurrent(plan_.front()->ctx);
+  std::vector<std::unique_ptr<Pinned>> ring;
+  for (int i = 0; i < cfg_.ring_slots; ++i) {
+    ring.push_back(std::make_unique<Pinned>(d_, cfg_.ring_slot_bytes));
+    if (ring.back()->get() == nullptr) return "allocating the pinned staging buffers failed";
+  }
+  std::vector<Countdown> slot_busy(ring.size());
+  std::vector<char> item_done(items.size(), 0);
+  size_t next_done = 0;
+  auto item_finished = [&](size_t i) {
+    std::lock_guard<std::mutex> l(progress_mu_);
+    item_done[i] = 1;
+    while (next_done < items.size() && item_done[next_done]) copied_ += items[next_done++].len;
+    progress_cv_.notify_all();
+  };
+  std::string err;
+  {
+    Pool pool(std::max(1, threads));
+    CUcontext cur = plan_.front()->ctx;
+    for (size_t i = 0; i < items.size() && err.empty(); ++i) {
+      const Item& it = items[i];
+      const size_t slot = i % ring.size();
+      slot_busy[slot].Wait();
+      if (it.phys->ctx != cur) {
+        cur = it.phys->ctx;
+        d_.cuCtxSetCurrent(cur);
+      }
+      CUstream stream = StreamFor(cur);
+      CUdeviceptr src = SourceOf(it.phys);
+      if (stream == nullptr || src == 0) {
+        err = "no stream or no mapping to copy an allocation from";
+        break;
+      }
+      char* buf = ring[slot]->get();
+      CUresult r = d_.cuMemcpyDtoHAsync_v2(buf, src + it.off, it.len, stream);
+      if (r == CUDA_SUCCESS) r = d_.cuStreamSynchronize(stream);
+      if (r != CUDA_SUCCESS) {
+        err = Cuda(d_, "copying device memory out", r);
+        break;
+      }
+      // The bytes now go from the ring into the job's fresh host memory on many threads: first
+      // touch of fresh memory is what limits one thread.
+      const uint64_t piece = std::max<uint64_t>(
+          2ull << 20, ((it.len + pool.size() - 1) / pool.size() + 4095) & ~uint64_t{4095});
+      const int n = static_cast<int>((it.len + piece - 1) / piece);
+      auto left = std::make_shared<std::atomic<int>>(n);
+      slot_busy[slot].Add(n);
+      char* dst = it.phys->host + it.off;
+      for (int k = 0; k < n; ++k) {
+        const uint64_t a = k * piece;
+        const uint64_t b = std::min<uint64_t>(it.len - a, piece);
+        pool.Submit([&, i, slot, a, b, dst, buf, left] {
+          std::memcpy(dst + a, buf + a, b);
+          slot_busy[slot].Done();
+          if (left->fetch_sub(1) == 1) item_finished(i);
+        });
+      }
+    }
+    for (auto& s : slot_busy) s.Wait();
+  }
+  ring.clear();
+  if (!err.empty()) {
+    std::lock_guard<std::mutex> l(progress_mu_);
+    copy_failed_ = true;
+    progress_cv_.notify_all();
+  }
+  return err;
+}
+
+std::string Mover::Release() {
+  for (Phys* p : plan_) {
+    std::vector<std::pair<CUdeviceptr, size_t>> maps;
+    {
+      std::lock_guard<std::mutex> l(reg_.mu());
+      for (auto& [va, m] : reg_.mappings()) {
+        if (m.phys == p) maps.push_back({va, m.size});
+      }
+    }
+    for (size_t i = 0; i < maps.size(); ++i) {
+      CUresult r = d_.cuMemUnmap(maps[i].first, maps[i].second);
+      if (r != CUDA_SUCCESS) {
+        // Put back what this allocation already lost; the caller refills the others.
+        for (size_t k = 0; k < i; ++k) {
+          d_.cuMemMap(maps[k].first, maps[k].second, 0, p->real, 0);
+        }
+        return Cuda(d_, "unmapping device memory", r);
+      }
+    }
+    auto t = temp_maps_.find(p);
+    if (t != temp_maps_.end()) {
+      d_.cuMemUnmap(t->second, p->size);
+      d_.cuMemAddressFree(t->second, p->size);
+      temp_maps_.erase(t);
+    }
+    // The library's reference is the last one (the mappings are gone): this frees the memory.
+    if (Registry::HoldsReference(*p)) d_.cuMemRelease(p->real);
+    p->real = 0;
+  }
+  return "";
+}
+
+std::string Mover::Recreate() {
+  for (Phys* p : plan_) {
+    if (p->real != 0) continue;
+    d_.cuCtxSetCurrent(p->ctx);
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = d_.cuMemCreate(&h, p->size, &p->prop, 0);
+    if (r != CUDA_SUCCESS) {
+      return Cuda(d_,
+                  ("creating " + std::to_string(p->size) + " bytes of device memory on GPU " +
+                   std::to_string(p->prop.location.id))
+                      .c_str(),
+                  r);
+    }
+    p->real = h;
+    std::lock_guard<std::mutex> l(reg_.mu());
+    for (auto& [va, m] : reg_.mappings()) {
+      if (m.phys != p) continue;
+      r = d_.cuMemMap(va, m.size, m.offset, h, 0);
+      for (size_t i = 0; r == CUDA_SUCCESS && i < m.access.size(); ++i) {
+        r = d_.cuMemSetAccess(va, m.size, m.access[i].data(), m.access[i].size());
+      }
+      if (r != CUDA_SUCCESS) return Cuda(d_, "mapping device memory at its old address", r);
+    }
+  }
+  return FindSources();
+}
+
+// After the data is back: the job had let go of some handles while their mappings lived on;
+// so does the library now.
+static void DropUnheldReferences(const Driver& d, const std::vector<Phys*>& plan) {
+  for (Phys* p : plan) {
+    if (!Registry::HoldsReference(*p) && p->mappings > 0) d.cuMemRelease(p->real);
+  }
+}
+
+std::string Mover::CopyInFromHost(int threads) {
+  if (plan_.empty()) return "";
+  d_.cuCtxSetCurrent(plan_.front()->ctx);
+  std::vector<std::unique_ptr<Pinned>> ring;
+  for (int i = 0; i < 2; ++i) {
+    ring.push_back(std::make_unique<Pinned>(d_, cfg_.ring_slot_bytes));
+    if (ring.back()->get() == nullptr) return "allocating the pinned staging buffers failed";
+  }
+  Pool pool(std::max(1, threads));
+  CUcontext cur = plan_.front()->ctx;
+  size_t n_item = 0;
+  for (Phys* p : plan_) {
+    for (uint64_t off = 0; off < p->size; off += cfg_.ring_slot_bytes, ++n_item) {
+      const uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
+      if (p->ctx != cur) {
+        if (StreamFor(cur) != nullptr) d_.cuStreamSynchronize(StreamFor(cur));
+        cur = p->ctx;
+        d_.cuCtxSetCurrent(cur);
+      }
+      CUstream stream = StreamFor(cur);
+      if (stream == nullptr) return "no stream to copy on";
+      char* buf = ring[n_item % ring.size()]->get();
+      // The copy out of this buffer two items ago must be done before it is filled again.
+      if (n_item >= ring.size()) d_.cuStreamSynchronize(stream);
+      Countdown done;
+      const uint64_t piece = std::max<uint64_t>(2ull << 20, (len + pool.size() - 1) / pool.size());
+      const int n = static_cast<int>((len + piece - 1) / piece);
+      done.Add(n);
+      for (int k = 0; k < n; ++k) {
+        const uint64_t a = k * piece;
+        const uint64_t b = std::min<uint64_t>(len - a, piece);
+        const char* src = p->host + off;
+        pool.Submit([&done, buf, src, a, b] {
+          std::memcpy(buf + a, src + a, b);
+          done.Done();
+        });
+      }
+      done.Wait();
+      CUresult r = d_.cuMemcpyHtoDAsync_v2(SourceOf(p) + off, buf, len, stream);
+      if (r != CUDA_SUCCESS) return Cuda(d_, "copying memory back to the GPU", r);
+    }
+  }
+  for (auto& [ctx, s] : streams_) {
+    d_.cuCtxSetCurrent(ctx);
+    if (s != nullptr) d_.cuStreamSynchronize(s);
+  }
+  return "";
+}
+
+std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums) {
+  const int w = static_cast<int>(fds.size());
+  if (w != nfiles_) {
+    return "the drain wrote " + std::to_string(nfiles_) + " files, " + std::to_string(w) +
+           " were given";
+  }
+  sums->assign(w, FileSum{});
+  std::vector<std::string> errs(w);
+  const uint64_t units = stripe_ == 0 ? 0 : (total_ + stripe_ - 1) / stripe_;
+  auto reader = [&](int k) {
+    GateGuard::MarkLibraryThread();
+    std::string& err = errs[k];
+    FileHasher hasher;
+    if (!plan_.empty()) d_.cuCtxSetCurrent(plan_.front()->ctx);
+    Pinned a(d_, cfg_.read_bytes), b(d_, cfg_.read_bytes);
+    if (a.get() == nullptr || b.get() == nullptr) {
+      err = "allocating pinned read buffers failed";
+      return;
+    }
+    char* bufs[2] = {a.get(), b.get()};
+    std::map<CUcontext, CUstream> streams;
+    auto stream_for = [&](CUcontext c) {
+      auto it = streams.find(c);
+      if (it != streams.end()) return it->second;
+      d_.cuCtxSetCurrent(c);
+      CUstream s = nullptr;
+      if (d_.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) s = nullptr;
+      return streams[c] = s;
+    };
+    auto sync_all = [&] {
+      for (auto& [c, s] : streams) {
+        d_.cuCtxSetCurrent(c);
+        if (s != nullptr) d_.cuStreamSynchronize(s);
+      }
+    };
+    int which = 0;
+    uint64_t file_size = 0;
+    for (uint64_t c = k; c < units && err.empty(); c += w) {
+      const uint64_t unit_off = c * stripe_;
+      const uint64_t unit_len = std::min<uint64_t>(stripe_, total_ - unit_off);
+      const off_t file_off = static_cast<off_t>((c / w) * stripe_);
+      for (uint64_t pos = 0; pos < unit_len && err.empty(); pos += cfg_.read_bytes) {
+        const uint64_t n = std::min<uint64_t>(cfg_.read_bytes, unit_len - pos);
+        char* buf = bufs[which];
+        which ^= 1;
+        if (which == 0) sync_all();  // both buffers were given to the GPU: wait for them
+        if (!ReadAll(fds[k], buf, n, file_off + pos, &err)) {
+          err = "file " + std::to_string(k) + ": " + err;
+          break;
+        }
+        hasher.Update(buf, n);
+        uint64_t delta = 0;
+        for (const Piece& pc : PiecesOf(unit_off + pos, n)) {
+          CUstream s = stream_for(pc.phys->ctx);
+          CUresult r = s == nullptr ? CUDA_ERROR_UNKNOWN
+                                    : d_.cuMemcpyHtoDAsync_v2(SourceOf(pc.phys) + pc.offset,
+                                                              buf + delta, pc.len, s);
+          if (r != CUDA_SUCCESS) {
+            err = Cuda(d_, "copying a file's data to the GPU", r);
+            break;
+          }
+          delta += pc.len;
+        }
+      }
+      file_size += unit_len;
+    }
+    sync_all();
+    for (auto& [c, s] : streams) {
+      d_.cuCtxSetCurrent(c);
+      if (s != nullptr) d_.cuStreamDestroy_v2(s);
+    }
+    struct stat st;
+    if (err.empty() && ::fstat(fds[k], &st) == 0 &&
+        static_cast<uint64_t>(st.st_size) != file_size) {
+      err = "file " + std::to_string(k) + " holds " + std::to_string(st.st_size) +
+            " bytes, the drain wrote " + std::to_string(file_size);
+    }
+    (*sums)[k] = hasher.Finish();
+  };
+  std::vector<std::thread> ts;
+  for (int k = 0; k < w; ++k) ts.emplace_back(reader, k);
+  for (auto& t : ts) t.join();
+  for (const std::string& e : errs) {
+    if (!e.empty()) return e;
+  }
+  return "";
+}
+
+void Mover::FreeHost() {
+  for (Phys* p : plan_) {
+    if (p->host != nullptr) ::munmap(p->host, p->size);
+    p->host = nullptr;
+  }
+}
+
+void Mover::StopWriters() {
+  for (auto& w : writers_) {
+    if (w->thread.joinable()) w->thread.join();
+  }
+}
+
+Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
+  if (state_ != State::kRunning) {
+    return {std::string("the job's GPU memory is already out (") + StateName(state_) + ")", false};
+  }
+  if (opt.stripe_bytes == 0 || opt.stripe_bytes % xxh3chunked::kChunk != 0) {
+    return {"stripe_bytes must be a multiple of " + std::to_string(xxh3chunked::kChunk), true};
+  }
+  const auto t0 = Clock::now();
+  Outcome q = Quiesce(opt.timeout, &out->quiesce_ms);
+  if (!q.ok()) return q;
+  // From here on every failure puts the memory back and opens the gates.
+  auto fail = [&](const std::string& why) -> Outcome {
+    StopWriters();
+    writers_.clear();
+    bool back = RestoreFromHost();
+    if (!back) OpenGates();
+    return {why, back};
+  };
+  Plan();
+  for (Phys* p : plan_) {
+    void* m = ::mmap(nullptr, p->size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+      FreeHost();
+      OpenGates();
+      return {Errno("host memory for the GPU's data"), true};
+    }
+    if (cfg_.huge_pages) ::madvise(m, p->size, MADV_HUGEPAGE);
+    p->host = static_cast<char*>(m);
+  }
+  {
+    std::lock_guard<std::mutex> l(progress_mu_);
+    copied_ = 0;
+    copy_failed_ = false;
+  }
+  if (std::string err = FindSources(); !err.empty()) {
+    UnmapTemporaries();
+    FreeHost();
+    OpenGates();
+    return {err, true};
+  }
+  // Writers go beside the copy: each file's units are written as soon as they are in memory.
+  stripe_ = opt.stripe_bytes;
+  nfiles_ = static_cast<int>(opt.fds.size());
+  save_start_ = Clock::now();
+  writers_.clear();
+  for (int k = 0; k < nfiles_; ++k) {
+    auto w = std::make_unique<Writer>();
+    w->fd = opt.fds[k];
+    w->index = k;
+    Writer* wp = w.get();
+    w->thread = std::thread([this, wp] {
+      GateGuard::MarkLibraryThread();
+      FileHasher hasher;
+      const uint64_t units = (total_ + stripe_ - 1) / stripe_;
+      for (uint64_t c = wp->index; c < units; c += nfiles_) {
+        const uint64_t off = c * stripe_;
+        const uint64_t len = std::min<uint64_t>(stripe_, total_ - off);
+        {
+          std::unique_lock<std::mutex> l(progress_mu_);
+          progress_cv_.wait(l, [&] { return copied_ >= off + len || copy_failed_; });
+          if (copied_ < off + len) return;  // the copy failed: the drain is rolled back
+        }
+        std::vector<iovec> iov;
+        for (const Piece& pc : PiecesOf(off, len)) {
+          iov.push_back({pc.phys->host + pc.offset, pc.len});
+          hasher.Update(pc.phys->host + pc.offset, pc.len);
+        }
+        if (!WriteAll(wp->fd, iov, static_cast<off_t>((c / nfiles_) * stripe_), &wp->error)) {
+          wp->error = "file " + std::to_string(wp->index) + ": " + wp->error;
+          return;
+        }
+      }
+      wp->sum = hasher.Finish();
+    });
+    writers_.push_back(std::move(w));
+  }
+  const auto t_copy = Clock::now();
+  std::string err = CopyOut(opt.threads);
+  out->copy_ms = Ms(t_copy);
+  if (!err.empty()) {
+    UnmapTemporaries();
+    StopWriters();
+    writers_.clear();
+    FreeHost();
+    DestroyStreams();
+    OpenGates();
+    return {err, true};
+  }
+  DestroyStreams();
+  const auto t_rel = Clock::now();
+  err = Release();
+  out->release_ms = Ms(t_rel);
+  if (!err.empty()) return fail(err);
+  state_ = State::kDrained;
+  out->bytes = total_;
+  out->allocations = plan_.size();
+  out->total_ms = Ms(t0);
+  return {};
+}
+
+Outcome Mover::FinishSave(SaveResult* out) {
+  if (state_ != State::kDrained) return {"no drain to finish", false};
+  StopWriters();
+  std::string err;
+  for (auto& w : writers_) {
+    if (err.empty() && !w->error.empty()) err = w->error;
+    out->files.push_back(w->sum);
+  }
+  writers_.clear();
+  out->write_ms = Ms(save_start_);
+  if (!err.empty()) {
+    bool back = RestoreFromHost();
+    return {err, back};
+  }
+  if (nfiles_ > 0) {
+    FreeHost();
+    state_ = State::kSaved;
+  }
+  return {};
+}
+
+bool Mover::RollBackFromHost() {
+  switch (state_.load()) {
+    case State::kRunning:
+      return true;
+    case State::kSaved:
+      return false;
+    case State::kDrained:
+      return RestoreFromHost();
+  }
+  return false;
+}
+
+bool Mover::Abort() {
+  StopWriters();
+  writers_.clear();
+  return RollBackFromHost();
+}
+
+bool Mover::RestoreFromHost() {
+  for (Phys* p : plan_) {
+    if (p->real == 0 && p->host == nullptr) return false;
+  }
+  std::string err = Recreate();
+  if (err.empty()) err = CopyInFromHost(4);
+  DestroyStreams();
+  UnmapTemporaries();
+  if (!err.empty()) return false;
+  BackToRunning();
+  return true;
+}
+
+void Mover::BackToRunning() {
+  DropUnheldReferences(d_, plan_);
+  FreeHost();
+  plan_.clear();
+  sources_.clear();
+  state_ = State::kRunning;
+  OpenGates();
+}
+
+Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
+  const auto t0 = Clock::now();
+  const State s = state_;
+  if (s == State::kRunning) return {"nothing to refill: the job's GPU memory is in place", false};
+  if (s == State::kSaved && opt.fds.empty()) {
+    return {"the job's GPU data is in the drain's files: they must be given", false};
+  }
+  std::string err = Recreate();
+  out->allocate_ms = Ms(t0);
+  const auto t_copy = Clock::now();
+  if (err.empty()) {
+    if (s == State::kDrained) {
+      err = CopyInFromHost(opt.threads);
+    } else {
+      err = CopyInFromFiles(opt.fds, &out->files);
+    }
+  }
+  out->copy_ms = Ms(t_copy);
+  DestroyStreams();
+  UnmapTemporaries();
+  if (err.empty() && s == State::kSaved) {
+    if (!opt.expected.empty() && opt.expected.size() != out->files.size()) {
+      err = "expected " + std::to_string(opt.expected.size()) + " files, got " +
+            std::to_string(out->files.size());
+    }
+    for (size_t i = 0; err.empty() && i < opt.expected.size(); ++i) {
+      if (opt.expected[i].size != out->files[i].size ||
+          opt.expected[i].checksum != out->files[i].checksum) {
+        err = "file " + std::to_string(i) + " does not hold what the checkpoint recorded (size " +
+              std::to_string(out->files[i].size) + ", checksum " + out->files[i].checksum +
+              "; recorded " + std::to_string(opt.expected[i].size) + ", " +
+              opt.expected[i].checksum + ")";
+      }
+    }
+  }
+  // A failed refill keeps the gate shut: the job must not run on memory that is not its own.
+  if (!err.empty()) return {err, false};
+  out->bytes = total_;
+  BackToRunning();
+  out->total_ms = Ms(t0);
+  return {};
+}
+
+}  // namespace cryo::fastpath

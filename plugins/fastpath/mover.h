@@ -1,0 +1,170 @@
+#pragma once
+
+// Moves a job's owned device memory out of the GPU and back, fast: through a small ring of
+// pinned host buffers (the driver's DMA runs at PCIe speed into them) and a pool of threads
+// that copy between the ring and the job's host memory (filling fresh host memory is the slow
+// part, and it scales with threads); to and from files with one writer or reader per file, each
+// hashing what it moves with the store's checksum.
+//
+//   Drain    running -> drained: gate shut, work synchronized, every owned allocation copied to
+//            host memory, its device memory released (the address ranges stay reserved).
+//            With files, writers start as soon as the first bytes are in host memory.
+//   Saved    drained -> saved: the writers are done, the host copies are freed (so CRIU does
+//            not dump them again).
+//   Refill   drained|saved -> running: device memory created and mapped at the same addresses,
+//            the data copied in (from host memory or the files, checked), gate open.
+// A failed drain rolls itself back (refill from host memory) whenever it can.
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "plugins/fastpath/driver.h"
+#include "plugins/fastpath/gate.h"
+#include "plugins/fastpath/registry.h"
+
+namespace cryo::fastpath {
+
+enum class State { kRunning, kDrained, kSaved };
+const char* StateName(State s);
+
+struct FileSum {
+  uint64_t size = 0;
+  std::string checksum;
+};
+
+struct Outcome {
+  std::string error;         // empty: done
+  bool rolled_back = false;  // on error: the job's memory is back on the GPU and it runs on
+  bool ok() const { return error.empty(); }
+};
+
+struct DrainOptions {
+  int threads = 8;
+  std::chrono::milliseconds timeout{10000};
+  uint64_t stripe_bytes = 64ull << 20;
+  std::vector<int> fds;  // the files to save into; empty keeps the data in host memory
+};
+
+struct DrainResult {
+  uint64_t bytes = 0;
+  uint64_t allocations = 0;
+  double quiesce_ms = 0, copy_ms = 0, release_ms = 0, total_ms = 0;
+};
+
+struct SaveResult {
+  std::vector<FileSum> files;
+  double write_ms = 0;
+};
+
+struct RefillOptions {
+  int threads = 8;
+  std::vector<int> fds;           // the drain's files, when the data is only there
+  std::vector<FileSum> expected;  // what each file must be (checked before the gate opens)
+};
+
+struct RefillResult {
+  uint64_t bytes = 0;
+  double allocate_ms = 0, copy_ms = 0, total_ms = 0;
+  std::vector<FileSum> files;
+};
+
+// Tunables, mostly for tests.
+struct MoverConfig {
+  size_t ring_slot_bytes = 64ull << 20;  // one pinned buffer of the drain's ring
+  int ring_slots = 4;
+  size_t read_bytes = 16ull << 20;  // one read (and pinned buffer) of a refill from files
+  bool huge_pages = true;           // madvise(MADV_HUGEPAGE) on host copies
+};
+
+class Mover {
+ public:
+  Mover(const Driver& d, Registry& reg, Gate& gate, CaptureGate& capture, MoverConfig cfg = {})
+      : d_(d), reg_(reg), gate_(gate), capture_(capture), cfg_(cfg) {}
+  ~Mover();
+  Mover(const Mover&) = delete;
+  Mover& operator=(const Mover&) = delete;
+
+  Outcome Drain(const DrainOptions& opt, DrainResult* out);
+  // After a Drain with files: waits for the writers, then frees the host copies. A failure
+  // refills from the host copies (rolled back).
+  Outcome FinishSave(SaveResult* out);
+  Outcome Refill(const RefillOptions& opt, RefillResult* out);
+  // Whatever the state, back to running if the data is still in host memory (a drain whose
+  // caller went away). False when the data is only in files: a refill with them must come.
+  bool RollBackFromHost();
+  // A drain with files whose caller went away: stops the writers and rolls back.
+  bool Abort();
+
+  State state() const { return state_.load(); }
+
+ private:
+  struct Piece {  // bytes [offset, offset + len) of one physical allocation
+    Phys* phys;
+    uint64_t offset;
+    uint64_t len;
+  };
+  struct Writer {
+    int fd = -1;
+    int index = 0;
+    std::thread thread;
+    std::string error;
+    FileSum sum;
+  };
+
+  Outcome Quiesce(std::chrono::milliseconds timeout, double* ms);
+  void OpenGates();
+  bool Plan();
+  std::vector<Piece> PiecesOf(uint64_t stream_off, uint64_t len) const;
+  CUdeviceptr SourceOf(Phys* p);
+  std::string FindSources();
+  std::string MapTemporary(Phys* p);
+  bool RestoreFromHost();
+  void BackToRunning();
+  void UnmapTemporaries();
+  std::string CopyOut(int threads);
+  std::string Release();
+  std::string Recreate();
+  std::string CopyInFromHost(int threads);
+  std::string CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums);
+  void FreeHost();
+  void StopWriters();
+  CUstream StreamFor(CUcontext ctx);
+  void DestroyStreams();
+
+  const Driver& d_;
+  Registry& reg_;
+  Gate& gate_;
+  CaptureGate& capture_;
+  const MoverConfig cfg_;
+  std::atomic<State> state_{State::kRunning};
+
+  // The drained allocations in stream order, and the files' layout. Kept in the process's
+  // memory, which CRIU saves, so a refill after a restore knows where everything goes.
+  std::vector<Phys*> plan_;
+  uint64_t total_ = 0;
+  uint64_t stripe_ = 0;
+  int nfiles_ = 0;
+  std::map<Phys*, CUdeviceptr> temp_maps_;  // physical allocations mapped only for a copy
+  std::map<Phys*, CUdeviceptr> sources_;    // where each one is mapped whole
+  std::map<CUcontext, CUstream> streams_;
+
+  // Copy progress for the writers: stream bytes [0, copied_) are in host memory.
+  std::mutex progress_mu_;
+  std::condition_variable progress_cv_;
+  uint64_t copied_ = 0;
+  bool copy_failed_ = false;
+  std::vector<std::unique_ptr<Writer>> writers_;
+  std::chrono::steady_clock::time_point save_start_;
+};
+
+}  // namespace cryo::fastpath

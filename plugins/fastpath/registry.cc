@@ -1,0 +1,350 @@
+#include "plugins/fastpath/registry.h"
+
+namespace cryo::fastpath {
+namespace {
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+CUmemAccessDesc ReadWrite(int device) {
+  CUmemAccessDesc d{};
+  d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  d.location.id = device;
+  d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return d;
+}
+
+// Restores the calling thread's current context when it goes.
+class CurrentContext {
+ public:
+  CurrentContext(const Driver& d, CUcontext want) : d_(d) {
+    d_.cuCtxGetCurrent(&saved_);
+    if (want != nullptr && want != saved_) changed_ = d_.cuCtxSetCurrent(want) == CUDA_SUCCESS;
+  }
+  ~CurrentContext() {
+    if (changed_) d_.cuCtxSetCurrent(saved_);
+  }
+
+ private:
+  const Driver& d_;
+  CUcontext saved_ = nullptr;
+  bool changed_ = false;
+};
+
+}  // namespace
+
+CUresult Registry::Granularity(const CUmemAllocationProp& prop, size_t* gran) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = granularity_.find(prop.location.id);
+    if (it != granularity_.end()) {
+      *gran = it->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  CUresult r = d_.cuMemGetAllocationGranularity(gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS) return r;
+  if (*gran == 0) return CUDA_ERROR_UNKNOWN;
+  std::lock_guard<std::mutex> l(mu_);
+  granularity_[prop.location.id] = *gran;
+  return CUDA_SUCCESS;
+}
+
+CUcontext Registry::ContextFor(const CUmemAllocationProp& prop) {
+  CUcontext cur = nullptr;
+  CUdevice dev = -1;
+  if (d_.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur != nullptr &&
+      d_.cuCtxGetDevice(&dev) == CUDA_SUCCESS && dev == prop.location.id) {
+    return cur;
+  }
+  // No context of that device is current: its primary context (retained for good; the job's
+  // runtime holds it anyway).
+  CUdevice want = 0;
+  CUcontext primary = nullptr;
+  if (d_.cuDeviceGet(&want, prop.location.id) == CUDA_SUCCESS &&
+      d_.cuDevicePrimaryCtxRetain(&primary, want) == CUDA_SUCCESS) {
+    return primary;
+  }
+  return cur;
+}
+
+CUresult Registry::MemAlloc(CUdeviceptr* dptr, size_t bytes) {
+  if (dptr == nullptr || bytes < min_bytes_ || bytes == 0) return d_.cuMemAlloc_v2(dptr, bytes);
+  CUcontext ctx = nullptr;
+  CUdevice dev = 0;
+  if (d_.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr ||
+      d_.cuCtxGetDevice(&dev) != CUDA_SUCCESS) {
+    return d_.cuMemAlloc_v2(dptr, bytes);  // the driver says what is wrong
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  size_t gran = 0;
+  if (Granularity(prop, &gran) != CUDA_SUCCESS) return d_.cuMemAlloc_v2(dptr, bytes);
+  const size_t padded = RoundUp(bytes, gran);
+
+  std::vector<CUmemAccessDesc> access{ReadWrite(dev)};
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (int peer : peers_[ctx]) access.push_back(ReadWrite(peer));
+  }
+  CUdeviceptr va = 0;
+  CUmemGenericAllocationHandle h = 0;
+  // Any step that fails leaves the allocation to the driver, whose answer the job then gets
+  // (out of memory above all: the same answer either way).
+  if (d_.cuMemAddressReserve(&va, padded, 0, 0, 0) != CUDA_SUCCESS) {
+    return d_.cuMemAlloc_v2(dptr, bytes);
+  }
+  if (d_.cuMemCreate(&h, padded, &prop, 0) != CUDA_SUCCESS) {
+    d_.cuMemAddressFree(va, padded);
+    return d_.cuMemAlloc_v2(dptr, bytes);
+  }
+  if (d_.cuMemMap(va, padded, 0, h, 0) != CUDA_SUCCESS) {
+    d_.cuMemRelease(h);
+    d_.cuMemAddressFree(va, padded);
+    return d_.cuMemAlloc_v2(dptr, bytes);
+  }
+  if (d_.cuMemSetAccess(va, padded, access.data(), access.size()) != CUDA_SUCCESS) {
+    d_.cuMemUnmap(va, padded);
+    d_.cuMemRelease(h);
+    d_.cuMemAddressFree(va, padded);
+    return d_.cuMemAlloc_v2(dptr, bytes);
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  auto p = std::make_unique<Phys>();
+  p->id = next_id_++;
+  p->real = h;
+  p->size = padded;
+  p->prop = prop;
+  p->ctx = ctx;
+  p->ours = true;
+  p->mappings = 1;
+  Phys* raw = p.get();
+  phys_[p->id] = std::move(p);
+  Mapping m;
+  m.va = va;
+  m.size = padded;
+  m.phys = raw;
+  m.access.push_back(access);
+  mappings_[va] = std::move(m);
+  owned_[va] = Owned{va, bytes, padded, raw};
+  contexts_.insert(ctx);
+  *dptr = va;
+  return CUDA_SUCCESS;
+}
+
+CUresult Registry::MemFree(CUdeviceptr dptr) {
+  Owned o;
+  CUmemGenericAllocationHandle real = 0;
+  CUcontext ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = owned_.find(dptr);
+    if (it == owned_.end()) return d_.cuMemFree_v2(dptr);
+    o = it->second;
+    real = o.phys->real;
+    ctx = o.phys->ctx;
+    owned_.erase(it);
+    mappings_.erase(dptr);
+    phys_.erase(o.phys->id);
+  }
+  // cuMemFree waits for the work that may still use the memory; so do we.
+  {
+    CurrentContext cur(d_, ctx);
+    d_.cuCtxSynchronize();
+  }
+  CUresult r = d_.cuMemUnmap(o.va, o.padded);
+  if (real != 0) d_.cuMemRelease(real);
+  d_.cuMemAddressFree(o.va, o.padded);
+  return r;
+}
+
+CUresult Registry::MemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                             const CUmemAllocationProp* prop, unsigned long long flags) {
+  CUmemGenericAllocationHandle real = 0;
+  CUresult r = d_.cuMemCreate(&real, size, prop, flags);
+  if (r != CUDA_SUCCESS || handle == nullptr || prop == nullptr) {
+    if (handle != nullptr) *handle = real;
+    return r;
+  }
+  // Device memory only: host allocations are the process's memory, which CRIU saves.
+  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    *handle = real;
+    return r;
+  }
+  CUcontext ctx = ContextFor(*prop);
+  std::lock_guard<std::mutex> l(mu_);
+  auto p = std::make_unique<Phys>();
+  p->id = next_id_++;
+  p->real = real;
+  p->size = size;
+  p->prop = *prop;
+  p->ctx = ctx;
+  p->job_refs = 1;
+  *handle = kHandleTag | p->id;
+  phys_[p->id] = std::move(p);
+  if (ctx != nullptr) contexts_.insert(ctx);
+  return CUDA_SUCCESS;
+}
+
+Phys* Registry::FindByJobHandle(CUmemGenericAllocationHandle h) {
+  if ((h & kHandleMask) != kHandleTag) return nullptr;
+  auto it = phys_.find(h & ~kHandleMask);
+  return it == phys_.end() || it->second->ours ? nullptr : it->second.get();
+}
+
+Mapping* Registry::FindMapping(CUdeviceptr addr) {
+  auto it = mappings_.upper_bound(addr);
+  if (it == mappings_.begin()) return nullptr;
+  --it;
+  return addr < it->second.va + it->second.size ? &it->second : nullptr;
+}
+
+void Registry::DropIfUnused(Phys* p) {
+  if (!p->ours && p->job_refs <= 0 && p->mappings <= 0) phys_.erase(p->id);
+}
+
+CUresult Registry::MemRelease(CUmemGenericAllocationHandle handle) {
+  if ((handle & kHandleMask) != kHandleTag) return d_.cuMemRelease(handle);
+  std::lock_guard<std::mutex> l(mu_);
+  Phys* p = FindByJobHandle(handle);
+  if (p == nullptr || p->job_refs <= 0) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = CUDA_SUCCESS;
+  // The library keeps one driver reference while the job holds any: the last one goes now.
+  if (--p->job_refs == 0 && p->real != 0) r = d_.cuMemRelease(p->real);
+  DropIfUnused(p);
+  return r;
+}
+
+CUresult Registry::MemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                          CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  if ((handle & kHandleMask) != kHandleTag) return d_.cuMemMap(ptr, size, offset, handle, flags);
+  std::lock_guard<std::mutex> l(mu_);
+  Phys* p = FindByJobHandle(handle);
+  if (p == nullptr || p->job_refs <= 0) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = d_.cuMemMap(ptr, size, offset, p->real, flags);
+  if (r != CUDA_SUCCESS) return r;
+  Mapping m;
+  m.va = ptr;
+  m.size = size;
+  m.offset = offset;
+  m.phys = p;
+  mappings_[ptr] = std::move(m);
+  p->mappings++;
+  return r;
+}
+
+CUresult Registry::MemUnmap(CUdeviceptr ptr, size_t size) {
+  std::lock_guard<std::mutex> l(mu_);
+  // cudaMalloc memory cannot be unmapped through this API; the library's backing of it must
+  // not change that.
+  for (auto it = mappings_.lower_bound(ptr); it != mappings_.end() && it->first < ptr + size;
+       ++it) {
+    if (it->second.phys->ours) return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (Mapping* m = FindMapping(ptr); m != nullptr && m->phys->ours) return CUDA_ERROR_INVALID_VALUE;
+  CUresult r = d_.cuMemUnmap(ptr, size);
+  if (r != CUDA_SUCCESS) return r;
+  for (auto it = mappings_.lower_bound(ptr); it != mappings_.end() && it->first < ptr + size;) {
+    Phys* p = it->second.phys;
+    it = mappings_.erase(it);
+    p->mappings--;
+    DropIfUnused(p);
+  }
+  return r;
+}
+
+CUresult Registry::MemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                size_t count) {
+  CUresult r = d_.cuMemSetAccess(ptr, size, desc, count);
+  if (r != CUDA_SUCCESS || desc == nullptr) return r;
+  std::lock_guard<std::mutex> l(mu_);
+  Mapping* first = FindMapping(ptr);
+  auto it = first != nullptr ? mappings_.find(first->va) : mappings_.lower_bound(ptr);
+  for (; it != mappings_.end() && it->first < ptr + size; ++it) {
+    it->second.access.emplace_back(desc, desc + count);
+  }
+  return r;
+}
+
+CUresult Registry::MemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  std::lock_guard<std::mutex> l(mu_);
+  Mapping* m = FindMapping(reinterpret_cast<CUdeviceptr>(addr));
+  if (m == nullptr) return d_.cuMemRetainAllocationHandle(handle, addr);
+  Phys* p = m->phys;
+  // cudaMalloc memory has no allocation handle for the job, as with the driver.
+  if (p->ours || handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (p->job_refs == 0) {
+    // The job had let its handle go (the mapping kept the memory): take a driver reference again.
+    CUmemGenericAllocationHandle again = 0;
+    CUresult r = d_.cuMemRetainAllocationHandle(&again, addr);
+    if (r != CUDA_SUCCESS) return r;
+  }
+  p->job_refs++;
+  *handle = kHandleTag | p->id;
+  return CUDA_SUCCESS;
+}
+
+CUmemGenericAllocationHandle Registry::Translate(CUmemGenericAllocationHandle handle) {
+  std::lock_guard<std::mutex> l(mu_);
+  Phys* p = FindByJobHandle(handle);
+  return p != nullptr ? p->real : handle;
+}
+
+void Registry::MarkExported(CUmemGenericAllocationHandle job_handle) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (Phys* p = FindByJobHandle(job_handle)) p->exported = true;
+}
+
+bool Registry::OwnedRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = owned_.upper_bound(ptr);
+  if (it == owned_.begin()) return false;
+  --it;
+  if (ptr >= it->second.va + it->second.requested) return false;
+  if (base != nullptr) *base = it->second.va;
+  if (size != nullptr) *size = it->second.requested;
+  return true;
+}
+
+bool Registry::InOwnedPadding(CUdeviceptr ptr) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = owned_.upper_bound(ptr);
+  if (it == owned_.begin()) return false;
+  --it;
+  return ptr >= it->second.va + it->second.requested && ptr < it->second.va + it->second.padded;
+}
+
+void Registry::PeerAccessEnabled(CUcontext peer, CUdevice accessor) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!peers_[peer].insert(accessor).second) return;
+  const CUmemAccessDesc desc = ReadWrite(accessor);
+  for (auto& [va, o] : owned_) {
+    if (o.phys->ctx != peer) continue;
+    if (d_.cuMemSetAccess(va, o.padded, &desc, 1) == CUDA_SUCCESS) {
+      mappings_[va].access.push_back({desc});
+    }
+  }
+}
+
+RegistryStats Registry::Stats() {
+  std::lock_guard<std::mutex> l(mu_);
+  RegistryStats s;
+  for (const auto& [id, p] : phys_) {
+    if (p->exported) {
+      s.foreign_allocations++;
+      continue;
+    }
+    s.owned_bytes += p->size;
+    s.owned_allocations++;
+    if (p->ours) s.owned_cumemalloc++;
+  }
+  return s;
+}
+
+std::set<CUcontext> Registry::contexts() {
+  std::lock_guard<std::mutex> l(mu_);
+  return contexts_;
+}
+
+}  // namespace cryo::fastpath

@@ -1,0 +1,137 @@
+#pragma once
+
+// What the fast-path library knows of a job's device memory, and the bodies of the CUDA calls
+// that change it. Two kinds of memory are owned, i.e. moved by the library instead of the driver:
+//  - cuMemAlloc (cudaMalloc) allocations of at least min_bytes: the library backs them with the
+//    virtual memory management API (a reserved address range, a physical allocation mapped on
+//    it), so that the physical memory can be released and created again at the same address;
+//  - memory the job itself created with cuMemCreate and mapped with cuMemMap (PyTorch's
+//    expandable segments, NCCL's cuMem path). The job gets a handle of the library's making
+//    for each such allocation, so the driver's handle may change under it.
+// Everything else (smaller cuMemAlloc, stream-ordered pools, managed memory, imported or exported
+// memory) is left to the driver's checkpoint, exactly as without the library.
+//
+// Thread-safe: one mutex over the tables. The callers hold the gate (gate.h) around the calls
+// that change the tables, so nothing changes while memory is moved.
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "plugins/fastpath/driver.h"
+
+namespace cryo::fastpath {
+
+// One physical allocation the library tracks.
+struct Phys {
+  uint64_t id = 0;
+  CUmemGenericAllocationHandle real = 0;  // the driver's handle; 0 while moved out
+  size_t size = 0;
+  CUmemAllocationProp prop{};
+  CUcontext ctx = nullptr;  // for copies; the device's primary context when none was current
+  bool ours = false;        // made by the library for an owned cuMemAlloc
+  int job_refs = 0;         // the job's references to its handle (not for ours)
+  bool exported = false;    // its shareable handle left the process: the driver's to move
+  int mappings = 0;         // how many Mapping entries name it
+  // Where its bytes are while it is moved out.
+  char* host = nullptr;        // a host copy (mmap), or null when only in files
+  uint64_t stream_offset = 0;  // its place in the drain's byte stream
+};
+
+// One mapping of (part of) a physical allocation at a virtual address.
+struct Mapping {
+  CUdeviceptr va = 0;
+  size_t size = 0;
+  size_t offset = 0;  // into the physical allocation
+  Phys* phys = nullptr;
+  // cuMemSetAccess calls that covered this mapping, in order, replayed after a refill.
+  std::vector<std::vector<CUmemAccessDesc>> access;
+};
+
+// A cuMemAlloc the library serves.
+struct Owned {
+  CUdeviceptr va = 0;
+  size_t requested = 0;
+  size_t padded = 0;
+  Phys* phys = nullptr;
+};
+
+struct RegistryStats {
+  uint64_t owned_bytes = 0;          // physical bytes the library would move
+  uint64_t owned_allocations = 0;    // physical allocations the library would move
+  uint64_t owned_cumemalloc = 0;     // of those, cuMemAlloc served by the library
+  uint64_t foreign_allocations = 0;  // tracked but the driver's to move (exported)
+};
+
+class Registry {
+ public:
+  // Handles the library gives the job for its own cuMemCreate: never a real handle's value
+  // (those are small numbers or user-space addresses), so untranslated handles pass through.
+  static constexpr uint64_t kHandleTag = 0xcf00000000000000ull;
+  static constexpr uint64_t kHandleMask = 0xff00000000000000ull;
+
+  Registry(const Driver& d, size_t min_bytes) : d_(d), min_bytes_(min_bytes) {}
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // The job's calls, with the driver's semantics.
+  CUresult MemAlloc(CUdeviceptr* dptr, size_t bytes);
+  CUresult MemFree(CUdeviceptr dptr);
+  CUresult MemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long flags);
+  CUresult MemRelease(CUmemGenericAllocationHandle handle);
+  CUresult MemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags);
+  CUresult MemUnmap(CUdeviceptr ptr, size_t size);
+  CUresult MemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count);
+  CUresult MemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr);
+  // The driver's handle for one the job holds (itself when not the library's).
+  CUmemGenericAllocationHandle Translate(CUmemGenericAllocationHandle handle);
+  void MarkExported(CUmemGenericAllocationHandle job_handle);
+  // An owned cuMemAlloc containing ptr (its requested range): base and size.
+  bool OwnedRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size);
+  // Whether ptr lies in an owned cuMemAlloc's padding (not valid memory for the job).
+  bool InOwnedPadding(CUdeviceptr ptr);
+  // After cuCtxEnablePeerAccess(peer) from a context on `accessor`: owned memory of `peer`
+  // becomes accessible from `accessor`, as the driver does for cuMemAlloc memory.
+  void PeerAccessEnabled(CUcontext peer, CUdevice accessor);
+
+  RegistryStats Stats();
+  size_t min_bytes() const { return min_bytes_; }
+
+  // For the mover. Hold lock() while using the tables.
+  std::mutex& mu() { return mu_; }
+  std::map<uint64_t, std::unique_ptr<Phys>>& phys() { return phys_; }
+  std::map<CUdeviceptr, Mapping>& mappings() { return mappings_; }
+  // Contexts seen, for synchronizing before a drain.
+  std::set<CUcontext> contexts();
+  // Whether the job holds a reference through its handle (then the library holds a driver
+  // reference for it, which a refill must take again).
+  static bool HoldsReference(const Phys& p) { return p.ours || p.job_refs > 0; }
+
+ private:
+  Phys* FindByJobHandle(CUmemGenericAllocationHandle h);
+  Mapping* FindMapping(CUdeviceptr addr);
+  void DropIfUnused(Phys* p);
+  CUcontext ContextFor(const CUmemAllocationProp& prop);
+  CUresult Granularity(const CUmemAllocationProp& prop, size_t* gran);
+
+  const Driver& d_;
+  const size_t min_bytes_;
+  std::mutex mu_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::unique_ptr<Phys>> phys_;
+  std::map<CUdeviceptr, Mapping> mappings_;
+  std::map<CUdeviceptr, Owned> owned_;
+  std::map<int, size_t> granularity_;         // per device
+  std::map<CUcontext, std::set<int>> peers_;  // owner context -> devices that may access it
+  std::set<CUcontext> contexts_;
+};
+
+}  // namespace cryo::fastpath

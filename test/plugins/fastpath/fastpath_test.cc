@@ -1,0 +1,467 @@
+// The fast-path library's bookkeeping and its moves, over the fake CUDA driver in-process: what
+// it owns, the handles the job sees, a drain that frees the (fake) GPU and a refill that puts
+// every byte back at the same address, files with the store's checksums, and the failures that
+// must leave the job's memory intact.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "daemon/store/checksum.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "plugins/fastpath/gate.h"
+#include "plugins/fastpath/mover.h"
+#include "plugins/fastpath/registry.h"
+#include "test/fakes/cuda/fake_cuda.h"
+
+namespace cryo::fastpath {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr size_t kMiB = 1 << 20;
+
+uint64_t Word(uint64_t seed, size_t i) { return (seed * 0x9E3779B97F4A7C15ull) ^ (i * 31 + 7); }
+
+void Fill(CUdeviceptr p, size_t bytes, uint64_t seed) {
+  auto* w = reinterpret_cast<uint64_t*>(p);
+  for (size_t i = 0; i < bytes / 8; ++i) w[i] = Word(seed, i);
+}
+
+bool Holds(CUdeviceptr p, size_t bytes, uint64_t seed) {
+  auto* w = reinterpret_cast<const uint64_t*>(p);
+  for (size_t i = 0; i < bytes / 8; ++i) {
+    if (w[i] != Word(seed, i)) return false;
+  }
+  return true;
+}
+
+class FastpathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    d_ = testing::FakeDriver();
+    CUcontext c = nullptr;
+    ASSERT_EQ(d_.cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+    ASSERT_EQ(d_.cuCtxSetCurrent(c), CUDA_SUCCESS);
+    base_used_ = fake_cuda_used_bytes(0);
+    reg_ = std::make_unique<Registry>(d_, 2 * kMiB);
+    MoverConfig cfg;
+    cfg.ring_slot_bytes = 4 * kMiB;  // small, so that copies go through the ring many times
+    cfg.read_bytes = 2 * kMiB;
+    mover_ = std::make_unique<Mover>(d_, *reg_, gate_, capture_, cfg);
+    dir_ = std::filesystem::temp_directory_path() /
+           ("cryo-fastpath-test-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  uint64_t Used() { return fake_cuda_used_bytes(0) - base_used_; }
+
+  // A job's own VMM allocation (as PyTorch's expandable segments make them), through the
+  // library: reserve, create, map, allow access.
+  CUdeviceptr JobVmm(size_t bytes, CUmemGenericAllocationHandle* handle) {
+    CUdeviceptr va = 0;
+    EXPECT_EQ(d_.cuMemAddressReserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    EXPECT_EQ(reg_->MemCreate(handle, bytes, &prop, 0), CUDA_SUCCESS);
+    EXPECT_EQ(reg_->MemMap(va, bytes, 0, *handle, 0), CUDA_SUCCESS);
+    CUmemAccessDesc a{};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = 0;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    EXPECT_EQ(reg_->MemSetAccess(va, bytes, &a, 1), CUDA_SUCCESS);
+    return va;
+  }
+
+  std::vector<int> OpenFiles(int n, int flags) {
+    std::vector<int> fds;
+    for (int i = 0; i < n; ++i) {
+      std::string p = (dir_ / ("part-" + std::to_string(i))).string();
+      fds.push_back(::open(p.c_str(), flags | O_CLOEXEC, 0600));
+      EXPECT_GE(fds.back(), 0) << p;
+    }
+    return fds;
+  }
+  static void CloseAll(const std::vector<int>& fds) {
+    for (int f : fds) ::close(f);
+  }
+
+  Driver d_;
+  uint64_t base_used_ = 0;
+  Gate gate_;
+  CaptureGate capture_;
+  std::unique_ptr<Registry> reg_;
+  std::unique_ptr<Mover> mover_;
+  std::filesystem::path dir_;
+};
+
+TEST_F(FastpathTest, ALargeCudaMallocIsOwnedAndAnswersQueriesWithTheSizeAskedFor) {
+  CUdeviceptr p = 0;
+  const size_t asked = 3 * kMiB + 100;
+  ASSERT_EQ(reg_->MemAlloc(&p, asked), CUDA_SUCCESS);
+  RegistryStats st = reg_->Stats();
+  EXPECT_EQ(st.owned_allocations, 1u);
+  EXPECT_EQ(st.owned_cumemalloc, 1u);
+  EXPECT_EQ(st.owned_bytes, 4 * kMiB) << "backed in whole 2 MiB granules";
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  ASSERT_TRUE(reg_->OwnedRange(p + 1000, &base, &size));
+  EXPECT_EQ(base, p);
+  EXPECT_EQ(size, asked);
+  EXPECT_TRUE(reg_->InOwnedPadding(p + asked + 8));
+  EXPECT_FALSE(reg_->InOwnedPadding(p + asked - 8));
+  Fill(p, 3 * kMiB, 1);  // the memory is there and writable
+  EXPECT_EQ(reg_->MemFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(reg_->Stats().owned_allocations, 0u);
+  EXPECT_EQ(Used(), 0u);
+}
+
+TEST_F(FastpathTest, SmallAllocationsStayWithTheDriver) {
+  CUdeviceptr p = 0;
+  ASSERT_EQ(reg_->MemAlloc(&p, 64 << 10), CUDA_SUCCESS);
+  EXPECT_EQ(reg_->Stats().owned_allocations, 0u);
+  EXPECT_FALSE(reg_->OwnedRange(p, nullptr, nullptr));
+  EXPECT_EQ(reg_->MemFree(p), CUDA_SUCCESS);
+}
+
+TEST_F(FastpathTest, TheJobsOwnVmmHandlesAreTheLibrarysAndKeepTheDriversSemantics) {
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = JobVmm(4 * kMiB, &h);
+  EXPECT_EQ(h & Registry::kHandleMask, Registry::kHandleTag);
+  EXPECT_NE(reg_->Translate(h), h);
+  CUmemAllocationProp prop{};
+  // A handle the job never got from the library passes through untouched.
+  EXPECT_EQ(reg_->Translate(0x1234), 0x1234u);
+  Fill(va, 4 * kMiB, 2);
+  CUmemGenericAllocationHandle again = 0;
+  ASSERT_EQ(reg_->MemRetainAllocationHandle(&again, reinterpret_cast<void*>(va + 5)), CUDA_SUCCESS);
+  EXPECT_EQ(again, h);
+  // Two references now; releasing both while mapped keeps the memory (the mapping holds it).
+  EXPECT_EQ(reg_->MemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(reg_->MemRelease(h), CUDA_SUCCESS);
+  EXPECT_EQ(reg_->MemRelease(h), CUDA_ERROR_INVALID_VALUE) << "no reference left";
+  EXPECT_TRUE(Holds(va, 4 * kMiB, 2));
+  EXPECT_EQ(Used(), 4 * kMiB);
+  EXPECT_EQ(reg_->MemUnmap(va, 4 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(Used(), 0u) << "unmapped and released: freed";
+  EXPECT_EQ(reg_->Stats().owned_allocations, 0u);
+  d_.cuMemAddressFree(va, 4 * kMiB);
+  (void)prop;
+}
+
+TEST_F(FastpathTest, ACudaMallocPointerCannotBeUnmappedOrExported) {
+  CUdeviceptr p = 0;
+  ASSERT_EQ(reg_->MemAlloc(&p, 4 * kMiB), CUDA_SUCCESS);
+  EXPECT_EQ(reg_->MemUnmap(p, 4 * kMiB), CUDA_ERROR_INVALID_VALUE);
+  CUmemGenericAllocationHandle h = 0;
+  EXPECT_EQ(reg_->MemRetainAllocationHandle(&h, reinterpret_cast<void*>(p)),
+            CUDA_ERROR_INVALID_VALUE);
+  Fill(p, 4 * kMiB, 3);  // still mapped
+  EXPECT_EQ(reg_->MemFree(p), CUDA_SUCCESS);
+}
+
+// The job's memory: two cudaMallocs, one of its own VMM allocations, one small allocation.
+struct JobMemory {
+  CUdeviceptr a = 0, b = 0, vmm = 0, small = 0;
+  CUmemGenericAllocationHandle h = 0;
+};
+
+class FastpathMoveTest : public FastpathTest {
+ protected:
+  JobMemory Allocate() {
+    JobMemory m;
+    EXPECT_EQ(reg_->MemAlloc(&m.a, 8 * kMiB), CUDA_SUCCESS);
+    EXPECT_EQ(reg_->MemAlloc(&m.b, 6 * kMiB), CUDA_SUCCESS);
+    m.vmm = JobVmm(10 * kMiB, &m.h);
+    EXPECT_EQ(reg_->MemAlloc(&m.small, 64 << 10), CUDA_SUCCESS);
+    Fill(m.a, 8 * kMiB, 11);
+    Fill(m.b, 6 * kMiB, 12);
+    Fill(m.vmm, 10 * kMiB, 13);
+    Fill(m.small, 64 << 10, 14);
+    return m;
+  }
+  void ExpectIntact(const JobMemory& m) {
+    EXPECT_TRUE(Holds(m.a, 8 * kMiB, 11));
+    EXPECT_TRUE(Holds(m.b, 6 * kMiB, 12));
+    EXPECT_TRUE(Holds(m.vmm, 10 * kMiB, 13));
+    EXPECT_TRUE(Holds(m.small, 64 << 10, 14));
+  }
+  void Free(const JobMemory& m) {
+    reg_->MemFree(m.a);
+    reg_->MemFree(m.b);
+    reg_->MemFree(m.small);
+    reg_->MemUnmap(m.vmm, 10 * kMiB);
+    reg_->MemRelease(m.h);
+    d_.cuMemAddressFree(m.vmm, 10 * kMiB);
+  }
+};
+
+TEST_F(FastpathMoveTest, ADrainFreesTheGpuAndARefillPutsEveryByteBackAtTheSameAddresses) {
+  JobMemory m = Allocate();
+  EXPECT_EQ(Used(), 24 * kMiB + (64 << 10));
+  DrainOptions opt;
+  opt.threads = 3;
+  DrainResult r;
+  Outcome o = mover_->Drain(opt, &r);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(mover_->state(), State::kDrained);
+  EXPECT_EQ(r.bytes, 24 * kMiB);
+  EXPECT_EQ(r.allocations, 3u);
+  EXPECT_EQ(Used(), 64u << 10) << "only what the library does not own is left on the GPU";
+  EXPECT_TRUE(gate_.shut());
+  RefillResult rr;
+  o = mover_->Refill(RefillOptions{}, &rr);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  EXPECT_FALSE(gate_.shut());
+  EXPECT_EQ(Used(), 24 * kMiB + (64 << 10));
+  ExpectIntact(m);
+  // The job's handle still works after its memory was made anew.
+  CUmemGenericAllocationHandle again = 0;
+  EXPECT_EQ(reg_->MemRetainAllocationHandle(&again, reinterpret_cast<void*>(m.vmm)), CUDA_SUCCESS);
+  EXPECT_EQ(again, m.h);
+  EXPECT_EQ(reg_->MemRelease(again), CUDA_SUCCESS);
+  Free(m);
+  EXPECT_EQ(Used(), 0u);
+}
+
+TEST_F(FastpathMoveTest, FilesCarryTheStoresChecksumsAndRefillFromThem) {
+  JobMemory m = Allocate();
+  // 24 MiB over 4 MiB... the stripe must be the store's checksum chunk (64 MiB): one unit, in
+  // file 0; files 1 and 2 stay empty and still get a checksum.
+  std::vector<int> out = OpenFiles(3, O_WRONLY | O_CREAT | O_TRUNC);
+  DrainOptions opt;
+  opt.fds = out;
+  DrainResult r;
+  ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+  SaveResult s;
+  Outcome o = mover_->FinishSave(&s);
+  ASSERT_TRUE(o.ok()) << o.error;
+  CloseAll(out);
+  EXPECT_EQ(mover_->state(), State::kSaved);
+  ASSERT_EQ(s.files.size(), 3u);
+  uint64_t total = 0;
+  for (int i = 0; i < 3; ++i) {
+    auto want = HashFile((dir_ / ("part-" + std::to_string(i))).string());
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ(s.files[i].size, want->size) << i;
+    EXPECT_EQ(s.files[i].checksum, want->checksum) << i;
+    total += s.files[i].size;
+  }
+  EXPECT_EQ(total, 24 * kMiB);
+  EXPECT_EQ(Used(), 64u << 10);
+
+  // Without the files there is nothing to refill from.
+  RefillResult rr;
+  EXPECT_THAT(mover_->Refill(RefillOptions{}, &rr).error, HasSubstr("must be given"));
+  std::vector<int> in = OpenFiles(3, O_RDONLY);
+  RefillOptions ro;
+  ro.fds = in;
+  ro.expected = s.files;
+  o = mover_->Refill(ro, &rr);
+  CloseAll(in);
+  ASSERT_TRUE(o.ok()) << o.error;
+  ExpectIntact(m);
+  EXPECT_FALSE(gate_.shut());
+  Free(m);
+}
+
+TEST_F(FastpathMoveTest, ManyUnitsStripeOverTheFilesAndComeBackInOrder) {
+  // 200 MiB: units of 64 MiB go to files 0, 1, 0, 1 (the last one 8 MiB).
+  std::vector<CUdeviceptr> ps(5);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ASSERT_EQ(reg_->MemAlloc(&ps[i], 40 * kMiB), CUDA_SUCCESS);
+    Fill(ps[i], 40 * kMiB, 100 + i);
+  }
+  std::vector<int> out = OpenFiles(2, O_WRONLY | O_CREAT | O_TRUNC);
+  DrainOptions opt;
+  opt.fds = out;
+  opt.threads = 4;
+  DrainResult r;
+  ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+  SaveResult s;
+  ASSERT_TRUE(mover_->FinishSave(&s).ok());
+  CloseAll(out);
+  ASSERT_EQ(s.files.size(), 2u);
+  EXPECT_EQ(s.files[0].size, 128 * kMiB);
+  EXPECT_EQ(s.files[1].size, 72 * kMiB);
+  std::vector<int> in = OpenFiles(2, O_RDONLY);
+  RefillOptions ro;
+  ro.fds = in;
+  ro.expected = s.files;
+  RefillResult rr;
+  Outcome o = mover_->Refill(ro, &rr);
+  CloseAll(in);
+  ASSERT_TRUE(o.ok()) << o.error;
+  for (size_t i = 0; i < ps.size(); ++i) {
+    EXPECT_TRUE(Holds(ps[i], 40 * kMiB, 100 + i)) << i;
+    reg_->MemFree(ps[i]);
+  }
+}
+
+TEST_F(FastpathMoveTest, ADamagedFileIsRefusedAndTheJobStaysHeld) {
+  JobMemory m = Allocate();
+  std::vector<int> out = OpenFiles(1, O_WRONLY | O_CREAT | O_TRUNC);
+  DrainOptions opt;
+  opt.fds = out;
+  DrainResult r;
+  ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+  SaveResult s;
+  ASSERT_TRUE(mover_->FinishSave(&s).ok());
+  CloseAll(out);
+  const std::string path = (dir_ / "part-0").string();
+  int fd = ::open(path.c_str(), O_RDWR);
+  char c = 0;
+  ASSERT_EQ(::pread(fd, &c, 1, 5 * kMiB), 1);
+  c ^= 0x40;
+  ASSERT_EQ(::pwrite(fd, &c, 1, 5 * kMiB), 1);
+  std::vector<int> in = OpenFiles(1, O_RDONLY);
+  RefillOptions ro;
+  ro.fds = in;
+  ro.expected = s.files;
+  RefillResult rr;
+  Outcome o = mover_->Refill(ro, &rr);
+  CloseAll(in);
+  EXPECT_THAT(o.error, HasSubstr("does not hold what the checkpoint recorded"));
+  EXPECT_TRUE(gate_.shut()) << "the job must not run on memory that is not its own";
+  EXPECT_NE(mover_->state(), State::kRunning);
+  // Mended, the same files refill.
+  c ^= 0x40;
+  ASSERT_EQ(::pwrite(fd, &c, 1, 5 * kMiB), 1);
+  ::close(fd);
+  in = OpenFiles(1, O_RDONLY);
+  ro.fds = in;
+  o = mover_->Refill(ro, &rr);
+  CloseAll(in);
+  ASSERT_TRUE(o.ok()) << o.error;
+  ExpectIntact(m);
+  Free(m);
+}
+
+TEST_F(FastpathMoveTest, ACallThatDoesNotLeaveInTimeCancelsTheDrainAndTouchesNothing) {
+  JobMemory m = Allocate();
+  std::atomic<bool> release{false};
+  std::atomic<bool> inside{false};
+  std::thread job([&] {
+    GateGuard g(gate_);  // a job call in flight (a long synchronous copy, say)
+    inside = true;
+    while (!release) std::this_thread::yield();
+  });
+  while (!inside) std::this_thread::yield();
+  DrainOptions opt;
+  opt.timeout = std::chrono::milliseconds(50);
+  DrainResult r;
+  Outcome o = mover_->Drain(opt, &r);
+  EXPECT_THAT(o.error, HasSubstr("still in flight"));
+  EXPECT_TRUE(o.rolled_back);
+  EXPECT_FALSE(gate_.shut());
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  release = true;
+  job.join();
+  ExpectIntact(m);
+  EXPECT_EQ(Used(), 24 * kMiB + (64 << 10));
+  Free(m);
+}
+
+TEST_F(FastpathMoveTest, ACallMadeWhileDrainedWaitsAndRunsAfterTheRefill) {
+  JobMemory m = Allocate();
+  DrainResult r;
+  ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
+  std::atomic<bool> refilling{false};
+  std::atomic<bool> saw_refilling{false};
+  std::atomic<bool> intact{false};
+  std::thread job([&] {
+    GateGuard g(gate_);
+    saw_refilling = refilling.load();
+    intact = Holds(m.a, 8 * kMiB, 11);  // what a kernel would read
+  });
+  refilling = true;
+  RefillResult rr;
+  ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
+  job.join();
+  EXPECT_TRUE(saw_refilling) << "the call ran before the memory was back";
+  EXPECT_TRUE(intact);
+  Free(m);
+}
+
+TEST_F(FastpathMoveTest, AGraphCaptureInProgressHoldsTheDrainBackUntilItEnds) {
+  JobMemory m = Allocate();
+  capture_.Began();
+  DrainOptions opt;
+  opt.timeout = std::chrono::milliseconds(50);
+  DrainResult r;
+  Outcome o = mover_->Drain(opt, &r);
+  EXPECT_THAT(o.error, HasSubstr("graph capture"));
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  opt.timeout = std::chrono::seconds(30);
+  std::thread ender([&] { capture_.Ended(); });
+  o = mover_->Drain(opt, &r);
+  ender.join();
+  ASSERT_TRUE(o.ok()) << o.error;
+  RefillResult rr;
+  ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
+  ExpectIntact(m);
+  Free(m);
+}
+
+TEST_F(FastpathMoveTest, ExportedMemoryIsLeftToTheDriver) {
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = JobVmm(4 * kMiB, &h);
+  reg_->MarkExported(h);
+  EXPECT_EQ(reg_->Stats().foreign_allocations, 1u);
+  EXPECT_EQ(reg_->Stats().owned_allocations, 0u);
+  DrainResult r;
+  ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
+  EXPECT_EQ(r.bytes, 0u);
+  EXPECT_EQ(Used(), 4 * kMiB);
+  RefillResult rr;
+  ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
+  reg_->MemUnmap(va, 4 * kMiB);
+  reg_->MemRelease(h);
+  d_.cuMemAddressFree(va, 4 * kMiB);
+}
+
+TEST_F(FastpathMoveTest, ASecondDrainIsRefusedAndAbortRollsBack) {
+  JobMemory m = Allocate();
+  DrainResult r;
+  ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
+  Outcome o = mover_->Drain(DrainOptions{}, &r);
+  EXPECT_THAT(o.error, HasSubstr("already out"));
+  // The caller went away: back to the GPU from the job's memory.
+  EXPECT_TRUE(mover_->Abort());
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  EXPECT_FALSE(gate_.shut());
+  ExpectIntact(m);
+  Free(m);
+}
+
+TEST(GateTest, ShutWaitsForCallsInsideAndOpenLetsWaitersGo) {
+  Gate g;
+  g.Enter();
+  EXPECT_FALSE(g.Shut(std::chrono::milliseconds(10))) << "a call is inside";
+  EXPECT_FALSE(g.shut()) << "a failed shut opens again";
+  g.Leave();
+  EXPECT_TRUE(g.Shut(std::chrono::milliseconds(1000)));
+  std::atomic<bool> passed{false};
+  std::thread t([&] {
+    g.Enter();
+    passed = true;
+    g.Leave();
+  });
+  g.Open();
+  t.join();
+  EXPECT_TRUE(passed);
+}
+
+}  // namespace
+}  // namespace cryo::fastpath
