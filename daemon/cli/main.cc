@@ -282,8 +282,12 @@ int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
     std::cout << "checkpoint " << c.checkpoint_id() << ": " << human::Bytes(c.size_bytes())
               << " in " << c.file_count() << " files, pid " << c.root_pid() << " ("
               << (c.leave_running() ? "left running" : "stopped") << ")\n"
-              << "  stages: " << Ms(c.stage_ms()) << "\n"
-              << "  stored: " << c.store_path() << "\n";
+              << "  stages: " << Ms(c.stage_ms()) << "\n";
+    if (c.gpu_fastpath_bytes() > 0) {
+      std::cout << "  gpu:    " << human::Bytes(c.gpu_fastpath_bytes()) << " by the fast path, "
+                << human::Bytes(c.gpu_driver_bytes()) << " by the driver\n";
+    }
+    std::cout << "  stored: " << c.store_path() << "\n";
   }
   return 0;
 }
@@ -509,6 +513,9 @@ int Node(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
     std::cout << "plugin:   " << p.name() << " " << p.version() << " "
               << (p.available() ? "available" : "unavailable") << " " << p.detail() << "\n";
   }
+  std::cout << "fastpath: " << (n.gpu_fast_path_enabled() ? "on" : "off") << ", library "
+            << (n.gpu_fast_path_library().empty() ? "(none configured)" : n.gpu_fast_path_library())
+            << (n.gpu_fast_path_library_present() ? "" : " (not installed)") << "\n";
   for (const auto& gpu : n.gpus()) {
     std::cout << "gpu:      " << gpu.uuid() << " " << gpu.name() << " "
               << human::Bytes(gpu.memory_free_bytes()) << " free of "

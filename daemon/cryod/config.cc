@@ -159,6 +159,17 @@ const std::vector<Key>& Keys() {
       Str("gpu_thp_during_checkpoint",
           "transparent huge pages mode while GPU memory is copied out (\"always\" or empty)",
           &Config::gpu_thp_during_checkpoint),
+      Bool("gpu_fast_path",
+           "jobs that run the fast-path library move their GPU memory themselves (docs/gpu.md)",
+           &Config::gpu_fast_path),
+      Int("gpu_fast_path_threads", "fast path: copy threads per process; 0 is one per core",
+          &Config::gpu_fast_path_threads),
+      Int("gpu_fast_path_writers",
+          "fast path: files written in parallel per process (direct I/O); 0 leaves the data to "
+          "CRIU",
+          &Config::gpu_fast_path_writers),
+      Str("gpu_fast_path_library", "where the fast-path library is installed on this node",
+          &Config::gpu_fast_path_library),
       Int("shutdown_grace_s", "on SIGTERM, how long running operations may take to finish",
           &Config::shutdown_grace_s),
       Str("runtime_endpoint",
@@ -291,6 +302,10 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"store_fsync", "true"},
       {"gpu_plugin_dir", d.gpu_plugin_dir},
       {"gpu_thp_during_checkpoint", "leave THP alone"},
+      {"gpu_fast_path", "true"},
+      {"gpu_fast_path_threads", "0 (one per core)"},
+      {"gpu_fast_path_writers", std::to_string(d.gpu_fast_path_writers)},
+      {"gpu_fast_path_library", d.gpu_fast_path_library},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},
       {"runtime_endpoint", "none: processes only"},
@@ -375,6 +390,13 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
   }
   if (c.termination_poll_ms <= 0) {
     return absl::InvalidArgumentError("termination_poll_ms must be positive");
+  }
+  // The library takes at most 256 threads and 64 files (lib/contract/gpu_fastpath.h).
+  if (c.gpu_fast_path_threads < 0 || c.gpu_fast_path_threads > 256) {
+    return absl::InvalidArgumentError("gpu_fast_path_threads must be 0..256");
+  }
+  if (c.gpu_fast_path_writers < 0 || c.gpu_fast_path_writers > 64) {
+    return absl::InvalidArgumentError("gpu_fast_path_writers must be 0..64");
   }
   for (const std::string* p : {&c.socket, &c.state_dir, &c.store}) {
     if (p->empty() || (*p)[0] != '/') {

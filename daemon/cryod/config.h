@@ -32,6 +32,13 @@ struct Config {
   // Transparent huge pages mode while GPU memory moves to host ("always": ~1.4x faster
   // device-to-host copies; node-wide while a checkpoint runs). Empty leaves THP alone.
   std::string gpu_thp_during_checkpoint;
+  // The GPU fast path (docs/gpu.md): jobs that run libcryo_gpu_fastpath.so move the device
+  // memory it owns themselves, into `gpu_fast_path_writers` files per process written in
+  // parallel with direct I/O (0: into the process's memory, for CRIU to write).
+  bool gpu_fast_path = true;
+  int gpu_fast_path_threads = 0;  // copy threads per process; 0: one per core
+  int gpu_fast_path_writers = 4;
+  std::string gpu_fast_path_library = "/usr/local/lib/cryo/libcryo_gpu_fastpath.so";
   int shutdown_grace_s = 120;
   // Container mode: CRI socket of containerd or CRI-O (unix:///path); empty: processes only.
   std::string runtime_endpoint;

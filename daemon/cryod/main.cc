@@ -25,6 +25,7 @@
 #include "daemon/cryod/unix_server.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/operation_runner.h"
+#include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/journal/journal.h"
@@ -67,6 +68,7 @@ struct State {
   std::unique_ptr<store::CheckpointStore> store;
   std::unique_ptr<journal::Journal> journal;
   std::unique_ptr<gpu::GpuManager> gpu;
+  std::unique_ptr<gpu::Fastpath> fastpath;
   std::unique_ptr<runtime::ContainerRuntime> runtime;
   std::unique_ptr<metrics::Metrics> metrics;
   std::unique_ptr<metrics::HttpServer> http;
@@ -286,9 +288,18 @@ const std::vector<Step>& StartSteps() {
              st.config.nsexec.empty() ? SiblingBinary("cryo-nsexec") : st.config.nsexec;
          ec.annotation_prefix = st.config.annotation_prefix;
          ec.criu_defaults = st.config.criu_defaults;
+         ec.fastpath.enabled = st.config.gpu_fast_path;
+         if (st.config.gpu_fast_path_threads > 0) {
+           ec.fastpath.threads = st.config.gpu_fast_path_threads;
+         }
+         ec.fastpath.writers = st.config.gpu_fast_path_writers;
+         ec.fastpath_library = st.config.gpu_fast_path_library;
+         // Always there, even when off for new checkpoints: recovery may owe a job a refill.
+         st.fastpath = gpu::NewFastpath(&st.proc);
          if (const char* h = ::getenv("CRYOD_TEST_HOOK_DIR")) ec.test_hook_dir = h;
-         engine::EngineDeps deps{st.store.get(),   st.criu.get(), st.gpu.get(),    st.journal.get(),
-                                 st.metrics.get(), &st.proc,      st.runtime.get()};
+         engine::EngineDeps deps{st.store.get(),   st.criu.get(),    st.gpu.get(),
+                                 st.journal.get(), st.metrics.get(), &st.proc,
+                                 st.runtime.get(), st.fastpath.get()};
          st.engine = std::make_unique<engine::Engine>(ec, deps);
          auto s = st.engine->Recover();
          if (!s.ok()) return Fatal("journal recovery", s);

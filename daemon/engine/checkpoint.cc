@@ -39,14 +39,22 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
   return Transaction<S>({
       {"validate", Stage::kValidate, run(&Engine::ValidateCheckpoint), nullptr},
       {"stage", Stage::kUnspecified, run(&Engine::StageCheckpoint), undo(&Engine::UndoStage)},
-      // gpu_lock's undo takes the GPU state back from wherever it got (locked or checkpointed).
+      // The fast path moves what its library owns before the driver's lock, which would block
+      // the library's own copies too; its undo brings the memory back (after gpu_lock's undo
+      // gave the driver's state back: undos run newest first).
       // Steps that only some jobs need begin their stage themselves, when they do something.
+      {"gpu_drain", Stage::kUnspecified, run(&Engine::DrainGpus), undo(&Engine::UndoDrain)},
+      // gpu_lock's undo takes the GPU state back from wherever it got (locked or checkpointed).
       {"gpu_lock", Stage::kUnspecified, run(&Engine::LockGpus), undo(&Engine::UndoGpu)},
       {"gpu_checkpoint", Stage::kUnspecified, run(&Engine::CheckpointGpus), nullptr},
+      // The fast path's files are written beside the driver's checkpoint; done before CRIU
+      // dumps the job, whose memory must hold no copy of them then.
+      {"gpu_save", Stage::kUnspecified, run(&Engine::SaveGpuData), nullptr},
       {"dump", Stage::kUnspecified, run(&Engine::Dump), undo(&Engine::UndoDump)},
       {"rootfs", Stage::kUnspecified, run(&Engine::SaveRootfs), nullptr},
       {"resume_early", Stage::kUnspecified, run(&Engine::ResumeEarly), nullptr},
       {"gpu_resume", Stage::kUnspecified, run(&Engine::ResumeGpus), nullptr},
+      {"gpu_refill", Stage::kUnspecified, run(&Engine::RefillGpus), nullptr},
       {"manifest", Stage::kChecksum, run(&Engine::BuildManifest), nullptr},
       // Publish begins its stage itself: the manifest records the stages before it.
       {"publish", Stage::kUnspecified, run(&Engine::Publish), nullptr, /*commit=*/true},
@@ -174,6 +182,10 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   CRYO_ASSIGN_OR_RETURN(s.gpu, d_.gpu->Discover(s.pids));
   if (s.ctr) {
     for (auto& g : s.gpu) g.ns_pid = d_.proc->NsPid(g.pid);
+  }
+  // Processes that run the fast-path library move what it owns themselves.
+  if (d_.fastpath != nullptr && cfg_.fastpath.enabled) {
+    CRYO_ASSIGN_OR_RETURN(s.fast, d_.fastpath->Find(s.pids));
   }
   return absl::OkStatus();
 }
@@ -355,10 +367,12 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
     m.files.push_back({absl::StrCat(store::kImagesDir, "/", rel), dg.size, dg.checksum});
   }
   m.files.insert(m.files.end(), s.container_files.begin(), s.container_files.end());
+  m.files.insert(m.files.end(), s.fast_files.begin(), s.fast_files.end());
   if (!s.gpu.empty()) {
     m.gpu = d_.gpu->Describe(s.gpu);
     m.gpu_processes = s.gpu;
   }
+  m.gpu_fastpath = s.fast;
   if (s.ctr) m.container = container::SectionOf(*s.ctr, d_.runtime->name());
   // Before the publish step's deadline check, so a test can let the deadline pass here.
   hooks_.At("before-publish");
@@ -385,6 +399,11 @@ void Engine::CompletePublished(const journal::Entry& e) {
   if (e.leave_running) {
     // Resumed already when the operation ran to its end; after a crash, resume now.
     if (!e.gpu.empty()) d_.gpu->Rollback(e.gpu);
+    if (!e.fastpath.empty()) {
+      // The fast path's files went with the publish.
+      auto dir = d_.store->LocalPath(e.checkpoint_id);
+      RefillFastpath(e.fastpath, dir.ok() ? *dir : e.staging_dir);
+    }
     jobs_.Resume(tasks);
   } else {
     EndCheckpointedJob(e, tasks);

@@ -261,6 +261,9 @@ NodeFacts Engine::Node() {
   if (auto f = d_.store->FreeBytes(); f.ok()) n.store_free_bytes = *f;
   n.plugins = d_.gpu->Plugins();
   n.gpus = d_.gpu->Devices();
+  n.fastpath_enabled = d_.fastpath != nullptr && cfg_.fastpath.enabled;
+  n.fastpath_library = cfg_.fastpath_library;
+  n.fastpath_library_present = !n.fastpath_library.empty() && fs::Exists(n.fastpath_library);
   return n;
 }
 

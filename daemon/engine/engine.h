@@ -6,10 +6,12 @@
 // GPU plugins, /proc, the container runtime) so the flows are tested with fakes, and the real
 // ones are used by cryod and the integration tests.
 //
-//   checkpoint: validate -> stage -> gpu_lock -> gpu_checkpoint -> dump -> rootfs ->
-//               resume_early -> gpu_resume -> manifest -> publish (commit) -> finish -> export
+//   checkpoint: validate -> stage -> gpu_drain -> gpu_lock -> gpu_checkpoint -> gpu_save ->
+//               dump -> rootfs -> resume_early -> gpu_resume -> gpu_refill -> manifest ->
+//               publish (commit) -> finish -> export
 //   restore:    validate -> init_handshake -> check -> verify -> wait_pids -> journal ->
-//               rootfs -> criu_restore -> gpu_restore -> done (commit)
+//               rootfs -> criu_restore -> gpu_restore -> gpu_refill -> done (commit)
+// (gpu_drain, gpu_save and gpu_refill are the GPU fast path's: gpu_fastpath.cc.)
 
 #include <sys/types.h>
 
@@ -33,6 +35,7 @@
 #include "daemon/engine/test_hooks.h"
 #include "daemon/engine/transaction.h"
 #include "daemon/engine/types.h"
+#include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/metrics.h"
@@ -40,6 +43,15 @@
 #include "lib/base/proc.h"
 
 namespace cryo::engine {
+
+// The GPU fast path (docs/gpu.md): how cryod drives the library in jobs that load it.
+struct FastpathConfig {
+  bool enabled = true;  // used for every job that runs the library
+  int threads = std::max(1u, std::thread::hardware_concurrency());  // copy threads per process
+  // Files (and writers) per process the drained memory goes into, in parallel with direct I/O;
+  // 0 keeps it in the process's memory for CRIU to write.
+  int writers = 4;
+};
 
 struct EngineConfig {
   std::string node_name;
@@ -62,6 +74,9 @@ struct EngineConfig {
   std::string annotation_prefix = "cryo.dev";
   // CRIU options of every job unless its request says otherwise.
   criu::NodeDefaults criu_defaults;
+  FastpathConfig fastpath;
+  // Where the fast-path library is installed on this node (`cryo node` says whether it is).
+  std::string fastpath_library;
   // See test_hooks.h.
   std::string test_hook_dir;
   // Tests only: called before (`after` false) and after every step up to a commit; a non-OK
@@ -78,6 +93,8 @@ struct EngineDeps {
   const proc::ProcReader* proc = nullptr;
   // The node's container runtime; null: container mode is refused.
   runtime::ContainerRuntime* runtime = nullptr;
+  // The GPU fast path; null: every job's GPU memory goes the driver's way.
+  gpu::Fastpath* fastpath = nullptr;
 };
 
 struct CheckpointState;
@@ -134,8 +151,12 @@ class Engine {
   absl::Status Publish(CheckpointState& s);
   absl::Status Finish(CheckpointState& s);
   absl::Status Export(CheckpointState& s);
+  absl::Status DrainGpus(CheckpointState& s);
+  absl::Status SaveGpuData(CheckpointState& s);
+  absl::Status RefillGpus(CheckpointState& s);
   // Their undos (they read only the journal entry: recovery runs them too).
   void UndoStage(CheckpointState& s);
+  void UndoDrain(CheckpointState& s);
   void UndoGpu(CheckpointState& s);
   void UndoDump(CheckpointState& s);
   // What a published checkpoint still owes its job: kill it (preemption) or let it run.
@@ -151,6 +172,7 @@ class Engine {
   absl::Status ApplyRootfs(RestoreState& s);
   absl::Status RunCriuRestore(RestoreState& s);
   absl::Status RestoreGpus(RestoreState& s);
+  absl::Status RefillRestoredGpus(RestoreState& s);
   absl::Status Done(RestoreState& s);
   void UndoInitHandshake(RestoreState& s);
   void UndoCriuRestore(RestoreState& s);
@@ -160,6 +182,9 @@ class Engine {
   absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs,
                                  std::vector<std::string>* args, std::vector<std::string>* env);
   std::string OpDir(const std::string& op_id) const;
+  // Brings the memory of drained fast-path processes back, from wherever it is: their own
+  // memory, or the files under `dir`. Best effort (rollback, recovery).
+  void RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, const std::string& dir);
   void PruneOpLogs();
   void RecoverEntry(const journal::Entry& e);
 

@@ -37,6 +37,12 @@ std::string StageName(Stage s) {
       return "rootfs";
     case Stage::kExport:
       return "export";
+    case Stage::kGpuDrain:
+      return "gpu_drain";
+    case Stage::kGpuSave:
+      return "gpu_save";
+    case Stage::kGpuRefill:
+      return "gpu_refill";
   }
   return "unknown";
 }

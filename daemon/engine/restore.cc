@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -51,6 +52,7 @@ Transaction<RestoreState> Engine::RestoreSteps() {
       {"criu_restore", Stage::kRestore, run(&Engine::RunCriuRestore),
        undo(&Engine::UndoCriuRestore)},
       {"gpu_restore", Stage::kUnspecified, run(&Engine::RestoreGpus), nullptr},
+      {"gpu_refill", Stage::kUnspecified, run(&Engine::RefillRestoredGpus), nullptr},
       {"done", Stage::kUnspecified, run(&Engine::Done), nullptr, /*commit=*/true},
   });
 }
@@ -169,6 +171,12 @@ absl::Status Engine::CheckRestore(RestoreState& s) {
                        s.ctr->info.image_ref, ": a job resumes only on the image it ran on"));
     }
   }
+  if (!s.m.gpu_fastpath.empty() && d_.fastpath == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint '", s.m.id,
+                     "' moved GPU memory through the fast path, which is off on this "
+                     "node (config gpu_fast_path)"));
+  }
   if (absl::Status st = d_.gpu->CheckCompatibleFor(s.m.gpu, s.ctr ? s.ctr->init_pid : 0, s.map);
       !st.ok()) {
     return Annotate(st, absl::StrCat("checkpoint '", s.m.id, "'"));
@@ -186,7 +194,12 @@ absl::Status Engine::Verify(RestoreState& s) {
     ProgressTicker ticker(
         *s.op, Stage::kVerify, [&] { return verified.load(); }, s.m.TotalBytes());
     std::vector<ExpectedFile> files;
-    for (const auto& f : s.m.files) files.push_back({f.path, f.size, f.checksum});
+    for (const auto& f : s.m.files) {
+      // The fast path's files are checked by the library as it reads them, before the job may
+      // use a byte of them: reading them twice would double the restore.
+      const bool fast = absl::StartsWith(f.path, "gpu/fastpath-");
+      files.push_back({f.path, f.size, f.checksum, fast});
+    }
     st = VerifyFiles(s.dir, files, cfg_.verify_threads, &verified);
   }
   if (!st.ok()) {

@@ -38,6 +38,11 @@ class Engine::Claim {
 };
 
 struct CheckpointState {
+  CheckpointState() = default;
+  CheckpointState(const CheckpointState&) = delete;
+  CheckpointState& operator=(const CheckpointState&) = delete;
+  ~CheckpointState();
+
   // Inputs.
   CheckpointRequest req;
   Operation* op = nullptr;
@@ -59,6 +64,13 @@ struct CheckpointState {
   criu::JobOptions job;  // what CRIU dumps with (resolved in validate)
   std::unique_ptr<Engine::Claim> claim;
   std::vector<gpu::GpuProcess> gpu;
+  std::vector<gpu::FastpathProcess> fast;  // processes the fast path moves
+
+  // gpu_drain, gpu_save: per fast-path process, its drain and its files.
+  std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;
+  std::vector<std::vector<int>> fast_fds;
+  std::vector<std::vector<FileDigest>> fast_digests;
+  std::vector<store::ManifestFile> fast_files;
 
   // stage
   std::unique_ptr<store::StagedCheckpoint> staged;
@@ -99,7 +111,8 @@ struct RestoreState {
 
   pid_t root = 0;       // as CRIU reports it (in the container's namespace in container mode)
   pid_t host_root = 0;  // on the host
-  std::vector<gpu::GpuProcess> gpu;  // with the restored processes' host pids
+  std::vector<gpu::GpuProcess> gpu;        // with the restored processes' host pids
+  std::vector<gpu::FastpathProcess> fast;  // likewise
 };
 
 }  // namespace cryo::engine

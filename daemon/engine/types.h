@@ -36,6 +36,9 @@ enum class Stage {
   kDone = 12,
   kRootfs = 13,
   kExport = 14,
+  kGpuDrain = 15,   // the fast path moves device memory out (GPU free when it ends)
+  kGpuSave = 16,    // ... and waits for its files to be written
+  kGpuRefill = 17,  // the fast path moves device memory back in
 };
 // "gpu_lock": the name in manifests, results and metrics.
 std::string StageName(Stage s);
@@ -94,6 +97,9 @@ struct NodeFacts {
   uint64_t store_free_bytes = 0;
   std::vector<gpu::PluginStatus> plugins;
   std::vector<gpu::DeviceInfo> gpus;
+  bool fastpath_enabled = false;
+  std::string fastpath_library;
+  bool fastpath_library_present = false;
 };
 
 using OperationResult = std::variant<std::monostate, CheckpointResult, RestoreResult>;

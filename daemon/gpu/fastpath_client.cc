@@ -48,18 +48,17 @@ absl::StatusOr<nlohmann::json> Receive(int fd, const FastpathProcess& p, absl::D
     bool ok = false;
     CRYO_RETURN_IF_ERROR(json::Fields(j, "fast path reply").Bool("ok", &ok, true));
     if (!ok) {
-      std::string error;
+      std::string error, code;
       bool rolled_back = false;
       json::Fields f(j, "fast path reply");
       (void)f.Str("error", &error);
+      (void)f.Str("code", &code);
       (void)f.Bool("rolled_back", &rolled_back);
       const std::string msg =
           absl::StrCat("GPU fast path of pid ", p.pid, ": ", error,
                        rolled_back ? " (its memory is back on the GPU; the job runs on)" : "");
-      // A checksum mismatch on refill: the data is not what was saved.
-      if (absl::StrContains(error, "does not hold what the checkpoint recorded")) {
-        return absl::DataLossError(msg);
-      }
+      if (code == "deadline") return absl::DeadlineExceededError(msg);
+      if (code == "data_loss") return absl::DataLossError(msg);
       return absl::AbortedError(msg);
     }
     return j;
@@ -195,12 +194,6 @@ FastpathDrain::~FastpathDrain() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-uint64_t FastpathDrain::bytes() const {
-  uint64_t b = 0;
-  (void)json::Fields(drained_, "drained").Uint64("bytes", &b);
-  return b;
-}
-
 absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved() {
   if (!files_) return std::vector<FileDigest>{};
   absl::StatusOr<nlohmann::json> saved = Receive(fd_, p_, timeout_);
@@ -224,6 +217,80 @@ absl::StatusOr<nlohmann::json> FastpathRefill(const proc::ProcReader& proc,
   absl::StatusOr<nlohmann::json> r = st.ok() ? Receive(fd, p, timeout) : st;
   ::close(fd);
   return r;
+}
+
+uint64_t FastpathDrainHandle::bytes() const {
+  uint64_t b = 0;
+  (void)json::Fields(drained(), "drained").Uint64("bytes", &b);
+  return b;
+}
+
+uint64_t FastpathDrainHandle::allocations() const {
+  uint64_t n = 0;
+  (void)json::Fields(drained(), "drained").Uint64("allocations", &n);
+  return n;
+}
+
+namespace {
+
+class ClientFastpath : public Fastpath {
+ public:
+  explicit ClientFastpath(const proc::ProcReader* proc) : proc_(*proc) {}
+
+  absl::StatusOr<std::vector<FastpathProcess>> Find(const std::vector<pid_t>& pids) override {
+    std::vector<FastpathProcess> out;
+    for (pid_t pid : pids) {
+      // Only a process that maps the library can have its channel: others are not asked.
+      if (!LoadsFastpathLibrary(proc_, pid)) continue;
+      FastpathProcess p{pid, proc_.NsPid(pid)};
+      if (p.ns_pid <= 0) p.ns_pid = pid;
+      absl::StatusOr<nlohmann::json> st = FastpathStatus(proc_, p, absl::Seconds(10));
+      if (absl::IsNotFound(st.status())) continue;  // loaded, CUDA not started: nothing to move
+      if (!st.ok()) return st.status();
+      // What the library says is read as untrusted input: a wrong type is an error, not a throw.
+      std::string state;
+      json::Fields f(*st, absl::StrCat("fast path status of pid ", pid));
+      CRYO_RETURN_IF_ERROR(f.Str("state", &state, true));
+      if (st->contains("disabled")) continue;
+      if (state != wire::kStateRunning) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "pid ", pid, ": its GPU memory is out of the GPU (fast path state '", state,
+            "'), left so by an operation that did not finish; cryod brings it back at its next "
+            "start (or: cryo-gpuctl fastpath-refill)"));
+      }
+      CRYO_RETURN_IF_ERROR(f.Uint64("owned_bytes", &p.bytes));
+      CRYO_RETURN_IF_ERROR(f.Uint64("owned_allocations", &p.allocations));
+      out.push_back(p);
+    }
+    return out;
+  }
+
+  absl::StatusOr<std::unique_ptr<FastpathDrainHandle>> Drain(
+      const FastpathProcess& p, const FastpathDrainOptions& opt,
+      const std::vector<int>& files) override {
+    CRYO_ASSIGN_OR_RETURN(std::unique_ptr<FastpathDrain> d,
+                          FastpathDrain::Start(proc_, p, opt, files));
+    return std::unique_ptr<FastpathDrainHandle>(std::move(d));
+  }
+
+  absl::StatusOr<nlohmann::json> Refill(const FastpathProcess& p, int threads,
+                                        const std::vector<int>& files,
+                                        const std::vector<FileDigest>& expected) override {
+    return FastpathRefill(proc_, p, threads, files, expected, absl::Minutes(30));
+  }
+
+  absl::StatusOr<nlohmann::json> Status(const FastpathProcess& p) override {
+    return FastpathStatus(proc_, p, absl::Seconds(10));
+  }
+
+ private:
+  const proc::ProcReader& proc_;
+};
+
+}  // namespace
+
+std::unique_ptr<Fastpath> NewFastpath(const proc::ProcReader* proc) {
+  return std::make_unique<ClientFastpath>(proc);
 }
 
 }  // namespace cryo::gpu

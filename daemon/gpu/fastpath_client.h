@@ -12,17 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/gpu/fastpath.h"
+#include "daemon/gpu/gpu_process.h"
 #include "daemon/store/checksum.h"
 #include "lib/base/proc.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::gpu {
-
-// One process of a job that runs the fast-path library.
-struct FastpathProcess {
-  pid_t pid = 0;     // host pid
-  pid_t ns_pid = 0;  // the pid it sees itself as (names its socket)
-};
 
 // Where a process's drained data goes, relative to a checkpoint's directory:
 // gpu/fastpath-<ns_pid>.<k>.bin.
@@ -45,17 +41,10 @@ absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const Fastpath
 absl::StatusOr<nlohmann::json> FastpathStatus(const proc::ProcReader& proc,
                                               const FastpathProcess& p, absl::Duration timeout);
 
-struct FastpathDrainOptions {
-  int threads = 8;
-  absl::Duration quiesce_timeout = absl::Seconds(10);
-  uint64_t stripe_bytes = 64ull << 20;
-  absl::Duration reply_timeout = absl::Minutes(10);
-};
-
 // One drain, from the request to the library's last word. The library rolls back by itself on
 // a failure it reports; if cryod goes away (or this object is destroyed before WaitSaved),
 // the library also rolls back as long as the data is still in the job's memory.
-class FastpathDrain {
+class FastpathDrain : public FastpathDrainHandle {
  public:
   // Sends the request with `files` (descriptors of empty files opened for writing; none keeps
   // the data in the job's memory) and waits for "drained": the GPU memory is free then.
@@ -63,13 +52,10 @@ class FastpathDrain {
                                                               const FastpathProcess& p,
                                                               const FastpathDrainOptions& opt,
                                                               const std::vector<int>& files);
-  ~FastpathDrain();
+  ~FastpathDrain() override;
 
-  const nlohmann::json& drained() const { return drained_; }
-  uint64_t bytes() const;
-  // With files: waits until they are written and out of the job's memory; their digests, in
-  // order. Without: nothing to wait for.
-  absl::StatusOr<std::vector<FileDigest>> WaitSaved();
+  const nlohmann::json& drained() const override { return drained_; }
+  absl::StatusOr<std::vector<FileDigest>> WaitSaved() override;
 
  private:
   FastpathDrain(int fd, FastpathProcess p, absl::Duration timeout, bool files)

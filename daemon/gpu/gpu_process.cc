@@ -45,4 +45,45 @@ absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::jso
   return out;
 }
 
+nlohmann::json ToJson(const std::vector<FastpathProcess>& procs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& p : procs) {
+    out.push_back({{"pid", p.pid},
+                   {"ns_pid", p.ns_pid},
+                   {"files", p.files},
+                   {"bytes", p.bytes},
+                   {"allocations", p.allocations},
+                   {"driver_bytes", p.driver_bytes}});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<FastpathProcess>> FastpathProcessesFromJson(const nlohmann::json& j) {
+  std::vector<FastpathProcess> out;
+  if (j.is_null()) return out;
+  if (!j.is_array()) return absl::InvalidArgumentError("gpu_fastpath is not an array");
+  for (size_t i = 0; i < j.size(); ++i) {
+    const std::string where = absl::StrCat("gpu_fastpath[", i, "]");
+    if (!j[i].is_object())
+      return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+    json::Fields f(j[i], where);
+    FastpathProcess p;
+    int pid = 0, ns_pid = 0;
+    if (absl::Status s = f.Int("pid", &pid, true); !s.ok()) return s;
+    if (absl::Status s = f.Int("ns_pid", &ns_pid, true); !s.ok()) return s;
+    if (absl::Status s = f.Int("files", &p.files); !s.ok()) return s;
+    if (absl::Status s = f.Uint64("bytes", &p.bytes); !s.ok()) return s;
+    if (absl::Status s = f.Uint64("allocations", &p.allocations); !s.ok()) return s;
+    if (absl::Status s = f.Uint64("driver_bytes", &p.driver_bytes); !s.ok()) return s;
+    // The files' names come from these numbers: bound them.
+    if (pid <= 0 || ns_pid <= 0 || p.files < 0 || p.files > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": pid, ns_pid or files out of range"));
+    }
+    p.pid = pid;
+    p.ns_pid = ns_pid;
+    out.push_back(p);
+  }
+  return out;
+}
+
 }  // namespace cryo::gpu

@@ -27,4 +27,19 @@ nlohmann::json ToJson(const std::vector<GpuProcess>& procs);
 // INVALID_ARGUMENT naming the entry when one is malformed; null is an empty list.
 absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::json& j);
 
+// One process of a job whose device memory the GPU fast-path library moves (docs/gpu.md), as the
+// journal and the manifest record it; one JSON form ({"pid", "ns_pid", "files", "bytes",
+// "allocations", "driver_bytes"}).
+struct FastpathProcess {
+  pid_t pid = 0;              // host pid
+  pid_t ns_pid = 0;           // the pid it sees itself as: names its channel and its files
+  int files = 0;              // files its data went into (0: it stayed in the process's memory)
+  uint64_t bytes = 0;         // moved by the library
+  uint64_t allocations = 0;   // physical allocations moved by the library
+  uint64_t driver_bytes = 0;  // left to the driver's checkpoint (context, unowned memory)
+};
+
+nlohmann::json ToJson(const std::vector<FastpathProcess>& procs);
+absl::StatusOr<std::vector<FastpathProcess>> FastpathProcessesFromJson(const nlohmann::json& j);
+
 }  // namespace cryo::gpu

@@ -53,6 +53,7 @@ nlohmann::json EntryToJson(const Entry& e) {
           {"leave_running", e.leave_running},
           {"tcp_established", e.tcp_established},
           {"gpu", gpu::ToJson(e.gpu)},
+          {"fastpath", gpu::ToJson(e.fastpath)},
           {"container_init_pid", e.container_init_pid},
           {"started_at", e.started_at}};
 }
@@ -95,6 +96,9 @@ absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j) {
   nlohmann::json gpu;
   CRYO_RETURN_IF_ERROR(f.Any("gpu", &gpu));
   CRYO_ASSIGN_OR_RETURN(e.gpu, gpu::GpuProcessesFromJson(gpu));
+  nlohmann::json fastpath;
+  CRYO_RETURN_IF_ERROR(f.Any("fastpath", &fastpath));
+  CRYO_ASSIGN_OR_RETURN(e.fastpath, gpu::FastpathProcessesFromJson(fastpath));
   CRYO_RETURN_IF_ERROR(f.Int("container_init_pid", &e.container_init_pid));
   CRYO_RETURN_IF_ERROR(f.Str("started_at", &e.started_at));
   if (!ValidateCheckpointId(e.op_id).ok()) {

@@ -49,7 +49,10 @@ struct Entry {
   bool leave_running = false;
   bool tcp_established = false;
   std::vector<gpu::GpuProcess> gpu;  // GPU processes locked or checkpointed, for rollback
-  int container_init_pid = 0;        // container mode: host pid of the container's cryo-init
+  // Processes whose fast-path library drained its memory (into files of staging_dir when
+  // `files` > 0), for the refill a rollback owes them.
+  std::vector<gpu::FastpathProcess> fastpath;
+  int container_init_pid = 0;  // container mode: host pid of the container's cryo-init
   std::string started_at;
 };
 

@@ -65,6 +65,10 @@ v1::CheckpointInfo ToProto(const store::Manifest& m, bool with_files) {
   i.set_leave_running(m.leave_running);
   i.set_kind(store::KindName(m.kind));
   i.set_damaged(m.damaged);
+  for (const auto& f : m.gpu_fastpath) {
+    i.set_gpu_fastpath_bytes(i.gpu_fastpath_bytes() + f.bytes);
+    i.set_gpu_driver_bytes(i.gpu_driver_bytes() + f.driver_bytes);
+  }
   for (const auto& [k, v] : m.labels) (*i.mutable_labels())[k] = v;
   for (const auto& [k, v] : m.stage_ms) (*i.mutable_stage_ms())[k] = v;
   if (with_files) {
@@ -111,6 +115,9 @@ v1::NodeInfoResponse ToProto(const engine::NodeFacts& n,
   r.set_criu_check_error(n.criu_check_error);
   r.set_store_path(n.store_path);
   r.set_store_free_bytes(n.store_free_bytes);
+  r.set_gpu_fast_path_enabled(n.fastpath_enabled);
+  r.set_gpu_fast_path_library(n.fastpath_library);
+  r.set_gpu_fast_path_library_present(n.fastpath_library_present);
   for (const auto& p : n.plugins) {
     auto* pi = r.add_plugins();
     pi->set_name(p.name);

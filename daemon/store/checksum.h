@@ -54,6 +54,9 @@ struct ExpectedFile {
   std::string path;  // relative to the root
   uint64_t size = 0;
   std::string checksum;
+  // Checked for size (and being a regular file of the checkpoint) only: its reader checks the
+  // checksum while it reads (the GPU fast path's files), so it is not read twice.
+  bool size_only = false;
 };
 
 // The same over an open descriptor, which it closes; `path` names it in errors.

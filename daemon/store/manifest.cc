@@ -108,6 +108,9 @@ absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
   nlohmann::json gp;
   CRYO_RETURN_IF_ERROR(f.Any("gpu_processes", &gp));
   CRYO_ASSIGN_OR_RETURN(m.gpu_processes, gpu::GpuProcessesFromJson(gp));
+  nlohmann::json fp;
+  CRYO_RETURN_IF_ERROR(f.Any("gpu_fastpath", &fp));
+  CRYO_ASSIGN_OR_RETURN(m.gpu_fastpath, gpu::FastpathProcessesFromJson(fp));
 
   CRYO_ASSIGN_OR_RETURN(const nlohmann::json* container, f.Object("container"));
   if (m.kind == CheckpointKind::kContainer) {
@@ -181,6 +184,7 @@ std::string ManifestToJson(const Manifest& m) {
   j["total_bytes"] = m.TotalBytes();
   j["gpu"] = m.gpu;
   j["gpu_processes"] = m.gpu_processes.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_processes);
+  j["gpu_fastpath"] = m.gpu_fastpath.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_fastpath);
   j["container"] = m.container ? ContainerToJson(*m.container) : nlohmann::json();
   // Replace invalid UTF-8 (a command name is bytes) rather than throw.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -81,6 +81,8 @@ struct Manifest {
   // GPU plugins' sections by plugin name (each plugin reads its own); null without GPU state.
   nlohmann::json gpu;
   std::vector<gpu::GpuProcess> gpu_processes;
+  // Processes whose device memory the GPU fast path moved (its files are in `files`).
+  std::vector<gpu::FastpathProcess> gpu_fastpath;
   std::optional<ContainerSection> container;  // container mode only
   // Store state, not in manifest.json: why a restore refused the checkpoint (empty: none did).
   std::string damaged;

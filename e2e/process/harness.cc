@@ -182,12 +182,13 @@ absl::StatusOr<std::unique_ptr<Workload>> Workload::Start(const std::string& dir
 
 absl::StatusOr<std::unique_ptr<Workload>> Workload::StartProgram(const std::string& dir,
                                                                  const std::string& binary,
-                                                                 std::vector<std::string> args) {
+                                                                 std::vector<std::string> args,
+                                                                 std::vector<std::string> env) {
   auto w = std::unique_ptr<Workload>(new Workload());
   w->status_ = dir + "/status-" + std::to_string(::getpid()) + "-" + std::to_string(rand());
   std::vector<std::string> argv = {binary, "--status", w->status_};
   argv.insert(argv.end(), args.begin(), args.end());
-  w->pid_ = SpawnArgs(argv, {}, dir + "/workload.log", true);
+  w->pid_ = SpawnArgs(argv, env, dir + "/workload.log", true);
   if (!w->WaitMain(5, absl::Seconds(60))) {
     return absl::InternalError(absl::StrCat(binary, " did not start (see ", dir, "/workload.log)"));
   }

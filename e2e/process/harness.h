@@ -60,10 +60,12 @@ class Workload {
   static absl::StatusOr<std::unique_ptr<Workload>> Start(const std::string& dir, int mem_mib,
                                                          int threads = 4,
                                                          std::vector<std::string> extra = {});
-  // Another workload program that takes --status FILE and writes {"main": N, ...} there.
+  // Another workload program that takes --status FILE and writes {"main": N, ...} there;
+  // `env` adds to its environment (KEY=VALUE).
   static absl::StatusOr<std::unique_ptr<Workload>> StartProgram(const std::string& dir,
                                                                 const std::string& binary,
-                                                                std::vector<std::string> args);
+                                                                std::vector<std::string> args,
+                                                                std::vector<std::string> env = {});
   ~Workload();
   pid_t pid() const { return pid_; }
   // The last record the job wrote; null until one is readable.

@@ -6,11 +6,13 @@
 // mapped the way PyTorch's expandable segments map memory (one reserved range, a cuMemCreate +
 // cuMemMap per chunk), and --small 64 KiB allocations (below the fast path's threshold: the
 // driver's). Every step one kernel checks a chunk against the pattern of its generation and
-// writes the next. Like the CUDA runtime it finds the driver through dlopen + cuGetProcAddress;
-// the build named cryo-fakegpu-load-direct calls the driver's exported symbols instead.
+// writes the next (--kernel-ms makes each kernel take that long). Like the CUDA runtime it finds
+// the driver through dlopen + cuGetProcAddress; the build named cryo-fakegpu-load-direct calls the
+// driver's exported symbols instead.
 //
 // Every --interval-ms it rewrites one JSON record at offset 0 of --status (held open across a
-// checkpoint): pid, ready, steps, mismatches, verified, api (the checks of what queries on an
+// checkpoint): pid, ready, steps (and "main", the same), mismatches, verified, api (the checks of
+// what queries on an
 // allocation answer), device_used (bytes the fake GPU holds). SIGTERM ends it (exit 0, or 3 if
 // any word was wrong).
 
@@ -117,6 +119,7 @@ bool LoadApi(Api* a, std::string* err) {
 #endif
 
 volatile sig_atomic_t g_stop = 0;
+long g_kernel_ms = 0;  // how long each kernel runs (a kernel the drain must wait for)
 
 uint64_t Mix(uint64_t x) {
   x ^= x >> 33;
@@ -137,6 +140,7 @@ void VerifyAdvance(void** params) {
   const uint64_t chunk = *static_cast<uint64_t*>(params[2]);
   const uint64_t gen = *static_cast<uint64_t*>(params[3]);
   uint64_t* bad = *static_cast<uint64_t**>(params[4]);
+  if (g_kernel_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(g_kernel_ms));
   for (size_t i = 0; i < n; ++i) {
     if (w[i] != Pattern(chunk, i, gen)) ++*bad;
     w[i] = Pattern(chunk, i, gen + 1);
@@ -169,6 +173,8 @@ int main(int argc, char** argv) {
       small = atol(v), ++i;
     else if (a == "--interval-ms")
       interval_ms = atol(v), ++i;
+    else if (a == "--kernel-ms")
+      g_kernel_ms = atol(v), ++i;
     else {
       fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -191,11 +197,12 @@ int main(int argc, char** argv) {
     if (status_fd < 0) return;
     char rec[512];
     int n = snprintf(rec, sizeof(rec),
-                     "{\"pid\": %d, \"ready\": %s, \"steps\": %llu, \"mismatches\": %llu, "
+                     "{\"pid\": %d, \"ready\": %s, \"steps\": %llu, \"main\": %llu, "
+                     "\"mismatches\": %llu, "
                      "\"verified\": %s, \"api\": \"%s\", \"device_used\": %zu}",
                      getpid(), ready ? "true" : "false", (unsigned long long)steps.load(),
-                     (unsigned long long)bad, ready && bad == 0 ? "true" : "false",
-                     api_result.c_str(), used);
+                     (unsigned long long)steps.load(), (unsigned long long)bad,
+                     ready && bad == 0 ? "true" : "false", api_result.c_str(), used);
     std::string out(rec, n);
     out.resize(sizeof(rec) - 1, ' ');
     out.push_back('\n');

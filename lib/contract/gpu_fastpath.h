@@ -24,12 +24,14 @@
 //         "release_ms", "total_ms"}
 //     with W > 0, then, once the data is in the files and out of the process's memory:
 //     -> {"ok", "event": "saved", "files": [{"size", "checksum"}], "write_ms"}
-//     A failure answers {"ok": false, "error", "rolled_back"}: the memory is back on the GPU and
-//     the job runs on, unless "rolled_back" is false (then cryod rolls back with "refill").
+//     A failure answers {"ok": false, "error", "rolled_back", "code"}: the memory is back on the
+//     GPU and the job runs on, unless "rolled_back" is false (then cryod rolls back with
+//     "refill"). "code" is "deadline" when the job's GPU work did not stop within timeout_ms.
 //   {"op": "refill", "threads": N, "files": W, "expected": [{"size", "checksum"}]}
 //     (+ the W descriptors of the drain's files, opened for reading, when the data is in files)
 //     Maps device memory back at the same addresses, copies the data in, checks every file
-//     against "expected" before the job's GPU work may go on, and opens the gate.
+//     against "expected" before the job's GPU work may go on, and opens the gate. A file that
+//     does not match fails with "code": "data_loss" and the job stays held.
 //     -> {"ok", "bytes", "allocate_ms", "copy_ms", "total_ms", "files": [{"size", "checksum"}]}
 //
 // Files: the drained allocations, in order, form one stream of bytes that is striped over the W

@@ -20,8 +20,10 @@ using nlohmann::json;
 
 namespace {
 
-json Error(const std::string& why, bool rolled_back) {
-  return json{{"ok", false}, {"error", why}, {"rolled_back", rolled_back}};
+json Error(const std::string& why, bool rolled_back, const std::string& code = "") {
+  json j{{"ok", false}, {"error", why}, {"rolled_back", rolled_back}};
+  if (!code.empty()) j["code"] = code;
+  return j;
 }
 
 void CloseAll(std::vector<int>& fds) {
@@ -151,7 +153,7 @@ void Control::HandleDrain(int conn, const json& req, std::vector<int>& fds) {
   DrainResult r;
   Outcome o = mover_.Drain(opt, &r);
   if (!o.ok()) {
-    wire::SendMessage(conn, Error(o.error, o.rolled_back).dump());
+    wire::SendMessage(conn, Error(o.error, o.rolled_back, o.code).dump());
     return;
   }
   json drained{{"ok", true},
@@ -200,7 +202,7 @@ void Control::HandleRefill(int conn, const json& req, std::vector<int>& fds) {
   Outcome o = mover_.Refill(opt, &r);
   CloseAll(fds);
   if (!o.ok()) {
-    wire::SendMessage(conn, Error(o.error, false).dump());
+    wire::SendMessage(conn, Error(o.error, false, o.code).dump());
     return;
   }
   json files = json::array();

@@ -237,13 +237,13 @@ Outcome Mover::Quiesce(std::chrono::milliseconds timeout, double* ms) {
   if (!capture_.Quiesce(timeout)) {
     return {"a CUDA graph capture of the job did not end within " +
                 std::to_string(timeout.count()) + " ms",
-            true};
+            true, "deadline"};
   }
   if (!gate_.Shut(timeout)) {
     capture_.Release();
     return {"CUDA calls of the job were still in flight after " + std::to_string(timeout.count()) +
                 " ms",
-            true};
+            true, "deadline"};
   }
   // Work already submitted must finish before its memory moves. A synchronize cannot be
   // interrupted, so it runs on a thread of its own and is given up on at the deadline (a kernel
@@ -272,12 +272,13 @@ Outcome Mover::Quiesce(std::chrono::milliseconds timeout, double* ms) {
   }).detach();
   std::unique_lock<std::mutex> l(sync->mu);
   if (!sync->cv.wait_for(l, timeout, [&] { return sync->done; }) || !sync->error.empty()) {
-    std::string why = sync->done ? sync->error
-                                 : "the job's GPU work did not finish within " +
-                                       std::to_string(timeout.count()) + " ms";
+    const bool late = !sync->done;
+    std::string why =
+        late ? "the job's GPU work did not finish within " + std::to_string(timeout.count()) + " ms"
+             : sync->error;
     l.unlock();
     OpenGates();
-    return {why, true};
+    return {why, true, late ? "deadline" : ""};
   }
   *ms = Ms(t0);
   return {};
@@ -743,8 +744,10 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
         const uint64_t len = std::min<uint64_t>(stripe_, total_ - off);
         {
           std::unique_lock<std::mutex> l(progress_mu_);
-          progress_cv_.wait(l, [&] { return copied_ >= off + len || copy_failed_; });
-          if (copied_ < off + len) return;  // the copy failed: the drain is rolled back
+          // The GPU is freed first (the copy threads need every core, the writers' hashing
+          // would slow them): writing starts once all of it is in host memory.
+          progress_cv_.wait(l, [&] { return copied_ >= total_ || copy_failed_; });
+          if (copied_ < total_) return;  // the copy failed: the drain is rolled back
         }
         std::vector<iovec> iov;
         for (const Piece& pc : PiecesOf(off, len)) {
@@ -865,6 +868,7 @@ Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   out->copy_ms = Ms(t_copy);
   DestroyStreams();
   UnmapTemporaries();
+  bool mismatch = false;
   if (err.empty() && s == State::kSaved) {
     if (!opt.expected.empty() && opt.expected.size() != out->files.size()) {
       err = "expected " + std::to_string(opt.expected.size()) + " files, got " +
@@ -873,6 +877,7 @@ Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
     for (size_t i = 0; err.empty() && i < opt.expected.size(); ++i) {
       if (opt.expected[i].size != out->files[i].size ||
           opt.expected[i].checksum != out->files[i].checksum) {
+        mismatch = true;
         err = "file " + std::to_string(i) + " does not hold what the checkpoint recorded (size " +
               std::to_string(out->files[i].size) + ", checksum " + out->files[i].checksum +
               "; recorded " + std::to_string(opt.expected[i].size) + ", " +
@@ -881,7 +886,7 @@ Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
     }
   }
   // A failed refill keeps the gate shut: the job must not run on memory that is not its own.
-  if (!err.empty()) return {err, false};
+  if (!err.empty()) return {err, false, mismatch ? "data_loss" : ""};
   out->bytes = total_;
   BackToRunning();
   out->total_ms = Ms(t0);

@@ -43,8 +43,14 @@ struct FileSum {
 };
 
 struct Outcome {
+  Outcome() = default;
+  Outcome(std::string e, bool rb, std::string c = "")
+      : error(std::move(e)), rolled_back(rb), code(std::move(c)) {}
   std::string error;         // empty: done
   bool rolled_back = false;  // on error: the job's memory is back on the GPU and it runs on
+  // What kind of failure, for cryod's status code: "deadline" (the job's GPU work did not stop
+  // in time), "data_loss" (a file is not what the drain wrote), or empty.
+  std::string code;
   bool ok() const { return error.empty(); }
 };
 

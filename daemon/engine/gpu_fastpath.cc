@@ -1,0 +1,263 @@
+// The GPU fast path's steps (docs/gpu.md, "Fast path"): the library in the job moves the device
+// memory it owns, at PCIe speed, before the driver's checkpoint (gpu_drain), writes it into the
+// checkpoint with parallel direct I/O beside the driver's checkpoint (gpu_save), and moves it
+// back after the driver's restore (gpu_refill). A job without the library, and whatever the
+// library does not own, go the driver's way as before.
+
+#include "lib/contract/gpu_fastpath.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/container/target.h"
+#include "daemon/engine/engine.h"
+#include "daemon/engine/states.h"
+#include "daemon/gpu/fastpath_client.h"
+#include "lib/base/fs.h"
+#include "lib/base/json.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
+
+namespace cryo::engine {
+namespace {
+
+// Runs f(i) for every i in [0, n) on a thread each: processes move in parallel, as the GPU
+// plugins lock and checkpoint them.
+template <typename F>
+std::vector<absl::Status> EachInParallel(size_t n, F f) {
+  std::vector<absl::Status> out(n);
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < n; ++i) ts.emplace_back([&, i] { out[i] = f(i); });
+  for (auto& t : ts) t.join();
+  return out;
+}
+
+absl::Status First(const std::vector<absl::Status>& all) {
+  for (const auto& s : all) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// The device memory the GPU plugins saw a process use (NVML), 0 when unknown.
+uint64_t UsedBytes(const std::vector<gpu::GpuProcess>& gpu, pid_t pid) {
+  uint64_t used = 0;
+  for (const auto& g : gpu) {
+    if (g.pid != pid || !g.facts.is_object()) continue;
+    auto it = g.facts.find("devices");
+    if (it == g.facts.end() || !it->is_array()) continue;
+    for (const auto& d : *it) {
+      if (d.is_object() && d.contains("memory_used_bytes") &&
+          d["memory_used_bytes"].is_number_unsigned()) {
+        used += d["memory_used_bytes"].get<uint64_t>();
+      }
+    }
+  }
+  return used;
+}
+
+}  // namespace
+
+CheckpointState::~CheckpointState() {
+  for (auto& fds : fast_fds) gpu::CloseAll(fds);
+}
+
+absl::Status Engine::DrainGpus(CheckpointState& s) {
+  if (s.fast.empty()) return absl::OkStatus();
+  uint64_t owned = 0;
+  for (const auto& f : s.fast) owned += f.bytes;
+  s.clock->Begin(Stage::kGpuDrain, owned, absl::StrCat(s.fast.size(), " fast-path processes"));
+  const int writers = std::max(0, cfg_.fastpath.writers);
+  for (auto& f : s.fast) f.files = writers;
+  // Recorded before anything moves: a crash from here on is undone by refilling.
+  s.je.fastpath = s.fast;
+  CRYO_RETURN_IF_ERROR(d_.journal->Put(s.je));
+  s.drains.resize(s.fast.size());
+  s.fast_fds.resize(s.fast.size());
+  gpu::FastpathDrainOptions opt;
+  opt.threads = cfg_.fastpath.threads;
+  // The bound on the job's GPU work stopping is the lock's: the drain stops it first.
+  opt.quiesce_timeout = s.req.gpu_lock_timeout > absl::ZeroDuration() ? s.req.gpu_lock_timeout
+                                                                      : cfg_.gpu_lock_timeout;
+  const std::string dir = s.staged->staging_dir();
+  absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+    gpu::FastpathProcess& f = s.fast[i];
+    if (writers > 0) {
+      CRYO_ASSIGN_OR_RETURN(s.fast_fds[i], gpu::OpenFastpathFiles(dir, f.ns_pid, writers, true));
+    }
+    CRYO_ASSIGN_OR_RETURN(s.drains[i], d_.fastpath->Drain(f, opt, s.fast_fds[i]));
+    f.bytes = s.drains[i]->bytes();
+    f.allocations = s.drains[i]->allocations();
+    const uint64_t used = UsedBytes(s.gpu, f.pid);
+    f.driver_bytes = used > f.bytes ? used - f.bytes : 0;
+    return absl::OkStatus();
+  }));
+  s.je.fastpath = s.fast;
+  (void)d_.journal->Put(s.je);
+  if (!st.ok()) return Annotate(st, "GPU fast path");
+  uint64_t moved = 0;
+  for (const auto& f : s.fast) moved += f.bytes;
+  s.op->Report(Stage::kGpuDrain, moved, owned,
+               absl::StrCat(moved, " bytes off the GPU through the fast path"));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SaveGpuData(CheckpointState& s) {
+  if (s.drains.empty() || cfg_.fastpath.writers <= 0) return absl::OkStatus();
+  uint64_t total = 0;
+  for (const auto& f : s.fast) total += f.bytes;
+  s.clock->Begin(Stage::kGpuSave, total);
+  s.fast_digests.resize(s.fast.size());
+  absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+    CRYO_ASSIGN_OR_RETURN(s.fast_digests[i], s.drains[i]->WaitSaved());
+    if (s.fast_digests[i].size() != s.fast_fds[i].size()) {
+      return absl::InternalError(absl::StrCat("the fast path of pid ", s.fast[i].pid, " wrote ",
+                                              s.fast_digests[i].size(), " files, not ",
+                                              s.fast_fds[i].size()));
+    }
+    // Direct I/O left the data on the device; fsync makes the files' metadata durable too.
+    if (d_.store->durable()) {
+      for (int fd : s.fast_fds[i]) {
+        if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync of a fast-path file");
+      }
+    }
+    gpu::CloseAll(s.fast_fds[i]);
+    return absl::OkStatus();
+  }));
+  if (!st.ok()) return Annotate(st, "GPU fast path");
+  for (size_t i = 0; i < s.fast.size(); ++i) {
+    for (size_t k = 0; k < s.fast_digests[i].size(); ++k) {
+      s.fast_files.push_back({gpu::FastpathFileName(s.fast[i].ns_pid, static_cast<int>(k)),
+                              s.fast_digests[i][k].size, s.fast_digests[i][k].checksum});
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RefillGpus(CheckpointState& s) {
+  // A leave-running checkpoint: the job goes on with its memory back on the GPU.
+  if (!s.req.leave_running || s.fast.empty()) return absl::OkStatus();
+  uint64_t total = 0;
+  for (const auto& f : s.fast) total += f.bytes;
+  s.clock->Begin(Stage::kGpuRefill, total);
+  const std::string dir = s.staged->staging_dir();
+  absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+    std::vector<int> fds;
+    if (s.fast[i].files > 0) {
+      CRYO_ASSIGN_OR_RETURN(fds,
+                            gpu::OpenFastpathFiles(dir, s.fast[i].ns_pid, s.fast[i].files, false));
+    }
+    const std::vector<FileDigest> none;
+    absl::StatusOr<nlohmann::json> r =
+        d_.fastpath->Refill(s.fast[i], cfg_.fastpath.threads, fds,
+                            i < s.fast_digests.size() ? s.fast_digests[i] : none);
+    gpu::CloseAll(fds);
+    return r.status();
+  }));
+  return Annotate(st, "GPU fast path");
+}
+
+void Engine::UndoDrain(CheckpointState& s) {
+  // A drain still writing its files is finished first: the library then is in a state a
+  // refill knows (its memory in its own memory, or in the files).
+  for (auto& d : s.drains) {
+    if (d != nullptr) (void)d->WaitSaved();
+  }
+  s.drains.clear();
+  for (auto& fds : s.fast_fds) gpu::CloseAll(fds);
+  RefillFastpath(s.je.fastpath, s.je.staging_dir);
+}
+
+void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs,
+                            const std::string& dir) {
+  if (procs.empty()) return;
+  if (d_.fastpath == nullptr) {
+    CRYO_LOG(Error) << procs.size()
+                    << " processes wait for their GPU memory but the fast path is off: "
+                       "cryo-gpuctl fastpath-refill brings it back by hand";
+    return;
+  }
+  EachInParallel(procs.size(), [&](size_t i) -> absl::Status {
+    const gpu::FastpathProcess& f = procs[i];
+    absl::StatusOr<nlohmann::json> st = d_.fastpath->Status(f);
+    if (!st.ok()) {
+      // Gone (killed, or it ended): nothing waits for this memory.
+      CRYO_LOG(Info) << "fast path of pid " << f.pid << ": " << st.status();
+      return absl::OkStatus();
+    }
+    std::string state;
+    (void)json::Fields(*st, "fast path status").Str("state", &state);
+    if (state == contract::gpu_fastpath::kStateRunning) return absl::OkStatus();
+    std::vector<int> fds;
+    if (state == contract::gpu_fastpath::kStateSaved) {
+      auto opened = gpu::OpenFastpathFiles(dir, f.ns_pid, f.files, false);
+      if (!opened.ok()) {
+        CRYO_LOG(Error) << "fast path of pid " << f.pid << ": its GPU memory is only in files "
+                        << "that cannot be opened: " << opened.status();
+        return opened.status();
+      }
+      fds = *opened;
+    }
+    absl::StatusOr<nlohmann::json> r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, {});
+    gpu::CloseAll(fds);
+    if (r.ok()) {
+      CRYO_LOG(Info) << "fast path of pid " << f.pid << ": GPU memory refilled (" << state << ")";
+    } else {
+      CRYO_LOG(Error) << "fast path of pid " << f.pid << ": refill failed: " << r.status();
+    }
+    return r.status();
+  });
+}
+
+absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
+  if (s.m.gpu_fastpath.empty()) return absl::OkStatus();
+  s.fast = s.m.gpu_fastpath;
+  uint64_t total = 0;
+  for (auto& f : s.fast) {
+    total += f.bytes;
+    // Restored processes keep their pids inside; in a container their host pids are new.
+    f.pid = s.ctr ? container::HostPidInNamespace(*d_.proc, s.ctr->init_pid, f.ns_pid) : f.ns_pid;
+  }
+  s.clock->Begin(Stage::kGpuRefill, total);
+  std::map<std::string, FileDigest> recorded;
+  for (const auto& mf : s.m.files) recorded[mf.path] = {mf.size, mf.checksum};
+  absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+    const gpu::FastpathProcess& f = s.fast[i];
+    if (f.pid <= 0) {
+      return absl::InternalError(absl::StrCat("restored process ", f.ns_pid, " not found"));
+    }
+    std::vector<FileDigest> expected;
+    for (int k = 0; k < f.files; ++k) {
+      auto it = recorded.find(gpu::FastpathFileName(f.ns_pid, k));
+      if (it == recorded.end()) {
+        return absl::DataLossError(
+            absl::StrCat("the manifest lists no ", gpu::FastpathFileName(f.ns_pid, k)));
+      }
+      expected.push_back(it->second);
+    }
+    std::vector<int> fds;
+    if (f.files > 0) {
+      CRYO_ASSIGN_OR_RETURN(fds, gpu::OpenFastpathFiles(s.dir, f.ns_pid, f.files, false));
+    }
+    absl::StatusOr<nlohmann::json> r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, expected);
+    gpu::CloseAll(fds);
+    return r.status();
+  }));
+  if (absl::IsDataLoss(st)) {
+    if (absl::Status ms = d_.store->MarkDamaged(s.m.id, std::string(st.message())); !ms.ok()) {
+      CRYO_LOG(Warning) << "recording checkpoint " << s.m.id << " as damaged: " << ms;
+    }
+  }
+  if (!st.ok()) {
+    return Annotate(st,
+                    "bringing GPU memory back through the fast path (restored processes "
+                    "were stopped)");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cryo::engine

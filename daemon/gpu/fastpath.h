@@ -1,0 +1,65 @@
+#pragma once
+
+// What the engine asks of the GPU fast path (docs/gpu.md, "Fast path"): find the processes of a
+// job that run the fast-path library, have each drain its device memory (into files of the
+// store, or into its own memory) and refill it. The real one talks to the library in the
+// processes (fastpath_client.h); tests use a fake.
+
+#include <sys/types.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/gpu/gpu_process.h"
+#include "daemon/store/checksum.h"
+#include "lib/base/proc.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::gpu {
+
+struct FastpathDrainOptions {
+  int threads = 8;
+  absl::Duration quiesce_timeout = absl::Seconds(10);
+  uint64_t stripe_bytes = 64ull << 20;
+  absl::Duration reply_timeout = absl::Minutes(10);
+};
+
+// A drain in progress: the device memory is free (drained), the files may still be written.
+class FastpathDrainHandle {
+ public:
+  virtual ~FastpathDrainHandle() = default;
+  // What the library said when the memory was out ({"bytes", "allocations", "copy_ms", ...}).
+  virtual const nlohmann::json& drained() const = 0;
+  uint64_t bytes() const;
+  uint64_t allocations() const;
+  // With files: waits until they are written and out of the job's memory; their digests in
+  // order. Without files: nothing to wait for.
+  virtual absl::StatusOr<std::vector<FileDigest>> WaitSaved() = 0;
+};
+
+class Fastpath {
+ public:
+  virtual ~Fastpath() = default;
+  // The processes among `pids` whose library is listening (CUDA started). FAILED_PRECONDITION
+  // when one of them is not running normally (its memory is out since an earlier checkpoint).
+  virtual absl::StatusOr<std::vector<FastpathProcess>> Find(const std::vector<pid_t>& pids) = 0;
+  // Drains one process; `files` are empty files opened for writing (none: keep the data in the
+  // process). On failure the library has put the memory back if it could.
+  virtual absl::StatusOr<std::unique_ptr<FastpathDrainHandle>> Drain(
+      const FastpathProcess& p, const FastpathDrainOptions& opt, const std::vector<int>& files) = 0;
+  // Brings a process's memory back: from `files` (read, in order) checked against `expected`
+  // (empty: unchecked), or from its own memory when there are none. DATA_LOSS on a mismatch (the
+  // job stays held).
+  virtual absl::StatusOr<nlohmann::json> Refill(const FastpathProcess& p, int threads,
+                                                const std::vector<int>& files,
+                                                const std::vector<FileDigest>& expected) = 0;
+  // {"state": "running"|"drained"|"saved", ...}
+  virtual absl::StatusOr<nlohmann::json> Status(const FastpathProcess& p) = 0;
+};
+
+// The fast path through the library's channel in each process.
+std::unique_ptr<Fastpath> NewFastpath(const proc::ProcReader* proc);
+
+}  // namespace cryo::gpu

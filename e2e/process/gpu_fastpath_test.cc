@@ -1,0 +1,217 @@
+// The GPU fast path through cryod, with real CRIU, on machines without a GPU: a job over the fake
+// CUDA driver (test/fakes/cuda) runs with libcryo_gpu_fastpath.so preloaded; its device memory
+// goes out through the library into the checkpoint's files and comes back at the same addresses.
+// (On a GPU machine the same runs against the real driver: e2e/gpu, part fastpath.)
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "e2e/process/fixture.h"
+#include "e2e/process/harness.h"
+#include "gtest/gtest.h"
+
+#if !defined(FASTPATH_LIB) || !defined(FAKE_CUDA_DIR) || !defined(FAKEGPU_BIN)
+#error "FASTPATH_LIB, FAKE_CUDA_DIR and FAKEGPU_BIN must name the built artifacts"
+#endif
+
+namespace cryo::e2e {
+namespace {
+
+using grpc::StatusCode;
+constexpr uint64_t kMiB = 1 << 20;
+
+class FastpathE2e : public ProcessFixture {
+ protected:
+  // The fake GPU job with the library: 48 MiB of cudaMalloc, 16 MiB mapped as PyTorch's
+  // expandable segments map it, two small allocations the driver keeps.
+  Workload& GpuJob(std::vector<std::string> extra = {}, const char* binary = FAKEGPU_BIN) {
+    std::vector<std::string> args = {"--mib", "48", "--chunk-mib", "8", "--vmm-mib", "16"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto w = Workload::StartProgram(dir_, binary, args,
+                                    {absl::StrCat("LD_PRELOAD=", FASTPATH_LIB),
+                                     absl::StrCat("LD_LIBRARY_PATH=", FAKE_CUDA_DIR)});
+    EXPECT_TRUE(w.ok()) << w.status();
+    if (!w.ok()) std::abort();
+    workloads_.push_back(std::move(*w));
+    return *workloads_.back();
+  }
+
+  static uint64_t U(const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) ? j[key].get<uint64_t>() : 0;
+  }
+
+  // Sum of the sizes of the files under `dir` whose path (relative) starts with `prefix`.
+  static uint64_t BytesUnder(const std::string& dir, const std::string& prefix) {
+    uint64_t sum = 0;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+      if (!e.is_regular_file()) continue;
+      std::string rel = std::filesystem::relative(e.path(), dir).string();
+      if (absl::StartsWith(rel, prefix)) sum += e.file_size();
+    }
+    return sum;
+  }
+
+  // The job ran on with every word of its memory as its kernels expect it.
+  void ExpectRunsOnIntact(Workload& w, uint64_t from_step) {
+    ASSERT_TRUE(w.WaitMain(from_step + 30, absl::Seconds(60))) << "job does not run on";
+    auto st = w.Status();
+    EXPECT_EQ(U(st, "mismatches"), 0u) << st.dump();
+    EXPECT_EQ(st["verified"], true) << st.dump();
+    EXPECT_EQ(st["api"], "ok") << st.dump();
+  }
+};
+
+TEST_F(FastpathE2e, CheckpointAndRestoreMoveTheGpuMemoryThroughTheLibrary) {
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  const uint64_t used_before = U(w.Status(), "device_used");
+  ASSERT_GE(used_before, 64 * kMiB);
+
+  v1::CheckpointInfo info;
+  std::vector<v1::Progress> progress;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp"), &info, &progress);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 64 * kMiB) << "48 MiB of cudaMalloc + 16 MiB of VMM";
+  EXPECT_TRUE(info.stage_ms().count("gpu_drain")) << info.DebugString();
+  EXPECT_TRUE(info.stage_ms().count("gpu_save")) << info.DebugString();
+  bool drained_reported = false;
+  for (const auto& p : progress) {
+    if (p.stage() == v1::STAGE_GPU_DRAIN && p.bytes_done() == 64 * kMiB) drained_reported = true;
+  }
+  EXPECT_TRUE(drained_reported) << "the drain's bytes were never reported";
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last_step = U(w.Status(), "main");
+
+  // The GPU data is in the fast path's files, each with its checksum in the manifest; CRIU's
+  // images do not hold it a second time.
+  const std::string ckpt = store_ + "/checkpoints/fp";
+  auto m = nlohmann::json::parse(Slurp(ckpt + "/manifest.json"));
+  ASSERT_TRUE(m["gpu_fastpath"].is_array()) << m.dump(1);
+  ASSERT_EQ(m["gpu_fastpath"].size(), 1u);
+  EXPECT_EQ(m["gpu_fastpath"][0]["ns_pid"], w.pid());
+  uint64_t listed = 0;
+  for (const auto& f : m["files"]) {
+    if (absl::StartsWith(f["path"].get<std::string>(), "gpu/fastpath-")) listed += U(f, "size");
+  }
+  EXPECT_EQ(listed, 64 * kMiB);
+  EXPECT_EQ(BytesUnder(ckpt, "gpu/"), 64 * kMiB);
+  EXPECT_LT(BytesUnder(ckpt, "images/"), 32 * kMiB) << "CRIU dumped the drained memory too";
+
+  v1::RestoreResult res;
+  s = a.Restore(RestoreReq("fp"), &res);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(res.root_pid(), w.pid());
+  EXPECT_TRUE(res.stage_ms().count("gpu_refill")) << res.DebugString();
+  ExpectRunsOnIntact(w, last_step);
+  EXPECT_GE(U(w.Status(), "device_used"), 64 * kMiB) << "the memory is back on the (fake) GPU";
+}
+
+TEST_F(FastpathE2e, ALeaveRunningCheckpointGivesTheJobItsMemoryBack) {
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-lr", /*leave_running=*/true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 64 * kMiB);
+  EXPECT_TRUE(info.stage_ms().count("gpu_refill")) << info.DebugString();
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
+  // And the checkpoint it left restores, once the job is gone.
+  w.Kill();
+  ASSERT_TRUE(WaitGone(w));
+  s = a.Restore(RestoreReq("fp-lr"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, 0);
+}
+
+TEST_F(FastpathE2e, AProgramLinkedAgainstTheDriverIsServedToo) {
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob({}, FAKEGPU_DIRECT_BIN);
+  ASSERT_TRUE(w.WaitMain(20));
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-direct"), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 64 * kMiB);
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last = U(w.Status(), "main");
+  s = a.Restore(RestoreReq("fp-direct"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, last);
+}
+
+TEST_F(FastpathE2e, ADamagedFastPathFileIsRefusedAndTheJobNeverRunsOnIt) {
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "fp-bad")).ok());
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last = U(w.Status(), "main");
+  // One bit of the GPU data flipped in place: the size is right, the restore's size check passes.
+  const std::string f =
+      absl::StrCat(store_, "/checkpoints/fp-bad/gpu/fastpath-", w.pid(), ".0.bin");
+  int fd = ::open(f.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << f;
+  char c = 0;
+  ASSERT_EQ(::pread(fd, &c, 1, 3 << 20), 1);
+  c ^= 1;
+  ASSERT_EQ(::pwrite(fd, &c, 1, 3 << 20), 1);
+  ::close(fd);
+
+  grpc::Status s = a.Restore(RestoreReq("fp-bad"));
+  EXPECT_EQ(s.error_code(), StatusCode::DATA_LOSS) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "does not hold what the checkpoint recorded"))
+      << s.error_message();
+  EXPECT_TRUE(WaitGone(w)) << "the restored job must not run on data that is not its own";
+  EXPECT_EQ(U(w.Status(), "main"), last) << "the job took a step after the failed restore";
+  auto list = a.List();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_FALSE(list[0].damaged().empty()) << "resume: auto must pass over it next time";
+}
+
+TEST_F(FastpathE2e, GpuWorkThatDoesNotStopInTimeFailsTheCheckpointAndTheJobRunsOn) {
+  Cryod& a = Node("node-a");
+  // Every kernel runs 1.5 s: the drain cannot quiesce within a 300 ms bound.
+  Workload& w = GpuJob({"--kernel-ms", "1500"});
+  ASSERT_TRUE(w.WaitMain(2, absl::Seconds(30)));
+  v1::CheckpointRequest req = Req(w.pid(), "fp-slow");
+  req.set_gpu_lock_timeout_ms(300);
+  grpc::Status s = a.Checkpoint(req);
+  EXPECT_EQ(s.error_code(), StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "still in flight")) << s.error_message();
+  EXPECT_TRUE(a.List().empty());
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+  const uint64_t now = U(w.Status(), "main");
+  ASSERT_TRUE(w.WaitMain(now + 2, absl::Seconds(30))) << "the job does not run on";
+  EXPECT_EQ(w.Status()["verified"], true);
+}
+
+TEST_F(FastpathE2e, CryodKilledAfterTheDrainGivesTheMemoryBackWhenItRestarts) {
+  Cryod* a = &Node("node-a", {}, HookEnv());
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  HookPoint hp(hook_dir(), "before-dump");  // drained, saved into the staging files
+  auto fut =
+      std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "fp-crash")); });
+  ASSERT_TRUE(hp.Reached());
+  EXPECT_LT(U(w.Status(), "device_used"), 8 * kMiB) << "the memory should be out of the GPU";
+  const uint64_t held = U(w.Status(), "main");
+  a->Kill9();
+  (void)fut.get();
+  ::unlink((hook_dir() + "/before-dump.enable").c_str());
+  // The job waits at the library's gate meanwhile: no step on memory that is not there.
+  EXPECT_EQ(U(w.Status(), "main"), held);
+  Node("node-a");  // recovery refills from the staging files, then collects them
+  ExpectRunsOnIntact(w, held);
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+}
+
+}  // namespace
+}  // namespace cryo::e2e
