@@ -90,6 +90,10 @@ StepOutcome StartServerStep(AppState& s) {
   deps.checkpoint_min_grace_s = s.options.checkpoint_min_grace_s;
   deps.cryod = NewCryodClient(s.options.cryod_socket);
   deps.metrics = s.metrics.get();
+  // containerd serves its image API on the CRI socket (checkpoint images are read there).
+  if (auto images = containerd::ConnectImageContent(s.options.runtime_endpoint); images.ok()) {
+    deps.images = std::move(*images);
+  }
   if (::access(deps.init_path.c_str(), X_OK) != 0) {
     // Opted-in containers would fail to start; others are unaffected, so serve anyway.
     CRYO_LOG(Warning) << "cryo-init not found at " << deps.init_path
