@@ -10,6 +10,7 @@
 #include "cri-shim/handlers/handlers.h"
 #include "grpcpp/client_context.h"
 #include "lib/base/log.h"
+#include "lib/metrics/registry.h"
 
 namespace cryo::shim {
 namespace {
@@ -57,7 +58,7 @@ StepOutcome BlockSignalsStep(AppState& s) {
 }
 
 StepOutcome CreateMetricsStep(AppState& s) {
-  s.registry = std::make_shared<prometheus::Registry>();
+  s.registry = metrics::NewRegistry("cryo-cri-shim");
   absl::StatusOr<std::unique_ptr<ShimMetrics>> metrics = ShimMetrics::Create(s.registry);
   if (!metrics.ok()) return StepOutcome::Fatal(std::string(metrics.status().message()));
   s.metrics = std::move(*metrics);
