@@ -126,8 +126,9 @@ class CreateContainerHandler final
         absl::StrCat(pod.metadata().namespace_(), "/", pod.metadata().name());
     OptIn opt =
         DecideOptIn(deps_.annotation_prefix, {pod.annotations().begin(), pod.annotations().end()},
-                    {pod.labels().begin(), pod.labels().end()}, pod.metadata().namespace_(),
-                    pod.metadata().name(), request.config().metadata().name());
+                    {pod.labels().begin(), pod.labels().end()},
+                    {pod.metadata().namespace_(), pod.metadata().name(), pod.metadata().uid()},
+                    request.config().metadata().name());
     if (std::optional<std::string> image = CheckpointImageOf(ctx, request.config().image())) {
       return CreateFromCheckpointImage(ctx, request, pod_name, std::move(opt), *image);
     }
@@ -286,9 +287,10 @@ class CreateContainerHandler final
     if (!opt.managed) {
       opt.managed = true;
       const cri::PodSandboxConfig& pod = request.sandbox_config();
-      opt.workload = DefaultWorkloadKey({pod.labels().begin(), pod.labels().end()},
-                                        pod.metadata().namespace_(), pod.metadata().name(),
-                                        request.config().metadata().name());
+      opt.workload = DefaultWorkloadKey(
+          {pod.labels().begin(), pod.labels().end()},
+          {pod.metadata().namespace_(), pod.metadata().name(), pod.metadata().uid()},
+          request.config().metadata().name());
     }
     Request changed = request;
     changed.mutable_config()->mutable_image()->Clear();

@@ -23,6 +23,9 @@ inline constexpr char kJobNameLegacy[] = "job-name";
 inline constexpr char kControllerUid[] = "batch.kubernetes.io/controller-uid";
 inline constexpr char kControllerUidLegacy[] = "controller-uid";
 
+// Set by the StatefulSet controller on its pods: the pod's stable name.
+inline constexpr char kStatefulSetPodName[] = "statefulset.kubernetes.io/pod-name";
+
 // How the chart labels cryod's pods.
 inline constexpr char kCryoPodSelector[] = "app.kubernetes.io/name=cryo";
 
