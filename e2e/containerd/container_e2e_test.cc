@@ -3,6 +3,7 @@
 // kubelet does. Opted-in pods are checkpointed (kubelet's checkpoint API, preemption stops)
 // and resumed on the other node; everything else is left alone. Needs root.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -62,6 +63,9 @@ class ContainerModeE2e : public ContainerdE2e {
     std::string pod_id;
     std::string ctr_id;
     std::string log_path;
+    // The host file kubelet mounts at the container's terminationMessagePath; kubelet adds
+    // what the container wrote there to its status' message once it exited.
+    std::string termination_log;
     cri::PodSandboxConfig config;
   };
 
@@ -89,6 +93,18 @@ class ContainerModeE2e : public ContainerdE2e {
          {"io.kubernetes.pod.name", "io.kubernetes.pod.namespace", "io.kubernetes.pod.uid"}) {
       (*config.mutable_labels())[k] = p.config.labels().at(k);
     }
+    // ... annotates it with the pod's grace period and its termination message path, and
+    // mounts an empty host file there (pkg/kubelet/kuberuntime, makeMounts).
+    (*config.mutable_annotations())["io.kubernetes.pod.terminationGracePeriod"] = "30";
+    (*config.mutable_annotations())["io.kubernetes.container.terminationMessagePath"] =
+        "/dev/termination-log";
+    (*config.mutable_annotations())["io.kubernetes.container.terminationMessagePolicy"] = "File";
+    p.termination_log = absl::StrCat(world().dir(), "/termination-", name);
+    std::ofstream(p.termination_log).flush();
+    ::chmod(p.termination_log.c_str(), 0666);
+    cri::Mount* m = config.add_mounts();
+    m->set_container_path("/dev/termination-log");
+    m->set_host_path(p.termination_log);
     auto ctr = shim.CreateContainer(p.pod_id, config, p.config);
     if (!ctr.ok()) return ctr.status();
     p.ctr_id = *ctr;
@@ -245,9 +261,22 @@ TEST_F(ContainerModeE2e, PreemptedContainerResumesOnAnotherNodeWhereItLeftOff) {
   auto list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 1u) << "the stop did not leave a checkpoint";
   EXPECT_EQ(list[0].labels().at("cryo.dev/reason"), "stop");
+  // The stop gave the pod's own grace period (as a preemption, a delete or a drain does).
+  EXPECT_EQ(list[0].labels().at("cryo.dev/stop-grace"), "pod");
+  EXPECT_EQ(list[0].labels().at("cryo.dev/stop-grace-seconds"), "30");
   // Stopped after its checkpoint: the checkpointed exit code, not the kill's 137, so that a
-  // Job's podFailurePolicy can ignore it.
+  // Job's podFailurePolicy can ignore it; containerd's reason for any non-zero exit, and the
+  // termination message docs/containers.md quotes, which kubelet adds to the status' message.
   EXPECT_EQ(stopped->exit_code(), 75);
+  EXPECT_EQ(stopped->reason(), "Error");
+  EXPECT_EQ(stopped->message(), "") << "containerd reports no message of its own";
+  EXPECT_EQ(Slurp(a->termination_log),
+            "cryo: checkpointed before this stop; its replacement resumes from the checkpoint\n");
+  bool mounted = false;
+  for (const auto& m : stopped->mounts()) {
+    mounted |= m.container_path() == "/dev/termination-log" && m.host_path() == a->termination_log;
+  }
+  EXPECT_TRUE(mounted) << "kubelet finds the message's file through the status' mounts";
   EXPECT_EQ(list[0].node_name(), "node-a");
   EXPECT_FALSE(list[0].leave_running());
   std::vector<int> old_ticks = Ticks(a->log_path);
@@ -561,7 +590,9 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
   ASSERT_TRUE(kept.ok()) << kept.status();
   ASSERT_TRUE(WaitTicks(*kept, 3));
   ASSERT_TRUE(Shim("node-a").StopContainer(kept->ctr_id, 2).ok());
-  EXPECT_EQ(Checkpoints(kWorkload).size(), 1u) << "a 2 s stop is enough for a small job";
+  ASSERT_EQ(Checkpoints(kWorkload).size(), 1u) << "a 2 s stop is enough for a small job";
+  EXPECT_EQ(Checkpoints(kWorkload)[0].labels().at("cryo.dev/stop-grace"), "minimum")
+      << "kubelet's 2 s floor, below the pod's 30 s: a force delete or a hard eviction";
   st = Shim("node-a").ContainerStatus(kept->ctr_id);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->exit_code(), 99) << "the pod's checkpointed exit code";

@@ -14,6 +14,9 @@ inline constexpr char kContainerName[] = "io.kubernetes.container.name";
 inline constexpr const char* kContainerIdentity[] = {kPodNamespace, kPodName, kPodUid,
                                                      kContainerName};
 
+// Set by kubelet on every container whose pod has one: the pod's terminationGracePeriodSeconds.
+inline constexpr char kPodTerminationGracePeriod[] = "io.kubernetes.pod.terminationGracePeriod";
+
 // Set by kubelet on every container: the path of its termination message in the container.
 inline constexpr char kTerminationMessagePath[] = "io.kubernetes.container.terminationMessagePath";
 
