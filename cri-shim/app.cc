@@ -10,6 +10,7 @@
 #include "cri-shim/handlers/handlers.h"
 #include "grpcpp/client_context.h"
 #include "lib/base/log.h"
+#include "lib/metrics/registry.h"
 
 namespace cryo::shim {
 namespace {
@@ -57,7 +58,7 @@ StepOutcome BlockSignalsStep(AppState& s) {
 }
 
 StepOutcome CreateMetricsStep(AppState& s) {
-  s.registry = std::make_shared<prometheus::Registry>();
+  s.registry = metrics::NewRegistry("cryo-cri-shim");
   absl::StatusOr<std::unique_ptr<ShimMetrics>> metrics = ShimMetrics::Create(s.registry);
   if (!metrics.ok()) return StepOutcome::Fatal(std::string(metrics.status().message()));
   s.metrics = std::move(*metrics);
@@ -90,6 +91,10 @@ StepOutcome StartServerStep(AppState& s) {
   deps.checkpoint_min_grace_s = s.options.checkpoint_min_grace_s;
   deps.cryod = NewCryodClient(s.options.cryod_socket);
   deps.metrics = s.metrics.get();
+  // containerd serves its image API on the CRI socket (checkpoint images are read there).
+  if (auto images = containerd::ConnectImageContent(s.options.runtime_endpoint); images.ok()) {
+    deps.images = std::move(*images);
+  }
   if (::access(deps.init_path.c_str(), X_OK) != 0) {
     // Opted-in containers would fail to start; others are unaffected, so serve anyway.
     CRYO_LOG(Warning) << "cryo-init not found at " << deps.init_path

@@ -86,6 +86,18 @@ class CryodClient final : public Cryod {
     return std::vector<v1::CheckpointInfo>(resp.checkpoints().begin(), resp.checkpoints().end());
   }
 
+  absl::StatusOr<v1::ImportCheckpointImageResponse> ImportCheckpointImage(
+      const std::string& image, absl::Time deadline) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    v1::ImportCheckpointImageRequest req;
+    req.set_image(image);
+    v1::ImportCheckpointImageResponse resp;
+    grpc::Status s = stub_->ImportCheckpointImage(&ctx, req, &resp);
+    if (!s.ok()) return FromGrpc(s, socket_);
+    return resp;
+  }
+
  private:
   std::string socket_;
   std::unique_ptr<v1::Cryo::Stub> stub_;

@@ -23,6 +23,9 @@ class Cryod {
   virtual absl::StatusOr<v1::CheckpointInfo> Get(const std::string& id) = 0;
   // Newest first.
   virtual absl::StatusOr<std::vector<v1::CheckpointInfo>> List(const std::string& workload) = 0;
+  // A checkpoint image of the node's runtime made a checkpoint of cryod's store (verified).
+  virtual absl::StatusOr<v1::ImportCheckpointImageResponse> ImportCheckpointImage(
+      const std::string& image, absl::Time deadline) = 0;
 };
 
 // cryod at `socket_path`; connects lazily (cryod may start after the shim).

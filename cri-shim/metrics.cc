@@ -8,15 +8,26 @@
 namespace cryo::shim {
 namespace {
 
-// Latency buckets from 100 us (a forwarded Version) to 5 min (a large checkpoint).
+// Latency buckets from 100 us (a forwarded Version) to 1 h (the checkpoint of a large
+// multi-GPU job, or its restore).
 const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* buckets = new prometheus::Histogram::BucketBoundaries{
-      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-      0.25,   0.5,     1,      2.5,   5,      10,    30,   60,    120,  300};
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,  0.25, 0.5,
+      1,      2.5,     5,      10,    30,     60,    120,  300,   600,  1200, 1800, 3600};
   return *buckets;
 }
 
 }  // namespace
+
+const std::vector<ContainerOpLabels>& ContainerOps() {
+  static const auto* ops = new std::vector<ContainerOpLabels>{
+      {"checkpoint_on_stop", {"ok", "failed", "skipped"}},
+      {"checkpoint_api", {"ok", "failed"}},
+      {"restore", {"ok", "failed"}},
+      {"import_image", {"ok", "failed"}},
+  };
+  return *ops;
+}
 
 std::string MethodLabel(absl::string_view full_method) { return ClassifyMethod(full_method).label; }
 
@@ -49,6 +60,14 @@ ShimMetrics::ShimMetrics(std::shared_ptr<prometheus::Registry> registry)
            .Help("CRI calls answered UNAVAILABLE because the runtime socket was unreachable.")
            .Register(*registry_)
            .Add({});
+  // Every series of the shim's own work at 0 from the start (see metrics.h).
+  for (const auto& o : ContainerOps()) {
+    for (const char* r : o.results) ContainerOperation(o.op, r);
+  }
+  for (const char* m : kOwnedMethodLabels) {
+    Latency(m);
+    for (const char* d : kOwnedDecisions) OwnedDecision(m, d);
+  }
 }
 
 absl::StatusOr<std::unique_ptr<ShimMetrics>> ShimMetrics::Create(

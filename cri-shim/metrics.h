@@ -1,8 +1,13 @@
-// Every metric of cryo-cri-shim, declared in one place (prefix cryo_shim_).
+// Every metric of cryo-cri-shim, declared in one place (prefix cryo_shim_). The series of the
+// shim's own work (container operations, owned calls' decisions) exist at 0 from the start, for
+// every label value below, so that increase() and the chart's alerts see the first failure;
+// requests by method and code appear with their first call (methods x codes would be thousands
+// of idle series).
 #pragma once
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -13,6 +18,18 @@
 #include "prometheus/registry.h"
 
 namespace cryo::shim {
+
+// cryo_shim_container_operations_total's ops and the results each can have.
+struct ContainerOpLabels {
+  const char* op;
+  std::vector<const char*> results;
+};
+const std::vector<ContainerOpLabels>& ContainerOps();
+// The CRI methods the shim owns (their metrics labels) and what it may decide for each.
+inline constexpr const char* kOwnedMethodLabels[] = {
+    "RuntimeService/CreateContainer", "RuntimeService/StartContainer",
+    "RuntimeService/StopContainer", "RuntimeService/CheckpointContainer"};
+inline constexpr const char* kOwnedDecisions[] = {"forward", "reply", "fail"};
 
 class ShimMetrics {
  public:
@@ -31,8 +48,9 @@ class ShimMetrics {
   prometheus::Counter& RuntimeUnavailable() { return *runtime_unavailable_; }
   // cryo_shim_owned_decisions_total{method,decision}: forward, reply or fail.
   prometheus::Counter& OwnedDecision(absl::string_view method_label, absl::string_view decision);
-  // cryo_shim_container_operations_total{op,result}: op is checkpoint_on_stop, checkpoint_api
-  // or restore; result is ok, failed or skipped (e.g. a forced stop left no time).
+  // cryo_shim_container_operations_total{op,result}: op is checkpoint_on_stop, checkpoint_api,
+  // restore or import_image (a checkpoint image); result is ok, failed or skipped (a stop below
+  // the pod's minimum grace, or one that left no time).
   prometheus::Counter& ContainerOperation(absl::string_view op, absl::string_view result);
 
   prometheus::Registry& registry() { return *registry_; }

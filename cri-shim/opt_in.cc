@@ -19,22 +19,32 @@ std::string Get(const StringMap& m, const std::string& key) {
 
 }  // namespace
 
-std::string DefaultWorkloadKey(const StringMap& pod_labels, const std::string& pod_namespace,
-                               const std::string& pod_name, const std::string& container_name) {
-  std::string owner = Get(pod_labels, contract::k8s::kJobName);
-  if (owner.empty()) owner = Get(pod_labels, contract::k8s::kJobNameLegacy);
-  if (owner.empty()) return absl::StrCat(pod_namespace, ".", pod_name, ".", container_name);
-  // The Job's uid too: its replacement pods share it, a new Job of the same name does not (and
-  // starts fresh instead of resuming a deleted Job's state).
-  std::string uid = Get(pod_labels, contract::k8s::kControllerUid);
-  if (uid.empty()) uid = Get(pod_labels, contract::k8s::kControllerUidLegacy);
-  if (uid.empty()) return absl::StrCat(pod_namespace, ".", owner, ".", container_name);
-  return absl::StrCat(pod_namespace, ".", owner, ".", uid.substr(0, 8), ".", container_name);
+std::string DefaultWorkloadKey(const StringMap& pod_labels, const PodIdentity& pod,
+                               const std::string& container_name) {
+  auto with_uid = [&](const std::string& owner, const std::string& uid) {
+    if (uid.empty()) return absl::StrCat(pod.namespace_, ".", owner, ".", container_name);
+    return absl::StrCat(pod.namespace_, ".", owner, ".", uid.substr(0, 8), ".", container_name);
+  };
+  std::string job = Get(pod_labels, contract::k8s::kJobName);
+  if (job.empty()) job = Get(pod_labels, contract::k8s::kJobNameLegacy);
+  if (!job.empty()) {
+    // The Job's uid: its replacement pods share it, a new Job of the same name does not (and
+    // starts fresh instead of resuming a deleted Job's state).
+    std::string uid = Get(pod_labels, contract::k8s::kControllerUid);
+    if (uid.empty()) uid = Get(pod_labels, contract::k8s::kControllerUidLegacy);
+    return with_uid(job, uid);
+  }
+  // A StatefulSet's replacement pod is the same member under a new uid: it resumes.
+  if (!Get(pod_labels, contract::k8s::kStatefulSetPodName).empty()) {
+    return absl::StrCat(pod.namespace_, ".", pod.name, ".", container_name);
+  }
+  // Anything else is itself: a pod re-created under the same name is a new one.
+  return with_uid(pod.name, std::string(absl::StripAsciiWhitespace(pod.uid)));
 }
 
 OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
-                  const StringMap& pod_labels, const std::string& pod_namespace,
-                  const std::string& pod_name, const std::string& container_name) {
+                  const StringMap& pod_labels, const PodIdentity& pod,
+                  const std::string& container_name) {
   OptIn o;
   const std::string stop = absl::AsciiStrToLower(
       Get(pod_annotations, contract::Key(prefix, contract::pod::kCheckpointOnStop)));
@@ -51,7 +61,7 @@ OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
   }
   o.managed = true;
   std::string key = Get(pod_annotations, contract::Key(prefix, contract::pod::kWorkload));
-  o.workload = key.empty() ? DefaultWorkloadKey(pod_labels, pod_namespace, pod_name, container_name)
+  o.workload = key.empty() ? DefaultWorkloadKey(pod_labels, pod, container_name)
                            : absl::StrCat(key, ".", container_name);
   return o;
 }

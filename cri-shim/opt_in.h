@@ -26,10 +26,17 @@ struct OptIn {
   std::string workload;  // key grouping the checkpoints of one job across pods
 };
 
+// Who the pod is: its sandbox metadata (CreateContainer) or kubelet's labels on its containers.
+struct PodIdentity {
+  std::string namespace_;
+  std::string name;
+  std::string uid;
+};
+
 // From the pod's sandbox config (annotations, labels, metadata) and the container's name.
 OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
-                  const StringMap& pod_labels, const std::string& pod_namespace,
-                  const std::string& pod_name, const std::string& container_name);
+                  const StringMap& pod_labels, const PodIdentity& pod,
+                  const std::string& container_name);
 
 // Container annotations the shim sets on containers it manages.
 struct ManagedKeys {
@@ -44,12 +51,20 @@ struct ManagedKeys {
   std::string resume_from;         // checkpoint id this container resumes from
 };
 
-// The default workload key: <namespace>.<job name>.<first 8 of the Job's uid>.<container> for
-// a Job's pods (they share the job-name and controller-uid labels: a replacement pod finds its
-// predecessor's checkpoints, a re-created Job of the same name does not), else
-// <namespace>.<pod name>.<container>. For other controllers whose pod names change, set
-// <prefix>/workload.
-std::string DefaultWorkloadKey(const StringMap& pod_labels, const std::string& pod_namespace,
-                               const std::string& pod_name, const std::string& container_name);
+// The default workload key, by what the pod's labels say of its owner. The key decides which
+// checkpoints `resume: auto` finds: the same key resumes, a new key starts fresh.
+//   a Job's pod (job-name and controller-uid labels, either spelling)
+//       <namespace>.<job name>.<first 8 of the Job's uid>.<container>: the Job's replacement
+//       pods resume; a new Job of the same name (a new uid) starts fresh;
+//   a StatefulSet's pod (statefulset.kubernetes.io/pod-name)
+//       <namespace>.<pod name>.<container>: its replacement has the same name (a stable
+//       identity, a new uid) and resumes;
+//   any other pod (bare pods, Deployments, ReplicaSets, DaemonSets)
+//       <namespace>.<pod name>.<first 8 of the pod's uid>.<container>: the same pod resumes (its
+//       container restarted in place), a pod re-created under the same name starts fresh.
+// Without the uid it is known by (it names none) the key leaves it out. <prefix>/workload
+// overrides all of these.
+std::string DefaultWorkloadKey(const StringMap& pod_labels, const PodIdentity& pod,
+                               const std::string& container_name);
 
 }  // namespace cryo::shim

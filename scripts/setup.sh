@@ -30,6 +30,7 @@ PKGS=(
   libgnutls28-dev libnftables-dev libaio-dev uuid-dev python3-protobuf python3 libdrm-dev
   # runtime for the container tests
   containerd runc iproute2 nftables busybox-static procps
+  buildah  # checkpoint images from kubelet archives (e2e: restore from a checkpoint image)
   # Helm chart render and type check (scripts/check-chart.sh): Go + sprig, K8s API types
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev python3-kubernetes
   golang-github-xeipuuv-gojsonschema-dev python3-jsonschema prometheus  # schema check; promtool

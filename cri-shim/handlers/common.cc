@@ -67,8 +67,10 @@ std::string WorkloadOf(const runtime::v1::ContainerStatus& c, const std::string&
   auto wk = c.annotations().find(ManagedKeys(prefix).workload);
   if (wk != c.annotations().end() && !wk->second.empty()) return wk->second;
   StringMap labels(c.labels().begin(), c.labels().end());
-  return DefaultWorkloadKey(labels, labels[contract::k8s::kPodNamespace],
-                            labels[contract::k8s::kPodName], c.metadata().name());
+  return DefaultWorkloadKey(labels,
+                            {labels[contract::k8s::kPodNamespace], labels[contract::k8s::kPodName],
+                             labels[contract::k8s::kPodUid]},
+                            c.metadata().name());
 }
 
 void WriteToContainerLog(int init_pid, const std::string& line) {

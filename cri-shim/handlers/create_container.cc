@@ -4,15 +4,27 @@
 // checkpoint id in its environment, which makes cryo-init wait for the restore instead of
 // starting the command. The shim's decisions go on the container's annotations. Other pods
 // are forwarded unchanged.
+//
+// A container whose image is a checkpoint image (Kubernetes' restore-from-image flow, see
+// lib/contract/checkpoint_image.h) is created from the image the checkpoint was taken in, under
+// cryo-init waiting for a restore from that checkpoint, which cryod has first imported from the
+// image into its store and verified; this needs no annotation and no shared store.
+#include <algorithm>
+#include <atomic>
+#include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
+#include "cri-shim/metrics.h"
 #include "cri-shim/opt_in.h"
 #include "lib/base/log.h"
+#include "lib/contract/checkpoint_image.h"
 #include "lib/contract/criu_annotations.h"
 #include "lib/contract/cryo_init_protocol.h"
 #include "lib/contract/labels.h"
@@ -79,6 +91,27 @@ absl::StatusOr<std::vector<std::string>> EffectiveArgv(CallContext& ctx,
   return command;
 }
 
+// Whether an image is a checkpoint image, remembered by image id: asked for every container
+// the node creates, so most answers come from here.
+class CheckpointImageCache {
+ public:
+  std::optional<std::optional<std::string>> Get(const std::string& id) {
+    absl::MutexLock l(&mu_);
+    auto it = known_.find(id);
+    if (it == known_.end()) return std::nullopt;
+    return it->second;
+  }
+  void Put(const std::string& id, std::optional<std::string> name) {
+    absl::MutexLock l(&mu_);
+    if (known_.size() > 4096) known_.clear();  // image ids come and go: bound the memory
+    known_[id] = std::move(name);
+  }
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::optional<std::string>> known_ ABSL_GUARDED_BY(mu_);
+};
+
 class CreateContainerHandler final
     : public UnaryOwnedMethod<cri::CreateContainerRequest, cri::CreateContainerResponse> {
  public:
@@ -93,18 +126,13 @@ class CreateContainerHandler final
         absl::StrCat(pod.metadata().namespace_(), "/", pod.metadata().name());
     OptIn opt =
         DecideOptIn(deps_.annotation_prefix, {pod.annotations().begin(), pod.annotations().end()},
-                    {pod.labels().begin(), pod.labels().end()}, pod.metadata().namespace_(),
-                    pod.metadata().name(), request.config().metadata().name());
-    if (!opt.managed) return ForwardUnchanged{};
-    // The pod's CRIU options are checked now: a bad value fails the creation, not a
-    // preemption later.
-    const std::map<std::string, std::string> pod_annotations(pod.annotations().begin(),
-                                                             pod.annotations().end());
-    if (auto criu = contract::ParseCriuAnnotations(pod_annotations, deps_.annotation_prefix);
-        !criu.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pod ", pod_name, ": ", criu.status().message()));
+                    {pod.labels().begin(), pod.labels().end()},
+                    {pod.metadata().namespace_(), pod.metadata().name(), pod.metadata().uid()},
+                    request.config().metadata().name());
+    if (std::optional<std::string> image = CheckpointImageOf(ctx, request.config().image())) {
+      return CreateFromCheckpointImage(ctx, request, pod_name, std::move(opt), *image);
     }
+    if (!opt.managed) return ForwardUnchanged{};
 
     std::string resume_from;
     if (opt.resume == "auto") {
@@ -145,10 +173,152 @@ class CreateContainerHandler final
       }
       resume_from = opt.resume;
     }
+    return CreateUnderInit(ctx, request, pod_name, opt, resume_from, request);
+  }
 
-    auto argv = EffectiveArgv(ctx, request.config());
+ private:
+  // The name containerd knows checkpoint image `spec` by, or nullopt when it is none (or the
+  // runtime cannot say: CRI-O, an image it does not have; the runtime then answers as usual).
+  std::optional<std::string> CheckpointImageOf(CallContext& ctx, const cri::ImageSpec& spec) {
+    if (!deps_.images || spec.image().empty()) return std::nullopt;
+    cri::ImageStatusRequest req;
+    *req.mutable_image() = spec;
+    cri::ImageStatusResponse resp;
+    auto rctx = ctx.NewRuntimeContext();
+    if (!ctx.runtime().images().ImageStatus(rctx.get(), req, &resp).ok() || !resp.has_image() ||
+        resp.image().id().empty()) {
+      return std::nullopt;
+    }
+    const cri::Image& img = resp.image();
+    if (auto known = cache_.Get(img.id())) return *known;
+    std::vector<std::string> names(img.repo_tags().begin(), img.repo_tags().end());
+    names.insert(names.end(), img.repo_digests().begin(), img.repo_digests().end());
+    names.push_back(spec.image());
+    names.push_back(img.id());
+    auto m = deps_.images->Manifest(names, absl::Now() + absl::Seconds(10));
+    if (!m.ok()) {
+      if (absl::IsUnimplemented(m.status())) {
+        // Not containerd: checkpoint images cannot be read here; say so once.
+        if (!warned_unimplemented_.exchange(true)) {
+          CRYO_LOG(Warning) << "the runtime does not serve containerd's image API: checkpoint "
+                               "images are not recognised ("
+                            << m.status().message() << ")";
+        }
+        cache_.Put(img.id(), std::nullopt);
+      } else if (!absl::IsNotFound(m.status())) {
+        CRYO_LOG(Warning) << "reading image " << spec.image() << ": " << m.status();
+      }
+      return std::nullopt;
+    }
+    std::optional<std::string> out;
+    if (!contract::checkpoint_image::Find(contract::checkpoint_image::kNameKeys, m->annotations,
+                                          m->config_labels)
+             .empty()) {
+      out = m->name;
+    }
+    cache_.Put(img.id(), out);
+    return out;
+  }
+
+  Result CreateFromCheckpointImage(CallContext& ctx, const Request& request,
+                                   const std::string& pod_name, OptIn opt,
+                                   const std::string& image) {
+    const std::string what =
+        absl::StrCat("pod ", pod_name, ": container ", request.config().metadata().name(),
+                     "'s image ", image, " is a checkpoint image");
+    // Reading and verifying the image may take a while for a large job; kubelet retries the
+    // creation if its own deadline passes first, and the import is idempotent.
+    auto imported =
+        deps_.cryod->ImportCheckpointImage(image, absl::Now() + TimeLeft(ctx, absl::Minutes(30)));
+    if (deps_.metrics) {
+      deps_.metrics->ContainerOperation("import_image", imported.ok() ? "ok" : "failed")
+          .Increment();
+    }
+    if (!imported.ok()) {
+      CRYO_LOG(Warning) << what << ", but it cannot be restored: " << imported.status();
+      return absl::Status(
+          imported.status().code(),
+          absl::StrCat(what, ", but it cannot be restored: ", imported.status().message()));
+    }
+    const std::string& original = imported->container_image();
+    const std::string& id = imported->checkpoint().checkpoint_id();
+    if (original.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(what, " that names no image to run it in"));
+    }
+    // The checkpoint's image must be here: pulled now if it is not (kubelet pulled only the
+    // checkpoint image). Without credentials: a private image must be on the node already.
+    cri::ImageStatusRequest sreq;
+    sreq.mutable_image()->set_image(original);
+    cri::ImageStatusResponse sresp;
+    {
+      auto rctx = ctx.NewRuntimeContext();
+      grpc::Status s = ctx.runtime().images().ImageStatus(rctx.get(), sreq, &sresp);
+      if (!s.ok()) return FromGrpc(s);
+    }
+    if (!sresp.has_image()) {
+      cri::PullImageRequest preq;
+      preq.mutable_image()->set_image(original);
+      *preq.mutable_sandbox_config() = request.sandbox_config();
+      cri::PullImageResponse presp;
+      auto rctx = ctx.NewRuntimeContext();
+      grpc::Status s = ctx.runtime().images().PullImage(rctx.get(), preq, &presp);
+      if (!s.ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            what, " of a container of image ", original,
+            ", which is not on this node and could not be pulled: ", s.error_message()));
+      }
+      auto rctx2 = ctx.NewRuntimeContext();
+      if (grpc::Status s2 = ctx.runtime().images().ImageStatus(rctx2.get(), sreq, &sresp);
+          !s2.ok()) {
+        return FromGrpc(s2);
+      }
+    }
+    // A tag may point elsewhere on this node: refuse now, not at the restore.
+    const std::string& want = imported->container_image_ref();
+    if (!want.empty() && sresp.has_image() && want != sresp.image().id() &&
+        std::find(sresp.image().repo_digests().begin(), sresp.image().repo_digests().end(), want) ==
+            sresp.image().repo_digests().end()) {
+      return absl::FailedPreconditionError(absl::StrCat(what, " taken in image ", original, " (",
+                                                        want, "), but ", original, " is ",
+                                                        sresp.image().id(),
+                                                        " on this node: a job resumes only on the "
+                                                        "image it ran on"));
+    }
+    if (!opt.managed) {
+      opt.managed = true;
+      const cri::PodSandboxConfig& pod = request.sandbox_config();
+      opt.workload = DefaultWorkloadKey(
+          {pod.labels().begin(), pod.labels().end()},
+          {pod.metadata().namespace_(), pod.metadata().name(), pod.metadata().uid()},
+          request.config().metadata().name());
+    }
+    Request changed = request;
+    changed.mutable_config()->mutable_image()->Clear();
+    changed.mutable_config()->mutable_image()->set_image(original);
+    (*changed.mutable_config()->mutable_annotations())[contract::Key(
+        deps_.annotation_prefix, contract::container::kCheckpointImage)] = image;
+    CRYO_LOG(Info) << what << " (checkpoint " << id << ", "
+                   << (imported->imported_now() ? "imported now" : "imported before")
+                   << "): creating it from " << original;
+    return CreateUnderInit(ctx, request, pod_name, opt, id, changed);
+  }
+
+  // Creates `base` (the request, or the request with its image replaced) under cryo-init.
+  Result CreateUnderInit(CallContext& ctx, const Request& request, const std::string& pod_name,
+                         const OptIn& opt, const std::string& resume_from, const Request& base) {
+    const cri::PodSandboxConfig& pod = request.sandbox_config();
+    // The pod's CRIU options are checked now: a bad value fails the creation, not a
+    // preemption later.
+    const std::map<std::string, std::string> pod_annotations(pod.annotations().begin(),
+                                                             pod.annotations().end());
+    if (auto criu = contract::ParseCriuAnnotations(pod_annotations, deps_.annotation_prefix);
+        !criu.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pod ", pod_name, ": ", criu.status().message()));
+    }
+    auto argv = EffectiveArgv(ctx, base.config());
     if (!argv.ok()) return argv.status();
-    cri::CreateContainerRequest changed = request;
+    cri::CreateContainerRequest changed = base;
     cri::ContainerConfig* config = changed.mutable_config();
     config->clear_command();
     config->clear_args();
@@ -218,6 +388,8 @@ class CreateContainerHandler final
 
  private:
   HandlerDeps deps_;
+  CheckpointImageCache cache_;
+  std::atomic<bool> warned_unimplemented_{false};
 };
 
 }  // namespace

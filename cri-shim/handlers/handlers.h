@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "cri-shim/cryod_client.h"
 #include "cri-shim/owned_method.h"
+#include "lib/containerd/image_content.h"
 
 namespace cryo::shim {
 
@@ -24,6 +25,9 @@ struct HandlerDeps {
   // Stops giving less grace than this are not checkpointed, unless the pod says otherwise.
   int checkpoint_min_grace_s = 2;
   ShimMetrics* metrics = nullptr;  // may be null (tests)
+  // The runtime's images as containerd stores them, to recognise checkpoint images; null: none
+  // are recognised.
+  std::shared_ptr<containerd::ImageContent> images;
 };
 
 std::unique_ptr<OwnedMethod> NewCheckpointContainerHandler(const HandlerDeps& deps);

@@ -12,12 +12,30 @@
 #include "cri-shim/opt_in.h"
 #include "lib/base/log.h"
 #include "lib/contract/annotations.h"
+#include "lib/contract/labels.h"
 
 namespace cryo::shim {
 namespace {
 
 // Kept back from the grace period for the stop itself.
 constexpr absl::Duration kStopMargin = absl::Seconds(1);
+
+// kubelet never stops a container with less (pkg/kubelet/kuberuntime: minimumGracePeriodInSeconds).
+constexpr int64_t kKubeletMinimumGrace = 2;
+
+// How the stop's grace compares with the pod's terminationGracePeriodSeconds (kubelet's
+// annotation on the container): the pod's own (preemption, delete, drain, a liveness restart),
+// shortened (a delete or eviction with --grace-period, soft eviction, node shutdown's share) or
+// kubelet's minimum (force delete, hard eviction).
+std::string StopGrace(const runtime::v1::ContainerStatus& c, int64_t timeout) {
+  int64_t pod = -1;
+  if (auto it = c.annotations().find(contract::k8s::kPodTerminationGracePeriod);
+      it == c.annotations().end() || !absl::SimpleAtoi(it->second, &pod) || pod < 0) {
+    return "unknown";
+  }
+  if (timeout >= pod) return "pod";
+  return timeout <= kKubeletMinimumGrace ? "minimum" : "shortened";
+}
 
 class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopContainerRequest,
                                                            runtime::v1::StopContainerResponse> {
@@ -73,11 +91,17 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
       CRYO_LOG(Warning) << "stop of " << name << ": " << s << "; node defaults used";
       req.clear_criu();
     }
-    // CRI does not say why kubelet stops a container (preemption, eviction, deletion, drain):
-    // "stop" is what the shim knows.
+    // CRI does not say why kubelet stops a container (preemption, eviction, deletion, drain,
+    // node shutdown, a failed liveness probe): "stop" is what the shim knows. The grace it gave,
+    // against the pod's own, tells a little more (docs/containers.md has the table).
     for (const auto& [k, v] : CheckpointLabels(c, deps_.annotation_prefix, "stop")) {
       (*req.mutable_labels())[k] = v;
     }
+    (*req.mutable_labels())[contract::Key(deps_.annotation_prefix,
+                                          contract::label::kStopGraceSeconds)] =
+        absl::StrCat(request.timeout());
+    (*req.mutable_labels())[contract::Key(deps_.annotation_prefix, contract::label::kStopGrace)] =
+        StopGrace(c, request.timeout());
     const absl::Time t0 = absl::Now();
     auto r = deps_.cryod->Checkpoint(req, t0 + budget);
     if (r.ok()) {

@@ -243,7 +243,7 @@ const std::vector<Step>& StartSteps() {
          metrics::HttpRoutes routes;
          routes.Exact("/metrics", [registry] {
            prometheus::TextSerializer ser;
-           return metrics::HttpResponse{200, "text/plain; version=0.0.4",
+           return metrics::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                                         ser.Serialize(registry->Collect())};
          });
          routes.Exact("/healthz", [store] {

@@ -30,6 +30,14 @@ Engine::Engine(EngineConfig cfg, EngineDeps deps)
     : cfg_(std::move(cfg)), d_(deps), jobs_(d_.proc), hooks_(cfg_.test_hook_dir) {
   checkpoint_txn_ = std::make_unique<Transaction<CheckpointState>>(CheckpointSteps());
   restore_txn_ = std::make_unique<Transaction<RestoreState>>(RestoreSteps());
+  // containerd serves its image API on the CRI socket: checkpoint images are read there unless
+  // the caller gave a reader (tests).
+  if (d_.images == nullptr && d_.runtime != nullptr) {
+    if (auto c = containerd::ConnectImageContent(d_.runtime->endpoint()); c.ok()) {
+      own_images_ = std::move(*c);
+      d_.images = own_images_.get();
+    }
+  }
 }
 
 Engine::~Engine() = default;

@@ -41,6 +41,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/store/store.h"
 #include "lib/base/proc.h"
+#include "lib/containerd/image_content.h"
 
 namespace cryo::engine {
 
@@ -95,6 +96,8 @@ struct EngineDeps {
   runtime::ContainerRuntime* runtime = nullptr;
   // The GPU fast path; null: every job's GPU memory goes the driver's way.
   gpu::Fastpath* fastpath = nullptr;
+  // The runtime's image content (containerd's API); null: checkpoint images are refused.
+  containerd::ImageContent* images = nullptr;
 };
 
 struct CheckpointState;
@@ -119,6 +122,12 @@ class Engine {
 
   absl::StatusOr<CheckpointResult> Checkpoint(const CheckpointRequest& req, Operation& op);
   absl::StatusOr<RestoreResult> Restore(const RestoreRequest& req, Operation& op);
+
+  // Makes checkpoint image `image` (a cryo kubelet archive as an OCI image, in the node's
+  // runtime) a checkpoint of this store, verified file by file against the archive's manifest,
+  // under the id "image-<its manifest digest>". Idempotent: an image imported before is found.
+  // Returns the checkpoint and the image its container ran.
+  absl::StatusOr<ImportedImage> ImportImage(const std::string& image, absl::Time deadline);
 
   absl::StatusOr<CheckpointRecord> Get(const std::string& id);
   absl::StatusOr<std::vector<CheckpointRecord>> List(const std::string& workload);
@@ -190,6 +199,7 @@ class Engine {
 
   EngineConfig cfg_;
   EngineDeps d_;
+  std::unique_ptr<containerd::ImageContent> own_images_;
   JobControl jobs_;
   TestHooks hooks_;
   std::unique_ptr<Transaction<CheckpointState>> checkpoint_txn_;

@@ -84,6 +84,15 @@ struct CheckpointRecord {
   std::string store_path;  // empty in lists
 };
 
+// A checkpoint image made a checkpoint of the store (Engine::ImportImage).
+struct ImportedImage {
+  store::Manifest manifest;
+  // The image the checkpointed container ran (a restore needs a container of it).
+  std::string container_image;
+  std::string container_image_ref;
+  bool imported_now = false;  // false: found from an earlier import
+};
+
 // The node as cryod sees it (`cryo node`).
 struct NodeFacts {
   std::string node_name;

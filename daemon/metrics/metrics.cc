@@ -1,13 +1,39 @@
 #include "daemon/metrics/metrics.h"
 
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "lib/metrics/registry.h"
+
 namespace cryo::metrics {
 namespace {
-// Checkpoints range from tens of ms (small CPU jobs) to minutes (tens of GiB of GPU memory).
-const prometheus::Histogram::BucketBoundaries kBuckets = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
-                                                          2.5,  5,     10,   30,  60,   120, 300};
+
+const std::vector<const char*>& StagesOf(const std::string& op) {
+  static const auto* checkpoint =
+      new std::vector<const char*>(std::begin(kCheckpointStages), std::end(kCheckpointStages));
+  static const auto* restore =
+      new std::vector<const char*>(std::begin(kRestoreStages), std::end(kRestoreStages));
+  return op == "checkpoint" ? *checkpoint : *restore;
+}
+
 }  // namespace
 
-Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+std::vector<std::string> Results() {
+  std::vector<std::string> out = {"ok"};
+  for (int c = 1; c <= 16; ++c) {
+    out.push_back(
+        absl::AsciiStrToLower(absl::StatusCodeToString(static_cast<absl::StatusCode>(c))));
+  }
+  return out;
+}
+
+const std::vector<double>& DurationBuckets() {
+  // Tens of ms (small CPU jobs) to an hour (hundreds of GiB of GPU memory over a slow store).
+  static const auto* b = new std::vector<double>{
+      0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600};
+  return *b;
+}
+
+Metrics::Metrics() : registry_(NewRegistry("cryod")) {
   stage_seconds_ = &prometheus::BuildHistogram()
                         .Name("cryo_stage_duration_seconds")
                         .Help("Duration of each stage of checkpoints and restores")
@@ -48,14 +74,24 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                  .Help("Published checkpoints in the store at the last listing")
                  .Register(*registry_)
                  .Add({});
+  // Every series at 0 from the start (see metrics.h).
+  for (const char* op : kOps) {
+    op_seconds_->Add({{"op", op}}, DurationBuckets());
+    for (const std::string& r : Results()) ops_total_->Add({{"op", op}, {"result", r}});
+    for (const char* stage : StagesOf(op)) {
+      stage_seconds_->Add({{"op", op}, {"stage", stage}}, DurationBuckets());
+      failed_stage_->Add({{"op", op}, {"stage", stage}});
+    }
+  }
+  for (const char* a : kRecoveryActions) recovered_->Add({{"action", a}});
 }
 
 void Metrics::ObserveStage(const std::string& op, const std::string& stage, double seconds) {
-  stage_seconds_->Add({{"op", op}, {"stage", stage}}, kBuckets).Observe(seconds);
+  stage_seconds_->Add({{"op", op}, {"stage", stage}}, DurationBuckets()).Observe(seconds);
 }
 
 void Metrics::ObserveOperation(const std::string& op, double seconds) {
-  op_seconds_->Add({{"op", op}}, kBuckets).Observe(seconds);
+  op_seconds_->Add({{"op", op}}, DurationBuckets()).Observe(seconds);
 }
 
 void Metrics::CountOperation(const std::string& op, const std::string& result) {

@@ -1,9 +1,13 @@
 #pragma once
 
-// Every metric cryod exports, declared here and nowhere else (prefix cryo_).
+// Every metric cryod exports, declared here and nowhere else (prefix cryo_), with every label
+// value it can take: each series exists at 0 from cryod's start, so rate(), increase() and the
+// chart's alerts see the first event (a series born at its first increment hides it). Besides
+// these, the registry has process_* and cryo_build_info (lib/metrics/registry.h).
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -12,6 +16,23 @@
 #include "prometheus/registry.h"
 
 namespace cryo::metrics {
+
+// Label values. `op`: what cryod does; `stage`: engine::StageName of the stages each op runs
+// (a test checks these against the engine's); `action`: what startup recovery did; `result`: ok
+// or a status code's name in lower case (kResults has them all).
+inline constexpr const char* kOps[] = {"checkpoint", "restore"};
+inline constexpr const char* kCheckpointStages[] = {"validate", "gpu_lock", "gpu_checkpoint",
+                                                    "dump",     "rootfs",   "checksum",
+                                                    "publish",  "finish",   "export"};
+inline constexpr const char* kRestoreStages[] = {"validate", "verify",      "wait_pids", "rootfs",
+                                                 "restore",  "gpu_restore", "done"};
+inline constexpr const char* kRecoveryActions[] = {"completed_resumed", "completed_stopped",
+                                                   "rolled_back", "restore_abandoned"};
+// "ok" and every canonical status code's name, lower case ("deadline_exceeded").
+std::vector<std::string> Results();
+// Checkpoint and restore durations, 10 ms to 1 h (a multi-GPU checkpoint of hundreds of GiB
+// takes tens of minutes).
+const std::vector<double>& DurationBuckets();
 
 class Metrics {
  public:

@@ -141,4 +141,16 @@ grpc::Status CryoService::NodeInfo(grpc::ServerContext*, const v1::NodeInfoReque
   return grpc::Status::OK;
 }
 
+grpc::Status CryoService::ImportCheckpointImage(grpc::ServerContext* ctx,
+                                                const v1::ImportCheckpointImageRequest* req,
+                                                v1::ImportCheckpointImageResponse* resp) {
+  auto r = engine_->ImportImage(req->image(), DeadlineOf(ctx));
+  if (!r.ok()) return ToGrpc(r.status());
+  *resp->mutable_checkpoint() = ToProto(r->manifest, /*with_files=*/false);
+  resp->set_container_image(r->container_image);
+  resp->set_container_image_ref(r->container_image_ref);
+  resp->set_imported_now(r->imported_now);
+  return grpc::Status::OK;
+}
+
 }  // namespace cryo::service

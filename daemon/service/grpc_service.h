@@ -32,6 +32,9 @@ class CryoService final : public v1::Cryo::Service {
                                 v1::DeleteCheckpointResponse* resp) override;
   grpc::Status NodeInfo(grpc::ServerContext* ctx, const v1::NodeInfoRequest* req,
                         v1::NodeInfoResponse* resp) override;
+  grpc::Status ImportCheckpointImage(grpc::ServerContext* ctx,
+                                     const v1::ImportCheckpointImageRequest* req,
+                                     v1::ImportCheckpointImageResponse* resp) override;
   grpc::Status CancelOperation(grpc::ServerContext* ctx, const v1::CancelOperationRequest* req,
                                v1::CancelOperationResponse* resp) override;
 

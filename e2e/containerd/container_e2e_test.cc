@@ -3,6 +3,7 @@
 // kubelet does. Opted-in pods are checkpointed (kubelet's checkpoint API, preemption stops)
 // and resumed on the other node; everything else is left alone. Needs root.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/container/archive.h"
@@ -22,6 +24,7 @@
 #include "e2e/containerd/fixture.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/base/subprocess.h"
 #include "nlohmann/json.hpp"
 #include "test/daemon/termination/test_http_server.h"
 
@@ -51,6 +54,11 @@ std::vector<int> Ticks(const std::string& log_path) {
   return out;
 }
 
+std::string TailOf(const std::string& path) {
+  std::string all = Slurp(path);
+  return all.size() > 3000 ? all.substr(all.size() - 3000) : all;
+}
+
 // The uid of the Job the pods belong to (the Job controller's controller-uid label).
 const std::string kJobUid = "5e1f0c2a-0000-4000-8000-000000000001";
 
@@ -60,6 +68,9 @@ class ContainerModeE2e : public ContainerdE2e {
     std::string pod_id;
     std::string ctr_id;
     std::string log_path;
+    // The host file kubelet mounts at the container's terminationMessagePath; kubelet adds
+    // what the container wrote there to its status' message once it exited.
+    std::string termination_log;
     cri::PodSandboxConfig config;
   };
 
@@ -87,6 +98,18 @@ class ContainerModeE2e : public ContainerdE2e {
          {"io.kubernetes.pod.name", "io.kubernetes.pod.namespace", "io.kubernetes.pod.uid"}) {
       (*config.mutable_labels())[k] = p.config.labels().at(k);
     }
+    // ... annotates it with the pod's grace period and its termination message path, and
+    // mounts an empty host file there (pkg/kubelet/kuberuntime, makeMounts).
+    (*config.mutable_annotations())["io.kubernetes.pod.terminationGracePeriod"] = "30";
+    (*config.mutable_annotations())["io.kubernetes.container.terminationMessagePath"] =
+        "/dev/termination-log";
+    (*config.mutable_annotations())["io.kubernetes.container.terminationMessagePolicy"] = "File";
+    p.termination_log = absl::StrCat(world().dir(), "/termination-", name);
+    std::ofstream(p.termination_log).flush();
+    ::chmod(p.termination_log.c_str(), 0666);
+    cri::Mount* m = config.add_mounts();
+    m->set_container_path("/dev/termination-log");
+    m->set_host_path(p.termination_log);
     auto ctr = shim.CreateContainer(p.pod_id, config, p.config);
     if (!ctr.ok()) return ctr.status();
     p.ctr_id = *ctr;
@@ -243,9 +266,22 @@ TEST_F(ContainerModeE2e, PreemptedContainerResumesOnAnotherNodeWhereItLeftOff) {
   auto list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 1u) << "the stop did not leave a checkpoint";
   EXPECT_EQ(list[0].labels().at("cryo.dev/reason"), "stop");
+  // The stop gave the pod's own grace period (as a preemption, a delete or a drain does).
+  EXPECT_EQ(list[0].labels().at("cryo.dev/stop-grace"), "pod");
+  EXPECT_EQ(list[0].labels().at("cryo.dev/stop-grace-seconds"), "30");
   // Stopped after its checkpoint: the checkpointed exit code, not the kill's 137, so that a
-  // Job's podFailurePolicy can ignore it.
+  // Job's podFailurePolicy can ignore it; containerd's reason for any non-zero exit, and the
+  // termination message docs/containers.md quotes, which kubelet adds to the status' message.
   EXPECT_EQ(stopped->exit_code(), 75);
+  EXPECT_EQ(stopped->reason(), "Error");
+  EXPECT_EQ(stopped->message(), "") << "containerd reports no message of its own";
+  EXPECT_EQ(Slurp(a->termination_log),
+            "cryo: checkpointed before this stop; its replacement resumes from the checkpoint\n");
+  bool mounted = false;
+  for (const auto& m : stopped->mounts()) {
+    mounted |= m.container_path() == "/dev/termination-log" && m.host_path() == a->termination_log;
+  }
+  EXPECT_TRUE(mounted) << "kubelet finds the message's file through the status' mounts";
   EXPECT_EQ(list[0].node_name(), "node-a");
   EXPECT_FALSE(list[0].leave_running());
   std::vector<int> old_ticks = Ticks(a->log_path);
@@ -559,7 +595,12 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
   ASSERT_TRUE(kept.ok()) << kept.status();
   ASSERT_TRUE(WaitTicks(*kept, 3));
   ASSERT_TRUE(Shim("node-a").StopContainer(kept->ctr_id, 2).ok());
-  EXPECT_EQ(Checkpoints(kWorkload).size(), 1u) << "a 2 s stop is enough for a small job";
+  ASSERT_EQ(Checkpoints(kWorkload).size(), 1u)
+      << "a 2 s stop is enough for a small job (its checkpoint gets 1 s: on a loaded machine it "
+         "may not be); the end of the shim's log:\n"
+      << TailOf(world().shim("node-a").log_file());
+  EXPECT_EQ(Checkpoints(kWorkload)[0].labels().at("cryo.dev/stop-grace"), "minimum")
+      << "kubelet's 2 s floor, below the pod's 30 s: a force delete or a hard eviction";
   st = Shim("node-a").ContainerStatus(kept->ctr_id);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->exit_code(), 99) << "the pod's checkpointed exit code";
@@ -607,6 +648,172 @@ TEST_F(ContainerModeE2e, TheShimReachesARestartedCryodWithinASecondOrTwo) {
       << last;
   EXPECT_LT(absl::Now() - t0, absl::Milliseconds(2500))
       << "the shim took this long to see cryod again";
+}
+
+// Kubernetes' restore-from-image flow: kubelet's checkpoint archive of a counter on node A
+// becomes an OCI image (buildah, as Kubernetes documents it), is imported into node B's
+// containerd (as a pull from a registry would put it there), and a plain pod on B whose image is
+// that checkpoint image resumes the counter. No shared store: the checkpoint is gone from the
+// store before B sees the image.
+class CheckpointImageE2e : public ContainerModeE2e {
+ protected:
+  // Checkpoints a running counter on node-a through kubelet's API into `archive`; returns the
+  // last tick it had written to its writable layer at the checkpoint.
+  absl::StatusOr<int> ArchiveACounter(const std::string& pod, const std::string& archive) {
+    auto p = RunPod("node-a", pod, {{"cryo.dev/checkpoint-on-stop", "true"}});
+    if (!p.ok()) return p.status();
+    if (!WaitTicks(*p, 5)) return absl::DeadlineExceededError("the counter does not count");
+    cri::CheckpointContainerRequest req;
+    req.set_container_id(p->ctr_id);
+    req.set_location(archive);
+    cri::CheckpointContainerResponse resp;
+    CriClient& shim = Shim("node-a");
+    grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer,
+                                req, &resp, absl::Minutes(2));
+    if (!st.ok()) return FromGrpc(st);
+    // The source pod is gone before the image is used, as after a node loss.
+    (void)shim.StopContainer(p->ctr_id, 0);
+    auto diff = container::ReadArchiveFile(archive, "rootfs-diff.tar");
+    if (!diff.ok()) return diff.status();
+    const std::string diff_path = absl::StrCat(archive, ".rootfs-diff.tar");
+    std::ofstream(diff_path, std::ios::binary) << *diff;
+    auto ticks = container::ReadArchiveFile(diff_path, "tmp/ticks");
+    if (!ticks.ok()) return ticks.status();
+    int last = 0;
+    for (absl::string_view l : absl::StrSplit(*ticks, '\n', absl::SkipEmpty())) {
+      if (!absl::SimpleAtoi(l, &last)) return absl::DataLossError(absl::StrCat("tick '", l, "'"));
+    }
+    return last;
+  }
+
+  // Builds checkpoint image `name` from `archive` (flipping a byte of `tamper` first when set),
+  // and imports it into `node`'s containerd.
+  absl::Status BuildAndImport(const std::string& archive, const std::string& name,
+                              const std::string& node, const std::string& tamper = "") {
+    const std::string oci = absl::StrCat(archive, ".oci.tar");
+    std::vector<std::string> build = {"/bin/bash",
+                                      absl::StrCat(CRYO_E2E_SCRIPTS_DIR, "/checkpoint-image.sh"),
+                                      archive, name, oci};
+    if (!tamper.empty()) build.push_back(tamper);
+    for (const auto& argv :
+         std::vector<std::vector<std::string>>{build,
+                                               {"ctr", "--address", world().NodeSocket(node), "-n",
+                                                "k8s.io", "images", "import", oci}}) {
+      auto r = RunCapture(argv, absl::Minutes(3));
+      if (!r.ok()) return r.status();
+      if (!r->exit.exited || r->exit.code != 0) {
+        return absl::InternalError(
+            absl::StrCat(argv[0], " ", argv[1], ": ", r->exit.Describe(), ": ", r->output));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A plain pod (no cryo annotation, no owner) on `node` whose container's image is `image`
+  // and which names no command, as a user writes it.
+  absl::StatusOr<Pod> RunImagePod(const std::string& node, const std::string& name,
+                                  const std::string& image) {
+    CriClient& shim = Shim(node);
+    Pod p;
+    const std::string log_dir = world().PodLogDir(node, name);
+    p.config = MakePodConfig(name, absl::StrCat("uid-", name), log_dir, world().CgroupParent(node));
+    auto pod_id = shim.RunPodSandbox(p.config);
+    if (!pod_id.ok()) return pod_id.status();
+    p.pod_id = *pod_id;
+    pods_.push_back({node, p.pod_id});
+    cri::ContainerConfig config = MakeContainerConfig("counter", {});
+    config.clear_command();
+    config.mutable_image()->set_image(image);
+    for (const char* k :
+         {"io.kubernetes.pod.name", "io.kubernetes.pod.namespace", "io.kubernetes.pod.uid"}) {
+      (*config.mutable_labels())[k] = p.config.labels().at(k);
+    }
+    auto ctr = shim.CreateContainer(p.pod_id, config, p.config);
+    if (!ctr.ok()) return ctr.status();
+    p.ctr_id = *ctr;
+    p.log_path = absl::StrCat(log_dir, "/counter.log");
+    if (absl::Status s = shim.StartContainer(p.ctr_id); !s.ok()) return s;
+    return p;
+  }
+
+  void DeleteAllCheckpoints() {
+    for (const auto& c : world().cryod("node-a").List()) {
+      v1::DeleteCheckpointRequest req;
+      req.set_checkpoint_id(c.checkpoint_id());
+      v1::DeleteCheckpointResponse resp;
+      grpc::ClientContext ctx;
+      (void)world().cryod("node-a").stub().DeleteCheckpoint(&ctx, req, &resp);
+    }
+  }
+};
+
+TEST_F(CheckpointImageE2e, APodWhoseImageIsACheckpointImageResumesTheCounterWithoutTheStore) {
+  const std::string archive = absl::StrCat(world().dir(), "/kubelet/checkpoints/img-src.tar");
+  auto last = ArchiveACounter("img-src", archive);
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_GE(*last, 5);
+  const std::string image = "localhost/cryo-e2e/counter-checkpoint:1";
+  absl::Status built = BuildAndImport(archive, image, "node-b");
+  ASSERT_TRUE(built.ok()) << built;
+  DeleteAllCheckpoints();
+  ASSERT_TRUE(world().cryod("node-a").List().empty());
+
+  auto b = RunImagePod("node-b", "img-restored", image);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto running = Shim("node-b").ContainerStatus(b->ctr_id);
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->state(), cri::CONTAINER_RUNNING);
+  // Created from the image the checkpoint was taken in, resuming the imported checkpoint.
+  EXPECT_EQ(running->image().image(), kBusyboxImage);
+  EXPECT_EQ(running->annotations().at("cryo.dev/checkpoint-image"), image);
+  const std::string id = running->annotations().at("cryo.dev/resume-from");
+  EXPECT_EQ(id.rfind("image-", 0), 0u) << id;
+  ASSERT_TRUE(WaitTicks(*b, 5));
+  std::vector<int> ticks = Ticks(b->log_path);
+  EXPECT_EQ(ticks.front(), *last + 1) << "the counter did not go on from its checkpoint";
+  for (size_t i = 1; i < ticks.size(); ++i) EXPECT_EQ(ticks[i], ticks[i - 1] + 1);
+  // Its writable layer came along in the image.
+  auto lines = Exec("node-b", b->ctr_id, "wc -l < /tmp/ticks");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  int n = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(lines->stdout()), &n));
+  EXPECT_GE(n, *last + 5);
+  // The imported checkpoint is in the store, marked with where it came from.
+  auto list = world().cryod("node-b").List();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].checkpoint_id(), id);
+  EXPECT_EQ(list[0].labels().at("cryo.dev/source-image"), image);
+}
+
+TEST_F(CheckpointImageE2e, ADamagedCheckpointImageIsRefusedAndNothingStarts) {
+  const std::string archive = absl::StrCat(world().dir(), "/kubelet/checkpoints/img-bad.tar");
+  ASSERT_TRUE(ArchiveACounter("img-bad-src", archive).ok());
+  auto pages = container::ListArchive(archive);
+  ASSERT_TRUE(pages.ok());
+  std::string victim;
+  for (const auto& n : *pages) {
+    if (absl::StartsWith(n, "checkpoint/pages-")) victim = n;
+  }
+  ASSERT_FALSE(victim.empty());
+  const std::string image = "localhost/cryo-e2e/counter-checkpoint:tampered";
+  absl::Status built = BuildAndImport(archive, image, "node-b", victim);
+  ASSERT_TRUE(built.ok()) << built;
+  DeleteAllCheckpoints();
+
+  auto b = RunImagePod("node-b", "img-tampered", image);
+  ASSERT_FALSE(b.ok()) << "a tampered checkpoint image was restored";
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kDataLoss) << b.status();
+  EXPECT_THAT(b.status().message(), HasSubstr("is a checkpoint image"));
+  EXPECT_THAT(b.status().message(), HasSubstr(victim.substr(std::string("checkpoint/").size())));
+  // Nothing was created in the pod, and nothing was published.
+  cri::ListContainersRequest req;
+  req.mutable_filter()->set_pod_sandbox_id(pods_.back().second);
+  cri::ListContainersResponse resp;
+  CriClient& shim = Shim("node-b");
+  ASSERT_TRUE(
+      shim.Call(shim.runtime(), &cri::RuntimeService::Stub::ListContainers, req, &resp).ok());
+  EXPECT_EQ(resp.containers_size(), 0);
+  EXPECT_TRUE(world().cryod("node-b").List().empty());
 }
 
 }  // namespace

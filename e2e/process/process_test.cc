@@ -537,6 +537,24 @@ TEST_F(ProcessTest, CliJsonAndMetrics) {
       absl::StrContains(metrics, "cryo_failed_stage_total{op=\"checkpoint\",stage=\"validate\"} 1"))
       << metrics;
   EXPECT_TRUE(absl::StrContains(get("/healthz"), "200 OK"));
+  // Prometheus' text format, declared with its version and charset; series that never moved
+  // exist at 0 (alerts on increase() see the first one); the build and the process.
+  EXPECT_TRUE(absl::StrContains(metrics, "Content-Type: text/plain; version=0.0.4; charset=utf-8"))
+      << metrics.substr(0, 300);
+  for (const char* zero :
+       {"cryo_operations_total{op=\"restore\",result=\"data_loss\"} 0",
+        "cryo_failed_stage_total{op=\"checkpoint\",stage=\"publish\"} 0",
+        "cryo_recovered_operations_total{action=\"rolled_back\"} 0",
+        "cryo_operation_duration_seconds_bucket{op=\"restore\",le=\"3600\"} 0"}) {
+    EXPECT_TRUE(absl::StrContains(metrics, zero)) << zero;
+  }
+  EXPECT_TRUE(absl::StrContains(
+      metrics,
+      absl::StrCat("cryo_build_info{component=\"cryod\",version=\"", CRYO_VERSION, "\"} 1")));
+  for (const char* p : {"process_cpu_seconds_total ", "process_resident_memory_bytes ",
+                        "process_open_fds ", "process_start_time_seconds "}) {
+    EXPECT_TRUE(absl::StrContains(metrics, p)) << p;
+  }
 }
 
 TEST_F(ProcessTest, SocketIsRootOnly) {

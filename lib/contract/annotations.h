@@ -36,11 +36,23 @@ inline constexpr char kWorkloadKey[] = "workload-key";             // the worklo
 inline constexpr char kResumeFrom[] = "resume-from";               // checkpoint id to restore
 // Copied from the pod annotation of the same name.
 inline constexpr char kCheckpointMinGrace[] = "checkpoint-min-grace-seconds";
+// The checkpoint image the container was created from (Kubernetes' restore-from-image flow);
+// the container itself runs the image the checkpoint was taken in.
+inline constexpr char kCheckpointImage[] = "checkpoint-image";
 }  // namespace container
 
 // Checkpoint labels cryo adds.
 namespace label {
 inline constexpr char kReason[] = "reason";  // why the checkpoint was taken
+// Stop checkpoints: the grace period the stop gave (seconds), and how it compares with the
+// pod's own terminationGracePeriodSeconds: "pod" (the same), "shortened" (less, above kubelet's
+// 2 s floor), "minimum" (kubelet's 2 s floor: a force delete, a hard eviction) or "unknown".
+inline constexpr char kStopGraceSeconds[] = "stop-grace-seconds";
+inline constexpr char kStopGrace[] = "stop-grace";
+// On a checkpoint imported from a checkpoint image: that image, and the checkpoint's id where it
+// was taken.
+inline constexpr char kSourceImage[] = "source-image";
+inline constexpr char kSourceCheckpoint[] = "source-checkpoint";
 }  // namespace label
 
 // "<prefix>/<key>".

@@ -14,6 +14,9 @@ inline constexpr char kContainerName[] = "io.kubernetes.container.name";
 inline constexpr const char* kContainerIdentity[] = {kPodNamespace, kPodName, kPodUid,
                                                      kContainerName};
 
+// Set by kubelet on every container whose pod has one: the pod's terminationGracePeriodSeconds.
+inline constexpr char kPodTerminationGracePeriod[] = "io.kubernetes.pod.terminationGracePeriod";
+
 // Set by kubelet on every container: the path of its termination message in the container.
 inline constexpr char kTerminationMessagePath[] = "io.kubernetes.container.terminationMessagePath";
 
@@ -22,6 +25,9 @@ inline constexpr char kJobName[] = "batch.kubernetes.io/job-name";
 inline constexpr char kJobNameLegacy[] = "job-name";
 inline constexpr char kControllerUid[] = "batch.kubernetes.io/controller-uid";
 inline constexpr char kControllerUidLegacy[] = "controller-uid";
+
+// Set by the StatefulSet controller on its pods: the pod's stable name.
+inline constexpr char kStatefulSetPodName[] = "statefulset.kubernetes.io/pod-name";
 
 // How the chart labels cryod's pods.
 inline constexpr char kCryoPodSelector[] = "app.kubernetes.io/name=cryo";

@@ -1,0 +1,224 @@
+#include "daemon/container/checkpoint_image.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "daemon/store/checksum.h"
+#include "lib/base/fs.h"
+#include "lib/base/log.h"
+#include "lib/base/status.h"
+#include "lib/contract/archive.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::container {
+namespace {
+
+constexpr size_t kMaxConfigDump = 1 << 20;
+
+std::string Normalize(absl::string_view name) {
+  while (absl::ConsumePrefix(&name, "./") || absl::ConsumePrefix(&name, "/")) {
+  }
+  while (absl::ConsumeSuffix(&name, "/")) {
+  }
+  return std::string(name == "." ? "" : name);
+}
+
+absl::Status ReadEntry(struct archive* a, const std::string& name, size_t limit, std::string* out) {
+  char buf[65536];
+  la_ssize_t got;
+  while ((got = archive_read_data(a, buf, sizeof(buf))) > 0) {
+    if (out->size() + got > limit) {
+      return absl::DataLossError(absl::StrCat(name, " is larger than ", limit, " bytes"));
+    }
+    out->append(buf, got);
+  }
+  if (got < 0) return absl::DataLossError(absl::StrCat(name, ": ", archive_error_string(a)));
+  return absl::OkStatus();
+}
+
+absl::Status WriteEntry(struct archive* a, const std::string& dir, const std::string& rel) {
+  const std::string path = fs::Join(dir, rel);
+  CRYO_RETURN_IF_ERROR(fs::MakeDirs(path.substr(0, path.rfind('/')), 0700));
+  ::unlink(path.c_str());  // a later layer's copy wins
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create ", path));
+  auto close_fd = absl::MakeCleanup([fd] { ::close(fd); });
+  std::unique_ptr<char[]> buf(new char[1 << 20]);
+  la_ssize_t got;
+  while ((got = archive_read_data(a, buf.get(), 1 << 20)) > 0) {
+    for (la_ssize_t off = 0; off < got;) {
+      ssize_t n = ::write(fd, buf.get() + off, got - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoStatus(errno, absl::StrCat("write ", path));
+      off += n;
+    }
+  }
+  if (got < 0) return absl::DataLossError(absl::StrCat(rel, ": ", archive_error_string(a)));
+  return absl::OkStatus();
+}
+
+struct LayerFiles {
+  std::string cryo_manifest;
+  std::string config_dump;
+};
+
+// Reads a layer tar (any compression libarchive knows: gzip, zstd, none) from `fd`.
+absl::Status ExtractLayer(int fd, const std::string& what, const std::string& dir,
+                          LayerFiles* out) {
+  struct archive* a = archive_read_new();
+  auto free_archive = absl::MakeCleanup([a] { archive_read_free(a); });
+  archive_read_support_filter_all(a);
+  archive_read_support_format_tar(a);
+  if (archive_read_open_fd(a, fd, 1 << 20) != ARCHIVE_OK) {
+    return absl::DataLossError(absl::StrCat(what, ": ", archive_error_string(a)));
+  }
+  struct archive_entry* e;
+  int r;
+  while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+    const std::string name = Normalize(archive_entry_pathname(e));
+    const auto type = archive_entry_filetype(e);
+    if (name.empty() || type == AE_IFDIR) continue;
+    if (type != AE_IFREG || archive_entry_hardlink(e) != nullptr) {
+      // Nothing a checkpoint archive holds is a link or a device: never recreate one here.
+      return absl::DataLossError(
+          absl::StrCat(what, " holds ", name, ", which is not a regular file or directory"));
+    }
+    if (name == contract::archive::kCryoManifest) {
+      out->cryo_manifest.clear();
+      CRYO_RETURN_IF_ERROR(ReadEntry(a, name, store::kMaxManifestBytes, &out->cryo_manifest));
+      continue;
+    }
+    if (name == contract::archive::kConfigDump) {
+      out->config_dump.clear();
+      CRYO_RETURN_IF_ERROR(ReadEntry(a, name, kMaxConfigDump, &out->config_dump));
+      continue;
+    }
+    const std::string rel = StorePathOfArchiveFile(name);
+    if (rel.empty()) {
+      archive_read_data_skip(a);
+      continue;
+    }
+    if (!store::SafeRelativePath(rel)) {
+      return absl::DataLossError(absl::StrCat(what, " holds an unsafe path: ", name));
+    }
+    CRYO_RETURN_IF_ERROR(Annotate(WriteEntry(a, dir, rel), what));
+  }
+  if (r != ARCHIVE_EOF) {
+    return absl::DataLossError(absl::StrCat(what, " is damaged: ", archive_error_string(a)));
+  }
+  return absl::OkStatus();
+}
+
+// Streams one layer from the content store through a socket pair into the tar reader, so that a
+// checkpoint of many GiB is never held in memory nor written twice.
+absl::Status UnpackLayer(containerd::ImageContent& images, const containerd::Blob& layer,
+                         const std::string& what, const std::string& dir, absl::Time deadline,
+                         LayerFiles* out) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    return ErrnoStatus(errno, "socketpair");
+  }
+  absl::Status read_status;
+  std::thread feeder([&] {
+    read_status = images.ReadBlob(layer, deadline, [&](absl::string_view d) -> absl::Status {
+      while (!d.empty()) {
+        ssize_t n = ::send(sv[1], d.data(), d.size(), MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return ErrnoStatus(errno, "passing the layer on");
+        d.remove_prefix(n);
+      }
+      return absl::OkStatus();
+    });
+    ::close(sv[1]);
+  });
+  absl::Status st = ExtractLayer(sv[0], what, dir, out);
+  if (st.ok()) {
+    // The tar ends before the stream does (padding): read to the end so the feeder finishes.
+    char buf[65536];
+    while (::read(sv[0], buf, sizeof(buf)) > 0) {
+    }
+  }
+  ::close(sv[0]);  // a feeder still sending now fails and stops
+  feeder.join();
+  // A stream cut short shows as a damaged tar; say why it was cut.
+  if (!read_status.ok()) return Annotate(read_status, what);
+  return st;
+}
+
+}  // namespace
+
+std::string StorePathOfArchiveFile(const std::string& archive_path) {
+  absl::string_view p = archive_path;
+  if (absl::ConsumePrefix(&p, absl::StrCat(contract::archive::kCheckpointDir, "/")) && !p.empty()) {
+    return absl::StrCat(store::kImagesDir, "/", p);
+  }
+  if (p == contract::archive::kRootfsDiff) return contract::checkpoint::kRootfsDiff;
+  if (p == contract::archive::kDeletedFiles) return contract::checkpoint::kDeletedFiles;
+  return "";
+}
+
+absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& images,
+                                                    const containerd::ImageManifest& image,
+                                                    const std::string& dir, absl::Time deadline,
+                                                    int verify_threads) {
+  const std::string name = absl::StrCat("checkpoint image ", image.name);
+  if (image.layers.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(name, " has no layer"));
+  }
+  LayerFiles files;
+  for (size_t i = 0; i < image.layers.size(); ++i) {
+    CRYO_RETURN_IF_ERROR(UnpackLayer(images, image.layers[i],
+                                     absl::StrCat(name, ", layer ", image.layers[i].digest), dir,
+                                     deadline, &files));
+  }
+  if (files.cryo_manifest.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, " holds no ", contract::archive::kCryoManifest,
+        ": it was not made from a checkpoint archive that cryo wrote, and cryo restores only its "
+        "own checkpoints"));
+  }
+  UnpackedImage out;
+  auto m = store::ParseManifest(files.cryo_manifest);
+  if (!m.ok()) {
+    return absl::DataLossError(absl::StrCat(name, ": its ", contract::archive::kCryoManifest,
+                                            " is damaged: ", m.status().message()));
+  }
+  out.manifest = std::move(*m);
+  if (out.manifest.kind != store::CheckpointKind::kContainer || !out.manifest.container) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " holds a checkpoint of a process tree, not of a container"));
+  }
+  std::vector<ExpectedFile> expected;
+  for (auto& f : out.manifest.files) {
+    std::string rel = StorePathOfArchiveFile(f.path);
+    if (rel.empty() || !store::SafeRelativePath(rel)) {
+      return absl::DataLossError(absl::StrCat(name, ": its ", contract::archive::kCryoManifest,
+                                              " lists ", f.path,
+                                              ", which is not a file of a checkpoint archive"));
+    }
+    f.path = rel;
+    expected.push_back({f.path, f.size, f.checksum});
+  }
+  // Every file, before the checkpoint exists: a damaged image must never half-restore a job.
+  if (absl::Status st = VerifyFiles(dir, expected, verify_threads); !st.ok()) {
+    return Annotate(st, absl::StrCat(name, " is damaged, refusing it"));
+  }
+  if (!files.config_dump.empty()) {
+    nlohmann::json c = nlohmann::json::parse(files.config_dump, nullptr, false);
+    if (c.is_object() && c.contains("rootfsImageName") && c["rootfsImageName"].is_string()) {
+      out.rootfs_image = c["rootfsImageName"].get<std::string>();
+    }
+  }
+  return out;
+}
+
+}  // namespace cryo::container

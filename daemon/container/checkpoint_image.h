@@ -1,0 +1,36 @@
+#pragma once
+
+// Restoring from a checkpoint image (lib/contract/checkpoint_image.h): its layer is a cryo
+// kubelet archive, whose cryo-manifest.json lists every file with its size and checksum. The
+// layer is streamed from the runtime's content store into a staging directory in the store's
+// own layout (checkpoint/ -> images/, rootfs-diff.tar and deleted.files -> container/), and
+// every file is checked against that manifest before the checkpoint exists for anyone.
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/store/manifest.h"
+#include "lib/containerd/image_content.h"
+
+namespace cryo::container {
+
+// Where a file of the archive goes in a checkpoint directory; empty for files cryo does not
+// restore from (config.dump, spec.dump, dump.log, stats-dump, status, status.dump).
+std::string StorePathOfArchiveFile(const std::string& archive_path);
+
+struct UnpackedImage {
+  store::Manifest manifest;  // cryo-manifest.json, its file paths as the store names them
+  std::string rootfs_image;  // config.dump's rootfsImageName (empty: none)
+};
+
+// Unpacks the layers of `image` into `dir` and verifies them: FAILED_PRECONDITION when the image
+// holds no cryo-manifest.json (not made from a cryo archive) or is not of a container; DATA_LOSS
+// when a file is missing, of another size or checksum, or the layer holds anything but files
+// and directories.
+absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& images,
+                                                    const containerd::ImageManifest& image,
+                                                    const std::string& dir, absl::Time deadline,
+                                                    int verify_threads);
+
+}  // namespace cryo::container
