@@ -21,11 +21,11 @@ namespace cryo::metrics {
 // (a test checks these against the engine's); `action`: what startup recovery did; `result`: ok
 // or a status code's name in lower case (kResults has them all).
 inline constexpr const char* kOps[] = {"checkpoint", "restore"};
-inline constexpr const char* kCheckpointStages[] = {"validate", "gpu_lock", "gpu_checkpoint",
-                                                    "dump",     "rootfs",   "checksum",
-                                                    "publish",  "finish",   "export"};
-inline constexpr const char* kRestoreStages[] = {"validate", "verify",      "wait_pids", "rootfs",
-                                                 "restore",  "gpu_restore", "done"};
+inline constexpr const char* kCheckpointStages[] = {
+    "validate",    "gpu_drain",  "gpu_lock", "gpu_checkpoint", "gpu_save", "dump",  "rootfs",
+    "gpu_restore", "gpu_refill", "checksum", "publish",        "finish",   "export"};
+inline constexpr const char* kRestoreStages[] = {"validate", "verify",      "wait_pids",  "rootfs",
+                                                 "restore",  "gpu_restore", "gpu_refill", "done"};
 inline constexpr const char* kRecoveryActions[] = {"completed_resumed", "completed_stopped",
                                                    "rolled_back", "restore_abandoned"};
 // "ok" and every canonical status code's name, lower case ("deadline_exceeded").
