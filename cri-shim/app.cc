@@ -87,6 +87,7 @@ StepOutcome StartServerStep(AppState& s) {
   HandlerDeps deps;
   deps.annotation_prefix = s.options.annotation_prefix;
   deps.init_path = s.options.init_path;
+  deps.fastpath_library = s.options.fastpath_library;
   deps.checkpointed_exit_code = s.options.checkpointed_exit_code;
   deps.checkpoint_min_grace_s = s.options.checkpoint_min_grace_s;
   deps.cryod = NewCryodClient(s.options.cryod_socket);

@@ -24,6 +24,8 @@ void Declare(flags::FlagSet& fs, Options& o, std::string& level) {
             "prefix of the pod annotations P/checkpoint-on-stop, P/resume, ...", "P");
   fs.String("init-path", &o.init_path, "host path of cryo-init, mounted into opted-in containers",
             "PATH");
+  fs.String("fastpath-library", &o.fastpath_library,
+            "host path of the GPU fast-path library, preloaded into pods that ask for it", "PATH");
   fs.String("metrics-address", &o.metrics_address,
             "Prometheus endpoint HOST:PORT; empty disables it", "HOST:PORT");
   fs.String("log-level", &level, "debug, info, warning or error", "LEVEL");

@@ -21,6 +21,7 @@ struct Options {
   std::string annotation_prefix = "cryo.dev";
   // Host path of the static cryo-init that is bind-mounted into opted-in containers.
   std::string init_path = "/usr/local/lib/cryo/cryo-init";
+  std::string fastpath_library = "/usr/local/lib/cryo/libcryo_gpu_fastpath.so";
   // host:port for Prometheus metrics; empty disables them.
   std::string metrics_address = "127.0.0.1:9466";
   LogLevel log_level = LogLevel::kInfo;

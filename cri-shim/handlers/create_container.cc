@@ -9,6 +9,8 @@
 // lib/contract/checkpoint_image.h) is created from the image the checkpoint was taken in, under
 // cryo-init waiting for a restore from that checkpoint, which cryod has first imported from the
 // image into its store and verified; this needs no annotation and no shared store.
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <optional>
@@ -367,6 +369,29 @@ class CreateContainerHandler final
     for (const std::string& key : contract::CriuAnnotationKeys()) {
       auto it = pod_annotations.find(contract::Key(deps_.annotation_prefix, key));
       if (it != pod_annotations.end()) ann[it->first] = it->second;
+    }
+    if (auto it = pod_annotations.find(
+            contract::Key(deps_.annotation_prefix, contract::pod::kGpuFastPath));
+        it != pod_annotations.end()) {
+      if (it->second != "true" && it->second != "false") {
+        return absl::InvalidArgumentError(absl::StrCat("pod ", pod_name, ": annotation ", it->first,
+                                                       ": '", it->second,
+                                                       "' is neither \"true\" nor \"false\""));
+      }
+      if (it->second == "true") {
+        if (::access(deps_.fastpath_library.c_str(), R_OK) != 0) {
+          // The job runs as before; its GPU memory goes the driver's way.
+          CRYO_LOG(Warning) << "pod " << pod_name << " asks for the GPU fast path but "
+                            << deps_.fastpath_library << " is not on this node";
+        } else {
+          cri::Mount* lib = config->add_mounts();
+          lib->set_container_path(CRYO_INIT_FASTPATH_CONTAINER_PATH);
+          lib->set_host_path(deps_.fastpath_library);
+          lib->set_readonly(true);
+          AddEnv(config, CRYO_INIT_PRELOAD_ENV, CRYO_INIT_FASTPATH_CONTAINER_PATH);
+          ann[contract::Key(deps_.annotation_prefix, contract::container::kGpuFastPath)] = "true";
+        }
+      }
     }
     if (!resume_from.empty()) {
       ann[keys.resume_from] = resume_from;

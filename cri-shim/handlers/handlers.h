@@ -19,6 +19,9 @@ struct HandlerDeps {
   std::string annotation_prefix = "cryo.dev";
   // Host path of cryo-init, bind-mounted read-only into opted-in containers.
   std::string init_path = "/usr/local/lib/cryo/cryo-init";
+  // Host path of the GPU fast-path library, mounted and preloaded into the jobs of pods that ask
+  // for it (annotation <prefix>/gpu-fast-path: "true").
+  std::string fastpath_library = "/usr/local/lib/cryo/libcryo_gpu_fastpath.so";
   std::shared_ptr<Cryod> cryod;
   // Exit code of a container stopped after its checkpoint, unless its pod says otherwise.
   int checkpointed_exit_code = 75;

@@ -58,6 +58,26 @@ static void waited_signals(sigset_t* set) {
   }
 }
 
+/* The GPU fast-path library the shim mounted: first in the job's LD_PRELOAD (it must see the
+ * job's dlsym calls first), before what the image's own LD_PRELOAD holds. */
+static void preload_for_job(void) {
+  const char* lib = getenv(CRYO_INIT_PRELOAD_ENV);
+  if (lib == NULL || lib[0] == '\0') return;
+  const char* old = getenv("LD_PRELOAD");
+  size_t n = strlen(lib) + (old ? strlen(old) + 1 : 0) + 1;
+  char* both = malloc(n);
+  if (both != NULL) {
+    if (old != NULL && old[0] != '\0') {
+      snprintf(both, n, "%s:%s", lib, old);
+    } else {
+      snprintf(both, n, "%s", lib);
+    }
+    setenv("LD_PRELOAD", both, 1);
+    free(both);
+  }
+  unsetenv(CRYO_INIT_PRELOAD_ENV);
+}
+
 /* Forks and execs the job in its own session; the child gets the original signal mask. */
 static pid_t start_job(char** argv, const sigset_t* original_mask) {
   pid_t pid = fork();
@@ -72,6 +92,7 @@ static pid_t start_job(char** argv, const sigset_t* original_mask) {
     fprintf(stderr, "cryo-init: setsid: %s\n", strerror(errno));
     _exit(EXIT_INIT_FAILED);
   }
+  preload_for_job();
   execvp(argv[0], argv);
   int err = errno;
   fprintf(stderr, "cryo-init: cannot run %s: %s\n", argv[0], strerror(err));

@@ -33,6 +33,7 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The job: counts, logs each tick, appends it to a file it keeps open in its writable layer,
 // and exits 42 once /tmp/stop exists.
@@ -337,6 +338,50 @@ TEST_F(ContainerModeE2e, PodsThatDoNotOptInAreLeftAlone) {
   // Its stop is a plain stop: no checkpoint.
   ASSERT_TRUE(Shim("node-a").StopContainer(p->ctr_id, 10).ok());
   EXPECT_TRUE(Checkpoints(kWorkload).empty());
+}
+
+TEST_F(ContainerModeE2e, APodThatAsksForTheGpuFastPathGetsTheLibraryPreloaded) {
+#ifndef CRYO_FASTPATH_LIBRARY
+  GTEST_SKIP() << "the fast-path library is not built here (no cuda.h)";
+#else
+  auto p = RunPod("node-a", "fastpath",
+                  {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/gpu-fast-path", "true"}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(WaitTicks(*p, 3));
+  auto status = Shim("node-a").ContainerStatus(p->ctr_id);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->annotations().at("cryo.dev/gpu-fast-path"), "true");
+  // cryo-init (PID 1 of the container) started the job with the library first in its preload,
+  // mounted where the preload says.
+  CriClient direct(world().NodeSocket("node-a"));
+  cri::ContainerStatusRequest req;
+  req.set_container_id(p->ctr_id);
+  req.set_verbose(true);
+  cri::ContainerStatusResponse resp;
+  ASSERT_TRUE(
+      direct.Call(direct.runtime(), &cri::RuntimeService::Stub::ContainerStatus, req, &resp).ok());
+  const int init = nlohmann::json::parse(resp.info().at("info"))["pid"].get<int>();
+  std::ifstream kids(absl::StrCat("/proc/", init, "/task/", init, "/children"));
+  int job = 0;
+  kids >> job;
+  ASSERT_GT(job, 0) << "cryo-init has no child";
+  std::ifstream envf(absl::StrCat("/proc/", job, "/environ"));
+  std::string environ((std::istreambuf_iterator<char>(envf)), std::istreambuf_iterator<char>());
+  std::vector<std::string> vars = absl::StrSplit(environ, '\0');
+  EXPECT_THAT(vars, Contains("LD_PRELOAD=/.cryo/libcryo_gpu_fastpath.so"));
+  EXPECT_THAT(vars, Not(Contains(::testing::StartsWith("CRYO_INIT_PRELOAD="))));
+  struct stat in_container, built;
+  ASSERT_EQ(::stat(absl::StrCat("/proc/", job, "/root/.cryo/libcryo_gpu_fastpath.so").c_str(),
+                   &in_container),
+            0);
+  ASSERT_EQ(::stat(CRYO_FASTPATH_LIBRARY, &built), 0);
+  EXPECT_EQ(in_container.st_size, built.st_size);
+  // A value that is neither true nor false is refused at creation, naming the annotation.
+  auto bad = RunPod("node-a", "fastpath-bad",
+                    {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/gpu-fast-path", "yes"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("cryo.dev/gpu-fast-path"));
+#endif
 }
 
 TEST_F(ContainerModeE2e, StopWhoseCheckpointMissesTheGracePeriodPublishesNothingAndStops) {

@@ -76,6 +76,9 @@ absl::StatusOr<std::unique_ptr<ShimProcess>> ShimProcess::Start(const std::strin
   std::vector<std::string> argv = {
       binary, "--listen",    listen, "--runtime-endpoint", runtime,         "--metrics-address",
       "",     "--log-level", "info", "--init-path",        CRYO_INIT_BINARY};
+#ifdef CRYO_FASTPATH_LIBRARY
+  argv.insert(argv.end(), {"--fastpath-library", CRYO_FASTPATH_LIBRARY});
+#endif
   if (!cryod_socket.empty()) argv.insert(argv.end(), {"--cryod-socket", cryod_socket});
   absl::StatusOr<pid_t> pid = Spawn(argv, log_file, {});
   if (!pid.ok()) return pid.status();

@@ -26,6 +26,9 @@ inline constexpr char kCheckpointedExitCode[] = "checkpointed-exit-code";
 // Stops that give less than this many seconds are not checkpointed ("3" skips force deletes,
 // which kubelet turns into 2 s stops).
 inline constexpr char kCheckpointMinGrace[] = "checkpoint-min-grace-seconds";
+// "true": the job runs the GPU fast-path library (docs/gpu.md), which moves its device memory
+// itself at checkpoint and restore.
+inline constexpr char kGpuFastPath[] = "gpu-fast-path";
 }  // namespace pod
 
 // Container annotations (set by the shim at CreateContainer).
@@ -39,6 +42,8 @@ inline constexpr char kCheckpointMinGrace[] = "checkpoint-min-grace-seconds";
 // The checkpoint image the container was created from (Kubernetes' restore-from-image flow);
 // the container itself runs the image the checkpoint was taken in.
 inline constexpr char kCheckpointImage[] = "checkpoint-image";
+// "true": the fast-path library is mounted and preloaded into the job.
+inline constexpr char kGpuFastPath[] = "gpu-fast-path";
 }  // namespace container
 
 // Checkpoint labels cryo adds.

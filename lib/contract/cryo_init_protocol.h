@@ -7,6 +7,13 @@
 /* Where the shim mounts cryo-init (read-only) in an opted-in container. */
 #define CRYO_INIT_CONTAINER_PATH "/.cryo/init"
 
+/* Where the shim mounts the GPU fast-path library (read-only) when the pod asks for it, and the
+ * variable naming it to cryo-init, which puts it first in the job's LD_PRELOAD (keeping what the
+ * image's own LD_PRELOAD holds) and removes the variable. A restored job finds the library at
+ * the same path, which its memory maps. */
+#define CRYO_INIT_FASTPATH_CONTAINER_PATH "/.cryo/libcryo_gpu_fastpath.so"
+#define CRYO_INIT_PRELOAD_ENV "CRYO_INIT_PRELOAD"
+
 /* Set by the shim in a container created to resume: the checkpoint to restore. cryo-init then
  * starts nothing and waits for cryod. */
 #define CRYO_INIT_RESTORE_ENV "CRYO_INIT_RESTORE_FROM"

@@ -204,6 +204,22 @@ TEST(CryoInitTest, ReapsOrphansWhileTheJobRuns) {
   EXPECT_EQ(init.Wait(), 128 + SIGTERM);
 }
 
+TEST(CryoInitTest, TheFastPathLibraryGoesFirstInTheJobsPreload) {
+  // The loader warns about preload paths that do not exist and goes on: only the variables
+  // matter here.
+  Init init({"sh", "-c", "echo \"$LD_PRELOAD\"; echo \"${CRYO_INIT_PRELOAD:-gone}\""},
+            {"CRYO_INIT_PRELOAD=/.cryo/libcryo_gpu_fastpath.so", "LD_PRELOAD=/opt/jemalloc.so"});
+  EXPECT_EQ(init.ReadLine(), "/.cryo/libcryo_gpu_fastpath.so:/opt/jemalloc.so");
+  EXPECT_EQ(init.ReadLine(), "gone") << "the shim's variable is not the job's";
+  EXPECT_EQ(init.Wait(), 0);
+}
+
+TEST(CryoInitTest, WithoutTheFastPathThePreloadIsTheImages) {
+  Init init({"sh", "-c", "echo \"${LD_PRELOAD:-none}\""});
+  EXPECT_EQ(init.ReadLine(), "none");
+  EXPECT_EQ(init.Wait(), 0);
+}
+
 TEST(CryoInitTest, MissingCommandIs127) {
   Init init({"/no/such/command"});
   EXPECT_EQ(init.Wait(), 127);
