@@ -7,6 +7,8 @@
 #                                             lib/ (every library it needs, glibc and loader too)
 #   $HOST_ROOT$SHIM_PREFIX/current            symlink to the release in use (switched atomically)
 #   $HOST_ROOT$INIT_PATH                      cryo-init (static), bind-mounted into containers
+#   $HOST_ROOT$(dirname $INIT_PATH)/libcryo_gpu_fastpath.so   the GPU fast-path library, mounted
+#                                             into the jobs of pods that ask for it
 #   $HOST_ROOT$SYSTEMD_DIR/cryo-cri-shim.service
 #   $HOST_ROOT/etc/cryo/cri-shim.env          the shim's flags (from the chart's ConfigMap)
 #
@@ -25,6 +27,7 @@ MANAGE_SERVICE=${MANAGE_SERVICE:-false}
 # Sources in the image (overridable for tests).
 BUNDLE=${BUNDLE:-/opt/cryo/shim-bundle}
 CRYO_INIT_SRC=${CRYO_INIT_SRC:-/usr/local/bin/cryo-init}
+FASTPATH_SRC=${FASTPATH_SRC:-/usr/local/lib/cryo/libcryo_gpu_fastpath.so}
 UNIT_SRC=${UNIT_SRC:-/opt/cryo/host/cryo-cri-shim.service}
 KEEP_RELEASES=${KEEP_RELEASES:-3}  # current one included
 NSENTER=${NSENTER:-nsenter -t 1 -m -u -i -n -p --}
@@ -90,8 +93,12 @@ tac "$history" | awk '!seen[$0]++' | tail -n +"$((KEEP_RELEASES + 1))" | while r
   fi
 done
 
-# 2. cryo-init.
+# 2. cryo-init, and beside it the GPU fast-path library (images built without CUDA headers have
+# none: the fast path is then off for pods, and their GPU memory goes the driver's way).
 install_file "$CRYO_INIT_SRC" "$HOST_ROOT$INIT_PATH" 0755
+if [ -f "$FASTPATH_SRC" ]; then
+  install_file "$FASTPATH_SRC" "$HOST_ROOT$(dirname "$INIT_PATH")/libcryo_gpu_fastpath.so" 0644
+fi
 
 # 3. The unit (with this install's prefix) and the shim's flags.
 # The init container's own root is read-only: the temporary file lives beside the releases.

@@ -20,6 +20,7 @@ mkbundle() {  # mkbundle VERSION
 }
 mkbundle v1
 printf '#!/bin/sh\nexit 0\n' >"$T/cryo-init"; chmod +x "$T/cryo-init"
+printf 'not really an ELF' >"$T/libcryo_gpu_fastpath.so"
 echo 'CRYO_SHIM_ARGS=--listen=/run/cryo/cri-shim.sock' >"$T/shim.env"
 mkdir -p "$T/host/var/lib/cryo"
 chmod 0755 "$T/host/var/lib/cryo"
@@ -38,6 +39,7 @@ run() {
   env HOST_ROOT="$T/host" SHIM_PREFIX=/opt/cryo INIT_PATH=/usr/local/lib/cryo/cryo-init \
     SYSTEMD_DIR=/etc/systemd/system STATE_DIR=/var/lib/cryo SHIM_ENV_FILE="$T/shim.env" \
     BUNDLE="$T/bundle" CRYO_INIT_SRC="$T/cryo-init" UNIT_SRC="$HERE/cryo-cri-shim.service" \
+    FASTPATH_SRC="$T/libcryo_gpu_fastpath.so" \
     NSENTER="$T/fake-nsenter" KEEP_RELEASES=2 "$@" bash "$HERE/install.sh" >"$T/out" 2>&1 ||
     { cat "$T/out" >&2; return 1; }
 }
@@ -46,12 +48,15 @@ run MANAGE_SERVICE=false || no "first install failed"
 [ "$(readlink "$T/host/opt/cryo/current")" = releases/v1 ] || no "current does not point to v1"
 [ "$("$T/host/opt/cryo/current/bin/cryo-cri-shim")" = "shim v1" ] || no "installed shim does not run"
 [ -x "$T/host/usr/local/lib/cryo/cryo-init" ] || no "cryo-init not installed executable"
+cmp -s "$T/libcryo_gpu_fastpath.so" "$T/host/usr/local/lib/cryo/libcryo_gpu_fastpath.so" &&
+  [ "$(stat -c %a "$T/host/usr/local/lib/cryo/libcryo_gpu_fastpath.so")" = 644 ] ||
+  no "the fast-path library is not installed beside cryo-init (0644)"
 grep -q '^ExecStart=/opt/cryo/current/bin/cryo-cri-shim \$CRYO_SHIM_ARGS$' \
   "$T/host/etc/systemd/system/cryo-cri-shim.service" || no "unit ExecStart wrong"
 cmp -s "$T/shim.env" "$T/host/etc/cryo/cri-shim.env" || no "env file not installed"
 [ "$(stat -c %a "$T/host/var/lib/cryo")" = 700 ] || no "state dir not 0700"
 [ ! -e "$T/calls" ] || no "MANAGE_SERVICE=false ran systemctl"
-ok "first install: release, current link, cryo-init, unit, env file, state dir 0700, no systemctl"
+ok "first install: release, current link, cryo-init, fast-path library, unit, env file, state dir 0700, no systemctl"
 
 run MANAGE_SERVICE=true || no "managed install failed"
 grep -q 'systemctl daemon-reload' "$T/calls" && grep -q 'systemctl enable cryo-cri-shim.service' "$T/calls" &&

@@ -8,6 +8,7 @@
 #                          kubectl-checkpoint, the kubectl plugin's second name: a link to it)
 # OUT/usr/local/sbin/criu, OUT/usr/local/lib/criu/   CRIU 4.1.1 and its amdgpu plugin
 # OUT/usr/local/lib/cryo/gpu/                        GPU plugins
+# OUT/usr/local/lib/cryo/libcryo_gpu_fastpath.so     the GPU fast-path library (for the host)
 # OUT/usr/local/lib/cryo-deps/ + ld.so.conf.d entry  their non-glibc libraries: the system
 #     loader finds them without LD_LIBRARY_PATH, which matters because cryo-nsexec starts CRIU
 #     through the loader (`ld.so --list` to find its libraries) inside a container's namespaces
@@ -76,6 +77,17 @@ for so in "$PREFIX"/lib/cryo/gpu/libcryo_gpu_*.so; do
   cp -L "$so" "$OUT/usr/local/lib/cryo/gpu/"
   copy_deps "$so" "$OUT/usr/local/lib/cryo-deps"
 done
+# The fast-path library goes into jobs' images: nothing but glibc and libgcc_s may it need.
+fp=$PREFIX/lib/cryo/libcryo_gpu_fastpath.so
+if [ -f "$fp" ]; then
+  extra=$(deps "$fp" | while read -r l; do
+    is_glibc "$l" || case "$(basename "$l")" in libgcc_s.so*) ;; *) echo "$l" ;; esac
+  done)
+  [ -z "$extra" ] || die "libcryo_gpu_fastpath.so needs more than glibc and libgcc_s: $extra"
+  cp -L "$fp" "$OUT/usr/local/lib/cryo/"
+else
+  echo "collect: no fast-path library (built without cuda.h), skipped" >&2
+fi
 echo /usr/local/lib/cryo-deps >"$OUT/etc/ld.so.conf.d/cryo.conf"
 
 # The host shim bundle, glibc and loader included.

@@ -165,6 +165,8 @@ app.kubernetes.io/part-of: cryo
 {{- end -}}
 {{- if ne $v.shim.initPath "/usr/local/lib/cryo/cryo-init" -}}
 {{- $a = append $a (printf "--init-path=%s" $v.shim.initPath) -}}
+{{- /* The installer puts the GPU fast-path library beside cryo-init. */ -}}
+{{- $a = append $a (printf "--fastpath-library=%s/libcryo_gpu_fastpath.so" (dir $v.shim.initPath)) -}}
 {{- end -}}
 {{- range $v.shim.extraArgs -}}
 {{- $a = append $a . -}}
