@@ -59,6 +59,8 @@ WRAP
 
 add_bin "$BUILD/daemon/cryo-gpuctl"
 add_bin "$BUILD/e2e/gpu/cryo-gpu-testload"
+add_bin "$BUILD/e2e/gpu/cryo-gpu-floors"
+add_bin "$BUILD/e2e/gpu/cryo-gpu-launchbench"
 # Later parts of the suite: picked up when built.
 add_bin "$BUILD/daemon/cryod" || true
 add_bin "$BUILD/daemon/cryo" || true

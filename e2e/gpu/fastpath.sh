@@ -14,8 +14,25 @@
 #   fp-criu-N    drain into files, driver checkpoint, CRIU dump, kill; CRIU restore, driver
 #       restore, refill from the files: the job goes on from its step, every word verified
 #
+# Part "fastpath": through cryod and CRIU, against the floors measured in the same call:
+#   fp-floors-N  what the machine does at best for N GiB (cryo-gpu-floors): pinned device-to-host,
+#       filling fresh host memory with one thread per core, writing and reading the store with
+#       parallel direct I/O (4 files, as cryod's fast path writes them)
+#   fp-cryod-N   a job holding N GiB with the library: cryo checkpoint (the job stops), cryo
+#       restore; vacate (request -> GPU memory free), checkpoint and restore totals, stage times,
+#       against the floors; every word verified after the restore. With CRYO_GPU_FP_COMPARE=1
+#       (default) the driver's path through cryod (cryod-restore-N) and the hand-run baseline
+#       (baseline-N) run beside it on the same sizes
+#   fp-torch-cryod-default, fp-torch-cryod-expandable  the PyTorch loop checkpointed (stopped),
+#       and restored through cryod with the library: losses bit-identical
+#   fp-overhead  as in fastpath-proof, over CRYO_GPU_FP_OH_ROUNDS alternating pairs (default 3)
+#   fp-launch-overhead-T  ns per kernel launch with and without the library (empty kernels back
+#       to back on T threads: the worst case, a job that only launches)
+#
 # Env: CRYO_GPU_FP_SIZES (GiB, default "1 8"), CRYO_GPU_FP_WRITERS (files per process, default 4),
-# CRYO_GPU_FP_THREADS (copy threads, default nproc), CRYO_GPU_FP_CRIU_GIB (default 8).
+# CRYO_GPU_FP_THREADS (copy threads, default nproc), CRYO_GPU_FP_CRIU_GIB (default 8),
+# CRYO_GPU_FP_BENCH_SIZES (part fastpath, default "1 8 32"), CRYO_GPU_FP_COMPARE (default 1),
+# CRYO_GPU_FP_TORCH (default 1: the torch parts of part fastpath).
 
 FPLIB="$B/lib/cryo/libcryo_gpu_fastpath.so"
 FP_SIZES=${CRYO_GPU_FP_SIZES:-1 8}
@@ -132,17 +149,151 @@ fp_torch() {  # fp_torch NAME ALLOC_CONF: a training loop with the library, a fa
 
 fp_overhead() {  # steady-state steps/s, with and without the library, alternating
   local with=() without=() i r
-  for i in 1 2; do
+  for i in $(seq 1 "${CRYO_GPU_FP_OH_ROUNDS:-2}"); do
     rm -f "$RES/fp.oh.txt"
-    setsid -w python3 "$B/train_losses.py" --steps 400 --step-ms 0 --out "$RES/fp.oh.txt" --rate-out "$RES/fp.oh.rate" </dev/null >/dev/null 2>&1
+    setsid -w python3 "$B/train_losses.py" --steps "${CRYO_GPU_FP_OH_STEPS:-400}" --step-ms 0 --out "$RES/fp.oh.txt" --rate-out "$RES/fp.oh.rate" </dev/null >/dev/null 2>&1
     without+=("$(cat "$RES/fp.oh.rate" 2>/dev/null)")
     rm -f "$RES/fp.oh.txt"
-    env LD_PRELOAD="$FPLIB" setsid -w python3 "$B/train_losses.py" --steps 400 --step-ms 0 --out "$RES/fp.oh.txt" --rate-out "$RES/fp.oh.rate" </dev/null >/dev/null 2>&1
+    env LD_PRELOAD="$FPLIB" setsid -w python3 "$B/train_losses.py" --steps "${CRYO_GPU_FP_OH_STEPS:-400}" --step-ms 0 --out "$RES/fp.oh.txt" --rate-out "$RES/fp.oh.rate" </dev/null >/dev/null 2>&1
     with+=("$(cat "$RES/fp.oh.rate" 2>/dev/null)")
   done
   r=$(python3 -c "import sys; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print('without %s, with %s steps/s: ratio %.4f' % (a, b, (sum(b)/len(b))/(sum(a)/len(a))))" "${without[*]}" "${with[*]}" 2>&1)
   echo "{\"without\": [${without[*]// /, }], \"with\": [${with[*]// /, }]}" >"$RES/fp.overhead.json"
   result fp-overhead PASS "$r"
+}
+
+fp_launch_overhead() {  # ns per wrapped launch, with and without the library, alternating
+  local with=() without=() i t r
+  for t in 1 4; do
+    with=(); without=()
+    for i in $(seq 1 "${CRYO_GPU_FP_OH_ROUNDS:-3}"); do
+      "$B/bin/cryo-gpu-launchbench" --launches 400000 --threads "$t" >"$RES/fp.lb.json" 2>&1 &&
+        without+=("$(jget "$RES/fp.lb.json" 'd["ns_per_launch"]')")
+      env LD_PRELOAD="$FPLIB" "$B/bin/cryo-gpu-launchbench" --launches 400000 --threads "$t" >"$RES/fp.lb.json" 2>&1 &&
+        with+=("$(jget "$RES/fp.lb.json" 'd["ns_per_launch"]')")
+    done
+    r=$(python3 -c "import statistics as s, sys; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print('%d thread(s): %.0f ns per launch without, %.0f with (medians of %s and %s): +%.0f ns, ratio %.3f' % (int(sys.argv[3]), s.median(a), s.median(b), a, b, s.median(b)-s.median(a), s.median(b)/s.median(a)))" "${without[*]}" "${with[*]}" "$t" 2>&1)
+    echo "{\"threads\": $t, \"without_ns\": [${without[*]// /, }], \"with_ns\": [${with[*]// /, }]}" >"$RES/fp.launch-overhead-$t.json"
+    result "fp-launch-overhead-$t" PASS "$r"
+  done
+}
+
+fp_floors() {  # fp_floors GIB
+  local gib=$1
+  mkdir -p "$W/store"
+  if ! "$B/bin/cryo-gpu-floors" --gib "$gib" --dir "$W/store" --threads "$FP_THREADS" \
+      --files "$FP_WRITERS" >"$RES/fpfloor$gib.json" 2>&1; then
+    result "fp-floors-$gib" FAIL "$(cat "$RES/fpfloor$gib.json")"; return
+  fi
+  result "fp-floors-$gib" PASS "$(jget "$RES/fpfloor$gib.json" '"pinned d2h %.1f GB/s, fresh host fill %.1f GB/s (%d threads), store write %.2f GB/s, read %.2f GB/s (%d files, direct I/O): write %d ms, read %d ms" % (d["d2h_gbps"], d["fill_gbps"], d["threads"], d["write_gbps"], d["read_gbps"], d["files"], d["write_ms"], d["read_ms"])')"
+}
+
+fp_cryod() {  # fp_cryod GIB: checkpoint (stop) and restore through cryod with the fast path
+  local gib=$1 k="kf$1" name="fp-cryod-$1"
+  fp_start_job "$k" --gib "$gib" || { result "$name" FAIL "job did not start"; return; }
+  local pid=$LOAD_PID
+  wait_until 120 steps_past "$LOAD_STATUS" 10
+  local held; held=$(held_gib "$pid")
+  local t0; t0=$(date +%s%N)
+  if ! "${CRYO[@]}" -o json checkpoint "$pid" --id "$k" >"$RES/$k.ckpt.json" 2>"$RES/$k.ckpt.err"; then
+    result "$name" FAIL "checkpoint: $(tail -2 "$RES/$k.ckpt.err")"; end_job "$pid"; return
+  fi
+  local ckpt_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  wait "$pid" 2>/dev/null
+  t0=$(date +%s%N)
+  if ! "${CRYO[@]}" -o json restore "$k" >"$RES/$k.restore.json" 2>"$RES/$k.restore.err"; then
+    result "$name" FAIL "restore: $(tail -2 "$RES/$k.restore.err")"; return
+  fi
+  local restore_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  local msg
+  if ! msg=$(verified_pass "$k" "$LOAD_STATUS" "$gib"); then
+    result "$name" FAIL "$msg"; end_job "$pid"; "${CRYO[@]}" rm "$k" >/dev/null 2>&1; return
+  fi
+  python3 - "$RES/$k.ckpt.json" "$RES/$k.restore.json" "$gib" "${held:-0}" "$ckpt_ms" "$restore_ms" "$RES/fpfloor$gib.json" >"$RES/$k.summary.json" <<'PY'
+import json, os, sys
+c = json.load(open(sys.argv[1])); r = json.load(open(sys.argv[2]))
+cs = {k: int(v) for k, v in c["stage_ms"].items()}; rs = {k: int(v) for k, v in r["stage_ms"].items()}
+f = json.load(open(sys.argv[7])) if os.path.exists(sys.argv[7]) else {}
+out = {"gib": float(sys.argv[3]), "held_gib": float(sys.argv[4] or 0),
+       "checkpoint_ms": int(sys.argv[5]), "restore_ms": int(sys.argv[6]),
+       "vacate_ms": cs.get("gpu_drain", 0) + cs.get("gpu_lock", 0) + cs.get("gpu_checkpoint", 0),
+       "checkpoint_stages": cs, "restore_stages": rs,
+       "fastpath_bytes": int(c.get("gpu_fastpath_bytes", 0)), "driver_bytes": int(c.get("gpu_driver_bytes", 0)),
+       "image_bytes": int(c.get("size_bytes", 0))}
+if f:
+    out["floor_write_ms"] = f["write_ms"]; out["floor_read_ms"] = f["read_ms"]
+    out["checkpoint_vs_write_floor"] = round(out["checkpoint_ms"] / f["write_ms"], 3)
+    out["restore_vs_read_floor"] = round(out["restore_ms"] / f["read_ms"], 3)
+print(json.dumps(out))
+PY
+  result "$name" PASS "$(jget "$RES/$k.summary.json" '"vacate %d ms (drain %d, lock %d, driver %d), checkpoint %d ms (%.2fx the store-write floor; save %d, dump %d), restore %d ms (%.2fx the read floor; verify %d, criu %d, driver %d, refill %d); fast path %.2f GiB, driver %.2f GiB" % (d["vacate_ms"], d["checkpoint_stages"].get("gpu_drain",0), d["checkpoint_stages"].get("gpu_lock",0), d["checkpoint_stages"].get("gpu_checkpoint",0), d["checkpoint_ms"], d.get("checkpoint_vs_write_floor", 0), d["checkpoint_stages"].get("gpu_save",0), d["checkpoint_stages"].get("dump",0), d["restore_ms"], d.get("restore_vs_read_floor", 0), d["restore_stages"].get("verify",0), d["restore_stages"].get("restore",0), d["restore_stages"].get("gpu_restore",0), d["restore_stages"].get("gpu_refill",0), d["fastpath_bytes"]/2**30, d["driver_bytes"]/2**30)')"
+  end_job "$pid"
+  "${CRYO[@]}" rm "$k" >/dev/null 2>&1
+}
+
+fp_torch_cryod() {  # fp_torch_cryod NAME ALLOC_CONF: the loop stopped and restored through cryod
+  local name=$1 conf=$2 steps=${CRYO_GPU_TORCH_STEPS:-200}
+  local ref="$RES/fp.torch.ref.txt" run="$RES/$name.txt"
+  if [ ! -s "$ref" ]; then
+    setsid -w python3 "$B/train_losses.py" --steps "$steps" --step-ms 20 --out "$ref" </dev/null >"$RES/fp.torch.ref.log" 2>&1
+  fi
+  rm -f "$run"
+  env LD_PRELOAD="$FPLIB" ${conf:+PYTORCH_CUDA_ALLOC_CONF=$conf} \
+    setsid python3 "$B/train_losses.py" --steps "$steps" --step-ms 20 --out "$run" </dev/null >"$RES/$name.log" 2>&1 &
+  local tpid=$!
+  PIDS+=("$tpid")
+  wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps / 3 )) ]" || { result "$name" FAIL "training did not start: $(tail -3 "$RES/$name.log")"; end_job "$tpid"; return; }
+  if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" >"$RES/$name.ckpt.json" 2>"$RES/$name.ckpt.err"; then
+    result "$name" FAIL "checkpoint: $(tail -2 "$RES/$name.ckpt.err")"; end_job "$tpid"; return
+  fi
+  wait "$tpid" 2>/dev/null
+  local at; at=$(wc -l <"$run")
+  if ! "${CRYO[@]}" -o json restore "$name" >"$RES/$name.restore.json" 2>"$RES/$name.restore.err"; then
+    result "$name" FAIL "restore: $(tail -2 "$RES/$name.restore.err")"; return
+  fi
+  if ! wait_until 300 grep -qx done "$run"; then
+    result "$name" FAIL "restored training did not finish ($(wc -l <"$run") lines)"; end_job "$tpid"; return
+  fi
+  local what; what=$(jget "$RES/$name.ckpt.json" '"fast path %.0f MiB, driver %.0f MiB; stages %s" % (int(d.get("gpu_fastpath_bytes", 0))/2**20, int(d.get("gpu_driver_bytes", 0))/2**20, d["stage_ms"])')
+  if cmp -s "$ref" "$run"; then
+    result "$name" PASS "checkpointed after step $((at - 1)) of $steps, restored, losses bit-identical; $what"
+  else
+    result "$name" FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' '); $what"
+  fi
+  "${CRYO[@]}" rm "$name" >/dev/null 2>&1
+}
+
+# The fast path beside the driver's path, the hand-run baseline and the floors, per size.
+fp_table() {
+  python3 - "$RES" <<'PY' | tee "$RES/fp-bench-table.txt"
+import glob, json, os, sys
+res = sys.argv[1]
+def load(p):
+    return json.load(open(p)) if os.path.exists(p) else None
+sizes = sorted({json.load(open(f))["gib"] for f in glob.glob(os.path.join(res, "fpfloor*.json"))
+                if "gib" in json.load(open(f))})
+print("%5s | %-22s | %9s %9s %9s | %9s %9s" % ("GiB", "who", "vacate", "ckpt", "restore",
+                                             "ckpt/wf", "rest/rf"))
+for g in sizes:
+    gs = ("%g" % g)
+    f = load(os.path.join(res, "fpfloor%s.json" % gs))
+    print("%5s | %-22s | %9d %9d %9d | %9s %9s" % (gs, "floor (d2h / write / read)", f["d2h_ms"], f["write_ms"], f["read_ms"], "", ""))
+    rows = [("fast path via cryod", "kf%s.summary.json" % gs)]
+    rows += [("driver via cryod", os.path.basename(p)) for p in sorted(glob.glob(os.path.join(res, "kr%s-r*.summary.json" % gs)))]
+    rows += [("hand-run baseline", os.path.basename(p)) for p in sorted(glob.glob(os.path.join(res, "bl%s-r*.summary.json" % gs)))]
+    for who, name in rows:
+        d = load(os.path.join(res, name))
+        if not d:
+            continue
+        if "vacate_ms" in d:
+            vac = d["vacate_ms"]
+        elif "checkpoint_stages" in d:
+            vac = d["checkpoint_stages"].get("gpu_lock", 0) + d["checkpoint_stages"].get("gpu_checkpoint", 0)
+        else:
+            vac = d.get("lock_ms", 0) + d.get("d2h_ms", 0)
+        print("%5s | %-22s | %9d %9d %9d | %9.2f %9.2f" % (gs, who, vac, d["checkpoint_ms"], d["restore_ms"],
+              d["checkpoint_ms"] / f["write_ms"], d["restore_ms"] / f["read_ms"]))
+PY
 }
 
 run_fastpath_parts() {
@@ -161,5 +312,28 @@ run_fastpath_parts() {
       fp_inplace "$gib" driver
     done
     fp_criu "${CRYO_GPU_FP_CRIU_GIB:-8}" ;;
+  esac
+  case " $PARTS " in *" fastpath "*)
+    [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result fastpath SKIP "bundle has no cryod or CRIU"; return; }
+    [ -n "$CRYOD_PID" ] || start_cryod || { result fastpath FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }
+    "${CRYO[@]}" -o json node >"$RES/fp.node.json" 2>&1
+    for gib in ${CRYO_GPU_FP_BENCH_SIZES:-1 8 32}; do
+      fp_floors "$gib"
+      fp_cryod "$gib"
+      if [ "${CRYO_GPU_FP_COMPARE:-1}" = 1 ]; then
+        cryod_restore "$gib" 1
+        baseline "$gib" 1
+      fi
+    done
+    # CRYO_GPU_FP_TORCH: 1 the losses and the overhead, "overhead" only the overhead, 0 none.
+    if [ "${CRYO_GPU_FP_TORCH:-1}" != 0 ] && fp_torch_ok; then
+      if [ "${CRYO_GPU_FP_TORCH:-1}" = 1 ]; then
+        fp_torch_cryod fp-torch-cryod-default ""
+        fp_torch_cryod fp-torch-cryod-expandable "expandable_segments:True"
+      fi
+      CRYO_GPU_FP_OH_ROUNDS=${CRYO_GPU_FP_OH_ROUNDS:-3} fp_overhead
+    fi
+    fp_launch_overhead
+    fp_table ;;
   esac
 }

@@ -180,7 +180,11 @@ const char* const kNames[kSlots] = {
 
 // The driver's own entry point for each slot (null where this driver has none).
 void* g_real[kSlots];
-std::atomic<uint64_t> g_calls[kSlots];
+// Per entry point, on a cache line each: threads calling different functions never share one.
+struct alignas(64) CallCount {
+  std::atomic<uint64_t> n{0};
+};
+CallCount g_calls[kSlots];
 
 using DlsymFn = void* (*)(void*, const char*);
 
@@ -189,8 +193,11 @@ using DlsymFn = void* (*)(void*, const char*);
 class Lib {
  public:
   static Lib& Get() {
-    static Lib* lib = new Lib();
-    return *lib;
+    Lib* lib = instance_.load(std::memory_order_acquire);
+    if (__builtin_expect(lib != nullptr, 1)) return *lib;
+    static Lib* made = new Lib();  // once, thread-safe
+    instance_.store(made, std::memory_order_release);
+    return *made;
   }
 
   // Finds libcuda once it is loaded; true when the driver's entry points are known.
@@ -236,8 +243,12 @@ class Lib {
     return it == wrappers_.end() ? real : it->second;
   }
 
-  // Wrapped calls do their own work only when the fast path is on.
-  bool active() { return EnsureCuda() && !disabled_; }
+  // Wrapped calls do their own work only when the fast path is on. The common case (CUDA found
+  // long ago) is one load.
+  bool active() {
+    if (__builtin_expect(ready_.load(std::memory_order_acquire), 1)) return !disabled_;
+    return EnsureCuda() && !disabled_;
+  }
 
   Gate& gate() { return gate_; }
   CaptureGate& capture() { return capture_; }
@@ -274,7 +285,7 @@ class Lib {
   void AddStatus(nlohmann::json& j) {
     nlohmann::json calls = nlohmann::json::object();
     for (int i = 0; i < kSlots; ++i) {
-      uint64_t n = g_calls[i].load(std::memory_order_relaxed);
+      uint64_t n = g_calls[i].n.load(std::memory_order_relaxed);
       if (n > 0) calls[kNames[i]] = n;
     }
     j["calls"] = calls;
@@ -282,6 +293,7 @@ class Lib {
     if (disabled_) j["disabled"] = why_disabled_;
   }
 
+  static inline std::atomic<Lib*> instance_{nullptr};
   std::mutex init_mu_;
   std::atomic<bool> ready_{false};
   bool disabled_ = false;
@@ -314,7 +326,7 @@ struct Gated<S, CUresult(A...)> {
     auto* f = Real<CUresult(A...)>(S);
     if (f == nullptr) return CUDA_ERROR_NOT_FOUND;
     if (!on) return f(a...);
-    g_calls[S].fetch_add(1, std::memory_order_relaxed);
+    g_calls[S].n.fetch_add(1, std::memory_order_relaxed);
     GateGuard g(lib.gate());
     return f(a...);
   }
@@ -328,7 +340,7 @@ struct Gated<S, CUresult(A...)> {
     auto* f = Real<type>(slot);                                  \
     return f != nullptr ? f(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND; \
   }                                                              \
-  g_calls[slot].fetch_add(1, std::memory_order_relaxed);
+  g_calls[slot].n.fetch_add(1, std::memory_order_relaxed);
 #define CRYO_FP_ENTER(name, ...) CRYO_FP_ENTER_SLOT(k_##name, decltype(name), __VA_ARGS__)
 
 CUresult W_cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,

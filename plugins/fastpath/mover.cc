@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -591,34 +592,83 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
   }
   sums->assign(w, FileSum{});
   std::vector<std::string> errs(w);
+  std::vector<std::unique_ptr<FileHasher>> hashers;
+  for (int k = 0; k < w; ++k) hashers.push_back(std::make_unique<FileHasher>());
   const uint64_t units = stripe_ == 0 ? 0 : (total_ + stripe_ - 1) / stripe_;
+  // Per file, a reader keeps the disk busy (direct I/O into a few pinned buffers) while a second
+  // thread hashes each buffer and copies it to the GPU: neither waits for the other's work.
   auto reader = [&](int k) {
     GateGuard::MarkLibraryThread();
     std::string& err = errs[k];
-    FileHasher hasher;
     if (!plan_.empty()) d_.cuCtxSetCurrent(plan_.front()->ctx);
-    Pinned a(d_, cfg_.read_bytes), b(d_, cfg_.read_bytes);
-    if (a.get() == nullptr || b.get() == nullptr) {
-      err = "allocating pinned read buffers failed";
-      return;
-    }
-    char* bufs[2] = {a.get(), b.get()};
-    std::map<CUcontext, CUstream> streams;
-    auto stream_for = [&](CUcontext c) {
-      auto it = streams.find(c);
-      if (it != streams.end()) return it->second;
-      d_.cuCtxSetCurrent(c);
-      CUstream s = nullptr;
-      if (d_.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) s = nullptr;
-      return streams[c] = s;
-    };
-    auto sync_all = [&] {
-      for (auto& [c, s] : streams) {
-        d_.cuCtxSetCurrent(c);
-        if (s != nullptr) d_.cuStreamSynchronize(s);
+    constexpr int kBuffers = 3;
+    std::vector<std::unique_ptr<Pinned>> bufs;
+    for (int i = 0; i < kBuffers; ++i) {
+      bufs.push_back(std::make_unique<Pinned>(d_, cfg_.read_bytes));
+      if (bufs.back()->get() == nullptr) {
+        err = "allocating pinned read buffers failed";
+        return;
       }
+    }
+    struct Filled {
+      int buf;
+      uint64_t stream_off;
+      uint64_t n;
     };
-    int which = 0;
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<int> free_bufs = {0, 1, 2};
+    std::deque<Filled> filled;
+    bool done_reading = false;
+    std::string consumer_err;
+    std::thread consumer([&] {
+      GateGuard::MarkLibraryThread();
+      std::map<CUcontext, CUstream> streams;
+      for (;;) {
+        Filled f;
+        {
+          std::unique_lock<std::mutex> l(mu);
+          cv.wait(l, [&] { return !filled.empty() || done_reading; });
+          if (filled.empty()) break;
+          f = filled.front();
+          filled.pop_front();
+        }
+        char* buf = bufs[f.buf]->get();
+        if (consumer_err.empty()) {
+          hashers[k]->Update(buf, f.n);
+          uint64_t delta = 0;
+          for (const Piece& pc : PiecesOf(f.stream_off, f.n)) {
+            auto it = streams.find(pc.phys->ctx);
+            if (it == streams.end()) {
+              d_.cuCtxSetCurrent(pc.phys->ctx);
+              CUstream st = nullptr;
+              if (d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) st = nullptr;
+              it = streams.emplace(pc.phys->ctx, st).first;
+            }
+            d_.cuCtxSetCurrent(pc.phys->ctx);
+            CUresult r = it->second == nullptr
+                             ? CUDA_ERROR_UNKNOWN
+                             : d_.cuMemcpyHtoDAsync_v2(SourceOf(pc.phys) + pc.offset, buf + delta,
+                                                       pc.len, it->second);
+            if (r == CUDA_SUCCESS) r = d_.cuStreamSynchronize(it->second);
+            if (r != CUDA_SUCCESS) {
+              consumer_err = Cuda(d_, "copying a file's data to the GPU", r);
+              break;
+            }
+            delta += pc.len;
+          }
+        }
+        {
+          std::lock_guard<std::mutex> l(mu);
+          free_bufs.push_back(f.buf);
+        }
+        cv.notify_all();
+      }
+      for (auto& [c, st] : streams) {
+        d_.cuCtxSetCurrent(c);
+        if (st != nullptr) d_.cuStreamDestroy_v2(st);
+      }
+    });
     uint64_t file_size = 0;
     for (uint64_t c = k; c < units && err.empty(); c += w) {
       const uint64_t unit_off = c * stripe_;
@@ -626,41 +676,39 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
       const off_t file_off = static_cast<off_t>((c / w) * stripe_);
       for (uint64_t pos = 0; pos < unit_len && err.empty(); pos += cfg_.read_bytes) {
         const uint64_t n = std::min<uint64_t>(cfg_.read_bytes, unit_len - pos);
-        char* buf = bufs[which];
-        which ^= 1;
-        if (which == 0) sync_all();  // both buffers were given to the GPU: wait for them
-        if (!ReadAll(fds[k], buf, n, file_off + pos, &err)) {
+        int b;
+        {
+          std::unique_lock<std::mutex> l(mu);
+          cv.wait(l, [&] { return !free_bufs.empty(); });
+          b = free_bufs.front();
+          free_bufs.pop_front();
+        }
+        if (!ReadAll(fds[k], bufs[b]->get(), n, file_off + pos, &err)) {
           err = "file " + std::to_string(k) + ": " + err;
           break;
         }
-        hasher.Update(buf, n);
-        uint64_t delta = 0;
-        for (const Piece& pc : PiecesOf(unit_off + pos, n)) {
-          CUstream s = stream_for(pc.phys->ctx);
-          CUresult r = s == nullptr ? CUDA_ERROR_UNKNOWN
-                                    : d_.cuMemcpyHtoDAsync_v2(SourceOf(pc.phys) + pc.offset,
-                                                              buf + delta, pc.len, s);
-          if (r != CUDA_SUCCESS) {
-            err = Cuda(d_, "copying a file's data to the GPU", r);
-            break;
-          }
-          delta += pc.len;
+        {
+          std::lock_guard<std::mutex> l(mu);
+          filled.push_back({b, unit_off + pos, n});
         }
+        cv.notify_all();
       }
       file_size += unit_len;
     }
-    sync_all();
-    for (auto& [c, s] : streams) {
-      d_.cuCtxSetCurrent(c);
-      if (s != nullptr) d_.cuStreamDestroy_v2(s);
+    {
+      std::lock_guard<std::mutex> l(mu);
+      done_reading = true;
     }
+    cv.notify_all();
+    consumer.join();
+    if (err.empty()) err = consumer_err;
     struct stat st;
     if (err.empty() && ::fstat(fds[k], &st) == 0 &&
         static_cast<uint64_t>(st.st_size) != file_size) {
       err = "file " + std::to_string(k) + " holds " + std::to_string(st.st_size) +
             " bytes, the drain wrote " + std::to_string(file_size);
     }
-    (*sums)[k] = hasher.Finish();
+    (*sums)[k] = hashers[k]->Finish();
   };
   std::vector<std::thread> ts;
   for (int k = 0; k < w; ++k) ts.emplace_back(reader, k);
@@ -737,29 +785,44 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     Writer* wp = w.get();
     w->thread = std::thread([this, wp] {
       GateGuard::MarkLibraryThread();
-      FileHasher hasher;
+      // Writing starts as soon as the first units are in host memory, but the copy threads
+      // need every core to free the GPU fast: the writers (mostly waiting for the disk) yield.
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
       const uint64_t units = (total_ + stripe_ - 1) / stripe_;
-      for (uint64_t c = wp->index; c < units; c += nfiles_) {
-        const uint64_t off = c * stripe_;
-        const uint64_t len = std::min<uint64_t>(stripe_, total_ - off);
-        {
-          std::unique_lock<std::mutex> l(progress_mu_);
-          // The GPU is freed first (the copy threads need every core, the writers' hashing
-          // would slow them): writing starts once all of it is in host memory.
-          progress_cv_.wait(l, [&] { return copied_ >= total_ || copy_failed_; });
-          if (copied_ < total_) return;  // the copy failed: the drain is rolled back
+      // Waits until unit c is in host memory; false when the copy failed.
+      auto wait_unit = [this](uint64_t c) {
+        const uint64_t end = std::min<uint64_t>((c + 1) * stripe_, total_);
+        std::unique_lock<std::mutex> l(progress_mu_);
+        progress_cv_.wait(l, [&] { return copied_ >= end || copy_failed_; });
+        return copied_ >= end;
+      };
+      // The file's checksum on a thread of its own, so that the disk never waits for it.
+      std::thread hash([&, wp] {
+        GateGuard::MarkLibraryThread();
+        ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
+        FileHasher hasher;
+        for (uint64_t c = wp->index; c < units; c += nfiles_) {
+          if (!wait_unit(c)) return;
+          const uint64_t off = c * stripe_;
+          for (const Piece& pc : PiecesOf(off, std::min<uint64_t>(stripe_, total_ - off))) {
+            hasher.Update(pc.phys->host + pc.offset, pc.len);
+          }
         }
+        wp->sum = hasher.Finish();
+      });
+      for (uint64_t c = wp->index; c < units; c += nfiles_) {
+        if (!wait_unit(c)) break;  // the copy failed: the drain is rolled back
+        const uint64_t off = c * stripe_;
         std::vector<iovec> iov;
-        for (const Piece& pc : PiecesOf(off, len)) {
+        for (const Piece& pc : PiecesOf(off, std::min<uint64_t>(stripe_, total_ - off))) {
           iov.push_back({pc.phys->host + pc.offset, pc.len});
-          hasher.Update(pc.phys->host + pc.offset, pc.len);
         }
         if (!WriteAll(wp->fd, iov, static_cast<off_t>((c / nfiles_) * stripe_), &wp->error)) {
           wp->error = "file " + std::to_string(wp->index) + ": " + wp->error;
-          return;
+          break;
         }
       }
-      wp->sum = hasher.Finish();
+      hash.join();
     });
     writers_.push_back(std::move(w));
   }

@@ -86,9 +86,9 @@ struct RefillResult {
 
 // Tunables, mostly for tests.
 struct MoverConfig {
-  size_t ring_slot_bytes = 64ull << 20;  // one pinned buffer of the drain's ring
+  size_t ring_slot_bytes = 32ull << 20;  // one pinned buffer of the drain's ring
   int ring_slots = 4;
-  size_t read_bytes = 16ull << 20;  // one read (and pinned buffer) of a refill from files
+  size_t read_bytes = 32ull << 20;  // one read (and pinned buffer) of a refill from files
   bool huge_pages = true;           // madvise(MADV_HUGEPAGE) on host copies
 };
 
