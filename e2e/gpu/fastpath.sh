@@ -6,7 +6,8 @@
 #       (default caching allocator; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) is drained
 #       into files, checkpointed and restored by the driver, refilled, mid-run: its per-step
 #       losses are bit-identical to an uninterrupted run without the library
-#   fp-overhead  steady-state PyTorch steps/s with and without the library, alternating runs
+#   fp-overhead  steady-state PyTorch steps/s with and without the library, in pairs of alternating
+#       order (CRYO_GPU_FP_OH_ROUNDS pairs, default 4): the median ratio
 #   fp-inplace-N-files / -host  a job holding N GiB with the library: drain (into files with
 #       parallel direct I/O / into the job's own memory), driver checkpoint and restore, refill;
 #       timings; every word verified afterwards
@@ -25,7 +26,7 @@
 #       (baseline-N) run beside it on the same sizes
 #   fp-torch-cryod-default, fp-torch-cryod-expandable  the PyTorch loop checkpointed (stopped),
 #       and restored through cryod with the library: losses bit-identical
-#   fp-overhead  as in fastpath-proof, over CRYO_GPU_FP_OH_ROUNDS alternating pairs (default 3)
+#   fp-overhead  as in fastpath-proof
 #   fp-launch-overhead-T  ns per kernel launch with and without the library (empty kernels back
 #       to back on T threads: the worst case, a job that only launches)
 #
@@ -147,34 +148,49 @@ fp_torch() {  # fp_torch NAME ALLOC_CONF: a training loop with the library, a fa
   rm -rf "$dir"
 }
 
-fp_overhead() {  # steady-state steps/s, with and without the library, alternating
-  local with=() without=() i r
-  for i in $(seq 1 "${CRYO_GPU_FP_OH_ROUNDS:-2}"); do
-    rm -f "$RES/fp.oh.txt"
-    setsid -w python3 "$B/train_losses.py" --steps "${CRYO_GPU_FP_OH_STEPS:-400}" --step-ms 0 --out "$RES/fp.oh.txt" --rate-out "$RES/fp.oh.rate" </dev/null >/dev/null 2>&1
-    without+=("$(cat "$RES/fp.oh.rate" 2>/dev/null)")
-    rm -f "$RES/fp.oh.txt"
-    env LD_PRELOAD="$FPLIB" setsid -w python3 "$B/train_losses.py" --steps "${CRYO_GPU_FP_OH_STEPS:-400}" --step-ms 0 --out "$RES/fp.oh.txt" --rate-out "$RES/fp.oh.rate" </dev/null >/dev/null 2>&1
-    with+=("$(cat "$RES/fp.oh.rate" 2>/dev/null)")
+# fp_ab NAME CMD...: runs CMD (which leaves one number in $RES/fp.ab.out, and preloads
+# $FP_PRELOAD into what it measures) without and with the library, in pairs whose order alternates (A B, B A, ...) so that a drift of the machine
+# cancels out; prints the per-pair ratios (with / without) and their median.
+fp_ab() {
+  local name=$1; shift
+  local rounds=${CRYO_GPU_FP_OH_ROUNDS:-4} i a b ratios=()
+  local run_without=() run_with=()
+  for i in $(seq 1 "$rounds"); do
+    for order in $( [ $((i % 2)) = 1 ] && echo "0 1" || echo "1 0"); do
+      rm -f "$RES/fp.ab.out"
+      if [ "$order" = 1 ]; then FP_PRELOAD=$FPLIB "$@"; else FP_PRELOAD= "$@"; fi
+      local v; v=$(cat "$RES/fp.ab.out" 2>/dev/null)
+      if [ "$order" = 1 ]; then b=$v; run_with+=("$v"); else a=$v; run_without+=("$v"); fi
+    done
+    ratios+=("$(python3 -c "print('%.4f' % ($b / $a))" 2>/dev/null)")
   done
-  r=$(python3 -c "import sys; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print('without %s, with %s steps/s: ratio %.4f' % (a, b, (sum(b)/len(b))/(sum(a)/len(a))))" "${without[*]}" "${with[*]}" 2>&1)
-  echo "{\"without\": [${without[*]// /, }], \"with\": [${with[*]// /, }]}" >"$RES/fp.overhead.json"
-  result fp-overhead PASS "$r"
+  local IFS=,
+  echo "{\"name\": \"$name\", \"without\": [${run_without[*]}], \"with\": [${run_with[*]}], \"ratios\": [${ratios[*]}]}" >"$RES/$name.json"
+  IFS=$' \t\n'
+  python3 -c "import statistics as s, sys; r=[float(x) for x in sys.argv[1].split()]; print('median ratio %.4f (pairs %s); without %s, with %s' % (s.median(r), r, sys.argv[2], sys.argv[3]))" "${ratios[*]}" "${run_without[*]}" "${run_with[*]}"
 }
 
-fp_launch_overhead() {  # ns per wrapped launch, with and without the library, alternating
-  local with=() without=() i t r
+fp_torch_rate() {  # one PyTorch run; its steps/s into $RES/fp.ab.out
+  rm -f "$RES/fp.oh.txt"
+  env ${FP_PRELOAD:+LD_PRELOAD=$FP_PRELOAD} setsid -w python3 "$B/train_losses.py" \
+    --steps "${CRYO_GPU_FP_OH_STEPS:-400}" --step-ms 0 --out "$RES/fp.oh.txt" \
+    --rate-out "$RES/fp.ab.out" </dev/null >/dev/null 2>&1
+}
+
+fp_overhead() {  # steady-state PyTorch steps/s with the library over without (ratio; 1 is none)
+  result fp-overhead PASS "steps/s with the library over without: $(fp_ab fp.overhead fp_torch_rate)"
+}
+
+fp_launch_one() {  # fp_launch_one THREADS: ns per empty-kernel launch into $RES/fp.ab.out
+  env ${FP_PRELOAD:+LD_PRELOAD=$FP_PRELOAD} "$B/bin/cryo-gpu-launchbench" --launches 400000 \
+    --threads "$1" >"$RES/fp.lb.json" 2>&1 &&
+    jget "$RES/fp.lb.json" 'd["ns_per_launch"]' >"$RES/fp.ab.out"
+}
+
+fp_launch_overhead() {  # ns per wrapped launch, with the library over without (ratio)
+  local t
   for t in 1 4; do
-    with=(); without=()
-    for i in $(seq 1 "${CRYO_GPU_FP_OH_ROUNDS:-3}"); do
-      "$B/bin/cryo-gpu-launchbench" --launches 400000 --threads "$t" >"$RES/fp.lb.json" 2>&1 &&
-        without+=("$(jget "$RES/fp.lb.json" 'd["ns_per_launch"]')")
-      env LD_PRELOAD="$FPLIB" "$B/bin/cryo-gpu-launchbench" --launches 400000 --threads "$t" >"$RES/fp.lb.json" 2>&1 &&
-        with+=("$(jget "$RES/fp.lb.json" 'd["ns_per_launch"]')")
-    done
-    r=$(python3 -c "import statistics as s, sys; a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]; print('%d thread(s): %.0f ns per launch without, %.0f with (medians of %s and %s): +%.0f ns, ratio %.3f' % (int(sys.argv[3]), s.median(a), s.median(b), a, b, s.median(b)-s.median(a), s.median(b)/s.median(a)))" "${without[*]}" "${with[*]}" "$t" 2>&1)
-    echo "{\"threads\": $t, \"without_ns\": [${without[*]// /, }], \"with_ns\": [${with[*]// /, }]}" >"$RES/fp.launch-overhead-$t.json"
-    result "fp-launch-overhead-$t" PASS "$r"
+    result "fp-launch-overhead-$t" PASS "ns per launch on $t thread(s), with the library over without: $(fp_ab "fp.launch-overhead-$t" fp_launch_one "$t")"
   done
 }
 
@@ -331,7 +347,7 @@ run_fastpath_parts() {
         fp_torch_cryod fp-torch-cryod-default ""
         fp_torch_cryod fp-torch-cryod-expandable "expandable_segments:True"
       fi
-      CRYO_GPU_FP_OH_ROUNDS=${CRYO_GPU_FP_OH_ROUNDS:-3} fp_overhead
+      fp_overhead
     fi
     fp_launch_overhead
     fp_table ;;

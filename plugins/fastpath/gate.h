@@ -1,10 +1,10 @@
 #pragma once
 
 // The gate in front of the job's CUDA calls that submit GPU work or touch device memory. Open, a
-// call costs two atomic operations. Shut (while the library moves device memory), a new call
-// waits until the gate opens again and then runs as it would have; Shut() itself waits for the
-// calls already inside to leave. The driver's own lock cannot do this for us: it also blocks the
-// library's copies.
+// call costs one locked store to a line of the calling thread's own. Shut (while the library moves
+// device memory), a new call waits until the gate opens again and then runs as it would have;
+// Shut() itself waits for the calls already inside to leave. The driver's own lock cannot do this
+// for us: it also blocks the library's copies.
 //
 // A second, outer gate holds back the start of CUDA graph captures: a capture in progress must
 // end (its launches need the main gate open) before the main gate shuts, and synchronizing a
@@ -14,38 +14,45 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 namespace cryo::fastpath {
 
 class Gate {
  public:
+  Gate() : id_(next_id_.fetch_add(1) + 1) {}
+  Gate(const Gate&) = delete;
+  Gate& operator=(const Gate&) = delete;
+
   void Enter() {
+    Slot* me = MySlot();
     for (;;) {
-      inside_.fetch_add(1, std::memory_order_seq_cst);
+      // Dekker with Shut(): either this call sees the gate shut, or Shut() sees it inside.
+      me->inside.store(1, std::memory_order_seq_cst);
       if (!shut_.load(std::memory_order_seq_cst)) return;
-      Leave();
+      me->inside.store(0, std::memory_order_seq_cst);
       std::unique_lock<std::mutex> l(mu_);
       cv_.wait(l, [&] { return !shut_.load(); });
     }
   }
 
-  void Leave() {
-    if (inside_.fetch_sub(1, std::memory_order_seq_cst) == 1 && shut_.load()) {
-      std::lock_guard<std::mutex> l(mu_);
-      cv_.notify_all();
-    }
-  }
+  // No locked instruction and no line shared with other threads: Shut() polls.
+  void Leave() { MySlot()->inside.store(0, std::memory_order_release); }
 
   // Shuts the gate and waits until no call is inside. False (and the gate open again) when
   // calls are still inside after `timeout`.
   bool Shut(std::chrono::milliseconds timeout) {
     shut_.store(true, std::memory_order_seq_cst);
-    std::unique_lock<std::mutex> l(mu_);
-    if (!cv_.wait_for(l, timeout, [&] { return inside_.load() == 0; })) {
-      l.unlock();
-      Open();
-      return false;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (inside() > 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        Open();
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     return true;
   }
@@ -59,13 +66,49 @@ class Gate {
   }
 
   bool shut() const { return shut_.load(); }
-  int64_t inside() const { return inside_.load(); }
+  // Threads inside now.
+  int64_t inside() {
+    std::lock_guard<std::mutex> l(slots_mu_);
+    int64_t n = 0;
+    for (const auto& s : slots_) n += s->inside.load(std::memory_order_seq_cst);
+    return n;
+  }
 
  private:
+  // One per thread that ever called through this gate, on a cache line of its own; kept for
+  // the process's life (a thread's slot is reused by no other thread: threads are few).
+  struct alignas(64) Slot {
+    std::atomic<int> inside{0};
+  };
+
+  Slot* MySlot() {
+    // A thread passes one gate or two (the capture gate): a two-entry cache, no lock.
+    // By id, not address: a gate made where an old one was is another gate.
+    struct Cached {
+      uint64_t gate;
+      Slot* slot;
+    };
+    __attribute__((tls_model("initial-exec"))) static thread_local Cached cache[2];
+    if (cache[0].gate == id_) return cache[0].slot;
+    if (cache[1].gate == id_) return cache[1].slot;
+    auto slot = std::make_unique<Slot>();
+    Slot* raw = slot.get();
+    {
+      std::lock_guard<std::mutex> l(slots_mu_);
+      slots_.push_back(std::move(slot));
+    }
+    cache[1] = cache[0];
+    cache[0] = {id_, raw};
+    return raw;
+  }
+
+  static inline std::atomic<uint64_t> next_id_{0};
+  const uint64_t id_;
   std::atomic<bool> shut_{false};
-  std::atomic<int64_t> inside_{0};
   std::mutex mu_;
   std::condition_variable cv_;
+  std::mutex slots_mu_;
+  std::vector<std::unique_ptr<Slot>> slots_;
 };
 
 // Holds a gate for the length of one call. A call made from inside another (a driver that calls

@@ -180,11 +180,34 @@ const char* const kNames[kSlots] = {
 
 // The driver's own entry point for each slot (null where this driver has none).
 void* g_real[kSlots];
-// Per entry point, on a cache line each: threads calling different functions never share one.
-struct alignas(64) CallCount {
-  std::atomic<uint64_t> n{0};
+// Calls per entry point, counted per thread (a plain add to the thread's own memory, no locked
+// instruction on the hot path) and summed when cryod asks.
+struct ThreadCalls {
+  std::atomic<uint64_t> n[kSlots] = {};
+  ThreadCalls* next = nullptr;
 };
-CallCount g_calls[kSlots];
+std::atomic<ThreadCalls*> g_thread_calls{nullptr};
+__attribute__((tls_model("initial-exec"))) thread_local ThreadCalls* t_calls = nullptr;
+
+inline void Count(int slot) {
+  ThreadCalls* c = t_calls;
+  if (__builtin_expect(c == nullptr, 0)) {
+    c = new ThreadCalls();  // kept for the process's life: threads are few
+    c->next = g_thread_calls.load();
+    while (!g_thread_calls.compare_exchange_weak(c->next, c)) {
+    }
+    t_calls = c;
+  }
+  c->n[slot].store(c->n[slot].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+uint64_t Calls(int slot) {
+  uint64_t sum = 0;
+  for (ThreadCalls* c = g_thread_calls.load(); c != nullptr; c = c->next) {
+    sum += c->n[slot].load(std::memory_order_relaxed);
+  }
+  return sum;
+}
 
 using DlsymFn = void* (*)(void*, const char*);
 
@@ -285,7 +308,7 @@ class Lib {
   void AddStatus(nlohmann::json& j) {
     nlohmann::json calls = nlohmann::json::object();
     for (int i = 0; i < kSlots; ++i) {
-      uint64_t n = g_calls[i].n.load(std::memory_order_relaxed);
+      uint64_t n = Calls(i);
       if (n > 0) calls[kNames[i]] = n;
     }
     j["calls"] = calls;
@@ -326,7 +349,7 @@ struct Gated<S, CUresult(A...)> {
     auto* f = Real<CUresult(A...)>(S);
     if (f == nullptr) return CUDA_ERROR_NOT_FOUND;
     if (!on) return f(a...);
-    g_calls[S].n.fetch_add(1, std::memory_order_relaxed);
+    Count(S);
     GateGuard g(lib.gate());
     return f(a...);
   }
@@ -340,7 +363,7 @@ struct Gated<S, CUresult(A...)> {
     auto* f = Real<type>(slot);                                  \
     return f != nullptr ? f(__VA_ARGS__) : CUDA_ERROR_NOT_FOUND; \
   }                                                              \
-  g_calls[slot].n.fetch_add(1, std::memory_order_relaxed);
+  Count(slot);
 #define CRYO_FP_ENTER(name, ...) CRYO_FP_ENTER_SLOT(k_##name, decltype(name), __VA_ARGS__)
 
 CUresult W_cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
