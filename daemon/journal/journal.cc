@@ -107,6 +107,11 @@ absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j) {
   return e;
 }
 
+absl::StatusOr<Entry> ParseEntry(absl::string_view text) {
+  CRYO_ASSIGN_OR_RETURN(nlohmann::json j, json::Parse(text, {kMaxEntryBytes, kMaxEntryDepth}));
+  return EntryFromJson(j);
+}
+
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir) {
   CRYO_RETURN_IF_ERROR(Annotate(fs::MakeDirs(dir, 0700), "journal"));
   return std::unique_ptr<Journal>(new Journal(dir));
@@ -151,8 +156,7 @@ absl::StatusOr<std::vector<Entry>> Journal::LoadAll() {
       CRYO_LOG(Warning) << "journal: " << text.status();
       continue;
     }
-    auto j = json::Parse(*text, {kMaxEntryBytes, kMaxEntryDepth});
-    auto e = j.ok() ? EntryFromJson(*j) : absl::StatusOr<Entry>(j.status());
+    auto e = ParseEntry(*text);
     if (!e.ok()) {
       CRYO_LOG(Warning) << "journal: dropping " << p << ": " << e.status();
       ::unlink(p.c_str());
