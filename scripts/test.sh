@@ -1,12 +1,62 @@
 #!/usr/bin/env bash
 # Runs every test: sets the machine up (idempotent), builds, then ctest. Unit tests first, then
 # the integration suites (real CRIU, real containerd). GPU tests skip here and say so: they run
-# on a GPU machine with e2e/gpu/run.sh.
+# on a GPU machine with e2e/gpu/run.sh. Arguments go to that first ctest (e.g. -R PATTERN).
+#
+# Then two more build directories, each skipped with its variable set to 0:
+#   CRYO_TEST_FUZZ      build-fuzz: clang, -DCRYO_FUZZ=ON; every libFuzzer target (test/fuzz) runs
+#                       for CRYO_FUZZ_SECONDS (45) from its seeds (ctest -L fuzz).
+#   CRYO_TEST_SANITIZE  build-asan: -DCRYO_SANITIZE=address,undefined; the unit tests and the
+#                       process e2e tests again under AddressSanitizer + UndefinedBehaviorSanitizer,
+#                       every finding fatal.
+# The script fails if any of the three failed; all three run regardless.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
+FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}
+SANITIZE_BUILD_DIR=${SANITIZE_BUILD_DIR:-$ROOT/build-asan}
 export BUILD_DIR
 bash "$ROOT/scripts/setup.sh"
-cd "$BUILD_DIR"
+jobs=$(nproc)
+failed=()
+
 # -j1: the integration tests mount, kill daemons and need their pids free.
-ctest --output-on-failure -j1 "$@"
+(cd "$BUILD_DIR" && ctest --output-on-failure -j1 "$@") || failed+=(tests)
+
+if [ "${CRYO_TEST_FUZZ:-1}" = 1 ]; then
+  # Only what the fuzz targets link is built (no plugins, shim, tests or CUDA programs).
+  CC=clang-14 CXX=clang++-14 cmake -S "$ROOT" -B "$FUZZ_BUILD_DIR" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCRYO_FUZZ=ON -DCRYO_FUZZ_SECONDS="${CRYO_FUZZ_SECONDS:-45}" \
+    -DCRYO_BUILD_TESTS=OFF -DCRYO_WITH_PLUGINS=OFF -DCRYO_WITH_SHIM=OFF -DCRYO_WERROR=OFF \
+    -DCRYO_BUILD_CUDA_TESTS=OFF >/dev/null
+  if cmake --build "$FUZZ_BUILD_DIR" -j"$jobs" --target cryo_fuzzers; then
+    (cd "$FUZZ_BUILD_DIR" && ctest --output-on-failure -j1 -L fuzz) || failed+=(fuzz)
+  else
+    failed+=(fuzz-build)
+  fi
+fi
+
+if [ "${CRYO_TEST_SANITIZE:-1}" = 1 ]; then
+  # kubectl-cryo is linked dynamically here: the sanitizers' runtimes are shared libraries.
+  cmake -S "$ROOT" -B "$SANITIZE_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCRYO_SANITIZE=address,undefined -DCRYO_KUBECTL_STATIC=OFF -DCRYO_BUILD_CUDA_TESTS=OFF \
+    >/dev/null
+  if cmake --build "$SANITIZE_BUILD_DIR" -j"$jobs"; then
+    export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1
+    export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+    # The formatting and chart checks are not programs of ours: once is enough.
+    (cd "$SANITIZE_BUILD_DIR" && ctest --output-on-failure -j1 -L unit -E '^(lint|deploy)\.') ||
+      failed+=(sanitize-unit)
+    (cd "$SANITIZE_BUILD_DIR" &&
+      ctest --output-on-failure -j1 -L e2e -R '^(ProcessTest|CriuOptionsTest)\.') ||
+      failed+=(sanitize-e2e)
+  else
+    failed+=(sanitize-build)
+  fi
+fi
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test.sh: failed: ${failed[*]}" >&2
+  exit 1
+fi
+echo "test.sh: all passed"

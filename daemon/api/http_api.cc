@@ -26,6 +26,12 @@ int HttpCode(absl::StatusCode c) {
   }
 }
 
+// Bytes that are not UTF-8 (a request's own path, quoted in an error) are replaced, never
+// thrown about: nlohmann's dump() throws on them by default.
+std::string Dump(const nlohmann::json& j) {
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+
 absl::Time CreatedAt(const v1::CheckpointInfo& c) {
   absl::Time t;
   std::string err;
@@ -40,7 +46,7 @@ metrics::HttpResponse List(const CheckpointReader& reader, const metrics::HttpRe
                    [](const v1::CheckpointInfo& a, const v1::CheckpointInfo& b) {
                      return CreatedAt(a) > CreatedAt(b);
                    });
-  return {200, kJson, CheckpointsToJson(*list).dump(2) + "\n"};
+  return {200, kJson, Dump(CheckpointsToJson(*list))};
 }
 
 metrics::HttpResponse Get(const CheckpointReader& reader, const std::string& id) {
@@ -48,14 +54,14 @@ metrics::HttpResponse Get(const CheckpointReader& reader, const std::string& id)
   if (absl::Status s = ValidateCheckpointId(id); !s.ok()) return ErrorResponse(s);
   auto c = reader.get(id);
   if (!c.ok()) return ErrorResponse(c.status());
-  return {200, kJson, CheckpointToJson(*c).dump(2) + "\n"};
+  return {200, kJson, Dump(CheckpointToJson(*c))};
 }
 
 }  // namespace
 
 metrics::HttpResponse ErrorResponse(const absl::Status& s) {
   std::string code = absl::AsciiStrToLower(absl::StatusCodeToString(s.code()));
-  return {HttpCode(s.code()), kJson, ErrorJson(code, s.message()).dump(2) + "\n"};
+  return {HttpCode(s.code()), kJson, Dump(ErrorJson(code, s.message()))};
 }
 
 void AddCheckpointRoutes(CheckpointReader reader, metrics::HttpRoutes& routes) {

@@ -391,6 +391,10 @@ int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
   ctx.set_deadline(UnaryDeadline());
   grpc::Status s = stub.ListCheckpoints(&ctx, req, &resp);
   if (!s.ok()) return Fail(g, "list", s);
+  if (resp.omitted() > 0) {
+    std::cerr << "cryo: " << resp.omitted()
+              << " older checkpoints did not fit one answer; narrow the list with --workload\n";
+  }
   if (g.json) {
     std::cout << ToJson(resp) << "\n";
     return 0;
@@ -401,9 +405,9 @@ int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
     // A damaged checkpoint stays listed (its space is used) but says it will not restore.
     // Names come from a store other nodes write: never raw control characters on a terminal.
     rows.push_back({c.damaged().empty() ? c.checkpoint_id() : c.checkpoint_id() + " (DAMAGED)",
-                    human::Printable(c.workload()), human::Printable(c.node_name()), c.created_at(),
-                    human::Bytes(c.size_bytes()), absl::StrCat(c.root_pid()),
-                    human::Printable(c.command())});
+                    human::Printable(c.workload()), human::Printable(c.node_name()),
+                    human::Printable(c.created_at()), human::Bytes(c.size_bytes()),
+                    absl::StrCat(c.root_pid()), human::Printable(c.command())});
   }
   std::cout << human::Table(rows);
   return 0;
@@ -430,21 +434,23 @@ int Inspect(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
   std::cout << "id:        " << c.checkpoint_id() << "\n"
             << "workload:  " << human::Printable(c.workload()) << "\n"
             << "node:      " << human::Printable(c.node_name()) << "\n"
-            << "created:   " << c.created_at() << "\n"
+            << "created:   " << human::Printable(c.created_at()) << "\n"
             << "command:   " << human::Printable(c.command()) << " (pid " << c.root_pid() << ", "
             << c.pids_size() << " processes)\n"
             << "size:      " << human::Bytes(c.size_bytes()) << " in " << c.file_count()
             << " files\n"
-            << (c.damaged().empty() ? "" : "DAMAGED:   " + c.damaged() + "\n")
-            << "criu:      " << c.criu_version() << ", kernel " << c.kernel() << "\n"
-            << "stages:    " << Ms(c.stage_ms()) << "\n"
-            << "path:      " << c.store_path() << "\n";
+            << (c.damaged().empty() ? "" : "DAMAGED:   " + human::Printable(c.damaged()) + "\n")
+            << "criu:      " << human::Printable(c.criu_version()) << ", kernel "
+            << human::Printable(c.kernel()) << "\n"
+            << "stages:    " << human::Printable(Ms(c.stage_ms())) << "\n"
+            << "path:      " << human::Printable(c.store_path()) << "\n";
   for (const auto& [k, v] : c.labels()) {
     std::cout << "label:     " << human::Printable(k) << "=" << human::Printable(v) << "\n";
   }
   std::vector<std::vector<std::string>> rows = {{"  FILE", "SIZE", "CHECKSUM"}};
   for (const auto& f : c.files()) {
-    rows.push_back({"  " + f.path(), human::Bytes(f.size()), f.checksum()});
+    rows.push_back({"  " + human::Printable(f.path()), human::Bytes(f.size()),
+                    human::Printable(f.checksum())});
   }
   std::cout << human::Table(rows);
   return 0;

@@ -5,6 +5,7 @@
 #include "absl/strings/strip.h"
 #include "daemon/container/runtime.h"
 #include "lib/base/grpc_status.h"
+#include "lib/base/json.h"
 #include "lib/base/status.h"
 #include "lib/cri/cri_api.h"
 
@@ -12,6 +13,9 @@ namespace cryo::runtime {
 namespace {
 
 namespace cri = ::runtime::v1;
+
+// The OCI spec is the large part; a runtime has no reason to send more.
+constexpr size_t kMaxVerboseInfoBytes = 4u << 20;
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   return Annotate(cryo::FromGrpc(s), what);
@@ -84,14 +88,8 @@ class CriRuntime final : public ContainerRuntime {
     // and the OCI spec.
     auto it = resp.info().find("info");
     if (it != resp.info().end()) {
-      nlohmann::json info = nlohmann::json::parse(it->second, nullptr, false);
-      if (info.is_object()) {
-        if (info.contains("pid") && info["pid"].is_number_integer()) {
-          c.pid = info["pid"].get<int>();
-        }
-        c.pod_sandbox_id = info.value("sandboxID", "");
-        if (info.contains("runtimeSpec")) c.runtime_spec = info["runtimeSpec"];
-      }
+      CRYO_RETURN_IF_ERROR(Annotate(ParseVerboseInfo(it->second, &c),
+                                    absl::StrCat("ContainerStatus(", id, ") info")));
     }
     if (c.state != ContainerInfo::State::kRunning) c.pid = 0;
     return c;
@@ -137,6 +135,17 @@ class CriRuntime final : public ContainerRuntime {
 };
 
 }  // namespace
+
+absl::Status ParseVerboseInfo(absl::string_view info, ContainerInfo* c) {
+  CRYO_ASSIGN_OR_RETURN(nlohmann::json j, json::Parse(info, {kMaxVerboseInfoBytes, 64}));
+  if (!j.is_object()) return absl::InvalidArgumentError("not a JSON object");
+  json::Fields f(j, "info");
+  CRYO_RETURN_IF_ERROR(f.Int("pid", &c->pid));
+  CRYO_RETURN_IF_ERROR(f.Str("sandboxID", &c->pod_sandbox_id));
+  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* spec, f.Object("runtimeSpec"));
+  if (spec != nullptr) c->runtime_spec = *spec;
+  return absl::OkStatus();
+}
 
 const char* StateName(ContainerInfo::State s) {
   switch (s) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "lib/base/fs.h"
+#include "lib/base/json.h"
 #include "lib/base/status.h"
 #include "nlohmann/json.hpp"
 
@@ -248,7 +249,9 @@ absl::StatusOr<RootfsDiff> WriteRootfsDiff(const std::string& upper,
 }
 
 absl::StatusOr<std::vector<std::string>> ParseDeletedFiles(absl::string_view json) {
-  nlohmann::json j = nlohmann::json::parse(json, nullptr, false);
+  auto parsed = json::Parse(json, {kMaxDeletedFilesBytes, 2});
+  if (!parsed.ok()) return Annotate(parsed.status(), "deleted.files");
+  const nlohmann::json& j = *parsed;
   if (!j.is_array()) return absl::InvalidArgumentError("deleted.files is not a JSON array");
   std::vector<std::string> out;
   for (const auto& v : j) {
@@ -257,6 +260,33 @@ absl::StatusOr<std::vector<std::string>> ParseDeletedFiles(absl::string_view jso
     CRYO_RETURN_IF_ERROR(CheckRelative(out.back()));
   }
   return out;
+}
+
+absl::StatusOr<int> OpenDiffFile(int dir_fd, const char* name) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: a link is refused.
+  int fd = ::openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) {
+    if (errno == ELOOP) {
+      return absl::FailedPreconditionError(absl::StrCat(name, " is a symbolic link"));
+    }
+    return ErrnoStatus(errno, absl::StrCat("open ", name));
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(name, " is not a regular file"));
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
+}
+
+absl::StatusOr<std::vector<std::string>> ReadDeletedFiles(int dir_fd, const char* name) {
+  auto fd = OpenDiffFile(dir_fd, name);
+  if (absl::IsNotFound(fd.status())) return std::vector<std::string>{};
+  if (!fd.ok()) return fd.status();
+  CRYO_ASSIGN_OR_RETURN(std::string text, fs::ReadOpenFile(*fd, name, kMaxDeletedFilesBytes));
+  if (text.empty()) return std::vector<std::string>{};
+  return ParseDeletedFiles(text);
 }
 
 absl::Status ApplyRootfsDiff(const std::string& root, int tar_fd,

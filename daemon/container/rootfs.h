@@ -47,7 +47,18 @@ absl::StatusOr<RootfsDiff> WriteRootfsDiff(const std::string& upper,
                                            const std::string& tar_path,
                                            const std::string& deleted_path);
 
+// deleted.files is a JSON array of relative paths, at most this large.
+inline constexpr size_t kMaxDeletedFilesBytes = 16u << 20;
+// INVALID_ARGUMENT for anything but a bounded JSON array of safe relative paths.
 absl::StatusOr<std::vector<std::string>> ParseDeletedFiles(absl::string_view json);
+
+// Opens `name` in the directory open at `dir_fd` for reading without following a link, and only
+// if it is a regular file (a FIFO planted there must not hang the restore). FAILED_PRECONDITION
+// names what it found instead; NOT_FOUND when it is absent.
+absl::StatusOr<int> OpenDiffFile(int dir_fd, const char* name);
+// deleted.files read and parsed from the directory open at `dir_fd` (OpenDiffFile, at most
+// kMaxDeletedFilesBytes); an absent file is an empty list.
+absl::StatusOr<std::vector<std::string>> ReadDeletedFiles(int dir_fd, const char* name);
 
 // Applies a diff below `root`: removes the deleted paths, then unpacks the tar (owners, modes,
 // times and extended attributes kept; never through a symlink or "..", so a hostile image

@@ -35,6 +35,11 @@ struct ContainerInfo {
 
 const char* StateName(ContainerInfo::State s);
 
+// Reads the JSON the runtime puts under "info" in a verbose ContainerStatus (containerd and
+// CRI-O both): the init pid, the sandbox and the OCI spec. INVALID_ARGUMENT for JSON that is not
+// an object, nests too deeply or has a field of the wrong type; never throws.
+absl::Status ParseVerboseInfo(absl::string_view info, ContainerInfo* c);
+
 class ContainerRuntime {
  public:
   virtual ~ContainerRuntime() = default;

@@ -71,6 +71,12 @@ class Criu {
   virtual std::string path() const = 0;
   // Output of `criu check` when it failed; empty when it passed.
   virtual std::string check_error() const = 0;
+  // Whether a checkpoint could run CRIU now: `criu check` passed at start and (for the real
+  // binary) it is still there and executable. FAILED_PRECONDITION saying why not.
+  virtual absl::Status CheckUsable() const {
+    if (check_error().empty()) return absl::OkStatus();
+    return absl::FailedPreconditionError("criu check failed: " + check_error());
+  }
 };
 
 struct CriuConfig {

@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -50,6 +52,14 @@ class CriuExec final : public Criu {
   std::string version() const override { return version_; }
   std::string path() const override { return path_; }
   std::string check_error() const override { return check_error_; }
+  absl::Status CheckUsable() const override {
+    // A package upgrade or a cleanup may take the binary away under a running cryod.
+    if (::access(path_.c_str(), X_OK) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("CRIU at ", path_, " cannot be run: ", std::strerror(errno)));
+    }
+    return Criu::CheckUsable();
+  }
 
   absl::Status Dump(const DumpOptions& o, const std::function<void(pid_t)>& started) override {
     Paths p = PathsFor(o.images_dir, o.work_dir, o.in_container);

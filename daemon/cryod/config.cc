@@ -143,6 +143,14 @@ const std::vector<Key>& Keys() {
            &Config::criu_hw_breakpoints),
       Str("metrics_address", "HOST:PORT for /metrics and /healthz; empty disables",
           &Config::metrics_address),
+      Int("http_max_connections",
+          "HTTP connections served at once (one thread each); more wait their turn",
+          &Config::http_max_connections),
+      Int("http_request_timeout_ms",
+          "an HTTP request must arrive whole within this; slow clients are cut off",
+          &Config::http_request_timeout_ms),
+      Int("health_min_free_mb", "/healthz is 503 while the store has less free space than this",
+          &Config::health_min_free_mb),
       Str("log_level", "debug, info, warning or error", &Config::log_level),
       Int("retention_keep", "newest checkpoints kept per workload; 0 keeps all",
           &Config::retention_keep),
@@ -294,6 +302,9 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"criu", "criu from PATH, /usr/local/sbin first"},
       {"criu_hw_breakpoints", "false"},
       {"metrics_address", d.metrics_address},
+      {"http_max_connections", std::to_string(d.http_max_connections)},
+      {"http_request_timeout_ms", std::to_string(d.http_request_timeout_ms)},
+      {"health_min_free_mb", std::to_string(d.health_min_free_mb)},
       {"log_level", d.log_level},
       {"retention_keep", std::to_string(d.retention_keep)},
       {"pid_wait_timeout_ms", std::to_string(d.pid_wait_timeout_ms)},
@@ -397,6 +408,10 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
   }
   if (c.gpu_fast_path_writers < 0 || c.gpu_fast_path_writers > 64) {
     return absl::InvalidArgumentError("gpu_fast_path_writers must be 0..64");
+  }
+  if (c.http_max_connections <= 0 || c.http_request_timeout_ms <= 0) {
+    return absl::InvalidArgumentError(
+        "http_max_connections and http_request_timeout_ms must be positive");
   }
   for (const std::string* p : {&c.socket, &c.state_dir, &c.store}) {
     if (p->empty() || (*p)[0] != '/') {

@@ -20,6 +20,11 @@ struct Config {
   std::string criu;                                // empty: search PATH
   bool criu_hw_breakpoints = false;                // see criu::CriuConfig::hw_breakpoints
   std::string metrics_address = "127.0.0.1:9464";  // empty: no HTTP endpoint
+  // HTTP endpoint: connections served at once, and the deadline of each request as a whole.
+  int http_max_connections = 16;
+  int http_request_timeout_ms = 10000;
+  // /healthz says unready below this much free space in the store (a checkpoint would fail).
+  int health_min_free_mb = 256;
   std::string log_level = "info";
   int retention_keep = 0;
   int pid_wait_timeout_ms = 10000;

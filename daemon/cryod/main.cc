@@ -22,6 +22,7 @@
 #include "daemon/container/runtime.h"
 #include "daemon/criu/criu.h"
 #include "daemon/cryod/config.h"
+#include "daemon/cryod/health.h"
 #include "daemon/cryod/unix_server.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/operation_runner.h"
@@ -246,14 +247,17 @@ const std::vector<Step>& StartSteps() {
            return metrics::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
                                         ser.Serialize(registry->Collect())};
          });
-         routes.Exact("/healthz", [store] {
-           absl::Status s = store->CheckWritable();
-           if (!s.ok()) return metrics::HttpResponse{503, "text/plain", s.ToString() + "\n"};
-           return metrics::HttpResponse{200, "text/plain", "ok\n"};
+         const criu::Criu* criu = st.criu.get();
+         const uint64_t min_free = static_cast<uint64_t>(st.config.health_min_free_mb) << 20;
+         routes.Exact("/healthz", [store, criu, min_free] {
+           return HealthResponse(CheckHealth(*store, *criu, min_free));
          });
          // The engine comes later (step "recover"): the API answers 503 until then.
          api::AddCheckpointRoutes(api::ReaderOver(&st.api_engine), routes);
-         auto http = metrics::HttpServer::Create(st.config.metrics_address, std::move(routes));
+         metrics::HttpServerOptions ho;
+         ho.max_connections = st.config.http_max_connections;
+         ho.request_timeout = absl::Milliseconds(st.config.http_request_timeout_ms);
+         auto http = metrics::HttpServer::Create(st.config.metrics_address, std::move(routes), ho);
          if (!http.ok()) return Fatal("metrics endpoint", http.status());
          st.http = std::move(*http);
          CRYO_LOG(Info) << "metrics on " << st.config.metrics_address << " (port "

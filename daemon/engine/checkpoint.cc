@@ -203,8 +203,8 @@ absl::Status Engine::StageCheckpoint(CheckpointState& s) {
 void Engine::UndoStage(CheckpointState& s) {
   if (s.staged) {
     (void)s.staged->Abort();
-  } else if (!s.je.staging_dir.empty() && d_.store->OwnsStagingDir(s.je.staging_dir)) {
-    (void)fs::RemoveTree(s.je.staging_dir);
+  } else if (!s.je.staging_dir.empty()) {
+    (void)d_.store->RemoveStagingDir(s.je.staging_dir);
   }
 }
 

@@ -6,12 +6,7 @@
 namespace cryo::engine {
 namespace {
 
-bool HasControl(absl::string_view s) {
-  for (unsigned char c : s) {
-    if (c < 0x20 || c == 0x7f) return true;
-  }
-  return false;
-}
+using limits::HasControl;
 
 absl::Status Bad(absl::string_view what) { return absl::InvalidArgumentError(what); }
 
@@ -31,28 +26,8 @@ absl::Status ValidateRequest(const CheckpointRequest& r) {
   if (r.container_id.size() > 128 || HasControl(r.container_id)) {
     return Bad("container_id is not a container id");
   }
-  if (r.workload.size() > kMaxWorkload) {
-    return Bad(absl::StrCat("workload is longer than ", kMaxWorkload, " bytes"));
-  }
-  if (HasControl(r.workload)) return Bad("workload holds control characters");
-  if (r.labels.size() > kMaxLabels) {
-    return Bad(absl::StrCat(r.labels.size(), " labels; at most ", kMaxLabels));
-  }
-  size_t total = 0;
-  for (const auto& [k, v] : r.labels) {
-    if (k.empty() || k.size() > kMaxLabelKey || HasControl(k)) {
-      return Bad(absl::StrCat("label key '", k.substr(0, 64), "' is empty, longer than ",
-                              kMaxLabelKey, " bytes or holds control characters"));
-    }
-    if (v.size() > kMaxLabelValue || HasControl(v)) {
-      return Bad(absl::StrCat("label ", k, ": value longer than ", kMaxLabelValue,
-                              " bytes or with control characters"));
-    }
-    total += k.size() + v.size();
-  }
-  if (total > kMaxLabelBytes) {
-    return Bad(absl::StrCat("labels hold ", total, " bytes; at most ", kMaxLabelBytes));
-  }
+  if (absl::Status s = limits::ValidateWorkload(r.workload); !s.ok()) return s;
+  if (absl::Status s = limits::ValidateLabels(r.labels); !s.ok()) return s;
   if (!r.export_archive.empty()) {
     if (r.container_id.empty()) return Bad("export_archive is for container checkpoints only");
     if (r.export_archive[0] != '/' || r.export_archive.size() > kMaxPathBytes ||

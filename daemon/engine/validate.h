@@ -7,14 +7,16 @@
 
 #include "absl/status/status.h"
 #include "daemon/engine/types.h"
+#include "lib/base/limits.h"
 
 namespace cryo::engine {
 
-inline constexpr size_t kMaxLabels = 64;
-inline constexpr size_t kMaxLabelKey = 253;  // a Kubernetes label or annotation name
-inline constexpr size_t kMaxLabelValue = 4096;
-inline constexpr size_t kMaxLabelBytes = 16 << 10;  // all keys and values together
-inline constexpr size_t kMaxWorkload = 253;
+// The same bounds hold for manifests read from a store (daemon/store/manifest.cc).
+inline constexpr size_t kMaxLabels = limits::kMaxLabels;
+inline constexpr size_t kMaxLabelKey = limits::kMaxLabelKey;
+inline constexpr size_t kMaxLabelValue = limits::kMaxLabelValue;
+inline constexpr size_t kMaxLabelBytes = limits::kMaxLabelBytes;
+inline constexpr size_t kMaxWorkload = limits::kMaxWorkload;
 inline constexpr size_t kMaxGpuMap = 64;
 inline constexpr size_t kMaxPathBytes = 4096;
 

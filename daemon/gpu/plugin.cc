@@ -3,11 +3,21 @@
 #include <dlfcn.h>
 
 #include <cstddef>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/json.h"
 #include "lib/base/log.h"
 
 namespace cryo::gpu {
+namespace {
+
+// A plugin's answers are small documents (device lists, facts, CRIU flags).
+constexpr size_t kMaxPluginJsonBytes = 16u << 20;
+constexpr int kMaxPluginJsonDepth = 32;
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Plugin>> Plugin::FromTable(const cryo_gpu_plugin_api* api,
                                                           const nlohmann::json& config,
                                                           void* dl_handle) {
@@ -114,12 +124,14 @@ absl::StatusOr<nlohmann::json> Plugin::TakeJson(cryo_gpu_rc rc, char* out, const
   if (out == nullptr) {
     return absl::InternalError(absl::StrCat(name_, " plugin: ", hook, " returned no JSON"));
   }
-  nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  auto j = json::Parse(absl::string_view(out, ::strnlen(out, kMaxPluginJsonBytes + 1)),
+                       {kMaxPluginJsonBytes, kMaxPluginJsonDepth});
   api_->free_string(out);
-  if (j.is_discarded()) {
-    return absl::InternalError(absl::StrCat(name_, " plugin: ", hook, " returned bad JSON"));
+  if (!j.ok()) {
+    return absl::InternalError(
+        absl::StrCat(name_, " plugin: ", hook, " returned bad JSON: ", j.status().message()));
   }
-  return j;
+  return *std::move(j);
 }
 
 PluginStatus Plugin::Status() {
@@ -133,8 +145,16 @@ PluginStatus Plugin::Status() {
     st.detail = std::string(j.status().message());
     return st;
   }
-  st.available = j->value("available", false);
-  st.detail = j->value("detail", "");
+  json::Fields f(*j, absl::StrCat(name_, " plugin: status"));
+  absl::Status s =
+      j->is_object()
+          ? f.Bool("available", &st.available)
+          : absl::InvalidArgumentError(absl::StrCat(name_, " plugin: status is not an object"));
+  if (s.ok()) s = f.Str("detail", &st.detail);
+  if (!s.ok()) {
+    st.available = false;
+    st.detail = std::string(s.message());
+  }
   return st;
 }
 

@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/fs.h"
+#include "lib/base/json.h"
+#include "lib/base/log.h"
 #include "lib/base/proc.h"
 
 namespace cryo::gpu {
@@ -125,11 +127,20 @@ absl::StatusOr<std::vector<GpuProcess>> PluginGpuManager::Discover(const std::ve
     if (!found->is_array()) {
       return absl::InternalError(absl::StrCat(p->name(), " plugin: discover gave no array"));
     }
-    for (const nlohmann::json& e : *found) {
+    for (size_t i = 0; i < found->size(); ++i) {
+      // What a plugin says is checked like any outside input: a wrong type is an error.
+      json::Fields f((*found)[i], absl::StrCat(p->name(), " plugin: discover[", i, "]"));
       GpuProcess proc;
-      proc.pid = e.value("pid", 0);
       proc.plugin = p->name();
-      proc.facts = e.contains("facts") ? e["facts"] : nlohmann::json::object();
+      proc.facts = nlohmann::json::object();
+      absl::Status s = (*found)[i].is_object()
+                           ? f.Int("pid", &proc.pid, /*required=*/true)
+                           : absl::InvalidArgumentError(absl::StrCat(
+                                 p->name(), " plugin: discover[", i, "] is not an object"));
+      auto facts = f.Object("facts");
+      if (s.ok() && !facts.ok()) s = facts.status();
+      if (!s.ok()) return absl::InternalError(s.message());
+      if (*facts != nullptr) proc.facts = **facts;
       if (proc.pid <= 0) continue;
       auto [it, fresh] = owner.emplace(proc.pid, p->name());
       if (!fresh) {
@@ -309,19 +320,20 @@ absl::StatusOr<CriuExtras> PluginGpuManager::CriuOptions(const std::vector<GpuPr
     if (!p.ok()) return p.status();
     auto o = (*p)->CriuOptions(pids);
     if (!o.ok()) return o.status();
-    if (o->contains("args") && (*o)["args"].is_array()) {
-      // Flags come as "--flag value" pairs or single "--flag=value" words; drop exact repeats.
-      std::vector<std::string> args = (*o)["args"].get<std::vector<std::string>>();
-      std::string joined = absl::StrJoin(args, "\x1f");
-      if (seen_args.insert(joined).second) {
-        extras.args.insert(extras.args.end(), args.begin(), args.end());
-      }
+    json::Fields f(*o, absl::StrCat(name, " plugin: criu_options"));
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+    absl::Status s = o->is_object() ? f.Strs("args", &args)
+                                    : absl::InvalidArgumentError(absl::StrCat(
+                                          name, " plugin: criu_options is not an object"));
+    if (s.ok()) s = f.StrMap("env", &env);
+    if (!s.ok()) return absl::InternalError(s.message());
+    // Flags come as "--flag value" pairs or single "--flag=value" words; drop exact repeats.
+    std::string joined = absl::StrJoin(args, "\x1f");
+    if (!args.empty() && seen_args.insert(joined).second) {
+      extras.args.insert(extras.args.end(), args.begin(), args.end());
     }
-    if (o->contains("env") && (*o)["env"].is_object()) {
-      for (const auto& [k, v] : (*o)["env"].items()) {
-        if (v.is_string()) extras.env[k] = v.get<std::string>();
-      }
-    }
+    for (auto& [k, v] : env) extras.env[k] = std::move(v);
   }
   return extras;
 }
@@ -340,12 +352,21 @@ std::vector<DeviceInfo> PluginGpuManager::Devices() {
     for (const nlohmann::json& d : *devs) {
       DeviceInfo info;
       info.vendor = p->name();
-      info.uuid = d.value("uuid", "");
-      info.name = d.value("name", "");
-      info.chip = d.value("chip", "");
-      info.memory_total_bytes = d.value("memory_total_bytes", uint64_t{0});
-      info.memory_free_bytes = d.value("memory_free_bytes", uint64_t{0});
-      info.driver_version = d.value("driver_version", "");
+      json::Fields f(d, absl::StrCat(p->name(), " plugin: device"));
+      absl::Status s = d.is_object() ? absl::OkStatus()
+                                     : absl::InvalidArgumentError(absl::StrCat(
+                                           p->name(), " plugin: a device is not an object"));
+      for (auto [key, field] :
+           {std::pair{"uuid", &info.uuid}, std::pair{"name", &info.name},
+            std::pair{"chip", &info.chip}, std::pair{"driver_version", &info.driver_version}}) {
+        if (s.ok()) s = f.Str(key, field);
+      }
+      if (s.ok()) s = f.Uint64("memory_total_bytes", &info.memory_total_bytes);
+      if (s.ok()) s = f.Uint64("memory_free_bytes", &info.memory_free_bytes);
+      if (!s.ok()) {
+        CRYO_LOG(Warning) << "ignoring a GPU: " << s.message();
+        continue;
+      }
       out.push_back(std::move(info));
     }
   }

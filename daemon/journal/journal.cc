@@ -16,6 +16,9 @@ namespace {
 
 constexpr const char* kKinds[] = {"checkpoint", "restore"};
 constexpr const char* kStates[] = {"started", "dumping", "dumped", "published", "restoring"};
+// An entry is a few KiB; GPU facts make it larger, never by much.
+constexpr size_t kMaxEntryBytes = 1u << 20;
+constexpr int kMaxEntryDepth = 16;
 
 }  // namespace
 
@@ -108,6 +111,11 @@ absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j) {
   return e;
 }
 
+absl::StatusOr<Entry> ParseEntry(absl::string_view text) {
+  CRYO_ASSIGN_OR_RETURN(nlohmann::json j, json::Parse(text, {kMaxEntryBytes, kMaxEntryDepth}));
+  return EntryFromJson(j);
+}
+
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir) {
   CRYO_RETURN_IF_ERROR(Annotate(fs::MakeDirs(dir, 0700), "journal"));
   return std::unique_ptr<Journal>(new Journal(dir));
@@ -140,13 +148,19 @@ absl::StatusOr<std::vector<Entry>> Journal::LoadAll() {
       ::unlink(p.c_str());
       continue;
     }
-    auto text = fs::ReadFile(p);
+    // Sized before it is read, never through a link, never a FIFO: an entry is a small file
+    // cryod wrote itself, anything else is dropped.
+    auto text = fs::ReadRegularBeneath(dir_, f.name, kMaxEntryBytes);
+    if (absl::IsFailedPrecondition(text.status())) {
+      CRYO_LOG(Warning) << "journal: dropping " << p << ": " << text.status();
+      ::unlink(p.c_str());
+      continue;
+    }
     if (!text.ok()) {
       CRYO_LOG(Warning) << "journal: " << text.status();
       continue;
     }
-    auto j = json::Parse(*text, {1u << 20, 16});
-    auto e = j.ok() ? EntryFromJson(*j) : absl::StatusOr<Entry>(j.status());
+    auto e = ParseEntry(*text);
     if (!e.ok()) {
       CRYO_LOG(Warning) << "journal: dropping " << p << ": " << e.status();
       ::unlink(p.c_str());

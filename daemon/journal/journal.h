@@ -59,6 +59,8 @@ struct Entry {
 nlohmann::json EntryToJson(const Entry& e);
 // Total: a malformed entry is INVALID_ARGUMENT, never an exception.
 absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j);
+// An entry file's text as recovery reads it: bounded JSON (size, depth), then EntryFromJson.
+absl::StatusOr<Entry> ParseEntry(absl::string_view text);
 
 class Journal {
  public:

@@ -1,20 +1,20 @@
 #include "daemon/metrics/http_server.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
+#include <civetweb.h>
 #include <netdb.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <mutex>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/log.h"
 #include "lib/base/status.h"
 
 namespace cryo::metrics {
@@ -85,16 +85,11 @@ bool PercentDecode(const std::string& in, bool plus_is_space, std::string* out) 
   return true;
 }
 
-bool ParseRequestLine(const std::string& line, HttpRequest* req) {
-  std::string l = line;
-  while (!l.empty() && (l.back() == '\r' || l.back() == '\n')) l.pop_back();
-  std::vector<std::string> parts = absl::StrSplit(l, ' ', absl::SkipEmpty());
-  if (parts.size() < 2 || parts.size() > 3 || parts[1].empty() || parts[1][0] != '/') return false;
-  req->method = parts[0];
-  const std::string& target = parts[1];
+bool ParseTarget(absl::string_view target, HttpRequest* req) {
+  if (target.empty() || target[0] != '/') return false;
   const size_t q = target.find('?');
-  if (!PercentDecode(target.substr(0, q), false, &req->path)) return false;
-  req->query = q == std::string::npos ? "" : target.substr(q + 1);
+  if (!PercentDecode(std::string(target.substr(0, q)), false, &req->path)) return false;
+  req->query = q == absl::string_view::npos ? "" : std::string(target.substr(q + 1));
   req->params.clear();
   for (absl::string_view kv : absl::StrSplit(req->query, '&', absl::SkipEmpty())) {
     const size_t eq = kv.find('=');
@@ -108,8 +103,49 @@ bool ParseRequestLine(const std::string& line, HttpRequest* req) {
   return true;
 }
 
-absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const std::string& address,
-                                                               HttpRoutes routes) {
+bool ParseRequestLine(const std::string& line, HttpRequest* req) {
+  std::string l = line;
+  while (!l.empty() && (l.back() == '\r' || l.back() == '\n')) l.pop_back();
+  std::vector<std::string> parts = absl::StrSplit(l, ' ', absl::SkipEmpty());
+  if (parts.size() < 2 || parts.size() > 3) return false;
+  req->method = parts[0];
+  return ParseTarget(parts[1], req);
+}
+
+HttpResponse Dispatch(const HttpRoutes& routes, absl::string_view method,
+                      absl::string_view target) {
+  HttpRequest r;
+  r.method = std::string(method);
+  if (!ParseTarget(target, &r)) return {400, "text/plain", "bad request\n"};
+  if (r.method != "GET" && r.method != "HEAD") return {405, "text/plain", "method not allowed\n"};
+  const HttpHandler* h = routes.Match(r.path, &r.rest);
+  if (h == nullptr) return {404, "text/plain", "not found\n"};
+  return (*h)(r);
+}
+
+HttpResponse DispatchRaw(const HttpRoutes& routes, absl::string_view raw) {
+  absl::string_view line = raw.substr(0, raw.find('\n'));
+  while (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  if (parts.size() < 2 || parts.size() > 3) return {400, "text/plain", "bad request\n"};
+  return Dispatch(routes, parts[0], parts[1]);
+}
+
+namespace {
+
+// civetweb's own messages (a refused connection, a failed write) are not errors of cryod.
+int LogMessage(const mg_connection*, const char* message) {
+  CRYO_LOG(Debug) << "http: " << message;
+  return 1;
+}
+
+void InitCivetweb() {
+  static std::once_flag once;
+  std::call_once(once, [] { mg_init_library(0); });
+}
+
+// "HOST:PORT" as civetweb's listening_ports wants it: a numeric address ("[v6]:port").
+absl::StatusOr<std::string> ListeningPort(const std::string& address) {
   auto colon = address.rfind(':');
   if (colon == std::string::npos) {
     return absl::InvalidArgumentError(
@@ -117,6 +153,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const std::string
   }
   std::string host = address.substr(0, colon);
   std::string port = address.substr(colon + 1);
+  int port_num = 0;
+  if (!absl::SimpleAtoi(port, &port_num) || port_num < 0 || port_num > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address '", address, "': bad port '", port, "'"));
+  }
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
@@ -130,97 +171,101 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const std::string
     return absl::InvalidArgumentError(
         absl::StrCat("metrics address '", address, "': ", gai_strerror(rc)));
   }
-  int fd = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    ::freeaddrinfo(res);
-    return ErrnoStatus(errno, "socket");
-  }
-  int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd, res->ai_addr, res->ai_addrlen) != 0 || ::listen(fd, 16) != 0) {
-    int e = errno;
-    ::freeaddrinfo(res);
-    ::close(fd);
-    return ErrnoStatus(e, absl::StrCat("listen on ", address));
-  }
+  char ip[INET6_ADDRSTRLEN] = {0};
+  const bool v6 = res->ai_family == AF_INET6;
+  const void* a =
+      v6 ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(res->ai_addr)->sin6_addr)
+         : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(res->ai_addr)->sin_addr);
+  const char* ok = ::inet_ntop(res->ai_family, a, ip, sizeof(ip));
   ::freeaddrinfo(res);
-  sockaddr_storage ss{};
-  socklen_t len = sizeof(ss);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len);
-  int bound = ss.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port)
-                                       : ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
-  return std::unique_ptr<HttpServer>(new HttpServer(fd, bound, std::move(routes)));
+  if (ok == nullptr) return ErrnoStatus(errno, absl::StrCat("metrics address '", address, "'"));
+  return v6 ? absl::StrCat("[", ip, "]:", port_num) : absl::StrCat(ip, ":", port_num);
 }
 
-HttpServer::HttpServer(int fd, int port, HttpRoutes routes)
-    : fd_(fd), port_(port), routes_(std::move(routes)) {
-  thread_ = std::thread([this] { Loop(); });
+void Send(mg_connection* conn, const HttpResponse& resp, bool head) {
+  mg_response_header_start(conn, resp.code);
+  mg_response_header_add(conn, "Content-Type", resp.content_type.c_str(), -1);
+  mg_response_header_add(conn, "Content-Length", absl::StrCat(resp.body.size()).c_str(), -1);
+  mg_response_header_send(conn);
+  if (!head && !resp.body.empty()) mg_write(conn, resp.body.data(), resp.body.size());
+}
+
+}  // namespace
+
+int HttpServer::Handle(mg_connection* conn, void* self) {
+  const mg_request_info* ri = mg_get_request_info(conn);
+  const bool head = ri->request_method != nullptr && std::strcmp(ri->request_method, "HEAD") == 0;
+  HttpResponse resp;
+  // This is a C callback: nothing may be thrown through civetweb's frames.
+  try {
+    std::string target = ri->local_uri_raw != nullptr ? ri->local_uri_raw : "";
+    if (ri->query_string != nullptr) absl::StrAppend(&target, "?", ri->query_string);
+    resp = Dispatch(static_cast<HttpServer*>(self)->routes_,
+                    ri->request_method != nullptr ? ri->request_method : "", target);
+  } catch (const std::exception& e) {
+    CRYO_LOG(Error) << "http: handler of " << (ri->local_uri_raw ? ri->local_uri_raw : "?")
+                    << " threw: " << e.what();
+    resp = {500, "text/plain", "internal error\n"};
+  }
+  Send(conn, resp, head);
+  return resp.code;
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Create(const std::string& address,
+                                                               HttpRoutes routes,
+                                                               HttpServerOptions options) {
+  CRYO_ASSIGN_OR_RETURN(std::string listen, ListeningPort(address));
+  if (options.max_connections < 1) return absl::InvalidArgumentError("max_connections < 1");
+  const int64_t timeout_ms =
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(options.request_timeout));
+  const std::string threads = absl::StrCat(options.max_connections);
+  const std::string timeout = absl::StrCat(timeout_ms);
+  // No document root (nothing but our routes is served), one request per connection, the
+  // target left as sent (ParseTarget decodes it).
+  const char* config[] = {"listening_ports",
+                          listen.c_str(),
+                          "num_threads",
+                          threads.c_str(),
+                          "connection_queue",
+                          threads.c_str(),
+                          "request_timeout_ms",
+                          timeout.c_str(),
+                          "enable_keep_alive",
+                          "no",
+                          "decode_url",
+                          "no",
+                          "decode_query_string",
+                          "no",
+                          "max_request_size",
+                          "16384",
+                          nullptr};
+  InitCivetweb();
+  std::unique_ptr<HttpServer> server(new HttpServer(std::move(routes)));
+  mg_callbacks callbacks{};
+  callbacks.log_message = LogMessage;
+  mg_init_data init{};
+  init.callbacks = &callbacks;
+  init.user_data = server.get();
+  init.configuration_options = config;
+  char error[256] = {0};
+  mg_error_data err{};
+  err.text = error;
+  err.text_buffer_size = sizeof(error);
+  server->ctx_ = mg_start2(&init, &err);
+  if (server->ctx_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("listen on ", address, ": ", error));
+  }
+  mg_set_request_handler(server->ctx_, "/", &HttpServer::Handle, server.get());
+  mg_server_port ports[1];
+  if (mg_get_server_ports(server->ctx_, 1, ports) != 1) {
+    return absl::InternalError(absl::StrCat("listen on ", address, ": no port"));
+  }
+  server->port_ = ports[0].port;
+  return server;
 }
 
 HttpServer::~HttpServer() {
-  wake_.Wake();
-  if (thread_.joinable()) thread_.join();
-  ::close(fd_);
-}
-
-void HttpServer::Loop() {
-  for (;;) {
-    pollfd p[2] = {{fd_, POLLIN, 0}, {wake_.read_fd(), POLLIN, 0}};
-    int n = ::poll(p, 2, -1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 || (p[1].revents & POLLIN)) return;
-    if (p[0].revents & POLLIN) {
-      int conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (conn >= 0) {
-        Serve(conn);
-        ::close(conn);
-      }
-    }
-  }
-}
-
-void HttpServer::Serve(int conn) {
-  // One request per connection; a slow client gets two seconds.
-  timeval tv{2, 0};
-  ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  ::setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  std::string req;
-  char buf[4096];
-  while (req.find("\r\n\r\n") == std::string::npos && req.find("\n\n") == std::string::npos &&
-         req.size() < 16384) {
-    ssize_t n = ::recv(conn, buf, sizeof(buf), 0);
-    if (n <= 0) break;
-    req.append(buf, n);
-  }
-  const std::string line = req.substr(0, req.find('\n'));
-  const bool head = line.rfind("HEAD ", 0) == 0;
-  HttpResponse resp = Dispatch(line);
-  const char* reason = resp.code == 200   ? "OK"
-                       : resp.code == 400 ? "Bad Request"
-                       : resp.code == 404 ? "Not Found"
-                       : resp.code == 405 ? "Method Not Allowed"
-                       : resp.code == 500 ? "Internal Server Error"
-                       : resp.code == 503 ? "Service Unavailable"
-                                          : "Error";
-  std::string out =
-      absl::StrCat("HTTP/1.0 ", resp.code, " ", reason, "\r\nContent-Type: ", resp.content_type,
-                   "\r\nContent-Length: ", resp.body.size(), "\r\nConnection: close\r\n\r\n");
-  if (!head) out += resp.body;
-  size_t off = 0;
-  while (off < out.size()) {
-    ssize_t n = ::send(conn, out.data() + off, out.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) break;
-    off += n;
-  }
-}
-
-HttpResponse HttpServer::Dispatch(const std::string& request_line) {
-  HttpRequest r;
-  if (!ParseRequestLine(request_line, &r)) return {400, "text/plain", "bad request\n"};
-  if (r.method != "GET" && r.method != "HEAD") return {405, "text/plain", "method not allowed\n"};
-  const HttpHandler* h = routes_.Match(r.path, &r.rest);
-  if (h == nullptr) return {404, "text/plain", "not found\n"};
-  return (*h)(r);
+  if (ctx_ != nullptr) mg_stop(ctx_);
 }
 
 }  // namespace cryo::metrics

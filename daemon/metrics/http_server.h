@@ -1,20 +1,25 @@
 #pragma once
 
-// A very small HTTP/1.0 server for /metrics, /healthz and cryod's read-only JSON API.
-// prometheus-cpp's exposer cannot serve anything beside the metrics, and these GETs need
-// nothing more than one request per connection.
+// cryod's HTTP endpoint for /metrics, /healthz and the read-only JSON API, on civetweb (Debian's
+// libcivetweb, the server prometheus-cpp's exposer is built on): connections are served
+// concurrently by a bounded pool of threads, and each request has a deadline as a whole, so a
+// slow or idle client cannot hold back the readiness probe. prometheus-cpp's exposer itself
+// cannot serve anything beside the metrics. Routing and request parsing are ours (Dispatch),
+// so they can be tested and fuzzed without a socket.
 
-#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "lib/base/wake_pipe.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+struct mg_connection;
+struct mg_context;
 
 namespace cryo::metrics {
 
@@ -61,29 +66,46 @@ class HttpRoutes {
 // Decodes %XX and, when `plus_is_space` (query strings), '+'. False on a malformed escape.
 bool PercentDecode(const std::string& in, bool plus_is_space, std::string* out);
 
+// Parses a request target as sent ("/path?query", not decoded) into `req` (path, query, params).
+// False when it is malformed.
+bool ParseTarget(absl::string_view target, HttpRequest* req);
 // Parses "GET /path?query HTTP/1.x" into `req` (method, path, query, params). False when the
 // request line is malformed.
 bool ParseRequestLine(const std::string& line, HttpRequest* req);
 
+// The answer to one request, given its method and its target as sent: 400 for a malformed
+// target, 405 for a method other than GET or HEAD, 404 without a route, else the route's
+// handler. Every request the server takes goes through here.
+HttpResponse Dispatch(const HttpRoutes& routes, absl::string_view method, absl::string_view target);
+// The same from the raw bytes of a request head (its first line is the request line).
+HttpResponse DispatchRaw(const HttpRoutes& routes, absl::string_view raw);
+
+struct HttpServerOptions {
+  // Connections served at once (one thread each); more wait in a queue of the same length and
+  // then in the kernel's listen backlog.
+  int max_connections = 16;
+  // A request must arrive whole within this (the client sending bytes does not extend it), and
+  // each write of the answer must go out within it.
+  absl::Duration request_timeout = absl::Seconds(10);
+};
+
 class HttpServer {
  public:
-  // address "HOST:PORT"; port 0 picks a free one (see port()).
+  // address "HOST:PORT" (an IPv6 host in brackets); port 0 picks a free one (see port()).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Create(const std::string& address,
-                                                            HttpRoutes routes);
+                                                            HttpRoutes routes,
+                                                            HttpServerOptions options = {});
+  // Stops accepting, lets requests being served finish, joins every thread.
   ~HttpServer();
   int port() const { return port_; }
 
  private:
-  HttpServer(int fd, int port, HttpRoutes routes);
-  void Loop();
-  void Serve(int conn);
-  HttpResponse Dispatch(const std::string& request_line);
+  explicit HttpServer(HttpRoutes routes) : routes_(std::move(routes)) {}
+  static int Handle(mg_connection* conn, void* self);
 
-  int fd_;
-  int port_;
-  WakePipe wake_;
   HttpRoutes routes_;
-  std::thread thread_;
+  mg_context* ctx_ = nullptr;
+  int port_ = 0;
 };
 
 }  // namespace cryo::metrics

@@ -278,23 +278,12 @@ pid_t ForkFar() {
 }
 
 int ApplyDiff(const std::string& dir_path, int dir_fd) {
-  int tar = ::openat(dir_fd, cryo::contract::archive::kRootfsDiff, O_RDONLY | O_CLOEXEC);
-  if (tar < 0) DieErrno(absl::StrCat("open ", dir_path, "/rootfs-diff.tar"));
-  std::string deleted_text;
-  int del = ::openat(dir_fd, cryo::contract::archive::kDeletedFiles, O_RDONLY | O_CLOEXEC);
-  if (del >= 0) {
-    char buf[65536];
-    ssize_t n;
-    while ((n = ::read(del, buf, sizeof(buf))) > 0) deleted_text.append(buf, n);
-    ::close(del);
-  }
-  std::vector<std::string> deleted;
-  if (!deleted_text.empty()) {
-    auto d = cryo::container::ParseDeletedFiles(deleted_text);
-    if (!d.ok()) Die(std::string(d.status().message()));
-    deleted = *d;
-  }
-  absl::Status s = cryo::container::ApplyRootfsDiff("/", tar, deleted);
+  // Both from the store: no link followed, regular files only, deleted.files bounded.
+  auto tar = cryo::container::OpenDiffFile(dir_fd, cryo::contract::archive::kRootfsDiff);
+  if (!tar.ok()) Die(absl::StrCat(dir_path, ": ", tar.status().message()));
+  auto deleted = cryo::container::ReadDeletedFiles(dir_fd, cryo::contract::archive::kDeletedFiles);
+  if (!deleted.ok()) Die(absl::StrCat(dir_path, ": ", deleted.status().message()));
+  absl::Status s = cryo::container::ApplyRootfsDiff("/", *tar, *deleted);
   if (!s.ok()) {
     std::fprintf(stderr, "cryo-nsexec: applying the rootfs diff: %s\n",
                  std::string(s.message()).c_str());

@@ -89,6 +89,24 @@ v1::CheckpointInfo ToProto(const engine::CheckpointRecord& r, bool with_files) {
   return i;
 }
 
+v1::ListCheckpointsResponse ToListResponse(const std::vector<engine::CheckpointRecord>& records) {
+  v1::ListCheckpointsResponse out;
+  size_t bytes = 0;
+  for (const auto& r : records) {
+    v1::CheckpointInfo i = ToProto(r, /*with_files=*/false);
+    if (i.ByteSizeLong() > kMaxListEntryBytes) i.clear_pids();
+    // Tag and length of the repeated field's entry: a few bytes more than the entry itself.
+    const size_t size = i.ByteSizeLong() + 8;
+    if (bytes + size > kMaxListBytes) {
+      out.set_omitted(out.omitted() + 1);
+      continue;
+    }
+    bytes += size;
+    *out.add_checkpoints() = std::move(i);
+  }
+  return out;
+}
+
 v1::CheckpointInfo ToProto(const engine::CheckpointResult& r) {
   v1::CheckpointInfo i = ToProto(r.manifest, false);
   i.set_store_path(r.store_path);

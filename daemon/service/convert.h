@@ -19,6 +19,13 @@ v1::Progress ToProto(const engine::Progress& p);
 v1::CheckpointInfo ToProto(const store::Manifest& m, bool with_files);
 v1::CheckpointInfo ToProto(const engine::CheckpointRecord& r, bool with_files);
 v1::CheckpointInfo ToProto(const engine::CheckpointResult& r);
+// Bounds of a ListCheckpoints answer: clients take 4 MiB by default (gRPC), and one manifest
+// from a shared store must not make the list fail for everyone.
+inline constexpr size_t kMaxListBytes = 3u << 20;
+inline constexpr size_t kMaxListEntryBytes = 64u << 10;
+// The list answer, newest first as given. An entry larger than kMaxListEntryBytes is sent
+// without its pid list (root_pid stays); entries past kMaxListBytes are counted in `omitted`.
+v1::ListCheckpointsResponse ToListResponse(const std::vector<engine::CheckpointRecord>& records);
 v1::RestoreResult ToProto(const engine::RestoreResult& r);
 v1::NodeInfoResponse ToProto(const engine::NodeFacts& n,
                              const std::vector<std::shared_ptr<engine::Operation>>& running);

@@ -125,7 +125,7 @@ grpc::Status CryoService::ListCheckpoints(grpc::ServerContext*,
                                           v1::ListCheckpointsResponse* resp) {
   auto r = engine_->List(req->workload());
   if (!r.ok()) return ToGrpc(r.status());
-  for (const auto& c : *r) *resp->add_checkpoints() = ToProto(c, /*with_files=*/false);
+  *resp = ToListResponse(*r);
   return grpc::Status::OK;
 }
 

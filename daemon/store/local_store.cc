@@ -1,14 +1,18 @@
 #include <fcntl.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <set>
+#include <utility>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "daemon/store/store.h"
 #include "lib/base/fs.h"
@@ -21,13 +25,34 @@ namespace {
 
 // Staging names are "<id>+<node>+<random>": '+' never occurs in an id or a sanitized node name.
 constexpr char kSep = '+';
+// The store's layout below its root; each is a real directory, never a link.
+constexpr char kPublishedDir[] = "checkpoints";
+constexpr char kStagingDir[] = ".staging";
+constexpr char kTrashDir[] = ".trash";
+constexpr const char* kLayout[] = {kPublishedDir, kStagingDir, kTrashDir};
+
+// A descriptor closed when it goes out of scope.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
 
 class LocalStore;
 
 class LocalStaged final : public StagedCheckpoint {
  public:
-  LocalStaged(LocalStore* store, std::string id, std::string dir)
-      : store_(store), id_(std::move(id)), dir_(std::move(dir)) {}
+  LocalStaged(LocalStore* store, std::string id, std::string name, std::string dir)
+      : store_(store), id_(std::move(id)), name_(std::move(name)), dir_(std::move(dir)) {}
   ~LocalStaged() override {
     if (!done_) {
       absl::Status s = Abort();
@@ -38,14 +63,12 @@ class LocalStaged final : public StagedCheckpoint {
   std::string images_dir() const override { return fs::Join(dir_, kImagesDir); }
   std::string staging_dir() const override { return dir_; }
   absl::Status Publish(const Manifest& m) override;
-  absl::Status Abort() override {
-    done_ = true;
-    return fs::RemoveTree(dir_);
-  }
+  absl::Status Abort() override;
 
  private:
   LocalStore* store_;
   std::string id_;
+  std::string name_;  // below .staging
   std::string dir_;
   bool done_ = false;
 };
@@ -57,47 +80,141 @@ class LocalStore final : public CheckpointStore {
   }
 
   absl::Status Init() {
-    for (const auto& d : {opts_.root, published(), staging(), trash()}) {
-      CRYO_RETURN_IF_ERROR(Annotate(fs::MakeDirs(d, 0700), "checkpoint store"));
+    CRYO_RETURN_IF_ERROR(Annotate(fs::MakeDirs(opts_.root, 0700), "checkpoint store"));
+    struct stat st;
+    if (::stat(opts_.root.c_str(), &st) != 0) return ErrnoStatus(errno, opts_.root);
+    {
+      absl::MutexLock l(&mu_);
+      dev_ = st.st_dev;
+      ino_ = st.st_ino;
+    }
+    CRYO_RETURN_IF_ERROR(Ready());
+    // A link in the layout is refused at start, so nobody runs a store that cannot delete.
+    return CheckLayout();
+  }
+
+  absl::Status CheckLayout() const {
+    for (const char* d : kLayout) {
+      CRYO_ASSIGN_OR_RETURN(Fd fd, Open(d));
     }
     return absl::OkStatus();
   }
 
   std::string location() const override { return opts_.root; }
-  std::string published() const { return fs::Join(opts_.root, "checkpoints"); }
-  std::string staging() const { return fs::Join(opts_.root, ".staging"); }
-  std::string trash() const { return fs::Join(opts_.root, ".trash"); }
+  std::string published() const { return fs::Join(opts_.root, kPublishedDir); }
+  std::string staging() const { return fs::Join(opts_.root, kStagingDir); }
   bool fsync() const { return opts_.fsync; }
 
-  bool OwnsStagingDir(const std::string& path) const override {
-    if (!absl::StartsWith(path, staging() + "/")) return false;
+  // A directory of the layout, opened below the root without following links: a `.trash` or
+  // `.staging` planted as a link to a host directory is refused, never emptied.
+  absl::StatusOr<Fd> Open(const char* layout_dir) const {
+    auto fd = fs::OpenDirBeneath(opts_.root, layout_dir);
+    if (!fd.ok()) return Annotate(fd.status(), "checkpoint store layout");
+    return Fd(*fd);
+  }
+
+  // Notices a store directory that was deleted or replaced since the last call. Deleted: every
+  // call is UNAVAILABLE until it is back. Recreated on the same filesystem: the layout is made
+  // again and the store goes on. Replaced by a directory on another filesystem (a share
+  // unmounted under a running cryod): used only if it holds a store already, since writing a new
+  // one there would put checkpoints on the wrong disk.
+  absl::Status Ready() {
+    struct stat st;
+    if (::stat(opts_.root.c_str(), &st) != 0) {
+      if (errno == ENOENT) {
+        return absl::UnavailableError(absl::StrCat("checkpoint store ", opts_.root,
+                                                   " does not exist (deleted, or not mounted)"));
+      }
+      return Annotate(ErrnoStatus(errno, opts_.root), "checkpoint store");
+    }
+    if (!S_ISDIR(st.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint store ", opts_.root, " is not a directory"));
+    }
+    absl::MutexLock l(&mu_);
+    if (st.st_dev != dev_ || st.st_ino != ino_) {
+      const bool same_fs = st.st_dev == dev_;
+      bool has_layout = true;
+      for (const char* d : kLayout) has_layout = has_layout && fs::Exists(fs::Join(opts_.root, d));
+      if (!same_fs && !has_layout) {
+        return absl::UnavailableError(absl::StrCat(
+            "checkpoint store ", opts_.root,
+            " was replaced by a directory on another filesystem that holds no store (an "
+            "unmounted share?); mount the store again, or restart cryod to start a new store "
+            "there"));
+      }
+      CRYO_LOG(Warning) << "checkpoint store " << opts_.root << " was replaced ("
+                        << (same_fs ? "recreated" : "another filesystem holding a store")
+                        << "); going on with the new directory";
+      dev_ = st.st_dev;
+      ino_ = st.st_ino;
+    }
+    for (const char* d : kLayout) {
+      const std::string p = fs::Join(opts_.root, d);
+      struct stat ds;
+      if (::lstat(p.c_str(), &ds) == 0) continue;
+      if (errno != ENOENT) return Annotate(ErrnoStatus(errno, p), "checkpoint store");
+      if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST) {
+        return Annotate(ErrnoStatus(errno, p), "checkpoint store");
+      }
+      CRYO_LOG(Info) << "checkpoint store: recreated " << p;
+    }
+    return absl::OkStatus();
+  }
+
+  bool OwnsStagingDir(const std::string& path) const override { return !StagingName(path).empty(); }
+
+  // The name below .staging of one of this node's staging directories, or "".
+  std::string StagingName(const std::string& path) const {
+    if (!absl::StartsWith(path, staging() + "/")) return "";
     const std::string name = path.substr(staging().size() + 1);
-    return !name.empty() && name.find('/') == std::string::npos && name != "." && name != ".." &&
-           absl::StrContains(name, absl::StrCat(std::string(1, kSep), node_, std::string(1, kSep)));
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == ".." ||
+        !absl::StrContains(name, absl::StrCat(std::string(1, kSep), node_, std::string(1, kSep)))) {
+      return "";
+    }
+    return name;
+  }
+
+  absl::Status RemoveStagingDir(const std::string& path) override {
+    const std::string name = StagingName(path);
+    if (name.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " is not a staging directory of this node in ", opts_.root));
+    }
+    CRYO_RETURN_IF_ERROR(Ready());
+    CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kStagingDir));
+    return fs::RemoveTreeAt(dir.get(), name, path);
   }
 
   absl::StatusOr<std::unique_ptr<StagedCheckpoint>> Stage(const std::string& id) override {
     CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
-    if (fs::Exists(fs::Join(published(), id))) {
+    CRYO_RETURN_IF_ERROR(Ready());
+    CRYO_ASSIGN_OR_RETURN(Fd pub, Open(kPublishedDir));
+    CRYO_ASSIGN_OR_RETURN(Fd stage, Open(kStagingDir));
+    struct stat st;
+    if (::fstatat(pub.get(), id.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
       return absl::AlreadyExistsError(absl::StrCat("checkpoint '", id, "' already exists"));
     }
-    std::string dir = fs::Join(staging(), absl::StrCat(id, std::string(1, kSep), node_,
-                                                       std::string(1, kSep), RandomHex(6)));
-    if (::mkdir(dir.c_str(), 0700) != 0) {
+    const std::string name =
+        absl::StrCat(id, std::string(1, kSep), node_, std::string(1, kSep), RandomHex(6));
+    const std::string dir = fs::Join(staging(), name);
+    if (::mkdirat(stage.get(), name.c_str(), 0700) != 0) {
       return Annotate(ErrnoStatus(errno, dir), absl::StrCat("store ", opts_.root));
     }
-    if (::mkdir(fs::Join(dir, kImagesDir).c_str(), 0700) != 0) {
+    const std::string images = fs::Join(name, kImagesDir);
+    if (::mkdirat(stage.get(), images.c_str(), 0700) != 0) {
       int e = errno;
-      (void)fs::RemoveTree(dir);
+      (void)fs::RemoveTreeAt(stage.get(), name, dir);
       return Annotate(ErrnoStatus(e, dir), absl::StrCat("store ", opts_.root));
     }
-    return std::unique_ptr<StagedCheckpoint>(new LocalStaged(this, id, dir));
+    return std::unique_ptr<StagedCheckpoint>(new LocalStaged(this, id, name, dir));
   }
 
-  // `dir` is published()/id. Read through the checkpoints directory, following no link: a
-  // checkpoint directory or manifest that is a link (or a FIFO) is not a checkpoint.
-  absl::StatusOr<Manifest> ReadManifest(const std::string& dir, const std::string& id) {
-    auto text = fs::ReadRegularBeneath(published(), fs::Join(id, kManifestName), kMaxManifestBytes);
+  // Read below the store's root, following no link: a checkpoint directory or manifest that is
+  // a link (or a FIFO) is not a checkpoint.
+  absl::StatusOr<Manifest> ReadManifest(const std::string& id) {
+    const std::string rel = fs::Join(kPublishedDir, id);
+    auto text = fs::ReadRegularBeneath(opts_.root, fs::Join(rel, kManifestName), kMaxManifestBytes);
     if (!text.ok()) {
       if (absl::IsNotFound(text.status())) {
         return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));
@@ -110,7 +227,7 @@ class LocalStore final : public CheckpointStore {
       return absl::DataLossError(
           absl::StrCat("checkpoint directory '", id, "' holds a manifest for '", m->id, "'"));
     }
-    if (auto why = fs::ReadRegularBeneath(published(), fs::Join(id, kDamagedName), 4096);
+    if (auto why = fs::ReadRegularBeneath(opts_.root, fs::Join(rel, kDamagedName), 4096);
         why.ok()) {
       m->damaged = why->empty() ? "damaged" : *why;
     }
@@ -118,25 +235,24 @@ class LocalStore final : public CheckpointStore {
   }
 
   absl::Status MarkDamaged(const std::string& id, const std::string& reason) override {
-    CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
-    const std::string dir = fs::Join(published(), id);
-    if (!fs::Exists(fs::Join(dir, kManifestName))) {
-      return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));
-    }
+    CRYO_ASSIGN_OR_RETURN(std::string dir, LocalPath(id));
     return fs::WriteFileAtomic(fs::Join(dir, kDamagedName), reason, 0600);
   }
 
   absl::StatusOr<Manifest> Get(const std::string& id) override {
     CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
-    return ReadManifest(fs::Join(published(), id), id);
+    CRYO_RETURN_IF_ERROR(Ready());
+    return ReadManifest(id);
   }
 
   absl::StatusOr<std::vector<Manifest>> List() override {
-    CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDir(published()));
+    CRYO_RETURN_IF_ERROR(Ready());
+    CRYO_ASSIGN_OR_RETURN(Fd pub, Open(kPublishedDir));
+    CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDirAt(pub.get(), published()));
     std::vector<Manifest> out;
     for (const auto& e : entries) {
       if (!e.is_dir || !ValidateCheckpointId(e.name).ok()) continue;
-      auto m = ReadManifest(fs::Join(published(), e.name), e.name);
+      auto m = ReadManifest(e.name);
       if (m.ok()) {
         out.push_back(std::move(*m));
       } else if (!absl::IsNotFound(m.status())) {
@@ -152,57 +268,89 @@ class LocalStore final : public CheckpointStore {
 
   absl::Status Delete(const std::string& id) override {
     CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
-    std::string dir = fs::Join(published(), id);
-    if (!fs::IsDir(dir)) {
+    CRYO_RETURN_IF_ERROR(Ready());
+    CRYO_ASSIGN_OR_RETURN(Fd pub, Open(kPublishedDir));
+    CRYO_ASSIGN_OR_RETURN(Fd trash, Open(kTrashDir));
+    struct stat st;
+    if (::fstatat(pub.get(), id.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
       return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));
     }
     // Move out of sight first so a half-deleted checkpoint is never visible.
-    std::string gone = fs::Join(trash(), absl::StrCat(id, std::string(1, kSep), RandomHex(6)));
-    CRYO_RETURN_IF_ERROR(fs::RenameNoReplace(dir, gone));
-    return fs::RemoveTree(gone);
+    const std::string gone = absl::StrCat(id, std::string(1, kSep), RandomHex(6));
+    if (::renameat2(pub.get(), id.c_str(), trash.get(), gone.c_str(), RENAME_NOREPLACE) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("move ", fs::Join(published(), id), " to the trash"));
+    }
+    return fs::RemoveTreeAt(trash.get(), gone, fs::Join(fs::Join(opts_.root, kTrashDir), gone));
   }
 
   absl::StatusOr<std::string> LocalPath(const std::string& id) override {
     CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
-    std::string dir = fs::Join(published(), id);
+    CRYO_RETURN_IF_ERROR(Ready());
+    CRYO_ASSIGN_OR_RETURN(Fd pub, Open(kPublishedDir));
     struct stat st;
-    if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-        !fs::Exists(fs::Join(dir, kManifestName))) {
+    auto manifest =
+        fs::OpenRegularBeneath(opts_.root, fs::Join(fs::Join(kPublishedDir, id), kManifestName));
+    if (manifest.ok()) ::close(*manifest);
+    if (::fstatat(pub.get(), id.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+        !manifest.ok()) {
       return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));
     }
-    return dir;
+    return fs::Join(published(), id);
   }
 
   absl::StatusOr<int> CollectIncomplete(absl::Duration ttl, bool own_stages) override {
+    CRYO_RETURN_IF_ERROR(Ready());
     int removed = 0;
     const absl::Time now = absl::Now();
-    auto age = [&](const std::string& p) {
+    // Ages and kinds from the entry itself, never from what a link points at.
+    auto age = [&](int dir, const std::string& name) {
       struct stat st;
-      if (::stat(p.c_str(), &st) != 0) return absl::ZeroDuration();
+      if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return absl::ZeroDuration();
       return now - absl::FromUnixSeconds(st.st_mtime);
     };
-    CRYO_ASSIGN_OR_RETURN(auto staged, fs::ListDir(staging()));
-    for (const auto& e : staged) {
-      std::string p = fs::Join(staging(), e.name);
-      std::vector<std::string> parts = absl::StrSplit(e.name, kSep);
-      bool mine = parts.size() == 3 && parts[1] == node_;
-      if (mine && !own_stages) continue;
-      // Another node's stage may be in progress: only an old one is known to be abandoned.
-      if (!mine && age(p) < ttl) continue;
-      CRYO_LOG(Info) << "collecting incomplete checkpoint " << p;
-      if (fs::RemoveTree(p).ok()) ++removed;
+    auto remove = [&](int dir, const char* layout_dir, const std::string& name) {
+      const std::string p = fs::Join(fs::Join(opts_.root, layout_dir), name);
+      absl::Status s = fs::RemoveTreeAt(dir, name, p);
+      if (s.ok()) {
+        ++removed;
+      } else {
+        CRYO_LOG(Warning) << "collecting " << p << ": " << s;
+      }
+    };
+    {
+      CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kStagingDir));
+      CRYO_ASSIGN_OR_RETURN(auto staged, fs::ListDirAt(dir.get(), staging()));
+      for (const auto& e : staged) {
+        std::vector<std::string> parts = absl::StrSplit(e.name, kSep);
+        bool mine = parts.size() == 3 && parts[1] == node_;
+        if (mine && !own_stages) continue;
+        // Another node's stage may be in progress: only an old one is known to be abandoned.
+        if (!mine && age(dir.get(), e.name) < ttl) continue;
+        CRYO_LOG(Info) << "collecting incomplete checkpoint " << fs::Join(staging(), e.name);
+        remove(dir.get(), kStagingDir, e.name);
+      }
     }
-    // Published directories without a manifest are invisible; collect them once old.
-    CRYO_ASSIGN_OR_RETURN(auto pub, fs::ListDir(published()));
-    for (const auto& e : pub) {
-      std::string p = fs::Join(published(), e.name);
-      if (fs::Exists(fs::Join(p, kManifestName)) || age(p) < ttl) continue;
-      CRYO_LOG(Info) << "collecting checkpoint directory without manifest " << p;
-      if (fs::RemoveTree(p).ok()) ++removed;
+    {
+      // Published directories without a manifest are invisible; collect them once old, and
+      // anything else found there (a link is removed itself, not what it points at).
+      CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kPublishedDir));
+      CRYO_ASSIGN_OR_RETURN(auto pub, fs::ListDirAt(dir.get(), published()));
+      for (const auto& e : pub) {
+        struct stat st;
+        if (e.is_dir && ::fstatat(dir.get(), fs::Join(e.name, kManifestName).c_str(), &st,
+                                  AT_SYMLINK_NOFOLLOW) == 0) {
+          continue;
+        }
+        if (age(dir.get(), e.name) < ttl) continue;
+        CRYO_LOG(Info) << "collecting checkpoint entry without manifest "
+                       << fs::Join(published(), e.name);
+        remove(dir.get(), kPublishedDir, e.name);
+      }
     }
-    CRYO_ASSIGN_OR_RETURN(auto junk, fs::ListDir(trash()));
-    for (const auto& e : junk) {
-      if (fs::RemoveTree(fs::Join(trash(), e.name)).ok()) ++removed;
+    {
+      CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kTrashDir));
+      CRYO_ASSIGN_OR_RETURN(auto junk, fs::ListDirAt(dir.get(), fs::Join(opts_.root, kTrashDir)));
+      for (const auto& e : junk) remove(dir.get(), kTrashDir, e.name);
     }
     return removed;
   }
@@ -227,9 +375,14 @@ class LocalStore final : public CheckpointStore {
   }
 
   absl::Status CheckWritable() override {
-    std::string probe =
-        fs::Join(staging(), absl::StrCat(".probe", std::string(1, kSep), RandomHex(6)));
-    int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    CRYO_RETURN_IF_ERROR(Ready());
+    // Every directory of the layout must be usable: a link there is damage to report.
+    CRYO_RETURN_IF_ERROR(CheckLayout());
+    CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kStagingDir));
+    const std::string name = absl::StrCat(".probe", std::string(1, kSep), RandomHex(6));
+    const std::string probe = fs::Join(staging(), name);
+    int fd = ::openat(dir.get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                      0600);
     if (fd < 0) {
       int e = errno;
       if (e == EROFS) {
@@ -239,17 +392,31 @@ class LocalStore final : public CheckpointStore {
       return Annotate(ErrnoStatus(e, probe), "checkpoint store is not writable");
     }
     ::close(fd);
-    ::unlink(probe.c_str());
+    ::unlinkat(dir.get(), name.c_str(), 0);
     return absl::OkStatus();
   }
 
-  absl::StatusOr<uint64_t> FreeBytes() override { return fs::FreeBytes(opts_.root); }
+  absl::StatusOr<uint64_t> FreeBytes() override {
+    CRYO_RETURN_IF_ERROR(Ready());
+    return fs::FreeBytes(opts_.root);
+  }
   bool durable() const override { return opts_.fsync; }
 
  private:
   LocalStoreOptions opts_;
   std::string node_;
+  absl::Mutex mu_;
+  // The root directory's identity when last seen (Ready).
+  dev_t dev_ ABSL_GUARDED_BY(mu_) = 0;
+  ino_t ino_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+absl::Status LocalStaged::Abort() {
+  if (done_) return absl::OkStatus();
+  done_ = true;
+  CRYO_ASSIGN_OR_RETURN(Fd dir, store_->Open(kStagingDir));
+  return fs::RemoveTreeAt(dir.get(), name_, dir_);
+}
 
 // Every file, then every directory holding one (their entries must be durable too).
 absl::Status FsyncTree(const std::string& root) {
@@ -273,16 +440,20 @@ absl::Status LocalStaged::Publish(const Manifest& m) {
   // The whole checkpoint: the images and, in container mode, the writable-layer diff.
   if (store_->fsync()) CRYO_RETURN_IF_ERROR(FsyncTree(dir_));
   CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(dir_, kManifestName), ManifestToJson(m)));
-  std::string target = fs::Join(store_->published(), id_);
-  absl::Status s = fs::RenameNoReplace(dir_, target);
-  if (!s.ok()) {
-    if (absl::IsAlreadyExists(s)) {
+  CRYO_ASSIGN_OR_RETURN(Fd stage, store_->Open(kStagingDir));
+  CRYO_ASSIGN_OR_RETURN(Fd pub, store_->Open(kPublishedDir));
+  if (::renameat2(stage.get(), name_.c_str(), pub.get(), id_.c_str(), RENAME_NOREPLACE) != 0) {
+    if (errno == EEXIST) {
       return absl::AlreadyExistsError(absl::StrCat("checkpoint '", id_, "' already exists"));
     }
-    return s;
+    return ErrnoStatus(errno,
+                       absl::StrCat("rename ", dir_, " -> ", fs::Join(store_->published(), id_)));
   }
   done_ = true;
-  return fs::FsyncPath(store_->published());
+  if (::fsync(pub.get()) != 0 && errno != EINVAL) {
+    return ErrnoStatus(errno, absl::StrCat("fsync ", store_->published()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/base/json.h"
+#include "lib/base/limits.h"
 #include "lib/base/status.h"
 
 namespace cryo::store {
@@ -39,6 +40,37 @@ absl::StatusOr<ContainerSection> ContainerFromJson(const nlohmann::json& j) {
   CRYO_RETURN_IF_ERROR(f.Str("rootfs_diff", &c.rootfs_diff));
   CRYO_RETURN_IF_ERROR(f.Str("deleted_files", &c.deleted_files));
   return c;
+}
+
+// What every node lists is bounded as a request would be: labels and workload as
+// daemon/engine/validate.h bounds them, and the other listed fields by size.
+absl::Status CheckBounds(const Manifest& m) {
+  if (absl::Status s = limits::ValidateLabels(m.labels); !s.ok()) return Annotate(s, "labels");
+  CRYO_RETURN_IF_ERROR(limits::ValidateWorkload(m.workload));
+  if (m.pids.size() > kMaxManifestTasks || m.tids.size() > kMaxManifestTasks) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("more than ", kMaxManifestTasks, " pids or tids"));
+  }
+  if (m.stage_ms.size() > kMaxManifestStages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("more than ", kMaxManifestStages, " stage times"));
+  }
+  const std::pair<const char*, const std::string*> fields[] = {
+      {"node", &m.node},
+      {"created_at", &m.created_at},
+      {"command", &m.command},
+      {"kernel", &m.kernel},
+      {"arch", &m.arch},
+      {"criu_version", &m.criu_version},
+      {"cryo_version", &m.cryo_version},
+      {"checksum_algorithm", &m.checksum_algorithm}};
+  for (const auto& [name, value] : fields) {
+    if (value->size() > kMaxManifestField) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("field '", name, "' is longer than ", kMaxManifestField, " bytes"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
@@ -122,7 +154,7 @@ absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
     return absl::InvalidArgumentError("a process checkpoint with a 'container' section");
   }
   if (m.root_pid <= 0) return absl::InvalidArgumentError("manifest has no root pid");
-  return absl::OkStatus();
+  return CheckBounds(m);
 }
 
 }  // namespace

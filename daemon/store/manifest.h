@@ -26,6 +26,10 @@ inline constexpr char kImagesDir[] = "images";
 // Bounds on what a manifest may hold (it is read on every node that lists the store).
 inline constexpr size_t kMaxManifestBytes = 16u << 20;
 inline constexpr int kMaxManifestDepth = 32;
+// Per field of what every list shows (labels and workload: lib/base/limits.h).
+inline constexpr size_t kMaxManifestTasks = 1 << 16;
+inline constexpr size_t kMaxManifestStages = 64;
+inline constexpr size_t kMaxManifestField = 4096;
 
 enum class CheckpointKind { kProcess, kContainer };
 const char* KindName(CheckpointKind k);

@@ -56,12 +56,17 @@ class CheckpointStore {
   // restore reads them; a later pass takes them); returns the deleted ids.
   virtual absl::StatusOr<std::vector<std::string>> ApplyRetention(
       const std::string& workload, int keep, const std::set<std::string>& in_use) = 0;
-  // FAILED_PRECONDITION (read-only, not a directory) or PERMISSION_DENIED, with the path.
+  // FAILED_PRECONDITION (read-only, not a directory, a link where the store's layout has a
+  // directory) or PERMISSION_DENIED, with the path; UNAVAILABLE when the store's directory is
+  // gone or was replaced by one on another filesystem (an unmounted share).
   virtual absl::Status CheckWritable() = 0;
   virtual absl::StatusOr<uint64_t> FreeBytes() = 0;
   // Whether `path` is a staging directory of this node in this store (a journal names one for
   // recovery to remove; nothing else may be removed on its word).
   virtual bool OwnsStagingDir(const std::string& path) const = 0;
+  // Removes `path` if OwnsStagingDir says it is ours (FAILED_PRECONDITION otherwise), without
+  // following any link on the way.
+  virtual absl::Status RemoveStagingDir(const std::string& path) = 0;
   // Whether Publish makes images durable (fsync), so writers may start writeback early.
   virtual bool durable() const { return false; }
 };

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/json.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 #include "nlohmann/json.hpp"
@@ -103,14 +104,20 @@ absl::StatusOr<std::vector<Notice>> AwsSpotProvider::Poll() {
   if (resp.status == 404) return std::vector<Notice>{};
   if (resp.status != 200) return HttpStatusError(req, resp);
 
-  auto j = nlohmann::json::parse(resp.body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("action") || !j["action"].is_string() ||
-      !j.contains("time") || !j["time"].is_string()) {
+  // Bounded: the answer comes over the network, from whatever answers at that address.
+  auto j = json::Parse(resp.body, {kMaxMetadataBytes, kMaxMetadataDepth});
+  std::string action, time;
+  absl::Status fields =
+      j.ok() && j->is_object() ? absl::OkStatus() : absl::InvalidArgumentError("");
+  if (fields.ok()) {
+    json::Fields f(*j, "");
+    fields = f.Str("action", &action, /*required=*/true);
+    if (fields.ok()) fields = f.Str("time", &time, /*required=*/true);
+  }
+  if (!fields.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(
         req.url, ": not an instance-action document: '", resp.body.substr(0, 120), "'"));
   }
-  const std::string action = j["action"].get<std::string>();
-  const std::string time = j["time"].get<std::string>();
   Notice n;
   n.provider = "aws";
   n.kind = "spot-interruption";

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/base/json.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 #include "nlohmann/json.hpp"
@@ -73,14 +74,19 @@ absl::StatusOr<std::vector<Notice>> AzureEventsProvider::Poll() {
   req.headers = kHeaders;
   CRYO_ASSIGN_OR_RETURN(HttpResponse resp, http_->Send(req));
   if (resp.status != 200) return HttpStatusError(req, resp);
-  auto doc = nlohmann::json::parse(resp.body, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object() || !doc.contains("Events") ||
-      !doc["Events"].is_array()) {
+  // Bounded: the answer comes over the network, from whatever answers at that address.
+  auto doc = json::Parse(resp.body, {kMaxMetadataBytes, kMaxMetadataDepth});
+  const nlohmann::json* events = nullptr;
+  if (doc.ok() && doc->is_object()) {
+    auto e = json::Fields(*doc, "").Array("Events", /*required=*/true);
+    if (e.ok()) events = *e;
+  }
+  if (events == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         events_url_, ": not a Scheduled Events document: '", resp.body.substr(0, 120), "'"));
   }
   std::vector<Notice> out;
-  for (const auto& ev : doc["Events"]) {
+  for (const auto& ev : *events) {
     if (!ev.is_object()) continue;
     const std::string type = StringField(ev, "EventType");
     std::string kind;

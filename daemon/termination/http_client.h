@@ -46,6 +46,10 @@ class HttpClient {
   virtual void Shutdown() = 0;
 };
 
+// Bounds on the JSON documents a metadata server answers with (a few small objects).
+inline constexpr size_t kMaxMetadataBytes = 1u << 20;
+inline constexpr int kMaxMetadataDepth = 16;
+
 // An error for an answer the caller cannot use: "GET URL: HTTP 403: <start of body>".
 // 5xx are UNAVAILABLE, 401/403 PERMISSION_DENIED, other statuses FAILED_PRECONDITION.
 absl::Status HttpStatusError(const HttpRequest& request, const HttpResponse& response);

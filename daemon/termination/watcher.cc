@@ -28,6 +28,21 @@ std::string DescribeDeadline(absl::Time deadline) {
                           : absl::StrCat(" (passed ", absl::FormatDuration(-left), " ago)"));
 }
 
+// What makes two poll errors "the same" for logging: the code and the message with numbers
+// left out (curl says "after 0 ms" one time and "after 1 ms" the next).
+std::string ErrorKey(const absl::Status& s) {
+  std::string key = absl::StatusCodeToString(s.code());
+  key.push_back(':');
+  for (char c : s.message()) {
+    if (c >= '0' && c <= '9') {
+      if (key.back() != '#') key.push_back('#');
+    } else {
+      key.push_back(c);
+    }
+  }
+  return key;
+}
+
 }  // namespace
 
 Clock* RealClock() {
@@ -156,7 +171,7 @@ void TerminationWatcher::PollOnce() {
         state.errors++;
         // Once per distinct error, not every poll: a node on the wrong cloud would otherwise
         // log every second.
-        if (state.last.ok() || state.last.message() != result.status().message()) {
+        if (state.last.ok() || ErrorKey(state.last) != ErrorKey(result.status())) {
           CRYO_LOG(Warning) << "termination notices: " << state.name
                             << " cannot be checked (will keep trying): " << result.status();
         } else {

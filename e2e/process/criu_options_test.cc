@@ -36,6 +36,10 @@ class CriuOptionsTest : public ::testing::Test {
   }
   void TearDown() override {
     job_.reset();
+    if (cryod_) {
+      const std::string why = cryod_->StopCleanly();
+      EXPECT_TRUE(why.empty()) << why;
+    }
     cryod_.reset();
     if (!dir_.empty() && !HasFailure()) std::filesystem::remove_all(dir_);
   }

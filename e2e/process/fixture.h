@@ -56,6 +56,10 @@ class ProcessFixture : public ::testing::Test {
   }
   void TearDown() override {
     workloads_.clear();
+    for (auto& n : nodes_) {
+      const std::string why = n->StopCleanly();
+      EXPECT_TRUE(why.empty()) << why;
+    }
     nodes_.clear();
     for (const auto& m : mounts_) ::umount2(m.c_str(), MNT_DETACH);
     if (!dir_.empty() && !HasFailure()) std::system(("rm -rf " + dir_).c_str());

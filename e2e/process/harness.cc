@@ -118,6 +118,18 @@ int Cryod::Stop() {
   return st;
 }
 
+std::string Cryod::StopCleanly() {
+  if (pid_ <= 0) return "";
+  const int st = Stop();
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return "";
+  std::string log = Slurp(log_);
+  if (log.size() > 8000) log = log.substr(log.size() - 8000);
+  return absl::StrCat("cryod ",
+                      WIFEXITED(st) ? absl::StrCat("exited with ", WEXITSTATUS(st))
+                                    : absl::StrCat("was killed by signal ", WTERMSIG(st)),
+                      " at shutdown; its log ends:\n", log);
+}
+
 int Cryod::metrics_port() {
   // cryod logs "metrics on 127.0.0.1:0 (port N)".
   std::string log = Slurp(log_);

@@ -33,6 +33,9 @@ class Cryod {
   ~Cryod();
   void Kill9();
   int Stop();  // SIGTERM, returns exit status
+  // Stop(), then "" when cryod exited 0 (or was already gone), else how it ended and the end of
+  // its log: a crash or a sanitizer report at shutdown fails the test that caused it.
+  std::string StopCleanly();
   pid_t pid() const { return pid_; }
   const std::string& socket() const { return socket_; }
   const std::string& state_dir() const { return state_; }

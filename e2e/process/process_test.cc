@@ -29,6 +29,27 @@ namespace {
 
 using grpc::StatusCode;
 
+// One GET to cryod's HTTP endpoint on loopback; the whole answer, or "" when nothing came.
+std::string HttpGetLocal(int port, const std::string& path) {
+  std::string out;
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{60, 0};  // a generous bound: a stuck endpoint fails the test, not hangs it
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
+    std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
+    (void)!::write(fd, req.data(), req.size());
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
+  }
+  ::close(fd);
+  return out;
+}
+
 class ProcessTest : public ProcessFixture {
  protected:
   // Checkpoint (stop), reap the dead job, restore, and check the job went on from where it was.
@@ -273,7 +294,8 @@ TEST_F(ProcessTest, FullStoreFailsCleanlyAndJobRuns) {
   ASSERT_EQ(::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=48m"), 0) << strerror(errno);
   mounts_.push_back(small);
   store_ = small;
-  Cryod& a = Node("node-a");
+  Cryod& a = Node("node-a", {"--health-min-free-mb", "8"});
+  EXPECT_TRUE(absl::StrContains(HttpGetLocal(a.metrics_port(), "/healthz"), " 200 "));
   Workload& w = Job(128);
   ASSERT_TRUE(w.WaitMain(10));
   grpc::Status s = a.Checkpoint(Req(w.pid(), "too-big"));
@@ -283,6 +305,49 @@ TEST_F(ProcessTest, FullStoreFailsCleanlyAndJobRuns) {
   EXPECT_EQ(Slurp(small + "/checkpoints/too-big/manifest.json"), "");
   EXPECT_TRUE(EmptyDir(small + "/.staging")) << "staging not cleaned";
   EXPECT_EQ(w.Verify(), 1);
+
+  // Found on 2026-11-24: /healthz said ok with the store 100 % full. Filled by another writer,
+  // the store makes cryod unready (not dead), and ready again once there is room.
+  const std::string filler = small + "/filler";
+  {
+    std::ofstream f(filler, std::ios::binary);
+    std::string mib(1 << 20, 'x');
+    while (f.write(mib.data(), mib.size())) {
+    }
+  }
+  std::string h = HttpGetLocal(a.metrics_port(), "/healthz");
+  EXPECT_TRUE(absl::StrContains(h, " 503 ")) << h;
+  EXPECT_TRUE(absl::StrContains(h, "free")) << h;
+  ASSERT_EQ(::unlink(filler.c_str()), 0);
+  h = HttpGetLocal(a.metrics_port(), "/healthz");
+  EXPECT_TRUE(absl::StrContains(h, " 200 ")) << h;
+}
+
+// Found on 2026-11-24: a store directory deleted under a running cryod went unnoticed by
+// /healthz, and once made again the API answered 404 until cryod restarted.
+TEST_F(ProcessTest, ADeletedStoreIsNoticedAndARecreatedOneUsedAgain) {
+  Cryod& a = Node("node-a", {"--health-min-free-mb", "1"});
+  Workload& w = Job(8);
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "before", true)).ok());
+  const int port = a.metrics_port();
+  ASSERT_GT(port, 0);
+  std::filesystem::remove_all(store_);
+  std::string h = HttpGetLocal(port, "/healthz");
+  EXPECT_TRUE(absl::StrContains(h, " 503 ")) << h;
+  EXPECT_TRUE(absl::StrContains(h, "does not exist")) << h;
+  std::string l = HttpGetLocal(port, "/v1/checkpoints");
+  EXPECT_TRUE(absl::StrContains(l, " 503 ")) << l;
+
+  ASSERT_EQ(::mkdir(store_.c_str(), 0700), 0);
+  h = HttpGetLocal(port, "/healthz");
+  EXPECT_TRUE(absl::StrContains(h, " 200 ")) << h;
+  l = HttpGetLocal(port, "/v1/checkpoints");
+  EXPECT_TRUE(absl::StrContains(l, " 200 ")) << l;
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "after", true)).ok());
+  auto list = a.List();
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].checkpoint_id(), "after");
+  ExpectRunning(w);
 }
 
 TEST_F(ProcessTest, ReadOnlyStoreFailsCleanlyAndJobRuns) {
@@ -506,23 +571,7 @@ TEST_F(ProcessTest, CliJsonAndMetrics) {
   // /metrics counts the checkpoint; /healthz answers.
   int port = a.metrics_port();
   ASSERT_GT(port, 0);
-  auto get = [&](const std::string& path) {
-    std::string out;
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
-      std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-      (void)!::write(fd, req.data(), req.size());
-      char buf[65536];
-      ssize_t n;
-      while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-    }
-    ::close(fd);
-    return out;
-  };
+  auto get = [&](const std::string& path) { return HttpGetLocal(port, path); };
   std::string metrics = get("/metrics");
   EXPECT_TRUE(
       absl::StrContains(metrics, "cryo_operations_total{op=\"checkpoint\",result=\"ok\"} 1"))

@@ -46,7 +46,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::Status FsyncPath(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO planted where a file was expected must not block the open.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
   int rc = ::fsync(fd);
   int e = errno;
@@ -155,6 +156,25 @@ static absl::Status RemoveAt(int dirfd, const char* name, const std::string& dis
 
 absl::Status RemoveTree(const std::string& path) { return RemoveAt(AT_FDCWD, path.c_str(), path); }
 
+absl::Status RemoveTreeAt(int dirfd, const std::string& name, const std::string& display) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot remove '", name, "' by name"));
+  }
+  return RemoveAt(dirfd, name.c_str(), display);
+}
+
+absl::Status RemoveTreeBeneath(const std::string& root, const std::string& rel) {
+  const size_t slash = rel.rfind('/');
+  const std::string parent = slash == std::string::npos ? "" : rel.substr(0, slash);
+  const std::string name = slash == std::string::npos ? rel : rel.substr(slash + 1);
+  auto dir = OpenDirBeneath(root, parent);
+  if (absl::IsNotFound(dir.status())) return absl::OkStatus();
+  if (!dir.ok()) return dir.status();
+  absl::Status s = RemoveTreeAt(*dir, name, Join(root, rel));
+  ::close(*dir);
+  return s;
+}
+
 bool Exists(const std::string& path) {
   struct stat st;
   return ::lstat(path.c_str(), &st) == 0;
@@ -165,9 +185,9 @@ bool IsDir(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-absl::StatusOr<std::vector<Entry>> ListDir(const std::string& path) {
-  DIR* d = ::opendir(path.c_str());
-  if (!d) return ErrnoStatus(errno, absl::StrCat("opendir ", path));
+// Reads the directory stream `d` (and closes it). A link is never a directory here, so no walk
+// built on these entries leaves the tree it started in.
+static std::vector<Entry> ReadEntries(DIR* d) {
   std::vector<Entry> out;
   while (dirent* e = ::readdir(d)) {
     if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
@@ -175,13 +195,34 @@ absl::StatusOr<std::vector<Entry>> ListDir(const std::string& path) {
     if (e->d_type == DT_DIR) {
       en.is_dir = true;
     } else if (e->d_type == DT_UNKNOWN) {
-      en.is_dir = IsDir(Join(path, e->d_name));
+      struct stat st;
+      en.is_dir =
+          ::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
     }
     out.push_back(std::move(en));
   }
   ::closedir(d);
   std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
   return out;
+}
+
+absl::StatusOr<std::vector<Entry>> ListDir(const std::string& path) {
+  DIR* d = ::opendir(path.c_str());
+  if (!d) return ErrnoStatus(errno, absl::StrCat("opendir ", path));
+  return ReadEntries(d);
+}
+
+absl::StatusOr<std::vector<Entry>> ListDirAt(int dirfd, const std::string& display) {
+  // A descriptor of its own: closedir closes it, and each listing starts at the beginning.
+  int fd = ::openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", display));
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    int e = errno;
+    ::close(fd);
+    return ErrnoStatus(e, absl::StrCat("opendir ", display));
+  }
+  return ReadEntries(d);
 }
 
 static absl::Status WalkFiles(const std::string& root, const std::string& rel,
@@ -227,9 +268,12 @@ absl::Status RestrictModes(const std::string& root) {
   CRYO_ASSIGN_OR_RETURN(auto entries, ListDir(root));
   for (const auto& e : entries) {
     std::string p = Join(root, e.name);
+    struct stat st;
     if (e.is_dir) {
       CRYO_RETURN_IF_ERROR(RestrictModes(p));
-    } else if (::chmod(p.c_str(), 0600) != 0) {
+    } else if (::lstat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+               ::chmod(p.c_str(), 0600) != 0) {
+      // Only regular files: chmod follows links, and a link's target is not ours to change.
       return ErrnoStatus(errno, absl::StrCat("chmod ", p));
     }
   }
@@ -251,24 +295,41 @@ std::vector<std::string> ListNames(const std::string& path) {
   return out;
 }
 
-absl::StatusOr<int> OpenRegularBeneath(const std::string& root, const std::string& rel, int flags) {
+// openat2 below `root` with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS; a link or an escape is
+// FAILED_PRECONDITION naming the path.
+static absl::StatusOr<int> OpenBeneath(const std::string& root, const std::string& rel,
+                                       uint64_t flags) {
   int dir = ::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return ErrnoStatus(errno, absl::StrCat("open ", root));
   struct open_how how = {};
-  // O_NONBLOCK: opening a FIFO must not wait for a writer.
-  how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | static_cast<uint64_t>(flags);
+  how.flags = flags | O_CLOEXEC | O_NOCTTY;
   how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-  int fd = static_cast<int>(::syscall(SYS_openat2, dir, rel.c_str(), &how, sizeof(how)));
+  const char* path = rel.empty() ? "." : rel.c_str();
+  int fd = static_cast<int>(::syscall(SYS_openat2, dir, path, &how, sizeof(how)));
   int err = errno;
   ::close(dir);
-  const std::string path = Join(root, rel);
-  if (fd < 0) {
-    if (err == ELOOP || err == EXDEV) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          path, " is reached through a symbolic link or leaves ", root, "; refusing to follow it"));
-    }
-    return ErrnoStatus(err, absl::StrCat("open ", path));
+  if (fd >= 0) return fd;
+  const std::string display = rel.empty() ? root : Join(root, rel);
+  if (err == ELOOP || err == EXDEV) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(display, " is reached through a symbolic link or leaves ", root,
+                     "; refusing to follow it"));
   }
+  if (err == ENOTDIR && (flags & O_DIRECTORY)) {
+    return absl::FailedPreconditionError(absl::StrCat(display, " is not a directory"));
+  }
+  return ErrnoStatus(err, absl::StrCat("open ", display));
+}
+
+absl::StatusOr<int> OpenDirBeneath(const std::string& root, const std::string& rel) {
+  return OpenBeneath(root, rel, O_RDONLY | O_DIRECTORY);
+}
+
+absl::StatusOr<int> OpenRegularBeneath(const std::string& root, const std::string& rel, int flags) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
+  CRYO_ASSIGN_OR_RETURN(
+      int fd, OpenBeneath(root, rel, O_RDONLY | O_NONBLOCK | static_cast<uint64_t>(flags)));
+  const std::string path = Join(root, rel);
   struct stat st;
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -282,11 +343,15 @@ absl::StatusOr<int> OpenRegularBeneath(const std::string& root, const std::strin
 absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const std::string& rel,
                                                uint64_t max_bytes) {
   CRYO_ASSIGN_OR_RETURN(int fd, OpenRegularBeneath(root, rel));
+  return ReadOpenFile(fd, Join(root, rel), max_bytes);
+}
+
+absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uint64_t max_bytes) {
   struct stat st;
   if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) > max_bytes) {
     ::close(fd);
     return absl::FailedPreconditionError(
-        absl::StrCat(Join(root, rel), " is larger than ", max_bytes, " bytes"));
+        absl::StrCat(display, " is larger than ", max_bytes, " bytes"));
   }
   std::string out;
   char buf[65536];
@@ -296,14 +361,14 @@ absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const st
     if (n < 0) {
       int e = errno;
       ::close(fd);
-      return ErrnoStatus(e, absl::StrCat("read ", Join(root, rel)));
+      return ErrnoStatus(e, absl::StrCat("read ", display));
     }
     if (n == 0) break;
     out.append(buf, n);
     if (out.size() > max_bytes) {
       ::close(fd);
       return absl::FailedPreconditionError(
-          absl::StrCat(Join(root, rel), " is larger than ", max_bytes, " bytes"));
+          absl::StrCat(display, " is larger than ", max_bytes, " bytes"));
     }
   }
   ::close(fd);

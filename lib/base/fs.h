@@ -28,7 +28,7 @@ bool IsDir(const std::string& path);
 
 struct Entry {
   std::string name;
-  bool is_dir = false;
+  bool is_dir = false;  // a real directory; a link to one is not
 };
 absl::StatusOr<std::vector<Entry>> ListDir(const std::string& path);
 // Names in a directory (no "." or ".."), unsorted; empty when it cannot be read.
@@ -54,6 +54,24 @@ absl::StatusOr<int> OpenRegularBeneath(const std::string& root, const std::strin
 // ReadFile through OpenRegularBeneath, refusing files larger than `max_bytes`.
 absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const std::string& rel,
                                                uint64_t max_bytes);
+// Reads the regular file open at `fd` (which it closes), refusing more than `max_bytes`
+// (checked on its size before reading, and again while reading). `display` names it in errors.
+absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uint64_t max_bytes);
+
+// Opens the directory `rel` below `root` ("" for root itself) as OpenRegularBeneath opens files:
+// no symbolic link followed, nothing outside root. FAILED_PRECONDITION for a link or something
+// that is not a directory, NOT_FOUND when absent. The caller closes the descriptor.
+absl::StatusOr<int> OpenDirBeneath(const std::string& root, const std::string& rel);
+// The entries of the directory open at `dirfd` (left open), sorted by name.
+absl::StatusOr<std::vector<Entry>> ListDirAt(int dirfd, const std::string& display);
+// rm -rf of `name` in the directory open at `dirfd`: a link met anywhere below is removed
+// itself, never followed, and every directory is entered relative to its parent's descriptor,
+// so nothing outside `dirfd` can be reached. A missing name is fine.
+absl::Status RemoveTreeAt(int dirfd, const std::string& name, const std::string& display);
+// RemoveTreeAt of `rel` below `root`, its parent directories opened with OpenDirBeneath: what a
+// shared store holds is removed this way, so that a planted link cannot make root delete
+// anything outside the store.
+absl::Status RemoveTreeBeneath(const std::string& root, const std::string& rel);
 
 // Moves `from` to `to` only if `to` does not exist (renameat2 RENAME_NOREPLACE).
 absl::Status RenameNoReplace(const std::string& from, const std::string& to);

@@ -19,7 +19,9 @@ std::string Bytes(uint64_t n) {
     ++u;
   }
   if (u == 0) return absl::StrCat(n, " B");
-  return absl::StrFormat(v < 10 ? "%.1f %s" : "%.0f %s", v, kUnits[u]);
+  // Two literal formats: StrFormat checks its format at compile time (clang insists).
+  return v < 10 ? absl::StrFormat("%.1f %s", v, kUnits[u])
+                : absl::StrFormat("%.0f %s", v, kUnits[u]);
 }
 
 std::string Age(absl::Duration d) {

@@ -20,8 +20,9 @@ absl::Status ValidateCheckpointId(absl::string_view id) {
         absl::StrCat("checkpoint id is longer than ", kMaxIdLength, " bytes"));
   }
   if (id[0] == '.' || id[0] == '-') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint id '", id, "' must not start with '.' or '-' (it names a directory)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint id '", absl::CHexEscape(id),
+                     "' must not start with '.' or '-' (it names a directory)"));
   }
   for (char c : id) {
     if (!IdChar(c)) {

@@ -173,6 +173,19 @@ TEST_F(HttpApiTest, UnsafeIdsAreRefusedBeforeTheEngine) {
   EXPECT_TRUE(engine_.asked.empty());
 }
 
+// Found by the fuzzer (fuzz.http, 2026-11-25): an id starting with '.' and holding bytes that
+// are not UTF-8 was quoted raw into the error message, and writing that JSON threw: one
+// unauthenticated GET ended cryod (std::terminate). Now it is a 400 with valid JSON.
+TEST_F(HttpApiTest, AnIdThatIsNotUtf8IsA400WithValidJson) {
+  nlohmann::json j;
+  for (const char* target :
+       {"/v1/checkpoints/.%FFn", "/v1/checkpoints/-%C3%28", "/v1/checkpoints/a%FF"}) {
+    ASSERT_EQ(Get(target, &j), 400) << target;
+    EXPECT_EQ(j["error"]["code"], "invalid_argument") << target;
+  }
+  EXPECT_TRUE(engine_.asked.empty());
+}
+
 TEST_F(HttpApiTest, EngineErrorsMapToHttpCodes) {
   engine_.fail = absl::InternalError("store unreadable");
   nlohmann::json j;

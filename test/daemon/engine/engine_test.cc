@@ -65,6 +65,9 @@ class FailingPublishStore : public store::CheckpointStore {
   }
   absl::Status CheckWritable() override { return inner_->CheckWritable(); }
   bool OwnsStagingDir(const std::string& p) const override { return inner_->OwnsStagingDir(p); }
+  absl::Status RemoveStagingDir(const std::string& p) override {
+    return inner_->RemoveStagingDir(p);
+  }
   absl::StatusOr<uint64_t> FreeBytes() override { return inner_->FreeBytes(); }
 
  private:
@@ -368,6 +371,61 @@ TEST_F(EngineTest, RestoreRefusesACheckpointOfANewerCriu) {
   EXPECT_EQ(criu_.restores, 1);
 }
 
+// Found on 2026-11-24: a GPU map given for a checkpoint without GPU state was silently ignored
+// (the caller believed the job would land on the GPUs they named).
+TEST_F(EngineTest, AGpuMapForACheckpointWithoutGpuStateIsRefused) {
+  Child job;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
+  ::waitpid(job.pid, nullptr, 0);
+  job.pid = -1;
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
+  r.gpu_map = {{"GPU-garbage", "not-a-gpu"}};
+  auto res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kInvalidArgument) << res.status();
+  EXPECT_NE(res.status().message().find("no GPU state"), std::string::npos) << res.status();
+  EXPECT_EQ(criu_.restores, 0);
+  r.gpu_map.clear();
+  res = engine_->Restore(r, op_);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(criu_.restores, 1);
+}
+
+// Found on 2026-11-24: CRIU's per-operation logs (state_dir/ops/<op>) were pruned only when
+// cryod started, so a long-running cryod kept every operation's logs. They are pruned after
+// every checkpoint and restore, whatever its outcome.
+TEST_F(EngineTest, OperationLogsArePrunedAfterEveryOperation) {
+  EngineConfig c;
+  c.node_name = "node-a";
+  c.state_dir = dir_.path + "/state";
+  c.self_pid = ::getpid();
+  c.pid_wait_timeout = absl::Milliseconds(50);
+  c.keep_op_logs = 2;
+  Engine e(c, EngineDeps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_});
+  const std::string ops = dir_.path + "/state/ops";
+  Child job;
+  for (int i = 0; i < 5; ++i) {
+    Operation op(absl::StrCat("op-", i), "checkpoint", "test");
+    ASSERT_TRUE(e.Checkpoint(Req(job.pid, absl::StrCat("c", i), true), op).ok()) << i;
+    auto left = fs::ListDir(ops);
+    ASSERT_TRUE(left.ok());
+    EXPECT_LE(left->size(), 2u) << "after checkpoint " << i;
+  }
+  EXPECT_TRUE(fs::Exists(ops + "/op-4")) << "the newest logs are kept";
+  // Failed checkpoints and a failed restore (the job still holds its pids) prune too.
+  criu_.dump_result = absl::InternalError("criu dump failed");
+  for (int i = 5; i < 8; ++i) {
+    Operation op(absl::StrCat("op-", i), "checkpoint", "test");
+    EXPECT_FALSE(e.Checkpoint(Req(job.pid, absl::StrCat("c", i), true), op).ok());
+    EXPECT_LE(fs::ListDir(ops)->size(), 2u) << "after failed checkpoint " << i;
+  }
+  RestoreRequest r;
+  r.checkpoint_id = "c0";
+  Operation op("op-r", "restore", "test");
+  EXPECT_FALSE(e.Restore(r, op).ok());
+  EXPECT_LE(fs::ListDir(ops)->size(), 2u) << "after a failed restore";
+}
+
 TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
   Child job;
   ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
@@ -485,7 +543,9 @@ TEST_F(EngineTest, RecoveryUndoesEveryRecordedPrefixOfSteps) {
     e.staging_dir = (*staged)->staging_dir();
     if (n >= 2) e.gpu = {{job.pid, "fake", nlohmann::json::object(), 0}};
     ASSERT_TRUE(journal_->Put(e).ok());
-    staged->release();  // what a crash leaves: the directory, no object to abort it
+    // What a crash leaves: the directory, no object to abort it. The object is kept (and
+    // freed once recovery is checked) only so that LeakSanitizer has nothing to say.
+    std::unique_ptr<store::StagedCheckpoint> crashed = std::move(*staged);
     ASSERT_TRUE(engine_->Recover().ok());
     EXPECT_TRUE(WaitUntil([&] { return job.Runs(); })) << "job left stopped";
     EXPECT_FALSE(fs::Exists(e.staging_dir));

@@ -42,6 +42,8 @@ struct Fake {
   static inline std::string thp_file;  // read during checkpoint
   static inline std::string thp_seen;
   static inline std::string last_restore_map;
+  // When set, the answer of that hook instead of the well-formed one.
+  static inline std::string status_answer, devices_answer, discover_answer, criu_answer;
   static inline thread_local std::string error;
   static inline cryo_gpu_plugin_api api;
 
@@ -57,6 +59,10 @@ struct Fake {
     thp_file.clear();
     thp_seen.clear();
     last_restore_map.clear();
+    status_answer.clear();
+    devices_answer.clear();
+    discover_answer.clear();
+    criu_answer.clear();
   }
   static char* Dup(const std::string& s) { return strdup(s.c_str()); }
   static cryo_gpu_rc Err(cryo_gpu_rc rc, const std::string& msg) {
@@ -76,15 +82,23 @@ struct Fake {
   static const char* LastError(cryo_gpu_plugin*) { return error.c_str(); }
   static void Free(char* s) { std::free(s); }
   static cryo_gpu_rc Status(cryo_gpu_plugin*, char** out) {
-    *out = Dup(R"({"available": true, "detail": "fake"})");
+    *out = Dup(status_answer.empty() ? R"({"available": true, "detail": "fake"})" : status_answer);
     return CRYO_GPU_OK;
   }
   static cryo_gpu_rc Devices(cryo_gpu_plugin*, char** out) {
+    if (!devices_answer.empty()) {
+      *out = Dup(devices_answer);
+      return CRYO_GPU_OK;
+    }
     *out = Dup(absl::StrCat(R"([{"uuid": "GPU-fake)", N, R"(", "name": "Fake", "chip": "sm_90",)",
                             R"( "memory_total_bytes": 100, "memory_free_bytes": 60}])"));
     return CRYO_GPU_OK;
   }
   static cryo_gpu_rc Discover(cryo_gpu_plugin*, const int32_t* pids, size_t n, char** out) {
+    if (!discover_answer.empty()) {
+      *out = Dup(discover_answer);
+      return CRYO_GPU_OK;
+    }
     nlohmann::json arr = nlohmann::json::array();
     std::lock_guard l(mu);
     for (size_t i = 0; i < n; ++i) {
@@ -164,7 +178,8 @@ struct Fake {
     return CRYO_GPU_OK;
   }
   static cryo_gpu_rc Criu(cryo_gpu_plugin*, const int32_t*, size_t, char** out) {
-    *out = Dup(R"({"args": ["--libdir", "/x"], "env": {"K": "V"}})");
+    *out = Dup(criu_answer.empty() ? R"({"args": ["--libdir", "/x"], "env": {"K": "V"}})"
+                                   : criu_answer);
     return CRYO_GPU_OK;
   }
 
@@ -409,6 +424,47 @@ TEST_F(ManagerTest, CriuOptionsMergeAndDevicesCarryVendor) {
   EXPECT_EQ(devs[0].vendor, "fake");
   EXPECT_EQ(devs[1].uuid, "GPU-fake2");
   EXPECT_EQ(devs[1].memory_free_bytes, 60u);
+}
+
+// Found on 2026-11-24: plugin answers were read with nlohmann's value() and get<>(), which throw
+// on a wrong type (std::terminate in cryod). Every answer is now checked: a wrong type or a
+// nesting too deep is an error naming the plugin, never an exception.
+TEST_F(ManagerTest, WrongTypesInPluginAnswersAreErrorsNeverExceptions) {
+  auto m = Make({A::Table("fake")});
+  A::owns = {1};
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  for (const std::string& bad :
+       {std::string(R"([{"pid": "1"}])"), std::string(R"([7])"),
+        std::string(R"([{"pid": 1, "facts": 3}])"), std::string(R"({"pid": 1})"),
+        std::string(R"([{"pid": 1.5}])"), std::string("not json"), deep}) {
+    A::discover_answer = bad;
+    auto r = m->Discover({1});
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal) << bad.substr(0, 40);
+    EXPECT_NE(r.status().message().find("fake plugin"), std::string::npos) << r.status();
+  }
+  for (const std::string& bad :
+       {std::string(R"({"args": [1, 2]})"), std::string(R"({"args": "--x"})"),
+        std::string(R"({"env": {"K": 1}})"), std::string(R"({"env": []})"), std::string("[]"),
+        deep}) {
+    A::criu_answer = bad;
+    EXPECT_EQ(m->CriuOptions({{1, "fake", {}}}).status().code(), absl::StatusCode::kInternal)
+        << bad.substr(0, 40);
+  }
+  for (const std::string& bad :
+       {std::string(R"({"available": "yes"})"), std::string(R"({"available": true, "detail": 7})"),
+        std::string("[]"), deep}) {
+    A::status_answer = bad;
+    auto plugins = m->Plugins();
+    ASSERT_EQ(plugins.size(), 1u);
+    EXPECT_FALSE(plugins[0].available) << bad.substr(0, 40);
+    EXPECT_FALSE(plugins[0].detail.empty());
+  }
+  // A malformed device is left out; the well-formed one beside it stays.
+  A::devices_answer =
+      R"([{"uuid": 7}, 3, {"uuid": "GPU-ok", "memory_total_bytes": -1}, {"uuid": "GPU-good"}])";
+  auto devs = m->Devices();
+  ASSERT_EQ(devs.size(), 1u);
+  EXPECT_EQ(devs[0].uuid, "GPU-good");
 }
 
 // The built plugins load by dlopen and start on a machine without any GPU driver.

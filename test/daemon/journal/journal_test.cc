@@ -1,5 +1,9 @@
 #include "daemon/journal/journal.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
 #include "test/daemon/test_util.h"
@@ -66,6 +70,40 @@ TEST(Journal, MistypedEntriesAreDroppedNotThrown) {
   auto all = (*j)->LoadAll();
   ASSERT_TRUE(all.ok());
   EXPECT_TRUE(all->empty());
+}
+
+// Found on 2026-11-24: LoadAll read a whole file before its 1 MiB check, through links, and a
+// FIFO named like an entry hung cryod's start. Now an entry is sized before it is read, opened
+// without following links and only as a regular file; anything else is dropped.
+TEST(Journal, HugeLinkedAndFifoEntriesAreDroppedWithoutReadingThem) {
+  TempDir d;
+  const std::string dir = d.path + "/journal";
+  auto j = Journal::Open(dir);
+  ASSERT_TRUE(j.ok());
+  Entry e;
+  e.op_id = "good-1";
+  e.checkpoint_id = "c1";
+  ASSERT_TRUE((*j)->Put(e).ok());
+  // A 64 GiB sparse file: reading it first would take minutes and all memory.
+  int fd = ::open((dir + "/huge.json").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, int64_t{64} << 30), 0);
+  ::close(fd);
+  ASSERT_EQ(::mkfifo((dir + "/fifo.json").c_str(), 0600), 0);
+  ASSERT_TRUE(
+      fs::WriteFileAtomic(d.path + "/elsewhere.json",
+                          R"({"op_id": "linked", "kind": "checkpoint", "state": "started"})")
+          .ok());
+  ASSERT_EQ(::symlink((d.path + "/elsewhere.json").c_str(), (dir + "/linked.json").c_str()), 0);
+
+  auto all = (*j)->LoadAll();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].op_id, "good-1");
+  for (const char* gone : {"/huge.json", "/fifo.json", "/linked.json"}) {
+    EXPECT_FALSE(fs::Exists(dir + gone)) << gone;
+  }
+  EXPECT_TRUE(fs::Exists(d.path + "/elsewhere.json")) << "a link's target is not the journal's";
 }
 
 }  // namespace

@@ -1,9 +1,16 @@
 #include "daemon/metrics/http_server.h"
 
+#include <poll.h>
+
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "test/daemon/http_test_util.h"
+#include "test/daemon/test_util.h"
 
 namespace cryo::metrics {
 namespace {
@@ -37,7 +44,7 @@ class HttpServerTest : public ::testing::Test {
 
 TEST_F(HttpServerTest, ExactRouteWithoutRequest) {
   std::string r = Get(server_->port(), "/healthz");
-  EXPECT_EQ(r.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << r;
+  EXPECT_EQ(HttpCode(r), 200) << r;
   EXPECT_NE(r.find("Content-Length: 3\r\n"), std::string::npos) << r;
   EXPECT_EQ(Body(r), "ok\n");
 }
@@ -67,7 +74,7 @@ TEST_F(HttpServerTest, PrefixNeedsAPathBoundary) {
   EXPECT_EQ(Body(Get(server_->port(), "/v1/checkpointsX")),
             "v1 path=/v1/checkpointsX rest=checkpointsX query=");
   std::string r = Get(server_->port(), "/v2");
-  EXPECT_EQ(r.rfind("HTTP/1.0 404 Not Found\r\n", 0), 0u) << r;
+  EXPECT_EQ(HttpCode(r), 404) << r;
 }
 
 TEST_F(HttpServerTest, PathIsDecodedSoEncodedSlashesReachTheHandler) {
@@ -77,17 +84,158 @@ TEST_F(HttpServerTest, PathIsDecodedSoEncodedSlashesReachTheHandler) {
 
 TEST_F(HttpServerTest, RejectsOtherMethodsAndMalformedRequests) {
   std::string r = Send(server_->port(), "POST /healthz HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.0 405 ", 0), 0u) << r;
+  EXPECT_EQ(HttpCode(r), 405) << r;
   r = Send(server_->port(), "GET /v1/checkpoints/%zz HTTP/1.1\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.0 400 ", 0), 0u) << r;
+  EXPECT_EQ(HttpCode(r), 400) << r;
   r = Send(server_->port(), "GARBAGE\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.0 400 ", 0), 0u) << r;
+  EXPECT_EQ(HttpCode(r), 400) << r;
 }
 
 TEST_F(HttpServerTest, HeadSendsNoBody) {
   std::string r = Send(server_->port(), "HEAD /healthz HTTP/1.1\r\n\r\n");
-  EXPECT_EQ(r.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << r;
+  EXPECT_EQ(HttpCode(r), 200) << r;
+  EXPECT_EQ(HttpHeader(r, "Content-Length"), "3") << r;
   EXPECT_EQ(Body(r), "");
+}
+
+// The router without a socket, as the fuzzer drives it (test/fuzz/http_request_fuzz.cc).
+TEST(DispatchTest, RawRequestsAreRoutedOrRefused) {
+  HttpRoutes routes;
+  routes.Exact("/healthz", [] { return HttpResponse{200, "text/plain", "ok\n"}; });
+  routes.Prefix("/v1/checkpoints", [](const HttpRequest& r) { return Echo("checkpoints", r); });
+  EXPECT_EQ(DispatchRaw(routes, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").code, 200);
+  EXPECT_EQ(DispatchRaw(routes, "GET /v1/checkpoints/a?workload=w HTTP/1.0\r\n\r\n").body,
+            "checkpoints path=/v1/checkpoints/a rest=a query=workload=w workload=[w]");
+  EXPECT_EQ(DispatchRaw(routes, "POST /healthz HTTP/1.1\r\n\r\n").code, 405);
+  EXPECT_EQ(DispatchRaw(routes, "GET /nope HTTP/1.1\r\n\r\n").code, 404);
+  for (const char* bad : {"", "\r\n", "GET", "GET healthz HTTP/1.1", "GET /%zz HTTP/1.1",
+                          "GET /a?b=%4 HTTP/1.1", "GET / HTTP/1.1 extra"}) {
+    EXPECT_EQ(DispatchRaw(routes, bad).code, 400) << bad;
+  }
+}
+
+// A TCP connection to the server on loopback; -1 when it cannot connect.
+int Connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// One GET whose answer is awaited at most `bound` (a generous bound on the probe: an endpoint
+// that does not answer fails the test instead of hanging it).
+std::string Probe(int port, const std::string& path, absl::Duration bound = absl::Seconds(30)) {
+  int fd = Connect(port);
+  if (fd < 0) return "connect failed";
+  timeval tv{static_cast<time_t>(absl::ToInt64Seconds(bound)), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: test\r\n\r\n";
+  (void)!::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, n);
+  ::close(fd);
+  return out;
+}
+
+// Whether the server has neither answered nor closed the connection.
+bool Waiting(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 0;
+}
+
+// Sends one byte every 50 ms on `fd` until told to stop or the server stops reading.
+class Dribbler {
+ public:
+  explicit Dribbler(int fd) : fd_(fd) {
+    const std::string start = "GET /healthz HTTP/1.1\r\nX-Slow: ";
+    (void)!::send(fd_, start.data(), start.size(), MSG_NOSIGNAL);
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        if (::send(fd_, "a", 1, MSG_NOSIGNAL) != 1) return;  // the server closed it
+        ++sent_;
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  }
+  ~Dribbler() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int sent() const { return sent_.load(); }
+
+ private:
+  int fd_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> sent_{0};
+  std::thread thread_;
+};
+
+// Found on 2026-11-24: the endpoint served one connection at a time, so a client sending a byte
+// every 1.5 s held back /healthz (the readiness probe) for as long as it liked, and five idle
+// connections delayed it by seconds. /healthz is now answered while they are all still there.
+TEST(HttpServerConcurrencyTest, SlowAndIdleClientsDoNotHoldBackHealthz) {
+  HttpRoutes routes;
+  routes.Exact("/healthz", [] { return HttpResponse{200, "text/plain", "ok\n"}; });
+  HttpServerOptions o;
+  o.max_connections = 8;
+  o.request_timeout = absl::Seconds(120);  // the slow ones outlive the probe
+  auto server = HttpServer::Create("127.0.0.1:0", std::move(routes), o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  std::vector<int> idle;
+  for (int i = 0; i < 5; ++i) {
+    idle.push_back(Connect(port));
+    ASSERT_GE(idle.back(), 0);
+  }
+  int slow = Connect(port);
+  ASSERT_GE(slow, 0);
+  Dribbler dribbler(slow);
+  ASSERT_TRUE(WaitUntil([&] { return dribbler.sent() >= 3; }));
+
+  for (int i = 0; i < 3; ++i) {
+    std::string r = Probe(port, "/healthz");
+    EXPECT_EQ(HttpCode(r), 200) << r;
+    EXPECT_EQ(HttpBody(r), "ok\n");
+  }
+  EXPECT_TRUE(Waiting(slow)) << "the slow client was still being read when /healthz answered";
+  for (int fd : idle) EXPECT_TRUE(Waiting(fd));
+  dribbler.Stop();
+  for (int fd : idle) ::close(fd);
+  ::close(slow);
+}
+
+// The deadline is on the request as a whole: sending a byte now and then does not extend it
+// (it did, with the old per-read timeout). The server answers or closes; it never serves it.
+TEST(HttpServerConcurrencyTest, AClientStillSendingIsCutOffAtTheRequestDeadline) {
+  HttpRoutes routes;
+  routes.Exact("/healthz", [] { return HttpResponse{200, "text/plain", "ok\n"}; });
+  HttpServerOptions o;
+  o.request_timeout = absl::Seconds(1);
+  auto server = HttpServer::Create("127.0.0.1:0", std::move(routes), o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  int slow = Connect((*server)->port());
+  ASSERT_GE(slow, 0);
+  Dribbler dribbler(slow);
+  // A generous bound: the deadline is one second.
+  EXPECT_TRUE(WaitUntil([&] { return !Waiting(slow); }, absl::Seconds(60)))
+      << "still reading after " << dribbler.sent() << " bytes";
+  dribbler.Stop();
+  char buf[256] = {0};
+  ssize_t n = ::recv(slow, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+  EXPECT_NE(HttpCode(n > 0 ? std::string(buf, n) : ""), 200) << buf;
+  ::close(slow);
+  // The server itself goes on.
+  EXPECT_EQ(HttpCode(Probe((*server)->port(), "/healthz")), 200);
 }
 
 TEST(ParseRequestLineTest, Parts) {

@@ -185,6 +185,122 @@ TEST_F(LocalStoreTest, CollectIncomplete) {
   EXPECT_TRUE(fs::Exists(fresh));
 }
 
+// One manifest with oversized labels (written by hand into a shared store) is skipped; every
+// other checkpoint is still listed.
+TEST_F(LocalStoreTest, AnOversizedManifestIsSkippedAndTheOthersListed) {
+  Publish("good", "w", "2026-01-01");
+  Publish("big", "w", "2026-01-02");
+  const std::string path = dir_.path + "/store/checkpoints/big/manifest.json";
+  auto text = fs::ReadFile(path);
+  ASSERT_TRUE(text.ok());
+  const std::string huge(1 << 20, 'x');
+  std::string labels = "\"labels\": {\"a\": \"" + huge + "\", \"b\": \"" + huge + "\"},";
+  std::string t = *text;
+  const size_t at = t.find("\"labels\"");
+  ASSERT_NE(at, std::string::npos);
+  t.replace(at, t.find('}', at) - at + 2, labels);
+  ASSERT_TRUE(fs::WriteFileAtomic(path, t).ok());
+  EXPECT_EQ(store_->Get("big").status().code(), absl::StatusCode::kInvalidArgument)
+      << store_->Get("big").status();
+  auto all = store_->List();
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].id, "good");
+}
+
+// A host directory outside the store, with contents that must survive whatever the store does.
+struct Outside {
+  TempDir dir;
+  Outside() {
+    EXPECT_TRUE(fs::WriteFileAtomic(dir.path + "/keep", "host file").ok());
+    EXPECT_TRUE(fs::MakeDirs(dir.path + "/sub").ok());
+    EXPECT_TRUE(fs::WriteFileAtomic(dir.path + "/sub/keep", "host file").ok());
+  }
+  bool Intact() const {
+    return fs::Exists(dir.path + "/keep") && fs::Exists(dir.path + "/sub/keep");
+  }
+};
+
+// Found on 2026-11-24: collection listed `.trash` with opendir, which follows a link, and removed
+// what it found there: a store writer who replaced `.trash` by a link to a host directory had
+// root on every node empty that directory.
+TEST_F(LocalStoreTest, ALinkedTrashOrStagingIsRefusedAndNothingOutsideIsDeleted) {
+  Publish("c1", "w", "2026-01-01");
+  for (const char* layout : {".trash", ".staging", "checkpoints"}) {
+    SCOPED_TRACE(layout);
+    Outside outside;
+    const std::string p = dir_.path + "/store/" + layout;
+    const std::string aside = p + ".real";
+    ASSERT_EQ(::rename(p.c_str(), aside.c_str()), 0);
+    ASSERT_EQ(::symlink(outside.dir.path.c_str(), p.c_str()), 0);
+
+    auto n = store_->CollectIncomplete(absl::ZeroDuration(), true);
+    EXPECT_EQ(n.status().code(), absl::StatusCode::kFailedPrecondition) << n.status();
+    EXPECT_EQ(store_->CheckWritable().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(store_->CheckWritable().message().find(layout), absl::string_view::npos)
+        << store_->CheckWritable();
+    if (std::string(layout) == ".staging") {
+      EXPECT_FALSE(store_->RemoveStagingDir(dir_.path + "/store/.staging/keep+node-a+x").ok());
+      EXPECT_FALSE(store_->Stage("c2").ok());
+    } else {
+      EXPECT_FALSE(store_->Delete("c1").ok());
+    }
+    EXPECT_TRUE(outside.Intact());
+
+    ASSERT_EQ(::unlink(p.c_str()), 0);
+    ASSERT_EQ(::rename(aside.c_str(), p.c_str()), 0);
+  }
+  EXPECT_TRUE(store_->Get("c1").ok());
+}
+
+// Links as entries of the layout's directories, and inside a checkpoint: each link goes, what it
+// points at stays.
+TEST_F(LocalStoreTest, LinksInsideTheStoreAreRemovedThemselvesNeverFollowed) {
+  Outside outside;
+  const std::string root = dir_.path + "/store";
+  for (const std::string& link : {root + "/.trash/gone+abcd", root + "/.staging/x+node-b+aaaa",
+                                  root + "/.staging/y+node-a+bbbb", root + "/checkpoints/junk"}) {
+    ASSERT_EQ(::symlink(outside.dir.path.c_str(), link.c_str()), 0) << link;
+  }
+  Publish("c1", "w", "2026-01-01");
+  ASSERT_EQ(::symlink(outside.dir.path.c_str(), (root + "/checkpoints/c1/images/link").c_str()), 0);
+  auto n = store_->CollectIncomplete(absl::ZeroDuration(), true);
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(*n, 4);
+  EXPECT_TRUE(fs::ListDir(root + "/.trash")->empty());
+  EXPECT_TRUE(fs::ListDir(root + "/.staging")->empty());
+  EXPECT_TRUE(store_->Delete("c1").ok());
+  EXPECT_TRUE(fs::ListDir(root + "/checkpoints")->empty());
+  EXPECT_TRUE(outside.Intact());
+}
+
+// Found on 2026-11-24: a store directory deleted and made again under a running cryod gave 404s
+// from the API until cryod restarted.
+TEST_F(LocalStoreTest, ADeletedStoreIsUnavailableAndARecreatedOneIsUsedAgain) {
+  Publish("c1", "w", "2026-01-01");
+  const std::string root = dir_.path + "/store";
+  ASSERT_TRUE(fs::RemoveTree(root).ok());
+  EXPECT_EQ(store_->CheckWritable().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(store_->List().status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(store_->Get("c1").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(store_->Stage("c2").status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(fs::Exists(root)) << "a missing store is not made again behind the admin's back";
+
+  ASSERT_EQ(::mkdir(root.c_str(), 0700), 0);
+  EXPECT_TRUE(store_->CheckWritable().ok()) << store_->CheckWritable();
+  auto all = store_->List();
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_TRUE(all->empty());
+  EXPECT_EQ(store_->Get("c1").status().code(), absl::StatusCode::kNotFound);
+  Publish("c2", "w", "2026-01-02");
+  EXPECT_TRUE(store_->Get("c2").ok());
+
+  // A layout directory removed on its own comes back too.
+  ASSERT_TRUE(fs::RemoveTree(root + "/.trash").ok());
+  EXPECT_TRUE(store_->Delete("c2").ok());
+  EXPECT_TRUE(store_->List()->empty());
+}
+
 TEST(LocalStore, RelativeRootIsRefused) {
   EXPECT_EQ(CreateLocalStore({"relative/path", "n", true}).status().code(),
             absl::StatusCode::kInvalidArgument);

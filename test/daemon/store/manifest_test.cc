@@ -1,6 +1,8 @@
 #include "daemon/store/manifest.h"
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "lib/base/limits.h"
 
 namespace cryo::store {
 namespace {
@@ -128,6 +130,45 @@ TEST(Manifest, DeepNestingAndHugeInputAreRefusedCheaply) {
   EXPECT_NE(r.status().message().find("deeper"), std::string::npos) << r.status();
   std::string huge(kMaxManifestBytes + 1, ' ');
   EXPECT_EQ(ParseManifest(huge).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Found on 2026-11-24: manifests already in a store were taken with labels of any size (three
+// 1 MiB labels broke every list: gRPC's 4 MiB message limit). A manifest is now held to the
+// bounds a request is.
+TEST(Manifest, LabelsAndListedFieldsAreBoundedAsRequestsAre) {
+  auto refused = [](Manifest m, const char* what) {
+    auto r = ParseManifest(ManifestToJson(m));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << what;
+  };
+  Manifest m = Sample();
+  for (int i = 0; i < 3; ++i) m.labels[absl::StrCat("k", i)] = std::string(1 << 20, 'x');
+  refused(m, "three 1 MiB labels");
+  m = Sample();
+  for (int i = 0; i < 65; ++i) m.labels[absl::StrCat("k", i)] = "v";
+  refused(m, "65 labels");
+  m = Sample();
+  for (int i = 0; i < 5; ++i) m.labels[absl::StrCat("k", i)] = std::string(4000, 'x');
+  refused(m, "20 KB of labels in all");
+  m = Sample();
+  m.labels["k"] = "line\nbreak";
+  refused(m, "a control character in a label");
+  m = Sample();
+  m.labels[""] = "v";
+  refused(m, "an empty label key");
+  m = Sample();
+  m.workload = std::string(300, 'w');
+  refused(m, "a long workload");
+  m = Sample();
+  m.command = std::string(5000, 'c');
+  refused(m, "a long command");
+  m = Sample();
+  m.pids.assign(kMaxManifestTasks + 1, 7);
+  refused(m, "too many pids");
+
+  m = Sample();
+  m.labels.clear();
+  for (size_t i = 0; i < limits::kMaxLabels; ++i) m.labels[absl::StrCat("k", i)] = "v";
+  EXPECT_TRUE(ParseManifest(ManifestToJson(m)).ok()) << "the limit itself is fine";
 }
 
 }  // namespace

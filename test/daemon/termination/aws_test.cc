@@ -141,6 +141,22 @@ TEST(AwsSpot, MalformedAnswersAreErrors) {
   }
 }
 
+// The answer is parsed with bounds (lib/base/json): a wrong type is an error, and so is a
+// document nested deeper than any metadata answer, before it costs memory or stack.
+TEST(AwsSpot, WrongTypesAndDeepNestingAreErrors) {
+  AwsFixture f;
+  const std::string deep = std::string(5000, '[') + std::string(5000, ']');
+  for (const std::string& body :
+       {std::string(R"({"action": 7, "time": "2026-11-22T08:22:00Z"})"),
+        std::string(R"({"action": "terminate", "time": ["2026"]})"),
+        std::string(R"({"action": null, "time": "2026-11-22T08:22:00Z"})"),
+        R"({"action": "terminate", "time": "2026-11-22T08:22:00Z", "x": )" + deep + "}"}) {
+    f.cloud.SetRawAction(body);
+    auto r = f.provider.Poll();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << body.substr(0, 60);
+  }
+}
+
 TEST(AwsSpot, UnreadableTimeStillANotice) {
   AwsFixture f;
   f.cloud.SetAction("terminate", "soon");

@@ -153,6 +153,23 @@ TEST(AzureEvents, SeveralEventsKeepTheirIds) {
   EXPECT_EQ((*got)[1].id, "azure/c");
 }
 
+// Bounded like every outside JSON: a document nested deeper than any real one is refused, and
+// events or fields of the wrong type never throw.
+TEST(AzureEvents, DeepNestingIsRefusedAndWrongTypesNeverThrow) {
+  AzureFixture f;
+  auto p = f.Provider();
+  const std::string deep = std::string(5000, '[') + std::string(5000, ']');
+  f.cloud.SetDocument(R"({"DocumentIncarnation":1,"Events":[],"x":)" + deep + "}");
+  EXPECT_EQ(p.Poll().status().code(), absl::StatusCode::kFailedPrecondition);
+  f.cloud.SetDocument(
+      R"({"DocumentIncarnation":1,"Events":[7, {"EventType": 3}, {"EventType": "Preempt",)"
+      R"( "Resources": [1, "vm-a"], "EventId": {}, "NotBefore": []}]})");
+  auto r = p.Poll();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].kind, "preempt");
+}
+
 TEST(AzureEvents, MalformedDocumentsAreErrors) {
   AzureFixture f;
   auto p = f.Provider();

@@ -1,0 +1,126 @@
+// The cryo CLI against a fake cryod on a unix socket: what it refuses before asking, and what it
+// prints of what a shared store says.
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "cryo/v1/cryo.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "lib/base/subprocess.h"
+#include "test/daemon/test_util.h"
+
+namespace cryo {
+namespace {
+
+// Terminal control: clears the screen, moves the cursor, rings the bell.
+constexpr char kEvil[] = "a\x1b[2J\x1b[1;1Hb\x07\r\n";
+
+// Answers with what a hostile manifest in a shared store could carry, and counts what reached it.
+class FakeCryod final : public v1::Cryo::Service {
+ public:
+  grpc::Status ListCheckpoints(grpc::ServerContext*, const v1::ListCheckpointsRequest*,
+                               v1::ListCheckpointsResponse* resp) override {
+    *resp->add_checkpoints() = Evil();
+    return grpc::Status::OK;
+  }
+  grpc::Status GetCheckpoint(grpc::ServerContext*, const v1::GetCheckpointRequest*,
+                             v1::CheckpointInfo* resp) override {
+    *resp = Evil();
+    auto* f = resp->add_files();
+    f->set_path(std::string("images/") + kEvil);
+    f->set_checksum(kEvil);
+    return grpc::Status::OK;
+  }
+  grpc::Status Restore(grpc::ServerContext*, const v1::RestoreRequest*,
+                       grpc::ServerWriter<v1::OperationEvent>*) override {
+    ++restores;
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "fake");
+  }
+  std::atomic<int> restores{0};
+
+ private:
+  static v1::CheckpointInfo Evil() {
+    v1::CheckpointInfo c;
+    c.set_checkpoint_id("c1");
+    c.set_workload(kEvil);
+    c.set_node_name(kEvil);
+    c.set_created_at(kEvil);
+    c.set_command(kEvil);
+    c.set_damaged(kEvil);
+    c.set_kernel(kEvil);
+    c.set_criu_version(kEvil);
+    c.set_store_path(kEvil);
+    (*c.mutable_labels())[kEvil] = kEvil;
+    (*c.mutable_stage_ms())[kEvil] = 1;
+    return c;
+  }
+};
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    socket_ = dir_.path + "/cryod.sock";
+    grpc::ServerBuilder b;
+    b.AddListeningPort("unix://" + socket_, grpc::InsecureServerCredentials());
+    b.RegisterService(&fake_);
+    server_ = b.BuildAndStart();
+    ASSERT_TRUE(server_ != nullptr);
+  }
+  void TearDown() override { server_->Shutdown(); }
+  RunOutput Cryo(std::vector<std::string> args) {
+    RunOptions o;
+    o.argv = {CRYO_BIN, "--socket", socket_};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.timeout = absl::Seconds(60);
+    auto r = ::cryo::Run(o);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? *r : RunOutput{};
+  }
+  TempDir dir_;
+  std::string socket_;
+  FakeCryod fake_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+bool HasControl(const std::string& s) {
+  for (unsigned char c : s) {
+    if ((c < 0x20 && c != '\n') || c == 0x7f) return true;
+  }
+  return false;
+}
+
+// Found on 2026-11-24: names with control characters from a shared store were printed raw by
+// `cryo list`; created_at, the damage reason, the kernel and file paths still were.
+TEST_F(CliTest, ListAndInspectEscapeEverythingTheStoreSays) {
+  RunOutput list = Cryo({"list"});
+  EXPECT_EQ(list.exit.code, 0) << list.err;
+  EXPECT_TRUE(absl::StrContains(list.out, "c1")) << list.out;
+  EXPECT_TRUE(absl::StrContains(list.out, "\\x1b[2J")) << list.out;
+  EXPECT_FALSE(HasControl(list.out)) << list.out;
+
+  RunOutput inspect = Cryo({"inspect", "c1"});
+  EXPECT_EQ(inspect.exit.code, 0) << inspect.err;
+  EXPECT_TRUE(absl::StrContains(inspect.out, "images/a\\x1b[2J")) << inspect.out;
+  EXPECT_TRUE(absl::StrContains(inspect.out, "DAMAGED:   a\\x1b")) << inspect.out;
+  EXPECT_FALSE(HasControl(inspect.out)) << inspect.out;
+}
+
+// Found on 2026-11-24: `--pid-wait 100000h` wrapped silently to a short wait in the request's
+// 32-bit milliseconds. It is refused before anything is sent.
+TEST_F(CliTest, APidWaitBeyondWhatCryodTakesIsRefusedBeforeAsking) {
+  RunOutput r = Cryo({"restore", "c1", "--pid-wait", "100000h"});
+  EXPECT_EQ(r.exit.code, 2) << r.out << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "pid-wait")) << r.err;
+  EXPECT_EQ(fake_.restores.load(), 0);
+  // Within the bound it is asked (and the fake refuses).
+  r = Cryo({"restore", "c1", "--pid-wait", "1h"});
+  EXPECT_NE(r.exit.code, 0);
+  EXPECT_EQ(fake_.restores.load(), 1);
+}
+
+}  // namespace
+}  // namespace cryo

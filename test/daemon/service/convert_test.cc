@@ -1,0 +1,60 @@
+#include "daemon/service/convert.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "lib/base/limits.h"
+
+namespace cryo::service {
+namespace {
+
+engine::CheckpointRecord Record(int i) {
+  engine::CheckpointRecord r;
+  r.manifest.id = absl::StrCat("c", i);
+  r.manifest.workload = "w";
+  r.manifest.root_pid = 100;
+  r.manifest.pids = {100};
+  return r;
+}
+
+// Labels at the bounds a manifest may hold: each entry is about 16 KiB.
+engine::CheckpointRecord FullRecord(int i) {
+  engine::CheckpointRecord r = Record(i);
+  for (int k = 0; k < 4; ++k) {
+    r.manifest.labels[absl::StrCat("key-", k)] = std::string(limits::kMaxLabelValue - 16, 'v');
+  }
+  return r;
+}
+
+// Found on 2026-11-24: a list answer had no bound, so labels large enough (or checkpoints
+// enough) broke `cryo list` and the shim's listing for everyone at gRPC's 4 MiB limit.
+TEST(ListResponse, StaysUnderTheClientsLimitAndCountsWhatItLeftOut) {
+  std::vector<engine::CheckpointRecord> records;
+  for (int i = 0; i < 400; ++i) records.push_back(FullRecord(i));
+  v1::ListCheckpointsResponse r = ToListResponse(records);
+  EXPECT_LE(r.ByteSizeLong(), kMaxListBytes);
+  EXPECT_LT(r.ByteSizeLong(), 4u << 20);
+  EXPECT_GT(r.checkpoints_size(), 100);
+  EXPECT_EQ(r.checkpoints_size() + static_cast<int>(r.omitted()), 400);
+  EXPECT_GT(r.omitted(), 0u);
+  // Newest first as given: what is left out is the oldest.
+  EXPECT_EQ(r.checkpoints(0).checkpoint_id(), "c0");
+  EXPECT_EQ(r.checkpoints(r.checkpoints_size() - 1).checkpoint_id(),
+            absl::StrCat("c", r.checkpoints_size() - 1));
+}
+
+TEST(ListResponse, AnEntryWithAHugeTreeIsListedWithoutItsPids) {
+  std::vector<engine::CheckpointRecord> records = {Record(0), Record(1)};
+  records[1].manifest.pids.assign(60000, 4194303);
+  v1::ListCheckpointsResponse r = ToListResponse(records);
+  ASSERT_EQ(r.checkpoints_size(), 2);
+  EXPECT_EQ(r.omitted(), 0u);
+  EXPECT_EQ(r.checkpoints(0).pids_size(), 1);
+  EXPECT_EQ(r.checkpoints(1).pids_size(), 0);
+  EXPECT_EQ(r.checkpoints(1).root_pid(), 100);
+}
+
+}  // namespace
+}  // namespace cryo::service
