@@ -38,7 +38,10 @@ fi
 
 if [ "${CRYO_TEST_SANITIZE:-1}" = 1 ]; then
   # kubectl-cryo is linked dynamically here: the sanitizers' runtimes are shared libraries.
-  cmake -S "$ROOT" -B "$SANITIZE_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  # -O1 and line tables only: a third less compile time on CI's two cores than -O2 -g, and
+  # the sanitizers' reports still name file and line.
+  cmake -S "$ROOT" -B "$SANITIZE_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize \
+    -DCMAKE_C_FLAGS="-O1 -g1" -DCMAKE_CXX_FLAGS="-O1 -g1" \
     -DCRYO_SANITIZE=address,undefined -DCRYO_KUBECTL_STATIC=OFF -DCRYO_BUILD_CUDA_TESTS=OFF \
     >/dev/null
   if cmake --build "$SANITIZE_BUILD_DIR" -j"$jobs"; then
