@@ -170,7 +170,9 @@ TEST_F(FastpathE2e, ADamagedFastPathFileIsRefusedAndTheJobNeverRunsOnIt) {
   EXPECT_TRUE(absl::StrContains(s.error_message(), "does not hold what the checkpoint recorded"))
       << s.error_message();
   EXPECT_TRUE(WaitGone(w)) << "the restored job must not run on data that is not its own";
-  EXPECT_EQ(U(w.Status(), "main"), last) << "the job took a step after the failed restore";
+  // The record the dumped job left may lag its last step by one (written every 20 ms by another
+  // thread); a job let run on the damaged data takes a step every millisecond.
+  EXPECT_LE(U(w.Status(), "main"), last + 1) << "the job took steps after the failed restore";
   auto list = a.List();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_FALSE(list[0].damaged().empty()) << "resume: auto must pass over it next time";
@@ -201,12 +203,20 @@ TEST_F(FastpathE2e, CryodKilledAfterTheDrainGivesTheMemoryBackWhenItRestarts) {
   auto fut =
       std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "fp-crash")); });
   ASSERT_TRUE(hp.Reached());
-  EXPECT_LT(U(w.Status(), "device_used"), 8 * kMiB) << "the memory should be out of the GPU";
-  const uint64_t held = U(w.Status(), "main");
+  // The job's reporter thread (not gated) rewrites its record every 20 ms: the first record
+  // written after the drain freed the GPU also holds the last step the job took before it.
+  nlohmann::json st;
+  EXPECT_TRUE(WaitFor([&] {
+    st = w.Status();
+    return st.is_object() && U(st, "device_used") < 8 * kMiB;
+  })) << "the memory should be out of the GPU: "
+      << st.dump();
+  const uint64_t held = U(st, "main");
   a->Kill9();
   (void)fut.get();
   ::unlink((hook_dir() + "/before-dump.enable").c_str());
   // The job waits at the library's gate meanwhile: no step on memory that is not there.
+  ::usleep(200 * 1000);
   EXPECT_EQ(U(w.Status(), "main"), held);
   Node("node-a");  // recovery refills from the staging files, then collects them
   ExpectRunsOnIntact(w, held);

@@ -210,9 +210,14 @@ absl::StatusOr<std::unique_ptr<Workload>> Workload::StartProgram(const std::stri
 Workload::~Workload() { Kill(); }
 
 nlohmann::json Workload::Status() const {
-  std::string s = Slurp(status_);
-  auto j = nlohmann::json::parse(s, nullptr, false);
-  return j.is_discarded() ? nlohmann::json() : j;
+  // The job rewrites its record in place while we may read it: a read that tears it does not
+  // parse, and the next one, a moment later, does.
+  for (int i = 0; i < 5; ++i) {
+    auto j = nlohmann::json::parse(Slurp(status_), nullptr, false);
+    if (!j.is_discarded()) return j;
+    ::usleep(2000);
+  }
+  return nlohmann::json();
 }
 
 bool Workload::WaitMain(uint64_t n, absl::Duration timeout) {
