@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -258,10 +259,26 @@ char Workload::State() const {
   return s[p + 2];
 }
 
+bool Workload::IsThisJob() const {
+  // Our child (its pid cannot be reused before we reap it), or a restored job: same pid, no
+  // longer our child, with its status file open again.
+  std::string st = Slurp("/proc/" + std::to_string(pid_) + "/stat");
+  auto p = st.rfind(')');
+  if (p == std::string::npos) return false;
+  int ppid = 0;
+  if (std::sscanf(st.c_str() + p + 1, " %*c %d", &ppid) == 1 && ppid == ::getpid()) return true;
+  std::error_code ec;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/fd", ec)) {
+    std::error_code lec;
+    if (std::filesystem::read_symlink(e.path(), lec).string() == status_) return true;
+  }
+  return false;
+}
+
 void Workload::Kill() {
   if (pid_ <= 0) return;
-  // Only a process that is still this job (same status file open) is ours to kill.
-  if (State() != '-') {
+  if (State() != '-' && IsThisJob()) {
     ::kill(pid_, SIGCONT);
     ::kill(pid_, SIGKILL);
   }
@@ -274,7 +291,7 @@ void Workload::Kill() {
         absl::Seconds(10));
   }
   WaitFor([&] { return State() == '-'; }, absl::Seconds(10));
-  pid_ = -1;
+  // pid_ stays: a test may restore the job under the same pid, and the destructor ends it then.
 }
 
 CliResult RunCli(const std::string& socket, const std::vector<std::string>& args) {

@@ -85,6 +85,7 @@ class Workload {
   const std::string& status_path() const { return status_; }
 
  private:
+  bool IsThisJob() const;
   pid_t pid_ = -1;
   std::string status_;
   bool reaped_ = false;
