@@ -1,7 +1,6 @@
 // The checkpoint transaction (see engine.h for the steps and transaction.h for the rules).
 
 #include <signal.h>
-#include <sys/utsname.h>
 
 #include <algorithm>
 
@@ -17,18 +16,10 @@
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
+#include "lib/base/proc.h"
 #include "lib/base/status.h"
 
 namespace cryo::engine {
-namespace {
-
-std::string Uname(bool machine) {
-  struct utsname u;
-  if (::uname(&u) != 0) return "unknown";
-  return machine ? u.machine : u.release;
-}
-
-}  // namespace
 
 Transaction<CheckpointState> Engine::CheckpointSteps() {
   using S = CheckpointState;
@@ -250,9 +241,9 @@ absl::Status Engine::Dump(CheckpointState& s) {
     // A container's job stays stopped until its writable layer is saved too, so that files
     // and memory are of the same moment; it is resumed after that when asked.
     dopt.leave_running = s.req.leave_running && !s.ctr;
-    dopt.job = s.job;
     if (s.ctr) dopt.in_container = criu::InContainer{s.ctr->init_pid, cfg_.nsexec_path, {}};
-    CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.gpu, &dopt.extra_args, &dopt.env));
+    CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.gpu, &s.job, &dopt.extra_args, &dopt.env));
+    dopt.job = s.job;
     dumped = d_.criu->Dump(dopt, [&](pid_t criu_pid) {
       s.je.state = journal::OpState::kDumping;
       s.je.criu_pid = criu_pid;
@@ -355,8 +346,8 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
   m.tids = s.saved_tids;
   m.command = s.root.comm;
   m.cmdline = d_.proc->Cmdline(s.target);
-  m.kernel = Uname(false);
-  m.arch = Uname(true);
+  m.kernel = proc::KernelRelease();
+  m.arch = proc::MachineArch();
   m.criu_version = d_.criu->version();
   m.cryo_version = CRYO_VERSION;
   m.leave_running = s.req.leave_running;

@@ -1,11 +1,11 @@
 #include "daemon/engine/engine.h"
 
 #include <sys/stat.h>
-#include <sys/utsname.h>
 
 #include <algorithm>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/container/target.h"
 #include "daemon/engine/states.h"
@@ -13,18 +13,10 @@
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
 #include "lib/base/poll.h"
+#include "lib/base/proc.h"
 #include "lib/base/status.h"
 
 namespace cryo::engine {
-namespace {
-
-std::string Uname(bool machine) {
-  struct utsname u;
-  if (::uname(&u) != 0) return "unknown";
-  return machine ? u.machine : u.release;
-}
-
-}  // namespace
 
 Engine::Engine(EngineConfig cfg, EngineDeps deps)
     : cfg_(std::move(cfg)), d_(deps), jobs_(d_.proc), hooks_(cfg_.test_hook_dir) {
@@ -152,12 +144,43 @@ absl::StatusOr<container::ContainerTarget> Engine::Container(const std::string& 
       restore ? container::ContainerUse::kRestore : container::ContainerUse::kCheckpoint);
 }
 
+namespace {
+
+// CRIU's size syntax, as plugins write it: digits with an optional K, M or G.
+bool ParseCriuSize(absl::string_view v, uint64_t* out) {
+  uint64_t mult = 1;
+  if (!v.empty() && (v.back() == 'K' || v.back() == 'M' || v.back() == 'G')) {
+    mult = v.back() == 'K' ? 1ull << 10 : v.back() == 'M' ? 1ull << 20 : 1ull << 30;
+    v.remove_suffix(1);
+  }
+  uint64_t n = 0;
+  if (!absl::SimpleAtoi(v, &n) || n > criu::kMaxGhostLimit / mult) return false;
+  *out = n * mult;
+  return true;
+}
+
+}  // namespace
+
 absl::Status Engine::AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs,
-                                       std::vector<std::string>* args,
+                                       criu::JobOptions* job, std::vector<std::string>* args,
                                        std::vector<std::string>* env) {
   if (procs.empty()) return absl::OkStatus();
   CRYO_ASSIGN_OR_RETURN(gpu::CriuExtras extras, d_.gpu->CriuOptions(procs));
-  args->insert(args->end(), extras.args.begin(), extras.args.end());
+  for (size_t i = 0; i < extras.args.size(); ++i) {
+    const std::string& a = extras.args[i];
+    // What a plugin needs of the options cryo types (NCCL's deleted files) raises the job's
+    // own, so that the manifest records what the dump used and a later flag cannot undo it.
+    uint64_t ghost = 0;
+    if (job != nullptr && a == "--link-remap") {
+      job->link_remap = true;
+    } else if (job != nullptr && a == "--ghost-limit" && i + 1 < extras.args.size() &&
+               ParseCriuSize(extras.args[i + 1], &ghost)) {
+      job->ghost_limit = std::max(job->ghost_limit, ghost);
+      ++i;
+    } else {
+      args->push_back(a);
+    }
+  }
   for (const auto& [k, v] : extras.env) env->push_back(absl::StrCat(k, "=", v));
   return absl::OkStatus();
 }
@@ -260,8 +283,8 @@ NodeFacts Engine::Node() {
   NodeFacts n;
   n.node_name = cfg_.node_name;
   n.cryo_version = CRYO_VERSION;
-  n.kernel = Uname(false);
-  n.arch = Uname(true);
+  n.kernel = proc::KernelRelease();
+  n.arch = proc::MachineArch();
   n.criu_version = d_.criu->version();
   n.criu_path = d_.criu->path();
   n.criu_check_error = d_.criu->check_error();

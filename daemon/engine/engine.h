@@ -188,7 +188,9 @@ class Engine {
 
   absl::Status ValidateTarget(pid_t pid, std::vector<proc::ProcInfo>* tree);
   absl::StatusOr<container::ContainerTarget> Container(const std::string& id, bool restore);
-  absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs,
+  // The GPU plugins' CRIU arguments for these processes; `job` (a dump's options, or null)
+  // takes those cryo types, the rest go to `args`.
+  absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs, criu::JobOptions* job,
                                  std::vector<std::string>* args, std::vector<std::string>* env);
   std::string OpDir(const std::string& op_id) const;
   // Brings the memory of drained fast-path processes back, from wherever it is: their own

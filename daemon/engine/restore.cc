@@ -1,7 +1,5 @@
 // The restore transaction (see engine.h for the steps and transaction.h for the rules).
 
-#include <sys/utsname.h>
-
 #include <algorithm>
 #include <atomic>
 
@@ -18,20 +16,12 @@
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
 #include "lib/base/poll.h"
+#include "lib/base/proc.h"
 #include "lib/base/status.h"
 #include "lib/base/subprocess.h"
 #include "lib/contract/archive.h"
 
 namespace cryo::engine {
-namespace {
-
-std::string Machine() {
-  struct utsname u;
-  if (::uname(&u) != 0) return "unknown";
-  return u.machine;
-}
-
-}  // namespace
 
 Transaction<RestoreState> Engine::RestoreSteps() {
   using S = RestoreState;
@@ -127,9 +117,10 @@ absl::Status Engine::ValidateRestore(RestoreState& s) {
     return absl::InvalidArgumentError(absl::StrCat(
         "checkpoint '", s.m.id, "' holds no GPU state: a GPU map has nothing to apply to"));
   }
-  if (s.m.arch != Machine()) {
+  if (s.m.arch != proc::MachineArch()) {
     return absl::FailedPreconditionError(absl::StrCat("checkpoint '", s.m.id, "' was taken on ",
-                                                      s.m.arch, ", this node is ", Machine()));
+                                                      s.m.arch, ", this node is ",
+                                                      proc::MachineArch()));
   }
   // CRIU reads images of older versions, not always of newer ones: refuse before anything is
   // touched rather than fail half-way through the restore.
@@ -322,7 +313,7 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
     }
     ropt.in_container = in;
   }
-  CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.m.gpu_processes, &ropt.extra_args, &ropt.env));
+  CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.m.gpu_processes, nullptr, &ropt.extra_args, &ropt.env));
   CRYO_ASSIGN_OR_RETURN(s.root, d_.criu->Restore(ropt, [&](pid_t criu_pid) {
     s.je.criu_pid = criu_pid;
     (void)d_.journal->Put(s.je);

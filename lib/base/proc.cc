@@ -1,5 +1,6 @@
 #include "lib/base/proc.h"
 
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -211,6 +212,16 @@ std::vector<std::string> ProcReader::MappedPaths(pid_t pid) const {
     out.emplace_back(line.substr(slash));
   }
   return out;
+}
+
+std::string KernelRelease() {
+  struct utsname u;
+  return ::uname(&u) == 0 ? u.release : "unknown";
+}
+
+std::string MachineArch() {
+  struct utsname u;
+  return ::uname(&u) == 0 ? u.machine : "unknown";
 }
 
 }  // namespace cryo::proc

@@ -73,4 +73,9 @@ class ProcReader {
   std::string root_;
 };
 
+// This machine's kernel release and architecture (uname), or "unknown": recorded in manifests,
+// compared at restore, shown by `cryo node`.
+std::string KernelRelease();
+std::string MachineArch();
+
 }  // namespace cryo::proc

@@ -223,6 +223,34 @@ TEST_F(EngineTest, GpuCheckpointRecordedAndRestoredWhenLeftRunning) {
   EXPECT_EQ(m->gpu["driver"], "fake");
 }
 
+TEST_F(EngineTest, WhatAPluginNeedsOfCriuRaisesTheJobsOptionsAndTheManifestSaysSo) {
+  Child job;
+  gpu_.use_gpu = true;
+  // The cuda plugin's answer for a job with NCCL loaded.
+  gpu_.criu_extras.args = {"--link-remap", "--ghost-limit", "256M", "--plugin-flag"};
+  CheckpointRequest small = Req(job.pid, "small", true);
+  small.criu.link_remap = false;
+  small.criu.ghost_limit = 1ull << 20;
+  ASSERT_TRUE(engine_->Checkpoint(small, op_).ok());
+  EXPECT_TRUE(criu_.last_dump.job.link_remap);
+  EXPECT_EQ(criu_.last_dump.job.ghost_limit, 256ull << 20);
+  EXPECT_EQ(criu_.last_dump.extra_args, std::vector<std::string>{"--plugin-flag"})
+      << "the typed options must not be passed a second time, raw";
+  auto m = store_->Get("small");
+  ASSERT_TRUE(m.ok());
+  EXPECT_TRUE(m->options.link_remap);
+  EXPECT_EQ(m->options.ghost_limit, 256ull << 20);
+
+  // A job that asked for more keeps what it asked for.
+  CheckpointRequest big = Req(job.pid, "big", true);
+  big.criu.ghost_limit = 1ull << 30;
+  ASSERT_TRUE(engine_->Checkpoint(big, op_).ok());
+  EXPECT_EQ(criu_.last_dump.job.ghost_limit, 1ull << 30);
+  m = store_->Get("big");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->options.ghost_limit, 1ull << 30);
+}
+
 TEST_F(EngineTest, RefusesBadTargetsBeforeTouchingAnything) {
   // A fake /proc with a kernel thread, a zombie and a tree that holds "cryod".
   TempDir p;

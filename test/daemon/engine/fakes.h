@@ -95,6 +95,10 @@ class FakeGpu : public gpu::NullGpuManager {
   absl::Status CheckCompatible(const nlohmann::json&, gpu::DeviceMap&) override {
     return compat_result;
   }
+  gpu::CriuExtras criu_extras;
+  absl::StatusOr<gpu::CriuExtras> CriuOptions(const std::vector<gpu::GpuProcess>&) override {
+    return criu_extras;
+  }
 };
 
 // A job: a child process that just sleeps.

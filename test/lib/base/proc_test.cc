@@ -1,6 +1,7 @@
 #include "lib/base/proc.h"
 
 #include <signal.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -74,4 +75,12 @@ TEST(Proc, ReadsARealProcess) {
 }
 
 }  // namespace
+TEST(Proc, KernelReleaseAndArchAreUnames) {
+  struct utsname u;
+  ASSERT_EQ(::uname(&u), 0);
+  EXPECT_EQ(KernelRelease(), u.release);
+  EXPECT_EQ(MachineArch(), u.machine);
+  EXPECT_NE(MachineArch(), "unknown");
+}
+
 }  // namespace cryo::proc
