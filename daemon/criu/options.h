@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "lib/contract/criu_annotations.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::criu {
@@ -26,7 +27,7 @@ namespace cryo::criu {
 // CRIU's own default ghost limit (1 MiB), and the most a node or request may ask for: the
 // contents of deleted files are copied into the images.
 inline constexpr uint64_t kCriuGhostLimit = 1ull << 20;
-inline constexpr uint64_t kMaxGhostLimit = 16ull << 30;
+inline constexpr uint64_t kMaxGhostLimit = contract::kMaxCriuGhostLimit;
 
 struct JobOptions {
   bool tcp_established = false;

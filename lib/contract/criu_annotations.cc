@@ -48,6 +48,11 @@ absl::StatusOr<CriuAnnotations> ParseCriuAnnotations(
       return absl::InvalidArgumentError(
           absl::StrCat("annotation ", Key(prefix, "criu-ghost-limit"), ": ", s.message()));
     }
+    if (bytes > kMaxCriuGhostLimit) {
+      return absl::InvalidArgumentError(absl::StrCat("annotation ", Key(prefix, "criu-ghost-limit"),
+                                                     ": '", *v, "' is above the most allowed (",
+                                                     human::Bytes(kMaxCriuGhostLimit), ")"));
+    }
     out.ghost_limit = bytes;
   }
   return out;

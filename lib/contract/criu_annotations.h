@@ -21,6 +21,10 @@
 
 namespace cryo::contract {
 
+// The largest ghost limit a node, a request or a pod may ask for: the contents of deleted files
+// are copied into every checkpoint's images.
+inline constexpr uint64_t kMaxCriuGhostLimit = 16ull << 30;
+
 struct CriuAnnotations {
   std::optional<bool> tcp_established;
   std::optional<bool> tcp_close;
@@ -33,7 +37,8 @@ struct CriuAnnotations {
 // The annotation keys (without prefix), in the order above.
 const std::vector<std::string>& CriuAnnotationKeys();
 
-// INVALID_ARGUMENT naming the annotation and what it wants.
+// INVALID_ARGUMENT naming the annotation and what it wants (a ghost limit above
+// kMaxCriuGhostLimit too: refused when the container is created, not at its first checkpoint).
 absl::StatusOr<CriuAnnotations> ParseCriuAnnotations(
     const std::map<std::string, std::string>& annotations, const std::string& prefix);
 

@@ -26,6 +26,13 @@ TEST(CriuAnnotationsTest, BadValuesNameTheAnnotation) {
   EXPECT_NE(a.status().message().find("cryo.dev/criu-skip-in-flight"), std::string::npos);
   a = ParseCriuAnnotations({{"cryo.dev/criu-ghost-limit", "lots"}}, "cryo.dev");
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  // Above the cap: refused when the pod's container is created, not at its first checkpoint.
+  a = ParseCriuAnnotations({{"cryo.dev/criu-ghost-limit", "32Gi"}}, "cryo.dev");
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("above the most allowed"), std::string::npos) << a.status();
+  a = ParseCriuAnnotations({{"cryo.dev/criu-ghost-limit", "16Gi"}}, "cryo.dev");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*a->ghost_limit, 16ull << 30);
 }
 
 }  // namespace
