@@ -146,7 +146,8 @@ class FileHasher {
 class Pinned {
  public:
   Pinned(const Driver& d, size_t bytes) : d_(d) {
-    if (d_.cuMemHostAlloc(&raw_, bytes + 4096, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS) {
+    result_ = d_.cuMemHostAlloc(&raw_, bytes + 4096, CU_MEMHOSTALLOC_PORTABLE);
+    if (result_ == CUDA_SUCCESS) {
       auto a = (reinterpret_cast<uintptr_t>(raw_) + 4095) & ~uintptr_t{4095};
       p_ = reinterpret_cast<char*>(a);
     } else {
@@ -159,9 +160,11 @@ class Pinned {
   Pinned(const Pinned&) = delete;
   Pinned& operator=(const Pinned&) = delete;
   char* get() const { return p_; }
+  CUresult result() const { return result_; }
 
  private:
   const Driver& d_;
+  CUresult result_ = CUDA_SUCCESS;
   void* raw_ = nullptr;
   char* p_ = nullptr;
 };
@@ -403,7 +406,9 @@ std::string Mover::CopyOut(int threads) {
   std::vector<std::unique_ptr<Pinned>> ring;
   for (int i = 0; i < cfg_.ring_slots; ++i) {
     ring.push_back(std::make_unique<Pinned>(d_, cfg_.ring_slot_bytes));
-    if (ring.back()->get() == nullptr) return "allocating the pinned staging buffers failed";
+    if (ring.back()->get() == nullptr) {
+      return Cuda(d_, "allocating the pinned staging buffers", ring.back()->result());
+    }
   }
   std::vector<Countdown> slot_busy(ring.size());
   std::vector<char> item_done(items.size(), 0);
@@ -541,7 +546,9 @@ std::string Mover::CopyInFromHost(int threads) {
   std::vector<std::unique_ptr<Pinned>> ring;
   for (int i = 0; i < 2; ++i) {
     ring.push_back(std::make_unique<Pinned>(d_, cfg_.ring_slot_bytes));
-    if (ring.back()->get() == nullptr) return "allocating the pinned staging buffers failed";
+    if (ring.back()->get() == nullptr) {
+      return Cuda(d_, "allocating the pinned staging buffers", ring.back()->result());
+    }
   }
   Pool pool(std::max(1, threads));
   CUcontext cur = plan_.front()->ctx;
@@ -600,13 +607,24 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
   auto reader = [&](int k) {
     GateGuard::MarkLibraryThread();
     std::string& err = errs[k];
-    if (!plan_.empty()) d_.cuCtxSetCurrent(plan_.front()->ctx);
+    if (static_cast<uint64_t>(k) >= units) {
+      // No part of the stream went to this file: nothing to read or pin buffers for (a process
+      // that owns nothing may have no context to pin them with).
+      struct stat st;
+      if (::fstat(fds[k], &st) == 0 && st.st_size != 0) {
+        err = "file " + std::to_string(k) + " holds " + std::to_string(st.st_size) +
+              " bytes, the drain wrote none";
+      }
+      (*sums)[k] = hashers[k]->Finish();
+      return;
+    }
+    d_.cuCtxSetCurrent(plan_.front()->ctx);
     constexpr int kBuffers = 3;
     std::vector<std::unique_ptr<Pinned>> bufs;
     for (int i = 0; i < kBuffers; ++i) {
       bufs.push_back(std::make_unique<Pinned>(d_, cfg_.read_bytes));
       if (bufs.back()->get() == nullptr) {
-        err = "allocating pinned read buffers failed";
+        err = Cuda(d_, "allocating pinned read buffers", bufs.back()->result());
         return;
       }
     }

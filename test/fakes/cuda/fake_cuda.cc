@@ -432,6 +432,8 @@ CUresult cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle h,
 }
 
 CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned int) {
+  // As the real driver: pinned memory belongs to a context, so the thread needs a current one.
+  if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   *p = aligned_alloc(4096, (bytes + 4095) & ~size_t{4095});
   return *p != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }

@@ -276,6 +276,33 @@ TEST_F(FastpathMoveTest, FilesCarryTheStoresChecksumsAndRefillFromThem) {
   Free(m);
 }
 
+TEST_F(FastpathMoveTest, AProcessThatOwnsNothingDrainsAndRefillsEmptyFiles) {
+  // A launcher that loaded the library and touched CUDA but holds no device memory of its own
+  // (seen: the parent of a PyTorch DDP job): nothing to copy, no context to pin buffers with.
+  std::vector<int> out = OpenFiles(2, O_WRONLY | O_CREAT | O_TRUNC);
+  DrainOptions opt;
+  opt.fds = out;
+  DrainResult r;
+  ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+  EXPECT_EQ(r.bytes, 0u);
+  SaveResult s;
+  Outcome o = mover_->FinishSave(&s);
+  ASSERT_TRUE(o.ok()) << o.error;
+  CloseAll(out);
+  ASSERT_EQ(s.files.size(), 2u);
+  EXPECT_EQ(s.files[0].size, 0u);
+
+  std::vector<int> in = OpenFiles(2, O_RDONLY);
+  RefillOptions ro;
+  ro.fds = in;
+  ro.expected = s.files;
+  RefillResult rr;
+  o = mover_->Refill(ro, &rr);
+  CloseAll(in);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_FALSE(gate_.shut());
+}
+
 TEST_F(FastpathMoveTest, ManyUnitsStripeOverTheFilesAndComeBackInOrder) {
   // 200 MiB: units of 64 MiB go to files 0, 1, 0, 1 (the last one 8 MiB).
   std::vector<CUdeviceptr> ps(5);
