@@ -214,6 +214,10 @@ torch_losses() {
   if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id torch >"$RES/torch.ckpt.json" 2>"$RES/torch.ckpt.err"; then
     result torch-losses FAIL "checkpoint: $(tail -2 "$RES/torch.ckpt.err")"; end_job "$tpid"; return
   fi
+  local fpwhy
+  if ! fpwhy=$(multi_fastpath_check "$RES/$name.ckpt.json"); then
+    result "$name" FAIL "$fpwhy"; end_job "$tpid"; "${CRYO[@]}" rm "$name" >/dev/null 2>&1; return
+  fi
   wait "$tpid" 2>/dev/null
   local at; at=$(wc -l <"$run")
   if ! "${CRYO[@]}" -o json restore torch >"$RES/torch.restore.json" 2>"$RES/torch.restore.err"; then
@@ -322,45 +326,63 @@ refuse_parts() {
 
 gpu_uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
 
+# The part's jobs run with MULTI_ENV added to their environment and its results are named with
+# MULTI_PREFIX: empty for part "multi" (the driver's path); part "fastpath-multi" (fastpath.sh)
+# runs the same tests with the fast-path library preloaded, and then each checkpoint must show
+# the bytes the library moved (multi_fastpath_check).
+MULTI_ENV=()
+MULTI_PREFIX=""
+
+# multi_fastpath_check JSON: empty when the driver's path is asked for or the fast path moved
+# the job's memory; else why not.
+multi_fastpath_check() {
+  [ ${#MULTI_ENV[@]} -eq 0 ] && return 0
+  local b; b=$(jget "$1" 'int(d.get("gpu_fastpath_bytes", 0))' 2>/dev/null)
+  [ "${b:-0}" -gt 0 ] && return 0
+  echo "the fast path moved nothing ($(head -c 200 "$1"))"
+  return 1
+}
+
 multi_parts() {
-  local n; n=$(nvidia-smi -L | wc -l)
+  local n P=$MULTI_PREFIX; n=$(nvidia-smi -L | wc -l)
   if [ "$n" -lt 2 ]; then
-    result multi-gpu SKIP "one GPU here: restore onto the other GPU, two GPUs in parallel and the NCCL DDP job need two"
+    result "${P}multi-gpu" SKIP "one GPU here: restore onto the other GPU, two GPUs in parallel and the NCCL DDP job need two"
     # What one GPU can show of the same paths: two jobs checkpointed at once (sharing the GPU),
     # and a 2-process CUDA job (DDP over gloo, both ranks on GPU 0) as one tree.
-    parallel_pair parallel-1-gpu 0 0 4
-    ddp_losses ddp-gloo-1-gpu --backend gloo --same-gpu
+    parallel_pair "${P}parallel-1-gpu" 0 0 4
+    ddp_losses "${P}ddp-gloo-1-gpu" --backend gloo --same-gpu
     return
   fi
   local u0 u1; u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
   local only=" ${CRYO_GPU_MULTI_TESTS:-other parallel ddp} "
   # Restore onto the other GPU.
-  JOB_ENV=(CUDA_VISIBLE_DEVICES=0)
-  if [[ "$only" == *" other "* ]] && start_job other --gib 8; then
-    local pid=$LOAD_PID
+  JOB_ENV=(CUDA_VISIBLE_DEVICES=0 "${MULTI_ENV[@]}")
+  if [[ "$only" == *" other "* ]] && start_job "${P}other" --gib 8; then
+    local pid=$LOAD_PID why=""
     wait_until 60 steps_past "$LOAD_STATUS" 10
-    if "${CRYO[@]}" checkpoint "$pid" --id other >/dev/null 2>"$RES/other.err"; then
+    if "${CRYO[@]}" -o json checkpoint "$pid" --id other >"$RES/${P}other.ckpt.json" 2>"$RES/${P}other.err" &&
+       why=$(multi_fastpath_check "$RES/${P}other.ckpt.json"); then
       wait "$pid" 2>/dev/null
-      if "${CRYO[@]}" -o json restore other --gpu-map "$u0=$u1" >"$RES/other.json" 2>"$RES/other.err2" &&
-         msg=$(verified_pass other "$LOAD_STATUS" 8); then
+      if "${CRYO[@]}" -o json restore other --gpu-map "$u0=$u1" >"$RES/${P}other.json" 2>"$RES/${P}other.err2" &&
+         msg=$(verified_pass "${P}other" "$LOAD_STATUS" 8); then
         local where; where=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', ' -v p="$pid" '$1==p {print $2}')
         if [ "$where" = "$u1" ]; then
-          result restore-other-gpu PASS "checkpointed on GPU 0, runs verified on GPU 1 ($u1)"
+          result "${P}restore-other-gpu" PASS "checkpointed on GPU 0, runs verified on GPU 1 ($u1)"
         else
-          result restore-other-gpu FAIL "restored job runs on '$where', not $u1"
+          result "${P}restore-other-gpu" FAIL "restored job runs on '$where', not $u1"
         fi
       else
-        result restore-other-gpu FAIL "$(head -c 400 "$RES/other.json") $(cat "$RES/other.err2") ${msg:-}"
+        result "${P}restore-other-gpu" FAIL "$(head -c 400 "$RES/${P}other.json") $(cat "$RES/${P}other.err2") ${msg:-}"
       fi
     else
-      result restore-other-gpu FAIL "checkpoint: $(tail -2 "$RES/other.err")"
+      result "${P}restore-other-gpu" FAIL "checkpoint: $(tail -2 "$RES/${P}other.err") $why"
     fi
     end_job "$pid"
     "${CRYO[@]}" rm other >/dev/null 2>&1
   fi
   JOB_ENV=()
-  [[ "$only" == *" ddp "* ]] && ddp_losses ddp-2-ranks
-  [[ "$only" == *" parallel "* ]] && parallel_pair parallel-2-gpus 0 1 8
+  [[ "$only" == *" ddp "* ]] && ddp_losses "${P}ddp-2-ranks"
+  [[ "$only" == *" parallel "* ]] && parallel_pair "${P}parallel-2-gpus" 0 1 8
   return 0
 }
 
@@ -368,8 +390,8 @@ multi_parts() {
 # alone. On two GPUs the copies must not wait for each other; on one they share it.
 parallel_pair() {
   local name=$1 ga=$2 gb=$3 gib=$4
-  JOB_ENV=("CUDA_VISIBLE_DEVICES=$ga"); start_job "$name-a" --gib "$gib"; local p0=$LOAD_PID s0=$LOAD_STATUS
-  JOB_ENV=("CUDA_VISIBLE_DEVICES=$gb"); start_job "$name-b" --gib "$gib"; local p1=$LOAD_PID s1=$LOAD_STATUS
+  JOB_ENV=("CUDA_VISIBLE_DEVICES=$ga" "${MULTI_ENV[@]}"); start_job "$name-a" --gib "$gib"; local p0=$LOAD_PID s0=$LOAD_STATUS
+  JOB_ENV=("CUDA_VISIBLE_DEVICES=$gb" "${MULTI_ENV[@]}"); start_job "$name-b" --gib "$gib"; local p1=$LOAD_PID s1=$LOAD_STATUS
   JOB_ENV=()
   wait_until 60 steps_past "$s0" 10; wait_until 60 steps_past "$s1" 10
   local t0 one both
@@ -386,11 +408,15 @@ parallel_pair() {
   local va vb
   va=$(verified_pass "$name-a" "$s0" "$gib") && vb=$(verified_pass "$name-b" "$s1" "$gib")
   local verified=$?
+  local fp=""
+  fp=$(multi_fastpath_check "$RES/$name-a.json") && fp=$(multi_fastpath_check "$RES/$name-b.json") || verified=1
+  # The GPU's share: the driver's copy, or the fast path's drain (the stage that frees the GPU).
+  local st=gpu_checkpoint; [ ${#MULTI_ENV[@]} -gt 0 ] && st=gpu_drain
   if [ $r1 -eq 0 ] && [ $ra -eq 0 ] && [ $rb -eq 0 ] && [ $verified -eq 0 ]; then
-    result "$name" PASS "GPUs $ga and $gb, $gib GiB each: one job ${one} ms; two at once ${both} ms (ratio $(python3 -c "print(round($both/$one, 2))")); device->host $(jget "$RES/$name-one.json" 'd["stage_ms"]["gpu_checkpoint"]') ms alone, $(jget "$RES/$name-a.json" 'd["stage_ms"]["gpu_checkpoint"]') and $(jget "$RES/$name-b.json" 'd["stage_ms"]["gpu_checkpoint"]') ms together; both jobs verified every word after"
+    result "$name" PASS "GPUs $ga and $gb, $gib GiB each: one job ${one} ms; two at once ${both} ms (ratio $(python3 -c "print(round($both/$one, 2))")); $st $(jget "$RES/$name-one.json" "d['stage_ms']['$st']") ms alone, $(jget "$RES/$name-a.json" "d['stage_ms']['$st']") and $(jget "$RES/$name-b.json" "d['stage_ms']['$st']") ms together; both jobs verified every word after"
     echo "{\"gpus\": \"$ga $gb\", \"gib\": $gib, \"one_ms\": $one, \"both_ms\": $both}" >"$RES/$name.json"
   else
-    result "$name" FAIL "rc $r1/$ra/$rb: $(head -c 200 "$RES/$name-a.json") $(head -c 200 "$RES/$name-b.json") ${va:-} ${vb:-}"
+    result "$name" FAIL "rc $r1/$ra/$rb: $(head -c 200 "$RES/$name-a.json") $(head -c 200 "$RES/$name-b.json") ${va:-} ${vb:-} $fp"
   fi
   end_job "$p0"; end_job "$p1"
   for id in par-one par-a par-b; do "${CRYO[@]}" rm "$id" >/dev/null 2>&1; done
@@ -414,7 +440,9 @@ ddp_losses() {
   export USE_LIBUV=0 UV_USE_IO_URING=0
   setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29561 "$@" </dev/null >"$RES/$name.ref.log" 2>&1
   grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/$name.ref.log")"; return; }
-  setsid $py "$src" --steps "$steps" --out "$run" --port 29562 "$@" </dev/null >"$RES/$name.run.log" 2>&1 &
+  # The reference runs without MULTI_ENV (the fast-path library): the library must not change
+  # a single loss either.
+  env "${MULTI_ENV[@]}" setsid $py "$src" --steps "$steps" --out "$run" --port 29562 "$@" </dev/null >"$RES/$name.run.log" 2>&1 &
   local tpid=$!
   PIDS+=("$tpid")
   local mid=$(( steps / 3 ))
@@ -428,6 +456,10 @@ ddp_losses() {
     local dlog; dlog=$(grep -o 'log: [^"]*dump.log' "$RES/$name.ckpt.json" | cut -c6-)
     [ -n "$dlog" ] && cp "$dlog" "$RES/$name.dump.log"
     result "$name" FAIL "checkpoint: $(head -c 400 "$RES/$name.ckpt.json")"; end_job "$tpid"; return
+  fi
+  local fpwhy
+  if ! fpwhy=$(multi_fastpath_check "$RES/$name.ckpt.json"); then
+    result "$name" FAIL "$fpwhy"; end_job "$tpid"; "${CRYO[@]}" rm "$name" >/dev/null 2>&1; return
   fi
   wait "$tpid" 2>/dev/null
   local at; at=$(wc -l <"$run")

@@ -30,6 +30,13 @@
 #   fp-launch-overhead-T  ns per kernel launch with and without the library (empty kernels back
 #       to back on T threads: the worst case, a job that only launches)
 #
+# Part "fastpath-multi": part "multi" of cryod.sh with the library in every job (results named
+#   fp-...): on 2 GPUs fp-parallel-2-gpus (two 8 GiB jobs, one per GPU, checkpointed at once
+#   against one alone; goal: at most 1.1x), fp-restore-other-gpu (checkpointed on GPU 0, restored
+#   with --gpu-map onto GPU 1, every word verified), fp-ddp-2-ranks (NCCL DDP, 2 ranks, losses
+#   bit-identical to a run without the library); on one GPU fp-parallel-1-gpu, fp-ddp-gloo-1-gpu.
+#   Each checkpoint must show bytes moved by the fast path.
+#
 # Env: CRYO_GPU_FP_SIZES (GiB, default "1 8"), CRYO_GPU_FP_WRITERS (files per process, default 4),
 # CRYO_GPU_FP_THREADS (copy threads, default nproc), CRYO_GPU_FP_CRIU_GIB (default 8),
 # CRYO_GPU_FP_BENCH_SIZES (part fastpath, default "1 8 32"), CRYO_GPU_FP_COMPARE (default 1),
@@ -351,5 +358,15 @@ run_fastpath_parts() {
     fi
     fp_launch_overhead
     fp_table ;;
+  esac
+  case " $PARTS " in *" fastpath-multi "*)
+    # Part "multi" (cryod.sh) again, every job with the library: two GPUs drained and
+    # checkpointed at once against one alone, a restore onto the other GPU, the NCCL DDP job;
+    # on one GPU, the one-GPU forms.
+    [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result fastpath-multi SKIP "bundle has no cryod or CRIU"; return; }
+    [ -n "$CRYOD_PID" ] || start_cryod || { result fastpath-multi FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }
+    MULTI_ENV=("LD_PRELOAD=$FPLIB") MULTI_PREFIX="fp-"
+    multi_parts
+    MULTI_ENV=() MULTI_PREFIX="" ;;
   esac
 }
