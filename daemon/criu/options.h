@@ -46,19 +46,8 @@ struct JobOptions {
 };
 
 // What a request or a container's annotations ask for; unset fields take the node's default.
-struct OptionOverrides {
-  std::optional<bool> tcp_established;
-  std::optional<bool> tcp_close;
-  std::optional<bool> skip_in_flight;
-  std::optional<bool> link_remap;
-  std::optional<uint64_t> ghost_limit;
-  std::optional<bool> ext_unix_sk;
-
-  bool empty() const {
-    return !tcp_established && !tcp_close && !skip_in_flight && !link_remap && !ghost_limit &&
-           !ext_unix_sk;
-  }
-};
+// One type with the pod annotations' (lib/contract), so that they carry over as they are.
+using OptionOverrides = contract::CriuAnnotations;
 
 // A node's defaults for every job (cryod's config). tcp_established "auto": on for containers
 // with a network namespace of their own (nothing outside sees their connections), off otherwise.
