@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cri-shim/opt_in.h"
+#include "lib/base/json.h"
 #include "lib/contract/annotations.h"
 #include "lib/contract/criu_annotations.h"
 #include "lib/contract/labels.h"
@@ -29,7 +30,8 @@ absl::StatusOr<runtime::v1::ContainerStatusResponse> ContainerStatusOf(CallConte
 int InitPid(const runtime::v1::ContainerStatusResponse& r) {
   auto it = r.info().find("info");
   if (it == r.info().end()) return 0;
-  nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
+  auto parsed = json::Parse(it->second, {4u << 20, 64});  // the runtime's answer: bounded too
+  nlohmann::json j = parsed.ok() ? std::move(*parsed) : nlohmann::json();
   if (!j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer()) return 0;
   return j["pid"].get<int>();
 }

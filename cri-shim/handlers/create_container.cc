@@ -25,6 +25,7 @@
 #include "cri-shim/handlers/handlers.h"
 #include "cri-shim/metrics.h"
 #include "cri-shim/opt_in.h"
+#include "lib/base/json.h"
 #include "lib/base/log.h"
 #include "lib/contract/checkpoint_image.h"
 #include "lib/contract/criu_annotations.h"
@@ -68,7 +69,8 @@ absl::StatusOr<std::vector<std::string>> EffectiveArgv(CallContext& ctx,
     if (!s.ok()) return FromGrpc(s);
     nlohmann::json info;
     if (auto it = resp.info().find("info"); it != resp.info().end()) {
-      info = nlohmann::json::parse(it->second, nullptr, false);
+      auto parsed = json::Parse(it->second, {4u << 20, 64});
+      if (parsed.ok()) info = std::move(*parsed);
     }
     nlohmann::json image_config;
     if (info.is_object() && info.contains("imageSpec") && info["imageSpec"].is_object()) {

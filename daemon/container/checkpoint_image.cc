@@ -14,6 +14,7 @@
 #include "absl/strings/strip.h"
 #include "daemon/store/checksum.h"
 #include "lib/base/fs.h"
+#include "lib/base/json.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 #include "lib/contract/archive.h"
@@ -213,7 +214,8 @@ absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& im
     return Annotate(st, absl::StrCat(name, " is damaged, refusing it"));
   }
   if (!files.config_dump.empty()) {
-    nlohmann::json c = nlohmann::json::parse(files.config_dump, nullptr, false);
+    auto parsed = json::Parse(files.config_dump, {4u << 20, 64});
+    nlohmann::json c = parsed.ok() ? std::move(*parsed) : nlohmann::json();
     if (c.is_object() && c.contains("rootfsImageName") && c["rootfsImageName"].is_string()) {
       out.rootfs_image = c["rootfsImageName"].get<std::string>();
     }

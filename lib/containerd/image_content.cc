@@ -9,6 +9,7 @@
 #include "containerd/v1/content.grpc.pb.h"
 #include "containerd/v1/images.grpc.pb.h"
 #include "lib/base/grpc_status.h"
+#include "lib/base/json.h"
 #include "lib/base/status.h"
 #include "nlohmann/json.hpp"
 
@@ -51,8 +52,12 @@ void AddStrings(const nlohmann::json& obj, std::map<std::string, std::string>* o
   }
 }
 
+// Manifests, indexes and configs are small; a blob past these is not one.
+constexpr json::Limits kBlobLimits{4u << 20, 64};
+
 absl::StatusOr<nlohmann::json> ParseJson(const std::string& data, const Blob& b) {
-  nlohmann::json j = nlohmann::json::parse(data, nullptr, false);
+  auto parsed = json::Parse(data, kBlobLimits);
+  nlohmann::json j = parsed.ok() ? std::move(*parsed) : nlohmann::json();
   if (!j.is_object()) {
     return absl::DataLossError(
         absl::StrCat("blob ", b.digest, " (", b.media_type, ") is not a JSON object"));
@@ -199,7 +204,8 @@ absl::Status FillManifest(const Blob& target,
   Blob config = BlobOf(j.value("config", nlohmann::json()));
   if (!config.digest.empty()) {
     CRYO_ASSIGN_OR_RETURN(std::string cdata, read(config));
-    nlohmann::json c = nlohmann::json::parse(cdata, nullptr, false);
+    auto parsed = json::Parse(cdata, kBlobLimits);
+    nlohmann::json c = parsed.ok() ? std::move(*parsed) : nlohmann::json();
     if (c.is_object() && c.contains("config") && c["config"].is_object()) {
       AddStrings(c["config"].value("Labels", nlohmann::json()), &m->config_labels);
     }

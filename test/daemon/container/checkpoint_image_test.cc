@@ -247,5 +247,16 @@ TEST(FillManifest, ReadsAnnotationsLayersAndConfigLabelsThroughAnIndex) {
 #endif
 }
 
+// An image's blobs come from a registry: nesting past any real manifest is refused as damage,
+// cheaply, never parsed.
+TEST(FillManifest, ADeeplyNestedBlobIsDamageNotACrash) {
+  const std::string deep = "{\"a\":" + std::string(200000, '[') + std::string(200000, ']') + "}";
+  containerd::ImageManifest m;
+  absl::Status st = containerd::FillManifest(
+      {"application/vnd.oci.image.manifest.v1+json", "sha256:man", 1},
+      [&](const containerd::Blob&) -> absl::StatusOr<std::string> { return deep; }, &m);
+  EXPECT_EQ(st.code(), absl::StatusCode::kDataLoss) << st;
+}
+
 }  // namespace
 }  // namespace cryo::container
