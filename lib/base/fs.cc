@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/status.h"
@@ -25,13 +26,17 @@ std::string Join(absl::string_view a, absl::string_view b) {
   return absl::StrCat(a, "/", b);
 }
 
+constexpr size_t kReadChunk = 64 << 10;
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
   std::string out;
-  char buf[65536];
+  // On the heap: these run on threads with small stacks too (the HTTP server's).
+  std::vector<char> chunk(kReadChunk);
+  char* buf = chunk.data();
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
+    ssize_t n = ::read(fd, buf, chunk.size());
     if (n < 0) {
       if (errno == EINTR) continue;
       int e = errno;
@@ -354,9 +359,10 @@ absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uin
         absl::StrCat(display, " is larger than ", max_bytes, " bytes"));
   }
   std::string out;
-  char buf[65536];
+  std::vector<char> chunk(kReadChunk);
+  char* buf = chunk.data();
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof(buf));
+    ssize_t n = ::read(fd, buf, chunk.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int e = errno;
