@@ -26,28 +26,10 @@ std::string Join(absl::string_view a, absl::string_view b) {
   return absl::StrCat(a, "/", b);
 }
 
-constexpr size_t kReadChunk = 64 << 10;
-
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
-  std::string out;
-  // On the heap: these run on threads with small stacks too (the HTTP server's).
-  std::vector<char> chunk(kReadChunk);
-  char* buf = chunk.data();
-  for (;;) {
-    ssize_t n = ::read(fd, buf, chunk.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      return ErrnoStatus(e, absl::StrCat("read ", path));
-    }
-    if (n == 0) break;
-    out.append(buf, n);
-  }
-  ::close(fd);
-  return out;
+  return ReadOpenFile(fd, path, UINT64_MAX);
 }
 
 absl::Status FsyncPath(const std::string& path) {
@@ -351,6 +333,8 @@ absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const st
   return ReadOpenFile(fd, Join(root, rel), max_bytes);
 }
 
+constexpr size_t kReadChunk = 64 << 10;
+
 absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uint64_t max_bytes) {
   struct stat st;
   if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) > max_bytes) {
@@ -359,6 +343,7 @@ absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uin
         absl::StrCat(display, " is larger than ", max_bytes, " bytes"));
   }
   std::string out;
+  // On the heap: this runs on threads with small stacks too (the HTTP server's).
   std::vector<char> chunk(kReadChunk);
   char* buf = chunk.data();
   for (;;) {
