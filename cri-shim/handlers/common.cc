@@ -6,10 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cri-shim/opt_in.h"
-#include "lib/base/json.h"
 #include "lib/contract/annotations.h"
 #include "lib/contract/criu_annotations.h"
 #include "lib/contract/labels.h"
+#include "lib/cri/verbose_info.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::shim {
@@ -30,7 +30,7 @@ absl::StatusOr<runtime::v1::ContainerStatusResponse> ContainerStatusOf(CallConte
 int InitPid(const runtime::v1::ContainerStatusResponse& r) {
   auto it = r.info().find("info");
   if (it == r.info().end()) return 0;
-  auto parsed = json::Parse(it->second, {4u << 20, 64});  // the runtime's answer: bounded too
+  auto parsed = json::Parse(it->second, kCriVerboseInfoLimits);
   nlohmann::json j = parsed.ok() ? std::move(*parsed) : nlohmann::json();
   if (!j.is_object() || !j.contains("pid") || !j["pid"].is_number_integer()) return 0;
   return j["pid"].get<int>();

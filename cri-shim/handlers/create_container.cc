@@ -25,12 +25,12 @@
 #include "cri-shim/handlers/handlers.h"
 #include "cri-shim/metrics.h"
 #include "cri-shim/opt_in.h"
-#include "lib/base/json.h"
 #include "lib/base/log.h"
 #include "lib/contract/checkpoint_image.h"
 #include "lib/contract/criu_annotations.h"
 #include "lib/contract/cryo_init_protocol.h"
 #include "lib/contract/labels.h"
+#include "lib/cri/verbose_info.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::shim {
@@ -69,7 +69,7 @@ absl::StatusOr<std::vector<std::string>> EffectiveArgv(CallContext& ctx,
     if (!s.ok()) return FromGrpc(s);
     nlohmann::json info;
     if (auto it = resp.info().find("info"); it != resp.info().end()) {
-      auto parsed = json::Parse(it->second, {4u << 20, 64});
+      auto parsed = json::Parse(it->second, kCriVerboseInfoLimits);
       if (parsed.ok()) info = std::move(*parsed);
     }
     nlohmann::json image_config;

@@ -8,6 +8,7 @@
 #include "lib/base/json.h"
 #include "lib/base/status.h"
 #include "lib/cri/cri_api.h"
+#include "lib/cri/verbose_info.h"
 
 namespace cryo::runtime {
 namespace {
@@ -15,7 +16,6 @@ namespace {
 namespace cri = ::runtime::v1;
 
 // The OCI spec is the large part; a runtime has no reason to send more.
-constexpr size_t kMaxVerboseInfoBytes = 4u << 20;
 
 absl::Status FromGrpc(const grpc::Status& s, const std::string& what) {
   return Annotate(cryo::FromGrpc(s), what);
@@ -137,7 +137,7 @@ class CriRuntime final : public ContainerRuntime {
 }  // namespace
 
 absl::Status ParseVerboseInfo(absl::string_view info, ContainerInfo* c) {
-  CRYO_ASSIGN_OR_RETURN(nlohmann::json j, json::Parse(info, {kMaxVerboseInfoBytes, 64}));
+  CRYO_ASSIGN_OR_RETURN(nlohmann::json j, json::Parse(info, kCriVerboseInfoLimits));
   if (!j.is_object()) return absl::InvalidArgumentError("not a JSON object");
   json::Fields f(j, "info");
   CRYO_RETURN_IF_ERROR(f.Int("pid", &c->pid));
