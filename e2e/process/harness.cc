@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -15,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "lib/base/proc.h"
 #include "lib/base/subprocess.h"
 
 namespace cryo::e2e {
@@ -262,16 +262,12 @@ char Workload::State() const {
 bool Workload::IsThisJob() const {
   // Our child (its pid cannot be reused before we reap it), or a restored job: same pid, no
   // longer our child, with its status file open again.
-  std::string st = Slurp("/proc/" + std::to_string(pid_) + "/stat");
-  auto p = st.rfind(')');
-  if (p == std::string::npos) return false;
-  int ppid = 0;
-  if (std::sscanf(st.c_str() + p + 1, " %*c %d", &ppid) == 1 && ppid == ::getpid()) return true;
-  std::error_code ec;
-  for (const auto& e :
-       std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/fd", ec)) {
-    std::error_code lec;
-    if (std::filesystem::read_symlink(e.path(), lec).string() == status_) return true;
+  proc::ProcReader r;
+  auto info = r.Read(pid_);
+  if (!info.ok()) return false;
+  if (info->ppid == ::getpid()) return true;
+  for (const std::string& target : r.FdTargets(pid_)) {
+    if (target == status_) return true;
   }
   return false;
 }
