@@ -604,17 +604,20 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
   const uint64_t units = stripe_ == 0 ? 0 : (total_ + stripe_ - 1) / stripe_;
   // Per file, a reader keeps the disk busy (direct I/O into a few pinned buffers) while a second
   // thread hashes each buffer and copies it to the GPU: neither waits for the other's work.
+  // A file must hold exactly what the drain wrote to it: nothing appended, nothing cut.
+  auto size_error = [&](int k, uint64_t written) -> std::string {
+    struct stat st;
+    if (::fstat(fds[k], &st) != 0 || static_cast<uint64_t>(st.st_size) == written) return "";
+    return "file " + std::to_string(k) + " holds " + std::to_string(st.st_size) +
+           " bytes, the drain wrote " + std::to_string(written);
+  };
   auto reader = [&](int k) {
     GateGuard::MarkLibraryThread();
     std::string& err = errs[k];
     if (static_cast<uint64_t>(k) >= units) {
       // No part of the stream went to this file: nothing to read or pin buffers for (a process
       // that owns nothing may have no context to pin them with).
-      struct stat st;
-      if (::fstat(fds[k], &st) == 0 && st.st_size != 0) {
-        err = "file " + std::to_string(k) + " holds " + std::to_string(st.st_size) +
-              " bytes, the drain wrote none";
-      }
+      err = size_error(k, 0);
       (*sums)[k] = hashers[k]->Finish();
       return;
     }
@@ -720,12 +723,7 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
     cv.notify_all();
     consumer.join();
     if (err.empty()) err = consumer_err;
-    struct stat st;
-    if (err.empty() && ::fstat(fds[k], &st) == 0 &&
-        static_cast<uint64_t>(st.st_size) != file_size) {
-      err = "file " + std::to_string(k) + " holds " + std::to_string(st.st_size) +
-            " bytes, the drain wrote " + std::to_string(file_size);
-    }
+    if (err.empty()) err = size_error(k, file_size);
     (*sums)[k] = hashers[k]->Finish();
   };
   std::vector<std::thread> ts;
