@@ -15,7 +15,10 @@ struct Config {
   std::string config_file;  // empty: /etc/cryo/cryod.json if it exists
   std::string socket = "/run/cryo/cryod.sock";
   std::string state_dir = "/var/lib/cryo";
-  std::string store;                               // empty: <state_dir>/store
+  std::string store;  // empty: <state_dir>/store
+  // The key manifests are signed with (created when absent). Nodes that restore each other's
+  // process-mode checkpoints share it; empty: <state_dir>/signing.key.
+  std::string signing_key_file;
   std::string node_name;                           // empty: the host name
   std::string criu;                                // empty: search PATH
   bool criu_hw_breakpoints = false;                // see criu::CriuConfig::hw_breakpoints

@@ -34,6 +34,7 @@
 #include "daemon/metrics/metrics.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/grpc_service.h"
+#include "daemon/store/signature.h"
 #include "daemon/store/store.h"
 #include "daemon/termination/watcher.h"
 #include "lib/base/fs.h"
@@ -68,6 +69,7 @@ struct State {
   std::unique_ptr<criu::Criu> criu;
   std::unique_ptr<store::CheckpointStore> store;
   std::unique_ptr<journal::Journal> journal;
+  std::string signing_key;
   std::unique_ptr<gpu::GpuManager> gpu;
   std::unique_ptr<gpu::Fastpath> fastpath;
   std::unique_ptr<runtime::ContainerRuntime> runtime;
@@ -217,6 +219,9 @@ const std::vector<Step>& StartSteps() {
          auto j = journal::Journal::Open(fs::Join(st.config.state_dir, "journal"));
          if (!j.ok()) return Fatal("journal", j.status());
          st.journal = std::move(*j);
+         auto key = store::LoadOrCreateSigningKey(st.config.signing_key_file);
+         if (!key.ok()) return Fatal("signing key", key.status());
+         st.signing_key = *std::move(key);
          CRYO_LOG(Info) << "store " << st.config.store << ", state " << st.config.state_dir;
          return Result::kOk;
        }},
@@ -249,7 +254,14 @@ const std::vector<Step>& StartSteps() {
          });
          const criu::Criu* criu = st.criu.get();
          const uint64_t min_free = static_cast<uint64_t>(st.config.health_min_free_mb) << 20;
-         routes.Exact("/healthz", [store, criu, min_free] {
+         // Not ready until the journal's interrupted operations are finished or undone (step
+         // "recover"): the socket is not served before then either.
+         const std::atomic<ApiView*>* ready = &st.api_engine;
+         routes.Exact("/healthz", [store, criu, min_free, ready] {
+           if (ready->load(std::memory_order_acquire) == nullptr) {
+             return HealthResponse(absl::UnavailableError(
+                 "cryod is recovering the operations its last run left in flight"));
+           }
            return HealthResponse(CheckHealth(*store, *criu, min_free));
          });
          // The engine comes later (step "recover"): the API answers 503 until then.
@@ -283,6 +295,7 @@ const std::vector<Step>& StartSteps() {
          engine::EngineConfig ec;
          ec.node_name = st.config.node_name;
          ec.state_dir = st.config.state_dir;
+         ec.signing_key = st.signing_key;
          ec.pid_wait_timeout = absl::Milliseconds(st.config.pid_wait_timeout_ms);
          ec.gpu_lock_timeout = absl::Milliseconds(st.config.gpu_lock_timeout_ms);
          ec.incomplete_ttl = absl::Seconds(st.config.incomplete_ttl_s);
@@ -397,6 +410,8 @@ void Teardown(State& st) {
     st.collector.join();
   }
   st.listener.reset();
+  // Imports run on the gRPC handler's thread, outside the runner: they stop at their next check.
+  if (st.engine) st.engine->Stop();
   // Refuses new operations at once, lets running ones finish within the grace, then cancels
   // them (each rolls back or, past its publish, finishes) and joins every thread: nothing runs
   // on the engine once this returns.

@@ -13,6 +13,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/validate.h"
+#include "daemon/store/signature.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
@@ -162,6 +163,7 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   }
   s.je.tasks = jobs_.TasksOf(s.tree);
   s.je.container_init_pid = s.ctr ? s.ctr->init_pid : 0;
+  CRYO_ASSIGN_OR_RETURN(s.credentials, LiveCredentials(s.tree));
   // CRIU refuses a tree whose session or group leader is outside it unless told it is a shell
   // job (started from a terminal); that is what the user means, so say it for them.
   const bool own_netns = s.ctr && !d_.proc->Link(s.ctr->init_pid, "ns/net").empty() &&
@@ -179,6 +181,26 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
     CRYO_ASSIGN_OR_RETURN(s.fast, d_.fastpath->Find(s.pids));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<criu::CredentialCeiling> Engine::LiveCredentials(
+    const std::vector<proc::ProcInfo>& tree) {
+  std::vector<criu::TaskCredentials> all;
+  for (const auto& p : tree) {
+    for (pid_t t : d_.proc->Threads(p.pid)) {
+      auto c = criu::ReadLiveCredentials(*d_.proc, p.pid, t == p.pid ? 0 : t);
+      // A thread that ended since the tree was read holds nothing any more.
+      if (absl::IsNotFound(c.status())) continue;
+      CRYO_RETURN_IF_ERROR(c.status());
+      all.push_back(*std::move(c));
+    }
+  }
+  if (all.empty()) {
+    return absl::NotFoundError(absl::StrCat("pid ", tree.front().pid,
+                                            " ended before its "
+                                            "credentials could be read"));
+  }
+  return criu::CeilingOf(all);
 }
 
 absl::Status Engine::StageCheckpoint(CheckpointState& s) {
@@ -364,6 +386,7 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
     m.gpu_processes = s.gpu;
   }
   m.gpu_fastpath = s.fast;
+  m.credentials = s.credentials;
   if (s.ctr) m.container = container::SectionOf(*s.ctr, d_.runtime->name());
   // Before the publish step's deadline check, so a test can let the deadline pass here.
   hooks_.At("before-publish");
@@ -374,6 +397,7 @@ absl::Status Engine::Publish(CheckpointState& s) {
   // The manifest records the stages up to here; the result also has publish and finish.
   s.clock->End();
   s.manifest.stage_ms = s.clock->ms();
+  s.manifest.signature = store::SignManifest(s.manifest, signing_key_);
   s.clock->Begin(Stage::kPublish, s.manifest.TotalBytes());
   CRYO_RETURN_IF_ERROR(
       Annotate(s.staged->Publish(s.manifest), absl::StrCat("publishing checkpoint ", s.id)));

@@ -1,12 +1,15 @@
 #include "daemon/engine/engine.h"
 
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/container/target.h"
 #include "daemon/engine/states.h"
 #include "lib/base/fs.h"
@@ -22,6 +25,15 @@ Engine::Engine(EngineConfig cfg, EngineDeps deps)
     : cfg_(std::move(cfg)), d_(deps), jobs_(d_.proc), hooks_(cfg_.test_hook_dir) {
   checkpoint_txn_ = std::make_unique<Transaction<CheckpointState>>(CheckpointSteps());
   restore_txn_ = std::make_unique<Transaction<RestoreState>>(RestoreSteps());
+  signing_key_ = cfg_.signing_key;
+  if (signing_key_.empty()) {
+    signing_key_.resize(32);
+    if (::getrandom(signing_key_.data(), signing_key_.size(), 0) != 32) {
+      // Unguessable is what matters; the clock and the address space will do for tests.
+      signing_key_ = absl::StrCat(absl::ToUnixNanos(absl::Now()), "/",
+                                  reinterpret_cast<uintptr_t>(this), "/", ::getpid());
+    }
+  }
   // containerd serves its image API on the CRI socket: checkpoint images are read there unless
   // the caller gave a reader (tests).
   if (d_.images == nullptr && d_.runtime != nullptr) {

@@ -9,13 +9,15 @@
 //   checkpoint: validate -> stage -> gpu_drain -> gpu_lock -> gpu_checkpoint -> gpu_save ->
 //               dump -> rootfs -> resume_early -> gpu_resume -> gpu_refill -> manifest ->
 //               publish (commit) -> finish -> export
-//   restore:    validate -> init_handshake -> check -> verify -> wait_pids -> journal ->
+//   restore:    validate -> init_handshake -> check -> verify -> credentials -> wait_pids ->
+//   journal ->
 //               rootfs -> criu_restore -> gpu_restore -> gpu_refill -> done (commit)
 // (gpu_drain, gpu_save and gpu_refill are the GPU fast path's: gpu_fastpath.cc.)
 
 #include <sys/types.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -29,6 +31,7 @@
 #include "absl/time/time.h"
 #include "daemon/container/runtime.h"
 #include "daemon/container/target.h"
+#include "daemon/criu/credentials.h"
 #include "daemon/criu/criu.h"
 #include "daemon/engine/job_control.h"
 #include "daemon/engine/operation.h"
@@ -78,6 +81,9 @@ struct EngineConfig {
   FastpathConfig fastpath;
   // Where the fast-path library is installed on this node (`cryo node` says whether it is).
   std::string fastpath_library;
+  // The key manifests are signed with (store/signature.h); empty: a random one for this
+  // Engine's lifetime (tests), so nothing it signed is restored in process mode by another.
+  std::string signing_key;
   // See test_hooks.h.
   std::string test_hook_dir;
   // Tests only: called before (`after` false) and after every step up to a commit; a non-OK
@@ -133,6 +139,8 @@ class Engine {
   absl::StatusOr<std::vector<CheckpointRecord>> List(const std::string& workload);
   absl::Status Delete(const std::string& id);
   NodeFacts Node();
+  // cryod is stopping: work outside the OperationRunner (image imports) ends at its next check.
+  void Stop() { stopping_.store(true); }
 
   const EngineConfig& config() const { return cfg_; }
   // The steps' names in order (tests, docs).
@@ -176,6 +184,7 @@ class Engine {
   absl::Status ValidateRestore(RestoreState& s);
   absl::Status CheckRestore(RestoreState& s);
   absl::Status Verify(RestoreState& s);
+  absl::Status CheckRestoreCredentials(RestoreState& s);
   absl::Status WaitPidsFree(RestoreState& s);
   absl::Status JournalRestore(RestoreState& s);
   absl::Status ApplyRootfs(RestoreState& s);
@@ -187,6 +196,8 @@ class Engine {
   void UndoCriuRestore(RestoreState& s);
 
   absl::Status ValidateTarget(pid_t pid, std::vector<proc::ProcInfo>* tree);
+  // The most the threads of `tree` hold now (from /proc).
+  absl::StatusOr<criu::CredentialCeiling> LiveCredentials(const std::vector<proc::ProcInfo>& tree);
   absl::StatusOr<container::ContainerTarget> Container(const std::string& id, bool restore);
   // The GPU plugins' CRIU arguments for these processes; `job` (a dump's options, or null)
   // takes those cryo types, the rest go to `args`.
@@ -201,6 +212,8 @@ class Engine {
 
   EngineConfig cfg_;
   EngineDeps d_;
+  std::string signing_key_;
+  std::atomic<bool> stopping_{false};
   std::unique_ptr<containerd::ImageContent> own_images_;
   JobControl jobs_;
   TestHooks hooks_;

@@ -12,6 +12,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/validate.h"
+#include "daemon/store/signature.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
@@ -35,11 +36,15 @@ Transaction<RestoreState> Engine::RestoreSteps() {
       {"init_handshake", Stage::kUnspecified, [](S&) { return absl::OkStatus(); },
        undo(&Engine::UndoInitHandshake)},
       {"check", Stage::kUnspecified, run(&Engine::CheckRestore), nullptr},
-      {"verify", Stage::kVerify, run(&Engine::Verify), nullptr},
+      // verify and criu_restore begin their stages themselves, with the bytes they read (begun
+      // here too, each restore counted them twice in cryo_stage_duration_seconds).
+      {"verify", Stage::kUnspecified, run(&Engine::Verify), nullptr},
+      // What the images would make the restored threads: never more than the target grants.
+      {"credentials", Stage::kUnspecified, run(&Engine::CheckRestoreCredentials), nullptr},
       {"wait_pids", Stage::kWaitPids, run(&Engine::WaitPidsFree), nullptr},
       {"journal", Stage::kUnspecified, run(&Engine::JournalRestore), nullptr},
       {"rootfs", Stage::kUnspecified, run(&Engine::ApplyRootfs), nullptr},
-      {"criu_restore", Stage::kRestore, run(&Engine::RunCriuRestore),
+      {"criu_restore", Stage::kUnspecified, run(&Engine::RunCriuRestore),
        undo(&Engine::UndoCriuRestore)},
       {"gpu_restore", Stage::kUnspecified, run(&Engine::RestoreGpus), nullptr},
       {"gpu_refill", Stage::kUnspecified, run(&Engine::RefillRestoredGpus), nullptr},
@@ -207,6 +212,44 @@ absl::Status Engine::Verify(RestoreState& s) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::CheckRestoreCredentials(RestoreState& s) {
+  const std::string images = fs::Join(s.dir, store::kImagesDir);
+  criu::CredentialCeiling ceiling;
+  std::string whose;
+  if (s.ctr) {
+    // The new container's cryo-init runs as the runtime set it up from the container's OCI
+    // spec (user, groups, capabilities, no_new_privs, seccomp, LSM label): that is the most the
+    // job may have. The checkpoint may come from a pod author's image, so nothing in it counts.
+    CRYO_RETURN_IF_ERROR(criu::CheckNoNamespaceImages(images));
+    CRYO_ASSIGN_OR_RETURN(criu::TaskCredentials init,
+                          criu::ReadLiveCredentials(*d_.proc, s.ctr->init_pid));
+    ceiling = criu::CeilingOf({init});
+    if (init.seccomp_mode == criu::kSeccompFilter) {
+      auto filters = criu::ReadSeccompFilters(s.ctr->init_pid);
+      if (!filters.ok()) {
+        return Annotate(filters.status(), "reading the container's seccomp filters");
+      }
+      ceiling.seccomp_filters = *std::move(filters);
+    }
+    whose = absl::StrCat("container ", s.ctr->info.name);
+  } else {
+    // What the job held when it was checkpointed, as the node that took it recorded and
+    // signed it: a store writer can neither raise it nor change the images it bounds.
+    CRYO_RETURN_IF_ERROR(store::VerifyManifestSignature(s.m, signing_key_));
+    if (!s.m.credentials) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("checkpoint '", s.m.id,
+                       "' records no credentials (field credentials), so nothing "
+                       "bounds what its images would restore: refused"));
+    }
+    ceiling = *s.m.credentials;
+    whose = "the job had when it was checkpointed";
+  }
+  CRYO_ASSIGN_OR_RETURN(auto threads, criu::ReadImageCredentials(images));
+  return Annotate(criu::CheckCredentials(threads, ceiling, whose),
+                  absl::StrCat("checkpoint '", s.m.id, "'"));
+}
+
 absl::Status Engine::WaitPidsFree(RestoreState& s) {
   const absl::Duration timeout = s.req.pid_wait_timeout > absl::ZeroDuration()
                                      ? s.req.pid_wait_timeout
@@ -294,6 +337,11 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   ropt.images_dir = fs::Join(s.dir, store::kImagesDir);
   ropt.work_dir = s.op_dir;
   ropt.job = s.m.options;
+  // CRIU may not finish (a broken image, a hung file system): the restore ends with its
+  // caller's deadline, its cancel or cryod's SIGTERM, and leaves nothing half-restored.
+  ropt.deadline = s.req.deadline;
+  Operation* op = s.op;
+  ropt.stop = [op] { return op->cancelled(); };
   if (s.ctr) {
     // The job's output pipes become the new container's, so its log goes on where kubelet
     // reads it; the new container's pipes are its cryo-init's fd 1 and 2.

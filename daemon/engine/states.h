@@ -65,6 +65,9 @@ struct CheckpointState {
   std::unique_ptr<Engine::Claim> claim;
   std::vector<gpu::GpuProcess> gpu;
   std::vector<gpu::FastpathProcess> fast;  // processes the fast path moves
+  // The most any of the job's threads holds (uids, capabilities, ...): recorded in the
+  // manifest, the bound of a process-mode restore.
+  criu::CredentialCeiling credentials;
 
   // gpu_drain, gpu_save: per fast-path process, its drain and its files.
   std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;

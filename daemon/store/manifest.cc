@@ -1,5 +1,7 @@
 #include "daemon/store/manifest.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/base/json.h"
@@ -50,6 +52,22 @@ absl::Status CheckBounds(const Manifest& m) {
   if (m.pids.size() > kMaxManifestTasks || m.tids.size() > kMaxManifestTasks) {
     return absl::InvalidArgumentError(
         absl::StrCat("more than ", kMaxManifestTasks, " pids or tids"));
+  }
+  // A restore refills each of these on a thread of its own, through the processes it restores.
+  if (m.gpu_fastpath.size() > kMaxManifestFastpath) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("more than ", kMaxManifestFastpath, " gpu_fastpath entries"));
+  }
+  std::set<int> pids(m.pids.begin(), m.pids.end()), seen;
+  for (const auto& f : m.gpu_fastpath) {
+    if ((!pids.count(f.ns_pid) && !pids.count(f.pid)) || !seen.insert(f.ns_pid).second) {
+      return absl::InvalidArgumentError(absl::StrCat("gpu_fastpath entry for pid ", f.ns_pid,
+                                                     " is not one process of the checkpoint"));
+    }
+    if (f.files < 0 || f.files > kMaxManifestFastpathFiles) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gpu_fastpath entry for pid ", f.ns_pid, " has ", f.files, " files"));
+    }
   }
   if (m.stage_ms.size() > kMaxManifestStages) {
     return absl::InvalidArgumentError(
@@ -153,6 +171,13 @@ absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
   } else if (container != nullptr) {
     return absl::InvalidArgumentError("a process checkpoint with a 'container' section");
   }
+  nlohmann::json creds;
+  CRYO_RETURN_IF_ERROR(f.Any("credentials", &creds));
+  if (!creds.is_null()) {
+    CRYO_ASSIGN_OR_RETURN(m.credentials, criu::CeilingFromJson(creds));
+  }
+  CRYO_RETURN_IF_ERROR(f.Str("signature", &m.signature));
+  if (m.signature.size() > 256) return absl::InvalidArgumentError("field 'signature' too long");
   if (m.root_pid <= 0) return absl::InvalidArgumentError("manifest has no root pid");
   return CheckBounds(m);
 }
@@ -218,6 +243,8 @@ std::string ManifestToJson(const Manifest& m) {
   j["gpu_processes"] = m.gpu_processes.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_processes);
   j["gpu_fastpath"] = m.gpu_fastpath.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_fastpath);
   j["container"] = m.container ? ContainerToJson(*m.container) : nlohmann::json();
+  if (m.credentials) j["credentials"] = criu::CeilingToJson(*m.credentials);
+  if (!m.signature.empty()) j["signature"] = m.signature;
   // Replace invalid UTF-8 (a command name is bytes) rather than throw.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/criu/credentials.h"
 #include "daemon/criu/options.h"
 #include "daemon/gpu/gpu_process.h"
 #include "nlohmann/json.hpp"
@@ -29,6 +30,9 @@ inline constexpr int kMaxManifestDepth = 32;
 // Per field of what every list shows (labels and workload: lib/base/limits.h).
 inline constexpr size_t kMaxManifestTasks = 1 << 16;
 inline constexpr size_t kMaxManifestStages = 64;
+// Fast-path processes of one checkpoint (each is one process of it), and files of each.
+inline constexpr size_t kMaxManifestFastpath = 1024;
+inline constexpr int kMaxManifestFastpathFiles = 64;
 inline constexpr size_t kMaxManifestField = 4096;
 
 enum class CheckpointKind { kProcess, kContainer };
@@ -88,6 +92,11 @@ struct Manifest {
   // Processes whose device memory the GPU fast path moved (its files are in `files`).
   std::vector<gpu::FastpathProcess> gpu_fastpath;
   std::optional<ContainerSection> container;  // container mode only
+  // The most the job's threads held when it was checkpointed (read from /proc by the node that
+  // took it): a process-mode restore runs nothing above it. Absent in older manifests.
+  std::optional<criu::CredentialCeiling> credentials;
+  // "hmac-sha256:<hex>" over everything above (store/signature.h); empty: unsigned.
+  std::string signature;
   // Store state, not in manifest.json: why a restore refused the checkpoint (empty: none did).
   std::string damaged;
 

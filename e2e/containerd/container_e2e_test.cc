@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <map>
 #include <string>
@@ -26,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "lib/base/subprocess.h"
 #include "nlohmann/json.hpp"
+#include "test/daemon/criu/craft_images.h"
 #include "test/daemon/termination/test_http_server.h"
 
 namespace cryo::e2e {
@@ -94,6 +96,7 @@ class ContainerModeE2e : public ContainerdE2e {
     p.pod_id = *pod_id;
     pods_.push_back({node, p.pod_id});
     cri::ContainerConfig config = MakeContainerConfig("counter", command);
+    if (container_tweak_) container_tweak_(&config);
     // kubelet labels every container with its pod.
     for (const char* k :
          {"io.kubernetes.pod.name", "io.kubernetes.pod.namespace", "io.kubernetes.pod.uid"}) {
@@ -168,6 +171,8 @@ class ContainerModeE2e : public ContainerdE2e {
 
   std::map<std::string, std::unique_ptr<CriClient>> clients_;
   std::vector<std::pair<std::string, std::string>> pods_;
+  // Applied to every container RunPod creates (its security context, say).
+  std::function<void(cri::ContainerConfig*)> container_tweak_;
 };
 
 const std::string kWorkload = "cryo-e2e.trainer.5e1f0c2a.counter";
@@ -215,7 +220,7 @@ TEST_F(ContainerModeE2e, CheckpointContainerWritesKubeletArchiveAndTheContainerR
   auto status_file = container::ReadArchiveFile(archive, "status");
   ASSERT_TRUE(status_file.ok());
   EXPECT_GT(nlohmann::json::parse(*status_file).value("CreatedAt", int64_t{0}), 1700000000000000000)
-      << "CreatedAt in nanoseconds (checkpointctl showed 1970 without it)";
+      << "CreatedAt in nanoseconds, as CRI-O writes it";
   auto status_dump = container::ReadArchiveFile(archive, "status.dump");
   ASSERT_TRUE(status_dump.ok());
   EXPECT_EQ(nlohmann::json::parse(*status_dump)["metadata"]["name"], "counter");
@@ -318,6 +323,71 @@ TEST_F(ContainerModeE2e, PreemptedContainerResumesOnAnotherNodeWhereItLeftOff) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->state(), cri::CONTAINER_EXITED);
   EXPECT_EQ(done->exit_code(), 42);
+}
+
+// A restored job gets at most what its new container grants (the OCI spec, as the runtime set up
+// the container's cryo-init). The pod drops every capability and sets no_new_privs. Its honest
+// checkpoint restores into a pod like it, but not into a pod that runs as uid 1000 (the job
+// ran as root). The next checkpoint, rewritten in the store to bring the job back with every
+// capability and no_new_privs off (checksums fixed, as a pod author's checkpoint image could
+// be built), is refused when the replacement starts: nothing runs, and the refusal names the
+// field.
+TEST_F(ContainerModeE2e, ARestoreGrantsNoMoreThanTheNewContainer) {
+  auto confine = [](cri::ContainerConfig* c) {
+    auto* sc = c->mutable_linux()->mutable_security_context();
+    sc->set_no_new_privs(true);
+    sc->mutable_capabilities()->add_drop_capabilities("ALL");
+  };
+  container_tweak_ = confine;
+  auto a = RunPod("node-a", "creds-src", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(WaitTicks(*a, 3));
+  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  auto list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 1u);
+  const std::string honest = list[0].checkpoint_id();
+  const int last = Ticks(a->log_path).back();
+
+  auto refused = [&](const std::string& pod, const std::string& id) -> std::string {
+    auto p = RunPod("node-b", pod, {{"cryo.dev/resume", id}}, kCounter, /*start=*/false);
+    EXPECT_TRUE(p.ok()) << p.status();
+    if (!p.ok()) return "";
+    absl::Status started = Shim("node-b").StartContainer(p->ctr_id);
+    EXPECT_EQ(started.code(), absl::StatusCode::kPermissionDenied) << started;
+    auto done = Shim("node-b").WaitContainer(p->ctr_id, [](const cri::ContainerStatus& s) {
+      return s.state() == cri::CONTAINER_EXITED;
+    });
+    EXPECT_TRUE(done.ok());
+    EXPECT_EQ(Ticks(p->log_path).size(), 0u) << "nothing may run from a refused restore";
+    return std::string(started.message());
+  };
+
+  // uid 0 into a pod that runs as uid 1000.
+  container_tweak_ = [&](cri::ContainerConfig* c) {
+    confine(c);
+    c->mutable_linux()->mutable_security_context()->mutable_run_as_user()->set_value(1000);
+  };
+  EXPECT_THAT(refused("creds-user", honest), HasSubstr("uid is 0"));
+
+  // The honest image into a pod like its own: resumes.
+  container_tweak_ = confine;
+  auto b = RunPod("node-b", "creds-dst",
+                  {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/resume", honest}});
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(WaitTicks(*b, 3));
+  EXPECT_EQ(Ticks(b->log_path).front(), last + 1);
+
+  // Its next checkpoint, rewritten to raise the job: refused, naming what it would raise.
+  ASSERT_TRUE(Shim("node-b").StopContainer(b->ctr_id, 30).ok());
+  list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 2u);
+  const std::string raised = list[0].checkpoint_id();
+  ASSERT_NE(raised, honest);
+  ASSERT_TRUE(cryo::testing::RewriteImageCredentials(
+      absl::StrCat(world().store(), "/checkpoints/", raised), cryo::testing::RaiseToRoot));
+  const std::string why = refused("creds-raised", raised);
+  EXPECT_THAT(why, HasSubstr("cap_prm"));
+  EXPECT_THAT(why, HasSubstr("CAP_SYS_ADMIN"));
 }
 
 TEST_F(ContainerModeE2e, PodsThatDoNotOptInAreLeftAlone) {

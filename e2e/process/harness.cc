@@ -62,10 +62,22 @@ absl::StatusOr<std::unique_ptr<Cryod>> Cryod::Start(const std::string& dir,
   c->socket_ = dir + "/" + node + ".sock";
   c->state_ = dir + "/" + node + "-state";
   c->log_ = dir + "/" + node + ".log";
-  std::vector<std::string> argv = {CRYOD_BIN, "--socket",          c->socket_,    "--state-dir",
-                                   c->state_, "--store",           store,         "--node-name",
-                                   node,      "--metrics-address", "127.0.0.1:0", "--log-level",
-                                   "debug"};
+  // The nodes of one test share a signing key, as a cluster's nodes do (the chart's Secret).
+  std::vector<std::string> argv = {CRYOD_BIN,
+                                   "--socket",
+                                   c->socket_,
+                                   "--state-dir",
+                                   c->state_,
+                                   "--store",
+                                   store,
+                                   "--node-name",
+                                   node,
+                                   "--metrics-address",
+                                   "127.0.0.1:0",
+                                   "--log-level",
+                                   "debug",
+                                   "--signing-key-file",
+                                   dir + "/cluster-signing.key"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   c->pid_ = SpawnArgs(argv, env, c->log_, false);
   // Connect only once the socket exists: a channel that failed once backs off for seconds.
@@ -189,6 +201,29 @@ absl::StatusOr<std::unique_ptr<Workload>> Workload::Start(const std::string& dir
   w->pid_ = SpawnArgs(argv, {}, dir + "/testload.log", true);
   if (!w->WaitMain(5, absl::Seconds(60))) {
     return absl::InternalError("cryo-testload did not start");
+  }
+  return w;
+}
+
+absl::StatusOr<std::unique_ptr<Workload>> Workload::StartConfined(const std::string& dir,
+                                                                  int mem_mib) {
+  auto w = std::unique_ptr<Workload>(new Workload());
+  w->status_ = dir + "/status-" + std::to_string(::getpid()) + "-" + std::to_string(rand());
+  // As a pod's job runs that drops every capability and sets no_new_privs.
+  std::vector<std::string> argv = {"/usr/bin/setpriv",
+                                   "--no-new-privs",
+                                   "--inh-caps=-all",
+                                   "--bounding-set=-all",
+                                   TESTLOAD_BIN,
+                                   "--status",
+                                   w->status_,
+                                   "--mem-mib",
+                                   std::to_string(mem_mib),
+                                   "--threads",
+                                   "2"};
+  w->pid_ = SpawnArgs(argv, {}, dir + "/testload-confined.log", true);
+  if (!w->WaitMain(5, absl::Seconds(60))) {
+    return absl::InternalError("cryo-testload did not start under setpriv");
   }
   return w;
 }

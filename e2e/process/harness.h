@@ -63,6 +63,11 @@ class Workload {
   static absl::StatusOr<std::unique_ptr<Workload>> Start(const std::string& dir, int mem_mib,
                                                          int threads = 4,
                                                          std::vector<std::string> extra = {});
+  // cryo-testload with no capability (none permitted, effective or bounding) and no_new_privs,
+  // through setpriv. (Another uid would need CAP_SYS_RESOURCE for CRIU to dump it, which root
+  // lacks on our build machines.)
+  static absl::StatusOr<std::unique_ptr<Workload>> StartConfined(const std::string& dir,
+                                                                 int mem_mib);
   // Another workload program that takes --status FILE and writes {"main": N, ...} there;
   // `env` adds to its environment (KEY=VALUE).
   static absl::StatusOr<std::unique_ptr<Workload>> StartProgram(const std::string& dir,

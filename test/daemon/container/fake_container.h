@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "daemon/container/runtime.h"
 #include "lib/base/fs.h"
 #include "lib/base/proc.h"
@@ -79,6 +81,8 @@ class FakeProc {
     std::string fd2 = "pipe:[1002]";
     std::string mountinfo;
     char state = 'S';
+    // Credential lines of its status (Uid:, Cap*:, ...); empty: this test process's own.
+    std::string creds;
   };
 
   void Add(const Process& p) {
@@ -89,7 +93,7 @@ class FakeProc {
     Write(d + "/status",
           absl::StrCat("Name:\t", p.comm, "\nNSpid:\t",
                        p.ns_pid > 0 ? absl::StrCat(p.pid, "\t", p.ns_pid) : absl::StrCat(p.pid),
-                       "\n"));
+                       "\n", p.creds.empty() ? OwnCredentialLines() : p.creds));
     Write(d + "/environ", absl::StrJoin(p.env, std::string(1, '\0')));
     Write(d + "/cmdline", absl::StrJoin(p.cmdline, std::string(1, '\0')));
     Write(d + "/wchan", "do_sigtimedwait");
@@ -101,6 +105,19 @@ class FakeProc {
     ::symlink(p.fd1.c_str(), (d + "/fd/1").c_str());
     ::symlink(p.fd2.c_str(), (d + "/fd/2").c_str());
     ::symlink(p.pidns.c_str(), (d + "/ns/pid").c_str());
+  }
+
+  // The credential lines of /proc/self/status (what a restored fake job would have).
+  static std::string OwnCredentialLines() {
+    std::string out;
+    auto st = fs::ReadFile("/proc/self/status");
+    if (!st.ok()) return out;
+    for (absl::string_view line : absl::StrSplit(*st, '\n')) {
+      for (const char* k : {"Uid:", "Gid:", "Groups:", "Cap", "NoNewPrivs:", "Seccomp:"}) {
+        if (absl::StartsWith(line, k)) absl::StrAppend(&out, line, "\n");
+      }
+    }
+    return out;
   }
 
   void Remove(pid_t pid) { (void)fs::RemoveTree(absl::StrCat(root_, "/", pid)); }

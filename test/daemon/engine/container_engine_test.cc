@@ -64,8 +64,9 @@ class ContainerEngineTest : public ::testing::Test {
     cryo::testing::Reap(init_);
     cryo::testing::Reap(job_);
   }
-  void AddInit(const std::string& restore_from) {
+  void AddInit(const std::string& restore_from, const std::string& creds = "") {
     FakeProc::Process init;
+    init.creds = creds;
     init.pid = init_;
     init.exe = CRYO_INIT_CONTAINER_PATH;
     init.comm = "cryo-init";
@@ -171,6 +172,49 @@ TEST_F(ContainerEngineTest, RestoreOntoAnotherImageIsRefusedBeforeAnythingStarts
   // A container checkpoint is not restored as a process either.
   rr.container_id.clear();
   EXPECT_EQ(engine_->Restore(rr, op_).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// The new container runs as uid 1000 with no capability and no_new_privs; the checkpoint's
+// images (written by the fake CRIU with this test's own credentials: root, every capability)
+// would restore the job as root: refused by name before CRIU runs, and cryo-init hears why.
+TEST_F(ContainerEngineTest, RestoreGrantsNoMoreThanTheNewContainerDoes) {
+  CheckpointRequest req;
+  req.container_id = "c0ffee0000000000";
+  req.checkpoint_id = "ct-1";
+  req.leave_running = true;
+  ASSERT_TRUE(engine_->Checkpoint(req, op_).ok());
+  fake_.Remove(job_);
+  AddInit("ct-1",
+          "Uid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nGroups:\t\n"
+          "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
+          "CapBnd:\t00000000a80425fb\nCapAmb:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t0\n");
+  RestoreRequest rr;
+  rr.checkpoint_id = "ct-1";
+  rr.container_id = "c0ffee0000000000";
+  auto res = engine_->Restore(rr, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
+  EXPECT_NE(res.status().message().find("uid is 0"), std::string::npos) << res.status();
+  EXPECT_NE(res.status().message().find("container trainer"), std::string::npos) << res.status();
+  EXPECT_EQ(criu_.restores, 0);
+  int status = 0;
+  EXPECT_TRUE(WaitUntil([&] { return ::waitpid(init_, &status, WNOHANG) == init_; }))
+      << "cryo-init was not told";
+  init_ = 0;
+}
+
+TEST_F(ContainerEngineTest, RestoreOfAnHonestImageIntoAnEqualContainerReachesCriu) {
+  CheckpointRequest req;
+  req.container_id = "c0ffee0000000000";
+  req.checkpoint_id = "ct-1";
+  req.leave_running = true;
+  ASSERT_TRUE(engine_->Checkpoint(req, op_).ok());
+  fake_.Remove(job_);
+  AddInit("ct-1");  // the same credentials as the job had
+  RestoreRequest rr;
+  rr.checkpoint_id = "ct-1";
+  rr.container_id = "c0ffee0000000000";
+  (void)engine_->Restore(rr, op_);
+  EXPECT_EQ(criu_.restores, 1);
 }
 
 }  // namespace

@@ -93,6 +93,7 @@ class EngineTest : public ::testing::Test {
     c.state_dir = dir_.path + "/state";
     c.self_pid = ::getpid();
     c.pid_wait_timeout = absl::Milliseconds(200);
+    c.signing_key = std::string(32, 'k');  // the node's key survives a restart
     engine_ = std::make_unique<Engine>(
         c, EngineDeps{store, &criu_, &gpu_, journal_.get(), &metrics_, proc ? proc : &proc_});
   }
@@ -127,7 +128,7 @@ TEST_F(EngineTest, SuccessPublishesManifestAndStopsTheJob) {
   ASSERT_TRUE(m.ok());
   EXPECT_EQ(m->root_pid, job.pid);
   EXPECT_EQ(m->pids, std::vector<int>{job.pid});
-  ASSERT_EQ(m->files.size(), 2u);
+  ASSERT_EQ(m->files.size(), 3u);  // the fake CRIU's pages, core and inventory
   for (const auto& f : m->files) {
     auto d = HashFile(dir_.path + "/store/checkpoints/c1/" + f.path);
     ASSERT_TRUE(d.ok());
@@ -466,6 +467,78 @@ TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
   EXPECT_EQ(criu_.last_restore.images_dir, dir_.path + "/store/checkpoints/c1/images");
   EXPECT_TRUE(JournalEmpty());
   job.pid = -1;
+}
+
+// A process checkpoint restores with at most the credentials its job had, as the node that
+// took it recorded and signed them: images that claim more (here a uid the job never had)
+// are refused by name before CRIU runs.
+TEST_F(EngineTest, ProcessRestoreIsBoundedByTheJobsRecordedCredentials) {
+  Child job;
+  auto own = criu::ReadLiveCredentials(proc_, job.pid);
+  ASSERT_TRUE(own.ok()) << own.status();
+  criu::TaskCredentials raised = *own;
+  raised.tid = job.pid;
+  raised.uid = raised.euid = 4242;
+  criu_.image_creds = {raised};
+  auto info = engine_->Checkpoint(Req(job.pid, "c1"), op_);
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_TRUE(info->manifest.credentials.has_value());
+  EXPECT_TRUE(info->manifest.credentials->uids.count(own->uid));
+  EXPECT_FALSE(info->manifest.signature.empty());
+  ::waitpid(job.pid, nullptr, 0);
+  job.pid = -1;
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
+  auto res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
+  EXPECT_NE(res.status().message().find("uid is 4242"), std::string::npos) << res.status();
+  EXPECT_EQ(criu_.restores, 0);
+}
+
+// What a store writer can do to a signed checkpoint: raise its recorded credentials, or have it
+// signed by nobody this node trusts. Each is refused before CRIU runs.
+TEST_F(EngineTest, ATamperedOrForeignManifestIsNotRestoredAsAProcess) {
+  Child job;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
+  ::waitpid(job.pid, nullptr, 0);
+  job.pid = -1;
+  const std::string path = dir_.path + "/store/checkpoints/c1/manifest.json";
+  auto text = fs::ReadFile(path);
+  ASSERT_TRUE(text.ok());
+  auto j = nlohmann::json::parse(*text);
+  j["credentials"]["uids"].push_back(0);
+  j["credentials"]["cap_eff"] = ~uint64_t{0};
+  ASSERT_TRUE(fs::WriteFileAtomic(path, j.dump()).ok());
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
+  auto res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
+  EXPECT_NE(res.status().message().find("signature"), std::string::npos) << res.status();
+  // Unsigned altogether.
+  j.erase("signature");
+  ASSERT_TRUE(fs::WriteFileAtomic(path, j.dump()).ok());
+  res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
+  EXPECT_NE(res.status().message().find("not signed"), std::string::npos) << res.status();
+  EXPECT_EQ(criu_.restores, 0);
+}
+
+TEST_F(EngineTest, AnotherNodesKeyDoesNotVerify) {
+  Child job;
+  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
+  ::waitpid(job.pid, nullptr, 0);
+  job.pid = -1;
+  EngineConfig c;
+  c.node_name = "node-b";
+  c.state_dir = dir_.path + "/state-b";
+  c.self_pid = ::getpid();
+  c.signing_key = std::string(32, 'b');
+  Engine other(c, EngineDeps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_});
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
+  auto res = other.Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
+  EXPECT_EQ(criu_.restores, 0);
 }
 
 // Each step of a checkpoint failing in turn, before it ran and after it ran, for a preemption

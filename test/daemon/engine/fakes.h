@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/criu/credentials.h"
 #include "daemon/criu/criu.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "lib/base/fs.h"
@@ -19,6 +20,7 @@ namespace cryo::engine::testing {
 class FakeCriu : public criu::Criu {
  public:
   absl::Status dump_result;
+  std::vector<criu::TaskCredentials> image_creds;
   absl::Duration dump_delay = absl::ZeroDuration();
   bool dumped = false;
   int restores = 0;
@@ -30,7 +32,17 @@ class FakeCriu : public criu::Criu {
     if (!dump_result.ok()) return dump_result;
     // What CRIU does on success: images written, tree left stopped unless asked to run.
     (void)fs::WriteFileAtomic(o.images_dir + "/pages-1.img", std::string(100000, 'p'));
-    (void)fs::WriteFileAtomic(o.images_dir + "/core-" + std::to_string(o.pid) + ".img", "core");
+    // The job's credentials as CRIU records them (the restore checks them); a test may plant
+    // others.
+    std::vector<criu::TaskCredentials> creds = image_creds;
+    if (creds.empty()) {
+      auto own = criu::ReadLiveCredentials(proc::ProcReader(), ::getpid());
+      if (own.ok()) {
+        own->tid = o.pid;
+        creds.push_back(*own);
+      }
+    }
+    (void)criu::WriteImageCredentials(o.images_dir, creds);
     if (!o.leave_running) ::kill(o.pid, SIGSTOP);
     dumped = true;
     return absl::OkStatus();

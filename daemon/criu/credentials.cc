@@ -1,0 +1,614 @@
+#include "daemon/criu/credentials.h"
+
+#include <linux/filter.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "criu/images.pb.h"
+#include "lib/base/fs.h"
+#include "lib/base/status.h"
+
+namespace cryo::criu {
+namespace {
+
+// CRIU's image magics (criu/include/magic.h): every image but the inventory starts with the
+// common magic, then its own.
+constexpr uint32_t kImgCommonMagic = 0x54564319;
+constexpr uint32_t kInventoryMagic = 0x58313116;
+constexpr uint32_t kCoreMagic = 0x55053847;
+constexpr uint32_t kSeccompMagic = 0x64413049;
+constexpr uint32_t kImagesV1_1 = 2;
+constexpr uint32_t kTaskDead = 0x02;  // a zombie: restored only to be reaped, runs nothing
+// A core image is a few KiB (registers, FPU state); a seccomp image holds BPF programs of at
+// most 4096 instructions each.
+constexpr uint64_t kMaxCoreBytes = 1 << 20;
+constexpr uint64_t kMaxSeccompBytes = 16 << 20;
+constexpr size_t kMaxFilterChain = 1024;
+
+// The images of the namespaces CRIU would create at restore. Container mode never has them
+// (CRIU runs inside the container's namespaces and records none): one that has them asks CRIU
+// to build mounts and namespaces with its own privileges.
+constexpr const char* kNamespaceImages[] = {"mountpoints-", "userns-", "netns-",   "utsns-",
+                                            "ipcns-",       "pidns-",  "cgroupns-"};
+
+uint32_t Le32(absl::string_view b, size_t off) {
+  const auto* p = reinterpret_cast<const unsigned char*>(b.data()) + off;
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+// The entries of one CRIU image: magics, then (u32 size, message) pairs.
+absl::StatusOr<std::vector<std::string>> ReadEntries(const std::string& dir,
+                                                     const std::string& name, uint32_t magic,
+                                                     bool common, uint64_t max_bytes) {
+  absl::StatusOr<std::string> read = fs::ReadRegularBeneath(dir, name, max_bytes);
+  if (!read.ok()) return read.status();
+  const absl::string_view b = *read;
+  size_t off = 0;
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("CRIU image ", name, ": ", why));
+  };
+  if (common) {
+    if (b.size() < 4 || Le32(b, 0) != kImgCommonMagic) return bad("not a CRIU image");
+    off = 4;
+  }
+  if (b.size() < off + 4 || Le32(b, off) != magic) return bad("wrong magic");
+  off += 4;
+  std::vector<std::string> out;
+  while (off < b.size()) {
+    if (b.size() - off < 4) return bad("truncated entry size");
+    const uint32_t n = Le32(b, off);
+    off += 4;
+    if (n > b.size() - off) return bad("entry runs past the end of the file");
+    out.emplace_back(b.substr(off, n));
+    off += n;
+  }
+  return out;
+}
+
+uint64_t CapWords(const google::protobuf::RepeatedField<uint32_t>& w, bool* over) {
+  uint64_t v = 0;
+  for (int i = 0; i < w.size(); ++i) {
+    if (i < 2) {
+      v |= static_cast<uint64_t>(w.Get(i)) << (32 * i);
+    } else if (w.Get(i) != 0) {
+      *over = true;
+    }
+  }
+  return v;
+}
+
+void SetCapWords(uint64_t v, google::protobuf::RepeatedField<uint32_t>* w) {
+  w->Add(static_cast<uint32_t>(v));
+  w->Add(static_cast<uint32_t>(v >> 32));
+}
+
+std::string StripLsmMode(absl::string_view label) {
+  label = absl::StripTrailingAsciiWhitespace(label);
+  // AppArmor shows "profile (enforce)"; CRIU records the profile alone.
+  if (absl::EndsWith(label, ")")) {
+    if (size_t p = label.rfind(" ("); p != absl::string_view::npos) label = label.substr(0, p);
+  }
+  // Unterminated strings from the kernel end with a NUL.
+  while (!label.empty() && label.back() == '\0') label.remove_suffix(1);
+  return std::string(label);
+}
+
+const char* kCapNames[] = {"CAP_CHOWN",
+                           "CAP_DAC_OVERRIDE",
+                           "CAP_DAC_READ_SEARCH",
+                           "CAP_FOWNER",
+                           "CAP_FSETID",
+                           "CAP_KILL",
+                           "CAP_SETGID",
+                           "CAP_SETUID",
+                           "CAP_SETPCAP",
+                           "CAP_LINUX_IMMUTABLE",
+                           "CAP_NET_BIND_SERVICE",
+                           "CAP_NET_BROADCAST",
+                           "CAP_NET_ADMIN",
+                           "CAP_NET_RAW",
+                           "CAP_IPC_LOCK",
+                           "CAP_IPC_OWNER",
+                           "CAP_SYS_MODULE",
+                           "CAP_SYS_RAWIO",
+                           "CAP_SYS_CHROOT",
+                           "CAP_SYS_PTRACE",
+                           "CAP_SYS_PACCT",
+                           "CAP_SYS_ADMIN",
+                           "CAP_SYS_BOOT",
+                           "CAP_SYS_NICE",
+                           "CAP_SYS_RESOURCE",
+                           "CAP_SYS_TIME",
+                           "CAP_SYS_TTY_CONFIG",
+                           "CAP_MKNOD",
+                           "CAP_LEASE",
+                           "CAP_AUDIT_WRITE",
+                           "CAP_AUDIT_CONTROL",
+                           "CAP_SETFCAP",
+                           "CAP_MAC_OVERRIDE",
+                           "CAP_MAC_ADMIN",
+                           "CAP_SYSLOG",
+                           "CAP_WAKE_ALARM",
+                           "CAP_BLOCK_SUSPEND",
+                           "CAP_AUDIT_READ",
+                           "CAP_PERFMON",
+                           "CAP_BPF",
+                           "CAP_CHECKPOINT_RESTORE"};
+
+std::string CapList(uint64_t bits) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 64; ++i) {
+    if (!(bits & (uint64_t{1} << i))) continue;
+    names.push_back(i < static_cast<int>(std::size(kCapNames)) ? kCapNames[i]
+                                                               : absl::StrCat("cap ", i));
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+CredentialCeiling CeilingOf(const std::vector<TaskCredentials>& tasks) {
+  CredentialCeiling c;
+  bool first = true;
+  for (const auto& t : tasks) {
+    c.uids.insert({t.uid, t.euid, t.suid, t.fsuid});
+    c.gids.insert({t.gid, t.egid, t.sgid, t.fsgid});
+    c.groups.insert(t.groups.begin(), t.groups.end());
+    c.caps.inh |= t.caps.inh;
+    c.caps.prm |= t.caps.prm;
+    c.caps.eff |= t.caps.eff;
+    c.caps.bnd |= t.caps.bnd;
+    c.caps.amb |= t.caps.amb;
+    if (first) {
+      c.no_new_privs = t.no_new_privs;
+      c.seccomp_mode = t.seccomp_mode;
+      c.lsm = t.lsm;
+    } else {
+      c.no_new_privs = c.no_new_privs && t.no_new_privs;
+      c.seccomp_mode = std::min(c.seccomp_mode, t.seccomp_mode);
+      if (c.lsm != t.lsm) c.lsm = "unconfined";  // tasks of different labels: none is binding
+    }
+    first = false;
+  }
+  // Which filters each task had is in the (signed) images; the ceiling keeps the mode only.
+  return c;
+}
+
+absl::Status ParseProcStatus(absl::string_view status, TaskCredentials* c) {
+  int seen = 0;
+  for (absl::string_view line : absl::StrSplit(status, '\n')) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(line, absl::MaxSplits(':', 1));
+    const absl::string_view key = kv.first;
+    const absl::string_view val = absl::StripAsciiWhitespace(kv.second);
+    std::vector<absl::string_view> w =
+        absl::StrSplit(val, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    auto ids = [&](uint32_t* a, uint32_t* b, uint32_t* s, uint32_t* f) {
+      if (w.size() != 4 || !absl::SimpleAtoi(w[0], a) || !absl::SimpleAtoi(w[1], b) ||
+          !absl::SimpleAtoi(w[2], s) || !absl::SimpleAtoi(w[3], f)) {
+        return false;
+      }
+      ++seen;
+      return true;
+    };
+    auto cap = [&](uint64_t* v) {
+      if (!absl::SimpleHexAtoi(val, v)) return false;
+      ++seen;
+      return true;
+    };
+    bool ok = true;
+    if (key == "Uid") {
+      ok = ids(&c->uid, &c->euid, &c->suid, &c->fsuid);
+    } else if (key == "Gid") {
+      ok = ids(&c->gid, &c->egid, &c->sgid, &c->fsgid);
+    } else if (key == "Groups") {
+      c->groups.clear();
+      for (auto g : w) {
+        uint32_t v;
+        if (!absl::SimpleAtoi(g, &v)) ok = false;
+        c->groups.push_back(v);
+      }
+    } else if (key == "CapInh") {
+      ok = cap(&c->caps.inh);
+    } else if (key == "CapPrm") {
+      ok = cap(&c->caps.prm);
+    } else if (key == "CapEff") {
+      ok = cap(&c->caps.eff);
+    } else if (key == "CapBnd") {
+      ok = cap(&c->caps.bnd);
+    } else if (key == "CapAmb") {
+      ok = cap(&c->caps.amb);
+    } else if (key == "NoNewPrivs") {
+      c->no_new_privs = val == "1";
+    } else if (key == "Seccomp") {
+      ok = absl::SimpleAtoi(val, &c->seccomp_mode);
+    }
+    if (!ok) return absl::InvalidArgumentError(absl::StrCat("unexpected status line: ", line));
+  }
+  // Uid, Gid and the five capability sets are in every kernel we run on.
+  if (seen != 7) return absl::InvalidArgumentError("status lacks Uid, Gid or Cap* lines");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TaskCredentials> ReadLiveCredentials(const proc::ProcReader& proc, pid_t pid,
+                                                    pid_t tid) {
+  const std::string base = tid > 0 ? absl::StrCat("task/", tid, "/") : "";
+  CRYO_ASSIGN_OR_RETURN(std::string status,
+                        fs::ReadFile(proc.PidPath(pid, absl::StrCat(base, "status"))));
+  TaskCredentials c;
+  c.tid = tid > 0 ? tid : pid;
+  CRYO_RETURN_IF_ERROR(
+      Annotate(ParseProcStatus(status, &c), absl::StrCat("reading credentials of pid ", pid)));
+  // No LSM: the read fails (EINVAL), which is an empty label.
+  auto label = fs::ReadFile(proc.PidPath(pid, absl::StrCat(base, "attr/current")));
+  if (label.ok()) c.lsm = StripLsmMode(*label);
+  return c;
+}
+
+absl::StatusOr<std::vector<std::string>> ReadSeccompFilters(pid_t pid) {
+  if (::ptrace(PTRACE_SEIZE, pid, nullptr, nullptr) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("ptrace(SEIZE) of pid ", pid));
+  }
+  std::vector<std::string> newest_first;
+  absl::Status st;
+  int wstatus = 0;
+  if (::ptrace(PTRACE_INTERRUPT, pid, nullptr, nullptr) != 0 ||
+      ::waitpid(pid, &wstatus, __WALL) != pid) {
+    st = ErrnoStatus(errno, absl::StrCat("stopping pid ", pid, " to read its seccomp filters"));
+  }
+  for (unsigned long i = 0; st.ok() && i < kMaxFilterChain; ++i) {
+    long n = ::ptrace(PTRACE_SECCOMP_GET_FILTER, pid, reinterpret_cast<void*>(i), nullptr);
+    if (n < 0) {
+      if (errno != ENOENT) st = ErrnoStatus(errno, absl::StrCat("reading seccomp filter ", i));
+      break;
+    }
+    std::string prog(static_cast<size_t>(n) * sizeof(struct sock_filter), '\0');
+    if (::ptrace(PTRACE_SECCOMP_GET_FILTER, pid, reinterpret_cast<void*>(i), prog.data()) != n) {
+      st = ErrnoStatus(errno, absl::StrCat("reading seccomp filter ", i));
+      break;
+    }
+    newest_first.push_back(std::move(prog));
+  }
+  ::ptrace(PTRACE_DETACH, pid, nullptr, nullptr);
+  CRYO_RETURN_IF_ERROR(st);
+  return std::vector<std::string>(newest_first.rbegin(), newest_first.rend());
+}
+
+absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::string& images_dir) {
+  CRYO_ASSIGN_OR_RETURN(int dfd, fs::OpenDirBeneath(images_dir, ""));
+  auto listing = fs::ListDirAt(dfd, images_dir);
+  ::close(dfd);
+  CRYO_RETURN_IF_ERROR(listing.status());
+  std::vector<std::string> cores;
+  bool has_seccomp = false;
+  for (const auto& e : *listing) {
+    if (absl::StartsWith(e.name, "creds-")) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("image ", e.name,
+                       " holds credentials in CRIU's legacy per-task form, which cryo "
+                       "does not check: refused"));
+    }
+    if (absl::StartsWith(e.name, "core-") && absl::EndsWith(e.name, ".img")) {
+      cores.push_back(e.name);
+    }
+    if (e.name == "seccomp.img") has_seccomp = true;
+  }
+  if (cores.empty()) {
+    return absl::InvalidArgumentError("the checkpoint has no CRIU core images");
+  }
+  // The image version decides whether entries carry the common magic; only the current one is
+  // read (CRIU has written it since 2016).
+  CRYO_ASSIGN_OR_RETURN(auto inv,
+                        ReadEntries(images_dir, "inventory.img", kInventoryMagic, false, 1 << 20));
+  ::criu::inventory_entry ie;
+  if (inv.empty() || !ie.ParseFromString(inv[0])) {
+    return absl::InvalidArgumentError("CRIU image inventory.img does not parse");
+  }
+  if (ie.img_version() != kImagesV1_1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CRIU images of format version ", ie.img_version(), " are not supported"));
+  }
+  ::criu::seccomp_entry se;
+  if (has_seccomp) {
+    CRYO_ASSIGN_OR_RETURN(
+        auto sec, ReadEntries(images_dir, "seccomp.img", kSeccompMagic, true, kMaxSeccompBytes));
+    if (!sec.empty() && !se.ParseFromString(sec[0])) {
+      return absl::InvalidArgumentError("CRIU image seccomp.img does not parse");
+    }
+  }
+  std::vector<TaskCredentials> out;
+  for (const auto& name : cores) {
+    CRYO_ASSIGN_OR_RETURN(auto entries,
+                          ReadEntries(images_dir, name, kCoreMagic, true, kMaxCoreBytes));
+    ::criu::core_entry core;
+    if (entries.size() != 1 || !core.ParseFromString(entries[0])) {
+      return absl::InvalidArgumentError(absl::StrCat("CRIU image ", name, " does not parse"));
+    }
+    TaskCredentials t;
+    absl::string_view num = absl::StripSuffix(absl::StripPrefix(name, "core-"), ".img");
+    (void)absl::SimpleAtoi(num, &t.tid);
+    const bool zombie = core.has_tc() && core.tc().task_state() == kTaskDead;
+    if (!core.has_thread_core() || !core.thread_core().has_creds()) {
+      // CRIU then leaves the thread with its own credentials (root, every capability).
+      if (zombie) continue;
+      return absl::PermissionDeniedError(
+          absl::StrCat("image ", name,
+                       " has no credentials for its thread: CRIU would restore it with its "
+                       "own (root, every capability); refused"));
+    }
+    const auto& tc = core.thread_core();
+    const auto& ce = tc.creds();
+    t.uid = ce.uid();
+    t.euid = ce.euid();
+    t.suid = ce.suid();
+    t.fsuid = ce.fsuid();
+    t.gid = ce.gid();
+    t.egid = ce.egid();
+    t.sgid = ce.sgid();
+    t.fsgid = ce.fsgid();
+    t.groups.assign(ce.groups().begin(), ce.groups().end());
+    bool over = false;
+    t.caps.inh = CapWords(ce.cap_inh(), &over);
+    t.caps.prm = CapWords(ce.cap_prm(), &over);
+    t.caps.eff = CapWords(ce.cap_eff(), &over);
+    t.caps.bnd = CapWords(ce.cap_bnd(), &over);
+    t.caps.amb = CapWords(ce.cap_amb(), &over);
+    if (over) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("image ", name, ": capability bits beyond 64, which no kernel has"));
+    }
+    t.no_new_privs = ce.no_new_privs() != 0;
+    t.lsm = ce.lsm_profile();
+    t.lsm_sockcreate = ce.lsm_sockcreate();
+    t.apparmor_data = ce.has_apparmor_data() && !ce.apparmor_data().empty();
+    // Old images kept seccomp per task; CRIU lets those fields win.
+    uint32_t mode = tc.seccomp_mode();
+    bool has_filter = tc.has_seccomp_filter();
+    uint32_t filter = tc.seccomp_filter();
+    if (core.has_tc() && core.tc().has_old_seccomp_mode()) mode = core.tc().old_seccomp_mode();
+    if (core.has_tc() && core.tc().has_old_seccomp_filter()) {
+      has_filter = true;
+      filter = core.tc().old_seccomp_filter();
+    }
+    t.seccomp_mode = static_cast<int>(mode);
+    if (mode == kSeccompFilter && has_filter) {
+      // CRIU starts at the oldest filter and follows `prev` to newer ones.
+      std::set<uint32_t> seen;
+      uint32_t i = filter;
+      for (;;) {
+        if (i >= static_cast<uint32_t>(se.seccomp_filters_size()) || !seen.insert(i).second ||
+            seen.size() > kMaxFilterChain) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("image ", name, ": its seccomp filter chain is broken"));
+        }
+        const auto& f = se.seccomp_filters(static_cast<int>(i));
+        t.seccomp_filters.push_back(f.filter());
+        if (!f.has_prev()) break;
+        i = f.prev();
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+absl::Status CheckCredentials(const std::vector<TaskCredentials>& threads,
+                              const CredentialCeiling& c, absl::string_view ceiling_name) {
+  for (const auto& t : threads) {
+    auto deny = [&](absl::string_view field, absl::string_view what) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("checkpoint would restore thread ", t.tid, " with more than ", ceiling_name,
+                       " grants: ", field, " ", what, "; refused before anything started"));
+    };
+    const std::pair<const char*, uint32_t> uids[] = {
+        {"uid", t.uid}, {"euid", t.euid}, {"suid", t.suid}, {"fsuid", t.fsuid}};
+    for (const auto& [f, v] : uids) {
+      if (!c.uids.count(v)) {
+        return deny(f, absl::StrCat("is ", v, ", allowed: ", absl::StrJoin(c.uids, ",")));
+      }
+    }
+    const std::pair<const char*, uint32_t> gids[] = {
+        {"gid", t.gid}, {"egid", t.egid}, {"sgid", t.sgid}, {"fsgid", t.fsgid}};
+    for (const auto& [f, v] : gids) {
+      if (!c.gids.count(v)) {
+        return deny(f, absl::StrCat("is ", v, ", allowed: ", absl::StrJoin(c.gids, ",")));
+      }
+    }
+    for (uint32_t g : t.groups) {
+      if (!c.groups.count(g) && !c.gids.count(g)) {
+        return deny("groups", absl::StrCat("has ", g, ", allowed: ", absl::StrJoin(c.groups, ",")));
+      }
+    }
+    const std::pair<const char*, std::pair<uint64_t, uint64_t>> caps[] = {
+        {"cap_inh", {t.caps.inh, c.caps.inh}},
+        {"cap_prm", {t.caps.prm, c.caps.prm}},
+        {"cap_eff", {t.caps.eff, c.caps.eff}},
+        {"cap_bnd", {t.caps.bnd, c.caps.bnd}},
+        {"cap_amb", {t.caps.amb, c.caps.amb}}};
+    for (const auto& [f, v] : caps) {
+      if (uint64_t extra = v.first & ~v.second; extra != 0) {
+        return deny(f, absl::StrCat("has ", CapList(extra), ", which it may not"));
+      }
+    }
+    if (c.no_new_privs && !t.no_new_privs) return deny("no_new_privs", "is off, must be on");
+    if (t.seccomp_mode < c.seccomp_mode ||
+        (c.seccomp_mode == kSeccompStrict && t.seccomp_mode != kSeccompStrict)) {
+      return deny("seccomp",
+                  absl::StrCat("mode is ", t.seccomp_mode, ", must be ", c.seccomp_mode));
+    }
+    if (c.seccomp_mode == kSeccompFilter && c.seccomp_filters) {
+      const auto& want = *c.seccomp_filters;
+      if (t.seccomp_filters.size() < want.size() ||
+          !std::equal(want.begin(), want.end(), t.seccomp_filters.begin())) {
+        return deny("seccomp", absl::StrCat("filters do not start with the ", want.size(),
+                                            " filter(s) the target has"));
+      }
+    }
+    if (t.apparmor_data) return deny("apparmor_data", "is present (AppArmor policy to load)");
+    if (!c.lsm.empty() && c.lsm != "unconfined") {
+      if (t.lsm != c.lsm) {
+        return deny("lsm_profile", absl::StrCat("is '", t.lsm, "', must be '", c.lsm, "'"));
+      }
+      if (!t.lsm_sockcreate.empty() && t.lsm_sockcreate != c.lsm) {
+        return deny("lsm_sockcreate", absl::StrCat("is '", t.lsm_sockcreate, "'"));
+      }
+    } else if (c.lsm.empty() && (!t.lsm.empty() || !t.lsm_sockcreate.empty())) {
+      return deny("lsm_profile", absl::StrCat("is '", t.lsm, "' where the target has none"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+nlohmann::json CeilingToJson(const CredentialCeiling& c) {
+  nlohmann::json j = {
+      {"uids", c.uids},
+      {"gids", c.gids},
+      {"groups", c.groups},
+      {"cap_inh", c.caps.inh},
+      {"cap_prm", c.caps.prm},
+      {"cap_eff", c.caps.eff},
+      {"cap_bnd", c.caps.bnd},
+      {"cap_amb", c.caps.amb},
+      {"no_new_privs", c.no_new_privs},
+      {"seccomp_mode", c.seccomp_mode},
+      {"lsm", c.lsm},
+  };
+  return j;
+}
+
+absl::StatusOr<CredentialCeiling> CeilingFromJson(const nlohmann::json& j) {
+  auto bad = [](absl::string_view f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("credentials: field ", f, " missing or mistyped"));
+  };
+  if (!j.is_object()) return bad("(the record)");
+  CredentialCeiling c;
+  auto ids = [&](const char* f, std::set<uint32_t>* out) {
+    auto it = j.find(f);
+    if (it == j.end() || !it->is_array() || it->size() > 65536) return false;
+    for (const auto& v : *it) {
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX) return false;
+      out->insert(v.get<uint32_t>());
+    }
+    return true;
+  };
+  auto u64 = [&](const char* f, uint64_t* out) {
+    auto it = j.find(f);
+    if (it == j.end() || !it->is_number_unsigned()) return false;
+    *out = it->get<uint64_t>();
+    return true;
+  };
+  if (!ids("uids", &c.uids)) return bad("uids");
+  if (!ids("gids", &c.gids)) return bad("gids");
+  if (!ids("groups", &c.groups)) return bad("groups");
+  if (!u64("cap_inh", &c.caps.inh)) return bad("cap_inh");
+  if (!u64("cap_prm", &c.caps.prm)) return bad("cap_prm");
+  if (!u64("cap_eff", &c.caps.eff)) return bad("cap_eff");
+  if (!u64("cap_bnd", &c.caps.bnd)) return bad("cap_bnd");
+  if (!u64("cap_amb", &c.caps.amb)) return bad("cap_amb");
+  auto nnp = j.find("no_new_privs");
+  if (nnp == j.end() || !nnp->is_boolean()) return bad("no_new_privs");
+  c.no_new_privs = nnp->get<bool>();
+  auto mode = j.find("seccomp_mode");
+  if (mode == j.end() || !mode->is_number_integer() || mode->get<int64_t>() < 0 ||
+      mode->get<int64_t>() > kSeccompFilter) {
+    return bad("seccomp_mode");
+  }
+  c.seccomp_mode = mode->get<int>();
+  auto lsm = j.find("lsm");
+  if (lsm == j.end() || !lsm->is_string() || lsm->get_ref<const std::string&>().size() > 4096) {
+    return bad("lsm");
+  }
+  c.lsm = lsm->get<std::string>();
+  return c;
+}
+
+absl::Status WriteImageCredentials(const std::string& images_dir,
+                                   const std::vector<TaskCredentials>& threads) {
+  auto frame = [](std::initializer_list<uint32_t> magics, const google::protobuf::MessageLite& m) {
+    std::string out;
+    for (uint32_t mg : magics) out.append(reinterpret_cast<const char*>(&mg), 4);
+    std::string body = m.SerializeAsString();
+    const uint32_t n = static_cast<uint32_t>(body.size());
+    out.append(reinterpret_cast<const char*>(&n), 4);
+    return out + body;
+  };
+  ::criu::inventory_entry ie;
+  ie.set_img_version(kImagesV1_1);
+  CRYO_RETURN_IF_ERROR(
+      fs::WriteFileAtomic(fs::Join(images_dir, "inventory.img"), frame({kInventoryMagic}, ie)));
+  ::criu::seccomp_entry se;
+  for (const auto& t : threads) {
+    ::criu::core_entry core;
+    core.set_mtype(1);
+    core.mutable_tc()->set_task_state(1);
+    auto* tc = core.mutable_thread_core();
+    auto* ce = tc->mutable_creds();
+    ce->set_uid(t.uid);
+    ce->set_euid(t.euid);
+    ce->set_suid(t.suid);
+    ce->set_fsuid(t.fsuid);
+    ce->set_gid(t.gid);
+    ce->set_egid(t.egid);
+    ce->set_sgid(t.sgid);
+    ce->set_fsgid(t.fsgid);
+    for (uint32_t g : t.groups) ce->add_groups(g);
+    SetCapWords(t.caps.inh, ce->mutable_cap_inh());
+    SetCapWords(t.caps.prm, ce->mutable_cap_prm());
+    SetCapWords(t.caps.eff, ce->mutable_cap_eff());
+    SetCapWords(t.caps.bnd, ce->mutable_cap_bnd());
+    SetCapWords(t.caps.amb, ce->mutable_cap_amb());
+    ce->set_secbits(0);
+    ce->set_no_new_privs(t.no_new_privs ? 1 : 0);
+    if (!t.lsm.empty()) ce->set_lsm_profile(t.lsm);
+    tc->set_seccomp_mode(static_cast<uint32_t>(t.seccomp_mode));
+    if (!t.seccomp_filters.empty()) {
+      // As CRIU lays them out: newest first, each older one pointing at the newer before it;
+      // the thread names its oldest.
+      const int base = se.seccomp_filters_size();
+      const int n = static_cast<int>(t.seccomp_filters.size());
+      for (int k = n - 1; k >= 0; --k) {
+        auto* f = se.add_seccomp_filters();
+        f->set_filter(t.seccomp_filters[static_cast<size_t>(k)]);
+        if (k != n - 1) f->set_prev(static_cast<uint32_t>(se.seccomp_filters_size() - 2));
+      }
+      tc->set_seccomp_filter(static_cast<uint32_t>(base + n - 1));
+    }
+    CRYO_RETURN_IF_ERROR(
+        fs::WriteFileAtomic(fs::Join(images_dir, absl::StrCat("core-", t.tid, ".img")),
+                            frame({kImgCommonMagic, kCoreMagic}, core)));
+  }
+  if (se.seccomp_filters_size() > 0) {
+    CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(images_dir, "seccomp.img"),
+                                             frame({kImgCommonMagic, kSeccompMagic}, se)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckNoNamespaceImages(const std::string& images_dir) {
+  for (const auto& name : fs::ListNames(images_dir)) {
+    for (const char* prefix : kNamespaceImages) {
+      if (absl::StartsWith(name, prefix)) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("image ", name,
+                         " asks CRIU to create namespaces and mounts of its own, which a "
+                         "container checkpoint never has: refused"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cryo::criu

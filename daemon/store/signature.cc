@@ -1,0 +1,94 @@
+#include "daemon/store/signature.h"
+
+#include <fcntl.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "lib/base/fs.h"
+#include "lib/base/status.h"
+
+namespace cryo::store {
+
+absl::StatusOr<std::string> LoadOrCreateSigningKey(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) {
+    std::string key(kSigningKeyBytes, '\0');
+    if (::getrandom(key.data(), key.size(), 0) != static_cast<ssize_t>(key.size())) {
+      return ErrnoStatus(errno, "generating the manifest signing key");
+    }
+    // O_EXCL: two cryods starting at once keep one key, never two.
+    int w = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (w >= 0) {
+      const bool ok =
+          ::write(w, key.data(), key.size()) == static_cast<ssize_t>(key.size()) && ::fsync(w) == 0;
+      ::close(w);
+      if (!ok) {
+        ::unlink(path.c_str());
+        return ErrnoStatus(errno, absl::StrCat("writing the signing key ", path));
+      }
+      return key;
+    }
+    if (errno != EEXIST) return ErrnoStatus(errno, absl::StrCat("creating signing key ", path));
+    fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  }
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening signing key ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat("signing key ", path, " is not a file"));
+  }
+  if ((st.st_mode & 0077) != 0 || st.st_uid != ::geteuid()) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "signing key ", path, " must belong to cryod's user and be readable by it alone (0600)"));
+  }
+  CRYO_ASSIGN_OR_RETURN(std::string key, fs::ReadOpenFile(fd, path, 4096));
+  if (key.size() < kSigningKeyBytes) {
+    return absl::FailedPreconditionError(absl::StrCat("signing key ", path, " holds ", key.size(),
+                                                      " bytes; at least ", kSigningKeyBytes,
+                                                      " random bytes are needed"));
+  }
+  return key;
+}
+
+std::string SignManifest(const Manifest& m, const std::string& key) {
+  Manifest unsigned_m = m;
+  unsigned_m.signature.clear();
+  const std::string body = ManifestToJson(unsigned_m);
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(body.data()), body.size(), mac, &len);
+  return absl::StrCat(kSignaturePrefix,
+                      absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(mac), len)));
+}
+
+absl::Status VerifyManifestSignature(const Manifest& m, const std::string& key) {
+  if (m.signature.empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("checkpoint '", m.id,
+                     "' is not signed (field signature): it was not written by a cryod "
+                     "that signs its manifests, so nothing bounds what its images would restore"));
+  }
+  const std::string want = SignManifest(m, key);
+  if (m.signature.size() != want.size() ||
+      CRYPTO_memcmp(m.signature.data(), want.data(), want.size()) != 0) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "checkpoint '", m.id,
+        "': its signature (field signature) does not match: the manifest "
+        "or its images were changed after the checkpoint, or it was signed with another key "
+        "(config signing_key_file; nodes that restore each other's checkpoints share one)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace cryo::store
