@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <set>
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
@@ -46,7 +48,23 @@ absl::Status ReadEntry(struct archive* a, const std::string& name, size_t limit,
   return absl::OkStatus();
 }
 
-absl::Status WriteEntry(struct archive* a, const std::string& dir, const std::string& rel) {
+struct Budget {
+  const ImportLimits* limits = nullptr;
+  uint64_t bytes = 0;
+  std::set<std::string> files;
+  bool saw_manifest = false;
+  absl::Status Stopped() const {
+    if (limits->stop && limits->stop()) {
+      return absl::CancelledError(
+          "the import was stopped (cancelled, past its deadline, or "
+          "cryod is shutting down); nothing was published");
+    }
+    return absl::OkStatus();
+  }
+};
+
+absl::Status WriteEntry(struct archive* a, const std::string& dir, const std::string& rel,
+                        Budget* budget) {
   const std::string path = fs::Join(dir, rel);
   CRYO_RETURN_IF_ERROR(fs::MakeDirs(path.substr(0, path.rfind('/')), 0700));
   ::unlink(path.c_str());  // a later layer's copy wins
@@ -56,6 +74,14 @@ absl::Status WriteEntry(struct archive* a, const std::string& dir, const std::st
   std::unique_ptr<char[]> buf(new char[1 << 20]);
   la_ssize_t got;
   while ((got = archive_read_data(a, buf.get(), 1 << 20)) > 0) {
+    // Counted as written, holes of a sparse entry included: they become real blocks here.
+    budget->bytes += static_cast<uint64_t>(got);
+    if (budget->bytes > budget->limits->max_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the image's files exceed ", budget->limits->max_bytes,
+                       " bytes, what the store can take now; nothing was published"));
+    }
+    CRYO_RETURN_IF_ERROR(budget->Stopped());
     for (la_ssize_t off = 0; off < got;) {
       ssize_t n = ::write(fd, buf.get() + off, got - off);
       if (n < 0 && errno == EINTR) continue;
@@ -73,8 +99,8 @@ struct LayerFiles {
 };
 
 // Reads a layer tar (any compression libarchive knows: gzip, zstd, none) from `fd`.
-absl::Status ExtractLayer(int fd, const std::string& what, const std::string& dir,
-                          LayerFiles* out) {
+absl::Status ExtractLayer(int fd, const std::string& what, const std::string& dir, LayerFiles* out,
+                          Budget* budget) {
   struct archive* a = archive_read_new();
   auto free_archive = absl::MakeCleanup([a] { archive_read_free(a); });
   archive_read_support_filter_all(a);
@@ -85,15 +111,27 @@ absl::Status ExtractLayer(int fd, const std::string& what, const std::string& di
   struct archive_entry* e;
   int r;
   while ((r = archive_read_next_header(a, &e)) == ARCHIVE_OK) {
+    CRYO_RETURN_IF_ERROR(budget->Stopped());
     const std::string name = Normalize(archive_entry_pathname(e));
     const auto type = archive_entry_filetype(e);
     if (name.empty() || type == AE_IFDIR) continue;
+    if (std::count(name.begin(), name.end(), '/') > budget->limits->max_depth) {
+      return absl::DataLossError(absl::StrCat(what, " holds ", name.substr(0, 256),
+                                              ", nested deeper than ", budget->limits->max_depth,
+                                              " directories"));
+    }
     if (type != AE_IFREG || archive_entry_hardlink(e) != nullptr) {
       // Nothing a checkpoint archive holds is a link or a device: never recreate one here.
       return absl::DataLossError(
           absl::StrCat(what, " holds ", name, ", which is not a regular file or directory"));
     }
     if (name == contract::archive::kCryoManifest) {
+      if (budget->saw_manifest) {
+        return absl::DataLossError(absl::StrCat(what, " holds a second ",
+                                                contract::archive::kCryoManifest,
+                                                ": which one is the checkpoint's is unknowable"));
+      }
+      budget->saw_manifest = true;
       out->cryo_manifest.clear();
       CRYO_RETURN_IF_ERROR(ReadEntry(a, name, store::kMaxManifestBytes, &out->cryo_manifest));
       continue;
@@ -111,7 +149,11 @@ absl::Status ExtractLayer(int fd, const std::string& what, const std::string& di
     if (!store::SafeRelativePath(rel)) {
       return absl::DataLossError(absl::StrCat(what, " holds an unsafe path: ", name));
     }
-    CRYO_RETURN_IF_ERROR(Annotate(WriteEntry(a, dir, rel), what));
+    if (budget->files.insert(rel).second && budget->files.size() > budget->limits->max_files) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(what, " holds more than ", budget->limits->max_files, " files"));
+    }
+    CRYO_RETURN_IF_ERROR(Annotate(WriteEntry(a, dir, rel, budget), what));
   }
   if (r != ARCHIVE_EOF) {
     return absl::DataLossError(absl::StrCat(what, " is damaged: ", archive_error_string(a)));
@@ -123,7 +165,7 @@ absl::Status ExtractLayer(int fd, const std::string& what, const std::string& di
 // checkpoint of many GiB is never held in memory nor written twice.
 absl::Status UnpackLayer(containerd::ImageContent& images, const containerd::Blob& layer,
                          const std::string& what, const std::string& dir, absl::Time deadline,
-                         LayerFiles* out) {
+                         LayerFiles* out, Budget* budget) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     return ErrnoStatus(errno, "socketpair");
@@ -141,7 +183,7 @@ absl::Status UnpackLayer(containerd::ImageContent& images, const containerd::Blo
     });
     ::close(sv[1]);
   });
-  absl::Status st = ExtractLayer(sv[0], what, dir, out);
+  absl::Status st = ExtractLayer(sv[0], what, dir, out, budget);
   if (st.ok()) {
     // The tar ends before the stream does (padding): read to the end so the feeder finishes.
     char buf[65536];
@@ -170,8 +212,11 @@ std::string StorePathOfArchiveFile(const std::string& archive_path) {
 absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& images,
                                                     const containerd::ImageManifest& image,
                                                     const std::string& dir, absl::Time deadline,
-                                                    int verify_threads) {
+                                                    int verify_threads,
+                                                    const ImportLimits& limits) {
   const std::string name = absl::StrCat("checkpoint image ", image.name);
+  Budget budget;
+  budget.limits = &limits;
   if (image.layers.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(name, " has no layer"));
   }
@@ -179,7 +224,7 @@ absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& im
   for (size_t i = 0; i < image.layers.size(); ++i) {
     CRYO_RETURN_IF_ERROR(UnpackLayer(images, image.layers[i],
                                      absl::StrCat(name, ", layer ", image.layers[i].digest), dir,
-                                     deadline, &files));
+                                     deadline, &files, &budget));
   }
   if (files.cryo_manifest.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -199,6 +244,7 @@ absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& im
         absl::StrCat(name, " holds a checkpoint of a process tree, not of a container"));
   }
   std::vector<ExpectedFile> expected;
+  std::set<std::string> listed;
   for (auto& f : out.manifest.files) {
     std::string rel = StorePathOfArchiveFile(f.path);
     if (rel.empty() || !store::SafeRelativePath(rel)) {
@@ -207,7 +253,16 @@ absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& im
                                               ", which is not a file of a checkpoint archive"));
     }
     f.path = rel;
+    listed.insert(rel);
     expected.push_back({f.path, f.size, f.checksum});
+  }
+  // What the manifest does not list would reach CRIU unverified (it reads images by name).
+  for (const std::string& rel : budget.files) {
+    if (!listed.count(rel)) {
+      return absl::DataLossError(absl::StrCat(name, " holds ", rel.substr(0, 256), ", which its ",
+                                              contract::archive::kCryoManifest,
+                                              " does not list: refusing it"));
+    }
   }
   // Every file, before the checkpoint exists: a damaged image must never half-restore a job.
   if (absl::Status st = VerifyFiles(dir, expected, verify_threads); !st.ok()) {

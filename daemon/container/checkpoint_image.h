@@ -6,6 +6,7 @@
 // own layout (checkpoint/ -> images/, rootfs-diff.tar and deleted.files -> container/), and
 // every file is checked against that manifest before the checkpoint exists for anyone.
 
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -24,13 +25,23 @@ struct UnpackedImage {
   std::string rootfs_image;  // config.dump's rootfsImageName (empty: none)
 };
 
+// What an import may write: a checkpoint image is built by whoever wrote the pod spec.
+struct ImportLimits {
+  uint64_t max_bytes = 0;  // what the files may add up to (the store's free space, less a reserve)
+  size_t max_files = 65536;  // files written
+  int max_depth = 16;        // directories below the checkpoint's
+  // Asked for every entry and every MiB written: true stops the import (CANCELLED).
+  std::function<bool()> stop;
+};
+
 // Unpacks the layers of `image` into `dir` and verifies them: FAILED_PRECONDITION when the image
 // holds no cryo-manifest.json (not made from a cryo archive) or is not of a container; DATA_LOSS
-// when a file is missing, of another size or checksum, or the layer holds anything but files
-// and directories.
+// when a file is missing, of another size or checksum, not listed in cryo-manifest.json, when
+// cryo-manifest.json comes twice, or the layer holds anything but files and directories;
+// RESOURCE_EXHAUSTED past `limits`.
 absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& images,
                                                     const containerd::ImageManifest& image,
                                                     const std::string& dir, absl::Time deadline,
-                                                    int verify_threads);
+                                                    int verify_threads, const ImportLimits& limits);
 
 }  // namespace cryo::container

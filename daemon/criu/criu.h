@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "daemon/criu/options.h"
 
 namespace cryo::criu {
@@ -57,6 +58,11 @@ struct RestoreOptions {
   // Restores into this container (joining its cgroups; CRIU itself at a far pid so the job's
   // pids stay free). The returned root pid is then the one in the container's pid namespace.
   std::optional<InContainer> in_container;
+  // A restore that has not finished by `deadline`, or when `stop` says so (asked every 20 ms),
+  // is ended: CRIU and every process it had started are killed, nothing half-restored is left
+  // (DEADLINE_EXCEEDED / CANCELLED).
+  absl::Time deadline = absl::InfiniteFuture();
+  std::function<bool()> stop;
 };
 
 class Criu {

@@ -1,4 +1,6 @@
+#include <signal.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,9 +14,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "daemon/criu/criu.h"
 #include "lib/base/fs.h"
 #include "lib/base/log.h"
+#include "lib/base/proc.h"
 #include "lib/base/status.h"
 #include "lib/base/subprocess.h"
 
@@ -91,7 +95,8 @@ class CriuExec final : public Criu {
     const std::vector<std::string> job = o.job.RestoreArgs();
     argv.insert(argv.end(), job.begin(), job.end());
     argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
-    CRYO_RETURN_IF_ERROR(RunCriu("restore", argv, o.work_dir, "restore.log", o.env, started));
+    CRYO_RETURN_IF_ERROR(
+        RunCriu("restore", argv, o.work_dir, "restore.log", o.env, started, o.deadline, o.stop));
     auto text = fs::ReadFile(pidfile);
     int pid = 0;
     if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &pid) || pid <= 0) {
@@ -140,7 +145,9 @@ class CriuExec final : public Criu {
   absl::Status RunCriu(absl::string_view action, const std::vector<std::string>& argv,
                        const std::string& work_dir, const std::string& log_name,
                        const std::vector<std::string>& env,
-                       const std::function<void(pid_t)>& started) {
+                       const std::function<void(pid_t)>& started,
+                       absl::Time deadline = absl::InfiniteFuture(),
+                       const std::function<bool()>& stop = nullptr) {
     CRYO_RETURN_IF_ERROR(fs::MakeDirs(work_dir, 0700));
     SpawnOptions so;
     so.argv = argv;
@@ -154,6 +161,9 @@ class CriuExec final : public Criu {
     CRYO_LOG(Debug) << "running " << absl::StrJoin(argv, " ");
     CRYO_ASSIGN_OR_RETURN(pid_t pid, Spawn(so));
     if (started) started(pid);
+    if (deadline != absl::InfiniteFuture() || stop) {
+      CRYO_RETURN_IF_ERROR(WaitOrEnd(pid, action, work_dir, log_name, deadline, stop));
+    }
     CRYO_ASSIGN_OR_RETURN(ExitInfo ei, WaitChild(pid));
     if (ei.exited && ei.code == 0) return absl::OkStatus();
     std::string log_path = fs::Join(work_dir, log_name);
@@ -161,6 +171,40 @@ class CriuExec final : public Criu {
     std::string text = log.ok() ? *log : "";
     if (auto out = fs::ReadFile(so.stdout_path); out.ok()) text += *out;
     return StatusFromLog(absl::StrCat("criu ", action), text, log_path, ei.Describe());
+  }
+
+  // Waits until CRIU (pid) has exited, leaving it to be reaped; past `deadline` or when `stop`
+  // says so, kills it and every process below it (a half-restored tree, cryo-nsexec's child),
+  // reaps it and says why.
+  static absl::Status WaitOrEnd(pid_t pid, absl::string_view action, const std::string& work_dir,
+                                const std::string& log_name, absl::Time deadline,
+                                const std::function<bool()>& stop) {
+    for (;;) {
+      siginfo_t si{};
+      if (::waitid(P_PID, pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
+        return absl::OkStatus();
+      }
+      const bool late = absl::Now() > deadline;
+      if (late || (stop && stop())) break;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    // Children first, deepest last read: a stopped tree cannot fork meanwhile once CRIU is
+    // frozen, so stop CRIU, collect, then kill everything.
+    ::kill(pid, SIGSTOP);
+    proc::ProcReader proc;
+    auto tree = proc.Tree(pid);
+    if (tree.ok()) {
+      for (auto it = tree->rbegin(); it != tree->rend(); ++it) ::kill(it->pid, SIGKILL);
+    }
+    ::kill(pid, SIGKILL);
+    (void)WaitChild(pid);
+    const std::string why = absl::StrCat(
+        "criu ", action, " did not finish ",
+        absl::Now() > deadline ? "by the caller's deadline" : "before it was cancelled",
+        "; it and the processes it had restored were killed, nothing was left "
+        "running (log: ",
+        fs::Join(work_dir, log_name), ")");
+    return absl::Now() > deadline ? absl::DeadlineExceededError(why) : absl::CancelledError(why);
   }
 
   CriuConfig cfg_;
@@ -226,10 +270,11 @@ absl::Status StatusFromLog(absl::string_view action, absl::string_view log,
        "ext-unix-sk"},
       {"In-flight connections can be ignored", "a TCP connection waits in a listener's queue",
        "skip-in-flight"},
-      {"Connected TCP socket, consider using", "the job has established TCP connections",
-       "tcp-established (or tcp-close)"},
+      // Before the general TCP hint: a log that asks for --tcp-close may carry both.
       {"Need to set the --tcp-close", "the checkpoint was taken with TCP connections to close",
        "tcp-close"},
+      {"Connected TCP socket, consider using", "the job has established TCP connections",
+       "tcp-established (or tcp-close)"},
   };
   for (const Hint& h : kHints) {
     if (!absl::StrContains(log, h.in_log)) continue;

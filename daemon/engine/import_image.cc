@@ -5,6 +5,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "daemon/container/checkpoint_image.h"
 #include "daemon/engine/engine.h"
 #include "lib/base/log.h"
@@ -57,9 +58,16 @@ absl::StatusOr<ImportedImage> Engine::ImportImage(const std::string& image, absl
   }
   CRYO_ASSIGN_OR_RETURN(auto staged, d_.store->Stage(id));
   auto abort = absl::MakeCleanup([&] { (void)staged->Abort(); });
+  // Bounded before anything is written: by the store's free space (less what a checkpoint of
+  // this node may need next), in files and depth, and by the caller's deadline.
+  container::ImportLimits limits;
+  CRYO_ASSIGN_OR_RETURN(uint64_t free_bytes, d_.store->FreeBytes());
+  constexpr uint64_t kReserve = 256ull << 20;
+  limits.max_bytes = free_bytes > kReserve ? free_bytes - kReserve : 0;
+  limits.stop = [this, deadline] { return absl::Now() > deadline || stopping_.load(); };
   CRYO_ASSIGN_OR_RETURN(container::UnpackedImage u,
                         container::UnpackCheckpointImage(*d_.images, im, staged->staging_dir(),
-                                                         deadline, cfg_.verify_threads));
+                                                         deadline, cfg_.verify_threads, limits));
   store::Manifest m = std::move(u.manifest);
   const std::string original = m.id;
   m.id = id;

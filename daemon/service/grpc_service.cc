@@ -93,7 +93,14 @@ grpc::Status CryoService::WatchOperation(grpc::ServerContext* ctx,
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrCat("no operation '", req->operation_id(), "'"));
   }
-  return Stream(ctx, *op, /*owner=*/false, w);
+  if (watchers_.fetch_add(1) >= kMaxWatchers) {
+    watchers_.fetch_sub(1);
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        absl::StrCat("already ", kMaxWatchers, " operations watched; retry later"));
+  }
+  grpc::Status st = Stream(ctx, *op, /*owner=*/false, w);
+  watchers_.fetch_sub(1);
+  return st;
 }
 
 grpc::Status CryoService::CancelOperation(grpc::ServerContext*,

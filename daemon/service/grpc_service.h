@@ -6,6 +6,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+
 #include "cryo/v1/cryo.grpc.pb.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/operation_runner.h"
@@ -50,6 +52,11 @@ class CryoService final : public v1::Cryo::Service {
   engine::Engine* engine_;
   engine::OperationRunner* runner_;
   engine::OperationRegistry* ops_;
+  // Each watcher holds one of gRPC's threads for as long as it likes: bounded, so that watchers
+  // cannot starve the calls that do the work (2,000 of them made 2,057 threads).
+  std::atomic<int> watchers_{0};
 };
+
+inline constexpr int kMaxWatchers = 64;
 
 }  // namespace cryo::service

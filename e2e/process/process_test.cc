@@ -18,7 +18,9 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "e2e/process/fixture.h"
 #include "e2e/process/harness.h"
@@ -702,6 +704,49 @@ TEST_F(ProcessTest, CryoCancelStopsARestoreWaitingForPids) {
   EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
   ExpectRunning(w);
   EXPECT_EQ(RunCli(a.socket(), {"cancel", "re-cancel-me"}).code, 1) << "already ended";
+}
+
+// Found in review: a CRIU restore that never finishes hung the operation with no bound, leaving
+// a half-restored job. CRIU here (a wrapper around the real one) starts a process of the
+// restored tree, then hangs: `cryo cancel` ends the restore within seconds, CRIU and that
+// process are gone, and the checkpoint restores later.
+TEST_F(ProcessTest, ARestoreWhoseCriuHangsEndsWithItsCancelAndLeavesNothing) {
+  const std::string wrapper = dir_ + "/criu-hangs-on-restore";
+  const std::string marker = dir_ + "/half-restored.pid";
+  {
+    std::ofstream f(wrapper);
+    f << "#!/bin/sh\n"
+      << "if [ \"$1\" = restore ] && [ ! -e " << dir_ << "/criu-ok ]; then\n"
+      << "  sleep 1000 & echo $! > " << marker << "\n"
+      << "  sleep 1000\n"
+      << "fi\n"
+      << "exec /usr/local/sbin/criu \"$@\"\n";
+  }
+  ASSERT_EQ(::chmod(wrapper.c_str(), 0755), 0);
+  Cryod& a = Node("node-a", {"--criu", wrapper});
+  Workload& w = Job(16);
+  ASSERT_TRUE(w.WaitMain(5));
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "hang")).ok());
+  ASSERT_TRUE(WaitGone(w));
+  v1::RestoreRequest req = RestoreReq("hang");
+  req.set_operation_id("re-hang");
+  auto fut = std::async(std::launch::async, [&] { return a.Restore(req); });
+  ASSERT_TRUE(WaitFor([&] { return ::access(marker.c_str(), F_OK) == 0; }));
+  const absl::Time t0 = absl::Now();
+  EXPECT_EQ(RunCli(a.socket(), {"cancel", "re-hang"}).code, 0);
+  grpc::Status s = fut.get();
+  EXPECT_EQ(s.error_code(), StatusCode::CANCELLED) << s.error_message();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+  const std::string half = Slurp(marker);
+  pid_t pid = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(half), &pid)) << half;
+  EXPECT_TRUE(WaitFor([&] { return ::kill(pid, 0) != 0; })) << "a half-restored process is left";
+  EXPECT_EQ(w.State(), '-');
+  // Nothing was spent: with CRIU working again the same checkpoint restores.
+  std::ofstream(dir_ + "/criu-ok") << "1";
+  s = a.Restore(RestoreReq("hang"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunning(w);
 }
 
 // Found on 2026-11-24: one manifest whose "format" was a number aborted cryod on every node

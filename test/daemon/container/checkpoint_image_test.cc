@@ -112,7 +112,9 @@ class CheckpointImageTest : public ::testing::Test {
     containerd::ImageManifest im;
     im.name = "localhost/ckpt:1";
     im.layers = {{"application/vnd.oci.image.layer.v1.tar+gzip", "sha256:layer", 0}};
-    return UnpackCheckpointImage(images_, im, tmp_.path, absl::InfiniteFuture(), 2);
+    ImportLimits limits;
+    limits.max_bytes = max_bytes_;
+    return UnpackCheckpointImage(images_, im, tmp_.path, absl::InfiniteFuture(), 2, limits);
   }
 
   const std::map<std::string, std::string> files_ = {
@@ -130,6 +132,7 @@ class CheckpointImageTest : public ::testing::Test {
     return e;
   }
 
+  uint64_t max_bytes_ = 1ull << 30;
   FakeImages images_;
   TempDir tmp_;
   const std::string& dir_ = tmp_.path;
@@ -184,6 +187,38 @@ TEST_F(CheckpointImageTest, AnArchiveWithoutCryosManifestIsRefused) {
   ASSERT_FALSE(u.ok());
   EXPECT_EQ(u.status().code(), absl::StatusCode::kFailedPrecondition) << u.status();
   EXPECT_THAT(u.status().message(), HasSubstr("cryo-manifest.json"));
+}
+
+// Found in review: files cryo-manifest.json does not list were published unverified (CRIU
+// reads images by name), a second cryo-manifest.json silently won, and an entry as large as
+// the store filled it.
+TEST_F(CheckpointImageTest, UnlistedFilesASecondManifestAndTooManyBytesAreRefused) {
+  std::vector<Entry> e = Good();
+  e.push_back({"checkpoint/core-99.img", "not listed"});
+  auto u = Unpack(e);
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kDataLoss) << u.status();
+  EXPECT_NE(u.status().message().find("core-99.img"), std::string::npos) << u.status();
+  EXPECT_NE(u.status().message().find("does not list"), std::string::npos) << u.status();
+
+  e = Good();
+  e.push_back({"cryo-manifest.json", CryoManifest(files_)});
+  u = Unpack(e);
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kDataLoss) << u.status();
+  EXPECT_NE(u.status().message().find("second"), std::string::npos) << u.status();
+
+  max_bytes_ = 4096;  // less than pages-1.img alone
+  u = Unpack(Good());
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kResourceExhausted) << u.status();
+  EXPECT_LT(fs::TreeBytes(dir_), 2u * 1048576) << "writing stopped at the bound";
+
+  max_bytes_ = 1ull << 30;
+  e = Good();
+  std::string deep = "checkpoint";
+  for (int i = 0; i < 40; ++i) deep += "/d";
+  e.push_back({deep + "/x.img", "x"});
+  u = Unpack(e);
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kDataLoss) << u.status();
+  EXPECT_NE(u.status().message().find("nested deeper"), std::string::npos) << u.status();
 }
 
 TEST_F(CheckpointImageTest, ALinkInTheLayerIsRefusedAndNeverCreated) {
