@@ -7,12 +7,14 @@
 #include "lib/contract/gpu_fastpath.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "daemon/container/target.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
@@ -60,6 +62,9 @@ uint64_t UsedBytes(const std::vector<gpu::GpuProcess>& gpu, pid_t pid) {
   return used;
 }
 
+// What striping may add to a drain's bytes in its files (alignment of the last unit of each).
+constexpr uint64_t kMaxStripeSlack = uint64_t{contract::gpu_fastpath::kMaxFiles} << 20;
+
 }  // namespace
 
 CheckpointState::~CheckpointState() {
@@ -83,6 +88,11 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   // The bound on the job's GPU work stopping is the lock's: the drain stops it first.
   opt.quiesce_timeout = s.req.gpu_lock_timeout > absl::ZeroDuration() ? s.req.gpu_lock_timeout
                                                                       : cfg_.gpu_lock_timeout;
+  // The waits on the library end with the operation: cancelled, past its deadline, or cryod
+  // stopping (which cancels every operation). The undo then brings the memory back.
+  Operation* op = s.op;
+  const absl::Time deadline = s.req.deadline;
+  opt.stop = [op, deadline] { return op->cancelled() || absl::Now() > deadline; };
   const std::string dir = s.staged->staging_dir();
   absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     gpu::FastpathProcess& f = s.fast[i];
@@ -118,6 +128,25 @@ absl::Status Engine::SaveGpuData(CheckpointState& s) {
       return absl::InternalError(absl::StrCat("the fast path of pid ", s.fast[i].pid, " wrote ",
                                               s.fast_digests[i].size(), " files, not ",
                                               s.fast_fds[i].size()));
+    }
+    // What the job says it wrote is checked against what the files hold: a job (or whoever
+    // answers for it) cannot have a size published that the files do not have.
+    uint64_t total = 0;
+    for (size_t k = 0; k < s.fast_digests[i].size(); ++k) {
+      struct stat st;
+      if (::fstat(s.fast_fds[i][k], &st) != 0) return ErrnoStatus(errno, "fstat");
+      const uint64_t claimed = s.fast_digests[i][k].size;
+      if (static_cast<uint64_t>(st.st_size) != claimed) {
+        return absl::DataLossError(absl::StrCat("the fast path of pid ", s.fast[i].pid,
+                                                " says its file ", k, " holds ", claimed,
+                                                " bytes; it holds ", st.st_size));
+      }
+      total += claimed;
+    }
+    if (total < s.fast[i].bytes || total - s.fast[i].bytes > kMaxStripeSlack) {
+      return absl::DataLossError(absl::StrCat("the fast path of pid ", s.fast[i].pid, " drained ",
+                                              s.fast[i].bytes, " bytes but its files hold ",
+                                              total));
     }
     // Direct I/O left the data on the device; fsync makes the files' metadata durable too.
     if (d_.store->durable()) {
@@ -165,7 +194,7 @@ void Engine::UndoDrain(CheckpointState& s) {
   // A drain still writing its files is finished first: the library then is in a state a
   // refill knows (its memory in its own memory, or in the files).
   for (auto& d : s.drains) {
-    if (d != nullptr) (void)d->WaitSaved();
+    if (d != nullptr) (void)d->WaitSaved(/*stoppable=*/false);
   }
   s.drains.clear();
   for (auto& fds : s.fast_fds) gpu::CloseAll(fds);

@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct FastpathDrainOptions {
   absl::Duration quiesce_timeout = absl::Seconds(10);
   uint64_t stripe_bytes = 64ull << 20;
   absl::Duration reply_timeout = absl::Minutes(10);
+  // Asked between waits (at least every 100 ms): true ends the wait with CANCELLED (the
+  // caller's cancel, its deadline, cryod's SIGTERM).
+  std::function<bool()> stop;
 };
 
 // A drain in progress: the device memory is free (drained), the files may still be written.
@@ -35,8 +39,10 @@ class FastpathDrainHandle {
   uint64_t bytes() const;
   uint64_t allocations() const;
   // With files: waits until they are written and out of the job's memory; their digests in
-  // order. Without files: nothing to wait for.
-  virtual absl::StatusOr<std::vector<FileDigest>> WaitSaved() = 0;
+  // order. Without files: nothing to wait for. `stoppable`: the drain's stop predicate ends the
+  // wait (CANCELLED, asked again later); an undo waits regardless, bounded by the reply
+  // timeout. Once answered, the same answer comes back at once.
+  virtual absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool stoppable = true) = 0;
 };
 
 class Fastpath {

@@ -3,15 +3,21 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "lib/base/fs.h"
 #include "lib/base/json.h"
+#include "lib/base/log.h"
 #include "lib/base/status.h"
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_wire.h"
@@ -21,8 +27,14 @@ namespace wire = contract::gpu_fastpath;
 
 namespace {
 
-// One reply of the library, or an error naming the process.
-absl::StatusOr<nlohmann::json> Receive(int fd, const FastpathProcess& p, absl::Duration timeout) {
+// One reply of the library, or an error naming the process. `stop` (may be empty) is asked at
+// least every 100 ms.
+absl::StatusOr<nlohmann::json> Receive(int fd, const FastpathProcess& p, absl::Duration timeout,
+                                       const std::function<bool()>& stop = nullptr) {
+  if (fd < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the channel to the GPU fast path of pid ", p.pid, " is closed"));
+  }
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
     const absl::Duration left = deadline - absl::Now();
@@ -31,8 +43,14 @@ absl::StatusOr<nlohmann::json> Receive(int fd, const FastpathProcess& p, absl::D
                                                       " did not answer within ",
                                                       absl::FormatDuration(timeout)));
     }
+    if (stop && stop()) {
+      return absl::CancelledError(absl::StrCat(
+          "stopped waiting for the GPU fast path of pid ", p.pid,
+          " (the operation was cancelled, its deadline passed, or cryod is stopping)"));
+    }
     pollfd pfd{fd, POLLIN, 0};
-    int r = ::poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    const int64_t slice = std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 100);
+    int r = ::poll(&pfd, 1, static_cast<int>(slice));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) return ErrnoStatus(errno, "poll");
     if (r == 0) continue;
@@ -47,6 +65,15 @@ absl::StatusOr<nlohmann::json> Receive(int fd, const FastpathProcess& p, absl::D
     if (!j.is_object()) return absl::InvalidArgumentError("fast path: reply is not an object");
     bool ok = false;
     CRYO_RETURN_IF_ERROR(json::Fields(j, "fast path reply").Bool("ok", &ok, true));
+    // A reply that names a process names this one (the library puts its own pid in).
+    if (auto it = j.find("pid"); it != j.end()) {
+      const pid_t want = p.ns_pid > 0 ? p.ns_pid : p.pid;
+      if (!it->is_number_integer() || it->get<int64_t>() != want) {
+        return absl::PermissionDeniedError(absl::StrCat("the GPU fast path of pid ", p.pid,
+                                                        " answered for another process (",
+                                                        it->dump(), "): refused"));
+      }
+    }
     if (!ok) {
       std::string error, code;
       bool rolled_back = false;
@@ -87,6 +114,20 @@ std::vector<FileDigest> Digests(const nlohmann::json& j) {
     out.push_back(d);
   }
   return out;
+}
+
+// The effective uid of pid (the uid a socket it creates carries), -1 when unreadable.
+int64_t EffectiveUid(const proc::ProcReader& proc, pid_t pid) {
+  auto status = fs::ReadFile(proc.PidPath(pid, "status"));
+  if (!status.ok()) return -1;
+  for (absl::string_view line : absl::StrSplit(*status, '\n')) {
+    if (!absl::ConsumePrefix(&line, "Uid:")) continue;
+    std::vector<absl::string_view> w =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    int64_t uid = -1;
+    if (w.size() >= 2 && absl::SimpleAtoi(w[1], &uid)) return uid;
+  }
+  return -1;
 }
 
 }  // namespace
@@ -162,6 +203,22 @@ absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const Fastpath
     }
     return ErrnoStatus(err, absl::StrCat("connecting to the GPU fast path of pid ", p.pid));
   }
+  // Anyone in the job's network namespace can bind the name first: only the job's own process,
+  // running as the job's user, is spoken to (and given descriptors).
+  struct ucred cred {};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return ErrnoStatus(e, "SO_PEERCRED of the GPU fast path's socket");
+  }
+  const int64_t job_uid = EffectiveUid(proc, p.pid);
+  if (cred.pid != p.pid || job_uid < 0 || static_cast<int64_t>(cred.uid) != job_uid) {
+    ::close(fd);
+    return absl::PermissionDeniedError(absl::StrCat(
+        "the GPU fast path socket @", name, " of pid ", p.pid, " is held by pid ", cred.pid,
+        " (uid ", cred.uid, "), not by the job (uid ", job_uid, "): refused to talk to it"));
+  }
   return fd;
 }
 
@@ -179,14 +236,15 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
                                                                     const FastpathDrainOptions& opt,
                                                                     const std::vector<int>& files) {
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
-  std::unique_ptr<FastpathDrain> d(new FastpathDrain(fd, p, opt.reply_timeout, !files.empty()));
+  std::unique_ptr<FastpathDrain> d(
+      new FastpathDrain(fd, p, opt.reply_timeout, !files.empty(), opt.stop));
   nlohmann::json req{{"op", "drain"},
                      {"threads", opt.threads},
                      {"timeout_ms", absl::ToInt64Milliseconds(opt.quiesce_timeout)},
                      {"stripe_bytes", opt.stripe_bytes},
                      {"files", files.size()}};
   CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
-  CRYO_ASSIGN_OR_RETURN(d->drained_, Receive(fd, p, opt.reply_timeout));
+  CRYO_ASSIGN_OR_RETURN(d->drained_, Receive(fd, p, opt.reply_timeout, opt.stop));
   return d;
 }
 
@@ -194,13 +252,19 @@ FastpathDrain::~FastpathDrain() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved() {
+absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved(bool stoppable) {
   if (!files_) return std::vector<FileDigest>{};
-  absl::StatusOr<nlohmann::json> saved = Receive(fd_, p_, timeout_);
+  if (saved_) return *saved_;
+  absl::StatusOr<nlohmann::json> saved =
+      Receive(fd_, p_, timeout_, stoppable ? stop_ : std::function<bool()>());
+  // Stopped waiting, the library still writing: the channel stays open for the undo, which
+  // waits for the library's last word before it refills.
+  if (absl::IsCancelled(saved.status())) return saved.status();
   ::close(fd_);
   fd_ = -1;
-  if (!saved.ok()) return saved.status();
-  return Digests(*saved);
+  saved_ = saved.ok() ? absl::StatusOr<std::vector<FileDigest>>(Digests(*saved))
+                      : absl::StatusOr<std::vector<FileDigest>>(saved.status());
+  return *saved_;
 }
 
 absl::StatusOr<nlohmann::json> FastpathRefill(const proc::ProcReader& proc,
@@ -246,6 +310,12 @@ class ClientFastpath : public Fastpath {
       if (p.ns_pid <= 0) p.ns_pid = pid;
       absl::StatusOr<nlohmann::json> st = FastpathStatus(proc_, p, absl::Seconds(10));
       if (absl::IsNotFound(st.status())) continue;  // loaded, CUDA not started: nothing to move
+      if (absl::IsPermissionDenied(st.status())) {
+        // Someone else holds the job's socket name: it is told nothing, and whatever the job
+        // holds on the GPU goes the driver's way.
+        CRYO_LOG(Warning) << st.status();
+        continue;
+      }
       if (!st.ok()) return st.status();
       // What the library says is read as untrusted input: a wrong type is an error, not a throw.
       std::string state;

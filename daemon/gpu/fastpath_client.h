@@ -5,7 +5,9 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,7 +36,9 @@ void CloseAll(std::vector<int>& fds);
 bool LoadsFastpathLibrary(const proc::ProcReader& proc, pid_t pid);
 
 // Connects to the library of `p`, from its network namespace when that is not cryod's.
-// NOT_FOUND when it does not listen (no library, or CUDA not started yet).
+// NOT_FOUND when it does not listen (no library, or CUDA not started yet); PERMISSION_DENIED
+// when the name is held by another process than `p` (SO_PEERCRED: its pid and user), which
+// then hears nothing.
 absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const FastpathProcess& p);
 
 // {"state", "owned_bytes", ...} as the library says them.
@@ -55,16 +59,21 @@ class FastpathDrain : public FastpathDrainHandle {
   ~FastpathDrain() override;
 
   const nlohmann::json& drained() const override { return drained_; }
-  absl::StatusOr<std::vector<FileDigest>> WaitSaved() override;
+  absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool stoppable = true) override;
 
  private:
-  FastpathDrain(int fd, FastpathProcess p, absl::Duration timeout, bool files)
-      : fd_(fd), p_(p), timeout_(timeout), files_(files) {}
+  FastpathDrain(int fd, FastpathProcess p, absl::Duration timeout, bool files,
+                std::function<bool()> stop)
+      : fd_(fd), p_(p), timeout_(timeout), files_(files), stop_(std::move(stop)) {}
   int fd_;
   FastpathProcess p_;
   absl::Duration timeout_;
   bool files_;
+  std::function<bool()> stop_;
   nlohmann::json drained_;
+  // The first WaitSaved's answer: the channel is closed after it, and asking again (an undo
+  // after gpu_save) gets the same answer at once instead of waiting on nothing.
+  std::optional<absl::StatusOr<std::vector<FileDigest>>> saved_;
 };
 
 // Refills a drained or restored process: with `files` (read descriptors of the drain's files, in

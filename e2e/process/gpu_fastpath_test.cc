@@ -5,6 +5,10 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,6 +20,7 @@
 #include "e2e/process/fixture.h"
 #include "e2e/process/harness.h"
 #include "gtest/gtest.h"
+#include "lib/contract/gpu_fastpath_wire.h"
 
 #if !defined(FASTPATH_LIB) || !defined(FAKE_CUDA_DIR) || !defined(FAKEGPU_BIN)
 #error "FASTPATH_LIB, FAKE_CUDA_DIR and FAKEGPU_BIN must name the built artifacts"
@@ -221,6 +226,109 @@ TEST_F(FastpathE2e, CryodKilledAfterTheDrainGivesTheMemoryBackWhenItRestarts) {
   Node("node-a");  // recovery refills from the staging files, then collects them
   ExpectRunsOnIntact(w, held);
   EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+}
+
+// Found in review: a checkpoint cancelled after gpu_save waited 10 minutes in its undo, which
+// polled the drain's closed channel again, with the job frozen and its GPU memory out. Now the
+// undo refills at once: the cancel ends the checkpoint within seconds and the job runs on.
+TEST_F(FastpathE2e, ACancelAfterTheGpuDataIsSavedRollsBackAtOnce) {
+  Cryod& a = Node("node-a", {}, HookEnv());
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  HookPoint hp(hook_dir(), "before-dump");  // drained and saved: gpu_save is done
+  v1::CheckpointRequest req = Req(w.pid(), "fp-cancel");
+  req.set_operation_id("fp-cancel-me");
+  auto fut = std::async(std::launch::async, [&] { return a.Checkpoint(req); });
+  ASSERT_TRUE(hp.Reached());
+  auto c = RunCli(a.socket(), {"cancel", "fp-cancel-me"});
+  EXPECT_EQ(c.code, 0) << c.out;
+  const absl::Time t0 = absl::Now();
+  hp.Release();
+  grpc::Status s = fut.get();
+  EXPECT_EQ(s.error_code(), StatusCode::CANCELLED) << s.error_message();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(60)) << "the undo waited on the closed channel";
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+}
+
+// Another user in the job's network namespace takes the job's channel name before the job's
+// library starts listening (it loads the library, CUDA not started). cryod must not talk to it:
+// the impostor gets no request and no descriptor into the store, the checkpoint goes on without
+// the fast path, and the job comes back intact.
+TEST_F(FastpathE2e, AnImpostorHoldingTheJobsChannelHearsNothing) {
+  Cryod& a = Node("node-a");
+  // The library mapped into the job, as the pod annotation makes it; the job never starts CUDA.
+  auto pre = Workload::StartProgram(
+      dir_, TESTLOAD_BIN, {"--mem-mib", "16", "--threads", "2"},
+      {absl::StrCat("LD_PRELOAD=", FASTPATH_LIB), absl::StrCat("LD_LIBRARY_PATH=", FAKE_CUDA_DIR)});
+  ASSERT_TRUE(pre.ok()) << pre.status();
+  workloads_.push_back(std::move(*pre));
+  Workload& job2 = *workloads_.back();
+
+  int report[2];
+  ASSERT_EQ(::pipe(report), 0);
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const std::string name = contract::gpu_fastpath::SocketName(job2.pid());
+  pid_t impostor = ::fork();
+  if (impostor == 0) {
+    ::close(report[0]);
+    ::close(ready[0]);
+    if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(2);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    const socklen_t len = offsetof(sockaddr_un, sun_path) + 1 + name.size();
+    int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        ::listen(fd, 4) != 0) {
+      ::_exit(3);
+    }
+    (void)!::write(ready[1], "r", 1);
+    for (;;) {
+      int c = ::accept(fd, nullptr, nullptr);
+      if (c < 0) continue;
+      std::string text;
+      std::vector<int> fds;
+      if (contract::gpu_fastpath::ReceiveMessage(c, &text, &fds)) {
+        // What it would have been told, and how many descriptors it was handed.
+        const char got = static_cast<char>('0' + std::min<size_t>(fds.size(), 9));
+        (void)!::write(report[1], &got, 1);
+        const std::string lie = absl::StrCat(
+            R"({"ok": true, "state": "running", "owned_bytes": 18446744073709551615, "pid": )",
+            job2.pid(), "}");
+        contract::gpu_fastpath::SendMessage(c, lie);
+      }
+      ::close(c);
+    }
+  }
+  ::close(report[1]);
+  ::close(ready[1]);
+  char r;
+  ASSERT_EQ(::read(ready[0], &r, 1), 1) << "the impostor could not bind";
+  ASSERT_TRUE(job2.WaitMain(10));
+
+  grpc::Status s = a.Checkpoint(Req(job2.pid(), "impostor"));
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  ::kill(impostor, SIGKILL);
+  ::waitpid(impostor, nullptr, 0);
+  std::string heard;
+  char buf[64];
+  ::fcntl(report[0], F_SETFL, O_NONBLOCK);
+  for (ssize_t n; (n = ::read(report[0], buf, sizeof(buf))) > 0;) heard.append(buf, n);
+  ::close(report[0]);
+  ::close(ready[0]);
+  EXPECT_EQ(heard, "") << "cryod spoke to the impostor (descriptors per message: " << heard << ")";
+  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "not by the job")) << "the refusal is logged";
+  if (!s.ok()) return;
+  auto m = nlohmann::json::parse(Slurp(store_ + "/checkpoints/impostor/manifest.json"));
+  EXPECT_TRUE(m["gpu_fastpath"].is_null()) << m["gpu_fastpath"].dump();
+  ASSERT_TRUE(WaitGone(job2));
+  const uint64_t last = U(job2.Status(), "main");
+  s = a.Restore(RestoreReq("impostor"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(job2.WaitMain(last + 5));
+  EXPECT_EQ(job2.Verify(), 1);
 }
 
 }  // namespace
