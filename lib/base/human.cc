@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,8 +71,22 @@ absl::Status ParseSize(absl::string_view s, uint64_t* bytes) {
     uint64_t mult;
   };
   static const Unit kUnits[] = {{"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
-                                {"Ki", 1ull << 10},  {"Mi", 1ull << 20},  {"Gi", 1ull << 30},
-                                {"K", 1000ull},      {"M", 1000000ull},   {"G", 1000000000ull}};
+                                {"Ki", 1ull << 10},  {"Mi", 1ull << 20},  {"Gi", 1ull << 30}};
+  // "4M" is 4 MiB to CRIU (whose --ghost-limit users know) and 4,000,000 bytes to Kubernetes:
+  // refused rather than read either way.
+  if (!v.empty() && absl::ascii_isdigit(static_cast<unsigned char>(v.front())) &&
+      absl::string_view("kKmMgGtT").find(v.back()) != absl::string_view::npos) {
+    const absl::string_view num = v.substr(0, v.size() - 1);
+    const char unit = absl::ascii_toupper(static_cast<unsigned char>(v.back()));
+    const char* zeros = unit == 'K'   ? "000"
+                        : unit == 'M' ? "000000"
+                        : unit == 'G' ? "000000000"
+                                      : "000000000000";
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", s, "' is ambiguous: CRIU reads it as ", num, " ", std::string(1, unit),
+                     "iB, Kubernetes as ", num, zeros, " bytes; write ", num, std::string(1, unit),
+                     "i for ", num, " ", std::string(1, unit), "iB, or a plain number of bytes"));
+  }
   uint64_t mult = 1;
   for (const Unit& u : kUnits) {
     if (absl::ConsumeSuffix(&v, u.suffix)) {

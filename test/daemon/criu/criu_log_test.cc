@@ -58,6 +58,11 @@ TEST(CriuOptionsTest, CriusAdviceBecomesCrysOptionInThreeForms) {
       {"Error (criu/sk-inet.c:191): Connected TCP socket, consider using --tcp-established "
        "option.",
        "tcp-established"},
+      // Found in review: a log asking for --tcp-close also mentions connected sockets, and the
+      // error named only --tcp-established.
+      {"Error (criu/sk-inet.c:191): Connected TCP socket, consider using --tcp-established "
+       "option.\nError (criu/image.c:94): Need to set the --tcp-close options.",
+       "tcp-close"},
   };
   for (const auto& [log, option] : cases) {
     absl::Status s = StatusFromLog("criu dump", log, "/ops/x/dump.log", "exit code 1");

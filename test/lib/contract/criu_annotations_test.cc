@@ -26,6 +26,12 @@ TEST(CriuAnnotationsTest, BadValuesNameTheAnnotation) {
   EXPECT_NE(a.status().message().find("cryo.dev/criu-skip-in-flight"), std::string::npos);
   a = ParseCriuAnnotations({{"cryo.dev/criu-ghost-limit", "lots"}}, "cryo.dev");
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  // "4M" means 4 MiB to CRIU and 4,000,000 bytes to Kubernetes: refused, saying both.
+  a = ParseCriuAnnotations({{"cryo.dev/criu-ghost-limit", "4M"}}, "cryo.dev");
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("4 MiB"), std::string::npos) << a.status();
+  EXPECT_NE(a.status().message().find("4000000 bytes"), std::string::npos) << a.status();
+  EXPECT_NE(a.status().message().find("write 4Mi"), std::string::npos) << a.status();
   // Above the cap: refused when the pod's container is created, not at its first checkpoint.
   a = ParseCriuAnnotations({{"cryo.dev/criu-ghost-limit", "32Gi"}}, "cryo.dev");
   EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
