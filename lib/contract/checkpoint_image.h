@@ -5,8 +5,8 @@
 // cryo-manifest.json), as Kubernetes documents it (buildah from scratch + add + an annotation)
 // and as `checkpointctl build` makes it. Runtimes recognise one by an annotation of its
 // manifest (containerd 2 reads org.criu.checkpoint.container.name, CRI-O its own
-// io.kubernetes.cri-o.annotations.checkpoint.name; newer checkpointctl writes
-// checkpointctl.annotation.*), some builders put it in the config's labels instead.
+// io.kubernetes.cri-o.annotations.checkpoint.name), some builders put it in the config's labels
+// instead.
 
 #include <map>
 #include <string>
@@ -18,13 +18,11 @@ namespace cryo::contract::checkpoint_image {
 inline constexpr const char* kNameKeys[] = {
     "org.criu.checkpoint.container.name",
     "io.kubernetes.cri-o.annotations.checkpoint.name",
-    "checkpointctl.annotation.checkpoint.name",
 };
 
 // The image the checkpointed container ran (the archive's config.dump says the same, and wins).
 inline constexpr const char* kRootfsImageNameKeys[] = {
     "org.criu.checkpoint.rootfsImageName",
-    "checkpointctl.annotation.checkpoint.rootfsImageName",
 };
 
 // The value of the first of `keys` in `annotations`, then in `labels`; empty when none.
