@@ -8,6 +8,7 @@
 
 #include "absl/strings/string_view.h"
 #include "daemon/store/manifest.h"
+#include "daemon/store/signature.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using cryo::store::ManifestToJson;
@@ -19,6 +20,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       again->files.size() != m->files.size() || again->kind != m->kind ||
       again->container.has_value() != m->container.has_value()) {
     std::abort();  // an accepted manifest that does not survive its own writer
+  }
+  // What cryod signs verifies after it was written and read back: a signed manifest never fails
+  // its own check.
+  const std::string key(32, 'k');
+  auto third = ParseManifest(ManifestToJson(*again));
+  if (!third.ok() ||
+      cryo::store::SignManifest(*again, key) != cryo::store::SignManifest(*third, key)) {
+    std::abort();
   }
   return 0;
 }
