@@ -171,11 +171,13 @@ absl::Status UnpackLayer(containerd::ImageContent& images, const containerd::Blo
     return ErrnoStatus(errno, "socketpair");
   }
   absl::Status read_status;
+  bool reader_gone = false;  // written by the feeder, read after it is joined
   std::thread feeder([&] {
     read_status = images.ReadBlob(layer, deadline, [&](absl::string_view d) -> absl::Status {
       while (!d.empty()) {
         ssize_t n = ::send(sv[1], d.data(), d.size(), MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EPIPE) reader_gone = true;
         if (n < 0) return ErrnoStatus(errno, "passing the layer on");
         d.remove_prefix(n);
       }
@@ -192,8 +194,10 @@ absl::Status UnpackLayer(containerd::ImageContent& images, const containerd::Blo
   }
   ::close(sv[0]);  // a feeder still sending now fails and stops
   feeder.join();
-  // A stream cut short shows as a damaged tar; say why it was cut.
-  if (!read_status.ok()) return Annotate(read_status, what);
+  // A stream cut short shows as a damaged tar: say why it was cut. But when the reader refused
+  // first (a 17 MiB cryo-manifest.json, a link), the feeder failed only because the reader had
+  // stopped (a broken pipe): the refusal is the answer.
+  if (!read_status.ok() && !reader_gone) return Annotate(read_status, what);
   return st;
 }
 

@@ -211,7 +211,17 @@ TEST_F(CheckpointImageTest, UnlistedFilesASecondManifestAndTooManyBytesAreRefuse
   EXPECT_EQ(u.status().code(), absl::StatusCode::kResourceExhausted) << u.status();
   EXPECT_LT(fs::TreeBytes(dir_), 2u * 1048576) << "writing stopped at the bound";
 
+  // A 17 MiB cryo-manifest.json: DATA_LOSS naming it (was: the feeder's broken pipe).
   max_bytes_ = 1ull << 30;
+  e = Good();
+  for (auto& x : e) {
+    if (x.name == "cryo-manifest.json") x.data = std::string(17u << 20, ' ');
+  }
+  u = Unpack(e);
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kDataLoss) << u.status();
+  EXPECT_NE(u.status().message().find("cryo-manifest.json is larger than"), std::string::npos)
+      << u.status();
+
   e = Good();
   std::string deep = "checkpoint";
   for (int i = 0; i < 40; ++i) deep += "/d";
