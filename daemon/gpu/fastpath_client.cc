@@ -61,34 +61,7 @@ absl::StatusOr<nlohmann::json> Receive(int fd, const FastpathProcess& p, absl::D
                                                  " closed its channel without an answer"));
     }
     for (int f : fds) ::close(f);  // the library sends none
-    CRYO_ASSIGN_OR_RETURN(nlohmann::json j, json::Parse(text, {wire::kMaxMessage, 8}));
-    if (!j.is_object()) return absl::InvalidArgumentError("fast path: reply is not an object");
-    bool ok = false;
-    CRYO_RETURN_IF_ERROR(json::Fields(j, "fast path reply").Bool("ok", &ok, true));
-    // A reply that names a process names this one (the library puts its own pid in).
-    if (auto it = j.find("pid"); it != j.end()) {
-      const pid_t want = p.ns_pid > 0 ? p.ns_pid : p.pid;
-      if (!it->is_number_integer() || it->get<int64_t>() != want) {
-        return absl::PermissionDeniedError(absl::StrCat("the GPU fast path of pid ", p.pid,
-                                                        " answered for another process (",
-                                                        it->dump(), "): refused"));
-      }
-    }
-    if (!ok) {
-      std::string error, code;
-      bool rolled_back = false;
-      json::Fields f(j, "fast path reply");
-      (void)f.Str("error", &error);
-      (void)f.Str("code", &code);
-      (void)f.Bool("rolled_back", &rolled_back);
-      const std::string msg =
-          absl::StrCat("GPU fast path of pid ", p.pid, ": ", error,
-                       rolled_back ? " (its memory is back on the GPU; the job runs on)" : "");
-      if (code == "deadline") return absl::DeadlineExceededError(msg);
-      if (code == "data_loss") return absl::DataLossError(msg);
-      return absl::AbortedError(msg);
-    }
-    return j;
+    return ParseFastpathReply(text, p);
   }
 }
 
@@ -131,6 +104,39 @@ int64_t EffectiveUid(const proc::ProcReader& proc, pid_t pid) {
 }
 
 }  // namespace
+
+absl::StatusOr<nlohmann::json> ParseFastpathReply(absl::string_view text,
+                                                  const FastpathProcess& p) {
+  CRYO_ASSIGN_OR_RETURN(nlohmann::json j, json::Parse(text, {wire::kMaxMessage, 8}));
+  if (!j.is_object()) return absl::InvalidArgumentError("fast path: reply is not an object");
+  bool ok = false;
+  CRYO_RETURN_IF_ERROR(json::Fields(j, "fast path reply").Bool("ok", &ok, true));
+  // A reply that names a process names this one (the library puts its own pid in).
+  if (auto it = j.find("pid"); it != j.end()) {
+    const pid_t want = p.ns_pid > 0 ? p.ns_pid : p.pid;
+    if (!it->is_number_integer() || it->get<int64_t>() != want) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the GPU fast path of pid ", p.pid, " answered for another process (",
+          it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 64),
+          "): refused"));
+    }
+  }
+  if (!ok) {
+    std::string error, code;
+    bool rolled_back = false;
+    json::Fields f(j, "fast path reply");
+    (void)f.Str("error", &error);
+    (void)f.Str("code", &code);
+    (void)f.Bool("rolled_back", &rolled_back);
+    const std::string msg =
+        absl::StrCat("GPU fast path of pid ", p.pid, ": ", error,
+                     rolled_back ? " (its memory is back on the GPU; the job runs on)" : "");
+    if (code == "deadline") return absl::DeadlineExceededError(msg);
+    if (code == "data_loss") return absl::DataLossError(msg);
+    return absl::AbortedError(msg);
+  }
+  return j;
+}
 
 std::string FastpathFileName(pid_t ns_pid, int k) {
   return absl::StrCat("gpu/fastpath-", ns_pid, ".", k, ".bin");

@@ -22,6 +22,12 @@
 
 namespace cryo::gpu {
 
+// One reply of the library to `p`, read as untrusted input: the JSON object, or ABORTED /
+// DEADLINE_EXCEEDED / DATA_LOSS for the library's own failures ("ok": false, by its "code"),
+// PERMISSION_DENIED for a reply that names another process, INVALID_ARGUMENT for anything
+// malformed. Never throws.
+absl::StatusOr<nlohmann::json> ParseFastpathReply(absl::string_view text, const FastpathProcess& p);
+
 // Where a process's drained data goes, relative to a checkpoint's directory:
 // gpu/fastpath-<ns_pid>.<k>.bin.
 std::string FastpathFileName(pid_t ns_pid, int k);
