@@ -215,8 +215,8 @@ torch_losses() {
     result torch-losses FAIL "checkpoint: $(tail -2 "$RES/torch.ckpt.err")"; end_job "$tpid"; return
   fi
   local fpwhy
-  if ! fpwhy=$(multi_fastpath_check "$RES/$name.ckpt.json"); then
-    result "$name" FAIL "$fpwhy"; end_job "$tpid"; "${CRYO[@]}" rm "$name" >/dev/null 2>&1; return
+  if ! fpwhy=$(multi_fastpath_check "$RES/torch.ckpt.json"); then
+    result torch-losses FAIL "$fpwhy"; end_job "$tpid"; "${CRYO[@]}" rm torch >/dev/null 2>&1; return
   fi
   wait "$tpid" 2>/dev/null
   local at; at=$(wc -l <"$run")
@@ -458,8 +458,8 @@ ddp_losses() {
     result "$name" FAIL "checkpoint: $(head -c 400 "$RES/$name.ckpt.json")"; end_job "$tpid"; return
   fi
   local fpwhy
-  if ! fpwhy=$(multi_fastpath_check "$RES/$name.ckpt.json"); then
-    result "$name" FAIL "$fpwhy"; end_job "$tpid"; "${CRYO[@]}" rm "$name" >/dev/null 2>&1; return
+  if ! fpwhy=$(multi_fastpath_check "$RES/torch.ckpt.json"); then
+    result torch-losses FAIL "$fpwhy"; end_job "$tpid"; "${CRYO[@]}" rm torch >/dev/null 2>&1; return
   fi
   wait "$tpid" 2>/dev/null
   local at; at=$(wc -l <"$run")
