@@ -218,6 +218,7 @@ void Engine::RecoverEntry(const journal::Entry& e) {
               absl::Milliseconds(20));
   }
   std::string action;
+  std::vector<std::string> unknown;  // step names this cryod does not have
   if (e.kind == journal::OpKind::kCheckpoint) {
     // cryod may have died between the publish (a rename) and the journal's "published": the
     // checkpoint in the store, taken by this node at this operation's start, says which.
@@ -237,18 +238,24 @@ void Engine::RecoverEntry(const journal::Entry& e) {
       CheckpointState s;
       s.je = e;
       s.je.tasks = jobs_.WithDescendants(e.tasks);
-      checkpoint_txn_->Undo(e.steps, s);
+      unknown = checkpoint_txn_->Undo(e.steps, s);
       action = "rolled_back";
     }
   } else {
     RestoreState s;
     s.je = e;
     s.failure = absl::AbortedError("cryod restarted during the restore");
-    restore_txn_->Undo(e.steps, s);
+    unknown = restore_txn_->Undo(e.steps, s);
     action = "restore_abandoned";
   }
   CRYO_LOG(Warning) << "journal: " << e.op_id << ": " << action;
   if (d_.metrics) d_.metrics->CountRecovered(action);
+  for (const std::string& name : unknown) {
+    // Written by another cryod version: whatever that step did is not undone here.
+    CRYO_LOG(Error) << "journal: " << e.op_id << ": step '" << name
+                    << "' is not a step of this cryod; its undo did not run";
+    if (d_.metrics) d_.metrics->CountRecovered("unknown_step");
+  }
 }
 
 int Engine::CollectIncomplete(bool own_stages) {

@@ -76,13 +76,21 @@ class Transaction {
     return absl::OkStatus();
   }
 
-  // Runs the undo of the named steps, newest first (names without an undo are skipped).
-  void Undo(const std::vector<std::string>& begun, State& s) const {
+  // Runs the undo of the named steps, newest first (steps without an undo have nothing to do).
+  // Returns the names no step has (a journal from another cryod version): the caller says so,
+  // they are never skipped silently.
+  std::vector<std::string> Undo(const std::vector<std::string>& begun, State& s) const {
+    std::vector<std::string> unknown;
     for (auto it = begun.rbegin(); it != begun.rend(); ++it) {
+      bool found = false;
       for (const Step<State>& step : steps_) {
-        if (step.name == *it && step.undo) step.undo(s);
+        if (step.name != *it) continue;
+        found = true;
+        if (step.undo) step.undo(s);
       }
+      if (!found) unknown.push_back(*it);
     }
+    return unknown;
   }
 
   const std::vector<Step<State>>& steps() const { return steps_; }

@@ -26,8 +26,8 @@ inline constexpr const char* kCheckpointStages[] = {
     "gpu_restore", "gpu_refill", "checksum", "publish",        "finish",   "export"};
 inline constexpr const char* kRestoreStages[] = {"validate", "verify",      "wait_pids",  "rootfs",
                                                  "restore",  "gpu_restore", "gpu_refill", "done"};
-inline constexpr const char* kRecoveryActions[] = {"completed_resumed", "completed_stopped",
-                                                   "rolled_back", "restore_abandoned"};
+inline constexpr const char* kRecoveryActions[] = {
+    "completed_resumed", "completed_stopped", "rolled_back", "restore_abandoned", "unknown_step"};
 // "ok" and every canonical status code's name, lower case ("deadline_exceeded").
 std::vector<std::string> Results();
 // Checkpoint and restore durations, 10 ms to 1 h (a multi-GPU checkpoint of hundreds of GiB

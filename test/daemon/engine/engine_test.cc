@@ -15,6 +15,7 @@
 #include "daemon/store/checksum.h"
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
+#include "prometheus/text_serializer.h"
 #include "test/daemon/engine/fakes.h"
 #include "test/daemon/test_util.h"
 
@@ -346,6 +347,32 @@ TEST_F(EngineTest, RecoverRollsBackAnUnpublishedCheckpoint) {
   EXPECT_TRUE(JournalEmpty());
 }
 
+// A journal written by another cryod version may name a step this one does not have: the
+// steps it knows are still undone, and the unknown one is logged and counted, never skipped
+// silently.
+TEST_F(EngineTest, RecoveryCountsAStepItDoesNotKnow) {
+  Child job;
+  ::kill(job.pid, SIGSTOP);
+  auto staged = store_->Stage("half");
+  ASSERT_TRUE(staged.ok());
+  journal::Entry e;
+  e.op_id = "op-9";
+  e.kind = journal::OpKind::kCheckpoint;
+  e.checkpoint_id = "half";
+  e.state = journal::OpState::kDumped;
+  e.steps = {"stage", "step_of_a_newer_cryod", "dump"};
+  e.tasks = {{job.pid, proc_.Read(job.pid)->start_time}};
+  e.staging_dir = (*staged)->staging_dir();
+  ASSERT_TRUE(journal_->Put(e).ok());
+  ASSERT_TRUE(WaitUntil([&] { return job.State() == 'T'; }));
+  ASSERT_TRUE(engine_->Recover().ok());
+  EXPECT_TRUE(WaitUntil([&] { return job.Runs(); })) << "job left stopped";
+  EXPECT_FALSE(fs::Exists(e.staging_dir));
+  const std::string text = prometheus::TextSerializer().Serialize(metrics_.registry()->Collect());
+  EXPECT_NE(text.find("cryo_recovered_operations_total{action=\"unknown_step\"} 1"),
+            std::string::npos);
+}
+
 TEST_F(EngineTest, RecoverFinishesAPublishedPreemption) {
   Child job;
   ::kill(job.pid, SIGSTOP);
@@ -467,6 +494,20 @@ TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
   EXPECT_EQ(criu_.last_restore.images_dir, dir_.path + "/store/checkpoints/c1/images");
   EXPECT_TRUE(JournalEmpty());
   job.pid = -1;
+}
+
+// The step names are written into journals: a cryod undoes what an older one began by these
+// names. Renaming one is an incompatible change (as a change of the plugin ABI's layout is).
+TEST_F(EngineTest, StepNamesArePinned) {
+  EXPECT_EQ(
+      engine_->CheckpointStepNames(),
+      (std::vector<std::string>{"validate", "stage", "gpu_drain", "gpu_lock", "gpu_checkpoint",
+                                "gpu_save", "dump", "rootfs", "resume_early", "gpu_resume",
+                                "gpu_refill", "manifest", "publish", "finish", "export"}));
+  EXPECT_EQ(engine_->RestoreStepNames(),
+            (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
+                                      "credentials", "wait_pids", "journal", "rootfs",
+                                      "criu_restore", "gpu_restore", "gpu_refill", "done"}));
 }
 
 // A process checkpoint restores with at most the credentials its job had, as the node that
