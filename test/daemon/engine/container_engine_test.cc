@@ -60,6 +60,17 @@ class ContainerEngineTest : public ::testing::Test {
     engine_ = std::make_unique<Engine>(
         cfg, EngineDeps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_, &rt_});
   }
+  // A leave-running checkpoint "ct-1" of the container, then the job gone from it (as in a new
+  // container waiting for its restore).
+  void CheckpointAndEmpty() {
+    CheckpointRequest req;
+    req.container_id = "c0ffee0000000000";
+    req.checkpoint_id = "ct-1";
+    req.leave_running = true;
+    auto r = engine_->Checkpoint(req, op_);
+    ASSERT_TRUE(r.ok()) << r.status();
+    fake_.Remove(job_);
+  }
   void TearDown() override {
     cryo::testing::Reap(init_);
     cryo::testing::Reap(job_);
@@ -153,12 +164,7 @@ TEST_F(ContainerEngineTest, RestoreIntoTheWrongContainerIsRefusedAndCryoInitHear
 }
 
 TEST_F(ContainerEngineTest, RestoreOntoAnotherImageIsRefusedBeforeAnythingStarts) {
-  CheckpointRequest req;
-  req.container_id = "c0ffee0000000000";
-  req.checkpoint_id = "ct-1";
-  req.leave_running = true;
-  ASSERT_TRUE(engine_->Checkpoint(req, op_).ok());
-  fake_.Remove(job_);
+  CheckpointAndEmpty();
   AddInit("ct-1");
   rt_.containers["c0ffee0000000000"].image_ref = "sha256:def";
   RestoreRequest rr;
@@ -178,12 +184,7 @@ TEST_F(ContainerEngineTest, RestoreOntoAnotherImageIsRefusedBeforeAnythingStarts
 // images (written by the fake CRIU with this test's own credentials: root, every capability)
 // would restore the job as root: refused by name before CRIU runs, and cryo-init hears why.
 TEST_F(ContainerEngineTest, RestoreGrantsNoMoreThanTheNewContainerDoes) {
-  CheckpointRequest req;
-  req.container_id = "c0ffee0000000000";
-  req.checkpoint_id = "ct-1";
-  req.leave_running = true;
-  ASSERT_TRUE(engine_->Checkpoint(req, op_).ok());
-  fake_.Remove(job_);
+  CheckpointAndEmpty();
   AddInit("ct-1",
           "Uid:\t1000\t1000\t1000\t1000\nGid:\t1000\t1000\t1000\t1000\nGroups:\t\n"
           "CapInh:\t0000000000000000\nCapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n"
@@ -203,12 +204,7 @@ TEST_F(ContainerEngineTest, RestoreGrantsNoMoreThanTheNewContainerDoes) {
 }
 
 TEST_F(ContainerEngineTest, RestoreOfAnHonestImageIntoAnEqualContainerReachesCriu) {
-  CheckpointRequest req;
-  req.container_id = "c0ffee0000000000";
-  req.checkpoint_id = "ct-1";
-  req.leave_running = true;
-  ASSERT_TRUE(engine_->Checkpoint(req, op_).ok());
-  fake_.Remove(job_);
+  CheckpointAndEmpty();
   AddInit("ct-1");  // the same credentials as the job had
   RestoreRequest rr;
   rr.checkpoint_id = "ct-1";

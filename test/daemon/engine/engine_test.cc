@@ -106,6 +106,22 @@ class EngineTest : public ::testing::Test {
     return r;
   }
   bool StagingEmpty() { return fs::ListDir(dir_.path + "/store/.staging")->empty(); }
+  // Checkpoints `job` as `id` (which stops it for good) and reaps it, so its pid is free.
+  void CheckpointAndReap(Child& job, const std::string& id) {
+    auto r = engine_->Checkpoint(Req(job.pid, id), op_);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ::waitpid(job.pid, nullptr, 0);
+    job.pid = -1;
+  }
+  // A restore of `id` that must be refused with PERMISSION_DENIED saying `why`, before CRIU.
+  void ExpectRefused(Engine& e, const std::string& id, const std::string& why) {
+    RestoreRequest r;
+    r.checkpoint_id = id;
+    auto res = e.Restore(r, op_);
+    EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
+    EXPECT_NE(res.status().message().find(why), std::string::npos) << res.status();
+    EXPECT_EQ(criu_.restores, 0);
+  }
   bool JournalEmpty() { return journal_->LoadAll()->empty(); }
 
   TempDir dir_;
@@ -528,21 +544,14 @@ TEST_F(EngineTest, ProcessRestoreIsBoundedByTheJobsRecordedCredentials) {
   EXPECT_FALSE(info->manifest.signature.empty());
   ::waitpid(job.pid, nullptr, 0);
   job.pid = -1;
-  RestoreRequest r;
-  r.checkpoint_id = "c1";
-  auto res = engine_->Restore(r, op_);
-  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
-  EXPECT_NE(res.status().message().find("uid is 4242"), std::string::npos) << res.status();
-  EXPECT_EQ(criu_.restores, 0);
+  ExpectRefused(*engine_, "c1", "uid is 4242");
 }
 
 // What a store writer can do to a signed checkpoint: raise its recorded credentials, or have it
 // signed by nobody this node trusts. Each is refused before CRIU runs.
 TEST_F(EngineTest, ATamperedOrForeignManifestIsNotRestoredAsAProcess) {
   Child job;
-  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
-  ::waitpid(job.pid, nullptr, 0);
-  job.pid = -1;
+  CheckpointAndReap(job, "c1");
   const std::string path = dir_.path + "/store/checkpoints/c1/manifest.json";
   auto text = fs::ReadFile(path);
   ASSERT_TRUE(text.ok());
@@ -550,36 +559,23 @@ TEST_F(EngineTest, ATamperedOrForeignManifestIsNotRestoredAsAProcess) {
   j["credentials"]["uids"].push_back(0);
   j["credentials"]["cap_eff"] = ~uint64_t{0};
   ASSERT_TRUE(fs::WriteFileAtomic(path, j.dump()).ok());
-  RestoreRequest r;
-  r.checkpoint_id = "c1";
-  auto res = engine_->Restore(r, op_);
-  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
-  EXPECT_NE(res.status().message().find("signature"), std::string::npos) << res.status();
+  ExpectRefused(*engine_, "c1", "signature");
   // Unsigned altogether.
   j.erase("signature");
   ASSERT_TRUE(fs::WriteFileAtomic(path, j.dump()).ok());
-  res = engine_->Restore(r, op_);
-  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
-  EXPECT_NE(res.status().message().find("not signed"), std::string::npos) << res.status();
-  EXPECT_EQ(criu_.restores, 0);
+  ExpectRefused(*engine_, "c1", "not signed");
 }
 
 TEST_F(EngineTest, AnotherNodesKeyDoesNotVerify) {
   Child job;
-  ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
-  ::waitpid(job.pid, nullptr, 0);
-  job.pid = -1;
+  CheckpointAndReap(job, "c1");
   EngineConfig c;
   c.node_name = "node-b";
   c.state_dir = dir_.path + "/state-b";
   c.self_pid = ::getpid();
   c.signing_key = std::string(32, 'b');
   Engine other(c, EngineDeps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_});
-  RestoreRequest r;
-  r.checkpoint_id = "c1";
-  auto res = other.Restore(r, op_);
-  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
-  EXPECT_EQ(criu_.restores, 0);
+  ExpectRefused(other, "c1", "signed with another key");
 }
 
 // Each step of a checkpoint failing in turn, before it ran and after it ran, for a preemption
