@@ -26,6 +26,8 @@ namespace cryo::container {
 namespace {
 
 constexpr size_t kMaxConfigDump = 1 << 20;
+// What may follow a layer's tar in its stream (tar's zero blocks, a compressor's end).
+constexpr uint64_t kMaxAfterTar = 1 << 20;
 
 std::string Normalize(absl::string_view name) {
   while (absl::ConsumePrefix(&name, "./") || absl::ConsumePrefix(&name, "/")) {
@@ -187,9 +189,20 @@ absl::Status UnpackLayer(containerd::ImageContent& images, const containerd::Blo
   });
   absl::Status st = ExtractLayer(sv[0], what, dir, out, budget);
   if (st.ok()) {
-    // The tar ends before the stream does (padding): read to the end so the feeder finishes.
+    // The tar ends before the stream does (padding, a compressor's trailer): read to the end so
+    // the feeder finishes, but not forever: a layer that goes on is refused.
     char buf[65536];
-    while (::read(sv[0], buf, sizeof(buf)) > 0) {
+    uint64_t after = 0;
+    for (ssize_t n; (n = ::read(sv[0], buf, sizeof(buf))) > 0;) {
+      after += static_cast<uint64_t>(n);
+      if (after > kMaxAfterTar) {
+        st = absl::DataLossError(absl::StrCat(what, " goes on past the end of its tar"));
+        break;
+      }
+      if (absl::Status stopped = budget->Stopped(); !stopped.ok()) {
+        st = stopped;
+        break;
+      }
     }
   }
   ::close(sv[0]);  // a feeder still sending now fails and stops

@@ -24,6 +24,7 @@ using ::testing::HasSubstr;
 class FakeImages final : public containerd::ImageContent {
  public:
   std::map<std::string, std::string> blobs;  // digest -> bytes
+  bool endless = false;                      // zeros follow each blob until the reader stops
   absl::StatusOr<containerd::ImageManifest> Manifest(const std::vector<std::string>&,
                                                      absl::Time) override {
     return absl::UnimplementedError("not used");
@@ -35,6 +36,10 @@ class FakeImages final : public containerd::ImageContent {
     // In small pieces, as a gRPC stream delivers them.
     for (size_t off = 0; off < it->second.size(); off += 1000) {
       if (absl::Status s = sink(absl::string_view(it->second).substr(off, 1000)); !s.ok()) return s;
+    }
+    const std::string zeros(1000, '\0');
+    while (endless) {
+      if (absl::Status s = sink(zeros); !s.ok()) return s;
     }
     return absl::OkStatus();
   }
@@ -114,6 +119,7 @@ class CheckpointImageTest : public ::testing::Test {
     im.layers = {{"application/vnd.oci.image.layer.v1.tar+gzip", "sha256:layer", 0}};
     ImportLimits limits;
     limits.max_bytes = max_bytes_;
+    limits.stop = stop_;
     return UnpackCheckpointImage(images_, im, tmp_.path, absl::InfiniteFuture(), 2, limits);
   }
 
@@ -133,6 +139,7 @@ class CheckpointImageTest : public ::testing::Test {
   }
 
   uint64_t max_bytes_ = 1ull << 30;
+  std::function<bool()> stop_;
   FakeImages images_;
   TempDir tmp_;
   const std::string& dir_ = tmp_.path;
@@ -229,6 +236,19 @@ TEST_F(CheckpointImageTest, UnlistedFilesASecondManifestAndTooManyBytesAreRefuse
   u = Unpack(e);
   EXPECT_EQ(u.status().code(), absl::StatusCode::kDataLoss) << u.status();
   EXPECT_NE(u.status().message().find("nested deeper"), std::string::npos) << u.status();
+}
+
+// Found in review: a layer that never ends ran until the caller's deadline, and SIGTERM did not
+// stop it.
+TEST_F(CheckpointImageTest, ALayerThatNeverEndsIsRefusedAndAStopEndsAnImport) {
+  images_.endless = true;
+  auto u = Unpack(Good());
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kDataLoss) << u.status();
+  EXPECT_NE(u.status().message().find("past the end"), std::string::npos) << u.status();
+  images_.endless = false;
+  stop_ = [] { return true; };  // cryod's SIGTERM, or the caller's deadline
+  u = Unpack(Good());
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kCancelled) << u.status();
 }
 
 TEST_F(CheckpointImageTest, ALinkInTheLayerIsRefusedAndNeverCreated) {
