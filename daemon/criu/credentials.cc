@@ -36,6 +36,8 @@ constexpr uint32_t kTaskDead = 0x02;  // a zombie: restored only to be reaped, r
 constexpr uint64_t kMaxCoreBytes = 1 << 20;
 constexpr uint64_t kMaxSeccompBytes = 16 << 20;
 constexpr size_t kMaxFilterChain = 1024;
+constexpr uint64_t kCapSetgid = uint64_t{1} << 6;
+constexpr uint64_t kCapSetuid = uint64_t{1} << 7;
 
 // The images of the namespaces CRIU would create at restore. Container mode never has them
 // (CRIU runs inside the container's namespaces and records none): one that has them asks CRIU
@@ -412,22 +414,27 @@ absl::Status CheckCredentials(const std::vector<TaskCredentials>& threads,
           absl::StrCat("checkpoint would restore thread ", t.tid, " with more than ", ceiling_name,
                        " grants: ", field, " ", what, "; refused before anything started"));
     };
+    // A target that may change its uids (CAP_SETUID permitted: a root container whose entrypoint
+    // drops to another user, as gosu does) may run as any: that gains nothing the capability
+    // checks below do not bound. Likewise gids and groups with CAP_SETGID.
+    const bool any_uid = (c.caps.prm & kCapSetuid) != 0;
+    const bool any_gid = (c.caps.prm & kCapSetgid) != 0;
     const std::pair<const char*, uint32_t> uids[] = {
         {"uid", t.uid}, {"euid", t.euid}, {"suid", t.suid}, {"fsuid", t.fsuid}};
     for (const auto& [f, v] : uids) {
-      if (!c.uids.count(v)) {
+      if (!any_uid && !c.uids.count(v)) {
         return deny(f, absl::StrCat("is ", v, ", allowed: ", absl::StrJoin(c.uids, ",")));
       }
     }
     const std::pair<const char*, uint32_t> gids[] = {
         {"gid", t.gid}, {"egid", t.egid}, {"sgid", t.sgid}, {"fsgid", t.fsgid}};
     for (const auto& [f, v] : gids) {
-      if (!c.gids.count(v)) {
+      if (!any_gid && !c.gids.count(v)) {
         return deny(f, absl::StrCat("is ", v, ", allowed: ", absl::StrJoin(c.gids, ",")));
       }
     }
     for (uint32_t g : t.groups) {
-      if (!c.groups.count(g) && !c.gids.count(g)) {
+      if (!any_gid && !c.groups.count(g) && !c.gids.count(g)) {
         return deny("groups", absl::StrCat("has ", g, ", allowed: ", absl::StrJoin(c.groups, ",")));
       }
     }

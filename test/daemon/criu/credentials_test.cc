@@ -129,6 +129,22 @@ TEST(CredentialsTest, EachRaisedFieldIsRefusedByName) {
               HasSubstr("CAP_SYS_MODULE, CAP_SYS_ADMIN"));
 }
 
+// A root container whose entrypoint drops to another user (gosu, su-exec) restores: with
+// CAP_SETUID and CAP_SETGID it could become that user itself. Without them it may not.
+TEST(CredentialsTest, ATargetThatMayChangeItsUidsBindsNoUid) {
+  TaskCredentials root = User(1, 0);
+  root.caps.prm = root.caps.eff = kContainerCaps;  // has CAP_SETUID and CAP_SETGID
+  root.no_new_privs = false;
+  TaskCredentials dropped = User(9, 999);
+  dropped.groups = {999};
+  dropped.no_new_privs = false;
+  EXPECT_TRUE(CheckCredentials({dropped}, CeilingOf({root}), "c").ok());
+  root.caps.prm = root.caps.eff = kContainerCaps & ~(uint64_t{1} << 7);  // no CAP_SETUID
+  absl::Status st = CheckCredentials({dropped}, CeilingOf({root}), "c");
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("uid is 999"));
+}
+
 TEST(CredentialsTest, ALabelledTargetBindsEveryThreadToItsLabel) {
   TaskCredentials init = User(1, 0);
   init.lsm = "cri-containerd.apparmor.d";

@@ -527,15 +527,16 @@ TEST_F(EngineTest, StepNamesArePinned) {
 }
 
 // A process checkpoint restores with at most the credentials its job had, as the node that
-// took it recorded and signed them: images that claim more (here a uid the job never had)
-// are refused by name before CRIU runs.
+// took it recorded and signed them: images that claim more (here a capability beyond every
+// set the job had; the test runs as root, which may take any uid) are refused by name before
+// CRIU runs.
 TEST_F(EngineTest, ProcessRestoreIsBoundedByTheJobsRecordedCredentials) {
   Child job;
   auto own = criu::ReadLiveCredentials(proc_, job.pid);
   ASSERT_TRUE(own.ok()) << own.status();
   criu::TaskCredentials raised = *own;
   raised.tid = job.pid;
-  raised.uid = raised.euid = 4242;
+  raised.caps.bnd |= uint64_t{1} << 50;
   criu_.image_creds = {raised};
   auto info = engine_->Checkpoint(Req(job.pid, "c1"), op_);
   ASSERT_TRUE(info.ok()) << info.status();
@@ -544,7 +545,7 @@ TEST_F(EngineTest, ProcessRestoreIsBoundedByTheJobsRecordedCredentials) {
   EXPECT_FALSE(info->manifest.signature.empty());
   ::waitpid(job.pid, nullptr, 0);
   job.pid = -1;
-  ExpectRefused(*engine_, "c1", "uid is 4242");
+  ExpectRefused(*engine_, "c1", "cap_bnd has cap 50");
 }
 
 // What a store writer can do to a signed checkpoint: raise its recorded credentials, or have it
