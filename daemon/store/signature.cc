@@ -19,7 +19,9 @@
 namespace cryo::store {
 
 absl::StatusOr<std::string> LoadOrCreateSigningKey(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  // Links are followed (a Kubernetes Secret's files are links into its data directory); what
+  // they lead to is checked below: a regular file of cryod's user that nobody else may read.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) {
     std::string key(kSigningKeyBytes, '\0');
     if (::getrandom(key.data(), key.size(), 0) != static_cast<ssize_t>(key.size())) {
@@ -38,7 +40,7 @@ absl::StatusOr<std::string> LoadOrCreateSigningKey(const std::string& path) {
       return key;
     }
     if (errno != EEXIST) return ErrnoStatus(errno, absl::StrCat("creating signing key ", path));
-    fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   }
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening signing key ", path));
   struct stat st;

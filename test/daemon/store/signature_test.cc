@@ -4,6 +4,7 @@
 #include "daemon/store/signature.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "gtest/gtest.h"
 #include "test/daemon/test_util.h"
@@ -65,6 +66,12 @@ TEST(SignatureTest, KeyFileIsCreatedPrivateAndReused) {
   auto k2 = LoadOrCreateSigningKey(path);
   ASSERT_TRUE(k2.ok());
   EXPECT_EQ(*k1, *k2);
+  // As a Kubernetes Secret mounts it: a link to the file (defaultMode 0400).
+  const std::string link = d.path + "/secret-key";
+  ASSERT_EQ(::symlink(path.c_str(), link.c_str()), 0);
+  auto k3 = LoadOrCreateSigningKey(link);
+  ASSERT_TRUE(k3.ok()) << k3.status();
+  EXPECT_EQ(*k1, *k3);
   ASSERT_EQ(::chmod(path.c_str(), 0644), 0);
   EXPECT_EQ(LoadOrCreateSigningKey(path).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(fs::WriteFileAtomic(path, "short", 0600).ok());
