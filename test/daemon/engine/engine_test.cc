@@ -526,6 +526,31 @@ TEST_F(EngineTest, StepNamesArePinned) {
                                       "criu_restore", "gpu_restore", "gpu_refill", "done"}));
 }
 
+// Found in review: the sizes a job's fast path reported were published as they came (2^64-1
+// bytes showed as 16384 PiB). A job that says its file holds more than it does fails the
+// checkpoint (DATA_LOSS), nothing is published, the job gets its memory back and runs on.
+TEST_F(EngineTest, AFastPathThatLiesAboutItsFilesIsNotPublished) {
+  testing::FakeFastpath fp;
+  fp.bytes = 4 << 20;
+  fp.claimed = {{1 << 20, "x"}, {1 << 20, "x"}, {1 << 20, "x"}, {1 << 20, "x"}};
+  EngineConfig c;
+  c.node_name = "node-a";
+  c.state_dir = dir_.path + "/state";
+  c.self_pid = ::getpid();
+  EngineDeps deps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_};
+  deps.fastpath = &fp;
+  Engine e(c, deps);
+  Child job;
+  auto r = e.Checkpoint(Req(job.pid, "liar"), op_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
+  EXPECT_NE(r.status().message().find("holds 1048576 bytes; it holds 0"), std::string::npos)
+      << r.status();
+  EXPECT_EQ(fp.refills, 1) << "the job's memory was not given back";
+  EXPECT_FALSE(store_->Get("liar").ok());
+  EXPECT_TRUE(StagingEmpty());
+  EXPECT_TRUE(job.Runs());
+}
+
 // A process checkpoint restores with at most the credentials its job had, as the node that
 // took it recorded and signed them: images that claim more (here a capability beyond every
 // set the job had; the test runs as root, which may take any uid) are refused by name before

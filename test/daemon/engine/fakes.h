@@ -6,11 +6,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "daemon/criu/credentials.h"
 #include "daemon/criu/criu.h"
+#include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "lib/base/fs.h"
 #include "lib/base/proc.h"
@@ -73,6 +75,51 @@ class FakeCriu : public criu::Criu {
   std::string check_error() const override { return ""; }
   criu::DumpOptions last_dump;
   criu::RestoreOptions last_restore;
+};
+
+// The GPU fast path as a job's library would answer it, scripted: one process found, drains that
+// report `drained` and whose files are said to hold `claimed` (what a lying job may claim).
+class FakeFastpath : public gpu::Fastpath {
+ public:
+  std::vector<FileDigest> claimed;
+  uint64_t bytes = 0;
+  int refills = 0;
+  std::string state = "running";  // what Status answers
+
+  class Drain : public gpu::FastpathDrainHandle {
+   public:
+    Drain(nlohmann::json d, std::vector<FileDigest> c) : d_(std::move(d)), c_(std::move(c)) {}
+    const nlohmann::json& drained() const override { return d_; }
+    absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool) override { return c_; }
+
+   private:
+    nlohmann::json d_;
+    std::vector<FileDigest> c_;
+  };
+
+  absl::StatusOr<std::vector<gpu::FastpathProcess>> Find(const std::vector<pid_t>& pids) override {
+    gpu::FastpathProcess p;
+    p.pid = pids.front();
+    p.ns_pid = pids.front();
+    p.bytes = bytes;
+    return std::vector<gpu::FastpathProcess>{p};
+  }
+  absl::StatusOr<std::unique_ptr<gpu::FastpathDrainHandle>> Drain(
+      const gpu::FastpathProcess&, const gpu::FastpathDrainOptions&,
+      const std::vector<int>&) override {
+    state = "saved";
+    return std::unique_ptr<gpu::FastpathDrainHandle>(
+        new class Drain({{"bytes", bytes}, {"allocations", 1}}, claimed));
+  }
+  absl::StatusOr<nlohmann::json> Refill(const gpu::FastpathProcess&, int, const std::vector<int>&,
+                                        const std::vector<FileDigest>&) override {
+    ++refills;
+    state = "running";
+    return nlohmann::json{{"ok", true}};
+  }
+  absl::StatusOr<nlohmann::json> Status(const gpu::FastpathProcess&) override {
+    return nlohmann::json{{"ok", true}, {"state", state}};
+  }
 };
 
 class FakeGpu : public gpu::NullGpuManager {
