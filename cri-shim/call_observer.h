@@ -51,6 +51,6 @@ class CallObserver {
 };
 
 // absl and gRPC share the canonical code numbering.
-absl::string_view GrpcCodeName(grpc::StatusCode code);
+std::string GrpcCodeName(grpc::StatusCode code);
 
 }  // namespace cryo::shim

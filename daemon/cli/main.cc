@@ -25,6 +25,7 @@
 #include "daemon/criu/options.h"
 #include "lib/base/flags.h"
 #include "lib/base/human.h"
+#include "lib/base/status.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::cli {
@@ -96,27 +97,7 @@ int Usage(const std::string& msg) {
   return 2;
 }
 
-std::string CodeName(grpc::StatusCode c) {
-  static const char* names[] = {"OK",
-                                "CANCELLED",
-                                "UNKNOWN",
-                                "INVALID_ARGUMENT",
-                                "DEADLINE_EXCEEDED",
-                                "NOT_FOUND",
-                                "ALREADY_EXISTS",
-                                "PERMISSION_DENIED",
-                                "RESOURCE_EXHAUSTED",
-                                "FAILED_PRECONDITION",
-                                "ABORTED",
-                                "OUT_OF_RANGE",
-                                "UNIMPLEMENTED",
-                                "INTERNAL",
-                                "UNAVAILABLE",
-                                "DATA_LOSS",
-                                "UNAUTHENTICATED"};
-  int i = static_cast<int>(c);
-  return i >= 0 && i <= 16 ? names[i] : absl::StrCat(i);
-}
+std::string CodeName(grpc::StatusCode c) { return cryo::CodeName(static_cast<int>(c)); }
 
 // The same JSON as cryod's HTTP API and kubectl-checkpoint print.
 std::string ToJson(const google::protobuf::Message& m) { return api::MessageToJson(m); }

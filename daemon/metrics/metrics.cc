@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "lib/base/status.h"
 #include "lib/metrics/registry.h"
 
 namespace cryo::metrics {
@@ -20,8 +21,7 @@ const std::vector<const char*>& StagesOf(const std::string& op) {
 std::vector<std::string> Results() {
   std::vector<std::string> out = {"ok"};
   for (int c = 1; c <= 16; ++c) {
-    out.push_back(
-        absl::AsciiStrToLower(absl::StatusCodeToString(static_cast<absl::StatusCode>(c))));
+    out.push_back(absl::AsciiStrToLower(CodeName(c)));
   }
   return out;
 }

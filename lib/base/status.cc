@@ -48,4 +48,9 @@ absl::Status Annotate(const absl::Status& s, absl::string_view context) {
   return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
 }
 
+std::string CodeName(int code) {
+  if (code < 0 || code > 16) return "UNKNOWN";
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
 }  // namespace cryo

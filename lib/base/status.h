@@ -19,6 +19,10 @@ absl::Status ErrnoStatus(int err, absl::string_view what);
 // Prepends context to a status message, keeping its code.
 absl::Status Annotate(const absl::Status& s, absl::string_view context);
 
+// The canonical name of a status code as absl and gRPC number them ("DEADLINE_EXCEEDED");
+// "UNKNOWN" for a number outside 0..16. The one table the CLI, the shim and the metrics use.
+std::string CodeName(int code);
+
 }  // namespace cryo
 
 #define CRYO_CONCAT_INNER(a, b) a##b
