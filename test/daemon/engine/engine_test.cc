@@ -123,6 +123,27 @@ class EngineTest : public ::testing::Test {
     EXPECT_EQ(criu_.restores, 0);
   }
   bool JournalEmpty() { return journal_->LoadAll()->empty(); }
+  // What cryod left when it died after dumping a job (stopped) with `steps` journaled, then the
+  // next start's recovery: the job must run again and its stage be gone.
+  void RecoverAHalfCheckpoint(std::vector<std::string> steps) {
+    Child job;
+    ::kill(job.pid, SIGSTOP);
+    auto staged = store_->Stage("half");
+    ASSERT_TRUE(staged.ok());
+    journal::Entry e;
+    e.op_id = "op-9";
+    e.kind = journal::OpKind::kCheckpoint;
+    e.checkpoint_id = "half";
+    e.state = journal::OpState::kDumped;
+    e.steps = std::move(steps);
+    e.tasks = {{job.pid, proc_.Read(job.pid)->start_time}};
+    e.staging_dir = (*staged)->staging_dir();
+    ASSERT_TRUE(journal_->Put(e).ok());
+    ASSERT_TRUE(WaitUntil([&] { return job.State() == 'T'; }));
+    ASSERT_TRUE(engine_->Recover().ok());
+    EXPECT_TRUE(WaitUntil([&] { return job.Runs(); })) << "job left stopped";
+    EXPECT_FALSE(fs::Exists(e.staging_dir));
+  }
 
   TempDir dir_;
   std::unique_ptr<store::CheckpointStore> store_;
@@ -342,24 +363,10 @@ TEST_F(EngineTest, OversizedLabelsAndControlCharactersAreRefused) {
   EXPECT_EQ(engine_->Restore(rr, op_).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// What cryod left when it died after dumping `job` (stopped) with these steps journaled; then
+// the next start's recovery. Checks what every rollback must leave: the job running, no stage.
 TEST_F(EngineTest, RecoverRollsBackAnUnpublishedCheckpoint) {
-  Child job;
-  ::kill(job.pid, SIGSTOP);
-  auto staged = store_->Stage("half");
-  ASSERT_TRUE(staged.ok());
-  journal::Entry e;
-  e.op_id = "op-9";
-  e.kind = journal::OpKind::kCheckpoint;
-  e.checkpoint_id = "half";
-  e.state = journal::OpState::kDumped;
-  e.steps = {"stage", "dump"};
-  e.tasks = {{job.pid, proc_.Read(job.pid)->start_time}};
-  e.staging_dir = (*staged)->staging_dir();
-  ASSERT_TRUE(journal_->Put(e).ok());
-  ASSERT_TRUE(WaitUntil([&] { return job.State() == 'T'; }));
-  ASSERT_TRUE(engine_->Recover().ok());
-  EXPECT_TRUE(WaitUntil([&] { return job.Runs(); })) << "job left stopped";
-  EXPECT_FALSE(fs::Exists(e.staging_dir));
+  RecoverAHalfCheckpoint({"stage", "dump"});
   EXPECT_TRUE(JournalEmpty());
 }
 
@@ -367,23 +374,7 @@ TEST_F(EngineTest, RecoverRollsBackAnUnpublishedCheckpoint) {
 // steps it knows are still undone, and the unknown one is logged and counted, never skipped
 // silently.
 TEST_F(EngineTest, RecoveryCountsAStepItDoesNotKnow) {
-  Child job;
-  ::kill(job.pid, SIGSTOP);
-  auto staged = store_->Stage("half");
-  ASSERT_TRUE(staged.ok());
-  journal::Entry e;
-  e.op_id = "op-9";
-  e.kind = journal::OpKind::kCheckpoint;
-  e.checkpoint_id = "half";
-  e.state = journal::OpState::kDumped;
-  e.steps = {"stage", "step_of_a_newer_cryod", "dump"};
-  e.tasks = {{job.pid, proc_.Read(job.pid)->start_time}};
-  e.staging_dir = (*staged)->staging_dir();
-  ASSERT_TRUE(journal_->Put(e).ok());
-  ASSERT_TRUE(WaitUntil([&] { return job.State() == 'T'; }));
-  ASSERT_TRUE(engine_->Recover().ok());
-  EXPECT_TRUE(WaitUntil([&] { return job.Runs(); })) << "job left stopped";
-  EXPECT_FALSE(fs::Exists(e.staging_dir));
+  RecoverAHalfCheckpoint({"stage", "step_of_a_newer_cryod", "dump"});
   const std::string text = prometheus::TextSerializer().Serialize(metrics_.registry()->Collect());
   EXPECT_NE(text.find("cryo_recovered_operations_total{action=\"unknown_step\"} 1"),
             std::string::npos);
