@@ -10,11 +10,9 @@
 #include <thread>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "daemon/criu/credentials.h"
 #include "lib/base/fs.h"
 #include "lib/base/json.h"
 #include "lib/base/log.h"
@@ -87,20 +85,6 @@ std::vector<FileDigest> Digests(const nlohmann::json& j) {
     out.push_back(d);
   }
   return out;
-}
-
-// The effective uid of pid (the uid a socket it creates carries), -1 when unreadable.
-int64_t EffectiveUid(const proc::ProcReader& proc, pid_t pid) {
-  auto status = fs::ReadFile(proc.PidPath(pid, "status"));
-  if (!status.ok()) return -1;
-  for (absl::string_view line : absl::StrSplit(*status, '\n')) {
-    if (!absl::ConsumePrefix(&line, "Uid:")) continue;
-    std::vector<absl::string_view> w =
-        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
-    int64_t uid = -1;
-    if (w.size() >= 2 && absl::SimpleAtoi(w[1], &uid)) return uid;
-  }
-  return -1;
 }
 
 }  // namespace
@@ -218,7 +202,9 @@ absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const Fastpath
     ::close(fd);
     return ErrnoStatus(e, "SO_PEERCRED of the GPU fast path's socket");
   }
-  const int64_t job_uid = EffectiveUid(proc, p.pid);
+  // The effective uid is the one a socket the job creates carries.
+  absl::StatusOr<criu::TaskCredentials> job = criu::ReadLiveCredentials(proc, p.pid);
+  const int64_t job_uid = job.ok() ? int64_t{job->euid} : -1;
   if (cred.pid != p.pid || job_uid < 0 || static_cast<int64_t>(cred.uid) != job_uid) {
     ::close(fd);
     return absl::PermissionDeniedError(absl::StrCat(
