@@ -179,12 +179,13 @@ class CriuExec final : public Criu {
   static absl::Status WaitOrEnd(pid_t pid, absl::string_view action, const std::string& work_dir,
                                 const std::string& log_name, absl::Time deadline,
                                 const std::function<bool()>& stop) {
+    bool late = false;
     for (;;) {
       siginfo_t si{};
       if (::waitid(P_PID, pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
         return absl::OkStatus();
       }
-      const bool late = absl::Now() > deadline;
+      late = absl::Now() > deadline;
       if (late || (stop && stop())) break;
       absl::SleepFor(absl::Milliseconds(20));
     }
@@ -200,11 +201,10 @@ class CriuExec final : public Criu {
     (void)WaitChild(pid);
     const std::string why = absl::StrCat(
         "criu ", action, " did not finish ",
-        absl::Now() > deadline ? "by the caller's deadline" : "before it was cancelled",
-        "; it and the processes it had restored were killed, nothing was left "
-        "running (log: ",
+        late ? "by the caller's deadline" : "before it was cancelled",
+        "; it and the processes it had restored were killed, nothing was left running (log: ",
         fs::Join(work_dir, log_name), ")");
-    return absl::Now() > deadline ? absl::DeadlineExceededError(why) : absl::CancelledError(why);
+    return late ? absl::DeadlineExceededError(why) : absl::CancelledError(why);
   }
 
   CriuConfig cfg_;

@@ -196,9 +196,8 @@ absl::StatusOr<criu::CredentialCeiling> Engine::LiveCredentials(
     }
   }
   if (all.empty()) {
-    return absl::NotFoundError(absl::StrCat("pid ", tree.front().pid,
-                                            " ended before its "
-                                            "credentials could be read"));
+    return absl::NotFoundError(
+        absl::StrCat("pid ", tree.front().pid, " ended before its credentials could be read"));
   }
   return criu::CeilingOf(all);
 }

@@ -10,8 +10,7 @@
 //               dump -> rootfs -> resume_early -> gpu_resume -> gpu_refill -> manifest ->
 //               publish (commit) -> finish -> export
 //   restore:    validate -> init_handshake -> check -> verify -> credentials -> wait_pids ->
-//   journal ->
-//               rootfs -> criu_restore -> gpu_restore -> gpu_refill -> done (commit)
+//               journal -> rootfs -> criu_restore -> gpu_restore -> gpu_refill -> done (commit)
 // (gpu_drain, gpu_save and gpu_refill are the GPU fast path's: gpu_fastpath.cc.)
 
 #include <sys/types.h>
