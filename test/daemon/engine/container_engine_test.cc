@@ -60,15 +60,18 @@ class ContainerEngineTest : public ::testing::Test {
     engine_ = std::make_unique<Engine>(
         cfg, EngineDeps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_, &rt_});
   }
-  // A leave-running checkpoint "ct-1" of the container, then the job gone from it (as in a new
-  // container waiting for its restore).
-  void CheckpointAndEmpty() {
+  // A leave-running checkpoint "ct-1" of the container.
+  void CheckpointCt1() {
     CheckpointRequest req;
     req.container_id = "c0ffee0000000000";
     req.checkpoint_id = "ct-1";
     req.leave_running = true;
     auto r = engine_->Checkpoint(req, op_);
     ASSERT_TRUE(r.ok()) << r.status();
+  }
+  // ... then the job gone from it (as in a new container waiting for its restore).
+  void CheckpointAndEmpty() {
+    CheckpointCt1();
     fake_.Remove(job_);
   }
   void TearDown() override {
@@ -106,12 +109,7 @@ class ContainerEngineTest : public ::testing::Test {
 };
 
 TEST_F(ContainerEngineTest, CheckpointSavesTheWritableLayerAndTheContainerSection) {
-  CheckpointRequest req;
-  req.container_id = "c0ffee0000000000";
-  req.checkpoint_id = "ct-1";
-  req.leave_running = true;
-  auto r = engine_->Checkpoint(req, op_);
-  ASSERT_TRUE(r.ok()) << r.status();
+  CheckpointCt1();
   EXPECT_TRUE(criu_.last_dump.in_container.has_value()) << "CRIU runs inside the container";
   EXPECT_EQ(criu_.last_dump.in_container->init_pid, init_);
   EXPECT_FALSE(criu_.last_dump.leave_running)
@@ -138,13 +136,8 @@ TEST_F(ContainerEngineTest, CheckpointSavesTheWritableLayerAndTheContainerSectio
 }
 
 TEST_F(ContainerEngineTest, RestoreIntoTheWrongContainerIsRefusedAndCryoInitHearsWhy) {
-  CheckpointRequest req;
-  req.container_id = "c0ffee0000000000";
-  req.checkpoint_id = "ct-1";
-  req.leave_running = true;
-  ASSERT_TRUE(engine_->Checkpoint(req, op_).ok());
   // The new container: cryo-init waiting for another checkpoint, no job yet.
-  fake_.Remove(job_);
+  CheckpointAndEmpty();
   AddInit("ct-other");
   // cryo-init is told with a real-time signal, whose default action ends the process: the
   // child ending is how the test sees it was told.

@@ -123,21 +123,35 @@ class EngineTest : public ::testing::Test {
     EXPECT_EQ(criu_.restores, 0);
   }
   bool JournalEmpty() { return journal_->LoadAll()->empty(); }
+  // The journal entry of checkpoint "half" of `pid` with `steps` begun, and its stage in
+  // `*stage`: the caller keeps that object through the recovery, since destroying it aborts the
+  // stage, which a crash does not (a staging failure leaves staging_dir empty).
+  journal::Entry HalfCheckpoint(pid_t pid, std::vector<std::string> steps, journal::OpState state,
+                                std::unique_ptr<store::StagedCheckpoint>* stage) {
+    journal::Entry e;
+    auto staged = store_->Stage("half");
+    EXPECT_TRUE(staged.ok()) << staged.status();
+    if (staged.ok()) {
+      e.staging_dir = (*staged)->staging_dir();
+      *stage = std::move(*staged);
+    }
+    e.op_id = "op-9";
+    e.kind = journal::OpKind::kCheckpoint;
+    e.checkpoint_id = "half";
+    e.state = state;
+    e.steps = std::move(steps);
+    e.tasks = {{pid, proc_.Read(pid)->start_time, false}};
+    return e;
+  }
   // What cryod left when it died after dumping a job (stopped) with `steps` journaled, then the
   // next start's recovery: the job must run again and its stage be gone.
   void RecoverAHalfCheckpoint(std::vector<std::string> steps) {
     Child job;
     ::kill(job.pid, SIGSTOP);
-    auto staged = store_->Stage("half");
-    ASSERT_TRUE(staged.ok());
-    journal::Entry e;
-    e.op_id = "op-9";
-    e.kind = journal::OpKind::kCheckpoint;
-    e.checkpoint_id = "half";
-    e.state = journal::OpState::kDumped;
-    e.steps = std::move(steps);
-    e.tasks = {{job.pid, proc_.Read(job.pid)->start_time}};
-    e.staging_dir = (*staged)->staging_dir();
+    std::unique_ptr<store::StagedCheckpoint> crashed;
+    journal::Entry e =
+        HalfCheckpoint(job.pid, std::move(steps), journal::OpState::kDumped, &crashed);
+    ASSERT_FALSE(e.staging_dir.empty());
     ASSERT_TRUE(journal_->Put(e).ok());
     ASSERT_TRUE(WaitUntil([&] { return job.State() == 'T'; }));
     ASSERT_TRUE(engine_->Recover().ok());
@@ -686,21 +700,14 @@ TEST_F(EngineTest, RecoveryUndoesEveryRecordedPrefixOfSteps) {
     gpu_ = FakeGpu();
     Child job;
     if (n == 3) ::kill(job.pid, SIGSTOP);  // the dump left it stopped
-    auto staged = store_->Stage("half");
-    ASSERT_TRUE(staged.ok());
-    journal::Entry e;
-    e.op_id = "op-9";
-    e.kind = journal::OpKind::kCheckpoint;
-    e.checkpoint_id = "half";
-    e.state = n == 3 ? journal::OpState::kDumped : journal::OpState::kStarted;
-    e.steps = steps;
-    e.tasks = {{job.pid, proc_.Read(job.pid)->start_time, false}};
-    e.staging_dir = (*staged)->staging_dir();
+    // What a crash leaves: the directory, no object to abort it. The object is kept until
+    // recovery is checked, so that it aborts nothing before.
+    std::unique_ptr<store::StagedCheckpoint> crashed;
+    journal::Entry e = HalfCheckpoint(
+        job.pid, steps, n == 3 ? journal::OpState::kDumped : journal::OpState::kStarted, &crashed);
+    ASSERT_FALSE(e.staging_dir.empty());
     if (n >= 2) e.gpu = {{job.pid, "fake", nlohmann::json::object(), 0}};
     ASSERT_TRUE(journal_->Put(e).ok());
-    // What a crash leaves: the directory, no object to abort it. The object is kept (and
-    // freed once recovery is checked) only so that LeakSanitizer has nothing to say.
-    std::unique_ptr<store::StagedCheckpoint> crashed = std::move(*staged);
     ASSERT_TRUE(engine_->Recover().ok());
     EXPECT_TRUE(WaitUntil([&] { return job.Runs(); })) << "job left stopped";
     EXPECT_FALSE(fs::Exists(e.staging_dir));
