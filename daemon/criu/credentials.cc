@@ -17,18 +17,13 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "criu/images.pb.h"
+#include "daemon/criu/image_file.h"
 #include "lib/base/fs.h"
 #include "lib/base/status.h"
 
 namespace cryo::criu {
 namespace {
 
-// CRIU's image magics (criu/include/magic.h): every image but the inventory starts with the
-// common magic, then its own.
-constexpr uint32_t kImgCommonMagic = 0x54564319;
-constexpr uint32_t kInventoryMagic = 0x58313116;
-constexpr uint32_t kCoreMagic = 0x55053847;
-constexpr uint32_t kSeccompMagic = 0x64413049;
 constexpr uint32_t kImagesV1_1 = 2;
 constexpr uint32_t kTaskDead = 0x02;  // a zombie: restored only to be reaped, runs nothing
 // A core image is a few KiB (registers, FPU state); a seccomp image holds BPF programs of at
@@ -44,40 +39,6 @@ constexpr uint64_t kCapSetuid = uint64_t{1} << 7;
 // to build mounts and namespaces with its own privileges.
 constexpr const char* kNamespaceImages[] = {"mountpoints-", "userns-", "netns-",   "utsns-",
                                             "ipcns-",       "pidns-",  "cgroupns-"};
-
-uint32_t Le32(absl::string_view b, size_t off) {
-  const auto* p = reinterpret_cast<const unsigned char*>(b.data()) + off;
-  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
-}
-
-// The entries of one CRIU image: magics, then (u32 size, message) pairs.
-absl::StatusOr<std::vector<std::string>> ReadEntries(const std::string& dir,
-                                                     const std::string& name, uint32_t magic,
-                                                     bool common, uint64_t max_bytes) {
-  absl::StatusOr<std::string> read = fs::ReadRegularBeneath(dir, name, max_bytes);
-  if (!read.ok()) return read.status();
-  const absl::string_view b = *read;
-  size_t off = 0;
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("CRIU image ", name, ": ", why));
-  };
-  if (common) {
-    if (b.size() < 4 || Le32(b, 0) != kImgCommonMagic) return bad("not a CRIU image");
-    off = 4;
-  }
-  if (b.size() < off + 4 || Le32(b, off) != magic) return bad("wrong magic");
-  off += 4;
-  std::vector<std::string> out;
-  while (off < b.size()) {
-    if (b.size() - off < 4) return bad("truncated entry size");
-    const uint32_t n = Le32(b, off);
-    off += 4;
-    if (n > b.size() - off) return bad("entry runs past the end of the file");
-    out.emplace_back(b.substr(off, n));
-    off += n;
-  }
-  return out;
-}
 
 uint64_t CapWords(const google::protobuf::RepeatedField<uint32_t>& w, bool* over) {
   uint64_t v = 0;
@@ -312,8 +273,8 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
   }
   // The image version decides whether entries carry the common magic; only the current one is
   // read (CRIU has written it since 2016).
-  CRYO_ASSIGN_OR_RETURN(auto inv,
-                        ReadEntries(images_dir, "inventory.img", kInventoryMagic, false, 1 << 20));
+  CRYO_ASSIGN_OR_RETURN(
+      auto inv, ReadImageEntries(images_dir, "inventory.img", kInventoryMagic, false, 1 << 20));
   ::criu::inventory_entry ie;
   if (inv.empty() || !ie.ParseFromString(inv[0])) {
     return absl::InvalidArgumentError("CRIU image inventory.img does not parse");
@@ -324,8 +285,8 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
   }
   ::criu::seccomp_entry se;
   if (has_seccomp) {
-    CRYO_ASSIGN_OR_RETURN(
-        auto sec, ReadEntries(images_dir, "seccomp.img", kSeccompMagic, true, kMaxSeccompBytes));
+    CRYO_ASSIGN_OR_RETURN(auto sec, ReadImageEntries(images_dir, "seccomp.img", kSeccompMagic, true,
+                                                     kMaxSeccompBytes));
     if (!sec.empty() && !se.ParseFromString(sec[0])) {
       return absl::InvalidArgumentError("CRIU image seccomp.img does not parse");
     }
@@ -333,7 +294,7 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
   std::vector<TaskCredentials> out;
   for (const auto& name : cores) {
     CRYO_ASSIGN_OR_RETURN(auto entries,
-                          ReadEntries(images_dir, name, kCoreMagic, true, kMaxCoreBytes));
+                          ReadImageEntries(images_dir, name, kCoreMagic, true, kMaxCoreBytes));
     ::criu::core_entry core;
     if (entries.size() != 1 || !core.ParseFromString(entries[0])) {
       return absl::InvalidArgumentError(absl::StrCat("CRIU image ", name, " does not parse"));
@@ -544,18 +505,10 @@ absl::StatusOr<CredentialCeiling> CeilingFromJson(const nlohmann::json& j) {
 
 absl::Status WriteImageCredentials(const std::string& images_dir,
                                    const std::vector<TaskCredentials>& threads) {
-  auto frame = [](std::initializer_list<uint32_t> magics, const google::protobuf::MessageLite& m) {
-    std::string out;
-    for (uint32_t mg : magics) out.append(reinterpret_cast<const char*>(&mg), 4);
-    std::string body = m.SerializeAsString();
-    const uint32_t n = static_cast<uint32_t>(body.size());
-    out.append(reinterpret_cast<const char*>(&n), 4);
-    return out + body;
-  };
   ::criu::inventory_entry ie;
   ie.set_img_version(kImagesV1_1);
-  CRYO_RETURN_IF_ERROR(
-      fs::WriteFileAtomic(fs::Join(images_dir, "inventory.img"), frame({kInventoryMagic}, ie)));
+  CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(images_dir, "inventory.img"),
+                                           FrameImage({kInventoryMagic}, {&ie})));
   ::criu::seccomp_entry se;
   for (const auto& t : threads) {
     ::criu::core_entry core;
@@ -595,11 +548,11 @@ absl::Status WriteImageCredentials(const std::string& images_dir,
     }
     CRYO_RETURN_IF_ERROR(
         fs::WriteFileAtomic(fs::Join(images_dir, absl::StrCat("core-", t.tid, ".img")),
-                            frame({kImgCommonMagic, kCoreMagic}, core)));
+                            FrameImage({kImgCommonMagic, kCoreMagic}, {&core})));
   }
   if (se.seccomp_filters_size() > 0) {
     CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(images_dir, "seccomp.img"),
-                                             frame({kImgCommonMagic, kSeccompMagic}, se)));
+                                             FrameImage({kImgCommonMagic, kSeccompMagic}, {&se})));
   }
   return absl::OkStatus();
 }

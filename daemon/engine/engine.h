@@ -185,6 +185,7 @@ class Engine {
   absl::Status Verify(RestoreState& s);
   absl::Status CheckRestoreCredentials(RestoreState& s);
   absl::Status WaitPidsFree(RestoreState& s);
+  absl::Status FreeListenPorts(RestoreState& s);
   absl::Status JournalRestore(RestoreState& s);
   absl::Status ApplyRootfs(RestoreState& s);
   absl::Status RunCriuRestore(RestoreState& s);

@@ -6,9 +6,11 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
+#include "daemon/criu/listen_ports.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/validate.h"
@@ -42,6 +44,8 @@ Transaction<RestoreState> Engine::RestoreSteps() {
       // What the images would make the restored threads: never more than the target grants.
       {"credentials", Stage::kUnspecified, run(&Engine::CheckRestoreCredentials), nullptr},
       {"wait_pids", Stage::kWaitPids, run(&Engine::WaitPidsFree), nullptr},
+      // The job's TCP listeners must bind where CRIU restores them (criu/listen_ports.h).
+      {"ports", Stage::kUnspecified, run(&Engine::FreeListenPorts), nullptr},
       {"journal", Stage::kUnspecified, run(&Engine::JournalRestore), nullptr},
       {"rootfs", Stage::kUnspecified, run(&Engine::ApplyRootfs), nullptr},
       {"criu_restore", Stage::kUnspecified, run(&Engine::RunCriuRestore),
@@ -248,6 +252,32 @@ absl::Status Engine::CheckRestoreCredentials(RestoreState& s) {
   CRYO_ASSIGN_OR_RETURN(auto threads, criu::ReadImageCredentials(images));
   return Annotate(criu::CheckCredentials(threads, ceiling, whose),
                   absl::StrCat("checkpoint '", s.m.id, "'"));
+}
+
+absl::Status Engine::FreeListenPorts(RestoreState& s) {
+  const std::string images = fs::Join(s.dir, store::kImagesDir);
+  CRYO_ASSIGN_OR_RETURN(auto listing, fs::ListDir(images));
+  // Images with a network namespace of their own: CRIU creates a fresh one, where nothing waits.
+  for (const auto& e : listing) {
+    if (absl::StartsWith(e.name, "netns-")) return absl::OkStatus();
+  }
+  CRYO_ASSIGN_OR_RETURN(auto listeners, criu::ReadImageListeners(images));
+  if (listeners.empty()) return absl::OkStatus();
+  criu::FreePortsOptions o;
+  o.netns_pid = s.ctr ? s.ctr->init_pid : 0;  // process mode: cryod's own namespace
+  o.deadline = s.req.deadline;
+  o.stop = [&s] { return s.op->cancelled(); };
+  auto freed = criu::FreeListenPorts(listeners, o);
+  if (!freed.ok()) {
+    return Annotate(freed.status(), absl::StrCat("checkpoint ", s.m.id, ": "));
+  }
+  if (!freed->ports.empty()) {
+    CRYO_LOG(Info) << "restore of " << s.m.id << ": cleared " << freed->cleared
+                   << " TIME_WAIT socket(s) of the job's closed connections from "
+                   << absl::StrJoin(freed->ports, ", ") << " in "
+                   << absl::FormatDuration(freed->waited);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Engine::WaitPidsFree(RestoreState& s) {

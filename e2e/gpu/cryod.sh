@@ -452,20 +452,25 @@ ddp_losses() {
     { echo "== $p $(tr '\0' ' ' </proc/$p/cmdline | cut -c1-80)"; grep -E 'nvidia|/dev/shm|deleted' /proc/$p/maps; } \
       >>"$RES/$name.maps.txt" 2>/dev/null
   done
+  # The node's TCP sockets around the checkpoint, for a restore that cannot bind one.
+  cat /proc/net/tcp /proc/net/tcp6 >"$RES/$name.tcp-before.txt" 2>&1
   if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" --tcp-established >"$RES/$name.ckpt.json" 2>&1; then
     local dlog; dlog=$(grep -o 'log: [^"]*dump.log' "$RES/$name.ckpt.json" | cut -c6-)
     [ -n "$dlog" ] && cp "$dlog" "$RES/$name.dump.log"
     result "$name" FAIL "checkpoint: $(head -c 400 "$RES/$name.ckpt.json")"; end_job "$tpid"; return
   fi
   local fpwhy
-  if ! fpwhy=$(multi_fastpath_check "$RES/torch.ckpt.json"); then
-    result torch-losses FAIL "$fpwhy"; end_job "$tpid"; "${CRYO[@]}" rm torch >/dev/null 2>&1; return
+  if ! fpwhy=$(multi_fastpath_check "$RES/$name.ckpt.json"); then
+    result "$name" FAIL "$fpwhy"; end_job "$tpid"; "${CRYO[@]}" rm "$name" >/dev/null 2>&1; return
   fi
   wait "$tpid" 2>/dev/null
   local at; at=$(wc -l <"$run")
+  cat /proc/net/tcp /proc/net/tcp6 >"$RES/$name.tcp-after.txt" 2>&1
   if ! "${CRYO[@]}" -o json restore "$name" >"$RES/$name.restore.json" 2>&1; then
     local rlog; rlog=$(grep -o 'log: [^"]*restore.log' "$RES/$name.restore.json" | cut -c6-)
-    [ -n "$rlog" ] && grep -aE 'Error|Warn|fail' "$rlog" | tail -40 >"$RES/$name.restore.log"
+    [ -n "$rlog" ] && cp "$rlog" "$RES/$name.restore.log"
+    cat /proc/net/tcp /proc/net/tcp6 >"$RES/$name.tcp-failed.txt" 2>&1
+    mkdir -p "$RES/$name.img" && cp "$W"/store/checkpoints/"$name"/images/{inetsk,files,fdinfo-*}.img "$RES/$name.img/" 2>/dev/null
     result "$name" FAIL "restore: $(head -c 400 "$RES/$name.restore.json")"; return
   fi
   if ! wait_until 300 grep -qx done "$run"; then

@@ -10,8 +10,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -155,6 +157,87 @@ TEST_F(CriuOptionsTest, AConnectionInAListenersQueueNeedsSkipInFlight) {
   EXPECT_EQ(::connect(again, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
   ::close(again);
   ::close(client);
+}
+
+// Whether this network namespace has a TIME_WAIT socket on 127.0.0.1:`port`.
+bool TimeWaitOn(int port) {
+  std::ifstream in("/proc/net/tcp");
+  char want[32];
+  std::snprintf(want, sizeof(want), "0100007F:%04X", port);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    std::string sl, local, remote, st;
+    if ((f >> sl >> local >> remote >> st) && local == want && st == "06") return true;
+  }
+  return false;
+}
+
+int ConnectLoopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// NCCL's bootstrap listens without SO_REUSEADDR and closes the connections it accepted: for 60 s
+// their TIME_WAIT sockets hold the listener's port, and CRIU's restore of the listener failed
+// with "Address already in use" (a 2-rank DDP job on two H200s, 2026-11-27). cryod clears them.
+TEST_F(CriuOptionsTest, AListenerWhosePortATimeWaitSocketHoldsIsRestored) {
+  const std::string port_file = dir_ + "/accept-port";
+  StartJob({"--accept-port-file", port_file});
+  int port = 0;
+  ASSERT_TRUE(WaitFor([&] { return (std::ifstream(port_file) >> port) && port > 0; }));
+  ASSERT_TRUE(TimeWaitOn(port)) << "the job left no TIME_WAIT socket: this test shows nothing";
+  CheckpointAndRestore("tw-1");
+  // The restored listener is the job's: it accepts a new connection.
+  int c = ConnectLoopback(port);
+  ASSERT_GE(c, 0);
+  EXPECT_TRUE(WaitFor([&] { return job_->Status().value("accepted", 0) >= 1; })) << job_->Status();
+  ::close(c);
+}
+
+// A port some other process took after the checkpoint is named, before anything is restored,
+// and the checkpoint restores once it is free.
+TEST_F(CriuOptionsTest, AListenerPortTakenByAnotherProcessIsRefusedAndTheCheckpointKept) {
+  const std::string port_file = dir_ + "/port";
+  StartJob({"--listen-port-file", port_file});
+  int port = 0;
+  ASSERT_TRUE(WaitFor([&] { return (std::ifstream(port_file) >> port) && port > 0; }));
+  auto r = Checkpoint("taken-1");
+  ASSERT_EQ(r.first, 0) << r.second;
+  ASSERT_TRUE(WaitFor([&] {
+    job_->Reap();
+    return job_->State() == '-';
+  }));
+  int squatter = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(squatter, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(::listen(squatter, 1), 0);
+  auto rr = RunCli(cryod_->socket(), {"-o", "json", "restore", "taken-1"});
+  EXPECT_NE(rr.code, 0);
+  auto j = nlohmann::json::parse(rr.out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << rr.out;
+  EXPECT_EQ(j["error"].value("code", ""), "FAILED_PRECONDITION") << rr.out;
+  const std::string msg = j["error"].value("message", "");
+  EXPECT_TRUE(absl::StrContains(msg, absl::StrCat("127.0.0.1:", port))) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, absl::StrCat("pid ", ::getpid()))) << msg;
+  ::close(squatter);
+  const uint64_t before = job_->Status().value("main", uint64_t{0});
+  auto again = RunCli(cryod_->socket(), {"restore", "taken-1"});
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_TRUE(job_->WaitMain(before + 20, absl::Seconds(20))) << "the restored job is stuck";
+  int c = ConnectLoopback(port);
+  EXPECT_GE(c, 0) << "the restored listener does not take connections";
+  if (c >= 0) ::close(c);
 }
 
 TEST_F(CriuOptionsTest, TcpCloseRestoresTheConnectionClosed) {

@@ -1,13 +1,18 @@
 // cryo-edgeload: a job holding the process state CRIU keeps only when asked (each mode one kind),
 // for the tests of cryo's CRIU options. Every --interval-ms it rewrites one JSON record at offset
 // 0 of the --status file: {"main": ticks, "ok": 1|0, "tcp": "open"|"closed"|"none",
-// "sent": datagrams}. "ok" turns 0 for good when what the mode holds is no longer intact.
+// "sent": datagrams, "accepted": connections}. "ok" turns 0 for good when what the mode holds is
+// no longer intact.
 //
 //   --deleted-mib N     a deleted file of N MiB kept open, its contents checked every tick
 //   --linked-unlinked D an open file whose name D/a was unlinked while D/b still links it
 //   --unix-dgram PATH   a datagram socket connected to PATH (outside the job), one datagram a tick
 //   --listen-port-file F  a listener on a loopback port (written to F) that never accepts
 //   --tcp-connect PORT  a TCP connection to 127.0.0.1:PORT, one message a tick
+//   --accept-port-file F  a listener on a loopback port (written to F) without SO_REUSEADDR, as
+//                       NCCL's bootstrap makes them, that accepts and closes connections every
+//                       tick; at start it accepts one from itself and closes its end first, which
+//                       leaves a TIME_WAIT socket on its port for 60 s
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
@@ -58,7 +63,8 @@ static int check(int fd, size_t pages, uint64_t seed) {
 }
 
 int main(int argc, char** argv) {
-  const char *status_path = NULL, *linked_dir = NULL, *dgram_path = NULL, *port_file = NULL;
+  const char *status_path = NULL, *linked_dir = NULL, *dgram_path = NULL, *port_file = NULL,
+             *accept_file = NULL;
   long deleted_mib = 0, tcp_port = 0;
   int interval_ms = 10;
   for (int i = 1; i < argc; i++) {
@@ -72,6 +78,8 @@ int main(int argc, char** argv) {
       dgram_path = argv[++i];
     } else if (!strcmp(argv[i], "--listen-port-file") && i + 1 < argc) {
       port_file = argv[++i];
+    } else if (!strcmp(argv[i], "--accept-port-file") && i + 1 < argc) {
+      accept_file = argv[++i];
     } else if (!strcmp(argv[i], "--tcp-connect") && i + 1 < argc) {
       tcp_port = atol(argv[++i]);
     } else if (!strcmp(argv[i], "--interval-ms") && i + 1 < argc) {
@@ -105,7 +113,7 @@ int main(int argc, char** argv) {
     dgram = socket(AF_UNIX, SOCK_DGRAM, 0);
     if (dgram < 0 || connect(dgram, (struct sockaddr*)&sa, sizeof(sa)) != 0) return 1;
   }
-  if (port_file) {
+  if (port_file || accept_file) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof(sa);
     listener = socket(AF_INET, SOCK_STREAM, 0);
@@ -113,7 +121,17 @@ int main(int argc, char** argv) {
         listen(listener, 8) != 0 || getsockname(listener, (struct sockaddr*)&sa, &len) != 0) {
       return 1;
     }
-    FILE* f = fopen(port_file, "w");
+    if (accept_file) {
+      // The accepted end closes first: the TIME_WAIT socket is on the listener's port.
+      int c = socket(AF_INET, SOCK_STREAM, 0);
+      if (c < 0 || connect(c, (struct sockaddr*)&sa, sizeof(sa)) != 0) return 1;
+      int a = accept(listener, NULL, NULL);
+      char b;
+      if (a < 0 || close(a) != 0 || read(c, &b, 1) != 0) return 1;
+      close(c);
+      fcntl(listener, F_SETFL, O_NONBLOCK);
+    }
+    FILE* f = fopen(port_file ? port_file : accept_file, "w");
     if (!f) return 1;
     fprintf(f, "%d\n", ntohs(sa.sin_port));
     fclose(f);
@@ -127,7 +145,7 @@ int main(int argc, char** argv) {
   }
   int status = open(status_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (status < 0) return 1;
-  uint64_t ticks = 0, sent = 0;
+  uint64_t ticks = 0, sent = 0, accepted = 0;
   int ok = 1, tcp_open = tcp >= 0;
   for (;;) {
     ticks++;
@@ -144,10 +162,14 @@ int main(int argc, char** argv) {
       ssize_t r = recv(tcp, buf, sizeof(buf), MSG_DONTWAIT);
       if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) tcp_open = 0;
     }
+    if (accept_file) {
+      for (int a; (a = accept(listener, NULL, NULL)) >= 0; close(a)) accepted++;
+    }
     char rec[256];
     int n = snprintf(rec, sizeof(rec),
-                     "{\"main\": %" PRIu64 ", \"ok\": %d, \"tcp\": \"%s\", \"sent\": %" PRIu64 "}",
-                     ticks, ok, tcp < 0 ? "none" : (tcp_open ? "open" : "closed"), sent);
+                     "{\"main\": %" PRIu64 ", \"ok\": %d, \"tcp\": \"%s\", \"sent\": %" PRIu64
+                     ", \"accepted\": %" PRIu64 "}",
+                     ticks, ok, tcp < 0 ? "none" : (tcp_open ? "open" : "closed"), sent, accepted);
     memset(rec + n, ' ', sizeof(rec) - (size_t)n - 1);
     rec[sizeof(rec) - 1] = '\n';
     if (pwrite(status, rec, sizeof(rec), 0) != (ssize_t)sizeof(rec)) return 1;

@@ -518,7 +518,8 @@ TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
 }
 
 // The step names are written into journals: a cryod undoes what an older one began by these
-// names. Renaming one is an incompatible change (as a change of the plugin ABI's layout is).
+// names. Renaming one is an incompatible change (as a change of the plugin ABI's layout is);
+// adding one is not.
 TEST_F(EngineTest, StepNamesArePinned) {
   EXPECT_EQ(
       engine_->CheckpointStepNames(),
@@ -527,7 +528,7 @@ TEST_F(EngineTest, StepNamesArePinned) {
                                 "gpu_refill", "manifest", "publish", "finish", "export"}));
   EXPECT_EQ(engine_->RestoreStepNames(),
             (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
-                                      "credentials", "wait_pids", "journal", "rootfs",
+                                      "credentials", "wait_pids", "ports", "journal", "rootfs",
                                       "criu_restore", "gpu_restore", "gpu_refill", "done"}));
 }
 

@@ -1,0 +1,37 @@
+#pragma once
+
+// CRIU's image file framing (criu/include/magic.h, images/*.proto): a common magic (all but the
+// inventory), the image's own magic, then (u32 little-endian size, protobuf message) pairs.
+// Readers of single images (credentials.h, listen_ports.h) share it.
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace google::protobuf {
+class MessageLite;
+}
+
+namespace cryo::criu {
+
+inline constexpr uint32_t kImgCommonMagic = 0x54564319;
+inline constexpr uint32_t kInventoryMagic = 0x58313116;
+inline constexpr uint32_t kCoreMagic = 0x55053847;
+inline constexpr uint32_t kSeccompMagic = 0x64413049;
+inline constexpr uint32_t kFilesMagic = 0x56303138;
+
+// The messages of image `name` in `dir` (opened beneath it, never following a link out), at
+// most `max_bytes` in all. `common`: whether the image starts with the common magic.
+// INVALID_ARGUMENT, naming the image, for one that is not CRIU's or is cut short.
+absl::StatusOr<std::vector<std::string>> ReadImageEntries(const std::string& dir,
+                                                          const std::string& name, uint32_t magic,
+                                                          bool common, uint64_t max_bytes);
+
+// One framed image: the magics, then each message with its size (tests, and the fake CRIU).
+std::string FrameImage(std::initializer_list<uint32_t> magics,
+                       const std::vector<const google::protobuf::MessageLite*>& entries);
+
+}  // namespace cryo::criu
