@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -410,6 +411,69 @@ absl::StatusOr<FreePortsReport> FreeListenPorts(const std::vector<Listener>& lis
   rep.waited = absl::Now() - start;
   rep.ports.assign(held.begin(), held.end());
   return rep;
+}
+
+absl::Status CheckPortableSockets(const std::vector<TcpSocket>& table,
+                                  const std::vector<uint64_t>& inodes, bool tcp_close) {
+  const std::set<uint64_t> mine(inodes.begin(), inodes.end());
+  auto loopback = [](const Norm& n) {
+    static constexpr std::array<uint8_t, 16> kV6Loopback = {0, 0, 0, 0, 0, 0, 0, 0,
+                                                            0, 0, 0, 0, 0, 0, 0, 1};
+    return n.v4 ? n.a[0] == 127 : n.a == kV6Loopback;
+  };
+  for (const auto& s : table) {
+    if (s.inode == 0 || !mine.count(s.inode)) continue;
+    const Norm local = Normalize(s.family, s.local);
+    if (local.any || loopback(local)) continue;
+    const Norm remote = Normalize(s.family, s.remote);
+    const bool listener = s.state == static_cast<int>(kTcpListen);
+    // Connections to other hosts are not the pod's to carry (they follow tcp_established /
+    // tcp_close); one whose both ends are the pod's own address is between its processes.
+    const bool in_pod = !listener && remote.v4 == local.v4 && remote.a == local.a;
+    if (!listener && !(in_pod && !tcp_close)) continue;
+    const std::string what =
+        listener ? absl::StrCat("listener ", AddrText(s.family, s.local, s.local_port))
+                 : absl::StrCat("connection ", AddrText(s.family, s.local, s.local_port), " -> ",
+                                AddrText(s.family, s.remote, s.remote_port));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job's TCP ", what,
+        " uses the pod's own IP address, which the pod it resumes in will not have, so it could "
+        "not be restored: make the job's processes talk over loopback (a one-pod torchrun/NCCL "
+        "job: NCCL_SOCKET_IFNAME=lo and MASTER_ADDR=127.0.0.1)",
+        listener ? "" : ", or checkpoint with tcp-close to restore such connections closed",
+        ". Nothing was stopped; the job runs on"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPortableSockets(const std::vector<pid_t>& pids, pid_t netns_pid, bool tcp_close) {
+  std::vector<uint64_t> inodes;
+  for (pid_t pid : pids) {
+    const std::string fds = absl::StrCat("/proc/", pid, "/fd");
+    DIR* d = ::opendir(fds.c_str());
+    if (!d) continue;  // ended; the dump will say so if it matters
+    while (dirent* f = ::readdir(d)) {
+      char link[64];
+      const std::string p = absl::StrCat(fds, "/", f->d_name);
+      const ssize_t n = ::readlink(p.c_str(), link, sizeof(link) - 1);
+      absl::string_view l(link, n > 0 ? static_cast<size_t>(n) : 0);
+      uint64_t ino = 0;
+      if (absl::ConsumePrefix(&l, "socket:[") && absl::ConsumeSuffix(&l, "]") &&
+          absl::SimpleAtoi(l, &ino)) {
+        inodes.push_back(ino);
+      }
+    }
+    ::closedir(d);
+  }
+  if (inodes.empty()) return absl::OkStatus();
+  std::vector<TcpSocket> table;
+  for (auto [name, family] : {std::pair{"tcp", AF_INET}, std::pair{"tcp6", AF_INET6}}) {
+    auto text = fs::ReadFile(absl::StrCat("/proc/", netns_pid, "/net/", name));
+    if (!text.ok()) continue;  // no IPv6, or the pod's init ended (the checkpoint fails later)
+    CRYO_ASSIGN_OR_RETURN(auto socks, ParseProcNetTcp(*text, family));
+    table.insert(table.end(), socks.begin(), socks.end());
+  }
+  return CheckPortableSockets(table, inodes, tcp_close);
 }
 
 }  // namespace cryo::criu

@@ -80,4 +80,17 @@ struct FreePortsReport {
 absl::StatusOr<FreePortsReport> FreeListenPorts(const std::vector<Listener>& listeners,
                                                 const FreePortsOptions& opts);
 
+// Before a container's checkpoint (it resumes in another pod, with other addresses): refuses
+// with FAILED_PRECONDITION, while the job still runs, sockets of the job (`inodes`, in the pod's
+// TCP `table`) that cannot come back there: a listener on the pod's own address, and a connection
+// between two of the pod's processes over that address (ranks that found each other through the
+// pod's IP), unless `tcp_close` restores connections closed. Connections over loopback, and
+// listeners on loopback or every address, move with the pod.
+absl::Status CheckPortableSockets(const std::vector<TcpSocket>& table,
+                                  const std::vector<uint64_t>& inodes, bool tcp_close);
+
+// The same for live processes: their socket inodes from /proc/<pid>/fd, the table of the
+// network namespace of `netns_pid`. Processes that ended are skipped.
+absl::Status CheckPortableSockets(const std::vector<pid_t>& pids, pid_t netns_pid, bool tcp_close);
+
 }  // namespace cryo::criu

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
+#include "daemon/criu/listen_ports.h"
 #include "daemon/criu/network_lock.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
@@ -171,6 +172,11 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   CRYO_RETURN_IF_ERROR(criu::Resolve(cfg_.criu_defaults, req.criu, own_netns, &s.job));
   s.job.shell_job = req.shell_job || !in_tree.count(s.root.sid) || !in_tree.count(s.root.pgid);
   s.je.tcp_established = s.job.tcp_established;
+  // A pod resumes in another pod, with other addresses: sockets on this one's are refused now,
+  // while the job runs (criu/listen_ports.h).
+  if (own_netns) {
+    CRYO_RETURN_IF_ERROR(criu::CheckPortableSockets(s.pids, s.ctr->init_pid, s.job.tcp_close));
+  }
   // A GPU feature the driver cannot checkpoint is refused here, before anything is locked.
   CRYO_ASSIGN_OR_RETURN(s.gpu, d_.gpu->Discover(s.pids));
   if (s.ctr) {

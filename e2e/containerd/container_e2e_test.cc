@@ -44,18 +44,26 @@ const std::vector<std::string> kCounter = {
     "i=0; exec 3>>/tmp/ticks; while :; do i=$((i+1)); echo \"tick $i\"; echo $i >&3; "
     "if [ -e /tmp/stop ]; then exit 42; fi; sleep 0.1; done"};
 
-// The ticks a counter wrote to its CRI log ("tick N" lines), in order.
-std::vector<int> Ticks(const std::string& log_path) {
+// The numbers a job wrote to its CRI log as "<prefix>N" lines ("tick N" by default), in order.
+std::vector<int> Ticks(const std::string& log_path, absl::string_view prefix = "tick ") {
   std::vector<int> out;
   auto lines = ReadCriLog(log_path);
   if (!lines.ok()) return out;
   for (const auto& l : *lines) {
     absl::string_view t = l.text;
     int n;
-    if (absl::ConsumePrefix(&t, "tick ") && absl::SimpleAtoi(t, &n)) out.push_back(n);
+    if (absl::ConsumePrefix(&t, prefix) && absl::SimpleAtoi(t, &n)) out.push_back(n);
   }
   return out;
 }
+
+// Two processes of one pod talking TCP over its loopback, as the ranks of a one-pod torchrun
+// job do: an echo server (nc -ll, cat per connection) and a client that sends a count every
+// tick and logs each number that comes back as "echo N".
+const std::vector<std::string> kLoopbackPair = {
+    "sh", "-c",
+    "nc -ll -p 7000 -e cat & sleep 0.5; i=0; while :; do i=$((i+1)); echo $i; sleep 0.1; done | "
+    "nc 127.0.0.1 7000 | while read n; do echo \"echo $n\"; done"};
 
 std::string TailOf(const std::string& path) {
   std::string all = Slurp(path);
@@ -323,6 +331,36 @@ TEST_F(ContainerModeE2e, PreemptedContainerResumesOnAnotherNodeWhereItLeftOff) {
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->state(), cri::CONTAINER_EXITED);
   EXPECT_EQ(done->exit_code(), 42);
+}
+
+// The ranks of a one-pod job talk over the pod's loopback. Stopped on node A, the pod resumes on
+// node B, in a new network namespace: the connection between its processes carries on with
+// nothing lost or repeated (every number echoed once, in order, from where it stopped).
+TEST_F(ContainerModeE2e, ProcessesTalkingOverThePodsLoopbackResumeOnAnotherNode) {
+  auto a = RunPod("node-a", "pair-1", {{"cryo.dev/checkpoint-on-stop", "true"}}, kLoopbackPair);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(
+      WaitUntil([&] { return Ticks(a->log_path, "echo ").size() >= 10; }, absl::Seconds(60)))
+      << TailOf(a->log_path);
+  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  auto list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 1u) << "the stop did not leave a checkpoint";
+  std::vector<int> old = Ticks(a->log_path, "echo ");
+  ASSERT_FALSE(old.empty());
+
+  auto b =
+      RunPod("node-b", "pair-2",
+             {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/resume", "auto"}}, kLoopbackPair);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto running = Shim("node-b").ContainerStatus(b->ctr_id);
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->annotations().at("cryo.dev/resume-from"), list[0].checkpoint_id());
+  ASSERT_TRUE(
+      WaitUntil([&] { return Ticks(b->log_path, "echo ").size() >= 10; }, absl::Seconds(60)))
+      << "the restored pair does not talk: " << TailOf(b->log_path);
+  std::vector<int> now = Ticks(b->log_path, "echo ");
+  EXPECT_EQ(now.front(), old.back() + 1) << "a number was lost or repeated across the move";
+  for (size_t i = 1; i < now.size(); ++i) EXPECT_EQ(now[i], now[i - 1] + 1);
 }
 
 // A restored job gets at most what its new container grants (the OCI spec, as the runtime set up

@@ -90,6 +90,48 @@ TEST(ListenPortsTest, ParsesTheKernelsTcpTables) {
   EXPECT_FALSE(ParseProcNetTcp("header\n 0: zz:1 00:0 06 x x x x x 1\n", AF_INET).ok());
 }
 
+TcpSocket Sock(std::array<uint8_t, 16> local, uint16_t lport, std::array<uint8_t, 16> remote,
+               uint16_t rport, int state, uint64_t inode) {
+  TcpSocket s;
+  s.family = AF_INET;
+  s.local = local;
+  s.local_port = lport;
+  s.remote = remote;
+  s.remote_port = rport;
+  s.state = state;
+  s.inode = inode;
+  return s;
+}
+
+TEST(PortableSocketsTest, WhatUsesThePodsAddressIsRefusedWithWhatToSet) {
+  const std::array<uint8_t, 16> pod = {10, 244, 1, 5}, lo = {127, 0, 0, 1}, any = {},
+                                peer = {10, 96, 0, 10};
+  const int kEstablished = 1, kListen = 10;
+  // Loopback and every-address listeners, loopback connections, a connection to another host,
+  // and sockets that are not the job's: all move with the pod.
+  const std::vector<TcpSocket> fine = {
+      Sock(lo, 29500, any, 0, kListen, 1),         Sock(any, 8080, any, 0, kListen, 2),
+      Sock(lo, 40000, lo, 29500, kEstablished, 3), Sock(pod, 41000, peer, 443, kEstablished, 4),
+      Sock(pod, 29501, any, 0, kListen, 99),       Sock(pod, 40001, pod, 29500, kEstablished, 0)};
+  EXPECT_TRUE(CheckPortableSockets(fine, {1, 2, 3, 4}, false).ok());
+
+  auto l = CheckPortableSockets({Sock(pod, 29500, any, 0, kListen, 7)}, {7}, false);
+  EXPECT_EQ(l.code(), absl::StatusCode::kFailedPrecondition) << l;
+  EXPECT_TRUE(absl::StrContains(l.message(), "listener 10.244.1.5:29500")) << l;
+  EXPECT_TRUE(absl::StrContains(l.message(), "NCCL_SOCKET_IFNAME=lo")) << l;
+  EXPECT_TRUE(absl::StrContains(l.message(), "MASTER_ADDR=127.0.0.1")) << l;
+  EXPECT_TRUE(absl::StrContains(l.message(), "the job runs on")) << l;
+  // tcp-close does not help a listener: CRIU binds it all the same.
+  EXPECT_FALSE(CheckPortableSockets({Sock(pod, 29500, any, 0, kListen, 7)}, {7}, true).ok());
+
+  const TcpSocket rank = Sock(pod, 40001, pod, 29500, kEstablished, 8);
+  auto c = CheckPortableSockets({rank}, {8}, false);
+  EXPECT_EQ(c.code(), absl::StatusCode::kFailedPrecondition) << c;
+  EXPECT_TRUE(absl::StrContains(c.message(), "10.244.1.5:40001 -> 10.244.1.5:29500")) << c;
+  EXPECT_TRUE(absl::StrContains(c.message(), "tcp-close")) << c;
+  EXPECT_TRUE(CheckPortableSockets({rank}, {8}, true).ok());
+}
+
 class FreeListenPortsTest : public ::testing::Test {
  protected:
   void SetUp() override {
