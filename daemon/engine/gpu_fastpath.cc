@@ -181,9 +181,8 @@ absl::Status Engine::RefillGpus(CheckpointState& s) {
                             gpu::OpenFastpathFiles(dir, s.fast[i].ns_pid, s.fast[i].files, false));
     }
     const std::vector<FileDigest> none;
-    absl::StatusOr<nlohmann::json> r =
-        d_.fastpath->Refill(s.fast[i], cfg_.fastpath.threads, fds,
-                            i < s.fast_digests.size() ? s.fast_digests[i] : none);
+    auto r = d_.fastpath->Refill(s.fast[i], cfg_.fastpath.threads, fds,
+                                 i < s.fast_digests.size() ? s.fast_digests[i] : none);
     gpu::CloseAll(fds);
     return r.status();
   }));
@@ -212,17 +211,17 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs,
   }
   EachInParallel(procs.size(), [&](size_t i) -> absl::Status {
     const gpu::FastpathProcess& f = procs[i];
-    absl::StatusOr<nlohmann::json> st = d_.fastpath->Status(f);
+    auto st = d_.fastpath->Status(f);
     if (!st.ok()) {
       // Gone (killed, or it ended): nothing waits for this memory.
       CRYO_LOG(Info) << "fast path of pid " << f.pid << ": " << st.status();
       return absl::OkStatus();
     }
-    std::string state;
-    (void)json::Fields(*st, "fast path status").Str("state", &state);
-    if (state == contract::gpu_fastpath::kStateRunning) return absl::OkStatus();
+    using contract::gpu_fastpath::State;
+    const char* state = contract::gpu_fastpath::StateName(st->state);
+    if (st->state == State::kRunning) return absl::OkStatus();
     std::vector<int> fds;
-    if (state == contract::gpu_fastpath::kStateSaved) {
+    if (st->state == State::kSaved) {
       auto opened = gpu::OpenFastpathFiles(dir, f.ns_pid, f.files, false);
       if (!opened.ok()) {
         CRYO_LOG(Error) << "fast path of pid " << f.pid << ": its GPU memory is only in files "
@@ -231,7 +230,7 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs,
       }
       fds = *opened;
     }
-    absl::StatusOr<nlohmann::json> r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, {});
+    auto r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, {});
     gpu::CloseAll(fds);
     if (r.ok()) {
       CRYO_LOG(Info) << "fast path of pid " << f.pid << ": GPU memory refilled (" << state << ")";
@@ -272,7 +271,7 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
     if (f.files > 0) {
       CRYO_ASSIGN_OR_RETURN(fds, gpu::OpenFastpathFiles(s.dir, f.ns_pid, f.files, false));
     }
-    absl::StatusOr<nlohmann::json> r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, expected);
+    auto r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, expected);
     gpu::CloseAll(fds);
     return r.status();
   }));

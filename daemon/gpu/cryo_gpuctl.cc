@@ -35,6 +35,7 @@
 #include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/gpu/plugin_gpu_manager.h"
 #include "lib/base/flags.h"
+#include "lib/contract/gpu_fastpath_messages.h"
 
 namespace {
 
@@ -54,6 +55,12 @@ int Usage() {
                "                   status|devices|discover|describe|lock|checkpoint|restore|"
                "unlock|rollback|cycle|fastpath-status|fastpath-drain|fastpath-refill [PID...]\n");
   return 2;
+}
+
+// A fast-path reply as the channel spells it, for the output.
+template <typename T>
+nlohmann::json AsJson(const T& reply) {
+  return nlohmann::json::parse(cryo::contract::gpu_fastpath::Encode(reply));
 }
 
 nlohmann::json StatusJson(const absl::Status& s) {
@@ -146,7 +153,7 @@ int main(int argc, char** argv) {
       auto st = cryo::gpu::FastpathStatus(proc, {p, proc.NsPid(p)}, absl::Seconds(10));
       ok = ok && st.ok();
       out["processes"].push_back(
-          st.ok() ? *st : nlohmann::json{{"pid", p}, {"error", StatusJson(st.status())}});
+          st.ok() ? AsJson(*st) : nlohmann::json{{"pid", p}, {"error", StatusJson(st.status())}});
     }
     out["ok"] = ok;
     std::printf("%s\n", out.dump(2).c_str());
@@ -179,7 +186,7 @@ int main(int argc, char** argv) {
       dopt.quiesce_timeout = timeout;
       auto d = cryo::gpu::FastpathDrain::Start(proc, p, dopt, fds);
       if (!d.ok()) return finish(d.status());
-      out["drained"] = (*d)->drained();
+      out["drained"] = AsJson((*d)->drained());
       out["drain_ms"] = Ms(t0, Clock::now());
       auto saved = (*d)->WaitSaved();
       cryo::gpu::CloseAll(fds);
@@ -220,7 +227,7 @@ int main(int argc, char** argv) {
     cryo::gpu::CloseAll(fds);
     out["refill_ms"] = Ms(t0, Clock::now());
     if (!r.ok()) return finish(r.status());
-    out["refilled"] = *r;
+    out["refilled"] = AsJson(*r);
     return finish(absl::OkStatus());
   }
 
@@ -342,7 +349,7 @@ int main(int argc, char** argv) {
     nlohmann::json drained = nlohmann::json::array();
     for (Fast& f : fasts) {
       if (!f.st.ok()) return finish(f.st);
-      drained.push_back(f.drain->drained());
+      drained.push_back(AsJson(f.drain->drained()));
     }
     out["fastpath_drained"] = drained;
   }
@@ -385,7 +392,8 @@ int main(int argc, char** argv) {
   auto t_refill = Clock::now();
   std::vector<std::thread> ts;
   nlohmann::json refilled = nlohmann::json::array();
-  std::vector<absl::StatusOr<nlohmann::json>> results(fasts.size(), absl::UnknownError(""));
+  std::vector<absl::StatusOr<cryo::contract::gpu_fastpath::RefillReply>> results(
+      fasts.size(), absl::UnknownError(""));
   for (size_t i = 0; i < fasts.size(); ++i) {
     ts.emplace_back([&, i] {
       Fast& f = fasts[i];
@@ -407,7 +415,7 @@ int main(int argc, char** argv) {
   out["refill_ms"] = Ms(t_refill, Clock::now());
   for (auto& r : results) {
     if (!r.ok()) return finish(r.status());
-    refilled.push_back(*r);
+    refilled.push_back(AsJson(*r));
   }
   out["fastpath_refilled"] = refilled;
   out["gpu_free_after_refill_bytes"] = FreeBytes(m);

@@ -16,7 +16,7 @@
 #include "daemon/gpu/gpu_process.h"
 #include "daemon/store/checksum.h"
 #include "lib/base/proc.h"
-#include "nlohmann/json.hpp"
+#include "lib/contract/gpu_fastpath_messages.h"
 
 namespace cryo::gpu {
 
@@ -34,10 +34,10 @@ struct FastpathDrainOptions {
 class FastpathDrainHandle {
  public:
   virtual ~FastpathDrainHandle() = default;
-  // What the library said when the memory was out ({"bytes", "allocations", "copy_ms", ...}).
-  virtual const nlohmann::json& drained() const = 0;
-  uint64_t bytes() const;
-  uint64_t allocations() const;
+  // What the library said when the memory was out.
+  virtual const contract::gpu_fastpath::DrainedReply& drained() const = 0;
+  uint64_t bytes() const { return drained().bytes; }
+  uint64_t allocations() const { return drained().allocations; }
   // With files: waits until they are written and out of the job's memory; their digests in
   // order. Without files: nothing to wait for. `stoppable`: the drain's stop predicate ends the
   // wait (CANCELLED, asked again later); an undo waits regardless, bounded by the reply
@@ -58,11 +58,11 @@ class Fastpath {
   // Brings a process's memory back: from `files` (read, in order) checked against `expected`
   // (empty: unchecked), or from its own memory when there are none. DATA_LOSS on a mismatch (the
   // job stays held).
-  virtual absl::StatusOr<nlohmann::json> Refill(const FastpathProcess& p, int threads,
-                                                const std::vector<int>& files,
-                                                const std::vector<FileDigest>& expected) = 0;
-  // {"state": "running"|"drained"|"saved", ...}
-  virtual absl::StatusOr<nlohmann::json> Status(const FastpathProcess& p) = 0;
+  virtual absl::StatusOr<contract::gpu_fastpath::RefillReply> Refill(
+      const FastpathProcess& p, int threads, const std::vector<int>& files,
+      const std::vector<FileDigest>& expected) = 0;
+  // Its state (running, drained, saved), what it owns, its version.
+  virtual absl::StatusOr<contract::gpu_fastpath::StatusReply> Status(const FastpathProcess& p) = 0;
 };
 
 // The fast path through the library's channel in each process.

@@ -8,16 +8,17 @@
 
 #include <algorithm>
 #include <thread>
+#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/criu/credentials.h"
 #include "lib/base/fs.h"
-#include "lib/base/json.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 #include "lib/contract/gpu_fastpath.h"
+#include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
 
 namespace cryo::gpu {
@@ -25,10 +26,11 @@ namespace wire = contract::gpu_fastpath;
 
 namespace {
 
-// One reply of the library, or an error naming the process. `stop` (may be empty) is asked at
-// least every 100 ms.
-absl::StatusOr<nlohmann::json> Receive(int fd, const FastpathProcess& p, absl::Duration timeout,
-                                       const std::function<bool()>& stop = nullptr) {
+// One reply of the library (T: its type), or an error naming the process. `stop` (may be empty)
+// is asked at least every 100 ms.
+template <typename T>
+absl::StatusOr<T> Receive(int fd, const FastpathProcess& p, absl::Duration timeout,
+                          const std::function<bool()>& stop = nullptr) {
   if (fd < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("the channel to the GPU fast path of pid ", p.pid, " is closed"));
@@ -59,68 +61,77 @@ absl::StatusOr<nlohmann::json> Receive(int fd, const FastpathProcess& p, absl::D
                                                  " closed its channel without an answer"));
     }
     for (int f : fds) ::close(f);  // the library sends none
-    return ParseFastpathReply(text, p);
+    return ParseFastpathReply<T>(text, p);
   }
 }
 
-absl::Status Send(int fd, const FastpathProcess& p, const nlohmann::json& req,
+absl::Status Send(int fd, const FastpathProcess& p, const wire::Request& req,
                   const std::vector<int>& files) {
-  if (!wire::SendMessage(fd, req.dump(), files)) {
+  if (!wire::SendMessage(fd, wire::Encode(req), files)) {
     return ErrnoStatus(errno, absl::StrCat("sending to the GPU fast path of pid ", p.pid));
   }
   return absl::OkStatus();
 }
 
-std::vector<FileDigest> Digests(const nlohmann::json& j) {
-  std::vector<FileDigest> out;
-  auto it = j.find("files");
-  if (it == j.end() || !it->is_array()) return out;
-  for (const auto& f : *it) {
-    FileDigest d;
-    json::Fields fields(f, "fast path file");
-    if (!fields.Uint64("size", &d.size, true).ok() ||
-        !fields.Str("checksum", &d.checksum, true).ok()) {
-      continue;
-    }
-    out.push_back(d);
+absl::Status ReplyError(const wire::Error& e, const FastpathProcess& p) {
+  const std::string msg =
+      absl::StrCat("GPU fast path of pid ", p.pid, ": ", e.message,
+                   e.rolled_back ? " (its memory is back on the GPU; the job runs on)" : "");
+  switch (e.code) {
+    case wire::ErrorCode::kDeadline:
+      return absl::DeadlineExceededError(msg);
+    case wire::ErrorCode::kDataLoss:
+      return absl::DataLossError(msg);
+    case wire::ErrorCode::kVersion:
+      return absl::FailedPreconditionError(msg);
+    default:
+      return absl::AbortedError(msg);
   }
-  return out;
+}
+
+// What only a status reply says: whose it is, and which version of the library speaks.
+absl::Status CheckStatus(const wire::StatusReply& st, const FastpathProcess& p) {
+  const pid_t want = p.ns_pid > 0 ? p.ns_pid : p.pid;
+  if (st.pid != want) {
+    return absl::PermissionDeniedError(absl::StrCat("the GPU fast path of pid ", p.pid,
+                                                    " answered for another process (pid ", st.pid,
+                                                    "): refused"));
+  }
+  if (st.version < wire::kMinVersion || st.version > wire::kVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pid ", p.pid, " runs version ", st.version,
+        " of the GPU fast-path library; this cryod speaks versions ", wire::kMinVersion, " to ",
+        wire::kVersion,
+        ": start the job with this node's library (or upgrade cryod). Nothing was stopped"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<nlohmann::json> ParseFastpathReply(absl::string_view text,
-                                                  const FastpathProcess& p) {
-  CRYO_ASSIGN_OR_RETURN(nlohmann::json j, json::Parse(text, {wire::kMaxMessage, 8}));
-  if (!j.is_object()) return absl::InvalidArgumentError("fast path: reply is not an object");
-  bool ok = false;
-  CRYO_RETURN_IF_ERROR(json::Fields(j, "fast path reply").Bool("ok", &ok, true));
-  // A reply that names a process names this one (the library puts its own pid in).
-  if (auto it = j.find("pid"); it != j.end()) {
-    const pid_t want = p.ns_pid > 0 ? p.ns_pid : p.pid;
-    if (!it->is_number_integer() || it->get<int64_t>() != want) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "the GPU fast path of pid ", p.pid, " answered for another process (",
-          it->dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).substr(0, 64),
-          "): refused"));
-    }
+template <typename T>
+absl::StatusOr<T> ParseFastpathReply(absl::string_view text, const FastpathProcess& p) {
+  wire::Reply<T> r;
+  std::string why;
+  if (!wire::Decode(std::string(text), &r, &why)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the GPU fast path of pid ", p.pid, " sent a malformed reply: ", why));
   }
-  if (!ok) {
-    std::string error, code;
-    bool rolled_back = false;
-    json::Fields f(j, "fast path reply");
-    (void)f.Str("error", &error);
-    (void)f.Str("code", &code);
-    (void)f.Bool("rolled_back", &rolled_back);
-    const std::string msg =
-        absl::StrCat("GPU fast path of pid ", p.pid, ": ", error,
-                     rolled_back ? " (its memory is back on the GPU; the job runs on)" : "");
-    if (code == "deadline") return absl::DeadlineExceededError(msg);
-    if (code == "data_loss") return absl::DataLossError(msg);
-    return absl::AbortedError(msg);
+  if (!r.ok) return ReplyError(r.error, p);
+  if constexpr (std::is_same_v<T, wire::StatusReply>) {
+    CRYO_RETURN_IF_ERROR(CheckStatus(r.body, p));
   }
-  return j;
+  return std::move(r.body);
 }
+
+template absl::StatusOr<wire::StatusReply> ParseFastpathReply(absl::string_view,
+                                                              const FastpathProcess&);
+template absl::StatusOr<wire::DrainedReply> ParseFastpathReply(absl::string_view,
+                                                               const FastpathProcess&);
+template absl::StatusOr<wire::SavedReply> ParseFastpathReply(absl::string_view,
+                                                             const FastpathProcess&);
+template absl::StatusOr<wire::RefillReply> ParseFastpathReply(absl::string_view,
+                                                              const FastpathProcess&);
 
 std::string FastpathFileName(pid_t ns_pid, int k) {
   return absl::StrCat("gpu/fastpath-", ns_pid, ".", k, ".bin");
@@ -214,11 +225,13 @@ absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const Fastpath
   return fd;
 }
 
-absl::StatusOr<nlohmann::json> FastpathStatus(const proc::ProcReader& proc,
-                                              const FastpathProcess& p, absl::Duration timeout) {
+absl::StatusOr<wire::StatusReply> FastpathStatus(const proc::ProcReader& proc,
+                                                 const FastpathProcess& p, absl::Duration timeout) {
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
-  absl::Status st = Send(fd, p, {{"op", "status"}}, {});
-  absl::StatusOr<nlohmann::json> r = st.ok() ? Receive(fd, p, timeout) : st;
+  wire::Request req;
+  req.op = wire::Op::kStatus;
+  absl::Status st = Send(fd, p, req, {});
+  absl::StatusOr<wire::StatusReply> r = st.ok() ? Receive<wire::StatusReply>(fd, p, timeout) : st;
   ::close(fd);
   return r;
 }
@@ -230,13 +243,15 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
   std::unique_ptr<FastpathDrain> d(
       new FastpathDrain(fd, p, opt.reply_timeout, !files.empty(), opt.stop));
-  nlohmann::json req{{"op", "drain"},
-                     {"threads", opt.threads},
-                     {"timeout_ms", absl::ToInt64Milliseconds(opt.quiesce_timeout)},
-                     {"stripe_bytes", opt.stripe_bytes},
-                     {"files", files.size()}};
+  wire::Request req;
+  req.op = wire::Op::kDrain;
+  req.threads = opt.threads;
+  req.timeout_ms = absl::ToInt64Milliseconds(opt.quiesce_timeout);
+  req.stripe_bytes = opt.stripe_bytes;
+  req.files = static_cast<int>(files.size());
   CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
-  CRYO_ASSIGN_OR_RETURN(d->drained_, Receive(fd, p, opt.reply_timeout, opt.stop));
+  CRYO_ASSIGN_OR_RETURN(d->drained_,
+                        Receive<wire::DrainedReply>(fd, p, opt.reply_timeout, opt.stop));
   return d;
 }
 
@@ -247,44 +262,33 @@ FastpathDrain::~FastpathDrain() {
 absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved(bool stoppable) {
   if (!files_) return std::vector<FileDigest>{};
   if (saved_) return *saved_;
-  absl::StatusOr<nlohmann::json> saved =
-      Receive(fd_, p_, timeout_, stoppable ? stop_ : std::function<bool()>());
+  absl::StatusOr<wire::SavedReply> saved =
+      Receive<wire::SavedReply>(fd_, p_, timeout_, stoppable ? stop_ : std::function<bool()>());
   // Stopped waiting, the library still writing: the channel stays open for the undo, which
   // waits for the library's last word before it refills.
   if (absl::IsCancelled(saved.status())) return saved.status();
   ::close(fd_);
   fd_ = -1;
-  saved_ = saved.ok() ? absl::StatusOr<std::vector<FileDigest>>(Digests(*saved))
+  saved_ = saved.ok() ? absl::StatusOr<std::vector<FileDigest>>(saved->files)
                       : absl::StatusOr<std::vector<FileDigest>>(saved.status());
   return *saved_;
 }
 
-absl::StatusOr<nlohmann::json> FastpathRefill(const proc::ProcReader& proc,
-                                              const FastpathProcess& p, int threads,
-                                              const std::vector<int>& files,
-                                              const std::vector<FileDigest>& expected,
-                                              absl::Duration timeout) {
+absl::StatusOr<wire::RefillReply> FastpathRefill(const proc::ProcReader& proc,
+                                                 const FastpathProcess& p, int threads,
+                                                 const std::vector<int>& files,
+                                                 const std::vector<FileDigest>& expected,
+                                                 absl::Duration timeout) {
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
-  nlohmann::json exp = nlohmann::json::array();
-  for (const FileDigest& d : expected) exp.push_back({{"size", d.size}, {"checksum", d.checksum}});
-  nlohmann::json req{
-      {"op", "refill"}, {"threads", threads}, {"files", files.size()}, {"expected", exp}};
+  wire::Request req;
+  req.op = wire::Op::kRefill;
+  req.threads = threads;
+  req.files = static_cast<int>(files.size());
+  req.expected = expected;
   absl::Status st = Send(fd, p, req, files);
-  absl::StatusOr<nlohmann::json> r = st.ok() ? Receive(fd, p, timeout) : st;
+  absl::StatusOr<wire::RefillReply> r = st.ok() ? Receive<wire::RefillReply>(fd, p, timeout) : st;
   ::close(fd);
   return r;
-}
-
-uint64_t FastpathDrainHandle::bytes() const {
-  uint64_t b = 0;
-  (void)json::Fields(drained(), "drained").Uint64("bytes", &b);
-  return b;
-}
-
-uint64_t FastpathDrainHandle::allocations() const {
-  uint64_t n = 0;
-  (void)json::Fields(drained(), "drained").Uint64("allocations", &n);
-  return n;
 }
 
 namespace {
@@ -300,7 +304,7 @@ class ClientFastpath : public Fastpath {
       if (!LoadsFastpathLibrary(proc_, pid)) continue;
       FastpathProcess p{pid, proc_.NsPid(pid)};
       if (p.ns_pid <= 0) p.ns_pid = pid;
-      absl::StatusOr<nlohmann::json> st = FastpathStatus(proc_, p, absl::Seconds(10));
+      absl::StatusOr<wire::StatusReply> st = FastpathStatus(proc_, p, absl::Seconds(10));
       if (absl::IsNotFound(st.status())) continue;  // loaded, CUDA not started: nothing to move
       if (absl::IsPermissionDenied(st.status())) {
         // Someone else holds the job's socket name: it is told nothing, and whatever the job
@@ -309,19 +313,16 @@ class ClientFastpath : public Fastpath {
         continue;
       }
       if (!st.ok()) return st.status();
-      // What the library says is read as untrusted input: a wrong type is an error, not a throw.
-      std::string state;
-      json::Fields f(*st, absl::StrCat("fast path status of pid ", pid));
-      CRYO_RETURN_IF_ERROR(f.Str("state", &state, true));
-      if (st->contains("disabled")) continue;
-      if (state != wire::kStateRunning) {
+      if (!st->disabled.empty()) continue;
+      if (st->state != wire::State::kRunning) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "pid ", pid, ": its GPU memory is out of the GPU (fast path state '", state,
+            "pid ", pid, ": its GPU memory is out of the GPU (fast path state '",
+            wire::StateName(st->state),
             "'), left so by an operation that did not finish; cryod brings it back at its next "
             "start (or: cryo-gpuctl fastpath-refill)"));
       }
-      CRYO_RETURN_IF_ERROR(f.Uint64("owned_bytes", &p.bytes));
-      CRYO_RETURN_IF_ERROR(f.Uint64("owned_allocations", &p.allocations));
+      p.bytes = st->owned_bytes;
+      p.allocations = st->owned_allocations;
       out.push_back(p);
     }
     return out;
@@ -335,13 +336,13 @@ class ClientFastpath : public Fastpath {
     return std::unique_ptr<FastpathDrainHandle>(std::move(d));
   }
 
-  absl::StatusOr<nlohmann::json> Refill(const FastpathProcess& p, int threads,
-                                        const std::vector<int>& files,
-                                        const std::vector<FileDigest>& expected) override {
+  absl::StatusOr<wire::RefillReply> Refill(const FastpathProcess& p, int threads,
+                                           const std::vector<int>& files,
+                                           const std::vector<FileDigest>& expected) override {
     return FastpathRefill(proc_, p, threads, files, expected, absl::Minutes(30));
   }
 
-  absl::StatusOr<nlohmann::json> Status(const FastpathProcess& p) override {
+  absl::StatusOr<wire::StatusReply> Status(const FastpathProcess& p) override {
     return FastpathStatus(proc_, p, absl::Seconds(10));
   }
 

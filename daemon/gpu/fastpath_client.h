@@ -18,15 +18,17 @@
 #include "daemon/gpu/gpu_process.h"
 #include "daemon/store/checksum.h"
 #include "lib/base/proc.h"
-#include "nlohmann/json.hpp"
+#include "lib/contract/gpu_fastpath_messages.h"
 
 namespace cryo::gpu {
 
-// One reply of the library to `p`, read as untrusted input: the JSON object, or ABORTED /
-// DEADLINE_EXCEEDED / DATA_LOSS for the library's own failures ("ok": false, by its "code"),
-// PERMISSION_DENIED for a reply that names another process, INVALID_ARGUMENT for anything
-// malformed. Never throws.
-absl::StatusOr<nlohmann::json> ParseFastpathReply(absl::string_view text, const FastpathProcess& p);
+// One reply of the library to `p`, read as untrusted input (T: one of the reply types of
+// lib/contract/gpu_fastpath_messages.h): the reply, or ABORTED / DEADLINE_EXCEEDED / DATA_LOSS /
+// FAILED_PRECONDITION for the library's own failures (by their code), PERMISSION_DENIED for a
+// status that names another process, FAILED_PRECONDITION for a library version this cryod does
+// not speak, INVALID_ARGUMENT for anything malformed. Never throws.
+template <typename T>
+absl::StatusOr<T> ParseFastpathReply(absl::string_view text, const FastpathProcess& p);
 
 // Where a process's drained data goes, relative to a checkpoint's directory:
 // gpu/fastpath-<ns_pid>.<k>.bin.
@@ -47,9 +49,10 @@ bool LoadsFastpathLibrary(const proc::ProcReader& proc, pid_t pid);
 // then hears nothing.
 absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const FastpathProcess& p);
 
-// {"state", "owned_bytes", ...} as the library says them.
-absl::StatusOr<nlohmann::json> FastpathStatus(const proc::ProcReader& proc,
-                                              const FastpathProcess& p, absl::Duration timeout);
+// The library's status: its version (checked), state, what it owns.
+absl::StatusOr<contract::gpu_fastpath::StatusReply> FastpathStatus(const proc::ProcReader& proc,
+                                                                   const FastpathProcess& p,
+                                                                   absl::Duration timeout);
 
 // One drain, from the request to the library's last word. The library rolls back by itself on
 // a failure it reports; if cryod goes away (or this object is destroyed before WaitSaved),
@@ -64,7 +67,7 @@ class FastpathDrain : public FastpathDrainHandle {
                                                               const std::vector<int>& files);
   ~FastpathDrain() override;
 
-  const nlohmann::json& drained() const override { return drained_; }
+  const contract::gpu_fastpath::DrainedReply& drained() const override { return drained_; }
   absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool stoppable = true) override;
 
  private:
@@ -76,7 +79,7 @@ class FastpathDrain : public FastpathDrainHandle {
   absl::Duration timeout_;
   bool files_;
   std::function<bool()> stop_;
-  nlohmann::json drained_;
+  contract::gpu_fastpath::DrainedReply drained_;
   // The first WaitSaved's answer: the channel is closed after it, and asking again (an undo
   // after gpu_save) gets the same answer at once instead of waiting on nothing.
   std::optional<absl::StatusOr<std::vector<FileDigest>>> saved_;
@@ -86,10 +89,8 @@ class FastpathDrain : public FastpathDrainHandle {
 // order) and the digests the checkpoint recorded for them, or with none when the data is still in
 // the job's memory. The library checks every file before the job's GPU work may go on; a
 // mismatch is DATA_LOSS and the job stays held (the caller ends it).
-absl::StatusOr<nlohmann::json> FastpathRefill(const proc::ProcReader& proc,
-                                              const FastpathProcess& p, int threads,
-                                              const std::vector<int>& files,
-                                              const std::vector<FileDigest>& expected,
-                                              absl::Duration timeout);
+absl::StatusOr<contract::gpu_fastpath::RefillReply> FastpathRefill(
+    const proc::ProcReader& proc, const FastpathProcess& p, int threads,
+    const std::vector<int>& files, const std::vector<FileDigest>& expected, absl::Duration timeout);
 
 }  // namespace cryo::gpu

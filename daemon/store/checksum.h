@@ -19,16 +19,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "lib/base/chunked_xxh3.h"
+#include "lib/base/file_digest.h"
 
 namespace cryo {
 
 inline constexpr char kChecksumAlgorithm[] = "xxh3-128-chunked-64m";
 inline constexpr uint64_t kChecksumChunk = xxh3chunked::kChunk;
-
-struct FileDigest {
-  uint64_t size = 0;
-  std::string checksum;  // hex
-};
 
 // Incremental form of the checksum, fed in order.
 class ChunkedHasher {

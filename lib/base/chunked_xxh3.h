@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/file_digest.h"  // the {size, checksum} this checksum goes into
+
 namespace cryo::xxh3chunked {
 
 inline constexpr uint64_t kChunk = 64ull << 20;

@@ -11,12 +11,16 @@
 //
 // One connection carries one request (JSON, at most kMaxMessage bytes, file descriptors attached
 // with SCM_RIGHTS) and its replies; then the library closes it, so that no connected socket is
-// left for CRIU to dump.
+// left for CRIU to dump. Both sides read and write these messages only through the types of
+// gpu_fastpath_messages.h. Every request carries "version" (its sender's; absent means 1); the
+// library answers a version outside what it speaks with "code": "version", and cryod refuses a
+// library whose status "version" it does not speak, before asking it anything else. A request
+// that does not decode is answered with "code": "bad_request".
 //
-//   {"op": "status"}
+//   {"op": "status", "version": V}
 //     -> {"ok", "pid", "version", "state", "owned_bytes", "owned_allocations",
 //         "foreign_allocations", "calls": {...}}
-//   {"op": "drain", "threads": N, "timeout_ms": T, "stripe_bytes": U, "files": W}
+//   {"op": "drain", "version": V, "threads": N, "timeout_ms": T, "stripe_bytes": U, "files": W}
 //     (+ W descriptors of empty files opened for writing; W = 0 keeps the data in the process)
 //     Shuts the gate on the job's GPU work, waits for calls in flight, synchronizes, copies every
 //     owned allocation into host memory, releases the device memory.
@@ -27,7 +31,7 @@
 //     A failure answers {"ok": false, "error", "rolled_back", "code"}: the memory is back on the
 //     GPU and the job runs on, unless "rolled_back" is false (then cryod rolls back with
 //     "refill"). "code" is "deadline" when the job's GPU work did not stop within timeout_ms.
-//   {"op": "refill", "threads": N, "files": W, "expected": [{"size", "checksum"}]}
+//   {"op": "refill", "version": V, "threads": N, "files": W, "expected": [{"size", "checksum"}]}
 //     (+ the W descriptors of the drain's files, opened for reading, when the data is in files)
 //     Maps device memory back at the same addresses, copies the data in, checks every file
 //     against "expected" before the job's GPU work may go on, and opens the gate. A file that

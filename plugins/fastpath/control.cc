@@ -12,19 +12,16 @@
 #include <chrono>
 
 #include "lib/contract/gpu_fastpath.h"
+#include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
 
 namespace cryo::fastpath {
 namespace wire = contract::gpu_fastpath;
-using nlohmann::json;
+using wire::Encode;
+using wire::ErrorCode;
+using wire::Op;
 
 namespace {
-
-json Error(const std::string& why, bool rolled_back, const std::string& code = "") {
-  json j{{"ok", false}, {"error", why}, {"rolled_back", rolled_back}};
-  if (!code.empty()) j["code"] = code;
-  return j;
-}
 
 void CloseAll(std::vector<int>& fds) {
   for (int f : fds) ::close(f);
@@ -37,12 +34,6 @@ bool PeerAllowed(int conn) {
   socklen_t len = sizeof(cred);
   if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
   return cred.uid == 0 || cred.uid == ::geteuid();
-}
-
-int Int(const json& j, const char* key, int def, int lo, int hi) {
-  auto it = j.find(key);
-  if (it == j.end() || !it->is_number_integer()) return def;
-  return std::clamp(it->get<int>(), lo, hi);
 }
 
 }  // namespace
@@ -95,77 +86,79 @@ void Control::Loop() {
   }
 }
 
-json Control::Status() {
+wire::StatusReply Control::Status() {
   RegistryStats st = reg_.Stats();
-  json j{{"ok", true},
-         {"version", contract::gpu_fastpath::kVersion},
-         {"pid", pid_ != 0 ? pid_ : ::getpid()},
-         {"state", StateName(mover_.state())},
-         {"owned_bytes", st.owned_bytes},
-         {"owned_allocations", st.owned_allocations},
-         {"owned_cumemalloc", st.owned_cumemalloc},
-         {"foreign_allocations", st.foreign_allocations},
-         {"min_bytes", reg_.min_bytes()}};
-  if (extra_status_) extra_status_(j);
-  return j;
+  wire::StatusReply r;
+  r.version = wire::kVersion;
+  r.pid = pid_ != 0 ? pid_ : ::getpid();
+  r.state = mover_.state();
+  r.owned_bytes = st.owned_bytes;
+  r.owned_allocations = st.owned_allocations;
+  r.owned_cumemalloc = st.owned_cumemalloc;
+  r.foreign_allocations = st.foreign_allocations;
+  r.min_bytes = reg_.min_bytes();
+  if (extra_status_) extra_status_(r);
+  return r;
 }
 
 void Control::Serve(int conn) {
   std::string text;
   std::vector<int> fds;
   if (!wire::ReceiveMessage(conn, &text, &fds)) return;
-  json req = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  std::string op;
-  if (req.is_object() && req.contains("op") && req["op"].is_string()) op = req["op"];
+  wire::Request req;
+  std::string why;
   try {
-    if (op == "status") {
-      wire::SendMessage(conn, Status().dump());
-    } else if (op == "drain") {
+    if (!wire::Decode(text, &req, &why)) {
+      wire::SendMessage(conn,
+                        Encode(wire::Error{"bad request: " + why, false, ErrorCode::kBadRequest}));
+    } else if (req.version < wire::kMinVersion || req.version > wire::kVersion) {
+      wire::SendMessage(conn,
+                        Encode(wire::Error{"request of version " + std::to_string(req.version) +
+                                               "; this library speaks versions " +
+                                               std::to_string(wire::kMinVersion) + " to " +
+                                               std::to_string(wire::kVersion),
+                                           false, ErrorCode::kVersion}));
+    } else if (req.op == Op::kStatus) {
+      wire::SendMessage(conn, Encode(Status()));
+    } else if (req.op == Op::kDrain) {
       HandleDrain(conn, req, fds);
-    } else if (op == "refill") {
-      HandleRefill(conn, req, fds);
     } else {
-      wire::SendMessage(conn, Error("unknown request", false).dump());
+      HandleRefill(conn, req, fds);
     }
   } catch (const std::exception& e) {
     // Nothing may escape into the job; the state says what happened.
-    wire::SendMessage(conn, Error(std::string("fast path: ") + e.what(), false).dump());
+    wire::SendMessage(conn, Encode(wire::Error{std::string("fast path: ") + e.what(), false}));
   }
   CloseAll(fds);
 }
 
-void Control::HandleDrain(int conn, const json& req, std::vector<int>& fds) {
+void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& fds) {
   DrainOptions opt;
-  opt.threads = Int(req, "threads", 8, 1, 256);
-  opt.timeout = std::chrono::milliseconds(Int(req, "timeout_ms", 10000, 1, 3600000));
-  if (auto it = req.find("stripe_bytes"); it != req.end() && it->is_number_unsigned()) {
-    opt.stripe_bytes = it->get<uint64_t>();
-  }
-  const int want_files = Int(req, "files", 0, 0, contract::gpu_fastpath::kMaxFiles);
-  if (want_files != static_cast<int>(fds.size())) {
-    wire::SendMessage(conn, Error("the request names " + std::to_string(want_files) +
-                                      " files but carries " + std::to_string(fds.size()),
-                                  true)
-                                .dump());
+  opt.threads = req.threads;
+  opt.timeout = std::chrono::milliseconds(req.timeout_ms);
+  if (req.stripe_bytes != 0) opt.stripe_bytes = req.stripe_bytes;
+  if (req.files != static_cast<int>(fds.size())) {
+    wire::SendMessage(conn,
+                      Encode(wire::Error{"the request names " + std::to_string(req.files) +
+                                             " files but carries " + std::to_string(fds.size()),
+                                         true}));
     return;
   }
   opt.fds = fds;
   DrainResult r;
   Outcome o = mover_.Drain(opt, &r);
   if (!o.ok()) {
-    wire::SendMessage(conn, Error(o.error, o.rolled_back, o.code).dump());
+    wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back, o.code}));
     return;
   }
-  json drained{{"ok", true},
-               {"event", "drained"},
-               {"bytes", r.bytes},
-               {"allocations", r.allocations},
-               {"quiesce_ms", r.quiesce_ms},
-               {"copy_ms", r.copy_ms},
-               {"release_ms", r.release_ms},
-               {"total_ms", r.total_ms}};
+  wire::DrainedReply drained{r.bytes,
+                             r.allocations,
+                             static_cast<int64_t>(r.quiesce_ms),
+                             static_cast<int64_t>(r.copy_ms),
+                             static_cast<int64_t>(r.release_ms),
+                             static_cast<int64_t>(r.total_ms)};
   // If nobody heard that the memory is out, nobody will bring it back: do it now.
-  if (!wire::SendMessage(conn, drained.dump())) {
+  if (!wire::SendMessage(conn, Encode(drained))) {
     mover_.Abort();
     return;
   }
@@ -174,46 +167,27 @@ void Control::HandleDrain(int conn, const json& req, std::vector<int>& fds) {
   o = mover_.FinishSave(&s);
   CloseAll(fds);  // before the reply: CRIU must find no descriptor of the store in the job
   if (!o.ok()) {
-    wire::SendMessage(conn, Error(o.error, o.rolled_back).dump());
+    wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back}));
     return;
   }
-  json files = json::array();
-  for (const FileSum& f : s.files) files.push_back({{"size", f.size}, {"checksum", f.checksum}});
-  wire::SendMessage(
-      conn,
-      json{{"ok", true}, {"event", "saved"}, {"files", files}, {"write_ms", s.write_ms}}.dump());
+  wire::SendMessage(conn, Encode(wire::SavedReply{s.files, static_cast<int64_t>(s.write_ms)}));
 }
 
-void Control::HandleRefill(int conn, const json& req, std::vector<int>& fds) {
+void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>& fds) {
   RefillOptions opt;
-  opt.threads = Int(req, "threads", 8, 1, 256);
+  opt.threads = req.threads;
   opt.fds = fds;
-  if (auto it = req.find("expected"); it != req.end() && it->is_array()) {
-    for (const json& e : *it) {
-      if (!e.is_object() || !e.contains("size") || !e["size"].is_number_unsigned() ||
-          !e.contains("checksum") || !e["checksum"].is_string()) {
-        wire::SendMessage(conn, Error("malformed \"expected\" entry", false).dump());
-        return;
-      }
-      opt.expected.push_back({e["size"].get<uint64_t>(), e["checksum"].get<std::string>()});
-    }
-  }
+  opt.expected = req.expected;
   RefillResult r;
   Outcome o = mover_.Refill(opt, &r);
   CloseAll(fds);
   if (!o.ok()) {
-    wire::SendMessage(conn, Error(o.error, false, o.code).dump());
+    wire::SendMessage(conn, Encode(wire::Error{o.error, false, o.code}));
     return;
   }
-  json files = json::array();
-  for (const FileSum& f : r.files) files.push_back({{"size", f.size}, {"checksum", f.checksum}});
-  wire::SendMessage(conn, json{{"ok", true},
-                               {"bytes", r.bytes},
-                               {"allocate_ms", r.allocate_ms},
-                               {"copy_ms", r.copy_ms},
-                               {"total_ms", r.total_ms},
-                               {"files", files}}
-                              .dump());
+  wire::SendMessage(conn, Encode(wire::RefillReply{r.bytes, static_cast<int64_t>(r.allocate_ms),
+                                                   static_cast<int64_t>(r.copy_ms),
+                                                   static_cast<int64_t>(r.total_ms), r.files}));
 }
 
 }  // namespace cryo::fastpath

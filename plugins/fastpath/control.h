@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "nlohmann/json.hpp"
+#include "lib/contract/gpu_fastpath_messages.h"
 #include "plugins/fastpath/mover.h"
 #include "plugins/fastpath/registry.h"
 
@@ -18,8 +18,9 @@ namespace cryo::fastpath {
 
 class Control {
  public:
-  // `extra_status` adds fields to the status reply (the interposer's call counts).
-  Control(Mover& mover, Registry& reg, std::function<void(nlohmann::json&)> extra_status)
+  // `extra_status` adds to the status reply (the interposer's call counts).
+  Control(Mover& mover, Registry& reg,
+          std::function<void(contract::gpu_fastpath::StatusReply&)> extra_status)
       : mover_(mover), reg_(reg), extra_status_(std::move(extra_status)) {}
 
   // Listens on kSocketPrefix + `pid` (0: getpid()) and starts the serving thread. Idempotent.
@@ -32,13 +33,13 @@ class Control {
 
  private:
   void Loop();
-  nlohmann::json Status();
-  void HandleDrain(int conn, const nlohmann::json& req, std::vector<int>& fds);
-  void HandleRefill(int conn, const nlohmann::json& req, std::vector<int>& fds);
+  contract::gpu_fastpath::StatusReply Status();
+  void HandleDrain(int conn, const contract::gpu_fastpath::Request& req, std::vector<int>& fds);
+  void HandleRefill(int conn, const contract::gpu_fastpath::Request& req, std::vector<int>& fds);
 
   Mover& mover_;
   Registry& reg_;
-  std::function<void(nlohmann::json&)> extra_status_;
+  std::function<void(contract::gpu_fastpath::StatusReply&)> extra_status_;
   int listen_fd_ = -1;
   pid_t pid_ = 0;
   std::atomic<bool> started_{false};

@@ -242,7 +242,8 @@ class Lib {
     }
     registry_ = new Registry(driver_, min_bytes_);
     mover_ = new Mover(driver_, *registry_, gate_, capture_);
-    control_ = new Control(*mover_, *registry_, [this](nlohmann::json& j) { AddStatus(j); });
+    control_ = new Control(*mover_, *registry_,
+                           [this](cryo::contract::gpu_fastpath::StatusReply& r) { AddStatus(r); });
     if (!disabled_) {
       for (int i = 0; i < kSlots; ++i) {
         if (g_real[i] != nullptr) wrappers_[g_real[i]] = Wrapper(i);
@@ -305,15 +306,13 @@ class Lib {
     pthread_atfork(nullptr, nullptr, [] { Lib::Get().AfterForkInChild(); });
   }
 
-  void AddStatus(nlohmann::json& j) {
-    nlohmann::json calls = nlohmann::json::object();
+  void AddStatus(cryo::contract::gpu_fastpath::StatusReply& r) {
     for (int i = 0; i < kSlots; ++i) {
       uint64_t n = Calls(i);
-      if (n > 0) calls[kNames[i]] = n;
+      if (n > 0) r.calls[kNames[i]] = n;
     }
-    j["calls"] = calls;
-    j["wrapped_entry_points"] = wrappers_.size();
-    if (disabled_) j["disabled"] = why_disabled_;
+    r.wrapped_entry_points = wrappers_.size();
+    if (disabled_) r.disabled = why_disabled_;
   }
 
   static inline std::atomic<Lib*> instance_{nullptr};

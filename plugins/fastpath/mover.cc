@@ -217,18 +217,6 @@ bool ReadAll(int fd, char* buf, size_t len, off_t off, std::string* err) {
 
 }  // namespace
 
-const char* StateName(State s) {
-  switch (s) {
-    case State::kRunning:
-      return "running";
-    case State::kDrained:
-      return "drained";
-    case State::kSaved:
-      return "saved";
-  }
-  return "unknown";
-}
-
 Mover::~Mover() { StopWriters(); }
 
 void Mover::OpenGates() {
@@ -241,13 +229,13 @@ Outcome Mover::Quiesce(std::chrono::milliseconds timeout, double* ms) {
   if (!capture_.Quiesce(timeout)) {
     return {"a CUDA graph capture of the job did not end within " +
                 std::to_string(timeout.count()) + " ms",
-            true, "deadline"};
+            true, ErrorCode::kDeadline};
   }
   if (!gate_.Shut(timeout)) {
     capture_.Release();
     return {"CUDA calls of the job were still in flight after " + std::to_string(timeout.count()) +
                 " ms",
-            true, "deadline"};
+            true, ErrorCode::kDeadline};
   }
   // Work already submitted must finish before its memory moves. A synchronize cannot be
   // interrupted, so it runs on a thread of its own and is given up on at the deadline (a kernel
@@ -282,7 +270,7 @@ Outcome Mover::Quiesce(std::chrono::milliseconds timeout, double* ms) {
              : sync->error;
     l.unlock();
     OpenGates();
-    return {why, true, late ? "deadline" : ""};
+    return {why, true, late ? ErrorCode::kDeadline : ErrorCode::kNone};
   }
   *ms = Ms(t0);
   return {};
@@ -955,7 +943,7 @@ Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
     }
   }
   // A failed refill keeps the gate shut: the job must not run on memory that is not its own.
-  if (!err.empty()) return {err, false, mismatch ? "data_loss" : ""};
+  if (!err.empty()) return {err, false, mismatch ? ErrorCode::kDataLoss : ErrorCode::kNone};
   out->bytes = total_;
   BackToRunning();
   out->total_ms = Ms(t0);

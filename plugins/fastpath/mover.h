@@ -28,29 +28,28 @@
 #include <thread>
 #include <vector>
 
+#include "lib/contract/gpu_fastpath_messages.h"
 #include "plugins/fastpath/driver.h"
 #include "plugins/fastpath/gate.h"
 #include "plugins/fastpath/registry.h"
 
 namespace cryo::fastpath {
 
-enum class State { kRunning, kDrained, kSaved };
-const char* StateName(State s);
-
-struct FileSum {
-  uint64_t size = 0;
-  std::string checksum;
-};
+// The states and file sums are the channel's own (lib/contract/gpu_fastpath_messages.h).
+using State = contract::gpu_fastpath::State;
+using FileSum = contract::gpu_fastpath::FileSum;
+using ErrorCode = contract::gpu_fastpath::ErrorCode;
+using contract::gpu_fastpath::StateName;
 
 struct Outcome {
   Outcome() = default;
-  Outcome(std::string e, bool rb, std::string c = "")
-      : error(std::move(e)), rolled_back(rb), code(std::move(c)) {}
+  Outcome(std::string e, bool rb, ErrorCode c = ErrorCode::kNone)
+      : error(std::move(e)), rolled_back(rb), code(c) {}
   std::string error;         // empty: done
   bool rolled_back = false;  // on error: the job's memory is back on the GPU and it runs on
-  // What kind of failure, for cryod's status code: "deadline" (the job's GPU work did not stop
-  // in time), "data_loss" (a file is not what the drain wrote), or empty.
-  std::string code;
+  // What kind of failure, for cryod's status code: kDeadline (the job's GPU work did not stop
+  // in time), kDataLoss (a file is not what the drain wrote), or kNone.
+  ErrorCode code = ErrorCode::kNone;
   bool ok() const { return error.empty(); }
 };
 

@@ -1,6 +1,7 @@
-// The fast path's replies come from a process of the job, which may lie. For any bytes,
-// ParseFastpathReply returns the reply or an error: no crash, no undefined behaviour; an accepted
-// reply never names another process than the one asked.
+// The fast path's replies come from a process of the job, which may lie. For any bytes, each
+// typed ParseFastpathReply returns the reply or an error: no crash, no undefined behaviour; an
+// accepted status never names another process than the one asked, nor a version this side does
+// not speak; an accepted reply encodes back to one that decodes the same.
 
 #include <cstddef>
 #include <cstdint>
@@ -8,14 +9,43 @@
 
 #include "absl/strings/string_view.h"
 #include "daemon/gpu/fastpath_client.h"
+#include "lib/contract/gpu_fastpath_messages.h"
+
+namespace {
+
+namespace wire = cryo::contract::gpu_fastpath;
+
+template <typename T>
+void RoundTrips(const T& body, const cryo::gpu::FastpathProcess& p) {
+  auto again = cryo::gpu::ParseFastpathReply<T>(wire::Encode(body), p);
+  if (!again.ok() || wire::Encode(*again) != wire::Encode(body)) std::abort();
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cryo::gpu::FastpathProcess p;
   p.pid = 4242;
   p.ns_pid = 42;
-  auto r = cryo::gpu::ParseFastpathReply(
-      absl::string_view(reinterpret_cast<const char*>(data), size), p);
-  if (!r.ok()) return 0;
-  if (r->contains("pid") && (*r)["pid"] != 42) std::abort();
+  const absl::string_view text(reinterpret_cast<const char*>(data), size);
+  if (auto st = cryo::gpu::ParseFastpathReply<wire::StatusReply>(text, p); st.ok()) {
+    if (st->pid != 42 || st->version < wire::kMinVersion || st->version > wire::kVersion) {
+      std::abort();
+    }
+    RoundTrips(*st, p);
+  }
+  if (auto d = cryo::gpu::ParseFastpathReply<wire::DrainedReply>(text, p); d.ok())
+    RoundTrips(*d, p);
+  if (auto s = cryo::gpu::ParseFastpathReply<wire::SavedReply>(text, p); s.ok()) RoundTrips(*s, p);
+  if (auto r = cryo::gpu::ParseFastpathReply<wire::RefillReply>(text, p); r.ok()) RoundTrips(*r, p);
+  wire::Request req;
+  std::string why;
+  if (wire::Decode(std::string(text), &req, &why)) {
+    wire::Request again;
+    if (!wire::Decode(wire::Encode(req), &again, &why) ||
+        wire::Encode(again) != wire::Encode(req)) {
+      std::abort();
+    }
+  }
   return 0;
 }

@@ -81,19 +81,21 @@ class FakeCriu : public criu::Criu {
 // report `drained` and whose files are said to hold `claimed` (what a lying job may claim).
 class FakeFastpath : public gpu::Fastpath {
  public:
+  using State = contract::gpu_fastpath::State;
   std::vector<FileDigest> claimed;
   uint64_t bytes = 0;
   int refills = 0;
-  std::string state = "running";  // what Status answers
+  State state = State::kRunning;  // what Status answers
 
   class Drain : public gpu::FastpathDrainHandle {
    public:
-    Drain(nlohmann::json d, std::vector<FileDigest> c) : d_(std::move(d)), c_(std::move(c)) {}
-    const nlohmann::json& drained() const override { return d_; }
+    Drain(contract::gpu_fastpath::DrainedReply d, std::vector<FileDigest> c)
+        : d_(d), c_(std::move(c)) {}
+    const contract::gpu_fastpath::DrainedReply& drained() const override { return d_; }
     absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool) override { return c_; }
 
    private:
-    nlohmann::json d_;
+    contract::gpu_fastpath::DrainedReply d_;
     std::vector<FileDigest> c_;
   };
 
@@ -107,18 +109,24 @@ class FakeFastpath : public gpu::Fastpath {
   absl::StatusOr<std::unique_ptr<gpu::FastpathDrainHandle>> Drain(
       const gpu::FastpathProcess&, const gpu::FastpathDrainOptions&,
       const std::vector<int>&) override {
-    state = "saved";
-    return std::unique_ptr<gpu::FastpathDrainHandle>(
-        new class Drain({{"bytes", bytes}, {"allocations", 1}}, claimed));
+    state = State::kSaved;
+    contract::gpu_fastpath::DrainedReply d;
+    d.bytes = bytes;
+    d.allocations = 1;
+    return std::unique_ptr<gpu::FastpathDrainHandle>(new class Drain(d, claimed));
   }
-  absl::StatusOr<nlohmann::json> Refill(const gpu::FastpathProcess&, int, const std::vector<int>&,
-                                        const std::vector<FileDigest>&) override {
+  absl::StatusOr<contract::gpu_fastpath::RefillReply> Refill(
+      const gpu::FastpathProcess&, int, const std::vector<int>&,
+      const std::vector<FileDigest>&) override {
     ++refills;
-    state = "running";
-    return nlohmann::json{{"ok", true}};
+    state = State::kRunning;
+    return contract::gpu_fastpath::RefillReply{};
   }
-  absl::StatusOr<nlohmann::json> Status(const gpu::FastpathProcess&) override {
-    return nlohmann::json{{"ok", true}, {"state", state}};
+  absl::StatusOr<contract::gpu_fastpath::StatusReply> Status(const gpu::FastpathProcess&) override {
+    contract::gpu_fastpath::StatusReply r;
+    r.version = contract::gpu_fastpath::kVersion;
+    r.state = state;
+    return r;
   }
 };
 

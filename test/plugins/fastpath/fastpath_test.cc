@@ -4,6 +4,7 @@
 // must leave the job's memory intact.
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,9 @@
 #include "daemon/store/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/contract/gpu_fastpath_messages.h"
+#include "lib/contract/gpu_fastpath_wire.h"
+#include "plugins/fastpath/control.h"
 #include "plugins/fastpath/gate.h"
 #include "plugins/fastpath/mover.h"
 #include "plugins/fastpath/registry.h"
@@ -488,6 +492,49 @@ TEST(GateTest, ShutWaitsForCallsInsideAndOpenLetsWaitersGo) {
   g.Open();
   t.join();
   EXPECT_TRUE(passed);
+}
+
+// The library's end of the channel (control.cc): every request decodes into its type, a version
+// it does not speak is refused with the versions it does, and a cryod from before versions were
+// sent is spoken to as version 1.
+TEST_F(FastpathTest, TheChannelAnswersInTypesAndRefusesAVersionItDoesNotSpeak) {
+  namespace wire = contract::gpu_fastpath;
+  Control control(*mover_, *reg_, nullptr);
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  auto ask = [&](const std::string& text) {
+    EXPECT_TRUE(wire::SendMessage(sv[0], text));
+    control.Serve(sv[1]);
+    std::string reply;
+    std::vector<int> fds;
+    EXPECT_TRUE(wire::ReceiveMessage(sv[0], &reply, &fds));
+    wire::Reply<wire::StatusReply> r;
+    std::string why;
+    EXPECT_TRUE(wire::Decode(reply, &r, &why)) << why << ": " << reply;
+    return r;
+  };
+  wire::Request req;
+  req.op = wire::Op::kStatus;
+  auto own = ask(wire::Encode(req));
+  ASSERT_TRUE(own.ok) << own.error.message;
+  EXPECT_EQ(own.body.version, wire::kVersion);
+  EXPECT_EQ(own.body.pid, ::getpid());
+  EXPECT_EQ(own.body.state, State::kRunning);
+
+  req.version = wire::kVersion + 1;
+  auto newer = ask(wire::Encode(req));
+  EXPECT_FALSE(newer.ok);
+  EXPECT_EQ(newer.error.code, wire::ErrorCode::kVersion);
+  EXPECT_THAT(newer.error.message, HasSubstr("speaks versions"));
+
+  auto older = ask(R"({"op": "status"})");
+  EXPECT_TRUE(older.ok) << older.error.message;
+
+  auto bad = ask(R"({"op": "format-the-disk"})");
+  EXPECT_FALSE(bad.ok);
+  EXPECT_EQ(bad.error.code, wire::ErrorCode::kBadRequest);
+  ::close(sv[0]);
+  ::close(sv[1]);
 }
 
 }  // namespace

@@ -1,0 +1,366 @@
+#include "lib/contract/gpu_fastpath_messages.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "nlohmann/json.hpp"
+
+namespace cryo::contract::gpu_fastpath {
+namespace {
+
+using nlohmann::json;
+
+// The one spelling of each op, state and error code on the wire.
+constexpr std::pair<Op, const char*> kOps[] = {
+    {Op::kStatus, "status"}, {Op::kDrain, "drain"}, {Op::kRefill, "refill"}};
+constexpr std::pair<State, const char*> kStates[] = {{State::kRunning, kStateRunning},
+                                                     {State::kDrained, kStateDrained},
+                                                     {State::kSaved, kStateSaved}};
+constexpr std::pair<ErrorCode, const char*> kCodes[] = {{ErrorCode::kDeadline, "deadline"},
+                                                        {ErrorCode::kDataLoss, "data_loss"},
+                                                        {ErrorCode::kVersion, "version"},
+                                                        {ErrorCode::kBadRequest, "bad_request"}};
+constexpr char kEventDrained[] = "drained";
+constexpr char kEventSaved[] = "saved";
+
+template <typename E, size_t N>
+const char* NameOf(const std::pair<E, const char*> (&table)[N], E v) {
+  for (const auto& [e, n] : table) {
+    if (e == v) return n;
+  }
+  return "";
+}
+
+template <typename E, size_t N>
+bool ValueOf(const std::pair<E, const char*> (&table)[N], const std::string& name, E* out) {
+  for (const auto& [e, n] : table) {
+    if (name == n) {
+      *out = e;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Nesting depth of JSON text, counted outside strings: bounded before the parser recurses.
+bool DepthWithin(const std::string& text, int max) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c == '{' || c == '[') {
+      if (++depth > max) return false;
+    } else if (c == '}' || c == ']') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+// Reads fields of one object; the first problem sticks in `why`.
+class Reader {
+ public:
+  Reader(const json& j, std::string* why) : j_(j), why_(why) {}
+
+  bool ok() const { return ok_; }
+
+  template <typename T>
+  void Uint(const char* key, T* out, bool required) {
+    auto it = Find(key, required);
+    if (it == j_.end()) return;
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > std::numeric_limits<T>::max()) {
+      Fail(key, "is not a number in range");
+      return;
+    }
+    *out = static_cast<T>(it->get<uint64_t>());
+  }
+  // A signed integer clamped to [lo, hi] (what a request asks for, bounded by what is sane).
+  template <typename T>
+  void Int(const char* key, T* out, bool required, T lo, T hi) {
+    auto it = Find(key, required);
+    if (it == j_.end()) return;
+    if (!it->is_number_integer()) {
+      Fail(key, "is not an integer");
+      return;
+    }
+    const int64_t v = it->is_number_unsigned()
+                          ? static_cast<int64_t>(std::min<uint64_t>(
+                                it->get<uint64_t>(), std::numeric_limits<int64_t>::max()))
+                          : it->get<int64_t>();
+    *out = static_cast<T>(std::clamp<int64_t>(v, lo, hi));
+  }
+  void Str(const char* key, std::string* out, bool required) {
+    auto it = Find(key, required);
+    if (it == j_.end()) return;
+    if (!it->is_string()) {
+      Fail(key, "is not a string");
+      return;
+    }
+    *out = it->get<std::string>();
+  }
+  void Bool(const char* key, bool* out, bool required) {
+    auto it = Find(key, required);
+    if (it == j_.end()) return;
+    if (!it->is_boolean()) {
+      Fail(key, "is not true or false");
+      return;
+    }
+    *out = it->get<bool>();
+  }
+  void Files(const char* key, std::vector<FileSum>* out, bool required) {
+    auto it = Find(key, required);
+    if (it == j_.end()) return;
+    if (!it->is_array() || it->size() > static_cast<size_t>(kMaxFiles)) {
+      Fail(key, "is not a list of at most kMaxFiles files");
+      return;
+    }
+    for (const json& e : *it) {
+      FileSum f;
+      if (!e.is_object()) {
+        Fail(key, "holds an entry that is not an object");
+        return;
+      }
+      Reader r(e, why_);
+      r.Uint("size", &f.size, true);
+      r.Str("checksum", &f.checksum, true);
+      if (!r.ok()) {
+        ok_ = false;
+        return;
+      }
+      out->push_back(std::move(f));
+    }
+  }
+  void Fail(const char* key, const char* what) {
+    if (ok_) *why_ = std::string("\"") + key + "\" " + what;
+    ok_ = false;
+  }
+
+ private:
+  json::const_iterator Find(const char* key, bool required) {
+    auto it = j_.find(key);
+    if (it == j_.end() && required) Fail(key, "is missing");
+    return it;
+  }
+
+  const json& j_;
+  std::string* why_;
+  bool ok_ = true;
+};
+
+bool ParseObject(const std::string& text, json* j, std::string* why) {
+  if (text.size() > kMaxMessage) {
+    *why = "message longer than kMaxMessage";
+    return false;
+  }
+  if (!DepthWithin(text, kMaxDepth)) {
+    *why = "message nested too deeply";
+    return false;
+  }
+  *j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j->is_object()) {
+    *why = "message is not a JSON object";
+    return false;
+  }
+  return true;
+}
+
+json FilesJson(const std::vector<FileSum>& files) {
+  json a = json::array();
+  for (const FileSum& f : files) a.push_back({{"size", f.size}, {"checksum", f.checksum}});
+  return a;
+}
+
+// The common part of every reply: ok, and when false the error. Returns whether to read a body.
+bool DecodeHead(const json& j, bool* ok, Error* err, std::string* why, bool* good) {
+  Reader r(j, why);
+  r.Bool("ok", ok, true);
+  if (r.ok() && !*ok) {
+    r.Str("error", &err->message, false);
+    r.Bool("rolled_back", &err->rolled_back, false);
+    std::string code;
+    r.Str("code", &code, false);
+    // A code this side does not know is a failure all the same.
+    if (!code.empty() && !ValueOf(kCodes, code, &err->code)) err->code = ErrorCode::kNone;
+  }
+  *good = r.ok();
+  return r.ok() && *ok;
+}
+
+template <typename T, typename Body>
+bool DecodeReply(const std::string& text, Reply<T>* out, std::string* why, Body body) {
+  json j;
+  if (!ParseObject(text, &j, why)) return false;
+  bool good = false;
+  *out = Reply<T>{};
+  if (!DecodeHead(j, &out->ok, &out->error, why, &good)) return good;
+  Reader r(j, why);
+  body(r, j, &out->body);
+  return r.ok();
+}
+
+bool EventIs(Reader& r, const json& j, const char* want) {
+  std::string ev;
+  r.Str("event", &ev, true);
+  if (r.ok() && ev != want) r.Fail("event", "names another step of the drain");
+  (void)j;
+  return r.ok();
+}
+
+}  // namespace
+
+const char* OpName(Op op) { return NameOf(kOps, op); }
+const char* StateName(State s) { return NameOf(kStates, s); }
+
+std::string Encode(const Request& r) {
+  json j{{"op", OpName(r.op)}, {"version", r.version}};
+  if (r.op == Op::kDrain) {
+    j["threads"] = r.threads;
+    j["timeout_ms"] = r.timeout_ms;
+    j["stripe_bytes"] = r.stripe_bytes;
+    j["files"] = r.files;
+  } else if (r.op == Op::kRefill) {
+    j["threads"] = r.threads;
+    j["files"] = r.files;
+    j["expected"] = FilesJson(r.expected);
+  }
+  return j.dump();
+}
+
+std::string Encode(const Error& e) {
+  json j{{"ok", false}, {"error", e.message}, {"rolled_back", e.rolled_back}};
+  if (e.code != ErrorCode::kNone) j["code"] = NameOf(kCodes, e.code);
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string Encode(const StatusReply& r) {
+  json j{{"ok", true},
+         {"version", r.version},
+         {"pid", r.pid},
+         {"state", StateName(r.state)},
+         {"owned_bytes", r.owned_bytes},
+         {"owned_allocations", r.owned_allocations},
+         {"owned_cumemalloc", r.owned_cumemalloc},
+         {"foreign_allocations", r.foreign_allocations},
+         {"min_bytes", r.min_bytes},
+         {"wrapped_entry_points", r.wrapped_entry_points},
+         {"calls", r.calls}};
+  if (!r.disabled.empty()) j["disabled"] = r.disabled;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string Encode(const DrainedReply& r) {
+  return json{{"ok", true},
+              {"event", kEventDrained},
+              {"bytes", r.bytes},
+              {"allocations", r.allocations},
+              {"quiesce_ms", r.quiesce_ms},
+              {"copy_ms", r.copy_ms},
+              {"release_ms", r.release_ms},
+              {"total_ms", r.total_ms}}
+      .dump();
+}
+
+std::string Encode(const SavedReply& r) {
+  return json{
+      {"ok", true}, {"event", kEventSaved}, {"files", FilesJson(r.files)}, {"write_ms", r.write_ms}}
+      .dump();
+}
+
+std::string Encode(const RefillReply& r) {
+  return json{{"ok", true},           {"bytes", r.bytes},       {"allocate_ms", r.allocate_ms},
+              {"copy_ms", r.copy_ms}, {"total_ms", r.total_ms}, {"files", FilesJson(r.files)}}
+      .dump();
+}
+
+bool Decode(const std::string& text, Request* out, std::string* why) {
+  json j;
+  if (!ParseObject(text, &j, why)) return false;
+  *out = Request{};
+  Reader r(j, why);
+  std::string op;
+  r.Str("op", &op, true);
+  if (r.ok() && !ValueOf(kOps, op, &out->op)) r.Fail("op", "is not an op of this version");
+  // A sender from before versions were sent speaks version 1.
+  out->version = 1;
+  r.Int("version", &out->version, false, 0, std::numeric_limits<int>::max());
+  r.Int("threads", &out->threads, false, 1, 256);
+  r.Int<int64_t>("timeout_ms", &out->timeout_ms, false, 1, 3600000);
+  r.Uint("stripe_bytes", &out->stripe_bytes, false);
+  r.Int("files", &out->files, false, 0, kMaxFiles);
+  r.Files("expected", &out->expected, false);
+  return r.ok();
+}
+
+bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why) {
+  return DecodeReply(text, out, why, [](Reader& r, const json& j, StatusReply* b) {
+    r.Int("version", &b->version, true, 0, std::numeric_limits<int>::max());
+    r.Int<int64_t>("pid", &b->pid, true, 0, std::numeric_limits<int32_t>::max());
+    std::string state;
+    r.Str("state", &state, true);
+    if (r.ok() && !ValueOf(kStates, state, &b->state)) r.Fail("state", "is not a known state");
+    r.Uint("owned_bytes", &b->owned_bytes, true);
+    r.Uint("owned_allocations", &b->owned_allocations, true);
+    r.Uint("owned_cumemalloc", &b->owned_cumemalloc, false);
+    r.Uint("foreign_allocations", &b->foreign_allocations, false);
+    r.Uint("min_bytes", &b->min_bytes, false);
+    r.Uint("wrapped_entry_points", &b->wrapped_entry_points, false);
+    r.Str("disabled", &b->disabled, false);
+    if (auto it = j.find("calls"); it != j.end()) {
+      if (!it->is_object() || it->size() > 4096) {
+        r.Fail("calls", "is not a small object");
+        return;
+      }
+      for (const auto& [k, v] : it->items()) {
+        if (!v.is_number_unsigned()) {
+          r.Fail("calls", "holds a count that is not a number");
+          return;
+        }
+        b->calls[k] = v.get<uint64_t>();
+      }
+    }
+  });
+}
+
+bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why) {
+  return DecodeReply(text, out, why, [](Reader& r, const json& j, DrainedReply* b) {
+    if (!EventIs(r, j, kEventDrained)) return;
+    r.Uint("bytes", &b->bytes, true);
+    r.Uint("allocations", &b->allocations, true);
+    const int64_t kMax = std::numeric_limits<int64_t>::max();
+    r.Int<int64_t>("quiesce_ms", &b->quiesce_ms, false, 0, kMax);
+    r.Int<int64_t>("copy_ms", &b->copy_ms, false, 0, kMax);
+    r.Int<int64_t>("release_ms", &b->release_ms, false, 0, kMax);
+    r.Int<int64_t>("total_ms", &b->total_ms, false, 0, kMax);
+  });
+}
+
+bool Decode(const std::string& text, Reply<SavedReply>* out, std::string* why) {
+  return DecodeReply(text, out, why, [](Reader& r, const json& j, SavedReply* b) {
+    if (!EventIs(r, j, kEventSaved)) return;
+    r.Files("files", &b->files, true);
+    r.Int<int64_t>("write_ms", &b->write_ms, false, 0, std::numeric_limits<int64_t>::max());
+  });
+}
+
+bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why) {
+  return DecodeReply(text, out, why, [](Reader& r, const json&, RefillReply* b) {
+    const int64_t kMax = std::numeric_limits<int64_t>::max();
+    r.Uint("bytes", &b->bytes, true);
+    r.Int<int64_t>("allocate_ms", &b->allocate_ms, false, 0, kMax);
+    r.Int<int64_t>("copy_ms", &b->copy_ms, false, 0, kMax);
+    r.Int<int64_t>("total_ms", &b->total_ms, false, 0, kMax);
+    r.Files("files", &b->files, false);
+  });
+}
+
+}  // namespace cryo::contract::gpu_fastpath

@@ -1,0 +1,109 @@
+#pragma once
+
+// The GPU fast-path channel's messages as types (gpu_fastpath.h describes the channel and each
+// exchange). cryod and the library in the job both encode and decode them here and nowhere else:
+// neither side spells an op, a field or an error code. Plain C++ (no abseil): the library links
+// it too. Decoding takes untrusted text (a job's reply, or a request from any root process): a
+// wrong type, a value out of range or nesting deeper than kMaxDepth is an error, never a throw.
+//
+// Versions: each request carries its sender's version, and the library answers one outside
+// [kMinVersion, kVersion] with ErrorCode::kVersion. cryod reads the library's version from its
+// status reply first and refuses a job whose library it does not speak, naming both.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lib/base/file_digest.h"
+#include "lib/contract/gpu_fastpath.h"
+
+namespace cryo::contract::gpu_fastpath {
+
+inline constexpr int kMinVersion = 1;  // the oldest library version this side still speaks
+inline constexpr int kMaxDepth = 8;
+
+enum class Op { kStatus, kDrain, kRefill };
+enum class State { kRunning, kDrained, kSaved };
+enum class ErrorCode {
+  kNone,
+  kDeadline,    // the job's GPU work did not stop within the drain's timeout
+  kDataLoss,    // a refill's file does not match what was saved; the job stays held
+  kVersion,     // the request's version is one the library does not speak
+  kBadRequest,  // the request does not decode
+};
+
+const char* OpName(Op op);
+const char* StateName(State s);
+
+// A file the library wrote or read: the store's own {size, checksum}.
+using FileSum = ::cryo::FileDigest;
+
+struct Request {
+  Op op = Op::kStatus;
+  int version = kVersion;
+  int threads = 8;                // drain, refill: copy threads
+  int64_t timeout_ms = 10000;     // drain: how long the job's GPU work may take to stop
+  uint64_t stripe_bytes = 0;      // drain: unit of the striping over files (0: the default)
+  int files = 0;                  // drain, refill: descriptors attached to the request
+  std::vector<FileSum> expected;  // refill: what each file must hold (empty: unchecked)
+};
+
+// Any reply that failed: what happened, and whether the job's memory is back on its GPU.
+struct Error {
+  std::string message;
+  bool rolled_back = false;
+  ErrorCode code = ErrorCode::kNone;
+};
+
+struct StatusReply {
+  int version = 0;
+  int64_t pid = 0;  // as the process sees itself
+  State state = State::kRunning;
+  uint64_t owned_bytes = 0, owned_allocations = 0, owned_cumemalloc = 0;
+  uint64_t foreign_allocations = 0, min_bytes = 0, wrapped_entry_points = 0;
+  std::map<std::string, uint64_t> calls;  // calls seen per entry point
+  std::string disabled;                   // why the library passes everything through, if it does
+};
+
+// The drain's first reply: the memory is out of the GPU.
+struct DrainedReply {
+  uint64_t bytes = 0, allocations = 0;
+  int64_t quiesce_ms = 0, copy_ms = 0, release_ms = 0, total_ms = 0;
+};
+
+// The drain's second reply, with files: the data is in them and out of the job's memory.
+struct SavedReply {
+  std::vector<FileSum> files;
+  int64_t write_ms = 0;
+};
+
+struct RefillReply {
+  uint64_t bytes = 0;
+  int64_t allocate_ms = 0, copy_ms = 0, total_ms = 0;
+  std::vector<FileSum> files;  // what was read, file by file
+};
+
+// A reply as received: the body, or the error (ok false).
+template <typename T>
+struct Reply {
+  bool ok = false;
+  T body{};
+  Error error;
+};
+
+std::string Encode(const Request& r);
+std::string Encode(const Error& e);
+std::string Encode(const StatusReply& r);
+std::string Encode(const DrainedReply& r);
+std::string Encode(const SavedReply& r);
+std::string Encode(const RefillReply& r);
+
+// false, with *why, for text that is not such a message.
+bool Decode(const std::string& text, Request* out, std::string* why);
+bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why);
+bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why);
+bool Decode(const std::string& text, Reply<SavedReply>* out, std::string* why);
+bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why);
+
+}  // namespace cryo::contract::gpu_fastpath

@@ -1,0 +1,119 @@
+// cryod's reading of the fast path's replies (fastpath_client.h): each reply in its type, every
+// failure of the library as its status code, and a library version this cryod does not speak
+// refused before anything is asked of it.
+
+#include "daemon/gpu/fastpath_client.h"
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "lib/contract/gpu_fastpath_messages.h"
+
+namespace cryo::gpu {
+namespace {
+
+namespace wire = contract::gpu_fastpath;
+
+FastpathProcess Job() {
+  FastpathProcess p;
+  p.pid = 4242;
+  p.ns_pid = 42;
+  return p;
+}
+
+wire::StatusReply Status(int version, int64_t pid) {
+  wire::StatusReply s;
+  s.version = version;
+  s.pid = pid;
+  s.owned_bytes = 8ull << 30;
+  s.owned_allocations = 3;
+  s.calls["cuLaunchKernel"] = 7;
+  return s;
+}
+
+TEST(FastpathClientTest, AStatusComesBackWhole) {
+  auto st = ParseFastpathReply<wire::StatusReply>(wire::Encode(Status(wire::kVersion, 42)), Job());
+  ASSERT_TRUE(st.ok()) << st.status();
+  EXPECT_EQ(st->owned_bytes, 8ull << 30);
+  EXPECT_EQ(st->owned_allocations, 3u);
+  EXPECT_EQ(st->calls.at("cuLaunchKernel"), 7u);
+  EXPECT_EQ(st->state, wire::State::kRunning);
+}
+
+TEST(FastpathClientTest, ALibraryVersionThisCryodDoesNotSpeakIsRefusedNamingBoth) {
+  for (int v : {wire::kMinVersion - 1, wire::kVersion + 1}) {
+    auto st = ParseFastpathReply<wire::StatusReply>(wire::Encode(Status(v, 42)), Job());
+    EXPECT_EQ(st.status().code(), absl::StatusCode::kFailedPrecondition) << st.status();
+    EXPECT_TRUE(absl::StrContains(st.status().message(), absl::StrCat("version ", v)))
+        << st.status();
+    EXPECT_TRUE(absl::StrContains(
+        st.status().message(),
+        absl::StrCat("speaks versions ", wire::kMinVersion, " to ", wire::kVersion)))
+        << st.status();
+  }
+}
+
+TEST(FastpathClientTest, AStatusForAnotherProcessIsRefused) {
+  auto st = ParseFastpathReply<wire::StatusReply>(wire::Encode(Status(wire::kVersion, 43)), Job());
+  EXPECT_EQ(st.status().code(), absl::StatusCode::kPermissionDenied) << st.status();
+}
+
+TEST(FastpathClientTest, TheLibrarysFailuresKeepTheirMeaning) {
+  const std::pair<wire::ErrorCode, absl::StatusCode> cases[] = {
+      {wire::ErrorCode::kDeadline, absl::StatusCode::kDeadlineExceeded},
+      {wire::ErrorCode::kDataLoss, absl::StatusCode::kDataLoss},
+      {wire::ErrorCode::kVersion, absl::StatusCode::kFailedPrecondition},
+      {wire::ErrorCode::kNone, absl::StatusCode::kAborted}};
+  for (const auto& [code, want] : cases) {
+    auto r = ParseFastpathReply<wire::DrainedReply>(
+        wire::Encode(wire::Error{"the job's kernels ran on", true, code}), Job());
+    EXPECT_EQ(r.status().code(), want) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "the job runs on")) << r.status();
+  }
+  // A code from a newer library is a failure all the same.
+  auto r = ParseFastpathReply<wire::RefillReply>(
+      R"({"ok": false, "error": "x", "code": "something-new"})", Job());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kAborted) << r.status();
+}
+
+TEST(FastpathClientTest, MalformedRepliesAreInvalidArguments) {
+  const char* bad[] = {
+      "",
+      "[]",
+      R"({"ok": "yes"})",
+      R"({"ok": true, "event": "saved", "bytes": 1, "allocations": 1})",  // not the drained one
+      R"({"ok": true, "event": "drained", "bytes": -1, "allocations": 1})",
+      R"({"ok": true, "event": "saved", "files": [{"size": 1}]})",
+      R"({"ok": true, "event": "drained", "bytes": 1, "allocations": 1, "x": [[[[[[[[[1]]]]]]]]]})",
+  };
+  for (const char* text : bad) {
+    absl::Status st = ParseFastpathReply<wire::DrainedReply>(text, Job()).status();
+    if (st.ok()) st = ParseFastpathReply<wire::SavedReply>(text, Job()).status();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << text << ": " << st;
+  }
+}
+
+TEST(FastpathClientTest, RequestsAndRepliesRoundTrip) {
+  wire::Request req;
+  req.op = wire::Op::kRefill;
+  req.threads = 16;
+  req.files = 2;
+  req.expected = {{1, "ab"}, {2, "cd"}};
+  wire::Request back;
+  std::string why;
+  ASSERT_TRUE(wire::Decode(wire::Encode(req), &back, &why)) << why;
+  EXPECT_EQ(back.op, wire::Op::kRefill);
+  EXPECT_EQ(back.version, wire::kVersion);
+  EXPECT_EQ(back.threads, 16);
+  EXPECT_EQ(back.files, 2);
+  EXPECT_EQ(back.expected, req.expected);
+  wire::SavedReply saved{{{1, "ab"}, {2, "cd"}}, 12};
+  auto s = ParseFastpathReply<wire::SavedReply>(wire::Encode(saved), Job());
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->files, saved.files);
+  EXPECT_EQ(s->write_ms, 12);
+}
+
+}  // namespace
+}  // namespace cryo::gpu
