@@ -6,37 +6,12 @@
 
 namespace cryo::json {
 
-bool DepthWithin(absl::string_view text, int max_depth) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
 absl::StatusOr<nlohmann::json> Parse(absl::string_view text, const Limits& limits) {
   if (text.size() > limits.max_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("JSON of ", text.size(), " bytes is larger than ", limits.max_bytes));
   }
-  if (!DepthWithin(text, limits.max_depth)) {
+  if (!DepthWithin(std::string_view(text.data(), text.size()), limits.max_depth)) {
     return absl::InvalidArgumentError(
         absl::StrCat("JSON nests deeper than ", limits.max_depth, " levels"));
   }

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "lib/base/json_depth.h"  // DepthWithin
 #include "nlohmann/json.hpp"
 
 namespace cryo::json {
@@ -23,9 +24,6 @@ struct Limits {
 
 // INVALID_ARGUMENT for text that is not JSON, too large or nested too deeply.
 absl::StatusOr<nlohmann::json> Parse(absl::string_view text, const Limits& limits = {});
-
-// Whether `text` nests arrays and objects no deeper than max_depth (strings are skipped).
-bool DepthWithin(absl::string_view text, int max_depth);
 
 // Typed fields of an object. A missing field is left as it is (or refused when `required`);
 // a present one of the wrong type is INVALID_ARGUMENT naming `where`.`key`.

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <limits>
 
+#include "lib/base/json_depth.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::contract::gpu_fastpath {
 namespace {
 
 using nlohmann::json;
+namespace json_text = ::cryo::json;
 
 // The one spelling of each op, state and error code on the wire.
 constexpr std::pair<Op, const char*> kOps[] = {
@@ -40,31 +42,6 @@ bool ValueOf(const std::pair<E, const char*> (&table)[N], const std::string& nam
     }
   }
   return false;
-}
-
-// Nesting depth of JSON text, counted outside strings: bounded before the parser recurses.
-bool DepthWithin(const std::string& text, int max) {
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    if (c == '"') in_string = true;
-    if (c == '{' || c == '[') {
-      if (++depth > max) return false;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return true;
 }
 
 // Reads fields of one object; the first problem sticks in `why`.
@@ -162,7 +139,7 @@ bool ParseObject(const std::string& text, json* j, std::string* why) {
     *why = "message longer than kMaxMessage";
     return false;
   }
-  if (!DepthWithin(text, kMaxDepth)) {
+  if (!json_text::DepthWithin(text, kMaxDepth)) {
     *why = "message nested too deeply";
     return false;
   }

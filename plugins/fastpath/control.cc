@@ -151,14 +151,8 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
     wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back, o.code}));
     return;
   }
-  wire::DrainedReply drained{r.bytes,
-                             r.allocations,
-                             static_cast<int64_t>(r.quiesce_ms),
-                             static_cast<int64_t>(r.copy_ms),
-                             static_cast<int64_t>(r.release_ms),
-                             static_cast<int64_t>(r.total_ms)};
   // If nobody heard that the memory is out, nobody will bring it back: do it now.
-  if (!wire::SendMessage(conn, Encode(drained))) {
+  if (!wire::SendMessage(conn, Encode(r))) {
     mover_.Abort();
     return;
   }
@@ -170,7 +164,7 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
     wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back}));
     return;
   }
-  wire::SendMessage(conn, Encode(wire::SavedReply{s.files, static_cast<int64_t>(s.write_ms)}));
+  wire::SendMessage(conn, Encode(s));
 }
 
 void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>& fds) {
@@ -185,9 +179,7 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>&
     wire::SendMessage(conn, Encode(wire::Error{o.error, false, o.code}));
     return;
   }
-  wire::SendMessage(conn, Encode(wire::RefillReply{r.bytes, static_cast<int64_t>(r.allocate_ms),
-                                                   static_cast<int64_t>(r.copy_ms),
-                                                   static_cast<int64_t>(r.total_ms), r.files}));
+  wire::SendMessage(conn, Encode(r));
 }
 
 }  // namespace cryo::fastpath

@@ -22,8 +22,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Ms(Clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+int64_t Ms(Clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
 }
 
 std::string Cuda(const Driver& d, const char* what, CUresult r) {
@@ -224,7 +224,7 @@ void Mover::OpenGates() {
   capture_.Release();
 }
 
-Outcome Mover::Quiesce(std::chrono::milliseconds timeout, double* ms) {
+Outcome Mover::Quiesce(std::chrono::milliseconds timeout, int64_t* ms) {
   const auto t0 = Clock::now();
   if (!capture_.Quiesce(timeout)) {
     return {"a CUDA graph capture of the job did not end within " +

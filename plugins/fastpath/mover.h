@@ -60,16 +60,10 @@ struct DrainOptions {
   std::vector<int> fds;  // the files to save into; empty keeps the data in host memory
 };
 
-struct DrainResult {
-  uint64_t bytes = 0;
-  uint64_t allocations = 0;
-  double quiesce_ms = 0, copy_ms = 0, release_ms = 0, total_ms = 0;
-};
+// What the channel reports is what the mover measures (lib/contract/gpu_fastpath_messages.h).
+using DrainResult = contract::gpu_fastpath::DrainedReply;
 
-struct SaveResult {
-  std::vector<FileSum> files;
-  double write_ms = 0;
-};
+using SaveResult = contract::gpu_fastpath::SavedReply;
 
 struct RefillOptions {
   int threads = 8;
@@ -77,11 +71,7 @@ struct RefillOptions {
   std::vector<FileSum> expected;  // what each file must be (checked before the gate opens)
 };
 
-struct RefillResult {
-  uint64_t bytes = 0;
-  double allocate_ms = 0, copy_ms = 0, total_ms = 0;
-  std::vector<FileSum> files;
-};
+using RefillResult = contract::gpu_fastpath::RefillReply;
 
 // Tunables, mostly for tests.
 struct MoverConfig {
@@ -126,7 +116,7 @@ class Mover {
     FileSum sum;
   };
 
-  Outcome Quiesce(std::chrono::milliseconds timeout, double* ms);
+  Outcome Quiesce(std::chrono::milliseconds timeout, int64_t* ms);
   void OpenGates();
   bool Plan();
   std::vector<Piece> PiecesOf(uint64_t stream_off, uint64_t len) const;
