@@ -6,7 +6,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
 CRYOD=$BUILD_DIR/daemon/cryod
-CRYO=$BUILD_DIR/daemon/cryo
+CRYO=$BUILD_DIR/clients/cryo
 LOAD=$BUILD_DIR/e2e/workloads/cryo-testload
 CRIU=${CRIU:-$(command -v criu || echo /usr/local/sbin/criu)}
 REPS=${REPS:-3}

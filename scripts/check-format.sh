@@ -9,7 +9,7 @@ command -v clang-format >/dev/null || { echo "clang-format is not installed (scr
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   mapfile -t files < <(git ls-files '*.cc' '*.h' '*.c' '*.cu')
 else
-  mapfile -t files < <(find daemon lib plugins cri-shim test e2e -name '*.cc' -o -name '*.h' -o -name '*.c' -o -name '*.cu')
+  mapfile -t files < <(find daemon clients lib plugins cri-shim test e2e -name '*.cc' -o -name '*.h' -o -name '*.c' -o -name '*.cu')
 fi
 bad=()
 for f in "${files[@]}"; do

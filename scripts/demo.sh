@@ -10,7 +10,7 @@ export BUILD_DIR
 BUILD_TARGETS="cryod cryo cryo-nsexec cryo-testload" bash "$ROOT/scripts/setup.sh"
 
 CRYOD=$BUILD_DIR/daemon/cryod
-CRYO=$BUILD_DIR/daemon/cryo
+CRYO=$BUILD_DIR/clients/cryo
 LOAD=$BUILD_DIR/e2e/workloads/cryo-testload
 SOCK=${CRYO_SOCKET:-/run/cryo/cryod.sock}
 export CRYO_SOCKET=$SOCK

@@ -63,7 +63,7 @@ add_bin "$BUILD/e2e/gpu/cryo-gpu-floors"
 add_bin "$BUILD/e2e/gpu/cryo-gpu-launchbench"
 # Later parts of the suite: picked up when built.
 add_bin "$BUILD/daemon/cryod" || true
-add_bin "$BUILD/daemon/cryo" || true
+add_bin "$BUILD/clients/cryo" || true
 
 for so in "$BUILD"/lib/cryo/gpu/libcryo_gpu_*.so; do
   [ -e "$so" ] || die "no GPU plugins in $BUILD/lib/cryo/gpu (build cryo_gpu_cuda)"

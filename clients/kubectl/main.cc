@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/kubectl/cli.h"
+#include "clients/kubectl/cli.h"
 
 int main(int argc, char** argv) {
   std::string name = argc > 0 ? argv[0] : cryo::kubectl::kPluginName;

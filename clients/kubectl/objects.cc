@@ -1,4 +1,4 @@
-#include "daemon/kubectl/objects.h"
+#include "clients/kubectl/objects.h"
 
 #include <algorithm>
 #include <cstring>

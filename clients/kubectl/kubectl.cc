@@ -1,4 +1,4 @@
-#include "daemon/kubectl/kubectl.h"
+#include "clients/kubectl/kubectl.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -6,8 +6,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "daemon/kubectl/errors.h"
-#include "daemon/kubectl/objects.h"
+#include "clients/kubectl/errors.h"
+#include "clients/kubectl/objects.h"
 
 namespace cryo::kubectl {
 namespace {

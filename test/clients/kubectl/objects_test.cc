@@ -1,15 +1,15 @@
 // The plugin's pure parts: container choice, cryo pods and nodes, merging, the resume pod, the
 // patch, kubectl's error texts, the output formats (YAML included).
 
-#include "daemon/kubectl/objects.h"
+#include "clients/kubectl/objects.h"
 
 #include <unistd.h>
 
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/kubectl/errors.h"
-#include "daemon/kubectl/kubectl.h"
+#include "clients/kubectl/errors.h"
+#include "clients/kubectl/kubectl.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/base/subprocess.h"

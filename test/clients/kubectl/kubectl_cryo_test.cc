@@ -10,11 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "daemon/kubectl/errors.h"
-#include "daemon/kubectl/objects.h"
+#include "clients/kubectl/errors.h"
+#include "clients/kubectl/objects.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "test/daemon/kubectl/plugin_fixture.h"
+#include "test/clients/kubectl/plugin_fixture.h"
 
 namespace cryo::kubectl::testing {
 namespace {

@@ -1,4 +1,4 @@
-#include "daemon/cli/output.h"
+#include "clients/cryo/output.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "test/daemon/kubectl/plugin_fixture.h"
+#include "test/clients/kubectl/plugin_fixture.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>

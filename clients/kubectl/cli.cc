@@ -1,4 +1,4 @@
-#include "daemon/kubectl/cli.h"
+#include "clients/kubectl/cli.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -13,9 +13,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "daemon/kubectl/errors.h"
-#include "daemon/kubectl/kubectl.h"
-#include "daemon/kubectl/objects.h"
+#include "clients/kubectl/errors.h"
+#include "clients/kubectl/kubectl.h"
+#include "clients/kubectl/objects.h"
 #include "lib/base/flags.h"
 #include "lib/base/human.h"
 #include "lib/base/ids.h"

@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "test/daemon/kubectl/fake_apiserver.h"
+#include "test/clients/kubectl/fake_apiserver.h"
 
 namespace cryo::kubectl::testing {
 

@@ -1,4 +1,4 @@
-#include "test/daemon/kubectl/fake_apiserver.h"
+#include "test/clients/kubectl/fake_apiserver.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "daemon/kubectl/errors.h"
+#include "clients/kubectl/errors.h"
 
 #include "absl/strings/cord.h"
 #include "absl/strings/numbers.h"
