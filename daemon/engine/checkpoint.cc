@@ -13,6 +13,7 @@
 #include "daemon/criu/network_lock.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
+#include "daemon/engine/step_hooks.h"
 #include "daemon/engine/validate.h"
 #include "daemon/store/signature.h"
 #include "lib/base/fs.h"
@@ -29,30 +30,80 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
     return [this, f](S& s) { return (this->*f)(s); };
   };
   auto undo = [this](void (Engine::*f)(S&)) { return [this, f](S& s) { (this->*f)(s); }; };
+  auto has_gpu = [](const S& s) { return !s.gpu.empty(); };
+  auto fast_bytes = [](const S& s) {
+    uint64_t b = 0;
+    for (const auto& f : s.fast) b += f.bytes;
+    return b;
+  };
+  auto expected = [](const S& s) { return StageSize{s.expected, ""}; };
+  using T = Step<S>;
+  auto step = [](std::string name, Stage stage, std::function<absl::Status(S&)> r,
+                 std::function<void(S&)> u, std::function<bool(const S&)> applies = nullptr,
+                 std::function<StageSize(const S&)> size = nullptr, bool commit = false) {
+    T t;
+    t.name = std::move(name);
+    t.stage = stage;
+    t.run = std::move(r);
+    t.undo = std::move(u);
+    t.applies = std::move(applies);
+    t.size = std::move(size);
+    t.commit = commit;
+    return t;
+  };
   return Transaction<S>({
-      {"validate", Stage::kValidate, run(&Engine::ValidateCheckpoint), nullptr},
-      {"stage", Stage::kUnspecified, run(&Engine::StageCheckpoint), undo(&Engine::UndoStage)},
+      step("validate", Stage::kValidate, run(&Engine::ValidateCheckpoint), nullptr, nullptr,
+           expected),
+      step("stage", Stage::kUnspecified, run(&Engine::StageCheckpoint), undo(&Engine::UndoStage)),
       // The fast path moves what its library owns before the driver's lock, which would block
       // the library's own copies too; its undo brings the memory back (after gpu_lock's undo
       // gave the driver's state back: undos run newest first).
-      // Steps that only some jobs need begin their stage themselves, when they do something.
-      {"gpu_drain", Stage::kUnspecified, run(&Engine::DrainGpus), undo(&Engine::UndoDrain)},
+      step(
+          "gpu_drain", Stage::kGpuDrain, run(&Engine::DrainGpus), undo(&Engine::UndoDrain),
+          [](const S& s) { return !s.fast.empty(); },
+          [fast_bytes](const S& s) {
+            return StageSize{fast_bytes(s), absl::StrCat(s.fast.size(), " fast-path processes")};
+          }),
       // gpu_lock's undo takes the GPU state back from wherever it got (locked or checkpointed).
-      {"gpu_lock", Stage::kUnspecified, run(&Engine::LockGpus), undo(&Engine::UndoGpu)},
-      {"gpu_checkpoint", Stage::kUnspecified, run(&Engine::CheckpointGpus), nullptr},
+      step("gpu_lock", Stage::kGpuLock, run(&Engine::LockGpus), undo(&Engine::UndoGpu), has_gpu,
+           [](const S& s) {
+             return StageSize{0, absl::StrCat(s.gpu.size(), " GPU processes")};
+           }),
+      step("gpu_checkpoint", Stage::kGpuCheckpoint, run(&Engine::CheckpointGpus), nullptr, has_gpu),
       // The fast path's files are written beside the driver's checkpoint; done before CRIU
       // dumps the job, whose memory must hold no copy of them then.
-      {"gpu_save", Stage::kUnspecified, run(&Engine::SaveGpuData), nullptr},
-      {"dump", Stage::kUnspecified, run(&Engine::Dump), undo(&Engine::UndoDump)},
-      {"rootfs", Stage::kUnspecified, run(&Engine::SaveRootfs), nullptr},
-      {"resume_early", Stage::kUnspecified, run(&Engine::ResumeEarly), nullptr},
-      {"gpu_resume", Stage::kUnspecified, run(&Engine::ResumeGpus), nullptr},
-      {"gpu_refill", Stage::kUnspecified, run(&Engine::RefillGpus), nullptr},
-      {"manifest", Stage::kChecksum, run(&Engine::BuildManifest), nullptr},
+      step(
+          "gpu_save", Stage::kGpuSave, run(&Engine::SaveGpuData), nullptr,
+          [this](const S& s) { return !s.drains.empty() && cfg_.fastpath.writers > 0; },
+          [fast_bytes](const S& s) {
+            return StageSize{fast_bytes(s), ""};
+          }),
+      step("dump", Stage::kDump, run(&Engine::Dump), undo(&Engine::UndoDump), nullptr, expected),
+      step("rootfs", Stage::kRootfs, run(&Engine::SaveRootfs), nullptr,
+           [](const S& s) { return s.ctr.has_value(); }),
+      // A container asked to run on goes on as soon as its files are saved too.
+      step("resume_early", Stage::kUnspecified, run(&Engine::ResumeEarly), nullptr,
+           [](const S& s) { return s.ctr.has_value() && s.req.leave_running; }),
+      step("gpu_resume", Stage::kGpuRestore, run(&Engine::ResumeGpus), nullptr,
+           [](const S& s) { return s.req.leave_running && !s.gpu.empty(); }),
+      // A leave-running checkpoint: the job goes on with its memory back on the GPU.
+      step(
+          "gpu_refill", Stage::kGpuRefill, run(&Engine::RefillGpus), nullptr,
+          [](const S& s) { return s.req.leave_running && !s.fast.empty(); },
+          [fast_bytes](const S& s) {
+            return StageSize{fast_bytes(s), ""};
+          }),
+      step("manifest", Stage::kChecksum, run(&Engine::BuildManifest), nullptr, nullptr, expected),
       // Publish begins its stage itself: the manifest records the stages before it.
-      {"publish", Stage::kUnspecified, run(&Engine::Publish), nullptr, /*commit=*/true},
-      {"finish", Stage::kFinish, run(&Engine::Finish), nullptr},
-      {"export", Stage::kUnspecified, run(&Engine::Export), nullptr},
+      step("publish", Stage::kUnspecified, run(&Engine::Publish), nullptr, nullptr, nullptr,
+           /*commit=*/true),
+      step("finish", Stage::kFinish, run(&Engine::Finish), nullptr, nullptr, expected),
+      step(
+          "export", Stage::kExport, run(&Engine::Export), nullptr,
+          [](const S& s) { return s.ctr.has_value() && !s.req.export_archive.empty(); },
+          [](const S& s) {
+            return StageSize{s.manifest.TotalBytes(), ""};
+          }),
   });
 }
 
@@ -72,35 +123,23 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
   s.je.started_at = absl::FormatTime(absl::RFC3339_sec, s.t_start, absl::UTCTimeZone());
   bool journaled = false;
 
-  Transaction<CheckpointState>::Hooks hooks;
-  hooks.before = [&](const Step<CheckpointState>& step) -> absl::Status {
-    if (cfg_.fault) CRYO_RETURN_IF_ERROR(cfg_.fault(step.name, false));
-    // Once the dump has started, the deadline is checked again right before the publish: a
-    // dump cannot be interrupted, and stopping between its parts would only lose the work.
-    const bool check_deadline = step.name == "validate" || step.name == "publish";
-    if (check_deadline && absl::Now() > req.deadline) {
-      return step.name == "validate"
-                 ? absl::DeadlineExceededError(
-                       "the caller's deadline passed before the checkpoint started; nothing was "
-                       "done")
-                 : absl::DeadlineExceededError(absl::StrCat(
-                       "checkpoint ", s.id, " was not finished by the caller's deadline (",
-                       absl::FormatDuration(
-                           absl::Trunc(absl::Now() - s.t_start, absl::Milliseconds(1))),
-                       " after it started); not published, the job was resumed"));
-    }
-    // After the deadline: a caller at its deadline also goes away, which cancels.
-    if (op.cancelled()) {
-      return absl::CancelledError(absl::StrCat("checkpoint cancelled before its ", step.name,
-                                               " step (", op.cancel_reason(),
-                                               "); not published, the job was resumed"));
-    }
-    if (step.stage != Stage::kUnspecified) clock.Begin(step.stage, s.expected);
-    return absl::OkStatus();
+  // Once the dump has started, the deadline is checked again right before the publish: a dump
+  // cannot be interrupted, and stopping between its parts would only lose the work.
+  auto deadline = [&](const Step<CheckpointState>& step) -> absl::Status {
+    const bool check = step.name == "validate" || step.name == "publish";
+    if (!check || absl::Now() <= req.deadline) return absl::OkStatus();
+    return step.name == "validate"
+               ? absl::DeadlineExceededError(
+                     "the caller's deadline passed before the checkpoint started; nothing was "
+                     "done")
+               : absl::DeadlineExceededError(absl::StrCat(
+                     "checkpoint ", s.id, " was not finished by the caller's deadline (",
+                     absl::FormatDuration(
+                         absl::Trunc(absl::Now() - s.t_start, absl::Milliseconds(1))),
+                     " after it started); not published, the job was resumed"));
   };
-  if (cfg_.fault) {
-    hooks.after = [&](const Step<CheckpointState>& step) { return cfg_.fault(step.name, true); };
-  }
+  auto hooks = StepHooks<CheckpointState>(cfg_.fault, op, clock, "checkpoint", deadline,
+                                          "; not published, the job was resumed");
   hooks.on_begin = [&](const std::string& name) -> absl::Status {
     s.je.steps.push_back(name);
     // The first step with an undo (stage) creates the entry; it must exist before anything
@@ -227,8 +266,6 @@ void Engine::UndoStage(CheckpointState& s) {
 }
 
 absl::Status Engine::LockGpus(CheckpointState& s) {
-  if (s.gpu.empty()) return absl::OkStatus();
-  s.clock->Begin(Stage::kGpuLock, 0, absl::StrCat(s.gpu.size(), " GPU processes"));
   s.je.gpu = s.gpu;
   CRYO_RETURN_IF_ERROR(d_.journal->Put(s.je));
   const absl::Duration timeout = s.req.gpu_lock_timeout > absl::ZeroDuration()
@@ -238,8 +275,6 @@ absl::Status Engine::LockGpus(CheckpointState& s) {
 }
 
 absl::Status Engine::CheckpointGpus(CheckpointState& s) {
-  if (s.gpu.empty()) return absl::OkStatus();
-  s.clock->Begin(Stage::kGpuCheckpoint);
   CRYO_RETURN_IF_ERROR(d_.gpu->Checkpoint(s.gpu));
   // Device memory now sits in the processes: CRIU will write it, so count it.
   for (pid_t p : s.pids) s.expected = std::max(s.expected, d_.proc->MemoryBytes(p));
@@ -254,7 +289,6 @@ void Engine::UndoGpu(CheckpointState& s) {
 
 absl::Status Engine::Dump(CheckpointState& s) {
   hooks_.At("before-dump");
-  s.clock->Begin(Stage::kDump, s.expected);
   TailHasher hasher(s.staged->images_dir(), d_.store->durable());
   hasher.Start();
   criu::DumpOptions dopt;
@@ -333,16 +367,12 @@ void Engine::UndoDump(CheckpointState& s) {
 }
 
 absl::Status Engine::SaveRootfs(CheckpointState& s) {
-  if (!s.ctr) return absl::OkStatus();
-  s.clock->Begin(Stage::kRootfs);
   CRYO_ASSIGN_OR_RETURN(s.container_files,
                         container::SaveWritableLayer(*d_.proc, *s.ctr, s.staged->staging_dir()));
   return absl::OkStatus();
 }
 
 absl::Status Engine::ResumeEarly(CheckpointState& s) {
-  // A container asked to run on goes on as soon as its files are saved too.
-  if (!s.ctr || !s.req.leave_running) return absl::OkStatus();
   if (s.job.tcp_established) {
     criu::RemoveNetworkLock(fs::Join(s.op_dir, "dump.log"), s.ctr->init_pid, cfg_.nsexec_path);
   }
@@ -351,8 +381,6 @@ absl::Status Engine::ResumeEarly(CheckpointState& s) {
 }
 
 absl::Status Engine::ResumeGpus(CheckpointState& s) {
-  if (!s.req.leave_running || s.gpu.empty()) return absl::OkStatus();
-  s.clock->Begin(Stage::kGpuRestore);
   // The job goes on as soon as its images are written; the publish happens beside it.
   CRYO_RETURN_IF_ERROR(d_.gpu->Restore(s.gpu, {}));
   CRYO_RETURN_IF_ERROR(d_.gpu->Unlock(s.gpu));
@@ -458,8 +486,6 @@ absl::Status Engine::Finish(CheckpointState& s) {
 }
 
 absl::Status Engine::Export(CheckpointState& s) {
-  if (!s.ctr || s.req.export_archive.empty()) return absl::OkStatus();
-  s.clock->Begin(Stage::kExport, s.manifest.TotalBytes());
   return Annotate(
       container::ExportKubeletArchive(s.manifest, *s.ctr, s.published_path,
                                       fs::Join(s.op_dir, "dump.log"), s.req.export_archive),

@@ -72,10 +72,8 @@ CheckpointState::~CheckpointState() {
 }
 
 absl::Status Engine::DrainGpus(CheckpointState& s) {
-  if (s.fast.empty()) return absl::OkStatus();
   uint64_t owned = 0;
   for (const auto& f : s.fast) owned += f.bytes;
-  s.clock->Begin(Stage::kGpuDrain, owned, absl::StrCat(s.fast.size(), " fast-path processes"));
   const int writers = std::max(0, cfg_.fastpath.writers);
   for (auto& f : s.fast) f.files = writers;
   // Recorded before anything moves: a crash from here on is undone by refilling.
@@ -117,10 +115,6 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
 }
 
 absl::Status Engine::SaveGpuData(CheckpointState& s) {
-  if (s.drains.empty() || cfg_.fastpath.writers <= 0) return absl::OkStatus();
-  uint64_t total = 0;
-  for (const auto& f : s.fast) total += f.bytes;
-  s.clock->Begin(Stage::kGpuSave, total);
   s.fast_digests.resize(s.fast.size());
   absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     CRYO_ASSIGN_OR_RETURN(s.fast_digests[i], s.drains[i]->WaitSaved());
@@ -168,11 +162,6 @@ absl::Status Engine::SaveGpuData(CheckpointState& s) {
 }
 
 absl::Status Engine::RefillGpus(CheckpointState& s) {
-  // A leave-running checkpoint: the job goes on with its memory back on the GPU.
-  if (!s.req.leave_running || s.fast.empty()) return absl::OkStatus();
-  uint64_t total = 0;
-  for (const auto& f : s.fast) total += f.bytes;
-  s.clock->Begin(Stage::kGpuRefill, total);
   const std::string dir = s.staged->staging_dir();
   absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     std::vector<int> fds;
@@ -242,7 +231,6 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs,
 }
 
 absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
-  if (s.m.gpu_fastpath.empty()) return absl::OkStatus();
   s.fast = s.m.gpu_fastpath;
   uint64_t total = 0;
   for (auto& f : s.fast) {

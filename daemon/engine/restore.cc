@@ -13,6 +13,7 @@
 #include "daemon/criu/listen_ports.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
+#include "daemon/engine/step_hooks.h"
 #include "daemon/engine/validate.h"
 #include "daemon/store/signature.h"
 #include "lib/base/fs.h"
@@ -32,27 +33,47 @@ Transaction<RestoreState> Engine::RestoreSteps() {
     return [this, f](S& s) { return (this->*f)(s); };
   };
   auto undo = [this](void (Engine::*f)(S&)) { return [this, f](S& s) { (this->*f)(s); }; };
+  auto step = [](std::string name, Stage stage, std::function<absl::Status(S&)> r,
+                 std::function<void(S&)> u = nullptr,
+                 std::function<bool(const S&)> applies = nullptr,
+                 std::function<StageSize(const S&)> size = nullptr, bool commit = false) {
+    Step<S> t;
+    t.name = std::move(name);
+    t.stage = stage;
+    t.run = std::move(r);
+    t.undo = std::move(u);
+    t.applies = std::move(applies);
+    t.size = std::move(size);
+    t.commit = commit;
+    return t;
+  };
+  auto image_bytes = [](const S& s) { return StageSize{s.m.TotalBytes(), ""}; };
   return Transaction<S>({
-      {"validate", Stage::kValidate, run(&Engine::ValidateRestore), nullptr},
+      step("validate", Stage::kValidate, run(&Engine::ValidateRestore)),
       // From here on, a container waiting for this restore must hear how it went.
-      {"init_handshake", Stage::kUnspecified, [](S&) { return absl::OkStatus(); },
-       undo(&Engine::UndoInitHandshake)},
-      {"check", Stage::kUnspecified, run(&Engine::CheckRestore), nullptr},
-      // verify and criu_restore begin their stages themselves, with the bytes they read (begun
-      // here too, each restore counted them twice in cryo_stage_duration_seconds).
-      {"verify", Stage::kUnspecified, run(&Engine::Verify), nullptr},
+      step(
+          "init_handshake", Stage::kUnspecified, [](S&) { return absl::OkStatus(); },
+          undo(&Engine::UndoInitHandshake)),
+      step("check", Stage::kUnspecified, run(&Engine::CheckRestore)),
+      step("verify", Stage::kVerify, run(&Engine::Verify), nullptr, nullptr, image_bytes),
       // What the images would make the restored threads: never more than the target grants.
-      {"credentials", Stage::kUnspecified, run(&Engine::CheckRestoreCredentials), nullptr},
-      {"wait_pids", Stage::kWaitPids, run(&Engine::WaitPidsFree), nullptr},
+      step("credentials", Stage::kUnspecified, run(&Engine::CheckRestoreCredentials)),
+      step("wait_pids", Stage::kWaitPids, run(&Engine::WaitPidsFree)),
       // The job's TCP listeners must bind where CRIU restores them (criu/listen_ports.h).
-      {"ports", Stage::kUnspecified, run(&Engine::FreeListenPorts), nullptr},
-      {"journal", Stage::kUnspecified, run(&Engine::JournalRestore), nullptr},
-      {"rootfs", Stage::kUnspecified, run(&Engine::ApplyRootfs), nullptr},
-      {"criu_restore", Stage::kUnspecified, run(&Engine::RunCriuRestore),
-       undo(&Engine::UndoCriuRestore)},
-      {"gpu_restore", Stage::kUnspecified, run(&Engine::RestoreGpus), nullptr},
-      {"gpu_refill", Stage::kUnspecified, run(&Engine::RefillRestoredGpus), nullptr},
-      {"done", Stage::kUnspecified, run(&Engine::Done), nullptr, /*commit=*/true},
+      step("ports", Stage::kUnspecified, run(&Engine::FreeListenPorts)),
+      step("journal", Stage::kUnspecified, run(&Engine::JournalRestore)),
+      // The job's files must be where it left them before CRIU reopens them.
+      step("rootfs", Stage::kRootfs, run(&Engine::ApplyRootfs), nullptr,
+           [](const S& s) { return s.ctr.has_value(); }),
+      step("criu_restore", Stage::kRestore, run(&Engine::RunCriuRestore),
+           undo(&Engine::UndoCriuRestore), nullptr, image_bytes),
+      step("gpu_restore", Stage::kGpuRestore, run(&Engine::RestoreGpus), nullptr,
+           [](const S& s) { return !s.gpu.empty(); }),
+      // begins its stage itself: the size is known once the restored processes are found
+      step("gpu_refill", Stage::kUnspecified, run(&Engine::RefillRestoredGpus), nullptr,
+           [](const S& s) { return !s.m.gpu_fastpath.empty(); }),
+      step("done", Stage::kUnspecified, run(&Engine::Done), nullptr, nullptr, nullptr,
+           /*commit=*/true),
   });
 }
 
@@ -71,24 +92,13 @@ absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operati
   s.je.state = journal::OpState::kRestoring;
   s.je.started_at = absl::FormatTime(absl::RFC3339_sec, s.t_start, absl::UTCTimeZone());
 
-  Transaction<RestoreState>::Hooks hooks;
-  hooks.before = [&](const Step<RestoreState>& step) -> absl::Status {
-    if (cfg_.fault) CRYO_RETURN_IF_ERROR(cfg_.fault(step.name, false));
-    if (absl::Now() > req.deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("the caller's deadline passed before the restore's ", step.name,
-                       " step; the restore was abandoned"));
-    }
-    if (op.cancelled()) {
-      return absl::CancelledError(absl::StrCat("restore cancelled before its ", step.name,
-                                               " step (", op.cancel_reason(), ")"));
-    }
-    if (step.stage != Stage::kUnspecified) clock.Begin(step.stage);
-    return absl::OkStatus();
+  auto deadline = [&](const Step<RestoreState>& step) -> absl::Status {
+    if (absl::Now() <= req.deadline) return absl::OkStatus();
+    return absl::DeadlineExceededError(
+        absl::StrCat("the caller's deadline passed before the restore's ", step.name,
+                     " step; the restore was abandoned"));
   };
-  if (cfg_.fault) {
-    hooks.after = [&](const Step<RestoreState>& step) { return cfg_.fault(step.name, true); };
-  }
+  auto hooks = StepHooks<RestoreState>(cfg_.fault, op, clock, "restore", deadline, "");
   hooks.on_begin = [&](const std::string& name) -> absl::Status {
     s.je.steps.push_back(name);
     return s.journaled ? d_.journal->Put(s.je) : absl::OkStatus();
@@ -187,7 +197,6 @@ absl::Status Engine::CheckRestore(RestoreState& s) {
 
 absl::Status Engine::Verify(RestoreState& s) {
   // Every file before anything starts: a bad image must never half-restore a job.
-  s.clock->Begin(Stage::kVerify, s.m.TotalBytes());
   std::atomic<uint64_t> verified{0};
   absl::Status st;
   {
@@ -344,9 +353,6 @@ absl::Status Engine::JournalRestore(RestoreState& s) {
 }
 
 absl::Status Engine::ApplyRootfs(RestoreState& s) {
-  if (!s.ctr) return absl::OkStatus();
-  // The job's files must be where it left them before CRIU reopens them.
-  s.clock->Begin(Stage::kRootfs);
   RunOptions ro;
   ro.argv = {cfg_.nsexec_path, "--target", std::to_string(s.ctr->init_pid), "--apply-rootfs-diff",
              fs::Join(s.dir, contract::checkpoint::kContainerDir)};
@@ -362,7 +368,6 @@ absl::Status Engine::ApplyRootfs(RestoreState& s) {
 }
 
 absl::Status Engine::RunCriuRestore(RestoreState& s) {
-  s.clock->Begin(Stage::kRestore, s.m.TotalBytes());
   criu::RestoreOptions ropt;
   ropt.images_dir = fs::Join(s.dir, store::kImagesDir);
   ropt.work_dir = s.op_dir;
@@ -417,8 +422,6 @@ void Engine::UndoCriuRestore(RestoreState& s) {
 }
 
 absl::Status Engine::RestoreGpus(RestoreState& s) {
-  if (s.gpu.empty()) return absl::OkStatus();
-  s.clock->Begin(Stage::kGpuRestore);
   absl::Status st = d_.gpu->Restore(s.gpu, s.map);
   if (st.ok()) st = d_.gpu->Unlock(s.gpu);
   if (!st.ok()) return Annotate(st, "restoring GPU state (restored processes were stopped)");

@@ -10,7 +10,14 @@
 // (the journal, through `on_begin`), and cryod replays the recorded names through Undo() at its
 // next start. An undo therefore reads only what the journal holds, and must be safe whatever
 // part of its step ran.
+//
+// Steps declare themselves: whether they apply to this job (a step that does not is skipped:
+// not run, not journaled, its stage not begun, its undo never needed), and the progress stage
+// they run in, which the transaction begins (with the size the step declares) before running
+// them. The checks before every step (fault injection, deadline, cancellation) are the caller's
+// one `before` hook, the same for both flows (engine.cc, StepHooks).
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,16 +27,27 @@
 
 namespace cryo::engine {
 
+// What a stage reports as its size: bytes to move (0: unknown) and a note.
+struct StageSize {
+  uint64_t bytes = 0;
+  std::string note;
+};
+
 template <typename State>
 struct Step {
   std::string name;
-  // The progress stage this step reports (kUnspecified: stays in the current one).
+  // The progress stage this step runs in, begun by the transaction (kUnspecified: stays in the
+  // current one; such a step begins one itself when it must time it otherwise).
   Stage stage = Stage::kUnspecified;
   std::function<absl::Status(State&)> run;
   // Empty when the step changes nothing that must be taken back.
   std::function<void(State&)> undo;
   // After this step succeeds, nothing is undone any more.
   bool commit = false;
+  // Empty: always.
+  std::function<bool(const State&)> applies;
+  // The stage's size (empty: none).
+  std::function<StageSize(const State&)> size;
 };
 
 template <typename State>
@@ -39,6 +57,8 @@ class Transaction {
     // Before every step up to the commit: a non-OK status (cancelled, deadline) stops the
     // transaction there and rolls it back.
     std::function<absl::Status(const Step<State>&)> before;
+    // Begins the stage of a step that has one, with its size, right before it runs.
+    std::function<void(Stage, const StageSize&)> begin_stage;
     // Before a step with an undo runs: records it (the journal). A failure stops the
     // transaction: an undo nobody could replay after a crash must not be needed.
     std::function<absl::Status(const std::string& name)> on_begin;
@@ -56,11 +76,15 @@ class Transaction {
     std::vector<const Step<State>*> begun;
     bool committed = false;
     for (const Step<State>& step : steps_) {
+      if (step.applies && !step.applies(s)) continue;
       absl::Status st;
       if (!committed && hooks.before) st = hooks.before(step);
       if (st.ok() && !committed && step.undo && hooks.on_begin) st = hooks.on_begin(step.name);
       if (st.ok()) {
         if (!committed && step.undo) begun.push_back(&step);
+        if (step.stage != Stage::kUnspecified && hooks.begin_stage) {
+          hooks.begin_stage(step.stage, step.size ? step.size(s) : StageSize{});
+        }
         st = step.run(s);
         if (st.ok() && !committed && !step.commit && hooks.after) st = hooks.after(step);
       }

@@ -10,9 +10,13 @@
 
 #include <thread>
 
+#include "absl/algorithm/container.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "daemon/store/checksum.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
 #include "prometheus/text_serializer.h"
@@ -23,8 +27,10 @@ namespace cryo::engine {
 namespace {
 
 using testing::Child;
+using ::testing::Contains;
 using testing::FakeCriu;
 using testing::FakeGpu;
+using ::testing::Not;
 
 // A store whose publish fails, as a full disk would at the last moment.
 class FailingPublishStore : public store::CheckpointStore {
@@ -532,6 +538,37 @@ TEST_F(EngineTest, StepNamesArePinned) {
                                       "criu_restore", "gpu_restore", "gpu_refill", "done"}));
 }
 
+// docs/architecture.md lists the steps of both transactions: the same names, in the same order.
+TEST_F(EngineTest, TheDocumentedStepsAreTheEngines) {
+  auto doc = fs::ReadFile(CRYO_SOURCE_DIR "/docs/architecture.md");
+  ASSERT_TRUE(doc.ok()) << doc.status();
+  auto ticked = [](absl::string_view text) {
+    std::vector<std::string> out;
+    for (size_t i = text.find('`'); i != absl::string_view::npos; i = text.find('`', i)) {
+      const size_t j = text.find('`', i + 1);
+      if (j == absl::string_view::npos) break;
+      out.emplace_back(text.substr(i + 1, j - i - 1));
+      i = j + 1;
+    }
+    return out;
+  };
+  // The checkpoint table's first column.
+  std::vector<std::string> checkpoint;
+  const size_t table = doc->find("| step | does |");
+  ASSERT_NE(table, std::string::npos);
+  for (absl::string_view line : absl::StrSplit(absl::string_view(*doc).substr(table), '\n')) {
+    if (line.empty()) break;
+    if (!absl::StartsWith(line, "| `")) continue;
+    for (auto& n : ticked(line.substr(0, line.find(" | ", 2)))) checkpoint.push_back(n);
+  }
+  EXPECT_EQ(checkpoint, engine_->CheckpointStepNames());
+  // The restore's paragraph.
+  const size_t from = doc->find("A restore is the same machinery:");
+  ASSERT_NE(from, std::string::npos);
+  const size_t to = doc->find("\n\n", from);
+  EXPECT_EQ(ticked(absl::string_view(*doc).substr(from, to - from)), engine_->RestoreStepNames());
+}
+
 // Found in review: the sizes a job's fast path reported were published as they came (2^64-1
 // bytes showed as 16384 PiB). A job that says its file holds more than it does fails the
 // checkpoint (DATA_LOSS), nothing is published, the job gets its memory back and runs on.
@@ -615,13 +652,33 @@ TEST_F(EngineTest, AnotherNodesKeyDoesNotVerify) {
 // staged, the journal is empty, the GPU state was given back whenever it had been taken, and
 // the pids and id are free again (the next attempt succeeds).
 TEST_F(EngineTest, EveryCheckpointStepFailingRollsBackEverything) {
-  // Up to the commit: the steps after it complete a published checkpoint and undo nothing.
-  std::vector<std::string> steps = engine_->CheckpointStepNames();
-  auto publish = std::find(steps.begin(), steps.end(), "publish");
-  ASSERT_NE(publish, steps.end());
-  steps.erase(publish + 1, steps.end());
-  int cases = 0;
+  int cases = 0, expected_cases = 0;
   for (bool leave_running : {false, true}) {
+    // The steps that apply to this job (a GPU job, no fast path), as a clean run passes them;
+    // up to the commit: the steps after it complete a published checkpoint and undo nothing.
+    std::vector<std::string> steps;
+    {
+      Rebuild(store_.get(), nullptr, [&](const std::string& step, bool a) {
+        if (!a) steps.push_back(step);
+        return absl::OkStatus();
+      });
+      gpu_ = FakeGpu();
+      gpu_.use_gpu = true;
+      Child dry;
+      Operation op("op-dry", "checkpoint", "test");
+      ASSERT_TRUE(engine_->Checkpoint(Req(dry.pid, "c1", leave_running), op).ok());
+      ASSERT_TRUE(store_->Delete("c1").ok());
+    }
+    auto publish = std::find(steps.begin(), steps.end(), "publish");
+    ASSERT_NE(publish, steps.end());
+    steps.erase(publish + 1, steps.end());
+    for (const char* must : {"validate", "stage", "gpu_lock", "gpu_checkpoint", "dump"}) {
+      EXPECT_THAT(steps, Contains(must));
+    }
+    EXPECT_EQ(absl::c_count(steps, "gpu_resume"), leave_running ? 1 : 0);
+    // A job without the fast path passes none of its steps, and is journaled for none.
+    EXPECT_THAT(steps, Not(Contains("gpu_drain")));
+    expected_cases += 2 * static_cast<int>(steps.size()) - 1;
     for (const std::string& failing : steps) {
       for (bool after : {false, true}) {
         if (failing == "publish" && after) continue;  // past the commit: nothing rolls back
@@ -653,7 +710,7 @@ TEST_F(EngineTest, EveryCheckpointStepFailingRollsBackEverything) {
       }
     }
   }
-  EXPECT_EQ(cases, static_cast<int>(2 * (2 * steps.size() - 1)));
+  EXPECT_EQ(cases, expected_cases);
 }
 
 // Each restore step failing in turn: no restored process is left behind, nothing is journaled,
@@ -663,7 +720,29 @@ TEST_F(EngineTest, EveryRestoreStepFailingLeavesNothingRestored) {
   ASSERT_TRUE(engine_->Checkpoint(Req(job.pid, "c1"), op_).ok());
   ::waitpid(job.pid, nullptr, 0);
   job.pid = -1;
-  for (const std::string& failing : engine_->RestoreStepNames()) {
+  // The steps that apply to this restore, as a clean run passes them.
+  std::vector<std::string> steps;
+  {
+    Rebuild(store_.get(), nullptr, [&](const std::string& step, bool a) {
+      if (!a) steps.push_back(step);
+      return absl::OkStatus();
+    });
+    RestoreRequest r;
+    r.checkpoint_id = "c1";
+    Operation op("op-dry", "restore", "test");
+    auto res = engine_->Restore(r, op);
+    ASSERT_TRUE(res.ok()) << res.status();
+    ::kill(res->root_pid, SIGKILL);
+    ::waitpid(res->root_pid, nullptr, 0);
+    ASSERT_TRUE(WaitUntil([&] {
+      auto st = proc_.Read(res->root_pid);
+      return !st.ok() || st->state == 'Z';
+    }));
+  }
+  for (const char* must : {"validate", "verify", "credentials", "ports", "criu_restore", "done"}) {
+    EXPECT_THAT(steps, Contains(must));
+  }
+  for (const std::string& failing : steps) {
     for (bool after : {false, true}) {
       if (failing == "done" && after) continue;
       SCOPED_TRACE(absl::StrCat(failing, after ? " (after it ran)" : " (before it ran)"));
