@@ -37,20 +37,7 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
     return b;
   };
   auto expected = [](const S& s) { return StageSize{s.expected, ""}; };
-  using T = Step<S>;
-  auto step = [](std::string name, Stage stage, std::function<absl::Status(S&)> r,
-                 std::function<void(S&)> u, std::function<bool(const S&)> applies = nullptr,
-                 std::function<StageSize(const S&)> size = nullptr, bool commit = false) {
-    T t;
-    t.name = std::move(name);
-    t.stage = stage;
-    t.run = std::move(r);
-    t.undo = std::move(u);
-    t.applies = std::move(applies);
-    t.size = std::move(size);
-    t.commit = commit;
-    return t;
-  };
+  auto step = [](auto&&... a) { return MakeStep<S>(std::forward<decltype(a)>(a)...); };
   return Transaction<S>({
       step("validate", Stage::kValidate, run(&Engine::ValidateCheckpoint), nullptr, nullptr,
            expected),

@@ -19,31 +19,15 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
 #include "daemon/gpu/fastpath_client.h"
+#include "lib/base/fd.h"
 #include "lib/base/fs.h"
 #include "lib/base/json.h"
 #include "lib/base/log.h"
+#include "lib/base/parallel.h"
 #include "lib/base/status.h"
 
 namespace cryo::engine {
 namespace {
-
-// Runs f(i) for every i in [0, n) on a thread each: processes move in parallel, as the GPU
-// plugins lock and checkpoint them.
-template <typename F>
-std::vector<absl::Status> EachInParallel(size_t n, F f) {
-  std::vector<absl::Status> out(n);
-  std::vector<std::thread> ts;
-  for (size_t i = 0; i < n; ++i) ts.emplace_back([&, i] { out[i] = f(i); });
-  for (auto& t : ts) t.join();
-  return out;
-}
-
-absl::Status First(const std::vector<absl::Status>& all) {
-  for (const auto& s : all) {
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
-}
 
 // The device memory the GPU plugins saw a process use (NVML), 0 when unknown.
 uint64_t UsedBytes(const std::vector<gpu::GpuProcess>& gpu, pid_t pid) {
@@ -68,7 +52,7 @@ constexpr uint64_t kMaxStripeSlack = uint64_t{contract::gpu_fastpath::kMaxFiles}
 }  // namespace
 
 CheckpointState::~CheckpointState() {
-  for (auto& fds : fast_fds) gpu::CloseAll(fds);
+  for (auto& fds : fast_fds) CloseAll(fds);
 }
 
 absl::Status Engine::DrainGpus(CheckpointState& s) {
@@ -92,7 +76,7 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   const absl::Time deadline = s.req.deadline;
   opt.stop = [op, deadline] { return op->cancelled() || absl::Now() > deadline; };
   const std::string dir = s.staged->staging_dir();
-  absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+  absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     gpu::FastpathProcess& f = s.fast[i];
     if (writers > 0) {
       CRYO_ASSIGN_OR_RETURN(s.fast_fds[i], gpu::OpenFastpathFiles(dir, f.ns_pid, writers, true));
@@ -116,7 +100,7 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
 
 absl::Status Engine::SaveGpuData(CheckpointState& s) {
   s.fast_digests.resize(s.fast.size());
-  absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+  absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     CRYO_ASSIGN_OR_RETURN(s.fast_digests[i], s.drains[i]->WaitSaved());
     if (s.fast_digests[i].size() != s.fast_fds[i].size()) {
       return absl::InternalError(absl::StrCat("the fast path of pid ", s.fast[i].pid, " wrote ",
@@ -148,7 +132,7 @@ absl::Status Engine::SaveGpuData(CheckpointState& s) {
         if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync of a fast-path file");
       }
     }
-    gpu::CloseAll(s.fast_fds[i]);
+    CloseAll(s.fast_fds[i]);
     return absl::OkStatus();
   }));
   if (!st.ok()) return Annotate(st, "GPU fast path");
@@ -163,7 +147,7 @@ absl::Status Engine::SaveGpuData(CheckpointState& s) {
 
 absl::Status Engine::RefillGpus(CheckpointState& s) {
   const std::string dir = s.staged->staging_dir();
-  absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+  absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     std::vector<int> fds;
     if (s.fast[i].files > 0) {
       CRYO_ASSIGN_OR_RETURN(fds,
@@ -172,7 +156,7 @@ absl::Status Engine::RefillGpus(CheckpointState& s) {
     const std::vector<FileDigest> none;
     auto r = d_.fastpath->Refill(s.fast[i], cfg_.fastpath.threads, fds,
                                  i < s.fast_digests.size() ? s.fast_digests[i] : none);
-    gpu::CloseAll(fds);
+    CloseAll(fds);
     return r.status();
   }));
   return Annotate(st, "GPU fast path");
@@ -185,7 +169,7 @@ void Engine::UndoDrain(CheckpointState& s) {
     if (d != nullptr) (void)d->WaitSaved(/*stoppable=*/false);
   }
   s.drains.clear();
-  for (auto& fds : s.fast_fds) gpu::CloseAll(fds);
+  for (auto& fds : s.fast_fds) CloseAll(fds);
   RefillFastpath(s.je.fastpath, s.je.staging_dir);
 }
 
@@ -220,7 +204,7 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs,
       fds = *opened;
     }
     auto r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, {});
-    gpu::CloseAll(fds);
+    CloseAll(fds);
     if (r.ok()) {
       CRYO_LOG(Info) << "fast path of pid " << f.pid << ": GPU memory refilled (" << state << ")";
     } else {
@@ -241,7 +225,7 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
   s.clock->Begin(Stage::kGpuRefill, total);
   std::map<std::string, FileDigest> recorded;
   for (const auto& mf : s.m.files) recorded[mf.path] = {mf.size, mf.checksum};
-  absl::Status st = First(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+  absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     const gpu::FastpathProcess& f = s.fast[i];
     if (f.pid <= 0) {
       return absl::InternalError(absl::StrCat("restored process ", f.ns_pid, " not found"));
@@ -260,7 +244,7 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
       CRYO_ASSIGN_OR_RETURN(fds, gpu::OpenFastpathFiles(s.dir, f.ns_pid, f.files, false));
     }
     auto r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, expected);
-    gpu::CloseAll(fds);
+    CloseAll(fds);
     return r.status();
   }));
   if (absl::IsDataLoss(st)) {

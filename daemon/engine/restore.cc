@@ -33,20 +33,7 @@ Transaction<RestoreState> Engine::RestoreSteps() {
     return [this, f](S& s) { return (this->*f)(s); };
   };
   auto undo = [this](void (Engine::*f)(S&)) { return [this, f](S& s) { (this->*f)(s); }; };
-  auto step = [](std::string name, Stage stage, std::function<absl::Status(S&)> r,
-                 std::function<void(S&)> u = nullptr,
-                 std::function<bool(const S&)> applies = nullptr,
-                 std::function<StageSize(const S&)> size = nullptr, bool commit = false) {
-    Step<S> t;
-    t.name = std::move(name);
-    t.stage = stage;
-    t.run = std::move(r);
-    t.undo = std::move(u);
-    t.applies = std::move(applies);
-    t.size = std::move(size);
-    t.commit = commit;
-    return t;
-  };
+  auto step = [](auto&&... a) { return MakeStep<S>(std::forward<decltype(a)>(a)...); };
   auto image_bytes = [](const S& s) { return StageSize{s.m.TotalBytes(), ""}; };
   return Transaction<S>({
       step("validate", Stage::kValidate, run(&Engine::ValidateRestore)),

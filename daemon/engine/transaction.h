@@ -50,6 +50,23 @@ struct Step {
   std::function<StageSize(const State&)> size;
 };
 
+// A step, its parts in order (the step lists read as a table).
+template <typename State>
+Step<State> MakeStep(std::string name, Stage stage, std::function<absl::Status(State&)> run,
+                     std::function<void(State&)> undo = nullptr,
+                     std::function<bool(const State&)> applies = nullptr,
+                     std::function<StageSize(const State&)> size = nullptr, bool commit = false) {
+  Step<State> t;
+  t.name = std::move(name);
+  t.stage = stage;
+  t.run = std::move(run);
+  t.undo = std::move(undo);
+  t.applies = std::move(applies);
+  t.size = std::move(size);
+  t.commit = commit;
+  return t;
+}
+
 template <typename State>
 class Transaction {
  public:

@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
       out["drained"] = AsJson((*d)->drained());
       out["drain_ms"] = Ms(t0, Clock::now());
       auto saved = (*d)->WaitSaved();
-      cryo::gpu::CloseAll(fds);
+      cryo::CloseAll(fds);
       if (!saved.ok()) return finish(saved.status());
       out["saved_ms"] = Ms(t0, Clock::now());
       nlohmann::json ds = nlohmann::json::array();
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
     }
     auto r =
         cryo::gpu::FastpathRefill(proc, p, std::max(1, threads), fds, expected, absl::Minutes(10));
-    cryo::gpu::CloseAll(fds);
+    cryo::CloseAll(fds);
     out["refill_ms"] = Ms(t0, Clock::now());
     if (!r.ok()) return finish(r.status());
     out["refilled"] = AsJson(*r);
@@ -365,7 +365,7 @@ int main(int argc, char** argv) {
       auto saved = f.drain->WaitSaved();
       if (!saved.ok()) return finish(saved.status());
       f.digests = *saved;
-      cryo::gpu::CloseAll(f.files);
+      cryo::CloseAll(f.files);
     }
     out["saved_ms"] = Ms(t0, Clock::now());
   }
@@ -408,7 +408,7 @@ int main(int argc, char** argv) {
       }
       results[i] = cryo::gpu::FastpathRefill(proc, f.p, std::max(1, threads), in, f.digests,
                                              absl::Minutes(10));
-      cryo::gpu::CloseAll(in);
+      cryo::CloseAll(in);
     });
   }
   for (auto& t : ts) t.join();

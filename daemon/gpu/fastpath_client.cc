@@ -137,11 +137,6 @@ std::string FastpathFileName(pid_t ns_pid, int k) {
   return absl::StrCat("gpu/fastpath-", ns_pid, ".", k, ".bin");
 }
 
-void CloseAll(std::vector<int>& fds) {
-  for (int f : fds) ::close(f);
-  fds.clear();
-}
-
 absl::StatusOr<std::vector<int>> OpenFastpathFiles(const std::string& dir, pid_t ns_pid, int n,
                                                    bool write) {
   std::vector<int> fds;

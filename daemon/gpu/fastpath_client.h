@@ -17,6 +17,7 @@
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_process.h"
 #include "daemon/store/checksum.h"
+#include "lib/base/fd.h"  // CloseAll, for the descriptors OpenFastpathFiles gives
 #include "lib/base/proc.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 
@@ -38,7 +39,6 @@ std::string FastpathFileName(pid_t ns_pid, int k);
 // has it) for a drain, or the existing ones read-only for a refill. The caller closes them.
 absl::StatusOr<std::vector<int>> OpenFastpathFiles(const std::string& dir, pid_t ns_pid, int n,
                                                    bool write);
-void CloseAll(std::vector<int>& fds);
 
 // Whether the process maps the library (it may still not have started CUDA).
 bool LoadsFastpathLibrary(const proc::ProcReader& proc, pid_t pid);

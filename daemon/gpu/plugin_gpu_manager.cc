@@ -14,6 +14,7 @@
 #include "lib/base/fs.h"
 #include "lib/base/json.h"
 #include "lib/base/log.h"
+#include "lib/base/parallel.h"
 #include "lib/base/proc.h"
 
 namespace cryo::gpu {
@@ -21,20 +22,6 @@ namespace {
 
 constexpr char kLibPrefix[] = "libcryo_gpu_";
 constexpr char kLibSuffix[] = ".so";
-
-// Runs f(0..n-1), each on its own thread (the calls block in the driver for seconds).
-std::vector<absl::Status> RunParallel(size_t n, const std::function<absl::Status(size_t)>& f) {
-  std::vector<absl::Status> out(n);
-  if (n == 1) {
-    out[0] = f(0);
-    return out;
-  }
-  std::vector<std::thread> threads;
-  threads.reserve(n);
-  for (size_t i = 0; i < n; ++i) threads.emplace_back([&, i] { out[i] = f(i); });
-  for (std::thread& t : threads) t.join();
-  return out;
-}
 
 // One status for a step over several processes: the first failure's code, every message.
 absl::Status Combine(const std::vector<GpuProcess>& procs, const std::vector<absl::Status>& st,
@@ -171,7 +158,8 @@ absl::Status PluginGpuManager::Lock(const std::vector<GpuProcess>& procs, absl::
     if (!p.ok()) return p.status();
     plugin[i] = *p;
   }
-  auto st = RunParallel(procs.size(), [&](size_t i) { return plugin[i]->Lock(procs[i].pid, ms); });
+  auto st =
+      EachInParallel(procs.size(), [&](size_t i) { return plugin[i]->Lock(procs[i].pid, ms); });
   absl::Status all = Combine(procs, st, "lock");
   if (all.ok()) return all;
   // Unlock the ones that did lock: the job must keep running.
@@ -195,7 +183,7 @@ absl::Status PluginGpuManager::Checkpoint(std::vector<GpuProcess>& procs) {
   }
   auto thp = thp_.Acquire();
   std::vector<int64_t> took_ms(procs.size(), 0);
-  auto st = RunParallel(procs.size(), [&](size_t i) {
+  auto st = EachInParallel(procs.size(), [&](size_t i) {
     auto start = std::chrono::steady_clock::now();
     absl::Status s = plugin[i]->Checkpoint(procs[i].pid);
     took_ms[i] = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -225,7 +213,7 @@ absl::Status PluginGpuManager::Restore(const std::vector<GpuProcess>& procs, con
     if (!p.ok()) return p.status();
     plugin[i] = *p;
   }
-  auto st = RunParallel(procs.size(), [&](size_t i) {
+  auto st = EachInParallel(procs.size(), [&](size_t i) {
     return plugin[i]->Restore(procs[i].pid, procs[i].facts, map);
   });
   return Combine(procs, st, "restore");
@@ -238,12 +226,12 @@ absl::Status PluginGpuManager::Unlock(const std::vector<GpuProcess>& procs) {
     if (!p.ok()) return p.status();
     plugin[i] = *p;
   }
-  auto st = RunParallel(procs.size(), [&](size_t i) { return plugin[i]->Unlock(procs[i].pid); });
+  auto st = EachInParallel(procs.size(), [&](size_t i) { return plugin[i]->Unlock(procs[i].pid); });
   return Combine(procs, st, "unlock");
 }
 
 void PluginGpuManager::Rollback(const std::vector<GpuProcess>& procs) {
-  RunParallel(procs.size(), [&](size_t i) {
+  EachInParallel(procs.size(), [&](size_t i) {
     auto p = Find(procs[i].plugin);
     if (!p.ok()) return p.status();
     return (*p)->Rollback(procs[i].pid);

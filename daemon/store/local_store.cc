@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "daemon/store/store.h"
+#include "lib/base/fd.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
@@ -30,22 +31,6 @@ constexpr char kPublishedDir[] = "checkpoints";
 constexpr char kStagingDir[] = ".staging";
 constexpr char kTrashDir[] = ".trash";
 constexpr const char* kLayout[] = {kPublishedDir, kStagingDir, kTrashDir};
-
-// A descriptor closed when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 class LocalStore;
 
@@ -95,7 +80,7 @@ class LocalStore final : public CheckpointStore {
 
   absl::Status CheckLayout() const {
     for (const char* d : kLayout) {
-      CRYO_ASSIGN_OR_RETURN(Fd fd, Open(d));
+      CRYO_ASSIGN_OR_RETURN(UniqueFd fd, Open(d));
     }
     return absl::OkStatus();
   }
@@ -107,10 +92,10 @@ class LocalStore final : public CheckpointStore {
 
   // A directory of the layout, opened below the root without following links: a `.trash` or
   // `.staging` planted as a link to a host directory is refused, never emptied.
-  absl::StatusOr<Fd> Open(const char* layout_dir) const {
+  absl::StatusOr<UniqueFd> Open(const char* layout_dir) const {
     auto fd = fs::OpenDirBeneath(opts_.root, layout_dir);
     if (!fd.ok()) return Annotate(fd.status(), "checkpoint store layout");
-    return Fd(*fd);
+    return UniqueFd(*fd);
   }
 
   // Notices a store directory that was deleted or replaced since the last call. Deleted: every
@@ -182,15 +167,15 @@ class LocalStore final : public CheckpointStore {
           absl::StrCat(path, " is not a staging directory of this node in ", opts_.root));
     }
     CRYO_RETURN_IF_ERROR(Ready());
-    CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kStagingDir));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kStagingDir));
     return fs::RemoveTreeAt(dir.get(), name, path);
   }
 
   absl::StatusOr<std::unique_ptr<StagedCheckpoint>> Stage(const std::string& id) override {
     CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
     CRYO_RETURN_IF_ERROR(Ready());
-    CRYO_ASSIGN_OR_RETURN(Fd pub, Open(kPublishedDir));
-    CRYO_ASSIGN_OR_RETURN(Fd stage, Open(kStagingDir));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd pub, Open(kPublishedDir));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd stage, Open(kStagingDir));
     struct stat st;
     if (::fstatat(pub.get(), id.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
       return absl::AlreadyExistsError(absl::StrCat("checkpoint '", id, "' already exists"));
@@ -247,7 +232,7 @@ class LocalStore final : public CheckpointStore {
 
   absl::StatusOr<std::vector<Manifest>> List() override {
     CRYO_RETURN_IF_ERROR(Ready());
-    CRYO_ASSIGN_OR_RETURN(Fd pub, Open(kPublishedDir));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd pub, Open(kPublishedDir));
     CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDirAt(pub.get(), published()));
     std::vector<Manifest> out;
     for (const auto& e : entries) {
@@ -269,8 +254,8 @@ class LocalStore final : public CheckpointStore {
   absl::Status Delete(const std::string& id) override {
     CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
     CRYO_RETURN_IF_ERROR(Ready());
-    CRYO_ASSIGN_OR_RETURN(Fd pub, Open(kPublishedDir));
-    CRYO_ASSIGN_OR_RETURN(Fd trash, Open(kTrashDir));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd pub, Open(kPublishedDir));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd trash, Open(kTrashDir));
     struct stat st;
     if (::fstatat(pub.get(), id.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode)) {
       return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));
@@ -286,7 +271,7 @@ class LocalStore final : public CheckpointStore {
   absl::StatusOr<std::string> LocalPath(const std::string& id) override {
     CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
     CRYO_RETURN_IF_ERROR(Ready());
-    CRYO_ASSIGN_OR_RETURN(Fd pub, Open(kPublishedDir));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd pub, Open(kPublishedDir));
     struct stat st;
     auto manifest =
         fs::OpenRegularBeneath(opts_.root, fs::Join(fs::Join(kPublishedDir, id), kManifestName));
@@ -318,7 +303,7 @@ class LocalStore final : public CheckpointStore {
       }
     };
     {
-      CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kStagingDir));
+      CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kStagingDir));
       CRYO_ASSIGN_OR_RETURN(auto staged, fs::ListDirAt(dir.get(), staging()));
       for (const auto& e : staged) {
         std::vector<std::string> parts = absl::StrSplit(e.name, kSep);
@@ -333,7 +318,7 @@ class LocalStore final : public CheckpointStore {
     {
       // Published directories without a manifest are invisible; collect them once old, and
       // anything else found there (a link is removed itself, not what it points at).
-      CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kPublishedDir));
+      CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kPublishedDir));
       CRYO_ASSIGN_OR_RETURN(auto pub, fs::ListDirAt(dir.get(), published()));
       for (const auto& e : pub) {
         struct stat st;
@@ -348,7 +333,7 @@ class LocalStore final : public CheckpointStore {
       }
     }
     {
-      CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kTrashDir));
+      CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kTrashDir));
       CRYO_ASSIGN_OR_RETURN(auto junk, fs::ListDirAt(dir.get(), fs::Join(opts_.root, kTrashDir)));
       for (const auto& e : junk) remove(dir.get(), kTrashDir, e.name);
     }
@@ -378,7 +363,7 @@ class LocalStore final : public CheckpointStore {
     CRYO_RETURN_IF_ERROR(Ready());
     // Every directory of the layout must be usable: a link there is damage to report.
     CRYO_RETURN_IF_ERROR(CheckLayout());
-    CRYO_ASSIGN_OR_RETURN(Fd dir, Open(kStagingDir));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kStagingDir));
     const std::string name = absl::StrCat(".probe", std::string(1, kSep), RandomHex(6));
     const std::string probe = fs::Join(staging(), name);
     int fd = ::openat(dir.get(), name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
@@ -414,7 +399,7 @@ class LocalStore final : public CheckpointStore {
 absl::Status LocalStaged::Abort() {
   if (done_) return absl::OkStatus();
   done_ = true;
-  CRYO_ASSIGN_OR_RETURN(Fd dir, store_->Open(kStagingDir));
+  CRYO_ASSIGN_OR_RETURN(UniqueFd dir, store_->Open(kStagingDir));
   return fs::RemoveTreeAt(dir.get(), name_, dir_);
 }
 
@@ -440,8 +425,8 @@ absl::Status LocalStaged::Publish(const Manifest& m) {
   // The whole checkpoint: the images and, in container mode, the writable-layer diff.
   if (store_->fsync()) CRYO_RETURN_IF_ERROR(FsyncTree(dir_));
   CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(dir_, kManifestName), ManifestToJson(m)));
-  CRYO_ASSIGN_OR_RETURN(Fd stage, store_->Open(kStagingDir));
-  CRYO_ASSIGN_OR_RETURN(Fd pub, store_->Open(kPublishedDir));
+  CRYO_ASSIGN_OR_RETURN(UniqueFd stage, store_->Open(kStagingDir));
+  CRYO_ASSIGN_OR_RETURN(UniqueFd pub, store_->Open(kPublishedDir));
   if (::renameat2(stage.get(), name_.c_str(), pub.get(), id_.c_str(), RENAME_NOREPLACE) != 0) {
     if (errno == EEXIST) {
       return absl::AlreadyExistsError(absl::StrCat("checkpoint '", id_, "' already exists"));
