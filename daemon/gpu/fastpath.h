@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/gpu/gpu_process.h"
-#include "daemon/store/checksum.h"
+#include "lib/base/file_digest.h"
 #include "lib/base/proc.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 

@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_process.h"
-#include "daemon/store/checksum.h"
+#include "lib/base/file_digest.h"
 #include "lib/base/fd.h"  // CloseAll, for the descriptors OpenFastpathFiles gives
 #include "lib/base/proc.h"
 #include "lib/contract/gpu_fastpath_messages.h"
