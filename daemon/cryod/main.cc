@@ -98,9 +98,11 @@ constexpr absl::Duration kCollectEvery = absl::Minutes(10);
 
 enum class Result { kOk, kStop, kFatal };
 
+// One step of cryod's start-up, and what undoes it at shutdown (nullptr: nothing).
 struct Step {
   const char* name;
-  std::function<Result(State&)> run;
+  Result (*run)(State&);
+  void (*teardown)(State&);
 };
 
 // A helper binary installed beside cryod.
@@ -154,261 +156,253 @@ Result Fatal(const char* what, const absl::Status& s) {
   return Result::kFatal;
 }
 
-const std::vector<Step>& StartSteps() {
-  static const std::vector<Step> steps = {
-      {"config",
-       [](State& st) {
-         auto c = LoadConfig(st.argc, st.argv);
-         if (absl::IsCancelled(c.status())) {
-           std::cout << c.status().message();
-           return Result::kStop;
-         }
-         if (!c.ok()) {
-           std::cerr << "cryod: " << c.status().message() << "\n";
-           return Result::kFatal;
-         }
-         st.config = *c;
-         auto lvl = ParseLogLevel(st.config.log_level);
-         if (!lvl.ok()) {
-           std::cerr << "cryod: log_level: " << lvl.status().message() << "\n";
-           return Result::kFatal;
-         }
-         SetLogProgram("cryod");
-         SetLogLevel(*lvl);
-         return Result::kOk;
-       }},
-      {"privileges",
-       [](State& st) {
-         // Images and logs hold process memory: nothing cryod or CRIU creates is for others.
-         ::umask(077);
-         if (::geteuid() != 0) {
-           CRYO_LOG(Error) << "cryod must run as root (CRIU needs CAP_SYS_ADMIN and ptrace)";
-           return Result::kFatal;
-         }
-         // Block the signals we wait for, before any thread starts.
-         sigemptyset(&st.signals);
-         sigaddset(&st.signals, SIGTERM);
-         sigaddset(&st.signals, SIGINT);
-         pthread_sigmask(SIG_BLOCK, &st.signals, nullptr);
-         ::signal(SIGPIPE, SIG_IGN);
-         return Result::kOk;
-       }},
-      {"criu",
-       [](State& st) {
-         criu::CriuConfig cc;
-         cc.path = st.config.criu;
-         cc.hw_breakpoints = st.config.criu_hw_breakpoints;
-         auto c = criu::CreateCriuExec(cc);
-         if (!c.ok()) return Fatal("CRIU", c.status());
-         st.criu = std::move(*c);
-         CRYO_LOG(Info) << "CRIU " << st.criu->version() << " at " << st.criu->path();
-         if (!st.criu->check_error().empty()) {
-           CRYO_LOG(Warning) << "criu check failed (checkpoints may fail): "
-                             << st.criu->check_error();
-         }
-         return Result::kOk;
-       }},
-      {"store",
-       [](State& st) {
-         auto s = fs::MakeDirs(st.config.state_dir, 0700);
-         if (!s.ok()) return Fatal("state dir", s);
-         store::LocalStoreOptions o{st.config.store, st.config.node_name, st.config.store_fsync};
-         auto store = store::CreateLocalStore(o);
-         if (!store.ok()) return Fatal("store", store.status());
-         st.store = std::move(*store);
-         auto j = journal::Journal::Open(fs::Join(st.config.state_dir, "journal"));
-         if (!j.ok()) return Fatal("journal", j.status());
-         st.journal = std::move(*j);
-         auto key = store::LoadOrCreateSigningKey(st.config.signing_key_file);
-         if (!key.ok()) return Fatal("signing key", key.status());
-         st.signing_key = *std::move(key);
-         CRYO_LOG(Info) << "store " << st.config.store << ", state " << st.config.state_dir;
-         return Result::kOk;
-       }},
-      {"gpu",
-       [](State& st) {
-         gpu::GpuConfig gc;
-         gc.plugin_dir = st.config.gpu_plugin_dir;
-         gc.plugins = st.config.gpu_plugins;
-         gc.thp_during_checkpoint = st.config.gpu_thp_during_checkpoint;
-         auto g = gpu::CreateGpuManager(gc);
-         if (!g.ok()) return Fatal("GPU plugins", g.status());
-         st.gpu = std::move(*g);
-         for (const auto& p : st.gpu->Plugins()) {
-           CRYO_LOG(Info) << "GPU plugin " << p.name << " " << p.version << ": "
-                          << (p.available ? "available" : "unavailable") << " (" << p.detail << ")";
-         }
-         return Result::kOk;
-       }},
-      {"metrics",
-       [](State& st) {
-         st.metrics = std::make_unique<metrics::Metrics>();
-         if (st.config.metrics_address.empty()) return Result::kOk;
-         auto registry = st.metrics->registry();
-         store::CheckpointStore* store = st.store.get();
-         metrics::HttpRoutes routes;
-         routes.Exact("/metrics", [registry] {
-           prometheus::TextSerializer ser;
-           return metrics::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
-                                        ser.Serialize(registry->Collect())};
-         });
-         const criu::Criu* criu = st.criu.get();
-         const uint64_t min_free = static_cast<uint64_t>(st.config.health_min_free_mb) << 20;
-         // Not ready until the journal's interrupted operations are finished or undone (step
-         // "recover"): the socket is not served before then either.
-         const std::atomic<ApiView*>* ready = &st.api_engine;
-         routes.Exact("/healthz", [store, criu, min_free, ready] {
-           if (ready->load(std::memory_order_acquire) == nullptr) {
-             return HealthResponse(absl::UnavailableError(
-                 "cryod is recovering the operations its last run left in flight"));
-           }
-           return HealthResponse(CheckHealth(*store, *criu, min_free));
-         });
-         // The engine comes later (step "recover"): the API answers 503 until then.
-         api::AddCheckpointRoutes(api::ReaderOver(&st.api_engine), routes);
-         metrics::HttpServerOptions ho;
-         ho.max_connections = st.config.http_max_connections;
-         ho.request_timeout = absl::Milliseconds(st.config.http_request_timeout_ms);
-         auto http = metrics::HttpServer::Create(st.config.metrics_address, std::move(routes), ho);
-         if (!http.ok()) return Fatal("metrics endpoint", http.status());
-         st.http = std::move(*http);
-         CRYO_LOG(Info) << "metrics on " << st.config.metrics_address << " (port "
-                        << st.http->port() << ")";
-         return Result::kOk;
-       }},
-      {"runtime",
-       [](State& st) {
-         if (st.config.runtime_endpoint.empty()) {
-           CRYO_LOG(Info) << "no runtime_endpoint: container mode off";
-           return Result::kOk;
-         }
-         auto rt = runtime::ConnectCri(st.config.runtime_endpoint, absl::Seconds(10));
-         if (!rt.ok()) return Fatal("runtime_endpoint", rt.status());
-         st.runtime = std::move(*rt);
-         // The runtime may come up after cryod: its state is asked per operation.
-         CRYO_LOG(Info) << "container runtime at " << st.runtime->endpoint() << ": "
-                        << st.runtime->name();
-         return Result::kOk;
-       }},
-      {"recover",
-       [](State& st) {
-         engine::EngineConfig ec;
-         ec.node_name = st.config.node_name;
-         ec.state_dir = st.config.state_dir;
-         ec.signing_key = st.signing_key;
-         ec.pid_wait_timeout = absl::Milliseconds(st.config.pid_wait_timeout_ms);
-         ec.gpu_lock_timeout = absl::Milliseconds(st.config.gpu_lock_timeout_ms);
-         ec.incomplete_ttl = absl::Seconds(st.config.incomplete_ttl_s);
-         ec.retention_keep = st.config.retention_keep;
-         ec.self_pid = ::getpid();
-         ec.nsexec_path =
-             st.config.nsexec.empty() ? SiblingBinary("cryo-nsexec") : st.config.nsexec;
-         ec.annotation_prefix = st.config.annotation_prefix;
-         ec.criu_defaults = st.config.criu_defaults;
-         ec.fastpath.enabled = st.config.gpu_fast_path;
-         if (st.config.gpu_fast_path_threads > 0) {
-           ec.fastpath.threads = st.config.gpu_fast_path_threads;
-         }
-         ec.fastpath.writers = st.config.gpu_fast_path_writers;
-         ec.fastpath_library = st.config.gpu_fast_path_library;
-         // Always there, even when off for new checkpoints: recovery may owe a job a refill.
-         st.fastpath = gpu::NewFastpath(&st.proc);
-         if (const char* h = ::getenv("CRYOD_TEST_HOOK_DIR")) ec.test_hook_dir = h;
-         engine::EngineDeps deps{st.store.get(),   st.criu.get(),    st.gpu.get(),
-                                 st.journal.get(), st.metrics.get(), &st.proc,
-                                 st.runtime.get(), st.fastpath.get()};
-         st.engine = std::make_unique<engine::Engine>(ec, deps);
-         auto s = st.engine->Recover();
-         if (!s.ok()) return Fatal("journal recovery", s);
-         st.api_view = std::make_unique<ApiView>(ApiView{st.engine.get()});
-         st.api_engine.store(st.api_view.get(), std::memory_order_release);
-         st.runner = std::make_unique<engine::OperationRunner>(&st.ops, st.metrics.get());
-         return Result::kOk;
-       }},
-      {"serve",
-       [](State& st) {
-         st.service =
-             std::make_unique<service::CryoService>(st.engine.get(), st.runner.get(), &st.ops);
-         grpc::ServerBuilder b;
-         b.RegisterService(st.service.get());
-         st.server = b.BuildAndStart();
-         if (!st.server) return Fatal("gRPC", absl::InternalError("server did not start"));
-         std::set<int> uids(st.config.allowed_uids.begin(), st.config.allowed_uids.end());
-         auto l = UnixListener::Create(st.config.socket, uids, st.server.get());
-         if (!l.ok()) return Fatal("socket", l.status());
-         st.listener = std::move(*l);
-         CRYO_LOG(Info) << "cryod " << CRYO_VERSION << " serving on " << st.config.socket
-                        << " (node " << st.config.node_name << ")";
-         return Result::kOk;
-       }},
-      {"collector",
-       [](State& st) {
-         st.collector = std::thread([&st] {
-           for (;;) {
-             {
-               absl::MutexLock l(&st.collector_mu);
-               if (st.collector_mu.AwaitWithTimeout(absl::Condition(&st.collector_stop),
-                                                    kCollectEvery)) {
-                 return;
-               }
-             }
-             st.engine->CollectIncomplete();
-           }
-         });
-         return Result::kOk;
-       }},
-      {"termination",
-       [](State& st) {
-         if (st.config.termination_providers.empty()) return Result::kOk;
-         if (!st.runtime) {
-           CRYO_LOG(Warning) << "termination_providers set but no runtime_endpoint: notices "
-                                "cannot checkpoint containers; not watching";
-           return Result::kOk;
-         }
-         termination::WatcherConfig wc;
-         wc.providers = st.config.termination_providers;
-         wc.poll_interval = absl::Milliseconds(st.config.termination_poll_ms);
-         wc.gce_url = st.config.termination_gce_url;
-         wc.aws_url = st.config.termination_aws_url;
-         wc.azure_url = st.config.termination_azure_url;
-         wc.azure_vm_name = st.config.termination_azure_vm_name;
-         auto w = termination::TerminationWatcher::CreateFromConfig(
-             wc, [&st](const termination::Notice& n) {
-               CRYO_LOG(Warning) << "termination notice from " << n.provider << " (" << n.kind
-                                 << ", " << n.detail << "): checkpointing opted-in containers";
-               auto started = CheckpointOptedIn(st, "termination-notice");
-               if (!started.ok()) {
-                 CRYO_LOG(Error) << "termination notice: " << started.status();
-               } else {
-                 CRYO_LOG(Info) << "termination notice: " << *started << " checkpoints started";
-               }
-             });
-         if (!w.ok()) return Fatal("termination notices", w.status());
-         st.termination = std::move(*w);
-         if (auto s = st.termination->Start(); !s.ok()) return Fatal("termination notices", s);
-         return Result::kOk;
-       }},
-      {"wait",
-       [](State& st) {
-         int sig = 0;
-         sigwait(&st.signals, &sig);
-         CRYO_LOG(Info) << "signal " << sig << ": shutting down";
-         return Result::kOk;
-       }},
-  };
-  return steps;
+Result StartConfig(State& st) {
+  auto c = LoadConfig(st.argc, st.argv);
+  if (absl::IsCancelled(c.status())) {
+    std::cout << c.status().message();
+    return Result::kStop;
+  }
+  if (!c.ok()) {
+    std::cerr << "cryod: " << c.status().message() << "\n";
+    return Result::kFatal;
+  }
+  st.config = *c;
+  auto lvl = ParseLogLevel(st.config.log_level);
+  if (!lvl.ok()) {
+    std::cerr << "cryod: log_level: " << lvl.status().message() << "\n";
+    return Result::kFatal;
+  }
+  SetLogProgram("cryod");
+  SetLogLevel(*lvl);
+  return Result::kOk;
 }
 
-void Teardown(State& st) {
-  // Stop taking new work, let running operations end (bounded), then close everything.
-  st.termination.reset();
-  if (st.collector.joinable()) {
-    {
-      absl::MutexLock l(&st.collector_mu);
-      st.collector_stop = true;
-    }
-    st.collector.join();
+Result StartPrivileges(State& st) {
+  // Images and logs hold process memory: nothing cryod or CRIU creates is for others.
+  ::umask(077);
+  if (::geteuid() != 0) {
+    CRYO_LOG(Error) << "cryod must run as root (CRIU needs CAP_SYS_ADMIN and ptrace)";
+    return Result::kFatal;
   }
+  // Block the signals we wait for, before any thread starts.
+  sigemptyset(&st.signals);
+  sigaddset(&st.signals, SIGTERM);
+  sigaddset(&st.signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &st.signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  return Result::kOk;
+}
+
+Result StartCriu(State& st) {
+  criu::CriuConfig cc;
+  cc.path = st.config.criu;
+  cc.hw_breakpoints = st.config.criu_hw_breakpoints;
+  auto c = criu::CreateCriuExec(cc);
+  if (!c.ok()) return Fatal("CRIU", c.status());
+  st.criu = std::move(*c);
+  CRYO_LOG(Info) << "CRIU " << st.criu->version() << " at " << st.criu->path();
+  if (!st.criu->check_error().empty()) {
+    CRYO_LOG(Warning) << "criu check failed (checkpoints may fail): " << st.criu->check_error();
+  }
+  return Result::kOk;
+}
+
+Result StartStore(State& st) {
+  auto s = fs::MakeDirs(st.config.state_dir, 0700);
+  if (!s.ok()) return Fatal("state dir", s);
+  store::LocalStoreOptions o{st.config.store, st.config.node_name, st.config.store_fsync};
+  auto store = store::CreateLocalStore(o);
+  if (!store.ok()) return Fatal("store", store.status());
+  st.store = std::move(*store);
+  auto j = journal::Journal::Open(fs::Join(st.config.state_dir, "journal"));
+  if (!j.ok()) return Fatal("journal", j.status());
+  st.journal = std::move(*j);
+  auto key = store::LoadOrCreateSigningKey(st.config.signing_key_file);
+  if (!key.ok()) return Fatal("signing key", key.status());
+  st.signing_key = *std::move(key);
+  CRYO_LOG(Info) << "store " << st.config.store << ", state " << st.config.state_dir;
+  return Result::kOk;
+}
+
+Result StartGpu(State& st) {
+  gpu::GpuConfig gc;
+  gc.plugin_dir = st.config.gpu_plugin_dir;
+  gc.plugins = st.config.gpu_plugins;
+  gc.thp_during_checkpoint = st.config.gpu_thp_during_checkpoint;
+  auto g = gpu::CreateGpuManager(gc);
+  if (!g.ok()) return Fatal("GPU plugins", g.status());
+  st.gpu = std::move(*g);
+  for (const auto& p : st.gpu->Plugins()) {
+    CRYO_LOG(Info) << "GPU plugin " << p.name << " " << p.version << ": "
+                   << (p.available ? "available" : "unavailable") << " (" << p.detail << ")";
+  }
+  return Result::kOk;
+}
+
+Result StartMetrics(State& st) {
+  st.metrics = std::make_unique<metrics::Metrics>();
+  if (st.config.metrics_address.empty()) return Result::kOk;
+  auto registry = st.metrics->registry();
+  store::CheckpointStore* store = st.store.get();
+  metrics::HttpRoutes routes;
+  routes.Exact("/metrics", [registry] {
+    prometheus::TextSerializer ser;
+    return metrics::HttpResponse{200, "text/plain; version=0.0.4; charset=utf-8",
+                                 ser.Serialize(registry->Collect())};
+  });
+  const criu::Criu* criu = st.criu.get();
+  const uint64_t min_free = static_cast<uint64_t>(st.config.health_min_free_mb) << 20;
+  // Not ready until the journal's interrupted operations are finished or undone (step
+  // "recover"): the socket is not served before then either.
+  const std::atomic<ApiView*>* ready = &st.api_engine;
+  routes.Exact("/healthz", [store, criu, min_free, ready] {
+    if (ready->load(std::memory_order_acquire) == nullptr) {
+      return HealthResponse(
+          absl::UnavailableError("cryod is recovering the operations its last run left in flight"));
+    }
+    return HealthResponse(CheckHealth(*store, *criu, min_free));
+  });
+  // The engine comes later (step "recover"): the API answers 503 until then.
+  api::AddCheckpointRoutes(api::ReaderOver(&st.api_engine), routes);
+  metrics::HttpServerOptions ho;
+  ho.max_connections = st.config.http_max_connections;
+  ho.request_timeout = absl::Milliseconds(st.config.http_request_timeout_ms);
+  auto http = metrics::HttpServer::Create(st.config.metrics_address, std::move(routes), ho);
+  if (!http.ok()) return Fatal("metrics endpoint", http.status());
+  st.http = std::move(*http);
+  CRYO_LOG(Info) << "metrics on " << st.config.metrics_address << " (port " << st.http->port()
+                 << ")";
+  return Result::kOk;
+}
+
+Result StartRuntime(State& st) {
+  if (st.config.runtime_endpoint.empty()) {
+    CRYO_LOG(Info) << "no runtime_endpoint: container mode off";
+    return Result::kOk;
+  }
+  auto rt = runtime::ConnectCri(st.config.runtime_endpoint, absl::Seconds(10));
+  if (!rt.ok()) return Fatal("runtime_endpoint", rt.status());
+  st.runtime = std::move(*rt);
+  // The runtime may come up after cryod: its state is asked per operation.
+  CRYO_LOG(Info) << "container runtime at " << st.runtime->endpoint() << ": " << st.runtime->name();
+  return Result::kOk;
+}
+
+Result StartRecover(State& st) {
+  engine::EngineConfig ec;
+  ec.node_name = st.config.node_name;
+  ec.state_dir = st.config.state_dir;
+  ec.signing_key = st.signing_key;
+  ec.pid_wait_timeout = absl::Milliseconds(st.config.pid_wait_timeout_ms);
+  ec.gpu_lock_timeout = absl::Milliseconds(st.config.gpu_lock_timeout_ms);
+  ec.incomplete_ttl = absl::Seconds(st.config.incomplete_ttl_s);
+  ec.retention_keep = st.config.retention_keep;
+  ec.self_pid = ::getpid();
+  ec.nsexec_path = st.config.nsexec.empty() ? SiblingBinary("cryo-nsexec") : st.config.nsexec;
+  ec.annotation_prefix = st.config.annotation_prefix;
+  ec.criu_defaults = st.config.criu_defaults;
+  ec.fastpath.enabled = st.config.gpu_fast_path;
+  if (st.config.gpu_fast_path_threads > 0) {
+    ec.fastpath.threads = st.config.gpu_fast_path_threads;
+  }
+  ec.fastpath.writers = st.config.gpu_fast_path_writers;
+  ec.fastpath_library = st.config.gpu_fast_path_library;
+  // Always there, even when off for new checkpoints: recovery may owe a job a refill.
+  st.fastpath = gpu::NewFastpath(&st.proc);
+  if (const char* h = ::getenv("CRYOD_TEST_HOOK_DIR")) ec.test_hook_dir = h;
+  engine::EngineDeps deps{st.store.get(),   st.criu.get(), st.gpu.get(),     st.journal.get(),
+                          st.metrics.get(), &st.proc,      st.runtime.get(), st.fastpath.get()};
+  st.engine = std::make_unique<engine::Engine>(ec, deps);
+  auto s = st.engine->Recover();
+  if (!s.ok()) return Fatal("journal recovery", s);
+  st.api_view = std::make_unique<ApiView>(ApiView{st.engine.get()});
+  st.api_engine.store(st.api_view.get(), std::memory_order_release);
+  st.runner = std::make_unique<engine::OperationRunner>(&st.ops, st.metrics.get());
+  return Result::kOk;
+}
+
+Result StartServe(State& st) {
+  st.service = std::make_unique<service::CryoService>(st.engine.get(), st.runner.get(), &st.ops);
+  grpc::ServerBuilder b;
+  b.RegisterService(st.service.get());
+  st.server = b.BuildAndStart();
+  if (!st.server) return Fatal("gRPC", absl::InternalError("server did not start"));
+  std::set<int> uids(st.config.allowed_uids.begin(), st.config.allowed_uids.end());
+  auto l = UnixListener::Create(st.config.socket, uids, st.server.get());
+  if (!l.ok()) return Fatal("socket", l.status());
+  st.listener = std::move(*l);
+  CRYO_LOG(Info) << "cryod " << CRYO_VERSION << " serving on " << st.config.socket << " (node "
+                 << st.config.node_name << ")";
+  return Result::kOk;
+}
+
+Result StartCollector(State& st) {
+  st.collector = std::thread([&st] {
+    for (;;) {
+      {
+        absl::MutexLock l(&st.collector_mu);
+        if (st.collector_mu.AwaitWithTimeout(absl::Condition(&st.collector_stop), kCollectEvery)) {
+          return;
+        }
+      }
+      st.engine->CollectIncomplete();
+    }
+  });
+  return Result::kOk;
+}
+
+Result StartTermination(State& st) {
+  if (st.config.termination_providers.empty()) return Result::kOk;
+  if (!st.runtime) {
+    CRYO_LOG(Warning) << "termination_providers set but no runtime_endpoint: notices "
+                         "cannot checkpoint containers; not watching";
+    return Result::kOk;
+  }
+  termination::WatcherConfig wc;
+  wc.providers = st.config.termination_providers;
+  wc.poll_interval = absl::Milliseconds(st.config.termination_poll_ms);
+  wc.gce_url = st.config.termination_gce_url;
+  wc.aws_url = st.config.termination_aws_url;
+  wc.azure_url = st.config.termination_azure_url;
+  wc.azure_vm_name = st.config.termination_azure_vm_name;
+  auto w =
+      termination::TerminationWatcher::CreateFromConfig(wc, [&st](const termination::Notice& n) {
+        CRYO_LOG(Warning) << "termination notice from " << n.provider << " (" << n.kind << ", "
+                          << n.detail << "): checkpointing opted-in containers";
+        auto started = CheckpointOptedIn(st, "termination-notice");
+        if (!started.ok()) {
+          CRYO_LOG(Error) << "termination notice: " << started.status();
+        } else {
+          CRYO_LOG(Info) << "termination notice: " << *started << " checkpoints started";
+        }
+      });
+  if (!w.ok()) return Fatal("termination notices", w.status());
+  st.termination = std::move(*w);
+  if (auto s = st.termination->Start(); !s.ok()) return Fatal("termination notices", s);
+  return Result::kOk;
+}
+
+Result StartWait(State& st) {
+  int sig = 0;
+  sigwait(&st.signals, &sig);
+  CRYO_LOG(Info) << "signal " << sig << ": shutting down";
+  return Result::kOk;
+}
+
+// Teardowns, run newest first for every step that began (each is safe whatever part of its
+// step ran): stop taking new work, let running operations end (bounded), then close the rest.
+void StopTermination(State& st) { st.termination.reset(); }
+
+void StopCollector(State& st) {
+  if (!st.collector.joinable()) return;
+  {
+    absl::MutexLock l(&st.collector_mu);
+    st.collector_stop = true;
+  }
+  st.collector.join();
+}
+
+void StopServing(State& st) {
   st.listener.reset();
   // Imports run on the gRPC handler's thread, outside the runner: they stop at their next check.
   if (st.engine) st.engine->Stop();
@@ -417,7 +411,26 @@ void Teardown(State& st) {
   // on the engine once this returns.
   if (st.runner) st.runner->Shutdown(absl::Seconds(st.config.shutdown_grace_s));
   if (st.server) st.server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  st.http.reset();
+}
+
+void StopMetrics(State& st) { st.http.reset(); }
+
+const std::vector<Step>& StartSteps() {
+  static const std::vector<Step> steps = {
+      {"config", StartConfig, nullptr},
+      {"privileges", StartPrivileges, nullptr},
+      {"criu", StartCriu, nullptr},
+      {"store", StartStore, nullptr},
+      {"gpu", StartGpu, nullptr},
+      {"metrics", StartMetrics, StopMetrics},
+      {"runtime", StartRuntime, nullptr},
+      {"recover", StartRecover, nullptr},
+      {"serve", StartServe, StopServing},
+      {"collector", StartCollector, StopCollector},
+      {"termination", StartTermination, StopTermination},
+      {"wait", StartWait, nullptr},
+  };
+  return steps;
 }
 
 }  // namespace
@@ -428,7 +441,10 @@ int main(int argc, char** argv) {
   st.argc = argc;
   st.argv = argv;
   int code = 0;
-  for (const auto& step : cryo::cryod::StartSteps()) {
+  const auto& steps = cryo::cryod::StartSteps();
+  size_t began = 0;
+  for (const auto& step : steps) {
+    ++began;
     auto r = step.run(st);
     if (r == cryo::cryod::Result::kStop) break;
     if (r == cryo::cryod::Result::kFatal) {
@@ -436,6 +452,9 @@ int main(int argc, char** argv) {
       break;
     }
   }
-  cryo::cryod::Teardown(st);
+  // Newest first, the step that stopped included (it may have half begun).
+  for (size_t i = began; i-- > 0;) {
+    if (steps[i].teardown) steps[i].teardown(st);
+  }
   return code;
 }
