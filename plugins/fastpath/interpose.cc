@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <new>
 #include <string>
 #include <unordered_map>
 
@@ -338,11 +339,24 @@ F* Real(int slot) {
   return reinterpret_cast<F*>(g_real[slot]);
 }
 
+// Every entry point the job calls is noexcept: the caller is libcudart or the job, C frames an
+// exception must never unwind through. What the library throws (an allocation failing in its
+// bookkeeping) becomes the driver's own error.
+CUresult FromException() noexcept {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  } catch (...) {
+    return CUDA_ERROR_UNKNOWN;
+  }
+}
+
 template <int S, typename F>
 struct Gated;
 template <int S, typename... A>
 struct Gated<S, CUresult(A...)> {
-  static CUresult Call(A... a) {
+  static CUresult Call(A... a) noexcept try {
     Lib& lib = Lib::Get();
     const bool on = lib.active();
     auto* f = Real<CUresult(A...)>(S);
@@ -351,6 +365,8 @@ struct Gated<S, CUresult(A...)> {
     Count(S);
     GateGuard g(lib.gate());
     return f(a...);
+  } catch (...) {
+    return FromException();
   }
 };
 
@@ -366,7 +382,7 @@ struct Gated<S, CUresult(A...)> {
 #define CRYO_FP_ENTER(name, ...) CRYO_FP_ENTER_SLOT(k_##name, decltype(name), __VA_ARGS__)
 
 CUresult W_cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags,
-                               CUdriverProcAddressQueryResult* status) {
+                               CUdriverProcAddressQueryResult* status) noexcept try {
   Lib& lib = Lib::Get();
   lib.EnsureCuda();
   auto* f = Real<decltype(cuGetProcAddress_v2)>(k_cuGetProcAddress_v2);
@@ -374,9 +390,12 @@ CUresult W_cuGetProcAddress_v2(const char* symbol, void** pfn, int cuda_version,
   CUresult r = f(symbol, pfn, cuda_version, flags, status);
   if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = lib.WrapperFor(*pfn);
   return r;
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuGetProcAddress(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags) {
+CUresult W_cuGetProcAddress(const char* symbol, void** pfn, int cuda_version,
+                            cuuint64_t flags) noexcept try {
   Lib& lib = Lib::Get();
   lib.EnsureCuda();
   auto* f = Real<GetProcAddressV1>(k_cuGetProcAddress);
@@ -384,69 +403,93 @@ CUresult W_cuGetProcAddress(const char* symbol, void** pfn, int cuda_version, cu
   CUresult r = f(symbol, pfn, cuda_version, flags);
   if (r == CUDA_SUCCESS && pfn != nullptr) *pfn = lib.WrapperFor(*pfn);
   return r;
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+CUresult W_cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) noexcept try {
   CRYO_FP_ENTER(cuMemAlloc_v2, dptr, bytes)
   GateGuard g(lib.gate());
   return lib.registry().MemAlloc(dptr, bytes);
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuMemFree_v2(CUdeviceptr dptr) {
+CUresult W_cuMemFree_v2(CUdeviceptr dptr) noexcept try {
   CRYO_FP_ENTER(cuMemFree_v2, dptr)
   GateGuard g(lib.gate());
   return lib.registry().MemFree(dptr);
+} catch (...) {
+  return FromException();
 }
 
 CUresult W_cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                       const CUmemAllocationProp* prop, unsigned long long flags) {
+                       const CUmemAllocationProp* prop, unsigned long long flags) noexcept try {
   CRYO_FP_ENTER(cuMemCreate, handle, size, prop, flags)
   GateGuard g(lib.gate());
   return lib.registry().MemCreate(handle, size, prop, flags);
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuMemRelease(CUmemGenericAllocationHandle handle) {
+CUresult W_cuMemRelease(CUmemGenericAllocationHandle handle) noexcept try {
   CRYO_FP_ENTER(cuMemRelease, handle)
   GateGuard g(lib.gate());
   return lib.registry().MemRelease(handle);
+} catch (...) {
+  return FromException();
 }
 
 CUresult W_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                    CUmemGenericAllocationHandle handle, unsigned long long flags) {
+                    CUmemGenericAllocationHandle handle, unsigned long long flags) noexcept try {
   CRYO_FP_ENTER(cuMemMap, ptr, size, offset, handle, flags)
   GateGuard g(lib.gate());
   return lib.registry().MemMap(ptr, size, offset, handle, flags);
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuMemUnmap(CUdeviceptr ptr, size_t size) {
+CUresult W_cuMemUnmap(CUdeviceptr ptr, size_t size) noexcept try {
   CRYO_FP_ENTER(cuMemUnmap, ptr, size)
   GateGuard g(lib.gate());
   return lib.registry().MemUnmap(ptr, size);
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+CUresult W_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                          size_t count) noexcept try {
   CRYO_FP_ENTER(cuMemSetAccess, ptr, size, desc, count)
   GateGuard g(lib.gate());
   return lib.registry().MemSetAccess(ptr, size, desc, count);
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+CUresult W_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) noexcept
+    try {
   CRYO_FP_ENTER(cuMemRetainAllocationHandle, handle, addr)
   GateGuard g(lib.gate());
   return lib.registry().MemRetainAllocationHandle(handle, addr);
+} catch (...) {
+  return FromException();
 }
 
 CUresult W_cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
-                                                  CUmemGenericAllocationHandle handle) {
+                                                  CUmemGenericAllocationHandle handle) noexcept
+    try {
   CRYO_FP_ENTER(cuMemGetAllocationPropertiesFromHandle, prop, handle)
   GateGuard g(lib.gate());
   auto* f = Real<decltype(cuMemGetAllocationPropertiesFromHandle)>(
       k_cuMemGetAllocationPropertiesFromHandle);
   return f(prop, lib.registry().Translate(handle));
+} catch (...) {
+  return FromException();
 }
 
 CUresult W_cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle handle,
-                                        CUmemAllocationHandleType type, unsigned long long flags) {
+                                        CUmemAllocationHandleType type,
+                                        unsigned long long flags) noexcept try {
   CRYO_FP_ENTER(cuMemExportToShareableHandle, out, handle, type, flags)
   GateGuard g(lib.gate());
   auto* f = Real<decltype(cuMemExportToShareableHandle)>(k_cuMemExportToShareableHandle);
@@ -454,15 +497,19 @@ CUresult W_cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle 
   // Another process may map it now: the library cannot take it away; the driver moves it.
   if (r == CUDA_SUCCESS) lib.registry().MarkExported(handle);
   return r;
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+CUresult W_cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) noexcept try {
   CRYO_FP_ENTER(cuMemGetAddressRange_v2, base, size, dptr)
   GateGuard g(lib.gate());
   // A cudaMalloc the library serves has the size the job asked for, not the padded one.
   if (lib.registry().OwnedRange(dptr, base, size)) return CUDA_SUCCESS;
   if (lib.registry().InOwnedPadding(dptr)) return CUDA_ERROR_NOT_FOUND;
   return Real<decltype(cuMemGetAddressRange_v2)>(k_cuMemGetAddressRange_v2)(base, size, dptr);
+} catch (...) {
+  return FromException();
 }
 
 void PatchRange(Registry& reg, CUpointer_attribute attr, void* data, CUdeviceptr ptr) {
@@ -473,17 +520,20 @@ void PatchRange(Registry& reg, CUpointer_attribute attr, void* data, CUdeviceptr
   if (attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE) *static_cast<size_t*>(data) = size;
 }
 
-CUresult W_cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
+CUresult W_cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) noexcept
+    try {
   CRYO_FP_ENTER(cuPointerGetAttribute, data, attr, ptr)
   GateGuard g(lib.gate());
   if (lib.registry().InOwnedPadding(ptr)) return CUDA_ERROR_INVALID_VALUE;
   CUresult r = Real<decltype(cuPointerGetAttribute)>(k_cuPointerGetAttribute)(data, attr, ptr);
   if (r == CUDA_SUCCESS) PatchRange(lib.registry(), attr, data, ptr);
   return r;
+} catch (...) {
+  return FromException();
 }
 
 CUresult W_cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data,
-                                  CUdeviceptr ptr) {
+                                  CUdeviceptr ptr) noexcept try {
   CRYO_FP_ENTER(cuPointerGetAttributes, n, attrs, data, ptr)
   GateGuard g(lib.gate());
   CUresult r =
@@ -492,18 +542,22 @@ CUresult W_cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, vo
     for (unsigned int i = 0; i < n; ++i) PatchRange(lib.registry(), attrs[i], data[i], ptr);
   }
   return r;
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) {
+CUresult W_cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) noexcept try {
   CRYO_FP_ENTER(cuIpcGetMemHandle, handle, dptr)
   GateGuard g(lib.gate());
   // Legacy IPC cannot export memory backed the library's way (docs/gpu.md): a job that needs it
   // runs without the fast path.
   if (lib.registry().OwnedRange(dptr, nullptr, nullptr)) return CUDA_ERROR_NOT_SUPPORTED;
   return Real<decltype(cuIpcGetMemHandle)>(k_cuIpcGetMemHandle)(handle, dptr);
+} catch (...) {
+  return FromException();
 }
 
-CUresult W_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
+CUresult W_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) noexcept try {
   CRYO_FP_ENTER(cuCtxEnablePeerAccess, peer, flags)
   GateGuard g(lib.gate());
   CUresult r = Real<decltype(cuCtxEnablePeerAccess)>(k_cuCtxEnablePeerAccess)(peer, flags);
@@ -512,6 +566,8 @@ CUresult W_cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags) {
     lib.registry().PeerAccessEnabled(peer, dev);
   }
   return r;
+} catch (...) {
+  return FromException();
 }
 
 template <int S>
@@ -522,11 +578,15 @@ CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode) {
   if (r == CUDA_SUCCESS) lib.capture().Began();
   return r;
 }
-CUresult W_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) {
+CUresult W_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode m) noexcept try {
   return BeginCapture<k_cuStreamBeginCapture_v2>(s, m);
+} catch (...) {
+  return FromException();
 }
-CUresult W_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) {
+CUresult W_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m) noexcept try {
   return BeginCapture<k_cuStreamBeginCapture_v2_ptsz>(s, m);
+} catch (...) {
+  return FromException();
 }
 
 template <int S>
@@ -539,13 +599,18 @@ CUresult BeginCaptureToGraph(CUstream stream, CUgraph graph, const CUgraphNode* 
   return r;
 }
 CUresult W_cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode* d,
-                                       const CUgraphEdgeData* e, size_t n, CUstreamCaptureMode m) {
+                                       const CUgraphEdgeData* e, size_t n,
+                                       CUstreamCaptureMode m) noexcept try {
   return BeginCaptureToGraph<k_cuStreamBeginCaptureToGraph>(s, g, d, e, n, m);
+} catch (...) {
+  return FromException();
 }
 CUresult W_cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode* d,
                                             const CUgraphEdgeData* e, size_t n,
-                                            CUstreamCaptureMode m) {
+                                            CUstreamCaptureMode m) noexcept try {
   return BeginCaptureToGraph<k_cuStreamBeginCaptureToGraph_ptsz>(s, g, d, e, n, m);
+} catch (...) {
+  return FromException();
 }
 
 template <int S>
@@ -556,11 +621,15 @@ CUresult EndCapture(CUstream stream, CUgraph* graph) {
   if (r == CUDA_SUCCESS || r == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) lib.capture().Ended();
   return r;
 }
-CUresult W_cuStreamEndCapture(CUstream s, CUgraph* g) {
+CUresult W_cuStreamEndCapture(CUstream s, CUgraph* g) noexcept try {
   return EndCapture<k_cuStreamEndCapture>(s, g);
+} catch (...) {
+  return FromException();
 }
-CUresult W_cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) {
+CUresult W_cuStreamEndCapture_ptsz(CUstream s, CUgraph* g) noexcept try {
   return EndCapture<k_cuStreamEndCapture_ptsz>(s, g);
+} catch (...) {
+  return FromException();
 }
 
 void* Lib::Wrapper(int slot) {
