@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "lib/base/fs.h"
 #include "lib/base/json.h"
 #include "lib/base/log.h"
@@ -158,17 +159,54 @@ absl::Status PluginGpuManager::Lock(const std::vector<GpuProcess>& procs, absl::
     if (!p.ok()) return p.status();
     plugin[i] = *p;
   }
-  auto st =
-      EachInParallel(procs.size(), [&](size_t i) { return plugin[i]->Lock(procs[i].pid, ms); });
-  absl::Status all = Combine(procs, st, "lock");
-  if (all.ok()) return all;
-  // Unlock the ones that did lock: the job must keep running.
-  std::vector<GpuProcess> locked;
-  for (size_t i = 0; i < procs.size(); ++i) {
-    if (st[i].ok()) locked.push_back(procs[i]);
+  // One attempt: every process locked within `bound_ms`, or those that did unlocked again (the
+  // job must keep running) and the failure returned.
+  auto attempt = [&](uint32_t bound_ms) -> std::pair<absl::Status, bool> {
+    auto st = EachInParallel(procs.size(),
+                             [&](size_t i) { return plugin[i]->Lock(procs[i].pid, bound_ms); });
+    absl::Status all = Combine(procs, st, "lock");
+    if (all.ok()) return {all, false};
+    std::vector<GpuProcess> locked;
+    bool only_busy = true;  // every failure is work still running, nothing worse
+    for (size_t i = 0; i < procs.size(); ++i) {
+      if (st[i].ok()) locked.push_back(procs[i]);
+      if (!st[i].ok() && !absl::IsDeadlineExceeded(st[i])) only_busy = false;
+    }
+    Rollback(locked);
+    return {all, only_busy};
+  };
+  if (procs.size() <= 1) return attempt(ms).first;
+  // Processes of one job may wait on each other (ranks inside an NCCL collective): a rank locked
+  // while a peer's kernel waits for it never lets that kernel end, and the peer never locks. So
+  // the processes are locked together with a short bound; when some could not lock because
+  // work still ran, all are let go, a pause lets the collective end, and the next attempt has
+  // twice the bound, until the caller's bound is spent. They lock at a moment when none waits
+  // on another (between steps), or a kernel that is merely long gets the long bound it needs.
+  const absl::Time end = absl::Now() + timeout;
+  const absl::Duration pause = absl::Milliseconds(20);
+  absl::Duration slice = std::min(timeout, absl::Milliseconds(250));
+  for (int attempts = 1;; ++attempts) {
+    const absl::Duration left = end - absl::Now();
+    auto [st, only_busy] =
+        attempt(TimeoutMs(std::max(absl::Milliseconds(1), std::min(slice, left))));
+    if (st.ok()) {
+      if (attempts > 1) {
+        CRYO_LOG(Info) << "GPU lock of " << procs.size() << " processes held together at attempt "
+                       << attempts;
+      }
+      return st;
+    }
+    if (!only_busy) return st;
+    if (absl::Now() + pause >= end) {
+      return absl::Status(
+          st.code(),
+          absl::StrCat(st.message(), " (", attempts, " attempts to lock the job's ", procs.size(),
+                       " GPU processes together within ", absl::FormatDuration(timeout),
+                       ": their work never stopped at once)"));
+    }
+    absl::SleepFor(pause);
+    slice = std::min(slice * 2, std::max(end - absl::Now(), absl::Milliseconds(1)));
   }
-  Rollback(locked);
-  return all;
 }
 
 absl::Status PluginGpuManager::Checkpoint(std::vector<GpuProcess>& procs) {

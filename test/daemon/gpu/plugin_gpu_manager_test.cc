@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/gpu/gpu_manager_factory.h"
 #include "gtest/gtest.h"
@@ -35,6 +36,8 @@ struct Fake {
   static inline std::map<int, State> state;
   static inline std::set<int> owns;  // pids discover reports
   static inline std::set<int> lock_times_out;
+  // Locks of these pids time out this many more times (a collective in flight), then succeed.
+  static inline std::map<int, int> lock_busy_for;
   static inline std::set<int> checkpoint_fails;
   static inline int checkpoint_rendezvous = 0;  // wait until this many checkpoints run at once
   static inline int in_checkpoint = 0;
@@ -52,6 +55,7 @@ struct Fake {
     state.clear();
     owns.clear();
     lock_times_out.clear();
+    lock_busy_for.clear();
     checkpoint_fails.clear();
     checkpoint_rendezvous = 0;
     in_checkpoint = 0;
@@ -113,6 +117,10 @@ struct Fake {
     Record(absl::StrCat("lock ", pid, " ", timeout_ms));
     std::lock_guard l(mu);
     if (lock_times_out.count(pid)) return Err(CRYO_GPU_DEADLINE_EXCEEDED, "kernel still running");
+    if (lock_busy_for[pid] > 0) {
+      --lock_busy_for[pid];
+      return Err(CRYO_GPU_DEADLINE_EXCEEDED, "a collective still waits on a peer");
+    }
     if (state[pid] != State::kRunning) return Err(CRYO_GPU_FAILED_PRECONDITION, "not running");
     state[pid] = State::kLocked;
     return CRYO_GPU_OK;
@@ -335,8 +343,49 @@ TEST_F(ManagerTest, LockTimeoutUnlocksTheOthersAndReportsDeadline) {
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(s.message().find("pid 2"), absl::string_view::npos);
   for (int pid : {1, 2, 3}) EXPECT_EQ(A::state[pid], State::kRunning) << pid;
+  // Several processes are locked together in attempts of growing bounds within the caller's.
+  EXPECT_NE(std::find(A::calls.begin(), A::calls.end(), "lock 1 250"), A::calls.end());
+  EXPECT_NE(s.message().find("never stopped at once"), absl::string_view::npos) << s;
+}
+
+TEST_F(ManagerTest, OneProcessGetsTheWholeBound) {
+  auto m = Make({A::Table("fake")});
+  ASSERT_TRUE(m->Lock(Procs({1}), absl::Milliseconds(1234)).ok());
   // The caller's bound reaches the plugin as it is (the engine holds the only default).
   EXPECT_NE(std::find(A::calls.begin(), A::calls.end(), "lock 1 1234"), A::calls.end());
+}
+
+// Two ranks, one inside a collective that waits on the other: locked at the same moment they
+// never are. The first attempts let both go again (each rank runs on), a later one finds them
+// idle together.
+TEST_F(ManagerTest, RanksWaitingOnEachOtherAreLockedTogetherOnceTheirWorkStops) {
+  auto m = Make({A::Table("fake")});
+  A::lock_busy_for[2] = 3;
+  auto procs = Procs({1, 2});
+  absl::Status s = m->Lock(procs, absl::Seconds(10));
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(A::state[1], State::kLocked);
+  EXPECT_EQ(A::state[2], State::kLocked);
+  // Rank 1 was let go between the attempts: it was never held while rank 2 could not stop.
+  int unlocks_of_1 = 0, locks_of_2 = 0;
+  for (const auto& c : A::calls) {
+    if (absl::StartsWith(c, "rollback 1") || absl::StartsWith(c, "unlock 1")) ++unlocks_of_1;
+    if (absl::StartsWith(c, "lock 2 ")) ++locks_of_2;
+  }
+  EXPECT_EQ(unlocks_of_1, 3);
+  EXPECT_EQ(locks_of_2, 4);
+  // The bounds grew: 250, 500, 1000, 2000 ms.
+  EXPECT_NE(std::find(A::calls.begin(), A::calls.end(), "lock 2 2000"), A::calls.end());
+}
+
+// Another kind of failure is not retried: the job runs on at once.
+TEST_F(ManagerTest, ALockThatFailsForAnotherReasonIsNotRetried) {
+  auto m = Make({A::Table("fake")});
+  A::state[2] = State::kLocked;  // "not running": FAILED_PRECONDITION
+  absl::Status s = m->Lock(Procs({1, 2}), absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(A::state[1], State::kRunning);
+  EXPECT_EQ(std::count(A::calls.begin(), A::calls.end(), "lock 1 250"), 1);
 }
 
 TEST_F(ManagerTest, CheckpointsRunInParallel) {
