@@ -16,8 +16,8 @@
 #include "absl/time/time.h"
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_process.h"
-#include "lib/base/file_digest.h"
 #include "lib/base/fd.h"  // CloseAll, for the descriptors OpenFastpathFiles gives
+#include "lib/base/file_digest.h"
 #include "lib/base/proc.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 
