@@ -179,7 +179,9 @@ absl::Status UnpackLayer(containerd::ImageContent& images, const containerd::Blo
       while (!d.empty()) {
         ssize_t n = ::send(sv[1], d.data(), d.size(), MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && errno == EPIPE) reader_gone = true;
+        // The reader closed its end: EPIPE, or ECONNRESET when it left data unread (a unix
+        // socket closed with bytes in its queue resets its peer).
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) reader_gone = true;
         if (n < 0) return ErrnoStatus(errno, "passing the layer on");
         d.remove_prefix(n);
       }
@@ -208,8 +210,8 @@ absl::Status UnpackLayer(containerd::ImageContent& images, const containerd::Blo
   ::close(sv[0]);  // a feeder still sending now fails and stops
   feeder.join();
   // A stream cut short shows as a damaged tar: say why it was cut. But when the reader refused
-  // first (a 17 MiB cryo-manifest.json, a link), the feeder failed only because the reader had
-  // stopped (a broken pipe): the refusal is the answer.
+  // first (a 17 MiB cryo-manifest.json, a link, a layer that goes on), the feeder failed only
+  // because the reader had stopped (a broken pipe or a reset): the refusal is the answer.
   if (!read_status.ok() && !reader_gone) return Annotate(read_status, what);
   return st;
 }
