@@ -1,7 +1,6 @@
 #include "daemon/criu/listen_ports.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
@@ -28,6 +27,8 @@
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
 #include "lib/base/fs.h"
+#include "lib/base/netns.h"
+#include "lib/base/proc.h"
 #include "lib/base/status.h"
 
 namespace cryo::criu {
@@ -146,48 +147,43 @@ int DestroySocket(const TcpSocket& s) {
   return err;
 }
 
+// The socket inodes a process holds open ("socket:[123]" among its descriptors).
+std::vector<uint64_t> SocketInodes(const proc::ProcReader& proc, pid_t pid) {
+  std::vector<uint64_t> out;
+  for (const std::string& t : proc.FdTargets(pid)) {
+    absl::string_view l = t;
+    uint64_t ino = 0;
+    if (absl::ConsumePrefix(&l, "socket:[") && absl::ConsumeSuffix(&l, "]") &&
+        absl::SimpleAtoi(l, &ino)) {
+      out.push_back(ino);
+    }
+  }
+  return out;
+}
+
 // The processes holding socket inode `ino`, as "pid 12 (name)"; for messages only.
 std::string HolderOf(uint64_t ino) {
   if (ino == 0) return "";
-  const std::string want = absl::StrCat("socket:[", ino, "]");
+  proc::ProcReader proc;
   std::vector<std::string> who;
-  DIR* proc = ::opendir("/proc");
-  if (!proc) return "";
-  while (dirent* e = ::readdir(proc)) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(e->d_name, &pid)) continue;
-    const std::string fds = absl::StrCat("/proc/", pid, "/fd");
-    DIR* d = ::opendir(fds.c_str());
-    if (!d) continue;
-    bool found = false;
-    while (dirent* f = ::readdir(d)) {
-      char link[64];
-      const std::string p = absl::StrCat(fds, "/", f->d_name);
-      const ssize_t n = ::readlink(p.c_str(), link, sizeof(link) - 1);
-      if (n > 0 && std::string(link, n) == want) {
-        found = true;
-        break;
-      }
-    }
-    ::closedir(d);
-    if (found) {
-      auto comm = fs::ReadFile(absl::StrCat("/proc/", pid, "/comm"));
-      std::string c = comm.ok() ? std::string(absl::StripTrailingAsciiWhitespace(*comm)) : "?";
-      who.push_back(absl::StrCat("pid ", pid, " (", c, ")"));
-    }
+  for (pid_t pid : proc.AllPids()) {
+    const std::vector<uint64_t> held = SocketInodes(proc, pid);
+    if (std::find(held.begin(), held.end(), ino) == held.end()) continue;
+    auto info = proc.Read(pid);
+    who.push_back(absl::StrCat("pid ", pid, " (", info.ok() ? info->comm : "?", ")"));
   }
-  ::closedir(proc);
   return absl::StrJoin(who, ", ");
 }
 
-absl::StatusOr<std::vector<TcpSocket>> ReadTcpTable() {
+// The TCP table (IPv4 and IPv6) under `net_dir`, a /proc/.../net directory. A missing IPv6
+// table is a kernel without IPv6; a missing IPv4 one is an error when `need_ipv4`.
+absl::StatusOr<std::vector<TcpSocket>> ReadTcpTable(const std::string& net_dir, bool need_ipv4) {
   std::vector<TcpSocket> all;
   for (auto [name, family] : {std::pair{"tcp", AF_INET}, std::pair{"tcp6", AF_INET6}}) {
-    // thread-self: the table of the namespace this thread entered, not the process's.
-    auto text = fs::ReadFile(absl::StrCat("/proc/thread-self/net/", name));
+    auto text = fs::ReadFile(absl::StrCat(net_dir, "/", name));
     if (!text.ok()) {
-      if (family == AF_INET6) continue;  // a kernel without IPv6
-      return text.status();
+      if (family == AF_INET && need_ipv4) return text.status();
+      continue;
     }
     CRYO_ASSIGN_OR_RETURN(auto socks, ParseProcNetTcp(*text, family));
     all.insert(all.end(), socks.begin(), socks.end());
@@ -195,28 +191,14 @@ absl::StatusOr<std::vector<TcpSocket>> ReadTcpTable() {
   return all;
 }
 
-// Runs `fn` on a thread that has entered the network namespace of `pid` (0: here).
+// Runs `fn` in the network namespace of `pid` (0: here).
 template <typename T>
 T InNetns(pid_t pid, const std::function<T()>& fn) {
   if (pid == 0) return fn();
   std::optional<T> out;
-  std::thread t([&] {
-    const std::string path = absl::StrCat("/proc/", pid, "/ns/net");
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      out = ErrnoStatus(errno, absl::StrCat("open ", path));
-      return;
-    }
-    const int rc = ::setns(fd, CLONE_NEWNET);
-    const int err = errno;
-    ::close(fd);
-    if (rc != 0) {
-      out = ErrnoStatus(err, absl::StrCat("entering the network namespace of pid ", pid));
-      return;
-    }
-    out = fn();
-  });
-  t.join();
+  absl::Status entered =
+      InNetNamespace(absl::StrCat("/proc/", pid, "/ns/net"), [&] { out = fn(); });
+  if (!entered.ok()) return entered;
   return *std::move(out);
 }
 
@@ -349,7 +331,8 @@ absl::StatusOr<FreePortsReport> FreeListenPorts(const std::vector<Listener>& lis
       }
       if (err != EADDRINUSE) return ErrnoStatus(err, absl::StrCat("test bind of ", l.Address()));
       held.insert(l.Address());
-      CRYO_ASSIGN_OR_RETURN(auto table, ReadTcpTable());
+      // thread-self: the table of the namespace this thread entered, not the process's.
+      CRYO_ASSIGN_OR_RETURN(auto table, ReadTcpTable("/proc/thread-self/net", true));
       std::vector<TcpSocket> tw;
       std::vector<std::string> live;
       for (const auto& s : table) {
@@ -447,33 +430,17 @@ absl::Status CheckPortableSockets(const std::vector<TcpSocket>& table,
 }
 
 absl::Status CheckPortableSockets(const std::vector<pid_t>& pids, pid_t netns_pid, bool tcp_close) {
+  proc::ProcReader proc;
   std::vector<uint64_t> inodes;
   for (pid_t pid : pids) {
-    const std::string fds = absl::StrCat("/proc/", pid, "/fd");
-    DIR* d = ::opendir(fds.c_str());
-    if (!d) continue;  // ended; the dump will say so if it matters
-    while (dirent* f = ::readdir(d)) {
-      char link[64];
-      const std::string p = absl::StrCat(fds, "/", f->d_name);
-      const ssize_t n = ::readlink(p.c_str(), link, sizeof(link) - 1);
-      absl::string_view l(link, n > 0 ? static_cast<size_t>(n) : 0);
-      uint64_t ino = 0;
-      if (absl::ConsumePrefix(&l, "socket:[") && absl::ConsumeSuffix(&l, "]") &&
-          absl::SimpleAtoi(l, &ino)) {
-        inodes.push_back(ino);
-      }
-    }
-    ::closedir(d);
+    // One that ended holds nothing; the dump will say so if it matters.
+    for (uint64_t ino : SocketInodes(proc, pid)) inodes.push_back(ino);
   }
   if (inodes.empty()) return absl::OkStatus();
-  std::vector<TcpSocket> table;
-  for (auto [name, family] : {std::pair{"tcp", AF_INET}, std::pair{"tcp6", AF_INET6}}) {
-    auto text = fs::ReadFile(absl::StrCat("/proc/", netns_pid, "/net/", name));
-    if (!text.ok()) continue;  // no IPv6, or the pod's init ended (the checkpoint fails later)
-    CRYO_ASSIGN_OR_RETURN(auto socks, ParseProcNetTcp(*text, family));
-    table.insert(table.end(), socks.begin(), socks.end());
-  }
-  return CheckPortableSockets(table, inodes, tcp_close);
+  // A table that cannot be read (the pod's init ended) shows nothing: the checkpoint fails later.
+  auto table = ReadTcpTable(proc.PidPath(netns_pid, "net"), false);
+  if (!table.ok()) return table.status();
+  return CheckPortableSockets(*table, inodes, tcp_close);
 }
 
 }  // namespace cryo::criu

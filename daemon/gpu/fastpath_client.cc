@@ -16,6 +16,7 @@
 #include "daemon/criu/credentials.h"
 #include "lib/base/fs.h"
 #include "lib/base/log.h"
+#include "lib/base/netns.h"
 #include "lib/base/status.h"
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_messages.h"
@@ -178,19 +179,13 @@ absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const Fastpath
   } else {
     // The socket lives in the job's network namespace: connect from a thread that joined it
     // (a socket stays in the namespace it was made in; the thread ends there).
-    const std::string ns = proc.PidPath(p.pid, "ns/net");
-    std::thread t([&] {
-      int nsfd = ::open(ns.c_str(), O_RDONLY | O_CLOEXEC);
-      if (nsfd < 0 || ::setns(nsfd, CLONE_NEWNET) != 0) {
-        err = errno;
-        if (nsfd >= 0) ::close(nsfd);
-        return;
-      }
-      ::close(nsfd);
+    absl::Status entered = InNetNamespace(proc.PidPath(p.pid, "ns/net"), [&] {
       fd = wire::ConnectAbstract(name);
       err = errno;
     });
-    t.join();
+    if (!entered.ok()) {
+      return Annotate(entered, absl::StrCat("connecting to the GPU fast path of pid ", p.pid));
+    }
   }
   if (fd < 0) {
     if (err == ECONNREFUSED || err == ENOENT) {
