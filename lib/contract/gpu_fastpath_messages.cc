@@ -185,11 +185,10 @@ bool DecodeReply(const std::string& text, Reply<T>* out, std::string* why, Body 
   return r.ok();
 }
 
-bool EventIs(Reader& r, const json& j, const char* want) {
+bool EventIs(Reader& r, const char* want) {
   std::string ev;
   r.Str("event", &ev, true);
   if (r.ok() && ev != want) r.Fail("event", "names another step of the drain");
-  (void)j;
   return r.ok();
 }
 
@@ -309,8 +308,8 @@ bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why) 
 }
 
 bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why) {
-  return DecodeReply(text, out, why, [](Reader& r, const json& j, DrainedReply* b) {
-    if (!EventIs(r, j, kEventDrained)) return;
+  return DecodeReply(text, out, why, [](Reader& r, const json&, DrainedReply* b) {
+    if (!EventIs(r, kEventDrained)) return;
     r.Uint("bytes", &b->bytes, true);
     r.Uint("allocations", &b->allocations, true);
     const int64_t kMax = std::numeric_limits<int64_t>::max();
@@ -322,8 +321,8 @@ bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why)
 }
 
 bool Decode(const std::string& text, Reply<SavedReply>* out, std::string* why) {
-  return DecodeReply(text, out, why, [](Reader& r, const json& j, SavedReply* b) {
-    if (!EventIs(r, j, kEventSaved)) return;
+  return DecodeReply(text, out, why, [](Reader& r, const json&, SavedReply* b) {
+    if (!EventIs(r, kEventSaved)) return;
     r.Files("files", &b->files, true);
     r.Int<int64_t>("write_ms", &b->write_ms, false, 0, std::numeric_limits<int64_t>::max());
   });
