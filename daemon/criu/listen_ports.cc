@@ -1,12 +1,10 @@
 #include "daemon/criu/listen_ports.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,7 +13,6 @@
 #include <cstring>
 #include <optional>
 #include <set>
-#include <thread>
 #include <tuple>
 
 #include "absl/strings/ascii.h"

@@ -6,7 +6,6 @@
 #include <limits>
 #include <map>
 #include <set>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
