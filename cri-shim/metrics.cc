@@ -21,7 +21,7 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
 
 const std::vector<ContainerOpLabels>& ContainerOps() {
   static const auto* ops = new std::vector<ContainerOpLabels>{
-      {"checkpoint_on_stop", {"ok", "failed", "skipped"}},
+      {"checkpoint_on_stop", {"ok", "failed", "skipped", "fell_back"}},
       {"checkpoint_api", {"ok", "failed"}},
       {"restore", {"ok", "failed"}},
       {"import_image", {"ok", "failed"}},

@@ -49,8 +49,9 @@ class ShimMetrics {
   // cryo_shim_owned_decisions_total{method,decision}: forward, reply or fail.
   prometheus::Counter& OwnedDecision(absl::string_view method_label, absl::string_view decision);
   // cryo_shim_container_operations_total{op,result}: op is checkpoint_on_stop, checkpoint_api,
-  // restore or import_image (a checkpoint image); result is ok, failed or skipped (a stop below
-  // the pod's minimum grace, or one that left no time).
+  // restore or import_image (a checkpoint image); result is ok, failed, skipped (a stop below
+  // the pod's minimum grace, or one that left no time) or, for stops, fell_back (cryod's plan
+  // took no checkpoint: it would not have fit; the replacement resumes from an earlier one).
   prometheus::Counter& ContainerOperation(absl::string_view op, absl::string_view result);
 
   prometheus::Registry& registry() { return *registry_; }

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -26,6 +27,7 @@
 #include "lib/base/flags.h"
 #include "lib/base/human.h"
 #include "lib/base/status.h"
+#include "lib/contract/annotations.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::cli {
@@ -381,14 +383,20 @@ int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"ID", "WORKLOAD", "NODE", "CREATED", "SIZE", "PID", "COMMAND"}};
+      {"ID", "WORKLOAD", "NODE", "CREATED", "SIZE", "REASON", "PID", "COMMAND"}};
   for (const auto& c : resp.checkpoints()) {
+    // Why it was taken (the <prefix>/reason label: periodic, stop, ...); "-" for none.
+    std::string reason = "-";
+    for (const auto& [k, v] : c.labels()) {
+      if (absl::EndsWith(k, absl::StrCat("/", contract::label::kReason))) reason = v;
+    }
     // A damaged checkpoint stays listed (its space is used) but says it will not restore.
     // Names come from a store other nodes write: never raw control characters on a terminal.
     rows.push_back({c.damaged().empty() ? c.checkpoint_id() : c.checkpoint_id() + " (DAMAGED)",
                     human::Printable(c.workload()), human::Printable(c.node_name()),
                     human::Printable(c.created_at()), human::Bytes(c.size_bytes()),
-                    absl::StrCat(c.root_pid()), human::Printable(c.command())});
+                    human::Printable(reason), absl::StrCat(c.root_pid()),
+                    human::Printable(c.command())});
   }
   std::cout << human::Table(rows);
   return 0;

@@ -26,6 +26,7 @@
 #include "cri-shim/metrics.h"
 #include "cri-shim/opt_in.h"
 #include "lib/base/log.h"
+#include "lib/contract/checkpoint_every.h"
 #include "lib/contract/checkpoint_image.h"
 #include "lib/contract/criu_annotations.h"
 #include "lib/contract/cryo_init_protocol.h"
@@ -367,6 +368,17 @@ class CreateContainerHandler final
       }
       ann[contract::Key(deps_.annotation_prefix, contract::container::kCheckpointMinGrace)] =
           absl::StrCat(s);
+    }
+    if (auto it = pod_annotations.find(
+            contract::Key(deps_.annotation_prefix, contract::pod::kCheckpointEvery));
+        it != pod_annotations.end()) {
+      auto every = contract::ParseCheckpointEvery(it->second);
+      if (!every.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("pod ", pod_name, ": annotation ", it->first,
+                                                       ": ", every.status().message()));
+      }
+      ann[contract::Key(deps_.annotation_prefix, contract::container::kCheckpointEvery)] =
+          absl::StrCat(absl::ToInt64Seconds(*every));
     }
     for (const std::string& key : contract::CriuAnnotationKeys()) {
       auto it = pod_annotations.find(contract::Key(deps_.annotation_prefix, key));

@@ -3,7 +3,9 @@
 // the stop goes to the runtime unchanged. A checkpoint that fails leaves the job as it was
 // (cryod rolls back); one that runs out of time is not waited for, and cryod, seeing the call's
 // deadline gone, publishes nothing and resumes the job for the stop to end. Both are recorded:
-// log, metric, and a line in the container's log, which `kubectl logs --previous` shows.
+// log, metric, and a line in the container's log, which `kubectl logs --previous` shows. A
+// checkpoint that cryod predicts will not fit is not taken when the workload has a periodic one
+// to resume from: cryod ends the job and answers with that checkpoint (docs/operations.md).
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cri-shim/handlers/common.h"
@@ -85,6 +87,9 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
     v1::CheckpointRequest req;
     req.set_container_id(c.id());
     req.set_leave_running(false);  // the job ends with its checkpoint, as the stop wants
+    // cryod first predicts whether the checkpoint fits the time left; when it will not and the
+    // workload has a good checkpoint (a periodic one), it ends the job without one.
+    req.set_plan(true);
     req.set_workload(WorkloadOf(c, deps_.annotation_prefix));
     // Validated when the container was created; a value changed since is the user's to see.
     if (absl::Status s = SetCriuOptions(c, deps_.annotation_prefix, &req); !s.ok()) {
@@ -94,7 +99,8 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
     // CRI does not say why kubelet stops a container (preemption, eviction, deletion, drain,
     // node shutdown, a failed liveness probe): "stop" is what the shim knows. The grace it gave,
     // against the pod's own, tells a little more (docs/containers.md has the table).
-    for (const auto& [k, v] : CheckpointLabels(c, deps_.annotation_prefix, "stop")) {
+    for (const auto& [k, v] :
+         CheckpointLabels(c, deps_.annotation_prefix, contract::label::kReasonStop)) {
       (*req.mutable_labels())[k] = v;
     }
     (*req.mutable_labels())[contract::Key(deps_.annotation_prefix,
@@ -104,7 +110,14 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
         StopGrace(c, request.timeout());
     const absl::Time t0 = absl::Now();
     auto r = deps_.cryod->Checkpoint(req, t0 + budget);
-    if (r.ok()) {
+    if (r.ok() && !r->not_taken().empty()) {
+      // cryod ended the job and said why in its log; its cryo-init wrote the termination
+      // message.
+      CRYO_LOG(Warning) << "stop of " << name << ": " << r->not_taken();
+      if (deps_.metrics) {
+        deps_.metrics->ContainerOperation("checkpoint_on_stop", "fell_back").Increment();
+      }
+    } else if (r.ok()) {
       CRYO_LOG(Info) << "checkpointed " << name << " before its stop as " << r->checkpoint_id()
                      << " in " << absl::FormatDuration(absl::Now() - t0);
       if (deps_.metrics) deps_.metrics->ContainerOperation("checkpoint_on_stop", "ok").Increment();

@@ -138,18 +138,29 @@ static int checkpointed_exit_code(void) {
                                                         : CRYO_INIT_CHECKPOINTED_EXIT_DEFAULT;
 }
 
+/* cryod's word at a stop: 1 for "checkpointed", 2 + the seconds of work lost for "no checkpoint,
+ * the replacement resumes from an earlier one", 0 for anything else. */
+static long stop_word(int value) {
+  if (value == CRYO_INIT_VALUE_CHECKPOINTED) return 1;
+  if ((value & ~CRYO_INIT_LOST_MAX_S) == CRYO_INIT_VALUE_RESUMES_EARLIER) {
+    return 2 + (long)(value & CRYO_INIT_LOST_MAX_S);
+  }
+  return 0;
+}
+
 /* cryod queues its word before it kills the job, but when both are pending the kernel hands
  * out SIGCHLD (17) before the real-time signal: look for the word before naming the exit. */
-static int checkpointed_word_pending(void) {
+static long checkpointed_word_pending(void) {
   sigset_t only;
   sigemptyset(&only);
   sigaddset(&only, CRYO_INIT_SIGNAL);
   struct timespec now = {0, 0};
   siginfo_t info;
-  int found = 0;
+  long found = 0;
   while (sigtimedwait(&only, &info, &now) == CRYO_INIT_SIGNAL) {
-    if (info.si_code == SI_QUEUE && info.si_value.sival_int == CRYO_INIT_VALUE_CHECKPOINTED) {
-      found = 1;
+    if (info.si_code == SI_QUEUE) {
+      long w = stop_word(info.si_value.sival_int);
+      if (w != 0) found = w;
     }
   }
   return found;
@@ -260,7 +271,7 @@ static int reap(pid_t job, int* job_status) {
  * when cryod said it checkpointed the job before ending it. */
 static int supervise(pid_t job, const sigset_t* waited) {
   int status = 0;
-  int checkpointed = 0;
+  long checkpointed = 0; /* stop_word() of cryod's word, once it came */
   for (;;) {
     siginfo_t info;
     int sig = sigwaitinfo(waited, &info);
@@ -270,18 +281,30 @@ static int supervise(pid_t job, const sigset_t* waited) {
     }
     if (sig == SIGCHLD) {
       if (!reap(job, &status)) continue;
-      if (checkpointed || checkpointed_word_pending()) {
+      long pending = checkpointed ? 0 : checkpointed_word_pending();
+      if (pending != 0) checkpointed = pending;
+      if (checkpointed == 1) {
         int code = checkpointed_exit_code();
         write_termination_message(
             "cryo: checkpointed before this stop; its replacement resumes from the checkpoint\n");
         if (verbose()) fprintf(stderr, "cryo-init: job checkpointed and stopped (exit %d)\n", code);
         return code;
       }
+      if (checkpointed >= 2) {
+        char msg[320];
+        snprintf(msg, sizeof(msg),
+                 "cryo: not checkpointed at this stop: a checkpoint would not have finished "
+                 "within the grace period; its replacement resumes from the newest periodic "
+                 "checkpoint, taken %ld s before the stop (that work is lost)\n",
+                 checkpointed - 2);
+        write_termination_message(msg);
+        return checkpointed_exit_code();
+      }
       return exit_code_of(status);
     }
     if (sig == CRYO_INIT_SIGNAL && info.si_code == SI_QUEUE &&
-        info.si_value.sival_int == CRYO_INIT_VALUE_CHECKPOINTED) {
-      checkpointed = 1; /* cryod's word, not the job's: not forwarded */
+        stop_word(info.si_value.sival_int) != 0) {
+      checkpointed = stop_word(info.si_value.sival_int); /* cryod's word: not forwarded */
       continue;
     }
     /* Forward to the job only; it decides what its children get (kubelet's stop is a TERM to

@@ -4,10 +4,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/container/archive.h"
@@ -133,16 +135,28 @@ void TellInitCheckpointed(const proc::ProcReader& proc, pid_t init_pid) {
   TellInit(proc, init_pid, CRYO_INIT_VALUE_CHECKPOINTED, "");
 }
 
+namespace {
+
+// The container's stderr is its log: a line there shows in `kubectl logs`.
+void LogToContainer(const proc::ProcReader& proc, pid_t init_pid, const std::string& why) {
+  int fd = ::open(proc.PidPath(init_pid, "fd/2").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  std::string line = absl::StrCat("cryo: ", why, "\n");
+  (void)!::write(fd, line.data(), line.size());
+  ::close(fd);
+}
+
+}  // namespace
+
+void TellInitResumesEarlier(const proc::ProcReader& proc, pid_t init_pid, absl::Duration lost,
+                            const std::string& why) {
+  LogToContainer(proc, init_pid, why);
+  const int64_t s = std::clamp<int64_t>(absl::ToInt64Seconds(lost), 0, CRYO_INIT_LOST_MAX_S);
+  TellInit(proc, init_pid, CRYO_INIT_VALUE_RESUMES_EARLIER + static_cast<int>(s), "");
+}
+
 void TellInit(const proc::ProcReader& proc, pid_t init_pid, int value, const std::string& why) {
-  if (value <= 0 && !why.empty()) {
-    // The container's stderr is its log: the reason shows in `kubectl logs`.
-    int fd = ::open(proc.PidPath(init_pid, "fd/2").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0) {
-      std::string line = absl::StrCat("cryo: ", why, "\n");
-      (void)!::write(fd, line.data(), line.size());
-      ::close(fd);
-    }
-  }
+  if (value <= 0 && !why.empty()) LogToContainer(proc, init_pid, why);
   // Queued before cryo-init set its signal mask, the signal would kill it: it is ready once
   // it waits for signals (it does so microseconds after it starts, long before any restore).
   PollUntil(
@@ -168,8 +182,22 @@ absl::StatusOr<std::vector<OptedIn>> OptedInContainers(runtime::ContainerRuntime
   for (const auto& c : running) {
     auto on_stop =
         c.annotations.find(contract::Key(prefix, contract::container::kCheckpointOnStop));
-    if (on_stop == c.annotations.end() || on_stop->second != "true") continue;
     OptedIn o;
+    o.checkpoint_on_stop = on_stop != c.annotations.end() && on_stop->second == "true";
+    auto managed = c.annotations.find(contract::Key(prefix, contract::container::kManaged));
+    auto every = c.annotations.find(contract::Key(prefix, contract::container::kCheckpointEvery));
+    int64_t every_s = 0;
+    // The shim wrote it checked, in seconds; anything else is not the shim's and is ignored.
+    if (managed != c.annotations.end() && managed->second == "true" &&
+        every != c.annotations.end() && absl::SimpleAtoi(every->second, &every_s) && every_s >= 0) {
+      o.every = absl::Seconds(every_s);
+    }
+    if (!o.checkpoint_on_stop && !o.every) continue;
+    if (auto g = c.annotations.find(contract::k8s::kPodTerminationGracePeriod);
+        g == c.annotations.end() || !absl::SimpleAtoi(g->second, &o.grace_s)) {
+      o.grace_s = -1;
+    }
+    if (c.created_at_ns > 0) o.created = absl::FromUnixNanos(c.created_at_ns);
     o.container_id = c.id;
     auto wk = c.annotations.find(contract::Key(prefix, contract::container::kWorkloadKey));
     if (wk != c.annotations.end()) o.workload = wk->second;

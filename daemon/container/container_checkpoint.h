@@ -7,11 +7,13 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/container/runtime.h"
 #include "daemon/container/target.h"
 #include "daemon/store/manifest.h"
@@ -42,16 +44,30 @@ void TellInit(const proc::ProcReader& proc, pid_t init_pid, int value, const std
 // exits with the checkpointed exit code (lib/contract/cryo_init_protocol.h). Best effort.
 void TellInitCheckpointed(const proc::ProcReader& proc, pid_t init_pid);
 
-// A running container whose pod opted in to checkpoint-on-stop.
+// Tells a running cryo-init that its job is about to be ended without a checkpoint, its
+// replacement resuming from one `lost` old (the plan at a stop), and writes `why` to the
+// container's log. Best effort.
+void TellInitResumesEarlier(const proc::ProcReader& proc, pid_t init_pid, absl::Duration lost,
+                            const std::string& why);
+
+// A running container the shim manages (under cryo-init): its pod opted in to
+// checkpoint-on-stop, or asked for periodic checkpoints.
 struct OptedIn {
   std::string container_id;
   std::string workload;                       // the key the shim recorded (empty: none)
   std::map<std::string, std::string> labels;  // kubelet's identity labels and the reason
   contract::CriuAnnotations criu;             // the pod's CRIU options
+  bool checkpoint_on_stop = false;
+  // The pod's checkpoint-every (zero: "never"); nullopt when the pod does not say.
+  std::optional<absl::Duration> every;
+  int64_t grace_s = -1;  // the pod's terminationGracePeriodSeconds (-1: unknown)
+  absl::Time created = absl::InfinitePast();
 };
 
-// Every running container of `rt` opted in to checkpoint-on-stop (annotations under `prefix`),
-// with `reason` as its checkpoint's reason label. For node-wide triggers.
+// Every running container of `rt` that the shim manages (annotations under `prefix`) and that
+// opted in to checkpoint-on-stop or set checkpoint-every, with `reason` as its checkpoint's
+// reason label. For node-wide triggers (termination notices take the checkpoint-on-stop ones,
+// the periodic schedule those with a period).
 absl::StatusOr<std::vector<OptedIn>> OptedInContainers(runtime::ContainerRuntime& rt,
                                                        const std::string& prefix,
                                                        const std::string& reason);

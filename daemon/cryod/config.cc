@@ -158,6 +158,12 @@ const std::vector<Key>& Keys() {
       Str("log_level", "debug, info, warning or error", &Config::log_level),
       Int("retention_keep", "newest checkpoints kept per workload; 0 keeps all",
           &Config::retention_keep),
+      Int("periodic_every_s",
+          "background checkpoints of checkpoint-on-stop containers every this many seconds "
+          "unless their pod sets checkpoint-every; 0: only pods that ask",
+          &Config::periodic_every_s),
+      Int("periodic_tick_ms", "how often the periodic schedule looks for due checkpoints",
+          &Config::periodic_tick_ms),
       Int("pid_wait_timeout_ms", "how long a restore waits for the checkpoint's pids to be free",
           &Config::pid_wait_timeout_ms),
       Int("gpu_lock_timeout_ms", "bound on locking GPU processes before a checkpoint",
@@ -312,6 +318,8 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"health_min_free_mb", std::to_string(d.health_min_free_mb)},
       {"log_level", d.log_level},
       {"retention_keep", std::to_string(d.retention_keep)},
+      {"periodic_every_s", "0 (only pods that ask)"},
+      {"periodic_tick_ms", std::to_string(d.periodic_tick_ms)},
       {"pid_wait_timeout_ms", std::to_string(d.pid_wait_timeout_ms)},
       {"gpu_lock_timeout_ms", std::to_string(d.gpu_lock_timeout_ms)},
       {"incomplete_ttl_s", std::to_string(d.incomplete_ttl_s)},
@@ -404,6 +412,9 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);
     c.node_name = host[0] ? host : "node";
+  }
+  if (c.periodic_tick_ms <= 0) {
+    return absl::InvalidArgumentError("periodic_tick_ms must be positive");
   }
   if (c.termination_poll_ms <= 0) {
     return absl::InvalidArgumentError("termination_poll_ms must be positive");

@@ -30,6 +30,11 @@ struct Config {
   int health_min_free_mb = 256;
   std::string log_level = "info";
   int retention_keep = 0;
+  // Periodic checkpoints (daemon/periodic): how often containers that opted in to
+  // checkpoint-on-stop are checkpointed in the background unless their pod says
+  // (checkpoint-every); 0: only pods that ask. The schedule looks every `periodic_tick_ms`.
+  int periodic_every_s = 0;
+  int periodic_tick_ms = 10000;
   int pid_wait_timeout_ms = 10000;
   int gpu_lock_timeout_ms = 10000;
   int incomplete_ttl_s = 86400;

@@ -32,14 +32,17 @@
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/http_server.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/periodic/scheduler.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/grpc_service.h"
 #include "daemon/store/signature.h"
 #include "daemon/store/store.h"
 #include "daemon/termination/watcher.h"
 #include "lib/base/fs.h"
+#include "lib/base/ids.h"
 #include "lib/base/log.h"
 #include "lib/base/proc.h"
+#include "lib/contract/annotations.h"
 #include "prometheus/text_serializer.h"
 
 namespace cryo::cryod {
@@ -86,6 +89,7 @@ struct State {
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<UnixListener> listener;
   std::unique_ptr<termination::TerminationWatcher> termination;
+  std::unique_ptr<periodic::Scheduler> periodic;
   // Collects incomplete checkpoints (other nodes' abandoned stages too) while cryod runs.
   std::thread collector;
   absl::Mutex collector_mu;
@@ -114,6 +118,29 @@ std::string SiblingBinary(const std::string& name) {
   return self.substr(0, self.rfind('/') + 1) + name;
 }
 
+// Starts a leave-running checkpoint of a managed container as an operation of its own; the
+// schedule's get ids beginning with engine::kPeriodicOpPrefix (a stop's checkpoint cancels
+// them), the others ids of the runner's making (empty prefix).
+absl::StatusOr<std::shared_ptr<engine::Operation>> StartContainerCheckpoint(
+    State& st, const container::OptedIn& c, const std::string& id_prefix) {
+  engine::CheckpointRequest req;
+  req.container_id = c.container_id;
+  req.leave_running = true;
+  req.workload = c.workload;
+  req.labels = c.labels;
+  req.criu = {c.criu.tcp_established, c.criu.tcp_close,   c.criu.skip_in_flight,
+              c.criu.link_remap,      c.criu.ghost_limit, c.criu.ext_unix_sk};
+  engine::Engine* e = st.engine.get();
+  return st.runner->Start(
+      id_prefix.empty() ? "" : absl::StrCat(id_prefix, RandomHex(8)), "checkpoint",
+      absl::StrCat("container ", c.container_id.substr(0, 13)),
+      [e, req](engine::Operation& op) -> absl::StatusOr<engine::OperationResult> {
+        auto r = e->Checkpoint(req, op);
+        if (!r.ok()) return r.status();
+        return engine::OperationResult(*std::move(r));
+      });
+}
+
 // Starts a checkpoint (leave running: a notice may be withdrawn, and kubelet's own stop, if it
 // comes, checkpoints again) of every running container whose pod opted in to
 // checkpoint-on-stop, each as its own operation; returns how many started.
@@ -125,21 +152,8 @@ absl::StatusOr<int> CheckpointOptedIn(State& st, const std::string& reason) {
   if (!opted.ok()) return opted.status();
   int started = 0;
   for (const auto& c : *opted) {
-    engine::CheckpointRequest req;
-    req.container_id = c.container_id;
-    req.leave_running = true;
-    req.workload = c.workload;
-    req.labels = c.labels;
-    req.criu = {c.criu.tcp_established, c.criu.tcp_close,   c.criu.skip_in_flight,
-                c.criu.link_remap,      c.criu.ghost_limit, c.criu.ext_unix_sk};
-    engine::Engine* e = st.engine.get();
-    auto op = st.runner->Start(
-        "", "checkpoint", absl::StrCat("container ", c.container_id.substr(0, 13)),
-        [e, req](engine::Operation& op) -> absl::StatusOr<engine::OperationResult> {
-          auto r = e->Checkpoint(req, op);
-          if (!r.ok()) return r.status();
-          return engine::OperationResult(*std::move(r));
-        });
+    if (!c.checkpoint_on_stop) continue;
+    auto op = StartContainerCheckpoint(st, c, "");
     // Containers already being checkpointed refuse a second one; that is fine.
     if (op.ok()) {
       ++started;
@@ -369,7 +383,7 @@ Result StartTermination(State& st) {
       termination::TerminationWatcher::CreateFromConfig(wc, [&st](const termination::Notice& n) {
         CRYO_LOG(Warning) << "termination notice from " << n.provider << " (" << n.kind << ", "
                           << n.detail << "): checkpointing opted-in containers";
-        auto started = CheckpointOptedIn(st, "termination-notice");
+        auto started = CheckpointOptedIn(st, contract::label::kReasonNotice);
         if (!started.ok()) {
           CRYO_LOG(Error) << "termination notice: " << started.status();
         } else {
@@ -379,6 +393,29 @@ Result StartTermination(State& st) {
   if (!w.ok()) return Fatal("termination notices", w.status());
   st.termination = std::move(*w);
   if (auto s = st.termination->Start(); !s.ok()) return Fatal("termination notices", s);
+  return Result::kOk;
+}
+
+Result StartPeriodic(State& st) {
+  if (!st.runtime) return Result::kOk;  // periodic checkpoints are of containers
+  periodic::SchedulerDeps d;
+  d.containers = [&st] {
+    return container::OptedInContainers(*st.runtime, st.config.annotation_prefix,
+                                        contract::label::kReasonPeriodic);
+  };
+  d.newest_good = [&st](const std::string& w) { return st.engine->NewestGood(w); };
+  d.store_free_bytes = [&st] { return st.store->FreeBytes(); };
+  d.predict = [&st](const std::string& w, uint64_t bytes) {
+    return st.engine->pace().Predict(w, bytes);
+  };
+  d.start = [&st](const container::OptedIn& c) {
+    return StartContainerCheckpoint(st, c, engine::kPeriodicOpPrefix);
+  };
+  d.metrics = st.metrics.get();
+  st.periodic =
+      std::make_unique<periodic::Scheduler>(std::move(d), absl::Seconds(st.config.periodic_every_s),
+                                            absl::Milliseconds(st.config.periodic_tick_ms));
+  st.periodic->Start();
   return Result::kOk;
 }
 
@@ -392,6 +429,8 @@ Result StartWait(State& st) {
 // Teardowns, run newest first for every step that began (each is safe whatever part of its
 // step ran): stop taking new work, let running operations end (bounded), then close the rest.
 void StopTermination(State& st) { st.termination.reset(); }
+
+void StopPeriodic(State& st) { st.periodic.reset(); }
 
 void StopCollector(State& st) {
   if (!st.collector.joinable()) return;
@@ -428,6 +467,7 @@ const std::vector<Step>& StartSteps() {
       {"serve", StartServe, StopServing},
       {"collector", StartCollector, StopCollector},
       {"termination", StartTermination, StopTermination},
+      {"periodic", StartPeriodic, StopPeriodic},
       {"wait", StartWait, nullptr},
   };
   return steps;

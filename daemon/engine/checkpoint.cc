@@ -41,6 +41,15 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
   return Transaction<S>({
       step("validate", Stage::kValidate, run(&Engine::ValidateCheckpoint), nullptr, nullptr,
            expected),
+      // A stop's checkpoint that would not finish in time is not taken when an earlier one
+      // can stand in (plan.cc): the transaction ends there.
+      [&] {
+        auto p =
+            step("plan", Stage::kUnspecified, run(&Engine::PlanCheckpoint), nullptr,
+                 [](const S& s) { return s.req.plan && s.req.deadline != absl::InfiniteFuture(); });
+        p.ends = [](const S& s) { return s.fallback.has_value(); };
+        return p;
+      }(),
       step("stage", Stage::kUnspecified, run(&Engine::StageCheckpoint), undo(&Engine::UndoStage)),
       // The fast path moves what its library owns before the driver's lock, which would block
       // the library's own copies too; its undo brings the memory back (after gpu_lock's undo
@@ -150,6 +159,13 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
   // After the commit, a failed completion step says itself that the checkpoint is published.
   if (!st.ok()) return st;
   clock.End();
+  if (s.fallback) {
+    CheckpointResult r;
+    r.manifest = std::move(s.fallback->newest);
+    r.not_taken = std::move(s.fallback->why);
+    r.work_lost = s.fallback->lost;
+    return r;
+  }
   if (d_.metrics) {
     d_.metrics->ObserveOperation("checkpoint", absl::ToDoubleSeconds(absl::Now() - s.t_start));
   }
@@ -159,7 +175,10 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
                            : absl::StrCat("pid ", s.target))
                  << " published (" << s.manifest.TotalBytes() << " bytes, "
                  << s.manifest.files.size() << " files)";
-  return CheckpointResult{std::move(s.manifest), s.published_path};
+  CheckpointResult r;
+  r.manifest = std::move(s.manifest);
+  r.store_path = s.published_path;
+  return r;
 }
 
 absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
@@ -456,6 +475,7 @@ void Engine::EndCheckpointedJob(const journal::Entry& e, const std::vector<journ
 
 absl::Status Engine::Finish(CheckpointState& s) {
   if (!s.req.leave_running) EndCheckpointedJob(s.je, s.je.tasks);
+  pace_.Add(s.workload, s.manifest.TotalBytes(), absl::Now() - s.t_start);
   if (cfg_.retention_keep > 0) {
     std::set<std::string> in_use;
     {

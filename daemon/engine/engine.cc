@@ -205,7 +205,26 @@ absl::Status Engine::Recover() {
   }
   CollectIncomplete(/*own_stages=*/true);  // before serving: none of them is in progress
   PruneOpLogs();
+  SeedPace();
   return absl::OkStatus();
+}
+
+void Engine::SeedPace() {
+  // The pace survives a restart in the store: this node's newest checkpoints, oldest first so
+  // the newest stay. Their stages' sum stands for the whole time (a little less: the wait
+  // between stages is not in it).
+  auto all = d_.store->List();
+  if (!all.ok()) return;
+  std::vector<const store::Manifest*> mine;
+  for (const auto& m : *all) {
+    if (m.node == cfg_.node_name) mine.push_back(&m);
+    if (mine.size() == 4 * CheckpointPace::kSamples) break;
+  }
+  for (auto it = mine.rbegin(); it != mine.rend(); ++it) {
+    uint64_t ms = 0;
+    for (const auto& [stage, t] : (*it)->stage_ms) ms += t;
+    pace_.Add((*it)->workload, (*it)->TotalBytes(), absl::Milliseconds(ms));
+  }
 }
 
 void Engine::RecoverEntry(const journal::Entry& e) {

@@ -6,7 +6,7 @@
 // GPU plugins, /proc, the container runtime) so the flows are tested with fakes, and the real
 // ones are used by cryod and the integration tests.
 //
-//   checkpoint: validate -> stage -> gpu_drain -> gpu_lock -> gpu_checkpoint -> gpu_save ->
+//   checkpoint: validate -> plan -> stage -> gpu_drain -> gpu_lock -> gpu_checkpoint -> gpu_save ->
 //               dump -> rootfs -> resume_early -> gpu_resume -> gpu_refill -> manifest ->
 //               publish (commit) -> finish -> export
 //   restore:    validate -> init_handshake -> check -> verify -> credentials -> wait_pids ->
@@ -34,6 +34,7 @@
 #include "daemon/criu/criu.h"
 #include "daemon/engine/job_control.h"
 #include "daemon/engine/operation.h"
+#include "daemon/engine/pace.h"
 #include "daemon/engine/test_hooks.h"
 #include "daemon/engine/transaction.h"
 #include "daemon/engine/types.h"
@@ -142,6 +143,11 @@ class Engine {
   void Stop() { stopping_.store(true); }
 
   const EngineConfig& config() const { return cfg_; }
+  // The workload's newest checkpoint that no restore found damaged (nullopt: none, or the store
+  // could not be listed, which is logged).
+  std::optional<store::Manifest> NewestGood(const std::string& workload);
+  // How fast this node's checkpoints went (the plan and the periodic schedule predict from it).
+  const CheckpointPace& pace() const { return pace_; }
   // The steps' names in order (tests, docs).
   std::vector<std::string> CheckpointStepNames() const;
   std::vector<std::string> RestoreStepNames() const;
@@ -156,6 +162,7 @@ class Engine {
 
   // Checkpoint steps.
   absl::Status ValidateCheckpoint(CheckpointState& s);
+  absl::Status PlanCheckpoint(CheckpointState& s);
   absl::Status StageCheckpoint(CheckpointState& s);
   absl::Status LockGpus(CheckpointState& s);
   absl::Status CheckpointGpus(CheckpointState& s);
@@ -204,10 +211,13 @@ class Engine {
   absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs, criu::JobOptions* job,
                                  std::vector<std::string>* args, std::vector<std::string>* env);
   std::string OpDir(const std::string& op_id) const;
+
   // Brings the memory of drained fast-path processes back, from wherever it is: their own
   // memory, or the files under `dir`. Best effort (rollback, recovery).
   void RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, const std::string& dir);
   void PruneOpLogs();
+  // Learns the pace of this node's checkpoints from those in the store (at start).
+  void SeedPace();
   void RecoverEntry(const journal::Entry& e);
 
   EngineConfig cfg_;
@@ -217,6 +227,7 @@ class Engine {
   std::unique_ptr<containerd::ImageContent> own_images_;
   JobControl jobs_;
   TestHooks hooks_;
+  CheckpointPace pace_;
   std::unique_ptr<Transaction<CheckpointState>> checkpoint_txn_;
   std::unique_ptr<Transaction<RestoreState>> restore_txn_;
   absl::Mutex mu_;

@@ -21,6 +21,10 @@
 
 namespace cryo::engine {
 
+// Operation ids of the periodic schedule's checkpoints begin so (their kind is "checkpoint"): a
+// stop's checkpoint of the same container cancels them first.
+inline constexpr char kPeriodicOpPrefix[] = "periodic-";
+
 struct Progress {
   Stage stage = Stage::kUnspecified;
   // Bytes done and expected in this stage (expected 0 when unknown).

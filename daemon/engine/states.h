@@ -69,6 +69,15 @@ struct CheckpointState {
   // manifest, the bound of a process-mode restore.
   criu::CredentialCeiling credentials;
 
+  // plan: set when the stop's checkpoint is not taken (the job ended; the replacement resumes
+  // from `newest`).
+  struct Fallback {
+    store::Manifest newest;
+    std::string why;
+    absl::Duration lost;
+  };
+  std::optional<Fallback> fallback;
+
   // gpu_drain, gpu_save: per fast-path process, its drain and its files.
   std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;
   std::vector<std::vector<int>> fast_fds;

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,11 @@ struct Step {
   std::function<bool(const State&)> applies;
   // The stage's size (empty: none).
   std::function<StageSize(const State&)> size;
+  // True after this step ran: the transaction is complete here, the steps after it do not run
+  // (a decision that nothing more is to be done, like the plan at a stop). Nothing is undone,
+  // as after a commit, so such a step comes before any step with an undo (the constructor
+  // refuses another order).
+  std::function<bool(const State&)> ends;
 };
 
 // A step, its parts in order (the step lists read as a table).
@@ -87,7 +93,17 @@ class Transaction {
     std::function<void()> on_rolled_back;
   };
 
-  explicit Transaction(std::vector<Step<State>> steps) : steps_(std::move(steps)) {}
+  explicit Transaction(std::vector<Step<State>> steps) : steps_(std::move(steps)) {
+    bool undo_before = false;
+    for (const Step<State>& step : steps_) {
+      if (step.ends && undo_before) {
+        throw std::logic_error("step " + step.name +
+                               " may end the transaction after a step "
+                               "with an undo: that undo would never run");
+      }
+      undo_before |= static_cast<bool>(step.undo);
+    }
+  }
 
   absl::Status Run(State& s, const Hooks& hooks) {
     std::vector<const Step<State>*> begun;
@@ -113,6 +129,7 @@ class Transaction {
         return st;
       }
       if (step.commit) committed = true;
+      if (step.ends && step.ends(s)) return absl::OkStatus();
     }
     return absl::OkStatus();
   }

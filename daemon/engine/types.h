@@ -57,6 +57,9 @@ struct CheckpointRequest {
   std::string export_archive;  // container mode: also write a kubelet archive here
   // The caller's deadline: past it, nothing is published and the job runs on.
   absl::Time deadline = absl::InfiniteFuture();
+  // A stop's checkpoint: predicted against the deadline first (the `plan` step); one that will
+  // not fit is not taken when a good checkpoint of the workload exists.
+  bool plan = false;
 };
 
 struct RestoreRequest {
@@ -70,6 +73,10 @@ struct RestoreRequest {
 struct CheckpointResult {
   store::Manifest manifest;
   std::string store_path;
+  // A planned checkpoint that was not taken: why, and the age of `manifest` (the newest good
+  // checkpoint, which the replacement resumes from) when the job ended.
+  std::string not_taken;
+  absl::Duration work_lost;
 };
 
 struct RestoreResult {

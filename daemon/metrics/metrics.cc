@@ -74,6 +74,41 @@ Metrics::Metrics() : registry_(NewRegistry("cryod")) {
                  .Help("Published checkpoints in the store at the last listing")
                  .Register(*registry_)
                  .Add({});
+  plan_ = &prometheus::BuildCounter()
+               .Name("cryo_stop_plan_total")
+               .Help(
+                   "What the plan at a stop decided: checkpoint, or fall back to the newest "
+                   "good checkpoint because one would not fit the grace period")
+               .Register(*registry_);
+  work_lost_ = &prometheus::BuildHistogram()
+                    .Name("cryo_stop_work_lost_seconds")
+                    .Help("Work lost by stops that resumed from an earlier checkpoint (its age)")
+                    .Register(*registry_)
+                    .Add({}, DurationBuckets());
+  periodic_ = &prometheus::BuildCounter()
+                   .Name("cryo_periodic_checkpoints_total")
+                   .Help("Periodic checkpoints started, ended, and skipped by reason")
+                   .Register(*registry_);
+  stall_ = &prometheus::BuildHistogram()
+                .Name("cryo_periodic_stall_seconds")
+                .Help("How long each periodic checkpoint held its job stopped")
+                .Register(*registry_)
+                .Add({}, DurationBuckets());
+  newest_age_ = &prometheus::BuildGauge()
+                     .Name("cryo_newest_checkpoint_age_seconds")
+                     .Help(
+                         "Age of the newest good checkpoint of each workload with periodic "
+                         "checkpoints")
+                     .Register(*registry_);
+  grace_warnings_ = &prometheus::BuildCounter()
+                         .Name("cryo_periodic_grace_warnings_total")
+                         .Help(
+                             "Opted-in containers whose predicted checkpoint takes longer "
+                             "than their pod's terminationGracePeriodSeconds")
+                         .Register(*registry_)
+                         .Add({});
+  for (const char* d : kPlanDecisions) plan_->Add({{"decision", d}});
+  for (const char* r : kPeriodicResults) periodic_->Add({{"result", r}});
   // Every series at 0 from the start (see metrics.h).
   for (const char* op : kOps) {
     op_seconds_->Add({{"op", op}}, DurationBuckets());
@@ -96,6 +131,11 @@ void Metrics::ObserveOperation(const std::string& op, double seconds) {
 
 void Metrics::CountOperation(const std::string& op, const std::string& result) {
   ops_total_->Add({{"op", op}, {"result", result}}).Increment();
+}
+
+void Metrics::ForgetWorkload(const std::string& workload) {
+  auto& g = newest_age_->Add({{"workload", workload}});
+  newest_age_->Remove(&g);
 }
 
 void Metrics::CountFailedStage(const std::string& op, const std::string& stage) {

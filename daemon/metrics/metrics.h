@@ -26,6 +26,17 @@ inline constexpr const char* kCheckpointStages[] = {
     "gpu_restore", "gpu_refill", "checksum", "publish",        "finish",   "export"};
 inline constexpr const char* kRestoreStages[] = {"validate", "verify",      "wait_pids",  "rootfs",
                                                  "restore",  "gpu_restore", "gpu_refill", "done"};
+// What the plan at a stop decided (engine, `plan` step): checkpoint (it fits the time left),
+// fall_back (it would not: no checkpoint, the replacement resumes from the newest good one),
+// no_estimate (nothing measured on this node yet), no_fallback (it would not fit, but there is no
+// earlier checkpoint to resume from: tried anyway).
+inline constexpr const char* kPlanDecisions[] = {"checkpoint", "fall_back", "no_estimate",
+                                                 "no_fallback"};
+// What the periodic schedule did with a due checkpoint: started, or skipped and why (busy: the
+// previous one of the job is still being written; space: the store is short of it; runtime:
+// the runtime could not be asked) and how started ones ended.
+inline constexpr const char* kPeriodicResults[] = {"started", "ok", "failed", "skipped_busy",
+                                                   "skipped_space"};
 inline constexpr const char* kRecoveryActions[] = {
     "completed_resumed", "completed_stopped", "rolled_back", "restore_abandoned", "unknown_step"};
 // "ok" and every canonical status code's name, lower case ("deadline_exceeded").
@@ -53,6 +64,21 @@ class Metrics {
     recovered_->Add({{"action", action}}).Increment();
   }
   void SetCheckpointsStored(double n) { stored_->Set(n); }
+  void CountPlan(const std::string& decision) { plan_->Add({{"decision", decision}}).Increment(); }
+  // The work a stop lost by resuming from an earlier checkpoint (its age), seconds.
+  void ObserveWorkLost(double seconds) { work_lost_->Observe(seconds); }
+  void CountPeriodic(const std::string& result) {
+    periodic_->Add({{"result", result}}).Increment();
+  }
+  // How long a periodic checkpoint held its job stopped (the freeze to the job running again).
+  void ObservePeriodicStall(double seconds) { stall_->Observe(seconds); }
+  // Age of the newest good checkpoint of a workload with periodic checkpoints.
+  void SetNewestAge(const std::string& workload, double seconds) {
+    newest_age_->Add({{"workload", workload}}).Set(seconds);
+  }
+  void ForgetWorkload(const std::string& workload);
+  // Opted-in containers whose predicted checkpoint exceeds their pod's grace period.
+  void CountGraceWarning() { grace_warnings_->Increment(); }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -65,6 +91,12 @@ class Metrics {
   prometheus::Counter* bytes_read_;
   prometheus::Gauge* in_flight_;
   prometheus::Gauge* stored_;
+  prometheus::Family<prometheus::Counter>* plan_;
+  prometheus::Histogram* work_lost_;
+  prometheus::Family<prometheus::Counter>* periodic_;
+  prometheus::Histogram* stall_;
+  prometheus::Family<prometheus::Gauge>* newest_age_;
+  prometheus::Counter* grace_warnings_;
 };
 
 }  // namespace cryo::metrics

@@ -11,6 +11,7 @@ engine::CheckpointRequest FromProto(const v1::CheckpointRequest& r, absl::Time d
   out.checkpoint_id = r.checkpoint_id();
   out.workload = r.workload();
   out.leave_running = r.leave_running();
+  out.plan = r.plan();
   out.shell_job = r.shell_job();
   const v1::CriuOptions& c = r.criu();
   if (c.has_tcp_established()) out.criu.tcp_established = c.tcp_established();
@@ -110,6 +111,10 @@ v1::ListCheckpointsResponse ToListResponse(const std::vector<engine::CheckpointR
 v1::CheckpointInfo ToProto(const engine::CheckpointResult& r) {
   v1::CheckpointInfo i = ToProto(r.manifest, false);
   i.set_store_path(r.store_path);
+  if (!r.not_taken.empty()) {
+    i.set_not_taken(r.not_taken);
+    i.set_work_lost_s(absl::ToInt64Seconds(r.work_lost));
+  }
   return i;
 }
 

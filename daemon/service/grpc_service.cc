@@ -2,9 +2,11 @@
 
 #include <chrono>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/service/convert.h"
 #include "lib/base/grpc_status.h"
+#include "lib/base/log.h"
 
 namespace cryo::service {
 namespace {
@@ -60,6 +62,7 @@ grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::Checkpo
                                  ? absl::StrCat("pid ", req->pid())
                                  : absl::StrCat("container ", req->container_id().substr(0, 13));
   engine::CheckpointRequest r = FromProto(*req, DeadlineOf(ctx));
+  if (r.plan) YieldPeriodic(target, r.deadline);
   engine::Engine* e = engine_;
   return Run(
       ctx, req->operation_id(), "checkpoint", target, req->detach(),
@@ -69,6 +72,21 @@ grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::Checkpo
         return engine::OperationResult(*std::move(res));
       },
       w);
+}
+
+void CryoService::YieldPeriodic(const std::string& target, absl::Time deadline) {
+  // A stop outranks the background: the periodic checkpoint in flight rolls back (the job is
+  // not left stopped by it) or, past its publish, finishes; then the stop's own runs.
+  for (const auto& op : ops_->Running()) {
+    if (op->target() != target || !absl::StartsWith(op->id(), engine::kPeriodicOpPrefix)) continue;
+    op->Cancel("the container is being stopped");
+    uint64_t seen = 0;
+    while (!op->done() && absl::Now() < deadline) {
+      seen = op->WaitForChange(seen, std::min(deadline, absl::Now() + absl::Seconds(1)));
+    }
+    CRYO_LOG(Info) << "periodic checkpoint " << op->id() << " of " << target
+                   << " gave way to its stop: " << op->status();
+  }
 }
 
 grpc::Status CryoService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,

@@ -345,10 +345,16 @@ class LocalStore final : public CheckpointStore {
     std::vector<std::string> deleted;
     if (keep <= 0) return deleted;
     CRYO_ASSIGN_OR_RETURN(auto all, List());
-    int seen = 0;
+    // The newest `keep` good ones stay; a damaged one newer than the last of them stays for
+    // inspection, one older goes with the rest.
+    int good = 0;
     for (const auto& m : all) {
       if (m.workload != workload) continue;
-      if (++seen <= keep || in_use.count(m.id)) continue;
+      if (good < keep) {
+        if (m.damaged.empty()) ++good;
+        continue;
+      }
+      if (in_use.count(m.id)) continue;
       absl::Status s = Delete(m.id);
       if (s.ok()) {
         deleted.push_back(m.id);

@@ -6,11 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -764,6 +766,141 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("checkpointed-exit-code"), std::string::npos)
       << bad.status();
+}
+
+// Periodic checkpoints (docs/operations.md): a pod that asks is checkpointed in the background
+// every period while it runs on, and retention keeps the newest few (3 on these nodes).
+TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKept) {
+  const std::string workload = "periodic-e2e.counter";
+  auto a = RunPod("node-a", "periodic",
+                  {{"cryo.dev/checkpoint-on-stop", "true"},
+                   {"cryo.dev/workload", "periodic-e2e"},
+                   {"cryo.dev/checkpoint-every", "1s"}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::set<std::string> seen;
+  size_t most = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto list = Checkpoints(workload);
+        for (const auto& c : list) {
+          seen.insert(c.checkpoint_id());
+          EXPECT_EQ(c.labels().at("cryo.dev/reason"), "periodic");
+          EXPECT_TRUE(c.leave_running());
+        }
+        most = std::max(most, list.size());
+        return seen.size() >= 5;
+      },
+      absl::Seconds(120)))
+      << "periodic checkpoints seen: " << seen.size() << "; cryod log:\n"
+      << TailOf(world().cryod("node-a").log());
+  // Retention runs right after each publish: at most one more than it keeps, for a moment.
+  EXPECT_LE(most, 4u);
+  ASSERT_TRUE(WaitUntil([&] { return Checkpoints(workload).size() <= 3; }, absl::Seconds(30)));
+  // The job ran on the whole time: one counter, never restarted, nothing skipped.
+  std::vector<int> ticks = Ticks(a->log_path);
+  ASSERT_GT(ticks.size(), 5u);
+  for (size_t i = 0; i < ticks.size(); ++i) ASSERT_EQ(ticks[i], static_cast<int>(i) + 1);
+  auto st = Shim("node-a").ContainerStatus(a->ctr_id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->state(), cri::CONTAINER_RUNNING);
+  // A period that is not one is refused when the container is created.
+  auto bad = RunPod("node-a", "periodic-bad",
+                    {{"cryo.dev/checkpoint-on-stop", "true"},
+                     {"cryo.dev/workload", "periodic-bad"},
+                     {"cryo.dev/checkpoint-every", "twenty"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("checkpoint-every"));
+}
+
+// The plan at a stop: this job's checkpoints take about 4 s on node A (its periodic one was held
+// that long before its publish, as a slow store would), and the stop gives 3 s (2 s to cryod).
+// No doomed checkpoint is taken: the job ends at once with the checkpointed exit code and a
+// termination message naming the work lost, and its replacement on node B resumes from the
+// periodic checkpoint.
+TEST_F(ContainerModeE2e, AStopThatCouldNotCheckpointInTimeResumesFromTheNewestPeriodicOne) {
+  const std::string workload = "plan-e2e.counter";
+  const std::string hooks = world().HookDir("node-a");
+  auto hook = [&](const char* what) { return absl::StrCat(hooks, "/before-publish.", what); };
+  for (const char* f : {"enable", "reached", "release"}) ::unlink(hook(f).c_str());
+  std::ofstream(hook("enable")) << "1";
+  auto a = RunPod("node-a", "plan-1",
+                  {{"cryo.dev/checkpoint-on-stop", "true"},
+                   {"cryo.dev/workload", "plan-e2e"},
+                   {"cryo.dev/checkpoint-every", "4s"}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(
+      WaitUntil([&] { return ::access(hook("reached").c_str(), F_OK) == 0; }, absl::Seconds(60)))
+      << "no periodic checkpoint started; cryod log:\n"
+      << TailOf(world().cryod("node-a").log());
+  absl::SleepFor(absl::Seconds(4));
+  ::unlink(hook("enable").c_str());
+  std::ofstream(hook("release")) << "1";
+  ASSERT_TRUE(WaitUntil([&] { return Checkpoints(workload).size() == 1; }, absl::Seconds(30)));
+  const v1::CheckpointInfo periodic = Checkpoints(workload)[0];
+  EXPECT_EQ(periodic.labels().at("cryo.dev/reason"), "periodic");
+
+  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 3).ok());
+  auto stopped = Shim("node-a").ContainerStatus(a->ctr_id);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->state(), cri::CONTAINER_EXITED);
+  EXPECT_EQ(stopped->exit_code(), 75) << "a stop the replacement resumes from: not a failure";
+  const std::string message = Slurp(a->termination_log);
+  EXPECT_THAT(message, HasSubstr("not checkpointed at this stop"));
+  EXPECT_THAT(message, HasSubstr("s before the stop (that work is lost)"));
+  auto list = Checkpoints(workload);
+  ASSERT_EQ(list.size(), 1u) << "no checkpoint taken at the stop";
+  EXPECT_EQ(list[0].checkpoint_id(), periodic.checkpoint_id());
+  EXPECT_THAT(Slurp(world().cryod("node-a").log()),
+              HasSubstr(absl::StrCat("the replacement resumes from ", periodic.checkpoint_id())));
+  auto log = ReadCriLog(a->log_path);
+  ASSERT_TRUE(log.ok());
+  std::string all;
+  for (const auto& l : *log) all += l.text + "\n";
+  EXPECT_THAT(all, HasSubstr("cryo: not checkpointed at this stop"));
+  const std::vector<int> old_ticks = Ticks(a->log_path);
+  ASSERT_FALSE(old_ticks.empty());
+
+  auto b = RunPod("node-b", "plan-2",
+                  {{"cryo.dev/checkpoint-on-stop", "true"},
+                   {"cryo.dev/workload", "plan-e2e"},
+                   {"cryo.dev/resume", "auto"}});
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto running = Shim("node-b").ContainerStatus(b->ctr_id);
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->annotations().at("cryo.dev/resume-from"), periodic.checkpoint_id());
+  ASSERT_TRUE(WaitTicks(*b, 5));
+  const std::vector<int> new_ticks = Ticks(b->log_path);
+  // From where the periodic checkpoint cut it: past the start, before the stop.
+  EXPECT_GT(new_ticks.front(), 1);
+  EXPECT_LE(new_ticks.front(), old_ticks.back()) << "the work since the periodic one is lost";
+  for (size_t i = 1; i < new_ticks.size(); ++i) EXPECT_EQ(new_ticks[i], new_ticks[i - 1] + 1);
+  ::unlink(hook("release").c_str());
+  ::unlink(hook("reached").c_str());
+}
+
+// A periodic checkpoint that fails (here CRIU refuses the job's deleted 2 MiB file, above the
+// pod's 1 MiB ghost limit) publishes nothing, and the job runs on untouched.
+TEST_F(ContainerModeE2e, APeriodicCheckpointThatFailsPublishesNothingAndTheJobRunsOn) {
+  const std::string workload = "periodic-fails.counter";
+  auto a = RunPod("node-a", "periodic-fails",
+                  {{"cryo.dev/checkpoint-on-stop", "true"},
+                   {"cryo.dev/workload", "periodic-fails"},
+                   {"cryo.dev/criu-ghost-limit", "1Mi"},
+                   {"cryo.dev/checkpoint-every", "1s"}},
+                  {"sh", "-c",
+                   "head -c 2097152 /dev/zero > /tmp/big; exec 4</tmp/big; rm /tmp/big; i=0; "
+                   "while :; do i=$((i+1)); echo \"tick $i\"; sleep 0.1; done"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::string failed = absl::StrCat("periodic checkpoint of ", workload, " failed");
+  ASSERT_TRUE(
+      WaitUntil([&] { return absl::StrContains(Slurp(world().cryod("node-a").log()), failed); },
+                absl::Seconds(60)))
+      << TailOf(world().cryod("node-a").log());
+  EXPECT_TRUE(Checkpoints(workload).empty()) << "a failed checkpoint is never published";
+  const size_t ticks = Ticks(a->log_path).size();
+  ASSERT_TRUE(WaitTicks(*a, ticks + 10)) << "the job runs on";
+  std::vector<int> all = Ticks(a->log_path);
+  for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], static_cast<int>(i) + 1);
 }
 
 // Found on 2026-11-24: after a cryod restart the shim took ~28 s (gRPC's reconnect backoff) to

@@ -133,7 +133,10 @@ absl::Status E2eWorld::RunNodeScript(const std::vector<std::string>& args) {
 
 absl::StatusOr<std::unique_ptr<Cryod>> E2eWorld::StartCryod(const std::string& node) {
   return Cryod::Start(absl::StrCat(dir_, "/", node), store(), node,
-                      {"--runtime-endpoint", absl::StrCat("unix://", NodeSocket(node))},
+                      // Periodic checkpoints looked for often (pods ask for seconds in the
+                      // tests), and the newest three of each workload kept.
+                      {"--runtime-endpoint", absl::StrCat("unix://", NodeSocket(node)),
+                       "--periodic-tick-ms", "200", "--retention-keep", "3"},
                       {"CRYOD_TEST_HOOK_DIR=" + HookDir(node)});
 }
 

@@ -29,6 +29,9 @@ inline constexpr char kCheckpointMinGrace[] = "checkpoint-min-grace-seconds";
 // "true": the job runs the GPU fast-path library (docs/gpu.md), which moves its device memory
 // itself at checkpoint and restore.
 inline constexpr char kGpuFastPath[] = "gpu-fast-path";
+// How often cryod checkpoints the running job in the background ("20m", "1h30m"; "0" or "off":
+// never, whatever the node's default). docs/operations.md, "Periodic checkpoints".
+inline constexpr char kCheckpointEvery[] = "checkpoint-every";
 }  // namespace pod
 
 // Container annotations (set by the shim at CreateContainer).
@@ -44,11 +47,17 @@ inline constexpr char kCheckpointMinGrace[] = "checkpoint-min-grace-seconds";
 inline constexpr char kCheckpointImage[] = "checkpoint-image";
 // "true": the fast-path library is mounted and preloaded into the job.
 inline constexpr char kGpuFastPath[] = "gpu-fast-path";
+// The pod's checkpoint-every, checked and in seconds ("0": never).
+inline constexpr char kCheckpointEvery[] = "checkpoint-every";
 }  // namespace container
 
 // Checkpoint labels cryo adds.
 namespace label {
 inline constexpr char kReason[] = "reason";  // why the checkpoint was taken
+// Values of kReason that cryo sets itself.
+inline constexpr char kReasonStop[] = "stop";                  // a stop (preemption, eviction)
+inline constexpr char kReasonPeriodic[] = "periodic";          // cryod's background schedule
+inline constexpr char kReasonNotice[] = "termination-notice";  // a cloud's notice
 // Stop checkpoints: the grace period the stop gave (seconds), and how it compares with the
 // pod's own terminationGracePeriodSeconds: "pod" (the same), "shortened" (less, above kubelet's
 // 2 s floor), "minimum" (kubelet's 2 s floor: a force delete, a hard eviction) or "unknown".

@@ -37,6 +37,14 @@
  * checkpointed stop from a failure. Sent with si_code SI_QUEUE from outside the container. */
 #define CRYO_INIT_VALUE_CHECKPOINTED 0x43525930 /* "CRY0" */
 
+/* Queued instead when cryod takes no checkpoint at a stop because one would not finish within
+ * the grace period, and ends the job so that its replacement resumes from the newest periodic
+ * checkpoint (docs/operations.md, "The plan at a stop"). The value is this base plus the work
+ * lost: that checkpoint's age in seconds, at most CRYO_INIT_LOST_MAX_S. cryo-init exits with the
+ * checkpointed exit code and its termination message names the work lost. */
+#define CRYO_INIT_VALUE_RESUMES_EARLIER 0x44000000
+#define CRYO_INIT_LOST_MAX_S 0x00FFFFFF
+
 /* The checkpointed exit code (1..124: 125-127 are cryo-init's own and the shell's), set by the
  * shim (flag, or the pod's annotation <prefix>/checkpointed-exit-code); the default is sysexits'
  * EX_TEMPFAIL: try again later. */

@@ -368,7 +368,8 @@ TEST(CryoInitTest, IsStaticallyLinked) {
 }
 
 // cryod's word that it checkpointed the job before ending it.
-constexpr int kCheckpointedWord = 0x43525930;  // CRYO_INIT_VALUE_CHECKPOINTED
+constexpr int kCheckpointedWord = 0x43525930;    // CRYO_INIT_VALUE_CHECKPOINTED
+constexpr int kResumesEarlierWord = 0x44000000;  // CRYO_INIT_VALUE_RESUMES_EARLIER
 
 char StateOf(pid_t pid) {
   for (const auto& [p, info] : Processes()) {
@@ -424,6 +425,22 @@ TEST_F(CheckpointedStopTest, TheWordCountsWhenTheJobsEndIsSeenFirst) {
   ASSERT_TRUE(WaitUntil([&] { return StateOf(job) == 'Z'; }, absl::Seconds(10)));
   ASSERT_EQ(kill(init.pid(), SIGCONT), 0);
   EXPECT_EQ(init.Wait(), 99);
+}
+
+// The plan at a stop took no checkpoint (it would not have fit the grace period): the job ends
+// with the checkpointed exit code, and the message says the replacement resumes from an earlier
+// checkpoint and how much work that loses.
+TEST_F(CheckpointedStopTest, AStopThatResumesFromAnEarlierCheckpointSaysHowMuchWorkIsLost) {
+  std::string log_env = "CRYO_INIT_TERMINATION_LOG=" + term_log_;
+  Init init({"sh", "-c", "echo $$; exec sleep 30"}, {log_env});
+  pid_t job = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(init.ReadLine(), &job));
+  ASSERT_TRUE(WaitUntil([&] { return BlocksSignals(init.pid()); }, absl::Seconds(10)));
+  ASSERT_TRUE(TellInit(init.pid(), kResumesEarlierWord + 754));
+  kill(job, SIGKILL);
+  EXPECT_EQ(init.Wait(), 75);
+  EXPECT_THAT(TerminationMessage(), HasSubstr("not checkpointed at this stop"));
+  EXPECT_THAT(TerminationMessage(), HasSubstr("taken 754 s before the stop"));
 }
 
 TEST_F(CheckpointedStopTest, OtherWordsAreNotTheCheckpointedOne) {

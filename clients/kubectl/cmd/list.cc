@@ -73,9 +73,10 @@ absl::Status List(Ctx& c, const std::vector<std::string>& pos) {
   }
   const bool all = ns.empty();
   const bool wide = c.o.output == Output::kWide;
-  std::vector<std::string> head = {"ID", "WORKLOAD", "POD", "NODE", "SIZE", "AGE"};
+  // REASON tells periodic checkpoints from those taken at a stop (preemption) or on demand.
+  std::vector<std::string> head = {"ID", "WORKLOAD", "POD", "NODE", "SIZE", "AGE", "REASON"};
   if (all) head.insert(head.begin(), "NAMESPACE");
-  if (wide) head.insert(head.end(), {"KIND", "FILES", "REASON", "CREATED"});
+  if (wide) head.insert(head.end(), {"KIND", "FILES", "CREATED"});
   std::vector<std::vector<std::string>> rows = {head};
   const absl::Time now = absl::Now();
   const std::string reason_label = contract::Key(c.o.prefix, contract::label::kReason);
@@ -90,11 +91,12 @@ absl::Status List(Ctx& c, const std::vector<std::string>& pos) {
         Str(ck, "/node_name"),
         human::Bytes(U64(ck.value("size_bytes", json()))),
         t == absl::InfinitePast() ? "?" : human::Age(now - t)};
+    const json labels = ck.value("labels", json::object());
+    const json reason = labels.is_object() ? labels.value(reason_label, json()) : json();
+    row.push_back(reason.is_string() ? reason.get<std::string>() : "-");
     if (all) row.insert(row.begin(), src.namespace_name.empty() ? "-" : src.namespace_name);
     if (wide) {
-      const json labels = ck.value("labels", json::object());
       row.insert(row.end(), {Str(ck, "/kind"), absl::StrCat(U64(ck.value("file_count", json()))),
-                             labels.is_object() ? labels.value(reason_label, "-") : "-",
                              Str(ck, "/created_at")});
     }
     for (auto& cell : row) cell = cell.empty() ? "-" : human::Printable(cell);

@@ -361,7 +361,7 @@ TEST_F(ListTest, MergesNodesSharingAStore) {
   std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 4u) << r;
   EXPECT_THAT(lines[0], StartsWith("ID "));
-  for (const char* col : {"WORKLOAD", "POD", "NODE", "SIZE", "AGE"}) {
+  for (const char* col : {"WORKLOAD", "POD", "NODE", "SIZE", "AGE", "REASON"}) {
     EXPECT_THAT(lines[0], HasSubstr(col));
   }
   EXPECT_THAT(lines[0], Not(HasSubstr("NAMESPACE")));
@@ -459,10 +459,10 @@ TEST_F(ListTest, EveryOutputFormat) {
   std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
   ASSERT_EQ(lines.size(), 4u) << r;
   for (const char* col :
-       {"ID", "WORKLOAD", "POD", "NODE", "SIZE", "AGE", "KIND", "FILES", "REASON", "CREATED"}) {
+       {"ID", "WORKLOAD", "POD", "NODE", "SIZE", "AGE", "REASON", "KIND", "FILES", "CREATED"}) {
     EXPECT_THAT(lines[0], HasSubstr(col));
   }
-  EXPECT_THAT(lines[2], HasSubstr("container   12      kubelet   2026-11-02T10:00:00Z"));
+  EXPECT_THAT(lines[2], HasSubstr("kubelet   container   12      2026-11-02T10:00:00Z"));
   // text, said or not.
   EXPECT_EQ(Plugin({"list", "-n", "ml", "-o", "text"}).out, Plugin({"list", "-n", "ml"}).out);
   // -o=FORMAT, -oFORMAT, --output FORMAT.

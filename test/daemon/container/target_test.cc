@@ -140,6 +140,25 @@ TEST_F(TargetTest, OptedInContainersCarryTheirKeyIdentityAndReason) {
   EXPECT_EQ((*opted)[0].labels.at("cryo.dev/reason"), "termination-notice");
   EXPECT_EQ((*opted)[0].labels.at("io.kubernetes.pod.uid"), "u1");
   EXPECT_EQ((*opted)[0].labels.count("other"), 0u);
+  EXPECT_TRUE((*opted)[0].checkpoint_on_stop);
+  EXPECT_FALSE((*opted)[0].every.has_value()) << "the pod did not ask for periodic checkpoints";
+  // A managed container whose pod set checkpoint-every (the shim wrote it in seconds) has a
+  // period, with or without checkpoint-on-stop.
+  runtime::ContainerInfo periodic = rt_.containers["c0ffee0000000000"];
+  periodic.id = "peri0dic";
+  periodic.annotations.erase("cryo.dev/checkpoint-on-stop");
+  periodic.annotations["cryo.dev/managed"] = "true";
+  periodic.annotations["cryo.dev/checkpoint-every"] = "1200";
+  periodic.annotations["io.kubernetes.pod.terminationGracePeriod"] = "45";
+  rt_.containers[periodic.id] = periodic;
+  opted = OptedInContainers(rt_, "cryo.dev", "periodic");
+  ASSERT_TRUE(opted.ok()) << opted.status();
+  ASSERT_EQ(opted->size(), 2u);
+  const OptedIn& p = (*opted)[0].container_id == "peri0dic" ? (*opted)[0] : (*opted)[1];
+  EXPECT_FALSE(p.checkpoint_on_stop);
+  ASSERT_TRUE(p.every.has_value());
+  EXPECT_EQ(*p.every, absl::Minutes(20));
+  EXPECT_EQ(p.grace_s, 45);
   rt_.list_error = absl::UnavailableError("runtime down");
   EXPECT_EQ(OptedInContainers(rt_, "cryo.dev", "x").status().code(),
             absl::StatusCode::kUnavailable);

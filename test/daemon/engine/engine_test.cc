@@ -255,6 +255,71 @@ TEST_F(EngineTest, CallersDeadlinePassedPublishesNothingAndTheJobRunsOn) {
   EXPECT_TRUE(job.Runs());
 }
 
+// The plan at a stop: a checkpoint this job's recent ones say will not finish before the stop's
+// deadline is not taken when an earlier good checkpoint can stand in. The job ends (as after a
+// checkpoint), nothing is staged, dumped or journaled, and the answer names the checkpoint the
+// replacement resumes from and the work lost.
+TEST_F(EngineTest, AStopsCheckpointThatWouldNotFitIsNotTakenWhenAnEarlierOneCanStandIn) {
+  Child job;
+  criu_.dump_delay = absl::Milliseconds(400);  // this job's checkpoints are slow here
+  auto periodic = Req(job.pid, "w-periodic", /*leave_running=*/true);
+  periodic.workload = "w";
+  ASSERT_TRUE(engine_->Checkpoint(periodic, op_).ok());
+  criu_.dumped = false;
+  auto stop = Req(job.pid, "w-stop");
+  stop.workload = "w";
+  stop.plan = true;
+  stop.deadline = absl::Now() + absl::Milliseconds(150);
+  auto r = engine_->Checkpoint(stop, op_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->manifest.id, "w-periodic");
+  EXPECT_NE(r->not_taken.find("resumes from w-periodic"), std::string::npos) << r->not_taken;
+  EXPECT_GE(r->work_lost, absl::ZeroDuration());
+  EXPECT_FALSE(criu_.dumped) << "no doomed checkpoint";
+  EXPECT_TRUE(WaitUntil([&] { return job.State() == 'Z'; })) << "the stop's job ends";
+  EXPECT_EQ(store_->Get("w-stop").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(StagingEmpty());
+  EXPECT_TRUE(JournalEmpty());
+}
+
+TEST_F(EngineTest, AStopsCheckpointIsTakenWhenItFitsOrNothingCanStandIn) {
+  // Nothing measured yet: taken.
+  Child first;
+  auto stop = Req(first.pid, "v-1");
+  stop.workload = "v";
+  stop.plan = true;
+  stop.deadline = absl::Now() + absl::Seconds(30);
+  auto r = engine_->Checkpoint(stop, op_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->not_taken.empty());
+  EXPECT_TRUE(store_->Get("v-1").ok());
+  // It fits the time left: taken.
+  Child second;
+  stop.pid = second.pid;
+  stop.checkpoint_id = "v-2";
+  stop.deadline = absl::Now() + absl::Seconds(30);
+  r = engine_->Checkpoint(stop, op_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->not_taken.empty());
+  // It would not fit, but workload "u" has no checkpoint to resume from: tried all the same
+  // (it may still make it; ending the job without one would lose it all).
+  criu_.dump_delay = absl::Milliseconds(300);
+  Child slow;
+  auto leave = Req(slow.pid, "v-3", /*leave_running=*/true);
+  leave.workload = "v";
+  ASSERT_TRUE(engine_->Checkpoint(leave, op_).ok());
+  criu_.dump_delay = absl::ZeroDuration();
+  Child other;
+  auto u = Req(other.pid, "u-1");
+  u.workload = "u";
+  u.plan = true;
+  u.deadline = absl::Now() + absl::Milliseconds(150);
+  r = engine_->Checkpoint(u, op_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->not_taken.empty());
+  EXPECT_TRUE(store_->Get("u-1").ok());
+}
+
 TEST_F(EngineTest, GpuLockTimeoutTouchesNothing) {
   Child job;
   gpu_.use_gpu = true;
@@ -527,11 +592,11 @@ TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
 // names. Renaming one is an incompatible change (as a change of the plugin ABI's layout is);
 // adding one is not.
 TEST_F(EngineTest, StepNamesArePinned) {
-  EXPECT_EQ(
-      engine_->CheckpointStepNames(),
-      (std::vector<std::string>{"validate", "stage", "gpu_drain", "gpu_lock", "gpu_checkpoint",
-                                "gpu_save", "dump", "rootfs", "resume_early", "gpu_resume",
-                                "gpu_refill", "manifest", "publish", "finish", "export"}));
+  EXPECT_EQ(engine_->CheckpointStepNames(),
+            (std::vector<std::string>{"validate", "plan", "stage", "gpu_drain", "gpu_lock",
+                                      "gpu_checkpoint", "gpu_save", "dump", "rootfs",
+                                      "resume_early", "gpu_resume", "gpu_refill", "manifest",
+                                      "publish", "finish", "export"}));
   EXPECT_EQ(engine_->RestoreStepNames(),
             (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
                                       "credentials", "wait_pids", "ports", "journal", "rootfs",

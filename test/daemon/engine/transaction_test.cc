@@ -86,6 +86,27 @@ TEST(TransactionTest, NothingIsUndoneAfterTheCommit) {
   EXPECT_THAT(l.events, ElementsAre("journal a", "run a", "run publish", "run after"));
 }
 
+TEST(TransactionTest, AStepThatEndsTheTransactionRunsNothingAfterItAndSucceeds) {
+  Step<Log> plan = Make("plan", false);
+  plan.ends = [](const Log& l) { return l.gpu; };  // "gpu" stands for "decided: nothing to do"
+  Transaction<Log> t({Make("validate", false), plan, Make("stage", true), Make("dump", true)});
+  Log ends;
+  ends.gpu = true;
+  EXPECT_TRUE(t.Run(ends, Recording(ends)).ok());
+  EXPECT_THAT(ends.events, ElementsAre("run validate", "run plan"));
+
+  Log goes_on;
+  EXPECT_TRUE(t.Run(goes_on, Recording(goes_on)).ok());
+  EXPECT_THAT(goes_on.events, ElementsAre("run validate", "run plan", "journal stage", "run stage",
+                                          "journal dump", "run dump"));
+}
+
+TEST(TransactionTest, AStepThatMayEndItComesBeforeAnyUndo) {
+  Step<Log> plan = Make("plan", false);
+  plan.ends = [](const Log&) { return true; };
+  EXPECT_THROW(Transaction<Log>({Make("stage", true), plan}), std::logic_error);
+}
+
 TEST(TransactionTest, ABeforeHookThatRefusesStopsThereAndRollsBack) {
   Transaction<Log> t({Make("a", true), Make("b", true)});
   Log l;

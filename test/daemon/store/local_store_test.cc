@@ -115,6 +115,24 @@ TEST_F(LocalStoreTest, ListNewestFirstDeleteAndRetention) {
   EXPECT_EQ(store_->Get("a2").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Retention keeps the newest K *good* checkpoints: a damaged one does not take a place (a
+// workload with periodic checkpoints must keep K it can resume from).
+TEST_F(LocalStoreTest, RetentionKeepsTheNewestGoodOnesADamagedOneTakesNoPlace) {
+  Publish("p1", "w", "2026-01-01T00:00:01Z");
+  Publish("p2", "w", "2026-01-01T00:00:02Z");
+  Publish("p3", "w", "2026-01-01T00:00:03Z");
+  Publish("p4", "w", "2026-01-01T00:00:04Z");
+  ASSERT_TRUE(store_->MarkDamaged("p4", "images/pages-1.img: checksum mismatch").ok());
+  ASSERT_TRUE(store_->MarkDamaged("p1", "images/pages-1.img: checksum mismatch").ok());
+  auto deleted = store_->ApplyRetention("w", 2, {});
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  // p3 and p2 are the two good ones; p4 (damaged, newer) stays for inspection; p1 goes.
+  EXPECT_EQ(*deleted, std::vector<std::string>{"p1"});
+  EXPECT_TRUE(store_->Get("p2").ok());
+  EXPECT_TRUE(store_->Get("p3").ok());
+  EXPECT_TRUE(store_->Get("p4").ok());
+}
+
 TEST_F(LocalStoreTest, DamagedIsRecordedBesideTheManifest) {
   Publish("c1", "w", "2026-01-01T00:00:00Z");
   EXPECT_EQ(store_->Get("c1")->damaged, "");

@@ -1,0 +1,205 @@
+#include "daemon/periodic/scheduler.h"
+
+#include <cmath>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "lib/base/human.h"
+#include "lib/base/log.h"
+
+namespace cryo::periodic {
+namespace {
+
+// The stages during which a leave-running checkpoint holds its job (CPU frozen, or its GPU
+// memory out of the device): the freeze to the job running again with its memory back.
+constexpr const char* kStallStages[] = {"gpu_drain", "gpu_lock", "gpu_checkpoint", "gpu_save",
+                                        "dump",      "rootfs",   "gpu_restore",    "gpu_refill"};
+
+// Room for a new checkpoint beside the ones kept: its last size and a tenth more.
+uint64_t RoomFor(uint64_t bytes) { return bytes + bytes / 10; }
+
+absl::Time CreatedAt(const store::Manifest& m) {
+  absl::Time t;
+  std::string err;
+  return absl::ParseTime(absl::RFC3339_full, m.created_at, &t, &err) ? t : absl::InfinitePast();
+}
+
+std::string Short(const std::string& id) { return id.substr(0, 13); }
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerDeps deps, absl::Duration node_every, absl::Duration tick)
+    : d_(std::move(deps)), node_every_(node_every), tick_(tick) {}
+
+Scheduler::~Scheduler() { Stop(); }
+
+void Scheduler::Start() {
+  thread_ = std::thread([this] {
+    for (;;) {
+      (void)Tick(absl::Now());
+      absl::MutexLock l(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), tick_)) return;
+    }
+  });
+}
+
+void Scheduler::Stop() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+std::optional<absl::Duration> Scheduler::PeriodOf(const container::OptedIn& c) const {
+  if (c.every) {
+    if (*c.every <= absl::ZeroDuration()) return std::nullopt;  // the pod said "never"
+    return *c.every;
+  }
+  if (c.checkpoint_on_stop && node_every_ > absl::ZeroDuration()) return node_every_;
+  return std::nullopt;
+}
+
+void Scheduler::Collect(const std::string& workload, Job& j, absl::Time now) {
+  if (!j.op || !j.op->done()) return;
+  const absl::Status st = j.op->status();
+  if (st.ok()) {
+    const auto result = j.op->result();
+    if (const auto* r = std::get_if<engine::CheckpointResult>(&result)) {
+      j.newest = CreatedAt(r->manifest);
+      j.bytes = r->manifest.TotalBytes();
+      uint64_t stall_ms = 0;
+      for (const char* s : kStallStages) {
+        auto it = r->manifest.stage_ms.find(s);
+        if (it != r->manifest.stage_ms.end()) stall_ms += it->second;
+      }
+      if (d_.metrics) d_.metrics->ObservePeriodicStall(stall_ms / 1000.0);
+      CRYO_LOG(Info) << "periodic checkpoint " << r->manifest.id << " of " << workload << ": "
+                     << human::Bytes(j.bytes) << ", the job stalled " << stall_ms << " ms";
+    }
+    if (d_.metrics) d_.metrics->CountPeriodic("ok");
+  } else {
+    // The job ran on (a failed checkpoint rolls back) and nothing was published.
+    CRYO_LOG(Warning) << "periodic checkpoint of " << workload << " failed: " << st
+                      << "; the job runs on, the next one is due after its period";
+    if (d_.metrics) d_.metrics->CountPeriodic("failed");
+  }
+  j.op.reset();
+  j.busy_reported = false;
+  j.last_end = now;
+}
+
+void Scheduler::WarnAboutGrace(const container::OptedIn& c, const Job& j, absl::Duration every) {
+  if (c.grace_s < 0 || j.bytes == 0 || warned_.count(c.container_id) || !d_.predict) return;
+  auto predicted = d_.predict(c.workload, j.bytes);
+  if (!predicted || *predicted <= absl::Seconds(c.grace_s)) return;
+  warned_.insert(c.container_id);
+  if (d_.metrics) d_.metrics->CountGraceWarning();
+  // The stop keeps a second for itself (the shim's margin).
+  const int64_t need = static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(*predicted))) + 2;
+  CRYO_LOG(Warning) << "container " << Short(c.container_id) << " (" << c.workload
+                    << "): a checkpoint at its stop would take about "
+                    << absl::FormatDuration(absl::Trunc(*predicted, absl::Milliseconds(100)))
+                    << " (" << human::Bytes(j.bytes)
+                    << " at this node's pace), more than its pod's terminationGracePeriodSeconds"
+                    << " of " << c.grace_s << " s: a stop will resume it from its newest "
+                    << "periodic checkpoint, losing up to " << absl::FormatDuration(every)
+                    << " of work. Set terminationGracePeriodSeconds to at least " << need
+                    << " to checkpoint at the stop, or a shorter checkpoint-every to lose less";
+}
+
+std::vector<Decision> Scheduler::Tick(absl::Time now) {
+  absl::MutexLock pass(&pass_mu_);
+  std::vector<Decision> out;
+  auto containers = d_.containers();
+  if (!containers.ok()) {
+    CRYO_LOG(Warning) << "periodic checkpoints: " << containers.status();
+    return out;
+  }
+  std::set<std::string> seen;
+  for (const container::OptedIn& c : *containers) {
+    const std::optional<absl::Duration> every = PeriodOf(c);
+    if (!every || c.workload.empty()) continue;
+    seen.insert(c.workload);
+    auto [it, first] = jobs_.try_emplace(c.workload);
+    Job& j = it->second;
+    if (first) {
+      // The store remembers across cryod's restarts (and other nodes' checkpoints of the job).
+      if (auto m = d_.newest_good(c.workload)) {
+        j.newest = CreatedAt(*m);
+        j.bytes = m->TotalBytes();
+      }
+    }
+    Collect(c.workload, j, now);
+    if (d_.metrics && j.newest != absl::InfinitePast()) {
+      d_.metrics->SetNewestAge(c.workload, absl::ToDoubleSeconds(now - j.newest));
+    }
+    WarnAboutGrace(c, j, *every);
+    const absl::Time since = std::max({j.newest, j.last_end, c.created});
+    Decision d{c.workload, "not_due", ""};
+    if (since != absl::InfinitePast() && now - since < *every) {
+      out.push_back(d);
+      continue;
+    }
+    if (j.op) {
+      d.action = "skipped_busy";
+      d.why = absl::StrCat("the previous periodic checkpoint (operation ", j.op->id(),
+                           ") is still being written");
+      if (!j.busy_reported) {
+        j.busy_reported = true;
+        CRYO_LOG(Warning) << "periodic checkpoint of " << c.workload << " skipped: " << d.why;
+        if (d_.metrics) d_.metrics->CountPeriodic("skipped_busy");
+      }
+      out.push_back(d);
+      continue;
+    }
+    if (j.bytes > 0) {
+      auto free = d_.store_free_bytes();
+      if (free.ok() && *free < RoomFor(j.bytes)) {
+        d.action = "skipped_space";
+        d.why = absl::StrCat("the store has ", human::Bytes(*free), " free and the last one took ",
+                             human::Bytes(j.bytes));
+        if (!j.space_reported) {
+          j.space_reported = true;
+          CRYO_LOG(Warning) << "periodic checkpoint of " << c.workload << " skipped: " << d.why;
+          if (d_.metrics) d_.metrics->CountPeriodic("skipped_space");
+        }
+        out.push_back(d);
+        continue;
+      }
+    }
+    j.space_reported = false;
+    auto op = d_.start(c);
+    if (!op.ok()) {
+      // Another operation holds the job (a stop's checkpoint, a manual one): try after a period.
+      d.action = "failed";
+      d.why = std::string(op.status().message());
+      j.last_end = now;
+      CRYO_LOG(Warning) << "periodic checkpoint of " << c.workload
+                        << " not started: " << op.status();
+      if (d_.metrics) d_.metrics->CountPeriodic("failed");
+      out.push_back(d);
+      continue;
+    }
+    j.op = *op;
+    d.action = "started";
+    d.why = (*op)->id();
+    CRYO_LOG(Info) << "periodic checkpoint of " << c.workload << " (container "
+                   << Short(c.container_id) << ") started: operation " << (*op)->id();
+    if (d_.metrics) d_.metrics->CountPeriodic("started");
+    out.push_back(d);
+  }
+  // Jobs that ended (or left the node): forget them once nothing of theirs runs.
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    if (seen.count(it->first) || (it->second.op && !it->second.op->done())) {
+      ++it;
+      continue;
+    }
+    if (d_.metrics) d_.metrics->ForgetWorkload(it->first);
+    it = jobs_.erase(it);
+  }
+  return out;
+}
+
+}  // namespace cryo::periodic

@@ -1,0 +1,105 @@
+#pragma once
+
+// Periodic checkpoints: cryod checkpoints opted-in containers in the background, leave-running,
+// so that a job larger than its grace period can still be resumed after a preemption from a
+// recent state (docs/operations.md, "Periodic checkpoints"). One thread looks every tick at the
+// managed containers:
+//   - a container whose period (its pod's checkpoint-every, else the node's periodic_every_s for
+//     checkpoint-on-stop ones) has passed since the latest of: its workload's newest good
+//     checkpoint, the end of its last periodic attempt, its creation, is due (so the job runs a
+//     whole period between the end of one checkpoint and the start of the next);
+//   - a due one is checkpointed unless its previous periodic checkpoint is still being written
+//     (never two of one job at once) or the store has less free space than its last checkpoint
+//     took; a skip is logged and counted with its reason;
+//   - once per container, when its predicted checkpoint (its size at this node's pace) exceeds
+//     its pod's terminationGracePeriodSeconds, a warning says what to set.
+// Retention (retention_keep) then keeps the newest good checkpoints of each workload, periodic
+// or not, after each checkpoint. Everything outside is a function, so the schedule is tested
+// with fakes and a clock of the test's own.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/container/container_checkpoint.h"
+#include "daemon/engine/operation.h"
+#include "daemon/metrics/metrics.h"
+#include "daemon/store/manifest.h"
+
+namespace cryo::periodic {
+
+struct SchedulerDeps {
+  // The managed containers running now (container::OptedInContainers).
+  std::function<absl::StatusOr<std::vector<container::OptedIn>>()> containers;
+  // The workload's newest checkpoint that no restore found damaged.
+  std::function<std::optional<store::Manifest>(const std::string& workload)> newest_good;
+  std::function<absl::StatusOr<uint64_t>()> store_free_bytes;
+  // The time a checkpoint of this many bytes of the workload takes on this node (nullopt:
+  // nothing measured).
+  std::function<std::optional<absl::Duration>(const std::string& workload, uint64_t bytes)> predict;
+  // Starts a leave-running checkpoint of the container as an operation of its own.
+  std::function<absl::StatusOr<std::shared_ptr<engine::Operation>>(const container::OptedIn&)>
+      start;
+  metrics::Metrics* metrics = nullptr;  // may be null
+};
+
+// What one pass did with one workload (the tests read it; the log says the same).
+struct Decision {
+  std::string workload;
+  // "started", "skipped_busy", "skipped_space", "not_due", "failed" (the start was refused).
+  std::string action;
+  std::string why;
+};
+
+class Scheduler {
+ public:
+  // `node_every`: the period of checkpoint-on-stop containers whose pod does not say (zero:
+  // none).
+  Scheduler(SchedulerDeps deps, absl::Duration node_every, absl::Duration tick);
+  ~Scheduler();  // Stop()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void Start();
+  // Prompt; waits for a pass that is running. The operations it started run on (the runner
+  // owns them).
+  void Stop();
+
+  // One pass at `now`. The thread calls it every tick; tests call it directly.
+  std::vector<Decision> Tick(absl::Time now);
+
+ private:
+  struct Job {
+    std::shared_ptr<engine::Operation> op;       // the periodic checkpoint in flight
+    bool busy_reported = false;                  // its overrun was logged once
+    absl::Time newest = absl::InfinitePast();    // the newest good checkpoint was taken
+    uint64_t bytes = 0;                          // ... and its size (0: none yet)
+    absl::Time last_end = absl::InfinitePast();  // the last attempt ended
+    bool space_reported = false;
+  };
+  // Whether `c` is due at `now`, and the period that applies (nullopt: no period).
+  std::optional<absl::Duration> PeriodOf(const container::OptedIn& c) const;
+  void Collect(const std::string& workload, Job& j, absl::Time now);
+  void WarnAboutGrace(const container::OptedIn& c, const Job& j, absl::Duration every);
+
+  SchedulerDeps d_;
+  const absl::Duration node_every_;
+  const absl::Duration tick_;
+  absl::Mutex pass_mu_;                                        // one pass at a time
+  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(pass_mu_);  // by workload
+  std::set<std::string> warned_ ABSL_GUARDED_BY(pass_mu_);     // container ids
+  absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace cryo::periodic

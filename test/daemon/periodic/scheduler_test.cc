@@ -1,0 +1,219 @@
+// The periodic schedule on its own (daemon/periodic/scheduler.h), over fake containers, store
+// and operations and a clock of the test's own: when a checkpoint is due, the skips and their
+// reasons, the node default, the grace warning, and what a failed one leaves.
+#include "daemon/periodic/scheduler.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "prometheus/text_serializer.h"
+
+namespace cryo::periodic {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1'800'000'000);
+
+std::string Rfc3339(absl::Time t) {
+  return absl::FormatTime(absl::RFC3339_sec, t, absl::UTCTimeZone());
+}
+
+store::Manifest Checkpoint(const std::string& id, const std::string& workload, absl::Time at,
+                           uint64_t bytes) {
+  store::Manifest m;
+  m.id = id;
+  m.workload = workload;
+  m.created_at = Rfc3339(at);
+  store::ManifestFile f;
+  f.path = "images/pages-1.img";
+  f.size = bytes;
+  m.files.push_back(f);
+  m.stage_ms = {{"validate", 5}, {"dump", 700}, {"rootfs", 50}, {"publish", 300}};
+  return m;
+}
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  container::OptedIn Container(const std::string& id, const std::string& workload,
+                               std::optional<absl::Duration> every, bool on_stop = true) {
+    container::OptedIn c;
+    c.container_id = id;
+    c.workload = workload;
+    c.checkpoint_on_stop = on_stop;
+    c.every = every;
+    c.created = kT0;
+    return c;
+  }
+
+  std::unique_ptr<Scheduler> Make(absl::Duration node_every = absl::ZeroDuration()) {
+    SchedulerDeps d;
+    d.containers = [this]() -> absl::StatusOr<std::vector<container::OptedIn>> {
+      return containers_;
+    };
+    d.newest_good = [this](const std::string& w) -> std::optional<store::Manifest> {
+      auto it = newest_.find(w);
+      if (it == newest_.end()) return std::nullopt;
+      return it->second;
+    };
+    d.store_free_bytes = [this]() -> absl::StatusOr<uint64_t> { return free_; };
+    d.predict = [this](const std::string&, uint64_t bytes) -> std::optional<absl::Duration> {
+      if (bytes_per_s_ == 0) return std::nullopt;
+      return absl::Seconds(static_cast<double>(bytes) / bytes_per_s_);
+    };
+    d.start =
+        [this](const container::OptedIn& c) -> absl::StatusOr<std::shared_ptr<engine::Operation>> {
+      if (!refuse_.ok()) return refuse_;
+      auto op = std::make_shared<engine::Operation>(absl::StrCat("periodic-", ops_.size()),
+                                                    "checkpoint", c.container_id);
+      ops_.push_back(op);
+      return op;
+    };
+    d.metrics = &metrics_;
+    return std::make_unique<Scheduler>(std::move(d), node_every, absl::Seconds(10));
+  }
+
+  static std::vector<std::string> Actions(const std::vector<Decision>& ds) {
+    std::vector<std::string> out;
+    for (const auto& d : ds) out.push_back(d.workload + " " + d.action);
+    return out;
+  }
+
+  std::string Metric(const std::string& series) {
+    const std::string text = prometheus::TextSerializer().Serialize(metrics_.registry()->Collect());
+    for (absl::string_view line : absl::StrSplit(text, '\n')) {
+      if (absl::StartsWith(line, series + " ")) return std::string(line.substr(series.size() + 1));
+    }
+    return "";
+  }
+
+  std::vector<container::OptedIn> containers_;
+  std::map<std::string, store::Manifest> newest_;
+  uint64_t free_ = 1ull << 40;
+  double bytes_per_s_ = 0;
+  absl::Status refuse_;
+  std::vector<std::shared_ptr<engine::Operation>> ops_;
+  metrics::Metrics metrics_;
+};
+
+using ::testing::ElementsAre;
+
+TEST_F(SchedulerTest, ADueJobIsCheckpointedNeverTwiceAtOnceAndAgainAPeriodAfterTheLastEnded) {
+  containers_ = {Container("c1", "w", absl::Minutes(20))};
+  auto s = Make();
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(10))), ElementsAre("w not_due"));
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(20))), ElementsAre("w started"));
+  ASSERT_EQ(ops_.size(), 1u);
+  // Still being written a period later: skipped, counted once however often it is seen.
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(41))), ElementsAre("w skipped_busy"));
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(42))), ElementsAre("w skipped_busy"));
+  EXPECT_EQ(Metric("cryo_periodic_checkpoints_total{result=\"skipped_busy\"}"), "1");
+  EXPECT_EQ(ops_.size(), 1u) << "never two checkpoints of one job at once";
+
+  // It ends (seen at 43m): the job gets a whole period to itself before the next one.
+  engine::CheckpointResult r;
+  r.manifest = Checkpoint("w-1", "w", kT0 + absl::Minutes(20), 8 << 20);
+  ops_[0]->Finish(absl::OkStatus(), r);
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(43))), ElementsAre("w not_due"));
+  EXPECT_EQ(Metric("cryo_periodic_checkpoints_total{result=\"ok\"}"), "1");
+  // The job stalled for its dump and writable layer (750 ms), not for the publish.
+  EXPECT_EQ(Metric("cryo_periodic_stall_seconds_sum"), "0.75");
+  EXPECT_EQ(Metric("cryo_newest_checkpoint_age_seconds{workload=\"w\"}"), "1380");
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(62))), ElementsAre("w not_due"));
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(63))), ElementsAre("w started"));
+  EXPECT_EQ(Metric("cryo_periodic_checkpoints_total{result=\"started\"}"), "2");
+}
+
+TEST_F(SchedulerTest, AFailedOneLeavesNothingAndTheNextComesAPeriodLater) {
+  containers_ = {Container("c1", "w", absl::Minutes(5))};
+  auto s = Make();
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(5))), ElementsAre("w started"));
+  ops_[0]->Finish(absl::ResourceExhaustedError("checkpoint store is full"), {});
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(6))), ElementsAre("w not_due"));
+  EXPECT_EQ(Metric("cryo_periodic_checkpoints_total{result=\"failed\"}"), "1");
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(11))), ElementsAre("w started"));
+}
+
+TEST_F(SchedulerTest, TheStoreRemembersTheNewestAcrossARestart) {
+  containers_ = {Container("c1", "w", absl::Minutes(20))};
+  newest_["w"] = Checkpoint("w-9", "w", kT0 + absl::Hours(2), 1 << 20);
+  auto s = Make();
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Hours(2) + absl::Minutes(19))), ElementsAre("w not_due"));
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Hours(2) + absl::Minutes(20))), ElementsAre("w started"));
+}
+
+TEST_F(SchedulerTest, AStoreShortOfSpaceSkipsWithTheReason) {
+  containers_ = {Container("c1", "w", absl::Minutes(1))};
+  newest_["w"] = Checkpoint("w-1", "w", kT0, 10ull << 30);
+  free_ = 10ull << 30;  // the size of the last one, without the tenth more
+  auto s = Make();
+  auto d = s->Tick(kT0 + absl::Minutes(2));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].action, "skipped_space");
+  EXPECT_THAT(d[0].why, ::testing::HasSubstr("10 GiB free"));
+  EXPECT_TRUE(ops_.empty());
+  EXPECT_EQ(Metric("cryo_periodic_checkpoints_total{result=\"skipped_space\"}"), "1");
+  free_ = 20ull << 30;
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(3))), ElementsAre("w started"));
+}
+
+TEST_F(SchedulerTest, TheNodeDefaultAppliesToCheckpointOnStopJobsAndOffOverridesIt) {
+  containers_ = {Container("c1", "default", std::nullopt),
+                 Container("c2", "off", absl::ZeroDuration()),
+                 Container("c3", "not-on-stop", std::nullopt, /*on_stop=*/false),
+                 Container("c4", "own", absl::Minutes(30), /*on_stop=*/false)};
+  auto s = Make(absl::Minutes(10));
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(10))),
+              ElementsAre("default started", "own not_due"));
+  auto none = Make(absl::ZeroDuration());
+  EXPECT_THAT(Actions(none->Tick(kT0 + absl::Minutes(30))), ElementsAre("own started"));
+}
+
+TEST_F(SchedulerTest, AJobWhoseCheckpointOutlastsItsGracePeriodIsWarnedAboutOnce) {
+  auto c = Container("c1", "w", absl::Minutes(20));
+  c.grace_s = 30;
+  containers_ = {c};
+  newest_["w"] = Checkpoint("w-1", "w", kT0, 60ull << 30);
+  bytes_per_s_ = 1.0 * (1ull << 30);  // 60 s for its 60 GiB
+  auto s = Make();
+  s->Tick(kT0 + absl::Minutes(1));
+  s->Tick(kT0 + absl::Minutes(2));
+  EXPECT_EQ(Metric("cryo_periodic_grace_warnings_total"), "1");
+  // Enough grace: no warning.
+  containers_[0].container_id = "c2";
+  containers_[0].grace_s = 90;
+  s->Tick(kT0 + absl::Minutes(3));
+  EXPECT_EQ(Metric("cryo_periodic_grace_warnings_total"), "1");
+}
+
+TEST_F(SchedulerTest, AStartThatIsRefusedIsTriedAgainAPeriodLater) {
+  containers_ = {Container("c1", "w", absl::Minutes(5))};
+  refuse_ = absl::AbortedError("pid 42 is already being checkpointed");
+  auto s = Make();
+  auto d = s->Tick(kT0 + absl::Minutes(5));
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].action, "failed");
+  EXPECT_THAT(d[0].why, ::testing::HasSubstr("already being checkpointed"));
+  refuse_ = absl::OkStatus();
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(6))), ElementsAre("w not_due"));
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(10))), ElementsAre("w started"));
+}
+
+TEST_F(SchedulerTest, AJobThatLeftTheNodeIsForgotten) {
+  containers_ = {Container("c1", "w", absl::Minutes(5))};
+  newest_["w"] = Checkpoint("w-1", "w", kT0, 1 << 20);
+  auto s = Make();
+  s->Tick(kT0 + absl::Minutes(1));
+  EXPECT_EQ(Metric("cryo_newest_checkpoint_age_seconds{workload=\"w\"}"), "60");
+  containers_.clear();
+  s->Tick(kT0 + absl::Minutes(2));
+  EXPECT_EQ(Metric("cryo_newest_checkpoint_age_seconds{workload=\"w\"}"), "");
+}
+
+}  // namespace
+}  // namespace cryo::periodic
