@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/gpu/gpu_process.h"
+#include "daemon/records/gpu_process.h"
 #include "lib/base/file_digest.h"
 #include "lib/base/proc.h"
 #include "lib/contract/gpu_fastpath_messages.h"

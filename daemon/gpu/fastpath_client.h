@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/gpu/fastpath.h"
-#include "daemon/gpu/gpu_process.h"
+#include "daemon/records/gpu_process.h"
 #include "lib/base/fd.h"  // CloseAll, for the descriptors OpenFastpathFiles gives
 #include "lib/base/file_digest.h"
 #include "lib/base/proc.h"

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/gpu/gpu_process.h"
+#include "daemon/records/gpu_process.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::journal {

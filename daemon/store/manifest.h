@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "daemon/criu/credentials.h"
 #include "daemon/criu/options.h"
-#include "daemon/gpu/gpu_process.h"
+#include "daemon/records/gpu_process.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::store {

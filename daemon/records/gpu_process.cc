@@ -1,4 +1,4 @@
-#include "daemon/gpu/gpu_process.h"
+#include "daemon/records/gpu_process.h"
 
 #include "absl/strings/str_cat.h"
 #include "lib/base/json.h"
