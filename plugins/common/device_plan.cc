@@ -12,6 +12,29 @@
 
 namespace cryo::gpu {
 
+std::vector<CheckpointedGpu> CheckpointedGpus(const nlohmann::json& section) {
+  std::vector<CheckpointedGpu> out;
+  if (!section.is_object()) return out;
+  auto it = section.find("devices");
+  if (it == section.end() || !it->is_array()) return out;
+  auto str = [](const nlohmann::json& d, const char* k) {
+    auto f = d.find(k);
+    return f != d.end() && f->is_string() ? f->get<std::string>() : std::string();
+  };
+  for (const auto& d : *it) {
+    if (!d.is_object()) continue;
+    CheckpointedGpu c;
+    c.uuid = str(d, "uuid");
+    c.name = str(d, "name");
+    c.chip = str(d, "chip");
+    if (auto m = d.find("memory_used_bytes"); m != d.end() && m->is_number_unsigned()) {
+      c.need_bytes = m->get<uint64_t>();
+    }
+    if (!c.uuid.empty()) out.push_back(std::move(c));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<std::string>> ResolveVisibleDevices(
     absl::string_view value, const std::vector<std::string>& base) {
   absl::string_view v = absl::StripAsciiWhitespace(value);

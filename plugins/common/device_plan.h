@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace cryo::gpu {
 
@@ -33,6 +34,11 @@ struct NodeGpu {
   std::string chip;
   std::optional<uint64_t> free_bytes;
 };
+
+// The GPUs a checkpoint's plugin section lists under "devices" (both vendors write them the
+// same way: uuid, name, chip, memory_used_bytes); entries without a uuid, or of the wrong type,
+// are passed over. Never throws.
+std::vector<CheckpointedGpu> CheckpointedGpus(const nlohmann::json& section);
 
 // Resolves a *_VISIBLE_DEVICES value against `base` (the GPUs it is relative to, in order):
 // entries are indexes into base or UUIDs (unique prefixes allowed); "all" is all of base; ""

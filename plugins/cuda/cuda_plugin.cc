@@ -720,17 +720,7 @@ absl::StatusOr<nlohmann::json> CudaPlugin::Describe(const nlohmann::json& procs)
 absl::StatusOr<nlohmann::json> CudaPlugin::CheckCompatible(const nlohmann::json& section,
                                                            const nlohmann::json& request) {
   if (absl::Status s = Available(); !s.ok()) return s;
-  std::vector<CheckpointedGpu> ckpt;
-  if (section.is_object() && section.contains("devices") && section["devices"].is_array()) {
-    for (const auto& d : section["devices"]) {
-      CheckpointedGpu c;
-      c.uuid = d.value("uuid", "");
-      c.name = d.value("name", "");
-      c.chip = d.value("chip", "");
-      if (d.contains("memory_used_bytes")) c.need_bytes = d["memory_used_bytes"].get<uint64_t>();
-      if (!c.uuid.empty()) ckpt.push_back(std::move(c));
-    }
-  }
+  const std::vector<CheckpointedGpu> ckpt = CheckpointedGpus(section);
   std::vector<NodeGpu> node;
   for (Device& d : devices_) node.push_back({d.uuid, d.name, d.chip, FreeBytes(d)});
   std::optional<std::vector<std::string>> allowed;

@@ -217,15 +217,7 @@ absl::StatusOr<nlohmann::json> RocmPlugin::Describe(const nlohmann::json& procs)
 absl::StatusOr<nlohmann::json> RocmPlugin::CheckCompatible(const nlohmann::json& section,
                                                            const nlohmann::json& request) {
   if (std::string why = Unavailable(); !why.empty()) return absl::FailedPreconditionError(why);
-  std::vector<CheckpointedGpu> ckpt;
-  for (const auto& d : section.value("devices", nlohmann::json::array())) {
-    CheckpointedGpu c;
-    c.uuid = d.value("uuid", "");
-    c.name = d.value("name", "");
-    c.chip = d.value("chip", "");
-    if (d.contains("memory_used_bytes")) c.need_bytes = d["memory_used_bytes"].get<uint64_t>();
-    if (!c.uuid.empty()) ckpt.push_back(std::move(c));
-  }
+  const std::vector<CheckpointedGpu> ckpt = CheckpointedGpus(section);
   std::vector<NodeGpu> node;
   std::vector<std::string> base;
   for (const Gpu& g : Gpus()) {

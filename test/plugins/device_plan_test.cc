@@ -26,6 +26,25 @@ std::vector<NodeGpu> Node() {
           {"GPU-n2", "A100", "sm_80", 80}};
 }
 
+// Both plugins read the GPUs of a checkpoint's section with this one function.
+TEST(CheckpointedGpusTest, ReadsTheDevicesAndPassesOverWhatIsNotOne) {
+  auto section = nlohmann::json::parse(R"({"devices": [
+      {"uuid": "GPU-a", "name": "H100", "chip": "sm_90", "memory_used_bytes": 1024},
+      {"uuid": "GPU-b", "name": "H100", "chip": "sm_90"},
+      {"name": "no uuid"}, {"uuid": 7}, "not an object",
+      {"uuid": "GPU-c", "memory_used_bytes": "lots"}]})");
+  auto gpus = CheckpointedGpus(section);
+  ASSERT_EQ(gpus.size(), 3u);
+  EXPECT_EQ(gpus[0].uuid, "GPU-a");
+  EXPECT_EQ(gpus[0].chip, "sm_90");
+  EXPECT_EQ(gpus[0].need_bytes, 1024u);
+  EXPECT_FALSE(gpus[1].need_bytes.has_value()) << "unknown, not zero";
+  EXPECT_EQ(gpus[2].uuid, "GPU-c");
+  EXPECT_FALSE(gpus[2].need_bytes.has_value());
+  EXPECT_TRUE(CheckpointedGpus(nlohmann::json::array()).empty());
+  EXPECT_TRUE(CheckpointedGpus(nlohmann::json{{"devices", "none"}}).empty());
+}
+
 TEST(PlanDeviceMapTest, SameGpusWhenAllPresent) {
   auto m = PlanDeviceMap({{"GPU-n1", "H100", "sm_90", 10}}, Node(), std::nullopt, {});
   ASSERT_TRUE(m.ok()) << m.status();
