@@ -142,7 +142,7 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
     // irreversible happens.
     if (name == "stage") return absl::OkStatus();  // written by the step itself
     journaled = true;
-    return d_.journal->Put(s.je);
+    return JournalBefore(s.je);
   };
   hooks.on_rolled_back = [&] {
     if (!s.je.staging_dir.empty() || journaled) {
@@ -260,7 +260,7 @@ absl::Status Engine::StageCheckpoint(CheckpointState& s) {
   s.op_dir = OpDir(s.op->id());
   CRYO_RETURN_IF_ERROR(fs::MakeDirs(s.op_dir, 0700));
   // The journal's first record: from here on a crash is undone at the next start.
-  return d_.journal->Put(s.je);
+  return JournalBefore(s.je);
 }
 
 void Engine::UndoStage(CheckpointState& s) {
@@ -273,7 +273,7 @@ void Engine::UndoStage(CheckpointState& s) {
 
 absl::Status Engine::LockGpus(CheckpointState& s) {
   s.je.gpu = s.gpu;
-  CRYO_RETURN_IF_ERROR(d_.journal->Put(s.je));
+  CRYO_RETURN_IF_ERROR(JournalBefore(s.je));
   const absl::Duration timeout = s.req.gpu_lock_timeout > absl::ZeroDuration()
                                      ? s.req.gpu_lock_timeout
                                      : cfg_.gpu_lock_timeout;
@@ -316,7 +316,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
       s.je.criu_pid = criu_pid;
       auto info = d_.proc->Read(criu_pid);
       s.je.criu_start_time = info.ok() ? info->start_time : 0;
-      if (absl::Status js = d_.journal->Put(s.je); !js.ok()) CRYO_LOG(Error) << "journal: " << js;
+      JournalAfter(s.je);  // CRIU runs: recovery waits for it
     });
   }
   auto digests = hasher.Finish();
@@ -351,7 +351,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
   }
   s.je.state = journal::OpState::kDumped;
   s.je.criu_pid = 0;
-  CRYO_RETURN_IF_ERROR(d_.journal->Put(s.je));
+  CRYO_RETURN_IF_ERROR(JournalBefore(s.je));  // before the publish
   if (!digests.ok()) return Annotate(digests.status(), "checksumming images");
   s.digests = *std::move(digests);
   hooks_.At("after-dump");
@@ -442,7 +442,7 @@ absl::Status Engine::Publish(CheckpointState& s) {
       Annotate(s.staged->Publish(s.manifest), absl::StrCat("publishing checkpoint ", s.id)));
   hooks_.At("after-publish");
   s.je.state = journal::OpState::kPublished;
-  (void)d_.journal->Put(s.je);
+  JournalAfter(s.je);
   s.published_path = fs::Join(fs::Join(d_.store->location(), "checkpoints"), s.id);
   if (d_.metrics) d_.metrics->AddBytesWritten(s.manifest.TotalBytes());
   return absl::OkStatus();

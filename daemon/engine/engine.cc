@@ -209,6 +209,17 @@ absl::Status Engine::Recover() {
   return absl::OkStatus();
 }
 
+absl::Status Engine::JournalBefore(const journal::Entry& e) {
+  return Annotate(d_.journal->Put(e), "recording the operation in the journal");
+}
+
+void Engine::JournalAfter(const journal::Entry& e) {
+  if (absl::Status st = d_.journal->Put(e); !st.ok()) {
+    CRYO_LOG(Error) << "journal: recording " << journal::Name(e.kind) << " " << e.op_id
+                    << " (done, not undone): " << st;
+  }
+}
+
 void Engine::SeedPace() {
   // The pace survives a restart in the store: this node's newest checkpoints, oldest first so
   // the newest stay. Their stages' sum stands for the whole time (a little less: the wait

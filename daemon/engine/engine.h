@@ -211,6 +211,12 @@ class Engine {
   absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs, criu::JobOptions* job,
                                  std::vector<std::string>* args, std::vector<std::string>* env);
   std::string OpDir(const std::string& op_id) const;
+  // The one policy of journal writes (transaction.h): a write that comes before an irreversible
+  // act must succeed, or the step fails before the act (an undo nobody could replay after a
+  // crash must not be needed); a write that records what was already done is logged when it
+  // fails, since failing the step would not undo the act.
+  absl::Status JournalBefore(const journal::Entry& e);
+  void JournalAfter(const journal::Entry& e);
 
   // Brings the memory of drained fast-path processes back, from wherever it is: their own
   // memory, or the files under `dir`. Best effort (rollback, recovery).

@@ -60,7 +60,7 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   for (auto& f : s.fast) f.files = writers;
   // Recorded before anything moves: a crash from here on is undone by refilling.
   s.je.fastpath = s.fast;
-  CRYO_RETURN_IF_ERROR(d_.journal->Put(s.je));
+  CRYO_RETURN_IF_ERROR(JournalBefore(s.je));
   s.drains.resize(s.fast.size());
   s.fast_fds.resize(s.fast.size());
   gpu::FastpathDrainOptions opt;
@@ -87,7 +87,7 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
     return absl::OkStatus();
   }));
   s.je.fastpath = s.fast;
-  (void)d_.journal->Put(s.je);
+  JournalAfter(s.je);
   if (!st.ok()) return Annotate(st, "GPU fast path");
   uint64_t moved = 0;
   for (const auto& f : s.fast) moved += f.bytes;

@@ -88,7 +88,7 @@ absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operati
   auto hooks = StepHooks<RestoreState>(cfg_.fault, op, clock, "restore", deadline, "");
   hooks.on_begin = [&](const std::string& name) -> absl::Status {
     s.je.steps.push_back(name);
-    return s.journaled ? d_.journal->Put(s.je) : absl::OkStatus();
+    return s.journaled ? JournalBefore(s.je) : absl::OkStatus();
   };
   hooks.on_failure = [&](const absl::Status& failure) { s.failure = failure; };
   absl::Status st = restore_txn_->Run(s, hooks);
@@ -333,7 +333,7 @@ absl::Status Engine::WaitPidsFree(RestoreState& s) {
 }
 
 absl::Status Engine::JournalRestore(RestoreState& s) {
-  CRYO_RETURN_IF_ERROR(d_.journal->Put(s.je));
+  CRYO_RETURN_IF_ERROR(JournalBefore(s.je));
   s.journaled = true;
   s.op_dir = OpDir(s.op->id());
   return fs::MakeDirs(s.op_dir, 0700);
@@ -386,7 +386,7 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.m.gpu_processes, nullptr, &ropt.extra_args, &ropt.env));
   CRYO_ASSIGN_OR_RETURN(s.root, d_.criu->Restore(ropt, [&](pid_t criu_pid) {
     s.je.criu_pid = criu_pid;
-    (void)d_.journal->Put(s.je);
+    JournalAfter(s.je);
   }));
   s.host_root = s.ctr ? container::HostPidInNamespace(*d_.proc, s.ctr->init_pid, s.root) : s.root;
   s.gpu = s.m.gpu_processes;
@@ -399,7 +399,7 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   s.je.criu_pid = 0;
   s.je.tasks.clear();
   if (auto tree = d_.proc->Tree(s.host_root); tree.ok()) s.je.tasks = jobs_.TasksOf(*tree);
-  (void)d_.journal->Put(s.je);
+  JournalAfter(s.je);
   return absl::OkStatus();
 }
 
