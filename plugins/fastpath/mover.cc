@@ -60,6 +60,31 @@ class Countdown {
 };
 
 // Threads for host-side copies; joined when it goes.
+// What a half-done drain must take back, newest first, unless it is dismissed (the drain
+// succeeded). Each step pushes the undo of what it did once it did it.
+class UndoStack {
+ public:
+  ~UndoStack() { Run(); }
+  void Push(std::function<void()> f) { undos_.push_back(std::move(f)); }
+  // A step whose failure needs more than the steps before it can take back: its one undo
+  // stands for all of theirs.
+  void ReplaceAll(std::function<void()> f) {
+    undos_.clear();
+    undos_.push_back(std::move(f));
+  }
+  void Run() {
+    while (!undos_.empty()) {
+      auto f = std::move(undos_.back());
+      undos_.pop_back();
+      f();
+    }
+  }
+  void Dismiss() { undos_.clear(); }
+
+ private:
+  std::vector<std::function<void()>> undos_;
+};
+
 class Pool {
  public:
   explicit Pool(int n) {
@@ -746,23 +771,16 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   const auto t0 = Clock::now();
   Outcome q = Quiesce(opt.timeout, &out->quiesce_ms);
   if (!q.ok()) return q;
-  // From here on every failure puts the memory back and opens the gates.
-  auto fail = [&](const std::string& why) -> Outcome {
-    StopWriters();
-    writers_.clear();
-    bool back = RestoreFromHost();
-    if (!back) OpenGates();
-    return {why, back};
-  };
+  // From here on a failure takes back, newest first, what the steps before it did: the job's
+  // memory back on the GPU and its gates open.
+  UndoStack undo;
+  undo.Push([this] { OpenGates(); });
   Plan();
+  undo.Push([this] { FreeHost(); });
   for (Phys* p : plan_) {
     void* m = ::mmap(nullptr, p->size, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) {
-      FreeHost();
-      OpenGates();
-      return {Errno("host memory for the GPU's data"), true};
-    }
+    if (m == MAP_FAILED) return {Errno("host memory for the GPU's data"), true};
     if (cfg_.huge_pages) ::madvise(m, p->size, MADV_HUGEPAGE);
     p->host = static_cast<char*>(m);
   }
@@ -771,17 +789,17 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     copied_ = 0;
     copy_failed_ = false;
   }
-  if (std::string err = FindSources(); !err.empty()) {
-    UnmapTemporaries();
-    FreeHost();
-    OpenGates();
-    return {err, true};
-  }
+  undo.Push([this] { UnmapTemporaries(); });
+  if (std::string err = FindSources(); !err.empty()) return {err, true};
   // Writers go beside the copy: each file's units are written as soon as they are in memory.
   stripe_ = opt.stripe_bytes;
   nfiles_ = static_cast<int>(opt.fds.size());
   save_start_ = Clock::now();
   writers_.clear();
+  undo.Push([this] {
+    StopWriters();
+    writers_.clear();
+  });
   for (int k = 0; k < nfiles_; ++k) {
     auto w = std::make_unique<Writer>();
     w->fd = opt.fds[k];
@@ -820,23 +838,29 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     });
     writers_.push_back(std::move(w));
   }
+  undo.Push([this] { DestroyStreams(); });
   const auto t_copy = Clock::now();
   std::string err = CopyOut(opt.threads);
   out->copy_ms = Ms(t_copy);
-  if (!err.empty()) {
-    UnmapTemporaries();
+  if (!err.empty()) return {err, true};
+  DestroyStreams();
+  // Device memory goes from here on: only a copy back from host memory takes that back (and
+  // when even that fails, the gates open on whatever memory the job still has).
+  bool back = false;
+  undo.ReplaceAll([this, &back] {
     StopWriters();
     writers_.clear();
-    FreeHost();
-    DestroyStreams();
-    OpenGates();
-    return {err, true};
-  }
-  DestroyStreams();
+    back = RestoreFromHost();
+    if (!back) OpenGates();
+  });
   const auto t_rel = Clock::now();
   err = Release();
   out->release_ms = Ms(t_rel);
-  if (!err.empty()) return fail(err);
+  if (!err.empty()) {
+    undo.Run();
+    return {err, back};
+  }
+  undo.Dismiss();
   state_ = State::kDrained;
   out->bytes = total_;
   out->allocations = plan_.size();

@@ -239,6 +239,61 @@ TEST_F(FastpathMoveTest, ADrainFreesTheGpuAndARefillPutsEveryByteBackAtTheSameAd
   EXPECT_EQ(Used(), 0u);
 }
 
+// Driver calls that fail after a number of good ones (the Driver table is the test's own).
+std::atomic<int> g_calls_left{0};
+CUresult FailingCopyOut(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  if (g_calls_left.fetch_sub(1) <= 0) return CUDA_ERROR_ILLEGAL_ADDRESS;
+  return ::cuMemcpyDtoHAsync_v2(dst, src, n, s);
+}
+CUresult FailingUnmap(CUdeviceptr va, size_t n) {
+  if (g_calls_left.fetch_sub(1) <= 0) return CUDA_ERROR_INVALID_VALUE;
+  return ::cuMemUnmap(va, n);
+}
+
+// A drain that fails half way takes back what it did, newest first: the writers stopped, the
+// host copies freed, the gates open, every byte where it was (issue 21: the mover's cleanups as
+// one undo stack).
+TEST_F(FastpathMoveTest, ACopyThatFailsHalfWayLeavesTheJobAsItWas) {
+  JobMemory m = Allocate();
+  const uint64_t used = Used();
+  g_calls_left = 3;  // the fourth 2 MiB piece fails
+  d_.cuMemcpyDtoHAsync_v2 = &FailingCopyOut;
+  std::vector<int> fds = OpenFiles(2, O_RDWR | O_CREAT | O_TRUNC);
+  DrainOptions opt;
+  opt.fds = fds;
+  DrainResult r;
+  Outcome o = mover_->Drain(opt, &r);
+  d_ = testing::FakeDriver();
+  CloseAll(fds);
+  EXPECT_FALSE(o.ok());
+  EXPECT_TRUE(o.rolled_back);
+  EXPECT_NE(o.error.find("copying device memory out"), std::string::npos) << o.error;
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  EXPECT_FALSE(gate_.shut());
+  EXPECT_EQ(Used(), used) << "the device memory never left";
+  ExpectIntact(m);
+  Free(m);
+}
+
+TEST_F(FastpathMoveTest, AReleaseThatFailsHalfWayPutsEveryByteBackFromHostMemory) {
+  JobMemory m = Allocate();
+  const uint64_t used = Used();
+  g_calls_left = 1;  // the second allocation's unmap fails, after the first one's memory went
+  d_.cuMemUnmap = &FailingUnmap;
+  DrainOptions opt;
+  DrainResult r;
+  Outcome o = mover_->Drain(opt, &r);
+  d_ = testing::FakeDriver();
+  EXPECT_FALSE(o.ok());
+  EXPECT_TRUE(o.rolled_back) << o.error;
+  EXPECT_NE(o.error.find("unmapping device memory"), std::string::npos) << o.error;
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  EXPECT_FALSE(gate_.shut());
+  EXPECT_EQ(Used(), used);
+  ExpectIntact(m);
+  Free(m);
+}
+
 TEST_F(FastpathMoveTest, FilesCarryTheStoresChecksumsAndRefillFromThem) {
   JobMemory m = Allocate();
   // 24 MiB over 4 MiB... the stripe must be the store's checksum chunk (64 MiB): one unit, in
