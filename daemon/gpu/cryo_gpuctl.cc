@@ -11,7 +11,9 @@
 //
 // With --fast, cycle first drains each process through its fast-path library (into files under
 // --files DIR with --writers files each, or into the process's own memory without --files), and
-// refills it after the unlock: the driver then only moves what the library does not own.
+// refills it after the unlock: the driver then only moves what the library does not own. A
+// failure at any step takes back what the steps before it did, newest first (the driver's
+// rollback, then each drained process refilled), so the processes run on with their memory.
 // Options: --plugin-dir DIR, --plugins cuda,rocm, --plugin NAME (for single steps, default
 // cuda), --timeout-ms N (lock), --thp MODE (during checkpoint), --hold-ms N (cycle: time between
 // checkpoint and restore), --map FROM=TO (restore/cycle), --plugin-options JSON ({"cuda": {...}}),
@@ -24,6 +26,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -308,6 +312,13 @@ int main(int argc, char** argv) {
   uint64_t free_before = FreeBytes(m);
   out["gpu_free_before_bytes"] = free_before;
   auto t0 = Clock::now();
+  // What each step did that a later failure must take back, run newest first: the driver's
+  // rollback (restore and unlock) before the fast path's refills, as the engine's undos do.
+  std::vector<std::function<void()>> undo;
+  auto fail = [&](const absl::Status& st) {
+    for (auto it = undo.rbegin(); it != undo.rend(); ++it) (*it)();
+    return finish(st);
+  };
   // The fast path first: each process moves what its library owns, all in parallel.
   cryo::proc::ProcReader proc;
   struct Fast {
@@ -348,25 +359,47 @@ int main(int argc, char** argv) {
     out["gpu_free_after_drain_bytes"] = FreeBytes(m);
     nlohmann::json drained = nlohmann::json::array();
     for (Fast& f : fasts) {
-      if (!f.st.ok()) return finish(f.st);
+      if (!f.drain) continue;
       drained.push_back(AsJson(f.drain->drained()));
+      // A drained process gets its memory back: from the files once they are written, else
+      // from its own memory.
+      undo.push_back([&f, &proc, &files_dir, writers, threads] {
+        std::vector<int> in;
+        if (!f.files.empty()) {
+          auto saved = f.drain->WaitSaved(/*stoppable=*/false);
+          cryo::CloseAll(f.files);
+          if (saved.ok()) f.digests = *saved;
+          auto opened = cryo::gpu::OpenFastpathFiles(files_dir, f.p.ns_pid, writers, false);
+          if (opened.ok()) in = *opened;
+        }
+        auto r = cryo::gpu::FastpathRefill(proc, f.p, std::max(1, threads), in, f.digests,
+                                           absl::Minutes(10));
+        cryo::CloseAll(in);
+        if (!r.ok())
+          std::cerr << "rollback: refill of pid " << f.p.pid << ": " << r.status() << "\n";
+      });
     }
     out["fastpath_drained"] = drained;
+    for (Fast& f : fasts) {
+      if (!f.st.ok()) return fail(f.st);
+    }
   }
   s = timed("lock", [&] { return m.Lock(procs, timeout); });
-  if (!s.ok()) return finish(s);
+  if (!s.ok()) return fail(s);
+  undo.push_back([&] { m.Rollback(procs); });
   s = timed("checkpoint", [&] { return m.Checkpoint(procs); });
   out["vacate_ms"] = Ms(t0, Clock::now());
-  if (!s.ok()) return finish(s);
+  if (!s.ok()) return fail(s);
   if (fast) {
     // The files are written beside the driver's checkpoint; done when the data is out of the
     // processes' memory.
     for (Fast& f : fasts) {
       auto saved = f.drain->WaitSaved();
-      if (!saved.ok()) return finish(saved.status());
+      if (!saved.ok()) return fail(saved.status());
       f.digests = *saved;
-      cryo::CloseAll(f.files);
     }
+    for (Fast& f : fasts) cryo::CloseAll(f.files);
+    for (Fast& f : fasts) f.files.clear();
     out["saved_ms"] = Ms(t0, Clock::now());
   }
   uint64_t free_after = FreeBytes(m);
@@ -376,19 +409,14 @@ int main(int argc, char** argv) {
   if (hold_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
   cryo::gpu::DeviceMap planned = map;
   s = timed("check_compatible", [&] { return m.CheckCompatible(out["describe"], planned); });
-  if (!s.ok()) {
-    m.Rollback(procs);
-    return finish(s);
-  }
+  if (!s.ok()) return fail(s);
   out["map"] = planned;
   s = timed("restore", [&] { return m.Restore(procs, planned); });
-  if (!s.ok()) {
-    m.Rollback(procs);
-    return finish(s);
-  }
+  if (!s.ok()) return fail(s);
   s = timed("unlock", [&] { return m.Unlock(procs); });
   out["gpu_free_after_unlock_bytes"] = FreeBytes(m);
-  if (!s.ok() || !fast) return finish(s);
+  if (!s.ok()) return fail(s);
+  if (!fast) return finish(s);
   auto t_refill = Clock::now();
   std::vector<std::thread> ts;
   nlohmann::json refilled = nlohmann::json::array();
