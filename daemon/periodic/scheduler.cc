@@ -90,7 +90,8 @@ void Scheduler::Collect(const std::string& workload, Job& j, absl::Time now) {
   j.last_end = now;
 }
 
-void Scheduler::WarnAboutGrace(const container::OptedIn& c, const Job& j, absl::Duration every) {
+void Scheduler::WarnAboutGrace(const container::OptedIn& c, const Job& j,
+                               std::optional<absl::Duration> every) {
   if (c.grace_s < 0 || j.bytes == 0 || warned_.count(c.container_id) || !d_.predict) return;
   auto predicted = d_.predict(c.workload, j.bytes);
   if (!predicted || *predicted <= absl::Seconds(c.grace_s)) return;
@@ -98,15 +99,22 @@ void Scheduler::WarnAboutGrace(const container::OptedIn& c, const Job& j, absl::
   if (d_.metrics) d_.metrics->CountGraceWarning();
   // The stop keeps a second for itself (the shim's margin).
   const int64_t need = static_cast<int64_t>(std::ceil(absl::ToDoubleSeconds(*predicted))) + 2;
+  const std::string then =
+      every ? absl::StrCat(
+                  "a stop will resume it from its newest periodic checkpoint, losing up "
+                  "to ",
+                  absl::FormatDuration(*every), " of work")
+            : std::string(
+                  "a stop will resume it from its newest checkpoint, if it has one "
+                  "(set cryo.dev/checkpoint-every to take them in the background)");
   CRYO_LOG(Warning) << "container " << Short(c.container_id) << " (" << c.workload
                     << "): a checkpoint at its stop would take about "
                     << absl::FormatDuration(absl::Trunc(*predicted, absl::Milliseconds(100)))
                     << " (" << human::Bytes(j.bytes)
                     << " at this node's pace), more than its pod's terminationGracePeriodSeconds"
-                    << " of " << c.grace_s << " s: a stop will resume it from its newest "
-                    << "periodic checkpoint, losing up to " << absl::FormatDuration(every)
-                    << " of work. Set terminationGracePeriodSeconds to at least " << need
-                    << " to checkpoint at the stop, or a shorter checkpoint-every to lose less";
+                    << " of " << c.grace_s << " s: " << then
+                    << ". Set terminationGracePeriodSeconds to at least " << need
+                    << " to checkpoint at the stop";
 }
 
 std::vector<Decision> Scheduler::Tick(absl::Time now) {
@@ -119,8 +127,8 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
   }
   std::set<std::string> seen;
   for (const container::OptedIn& c : *containers) {
+    if (c.workload.empty()) continue;
     const std::optional<absl::Duration> every = PeriodOf(c);
-    if (!every || c.workload.empty()) continue;
     seen.insert(c.workload);
     auto [it, first] = jobs_.try_emplace(c.workload);
     Job& j = it->second;
@@ -132,10 +140,12 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
       }
     }
     Collect(c.workload, j, now);
+    // Every opted-in job is warned about, with a period or not.
+    WarnAboutGrace(c, j, every);
+    if (!every) continue;
     if (d_.metrics && j.newest != absl::InfinitePast()) {
       d_.metrics->SetNewestAge(c.workload, absl::ToDoubleSeconds(now - j.newest));
     }
-    WarnAboutGrace(c, j, *every);
     const absl::Time since = std::max({j.newest, j.last_end, c.created});
     Decision d{c.workload, "not_due", ""};
     if (since != absl::InfinitePast() && now - since < *every) {

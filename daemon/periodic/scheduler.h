@@ -11,8 +11,9 @@
 //   - a due one is checkpointed unless its previous periodic checkpoint is still being written
 //     (never two of one job at once) or the store has less free space than its last checkpoint
 //     took; a skip is logged and counted with its reason;
-//   - once per container, when its predicted checkpoint (its size at this node's pace) exceeds
-//     its pod's terminationGracePeriodSeconds, a warning says what to set.
+//   - once per opted-in container, periodic or not, when its predicted checkpoint (its newest
+//     checkpoint's size at this node's pace) exceeds its pod's terminationGracePeriodSeconds, a
+//     warning says what to set.
 // Retention (retention_keep) then keeps the newest good checkpoints of each workload, periodic
 // or not, after each checkpoint. Everything outside is a function, so the schedule is tested
 // with fakes and a clock of the test's own.
@@ -89,7 +90,8 @@ class Scheduler {
   // Whether `c` is due at `now`, and the period that applies (nullopt: no period).
   std::optional<absl::Duration> PeriodOf(const container::OptedIn& c) const;
   void Collect(const std::string& workload, Job& j, absl::Time now);
-  void WarnAboutGrace(const container::OptedIn& c, const Job& j, absl::Duration every);
+  void WarnAboutGrace(const container::OptedIn& c, const Job& j,
+                      std::optional<absl::Duration> every);
 
   SchedulerDeps d_;
   const absl::Duration node_every_;

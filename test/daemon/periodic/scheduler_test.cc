@@ -189,6 +189,14 @@ TEST_F(SchedulerTest, AJobWhoseCheckpointOutlastsItsGracePeriodIsWarnedAboutOnce
   containers_[0].grace_s = 90;
   s->Tick(kT0 + absl::Minutes(3));
   EXPECT_EQ(Metric("cryo_periodic_grace_warnings_total"), "1");
+  // A checkpoint-on-stop job without a period is warned about too (it is what a stop saves).
+  auto plain = Container("c3", "plain", std::nullopt);
+  plain.grace_s = 30;
+  containers_ = {plain};
+  newest_["plain"] = Checkpoint("plain-1", "plain", kT0, 60ull << 30);
+  s->Tick(kT0 + absl::Minutes(4));
+  EXPECT_EQ(Metric("cryo_periodic_grace_warnings_total"), "2");
+  EXPECT_TRUE(ops_.empty()) << "no period: no periodic checkpoint";
 }
 
 TEST_F(SchedulerTest, AStartThatIsRefusedIsTriedAgainAPeriodLater) {
