@@ -16,6 +16,7 @@
 // The library runs inside jobs, which may not have libxxhash: its code is compiled in.
 #define XXH_INLINE_ALL
 #include "lib/base/chunked_xxh3.h"
+#include "plugins/fastpath/pinned_pipeline.h"
 
 namespace cryo::fastpath {
 namespace {
@@ -636,107 +637,67 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
     }
     d_.cuCtxSetCurrent(plan_.front()->ctx);
     constexpr int kBuffers = 3;
-    std::vector<std::unique_ptr<Pinned>> bufs;
+    std::vector<std::unique_ptr<Pinned>> pinned;
+    std::vector<char*> bufs;
     for (int i = 0; i < kBuffers; ++i) {
-      bufs.push_back(std::make_unique<Pinned>(d_, cfg_.read_bytes));
-      if (bufs.back()->get() == nullptr) {
-        err = Cuda(d_, "allocating pinned read buffers", bufs.back()->result());
+      pinned.push_back(std::make_unique<Pinned>(d_, cfg_.read_bytes));
+      if (pinned.back()->get() == nullptr) {
+        err = Cuda(d_, "allocating pinned read buffers", pinned.back()->result());
         return;
       }
+      bufs.push_back(pinned.back()->get());
     }
-    struct Filled {
-      int buf;
-      uint64_t stream_off;
-      uint64_t n;
-    };
-    std::mutex mu;
-    std::condition_variable cv;
-    std::deque<int> free_bufs = {0, 1, 2};
-    std::deque<Filled> filled;
-    bool done_reading = false;
+    // The consumer hashes each buffer in file order and copies it to where its bytes belong,
+    // on a stream per context of its own (destroyed once it is done).
+    std::map<CUcontext, CUstream> streams;
     std::string consumer_err;
-    std::thread consumer([&] {
-      GateGuard::MarkLibraryThread();
-      std::map<CUcontext, CUstream> streams;
-      for (;;) {
-        Filled f;
-        {
-          std::unique_lock<std::mutex> l(mu);
-          cv.wait(l, [&] { return !filled.empty() || done_reading; });
-          if (filled.empty()) break;
-          f = filled.front();
-          filled.pop_front();
-        }
-        char* buf = bufs[f.buf]->get();
-        if (consumer_err.empty()) {
-          hashers[k]->Update(buf, f.n);
-          uint64_t delta = 0;
-          for (const Piece& pc : PiecesOf(f.stream_off, f.n)) {
-            auto it = streams.find(pc.phys->ctx);
-            if (it == streams.end()) {
-              d_.cuCtxSetCurrent(pc.phys->ctx);
-              CUstream st = nullptr;
-              if (d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) st = nullptr;
-              it = streams.emplace(pc.phys->ctx, st).first;
-            }
-            d_.cuCtxSetCurrent(pc.phys->ctx);
-            CUresult r = it->second == nullptr
-                             ? CUDA_ERROR_UNKNOWN
-                             : d_.cuMemcpyHtoDAsync_v2(SourceOf(pc.phys) + pc.offset, buf + delta,
-                                                       pc.len, it->second);
-            if (r == CUDA_SUCCESS) r = d_.cuStreamSynchronize(it->second);
-            if (r != CUDA_SUCCESS) {
-              consumer_err = Cuda(d_, "copying a file's data to the GPU", r);
-              break;
-            }
-            delta += pc.len;
-          }
-        }
-        {
-          std::lock_guard<std::mutex> l(mu);
-          free_bufs.push_back(f.buf);
-        }
-        cv.notify_all();
-      }
-      for (auto& [c, st] : streams) {
-        d_.cuCtxSetCurrent(c);
-        if (st != nullptr) d_.cuStreamDestroy_v2(st);
-      }
-    });
-    uint64_t file_size = 0;
-    for (uint64_t c = k; c < units && err.empty(); c += w) {
-      const uint64_t unit_off = c * stripe_;
-      const uint64_t unit_len = std::min<uint64_t>(stripe_, total_ - unit_off);
-      const off_t file_off = static_cast<off_t>((c / w) * stripe_);
-      for (uint64_t pos = 0; pos < unit_len && err.empty(); pos += cfg_.read_bytes) {
-        const uint64_t n = std::min<uint64_t>(cfg_.read_bytes, unit_len - pos);
-        int b;
-        {
-          std::unique_lock<std::mutex> l(mu);
-          cv.wait(l, [&] { return !free_bufs.empty(); });
-          b = free_bufs.front();
-          free_bufs.pop_front();
-        }
-        if (!ReadAll(fds[k], bufs[b]->get(), n, file_off + pos, &err)) {
-          err = "file " + std::to_string(k) + ": " + err;
-          break;
-        }
-        {
-          std::lock_guard<std::mutex> l(mu);
-          filled.push_back({b, unit_off + pos, n});
-        }
-        cv.notify_all();
-      }
-      file_size += unit_len;
-    }
     {
-      std::lock_guard<std::mutex> l(mu);
-      done_reading = true;
+      PinnedPipeline pipe(bufs, [&](const PinnedPipeline::Item& it) -> std::string {
+        hashers[k]->Update(it.buf, it.n);
+        uint64_t delta = 0;
+        for (const Piece& pc : PiecesOf(it.tag, it.n)) {
+          auto s = streams.find(pc.phys->ctx);
+          if (s == streams.end()) {
+            d_.cuCtxSetCurrent(pc.phys->ctx);
+            CUstream st = nullptr;
+            if (d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) st = nullptr;
+            s = streams.emplace(pc.phys->ctx, st).first;
+          }
+          d_.cuCtxSetCurrent(pc.phys->ctx);
+          CUresult r = s->second == nullptr
+                           ? CUDA_ERROR_UNKNOWN
+                           : d_.cuMemcpyHtoDAsync_v2(SourceOf(pc.phys) + pc.offset, it.buf + delta,
+                                                     pc.len, s->second);
+          if (r == CUDA_SUCCESS) r = d_.cuStreamSynchronize(s->second);
+          if (r != CUDA_SUCCESS) return Cuda(d_, "copying a file's data to the GPU", r);
+          delta += pc.len;
+        }
+        return "";
+      });
+      uint64_t file_size = 0;
+      for (uint64_t c = k; c < units && err.empty(); c += w) {
+        const uint64_t unit_off = c * stripe_;
+        const uint64_t unit_len = std::min<uint64_t>(stripe_, total_ - unit_off);
+        const off_t file_off = static_cast<off_t>((c / w) * stripe_);
+        for (uint64_t pos = 0; pos < unit_len && err.empty(); pos += cfg_.read_bytes) {
+          const uint64_t n = std::min<uint64_t>(cfg_.read_bytes, unit_len - pos);
+          char* b = pipe.Acquire();
+          if (!ReadAll(fds[k], b, n, file_off + pos, &err)) {
+            err = "file " + std::to_string(k) + ": " + err;
+            break;
+          }
+          pipe.Submit(b, unit_off + pos, n);
+        }
+        file_size += unit_len;
+      }
+      consumer_err = pipe.Finish();
+      if (err.empty()) err = consumer_err;
+      if (err.empty()) err = size_error(k, file_size);
     }
-    cv.notify_all();
-    consumer.join();
-    if (err.empty()) err = consumer_err;
-    if (err.empty()) err = size_error(k, file_size);
+    for (auto& [c, st] : streams) {
+      d_.cuCtxSetCurrent(c);
+      if (st != nullptr) d_.cuStreamDestroy_v2(st);
+    }
     (*sums)[k] = hashers[k]->Finish();
   };
   std::vector<std::thread> ts;
