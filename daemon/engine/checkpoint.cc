@@ -29,7 +29,9 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
   auto run = [this](absl::Status (Engine::*f)(S&)) {
     return [this, f](S& s) { return (this->*f)(s); };
   };
-  auto undo = [this](void (Engine::*f)(S&)) { return [this, f](S& s) { (this->*f)(s); }; };
+  auto undo = [this](void (Engine::*f)(const journal::Entry&, CheckpointLive*)) {
+    return [this, f](const journal::Entry& e, CheckpointLive* live) { (this->*f)(e, live); };
+  };
   auto has_gpu = [](const S& s) { return !s.gpu.empty(); };
   auto fast_bytes = [](const S& s) {
     uint64_t b = 0;
@@ -70,7 +72,7 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
       // dumps the job, whose memory must hold no copy of them then.
       step(
           "gpu_save", Stage::kGpuSave, run(&Engine::SaveGpuData), nullptr,
-          [this](const S& s) { return !s.drains.empty() && cfg_.fastpath.writers > 0; },
+          [this](const S& s) { return !s.live.fast.empty() && cfg_.fastpath.writers > 0; },
           [fast_bytes](const S& s) {
             return StageSize{fast_bytes(s), ""};
           }),
@@ -255,19 +257,19 @@ absl::StatusOr<criu::CredentialCeiling> Engine::LiveCredentials(
 
 absl::Status Engine::StageCheckpoint(CheckpointState& s) {
   CRYO_RETURN_IF_ERROR(d_.store->CheckWritable());
-  CRYO_ASSIGN_OR_RETURN(s.staged, d_.store->Stage(s.id));
-  s.je.staging_dir = s.staged->staging_dir();
+  CRYO_ASSIGN_OR_RETURN(s.live.staged, d_.store->Stage(s.id));
+  s.je.staging_dir = s.live.staged->staging_dir();
   s.op_dir = OpDir(s.op->id());
   CRYO_RETURN_IF_ERROR(fs::MakeDirs(s.op_dir, 0700));
   // The journal's first record: from here on a crash is undone at the next start.
   return JournalBefore(s.je);
 }
 
-void Engine::UndoStage(CheckpointState& s) {
-  if (s.staged) {
-    (void)s.staged->Abort();
-  } else if (!s.je.staging_dir.empty()) {
-    (void)d_.store->RemoveStagingDir(s.je.staging_dir);
+void Engine::UndoStage(const journal::Entry& e, CheckpointLive* live) {
+  if (live && live->staged) {
+    (void)live->staged->Abort();
+  } else if (!e.staging_dir.empty()) {
+    (void)d_.store->RemoveStagingDir(e.staging_dir);
   }
 }
 
@@ -287,15 +289,15 @@ absl::Status Engine::CheckpointGpus(CheckpointState& s) {
   return absl::OkStatus();
 }
 
-void Engine::UndoGpu(CheckpointState& s) {
-  if (s.je.gpu.empty() || s.gpu_back) return;
-  d_.gpu->Rollback(s.je.gpu);
-  s.gpu_back = true;
+void Engine::UndoGpu(const journal::Entry& e, CheckpointLive* live) {
+  if (e.gpu.empty() || (live && live->gpu_back)) return;
+  d_.gpu->Rollback(e.gpu);
+  if (live) live->gpu_back = true;
 }
 
 absl::Status Engine::Dump(CheckpointState& s) {
   hooks_.At("before-dump");
-  TailHasher hasher(s.staged->images_dir(), d_.store->durable());
+  TailHasher hasher(s.live.staged->images_dir(), d_.store->durable());
   hasher.Start();
   criu::DumpOptions dopt;
   absl::Status dumped;
@@ -303,7 +305,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
     ProgressTicker ticker(
         *s.op, Stage::kDump, [&] { return hasher.bytes_hashed(); }, s.expected);
     dopt.pid = s.ctr ? d_.proc->NsPid(s.target) : s.target;
-    dopt.images_dir = s.staged->images_dir();
+    dopt.images_dir = s.live.staged->images_dir();
     dopt.work_dir = s.op_dir;
     // A container's job stays stopped until its writable layer is saved too, so that files
     // and memory are of the same moment; it is resumed after that when asked.
@@ -358,23 +360,23 @@ absl::Status Engine::Dump(CheckpointState& s) {
   return absl::OkStatus();
 }
 
-void Engine::UndoDump(CheckpointState& s) {
+void Engine::UndoDump(const journal::Entry& e, CheckpointLive* live) {
   // Harmless when there is no lock (a leave-running dump of a process keeps none), and when
   // the job already runs (a failed dump resumed it; SIGCONT to a running task is a no-op).
-  if (s.je.tcp_established) {
-    criu::RemoveNetworkLock(fs::Join(OpDir(s.je.op_id), "dump.log"), s.je.container_init_pid,
+  if (e.tcp_established) {
+    criu::RemoveNetworkLock(fs::Join(OpDir(e.op_id), "dump.log"), e.container_init_pid,
                             cfg_.nsexec_path);
   }
   // The GPU state must be back before the job runs again: roll it back here, not only in
   // gpu_lock's undo (which runs after this one).
-  UndoGpu(s);
-  jobs_.Resume(jobs_.WithDescendants(s.je.tasks));
-  CRYO_LOG(Warning) << "checkpoint " << s.je.checkpoint_id << " not published; job resumed";
+  UndoGpu(e, live);
+  jobs_.Resume(jobs_.WithDescendants(e.tasks));
+  CRYO_LOG(Warning) << "checkpoint " << e.checkpoint_id << " not published; job resumed";
 }
 
 absl::Status Engine::SaveRootfs(CheckpointState& s) {
-  CRYO_ASSIGN_OR_RETURN(s.container_files,
-                        container::SaveWritableLayer(*d_.proc, *s.ctr, s.staged->staging_dir()));
+  CRYO_ASSIGN_OR_RETURN(s.container_files, container::SaveWritableLayer(
+                                               *d_.proc, *s.ctr, s.live.staged->staging_dir()));
   return absl::OkStatus();
 }
 
@@ -390,7 +392,7 @@ absl::Status Engine::ResumeGpus(CheckpointState& s) {
   // The job goes on as soon as its images are written; the publish happens beside it.
   CRYO_RETURN_IF_ERROR(d_.gpu->Restore(s.gpu, {}));
   CRYO_RETURN_IF_ERROR(d_.gpu->Unlock(s.gpu));
-  s.gpu_back = true;
+  s.live.gpu_back = true;
   if (s.ctr) jobs_.Resume(s.je.tasks);
   return absl::OkStatus();
 }
@@ -439,7 +441,7 @@ absl::Status Engine::Publish(CheckpointState& s) {
   s.manifest.signature = store::SignManifest(s.manifest, signing_key_);
   s.clock->Begin(Stage::kPublish, s.manifest.TotalBytes());
   CRYO_RETURN_IF_ERROR(
-      Annotate(s.staged->Publish(s.manifest), absl::StrCat("publishing checkpoint ", s.id)));
+      Annotate(s.live.staged->Publish(s.manifest), absl::StrCat("publishing checkpoint ", s.id)));
   hooks_.At("after-publish");
   s.je.state = journal::OpState::kPublished;
   JournalAfter(s.je);

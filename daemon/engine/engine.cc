@@ -265,17 +265,13 @@ void Engine::RecoverEntry(const journal::Entry& e) {
       // Not published: the same undos as a live failure. The job runs on as if nothing
       // happened. Children forked after the entry was written are in CRIU's dump (and stopped
       // by it): the undos act on the tree as it is now.
-      CheckpointState s;
-      s.je = e;
-      s.je.tasks = jobs_.WithDescendants(e.tasks);
-      unknown = checkpoint_txn_->Undo(e.steps, s);
+      journal::Entry now = e;
+      now.tasks = jobs_.WithDescendants(e.tasks);
+      unknown = checkpoint_txn_->Undo(e.steps, now);
       action = "rolled_back";
     }
   } else {
-    RestoreState s;
-    s.je = e;
-    s.failure = absl::AbortedError("cryod restarted during the restore");
-    unknown = restore_txn_->Undo(e.steps, s);
+    unknown = restore_txn_->Undo(e.steps, e);
     action = "restore_abandoned";
   }
   CRYO_LOG(Warning) << "journal: " << e.op_id << ": " << action;

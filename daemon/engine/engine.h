@@ -108,6 +108,8 @@ struct EngineDeps {
 
 struct CheckpointState;
 struct RestoreState;
+struct CheckpointLive;
+struct RestoreLive;
 
 class Engine {
  public:
@@ -177,11 +179,12 @@ class Engine {
   absl::Status DrainGpus(CheckpointState& s);
   absl::Status SaveGpuData(CheckpointState& s);
   absl::Status RefillGpus(CheckpointState& s);
-  // Their undos (they read only the journal entry: recovery runs them too).
-  void UndoStage(CheckpointState& s);
-  void UndoDrain(CheckpointState& s);
-  void UndoGpu(CheckpointState& s);
-  void UndoDump(CheckpointState& s);
+  // Their undos: they read the journal entry and, in a live rollback, the live handles (null
+  // in recovery, which runs them too).
+  void UndoStage(const journal::Entry& e, CheckpointLive* live);
+  void UndoDrain(const journal::Entry& e, CheckpointLive* live);
+  void UndoGpu(const journal::Entry& e, CheckpointLive* live);
+  void UndoDump(const journal::Entry& e, CheckpointLive* live);
   // What a published checkpoint still owes its job: kill it (preemption) or let it run.
   void CompletePublished(const journal::Entry& e);
   void EndCheckpointedJob(const journal::Entry& e, const std::vector<journal::Task>& tasks);
@@ -199,8 +202,8 @@ class Engine {
   absl::Status RestoreGpus(RestoreState& s);
   absl::Status RefillRestoredGpus(RestoreState& s);
   absl::Status Done(RestoreState& s);
-  void UndoInitHandshake(RestoreState& s);
-  void UndoCriuRestore(RestoreState& s);
+  void UndoInitHandshake(const journal::Entry& e, RestoreLive* live);
+  void UndoCriuRestore(const journal::Entry& e, RestoreLive* live);
 
   absl::Status ValidateTarget(pid_t pid, std::vector<proc::ProcInfo>* tree);
   // The most the threads of `tree` hold now (from /proc).

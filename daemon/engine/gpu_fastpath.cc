@@ -49,8 +49,8 @@ constexpr uint64_t kMaxStripeSlack = uint64_t{contract::gpu_fastpath::kMaxFiles}
 
 }  // namespace
 
-CheckpointState::~CheckpointState() {
-  for (auto& fds : fast_fds) CloseAll(fds);
+CheckpointLive::~CheckpointLive() {
+  for (auto& j : fast) CloseAll(j.fds);
 }
 
 absl::Status Engine::DrainGpus(CheckpointState& s) {
@@ -61,8 +61,7 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   // Recorded before anything moves: a crash from here on is undone by refilling.
   s.je.fastpath = s.fast;
   CRYO_RETURN_IF_ERROR(JournalBefore(s.je));
-  s.drains.resize(s.fast.size());
-  s.fast_fds.resize(s.fast.size());
+  s.live.fast.resize(s.fast.size());
   gpu::FastpathDrainOptions opt;
   opt.threads = cfg_.fastpath.threads;
   // The bound on the job's GPU work stopping is the lock's: the drain stops it first.
@@ -73,15 +72,16 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   Operation* op = s.op;
   const absl::Time deadline = s.req.deadline;
   opt.stop = [op, deadline] { return op->cancelled() || absl::Now() > deadline; };
-  const std::string dir = s.staged->staging_dir();
+  const std::string dir = s.live.staged->staging_dir();
   absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     gpu::FastpathProcess& f = s.fast[i];
     if (writers > 0) {
-      CRYO_ASSIGN_OR_RETURN(s.fast_fds[i], gpu::OpenFastpathFiles(dir, f.ns_pid, writers, true));
+      CRYO_ASSIGN_OR_RETURN(s.live.fast[i].fds,
+                            gpu::OpenFastpathFiles(dir, f.ns_pid, writers, true));
     }
-    CRYO_ASSIGN_OR_RETURN(s.drains[i], d_.fastpath->Drain(f, opt, s.fast_fds[i]));
-    f.bytes = s.drains[i]->bytes();
-    f.allocations = s.drains[i]->allocations();
+    CRYO_ASSIGN_OR_RETURN(s.live.fast[i].drain, d_.fastpath->Drain(f, opt, s.live.fast[i].fds));
+    f.bytes = s.live.fast[i].drain->bytes();
+    f.allocations = s.live.fast[i].drain->allocations();
     const uint64_t used = UsedBytes(s.gpu, f.pid);
     f.driver_bytes = used > f.bytes ? used - f.bytes : 0;
     return absl::OkStatus();
@@ -97,21 +97,20 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
 }
 
 absl::Status Engine::SaveGpuData(CheckpointState& s) {
-  s.fast_digests.resize(s.fast.size());
   absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
-    CRYO_ASSIGN_OR_RETURN(s.fast_digests[i], s.drains[i]->WaitSaved());
-    if (s.fast_digests[i].size() != s.fast_fds[i].size()) {
+    CRYO_ASSIGN_OR_RETURN(s.live.fast[i].digests, s.live.fast[i].drain->WaitSaved());
+    if (s.live.fast[i].digests.size() != s.live.fast[i].fds.size()) {
       return absl::InternalError(absl::StrCat("the fast path of pid ", s.fast[i].pid, " wrote ",
-                                              s.fast_digests[i].size(), " files, not ",
-                                              s.fast_fds[i].size()));
+                                              s.live.fast[i].digests.size(), " files, not ",
+                                              s.live.fast[i].fds.size()));
     }
     // What the job says it wrote is checked against what the files hold: a job (or whoever
     // answers for it) cannot have a size published that the files do not have.
     uint64_t total = 0;
-    for (size_t k = 0; k < s.fast_digests[i].size(); ++k) {
+    for (size_t k = 0; k < s.live.fast[i].digests.size(); ++k) {
       struct stat st;
-      if (::fstat(s.fast_fds[i][k], &st) != 0) return ErrnoStatus(errno, "fstat");
-      const uint64_t claimed = s.fast_digests[i][k].size;
+      if (::fstat(s.live.fast[i].fds[k], &st) != 0) return ErrnoStatus(errno, "fstat");
+      const uint64_t claimed = s.live.fast[i].digests[k].size;
       if (static_cast<uint64_t>(st.st_size) != claimed) {
         return absl::DataLossError(absl::StrCat("the fast path of pid ", s.fast[i].pid,
                                                 " says its file ", k, " holds ", claimed,
@@ -126,25 +125,25 @@ absl::Status Engine::SaveGpuData(CheckpointState& s) {
     }
     // Direct I/O left the data on the device; fsync makes the files' metadata durable too.
     if (d_.store->durable()) {
-      for (int fd : s.fast_fds[i]) {
+      for (int fd : s.live.fast[i].fds) {
         if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync of a fast-path file");
       }
     }
-    CloseAll(s.fast_fds[i]);
+    CloseAll(s.live.fast[i].fds);
     return absl::OkStatus();
   }));
   if (!st.ok()) return Annotate(st, "GPU fast path");
   for (size_t i = 0; i < s.fast.size(); ++i) {
-    for (size_t k = 0; k < s.fast_digests[i].size(); ++k) {
+    for (size_t k = 0; k < s.live.fast[i].digests.size(); ++k) {
       s.fast_files.push_back({gpu::FastpathFileName(s.fast[i].ns_pid, static_cast<int>(k)),
-                              s.fast_digests[i][k].size, s.fast_digests[i][k].checksum});
+                              s.live.fast[i].digests[k].size, s.live.fast[i].digests[k].checksum});
     }
   }
   return absl::OkStatus();
 }
 
 absl::Status Engine::RefillGpus(CheckpointState& s) {
-  const std::string dir = s.staged->staging_dir();
+  const std::string dir = s.live.staged->staging_dir();
   absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     std::vector<int> fds;
     if (s.fast[i].files > 0) {
@@ -153,22 +152,25 @@ absl::Status Engine::RefillGpus(CheckpointState& s) {
     }
     const std::vector<FileDigest> none;
     auto r = d_.fastpath->Refill(s.fast[i], cfg_.fastpath.threads, fds,
-                                 i < s.fast_digests.size() ? s.fast_digests[i] : none);
+                                 i < s.live.fast.size() ? s.live.fast[i].digests : none);
     CloseAll(fds);
     return r.status();
   }));
   return Annotate(st, "GPU fast path");
 }
 
-void Engine::UndoDrain(CheckpointState& s) {
-  // A drain still writing its files is finished first: the library then is in a state a
-  // refill knows (its memory in its own memory, or in the files).
-  for (auto& d : s.drains) {
-    if (d != nullptr) (void)d->WaitSaved(/*stoppable=*/false);
+void Engine::UndoDrain(const journal::Entry& e, CheckpointLive* live) {
+  if (live) {
+    // A drain still writing its files is finished first: the library then is in a state a
+    // refill knows (its memory in its own memory, or in the files).
+    for (auto& j : live->fast) {
+      if (j.drain != nullptr) (void)j.drain->WaitSaved(/*stoppable=*/false);
+      j.drain.reset();
+      CloseAll(j.fds);
+      j.fds.clear();
+    }
   }
-  s.drains.clear();
-  for (auto& fds : s.fast_fds) CloseAll(fds);
-  RefillFastpath(s.je.fastpath, s.je.staging_dir);
+  RefillFastpath(e.fastpath, e.staging_dir);
 }
 
 void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs,

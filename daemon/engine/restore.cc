@@ -32,7 +32,9 @@ Transaction<RestoreState> Engine::RestoreSteps() {
   auto run = [this](absl::Status (Engine::*f)(S&)) {
     return [this, f](S& s) { return (this->*f)(s); };
   };
-  auto undo = [this](void (Engine::*f)(S&)) { return [this, f](S& s) { (this->*f)(s); }; };
+  auto undo = [this](void (Engine::*f)(const journal::Entry&, RestoreLive*)) {
+    return [this, f](const journal::Entry& e, RestoreLive* live) { (this->*f)(e, live); };
+  };
   auto step = [](auto&&... a) { return MakeStep<S>(std::forward<decltype(a)>(a)...); };
   auto image_bytes = [](const S& s) { return StageSize{s.m.TotalBytes(), ""}; };
   return Transaction<S>({
@@ -90,7 +92,7 @@ absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operati
     s.je.steps.push_back(name);
     return s.journaled ? JournalBefore(s.je) : absl::OkStatus();
   };
-  hooks.on_failure = [&](const absl::Status& failure) { s.failure = failure; };
+  hooks.on_failure = [&](const absl::Status& failure) { s.live.failure = failure; };
   absl::Status st = restore_txn_->Run(s, hooks);
   if (s.journaled) (void)d_.journal->Remove(op.id());
   if (!st.ok()) return st;
@@ -146,11 +148,14 @@ absl::Status Engine::ValidateRestore(RestoreState& s) {
   return absl::OkStatus();
 }
 
-void Engine::UndoInitHandshake(RestoreState& s) {
-  if (s.je.container_init_pid <= 0) return;
-  container::TellInit(*d_.proc, s.je.container_init_pid, -1,
-                      absl::StrCat("restore of checkpoint ", s.je.checkpoint_id, " failed: ",
-                                   s.failure.ok() ? "cryod gave up" : s.failure.ToString()));
+void Engine::UndoInitHandshake(const journal::Entry& e, RestoreLive* live) {
+  if (e.container_init_pid <= 0) return;
+  // Recovery has no live failure: cryod restarted in the middle of the restore.
+  const absl::Status why =
+      live ? live->failure : absl::AbortedError("cryod restarted during the restore");
+  container::TellInit(*d_.proc, e.container_init_pid, -1,
+                      absl::StrCat("restore of checkpoint ", e.checkpoint_id,
+                                   " failed: ", why.ok() ? "cryod gave up" : why.ToString()));
 }
 
 absl::Status Engine::CheckRestore(RestoreState& s) {
@@ -403,9 +408,9 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   return absl::OkStatus();
 }
 
-void Engine::UndoCriuRestore(RestoreState& s) {
+void Engine::UndoCriuRestore(const journal::Entry& e, RestoreLive*) {
   // The restored processes cannot run without their GPU state: do not leave them half-alive.
-  jobs_.Kill(jobs_.WithDescendants(s.je.tasks));
+  jobs_.Kill(jobs_.WithDescendants(e.tasks));
 }
 
 absl::Status Engine::RestoreGpus(RestoreState& s) {

@@ -1,8 +1,9 @@
 #pragma once
 
-// The state objects of the engine's two transactions (engine.h). Everything an undo reads is in
-// the journal entry `je`: recovery rebuilds a state from a journal entry alone and runs the same
-// undos.
+// The state objects of the engine's two transactions (engine.h). Each is split the way its
+// undos are typed (transaction.h): the journal entry `je`, all that survives a crash and all
+// that recovery has, and the live handles `live` (descriptors, drains in flight, the stage),
+// which only a live rollback has. Everything else is the steps' own and no undo can see it.
 
 #include <sys/types.h>
 
@@ -37,11 +38,39 @@ class Engine::Claim {
   std::string id_;
 };
 
+// One fast-path process's drain as this cryod holds it: gone after a crash.
+struct FastpathJob {
+  std::unique_ptr<gpu::FastpathDrainHandle> drain;
+  std::vector<int> fds;             // its files, open for writing
+  std::vector<FileDigest> digests;  // what the files hold, once written
+};
+
+// What a checkpoint's undos may read besides the journal entry: this process's handles, null
+// (absent) during recovery.
+struct CheckpointLive {
+  CheckpointLive() = default;
+  CheckpointLive(const CheckpointLive&) = delete;
+  CheckpointLive& operator=(const CheckpointLive&) = delete;
+  ~CheckpointLive();                                // closes the fast path's files still open
+  std::unique_ptr<store::StagedCheckpoint> staged;  // stage
+  std::vector<FastpathJob> fast;                    // gpu_drain, gpu_save: per fast-path process
+  // The GPU state is back in the job (rolled back, or restored for a leave-running checkpoint):
+  // no undo needs to touch it again.
+  bool gpu_back = false;
+};
+
+// ... and a restore's.
+struct RestoreLive {
+  // Why the restore failed, for the container's log (set by the transaction on failure).
+  absl::Status failure;
+};
+
 struct CheckpointState {
+  using Durable = journal::Entry;
+  using Live = CheckpointLive;
   CheckpointState() = default;
   CheckpointState(const CheckpointState&) = delete;
   CheckpointState& operator=(const CheckpointState&) = delete;
-  ~CheckpointState();
 
   // Inputs.
   CheckpointRequest req;
@@ -49,8 +78,9 @@ struct CheckpointState {
   StageClock* clock = nullptr;
   absl::Time t_start;
 
-  // Durable: the journal entry, the only thing undos read.
+  // Durable: the journal entry (all that recovery has), and the live handles.
   journal::Entry je;
+  CheckpointLive live;
 
   // validate
   std::optional<container::ContainerTarget> ctr;
@@ -78,19 +108,11 @@ struct CheckpointState {
   };
   std::optional<Fallback> fallback;
 
-  // gpu_drain, gpu_save: per fast-path process, its drain and its files.
-  std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;
-  std::vector<std::vector<int>> fast_fds;
-  std::vector<std::vector<FileDigest>> fast_digests;
+  // gpu_save: the fast path's files, as the manifest lists them.
   std::vector<store::ManifestFile> fast_files;
 
   // stage
-  std::unique_ptr<store::StagedCheckpoint> staged;
   std::string op_dir;
-
-  // The GPU state is back in the job (rolled back, or restored for a leave-running checkpoint):
-  // no undo needs to touch it again.
-  bool gpu_back = false;
 
   // dump
   bool left_stopped = false;  // the dump left the job stopped (cryod resumes or kills it)
@@ -104,12 +126,15 @@ struct CheckpointState {
 };
 
 struct RestoreState {
+  using Durable = journal::Entry;
+  using Live = RestoreLive;
   RestoreRequest req;
   Operation* op = nullptr;
   StageClock* clock = nullptr;
   absl::Time t_start;
 
   journal::Entry je;
+  RestoreLive live;
   bool journaled = false;  // je has been written once
 
   store::Manifest m;
@@ -118,8 +143,6 @@ struct RestoreState {
   gpu::DeviceMap map;
   std::string dir;  // the checkpoint's local directory
   std::string op_dir;
-  // Why the restore failed, for the container's log (set by the transaction on failure).
-  absl::Status failure;
 
   pid_t root = 0;       // as CRIU reports it (in the container's namespace in container mode)
   pid_t host_root = 0;  // on the host

@@ -8,8 +8,10 @@
 //
 // Crash recovery uses the same undos: before a step with an undo runs, its name is recorded
 // (the journal, through `on_begin`), and cryod replays the recorded names through Undo() at its
-// next start. An undo therefore reads only what the journal holds, and must be safe whatever
-// part of its step ran.
+// next start. An undo must be safe whatever part of its step ran, and its type says what it may
+// read: the state's durable part (`State::Durable`, member `je`: what the journal holds) and its
+// live handles (`State::Live`, member `live`: descriptors, drains in flight, the stage), which
+// are there in a live rollback and null during recovery.
 //
 // Steps declare themselves: whether they apply to this job (a step that does not is skipped:
 // not run, not journaled, its stage not begun, its undo never needed), and the progress stage
@@ -36,13 +38,15 @@ struct StageSize {
 
 template <typename State>
 struct Step {
+  using Durable = typename State::Durable;
+  using Live = typename State::Live;
   std::string name;
   // The progress stage this step runs in, begun by the transaction (kUnspecified: stays in the
   // current one; such a step begins one itself when it must time it otherwise).
   Stage stage = Stage::kUnspecified;
   std::function<absl::Status(State&)> run;
-  // Empty when the step changes nothing that must be taken back.
-  std::function<void(State&)> undo;
+  // Empty when the step changes nothing that must be taken back. `live` is null in recovery.
+  std::function<void(const Durable&, Live* live)> undo;
   // After this step succeeds, nothing is undone any more.
   bool commit = false;
   // Empty: always.
@@ -58,10 +62,11 @@ struct Step {
 
 // A step, its parts in order (the step lists read as a table).
 template <typename State>
-Step<State> MakeStep(std::string name, Stage stage, std::function<absl::Status(State&)> run,
-                     std::function<void(State&)> undo = nullptr,
-                     std::function<bool(const State&)> applies = nullptr,
-                     std::function<StageSize(const State&)> size = nullptr, bool commit = false) {
+Step<State> MakeStep(
+    std::string name, Stage stage, std::function<absl::Status(State&)> run,
+    std::function<void(const typename State::Durable&, typename State::Live*)> undo = nullptr,
+    std::function<bool(const State&)> applies = nullptr,
+    std::function<StageSize(const State&)> size = nullptr, bool commit = false) {
   Step<State> t;
   t.name = std::move(name);
   t.stage = stage;
@@ -124,7 +129,7 @@ class Transaction {
       if (!st.ok()) {
         if (committed) return st;
         if (hooks.on_failure) hooks.on_failure(st);
-        for (auto it = begun.rbegin(); it != begun.rend(); ++it) (*it)->undo(s);
+        for (auto it = begun.rbegin(); it != begun.rend(); ++it) (*it)->undo(s.je, &s.live);
         if (hooks.on_rolled_back) hooks.on_rolled_back();
         return st;
       }
@@ -134,17 +139,18 @@ class Transaction {
     return absl::OkStatus();
   }
 
-  // Runs the undo of the named steps, newest first (steps without an undo have nothing to do).
-  // Returns the names no step has (a journal from another cryod version): the caller says so,
-  // they are never skipped silently.
-  std::vector<std::string> Undo(const std::vector<std::string>& begun, State& s) const {
+  // Runs the undo of the named steps, newest first (steps without an undo have nothing to do),
+  // over what the journal held and no live handles (recovery). Returns the names no step has (a
+  // journal from another cryod version): the caller says so, they are never skipped silently.
+  std::vector<std::string> Undo(const std::vector<std::string>& begun,
+                                const typename State::Durable& je) const {
     std::vector<std::string> unknown;
     for (auto it = begun.rbegin(); it != begun.rend(); ++it) {
       bool found = false;
       for (const Step<State>& step : steps_) {
         if (step.name != *it) continue;
         found = true;
-        if (step.undo) step.undo(s);
+        if (step.undo) step.undo(je, nullptr);
       }
       if (!found) unknown.push_back(*it);
     }

@@ -15,8 +15,19 @@ namespace {
 using ::testing::ElementsAre;
 
 struct Log {
+  Log() : je{&events} {}
+  Log(const Log&) = delete;
+  Log& operator=(const Log&) = delete;
+  // What "the journal" holds: here, where the undos say what they did.
+  struct Durable {
+    std::vector<std::string>* events;
+  };
+  // The live handles an undo may use: absent (null) in recovery.
+  struct Live {};
   std::vector<std::string> events;
   bool gpu = false;  // whether the "gpu" step applies
+  Durable je;
+  Live live;
 };
 
 Step<Log> Make(const std::string& name, bool with_undo, absl::Status result = absl::OkStatus(),
@@ -28,7 +39,11 @@ Step<Log> Make(const std::string& name, bool with_undo, absl::Status result = ab
     l.events.push_back("run " + name);
     return result;
   };
-  if (with_undo) s.undo = [name](Log& l) { l.events.push_back("undo " + name); };
+  if (with_undo) {
+    s.undo = [name](const Log::Durable& d, Log::Live* live) {
+      d.events->push_back("undo " + name + (live ? "" : " (recovery)"));
+    };
+  }
   return s;
 }
 
@@ -134,9 +149,10 @@ TEST(TransactionTest, AJournalThatCannotRecordAStepStopsBeforeIt) {
 TEST(TransactionTest, UndoByNameReplaysNewestFirstAndNamesWhatItDoesNotKnow) {
   Transaction<Log> t({Make("a", true), Make("b", false), Make("c", true)});
   Log l;
-  std::vector<std::string> unknown = t.Undo({"a", "b", "renamed", "c"}, l);
+  std::vector<std::string> unknown = t.Undo({"a", "b", "renamed", "c"}, l.je);
   EXPECT_THAT(unknown, ElementsAre("renamed"));
-  EXPECT_THAT(l.events, ElementsAre("undo c", "undo a"));
+  // Recovery has what the journal held and no live handles.
+  EXPECT_THAT(l.events, ElementsAre("undo c (recovery)", "undo a (recovery)"));
 }
 
 }  // namespace
