@@ -197,15 +197,19 @@ class Pinned {
 
 // Writes all of iov at off, finishing partial writes; direct I/O is dropped where the file
 // system refuses it.
+// EINVAL from a file opened with O_DIRECT: a filesystem or an offset it does not take. The
+// file goes on without it (true), once.
+bool DropDirectIo(int fd) {
+  int fl = ::fcntl(fd, F_GETFL);
+  return fl >= 0 && (fl & O_DIRECT) != 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0;
+}
+
 bool WriteAll(int fd, std::vector<iovec> iov, off_t off, std::string* err) {
   size_t first = 0;
   while (first < iov.size()) {
     ssize_t n = ::pwritev(fd, iov.data() + first, static_cast<int>(iov.size() - first), off);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL) {
-      int fl = ::fcntl(fd, F_GETFL);
-      if (fl >= 0 && (fl & O_DIRECT) != 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0) continue;
-    }
+    if (n < 0 && errno == EINVAL && DropDirectIo(fd)) continue;
     if (n <= 0) {
       *err = n < 0 ? Errno("write") : "write: no progress (store full?)";
       return false;
@@ -226,10 +230,7 @@ bool ReadAll(int fd, char* buf, size_t len, off_t off, std::string* err) {
   while (len > 0) {
     ssize_t n = ::pread(fd, buf, len, off);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL) {
-      int fl = ::fcntl(fd, F_GETFL);
-      if (fl >= 0 && (fl & O_DIRECT) != 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0) continue;
-    }
+    if (n < 0 && errno == EINVAL && DropDirectIo(fd)) continue;
     if (n <= 0) {
       *err = n < 0 ? Errno("read") : "file shorter than the drain wrote";
       return false;
