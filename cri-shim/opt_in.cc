@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "lib/contract/annotations.h"
+#include "lib/contract/checkpoint_every.h"
 #include "lib/contract/labels.h"
 
 namespace cryo::shim {
@@ -50,7 +51,13 @@ OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
       Get(pod_annotations, contract::Key(prefix, contract::pod::kCheckpointOnStop)));
   o.checkpoint_on_stop = stop == "true" || stop == "1" || stop == "yes";
   o.resume = Get(pod_annotations, contract::Key(prefix, contract::pod::kResume));
-  if (!o.checkpoint_on_stop && o.resume.empty()) return o;
+  // Periodic checkpoints need the job under cryo-init too ("off" is no opt-in; a bad value
+  // opts in, so that the container's creation refuses it with the reason).
+  const std::string every =
+      Get(pod_annotations, contract::Key(prefix, contract::pod::kCheckpointEvery));
+  auto period = contract::ParseCheckpointEvery(every);
+  const bool periodic = !every.empty() && (!period.ok() || *period > absl::ZeroDuration());
+  if (!o.checkpoint_on_stop && o.resume.empty() && !periodic) return o;
   const std::string only = Get(pod_annotations, contract::Key(prefix, contract::pod::kContainers));
   if (!only.empty()) {
     bool listed = false;

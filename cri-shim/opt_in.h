@@ -6,6 +6,7 @@
 //                                         (or start fresh when there is none), or from <id>
 //   <prefix>/workload: "<key>"            workload key override
 //   <prefix>/containers: "a,b"            only these containers of the pod (default: all)
+//   <prefix>/checkpoint-every: "20m"      periodic checkpoints in the background (opts in too)
 // The shim copies its decision onto the container's own annotations at creation, so later
 // calls (stop, start, checkpoint) need no pod lookup.
 #pragma once

@@ -56,6 +56,17 @@ TEST(DecideOptInTest, TheWorkloadAnnotationWinsOverEveryDefault) {
   EXPECT_EQ(o.workload, "ml.trainer.worker") << "the old key of a Job's pods, pinned";
 }
 
+TEST(DecideOptInTest, APeriodAloneOptsInAndOffDoesNot) {
+  StringMap every = {{"cryo.dev/checkpoint-every", "20m"}};
+  OptIn o = DecideOptIn("cryo.dev", every, {}, kPod, "worker");
+  EXPECT_TRUE(o.managed) << "periodic checkpoints need the job under cryo-init";
+  EXPECT_FALSE(o.checkpoint_on_stop);
+  for (const char* off : {"off", "0", "never", " OFF "}) {
+    StringMap none = {{"cryo.dev/checkpoint-every", off}};
+    EXPECT_FALSE(DecideOptIn("cryo.dev", none, {}, kPod, "worker").managed) << off;
+  }
+}
+
 TEST(DecideOptInTest, OnlyTheListedContainersAndOnlyPodsThatOptIn) {
   EXPECT_FALSE(DecideOptIn("cryo.dev", {}, {}, kPod, "worker").managed);
   StringMap ann = {{"cryo.dev/resume", "auto"}, {"cryo.dev/containers", "a, worker"}};
