@@ -769,14 +769,13 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
       << bad.status();
 }
 
-// Periodic checkpoints (docs/operations.md): a pod that asks is checkpointed in the background
-// every period while it runs on, and retention keeps the newest few (3 on these nodes).
+// Periodic checkpoints (docs/operations.md): a pod that asks (the period alone opts it in) is
+// checkpointed in the background every period while it runs on, and retention keeps the newest
+// few (3 on these nodes).
 TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKept) {
   const std::string workload = "periodic-e2e.counter";
   auto a = RunPod("node-a", "periodic",
-                  {{"cryo.dev/checkpoint-on-stop", "true"},
-                   {"cryo.dev/workload", "periodic-e2e"},
-                   {"cryo.dev/checkpoint-every", "1s"}});
+                  {{"cryo.dev/workload", "periodic-e2e"}, {"cryo.dev/checkpoint-every", "1s"}});
   ASSERT_TRUE(a.ok()) << a.status();
   std::set<std::string> seen;
   size_t most = 0;
@@ -810,10 +809,9 @@ TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKep
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->state(), cri::CONTAINER_RUNNING);
   // A period that is not one is refused when the container is created.
-  auto bad = RunPod("node-a", "periodic-bad",
-                    {{"cryo.dev/checkpoint-on-stop", "true"},
-                     {"cryo.dev/workload", "periodic-bad"},
-                     {"cryo.dev/checkpoint-every", "twenty"}});
+  auto bad =
+      RunPod("node-a", "periodic-bad",
+             {{"cryo.dev/workload", "periodic-bad"}, {"cryo.dev/checkpoint-every", "twenty"}});
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("checkpoint-every"));
 }
