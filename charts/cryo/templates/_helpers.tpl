@@ -108,6 +108,7 @@ app.kubernetes.io/part-of: cryo
   "metrics_address" $addr
   "log_level" $v.cryod.logLevel
   "retention_keep" (int $v.cryod.retentionKeep)
+  "periodic_every_s" (int ($v.cryod.periodicEverySeconds | default 0))
   "pid_wait_timeout_ms" (int $v.cryod.pidWaitTimeoutMs)
   "gpu_lock_timeout_ms" (int $v.gpu.lockTimeoutMs)
   "incomplete_ttl_s" (int $v.cryod.incompleteTtlS)
