@@ -152,30 +152,31 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
       out.push_back(d);
       continue;
     }
-    if (j.op) {
-      d.action = "skipped_busy";
-      d.why = absl::StrCat("the previous periodic checkpoint (operation ", j.op->id(),
-                           ") is still being written");
-      if (!j.busy_reported) {
-        j.busy_reported = true;
+    // A skip is logged and counted once per stretch of skips (`reported`), seen every pass.
+    auto skip = [&](const char* action, std::string why, bool* reported) {
+      d.action = action;
+      d.why = std::move(why);
+      if (!*reported) {
+        *reported = true;
         CRYO_LOG(Warning) << "periodic checkpoint of " << c.workload << " skipped: " << d.why;
-        if (d_.metrics) d_.metrics->CountPeriodic("skipped_busy");
+        if (d_.metrics) d_.metrics->CountPeriodic(action);
       }
       out.push_back(d);
+    };
+    if (j.op) {
+      skip("skipped_busy",
+           absl::StrCat("the previous periodic checkpoint (operation ", j.op->id(),
+                        ") is still being written"),
+           &j.busy_reported);
       continue;
     }
     if (j.bytes > 0) {
       auto free = d_.store_free_bytes();
       if (free.ok() && *free < RoomFor(j.bytes)) {
-        d.action = "skipped_space";
-        d.why = absl::StrCat("the store has ", human::Bytes(*free), " free and the last one took ",
-                             human::Bytes(j.bytes));
-        if (!j.space_reported) {
-          j.space_reported = true;
-          CRYO_LOG(Warning) << "periodic checkpoint of " << c.workload << " skipped: " << d.why;
-          if (d_.metrics) d_.metrics->CountPeriodic("skipped_space");
-        }
-        out.push_back(d);
+        skip("skipped_space",
+             absl::StrCat("the store has ", human::Bytes(*free), " free and the last one took ",
+                          human::Bytes(j.bytes)),
+             &j.space_reported);
         continue;
       }
     }
