@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/human.h"
 
 namespace cryo::kubectl {
 namespace {
@@ -318,12 +319,6 @@ std::string ToYaml(const json& j) {
   return out;
 }
 
-absl::Time ParseRfc3339(const std::string& s) {
-  absl::Time t;
-  std::string err;
-  return absl::ParseTime(absl::RFC3339_full, s, &t, &err) ? t : absl::InfinitePast();
-}
-
 json MergeCheckpoints(const std::vector<json>& lists) {
   std::vector<json> all;
   std::set<std::string> seen;
@@ -336,7 +331,8 @@ json MergeCheckpoints(const std::vector<json>& lists) {
     }
   }
   std::stable_sort(all.begin(), all.end(), [](const json& a, const json& b) {
-    absl::Time ta = ParseRfc3339(Str(a, "/created_at")), tb = ParseRfc3339(Str(b, "/created_at"));
+    absl::Time ta = human::ParseRfc3339(Str(a, "/created_at")),
+               tb = human::ParseRfc3339(Str(b, "/created_at"));
     if (ta != tb) return ta > tb;
     return Str(a, "/checkpoint_id") < Str(b, "/checkpoint_id");
   });

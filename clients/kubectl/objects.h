@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "lib/contract/annotations.h"
 #include "lib/contract/labels.h"
 #include "nlohmann/json.hpp"
@@ -123,7 +122,5 @@ json KubeList(const json& items);
 // prints). Strings are plain where no YAML reader could take them for anything else (a number,
 // a boolean, a date, null) and double-quoted otherwise.
 std::string ToYaml(const json& j);
-
-absl::Time ParseRfc3339(const std::string& s);  // InfinitePast when unparsable
 
 }  // namespace cryo::kubectl

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/time/time.h"
 #include "daemon/api/checkpoint_json.h"
+#include "lib/base/human.h"
 #include "lib/base/ids.h"
 
 namespace cryo::api {
@@ -32,11 +33,7 @@ std::string Dump(const nlohmann::json& j) {
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-absl::Time CreatedAt(const v1::CheckpointInfo& c) {
-  absl::Time t;
-  std::string err;
-  return absl::ParseTime(absl::RFC3339_full, c.created_at(), &t, &err) ? t : absl::InfinitePast();
-}
+absl::Time CreatedAt(const v1::CheckpointInfo& c) { return human::ParseRfc3339(c.created_at()); }
 
 metrics::HttpResponse List(const CheckpointReader& reader, const metrics::HttpRequest& req) {
   auto list = reader.list(req.Param("workload"));

@@ -43,7 +43,10 @@ absl::Status Engine::PlanCheckpoint(CheckpointState& s) {
   // The job's size: its newest checkpoint's (GPU memory included, measured as the pace is),
   // else what its processes hold now.
   const uint64_t bytes = newest ? newest->TotalBytes() : s.expected;
-  const std::optional<absl::Duration> predicted = pace_.Predict(s.workload, bytes);
+  const std::optional<double> bps = pace_.BytesPerSecond(s.workload);
+  const std::optional<absl::Duration> predicted =
+      bps ? std::optional<absl::Duration>(absl::Seconds(static_cast<double>(bytes) / *bps))
+          : std::nullopt;
   auto count = [this](const char* decision) {
     if (d_.metrics) d_.metrics->CountPlan(decision);
   };
@@ -55,7 +58,7 @@ absl::Status Engine::PlanCheckpoint(CheckpointState& s) {
   }
   const std::string estimate = absl::StrCat(
       human::Bytes(bytes), " would take about ", Seconds(*predicted), " at the ",
-      human::Bytes(static_cast<uint64_t>(*pace_.BytesPerSecond(s.workload))),
+      human::Bytes(static_cast<uint64_t>(*bps)),
       "/s of this job's (or this node's) recent checkpoints, and ", Seconds(left), " are left");
   if (*predicted <= left) {
     count("checkpoint");
@@ -68,9 +71,8 @@ absl::Status Engine::PlanCheckpoint(CheckpointState& s) {
                       << ", but there is no earlier checkpoint to resume from; trying anyway";
     return absl::OkStatus();
   }
-  absl::Time taken = absl::InfinitePast();
-  std::string err;
-  if (!absl::ParseTime(absl::RFC3339_full, newest->created_at, &taken, &err)) taken = now;
+  absl::Time taken = human::ParseRfc3339(newest->created_at);
+  if (taken == absl::InfinitePast()) taken = now;
   const absl::Duration lost =
       std::max(absl::ZeroDuration(), absl::Trunc(now - taken, absl::Seconds(1)));
   CheckpointState::Fallback f;

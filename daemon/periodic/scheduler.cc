@@ -19,11 +19,7 @@ constexpr const char* kStallStages[] = {"gpu_drain", "gpu_lock", "gpu_checkpoint
 // Room for a new checkpoint beside the ones kept: its last size and a tenth more.
 uint64_t RoomFor(uint64_t bytes) { return bytes + bytes / 10; }
 
-absl::Time CreatedAt(const store::Manifest& m) {
-  absl::Time t;
-  std::string err;
-  return absl::ParseTime(absl::RFC3339_full, m.created_at, &t, &err) ? t : absl::InfinitePast();
-}
+absl::Time CreatedAt(const store::Manifest& m) { return human::ParseRfc3339(m.created_at); }
 
 std::string Short(const std::string& id) { return id.substr(0, 13); }
 

@@ -34,6 +34,12 @@ std::string Age(absl::Duration d) {
   return absl::StrCat(s / 86400, "d");
 }
 
+absl::Time ParseRfc3339(absl::string_view s) {
+  absl::Time t;
+  std::string err;
+  return absl::ParseTime(absl::RFC3339_full, s, &t, &err) ? t : absl::InfinitePast();
+}
+
 std::string Table(const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width;
   for (const auto& r : rows) {

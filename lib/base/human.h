@@ -17,6 +17,9 @@ namespace cryo::human {
 std::string Bytes(uint64_t n);
 // kubectl's AGE column: "59s", "90m", "5h", "3d".
 std::string Age(absl::Duration d);
+// A time as manifests and the API write it (RFC 3339, a checkpoint's created_at); InfinitePast
+// when it is not one.
+absl::Time ParseRfc3339(absl::string_view s);
 // Rows with columns aligned, three spaces between them (kubectl's spacing).
 std::string Table(const std::vector<std::vector<std::string>>& rows);
 // "64Mi", "1Gi", "512MiB", "8388608" (bytes): Kubernetes' quantities and plain numbers.

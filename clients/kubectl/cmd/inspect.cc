@@ -56,7 +56,7 @@ absl::Status Inspect(Ctx& c, const std::vector<std::string>& pos) {
     c.out << k << std::string(k.size() < 12 ? 12 - k.size() : 1, ' ') << human::Printable(v)
           << "\n";
   };
-  const absl::Time t = ParseRfc3339(Str(j, "/created_at"));
+  const absl::Time t = human::ParseRfc3339(Str(j, "/created_at"));
   std::string command = Str(j, "/command");
   if (m.contains("target") && m["target"].contains("cmdline") &&
       m["target"]["cmdline"].is_array() && !m["target"]["cmdline"].empty()) {

@@ -81,7 +81,7 @@ absl::Status List(Ctx& c, const std::vector<std::string>& pos) {
   const absl::Time now = absl::Now();
   const std::string reason_label = contract::Key(c.o.prefix, contract::label::kReason);
   for (const auto& ck : items) {
-    const absl::Time t = ParseRfc3339(Str(ck, "/created_at"));
+    const absl::Time t = human::ParseRfc3339(Str(ck, "/created_at"));
     const PodRef src = SourceOf(ck);
     std::vector<std::string> row = {
         Str(ck, "/checkpoint_id"),

@@ -22,5 +22,12 @@ TEST(HumanTest, ControlCharactersAreEscaped) {
   EXPECT_EQ(Printable("a\x1b[2Jb\n"), "a\\x1b[2Jb\\x0a");
 }
 
+TEST(HumanTest, Rfc3339TimesAsManifestsWriteThem) {
+  EXPECT_EQ(ParseRfc3339("2026-11-27T08:00:00Z"), absl::FromUnixSeconds(1795766400));
+  EXPECT_EQ(ParseRfc3339("2026-11-27T09:00:00+01:00"), absl::FromUnixSeconds(1795766400));
+  EXPECT_EQ(ParseRfc3339("yesterday"), absl::InfinitePast());
+  EXPECT_EQ(ParseRfc3339(""), absl::InfinitePast());
+}
+
 }  // namespace
 }  // namespace cryo::human
