@@ -17,6 +17,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
 #include "daemon/gpu/fastpath_client.h"
+#include "daemon/gpu/fastpath_cut.h"
 #include "lib/base/fd.h"
 #include "lib/base/fs.h"
 #include "lib/base/json.h"
@@ -73,19 +74,25 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   const absl::Time deadline = s.req.deadline;
   opt.stop = [op, deadline] { return op->cancelled() || absl::Now() > deadline; };
   const std::string dir = s.live.staged->staging_dir();
-  absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+  absl::Status st;
+  std::vector<std::vector<int>> files(s.fast.size());
+  for (size_t i = 0; i < s.fast.size() && st.ok() && writers > 0; ++i) {
+    auto opened = gpu::OpenFastpathFiles(dir, s.fast[i].ns_pid, writers, true);
+    if (opened.ok()) files[i] = s.live.fast[i].fds = *opened;
+    st = opened.status();
+  }
+  // The processes of one job (ranks) are drained at one cut (fastpath_cut.h).
+  std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;
+  if (st.ok()) st = gpu::DrainTogether(*d_.fastpath, s.fast, opt, files, &drains);
+  for (size_t i = 0; i < drains.size(); ++i) {
+    if (drains[i] == nullptr) continue;
     gpu::FastpathProcess& f = s.fast[i];
-    if (writers > 0) {
-      CRYO_ASSIGN_OR_RETURN(s.live.fast[i].fds,
-                            gpu::OpenFastpathFiles(dir, f.ns_pid, writers, true));
-    }
-    CRYO_ASSIGN_OR_RETURN(s.live.fast[i].drain, d_.fastpath->Drain(f, opt, s.live.fast[i].fds));
+    s.live.fast[i].drain = std::move(drains[i]);
     f.bytes = s.live.fast[i].drain->bytes();
     f.allocations = s.live.fast[i].drain->allocations();
     const uint64_t used = UsedBytes(s.gpu, f.pid);
     f.driver_bytes = used > f.bytes ? used - f.bytes : 0;
-    return absl::OkStatus();
-  }));
+  }
   s.je.fastpath = s.fast;
   JournalAfter(s.je);
   if (!st.ok()) return Annotate(st, "GPU fast path");

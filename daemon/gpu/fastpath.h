@@ -28,6 +28,9 @@ struct FastpathDrainOptions {
   // Asked between waits (at least every 100 ms): true ends the wait with CANCELLED (the
   // caller's cancel, its deadline, cryod's SIGTERM).
   std::function<bool()> stop;
+  // > 0: the drain stops at the cut (the job's GPU work stopped, nothing moved) and waits
+  // there, at most this long, for Go() (libraries of version kVersionCut and later).
+  absl::Duration hold = absl::ZeroDuration();
 };
 
 // A drain in progress: the device memory is free (drained), the files may still be written.
@@ -38,6 +41,10 @@ class FastpathDrainHandle {
   virtual const contract::gpu_fastpath::DrainedReply& drained() const = 0;
   uint64_t bytes() const { return drained().bytes; }
   uint64_t allocations() const { return drained().allocations; }
+  // A held drain (FastpathDrainOptions::hold): lets it go on from the cut and waits for
+  // "drained". Nothing to do for one that was not held. Destroying a held drain instead lets
+  // the job go on untouched.
+  virtual absl::Status Go() { return absl::OkStatus(); }
   // With files: waits until they are written and out of the job's memory; their digests in
   // order. Without files: nothing to wait for. `stoppable`: the drain's stop predicate ends the
   // wait (CANCELLED, asked again later); an undo waits regardless, bounded by the reply

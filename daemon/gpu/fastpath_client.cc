@@ -125,6 +125,8 @@ absl::StatusOr<T> ParseFastpathReply(absl::string_view text, const FastpathProce
 
 template absl::StatusOr<wire::StatusReply> ParseFastpathReply(absl::string_view,
                                                               const FastpathProcess&);
+template absl::StatusOr<wire::QuiescedReply> ParseFastpathReply(absl::string_view,
+                                                                const FastpathProcess&);
 template absl::StatusOr<wire::DrainedReply> ParseFastpathReply(absl::string_view,
                                                                const FastpathProcess&);
 template absl::StatusOr<wire::SavedReply> ParseFastpathReply(absl::string_view,
@@ -218,6 +220,7 @@ absl::StatusOr<wire::StatusReply> FastpathStatus(const proc::ProcReader& proc,
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
   wire::Request req;
   req.op = wire::Op::kStatus;
+  req.version = wire::kMinVersion;
   absl::Status st = Send(fd, p, req, {});
   absl::StatusOr<wire::StatusReply> r = st.ok() ? Receive<wire::StatusReply>(fd, p, timeout) : st;
   ::close(fd);
@@ -233,18 +236,48 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
       new FastpathDrain(fd, p, opt.reply_timeout, !files.empty(), opt.stop));
   wire::Request req;
   req.op = wire::Op::kDrain;
+  req.version = wire::kMinVersion;
   req.threads = opt.threads;
-  req.timeout_ms = absl::ToInt64Milliseconds(opt.quiesce_timeout);
+  req.timeout_ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(opt.quiesce_timeout));
   req.stripe_bytes = opt.stripe_bytes;
   req.files = static_cast<int>(files.size());
+  if (opt.hold > absl::ZeroDuration()) {
+    req.version = wire::kVersionCut;
+    req.hold_ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(opt.hold), 1, wire::kMaxHoldMs);
+  }
   CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
+  if (req.hold_ms > 0) {
+    CRYO_ASSIGN_OR_RETURN(wire::QuiescedReply q,
+                          Receive<wire::QuiescedReply>(fd, p, opt.reply_timeout, opt.stop));
+    d->drained_.quiesce_ms = q.quiesce_ms;
+    d->held_ = true;
+    return d;
+  }
   CRYO_ASSIGN_OR_RETURN(d->drained_,
                         Receive<wire::DrainedReply>(fd, p, opt.reply_timeout, opt.stop));
   return d;
 }
 
+absl::Status FastpathDrain::Go() {
+  if (!held_) return absl::OkStatus();
+  held_ = false;
+  wire::Request req;
+  req.op = wire::Op::kGo;
+  req.version = wire::kVersionCut;
+  CRYO_RETURN_IF_ERROR(Send(fd_, p_, req, {}));
+  CRYO_ASSIGN_OR_RETURN(drained_, Receive<wire::DrainedReply>(fd_, p_, timeout_, stop_));
+  return absl::OkStatus();
+}
+
 FastpathDrain::~FastpathDrain() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  if (held_) {
+    // Let go of the cut and wait for the library's word that its gate is open again: the next
+    // attempt at a cut must not find this one still held.
+    ::shutdown(fd_, SHUT_WR);
+    (void)Receive<wire::QuiescedReply>(fd_, p_, absl::Seconds(10));
+  }
+  ::close(fd_);
 }
 
 absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved(bool stoppable) {
@@ -270,6 +303,7 @@ absl::StatusOr<wire::RefillReply> FastpathRefill(const proc::ProcReader& proc,
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
   wire::Request req;
   req.op = wire::Op::kRefill;
+  req.version = wire::kMinVersion;
   req.threads = threads;
   req.files = static_cast<int>(files.size());
   req.expected = expected;
@@ -311,6 +345,7 @@ class ClientFastpath : public Fastpath {
       }
       p.bytes = st->owned_bytes;
       p.allocations = st->owned_allocations;
+      p.version = st->version;
       out.push_back(p);
     }
     return out;

@@ -60,7 +60,8 @@ absl::StatusOr<contract::gpu_fastpath::StatusReply> FastpathStatus(const proc::P
 class FastpathDrain : public FastpathDrainHandle {
  public:
   // Sends the request with `files` (descriptors of empty files opened for writing; none keeps
-  // the data in the job's memory) and waits for "drained": the GPU memory is free then.
+  // the data in the job's memory) and waits for "drained": the GPU memory is free then. With
+  // opt.hold, waits for "quiesced" instead; Go() then waits for "drained".
   static absl::StatusOr<std::unique_ptr<FastpathDrain>> Start(const proc::ProcReader& proc,
                                                               const FastpathProcess& p,
                                                               const FastpathDrainOptions& opt,
@@ -68,6 +69,7 @@ class FastpathDrain : public FastpathDrainHandle {
   ~FastpathDrain() override;
 
   const contract::gpu_fastpath::DrainedReply& drained() const override { return drained_; }
+  absl::Status Go() override;
   absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool stoppable = true) override;
 
  private:
@@ -79,6 +81,7 @@ class FastpathDrain : public FastpathDrainHandle {
   absl::Duration timeout_;
   bool files_;
   std::function<bool()> stop_;
+  bool held_ = false;
   contract::gpu_fastpath::DrainedReply drained_;
   // The first WaitSaved's answer: the channel is closed after it, and asking again (an undo
   // after gpu_save) gets the same answer at once instead of waiting on nothing.

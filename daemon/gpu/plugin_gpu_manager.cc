@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "daemon/gpu/attempts.h"
 #include "lib/base/fs.h"
 #include "lib/base/json.h"
 #include "lib/base/log.h"
@@ -151,16 +152,16 @@ absl::Status PluginGpuManager::Lock(const std::vector<GpuProcess>& procs, absl::
   if (timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("a GPU lock needs a positive bound");
   }
-  uint32_t ms = TimeoutMs(timeout);
   std::vector<Plugin*> plugin(procs.size());
   for (size_t i = 0; i < procs.size(); ++i) {
     auto p = Find(procs[i].plugin);
     if (!p.ok()) return p.status();
     plugin[i] = *p;
   }
-  // One attempt: every process locked within `bound_ms`, or those that did unlocked again (the
+  // One attempt: every process locked within `bound`, or those that did unlocked again (the
   // job must keep running) and the failure returned.
-  auto attempt = [&](uint32_t bound_ms) -> std::pair<absl::Status, bool> {
+  auto attempt = [&](absl::Duration bound) -> Attempt {
+    const uint32_t bound_ms = TimeoutMs(bound);
     auto st = EachInParallel(procs.size(),
                              [&](size_t i) { return plugin[i]->Lock(procs[i].pid, bound_ms); });
     absl::Status all = Combine(procs, st, "lock");
@@ -174,38 +175,16 @@ absl::Status PluginGpuManager::Lock(const std::vector<GpuProcess>& procs, absl::
     Rollback(locked);
     return {all, only_busy};
   };
-  if (procs.size() <= 1) return attempt(ms).first;
-  // Processes of one job may wait on each other (ranks inside an NCCL collective): a rank locked
-  // while a peer's kernel waits for it never lets that kernel end, and the peer never locks. So
-  // the processes are locked together with a short bound; when some could not lock because
-  // work still ran, all are let go, a pause lets the collective end, and the next attempt has
-  // twice the bound, until the caller's bound is spent. They lock at a moment when none waits
-  // on another (between steps), or a kernel that is merely long gets the long bound it needs.
-  const absl::Time end = absl::Now() + timeout;
-  const absl::Duration pause = absl::Milliseconds(20);
-  absl::Duration slice = std::min(timeout, absl::Milliseconds(250));
-  for (int attempts = 1;; ++attempts) {
-    const absl::Duration left = end - absl::Now();
-    auto [st, only_busy] =
-        attempt(TimeoutMs(std::max(absl::Milliseconds(1), std::min(slice, left))));
-    if (st.ok()) {
-      if (attempts > 1) {
-        CRYO_LOG(Info) << "GPU lock of " << procs.size() << " processes held together at attempt "
-                       << attempts;
-      }
-      return st;
-    }
-    if (!only_busy) return st;
-    if (absl::Now() + pause >= end) {
-      return absl::Status(
-          st.code(),
-          absl::StrCat(st.message(), " (", attempts, " attempts to lock the job's ", procs.size(),
-                       " GPU processes together within ", absl::FormatDuration(timeout),
-                       ": their work never stopped at once)"));
-    }
-    absl::SleepFor(pause);
-    slice = std::min(slice * 2, std::max(end - absl::Now(), absl::Milliseconds(1)));
+  if (procs.size() <= 1) return attempt(timeout).status;
+  // Ranks of one job are locked together, in attempts (attempts.h).
+  int attempts = 0;
+  absl::Status st = InAttempts(
+      timeout, absl::StrCat("lock the job's ", procs.size(), " GPU processes"), attempt, &attempts);
+  if (st.ok() && attempts > 1) {
+    CRYO_LOG(Info) << "GPU lock of " << procs.size() << " processes held together at attempt "
+                   << attempts;
   }
+  return st;
 }
 
 absl::Status PluginGpuManager::Checkpoint(std::vector<GpuProcess>& procs) {

@@ -37,6 +37,9 @@ struct FastpathProcess {
   uint64_t bytes = 0;         // moved by the library
   uint64_t allocations = 0;   // physical allocations moved by the library
   uint64_t driver_bytes = 0;  // left to the driver's checkpoint (context, unowned memory)
+  // The version of its library, as its status said (0: not asked). Not recorded: a restored
+  // process is asked again.
+  int version = 0;
 };
 
 nlohmann::json ToJson(const std::vector<FastpathProcess>& procs);

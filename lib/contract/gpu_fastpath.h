@@ -10,12 +10,13 @@
 // job's network namespace. Only root and the job's own user may connect.
 //
 // One connection carries one request (JSON, at most kMaxMessage bytes, file descriptors attached
-// with SCM_RIGHTS) and its replies; then the library closes it, so that no connected socket is
-// left for CRIU to dump. Both sides read and write these messages only through the types of
-// gpu_fastpath_messages.h. Every request carries "version" (its sender's; absent means 1); the
-// library answers a version outside what it speaks with "code": "version", and cryod refuses a
-// library whose status "version" it does not speak, before asking it anything else. A request
-// that does not decode is answered with "code": "bad_request".
+// with SCM_RIGHTS) and its replies (a held drain's "go" too); then the library closes it, so that
+// no connected socket is left for CRIU to dump. Both sides read and write these messages only
+// through the types of gpu_fastpath_messages.h. Every request carries "version": the oldest version
+// that has all the request uses (absent means 1), so that a job started under an older library is
+// still spoken to in its version. The library answers a version outside what it speaks with "code":
+// "version", and cryod refuses a library whose status "version" it does not speak, before asking it
+// anything else. A request that does not decode is answered with "code": "bad_request".
 //
 //   {"op": "status", "version": V}
 //     -> {"ok", "pid", "version", "state", "owned_bytes", "owned_allocations",
@@ -31,6 +32,14 @@
 //     A failure answers {"ok": false, "error", "rolled_back", "code"}: the memory is back on the
 //     GPU and the job runs on, unless "rolled_back" is false (then cryod rolls back with
 //     "refill"). "code" is "deadline" when the job's GPU work did not stop within timeout_ms.
+//     Version 2, the cut across the processes of one job: with "hold_ms": H > 0 the library
+//     answers, once the gate is shut and the work synchronized and before anything moves,
+//     -> {"ok", "event": "quiesced", "quiesce_ms"}
+//     and waits up to H ms on the same connection for {"op": "go", "version": 2}, after which
+//     the drain goes on as above. Anything else (the connection closed, another message, H
+//     passed) opens the gate again and, where it can, answers a failure with "rolled_back".
+//     cryod holds every process of a job this way before it lets any of them drain
+//     (docs/gpu.md, "The cut across ranks").
 //   {"op": "refill", "version": V, "threads": N, "files": W, "expected": [{"size", "checksum"}]}
 //     (+ the W descriptors of the drain's files, opened for reading, when the data is in files)
 //     Maps device memory back at the same addresses, copies the data in, checks every file
@@ -47,7 +56,7 @@
 
 namespace cryo::contract::gpu_fastpath {
 
-inline constexpr int kVersion = 1;
+inline constexpr int kVersion = 2;
 inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
 inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
 inline constexpr uint32_t kMaxMessage = 64 << 10;

@@ -14,7 +14,7 @@ namespace json_text = ::cryo::json;
 
 // The one spelling of each op, state and error code on the wire.
 constexpr std::pair<Op, const char*> kOps[] = {
-    {Op::kStatus, "status"}, {Op::kDrain, "drain"}, {Op::kRefill, "refill"}};
+    {Op::kStatus, "status"}, {Op::kDrain, "drain"}, {Op::kRefill, "refill"}, {Op::kGo, "go"}};
 constexpr std::pair<State, const char*> kStates[] = {{State::kRunning, kStateRunning},
                                                      {State::kDrained, kStateDrained},
                                                      {State::kSaved, kStateSaved}};
@@ -22,6 +22,7 @@ constexpr std::pair<ErrorCode, const char*> kCodes[] = {{ErrorCode::kDeadline, "
                                                         {ErrorCode::kDataLoss, "data_loss"},
                                                         {ErrorCode::kVersion, "version"},
                                                         {ErrorCode::kBadRequest, "bad_request"}};
+constexpr char kEventQuiesced[] = "quiesced";
 constexpr char kEventDrained[] = "drained";
 constexpr char kEventSaved[] = "saved";
 
@@ -204,6 +205,7 @@ std::string Encode(const Request& r) {
     j["timeout_ms"] = r.timeout_ms;
     j["stripe_bytes"] = r.stripe_bytes;
     j["files"] = r.files;
+    if (r.hold_ms > 0) j["hold_ms"] = r.hold_ms;
   } else if (r.op == Op::kRefill) {
     j["threads"] = r.threads;
     j["files"] = r.files;
@@ -232,6 +234,10 @@ std::string Encode(const StatusReply& r) {
          {"calls", r.calls}};
   if (!r.disabled.empty()) j["disabled"] = r.disabled;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string Encode(const QuiescedReply& r) {
+  return json{{"ok", true}, {"event", kEventQuiesced}, {"quiesce_ms", r.quiesce_ms}}.dump();
 }
 
 std::string Encode(const DrainedReply& r) {
@@ -273,6 +279,7 @@ bool Decode(const std::string& text, Request* out, std::string* why) {
   r.Int<int64_t>("timeout_ms", &out->timeout_ms, false, 1, 3600000);
   r.Uint("stripe_bytes", &out->stripe_bytes, false);
   r.Int("files", &out->files, false, 0, kMaxFiles);
+  r.Int<int64_t>("hold_ms", &out->hold_ms, false, 0, kMaxHoldMs);
   r.Files("expected", &out->expected, false);
   return r.ok();
 }
@@ -304,6 +311,13 @@ bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why) 
         b->calls[k] = v.get<uint64_t>();
       }
     }
+  });
+}
+
+bool Decode(const std::string& text, Reply<QuiescedReply>* out, std::string* why) {
+  return DecodeReply(text, out, why, [](Reader& r, const json&, QuiescedReply* b) {
+    if (!EventIs(r, kEventQuiesced)) return;
+    r.Int<int64_t>("quiesce_ms", &b->quiesce_ms, false, 0, std::numeric_limits<int64_t>::max());
   });
 }
 

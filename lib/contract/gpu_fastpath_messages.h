@@ -6,7 +6,8 @@
 // it too. Decoding takes untrusted text (a job's reply, or a request from any root process): a
 // wrong type, a value out of range or nesting deeper than kMaxDepth is an error, never a throw.
 //
-// Versions: each request carries its sender's version, and the library answers one outside
+// Versions: each request carries the oldest version that has what it uses (1, or kVersionCut for
+// a held drain and its "go"), and the library answers one outside
 // [kMinVersion, kVersion] with ErrorCode::kVersion. cryod reads the library's version from its
 // status reply first and refuses a job whose library it does not speak, naming both.
 
@@ -22,8 +23,12 @@ namespace cryo::contract::gpu_fastpath {
 
 inline constexpr int kMinVersion = 1;  // the oldest library version this side still speaks
 inline constexpr int kMaxDepth = 8;
+// The first version with the cut across processes (a drain's "hold_ms", then "go").
+inline constexpr int kVersionCut = 2;
+// The longest a held drain waits for its "go".
+inline constexpr int64_t kMaxHoldMs = 600000;
 
-enum class Op { kStatus, kDrain, kRefill };
+enum class Op { kStatus, kDrain, kRefill, kGo };
 enum class State { kRunning, kDrained, kSaved };
 enum class ErrorCode {
   kNone,
@@ -46,6 +51,7 @@ struct Request {
   int64_t timeout_ms = 10000;     // drain: how long the job's GPU work may take to stop
   uint64_t stripe_bytes = 0;      // drain: unit of the striping over files (0: the default)
   int files = 0;                  // drain, refill: descriptors attached to the request
+  int64_t hold_ms = 0;            // drain: > 0 holds the job at the cut for a "go" (version 2)
   std::vector<FileSum> expected;  // refill: what each file must hold (empty: unchecked)
 };
 
@@ -66,7 +72,12 @@ struct StatusReply {
   std::string disabled;                   // why the library passes everything through, if it does
 };
 
-// The drain's first reply: the memory is out of the GPU.
+// A held drain's first reply: the job's GPU work is stopped and synchronized, nothing moved yet.
+struct QuiescedReply {
+  int64_t quiesce_ms = 0;
+};
+
+// The drain's first reply (after "go" when held): the memory is out of the GPU.
 struct DrainedReply {
   uint64_t bytes = 0, allocations = 0;
   int64_t quiesce_ms = 0, copy_ms = 0, release_ms = 0, total_ms = 0;
@@ -95,6 +106,7 @@ struct Reply {
 std::string Encode(const Request& r);
 std::string Encode(const Error& e);
 std::string Encode(const StatusReply& r);
+std::string Encode(const QuiescedReply& r);
 std::string Encode(const DrainedReply& r);
 std::string Encode(const SavedReply& r);
 std::string Encode(const RefillReply& r);
@@ -102,6 +114,7 @@ std::string Encode(const RefillReply& r);
 // false, with *why, for text that is not such a message.
 bool Decode(const std::string& text, Request* out, std::string* why);
 bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why);
+bool Decode(const std::string& text, Reply<QuiescedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<SavedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why);

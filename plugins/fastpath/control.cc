@@ -1,6 +1,7 @@
 #include "plugins/fastpath/control.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
@@ -122,8 +123,11 @@ void Control::Serve(int conn) {
       wire::SendMessage(conn, Encode(Status()));
     } else if (req.op == Op::kDrain) {
       HandleDrain(conn, req, fds);
-    } else {
+    } else if (req.op == Op::kRefill) {
       HandleRefill(conn, req, fds);
+    } else {
+      wire::SendMessage(conn, Encode(wire::Error{"\"go\" with no drain held on this connection",
+                                                 false, ErrorCode::kBadRequest}));
     }
   } catch (const std::exception& e) {
     // Nothing may escape into the job; the state says what happened.
@@ -145,6 +149,7 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
     return;
   }
   opt.fds = fds;
+  if (req.hold_ms > 0 && !HoldForGo(conn, req)) return;
   DrainResult r;
   Outcome o = mover_.Drain(opt, &r);
   if (!o.ok()) {
@@ -165,6 +170,40 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
     return;
   }
   wire::SendMessage(conn, Encode(s));
+}
+
+bool Control::HoldForGo(int conn, const wire::Request& req) {
+  wire::QuiescedReply q;
+  Outcome o = mover_.Hold(std::chrono::milliseconds(req.timeout_ms), &q.quiesce_ms);
+  if (!o.ok()) {
+    wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back, o.code}));
+    return false;
+  }
+  if (!wire::SendMessage(conn, Encode(q))) {
+    mover_.Unhold();
+    return false;
+  }
+  // The job stays held only as long as cryod says so: its "go" within hold_ms, on this
+  // connection. Whatever else happens, the job goes on untouched.
+  std::string why = "the cut was called off before its \"go\"";
+  pollfd pfd{conn, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&pfd, 1, static_cast<int>(req.hold_ms));
+  } while (r < 0 && errno == EINTR);
+  std::string text;
+  std::vector<int> fds;
+  wire::Request go;
+  std::string bad;
+  if (r == 0) {
+    why = "no \"go\" came within " + std::to_string(req.hold_ms) + " ms of the cut";
+  } else if (r > 0 && wire::ReceiveMessage(conn, &text, &fds)) {
+    CloseAll(fds);
+    if (wire::Decode(text, &go, &bad) && go.op == Op::kGo) return true;
+  }
+  mover_.Unhold();
+  wire::SendMessage(conn, Encode(wire::Error{why, true}));
+  return false;
 }
 
 void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>& fds) {

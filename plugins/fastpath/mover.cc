@@ -251,6 +251,24 @@ void Mover::OpenGates() {
   capture_.Release();
 }
 
+Outcome Mover::Hold(std::chrono::milliseconds timeout, int64_t* quiesce_ms) {
+  if (state_ != State::kRunning || held_) {
+    return {std::string("the job's GPU memory is already out or held (") + StateName(state_) + ")",
+            false};
+  }
+  Outcome q = Quiesce(timeout, &held_quiesce_ms_);
+  if (!q.ok()) return q;
+  held_ = true;
+  *quiesce_ms = held_quiesce_ms_;
+  return {};
+}
+
+void Mover::Unhold() {
+  if (!held_) return;
+  held_ = false;
+  OpenGates();
+}
+
 Outcome Mover::Quiesce(std::chrono::milliseconds timeout, int64_t* ms) {
   const auto t0 = Clock::now();
   if (!capture_.Quiesce(timeout)) {
@@ -728,11 +746,18 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     return {std::string("the job's GPU memory is already out (") + StateName(state_) + ")", false};
   }
   if (opt.stripe_bytes == 0 || opt.stripe_bytes % xxh3chunked::kChunk != 0) {
+    Unhold();
     return {"stripe_bytes must be a multiple of " + std::to_string(xxh3chunked::kChunk), true};
   }
   const auto t0 = Clock::now();
-  Outcome q = Quiesce(opt.timeout, &out->quiesce_ms);
-  if (!q.ok()) return q;
+  if (held_) {
+    // Quiesced already, at the cut: the time held is not the drain's.
+    held_ = false;
+    out->quiesce_ms = held_quiesce_ms_;
+  } else {
+    Outcome q = Quiesce(opt.timeout, &out->quiesce_ms);
+    if (!q.ok()) return q;
+  }
   // From here on a failure takes back, newest first, what the steps before it did: the job's
   // memory back on the GPU and its gates open.
   UndoStack undo;

@@ -89,6 +89,13 @@ class Mover {
   Mover(const Mover&) = delete;
   Mover& operator=(const Mover&) = delete;
 
+  // The first half of a drain held at a cut across processes (gpu_fastpath.h, version 2): the
+  // gates shut and the work synchronized, nothing moved. A Drain then goes on from there;
+  // Unhold lets the job go on instead. A failure leaves the gates open.
+  Outcome Hold(std::chrono::milliseconds timeout, int64_t* quiesce_ms);
+  void Unhold();
+  bool held() const { return held_; }
+
   Outcome Drain(const DrainOptions& opt, DrainResult* out);
   // After a Drain with files: waits for the writers, then frees the host copies. A failure
   // refills from the host copies (rolled back).
@@ -142,6 +149,8 @@ class Mover {
   CaptureGate& capture_;
   const MoverConfig cfg_;
   std::atomic<State> state_{State::kRunning};
+  bool held_ = false;  // gates shut by Hold, waiting for Drain or Unhold
+  int64_t held_quiesce_ms_ = 0;
 
   // The drained allocations in stream order, and the files' layout. Kept in the process's
   // memory, which CRIU saves, so a refill after a restore knows where everything goes.

@@ -34,6 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     RoundTrips(*st, p);
   }
+  if (auto q = cryo::gpu::ParseFastpathReply<wire::QuiescedReply>(text, p); q.ok())
+    RoundTrips(*q, p);
   if (auto d = cryo::gpu::ParseFastpathReply<wire::DrainedReply>(text, p); d.ok())
     RoundTrips(*d, p);
   if (auto s = cryo::gpu::ParseFastpathReply<wire::SavedReply>(text, p); s.ok()) RoundTrips(*s, p);

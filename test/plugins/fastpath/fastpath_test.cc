@@ -592,5 +592,83 @@ TEST_F(FastpathTest, TheChannelAnswersInTypesAndRefusesAVersionItDoesNotSpeak) {
   ::close(sv[1]);
 }
 
+TEST_F(FastpathMoveTest, AHeldDrainGoesOnAtGoAndLetsTheJobGoWhenNoGoComes) {
+  namespace wire = contract::gpu_fastpath;
+  JobMemory m = Allocate();
+  Control control(*mover_, *reg_, nullptr);
+  auto held_drain = [&](int64_t hold_ms, int sv[2]) {
+    EXPECT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    wire::Request req;
+    req.op = wire::Op::kDrain;
+    req.version = wire::kVersionCut;
+    req.hold_ms = hold_ms;
+    EXPECT_TRUE(wire::SendMessage(sv[0], wire::Encode(req)));
+    std::thread serve([&control, fd = sv[1]] { control.Serve(fd); });
+    std::string text;
+    std::vector<int> fds;
+    EXPECT_TRUE(wire::ReceiveMessage(sv[0], &text, &fds));
+    wire::Reply<wire::QuiescedReply> q;
+    std::string why;
+    EXPECT_TRUE(wire::Decode(text, &q, &why)) << why << ": " << text;
+    EXPECT_TRUE(q.ok) << text;
+    return serve;
+  };
+  auto next_reply = [](int fd) {
+    std::string text;
+    std::vector<int> fds;
+    EXPECT_TRUE(wire::ReceiveMessage(fd, &text, &fds));
+    return text;
+  };
+
+  // No "go" within the hold: the job goes on, nothing moved.
+  int sv[2];
+  std::thread serve = held_drain(100, sv);
+  EXPECT_TRUE(gate_.shut());
+  EXPECT_EQ(Used(), 24 * kMiB + (64 << 10));
+  wire::Reply<wire::DrainedReply> late;
+  std::string why;
+  ASSERT_TRUE(wire::Decode(next_reply(sv[0]), &late, &why)) << why;
+  EXPECT_FALSE(late.ok);
+  EXPECT_TRUE(late.error.rolled_back);
+  EXPECT_THAT(late.error.message, HasSubstr("no \"go\" came within 100 ms"));
+  serve.join();
+  EXPECT_FALSE(gate_.shut());
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  ::close(sv[0]);
+  ::close(sv[1]);
+
+  // With "go": drained, and refilled intact.
+  serve = held_drain(30000, sv);
+  wire::Request go;
+  go.op = wire::Op::kGo;
+  go.version = wire::kVersionCut;
+  ASSERT_TRUE(wire::SendMessage(sv[0], wire::Encode(go)));
+  wire::Reply<wire::DrainedReply> drained;
+  ASSERT_TRUE(wire::Decode(next_reply(sv[0]), &drained, &why)) << why;
+  ASSERT_TRUE(drained.ok) << drained.error.message;
+  EXPECT_EQ(drained.body.bytes, 24 * kMiB);
+  serve.join();
+  EXPECT_EQ(mover_->state(), State::kDrained);
+  EXPECT_EQ(Used(), 64u << 10);
+  RefillResult rr;
+  ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
+  ExpectIntact(m);
+  ::close(sv[0]);
+  ::close(sv[1]);
+
+  // A "go" with nothing held is refused.
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+  ASSERT_TRUE(wire::SendMessage(sv[0], wire::Encode(go)));
+  control.Serve(sv[1]);
+  wire::Reply<wire::DrainedReply> stray;
+  ASSERT_TRUE(wire::Decode(next_reply(sv[0]), &stray, &why)) << why;
+  EXPECT_FALSE(stray.ok);
+  EXPECT_EQ(stray.error.code, wire::ErrorCode::kBadRequest);
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  ::close(sv[0]);
+  ::close(sv[1]);
+  Free(m);
+}
+
 }  // namespace
 }  // namespace cryo::fastpath

@@ -1,0 +1,212 @@
+// The fast path's cut across the ranks of one job, end to end in one test process: two "ranks",
+// each with the real library (registry, mover, gate, its channel on an abstract socket) over the
+// fake CUDA driver, and cryod's real client and DrainTogether. A collective is modelled by the
+// ranks' synchronize: a rank's GPU work ends only once its peer has launched every collective it
+// launched.
+
+#include "daemon/gpu/fastpath_cut.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "daemon/gpu/fastpath.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/base/proc.h"
+#include "plugins/fastpath/control.h"
+#include "plugins/fastpath/gate.h"
+#include "plugins/fastpath/mover.h"
+#include "plugins/fastpath/registry.h"
+#include "test/fakes/cuda/fake_cuda.h"
+
+namespace cryo::gpu {
+namespace {
+
+using ::testing::HasSubstr;
+constexpr size_t kBytes = 8 << 20;
+
+// Collectives launched per rank; a rank's synchronize waits for its peer to catch up.
+struct Collective {
+  std::mutex mu;
+  std::condition_variable cv;
+  int launched[2] = {0, 0};
+  bool over = false;  // the test is done: nothing waits any more
+};
+Collective* g_coll = new Collective();  // outlives the library threads left waiting
+
+template <int R>
+CUresult SynchronizeRank() {
+  std::unique_lock<std::mutex> l(g_coll->mu);
+  g_coll->cv.wait(l, [] { return g_coll->over || g_coll->launched[R] <= g_coll->launched[1 - R]; });
+  return CUDA_SUCCESS;
+}
+
+uint64_t Word(int rank, size_t i) { return (rank + 1) * 0x9E3779B97F4A7C15ull ^ i; }
+
+// One rank: the library as it lives in a job. Never destroyed: its channel's thread serves on.
+struct Rank {
+  int r;
+  fastpath::Driver d;
+  fastpath::Gate gate;
+  fastpath::CaptureGate capture;
+  std::unique_ptr<fastpath::Registry> reg;
+  std::unique_ptr<fastpath::Mover> mover;
+  std::unique_ptr<fastpath::Control> control;
+  CUdeviceptr mem = 0;
+  FastpathProcess proc;
+
+  void Launch() {
+    fastpath::GateGuard g(gate);  // a kernel launch passes the gate
+    std::lock_guard<std::mutex> l(g_coll->mu);
+    ++g_coll->launched[r];
+    g_coll->cv.notify_all();
+  }
+  bool Intact() const {
+    auto* w = reinterpret_cast<const uint64_t*>(mem);
+    for (size_t i = 0; i < kBytes / 8; ++i) {
+      if (w[i] != Word(r, i)) return false;
+    }
+    return true;
+  }
+};
+
+class FastpathCutTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    {
+      std::lock_guard<std::mutex> l(g_coll->mu);
+      g_coll->launched[0] = g_coll->launched[1] = 0;
+      g_coll->over = false;
+    }
+    static int next_name = 0;
+    for (int r = 0; r < 2; ++r) {
+      auto* k = new Rank();
+      k->r = r;
+      k->d = fastpath::testing::FakeDriver();
+      k->d.cuCtxSynchronize = r == 0 ? &SynchronizeRank<0> : &SynchronizeRank<1>;
+      CUcontext c = nullptr;
+      ASSERT_EQ(k->d.cuDevicePrimaryCtxRetain(&c, 0), CUDA_SUCCESS);
+      ASSERT_EQ(k->d.cuCtxSetCurrent(c), CUDA_SUCCESS);
+      k->reg = std::make_unique<fastpath::Registry>(k->d, 1 << 20);
+      k->mover = std::make_unique<fastpath::Mover>(k->d, *k->reg, k->gate, k->capture);
+      k->control = std::make_unique<fastpath::Control>(*k->mover, *k->reg, nullptr);
+      // Channel names of their own: the "ranks" are this process under pids of their own.
+      const pid_t ns_pid = 1000000 + (::getpid() % 100000) * 100 + next_name++;
+      ASSERT_EQ(k->control->Start(ns_pid), "");
+      ASSERT_EQ(k->reg->MemAlloc(&k->mem, kBytes), CUDA_SUCCESS);
+      auto* w = reinterpret_cast<uint64_t*>(k->mem);
+      for (size_t i = 0; i < kBytes / 8; ++i) w[i] = Word(r, i);
+      k->proc.pid = ::getpid();
+      k->proc.ns_pid = ns_pid;
+      ranks_.push_back(k);
+    }
+    fp_ = NewFastpath(&proc_);
+    auto found = fp_->Find({::getpid()});  // a real status exchange gives each its version
+    for (Rank* k : ranks_) {
+      auto st = fp_->Status(k->proc);
+      ASSERT_TRUE(st.ok()) << st.status();
+      k->proc.version = st->version;
+      procs_.push_back(k->proc);
+    }
+  }
+  void TearDown() override {
+    {
+      std::lock_guard<std::mutex> l(g_coll->mu);
+      g_coll->over = true;
+      g_coll->cv.notify_all();
+    }
+    for (Rank* k : ranks_) {
+      if (k->mover->state() != fastpath::State::kRunning) (void)fp_->Refill(k->proc, 2, {}, {});
+      k->reg->MemFree(k->mem);
+    }
+  }
+
+  FastpathDrainOptions Options(absl::Duration quiesce) {
+    FastpathDrainOptions o;
+    o.threads = 2;
+    o.quiesce_timeout = quiesce;
+    o.reply_timeout = absl::Seconds(60);
+    return o;
+  }
+
+  proc::ProcReader proc_;
+  std::unique_ptr<Fastpath> fp_;
+  std::vector<Rank*> ranks_;  // never freed (see Rank)
+  std::vector<FastpathProcess> procs_;
+};
+
+TEST_F(FastpathCutTest, RanksInsideACollectiveAreDrainedOnlyOnceNeitherWaitsOnTheOther) {
+  ASSERT_GE(procs_[0].version, contract::gpu_fastpath::kVersionCut);
+  // Rank 0 is inside collective 1; rank 1 launches its part only once its gate has been shut
+  // and opened again: at the first cut rank 0 waits on rank 1, which waits at its gate.
+  ranks_[0]->Launch();
+  std::thread late([&] {
+    while (!ranks_[1]->gate.shut()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ranks_[1]->Launch();
+  });
+  std::vector<std::unique_ptr<FastpathDrainHandle>> drains;
+  absl::Status st = DrainTogether(*fp_, procs_, Options(absl::Seconds(20)), {}, &drains);
+  late.join();
+  ASSERT_TRUE(st.ok()) << st;
+  // The cut came after the collective ended: rank 1 had launched its part.
+  {
+    std::lock_guard<std::mutex> l(g_coll->mu);
+    EXPECT_EQ(g_coll->launched[1], 1);
+  }
+  ASSERT_EQ(drains.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_NE(drains[i], nullptr);
+    EXPECT_EQ(drains[i]->bytes(), ranks_[i]->reg->Stats().owned_bytes);
+    EXPECT_EQ(ranks_[i]->mover->state(), fastpath::State::kDrained);
+  }
+  drains.clear();
+  for (Rank* k : ranks_) {
+    auto r = fp_->Refill(k->proc, 2, {}, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(k->mover->state(), fastpath::State::kRunning);
+    EXPECT_TRUE(k->Intact());
+  }
+}
+
+TEST_F(FastpathCutTest, ARankThatNeverStopsEndsTheCutInTimeAndEveryRankRunsOnIntact) {
+  // Rank 0 waits on a collective rank 1 never joins.
+  ranks_[0]->Launch();
+  std::vector<std::unique_ptr<FastpathDrainHandle>> drains;
+  absl::Status st = DrainTogether(*fp_, procs_, Options(absl::Seconds(1)), {}, &drains);
+  EXPECT_TRUE(absl::IsDeadlineExceeded(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("attempts to stop the GPU work of the job's 2 processes"));
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(drains[i], nullptr);
+    EXPECT_EQ(ranks_[i]->mover->state(), fastpath::State::kRunning);
+    EXPECT_FALSE(ranks_[i]->mover->held());
+    EXPECT_FALSE(ranks_[i]->gate.shut());
+    EXPECT_TRUE(ranks_[i]->Intact());
+  }
+  // And rank 1 still runs: its next launch passes.
+  ranks_[1]->Launch();
+}
+
+TEST_F(FastpathCutTest, AHeldRankLetsGoWhenCryodGoesAway) {
+  FastpathDrainOptions o = Options(absl::Seconds(5));
+  o.hold = absl::Seconds(30);
+  auto held = fp_->Drain(procs_[1], o, {});
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_TRUE(ranks_[1]->gate.shut());
+  EXPECT_TRUE(ranks_[1]->mover->held());
+  held->reset();  // cryod lets go (or is gone): the channel closes, the library answers
+  EXPECT_FALSE(ranks_[1]->gate.shut());
+  EXPECT_FALSE(ranks_[1]->mover->held());
+  EXPECT_EQ(ranks_[1]->mover->state(), fastpath::State::kRunning);
+  ranks_[1]->Launch();
+  EXPECT_TRUE(ranks_[1]->Intact());
+}
+
+}  // namespace
+}  // namespace cryo::gpu
