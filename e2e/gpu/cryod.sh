@@ -382,6 +382,7 @@ multi_parts() {
   fi
   JOB_ENV=()
   [[ "$only" == *" ddp "* ]] && ddp_losses "${P}ddp-2-ranks"
+  [[ "$only" == *" nccl-probe "* ]] && nccl_defaults_probe "${P}nccl-defaults-probe"
   [[ "$only" == *" parallel "* ]] && parallel_pair "${P}parallel-2-gpus" 0 1 8
   return 0
 }
@@ -482,6 +483,72 @@ ddp_losses() {
     result "$name" FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' ')"
   fi
   "${CRYO[@]}" rm "$name" >/dev/null 2>&1
+}
+
+# nccl_defaults_probe NAME: the DDP job with NCCL at its defaults (NVLS off), as users run it.
+# Records what NCCL chose (its transports, from NCCL_DEBUG=INFO), what each rank called of the
+# sharing entry points (the fast-path library's status, when MULTI_ENV preloads it) and what it
+# maps; PASS when the checkpoint is refused before anything stops and the job runs on to the
+# reference's losses. The facts for owning shared memory in the library (issue 22).
+nccl_defaults_probe() {
+  local name=$1 py=python3 steps=${CRYO_GPU_DDP_STEPS:-200}
+  if ! $py -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+    result "$name" SKIP "no PyTorch with CUDA here"; return
+  fi
+  local src="$B/ddp_losses.py" ref="$RES/$name.ref.txt" run="$RES/$name.run.txt"
+  rm -f "$ref" "$run"
+  # ddp_losses exports NCCL's transports off: this job runs with them at their defaults.
+  local defaults=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE -u NCCL_CUMEM_ENABLE
+    -u NCCL_CUMEM_HOST_ENABLE -u NCCL_IB_DISABLE NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=lo
+    USE_LIBUV=0 UV_USE_IO_URING=0)
+  "${defaults[@]}" setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29571 </dev/null >"$RES/$name.ref.log" 2>&1
+  grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/$name.ref.log")"; return; }
+  "${defaults[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,ALLOC "${MULTI_ENV[@]}" \
+    setsid $py "$src" --steps "$steps" --out "$run" --port 29572 </dev/null >"$RES/$name.run.log" 2>&1 &
+  local tpid=$!
+  PIDS+=("$tpid")
+  wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps / 3 )) ]" || { result "$name" FAIL "training did not start: $(tail -3 "$RES/$name.run.log")"; end_job "$tpid"; return; }
+  local p calls=""
+  for p in $(ps -s "$tpid" -o pid=); do
+    { echo "== $p $(tr '\0' ' ' </proc/$p/cmdline | cut -c1-80)"; grep -E 'nvidia|/dev/shm|deleted' /proc/$p/maps; } \
+      >>"$RES/$name.maps.txt" 2>/dev/null
+    [ ${#MULTI_ENV[@]} -gt 0 ] && "$GPUCTL" fastpath-status "$p" >"$RES/$name.status.$p.json" 2>&1
+  done
+  if [ ${#MULTI_ENV[@]} -gt 0 ]; then
+    calls=$(python3 - "$RES" "$name" <<'PY'
+import glob, json, re, sys
+want = re.compile(r"Export|Import|Ipc|HostRegister|Multicast|PeerAccess|MemCreate|MemMap$")
+out = []
+for f in sorted(glob.glob(f"{sys.argv[1]}/{sys.argv[2]}.status.*.json")):
+    try:
+        docs = json.load(open(f))
+    except Exception:
+        continue
+    for d in docs.get("processes", []):
+        c = {k: v for k, v in d.get("calls", {}).items() if want.search(k)}
+        if c or d.get("owned_bytes"):
+            out.append("pid %s owned %s in %s, foreign %s, %s" % (d.get("pid"), d.get("owned_bytes"), d.get("owned_allocations"), d.get("foreign_allocations"), c))
+print("; ".join(out) or "no rank with CUDA answered")
+PY
+)
+  fi
+  "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" --tcp-established >"$RES/$name.ckpt.json" 2>&1
+  local rc=$?
+  local transports; transports=$(grep -oE 'via (P2P|SHM|NET)[A-Za-z/_]*' "$RES/$name.run.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+  wait_until 300 grep -qx done "$run"
+  local done_ok=$?
+  end_job "$tpid"
+  "${CRYO[@]}" rm "$name" >/dev/null 2>&1
+  local facts="NCCL: ${transports:-no transport lines}; library: ${calls:-not preloaded}"
+  if [ $rc -eq 0 ]; then
+    result "$name" FAIL "the checkpoint was taken, not refused (its restore is not known to work): $facts"
+  elif ! grep -q FAILED_PRECONDITION "$RES/$name.ckpt.json"; then
+    result "$name" FAIL "checkpoint failed, not refused up front: $(head -c 300 "$RES/$name.ckpt.json"); $facts"
+  elif [ $done_ok -ne 0 ] || ! cmp -s "$ref" "$run"; then
+    result "$name" FAIL "refused, but the job did not run on to the same losses; $facts"
+  else
+    result "$name" PASS "refused up front ($(grep -o 'NCCL_[A-Z_]*=[0-9]' "$RES/$name.ckpt.json" | head -4 | tr '\n' ' ')), the job ran on, losses bit-identical; $facts"
+  fi
 }
 
 # Parts "export" and "import" (two machines of one GPU each, one after the other): a checkpoint

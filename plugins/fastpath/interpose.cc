@@ -134,7 +134,21 @@ using namespace cryo::fastpath;
   X(cuStreamWaitValue64_v2, cuStreamWaitValue64_v2)            \
   X(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2)       \
   X(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2)              \
-  X(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp_v2)
+  X(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp_v2)         \
+  CRYO_FP_SHARING(X)
+
+// Calls by which processes share memory (NCCL's P2P, SHM and NVLS transports): gated like the
+// rest, and counted, so that the status says what a job shares and how (docs/gpu.md).
+#define CRYO_FP_SHARING(X)                                          \
+  X(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle) \
+  X(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle_v2)                   \
+  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle)                       \
+  X(cuIpcGetEventHandle, cuIpcGetEventHandle)                       \
+  X(cuIpcOpenEventHandle, cuIpcOpenEventHandle)                     \
+  X(cuMemHostRegister_v2, cuMemHostRegister_v2)                     \
+  X(cuMemHostUnregister, cuMemHostUnregister)                       \
+  X(cuMulticastCreate, cuMulticastCreate)                           \
+  X(cuMulticastBindMem, cuMulticastBindMem)
 
 // Wrapped entry points with logic of their own (functions W_<name> below), with their type.
 #define CRYO_FP_SPECIAL(X)                                                          \
