@@ -37,6 +37,13 @@
 #   bit-identical to a run without the library); on one GPU fp-parallel-1-gpu, fp-ddp-gloo-1-gpu.
 #   Each checkpoint must show bytes moved by the fast path.
 #
+# Part "node-preempt" (two GPUs): a node preempted whole. Two jobs of CRYO_GPU_NODE_GIB GiB
+#   (default 32), one per GPU, with the library, are stopped at once through cryod and then
+#   restored at once, against one such job alone and against the floors measured in the same
+#   call (the store's write and read floors are the node's: two jobs share them). Reports each
+#   job's vacate, gpu_lock and gpu_drain beside the lone job's, and the node's checkpoint and
+#   restore against twice the floors; every word of both jobs verified after the restore.
+#
 # Env: CRYO_GPU_FP_SIZES (GiB, default "1 8"), CRYO_GPU_FP_WRITERS (files per process, default 4),
 # CRYO_GPU_FP_THREADS (copy threads, default nproc), CRYO_GPU_FP_CRIU_GIB (default 8),
 # CRYO_GPU_FP_BENCH_SIZES (part fastpath, default "1 8 32"), CRYO_GPU_FP_COMPARE (default 1),
@@ -254,6 +261,92 @@ PY
   "${CRYO[@]}" rm "$k" >/dev/null 2>&1
 }
 
+# fp_stop_restore KEYS...: the jobs started as KEYS (LOAD_PID_<key>, LOAD_STATUS_<key>) stopped
+# through cryod at once, then restored at once; wall times in NODE_CKPT_MS / NODE_RESTORE_MS.
+# False (with NODE_WHY) when a checkpoint or a restore failed.
+fp_stop_restore() {
+  local k pids=() rc=0 t0
+  t0=$(date +%s%N)
+  for k in "$@"; do
+    local v="LOAD_PID_$k"
+    "${CRYO[@]}" -o json checkpoint "${!v}" --id "$k" >"$RES/$k.ckpt.json" 2>"$RES/$k.ckpt.err" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  NODE_CKPT_MS=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ $rc -eq 0 ] || { NODE_WHY="checkpoint: $(cat "$RES"/"$1".ckpt.err "$RES"/"${2:-$1}".ckpt.err | tail -c 400)"; return 1; }
+  for k in "$@"; do
+    local v="LOAD_PID_$k"
+    wait "${!v}" 2>/dev/null
+  done
+  pids=(); t0=$(date +%s%N)
+  for k in "$@"; do
+    "${CRYO[@]}" -o json restore "$k" >"$RES/$k.restore.json" 2>"$RES/$k.restore.err" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  NODE_RESTORE_MS=$(( ($(date +%s%N) - t0) / 1000000 ))
+  [ $rc -eq 0 ] || { NODE_WHY="restore: $(cat "$RES"/"$1".restore.err "$RES"/"${2:-$1}".restore.err | tail -c 400)"; return 1; }
+}
+
+fp_node_preempt() {  # fp_node_preempt GIB
+  local gib=$1 name="node-preempt-$1"
+  if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then result "$name" SKIP "one GPU here: a node of two is needed"; return; fi
+  fp_floors "$gib"
+  local k msg ok=1 ones twos
+  # One job alone.
+  JOB_ENV=("CUDA_VISIBLE_DEVICES=0" "LD_PRELOAD=$FPLIB"); start_job np1 --gib "$gib"; JOB_ENV=()
+  LOAD_PID_np1=$LOAD_PID LOAD_STATUS_np1=$LOAD_STATUS
+  wait_until 120 steps_past "$LOAD_STATUS_np1" 10
+  if ! fp_stop_restore np1; then result "$name" FAIL "one job alone: $NODE_WHY"; end_job "$LOAD_PID_np1"; return; fi
+  ones="$NODE_CKPT_MS $NODE_RESTORE_MS"
+  msg=$(verified_pass np1 "$LOAD_STATUS_np1" "$gib") || { result "$name" FAIL "one job alone: $msg"; ok=0; }
+  end_job "$LOAD_PID_np1"; "${CRYO[@]}" rm np1 >/dev/null 2>&1
+  [ $ok = 1 ] || return
+  # Two at once, one per GPU.
+  for g in 0 1; do
+    JOB_ENV=("CUDA_VISIBLE_DEVICES=$g" "LD_PRELOAD=$FPLIB"); start_job "np2$g" --gib "$gib"; JOB_ENV=()
+    printf -v "LOAD_PID_np2$g" %s "$LOAD_PID"; printf -v "LOAD_STATUS_np2$g" %s "$LOAD_STATUS"
+  done
+  wait_until 120 steps_past "$LOAD_STATUS_np20" 10; wait_until 120 steps_past "$LOAD_STATUS_np21" 10
+  if ! fp_stop_restore np20 np21; then
+    result "$name" FAIL "two jobs at once: $NODE_WHY"; end_job "$LOAD_PID_np20"; end_job "$LOAD_PID_np21"; return
+  fi
+  twos="$NODE_CKPT_MS $NODE_RESTORE_MS"
+  for g in 0 1; do
+    local v="LOAD_STATUS_np2$g"
+    msg=$(verified_pass "np2$g" "${!v}" "$gib") || { result "$name" FAIL "job on GPU $g: $msg"; ok=0; }
+  done
+  end_job "$LOAD_PID_np20"; end_job "$LOAD_PID_np21"
+  for k in np20 np21; do "${CRYO[@]}" rm "$k" >/dev/null 2>&1; done
+  [ $ok = 1 ] || return
+  python3 - "$RES" "$gib" $ones $twos >"$RES/$name.json" <<'PY'
+import json, sys
+res, gib = sys.argv[1], float(sys.argv[2])
+one_ckpt, one_rest, two_ckpt, two_rest = map(int, sys.argv[3:7])
+def stages(k, kind):
+    return {s: int(v) for s, v in json.load(open(f"{res}/{k}.{kind}.json"))["stage_ms"].items()}
+def vacate(s):
+    return s.get("gpu_drain", 0) + s.get("gpu_lock", 0) + s.get("gpu_checkpoint", 0)
+f = json.load(open(f"{res}/fpfloor{sys.argv[2]}.json"))
+one = stages("np1", "ckpt")
+two = [stages("np20", "ckpt"), stages("np21", "ckpt")]
+out = {"gib": gib,
+       "one": {"vacate_ms": vacate(one), "gpu_lock_ms": one.get("gpu_lock", 0), "gpu_drain_ms": one.get("gpu_drain", 0),
+               "checkpoint_ms": one_ckpt, "restore_ms": one_rest},
+       "two": [{"vacate_ms": vacate(s), "gpu_lock_ms": s.get("gpu_lock", 0), "gpu_drain_ms": s.get("gpu_drain", 0)} for s in two],
+       "two_checkpoint_ms": two_ckpt, "two_restore_ms": two_rest,
+       "floor_write_ms": f["write_ms"], "floor_read_ms": f["read_ms"]}
+out["vacate_ratio"] = round(max(t["vacate_ms"] for t in out["two"]) / max(1, out["one"]["vacate_ms"]), 2)
+out["one_checkpoint_vs_write_floor"] = round(one_ckpt / f["write_ms"], 2)
+out["two_checkpoint_vs_node_write_floor"] = round(two_ckpt / (2 * f["write_ms"]), 2)
+out["one_restore_vs_read_floor"] = round(one_rest / f["read_ms"], 2)
+out["two_restore_vs_node_read_floor"] = round(two_rest / (2 * f["read_ms"]), 2)
+print(json.dumps(out))
+PY
+  result "$name" PASS "$(jget "$RES/$name.json" '"%g GiB per job. vacate: alone %d ms, two at once %d and %d ms (%.2fx; goal 1.3x); gpu_lock alone %d, together %d and %d ms; gpu_drain alone %d, together %d and %d ms. checkpoint: alone %d ms (%.2fx its write floor), both %d ms (%.2fx twice the floor); restore: alone %d ms (%.2fx the read floor), both %d ms (%.2fx twice it); both jobs verified every word" % (d["gib"], d["one"]["vacate_ms"], d["two"][0]["vacate_ms"], d["two"][1]["vacate_ms"], d["vacate_ratio"], d["one"]["gpu_lock_ms"], d["two"][0]["gpu_lock_ms"], d["two"][1]["gpu_lock_ms"], d["one"]["gpu_drain_ms"], d["two"][0]["gpu_drain_ms"], d["two"][1]["gpu_drain_ms"], d["one"]["checkpoint_ms"], d["one_checkpoint_vs_write_floor"], d["two_checkpoint_ms"], d["two_checkpoint_vs_node_write_floor"], d["one"]["restore_ms"], d["one_restore_vs_read_floor"], d["two_restore_ms"], d["two_restore_vs_node_read_floor"])')"
+}
+
 fp_torch_cryod() {  # fp_torch_cryod NAME ALLOC_CONF: the loop stopped and restored through cryod
   local name=$1 conf=$2 steps=${CRYO_GPU_TORCH_STEPS:-200}
   local ref="$RES/fp.torch.ref.txt" run="$RES/$name.txt"
@@ -358,6 +451,11 @@ run_fastpath_parts() {
     fi
     fp_launch_overhead
     fp_table ;;
+  esac
+  case " $PARTS " in *" node-preempt "*)
+    [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result node-preempt SKIP "bundle has no cryod or CRIU"; return; }
+    [ -n "$CRYOD_PID" ] || start_cryod || { result node-preempt FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }
+    fp_node_preempt "${CRYO_GPU_NODE_GIB:-32}" ;;
   esac
   case " $PARTS " in *" fastpath-multi "*)
     # Part "multi" (cryod.sh) again, every job with the library: two GPUs drained and
