@@ -66,6 +66,9 @@ inline constexpr int kMaxFiles = 64;
 inline constexpr char kStateRunning[] = "running";
 inline constexpr char kStateDrained[] = "drained";  // data in host memory, GPU memory released
 inline constexpr char kStateSaved[] = "saved";      // data only in the drain's files
+// Its own memory back, its gate shut: what it imported from other processes of the job is not
+// mapped yet (a held refill's "go" brings it).
+inline constexpr char kStateImporting[] = "importing";
 
 // Environment of the job (the library reads it at start).
 inline constexpr char kEnvDisable[] = "CRYO_GPU_FASTPATH_DISABLE";  // "1": pass everything through

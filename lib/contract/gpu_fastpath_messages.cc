@@ -17,12 +17,14 @@ constexpr std::pair<Op, const char*> kOps[] = {
     {Op::kStatus, "status"}, {Op::kDrain, "drain"}, {Op::kRefill, "refill"}, {Op::kGo, "go"}};
 constexpr std::pair<State, const char*> kStates[] = {{State::kRunning, kStateRunning},
                                                      {State::kDrained, kStateDrained},
-                                                     {State::kSaved, kStateSaved}};
+                                                     {State::kSaved, kStateSaved},
+                                                     {State::kImporting, kStateImporting}};
 constexpr std::pair<ErrorCode, const char*> kCodes[] = {{ErrorCode::kDeadline, "deadline"},
                                                         {ErrorCode::kDataLoss, "data_loss"},
                                                         {ErrorCode::kVersion, "version"},
                                                         {ErrorCode::kBadRequest, "bad_request"}};
 constexpr char kEventQuiesced[] = "quiesced";
+constexpr char kEventImported[] = "imported";
 constexpr char kEventDrained[] = "drained";
 constexpr char kEventSaved[] = "saved";
 
@@ -118,6 +120,44 @@ class Reader {
       out->push_back(std::move(f));
     }
   }
+  void Shares(const char* key, std::vector<ShareRef>* out) {
+    auto it = Find(key, false);
+    if (it == j_.end()) return;
+    if (!it->is_array() || it->size() > kMaxShares) {
+      Fail(key, "is not a list of at most kMaxShares descriptors");
+      return;
+    }
+    for (const json& e : *it) {
+      ShareRef r;
+      if (!e.is_object()) {
+        Fail(key, "holds an entry that is not an object");
+        return;
+      }
+      Reader rd(e, why_);
+      rd.Uint("id", &r.id, true);
+      rd.Int<int64_t>("fd", &r.fd, true, -1, std::numeric_limits<int32_t>::max());
+      if (!rd.ok()) {
+        ok_ = false;
+        return;
+      }
+      out->push_back(r);
+    }
+  }
+  void Ids(const char* key, std::vector<uint64_t>* out) {
+    auto it = Find(key, false);
+    if (it == j_.end()) return;
+    if (!it->is_array() || it->size() > static_cast<size_t>(kMaxFiles)) {
+      Fail(key, "is not a list of at most kMaxFiles ids");
+      return;
+    }
+    for (const json& e : *it) {
+      if (!e.is_number_unsigned()) {
+        Fail(key, "holds an id that is not a number");
+        return;
+      }
+      out->push_back(e.get<uint64_t>());
+    }
+  }
   void Fail(const char* key, const char* what) {
     if (ok_) *why_ = std::string("\"") + key + "\" " + what;
     ok_ = false;
@@ -150,6 +190,12 @@ bool ParseObject(const std::string& text, json* j, std::string* why) {
     return false;
   }
   return true;
+}
+
+json SharesJson(const std::vector<ShareRef>& shares) {
+  json a = json::array();
+  for (const ShareRef& r : shares) a.push_back({{"id", r.id}, {"fd", r.fd}});
+  return a;
 }
 
 json FilesJson(const std::vector<FileSum>& files) {
@@ -210,6 +256,10 @@ std::string Encode(const Request& r) {
     j["threads"] = r.threads;
     j["files"] = r.files;
     j["expected"] = FilesJson(r.expected);
+    if (r.hold_ms > 0) j["hold_ms"] = r.hold_ms;
+  } else if (r.op == Op::kGo && !r.imports.empty()) {
+    j["files"] = r.files;
+    j["imports"] = r.imports;
   }
   return j.dump();
 }
@@ -233,11 +283,27 @@ std::string Encode(const StatusReply& r) {
          {"wrapped_entry_points", r.wrapped_entry_points},
          {"calls", r.calls}};
   if (!r.disabled.empty()) j["disabled"] = r.disabled;
+  if (!r.exports.empty()) j["exports"] = SharesJson(r.exports);
+  if (r.imports > 0) j["imports"] = r.imports;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string Encode(const QuiescedReply& r) {
-  return json{{"ok", true}, {"event", kEventQuiesced}, {"quiesce_ms", r.quiesce_ms}}.dump();
+  return json{{"ok", true},
+              {"event", kEventQuiesced},
+              {"quiesce_ms", r.quiesce_ms},
+              {"exports", SharesJson(r.exports)},
+              {"imports", SharesJson(r.imports)},
+              {"foreign_shares", r.foreign_shares}}
+      .dump();
+}
+
+std::string Encode(const ImportedReply& r) {
+  return json{{"ok", true},
+              {"event", kEventImported},
+              {"imports", r.imports},
+              {"import_ms", r.import_ms}}
+      .dump();
 }
 
 std::string Encode(const DrainedReply& r) {
@@ -259,9 +325,11 @@ std::string Encode(const SavedReply& r) {
 }
 
 std::string Encode(const RefillReply& r) {
-  return json{{"ok", true},           {"bytes", r.bytes},       {"allocate_ms", r.allocate_ms},
-              {"copy_ms", r.copy_ms}, {"total_ms", r.total_ms}, {"files", FilesJson(r.files)}}
-      .dump();
+  json j{{"ok", true},           {"bytes", r.bytes},       {"allocate_ms", r.allocate_ms},
+         {"copy_ms", r.copy_ms}, {"total_ms", r.total_ms}, {"files", FilesJson(r.files)}};
+  if (!r.exports.empty()) j["exports"] = SharesJson(r.exports);
+  if (r.importing) j["importing"] = true;
+  return j.dump();
 }
 
 bool Decode(const std::string& text, Request* out, std::string* why) {
@@ -281,6 +349,7 @@ bool Decode(const std::string& text, Request* out, std::string* why) {
   r.Int("files", &out->files, false, 0, kMaxFiles);
   r.Int<int64_t>("hold_ms", &out->hold_ms, false, 0, kMaxHoldMs);
   r.Files("expected", &out->expected, false);
+  r.Ids("imports", &out->imports);
   return r.ok();
 }
 
@@ -298,6 +367,8 @@ bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why) 
     r.Uint("min_bytes", &b->min_bytes, false);
     r.Uint("wrapped_entry_points", &b->wrapped_entry_points, false);
     r.Str("disabled", &b->disabled, false);
+    r.Shares("exports", &b->exports);
+    r.Uint("imports", &b->imports, false);
     if (auto it = j.find("calls"); it != j.end()) {
       if (!it->is_object() || it->size() > 4096) {
         r.Fail("calls", "is not a small object");
@@ -318,6 +389,17 @@ bool Decode(const std::string& text, Reply<QuiescedReply>* out, std::string* why
   return DecodeReply(text, out, why, [](Reader& r, const json&, QuiescedReply* b) {
     if (!EventIs(r, kEventQuiesced)) return;
     r.Int<int64_t>("quiesce_ms", &b->quiesce_ms, false, 0, std::numeric_limits<int64_t>::max());
+    r.Shares("exports", &b->exports);
+    r.Shares("imports", &b->imports);
+    r.Uint("foreign_shares", &b->foreign_shares, false);
+  });
+}
+
+bool Decode(const std::string& text, Reply<ImportedReply>* out, std::string* why) {
+  return DecodeReply(text, out, why, [](Reader& r, const json&, ImportedReply* b) {
+    if (!EventIs(r, kEventImported)) return;
+    r.Uint("imports", &b->imports, false);
+    r.Int<int64_t>("import_ms", &b->import_ms, false, 0, std::numeric_limits<int64_t>::max());
   });
 }
 
@@ -350,6 +432,8 @@ bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why) 
     r.Int<int64_t>("copy_ms", &b->copy_ms, false, 0, kMax);
     r.Int<int64_t>("total_ms", &b->total_ms, false, 0, kMax);
     r.Files("files", &b->files, false);
+    r.Shares("exports", &b->exports);
+    r.Bool("importing", &b->importing, false);
   });
 }
 

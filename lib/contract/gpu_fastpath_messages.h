@@ -23,13 +23,14 @@ namespace cryo::contract::gpu_fastpath {
 
 inline constexpr int kMinVersion = 1;  // the oldest library version this side still speaks
 inline constexpr int kMaxDepth = 8;
+inline constexpr size_t kMaxShares = 4096;  // exports or imports of one process
 // The first version with the cut across processes (a drain's "hold_ms", then "go").
 inline constexpr int kVersionCut = 2;
 // The longest a held drain waits for its "go".
 inline constexpr int64_t kMaxHoldMs = 600000;
 
 enum class Op { kStatus, kDrain, kRefill, kGo };
-enum class State { kRunning, kDrained, kSaved };
+enum class State { kRunning, kDrained, kSaved, kImporting };
 enum class ErrorCode {
   kNone,
   kDeadline,    // the job's GPU work did not stop within the drain's timeout
@@ -44,6 +45,13 @@ const char* StateName(State s);
 // A file the library wrote or read: the store's own {size, checksum}.
 using FileSum = ::cryo::FileDigest;
 
+// A descriptor by which a process shares GPU memory with another (gpu_fastpath.h, "Shared
+// memory"): its id in the library, and its number in that process (cryod reaches it there).
+struct ShareRef {
+  uint64_t id = 0;
+  int64_t fd = -1;
+};
+
 struct Request {
   Op op = Op::kStatus;
   int version = kVersion;
@@ -51,7 +59,8 @@ struct Request {
   int64_t timeout_ms = 10000;     // drain: how long the job's GPU work may take to stop
   uint64_t stripe_bytes = 0;      // drain: unit of the striping over files (0: the default)
   int files = 0;                  // drain, refill: descriptors attached to the request
-  int64_t hold_ms = 0;            // drain: > 0 holds the job at the cut for a "go" (version 2)
+  int64_t hold_ms = 0;            // drain, refill: > 0 holds the job for a "go" (version 2)
+  std::vector<uint64_t> imports;  // go after a held refill: import ids of the attached files
   std::vector<FileSum> expected;  // refill: what each file must hold (empty: unchecked)
 };
 
@@ -70,11 +79,21 @@ struct StatusReply {
   uint64_t foreign_allocations = 0, min_bytes = 0, wrapped_entry_points = 0;
   std::map<std::string, uint64_t> calls;  // calls seen per entry point
   std::string disabled;                   // why the library passes everything through, if it does
+  std::vector<ShareRef> exports;          // its exports as POSIX descriptors now
+  uint64_t imports = 0;                   // allocations it imported as POSIX descriptors
 };
 
 // A held drain's first reply: the job's GPU work is stopped and synchronized, nothing moved yet.
 struct QuiescedReply {
   int64_t quiesce_ms = 0;
+  std::vector<ShareRef> exports, imports;  // what the process shares as POSIX descriptors
+  uint64_t foreign_shares = 0;             // shared another way: the library cannot carry it
+};
+
+// A held refill's last reply, after its "go": what it imported again, the gates open.
+struct ImportedReply {
+  uint64_t imports = 0;
+  int64_t import_ms = 0;
 };
 
 // The drain's first reply (after "go" when held): the memory is out of the GPU.
@@ -93,6 +112,8 @@ struct RefillReply {
   uint64_t bytes = 0;
   int64_t allocate_ms = 0, copy_ms = 0, total_ms = 0;
   std::vector<FileSum> files;  // what was read, file by file
+  std::vector<ShareRef> exports;  // held: its exports' new descriptors
+  bool importing = false;         // held: imports wait for the "go"
 };
 
 // A reply as received: the body, or the error (ok false).
@@ -107,6 +128,7 @@ std::string Encode(const Request& r);
 std::string Encode(const Error& e);
 std::string Encode(const StatusReply& r);
 std::string Encode(const QuiescedReply& r);
+std::string Encode(const ImportedReply& r);
 std::string Encode(const DrainedReply& r);
 std::string Encode(const SavedReply& r);
 std::string Encode(const RefillReply& r);
@@ -115,6 +137,7 @@ std::string Encode(const RefillReply& r);
 bool Decode(const std::string& text, Request* out, std::string* why);
 bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<QuiescedReply>* out, std::string* why);
+bool Decode(const std::string& text, Reply<ImportedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<SavedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why);

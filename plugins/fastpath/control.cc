@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_messages.h"
@@ -87,6 +88,16 @@ void Control::Loop() {
   }
 }
 
+namespace {
+
+std::vector<wire::ShareRef> Refs(const std::vector<Share>& shares) {
+  std::vector<wire::ShareRef> out;
+  for (const Share& s : shares) out.push_back({s.id, s.fd});
+  return out;
+}
+
+}  // namespace
+
 wire::StatusReply Control::Status() {
   RegistryStats st = reg_.Stats();
   wire::StatusReply r;
@@ -98,6 +109,8 @@ wire::StatusReply Control::Status() {
   r.owned_cumemalloc = st.owned_cumemalloc;
   r.foreign_allocations = st.foreign_allocations;
   r.min_bytes = reg_.min_bytes();
+  r.exports = Refs(reg_.CurrentShares().exports);
+  r.imports = st.imports;
   if (extra_status_) extra_status_(r);
   return r;
 }
@@ -172,6 +185,31 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
   wire::SendMessage(conn, Encode(s));
 }
 
+namespace {
+
+// Waits up to hold_ms for cryod's "go" on `conn`: true with it (and its descriptors), false
+// with why not.
+bool WaitForGo(int conn, int64_t hold_ms, wire::Request* go, std::vector<int>* fds,
+               std::string* why) {
+  pollfd pfd{conn, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&pfd, 1, static_cast<int>(hold_ms));
+  } while (r < 0 && errno == EINTR);
+  std::string text, bad;
+  if (r == 0) {
+    *why = "no \"go\" came within " + std::to_string(hold_ms) + " ms";
+    return false;
+  }
+  *why = "cryod let go before its \"go\"";
+  if (r < 0 || !wire::ReceiveMessage(conn, &text, fds)) return false;
+  if (wire::Decode(text, go, &bad) && go->op == Op::kGo) return true;
+  CloseAll(*fds);
+  return false;
+}
+
+}  // namespace
+
 bool Control::HoldForGo(int conn, const wire::Request& req) {
   wire::QuiescedReply q;
   Outcome o = mover_.Hold(std::chrono::milliseconds(req.timeout_ms), &q.quiesce_ms);
@@ -179,30 +217,26 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
     wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back, o.code}));
     return false;
   }
+  // What it shares, for cryod to find who imports what (nothing changes it while held).
+  const Shares shares = reg_.CurrentShares();
+  q.exports = Refs(shares.exports);
+  q.imports = Refs(shares.imports);
+  q.foreign_shares = reg_.Stats().foreign_allocations;
   if (!wire::SendMessage(conn, Encode(q))) {
     mover_.Unhold();
     return false;
   }
   // The job stays held only as long as cryod says so: its "go" within hold_ms, on this
   // connection. Whatever else happens, the job goes on untouched.
-  std::string why = "the cut was called off before its \"go\"";
-  pollfd pfd{conn, POLLIN, 0};
-  int r;
-  do {
-    r = ::poll(&pfd, 1, static_cast<int>(req.hold_ms));
-  } while (r < 0 && errno == EINTR);
-  std::string text;
-  std::vector<int> fds;
   wire::Request go;
-  std::string bad;
-  if (r == 0) {
-    why = "no \"go\" came within " + std::to_string(req.hold_ms) + " ms of the cut";
-  } else if (r > 0 && wire::ReceiveMessage(conn, &text, &fds)) {
+  std::vector<int> fds;
+  std::string why;
+  if (WaitForGo(conn, req.hold_ms, &go, &fds, &why)) {
     CloseAll(fds);
-    if (wire::Decode(text, &go, &bad) && go.op == Op::kGo) return true;
+    return true;
   }
   mover_.Unhold();
-  wire::SendMessage(conn, Encode(wire::Error{why, true}));
+  wire::SendMessage(conn, Encode(wire::Error{"the cut was called off: " + why, true}));
   return false;
 }
 
@@ -218,7 +252,41 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>&
     wire::SendMessage(conn, Encode(wire::Error{o.error, false, o.code}));
     return;
   }
-  wire::SendMessage(conn, Encode(r));
+  r.importing = mover_.state() == State::kImporting;
+  r.exports = Refs(reg_.CurrentShares().exports);
+  if (!r.importing) {
+    wire::SendMessage(conn, Encode(r));
+    return;
+  }
+  // Memory it imported from other processes of the job comes back only with their new
+  // descriptors, which cryod brings in its "go": until then the gate stays shut.
+  if (req.hold_ms <= 0) {
+    wire::SendMessage(conn,
+                      Encode(wire::Error{"its own memory is back, but what it imported from other "
+                                         "processes waits for their descriptors (a held refill)",
+                                         false}));
+    return;
+  }
+  if (!wire::SendMessage(conn, Encode(r))) return;
+  wire::Request go;
+  std::vector<int> go_fds;
+  std::string why;
+  if (!WaitForGo(conn, req.hold_ms, &go, &go_fds, &why)) {
+    wire::SendMessage(conn, Encode(wire::Error{"imports wait: " + why, false}));
+    return;
+  }
+  std::map<uint64_t, int> by_id;
+  for (size_t i = 0; i < go.imports.size() && i < go_fds.size(); ++i)
+    by_id[go.imports[i]] = go_fds[i];
+  wire::ImportedReply done;
+  done.imports = by_id.size();
+  o = mover_.Import(by_id, &done.import_ms);
+  CloseAll(go_fds);
+  if (!o.ok()) {
+    wire::SendMessage(conn, Encode(wire::Error{o.error, false, o.code}));
+    return;
+  }
+  wire::SendMessage(conn, Encode(done));
 }
 
 }  // namespace cryo::fastpath

@@ -139,15 +139,14 @@ using namespace cryo::fastpath;
 
 // Calls by which processes share memory (NCCL's P2P, SHM and NVLS transports): gated like the
 // rest, and counted, so that the status says what a job shares and how (docs/gpu.md).
-#define CRYO_FP_SHARING(X)                                          \
-  X(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle) \
-  X(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle_v2)                   \
-  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle)                       \
-  X(cuIpcGetEventHandle, cuIpcGetEventHandle)                       \
-  X(cuIpcOpenEventHandle, cuIpcOpenEventHandle)                     \
-  X(cuMemHostRegister_v2, cuMemHostRegister_v2)                     \
-  X(cuMemHostUnregister, cuMemHostUnregister)                       \
-  X(cuMulticastCreate, cuMulticastCreate)                           \
+#define CRYO_FP_SHARING(X)                        \
+  X(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle_v2) \
+  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle)     \
+  X(cuIpcGetEventHandle, cuIpcGetEventHandle)     \
+  X(cuIpcOpenEventHandle, cuIpcOpenEventHandle)   \
+  X(cuMemHostRegister_v2, cuMemHostRegister_v2)   \
+  X(cuMemHostUnregister, cuMemHostUnregister)     \
+  X(cuMulticastCreate, cuMulticastCreate)         \
   X(cuMulticastBindMem, cuMulticastBindMem)
 
 // Wrapped entry points with logic of their own (functions W_<name> below), with their type.
@@ -164,6 +163,7 @@ using namespace cryo::fastpath;
   X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle)                       \
   X(cuMemGetAllocationPropertiesFromHandle, cuMemGetAllocationPropertiesFromHandle) \
   X(cuMemExportToShareableHandle, cuMemExportToShareableHandle)                     \
+  X(cuMemImportFromShareableHandle, cuMemImportFromShareableHandle)                 \
   X(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2)                               \
   X(cuPointerGetAttribute, cuPointerGetAttribute)                                   \
   X(cuPointerGetAttributes, cuPointerGetAttributes)                                 \
@@ -508,9 +508,19 @@ CUresult W_cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle 
   GateGuard g(lib.gate());
   auto* f = Real<decltype(cuMemExportToShareableHandle)>(k_cuMemExportToShareableHandle);
   CUresult r = f(out, lib.registry().Translate(handle), type, flags);
-  // Another process may map it now: the library cannot take it away; the driver moves it.
-  if (r == CUDA_SUCCESS) lib.registry().MarkExported(handle);
+  // Another process may map it now: as a POSIX descriptor the library keeps moving it (cryod
+  // carries the descriptor to its importers); shared another way, the driver moves it.
+  if (r == CUDA_SUCCESS) lib.registry().Exported(handle, type, out);
   return r;
+} catch (...) {
+  return FromException();
+}
+
+CUresult W_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                          CUmemAllocationHandleType type) noexcept try {
+  CRYO_FP_ENTER(cuMemImportFromShareableHandle, handle, os_handle, type)
+  GateGuard g(lib.gate());
+  return lib.registry().MemImport(handle, os_handle, type);
 } catch (...) {
   return FromException();
 }

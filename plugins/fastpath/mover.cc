@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -325,8 +326,10 @@ bool Mover::Plan() {
   std::lock_guard<std::mutex> l(reg_.mu());
   plan_.clear();
   total_ = 0;
+  imports_.clear();
   for (auto& [id, p] : reg_.phys()) {
-    if (p->exported || p->real == 0) continue;
+    if (p->imported && p->real != 0) imports_.push_back(p.get());
+    if (p->exported || p->imported || p->real == 0) continue;
     p->stream_offset = total_;
     total_ += p->size;
     plan_.push_back(p.get());
@@ -841,12 +844,25 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     if (!back) OpenGates();
   });
   const auto t_rel = Clock::now();
+  // Exports first: the duplicates the library keeps would keep the memory alive.
+  {
+    std::lock_guard<std::mutex> l(reg_.mu());
+    for (Phys* p : plan_) {
+      for (Share& e : p->exports) {
+        if (e.fd >= 0) ::close(e.fd);
+        e.fd = -1;
+      }
+    }
+  }
   err = Release();
-  out->release_ms = Ms(t_rel);
   if (!err.empty()) {
+    out->release_ms = Ms(t_rel);
     undo.Run();
     return {err, back};
   }
+  // Then what it imported: its data is its exporter's, who saves it.
+  ReleaseImports();
+  out->release_ms = Ms(t_rel);
   undo.Dismiss();
   state_ = State::kDrained;
   out->bytes = total_;
@@ -881,6 +897,7 @@ bool Mover::RollBackFromHost() {
     case State::kRunning:
       return true;
     case State::kSaved:
+    case State::kImporting:
       return false;
     case State::kDrained:
       return RestoreFromHost();
@@ -904,22 +921,106 @@ bool Mover::RestoreFromHost() {
   UnmapTemporaries();
   if (!err.empty()) return false;
   BackToRunning();
-  return true;
+  return state_ == State::kRunning;
 }
 
 void Mover::BackToRunning() {
   DropUnheldReferences(d_, plan_);
   FreeHost();
+  // Importers of this memory import it again from new descriptors (cryod carries them).
+  if (std::string err = ExportAgain(); !err.empty()) {
+    ::fprintf(stderr, "cryo fast path: %s\n", err.c_str());
+  }
   plan_.clear();
   sources_.clear();
+  if (ImportsPending()) {
+    state_ = State::kImporting;  // its imports are not mapped: no work may run yet
+    return;
+  }
   state_ = State::kRunning;
   OpenGates();
+}
+
+std::string Mover::ExportAgain() {
+  std::lock_guard<std::mutex> l(reg_.mu());
+  std::string err;
+  for (auto& [id, p] : reg_.phys()) {
+    if (p->real == 0 || p->imported) continue;
+    for (Share& e : p->exports) {
+      if (e.fd >= 0) continue;
+      int fd = -1;
+      CUresult r = d_.cuMemExportToShareableHandle(&fd, p->real,
+                                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+      if (r != CUDA_SUCCESS && err.empty()) err = Cuda(d_, "exporting device memory again", r);
+      if (r == CUDA_SUCCESS) e.fd = fd;
+    }
+  }
+  return err;
+}
+
+bool Mover::ImportsPending() {
+  std::lock_guard<std::mutex> l(reg_.mu());
+  for (auto& [id, p] : reg_.phys()) {
+    if (p->imported && p->real == 0) return true;
+  }
+  return false;
+}
+
+void Mover::ReleaseImports() {
+  std::lock_guard<std::mutex> l(reg_.mu());
+  for (Phys* p : imports_) {
+    for (auto& [va, m] : reg_.mappings()) {
+      if (m.phys == p) d_.cuMemUnmap(va, m.size);
+    }
+    if (Registry::HoldsReference(*p)) d_.cuMemRelease(p->real);
+    p->real = 0;
+    if (p->import.fd >= 0) ::close(p->import.fd);
+    p->import.fd = -1;
+  }
+}
+
+Outcome Mover::Import(const std::map<uint64_t, int>& fds, int64_t* ms) {
+  const auto t0 = Clock::now();
+  if (state_ != State::kImporting) {
+    return {std::string("nothing to import: the job is ") + StateName(state_), false};
+  }
+  std::lock_guard<std::mutex> l(reg_.mu());
+  for (auto& [id, p] : reg_.phys()) {
+    if (!p->imported || p->real != 0) continue;
+    auto it = fds.find(p->import.id);
+    if (it == fds.end()) {
+      return {"no descriptor came for import " + std::to_string(p->import.id), false};
+    }
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = d_.cuMemImportFromShareableHandle(
+        &h, reinterpret_cast<void*>(static_cast<intptr_t>(it->second)),
+        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (r != CUDA_SUCCESS) return {Cuda(d_, "importing shared device memory again", r), false};
+    p->real = h;
+    p->import.fd = ::fcntl(it->second, F_DUPFD_CLOEXEC, 3);
+    for (auto& [va, m] : reg_.mappings()) {
+      if (m.phys != p.get()) continue;
+      r = d_.cuMemMap(va, m.size, m.offset, h, 0);
+      for (size_t i = 0; r == CUDA_SUCCESS && i < m.access.size(); ++i) {
+        r = d_.cuMemSetAccess(va, m.size, m.access[i].data(), m.access[i].size());
+      }
+      if (r != CUDA_SUCCESS)
+        return {Cuda(d_, "mapping imported memory at its old address", r), false};
+    }
+    // The job had let go of its handle (its mappings kept the memory): so does the library.
+    if (!Registry::HoldsReference(*p) && p->mappings > 0) d_.cuMemRelease(h);
+  }
+  *ms = Ms(t0);
+  state_ = State::kRunning;
+  OpenGates();
+  return {};
 }
 
 Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   const auto t0 = Clock::now();
   const State s = state_;
   if (s == State::kRunning) return {"nothing to refill: the job's GPU memory is in place", false};
+  if (s == State::kImporting) return {};  // its own memory is back; its imports come next
   if (s == State::kSaved && opt.fds.empty()) {
     return {"the job's GPU data is in the drain's files: they must be given", false};
   }

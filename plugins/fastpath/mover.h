@@ -100,7 +100,13 @@ class Mover {
   // After a Drain with files: waits for the writers, then frees the host copies. A failure
   // refills from the host copies (rolled back).
   Outcome FinishSave(SaveResult* out);
+  // Brings the job's own memory back, exports it again (new descriptors, kept in the registry),
+  // and opens the gates unless memory it imported is still to be imported (then: kImporting,
+  // gates shut, until Import). In kImporting, does nothing but say so.
   Outcome Refill(const RefillOptions& opt, RefillResult* out);
+  // kImporting -> running: each imported allocation imported again from its exporter's new
+  // descriptor (by import id), mapped where it was, its access granted again; the gates open.
+  Outcome Import(const std::map<uint64_t, int>& fds, int64_t* ms);
   // Whatever the state, back to running if the data is still in host memory (a drain whose
   // caller went away). False when the data is only in files: a refill with them must come.
   bool RollBackFromHost();
@@ -132,6 +138,9 @@ class Mover {
   std::string MapTemporary(Phys* p);
   bool RestoreFromHost();
   void BackToRunning();
+  void ReleaseImports();
+  bool ImportsPending();
+  std::string ExportAgain();
   void UnmapTemporaries();
   std::string CopyOut(int threads);
   std::string Release();
@@ -155,6 +164,7 @@ class Mover {
   // The drained allocations in stream order, and the files' layout. Kept in the process's
   // memory, which CRIU saves, so a refill after a restore knows where everything goes.
   std::vector<Phys*> plan_;
+  std::vector<Phys*> imports_;  // imported allocations released by the drain
   uint64_t total_ = 0;
   uint64_t stripe_ = 0;
   int nfiles_ = 0;

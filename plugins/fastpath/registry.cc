@@ -1,5 +1,11 @@
 #include "plugins/fastpath/registry.h"
 
+#include <fcntl.h>
+#include <stdint.h>
+#include <unistd.h>
+
+#include <algorithm>
+
 namespace cryo::fastpath {
 namespace {
 
@@ -200,8 +206,20 @@ Mapping* Registry::FindMapping(CUdeviceptr addr) {
   return addr < it->second.va + it->second.size ? &it->second : nullptr;
 }
 
+void Registry::CloseShares(Phys* p) {
+  for (Share& e : p->exports) {
+    if (e.fd >= 0) ::close(e.fd);
+    e.fd = -1;
+  }
+  if (p->import.fd >= 0) ::close(p->import.fd);
+  p->import.fd = -1;
+}
+
 void Registry::DropIfUnused(Phys* p) {
-  if (!p->ours && p->job_refs <= 0 && p->mappings <= 0) phys_.erase(p->id);
+  if (p->ours || p->job_refs > 0 || p->mappings > 0) return;
+  // The job let it go: so does the library, that the memory is freed as without it.
+  CloseShares(p);
+  phys_.erase(p->id);
 }
 
 CUresult Registry::MemRelease(CUmemGenericAllocationHandle handle) {
@@ -231,6 +249,8 @@ CUresult Registry::MemMap(CUdeviceptr ptr, size_t size, size_t offset,
   m.phys = p;
   mappings_[ptr] = std::move(m);
   p->mappings++;
+  // An import's size is what the job maps of it.
+  if (p->imported) p->size = std::max(p->size, offset + size);
   return r;
 }
 
@@ -291,9 +311,63 @@ CUmemGenericAllocationHandle Registry::Translate(CUmemGenericAllocationHandle ha
   return p != nullptr ? p->real : handle;
 }
 
-void Registry::MarkExported(CUmemGenericAllocationHandle job_handle) {
+void Registry::Exported(CUmemGenericAllocationHandle job_handle, CUmemAllocationHandleType type,
+                        const void* out) {
   std::lock_guard<std::mutex> l(mu_);
-  if (Phys* p = FindByJobHandle(job_handle)) p->exported = true;
+  Phys* p = FindByJobHandle(job_handle);
+  if (p == nullptr) return;
+  int kept = -1;
+  if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && out != nullptr) {
+    kept = ::fcntl(*static_cast<const int*>(out), F_DUPFD_CLOEXEC, 3);
+  }
+  // Shared another way (a fabric handle, say), or not kept: the driver's to move, as before.
+  if (kept < 0) {
+    p->exported = true;
+    return;
+  }
+  p->exports.push_back({next_id_++, kept});
+}
+
+CUresult Registry::MemImport(CUmemGenericAllocationHandle* handle, void* os_handle,
+                             CUmemAllocationHandleType type) {
+  CUmemGenericAllocationHandle real = 0;
+  CUresult r = d_.cuMemImportFromShareableHandle(&real, os_handle, type);
+  if (r != CUDA_SUCCESS || handle == nullptr) {
+    if (handle != nullptr) *handle = real;
+    return r;
+  }
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(os_handle));
+  const int kept =
+      type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR ? ::fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
+  CUmemAllocationProp prop{};
+  if (kept < 0 || d_.cuMemGetAllocationPropertiesFromHandle(&prop, real) != CUDA_SUCCESS) {
+    if (kept >= 0) ::close(kept);
+    std::lock_guard<std::mutex> l(mu_);
+    foreign_imports_++;
+    *handle = real;
+    return r;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  auto p = std::make_unique<Phys>();
+  p->id = next_id_++;
+  p->real = real;
+  p->prop = prop;
+  p->job_refs = 1;
+  p->imported = true;
+  p->import = {p->id, kept};
+  *handle = kHandleTag | p->id;
+  phys_[p->id] = std::move(p);
+  return CUDA_SUCCESS;
+}
+
+Shares Registry::CurrentShares() {
+  std::lock_guard<std::mutex> l(mu_);
+  Shares s;
+  for (const auto& [id, p] : phys_) {
+    for (const Share& e : p->exports) s.exports.push_back(e);
+    if (p->imported) s.imports.push_back(p->import);
+  }
+  return s;
 }
 
 bool Registry::OwnedRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size) {
@@ -330,9 +404,15 @@ void Registry::PeerAccessEnabled(CUcontext peer, CUdevice accessor) {
 RegistryStats Registry::Stats() {
   std::lock_guard<std::mutex> l(mu_);
   RegistryStats s;
+  s.foreign_allocations = foreign_imports_;
   for (const auto& [id, p] : phys_) {
     if (p->exported) {
       s.foreign_allocations++;
+      continue;
+    }
+    s.exports += p->exports.size();
+    if (p->imported) {
+      s.imports++;
       continue;
     }
     s.owned_bytes += p->size;

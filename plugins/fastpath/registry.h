@@ -8,8 +8,14 @@
 //  - memory the job itself created with cuMemCreate and mapped with cuMemMap (PyTorch's
 //    expandable segments, NCCL's cuMem path). The job gets a handle of the library's making
 //    for each such allocation, so the driver's handle may change under it.
-// Everything else (smaller cuMemAlloc, stream-ordered pools, managed memory, imported or exported
-// memory) is left to the driver's checkpoint, exactly as without the library.
+// Memory shared between processes as POSIX descriptors (NCCL's P2P over cuMem) is owned too
+// (docs/proposals/nccl-shared-memory.md): an exported allocation is moved by its exporter like
+// any other, and each export keeps a duplicate of the descriptor the job got, by which cryod
+// finds its importers; an import is an allocation of the library's making whose data is the
+// exporter's: the importer only unmaps and releases it, and imports it again from the new
+// descriptor its exporter makes after a refill.
+// Everything else (smaller cuMemAlloc, stream-ordered pools, managed memory, memory shared
+// another way) is left to the driver's checkpoint, exactly as without the library.
 //
 // Thread-safe: one mutex over the tables. The callers hold the gate (gate.h) around the calls
 // that change the tables, so nothing changes while memory is moved.
@@ -28,17 +34,26 @@
 
 namespace cryo::fastpath {
 
+// A descriptor that shares an allocation with another process: the library's duplicate of it.
+struct Share {
+  uint64_t id = 0;
+  int fd = -1;  // -1 while the allocation is out of the GPU
+};
+
 // One physical allocation the library tracks.
 struct Phys {
   uint64_t id = 0;
   CUmemGenericAllocationHandle real = 0;  // the driver's handle; 0 while moved out
   size_t size = 0;
   CUmemAllocationProp prop{};
-  CUcontext ctx = nullptr;  // for copies; the device's primary context when none was current
-  bool ours = false;        // made by the library for an owned cuMemAlloc
-  int job_refs = 0;         // the job's references to its handle (not for ours)
-  bool exported = false;    // its shareable handle left the process: the driver's to move
-  int mappings = 0;         // how many Mapping entries name it
+  CUcontext ctx = nullptr;     // for copies; the device's primary context when none was current
+  bool ours = false;           // made by the library for an owned cuMemAlloc
+  int job_refs = 0;            // the job's references to its handle (not for ours)
+  bool exported = false;       // shared another way than a POSIX descriptor: the driver's to move
+  std::vector<Share> exports;  // its exports as POSIX descriptors (moved by the library)
+  bool imported = false;       // another process's allocation, imported: its data is theirs
+  Share import;                // imported: the descriptor it came from
+  int mappings = 0;            // how many Mapping entries name it
   // Where its bytes are while it is moved out.
   char* host = nullptr;        // a host copy (mmap), or null when only in files
   uint64_t stream_offset = 0;  // its place in the drain's byte stream
@@ -63,10 +78,16 @@ struct Owned {
 };
 
 struct RegistryStats {
-  uint64_t owned_bytes = 0;          // physical bytes the library would move
-  uint64_t owned_allocations = 0;    // physical allocations the library would move
-  uint64_t owned_cumemalloc = 0;     // of those, cuMemAlloc served by the library
-  uint64_t foreign_allocations = 0;  // tracked but the driver's to move (exported)
+  uint64_t owned_bytes = 0;           // physical bytes the library would move
+  uint64_t owned_allocations = 0;     // physical allocations the library would move
+  uint64_t owned_cumemalloc = 0;      // of those, cuMemAlloc served by the library
+  uint64_t foreign_allocations = 0;   // tracked but the driver's to move (shared another way)
+  uint64_t exports = 0, imports = 0;  // shared as POSIX descriptors, owned
+};
+
+// What a process shares now, for cryod to match importers to exporters.
+struct Shares {
+  std::vector<Share> exports, imports;
 };
 
 class Registry {
@@ -93,7 +114,13 @@ class Registry {
   CUresult MemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr);
   // The driver's handle for one the job holds (itself when not the library's).
   CUmemGenericAllocationHandle Translate(CUmemGenericAllocationHandle handle);
-  void MarkExported(CUmemGenericAllocationHandle job_handle);
+  // After the job's successful export of `job_handle` as `type`; `out` is what it got.
+  void Exported(CUmemGenericAllocationHandle job_handle, CUmemAllocationHandleType type,
+                const void* out);
+  // cuMemImportFromShareableHandle, with the driver's semantics.
+  CUresult MemImport(CUmemGenericAllocationHandle* handle, void* os_handle,
+                     CUmemAllocationHandleType type);
+  Shares CurrentShares();
   // An owned cuMemAlloc containing ptr (its requested range): base and size.
   bool OwnedRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size);
   // Whether ptr lies in an owned cuMemAlloc's padding (not valid memory for the job).
@@ -119,6 +146,7 @@ class Registry {
   Phys* FindByJobHandle(CUmemGenericAllocationHandle h);
   Mapping* FindMapping(CUdeviceptr addr);
   void DropIfUnused(Phys* p);
+  static void CloseShares(Phys* p);
   CUcontext ContextFor(const CUmemAllocationProp& prop);
   CUresult Granularity(const CUmemAllocationProp& prop, size_t* gran);
 
@@ -132,6 +160,7 @@ class Registry {
   std::map<int, size_t> granularity_;         // per device
   std::map<CUcontext, std::set<int>> peers_;  // owner context -> devices that may access it
   std::set<CUcontext> contexts_;
+  uint64_t foreign_imports_ = 0;  // imported another way than a POSIX descriptor
 };
 
 }  // namespace cryo::fastpath

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <map>
@@ -37,6 +38,7 @@ struct Phys {
   int device = 0;
   int refs = 0;  // the handle's reference plus one per mapping
   CUmemAllocationProp prop{};
+  bool imported = false;  // another handle to an exported allocation's memory
 };
 
 struct Map {
@@ -78,7 +80,7 @@ void FreePhysLocked(State& s, CUmemGenericAllocationHandle h) {
   auto it = s.phys.find(h);
   if (it == s.phys.end() || it->second.refs > 0) return;
   ::close(it->second.fd);
-  s.used[it->second.device] -= it->second.size;
+  if (!it->second.imported) s.used[it->second.device] -= it->second.size;
   s.phys.erase(it);
 }
 
@@ -431,6 +433,36 @@ CUresult cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle h,
   return CUDA_SUCCESS;
 }
 
+// The descriptor is the memfd itself (a duplicate): what it names stays alive while it is open,
+// as the real driver keeps memory alive for its shareable handles. An import is another handle to
+// the same memory; its bytes count as the exporter's.
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* h, void* os_handle,
+                                        CUmemAllocationHandleType type) {
+  const int fd = static_cast<int>(reinterpret_cast<intptr_t>(os_handle));
+  if (h == nullptr || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0) return CUDA_ERROR_INVALID_HANDLE;
+  State& s = S();
+  std::lock_guard<std::mutex> l(s.mu);
+  Phys p;
+  for (const auto& [k, o] : s.phys) {
+    struct stat ost {};
+    if (fstat(o.fd, &ost) == 0 && ost.st_ino == st.st_ino && ost.st_dev == st.st_dev)
+      p.prop = o.prop;
+  }
+  p.fd = dup(fd);
+  if (p.fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  p.size = static_cast<size_t>(st.st_size);
+  p.device = p.prop.location.id;
+  p.refs = 1;
+  p.imported = true;
+  *h = s.next_handle++;
+  s.phys[*h] = p;
+  return CUDA_SUCCESS;
+}
+
 CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned int) {
   // As the real driver: pinned memory belongs to a context, so the thread needs a current one.
   if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
@@ -531,48 +563,52 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
                                       "cuMemSetAccess",
                                       cuMemSetAccess) FAKE_ENTRY("cuMemRetainAllocationHandle",
                                                                  cuMemRetainAllocationHandle)
-                                      FAKE_ENTRY("cuMemGetAllocationPropertiesFromHandle",
-                                                 cuMemGetAllocationPropertiesFromHandle)
-                                          FAKE_ENTRY("cuMemExportToShareableHandle",
-                                                     cuMemExportToShareableHandle)
-                                              FAKE_ENTRY("cuMemHostAlloc",
-                                                         cuMemHostAlloc) FAKE_ENTRY("cuMemFreeHost",
-                                                                                    cuMemFreeHost)
-                                                  FAKE_ENTRY(
-                                                      "cuStreamCreate",
-                                                      cuStreamCreate) FAKE_ENTRY("cuStreamDestroy",
-                                                                                 cuStreamDestroy_v2)
-                                                      FAKE_ENTRY("cuStreamSynchronize",
-                                                                 cuStreamSynchronize)
-                                                          FAKE_ENTRY("cuStreamBeginCapture",
-                                                                     cuStreamBeginCapture_v2)
-                                                              FAKE_ENTRY("cuStreamEndCapture",
-                                                                         cuStreamEndCapture)
-                                                                  FAKE_ENTRY("cuMemcpyDtoHAsync",
-                                                                             cuMemcpyDtoHAsync_v2)
-                                                                      FAKE_ENTRY(
-                                                                          "cuMemcpyHtoDAsync",
-                                                                          cuMemcpyHtoDAsync_v2)
+                                      FAKE_ENTRY(
+                                          "cuMemGetAllocationPropertiesFromHandle",
+                                          cuMemGetAllocationPropertiesFromHandle) FAKE_ENTRY("cuMem"
+                                                                                             "Expor"
+                                                                                             "tToSh"
+                                                                                             "areab"
+                                                                                             "leHan"
+                                                                                             "dle",
+                                                                                             cuMemExportToShareableHandle)
+                                          FAKE_ENTRY(
+                                              "cuMemImportFromShareableHandle",
+                                              cuMemImportFromShareableHandle) FAKE_ENTRY("cuMemHost"
+                                                                                         "Alloc",
+                                                                                         cuMemHostAlloc)
+                                              FAKE_ENTRY("cuMemFreeHost", cuMemFreeHost) FAKE_ENTRY(
+                                                  "cuStreamCreate", cuStreamCreate)
+                                                  FAKE_ENTRY("cuStreamDestroy", cuStreamDestroy_v2) FAKE_ENTRY(
+                                                      "cuStreamSynchronize",
+                                                      cuStreamSynchronize)
+                                                      FAKE_ENTRY("cuStreamBeginCapture",
+                                                                 cuStreamBeginCapture_v2)
+                                                          FAKE_ENTRY("cuStreamEndCapture",
+                                                                     cuStreamEndCapture)
+                                                              FAKE_ENTRY("cuMemcpyDtoHAsync",
+                                                                         cuMemcpyDtoHAsync_v2)
+                                                                  FAKE_ENTRY("cuMemcpyHtoDAsync",
+                                                                             cuMemcpyHtoDAsync_v2)
+                                                                      FAKE_ENTRY("cuMemcpyDtoH",
+                                                                                 cuMemcpyDtoH_v2)
                                                                           FAKE_ENTRY(
-                                                                              "cuMemcpyDtoH",
-                                                                              cuMemcpyDtoH_v2)
-                                                                              FAKE_ENTRY(
-                                                                                  "cuMemcpyHtoD",
-                                                                                  cuMemcpyHtoD_v2)
+                                                                              "cuMemcpyHtoD",
+                                                                              cuMemcpyHtoD_v2)
+                                                                              FAKE_ENTRY("cuMemsetD"
+                                                                                         "8",
+                                                                                         cuMemsetD8_v2)
                                                                                   FAKE_ENTRY(
-                                                                                      "cuMemsetD8",
-                                                                                      cuMemsetD8_v2)
+                                                                                      "cuLaunch"
+                                                                                      "Kernel",
+                                                                                      cuLaunchKernel)
                                                                                       FAKE_ENTRY(
-                                                                                          "cuLaunch"
-                                                                                          "Kernel",
-                                                                                          cuLaunchKernel)
-                                                                                          FAKE_ENTRY(
-                                                                                              "cuGe"
-                                                                                              "tPro"
-                                                                                              "cAdd"
-                                                                                              "res"
-                                                                                              "s",
-                                                                                              cuGetProcAddress_v2)
+                                                                                          "cuGe"
+                                                                                          "tPro"
+                                                                                          "cAdd"
+                                                                                          "res"
+                                                                                          "s",
+                                                                                          cuGetProcAddress_v2)
 #undef FAKE_ENTRY
   };
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;

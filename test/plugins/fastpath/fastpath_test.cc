@@ -500,10 +500,10 @@ TEST_F(FastpathMoveTest, AGraphCaptureInProgressHoldsTheDrainBackUntilItEnds) {
   Free(m);
 }
 
-TEST_F(FastpathMoveTest, ExportedMemoryIsLeftToTheDriver) {
+TEST_F(FastpathMoveTest, MemorySharedAnotherWayThanADescriptorIsLeftToTheDriver) {
   CUmemGenericAllocationHandle h = 0;
   CUdeviceptr va = JobVmm(4 * kMiB, &h);
-  reg_->MarkExported(h);
+  reg_->Exported(h, CU_MEM_HANDLE_TYPE_FABRIC, nullptr);
   EXPECT_EQ(reg_->Stats().foreign_allocations, 1u);
   EXPECT_EQ(reg_->Stats().owned_allocations, 0u);
   DrainResult r;
@@ -515,6 +515,82 @@ TEST_F(FastpathMoveTest, ExportedMemoryIsLeftToTheDriver) {
   reg_->MemUnmap(va, 4 * kMiB);
   reg_->MemRelease(h);
   d_.cuMemAddressFree(va, 4 * kMiB);
+}
+
+// Two processes of a job sharing memory as NCCL's P2P transport does, in one test process: the
+// exporter's allocation is moved by its exporter, the importer only lets its mapping go, and
+// after the refill the importer maps the exporter's new descriptor where it was.
+TEST_F(FastpathMoveTest, SharedMemoryIsMovedByItsExporterAndImportedAgainWhereItWas) {
+  CUmemGenericAllocationHandle h = 0;
+  CUdeviceptr va = JobVmm(4 * kMiB, &h);
+  Fill(va, 4 * kMiB, 21);
+  int fd = -1;
+  ASSERT_EQ(d_.cuMemExportToShareableHandle(&fd, reg_->Translate(h),
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            CUDA_SUCCESS);
+  reg_->Exported(h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, &fd);
+
+  // The importer: its own library (registry, gates, mover).
+  Registry peer_reg(d_, 2 * kMiB);
+  Gate peer_gate;
+  CaptureGate peer_capture;
+  Mover peer(d_, peer_reg, peer_gate, peer_capture);
+  CUmemGenericAllocationHandle ih = 0;
+  ASSERT_EQ(peer_reg.MemImport(&ih, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            CUDA_SUCCESS);
+  ::close(fd);  // as NCCL does once imported
+  CUdeviceptr iva = 0;
+  ASSERT_EQ(d_.cuMemAddressReserve(&iva, 4 * kMiB, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(peer_reg.MemMap(iva, 4 * kMiB, 0, ih, 0), CUDA_SUCCESS);
+  CUmemAccessDesc a{};
+  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(peer_reg.MemSetAccess(iva, 4 * kMiB, &a, 1), CUDA_SUCCESS);
+  ASSERT_TRUE(Holds(iva, 4 * kMiB, 21));  // one memory, two processes
+  EXPECT_EQ(reg_->Stats().exports, 1u);
+  EXPECT_EQ(reg_->Stats().owned_bytes, 4 * kMiB);
+  EXPECT_EQ(peer_reg.Stats().imports, 1u);
+  EXPECT_EQ(peer_reg.Stats().owned_bytes, 0u);
+  const Shares mine = reg_->CurrentShares(), theirs = peer_reg.CurrentShares();
+  ASSERT_EQ(mine.exports.size(), 1u);
+  ASSERT_EQ(theirs.imports.size(), 1u);
+
+  DrainResult r, pr;
+  ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
+  ASSERT_TRUE(peer.Drain(DrainOptions{}, &pr).ok());
+  EXPECT_EQ(r.bytes, 4 * kMiB);
+  EXPECT_EQ(pr.bytes, 0u);  // the importer copies nothing
+  EXPECT_EQ(Used(), 0u);    // and the memory is gone from the GPU
+
+  RefillResult rr, prr;
+  ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  ASSERT_TRUE(peer.Refill(RefillOptions{}, &prr).ok());
+  EXPECT_EQ(peer.state(), State::kImporting);  // held until its import comes
+  EXPECT_TRUE(peer_gate.shut());
+  const Shares again = reg_->CurrentShares();
+  ASSERT_EQ(again.exports.size(), 1u);
+  EXPECT_EQ(again.exports[0].id, mine.exports[0].id);
+  ASSERT_GE(again.exports[0].fd, 0);
+  int64_t ms = 0;
+  const int carried = ::dup(again.exports[0].fd);  // what cryod takes with pidfd_getfd
+  ASSERT_TRUE(peer.Import({{theirs.imports[0].id, carried}}, &ms).ok());
+  ::close(carried);
+  EXPECT_EQ(peer.state(), State::kRunning);
+  EXPECT_FALSE(peer_gate.shut());
+  EXPECT_TRUE(Holds(va, 4 * kMiB, 21));
+  EXPECT_TRUE(Holds(iva, 4 * kMiB, 21));
+  Fill(iva, 4 * kMiB, 22);  // still one memory
+  EXPECT_TRUE(Holds(va, 4 * kMiB, 22));
+
+  peer_reg.MemUnmap(iva, 4 * kMiB);
+  peer_reg.MemRelease(ih);
+  d_.cuMemAddressFree(iva, 4 * kMiB);
+  reg_->MemUnmap(va, 4 * kMiB);
+  reg_->MemRelease(h);
+  d_.cuMemAddressFree(va, 4 * kMiB);
+  EXPECT_EQ(Used(), 0u);
 }
 
 TEST_F(FastpathMoveTest, ASecondDrainIsRefusedAndAbortRollsBack) {
