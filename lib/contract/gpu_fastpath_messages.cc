@@ -299,10 +299,8 @@ std::string Encode(const QuiescedReply& r) {
 }
 
 std::string Encode(const ImportedReply& r) {
-  return json{{"ok", true},
-              {"event", kEventImported},
-              {"imports", r.imports},
-              {"import_ms", r.import_ms}}
+  return json{
+      {"ok", true}, {"event", kEventImported}, {"imports", r.imports}, {"import_ms", r.import_ms}}
       .dump();
 }
 

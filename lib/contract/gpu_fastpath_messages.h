@@ -111,7 +111,7 @@ struct SavedReply {
 struct RefillReply {
   uint64_t bytes = 0;
   int64_t allocate_ms = 0, copy_ms = 0, total_ms = 0;
-  std::vector<FileSum> files;  // what was read, file by file
+  std::vector<FileSum> files;     // what was read, file by file
   std::vector<ShareRef> exports;  // held: its exports' new descriptors
   bool importing = false;         // held: imports wait for the "go"
 };

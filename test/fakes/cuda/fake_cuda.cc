@@ -563,27 +563,32 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
                                       "cuMemSetAccess",
                                       cuMemSetAccess) FAKE_ENTRY("cuMemRetainAllocationHandle",
                                                                  cuMemRetainAllocationHandle)
-                                      FAKE_ENTRY(
-                                          "cuMemGetAllocationPropertiesFromHandle",
-                                          cuMemGetAllocationPropertiesFromHandle) FAKE_ENTRY("cuMem"
-                                                                                             "Expor"
-                                                                                             "tToSh"
-                                                                                             "areab"
-                                                                                             "leHan"
-                                                                                             "dle",
-                                                                                             cuMemExportToShareableHandle)
-                                          FAKE_ENTRY(
-                                              "cuMemImportFromShareableHandle",
-                                              cuMemImportFromShareableHandle) FAKE_ENTRY("cuMemHost"
-                                                                                         "Alloc",
-                                                                                         cuMemHostAlloc)
-                                              FAKE_ENTRY("cuMemFreeHost", cuMemFreeHost) FAKE_ENTRY(
-                                                  "cuStreamCreate", cuStreamCreate)
-                                                  FAKE_ENTRY("cuStreamDestroy", cuStreamDestroy_v2) FAKE_ENTRY(
-                                                      "cuStreamSynchronize",
-                                                      cuStreamSynchronize)
-                                                      FAKE_ENTRY("cuStreamBeginCapture",
-                                                                 cuStreamBeginCapture_v2)
+                                      FAKE_ENTRY("cuMemGetAllocationPropertiesFromHandle",
+                                                 cuMemGetAllocationPropertiesFromHandle)
+                                          FAKE_ENTRY("cuMem"
+                                                     "Expor"
+                                                     "tToSh"
+                                                     "areab"
+                                                     "leHan"
+                                                     "dle",
+                                                     cuMemExportToShareableHandle)
+                                              FAKE_ENTRY(
+                                                  "cuMemImportFromShareableHandle",
+                                                  cuMemImportFromShareableHandle) FAKE_ENTRY("cuMem"
+                                                                                             "Host"
+                                                                                             "Allo"
+                                                                                             "c",
+                                                                                             cuMemHostAlloc)
+                                                  FAKE_ENTRY("cuMemFreeHost",
+                                                             cuMemFreeHost) FAKE_ENTRY("cuStreamCre"
+                                                                                       "ate",
+                                                                                       cuStreamCreate)
+                                                      FAKE_ENTRY("cuStreamDestroy", cuStreamDestroy_v2) FAKE_ENTRY(
+                                                          "cuStreamSynchronize",
+                                                          cuStreamSynchronize) FAKE_ENTRY("cuStream"
+                                                                                          "BeginCap"
+                                                                                          "ture",
+                                                                                          cuStreamBeginCapture_v2)
                                                           FAKE_ENTRY("cuStreamEndCapture",
                                                                      cuStreamEndCapture)
                                                               FAKE_ENTRY("cuMemcpyDtoHAsync",
@@ -595,9 +600,10 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
                                                                           FAKE_ENTRY(
                                                                               "cuMemcpyHtoD",
                                                                               cuMemcpyHtoD_v2)
-                                                                              FAKE_ENTRY("cuMemsetD"
-                                                                                         "8",
-                                                                                         cuMemsetD8_v2)
+                                                                              FAKE_ENTRY(
+                                                                                  "cuMemsetD"
+                                                                                  "8",
+                                                                                  cuMemsetD8_v2)
                                                                                   FAKE_ENTRY(
                                                                                       "cuLaunch"
                                                                                       "Kernel",
