@@ -563,32 +563,33 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
                                       "cuMemSetAccess",
                                       cuMemSetAccess) FAKE_ENTRY("cuMemRetainAllocationHandle",
                                                                  cuMemRetainAllocationHandle)
-                                      FAKE_ENTRY("cuMemGetAllocationPropertiesFromHandle",
-                                                 cuMemGetAllocationPropertiesFromHandle)
-                                          FAKE_ENTRY("cuMem"
-                                                     "Expor"
-                                                     "tToSh"
-                                                     "areab"
-                                                     "leHan"
-                                                     "dle",
-                                                     cuMemExportToShareableHandle)
-                                              FAKE_ENTRY(
-                                                  "cuMemImportFromShareableHandle",
-                                                  cuMemImportFromShareableHandle) FAKE_ENTRY("cuMem"
-                                                                                             "Host"
-                                                                                             "Allo"
-                                                                                             "c",
-                                                                                             cuMemHostAlloc)
-                                                  FAKE_ENTRY("cuMemFreeHost",
-                                                             cuMemFreeHost) FAKE_ENTRY("cuStreamCre"
-                                                                                       "ate",
-                                                                                       cuStreamCreate)
-                                                      FAKE_ENTRY("cuStreamDestroy", cuStreamDestroy_v2) FAKE_ENTRY(
-                                                          "cuStreamSynchronize",
-                                                          cuStreamSynchronize) FAKE_ENTRY("cuStream"
-                                                                                          "BeginCap"
-                                                                                          "ture",
-                                                                                          cuStreamBeginCapture_v2)
+                                      FAKE_ENTRY(
+                                          "cuMemGetAllocationPropertiesFromHandle",
+                                          cuMemGetAllocationPropertiesFromHandle) FAKE_ENTRY("cuMem"
+                                                                                             "Expor"
+                                                                                             "tToSh"
+                                                                                             "areab"
+                                                                                             "leHan"
+                                                                                             "dle",
+                                                                                             cuMemExportToShareableHandle)
+                                          FAKE_ENTRY(
+                                              "cuMemImportFromShareableHandle",
+                                              cuMemImportFromShareableHandle) FAKE_ENTRY("cuMem"
+                                                                                         "Host"
+                                                                                         "Allo"
+                                                                                         "c",
+                                                                                         cuMemHostAlloc)
+                                              FAKE_ENTRY("cuMemFreeHost", cuMemFreeHost) FAKE_ENTRY(
+                                                  "cuStreamCre"
+                                                  "ate",
+                                                  cuStreamCreate)
+                                                  FAKE_ENTRY("cuStreamDestroy", cuStreamDestroy_v2) FAKE_ENTRY(
+                                                      "cuStreamSynchronize",
+                                                      cuStreamSynchronize)
+                                                      FAKE_ENTRY("cuStream"
+                                                                 "BeginCap"
+                                                                 "ture",
+                                                                 cuStreamBeginCapture_v2)
                                                           FAKE_ENTRY("cuStreamEndCapture",
                                                                      cuStreamEndCapture)
                                                               FAKE_ENTRY("cuMemcpyDtoHAsync",
