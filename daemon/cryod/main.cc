@@ -243,6 +243,9 @@ Result StartGpu(State& st) {
   gc.plugin_dir = st.config.gpu_plugin_dir;
   gc.plugins = st.config.gpu_plugins;
   gc.thp_during_checkpoint = st.config.gpu_thp_during_checkpoint;
+  // NCCL's shared memory: the engine decides, since the fast path can carry it (engine/
+  // checkpoint.cc); a cuda plugin that does not know the option refuses it itself, as before.
+  gc.plugin_options["cuda"]["report_nccl_ipc"] = true;
   auto g = gpu::CreateGpuManager(gc);
   if (!g.ok()) return Fatal("GPU plugins", g.status());
   st.gpu = std::move(*g);

@@ -21,6 +21,7 @@
 #include "lib/base/log.h"
 #include "lib/base/proc.h"
 #include "lib/base/status.h"
+#include "lib/contract/gpu_fastpath_messages.h"
 
 namespace cryo::engine {
 
@@ -232,6 +233,28 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   // Processes that run the fast-path library move what it owns themselves.
   if (d_.fastpath != nullptr && cfg_.fastpath.enabled) {
     CRYO_ASSIGN_OR_RETURN(s.fast, d_.fastpath->Find(s.pids));
+  }
+  return CheckNcclSharing(s.gpu, s.fast);
+}
+
+absl::Status CheckNcclSharing(const std::vector<gpu::GpuProcess>& gpu,
+                              const std::vector<gpu::FastpathProcess>& fast) {
+  // NCCL's ranks map each other's GPU memory: the driver checkpoints that but cannot restore
+  // it, while the fast path (version kVersionCut on) carries it. Every such rank must run it.
+  if (gpu.size() < 2) return absl::OkStatus();
+  for (const auto& g : gpu) {
+    if (!g.facts.is_object() || !g.facts.value("nccl_ipc", false)) continue;
+    const bool carried = std::any_of(fast.begin(), fast.end(), [&](const gpu::FastpathProcess& f) {
+      return f.pid == g.pid && f.version >= contract::gpu_fastpath::kVersionCut;
+    });
+    if (carried) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pid ", g.pid,
+        " runs NCCL across processes with its shared-memory transports on (CUDA IPC, cuMem): the "
+        "driver checkpoints such a job but cannot restore it. Run every rank with the GPU fast "
+        "path (the pod annotation cryo.dev/gpu-fast-path: \"true\"; docs/gpu.md), or with "
+        "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0. "
+        "Nothing was stopped"));
   }
   return absl::OkStatus();
 }

@@ -111,6 +111,11 @@ struct RestoreState;
 struct CheckpointLive;
 struct RestoreLive;
 
+// Refuses a multi-process NCCL job whose ranks share GPU memory, unless every such rank runs the
+// GPU fast path of a version that carries it (checkpoint.cc).
+absl::Status CheckNcclSharing(const std::vector<gpu::GpuProcess>& gpu,
+                              const std::vector<gpu::FastpathProcess>& fast);
+
 class Engine {
  public:
   Engine(EngineConfig cfg, EngineDeps deps);

@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <optional>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -151,18 +153,21 @@ absl::Status Engine::SaveGpuData(CheckpointState& s) {
 
 absl::Status Engine::RefillGpus(CheckpointState& s) {
   const std::string dir = s.live.staged->staging_dir();
-  absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
-    std::vector<int> fds;
-    if (s.fast[i].files > 0) {
-      CRYO_ASSIGN_OR_RETURN(fds,
-                            gpu::OpenFastpathFiles(dir, s.fast[i].ns_pid, s.fast[i].files, false));
-    }
-    const std::vector<FileDigest> none;
-    auto r = d_.fastpath->Refill(s.fast[i], cfg_.fastpath.threads, fds,
-                                 i < s.live.fast.size() ? s.live.fast[i].digests : none);
-    CloseAll(fds);
-    return r.status();
-  }));
+  std::vector<std::vector<int>> files(s.fast.size());
+  std::vector<std::vector<FileDigest>> expected(s.fast.size());
+  absl::Status st;
+  for (size_t i = 0; i < s.fast.size() && st.ok(); ++i) {
+    if (i < s.live.fast.size()) expected[i] = s.live.fast[i].digests;
+    if (s.fast[i].files == 0) continue;
+    auto opened = gpu::OpenFastpathFiles(dir, s.fast[i].ns_pid, s.fast[i].files, false);
+    if (opened.ok()) files[i] = *opened;
+    st = opened.status();
+  }
+  // Processes that share memory are refilled together (fastpath_cut.h).
+  if (st.ok()) {
+    st = gpu::RefillTogether(*d_.fastpath, s.fast, cfg_.fastpath.threads, files, expected);
+  }
+  for (auto& f : files) CloseAll(f);
   return Annotate(st, "GPU fast path");
 }
 
@@ -189,36 +194,46 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs,
                        "cryo-gpuctl fastpath-refill brings it back by hand";
     return;
   }
+  // Which of them wait for their memory, and in what state.
+  using contract::gpu_fastpath::State;
+  std::vector<std::optional<State>> state(procs.size());
   EachInParallel(procs.size(), [&](size_t i) -> absl::Status {
-    const gpu::FastpathProcess& f = procs[i];
-    auto st = d_.fastpath->Status(f);
-    if (!st.ok()) {
-      // Gone (killed, or it ended): nothing waits for this memory.
-      CRYO_LOG(Info) << "fast path of pid " << f.pid << ": " << st.status();
-      return absl::OkStatus();
+    auto st = d_.fastpath->Status(procs[i]);
+    // Gone (killed, or it ended): nothing waits for this memory.
+    if (!st.ok()) CRYO_LOG(Info) << "fast path of pid " << procs[i].pid << ": " << st.status();
+    if (st.ok()) state[i] = st->state;
+    return absl::OkStatus();
+  });
+  std::vector<gpu::FastpathProcess> todo, running;
+  std::vector<std::vector<int>> files;
+  for (size_t i = 0; i < procs.size(); ++i) {
+    if (!state[i]) continue;
+    if (*state[i] == State::kRunning) {
+      running.push_back(procs[i]);
+      continue;
     }
-    using contract::gpu_fastpath::State;
-    const char* state = contract::gpu_fastpath::StateName(st->state);
-    if (st->state == State::kRunning) return absl::OkStatus();
     std::vector<int> fds;
-    if (st->state == State::kSaved) {
-      auto opened = gpu::OpenFastpathFiles(dir, f.ns_pid, f.files, false);
+    if (*state[i] == State::kSaved) {
+      auto opened = gpu::OpenFastpathFiles(dir, procs[i].ns_pid, procs[i].files, false);
       if (!opened.ok()) {
-        CRYO_LOG(Error) << "fast path of pid " << f.pid << ": its GPU memory is only in files "
-                        << "that cannot be opened: " << opened.status();
-        return opened.status();
+        CRYO_LOG(Error) << "fast path of pid " << procs[i].pid << ": its GPU memory is only in "
+                        << "files that cannot be opened: " << opened.status();
+        continue;
       }
       fds = *opened;
     }
-    auto r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, {});
-    CloseAll(fds);
-    if (r.ok()) {
-      CRYO_LOG(Info) << "fast path of pid " << f.pid << ": GPU memory refilled (" << state << ")";
-    } else {
-      CRYO_LOG(Error) << "fast path of pid " << f.pid << ": refill failed: " << r.status();
-    }
-    return r.status();
-  });
+    todo.push_back(procs[i]);
+    files.push_back(std::move(fds));
+  }
+  if (todo.empty()) return;
+  absl::Status r =
+      gpu::RefillTogether(*d_.fastpath, todo, cfg_.fastpath.threads, files, {}, running);
+  for (auto& f : files) CloseAll(f);
+  if (r.ok()) {
+    CRYO_LOG(Info) << "fast path: GPU memory of " << todo.size() << " processes refilled";
+  } else {
+    CRYO_LOG(Error) << "fast path: refill failed: " << r;
+  }
 }
 
 absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
@@ -232,28 +247,35 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
   s.clock->Begin(Stage::kGpuRefill, total);
   std::map<std::string, FileDigest> recorded;
   for (const auto& mf : s.m.files) recorded[mf.path] = {mf.size, mf.checksum};
-  absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+  std::vector<std::vector<int>> files(s.fast.size());
+  std::vector<std::vector<FileDigest>> expected(s.fast.size());
+  absl::Status st;
+  for (size_t i = 0; i < s.fast.size() && st.ok(); ++i) {
     const gpu::FastpathProcess& f = s.fast[i];
     if (f.pid <= 0) {
-      return absl::InternalError(absl::StrCat("restored process ", f.ns_pid, " not found"));
+      st = absl::InternalError(absl::StrCat("restored process ", f.ns_pid, " not found"));
+      break;
     }
-    std::vector<FileDigest> expected;
-    for (int k = 0; k < f.files; ++k) {
+    for (int k = 0; k < f.files && st.ok(); ++k) {
       auto it = recorded.find(gpu::FastpathFileName(f.ns_pid, k));
       if (it == recorded.end()) {
-        return absl::DataLossError(
+        st = absl::DataLossError(
             absl::StrCat("the manifest lists no ", gpu::FastpathFileName(f.ns_pid, k)));
+      } else {
+        expected[i].push_back(it->second);
       }
-      expected.push_back(it->second);
     }
-    std::vector<int> fds;
-    if (f.files > 0) {
-      CRYO_ASSIGN_OR_RETURN(fds, gpu::OpenFastpathFiles(s.dir, f.ns_pid, f.files, false));
+    if (st.ok() && f.files > 0) {
+      auto opened = gpu::OpenFastpathFiles(s.dir, f.ns_pid, f.files, false);
+      if (opened.ok()) files[i] = *opened;
+      st = opened.status();
     }
-    auto r = d_.fastpath->Refill(f, cfg_.fastpath.threads, fds, expected);
-    CloseAll(fds);
-    return r.status();
-  }));
+  }
+  // Processes that shared memory are refilled together (fastpath_cut.h).
+  if (st.ok()) {
+    st = gpu::RefillTogether(*d_.fastpath, s.fast, cfg_.fastpath.threads, files, expected);
+  }
+  for (auto& f : files) CloseAll(f);
   if (absl::IsDataLoss(st)) {
     if (absl::Status ms = d_.store->MarkDamaged(s.m.id, std::string(st.message())); !ms.ok()) {
       CRYO_LOG(Warning) << "recording checkpoint " << s.m.id << " as damaged: " << ms;

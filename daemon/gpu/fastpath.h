@@ -45,11 +45,27 @@ class FastpathDrainHandle {
   // "drained". Nothing to do for one that was not held. Destroying a held drain instead lets
   // the job go on untouched.
   virtual absl::Status Go() { return absl::OkStatus(); }
+  // A held drain's first reply: what the process shares (empty for one not held).
+  virtual const contract::gpu_fastpath::QuiescedReply& quiesced() const {
+    static const contract::gpu_fastpath::QuiescedReply kNone;
+    return kNone;
+  }
   // With files: waits until they are written and out of the job's memory; their digests in
   // order. Without files: nothing to wait for. `stoppable`: the drain's stop predicate ends the
   // wait (CANCELLED, asked again later); an undo waits regardless, bounded by the reply
   // timeout. Once answered, the same answer comes back at once.
   virtual absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool stoppable = true) = 0;
+};
+
+// A held refill (version kVersionCut): the process's own memory is back and exported again; what
+// it imported waits (refilled().importing) for Go with its exporters' new descriptors.
+class FastpathRefillHandle {
+ public:
+  virtual ~FastpathRefillHandle() = default;
+  virtual const contract::gpu_fastpath::RefillReply& refilled() const = 0;
+  // `fds[i]` is import `ids[i]`'s new descriptor (this process's copies; the caller closes them).
+  virtual absl::StatusOr<contract::gpu_fastpath::ImportedReply> Go(const std::vector<uint64_t>& ids,
+                                                                   const std::vector<int>& fds) = 0;
 };
 
 class Fastpath {
@@ -68,6 +84,12 @@ class Fastpath {
   virtual absl::StatusOr<contract::gpu_fastpath::RefillReply> Refill(
       const FastpathProcess& p, int threads, const std::vector<int>& files,
       const std::vector<FileDigest>& expected) = 0;
+  // A refill held for its imports (see FastpathRefillHandle).
+  virtual absl::StatusOr<std::unique_ptr<FastpathRefillHandle>> RefillHeld(
+      const FastpathProcess& p, int threads, const std::vector<int>& files,
+      const std::vector<FileDigest>& expected) {
+    return absl::UnimplementedError("this fast path holds no refill");
+  }
   // Its state (running, drained, saved), what it owns, its version.
   virtual absl::StatusOr<contract::gpu_fastpath::StatusReply> Status(const FastpathProcess& p) = 0;
 };

@@ -129,6 +129,8 @@ template absl::StatusOr<wire::QuiescedReply> ParseFastpathReply(absl::string_vie
                                                                 const FastpathProcess&);
 template absl::StatusOr<wire::DrainedReply> ParseFastpathReply(absl::string_view,
                                                                const FastpathProcess&);
+template absl::StatusOr<wire::ImportedReply> ParseFastpathReply(absl::string_view,
+                                                                const FastpathProcess&);
 template absl::StatusOr<wire::SavedReply> ParseFastpathReply(absl::string_view,
                                                              const FastpathProcess&);
 template absl::StatusOr<wire::RefillReply> ParseFastpathReply(absl::string_view,
@@ -247,9 +249,9 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
   }
   CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
   if (req.hold_ms > 0) {
-    CRYO_ASSIGN_OR_RETURN(wire::QuiescedReply q,
+    CRYO_ASSIGN_OR_RETURN(d->quiesced_,
                           Receive<wire::QuiescedReply>(fd, p, opt.reply_timeout, opt.stop));
-    d->drained_.quiesce_ms = q.quiesce_ms;
+    d->drained_.quiesce_ms = d->quiesced_.quiesce_ms;
     d->held_ = true;
     return d;
   }
@@ -313,6 +315,43 @@ absl::StatusOr<wire::RefillReply> FastpathRefill(const proc::ProcReader& proc,
   return r;
 }
 
+absl::StatusOr<std::unique_ptr<FastpathHeldRefill>> FastpathHeldRefill::Start(
+    const proc::ProcReader& proc, const FastpathProcess& p, int threads,
+    const std::vector<int>& files, const std::vector<FileDigest>& expected,
+    absl::Duration timeout) {
+  CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
+  std::unique_ptr<FastpathHeldRefill> h(new FastpathHeldRefill(fd, p, timeout));
+  wire::Request req;
+  req.op = wire::Op::kRefill;
+  req.version = wire::kVersionCut;
+  req.threads = threads;
+  req.files = static_cast<int>(files.size());
+  req.expected = expected;
+  // Its imports wait for the other processes' refills: as long as a refill may take.
+  req.hold_ms = std::min<int64_t>(absl::ToInt64Milliseconds(timeout), wire::kMaxHoldMs);
+  CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
+  CRYO_ASSIGN_OR_RETURN(h->refilled_, Receive<wire::RefillReply>(fd, p, timeout));
+  return h;
+}
+
+FastpathHeldRefill::~FastpathHeldRefill() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+absl::StatusOr<wire::ImportedReply> FastpathHeldRefill::Go(const std::vector<uint64_t>& ids,
+                                                           const std::vector<int>& fds) {
+  wire::Request req;
+  req.op = wire::Op::kGo;
+  req.version = wire::kVersionCut;
+  req.imports = ids;
+  req.files = static_cast<int>(fds.size());
+  CRYO_RETURN_IF_ERROR(Send(fd_, p_, req, fds));
+  auto r = Receive<wire::ImportedReply>(fd_, p_, timeout_);
+  ::close(fd_);
+  fd_ = -1;
+  return r;
+}
+
 namespace {
 
 class ClientFastpath : public Fastpath {
@@ -336,6 +375,13 @@ class ClientFastpath : public Fastpath {
       }
       if (!st.ok()) return st.status();
       if (!st->disabled.empty()) continue;
+      if (auto mc = st->calls.find("cuMulticastCreate"); mc != st->calls.end() && mc->second > 0) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "pid ", pid,
+            " uses NVLink multicast (NVLS: cuMulticastCreate), which spans GPUs and which neither "
+            "the driver nor cryo can save: run the job with NCCL_NVLS_ENABLE=0. Nothing was "
+            "stopped"));
+      }
       if (st->state != wire::State::kRunning) {
         return absl::FailedPreconditionError(absl::StrCat(
             "pid ", pid, ": its GPU memory is out of the GPU (fast path state '",
@@ -363,6 +409,15 @@ class ClientFastpath : public Fastpath {
                                            const std::vector<int>& files,
                                            const std::vector<FileDigest>& expected) override {
     return FastpathRefill(proc_, p, threads, files, expected, absl::Minutes(30));
+  }
+
+  absl::StatusOr<std::unique_ptr<FastpathRefillHandle>> RefillHeld(
+      const FastpathProcess& p, int threads, const std::vector<int>& files,
+      const std::vector<FileDigest>& expected) override {
+    CRYO_ASSIGN_OR_RETURN(
+        std::unique_ptr<FastpathHeldRefill> h,
+        FastpathHeldRefill::Start(proc_, p, threads, files, expected, absl::Minutes(30)));
+    return std::unique_ptr<FastpathRefillHandle>(std::move(h));
   }
 
   absl::StatusOr<wire::StatusReply> Status(const FastpathProcess& p) override {

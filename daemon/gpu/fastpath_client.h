@@ -70,6 +70,7 @@ class FastpathDrain : public FastpathDrainHandle {
 
   const contract::gpu_fastpath::DrainedReply& drained() const override { return drained_; }
   absl::Status Go() override;
+  const contract::gpu_fastpath::QuiescedReply& quiesced() const override { return quiesced_; }
   absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool stoppable = true) override;
 
  private:
@@ -82,10 +83,32 @@ class FastpathDrain : public FastpathDrainHandle {
   bool files_;
   std::function<bool()> stop_;
   bool held_ = false;
+  contract::gpu_fastpath::QuiescedReply quiesced_;
   contract::gpu_fastpath::DrainedReply drained_;
   // The first WaitSaved's answer: the channel is closed after it, and asking again (an undo
   // after gpu_save) gets the same answer at once instead of waiting on nothing.
   std::optional<absl::StatusOr<std::vector<FileDigest>>> saved_;
+};
+
+// A refill held for its imports (fastpath.h, FastpathRefillHandle).
+class FastpathHeldRefill : public FastpathRefillHandle {
+ public:
+  static absl::StatusOr<std::unique_ptr<FastpathHeldRefill>> Start(
+      const proc::ProcReader& proc, const FastpathProcess& p, int threads,
+      const std::vector<int>& files, const std::vector<FileDigest>& expected,
+      absl::Duration timeout);
+  ~FastpathHeldRefill() override;
+  const contract::gpu_fastpath::RefillReply& refilled() const override { return refilled_; }
+  absl::StatusOr<contract::gpu_fastpath::ImportedReply> Go(const std::vector<uint64_t>& ids,
+                                                           const std::vector<int>& fds) override;
+
+ private:
+  FastpathHeldRefill(int fd, FastpathProcess p, absl::Duration timeout)
+      : fd_(fd), p_(std::move(p)), timeout_(timeout) {}
+  int fd_;
+  FastpathProcess p_;
+  absl::Duration timeout_;
+  contract::gpu_fastpath::RefillReply refilled_;
 };
 
 // Refills a drained or restored process: with `files` (read descriptors of the drain's files, in

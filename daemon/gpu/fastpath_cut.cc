@@ -1,16 +1,87 @@
 #include "daemon/gpu/fastpath_cut.h"
 
+#include <linux/kcmp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/gpu/attempts.h"
 #include "lib/base/log.h"
 #include "lib/base/parallel.h"
+#include "lib/base/status.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 
 namespace cryo::gpu {
 
-absl::Status DrainTogether(Fastpath& fp, const std::vector<FastpathProcess>& procs,
+namespace {
+
+// Whether fd_a of pid a and fd_b of pid b are one open file.
+bool SameFile(pid_t a, int64_t fd_a, pid_t b, int64_t fd_b, std::string* err) {
+  long r = ::syscall(SYS_kcmp, a, b, KCMP_FILE, static_cast<unsigned long>(fd_a),
+                     static_cast<unsigned long>(fd_b));
+  if (r < 0 && err->empty()) *err = absl::StrCat("kcmp: ", strerror(errno));
+  return r == 0;
+}
+
+// Who exported what each held process imported; procs[i].imports filled.
+absl::Status MatchShares(std::vector<FastpathProcess>& procs,
+                         const std::vector<std::unique_ptr<FastpathDrainHandle>>& held) {
+  for (size_t i = 0; i < procs.size(); ++i) {
+    const auto& q = held[i]->quiesced();
+    if (q.foreign_shares > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pid ", procs[i].pid, " shares ", q.foreign_shares,
+          " GPU allocations with other processes in a way cryo cannot carry (not as POSIX "
+          "descriptors: fabric handles, or imports of another kind). Nothing was stopped"));
+    }
+    procs[i].imports.clear();
+    for (const auto& imp : q.imports) {
+      std::string err;
+      bool found = false;
+      for (size_t j = 0; j < procs.size() && !found; ++j) {
+        if (j == i) continue;
+        for (const auto& e : held[j]->quiesced().exports) {
+          if (e.fd >= 0 && imp.fd >= 0 &&
+              SameFile(procs[i].pid, imp.fd, procs[j].pid, e.fd, &err)) {
+            procs[i].imports.push_back({imp.id, procs[j].ns_pid, e.id});
+            found = true;
+            break;
+          }
+        }
+      }
+      if (!found) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "pid ", procs[i].pid,
+            " maps GPU memory exported by a process that is not part of this job",
+            err.empty() ? "" : absl::StrCat(" (", err, ")"),
+            ": cryo can only carry memory the job's own processes share. Nothing was stopped"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A descriptor of another process, as cryod's own (-1 and *err on failure).
+int TakeFd(pid_t pid, int64_t fd, std::string* err) {
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    *err = absl::StrCat("pidfd_open(", pid, "): ", strerror(errno));
+    return -1;
+  }
+  int got = static_cast<int>(::syscall(SYS_pidfd_getfd, pidfd, static_cast<int>(fd), 0));
+  if (got < 0) *err = absl::StrCat("pidfd_getfd(", pid, ", ", fd, "): ", strerror(errno));
+  ::close(pidfd);
+  return got;
+}
+
+}  // namespace
+
+absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
                            const FastpathDrainOptions& opt,
                            const std::vector<std::vector<int>>& files,
                            std::vector<std::unique_ptr<FastpathDrainHandle>>* out) {
@@ -21,7 +92,7 @@ absl::Status DrainTogether(Fastpath& fp, const std::vector<FastpathProcess>& pro
     static const std::vector<int> kNone;
     return i < files.size() ? files[i] : kNone;
   };
-  const bool cut = n > 1 && std::all_of(procs.begin(), procs.end(), [](const FastpathProcess& p) {
+  const bool cut = n > 0 && std::all_of(procs.begin(), procs.end(), [](const FastpathProcess& p) {
                      return p.version >= contract::gpu_fastpath::kVersionCut;
                    });
   if (!cut) {
@@ -68,12 +139,91 @@ absl::Status DrainTogether(Fastpath& fp, const std::vector<FastpathProcess>& pro
     CRYO_LOG(Info) << "GPU fast path: the job's " << n << " processes held at one cut at attempt "
                    << attempts;
   }
+  if (absl::Status m = MatchShares(procs, held); !m.ok()) {
+    for (auto& h : held) h.reset();  // every one runs on
+    return m;
+  }
   // All are at the cut: now each drains. A failure leaves the ones that drained to the caller.
   std::vector<absl::Status> went = EachInParallel(n, [&](size_t i) { return held[i]->Go(); });
   for (size_t i = 0; i < n; ++i) {
     if (went[i].ok()) (*out)[i] = std::move(held[i]);
   }
   return FirstError(went);
+}
+
+}  // namespace cryo::gpu
+
+namespace cryo::gpu {
+
+absl::Status RefillTogether(Fastpath& fp, const std::vector<FastpathProcess>& procs, int threads,
+                            const std::vector<std::vector<int>>& files,
+                            const std::vector<std::vector<FileDigest>>& expected,
+                            const std::vector<FastpathProcess>& running) {
+  const size_t n = procs.size();
+  static const std::vector<int> kNoFiles;
+  static const std::vector<FileDigest> kNoSums;
+  auto files_of = [&](size_t i) -> const std::vector<int>& {
+    return i < files.size() ? files[i] : kNoFiles;
+  };
+  auto sums_of = [&](size_t i) -> const std::vector<FileDigest>& {
+    return i < expected.size() ? expected[i] : kNoSums;
+  };
+  const bool shared = std::any_of(procs.begin(), procs.end(),
+                                  [](const FastpathProcess& p) { return !p.imports.empty(); });
+  if (!shared) {
+    return FirstError(EachInParallel(n, [&](size_t i) -> absl::Status {
+      return fp.Refill(procs[i], threads, files_of(i), sums_of(i)).status();
+    }));
+  }
+  // 1. Each its own memory, exported again; importers wait with their gates shut.
+  std::vector<std::unique_ptr<FastpathRefillHandle>> held(n);
+  CRYO_RETURN_IF_ERROR(FirstError(EachInParallel(n, [&](size_t i) -> absl::Status {
+    CRYO_ASSIGN_OR_RETURN(held[i], fp.RefillHeld(procs[i], threads, files_of(i), sums_of(i)));
+    return absl::OkStatus();
+  })));
+  // Where each exporter's descriptors are now: (host pid, export id -> descriptor number).
+  std::map<pid_t, std::pair<pid_t, std::map<uint64_t, int64_t>>> exports;
+  for (size_t i = 0; i < n; ++i) {
+    auto& e = exports[procs[i].ns_pid];
+    e.first = procs[i].pid;
+    for (const auto& r : held[i]->refilled().exports) e.second[r.id] = r.fd;
+  }
+  for (const auto& p : running) {
+    if (exports.count(p.ns_pid)) continue;
+    auto st = fp.Status(p);
+    if (!st.ok()) continue;  // an importer of it names it below
+    auto& e = exports[p.ns_pid];
+    e.first = p.pid;
+    for (const auto& r : st->exports) e.second[r.id] = r.fd;
+  }
+  // 2. Each importer gets its exporters' new descriptors, then runs.
+  return FirstError(EachInParallel(n, [&](size_t i) -> absl::Status {
+    if (!held[i]->refilled().importing) return absl::OkStatus();
+    std::vector<uint64_t> ids;
+    std::vector<int> fds;
+    absl::Status st;
+    for (const auto& imp : procs[i].imports) {
+      auto e = exports.find(imp.from);
+      if (e == exports.end() || !e->second.second.count(imp.export_id)) {
+        st = absl::FailedPreconditionError(
+            absl::StrCat("pid ", procs[i].pid, " imported memory that process ", imp.from,
+                         " of the job exported, and that process has no such export now"));
+        break;
+      }
+      std::string err;
+      int got = TakeFd(e->second.first, e->second.second[imp.export_id], &err);
+      if (got < 0) {
+        st = absl::InternalError(
+            absl::StrCat("carrying shared GPU memory to pid ", procs[i].pid, ": ", err));
+        break;
+      }
+      ids.push_back(imp.id);
+      fds.push_back(got);
+    }
+    if (st.ok()) st = held[i]->Go(ids, fds).status();
+    for (int f : fds) ::close(f);
+    return st;
+  }));
 }
 
 }  // namespace cryo::gpu

@@ -48,12 +48,17 @@ absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::jso
 nlohmann::json ToJson(const std::vector<FastpathProcess>& procs) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& p : procs) {
-    out.push_back({{"pid", p.pid},
-                   {"ns_pid", p.ns_pid},
-                   {"files", p.files},
-                   {"bytes", p.bytes},
-                   {"allocations", p.allocations},
-                   {"driver_bytes", p.driver_bytes}});
+    nlohmann::json e = {
+        {"pid", p.pid},     {"ns_pid", p.ns_pid},           {"files", p.files},
+        {"bytes", p.bytes}, {"allocations", p.allocations}, {"driver_bytes", p.driver_bytes}};
+    if (!p.imports.empty()) {
+      nlohmann::json imports = nlohmann::json::array();
+      for (const auto& i : p.imports) {
+        imports.push_back({{"id", i.id}, {"from", i.from}, {"export", i.export_id}});
+      }
+      e["imports"] = std::move(imports);
+    }
+    out.push_back(std::move(e));
   }
   return out;
 }
@@ -81,6 +86,26 @@ absl::StatusOr<std::vector<FastpathProcess>> FastpathProcessesFromJson(const nlo
     }
     p.pid = pid;
     p.ns_pid = ns_pid;
+    if (auto it = j[i].find("imports"); it != j[i].end()) {
+      if (!it->is_array() || it->size() > 4096) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": imports is not a short list"));
+      }
+      for (size_t k = 0; k < it->size(); ++k) {
+        const std::string at = absl::StrCat(where, ".imports[", k, "]");
+        if (!(*it)[k].is_object()) {
+          return absl::InvalidArgumentError(absl::StrCat(at, " is not an object"));
+        }
+        json::Fields g((*it)[k], at);
+        FastpathImport imp;
+        int from = 0;
+        if (absl::Status s = g.Uint64("id", &imp.id, true); !s.ok()) return s;
+        if (absl::Status s = g.Int("from", &from, true); !s.ok()) return s;
+        if (absl::Status s = g.Uint64("export", &imp.export_id, true); !s.ok()) return s;
+        if (from <= 0) return absl::InvalidArgumentError(absl::StrCat(at, ": from out of range"));
+        imp.from = from;
+        p.imports.push_back(imp);
+      }
+    }
     out.push_back(p);
   }
   return out;

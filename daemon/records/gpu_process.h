@@ -29,7 +29,16 @@ absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::jso
 
 // One process of a job whose device memory the GPU fast-path library moves (docs/gpu.md), as the
 // journal and the manifest record it; one JSON form ({"pid", "ns_pid", "files", "bytes",
-// "allocations", "driver_bytes"}).
+// "allocations", "driver_bytes", "imports": [{"id", "from", "export"}]}).
+// Memory a fast-path process imported from another process of the same job (docs/proposals/
+// nccl-shared-memory.md): its import id, the exporter (by the pid it sees itself as) and the
+// exporter's export id. A refill imports it again from the exporter's new descriptor.
+struct FastpathImport {
+  uint64_t id = 0;
+  pid_t from = 0;
+  uint64_t export_id = 0;
+};
+
 struct FastpathProcess {
   pid_t pid = 0;              // host pid
   pid_t ns_pid = 0;           // the pid it sees itself as: names its channel and its files
@@ -37,6 +46,7 @@ struct FastpathProcess {
   uint64_t bytes = 0;         // moved by the library
   uint64_t allocations = 0;   // physical allocations moved by the library
   uint64_t driver_bytes = 0;  // left to the driver's checkpoint (context, unowned memory)
+  std::vector<FastpathImport> imports{};  // what it imported from other processes of the job
   // The version of its library, as its status said (0: not asked). Not recorded: a restored
   // process is asked again.
   int version = 0;

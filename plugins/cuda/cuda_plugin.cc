@@ -84,6 +84,7 @@ CudaPluginOptions CudaPluginOptions::FromJson(const nlohmann::json& j) {
   o.proc_root = j.value("proc_root", o.proc_root);
   o.driver_root = j.value("driver_root", o.driver_root);
   o.allow_nccl_ipc = j.value("allow_nccl_ipc", o.allow_nccl_ipc);
+  o.report_nccl_ipc = j.value("report_nccl_ipc", o.report_nccl_ipc);
   o.always_pass_gpu_pairs = j.value("always_pass_gpu_pairs", o.always_pass_gpu_pairs);
   o.refuse_managed_at_discover =
       j.value("refuse_managed_at_discover", o.refuse_managed_at_discover);
@@ -482,10 +483,14 @@ absl::StatusOr<nlohmann::json> CudaPlugin::Discover(const std::vector<pid_t>& pi
       if (e.count(var)) facts[absl::AsciiStrToLower(var)] = e[var];
     }
     ++gpu_procs;
-    if (nccl && !NcclIpcDisabled(e)) nccl_ipc.push_back(pid);
+    if (nccl && !NcclIpcDisabled(e)) {
+      nccl_ipc.push_back(pid);
+      facts["nccl_ipc"] = true;
+    }
     out.push_back({{"pid", pid}, {"facts", facts}});
   }
-  if (gpu_procs >= 2 && !nccl_ipc.empty() && !options_.allow_nccl_ipc) {
+  if (gpu_procs >= 2 && !nccl_ipc.empty() && !options_.allow_nccl_ipc &&
+      !options_.report_nccl_ipc) {
     return absl::FailedPreconditionError(absl::StrCat(
         "pid ", nccl_ipc[0],
         " runs NCCL across processes with CUDA IPC enabled: the driver "

@@ -29,6 +29,10 @@ struct CudaPluginOptions {
   // A multi-process NCCL job with CUDA IPC enabled checkpoints but cannot be restored (the
   // driver answers CUDA_ERROR_NOT_SUPPORTED on restore): refused unless this is set.
   bool allow_nccl_ipc = false;
+  // The caller decides instead (cryod: a job whose every such process runs the GPU fast-path
+  // library, which carries that memory itself): no refusal, each such process's facts say
+  // "nccl_ipc": true.
+  bool report_nccl_ipc = false;
   // Refuse at discover (before any lock) a process whose maps suggest managed memory. Off by
   // default: the sign is a heuristic seen on one driver, and the driver itself refuses such a
   // checkpoint (CUDA_ERROR_NOT_SUPPORTED), after which everything is rolled back.

@@ -409,6 +409,19 @@ TEST_F(CudaPluginTest, RefusesMultiProcessNcclWithIpcUnlessDisabled) {
   EXPECT_TRUE(p->Discover({101}).ok());
 }
 
+TEST_F(CudaPluginTest, ReportsMultiProcessNcclWithIpcWhenTheCallerDecides) {
+  const std::string maps = "7f00-7f01 r-xp 0 0 0 /opt/lib/libnccl.so.2\n";
+  AddProcess(100, {0}, "", maps);
+  AddProcess(101, {1}, "", maps);
+  CudaPluginOptions o;
+  o.report_nccl_ipc = true;
+  auto p = Make(o);
+  auto found = p->Discover({100, 101});
+  ASSERT_TRUE(found.ok()) << found.status();
+  ASSERT_EQ(found->size(), 2u);
+  for (const auto& e : *found) EXPECT_TRUE(e["facts"].value("nccl_ipc", false)) << e.dump();
+}
+
 TEST_F(CudaPluginTest, NcclJobsGetTheCriuOptionsForTheirDeletedShmFiles) {
   AddProcess(100, {0}, "", "7f00-7f01 r-xp 0 0 0 /opt/lib/libnccl.so.2\n");
   AddProcess(101, {0}, "", "7f00-7f01 r-xp 0 0 0 /usr/lib/libcudart.so.13\n");

@@ -920,3 +920,35 @@ TEST_F(EngineTest, ACancelledCheckpointRollsBackAndSaysSo) {
 
 }  // namespace
 }  // namespace cryo::engine
+
+namespace cryo::engine {
+namespace {
+
+TEST(CheckNcclSharingTest, RanksSharingMemoryNeedTheFastPathThatCarriesIt) {
+  std::vector<gpu::GpuProcess> gpu(2);
+  gpu[0].pid = 100;
+  gpu[1].pid = 101;
+  gpu[0].facts = {{"nccl_ipc", true}};
+  gpu[1].facts = {{"nccl_ipc", true}};
+  std::vector<gpu::FastpathProcess> fast(2);
+  fast[0].pid = 100;
+  fast[1].pid = 101;
+  // Without the fast path (or with a library that cannot carry shared memory): refused.
+  absl::Status none = CheckNcclSharing(gpu, {});
+  EXPECT_TRUE(absl::IsFailedPrecondition(none)) << none;
+  EXPECT_THAT(std::string(none.message()), ::testing::HasSubstr("NCCL_P2P_DISABLE=1"));
+  fast[0].version = fast[1].version = 1;
+  EXPECT_TRUE(absl::IsFailedPrecondition(CheckNcclSharing(gpu, fast)));
+  // One rank carried, the other not: refused, naming it.
+  fast[0].version = contract::gpu_fastpath::kVersionCut;
+  absl::Status half = CheckNcclSharing(gpu, fast);
+  EXPECT_THAT(std::string(half.message()), ::testing::HasSubstr("pid 101"));
+  fast[1].version = contract::gpu_fastpath::kVersionCut;
+  EXPECT_TRUE(CheckNcclSharing(gpu, fast).ok());
+  // Ranks that share nothing, or one process alone, need nothing.
+  gpu[0].facts = gpu[1].facts = nlohmann::json::object();
+  EXPECT_TRUE(CheckNcclSharing(gpu, {}).ok());
+}
+
+}  // namespace
+}  // namespace cryo::engine

@@ -208,5 +208,102 @@ TEST_F(FastpathCutTest, AHeldRankLetsGoWhenCryodGoesAway) {
   EXPECT_TRUE(ranks_[1]->Intact());
 }
 
+// Memory shared the way NCCL's P2P transport shares it: rank 0 exports an allocation as a POSIX
+// descriptor, rank 1 imports it and maps it.
+struct SharedMemory {
+  CUmemGenericAllocationHandle exported = 0, imported = 0;
+  CUdeviceptr va = 0, peer_va = 0;
+  static constexpr size_t kSize = 4 << 20;
+};
+
+SharedMemory Share(Rank& from, fastpath::Registry& to, const fastpath::Driver& d) {
+  SharedMemory m;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  CUmemAccessDesc a{};
+  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  EXPECT_EQ(d.cuMemAddressReserve(&m.va, m.kSize, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(from.reg->MemCreate(&m.exported, m.kSize, &prop, 0), CUDA_SUCCESS);
+  EXPECT_EQ(from.reg->MemMap(m.va, m.kSize, 0, m.exported, 0), CUDA_SUCCESS);
+  EXPECT_EQ(from.reg->MemSetAccess(m.va, m.kSize, &a, 1), CUDA_SUCCESS);
+  auto* w = reinterpret_cast<uint64_t*>(m.va);
+  for (size_t i = 0; i < m.kSize / 8; ++i) w[i] = Word(7, i);
+  int fd = -1;
+  EXPECT_EQ(d.cuMemExportToShareableHandle(&fd, from.reg->Translate(m.exported),
+                                           CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            CUDA_SUCCESS);
+  from.reg->Exported(m.exported, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, &fd);
+  EXPECT_EQ(to.MemImport(&m.imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            CUDA_SUCCESS);
+  ::close(fd);  // passed on and imported: NCCL closes it
+  EXPECT_EQ(d.cuMemAddressReserve(&m.peer_va, m.kSize, 0, 0, 0), CUDA_SUCCESS);
+  EXPECT_EQ(to.MemMap(m.peer_va, m.kSize, 0, m.imported, 0), CUDA_SUCCESS);
+  EXPECT_EQ(to.MemSetAccess(m.peer_va, m.kSize, &a, 1), CUDA_SUCCESS);
+  return m;
+}
+
+bool Holds7(CUdeviceptr va) {
+  auto* w = reinterpret_cast<const uint64_t*>(va);
+  for (size_t i = 0; i < SharedMemory::kSize / 8; ++i) {
+    if (w[i] != Word(7, i)) return false;
+  }
+  return true;
+}
+
+TEST_F(FastpathCutTest, MemoryRanksShareIsDrainedByItsExporterAndMappedAgainInTheImporter) {
+  SharedMemory m = Share(*ranks_[0], *ranks_[1]->reg, ranks_[0]->d);
+  ASSERT_TRUE(Holds7(m.peer_va));
+  const uint64_t used = fake_cuda_used_bytes(0);
+  std::vector<std::unique_ptr<FastpathDrainHandle>> drains;
+  absl::Status st = DrainTogether(*fp_, procs_, Options(absl::Seconds(20)), {}, &drains);
+  ASSERT_TRUE(st.ok()) << st;
+  // Rank 1's import is rank 0's export, found by the descriptors both hold.
+  ASSERT_EQ(procs_[1].imports.size(), 1u);
+  EXPECT_EQ(procs_[1].imports[0].from, procs_[0].ns_pid);
+  EXPECT_TRUE(procs_[0].imports.empty());
+  EXPECT_EQ(drains[0]->bytes(), kBytes + SharedMemory::kSize);  // the exporter moves it
+  EXPECT_EQ(drains[1]->bytes(), kBytes);                        // the importer does not
+  EXPECT_EQ(fake_cuda_used_bytes(0), used - 2 * kBytes - SharedMemory::kSize);
+  drains.clear();
+
+  // The journal and the manifest carry who imported what.
+  auto again = FastpathProcessesFromJson(ToJson(procs_));
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ((*again)[1].imports.size(), 1u);
+  EXPECT_EQ((*again)[1].imports[0].export_id, procs_[1].imports[0].export_id);
+
+  st = RefillTogether(*fp_, *again, 2, {}, {});
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(fake_cuda_used_bytes(0), used);
+  for (Rank* k : ranks_) {
+    EXPECT_EQ(k->mover->state(), fastpath::State::kRunning);
+    EXPECT_FALSE(k->gate.shut());
+    EXPECT_TRUE(k->Intact());
+  }
+  EXPECT_TRUE(Holds7(m.va));
+  EXPECT_TRUE(Holds7(m.peer_va));  // mapped again where it was, the exporter's new memory
+  reinterpret_cast<uint64_t*>(m.peer_va)[0] = 42;
+  EXPECT_EQ(reinterpret_cast<uint64_t*>(m.va)[0], 42u);
+}
+
+TEST_F(FastpathCutTest, MemoryImportedFromOutsideTheJobIsRefusedBeforeAnythingMoves) {
+  // Rank 1 imports from a process that is not part of the job (rank 0 is left out of it).
+  SharedMemory m = Share(*ranks_[0], *ranks_[1]->reg, ranks_[0]->d);
+  std::vector<FastpathProcess> job = {procs_[1]};
+  const uint64_t used = fake_cuda_used_bytes(0);
+  std::vector<std::unique_ptr<FastpathDrainHandle>> drains;
+  absl::Status st = DrainTogether(*fp_, job, Options(absl::Seconds(5)), {}, &drains);
+  EXPECT_TRUE(absl::IsFailedPrecondition(st)) << st;
+  EXPECT_THAT(st.message(), HasSubstr("not part of this job"));
+  EXPECT_EQ(fake_cuda_used_bytes(0), used);
+  EXPECT_EQ(ranks_[1]->mover->state(), fastpath::State::kRunning);
+  EXPECT_FALSE(ranks_[1]->gate.shut());
+  EXPECT_TRUE(Holds7(m.peer_va));
+}
+
 }  // namespace
 }  // namespace cryo::gpu
