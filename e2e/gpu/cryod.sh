@@ -383,6 +383,12 @@ multi_parts() {
   JOB_ENV=()
   [[ "$only" == *" ddp "* ]] && ddp_losses "${P}ddp-2-ranks"
   [[ "$only" == *" nccl-probe "* ]] && nccl_defaults_probe "${P}nccl-defaults-probe"
+  # NCCL at its defaults: only with the fast path (part fastpath-multi), which carries what the
+  # ranks share; the driver's path refuses it (nccl-probe shows that).
+  if [ ${#MULTI_ENV[@]} -gt 0 ]; then
+    [[ "$only" == *" ddp-defaults "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults"
+    [[ "$only" == *" ddp-defaults-swap "* ]] && DDP_NCCL=defaults DDP_GPU_SWAP=1 ddp_losses "${P}ddp-nccl-defaults-gpu-map"
+  fi
   [[ "$only" == *" parallel "* ]] && parallel_pair "${P}parallel-2-gpus" 0 1 8
   return 0
 }
@@ -433,17 +439,26 @@ ddp_losses() {
   fi
   local src="$B/ddp_losses.py" ref="$RES/$name.ref.txt" run="$RES/$name.run.txt"
   rm -f "$ref" "$run"
-  export NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0
-  export NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo
+  # NCCL's shared-memory transports off (the driver's path cannot restore them), unless
+  # DDP_NCCL=defaults: then NCCL runs as users run it (NVLS off) and the fast path carries what
+  # the ranks share. DDP_GPU_SWAP=1 restores each rank onto the other GPU (--gpu-map).
+  local nccl=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0)
+  [ "${DDP_NCCL:-}" = defaults ] && nccl=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE
+    -u NCCL_CUMEM_ENABLE -u NCCL_CUMEM_HOST_ENABLE)
   # Rank 0 hosts PyTorch's TCPStore, whose libuv loop holds an io_uring; CRIU 4.1 cannot dump
   # one ("Unknown shit 600 (anon_inode:[io_uring])", seen on the H200s, and UV_USE_IO_URING=0
   # did not remove it). USE_LIBUV=0 selects TCPStore's other backend.
-  export USE_LIBUV=0 UV_USE_IO_URING=0
-  setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29561 "$@" </dev/null >"$RES/$name.ref.log" 2>&1
+  nccl+=(NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo USE_LIBUV=0 UV_USE_IO_URING=0)
+  local restore_args=()
+  if [ "${DDP_GPU_SWAP:-0}" = 1 ]; then
+    local u0 u1; u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
+    restore_args=(--gpu-map "$u0=$u1" --gpu-map "$u1=$u0")
+  fi
+  "${nccl[@]}" setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29561 "$@" </dev/null >"$RES/$name.ref.log" 2>&1
   grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/$name.ref.log")"; return; }
   # The reference runs without MULTI_ENV (the fast-path library): the library must not change
   # a single loss either.
-  env "${MULTI_ENV[@]}" setsid $py "$src" --steps "$steps" --out "$run" --port 29562 "$@" </dev/null >"$RES/$name.run.log" 2>&1 &
+  "${nccl[@]}" "${MULTI_ENV[@]}" setsid $py "$src" --steps "$steps" --out "$run" --port 29562 "$@" </dev/null >"$RES/$name.run.log" 2>&1 &
   local tpid=$!
   PIDS+=("$tpid")
   local mid=$(( steps / 3 ))
@@ -467,7 +482,7 @@ ddp_losses() {
   wait "$tpid" 2>/dev/null
   local at; at=$(wc -l <"$run")
   cat /proc/net/tcp /proc/net/tcp6 >"$RES/$name.tcp-after.txt" 2>&1
-  if ! "${CRYO[@]}" -o json restore "$name" >"$RES/$name.restore.json" 2>&1; then
+  if ! "${CRYO[@]}" -o json restore "$name" "${restore_args[@]}" >"$RES/$name.restore.json" 2>&1; then
     local rlog; rlog=$(grep -o 'log: [^"]*restore.log' "$RES/$name.restore.json" | cut -c6-)
     [ -n "$rlog" ] && cp "$rlog" "$RES/$name.restore.log"
     cat /proc/net/tcp /proc/net/tcp6 >"$RES/$name.tcp-failed.txt" 2>&1
@@ -477,8 +492,12 @@ ddp_losses() {
   if ! wait_until 300 grep -qx done "$run"; then
     result "$name" FAIL "restored training did not finish ($(wc -l <"$run") lines)"; end_job "$tpid"; return
   fi
+  local where=""
+  if [ "${DDP_GPU_SWAP:-0}" = 1 ]; then
+    where="; restored onto the swapped GPUs (ranks now on $(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | tr '\n' ' '))"
+  fi
   if cmp -s "$ref" "$run"; then
-    result "$name" PASS "2 ranks, $steps steps, checkpointed after step $((at - 1)) as one tree ($(jget "$RES/$name.ckpt.json" 'len(d["pids"])') processes), losses bit-identical; $(jget "$RES/$name.ckpt.json" '"gpu %s+%s ms, dump %s ms" % (d["stage_ms"].get("gpu_lock"), d["stage_ms"].get("gpu_checkpoint"), d["stage_ms"].get("dump"))')"
+    result "$name" PASS "2 ranks, $steps steps, NCCL ${DDP_NCCL:-transports off}, checkpointed after step $((at - 1)) as one tree ($(jget "$RES/$name.ckpt.json" 'len(d["pids"])') processes), losses bit-identical; $(jget "$RES/$name.ckpt.json" '"gpu drain %s + lock %s + checkpoint %s ms, dump %s ms, fast path %s bytes" % (d["stage_ms"].get("gpu_drain"), d["stage_ms"].get("gpu_lock"), d["stage_ms"].get("gpu_checkpoint"), d["stage_ms"].get("dump"), d.get("gpu_fastpath_bytes"))')$where"
   else
     result "$name" FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' ')"
   fi
@@ -497,7 +516,7 @@ nccl_defaults_probe() {
   fi
   local src="$B/ddp_losses.py" ref="$RES/$name.ref.txt" run="$RES/$name.run.txt"
   rm -f "$ref" "$run"
-  # ddp_losses exports NCCL's transports off: this job runs with them at their defaults.
+  # NCCL's transports at their defaults (NVLS off), whatever the environment says.
   local defaults=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE -u NCCL_CUMEM_ENABLE
     -u NCCL_CUMEM_HOST_ENABLE -u NCCL_IB_DISABLE NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=lo
     USE_LIBUV=0 UV_USE_IO_URING=0)
@@ -532,7 +551,9 @@ print("; ".join(out) or "no rank with CUDA answered")
 PY
 )
   fi
-  "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" --tcp-established >"$RES/$name.ckpt.json" 2>&1
+  # With the library the checkpoint must work and leave the job running (its shared memory
+  # carried back); without it, it must be refused before anything stops.
+  "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" --tcp-established --leave-running >"$RES/$name.ckpt.json" 2>&1
   local rc=$?
   local transports; transports=$(grep -oE 'via (P2P|SHM|NET)[A-Za-z/_]*' "$RES/$name.run.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')
   wait_until 300 grep -qx done "$run"
@@ -540,7 +561,15 @@ PY
   end_job "$tpid"
   "${CRYO[@]}" rm "$name" >/dev/null 2>&1
   local facts="NCCL: ${transports:-no transport lines}; library: ${calls:-not preloaded}"
-  if [ $rc -eq 0 ]; then
+  if [ ${#MULTI_ENV[@]} -gt 0 ]; then
+    if [ $rc -ne 0 ]; then
+      result "$name" FAIL "leave-running checkpoint failed: $(head -c 400 "$RES/$name.ckpt.json"); $facts"
+    elif [ $done_ok -ne 0 ] || ! cmp -s "$ref" "$run"; then
+      result "$name" FAIL "checkpointed, but the job did not run on to the same losses; $facts"
+    else
+      result "$name" PASS "a leave-running checkpoint with NCCL at its defaults: the job ran on, losses bit-identical ($(jget "$RES/$name.ckpt.json" '"drain %s ms, fast path %s bytes" % (d["stage_ms"].get("gpu_drain"), d.get("gpu_fastpath_bytes"))')); $facts"
+    fi
+  elif [ $rc -eq 0 ]; then
     result "$name" FAIL "the checkpoint was taken, not refused (its restore is not known to work): $facts"
   elif ! grep -q FAILED_PRECONDITION "$RES/$name.ckpt.json"; then
     result "$name" FAIL "checkpoint failed, not refused up front: $(head -c 300 "$RES/$name.ckpt.json"); $facts"

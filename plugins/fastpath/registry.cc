@@ -315,7 +315,12 @@ void Registry::Exported(CUmemGenericAllocationHandle job_handle, CUmemAllocation
                         const void* out) {
   std::lock_guard<std::mutex> l(mu_);
   Phys* p = FindByJobHandle(job_handle);
-  if (p == nullptr) return;
+  if (p == nullptr) {
+    // Memory the library does not track (host memory, say) left the process: it cannot carry
+    // it, and says so (cryod refuses such a job up front).
+    foreign_imports_++;
+    return;
+  }
   int kept = -1;
   if (type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && out != nullptr) {
     kept = ::fcntl(*static_cast<const int*>(out), F_DUPFD_CLOEXEC, 3);
