@@ -31,6 +31,8 @@ struct FastpathDrainOptions {
   // > 0: the drain stops at the cut (the job's GPU work stopped, nothing moved) and waits
   // there, at most this long, for Go() (libraries of version kVersionCut and later).
   absl::Duration hold = absl::ZeroDuration();
+  // With hold: stop at "gated" (the gates shut, nothing synchronized) for Align().
+  bool align = false;
 };
 
 // A drain in progress: the device memory is free (drained), the files may still be written.
@@ -45,6 +47,16 @@ class FastpathDrainHandle {
   // "drained". Nothing to do for one that was not held. Destroying a held drain instead lets
   // the job go on untouched.
   virtual absl::Status Go() { return absl::OkStatus(); }
+  // An aligned held drain: its gates shut, the NCCL kernels it launched so far.
+  virtual const contract::gpu_fastpath::GatedReply& gated() const {
+    static const contract::gpu_fastpath::GatedReply kNone;
+    return kNone;
+  }
+  // Lets it run on until it has launched `to` NCCL kernels, then holds it at the cut
+  // (synchronized; quiesced() then says what it shares). Within `bound`.
+  virtual absl::Status Align(uint64_t to, absl::Duration bound) {
+    return absl::FailedPreconditionError("this drain was not held for alignment");
+  }
   // A held drain's first reply: what the process shares (empty for one not held).
   virtual const contract::gpu_fastpath::QuiescedReply& quiesced() const {
     static const contract::gpu_fastpath::QuiescedReply kNone;

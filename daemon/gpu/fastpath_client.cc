@@ -127,6 +127,8 @@ template absl::StatusOr<wire::StatusReply> ParseFastpathReply(absl::string_view,
                                                               const FastpathProcess&);
 template absl::StatusOr<wire::QuiescedReply> ParseFastpathReply(absl::string_view,
                                                                 const FastpathProcess&);
+template absl::StatusOr<wire::GatedReply> ParseFastpathReply(absl::string_view,
+                                                             const FastpathProcess&);
 template absl::StatusOr<wire::DrainedReply> ParseFastpathReply(absl::string_view,
                                                                const FastpathProcess&);
 template absl::StatusOr<wire::ImportedReply> ParseFastpathReply(absl::string_view,
@@ -246,8 +248,14 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
   if (opt.hold > absl::ZeroDuration()) {
     req.version = wire::kVersionCut;
     req.hold_ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(opt.hold), 1, wire::kMaxHoldMs);
+    req.align = opt.align;
   }
   CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
+  if (req.align) {
+    CRYO_ASSIGN_OR_RETURN(d->gated_, Receive<wire::GatedReply>(fd, p, opt.reply_timeout, opt.stop));
+    d->held_ = true;
+    return d;
+  }
   if (req.hold_ms > 0) {
     CRYO_ASSIGN_OR_RETURN(d->quiesced_,
                           Receive<wire::QuiescedReply>(fd, p, opt.reply_timeout, opt.stop));
@@ -258,6 +266,23 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
   CRYO_ASSIGN_OR_RETURN(d->drained_,
                         Receive<wire::DrainedReply>(fd, p, opt.reply_timeout, opt.stop));
   return d;
+}
+
+absl::Status FastpathDrain::Align(uint64_t to, absl::Duration bound) {
+  wire::Request req;
+  req.op = wire::Op::kAlign;
+  req.version = wire::kVersionCut;
+  req.to = to;
+  req.timeout_ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(bound));
+  CRYO_RETURN_IF_ERROR(Send(fd_, p_, req, {}));
+  absl::StatusOr<wire::QuiescedReply> q = Receive<wire::QuiescedReply>(fd_, p_, timeout_, stop_);
+  if (!q.ok()) {
+    held_ = false;  // the library let go (or is gone): nothing left to release
+    return q.status();
+  }
+  quiesced_ = *q;
+  drained_.quiesce_ms = q->quiesce_ms;
+  return absl::OkStatus();
 }
 
 absl::Status FastpathDrain::Go() {

@@ -71,6 +71,8 @@ class FastpathDrain : public FastpathDrainHandle {
   const contract::gpu_fastpath::DrainedReply& drained() const override { return drained_; }
   absl::Status Go() override;
   const contract::gpu_fastpath::QuiescedReply& quiesced() const override { return quiesced_; }
+  const contract::gpu_fastpath::GatedReply& gated() const override { return gated_; }
+  absl::Status Align(uint64_t to, absl::Duration bound) override;
   absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool stoppable = true) override;
 
  private:
@@ -84,6 +86,7 @@ class FastpathDrain : public FastpathDrainHandle {
   std::function<bool()> stop_;
   bool held_ = false;
   contract::gpu_fastpath::QuiescedReply quiesced_;
+  contract::gpu_fastpath::GatedReply gated_;
   contract::gpu_fastpath::DrainedReply drained_;
   // The first WaitSaved's answer: the channel is closed after it, and asking again (an undo
   // after gpu_save) gets the same answer at once instead of waiting on nothing.

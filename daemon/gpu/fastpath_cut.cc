@@ -115,12 +115,21 @@ absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
     o.quiesce_timeout = bound;
     // The hold outlasts the other processes' quiesce and the replies on their way.
     o.hold = bound + absl::Seconds(30);
+    // Ranks are stopped after the same NCCL collective: the gates shut on all, each says how
+    // many it launched, and each runs on to the most any launched before it synchronizes (a
+    // rank ahead waits on its peers' matching launches, which the others then make).
+    o.align = true;
     std::vector<absl::Status> st = EachInParallel(n, [&](size_t i) -> absl::Status {
       auto d = fp.Drain(procs[i], o, files_of(i));
       if (!d.ok()) return d.status();
       held[i] = std::move(*d);
       return absl::OkStatus();
     });
+    if (FirstError(st).ok()) {
+      uint64_t to = 0;
+      for (const auto& h : held) to = std::max(to, h->gated().collectives);
+      st = EachInParallel(n, [&](size_t i) { return held[i]->Align(to, bound); });
+    }
     absl::Status first = FirstError(st);
     if (first.ok()) return {first, false};
     // Let every held one go (closing its channel opens its gate) before anything else.

@@ -13,8 +13,11 @@ using nlohmann::json;
 namespace json_text = ::cryo::json;
 
 // The one spelling of each op, state and error code on the wire.
-constexpr std::pair<Op, const char*> kOps[] = {
-    {Op::kStatus, "status"}, {Op::kDrain, "drain"}, {Op::kRefill, "refill"}, {Op::kGo, "go"}};
+constexpr std::pair<Op, const char*> kOps[] = {{Op::kStatus, "status"},
+                                               {Op::kDrain, "drain"},
+                                               {Op::kRefill, "refill"},
+                                               {Op::kGo, "go"},
+                                               {Op::kAlign, "align"}};
 constexpr std::pair<State, const char*> kStates[] = {{State::kRunning, kStateRunning},
                                                      {State::kDrained, kStateDrained},
                                                      {State::kSaved, kStateSaved},
@@ -23,6 +26,7 @@ constexpr std::pair<ErrorCode, const char*> kCodes[] = {{ErrorCode::kDeadline, "
                                                         {ErrorCode::kDataLoss, "data_loss"},
                                                         {ErrorCode::kVersion, "version"},
                                                         {ErrorCode::kBadRequest, "bad_request"}};
+constexpr char kEventGated[] = "gated";
 constexpr char kEventQuiesced[] = "quiesced";
 constexpr char kEventImported[] = "imported";
 constexpr char kEventDrained[] = "drained";
@@ -252,6 +256,10 @@ std::string Encode(const Request& r) {
     j["stripe_bytes"] = r.stripe_bytes;
     j["files"] = r.files;
     if (r.hold_ms > 0) j["hold_ms"] = r.hold_ms;
+    if (r.align) j["align"] = true;
+  } else if (r.op == Op::kAlign) {
+    j["to"] = r.to;
+    j["timeout_ms"] = r.timeout_ms;
   } else if (r.op == Op::kRefill) {
     j["threads"] = r.threads;
     j["files"] = r.files;
@@ -286,6 +294,14 @@ std::string Encode(const StatusReply& r) {
   if (!r.exports.empty()) j["exports"] = SharesJson(r.exports);
   if (r.imports > 0) j["imports"] = r.imports;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string Encode(const GatedReply& r) {
+  return json{{"ok", true},
+              {"event", kEventGated},
+              {"collectives", r.collectives},
+              {"counting", r.counting}}
+      .dump();
 }
 
 std::string Encode(const QuiescedReply& r) {
@@ -348,6 +364,8 @@ bool Decode(const std::string& text, Request* out, std::string* why) {
   r.Int<int64_t>("hold_ms", &out->hold_ms, false, 0, kMaxHoldMs);
   r.Files("expected", &out->expected, false);
   r.Ids("imports", &out->imports);
+  r.Bool("align", &out->align, false);
+  r.Uint("to", &out->to, false);
   return r.ok();
 }
 
@@ -380,6 +398,14 @@ bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why) 
         b->calls[k] = v.get<uint64_t>();
       }
     }
+  });
+}
+
+bool Decode(const std::string& text, Reply<GatedReply>* out, std::string* why) {
+  return DecodeReply(text, out, why, [](Reader& r, const json&, GatedReply* b) {
+    if (!EventIs(r, kEventGated)) return;
+    r.Uint("collectives", &b->collectives, true);
+    r.Bool("counting", &b->counting, false);
   });
 }
 

@@ -29,7 +29,7 @@ inline constexpr int kVersionCut = 2;
 // The longest a held drain waits for its "go".
 inline constexpr int64_t kMaxHoldMs = 600000;
 
-enum class Op { kStatus, kDrain, kRefill, kGo };
+enum class Op { kStatus, kDrain, kRefill, kGo, kAlign };
 enum class State { kRunning, kDrained, kSaved, kImporting };
 enum class ErrorCode {
   kNone,
@@ -61,6 +61,8 @@ struct Request {
   int files = 0;                  // drain, refill: descriptors attached to the request
   int64_t hold_ms = 0;            // drain, refill: > 0 holds the job for a "go" (version 2)
   std::vector<uint64_t> imports;  // go after a held refill: import ids of the attached files
+  bool align = false;             // held drain: shut the gates, answer "gated", wait for "align"
+  uint64_t to = 0;                // align: the collectives to have launched before the cut
   std::vector<FileSum> expected;  // refill: what each file must hold (empty: unchecked)
 };
 
@@ -81,6 +83,13 @@ struct StatusReply {
   std::string disabled;                   // why the library passes everything through, if it does
   std::vector<ShareRef> exports;          // its exports as POSIX descriptors now
   uint64_t imports = 0;                   // allocations it imported as POSIX descriptors
+};
+
+// An aligned held drain's first reply: the gates are shut (nothing synchronized yet), and how many
+// NCCL kernels the job launched so far (counting: whether the library tells them apart).
+struct GatedReply {
+  uint64_t collectives = 0;
+  bool counting = false;
 };
 
 // A held drain's first reply: the job's GPU work is stopped and synchronized, nothing moved yet.
@@ -127,6 +136,7 @@ struct Reply {
 std::string Encode(const Request& r);
 std::string Encode(const Error& e);
 std::string Encode(const StatusReply& r);
+std::string Encode(const GatedReply& r);
 std::string Encode(const QuiescedReply& r);
 std::string Encode(const ImportedReply& r);
 std::string Encode(const DrainedReply& r);
@@ -136,6 +146,7 @@ std::string Encode(const RefillReply& r);
 // false, with *why, for text that is not such a message.
 bool Decode(const std::string& text, Request* out, std::string* why);
 bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why);
+bool Decode(const std::string& text, Reply<GatedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<QuiescedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<ImportedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why);

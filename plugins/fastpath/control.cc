@@ -138,6 +138,9 @@ void Control::Serve(int conn) {
       HandleDrain(conn, req, fds);
     } else if (req.op == Op::kRefill) {
       HandleRefill(conn, req, fds);
+    } else if (req.op == Op::kAlign) {
+      wire::SendMessage(conn, Encode(wire::Error{"\"align\" with no drain held on this connection",
+                                                 false, ErrorCode::kBadRequest}));
     } else {
       wire::SendMessage(conn, Encode(wire::Error{"\"go\" with no drain held on this connection",
                                                  false, ErrorCode::kBadRequest}));
@@ -212,7 +215,40 @@ bool WaitForGo(int conn, int64_t hold_ms, wire::Request* go, std::vector<int>* f
 
 bool Control::HoldForGo(int conn, const wire::Request& req) {
   wire::QuiescedReply q;
-  Outcome o = mover_.Hold(std::chrono::milliseconds(req.timeout_ms), &q.quiesce_ms);
+  const std::chrono::milliseconds timeout(req.timeout_ms);
+  Outcome o;
+  if (req.align) {
+    // Gates shut; then on to the collective every rank reaches (cryod's "align"), then held.
+    wire::GatedReply g;
+    o = mover_.GateShut(timeout, &g.collectives);
+    g.counting = mover_.collectives().counting();
+    if (o.ok() && !wire::SendMessage(conn, Encode(g))) {
+      mover_.Unhold();
+      return false;
+    }
+    if (o.ok()) {
+      wire::Request align;
+      std::vector<int> fds;
+      std::string text, bad;
+      pollfd pfd{conn, POLLIN, 0};
+      int r;
+      do {
+        r = ::poll(&pfd, 1, static_cast<int>(req.hold_ms));
+      } while (r < 0 && errno == EINTR);
+      const bool got = r > 0 && wire::ReceiveMessage(conn, &text, &fds) &&
+                       wire::Decode(text, &align, &bad) && align.op == Op::kAlign;
+      CloseAll(fds);
+      if (!got) {
+        mover_.Unhold();
+        wire::SendMessage(conn,
+                          Encode(wire::Error{"the cut was called off before its align", true}));
+        return false;
+      }
+      o = mover_.Align(align.to, std::chrono::milliseconds(align.timeout_ms), &q.quiesce_ms);
+    }
+  } else {
+    o = mover_.Hold(timeout, &q.quiesce_ms);
+  }
   if (!o.ok()) {
     wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back, o.code}));
     return false;

@@ -173,4 +173,51 @@ class CaptureGate {
   int active_ = 0;
 };
 
+// Counts the job's launches of NCCL kernels (one per collective, or per group of them, on every
+// rank alike) and can hold a launch back once a count is reached, so that the cut across ranks
+// stops every rank after the same collective (docs/gpu.md, "The cut across ranks"). A launch is
+// counted inside the main gate, just before it is made (one that waits at the main gate has not
+// been made, and is not counted); one held at the limit waits outside the main gate, so that it
+// never keeps the gate from shutting:
+//   for (;;) { { GateGuard g(gate); if (c.TryPass()) return launch(); } c.WaitBelowLimit(); }
+class CollectiveGate {
+ public:
+  bool TryPass() {
+    std::lock_guard<std::mutex> l(mu_);
+    if (count_ >= limit_) return false;
+    ++count_;
+    cv_.notify_all();
+    return true;
+  }
+  void WaitBelowLimit() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [&] { return count_ < limit_; });
+  }
+  uint64_t count() {
+    std::lock_guard<std::mutex> l(mu_);
+    return count_;
+  }
+  void Limit(uint64_t n) {
+    std::lock_guard<std::mutex> l(mu_);
+    limit_ = n;
+    cv_.notify_all();
+  }
+  void Unlimit() { Limit(UINT64_MAX); }
+  // Waits until at least n have passed; false after `timeout`.
+  bool WaitFor(uint64_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, timeout, [&] { return count_ >= n; });
+  }
+  // Whether NCCL's launches are told apart here (the driver names kernels).
+  bool counting() const { return counting_.load(); }
+  void set_counting(bool on) { counting_.store(on); }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t count_ = 0;
+  uint64_t limit_ = UINT64_MAX;
+  std::atomic<bool> counting_{false};
+};
+
 }  // namespace cryo::fastpath

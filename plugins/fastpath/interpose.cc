@@ -26,6 +26,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 
 #include "lib/contract/gpu_fastpath.h"
@@ -256,7 +257,12 @@ class Lib {
       why_disabled_ = "this CUDA driver lacks an entry point the fast path needs";
     }
     registry_ = new Registry(driver_, min_bytes_);
-    mover_ = new Mover(driver_, *registry_, gate_, capture_);
+    mover_ = new Mover(driver_, *registry_, gate_, capture_, {}, &collectives_);
+    // NCCL's kernels are told apart by name: without the driver's names, no counting (the cut
+    // then stops ranks without aligning them on a collective).
+    func_name_ = reinterpret_cast<decltype(func_name_)>(real_dlsym(cuda, "cuFuncGetName"));
+    kernel_name_ = reinterpret_cast<decltype(kernel_name_)>(real_dlsym(cuda, "cuKernelGetName"));
+    collectives_.set_counting(func_name_ != nullptr || kernel_name_ != nullptr);
     control_ = new Control(*mover_, *registry_,
                            [this](cryo::contract::gpu_fastpath::StatusReply& r) { AddStatus(r); });
     if (!disabled_) {
@@ -291,6 +297,32 @@ class Lib {
 
   Gate& gate() { return gate_; }
   CaptureGate& capture() { return capture_; }
+  CollectiveGate& collectives() { return collectives_; }
+
+  // Whether `k` is one of NCCL's kernels. Asked on every launch: a small per-thread cache in
+  // front of the driver's name lookup.
+  bool IsCollective(CUfunction k) {
+    if (!collectives_.counting()) return false;
+    struct Entry {
+      CUfunction k;
+      bool nccl;
+    };
+    __attribute__((tls_model("initial-exec"))) static thread_local Entry cache[64];
+    Entry& e = cache[(reinterpret_cast<uintptr_t>(k) >> 4) & 63];
+    if (e.k == k) return e.nccl;
+    const char* name = nullptr;
+    if (func_name_ == nullptr || func_name_(&name, k) != CUDA_SUCCESS || name == nullptr) {
+      name = nullptr;
+      if (kernel_name_ != nullptr &&
+          kernel_name_(&name, reinterpret_cast<CUkernel>(k)) != CUDA_SUCCESS) {
+        name = nullptr;
+      }
+    }
+    e.k = k;
+    e.nccl = name != nullptr &&
+             (strstr(name, "ncclDevKernel") != nullptr || strstr(name, "ncclKernel") != nullptr);
+    return e.nccl;
+  }
   Registry& registry() { return *registry_; }
   const Driver& driver() const { return driver_; }
 
@@ -339,6 +371,9 @@ class Lib {
   Driver driver_;
   Gate gate_;
   CaptureGate capture_;
+  CollectiveGate collectives_;
+  CUresult (*func_name_)(const char**, CUfunction) = nullptr;
+  CUresult (*kernel_name_)(const char**, CUkernel) = nullptr;
   Registry* registry_ = nullptr;
   Mover* mover_ = nullptr;
   Control* control_ = nullptr;
@@ -368,6 +403,20 @@ CUresult FromException() noexcept {
 
 template <int S, typename F>
 struct Gated;
+// The kernel a launch entry point launches (null for the other gated entry points).
+template <int S, typename... A>
+CUfunction LaunchedKernel(A... a) {
+  auto args = std::forward_as_tuple(a...);
+  if constexpr (S == k_cuLaunchKernel || S == k_cuLaunchKernel_ptsz ||
+                S == k_cuLaunchCooperativeKernel || S == k_cuLaunchCooperativeKernel_ptsz) {
+    return std::get<0>(args);
+  } else if constexpr (S == k_cuLaunchKernelEx || S == k_cuLaunchKernelEx_ptsz) {
+    return std::get<1>(args);
+  } else {
+    return nullptr;
+  }
+}
+
 template <int S, typename... A>
 struct Gated<S, CUresult(A...)> {
   static CUresult Call(A... a) noexcept try {
@@ -377,6 +426,16 @@ struct Gated<S, CUresult(A...)> {
     if (f == nullptr) return CUDA_ERROR_NOT_FOUND;
     if (!on) return f(a...);
     Count(S);
+    // An NCCL kernel is counted as it is launched, and held once the cut's count is reached.
+    if (CUfunction k = LaunchedKernel<S>(a...); k != nullptr && lib.IsCollective(k)) {
+      for (;;) {
+        {
+          GateGuard g(lib.gate());
+          if (lib.collectives().TryPass()) return f(a...);
+        }
+        lib.collectives().WaitBelowLimit();
+      }
+    }
     GateGuard g(lib.gate());
     return f(a...);
   } catch (...) {

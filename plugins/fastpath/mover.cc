@@ -248,12 +248,13 @@ bool ReadAll(int fd, char* buf, size_t len, off_t off, std::string* err) {
 Mover::~Mover() { StopWriters(); }
 
 void Mover::OpenGates() {
+  collectives_.Unlimit();
   gate_.Open();
   capture_.Release();
 }
 
 Outcome Mover::Hold(std::chrono::milliseconds timeout, int64_t* quiesce_ms) {
-  if (state_ != State::kRunning || held_) {
+  if (state_ != State::kRunning || held_ || gated_) {
     return {std::string("the job's GPU memory is already out or held (") + StateName(state_) + ")",
             false};
   }
@@ -265,13 +266,13 @@ Outcome Mover::Hold(std::chrono::milliseconds timeout, int64_t* quiesce_ms) {
 }
 
 void Mover::Unhold() {
-  if (!held_) return;
-  held_ = false;
+  if (!held_ && !gated_) return;
+  held_ = gated_ = false;
+  collectives_.Unlimit();
   OpenGates();
 }
 
-Outcome Mover::Quiesce(std::chrono::milliseconds timeout, int64_t* ms) {
-  const auto t0 = Clock::now();
+Outcome Mover::ShutGates(std::chrono::milliseconds timeout) {
   if (!capture_.Quiesce(timeout)) {
     return {"a CUDA graph capture of the job did not end within " +
                 std::to_string(timeout.count()) + " ms",
@@ -283,6 +284,10 @@ Outcome Mover::Quiesce(std::chrono::milliseconds timeout, int64_t* ms) {
                 " ms",
             true, ErrorCode::kDeadline};
   }
+  return {};
+}
+
+Outcome Mover::SyncWork(std::chrono::milliseconds timeout) {
   // Work already submitted must finish before its memory moves. A synchronize cannot be
   // interrupted, so it runs on a thread of its own and is given up on at the deadline (a kernel
   // that waits for something outside the job never ends: the job runs on untouched).
@@ -318,7 +323,64 @@ Outcome Mover::Quiesce(std::chrono::milliseconds timeout, int64_t* ms) {
     OpenGates();
     return {why, true, late ? ErrorCode::kDeadline : ErrorCode::kNone};
   }
-  *ms = Ms(t0);
+  return {};
+}
+
+Outcome Mover::Quiesce(std::chrono::milliseconds timeout, int64_t* ms) {
+  const auto t0 = Clock::now();
+  Outcome o = ShutGates(timeout);
+  if (o.ok()) o = SyncWork(timeout);
+  if (o.ok()) *ms = Ms(t0);
+  return o;
+}
+
+Outcome Mover::GateShut(std::chrono::milliseconds timeout, uint64_t* collectives) {
+  if (state_ != State::kRunning || held_ || gated_) {
+    return {std::string("the job's GPU memory is already out or held (") + StateName(state_) + ")",
+            false};
+  }
+  Outcome o = ShutGates(timeout);
+  if (!o.ok()) return o;
+  gated_ = true;
+  *collectives = collectives_.count();
+  return {};
+}
+
+Outcome Mover::Align(uint64_t target, std::chrono::milliseconds timeout, int64_t* quiesce_ms) {
+  if (!gated_) return {"no cut to align: the gates are not shut", false};
+  const auto t0 = Clock::now();
+  gated_ = false;
+  auto fail = [&](Outcome o) {
+    collectives_.Unlimit();
+    OpenGates();
+    o.rolled_back = true;
+    return o;
+  };
+  if (collectives_.counting() && collectives_.count() < target) {
+    // Behind its peers: on until its launch of collective `target`, held at the next one.
+    collectives_.Limit(target);
+    gate_.Open();
+    if (!collectives_.WaitFor(target, timeout)) {
+      return fail({"the job launched " + std::to_string(collectives_.count()) + " of the " +
+                       std::to_string(target) + " collectives its peers launched within " +
+                       std::to_string(timeout.count()) + " ms",
+                   true, ErrorCode::kDeadline});
+    }
+    if (!gate_.Shut(timeout)) {
+      return fail({"CUDA calls of the job were still in flight after " +
+                       std::to_string(timeout.count()) + " ms",
+                   true, ErrorCode::kDeadline});
+    }
+  } else if (collectives_.counting()) {
+    collectives_.Limit(collectives_.count());
+  }
+  Outcome o = SyncWork(timeout);
+  if (!o.ok()) {
+    collectives_.Unlimit();
+    return o;
+  }
+  held_ = true;
+  held_quiesce_ms_ = *quiesce_ms = Ms(t0);
   return {};
 }
 

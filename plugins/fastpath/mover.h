@@ -83,8 +83,14 @@ struct MoverConfig {
 
 class Mover {
  public:
-  Mover(const Driver& d, Registry& reg, Gate& gate, CaptureGate& capture, MoverConfig cfg = {})
-      : d_(d), reg_(reg), gate_(gate), capture_(capture), cfg_(cfg) {}
+  Mover(const Driver& d, Registry& reg, Gate& gate, CaptureGate& capture, MoverConfig cfg = {},
+        CollectiveGate* collectives = nullptr)
+      : d_(d),
+        reg_(reg),
+        gate_(gate),
+        capture_(capture),
+        cfg_(cfg),
+        collectives_(collectives != nullptr ? *collectives : own_collectives_) {}
   ~Mover();
   Mover(const Mover&) = delete;
   Mover& operator=(const Mover&) = delete;
@@ -94,6 +100,13 @@ class Mover {
   // Unhold lets the job go on instead. A failure leaves the gates open.
   Outcome Hold(std::chrono::milliseconds timeout, int64_t* quiesce_ms);
   void Unhold();
+  // The cut in two steps, aligned on NCCL's collectives: GateShut shuts the gates (no sync: a
+  // rank ahead waits on its peers) and says how many collectives the job launched; Align lets
+  // the job run on until it has launched `target` of them (held at the next), shuts the gates
+  // again and synchronizes. Then the job is held as after Hold. A failure leaves it running.
+  Outcome GateShut(std::chrono::milliseconds timeout, uint64_t* collectives);
+  Outcome Align(uint64_t target, std::chrono::milliseconds timeout, int64_t* quiesce_ms);
+  CollectiveGate& collectives() { return collectives_; }
   bool held() const { return held_; }
 
   Outcome Drain(const DrainOptions& opt, DrainResult* out);
@@ -130,6 +143,8 @@ class Mover {
   };
 
   Outcome Quiesce(std::chrono::milliseconds timeout, int64_t* ms);
+  Outcome ShutGates(std::chrono::milliseconds timeout);
+  Outcome SyncWork(std::chrono::milliseconds timeout);
   void OpenGates();
   bool Plan();
   std::vector<Piece> PiecesOf(uint64_t stream_off, uint64_t len) const;
@@ -158,7 +173,10 @@ class Mover {
   CaptureGate& capture_;
   const MoverConfig cfg_;
   std::atomic<State> state_{State::kRunning};
-  bool held_ = false;  // gates shut by Hold, waiting for Drain or Unhold
+  bool held_ = false;   // gates shut by Hold (or Align), waiting for Drain or Unhold
+  bool gated_ = false;  // gates shut by GateShut, waiting for Align or Unhold
+  CollectiveGate own_collectives_;
+  CollectiveGate& collectives_;
   int64_t held_quiesce_ms_ = 0;
 
   // The drained allocations in stream order, and the files' layout. Kept in the process's

@@ -62,11 +62,21 @@ struct Rank {
   CUdeviceptr mem = 0;
   FastpathProcess proc;
 
+  // An NCCL kernel's launch, as the library's launch wrapper makes it: through the gate,
+  // counted, held at the cut's count.
   void Launch() {
-    fastpath::GateGuard g(gate);  // a kernel launch passes the gate
-    std::lock_guard<std::mutex> l(g_coll->mu);
-    ++g_coll->launched[r];
-    g_coll->cv.notify_all();
+    for (;;) {
+      {
+        fastpath::GateGuard g(gate);
+        if (mover->collectives().TryPass()) {
+          std::lock_guard<std::mutex> l(g_coll->mu);
+          ++g_coll->launched[r];
+          g_coll->cv.notify_all();
+          return;
+        }
+      }
+      mover->collectives().WaitBelowLimit();
+    }
   }
   bool Intact() const {
     auto* w = reinterpret_cast<const uint64_t*>(mem);
@@ -173,6 +183,53 @@ TEST_F(FastpathCutTest, RanksInsideACollectiveAreDrainedOnlyOnceNeitherWaitsOnTh
     EXPECT_EQ(k->mover->state(), fastpath::State::kRunning);
     EXPECT_TRUE(k->Intact());
   }
+}
+
+TEST_F(FastpathCutTest, ARankAheadInItsCollectivesIsHeldWhereItsPeerCatchesUp) {
+  // As NCCL's ranks run: each launches collective after collective; a rank may run ahead of its
+  // peer by a few (then its launches wait for the peer's), and rank 0 is the slower one. Without
+  // alignment rank 1 nearly always waits inside a collective when the gates shut.
+  for (Rank* k : ranks_) k->mover->collectives().set_counting(true);
+  std::atomic<bool> stop{false};
+  auto job = [&](int r) {
+    while (!stop) {
+      {
+        std::unique_lock<std::mutex> l(g_coll->mu);
+        g_coll->cv.wait(l,
+                        [&] { return stop || g_coll->launched[r] - g_coll->launched[1 - r] < 4; });
+      }
+      if (stop) break;
+      ranks_[r]->Launch();
+      if (r == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  };
+  std::thread j0(job, 0), j1(job, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::vector<std::unique_ptr<FastpathDrainHandle>> drains;
+  absl::Status st = DrainTogether(*fp_, procs_, Options(absl::Seconds(20)), {}, &drains);
+  ASSERT_TRUE(st.ok()) << st;
+  {
+    // Both stopped after the same collective.
+    std::lock_guard<std::mutex> l(g_coll->mu);
+    EXPECT_EQ(g_coll->launched[0], g_coll->launched[1]);
+    EXPECT_GT(g_coll->launched[0], 0);
+  }
+  EXPECT_EQ(ranks_[0]->mover->state(), fastpath::State::kDrained);
+  EXPECT_EQ(ranks_[1]->mover->state(), fastpath::State::kDrained);
+  drains.clear();
+  for (Rank* k : ranks_) {
+    auto r = fp_->Refill(k->proc, 2, {}, {});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(k->Intact());
+  }
+  stop = true;
+  {
+    std::lock_guard<std::mutex> l(g_coll->mu);
+    g_coll->cv.notify_all();
+  }
+  j0.join();
+  j1.join();
+  for (Rank* k : ranks_) k->mover->collectives().set_counting(false);
 }
 
 TEST_F(FastpathCutTest, ARankThatNeverStopsEndsTheCutInTimeAndEveryRankRunsOnIntact) {
