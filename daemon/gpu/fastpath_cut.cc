@@ -110,6 +110,7 @@ absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
   }
   // Held at the cut, every one of them; only then does any move memory.
   std::vector<std::unique_ptr<FastpathDrainHandle>> held(n);
+  int tries = 0;
   auto attempt = [&](absl::Duration bound) -> Attempt {
     FastpathDrainOptions o = opt;
     o.quiesce_timeout = bound;
@@ -117,18 +118,23 @@ absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
     o.hold = bound + absl::Seconds(30);
     // Ranks are stopped after the same NCCL collective: the gates shut on all, each says how
     // many it launched, and each runs on to the most any launched before it synchronizes (a
-    // rank ahead waits on its peers' matching launches, which the others then make).
-    o.align = true;
+    // rank ahead waits on its peers' matching launches, which the others then make). Jobs whose
+    // ranks launch different numbers (several process groups, pipeline stages) may never align:
+    // every other attempt stops them where they are instead, as the lock does.
+    o.align = (++tries % 2) == 1;
     std::vector<absl::Status> st = EachInParallel(n, [&](size_t i) -> absl::Status {
       auto d = fp.Drain(procs[i], o, files_of(i));
       if (!d.ok()) return d.status();
       held[i] = std::move(*d);
       return absl::OkStatus();
     });
-    if (FirstError(st).ok()) {
+    if (o.align && FirstError(st).ok()) {
       uint64_t to = 0;
       for (const auto& h : held) to = std::max(to, h->gated().collectives);
-      st = EachInParallel(n, [&](size_t i) { return held[i]->Align(to, bound); });
+      // A process that launched none is no rank (a launcher, a data loader): not aligned.
+      st = EachInParallel(n, [&](size_t i) {
+        return held[i]->Align(held[i]->gated().collectives == 0 ? 0 : to, bound);
+      });
     }
     absl::Status first = FirstError(st);
     if (first.ok()) return {first, false};
