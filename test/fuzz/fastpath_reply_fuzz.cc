@@ -34,8 +34,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     RoundTrips(*st, p);
   }
+  if (auto g = cryo::gpu::ParseFastpathReply<wire::GatedReply>(text, p); g.ok()) RoundTrips(*g, p);
   if (auto q = cryo::gpu::ParseFastpathReply<wire::QuiescedReply>(text, p); q.ok())
     RoundTrips(*q, p);
+  if (auto i = cryo::gpu::ParseFastpathReply<wire::ImportedReply>(text, p); i.ok())
+    RoundTrips(*i, p);
   if (auto d = cryo::gpu::ParseFastpathReply<wire::DrainedReply>(text, p); d.ok())
     RoundTrips(*d, p);
   if (auto s = cryo::gpu::ParseFastpathReply<wire::SavedReply>(text, p); s.ok()) RoundTrips(*s, p);
