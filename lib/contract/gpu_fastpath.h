@@ -20,7 +20,7 @@
 //
 //   {"op": "status", "version": V}
 //     -> {"ok", "pid", "version", "state", "owned_bytes", "owned_allocations",
-//         "foreign_allocations", "calls": {...}}
+//         "foreign_allocations", "calls": {...}, "exports": [{"id", "fd"}], "imports"}
 //   {"op": "drain", "version": V, "threads": N, "timeout_ms": T, "stripe_bytes": U, "files": W}
 //     (+ W descriptors of empty files opened for writing; W = 0 keeps the data in the process)
 //     Shuts the gate on the job's GPU work, waits for calls in flight, synchronizes, copies every
@@ -34,18 +34,40 @@
 //     "refill"). "code" is "deadline" when the job's GPU work did not stop within timeout_ms.
 //     Version 2, the cut across the processes of one job: with "hold_ms": H > 0 the library
 //     answers, once the gate is shut and the work synchronized and before anything moves,
-//     -> {"ok", "event": "quiesced", "quiesce_ms"}
-//     and waits up to H ms on the same connection for {"op": "go", "version": 2}, after which
-//     the drain goes on as above. Anything else (the connection closed, another message, H
-//     passed) opens the gate again and, where it can, answers a failure with "rolled_back".
-//     cryod holds every process of a job this way before it lets any of them drain
-//     (docs/gpu.md, "The cut across ranks").
+//     -> {"ok", "event": "quiesced", "quiesce_ms", "exports": [{"id", "fd"}],
+//         "imports": [{"id", "fd"}], "foreign_shares"}
+//     (what it shares with other processes, by the numbers of the descriptors the library keeps,
+//     see "Shared memory") and waits up to H ms on the same connection for
+//     {"op": "go", "version": 2}, after which the drain goes on as above. Anything else (the
+//     connection closed, another message, H passed) opens the gate again and, where it can,
+//     answers a failure with "rolled_back". With "align": true as well, the library first only
+//     shuts the gate and answers
+//     -> {"ok", "event": "gated", "collectives": C, "counting"}
+//     (C: the NCCL kernels it launched so far), waits for {"op": "align", "to": T,
+//     "timeout_ms"}, lets the job run on until it has launched T of them (the next one held),
+//     shuts the gate again, synchronizes, and answers "quiesced" as above. cryod holds every
+//     process of a job this way before it lets any of them drain (docs/gpu.md, "The cut across
+//     ranks").
 //   {"op": "refill", "version": V, "threads": N, "files": W, "expected": [{"size", "checksum"}]}
 //     (+ the W descriptors of the drain's files, opened for reading, when the data is in files)
 //     Maps device memory back at the same addresses, copies the data in, checks every file
 //     against "expected" before the job's GPU work may go on, and opens the gate. A file that
 //     does not match fails with "code": "data_loss" and the job stays held.
-//     -> {"ok", "bytes", "allocate_ms", "copy_ms", "total_ms", "files": [{"size", "checksum"}]}
+//     -> {"ok", "bytes", "allocate_ms", "copy_ms", "total_ms", "files": [{"size", "checksum"}],
+//         "exports": [{"id", "fd"}], "importing"}
+//     Version 2: when the process imported memory from others ("importing": true), its gate
+//     stays shut (state "importing") until those are mapped again. With "hold_ms" it then waits
+//     on the connection for {"op": "go", "imports": [id...], "files": N} with N descriptors
+//     attached (the exporters' new ones, in the order of the ids), imports and maps each where
+//     it was, opens the gate, and answers {"ok", "event": "imported", "imports", "import_ms"}.
+//     In state "importing" a refill does only that.
+//
+// Shared memory (version 2): an allocation the job exports as a POSIX descriptor
+// (cuMemExportToShareableHandle) is moved by the exporting process like its own; the library
+// keeps a duplicate of each descriptor it exported ("exports", id and number) and of each it
+// imported from ("imports"). Two descriptors of two processes that are the same open file name
+// one export; cryod matches them with kcmp, and after a refill carries each exporter's new
+// descriptor to its importers with pidfd_getfd (docs/proposals/nccl-shared-memory.md).
 //
 // Files: the drained allocations, in order, form one stream of bytes that is striped over the W
 // files in units of stripe_bytes (unit c goes to file c % W at offset (c / W) * stripe_bytes).

@@ -23,7 +23,8 @@ namespace cryo::contract::gpu_fastpath {
 
 inline constexpr int kMinVersion = 1;  // the oldest library version this side still speaks
 inline constexpr int kMaxDepth = 8;
-inline constexpr size_t kMaxShares = 4096;  // exports or imports of one process
+// Exports or imports of one process in one message (a list of them stays within kMaxMessage).
+inline constexpr size_t kMaxShares = 1024;
 // The first version with the cut across processes (a drain's "hold_ms", then "go").
 inline constexpr int kVersionCut = 2;
 // The longest a held drain waits for its "go".
