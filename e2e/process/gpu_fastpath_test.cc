@@ -137,6 +137,58 @@ TEST_F(FastpathE2e, ALeaveRunningCheckpointGivesTheJobItsMemoryBack) {
   ExpectRunsOnIntact(w, 0);
 }
 
+// Two processes of one job sharing GPU memory as NCCL's P2P transport does (an export as a
+// POSIX descriptor, imported and mapped by the other process): the exporter moves it, the
+// importer maps the exporter's new memory again after each refill. The importer writes its step
+// count into the shared memory and the exporter reads it back: it goes on only while both map the
+// same memory.
+TEST_F(FastpathE2e, TwoProcessesSharingGpuMemoryAreCheckpointedAndRestoredTogether) {
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob({"--share-mib", "8"});
+  ASSERT_TRUE(w.WaitMain(20));
+  auto peer_steps = [&] { return U(w.Status(), "peer_steps"); };
+  auto peer_runs = [&](absl::Duration within) {
+    const uint64_t from = peer_steps();
+    const absl::Time end = absl::Now() + within;
+    while (absl::Now() < end) {
+      if (peer_steps() > from + 10) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  };
+  ASSERT_TRUE(peer_runs(absl::Seconds(30))) << w.Status().dump();
+
+  // Leave-running first: both go on, still sharing.
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "share-lr", /*leave_running=*/true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 72 * kMiB) << "the exporter's 64 MiB and the shared 8";
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
+  EXPECT_TRUE(peer_runs(absl::Seconds(30))) << w.Status().dump();
+
+  // Then stopped and restored.
+  s = a.Checkpoint(Req(w.pid(), "share"), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto m = nlohmann::json::parse(Slurp(store_ + "/checkpoints/share/manifest.json"));
+  ASSERT_EQ(m["gpu_fastpath"].size(), 2u) << m["gpu_fastpath"].dump();
+  int importers = 0;
+  for (const auto& f : m["gpu_fastpath"]) {
+    if (!f.contains("imports")) continue;
+    ++importers;
+    ASSERT_EQ(f["imports"].size(), 1u) << f.dump();
+    EXPECT_EQ(f["imports"][0]["from"], w.pid()) << "the import is the job's root's export";
+  }
+  EXPECT_EQ(importers, 1);
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last_step = U(w.Status(), "main");
+  v1::RestoreResult res;
+  s = a.Restore(RestoreReq("share"), &res);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, last_step);
+  EXPECT_TRUE(peer_runs(absl::Seconds(30))) << w.Status().dump();
+  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+}
+
 TEST_F(FastpathE2e, AProgramLinkedAgainstTheDriverIsServedToo) {
   Cryod& a = Node("node-a");
   Workload& w = GpuJob({}, FAKEGPU_DIRECT_BIN);

@@ -10,6 +10,14 @@
 // the driver through dlopen + cuGetProcAddress; the build named cryo-fakegpu-load-direct calls the
 // driver's exported symbols instead.
 //
+// With --share-mib N it also maps N MiB the way NCCL's P2P transport shares memory: created with
+// a POSIX descriptor handle type, exported (cuMemExportToShareableHandle), and imported by a
+// second process of the job (this program again, started with --import-fd, inheriting the
+// descriptor), which maps it too. Word 0 of that memory is the peer's step counter, word 1 its
+// count of wrong words, the rest a fixed pattern both check every step; "peer_steps" and
+// "peer_mismatches" in the status are read from there (so they advance only while the two
+// processes map the same memory).
+//
 // Every --interval-ms it rewrites one JSON record at offset 0 of --status (held open across a
 // checkpoint): pid, ready, steps (and "main", the same), mismatches, verified, api (the checks of
 // what queries on an
@@ -51,6 +59,8 @@ struct Api {
   decltype(&cuMemcpyHtoD_v2) MemcpyHtoD;
   decltype(&cuMemcpyDtoH_v2) MemcpyDtoH;
   decltype(&cuLaunchKernel) LaunchKernel;
+  decltype(&cuMemExportToShareableHandle) MemExport;
+  decltype(&cuMemImportFromShareableHandle) MemImport;
 };
 
 #ifdef CRYO_FAKEGPU_DIRECT
@@ -70,7 +80,9 @@ bool LoadApi(Api* a, std::string* err) {
            &cuMemSetAccess,
            &cuMemcpyHtoD_v2,
            &cuMemcpyDtoH_v2,
-           &cuLaunchKernel};
+           &cuLaunchKernel,
+           &cuMemExportToShareableHandle,
+           &cuMemImportFromShareableHandle};
   (void)err;
   return true;
 }
@@ -114,6 +126,8 @@ bool LoadApi(Api* a, std::string* err) {
   get("cuMemcpyDtoH", &a->MemcpyDtoH);
   // The per-thread default stream variant, as a runtime built that way asks for it.
   get("cuLaunchKernel", &a->LaunchKernel, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+  get("cuMemExportToShareableHandle", &a->MemExport);
+  get("cuMemImportFromShareableHandle", &a->MemImport);
   return ok;
 }
 #endif
@@ -147,6 +161,32 @@ void VerifyAdvance(void** params) {
   }
 }
 
+// The shared region's fixed words (from word 2 on): wrong ones counted.
+uint64_t CheckShared(const uint64_t* w, size_t n) {
+  uint64_t wrong = 0;
+  for (size_t i = 2; i < n; ++i) wrong += w[i] != Pattern(1000, i, 0);
+  return wrong;
+}
+
+// The "kernel" over the shared region: params = {uint64_t** words, size_t* n, int* importer,
+// uint64_t** bad, uint64_t** peer}. The importer counts its steps and wrong words into words 0
+// and 1; the exporter reads them back (into peer[0], peer[1]) and counts its own wrong words.
+void SharedStep(void** params) {
+  uint64_t* w = *static_cast<uint64_t**>(params[0]);
+  const size_t n = *static_cast<size_t*>(params[1]);
+  const bool importer = *static_cast<int*>(params[2]) != 0;
+  uint64_t* bad = *static_cast<uint64_t**>(params[3]);
+  uint64_t* peer = *static_cast<uint64_t**>(params[4]);
+  if (importer) {
+    w[1] += CheckShared(w, n);
+    ++w[0];
+  } else {
+    *bad += CheckShared(w, n);
+    peer[0] = w[0];
+    peer[1] = w[1];
+  }
+}
+
 struct Chunk {
   CUdeviceptr p;
   size_t bytes;
@@ -157,7 +197,8 @@ struct Chunk {
 
 int main(int argc, char** argv) {
   std::string status_path;
-  long mib = 24, chunk_mib = 4, vmm_mib = 8, small = 2, interval_ms = 20;
+  long mib = 24, chunk_mib = 4, vmm_mib = 8, small = 2, interval_ms = 20, share_mib = 0;
+  int import_fd = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "0";
@@ -175,6 +216,10 @@ int main(int argc, char** argv) {
       interval_ms = atol(v), ++i;
     else if (a == "--kernel-ms")
       g_kernel_ms = atol(v), ++i;
+    else if (a == "--share-mib")
+      share_mib = atol(v), ++i;
+    else if (a == "--import-fd")
+      import_fd = atoi(v), ++i;
     else {
       fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -193,16 +238,19 @@ int main(int argc, char** argv) {
   std::atomic<uint64_t> steps{0};
   uint64_t bad = 0;
   std::atomic<bool> ready{false};
+  std::atomic<uint64_t> peer_steps{0}, peer_bad{0};
   auto write_status = [&](size_t used) {
     if (status_fd < 0) return;
     char rec[512];
     int n = snprintf(rec, sizeof(rec),
                      "{\"pid\": %d, \"ready\": %s, \"steps\": %llu, \"main\": %llu, "
                      "\"mismatches\": %llu, "
-                     "\"verified\": %s, \"api\": \"%s\", \"device_used\": %zu}",
+                     "\"verified\": %s, \"api\": \"%s\", \"device_used\": %zu, "
+                     "\"peer_steps\": %llu, \"peer_mismatches\": %llu}",
                      getpid(), ready ? "true" : "false", (unsigned long long)steps.load(),
                      (unsigned long long)steps.load(), (unsigned long long)bad,
-                     ready && bad == 0 ? "true" : "false", api_result.c_str(), used);
+                     ready && bad == 0 ? "true" : "false", api_result.c_str(), used,
+                     (unsigned long long)peer_steps.load(), (unsigned long long)peer_bad.load());
     std::string out(rec, n);
     out.resize(sizeof(rec) - 1, ' ');
     out.push_back('\n');
@@ -275,6 +323,55 @@ int main(int argc, char** argv) {
       chunks.push_back({range + off, cb});
     }
   }
+  // Memory shared with a second process of the job, as NCCL's P2P transport shares it.
+  uint64_t* shared = nullptr;
+  size_t shared_words = 0;
+  pid_t peer = -1;
+  if (share_mib > 0) {
+    const size_t bytes = size_t(share_mib) << 20;
+    CUdeviceptr range = 0;
+    CUmemGenericAllocationHandle h = 0;
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CUmemAccessDesc acc{};
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const bool importer = import_fd >= 0;
+    CUresult r = api.MemAddressReserve(&range, bytes, 0, 0, 0);
+    if (r == CUDA_SUCCESS) {
+      r = importer ? api.MemImport(&h, reinterpret_cast<void*>(static_cast<intptr_t>(import_fd)),
+                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+                   : api.MemCreate(&h, bytes, &prop, 0);
+    }
+    if (r == CUDA_SUCCESS) r = api.MemMap(range, bytes, 0, h, 0);
+    if (r == CUDA_SUCCESS) r = api.MemSetAccess(range, bytes, &acc, 1);
+    if (r != CUDA_SUCCESS) return fprintf(stderr, "shared memory: %d\n", r), 1;
+    shared = reinterpret_cast<uint64_t*>(range);
+    shared_words = bytes / 8;
+    if (importer) {
+      close(import_fd);  // imported: NCCL closes it too
+    } else {
+      for (size_t i = 0; i < shared_words; ++i) shared[i] = i < 2 ? 0 : Pattern(1000, i, 0);
+      int fd = -1;
+      if (api.MemExport(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) != CUDA_SUCCESS) {
+        return fprintf(stderr, "export\n"), 1;
+      }
+      // The importer: this program again, in the same process tree, given the descriptor.
+      peer = fork();
+      if (peer == 0) {
+        std::string fds = std::to_string(fd), mibs = std::to_string(share_mib);
+        std::string st = status_path + ".peer";
+        execl("/proc/self/exe", argv[0], "--import-fd", fds.c_str(), "--share-mib", mibs.c_str(),
+              "--mib", "0", "--vmm-mib", "0", "--small", "0", "--status", st.c_str(),
+              static_cast<char*>(nullptr));
+        _exit(127);
+      }
+      close(fd);  // passed on: NCCL closes its copy too
+    }
+  }
   for (long i = 0; i < small; ++i) {
     CUdeviceptr p = 0;
     if (api.MemAlloc(&p, 64 << 10) != CUDA_SUCCESS) return fprintf(stderr, "small\n"), 1;
@@ -301,6 +398,27 @@ int main(int argc, char** argv) {
 
   uint64_t* bad_p = &bad;
   while (!g_stop) {
+    if (shared != nullptr) {
+      // Device memory is touched only by kernels (the fast path moves it between them).
+      int importer = import_fd >= 0;
+      uint64_t peer[2] = {0, 0};
+      uint64_t* peer_p = peer;
+      void* params[] = {&shared, &shared_words, &importer, &bad_p, &peer_p};
+      if (api.LaunchKernel(reinterpret_cast<CUfunction>(&SharedStep), 1, 1, 1, 1, 1, 1, 0, nullptr,
+                           params, nullptr) != CUDA_SUCCESS) {
+        fprintf(stderr, "launch failed\n");
+        break;
+      }
+      if (!importer) {
+        peer_steps = peer[0];
+        peer_bad = peer[1];
+      }
+    }
+    if (chunks.empty()) {
+      ++steps;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
     const size_t c = steps % chunks.size();
     uint64_t* words = reinterpret_cast<uint64_t*>(chunks[c].p);
     size_t n = chunks[c].bytes / 8;
@@ -318,5 +436,6 @@ int main(int argc, char** argv) {
   }
   reporter.join();
   write_status(used());
+  if (peer > 0) kill(peer, SIGTERM);
   return bad == 0 ? 0 : 3;
 }
