@@ -72,6 +72,17 @@ absl::Status Send(int fd, const FastpathProcess& p, const wire::Request& req,
   return absl::OkStatus();
 }
 
+wire::Request RefillRequest(int threads, const std::vector<int>& files,
+                            const std::vector<FileDigest>& expected) {
+  wire::Request req;
+  req.op = wire::Op::kRefill;
+  req.version = wire::kMinVersion;
+  req.threads = threads;
+  req.files = static_cast<int>(files.size());
+  req.expected = expected;
+  return req;
+}
+
 absl::Status ReplyError(const wire::Error& e, const FastpathProcess& p) {
   const std::string msg =
       absl::StrCat("GPU fast path of pid ", p.pid, ": ", e.message,
@@ -328,12 +339,7 @@ absl::StatusOr<wire::RefillReply> FastpathRefill(const proc::ProcReader& proc,
                                                  const std::vector<FileDigest>& expected,
                                                  absl::Duration timeout) {
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
-  wire::Request req;
-  req.op = wire::Op::kRefill;
-  req.version = wire::kMinVersion;
-  req.threads = threads;
-  req.files = static_cast<int>(files.size());
-  req.expected = expected;
+  const wire::Request req = RefillRequest(threads, files, expected);
   absl::Status st = Send(fd, p, req, files);
   absl::StatusOr<wire::RefillReply> r = st.ok() ? Receive<wire::RefillReply>(fd, p, timeout) : st;
   ::close(fd);
@@ -346,12 +352,8 @@ absl::StatusOr<std::unique_ptr<FastpathHeldRefill>> FastpathHeldRefill::Start(
     absl::Duration timeout) {
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
   std::unique_ptr<FastpathHeldRefill> h(new FastpathHeldRefill(fd, p, timeout));
-  wire::Request req;
-  req.op = wire::Op::kRefill;
+  wire::Request req = RefillRequest(threads, files, expected);
   req.version = wire::kVersionCut;
-  req.threads = threads;
-  req.files = static_cast<int>(files.size());
-  req.expected = expected;
   // Its imports wait for the other processes' refills: as long as a refill may take.
   req.hold_ms = std::min<int64_t>(absl::ToInt64Milliseconds(timeout), wire::kMaxHoldMs);
   CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
