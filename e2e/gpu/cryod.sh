@@ -388,6 +388,7 @@ multi_parts() {
   if [ ${#MULTI_ENV[@]} -gt 0 ]; then
     [[ "$only" == *" ddp-defaults "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults"
     [[ "$only" == *" ddp-defaults-swap "* ]] && DDP_NCCL=defaults DDP_GPU_SWAP=1 ddp_losses "${P}ddp-nccl-defaults-gpu-map"
+    [[ "$only" == *" fsdp "* ]] && DDP_NCCL=defaults ddp_losses "${P}fsdp-2" --fsdp
   fi
   [[ "$only" == *" parallel "* ]] && parallel_pair "${P}parallel-2-gpus" 0 1 8
   return 0
@@ -455,6 +456,7 @@ ddp_losses() {
     restore_args=(--gpu-map "$u0=$u1" --gpu-map "$u1=$u0")
   fi
   "${nccl[@]}" setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29561 "$@" </dev/null >"$RES/$name.ref.log" 2>&1
+  if grep -q "FSDP unavailable" "$RES/$name.ref.log"; then result "$name" SKIP "this PyTorch has no FSDP"; return; fi
   grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/$name.ref.log")"; return; }
   # The reference runs without MULTI_ENV (the fast-path library): the library must not change
   # a single loss either.

@@ -9,6 +9,7 @@ runs it with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUME
 one GPU): the same 2-process CUDA job, without NCCL.
 
     python3 ddp_losses.py --steps 200 --out losses.txt --port 29555 [--backend gloo --same-gpu]
+        [--fsdp]
 """
 import argparse
 import os
@@ -32,7 +33,13 @@ def worker(rank, world, args):
     model = torch.nn.Sequential(
         torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU(),
         torch.nn.Linear(2048, 10)).to(dev)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
+    if args.fsdp:
+        # Parameters, gradients and optimizer state sharded over the ranks (all-gather and
+        # reduce-scatter instead of DDP's all-reduce).
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        ddp = FullyShardedDataParallel(model, device_id=gpu, use_orig_params=True)
+    else:
+        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     gen = torch.Generator(device=dev)
     gen.manual_seed(100 + rank)
@@ -68,5 +75,12 @@ if __name__ == "__main__":
     p.add_argument("--step-ms", type=float, default=40.0)
     p.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
     p.add_argument("--same-gpu", action="store_true", help="both ranks on GPU 0")
+    p.add_argument("--fsdp", action="store_true", help="FullyShardedDataParallel instead of DDP")
     args = p.parse_args()
+    if args.fsdp:
+        try:
+            from torch.distributed.fsdp import FullyShardedDataParallel  # noqa: F401
+        except ImportError:
+            print("FSDP unavailable in this PyTorch")
+            raise SystemExit(77)
     mp.spawn(worker, args=(2, args), nprocs=2, join=True)
