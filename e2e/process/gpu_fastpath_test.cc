@@ -283,6 +283,35 @@ TEST_F(FastpathE2e, CryodKilledAfterTheDrainGivesTheMemoryBackWhenItRestarts) {
 // Found in review: a checkpoint cancelled after gpu_save waited 10 minutes in its undo, which
 // polled the drain's closed channel again, with the job frozen and its GPU memory out. Now the
 // undo refills at once: the cancel ends the checkpoint within seconds and the job runs on.
+// The same with memory shared between two processes of the job: recovery refills both, and the
+// importer maps its exporter's new memory before either runs.
+TEST_F(FastpathE2e, CryodKilledAfterTheDrainOfSharedMemoryGivesBothProcessesItBack) {
+  Cryod* a = &Node("node-a", {}, HookEnv());
+  Workload& w = GpuJob({"--share-mib", "8"});
+  ASSERT_TRUE(w.WaitMain(20));
+  ASSERT_TRUE(WaitFor([&] { return U(w.Status(), "peer_steps") > 10; })) << w.Status().dump();
+  HookPoint hp(hook_dir(), "before-dump");
+  auto fut =
+      std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "fp-share-crash")); });
+  ASSERT_TRUE(hp.Reached());
+  nlohmann::json st;
+  EXPECT_TRUE(WaitFor([&] {
+    st = w.Status();
+    return st.is_object() && U(st, "device_used") < 8 * kMiB;
+  })) << st.dump();
+  const uint64_t held = U(st, "main");
+  const uint64_t peer_held = U(st, "peer_steps");
+  a->Kill9();
+  (void)fut.get();
+  ::unlink((hook_dir() + "/before-dump.enable").c_str());
+  Node("node-a");  // recovery: both refilled, the import carried, then both run
+  ExpectRunsOnIntact(w, held);
+  EXPECT_TRUE(WaitFor([&] { return U(w.Status(), "peer_steps") > peer_held + 10; }))
+      << "the importer does not run on the shared memory again: " << w.Status().dump();
+  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+}
+
 TEST_F(FastpathE2e, ACancelAfterTheGpuDataIsSavedRollsBackAtOnce) {
   Cryod& a = Node("node-a", {}, HookEnv());
   Workload& w = GpuJob();
