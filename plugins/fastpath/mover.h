@@ -12,7 +12,9 @@
 //   Saved    drained -> saved: the writers are done, the host copies are freed (so CRIU does
 //            not dump them again).
 //   Refill   drained|saved -> running: device memory created and mapped at the same addresses,
-//            the data copied in (from host memory or the files, checked), gate open.
+//            the data copied in (from host memory or the files, checked), exported again where
+//            it had been exported, gate open; -> importing instead while memory the process
+//            imported from another is not back (Import brings it, then the gate opens).
 // A failed drain rolls itself back (refill from host memory) whenever it can.
 
 #include <sys/types.h>
