@@ -28,6 +28,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -362,6 +363,7 @@ int main(int argc, char** argv) {
       // The importer: this program again, in the same process tree, given the descriptor.
       peer = fork();
       if (peer == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         std::string fds = std::to_string(fd), mibs = std::to_string(share_mib);
         std::string st = status_path + ".peer";
         execl("/proc/self/exe", argv[0], "--import-fd", fds.c_str(), "--share-mib", mibs.c_str(),
@@ -397,7 +399,10 @@ int main(int argc, char** argv) {
   });
 
   uint64_t* bad_p = &bad;
+  // The importer lives only as long as the process that started it (a test kills that one).
+  const pid_t parent = getppid();
   while (!g_stop) {
+    if (import_fd >= 0 && getppid() != parent) break;
     if (shared != nullptr) {
       // Device memory is touched only by kernels (the fast path moves it between them).
       int importer = import_fd >= 0;
