@@ -190,23 +190,24 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
 
 namespace {
 
-// Waits up to hold_ms for cryod's "go" on `conn`: true with it (and its descriptors), false
-// with why not.
-bool WaitForGo(int conn, int64_t hold_ms, wire::Request* go, std::vector<int>* fds,
-               std::string* why) {
+// Waits up to hold_ms for cryod's next request on `conn`, which must be `want` ("go", "align"):
+// true with it (and its descriptors), false with why not.
+bool WaitFor(int conn, int64_t hold_ms, Op want, wire::Request* next, std::vector<int>* fds,
+             std::string* why) {
   pollfd pfd{conn, POLLIN, 0};
   int r;
   do {
     r = ::poll(&pfd, 1, static_cast<int>(hold_ms));
   } while (r < 0 && errno == EINTR);
   std::string text, bad;
+  const std::string name = std::string("\"") + wire::OpName(want) + "\"";
   if (r == 0) {
-    *why = "no \"go\" came within " + std::to_string(hold_ms) + " ms";
+    *why = "no " + name + " came within " + std::to_string(hold_ms) + " ms";
     return false;
   }
-  *why = "cryod let go before its \"go\"";
+  *why = "cryod let go before its " + name;
   if (r < 0 || !wire::ReceiveMessage(conn, &text, fds)) return false;
-  if (wire::Decode(text, go, &bad) && go->op == Op::kGo) return true;
+  if (wire::Decode(text, next, &bad) && next->op == want) return true;
   CloseAll(*fds);
   return false;
 }
@@ -229,14 +230,8 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
     if (o.ok()) {
       wire::Request align;
       std::vector<int> fds;
-      std::string text, bad;
-      pollfd pfd{conn, POLLIN, 0};
-      int r;
-      do {
-        r = ::poll(&pfd, 1, static_cast<int>(req.hold_ms));
-      } while (r < 0 && errno == EINTR);
-      const bool got = r > 0 && wire::ReceiveMessage(conn, &text, &fds) &&
-                       wire::Decode(text, &align, &bad) && align.op == Op::kAlign;
+      std::string why;
+      const bool got = WaitFor(conn, req.hold_ms, Op::kAlign, &align, &fds, &why);
       CloseAll(fds);
       if (!got) {
         mover_.Unhold();
@@ -267,7 +262,7 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
   wire::Request go;
   std::vector<int> fds;
   std::string why;
-  if (WaitForGo(conn, req.hold_ms, &go, &fds, &why)) {
+  if (WaitFor(conn, req.hold_ms, Op::kGo, &go, &fds, &why)) {
     CloseAll(fds);
     return true;
   }
@@ -307,7 +302,7 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>&
   wire::Request go;
   std::vector<int> go_fds;
   std::string why;
-  if (!WaitForGo(conn, req.hold_ms, &go, &go_fds, &why)) {
+  if (!WaitFor(conn, req.hold_ms, Op::kGo, &go, &go_fds, &why)) {
     wire::SendMessage(conn, Encode(wire::Error{"imports wait: " + why, false}));
     return;
   }

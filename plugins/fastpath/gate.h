@@ -220,4 +220,17 @@ class CollectiveGate {
   std::atomic<bool> counting_{false};
 };
 
+// Makes `launch` (an NCCL kernel's launch) through `gate`, counted by `c` and held while `c`'s
+// limit is reached: the one way the library's launch wrappers (and tests) pass both gates.
+template <typename F>
+auto LaunchCollective(Gate& gate, CollectiveGate& c, F launch) {
+  for (;;) {
+    {
+      GateGuard g(gate);
+      if (c.TryPass()) return launch();
+    }
+    c.WaitBelowLimit();
+  }
+}
+
 }  // namespace cryo::fastpath

@@ -428,13 +428,7 @@ struct Gated<S, CUresult(A...)> {
     Count(S);
     // An NCCL kernel is counted as it is launched, and held once the cut's count is reached.
     if (CUfunction k = LaunchedKernel<S>(a...); k != nullptr && lib.IsCollective(k)) {
-      for (;;) {
-        {
-          GateGuard g(lib.gate());
-          if (lib.collectives().TryPass()) return f(a...);
-        }
-        lib.collectives().WaitBelowLimit();
-      }
+      return LaunchCollective(lib.gate(), lib.collectives(), [&] { return f(a...); });
     }
     GateGuard g(lib.gate());
     return f(a...);

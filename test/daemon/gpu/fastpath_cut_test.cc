@@ -65,18 +65,11 @@ struct Rank {
   // An NCCL kernel's launch, as the library's launch wrapper makes it: through the gate,
   // counted, held at the cut's count.
   void Launch() {
-    for (;;) {
-      {
-        fastpath::GateGuard g(gate);
-        if (mover->collectives().TryPass()) {
-          std::lock_guard<std::mutex> l(g_coll->mu);
-          ++g_coll->launched[r];
-          g_coll->cv.notify_all();
-          return;
-        }
-      }
-      mover->collectives().WaitBelowLimit();
-    }
+    fastpath::LaunchCollective(gate, mover->collectives(), [&] {
+      std::lock_guard<std::mutex> l(g_coll->mu);
+      ++g_coll->launched[r];
+      g_coll->cv.notify_all();
+    });
   }
   bool Intact() const {
     auto* w = reinterpret_cast<const uint64_t*>(mem);
