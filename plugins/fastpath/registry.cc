@@ -318,7 +318,7 @@ void Registry::Exported(CUmemGenericAllocationHandle job_handle, CUmemAllocation
   if (p == nullptr) {
     // Memory the library does not track (host memory, say) left the process: it cannot carry
     // it, and says so (cryod refuses such a job up front).
-    foreign_imports_++;
+    foreign_shares_++;
     return;
   }
   int kept = -1;
@@ -348,7 +348,7 @@ CUresult Registry::MemImport(CUmemGenericAllocationHandle* handle, void* os_hand
   if (kept < 0 || d_.cuMemGetAllocationPropertiesFromHandle(&prop, real) != CUDA_SUCCESS) {
     if (kept >= 0) ::close(kept);
     std::lock_guard<std::mutex> l(mu_);
-    foreign_imports_++;
+    foreign_shares_++;
     *handle = real;
     return r;
   }
@@ -409,7 +409,7 @@ void Registry::PeerAccessEnabled(CUcontext peer, CUdevice accessor) {
 RegistryStats Registry::Stats() {
   std::lock_guard<std::mutex> l(mu_);
   RegistryStats s;
-  s.foreign_allocations = foreign_imports_;
+  s.foreign_allocations = foreign_shares_;
   for (const auto& [id, p] : phys_) {
     if (p->exported) {
       s.foreign_allocations++;

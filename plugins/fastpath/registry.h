@@ -160,7 +160,7 @@ class Registry {
   std::map<int, size_t> granularity_;         // per device
   std::map<CUcontext, std::set<int>> peers_;  // owner context -> devices that may access it
   std::set<CUcontext> contexts_;
-  uint64_t foreign_imports_ = 0;  // shared untracked memory, or imported another way
+  uint64_t foreign_shares_ = 0;  // shared untracked memory, or imported another way
 };
 
 }  // namespace cryo::fastpath
