@@ -186,6 +186,10 @@ const std::vector<Key>& Keys() {
           "fast path: files written in parallel per process (direct I/O); 0 leaves the data to "
           "CRIU",
           &Config::gpu_fast_path_writers),
+      Bool("gpu_fast_path_in_memory",
+           "fast path, leave-running checkpoints: the data goes into cryod's memory and is written "
+           "while the job runs on (it stalls only for the copies), when the node's memory holds it",
+           &Config::gpu_fast_path_in_memory),
       Str("gpu_fast_path_library", "where the fast-path library is installed on this node",
           &Config::gpu_fast_path_library),
       Int("shutdown_grace_s", "on SIGTERM, how long running operations may take to finish",
@@ -329,6 +333,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"gpu_fast_path", "true"},
       {"gpu_fast_path_threads", "0 (one per core)"},
       {"gpu_fast_path_writers", std::to_string(d.gpu_fast_path_writers)},
+      {"gpu_fast_path_in_memory", "true"},
       {"gpu_fast_path_library", d.gpu_fast_path_library},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},

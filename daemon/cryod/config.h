@@ -51,6 +51,8 @@ struct Config {
   bool gpu_fast_path = true;
   int gpu_fast_path_threads = 0;  // copy threads per process; 0: one per core
   int gpu_fast_path_writers = 4;
+  // Leave-running checkpoints drain into cryod's memory and write the files as the job runs on.
+  bool gpu_fast_path_in_memory = true;
   std::string gpu_fast_path_library = "/usr/local/lib/cryo/libcryo_gpu_fastpath.so";
   int shutdown_grace_s = 120;
   // Container mode: CRI socket of containerd or CRI-O (unix:///path); empty: processes only.

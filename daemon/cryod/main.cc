@@ -323,6 +323,7 @@ Result StartRecover(State& st) {
     ec.fastpath.threads = st.config.gpu_fast_path_threads;
   }
   ec.fastpath.writers = st.config.gpu_fast_path_writers;
+  ec.fastpath.in_memory = st.config.gpu_fast_path_in_memory;
   ec.fastpath_library = st.config.gpu_fast_path_library;
   // Always there, even when off for new checkpoints: recovery may owe a job a refill.
   st.fastpath = gpu::NewFastpath(&st.proc);

@@ -92,6 +92,18 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
           [fast_bytes](const S& s) {
             return StageSize{fast_bytes(s), ""};
           }),
+      // ... and, when it drained into cryod's memory, its files are written as it runs on.
+      step(
+          "gpu_write", Stage::kGpuWrite, run(&Engine::WriteGpuData), nullptr,
+          [](const S& s) {
+            for (const auto& f : s.fast) {
+              if (f.memory) return true;
+            }
+            return false;
+          },
+          [fast_bytes](const S& s) {
+            return StageSize{fast_bytes(s), "written while the job runs on"};
+          }),
       step("manifest", Stage::kChecksum, run(&Engine::BuildManifest), nullptr, nullptr, expected),
       // Publish begins its stage itself: the manifest records the stages before it.
       step("publish", Stage::kUnspecified, run(&Engine::Publish), nullptr, nullptr, nullptr,

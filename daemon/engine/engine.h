@@ -7,11 +7,11 @@
 // ones are used by cryod and the integration tests.
 //
 //   checkpoint: validate -> plan -> stage -> gpu_drain -> gpu_lock -> gpu_checkpoint -> gpu_save ->
-//               dump -> rootfs -> resume_early -> gpu_resume -> gpu_refill -> manifest ->
-//               publish (commit) -> finish -> export
+//               dump -> rootfs -> resume_early -> gpu_resume -> gpu_refill -> gpu_write ->
+//               manifest -> publish (commit) -> finish -> export
 //   restore:    validate -> init_handshake -> check -> verify -> credentials -> wait_pids ->
 //               journal -> rootfs -> criu_restore -> gpu_restore -> gpu_refill -> done (commit)
-// (gpu_drain, gpu_save and gpu_refill are the GPU fast path's: gpu_fastpath.cc.)
+// (gpu_drain, gpu_save, gpu_refill and gpu_write are the GPU fast path's: gpu_fastpath.cc.)
 
 #include <sys/types.h>
 
@@ -55,6 +55,10 @@ struct FastpathConfig {
   // Files (and writers) per process the drained memory goes into, in parallel with direct I/O;
   // 0 keeps it in the process's memory for CRIU to write.
   int writers = 4;
+  // A leave-running checkpoint drains into cryod's memory, refills from it, and writes the
+  // files while the job runs on (gpu_write): the job stalls only for the copies. Used when the
+  // node's available memory holds the job's GPU data.
+  bool in_memory = true;
 };
 
 struct EngineConfig {
@@ -184,6 +188,8 @@ class Engine {
   absl::Status DrainGpus(CheckpointState& s);
   absl::Status SaveGpuData(CheckpointState& s);
   absl::Status RefillGpus(CheckpointState& s);
+  absl::Status WriteGpuData(CheckpointState& s);
+  bool DrainIntoMemory(const CheckpointState& s, uint64_t owned) const;
   // Their undos: they read the journal entry and, in a live rollback, the live handles (null
   // in recovery, which runs them too).
   void UndoStage(const journal::Entry& e, CheckpointLive* live);
@@ -228,7 +234,9 @@ class Engine {
 
   // Brings the memory of drained fast-path processes back, from wherever it is: their own
   // memory, or the files under `dir`. Best effort (rollback, recovery).
-  void RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, const std::string& dir);
+  // memfds[i]: process i's data in cryod's memory (procs[i].memory), -1 or absent when gone.
+  void RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, const std::string& dir,
+                      const std::vector<int>& memfds = {});
   void PruneOpLogs();
   // Learns the pace of this node's checkpoints from those in the store (at start).
   void SeedPace();

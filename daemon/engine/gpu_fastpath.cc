@@ -7,9 +7,11 @@
 #include "lib/contract/gpu_fastpath.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -20,6 +22,7 @@
 #include "daemon/engine/states.h"
 #include "daemon/gpu/fastpath_client.h"
 #include "daemon/gpu/fastpath_cut.h"
+#include "daemon/gpu/host_copy.h"
 #include "lib/base/fd.h"
 #include "lib/base/fs.h"
 #include "lib/base/json.h"
@@ -56,15 +59,53 @@ CheckpointLive::~CheckpointLive() {
   for (auto& j : fast) CloseAll(j.fds);
 }
 
+bool Engine::DrainIntoMemory(const CheckpointState& s, uint64_t owned) const {
+  if (!s.req.leave_running || !cfg_.fastpath.in_memory || cfg_.fastpath.writers <= 0) return false;
+  for (const auto& f : s.fast) {
+    if (f.version < contract::gpu_fastpath::kVersionMemory) {
+      CRYO_LOG(Info) << "pid " << f.pid << " runs version " << f.version
+                     << " of the fast-path library: its GPU data goes through files, and the job "
+                        "stalls until they are written";
+      return false;
+    }
+  }
+  // The job's data and a margin for the rest of the node (what it allocates meanwhile).
+  const uint64_t avail = gpu::AvailableHostMemory();
+  if (avail < owned + owned / 8 + (1ull << 30)) {
+    CRYO_LOG(Info) << "the node has " << avail << " bytes of memory available, short of the "
+                   << owned << " bytes of GPU data and a margin: they go through files, and the "
+                   << "job stalls until they are written";
+    return false;
+  }
+  return true;
+}
+
 absl::Status Engine::DrainGpus(CheckpointState& s) {
   uint64_t owned = 0;
   for (const auto& f : s.fast) owned += f.bytes;
   const int writers = std::max(0, cfg_.fastpath.writers);
-  for (auto& f : s.fast) f.files = writers;
+  s.live.fast.resize(s.fast.size());
+  // A leave-running checkpoint stalls the job only for the copies: the data goes into cryod's
+  // memory (allocated now, while the job runs) and gpu_write writes it after the refill.
+  bool memory = DrainIntoMemory(s, owned);
+  for (size_t i = 0; i < s.fast.size() && memory; ++i) {
+    auto m = gpu::NewHostCopy(s.fast[i].bytes, cfg_.fastpath.threads);
+    if (!m.ok()) {
+      CRYO_LOG(Warning) << "GPU data of pid " << s.fast[i].pid
+                        << " goes through files: " << m.status();
+      for (auto& j : s.live.fast) j.memfd = UniqueFd();
+      memory = false;
+    } else {
+      s.live.fast[i].memfd = std::move(*m);
+    }
+  }
+  for (auto& f : s.fast) {
+    f.memory = memory;
+    f.files = memory ? 0 : writers;
+  }
   // Recorded before anything moves: a crash from here on is undone by refilling.
   s.je.fastpath = s.fast;
   CRYO_RETURN_IF_ERROR(JournalBefore(s.je));
-  s.live.fast.resize(s.fast.size());
   gpu::FastpathDrainOptions opt;
   opt.threads = cfg_.fastpath.threads;
   // The bound on the job's GPU work stopping is the lock's: the drain stops it first.
@@ -78,7 +119,8 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   const std::string dir = s.live.staged->staging_dir();
   absl::Status st;
   std::vector<std::vector<int>> files(s.fast.size());
-  for (size_t i = 0; i < s.fast.size() && st.ok() && writers > 0; ++i) {
+  for (size_t i = 0; i < s.fast.size() && memory; ++i) files[i] = {s.live.fast[i].memfd.get()};
+  for (size_t i = 0; i < s.fast.size() && st.ok() && writers > 0 && !memory; ++i) {
     auto opened = gpu::OpenFastpathFiles(dir, s.fast[i].ns_pid, writers, true);
     if (opened.ok()) files[i] = s.live.fast[i].fds = *opened;
     st = opened.status();
@@ -108,6 +150,9 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
 absl::Status Engine::SaveGpuData(CheckpointState& s) {
   absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     CRYO_ASSIGN_OR_RETURN(s.live.fast[i].digests, s.live.fast[i].drain->WaitSaved());
+    // Into cryod's memory: "saved" says the job holds no copy (CRIU dumps next); gpu_write
+    // writes the files after the refill.
+    if (s.fast[i].memory) return absl::OkStatus();
     if (s.live.fast[i].digests.size() != s.live.fast[i].fds.size()) {
       return absl::InternalError(absl::StrCat("the fast path of pid ", s.fast[i].pid, " wrote ",
                                               s.live.fast[i].digests.size(), " files, not ",
@@ -157,6 +202,13 @@ absl::Status Engine::RefillGpus(CheckpointState& s) {
   std::vector<std::vector<FileDigest>> expected(s.fast.size());
   absl::Status st;
   for (size_t i = 0; i < s.fast.size() && st.ok(); ++i) {
+    if (s.fast[i].memory) {
+      // From cryod's memory, at host memory speed (the library is given its own descriptor).
+      const int m = ::dup(s.live.fast[i].memfd.get());
+      if (m < 0) st = ErrnoStatus(errno, "dup of cryod's host memory");
+      if (m >= 0) files[i] = {m};
+      continue;
+    }
     if (i < s.live.fast.size()) expected[i] = s.live.fast[i].digests;
     if (s.fast[i].files == 0) continue;
     auto opened = gpu::OpenFastpathFiles(dir, s.fast[i].ns_pid, s.fast[i].files, false);
@@ -171,7 +223,51 @@ absl::Status Engine::RefillGpus(CheckpointState& s) {
   return Annotate(st, "GPU fast path");
 }
 
+absl::Status Engine::WriteGpuData(CheckpointState& s) {
+  const std::string dir = s.live.staged->staging_dir();
+  const int writers = std::max(1, cfg_.fastpath.writers);
+  Operation* op = s.op;
+  std::atomic<uint64_t> done{0};
+  uint64_t total = 0;
+  for (const auto& f : s.fast) total += f.memory ? f.bytes : 0;
+  absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+    const gpu::FastpathProcess& f = s.fast[i];
+    if (!f.memory) return absl::OkStatus();
+    CRYO_ASSIGN_OR_RETURN(std::vector<int> fds,
+                          gpu::OpenFastpathFiles(dir, f.ns_pid, writers, true));
+    auto sums = gpu::WriteHostCopy(s.live.fast[i].memfd.get(), f.bytes, gpu::kFastpathStripeBytes,
+                                   fds, [op] { return op->cancelled(); });
+    absl::Status w = sums.status();
+    // The data is durable before the checkpoint that names it is published.
+    for (size_t k = 0; w.ok() && d_.store->durable() && k < fds.size(); ++k) {
+      if (::fsync(fds[k]) != 0) w = ErrnoStatus(errno, "fsync of a fast-path file");
+    }
+    CloseAll(fds);
+    CRYO_RETURN_IF_ERROR(w);
+    s.live.fast[i].digests = *sums;
+    op->Report(Stage::kGpuWrite, done += f.bytes, total,
+               absl::StrCat("GPU data of pid ", f.pid, " written while the job runs on"));
+    return absl::OkStatus();
+  }));
+  if (!st.ok()) return Annotate(st, "writing the GPU data from cryod's memory");
+  for (size_t i = 0; i < s.fast.size(); ++i) {
+    gpu::FastpathProcess& f = s.fast[i];
+    if (!f.memory) continue;
+    f.memory = false;
+    f.files = writers;
+    s.live.fast[i].memfd = UniqueFd();  // the memory goes back to the node
+    for (size_t k = 0; k < s.live.fast[i].digests.size(); ++k) {
+      s.fast_files.push_back({gpu::FastpathFileName(f.ns_pid, static_cast<int>(k)),
+                              s.live.fast[i].digests[k].size, s.live.fast[i].digests[k].checksum});
+    }
+  }
+  s.je.fastpath = s.fast;
+  JournalAfter(s.je);
+  return absl::OkStatus();
+}
+
 void Engine::UndoDrain(const journal::Entry& e, CheckpointLive* live) {
+  std::vector<int> memfds;
   if (live) {
     // A drain still writing its files is finished first: the library then is in a state a
     // refill knows (its memory in its own memory, or in the files).
@@ -180,13 +276,14 @@ void Engine::UndoDrain(const journal::Entry& e, CheckpointLive* live) {
       j.drain.reset();
       CloseAll(j.fds);
       j.fds.clear();
+      memfds.push_back(j.memfd.get());
     }
   }
-  RefillFastpath(e.fastpath, e.staging_dir);
+  RefillFastpath(e.fastpath, e.staging_dir, memfds);
 }
 
-void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs,
-                            const std::string& dir) {
+void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, const std::string& dir,
+                            const std::vector<int>& memfds) {
   if (procs.empty()) return;
   if (d_.fastpath == nullptr) {
     CRYO_LOG(Error) << procs.size()
@@ -213,7 +310,19 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs,
       continue;
     }
     std::vector<int> fds;
-    if (*state[i] == State::kSaved) {
+    if (*state[i] == State::kSaved && procs[i].memory) {
+      const int m = i < memfds.size() && memfds[i] >= 0 ? ::dup(memfds[i]) : -1;
+      if (m < 0) {
+        // Only cryod's memory held it, and that cryod is gone: the job cannot go on. Ended, it
+        // is restarted from its newest good checkpoint instead of hanging with its gate shut.
+        CRYO_LOG(Error) << "fast path of pid " << procs[i].pid << ": its GPU memory was only in "
+                        << "the memory of a cryod that stopped; it is lost, and the process is "
+                        << "ended so that its job resumes from its newest good checkpoint";
+        ::kill(procs[i].pid, SIGKILL);
+        continue;
+      }
+      fds = {m};
+    } else if (*state[i] == State::kSaved) {
       auto opened = gpu::OpenFastpathFiles(dir, procs[i].ns_pid, procs[i].files, false);
       if (!opened.ok()) {
         CRYO_LOG(Error) << "fast path of pid " << procs[i].pid << ": its GPU memory is only in "

@@ -43,6 +43,8 @@ std::string StageName(Stage s) {
       return "gpu_save";
     case Stage::kGpuRefill:
       return "gpu_refill";
+    case Stage::kGpuWrite:
+      return "gpu_write";
   }
   return "unknown";
 }

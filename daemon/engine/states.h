@@ -19,6 +19,7 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/stage_clock.h"
 #include "daemon/store/checksum.h"
+#include "lib/base/fd.h"
 
 namespace cryo::engine {
 
@@ -43,6 +44,7 @@ struct FastpathJob {
   std::unique_ptr<gpu::FastpathDrainHandle> drain;
   std::vector<int> fds;             // its files, open for writing
   std::vector<FileDigest> digests;  // what the files hold, once written
+  UniqueFd memfd;                   // a drain into cryod's memory: the data, until gpu_write
 };
 
 // What a checkpoint's undos may read besides the journal entry: this process's handles, null

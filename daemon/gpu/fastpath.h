@@ -20,10 +20,13 @@
 
 namespace cryo::gpu {
 
+// The unit by which a drain's bytes are striped over its files (gpu_fastpath.h, "Files").
+inline constexpr uint64_t kFastpathStripeBytes = 64ull << 20;
+
 struct FastpathDrainOptions {
   int threads = 8;
   absl::Duration quiesce_timeout = absl::Seconds(10);
-  uint64_t stripe_bytes = 64ull << 20;
+  uint64_t stripe_bytes = kFastpathStripeBytes;
   absl::Duration reply_timeout = absl::Minutes(10);
   // Asked between waits (at least every 100 ms): true ends the wait with CANCELLED (the
   // caller's cancel, its deadline, cryod's SIGTERM).
@@ -87,7 +90,8 @@ class Fastpath {
   // when one of them is not running normally (its memory is out since an earlier checkpoint).
   virtual absl::StatusOr<std::vector<FastpathProcess>> Find(const std::vector<pid_t>& pids) = 0;
   // Drains one process; `files` are empty files opened for writing (none: keep the data in the
-  // process). On failure the library has put the memory back if it could.
+  // process), or for a process with `memory` set, the one memfd of cryod's the data goes into. On
+  // failure the library has put the memory back if it could.
   virtual absl::StatusOr<std::unique_ptr<FastpathDrainHandle>> Drain(
       const FastpathProcess& p, const FastpathDrainOptions& opt, const std::vector<int>& files) = 0;
   // Brings a process's memory back: from `files` (read, in order) checked against `expected`

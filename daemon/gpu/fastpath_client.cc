@@ -72,11 +72,14 @@ absl::Status Send(int fd, const FastpathProcess& p, const wire::Request& req,
   return absl::OkStatus();
 }
 
-wire::Request RefillRequest(int threads, const std::vector<int>& files,
+// A process whose data is in cryod's memfd (p.memory) is given that memfd as its one file.
+wire::Request RefillRequest(const FastpathProcess& p, int threads, const std::vector<int>& files,
                             const std::vector<FileDigest>& expected) {
   wire::Request req;
   req.op = wire::Op::kRefill;
-  req.version = wire::kMinVersion;
+  // (None while the library still holds its copy mapped: it refills from that.)
+  req.memory = p.memory && !files.empty();
+  req.version = req.memory ? wire::kVersionMemory : wire::kMinVersion;
   req.threads = threads;
   req.files = static_cast<int>(files.size());
   req.expected = expected;
@@ -256,8 +259,13 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
   req.timeout_ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(opt.quiesce_timeout));
   req.stripe_bytes = opt.stripe_bytes;
   req.files = static_cast<int>(files.size());
+  if (p.memory) {
+    // files is cryod's memfd (gpu_fastpath.h, "Memory").
+    req.version = wire::kVersionMemory;
+    req.memory = true;
+  }
   if (opt.hold > absl::ZeroDuration()) {
-    req.version = wire::kVersionCut;
+    req.version = std::max(req.version, wire::kVersionCut);
     req.hold_ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(opt.hold), 1, wire::kMaxHoldMs);
     req.align = opt.align;
   }
@@ -339,7 +347,7 @@ absl::StatusOr<wire::RefillReply> FastpathRefill(const proc::ProcReader& proc,
                                                  const std::vector<FileDigest>& expected,
                                                  absl::Duration timeout) {
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
-  const wire::Request req = RefillRequest(threads, files, expected);
+  const wire::Request req = RefillRequest(p, threads, files, expected);
   absl::Status st = Send(fd, p, req, files);
   absl::StatusOr<wire::RefillReply> r = st.ok() ? Receive<wire::RefillReply>(fd, p, timeout) : st;
   ::close(fd);
@@ -352,8 +360,8 @@ absl::StatusOr<std::unique_ptr<FastpathHeldRefill>> FastpathHeldRefill::Start(
     absl::Duration timeout) {
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
   std::unique_ptr<FastpathHeldRefill> h(new FastpathHeldRefill(fd, p, timeout));
-  wire::Request req = RefillRequest(threads, files, expected);
-  req.version = wire::kVersionCut;
+  wire::Request req = RefillRequest(p, threads, files, expected);
+  req.version = std::max(req.version, wire::kVersionCut);
   // Its imports wait for the other processes' refills: as long as a refill may take.
   req.hold_ms = std::min<int64_t>(absl::ToInt64Milliseconds(timeout), wire::kMaxHoldMs);
   CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));

@@ -51,6 +51,7 @@ nlohmann::json ToJson(const std::vector<FastpathProcess>& procs) {
     nlohmann::json e = {
         {"pid", p.pid},     {"ns_pid", p.ns_pid},           {"files", p.files},
         {"bytes", p.bytes}, {"allocations", p.allocations}, {"driver_bytes", p.driver_bytes}};
+    if (p.memory) e["memory"] = true;
     if (!p.imports.empty()) {
       nlohmann::json imports = nlohmann::json::array();
       for (const auto& i : p.imports) {
@@ -80,6 +81,7 @@ absl::StatusOr<std::vector<FastpathProcess>> FastpathProcessesFromJson(const nlo
     if (absl::Status s = f.Uint64("bytes", &p.bytes); !s.ok()) return s;
     if (absl::Status s = f.Uint64("allocations", &p.allocations); !s.ok()) return s;
     if (absl::Status s = f.Uint64("driver_bytes", &p.driver_bytes); !s.ok()) return s;
+    if (absl::Status s = f.Bool("memory", &p.memory); !s.ok()) return s;
     // The files' names come from these numbers: bound them.
     if (pid <= 0 || ns_pid <= 0 || p.files < 0 || p.files > 64) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": pid, ns_pid or files out of range"));

@@ -40,9 +40,12 @@ struct FastpathImport {
 };
 
 struct FastpathProcess {
-  pid_t pid = 0;              // host pid
-  pid_t ns_pid = 0;           // the pid it sees itself as: names its channel and its files
-  int files = 0;              // files its data went into (0: it stayed in the process's memory)
+  pid_t pid = 0;     // host pid
+  pid_t ns_pid = 0;  // the pid it sees itself as: names its channel and its files
+  int files = 0;     // files its data went into (0: it stayed in the process's memory)
+  // Its data went into a memfd of cryod's (a leave-running drain, gpu_fastpath.h "Memory"), to
+  // be written into `files` files while the job runs on. Only cryod's memory holds it until then.
+  bool memory = false;
   uint64_t bytes = 0;         // moved by the library
   uint64_t allocations = 0;   // physical allocations moved by the library
   uint64_t driver_bytes = 0;  // left to the driver's checkpoint (context, unowned memory)

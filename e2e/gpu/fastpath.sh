@@ -44,6 +44,12 @@
 #   job's vacate, gpu_lock and gpu_drain beside the lone job's, and the node's checkpoint and
 #   restore against twice the floors; every word of both jobs verified after the restore.
 #
+# Part "periodic-stall": periodic-stall-N (N from CRYO_GPU_STALL_GIB, default 32): two
+#   leave-running checkpoints through cryod of a job holding N GiB, its data drained into cryod's
+#   memory, refilled from there and written while the job runs on: the job's stall (the stages
+#   it is held in) against the drain alone, and the background write; the job runs on verified
+#   and restores from the second checkpoint, every word verified.
+#
 # Env: CRYO_GPU_FP_SIZES (GiB, default "1 8"), CRYO_GPU_FP_WRITERS (files per process, default 4),
 # CRYO_GPU_FP_THREADS (copy threads, default nproc), CRYO_GPU_FP_CRIU_GIB (default 8),
 # CRYO_GPU_FP_BENCH_SIZES (part fastpath, default "1 8 32"), CRYO_GPU_FP_COMPARE (default 1),
@@ -395,6 +401,52 @@ fp_torch_cryod() {  # fp_torch_cryod NAME ALLOC_CONF: the loop stopped and resto
 }
 
 # The fast path beside the driver's path, the hand-run baseline and the floors, per size.
+# fp_periodic_stall GIB: leave-running checkpoints of a job holding GIB through cryod, as the
+# periodic schedule takes them (the data into cryod's memory, refilled from there, the files
+# written while the job runs on): the job's stall (every stage it is held in) against the drain
+# alone, twice in a row; the job runs on verified, and then restores from the second checkpoint,
+# every word verified. Goal (issue 23): 32 GiB stall at most 3 s on an H100.
+fp_periodic_stall() {
+  local gib=$1 k="ps$1" name="periodic-stall-$1"
+  fp_floors "$gib"
+  fp_start_job "$k" --gib "$gib" || { result "$name" FAIL "job did not start"; return; }
+  local pid=$LOAD_PID msg r
+  wait_until 120 steps_past "$LOAD_STATUS" 10
+  for r in 1 2; do
+    if ! "${CRYO[@]}" -o json checkpoint "$pid" --id "$k-$r" --leave-running >"$RES/$k-$r.ckpt.json" 2>"$RES/$k-$r.ckpt.err"; then
+      result "$name" FAIL "checkpoint $r: $(tail -2 "$RES/$k-$r.ckpt.err")"; end_job "$pid"; return
+    fi
+    if ! msg=$(verified_pass "$k" "$LOAD_STATUS" "$gib"); then
+      result "$name" FAIL "after checkpoint $r: $msg"; end_job "$pid"; return
+    fi
+  done
+  end_job "$pid"
+  if ! "${CRYO[@]}" -o json restore "$k-2" >"$RES/$k.restore.json" 2>"$RES/$k.restore.err"; then
+    result "$name" FAIL "restore: $(tail -2 "$RES/$k.restore.err")"; return
+  fi
+  if ! msg=$(verified_pass "$k" "$LOAD_STATUS" "$gib"); then
+    result "$name" FAIL "after the restore: $msg"; end_job "$(jget "$RES/$k.restore.json" 'd["root_pid"]')"; return
+  fi
+  end_job "$(jget "$RES/$k.restore.json" 'd["root_pid"]')"
+  python3 - "$RES/$k-1.ckpt.json" "$RES/$k-2.ckpt.json" "$gib" "$RES/fpfloor$gib.json" >"$RES/$k.summary.json" <<'PY'
+import json, os, sys
+stall = ["gpu_drain", "gpu_lock", "gpu_checkpoint", "gpu_save", "dump", "rootfs", "gpu_restore", "gpu_refill"]
+out = {"gib": float(sys.argv[3]), "runs": []}
+for p in sys.argv[1:3]:
+    st = {k: int(v) for k, v in json.load(open(p))["stage_ms"].items()}
+    s = sum(st.get(k, 0) for k in stall)
+    out["runs"].append({"stall_ms": s, "drain_ms": st.get("gpu_drain", 0), "stages": st,
+                        "stall_vs_drain": round(s / max(1, st.get("gpu_drain", 1)), 2),
+                        "background_write_ms": st.get("gpu_write", 0)})
+f = json.load(open(sys.argv[4])) if os.path.exists(sys.argv[4]) else {}
+if f:
+    out["floor_write_ms"] = f["write_ms"]; out["floor_d2h_ms"] = f["d2h_ms"]
+print(json.dumps(out))
+PY
+  result "$name" PASS "$(jget "$RES/$k.summary.json" '"; ".join("stall %d ms = %.2fx the drain (drain %d, lock %d, driver %d, save %d, dump %d, driver restore %d, refill %d), then written in the background in %d ms" % (r["stall_ms"], r["stall_vs_drain"], r["drain_ms"], r["stages"].get("gpu_lock",0), r["stages"].get("gpu_checkpoint",0), r["stages"].get("gpu_save",0), r["stages"].get("dump",0), r["stages"].get("gpu_restore",0), r["stages"].get("gpu_refill",0), r["background_write_ms"]) for r in d["runs"]) + "; floors: d2h %d ms, store write %d ms" % (d.get("floor_d2h_ms",0), d.get("floor_write_ms",0))')"
+  "${CRYO[@]}" rm "$k-1" >/dev/null 2>&1; "${CRYO[@]}" rm "$k-2" >/dev/null 2>&1
+}
+
 fp_table() {
   python3 - "$RES" <<'PY' | tee "$RES/fp-bench-table.txt"
 import glob, json, os, sys
@@ -466,6 +518,11 @@ run_fastpath_parts() {
     fi
     fp_launch_overhead
     fp_table ;;
+  esac
+  case " $PARTS " in *" periodic-stall "*)
+    [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result periodic-stall SKIP "bundle has no cryod or CRIU"; return; }
+    [ -n "$CRYOD_PID" ] || start_cryod || { result periodic-stall FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }
+    for gib in ${CRYO_GPU_STALL_GIB:-32}; do fp_periodic_stall "$gib"; done ;;
   esac
   case " $PARTS " in *" node-preempt "*)
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result node-preempt SKIP "bundle has no cryod or CRIU"; return; }

@@ -71,6 +71,8 @@ class FastpathE2e : public ProcessFixture {
     EXPECT_EQ(st["verified"], true) << st.dump();
     EXPECT_EQ(st["api"], "ok") << st.dump();
   }
+
+  void LeaveRunning(Cryod& a, bool in_memory);
 };
 
 TEST_F(FastpathE2e, CheckpointAndRestoreMoveTheGpuMemoryThroughTheLibrary) {
@@ -119,8 +121,18 @@ TEST_F(FastpathE2e, CheckpointAndRestoreMoveTheGpuMemoryThroughTheLibrary) {
   EXPECT_GE(U(w.Status(), "device_used"), 64 * kMiB) << "the memory is back on the (fake) GPU";
 }
 
+// By default the data goes into cryod's memory, the job gets it back from there, and cryod
+// writes the files while the job runs on (gpu_write); with gpu_fast_path_in_memory off it goes
+// through the files before the job runs on. Both leave a checkpoint that restores.
 TEST_F(FastpathE2e, ALeaveRunningCheckpointGivesTheJobItsMemoryBack) {
-  Cryod& a = Node("node-a");
+  LeaveRunning(Node("node-a"), true);
+}
+
+TEST_F(FastpathE2e, ALeaveRunningCheckpointThroughFilesGivesTheJobItsMemoryBack) {
+  LeaveRunning(Node("node-a", {"--gpu-fast-path-in-memory", "false"}), false);
+}
+
+void FastpathE2e::LeaveRunning(Cryod& a, bool in_memory) {
   Workload& w = GpuJob();
   ASSERT_TRUE(w.WaitMain(20));
   v1::CheckpointInfo info;
@@ -128,7 +140,12 @@ TEST_F(FastpathE2e, ALeaveRunningCheckpointGivesTheJobItsMemoryBack) {
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(info.gpu_fastpath_bytes(), 64 * kMiB);
   EXPECT_TRUE(info.stage_ms().count("gpu_refill")) << info.DebugString();
+  EXPECT_EQ(info.stage_ms().count("gpu_write"), in_memory ? 1u : 0u) << info.DebugString();
   ExpectRunsOnIntact(w, U(w.Status(), "main"));
+  // The files hold the data (listed with their checksums), CRIU's images do not.
+  const std::string ckpt = store_ + "/checkpoints/fp-lr";
+  EXPECT_EQ(BytesUnder(ckpt, "gpu/"), 64 * kMiB);
+  EXPECT_LT(BytesUnder(ckpt, "images/"), 32 * kMiB) << "CRIU dumped the GPU data too";
   // And the checkpoint it left restores, once the job is gone.
   w.Kill();
   ASSERT_TRUE(WaitGone(w));
@@ -277,6 +294,27 @@ TEST_F(FastpathE2e, CryodKilledAfterTheDrainGivesTheMemoryBackWhenItRestarts) {
   EXPECT_EQ(U(w.Status(), "main"), held);
   Node("node-a");  // recovery refills from the staging files, then collects them
   ExpectRunsOnIntact(w, held);
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+}
+
+// A leave-running checkpoint whose data is only in cryod's memory when cryod dies: that data is
+// gone, so recovery ends the job (its replacement resumes from the newest good checkpoint)
+// rather than leave it held forever at its gate, and publishes nothing.
+TEST_F(FastpathE2e, CryodKilledWhileOnlyItsMemoryHoldsTheGpuDataEndsTheJob) {
+  Cryod* a = &Node("node-a", {}, HookEnv());
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  HookPoint hp(hook_dir(), "before-dump");  // drained into cryod's memory; the job holds no copy
+  auto fut =
+      std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "fp-lost", true)); });
+  ASSERT_TRUE(hp.Reached());
+  a->Kill9();
+  (void)fut.get();
+  ::unlink((hook_dir() + "/before-dump.enable").c_str());
+  Cryod& b = Node("node-a");
+  EXPECT_TRUE(WaitGone(w)) << "the job was left held with its GPU data gone";
+  EXPECT_TRUE(absl::StrContains(Slurp(b.log()), "is lost")) << Slurp(b.log());
+  EXPECT_FALSE(std::filesystem::exists(store_ + "/checkpoints/fp-lost"));
   EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
 }
 

@@ -7,6 +7,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -36,5 +37,39 @@ inline std::string Combine(const std::vector<XXH128_hash_t>& chunks) {
   for (size_t i = 0; i < chunks.size(); ++i) XXH128_canonicalFromHash(&canon[i], chunks[i]);
   return Hex(XXH3_128bits(canon.data(), canon.size() * sizeof(XXH128_canonical_t)));
 }
+
+// The checksum of one file, fed in file order.
+class Hasher {
+ public:
+  Hasher() : st_(XXH3_createState()) { XXH3_128bits_reset(st_); }
+  ~Hasher() { XXH3_freeState(st_); }
+  Hasher(const Hasher&) = delete;
+  Hasher& operator=(const Hasher&) = delete;
+  void Update(const char* p, size_t n) {
+    while (n > 0) {
+      size_t take = std::min<uint64_t>(n, kChunk - in_chunk_);
+      XXH3_128bits_update(st_, p, take);
+      in_chunk_ += take;
+      total_ += take;
+      p += take;
+      n -= take;
+      if (in_chunk_ == kChunk) {
+        digests_.push_back(XXH3_128bits_digest(st_));
+        XXH3_128bits_reset(st_);
+        in_chunk_ = 0;
+      }
+    }
+  }
+  FileDigest Finish() {
+    if (in_chunk_ > 0 || digests_.empty()) digests_.push_back(XXH3_128bits_digest(st_));
+    return FileDigest{total_, Combine(digests_)};
+  }
+
+ private:
+  XXH3_state_t* st_;
+  uint64_t in_chunk_ = 0;
+  uint64_t total_ = 0;
+  std::vector<XXH128_hash_t> digests_;
+};
 
 }  // namespace cryo::xxh3chunked

@@ -62,6 +62,15 @@
 //     it was, opens the gate, and answers {"ok", "event": "imported", "imports", "import_ms"}.
 //     In state "importing" a refill does only that.
 //
+// Memory (version 3): a drain with "memory": true carries one descriptor, a memfd of cryod's,
+// instead of files. The library grows it to the drain's size if it is smaller, maps it and
+// copies the data into it as into its own host memory, answers "drained", then unmaps it and
+// answers "saved" with no files: the data is then only in cryod's memfd, and CRIU finds no copy
+// of it in the job. A refill with "memory": true and the same memfd copies it back at host
+// memory speed. cryod writes the memfd into the store's files (in the layout below) while the
+// job runs on, so that a leave-running checkpoint stalls the job only for the copies; a refill
+// from those files later names them as usual (any number of them).
+//
 // Shared memory (version 2): an allocation the job exports as a POSIX descriptor
 // (cuMemExportToShareableHandle) is moved by the exporting process like its own; the library
 // keeps a duplicate of each descriptor it exported ("exports", id and number) and of each it
@@ -78,7 +87,7 @@
 
 namespace cryo::contract::gpu_fastpath {
 
-inline constexpr int kVersion = 2;
+inline constexpr int kVersion = 3;
 inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
 inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
 inline constexpr uint32_t kMaxMessage = 64 << 10;

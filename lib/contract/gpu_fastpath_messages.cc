@@ -257,6 +257,7 @@ std::string Encode(const Request& r) {
     j["files"] = r.files;
     if (r.hold_ms > 0) j["hold_ms"] = r.hold_ms;
     if (r.align) j["align"] = true;
+    if (r.memory) j["memory"] = true;
   } else if (r.op == Op::kAlign) {
     j["to"] = r.to;
     j["timeout_ms"] = r.timeout_ms;
@@ -265,6 +266,7 @@ std::string Encode(const Request& r) {
     j["files"] = r.files;
     j["expected"] = FilesJson(r.expected);
     if (r.hold_ms > 0) j["hold_ms"] = r.hold_ms;
+    if (r.memory) j["memory"] = true;
   } else if (r.op == Op::kGo && !r.imports.empty()) {
     j["files"] = r.files;
     j["imports"] = r.imports;
@@ -365,6 +367,7 @@ bool Decode(const std::string& text, Request* out, std::string* why) {
   r.Files("expected", &out->expected, false);
   r.Ids("imports", &out->imports);
   r.Bool("align", &out->align, false);
+  r.Bool("memory", &out->memory, false);
   r.Uint("to", &out->to, false);
   return r.ok();
 }

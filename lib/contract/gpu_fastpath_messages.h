@@ -27,6 +27,9 @@ inline constexpr int kMaxDepth = 8;
 inline constexpr size_t kMaxShares = 1024;
 // The first version with the cut across processes (a drain's "hold_ms", then "go").
 inline constexpr int kVersionCut = 2;
+// The first version that drains into host memory cryod gives it (a drain's and a refill's
+// "memory"), for a leave-running checkpoint that stalls the job only for the copy.
+inline constexpr int kVersionMemory = 3;
 // The longest a held drain waits for its "go".
 inline constexpr int64_t kMaxHoldMs = 600000;
 
@@ -65,6 +68,9 @@ struct Request {
   bool align = false;             // held drain: shut the gates, answer "gated", wait for "align"
   uint64_t to = 0;                // align: the collectives to have launched before the cut
   std::vector<FileSum> expected;  // refill: what each file must hold (empty: unchecked)
+  // drain, refill: the one attached descriptor is a memfd of cryod's that holds the data in
+  // host memory (version kVersionMemory), not a file.
+  bool memory = false;
 };
 
 // Any reply that failed: what happened, and whether the job's memory is back on its GPU.

@@ -164,7 +164,15 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
                                          true}));
     return;
   }
-  opt.fds = fds;
+  if (req.memory) {
+    if (fds.size() != 1) {
+      wire::SendMessage(conn, Encode(wire::Error{"a drain into memory carries one memfd", true}));
+      return;
+    }
+    opt.memfd = fds[0];
+  } else {
+    opt.fds = fds;
+  }
   if (req.hold_ms > 0 && !HoldForGo(conn, req)) return;
   DrainResult r;
   Outcome o = mover_.Drain(opt, &r);
@@ -274,7 +282,16 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
 void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>& fds) {
   RefillOptions opt;
   opt.threads = req.threads;
-  opt.fds = fds;
+  if (req.memory) {
+    if (fds.size() != 1) {
+      wire::SendMessage(conn, Encode(wire::Error{"a refill from memory carries one memfd", false}));
+      CloseAll(fds);
+      return;
+    }
+    opt.memfd = fds[0];
+  } else {
+    opt.fds = fds;
+  }
   opt.expected = req.expected;
   RefillResult r;
   Outcome o = mover_.Refill(opt, &r);

@@ -17,6 +17,7 @@
 // The library runs inside jobs, which may not have libxxhash: its code is compiled in.
 #define XXH_INLINE_ALL
 #include "lib/base/chunked_xxh3.h"
+#include "lib/base/io_all.h"
 #include "plugins/fastpath/pinned_pipeline.h"
 
 namespace cryo::fastpath {
@@ -135,40 +136,6 @@ class Pool {
   std::vector<std::thread> threads_;
 };
 
-// The store's checksum of one file, fed in file order.
-class FileHasher {
- public:
-  FileHasher() : st_(XXH3_createState()) { XXH3_128bits_reset(st_); }
-  ~FileHasher() { XXH3_freeState(st_); }
-  FileHasher(const FileHasher&) = delete;
-  FileHasher& operator=(const FileHasher&) = delete;
-  void Update(const char* p, size_t n) {
-    while (n > 0) {
-      size_t take = std::min<uint64_t>(n, xxh3chunked::kChunk - in_chunk_);
-      XXH3_128bits_update(st_, p, take);
-      in_chunk_ += take;
-      total_ += take;
-      p += take;
-      n -= take;
-      if (in_chunk_ == xxh3chunked::kChunk) {
-        digests_.push_back(XXH3_128bits_digest(st_));
-        XXH3_128bits_reset(st_);
-        in_chunk_ = 0;
-      }
-    }
-  }
-  FileSum Finish() {
-    if (in_chunk_ > 0 || digests_.empty()) digests_.push_back(XXH3_128bits_digest(st_));
-    return FileSum{total_, xxh3chunked::Combine(digests_)};
-  }
-
- private:
-  XXH3_state_t* st_;
-  uint64_t in_chunk_ = 0;
-  uint64_t total_ = 0;
-  std::vector<XXH128_hash_t> digests_;
-};
-
 // Page-aligned pinned host memory (direct I/O needs the alignment).
 class Pinned {
  public:
@@ -195,53 +162,6 @@ class Pinned {
   void* raw_ = nullptr;
   char* p_ = nullptr;
 };
-
-// Writes all of iov at off, finishing partial writes; direct I/O is dropped where the file
-// system refuses it.
-// EINVAL from a file opened with O_DIRECT: a filesystem or an offset it does not take. The
-// file goes on without it (true), once.
-bool DropDirectIo(int fd) {
-  int fl = ::fcntl(fd, F_GETFL);
-  return fl >= 0 && (fl & O_DIRECT) != 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0;
-}
-
-bool WriteAll(int fd, std::vector<iovec> iov, off_t off, std::string* err) {
-  size_t first = 0;
-  while (first < iov.size()) {
-    ssize_t n = ::pwritev(fd, iov.data() + first, static_cast<int>(iov.size() - first), off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL && DropDirectIo(fd)) continue;
-    if (n <= 0) {
-      *err = n < 0 ? Errno("write") : "write: no progress (store full?)";
-      return false;
-    }
-    off += n;
-    while (n > 0 && first < iov.size()) {
-      size_t take = std::min<size_t>(n, iov[first].iov_len);
-      iov[first].iov_base = static_cast<char*>(iov[first].iov_base) + take;
-      iov[first].iov_len -= take;
-      n -= take;
-      if (iov[first].iov_len == 0) ++first;
-    }
-  }
-  return true;
-}
-
-bool ReadAll(int fd, char* buf, size_t len, off_t off, std::string* err) {
-  while (len > 0) {
-    ssize_t n = ::pread(fd, buf, len, off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EINVAL && DropDirectIo(fd)) continue;
-    if (n <= 0) {
-      *err = n < 0 ? Errno("read") : "file shorter than the drain wrote";
-      return false;
-    }
-    buf += n;
-    len -= n;
-    off += n;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -691,14 +611,15 @@ std::string Mover::CopyInFromHost(int threads) {
 
 std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums) {
   const int w = static_cast<int>(fds.size());
-  if (w != nfiles_) {
+  // After a drain into cryod's memory, cryod chose how many files it wrote (in the same layout).
+  if (w != nfiles_ && !(in_memfd_ && w > 0)) {
     return "the drain wrote " + std::to_string(nfiles_) + " files, " + std::to_string(w) +
            " were given";
   }
   sums->assign(w, FileSum{});
   std::vector<std::string> errs(w);
-  std::vector<std::unique_ptr<FileHasher>> hashers;
-  for (int k = 0; k < w; ++k) hashers.push_back(std::make_unique<FileHasher>());
+  std::vector<std::unique_ptr<xxh3chunked::Hasher>> hashers;
+  for (int k = 0; k < w; ++k) hashers.push_back(std::make_unique<xxh3chunked::Hasher>());
   const uint64_t units = stripe_ == 0 ? 0 : (total_ + stripe_ - 1) / stripe_;
   // Per file, a reader keeps the disk busy (direct I/O into a few pinned buffers) while a second
   // thread hashes each buffer and copies it to the GPU: neither waits for the other's work.
@@ -766,7 +687,7 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
         for (uint64_t pos = 0; pos < unit_len && err.empty(); pos += cfg_.read_bytes) {
           const uint64_t n = std::min<uint64_t>(cfg_.read_bytes, unit_len - pos);
           char* b = pipe.Acquire();
-          if (!ReadAll(fds[k], b, n, file_off + pos, &err)) {
+          if (!io::ReadAll(fds[k], b, n, file_off + pos, &err)) {
             err = "file " + std::to_string(k) + ": " + err;
             break;
           }
@@ -793,11 +714,49 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
   return "";
 }
 
+// Host memory for plan_'s data: fresh anonymous memory per allocation, or (memfd >= 0) the
+// memfd mapped shared, in stream order (grown to the drain's size when `write`).
+std::string Mover::MapHost(int memfd, bool write) {
+  if (memfd < 0) {
+    for (Phys* p : plan_) {
+      void* m = ::mmap(nullptr, p->size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (m == MAP_FAILED) return Errno("host memory for the GPU's data");
+      if (cfg_.huge_pages) ::madvise(m, p->size, MADV_HUGEPAGE);
+      p->host = static_cast<char*>(m);
+    }
+    return "";
+  }
+  if (total_ == 0) return "";
+  struct stat st;
+  if (::fstat(memfd, &st) != 0) return Errno("cryod's host memory");
+  if (static_cast<uint64_t>(st.st_size) < total_) {
+    // cryod sized it from an earlier status; the job allocated since. The rest is the job's.
+    if (!write) {
+      return "cryod's host memory holds " + std::to_string(st.st_size) + " bytes; the drain put " +
+             std::to_string(total_) + " there";
+    }
+    if (::ftruncate(memfd, static_cast<off_t>(total_)) != 0)
+      return Errno("growing cryod's host memory");
+  }
+  void* m =
+      ::mmap(nullptr, total_, write ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, memfd, 0);
+  if (m == MAP_FAILED) return Errno("mapping cryod's host memory");
+  if (cfg_.huge_pages) ::madvise(m, total_, MADV_HUGEPAGE);
+  host_base_ = static_cast<char*>(m);
+  host_len_ = total_;
+  for (Phys* p : plan_) p->host = host_base_ + p->stream_offset;
+  return "";
+}
+
 void Mover::FreeHost() {
   for (Phys* p : plan_) {
-    if (p->host != nullptr) ::munmap(p->host, p->size);
+    if (p->host != nullptr && host_base_ == nullptr) ::munmap(p->host, p->size);
     p->host = nullptr;
   }
+  if (host_base_ != nullptr) ::munmap(host_base_, host_len_);
+  host_base_ = nullptr;
+  host_len_ = 0;
 }
 
 void Mover::StopWriters() {
@@ -829,13 +788,8 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   undo.Push([this] { OpenGates(); });
   Plan();
   undo.Push([this] { FreeHost(); });
-  for (Phys* p : plan_) {
-    void* m = ::mmap(nullptr, p->size, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (m == MAP_FAILED) return {Errno("host memory for the GPU's data"), true};
-    if (cfg_.huge_pages) ::madvise(m, p->size, MADV_HUGEPAGE);
-    p->host = static_cast<char*>(m);
-  }
+  in_memfd_ = opt.memfd >= 0;
+  if (std::string err = MapHost(opt.memfd, true); !err.empty()) return {err, true};
   {
     std::lock_guard<std::mutex> l(progress_mu_);
     copied_ = 0;
@@ -870,7 +824,7 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
         progress_cv_.wait(l, [&] { return copied_ >= end || copy_failed_; });
         return copied_ >= end;
       };
-      FileHasher hasher;
+      xxh3chunked::Hasher hasher;
       for (uint64_t c = wp->index; c < units; c += nfiles_) {
         if (!wait_unit(c)) return;  // the copy failed: the drain is rolled back
         const uint64_t off = c * stripe_;
@@ -881,7 +835,7 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
           // on the H100, 2026-11-25) competed with the copy and slowed the driver's lock.
           hasher.Update(pc.phys->host + pc.offset, pc.len);
         }
-        if (!WriteAll(wp->fd, iov, static_cast<off_t>((c / nfiles_) * stripe_), &wp->error)) {
+        if (!io::WriteAll(wp->fd, iov, static_cast<off_t>((c / nfiles_) * stripe_), &wp->error)) {
           wp->error = "file " + std::to_string(wp->index) + ": " + wp->error;
           return;
         }
@@ -947,7 +901,7 @@ Outcome Mover::FinishSave(SaveResult* out) {
     bool back = RestoreFromHost();
     return {err, back};
   }
-  if (nfiles_ > 0) {
+  if (nfiles_ > 0 || in_memfd_) {
     FreeHost();
     state_ = State::kSaved;
   }
@@ -1083,14 +1037,19 @@ Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   const State s = state_;
   if (s == State::kRunning) return {"nothing to refill: the job's GPU memory is in place", false};
   if (s == State::kImporting) return {};  // its own memory is back; its imports come next
-  if (s == State::kSaved && opt.fds.empty()) {
+  if (s == State::kSaved && opt.fds.empty() && opt.memfd < 0) {
     return {"the job's GPU data is in the drain's files: they must be given", false};
+  }
+  // From cryod's memfd: read as the host copy it was.
+  const bool from_memfd = s == State::kSaved && opt.memfd >= 0;
+  if (from_memfd) {
+    if (std::string err = MapHost(opt.memfd, false); !err.empty()) return {err, false};
   }
   std::string err = Recreate();
   out->allocate_ms = Ms(t0);
   const auto t_copy = Clock::now();
   if (err.empty()) {
-    if (s == State::kDrained) {
+    if (s == State::kDrained || from_memfd) {
       err = CopyInFromHost(opt.threads);
     } else {
       err = CopyInFromFiles(opt.fds, &out->files);
@@ -1099,8 +1058,9 @@ Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   out->copy_ms = Ms(t_copy);
   DestroyStreams();
   UnmapTemporaries();
+  if (from_memfd && !err.empty()) FreeHost();
   bool mismatch = false;
-  if (err.empty() && s == State::kSaved) {
+  if (err.empty() && s == State::kSaved && !from_memfd) {
     if (!opt.expected.empty() && opt.expected.size() != out->files.size()) {
       err = "expected " + std::to_string(opt.expected.size()) + " files, got " +
             std::to_string(out->files.size());

@@ -60,6 +60,9 @@ struct DrainOptions {
   std::chrono::milliseconds timeout{10000};
   uint64_t stripe_bytes = 64ull << 20;
   std::vector<int> fds;  // the files to save into; empty keeps the data in host memory
+  // >= 0: the host memory is this memfd (cryod's), mapped shared; FinishSave unmaps it
+  // (gpu_fastpath.h, "Memory"). No files then.
+  int memfd = -1;
 };
 
 // What the channel reports is what the mover measures (lib/contract/gpu_fastpath_messages.h).
@@ -71,6 +74,7 @@ struct RefillOptions {
   int threads = 8;
   std::vector<int> fds;           // the drain's files, when the data is only there
   std::vector<FileSum> expected;  // what each file must be (checked before the gate opens)
+  int memfd = -1;                 // the data is in this memfd (a drain's `memfd`), not in files
 };
 
 using RefillResult = contract::gpu_fastpath::RefillReply;
@@ -113,7 +117,7 @@ class Mover {
 
   Outcome Drain(const DrainOptions& opt, DrainResult* out);
   // After a Drain with files: waits for the writers, then frees the host copies. A failure
-  // refills from the host copies (rolled back).
+  // refills from the host copies (rolled back). After a Drain into a memfd: unmaps it.
   Outcome FinishSave(SaveResult* out);
   // Brings the job's own memory back, exports it again (new descriptors, kept in the registry),
   // and opens the gates unless memory it imported is still to be imported (then: kImporting,
@@ -164,6 +168,7 @@ class Mover {
   std::string Recreate();
   std::string CopyInFromHost(int threads);
   std::string CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums);
+  std::string MapHost(int memfd, bool write);
   void FreeHost();
   void StopWriters();
   CUstream StreamFor(CUcontext ctx);
@@ -188,6 +193,9 @@ class Mover {
   uint64_t total_ = 0;
   uint64_t stripe_ = 0;
   int nfiles_ = 0;
+  bool in_memfd_ = false;      // the drain's host memory was a memfd of cryod's
+  char* host_base_ = nullptr;  // that memfd, mapped (stream order)
+  uint64_t host_len_ = 0;
   std::map<Phys*, CUdeviceptr> temp_maps_;  // physical allocations mapped only for a copy
   std::map<Phys*, CUdeviceptr> sources_;    // where each one is mapped whole
   std::map<CUcontext, CUstream> streams_;

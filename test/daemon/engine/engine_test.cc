@@ -595,8 +595,8 @@ TEST_F(EngineTest, StepNamesArePinned) {
   EXPECT_EQ(engine_->CheckpointStepNames(),
             (std::vector<std::string>{"validate", "plan", "stage", "gpu_drain", "gpu_lock",
                                       "gpu_checkpoint", "gpu_save", "dump", "rootfs",
-                                      "resume_early", "gpu_resume", "gpu_refill", "manifest",
-                                      "publish", "finish", "export"}));
+                                      "resume_early", "gpu_resume", "gpu_refill", "gpu_write",
+                                      "manifest", "publish", "finish", "export"}));
   EXPECT_EQ(engine_->RestoreStepNames(),
             (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
                                       "credentials", "wait_pids", "ports", "journal", "rootfs",

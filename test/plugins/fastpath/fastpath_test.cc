@@ -11,9 +11,11 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
+#include "daemon/gpu/host_copy.h"
 #include "daemon/store/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -393,6 +395,119 @@ TEST_F(FastpathMoveTest, ManyUnitsStripeOverTheFilesAndComeBackInOrder) {
     EXPECT_TRUE(Holds(ps[i], 40 * kMiB, 100 + i)) << i;
     reg_->MemFree(ps[i]);
   }
+}
+
+// Whether this process maps cryod's host memory (the memfd NewHostCopy names).
+bool MapsHostCopy() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("cryo-gpu-host-copy") != std::string::npos) return true;
+  }
+  return false;
+}
+
+// A leave-running drain into cryod's memory (gpu_fastpath.h, "Memory"): the job keeps no copy
+// of the data (CRIU would dump it), the refill comes from cryod's memfd, and the files cryod
+// writes from it refill the job (as a restore would) the way the library's own files do.
+TEST_F(FastpathMoveTest, ADrainIntoCryodsMemoryLeavesTheJobNoCopyAndRefillsFromItOrItsFiles) {
+  std::vector<CUdeviceptr> ps(5);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ASSERT_EQ(reg_->MemAlloc(&ps[i], 40 * kMiB), CUDA_SUCCESS);
+    Fill(ps[i], 40 * kMiB, 200 + i);
+  }
+  auto intact = [&] {
+    for (size_t i = 0; i < ps.size(); ++i) {
+      if (!Holds(ps[i], 40 * kMiB, 200 + i)) return false;
+    }
+    return true;
+  };
+  // Sized from an older status: the library grows it to what it drains.
+  auto memfd = gpu::NewHostCopy(100 * kMiB, 2);
+  ASSERT_TRUE(memfd.ok()) << memfd.status();
+  DrainOptions opt;
+  opt.memfd = memfd->get();
+  opt.threads = 4;
+  DrainResult r;
+  Outcome o = mover_->Drain(opt, &r);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(r.bytes, 200 * kMiB);
+  EXPECT_EQ(Used(), 0u);
+  SaveResult s;
+  ASSERT_TRUE(mover_->FinishSave(&s).ok());
+  EXPECT_EQ(mover_->state(), State::kSaved);
+  EXPECT_TRUE(s.files.empty());
+  EXPECT_FALSE(MapsHostCopy()) << "the job still maps cryod's memory: CRIU would dump it";
+  struct stat st;
+  ASSERT_EQ(::fstat(memfd->get(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 200 * kMiB);
+
+  // cryod writes it into three files while the job runs on: units of 64 MiB go to files
+  // 0, 1, 2, 0 (the last unit 8 MiB), each with the store's checksum.
+  std::vector<int> out = OpenFiles(3, O_WRONLY | O_CREAT | O_TRUNC);
+  auto sums = gpu::WriteHostCopy(memfd->get(), r.bytes, 64 * kMiB, out, {});
+  CloseAll(out);
+  ASSERT_TRUE(sums.ok()) << sums.status();
+  ASSERT_EQ(sums->size(), 3u);
+  const uint64_t sizes[] = {72 * kMiB, 64 * kMiB, 64 * kMiB};
+  for (int i = 0; i < 3; ++i) {
+    auto want = HashFile((dir_ / ("part-" + std::to_string(i))).string());
+    ASSERT_TRUE(want.ok());
+    EXPECT_EQ((*sums)[i].size, sizes[i]) << i;
+    EXPECT_EQ((*sums)[i].checksum, want->checksum) << i;
+  }
+
+  // Back from cryod's memory.
+  RefillOptions ro;
+  ro.memfd = memfd->get();
+  RefillResult rr;
+  o = mover_->Refill(ro, &rr);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  EXPECT_FALSE(gate_.shut());
+  EXPECT_TRUE(intact());
+  EXPECT_FALSE(MapsHostCopy());
+
+  // Drained into memory again; this time the refill comes from cryod's files, as after a
+  // restore, where the files' count is cryod's (not the drain's): every byte in its place.
+  auto memfd2 = gpu::NewHostCopy(200 * kMiB, 2);
+  ASSERT_TRUE(memfd2.ok());
+  opt.memfd = memfd2->get();
+  ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+  ASSERT_TRUE(mover_->FinishSave(&s).ok());
+  EXPECT_FALSE(mover_->RollBackFromHost()) << "the data is only in cryod's memory now";
+  std::vector<int> in = OpenFiles(3, O_RDONLY);
+  RefillOptions from_files;
+  from_files.fds = in;
+  from_files.expected = *sums;
+  o = mover_->Refill(from_files, &rr);
+  CloseAll(in);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_TRUE(intact());
+  for (CUdeviceptr p : ps) reg_->MemFree(p);
+}
+
+// cryod's write of its memory is stopped between units when the checkpoint is called off.
+TEST(HostCopyTest, AWriteThatIsStoppedSaysSoAndAStripeOffTheChecksumsChunksIsRefused) {
+  auto memfd = gpu::NewHostCopy(130 * kMiB, 1);
+  ASSERT_TRUE(memfd.ok()) << memfd.status();
+  const std::string path = ::testing::TempDir() + "/host-copy-" + std::to_string(::getpid());
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  int asked = 0;
+  auto r =
+      gpu::WriteHostCopy(memfd->get(), 130 * kMiB, 64 * kMiB, {fd}, [&] { return ++asked > 1; });
+  EXPECT_TRUE(absl::IsCancelled(r.status())) << r.status();
+  struct stat st;
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(64 * kMiB)) << "one unit written, then stopped";
+  r = gpu::WriteHostCopy(memfd->get(), 130 * kMiB, 4 * kMiB, {fd}, {});
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+  // The drain cannot have put more there than the memfd holds.
+  r = gpu::WriteHostCopy(memfd->get(), 131 * kMiB, 64 * kMiB, {fd}, {});
+  EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
+  ::close(fd);
+  ::unlink(path.c_str());
 }
 
 TEST_F(FastpathMoveTest, ADamagedFileIsRefusedAndTheJobStaysHeld) {

@@ -1,0 +1,136 @@
+#include "daemon/gpu/host_copy.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/chunked_xxh3.h"
+#include "lib/base/io_all.h"
+#include "lib/base/parallel.h"
+#include "lib/base/status.h"
+
+namespace cryo::gpu {
+namespace {
+
+// A read or write mapping of a memfd, unmapped on scope exit.
+class Mapping {
+ public:
+  Mapping(int fd, uint64_t bytes, int prot) : len_(bytes) {
+    if (bytes == 0) return;
+    void* m = ::mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
+    if (m != MAP_FAILED) p_ = static_cast<char*>(m);
+  }
+  ~Mapping() {
+    if (p_ != nullptr) ::munmap(p_, len_);
+  }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  char* get() const { return p_; }
+
+ private:
+  char* p_ = nullptr;
+  uint64_t len_;
+};
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+}  // namespace
+
+uint64_t AvailableHostMemory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib << 10;
+  }
+  return 0;
+}
+
+absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads) {
+  UniqueFd fd(::memfd_create("cryo-gpu-host-copy", MFD_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(errno, "memfd_create");
+  if (bytes == 0) return fd;
+  if (::ftruncate(fd.get(), static_cast<off_t>(bytes)) != 0) {
+    return ErrnoStatus(errno, "sizing cryod's host memory for the GPU data");
+  }
+  // Allocated by several threads at once: one thread fills fresh pages at a few GB/s.
+  Mapping m(fd.get(), bytes, PROT_READ | PROT_WRITE);
+  if (m.get() == nullptr) return ErrnoStatus(errno, "mapping cryod's host memory");
+  ::madvise(m.get(), bytes, MADV_HUGEPAGE);
+  constexpr uint64_t kPiece = 256ull << 20;
+  const size_t pieces = (bytes + kPiece - 1) / kPiece;
+  std::atomic<size_t> next{0};
+  std::atomic<int> err{0};
+  auto work = [&](size_t) -> absl::Status {
+    for (size_t i = next++; i < pieces && err == 0; i = next++) {
+      const uint64_t off = i * kPiece;
+      const uint64_t len = std::min(kPiece, bytes - off);
+      if (::madvise(m.get() + off, len, MADV_POPULATE_WRITE) != 0) {
+        if (errno != EINVAL) {
+          err = errno;
+          break;
+        }
+        // A kernel without MADV_POPULATE_WRITE: touch each page.
+        for (uint64_t o = 0; o < len; o += 4096) m.get()[off + o] = 0;
+      }
+    }
+    return absl::OkStatus();
+  };
+  EachInParallel(static_cast<size_t>(std::max(1, threads)), work);
+  if (err != 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cryod's host memory for ", bytes, " bytes of GPU data: ", std::strerror(err.load())));
+  }
+  return fd;
+}
+
+absl::StatusOr<std::vector<FileDigest>> WriteHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
+                                                      const std::vector<int>& files,
+                                                      const std::function<bool()>& stop) {
+  if (files.empty() || stripe == 0 || stripe % xxh3chunked::kChunk != 0) {
+    return absl::InvalidArgumentError("the GPU data's files: none, or a stripe off the checksum's chunks");
+  }
+  struct stat st;
+  if (::fstat(memfd, &st) != 0) return ErrnoStatus(errno, "fstat of cryod's host memory");
+  if (static_cast<uint64_t>(st.st_size) < bytes) {
+    return absl::DataLossError(absl::StrCat("cryod's host memory holds ", st.st_size,
+                                            " bytes; the drain put ", bytes, " there"));
+  }
+  Mapping m(memfd, bytes, PROT_READ);
+  if (bytes > 0 && m.get() == nullptr) return ErrnoStatus(errno, "mapping cryod's host memory");
+  const size_t w = files.size();
+  const uint64_t units = (bytes + stripe - 1) / stripe;
+  std::vector<FileDigest> sums(w);
+  std::vector<absl::Status> st_each = EachInParallel(w, [&](size_t k) -> absl::Status {
+    xxh3chunked::Hasher hasher;
+    for (uint64_t c = k; c < units; c += w) {
+      if (stop && stop()) return absl::CancelledError("the GPU data's write was stopped");
+      const uint64_t off = c * stripe;
+      const uint64_t len = std::min(stripe, bytes - off);
+      hasher.Update(m.get() + off, len);
+      std::string err;
+      if (!io::WriteAll(files[k], {iovec{m.get() + off, len}},
+                        static_cast<off_t>((c / w) * stripe), &err)) {
+        return absl::UnavailableError(absl::StrCat("writing the GPU data's file ", k, ": ", err));
+      }
+    }
+    sums[k] = hasher.Finish();
+    return absl::OkStatus();
+  });
+  CRYO_RETURN_IF_ERROR(FirstError(st_each));
+  return sums;
+}
+
+}  // namespace cryo::gpu
