@@ -29,6 +29,7 @@
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/gpu_manager_factory.h"
+#include "daemon/gpu/host_copy.h"
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/http_server.h"
 #include "daemon/metrics/metrics.h"
@@ -75,6 +76,7 @@ struct State {
   std::string signing_key;
   std::unique_ptr<gpu::GpuManager> gpu;
   std::unique_ptr<gpu::Fastpath> fastpath;
+  UniqueFd host_copy_fs;  // the huge-page tmpfs of leave-running drains (host_copy.h)
   std::unique_ptr<runtime::ContainerRuntime> runtime;
   std::unique_ptr<metrics::Metrics> metrics;
   std::unique_ptr<metrics::HttpServer> http;
@@ -324,6 +326,16 @@ Result StartRecover(State& st) {
   }
   ec.fastpath.writers = st.config.gpu_fast_path_writers;
   ec.fastpath.in_memory = st.config.gpu_fast_path_in_memory;
+  if (ec.fastpath.in_memory) {
+    auto hc = gpu::MountHostCopyFs(fs::Join(st.config.state_dir, "gpu-host-copy"));
+    if (hc.ok()) {
+      st.host_copy_fs = std::move(*hc);
+      ec.fastpath.host_copy_fs = st.host_copy_fs.get();
+    } else {
+      CRYO_LOG(Warning) << "host copies of GPU data go into memfds (4 KiB pages, slower copies): "
+                        << hc.status();
+    }
+  }
   ec.fastpath_library = st.config.gpu_fast_path_library;
   // Always there, even when off for new checkpoints: recovery may owe a job a refill.
   st.fastpath = gpu::NewFastpath(&st.proc);

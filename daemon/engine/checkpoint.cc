@@ -54,6 +54,16 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
         return p;
       }(),
       step("stage", Stage::kUnspecified, run(&Engine::StageCheckpoint), undo(&Engine::UndoStage)),
+      // A leave-running checkpoint's drain goes into cryod's memory, allocated first while the
+      // job runs on (the job then stalls only for the copies).
+      step(
+          "gpu_host_copy", Stage::kGpuHostCopy, run(&Engine::AllocateHostCopies), nullptr,
+          [this](const S& s) {
+            return s.req.leave_running && !s.fast.empty() && cfg_.fastpath.in_memory;
+          },
+          [fast_bytes](const S& s) {
+            return StageSize{fast_bytes(s), "cryod's memory for the drain"};
+          }),
       // The fast path moves what its library owns before the driver's lock, which would block
       // the library's own copies too; its undo brings the memory back (after gpu_lock's undo
       // gave the driver's state back: undos run newest first).

@@ -6,12 +6,14 @@
 // GPU plugins, /proc, the container runtime) so the flows are tested with fakes, and the real
 // ones are used by cryod and the integration tests.
 //
-//   checkpoint: validate -> plan -> stage -> gpu_drain -> gpu_lock -> gpu_checkpoint -> gpu_save ->
+//   checkpoint: validate -> plan -> stage -> gpu_host_copy -> gpu_drain -> gpu_lock ->
+//               gpu_checkpoint -> gpu_save ->
 //               dump -> rootfs -> resume_early -> gpu_resume -> gpu_refill -> gpu_write ->
 //               manifest -> publish (commit) -> finish -> export
 //   restore:    validate -> init_handshake -> check -> verify -> credentials -> wait_pids ->
 //               journal -> rootfs -> criu_restore -> gpu_restore -> gpu_refill -> done (commit)
-// (gpu_drain, gpu_save, gpu_refill and gpu_write are the GPU fast path's: gpu_fastpath.cc.)
+// (gpu_host_copy, gpu_drain, gpu_save, gpu_refill and gpu_write are the GPU fast path's:
+// gpu_fastpath.cc.)
 
 #include <sys/types.h>
 
@@ -59,6 +61,7 @@ struct FastpathConfig {
   // files while the job runs on (gpu_write): the job stalls only for the copies. Used when the
   // node's available memory holds the job's GPU data.
   bool in_memory = true;
+  int host_copy_fs = -1;  // a tmpfs with huge pages for that memory (MountHostCopyFs; -1: memfds)
 };
 
 struct EngineConfig {
@@ -189,6 +192,7 @@ class Engine {
   absl::Status SaveGpuData(CheckpointState& s);
   absl::Status RefillGpus(CheckpointState& s);
   absl::Status WriteGpuData(CheckpointState& s);
+  absl::Status AllocateHostCopies(CheckpointState& s);
   bool DrainIntoMemory(const CheckpointState& s, uint64_t owned) const;
   // Their undos: they read the journal entry and, in a live rollback, the live handles (null
   // in recovery, which runs them too).

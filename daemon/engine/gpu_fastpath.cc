@@ -80,24 +80,36 @@ bool Engine::DrainIntoMemory(const CheckpointState& s, uint64_t owned) const {
   return true;
 }
 
-absl::Status Engine::DrainGpus(CheckpointState& s) {
+absl::Status Engine::AllocateHostCopies(CheckpointState& s) {
   uint64_t owned = 0;
   for (const auto& f : s.fast) owned += f.bytes;
-  const int writers = std::max(0, cfg_.fastpath.writers);
   s.live.fast.resize(s.fast.size());
-  // A leave-running checkpoint stalls the job only for the copies: the data goes into cryod's
-  // memory (allocated now, while the job runs) and gpu_write writes it after the refill.
-  bool memory = DrainIntoMemory(s, owned);
-  for (size_t i = 0; i < s.fast.size() && memory; ++i) {
-    auto m = gpu::NewHostCopy(s.fast[i].bytes, cfg_.fastpath.threads);
+  if (!DrainIntoMemory(s, owned)) return absl::OkStatus();
+  for (size_t i = 0; i < s.fast.size(); ++i) {
+    auto m = gpu::NewHostCopy(s.fast[i].bytes, cfg_.fastpath.threads, cfg_.fastpath.host_copy_fs);
     if (!m.ok()) {
       CRYO_LOG(Warning) << "GPU data of pid " << s.fast[i].pid
                         << " goes through files: " << m.status();
       for (auto& j : s.live.fast) j.memfd = UniqueFd();
-      memory = false;
-    } else {
-      s.live.fast[i].memfd = std::move(*m);
+      return absl::OkStatus();
     }
+    s.live.fast[i].memfd = std::move(*m);
+  }
+  s.op->Report(Stage::kGpuHostCopy, owned, owned,
+               absl::StrCat(owned, " bytes of cryod's memory for the drain"));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::DrainGpus(CheckpointState& s) {
+  const int writers = std::max(0, cfg_.fastpath.writers);
+  s.live.fast.resize(s.fast.size());
+  uint64_t owned = 0;
+  // A leave-running checkpoint stalls the job only for the copies: the data goes into cryod's
+  // memory (gpu_host_copy) and gpu_write writes it after the refill.
+  bool memory = !s.fast.empty();
+  for (size_t i = 0; i < s.fast.size(); ++i) {
+    owned += s.fast[i].bytes;
+    memory = memory && s.live.fast[i].memfd.get() >= 0;
   }
   for (auto& f : s.fast) {
     f.memory = memory;
@@ -134,6 +146,11 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
     s.live.fast[i].drain = std::move(drains[i]);
     f.bytes = s.live.fast[i].drain->bytes();
     f.allocations = s.live.fast[i].drain->allocations();
+    const auto& d = s.live.fast[i].drain->drained();
+    CRYO_LOG(Info) << "fast path of pid " << f.pid << ": " << f.bytes << " bytes off the GPU in "
+                   << d.total_ms << " ms (quiesce " << d.quiesce_ms << ", copy " << d.copy_ms
+                   << ", release " << d.release_ms << ")"
+                   << (memory ? ", into cryod's memory" : "");
     const uint64_t used = UsedBytes(s.gpu, f.pid);
     f.driver_bytes = used > f.bytes ? used - f.bytes : 0;
   }

@@ -45,6 +45,8 @@ std::string StageName(Stage s) {
       return "gpu_refill";
     case Stage::kGpuWrite:
       return "gpu_write";
+    case Stage::kGpuHostCopy:
+      return "gpu_host_copy";
   }
   return "unknown";
 }

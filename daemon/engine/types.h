@@ -36,10 +36,11 @@ enum class Stage {
   kDone = 12,
   kRootfs = 13,
   kExport = 14,
-  kGpuDrain = 15,   // the fast path moves device memory out (GPU free when it ends)
-  kGpuSave = 16,    // ... and waits for its files to be written
-  kGpuRefill = 17,  // the fast path moves device memory back in
-  kGpuWrite = 18,   // leave-running: cryod writes the drained data while the job runs on
+  kGpuDrain = 15,     // the fast path moves device memory out (GPU free when it ends)
+  kGpuSave = 16,      // ... and waits for its files to be written
+  kGpuRefill = 17,    // the fast path moves device memory back in
+  kGpuWrite = 18,     // leave-running: cryod writes the drained data while the job runs on
+  kGpuHostCopy = 19,  // ... into memory cryod allocates before the drain
 };
 // "gpu_lock": the name in manifests, results and metrics.
 std::string StageName(Stage s);

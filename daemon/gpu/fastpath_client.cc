@@ -86,6 +86,12 @@ wire::Request RefillRequest(const FastpathProcess& p, int threads, const std::ve
   return req;
 }
 
+void LogRefill(const FastpathProcess& p, const wire::RefillReply& r) {
+  CRYO_LOG(Info) << "fast path of pid " << p.pid << ": " << r.bytes << " bytes back on the GPU in "
+                 << r.total_ms << " ms (allocate " << r.allocate_ms << ", copy " << r.copy_ms << ")"
+                 << (p.memory ? ", from cryod's memory" : "");
+}
+
 absl::Status ReplyError(const wire::Error& e, const FastpathProcess& p) {
   const std::string msg =
       absl::StrCat("GPU fast path of pid ", p.pid, ": ", e.message,
@@ -351,6 +357,7 @@ absl::StatusOr<wire::RefillReply> FastpathRefill(const proc::ProcReader& proc,
   absl::Status st = Send(fd, p, req, files);
   absl::StatusOr<wire::RefillReply> r = st.ok() ? Receive<wire::RefillReply>(fd, p, timeout) : st;
   ::close(fd);
+  if (r.ok()) LogRefill(p, *r);
   return r;
 }
 
@@ -366,6 +373,7 @@ absl::StatusOr<std::unique_ptr<FastpathHeldRefill>> FastpathHeldRefill::Start(
   req.hold_ms = std::min<int64_t>(absl::ToInt64Milliseconds(timeout), wire::kMaxHoldMs);
   CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
   CRYO_ASSIGN_OR_RETURN(h->refilled_, Receive<wire::RefillReply>(fd, p, timeout));
+  LogRefill(p, h->refilled_);
   return h;
 }
 

@@ -18,10 +18,15 @@ namespace cryo::gpu {
 // What the node can give cryod now (MemAvailable), 0 when unknown.
 uint64_t AvailableHostMemory();
 
-// A memfd of `bytes`, its pages allocated now by `threads` threads of cryod (so they count
-// against cryod's memory, not the job's, and the copy into it does not wait for fresh pages).
-// RESOURCE_EXHAUSTED when the node cannot give them.
-absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads);
+// A tmpfs with huge pages for NewHostCopy, mounted on `where` (made if need be) and detached at
+// once: the descriptor returned is all that holds it.
+absl::StatusOr<UniqueFd> MountHostCopyFs(const std::string& where);
+
+// An unnamed file of `bytes` in `fs` (MountHostCopyFs's), or a memfd when `fs` is -1,
+// its pages allocated now by `threads` threads of cryod (so they count against cryod's memory,
+// not the job's, and the copy into it does not wait for fresh pages). RESOURCE_EXHAUSTED when
+// the node cannot give them.
+absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads, int fs = -1);
 
 // Writes the first `bytes` of `memfd` into `files` in the fast path's layout (unit c of
 // `stripe` bytes goes to file c % W at offset (c / W) * stripe), one writer per file, each

@@ -48,7 +48,8 @@
 #   leave-running checkpoints through cryod of a job holding N GiB, its data drained into cryod's
 #   memory, refilled from there and written while the job runs on: the job's stall (the stages
 #   it is held in) against the drain alone, and the background write; the job runs on verified
-#   and restores from the second checkpoint, every word verified.
+#   and restores from the second checkpoint, every word verified. fp-torch-periodic: the PyTorch
+#   loop checkpointed three times leave-running, then stopped and restored: losses bit-identical.
 #
 # Env: CRYO_GPU_FP_SIZES (GiB, default "1 8"), CRYO_GPU_FP_WRITERS (files per process, default 4),
 # CRYO_GPU_FP_THREADS (copy threads, default nproc), CRYO_GPU_FP_CRIU_GIB (default 8),
@@ -400,6 +401,50 @@ fp_torch_cryod() {  # fp_torch_cryod NAME ALLOC_CONF: the loop stopped and resto
   "${CRYO[@]}" rm "$name" >/dev/null 2>&1
 }
 
+# fp_torch_periodic: the PyTorch loop with the library checkpointed three times while it runs
+# (leave-running, as the periodic schedule takes them: into cryod's memory, written in the
+# background), then preempted (stopped) and restored: its losses bit-identical to a run never
+# checkpointed.
+fp_torch_periodic() {
+  # Long enough (20 s) for four checkpoints while it runs.
+  local name=fp-torch-periodic steps=${CRYO_GPU_TORCH_PERIODIC_STEPS:-1000} i
+  local ref="$RES/fp.torch.ref.$steps.txt" run="$RES/$name.txt" stalls=""
+  if [ ! -s "$ref" ]; then
+    setsid -w python3 "$B/train_losses.py" --steps "$steps" --step-ms 20 --out "$ref" </dev/null >"$RES/fp.torch.ref.$steps.log" 2>&1
+  fi
+  rm -f "$run"
+  env LD_PRELOAD="$FPLIB" setsid python3 "$B/train_losses.py" --steps "$steps" --step-ms 20 --out "$run" </dev/null >"$RES/$name.log" 2>&1 &
+  local tpid=$!
+  PIDS+=("$tpid")
+  for i in 1 2 3; do
+    wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps * i / 8 )) ]" || { result "$name" FAIL "training did not reach checkpoint $i: $(tail -3 "$RES/$name.log")"; end_job "$tpid"; return; }
+    if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name-$i" --leave-running >"$RES/$name-$i.ckpt.json" 2>"$RES/$name-$i.ckpt.err"; then
+      result "$name" FAIL "periodic checkpoint $i: $(tail -2 "$RES/$name-$i.ckpt.err")"; end_job "$tpid"; return
+    fi
+    # (Spelled out: a comprehension inside jget's eval cannot see d.)
+    stalls="$stalls $(jget "$RES/$name-$i.ckpt.json" 'int(d["stage_ms"].get("gpu_drain", 0)) + int(d["stage_ms"].get("gpu_lock", 0)) + int(d["stage_ms"].get("gpu_checkpoint", 0)) + int(d["stage_ms"].get("gpu_save", 0)) + int(d["stage_ms"].get("dump", 0)) + int(d["stage_ms"].get("gpu_restore", 0)) + int(d["stage_ms"].get("gpu_refill", 0))')"
+    "${CRYO[@]}" rm "$name-$((i - 1))" >/dev/null 2>&1
+  done
+  wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps / 2 )) ]"
+  if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" >"$RES/$name.ckpt.json" 2>"$RES/$name.ckpt.err"; then
+    result "$name" FAIL "preemption checkpoint: $(tail -2 "$RES/$name.ckpt.err")"; end_job "$tpid"; return
+  fi
+  wait "$tpid" 2>/dev/null
+  local at; at=$(wc -l <"$run")
+  if ! "${CRYO[@]}" -o json restore "$name" >"$RES/$name.restore.json" 2>"$RES/$name.restore.err"; then
+    result "$name" FAIL "restore: $(tail -2 "$RES/$name.restore.err")"; return
+  fi
+  if ! wait_until 300 grep -qx done "$run"; then
+    result "$name" FAIL "restored training did not finish ($(wc -l <"$run") lines)"; return
+  fi
+  if cmp -s "$ref" "$run"; then
+    result "$name" PASS "3 leave-running checkpoints (stalls ms:$stalls), preempted after step $((at - 1)) of $steps, restored, losses bit-identical"
+  else
+    result "$name" FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' ')"
+  fi
+  "${CRYO[@]}" rm "$name-3" >/dev/null 2>&1; "${CRYO[@]}" rm "$name" >/dev/null 2>&1
+}
+
 # The fast path beside the driver's path, the hand-run baseline and the floors, per size.
 # fp_periodic_stall GIB: leave-running checkpoints of a job holding GIB through cryod, as the
 # periodic schedule takes them (the data into cryod's memory, refilled from there, the files
@@ -419,6 +464,8 @@ fp_periodic_stall() {
     if ! msg=$(verified_pass "$k" "$LOAD_STATUS" "$gib"); then
       result "$name" FAIL "after checkpoint $r: $msg"; end_job "$pid"; return
     fi
+    # The store holds one at a time at 32 GiB on these machines' disks (64 GiB).
+    [ "$r" = 1 ] && "${CRYO[@]}" rm "$k-1" >/dev/null 2>&1
   done
   end_job "$pid"
   if ! "${CRYO[@]}" -o json restore "$k-2" >"$RES/$k.restore.json" 2>"$RES/$k.restore.err"; then
@@ -444,7 +491,7 @@ if f:
 print(json.dumps(out))
 PY
   result "$name" PASS "$(jget "$RES/$k.summary.json" '"; ".join("stall %d ms = %.2fx the drain (drain %d, lock %d, driver %d, save %d, dump %d, driver restore %d, refill %d), then written in the background in %d ms" % (r["stall_ms"], r["stall_vs_drain"], r["drain_ms"], r["stages"].get("gpu_lock",0), r["stages"].get("gpu_checkpoint",0), r["stages"].get("gpu_save",0), r["stages"].get("dump",0), r["stages"].get("gpu_restore",0), r["stages"].get("gpu_refill",0), r["background_write_ms"]) for r in d["runs"]) + "; floors: d2h %d ms, store write %d ms" % (d.get("floor_d2h_ms",0), d.get("floor_write_ms",0))')"
-  "${CRYO[@]}" rm "$k-1" >/dev/null 2>&1; "${CRYO[@]}" rm "$k-2" >/dev/null 2>&1
+  "${CRYO[@]}" rm "$k-2" >/dev/null 2>&1
 }
 
 fp_table() {
@@ -522,7 +569,8 @@ run_fastpath_parts() {
   case " $PARTS " in *" periodic-stall "*)
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result periodic-stall SKIP "bundle has no cryod or CRIU"; return; }
     [ -n "$CRYOD_PID" ] || start_cryod || { result periodic-stall FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }
-    for gib in ${CRYO_GPU_STALL_GIB:-32}; do fp_periodic_stall "$gib"; done ;;
+    for gib in ${CRYO_GPU_STALL_GIB:-32}; do fp_periodic_stall "$gib"; done
+    if fp_torch_ok; then fp_torch_periodic; else result fp-torch-periodic SKIP "no PyTorch with CUDA here"; fi ;;
   esac
   case " $PARTS " in *" node-preempt "*)
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result node-preempt SKIP "bundle has no cryod or CRIU"; return; }

@@ -24,7 +24,9 @@ inline bool DropDirectIo(int fd) {
   return fl >= 0 && (fl & O_DIRECT) != 0 && ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0;
 }
 
-inline std::string ErrnoText(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
+inline std::string ErrnoText(const char* what) {
+  return std::string(what) + ": " + std::strerror(errno);
+}
 
 inline bool WriteAll(int fd, std::vector<iovec> iov, off_t off, std::string* err) {
   size_t first = 0;

@@ -593,8 +593,8 @@ TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
 // adding one is not.
 TEST_F(EngineTest, StepNamesArePinned) {
   EXPECT_EQ(engine_->CheckpointStepNames(),
-            (std::vector<std::string>{"validate", "plan", "stage", "gpu_drain", "gpu_lock",
-                                      "gpu_checkpoint", "gpu_save", "dump", "rootfs",
+            (std::vector<std::string>{"validate", "plan", "stage", "gpu_host_copy", "gpu_drain",
+                                      "gpu_lock", "gpu_checkpoint", "gpu_save", "dump", "rootfs",
                                       "resume_early", "gpu_resume", "gpu_refill", "gpu_write",
                                       "manifest", "publish", "finish", "export"}));
   EXPECT_EQ(engine_->RestoreStepNames(),

@@ -487,6 +487,30 @@ TEST_F(FastpathMoveTest, ADrainIntoCryodsMemoryLeavesTheJobNoCopyAndRefillsFromI
   for (CUdeviceptr p : ps) reg_->MemFree(p);
 }
 
+// cryod's huge-page tmpfs for host copies is held by its descriptor alone: no mount is left for
+// the node to see (or for a killed cryod to leak), and files made in it hold what is written.
+TEST(HostCopyTest, TheHugePageFileSystemLeavesNoMountBehindAndHoldsTheCopies) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const std::string where = ::testing::TempDir() + "/host-copy-fs-" + std::to_string(::getpid());
+  auto fs = gpu::MountHostCopyFs(where);
+  ASSERT_TRUE(fs.ok()) << fs.status();
+  std::ifstream mounts("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(mounts, line)) EXPECT_EQ(line.find(where), std::string::npos) << line;
+  auto copy = gpu::NewHostCopy(8 * kMiB, 2, fs->get());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  const char word[] = "every byte";
+  ASSERT_EQ(::pwrite(copy->get(), word, sizeof(word), 5 * kMiB),
+            static_cast<ssize_t>(sizeof(word)));
+  char back[sizeof(word)] = {};
+  ASSERT_EQ(::pread(copy->get(), back, sizeof(back), 5 * kMiB), static_cast<ssize_t>(sizeof(back)));
+  EXPECT_STREQ(back, word);
+  struct stat st;
+  ASSERT_EQ(::fstat(copy->get(), &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(8 * kMiB));
+  ::rmdir(where.c_str());
+}
+
 // cryod's write of its memory is stopped between units when the checkpoint is called off.
 TEST(HostCopyTest, AWriteThatIsStoppedSaysSoAndAStripeOffTheChecksumsChunksIsRefused) {
   auto memfd = gpu::NewHostCopy(130 * kMiB, 1);
