@@ -72,9 +72,11 @@ bool Engine::DrainIntoMemory(const CheckpointState& s, uint64_t owned) const {
   // The job's data and a margin for the rest of the node (what it allocates meanwhile).
   const uint64_t avail = gpu::AvailableHostMemory();
   if (avail < owned + owned / 8 + (1ull << 30)) {
-    CRYO_LOG(Info) << "the node has " << avail << " bytes of memory available, short of the "
-                   << owned << " bytes of GPU data and a margin: they go through files, and the "
-                   << "job stalls until they are written";
+    CRYO_LOG(Info) << "cryod can have " << avail << " bytes of memory (the node's available "
+                   << "memory, or its cgroup's limit), short of the " << owned
+                   << " bytes of GPU data and a margin: they go through files, and the job "
+                   << "stalls until they are written (raise cryod's memory limit: the chart's "
+                   << "cryod.resources)";
     return false;
   }
   return true;

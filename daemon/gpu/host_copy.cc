@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -47,16 +48,65 @@ class Mapping {
 
 }  // namespace
 
+namespace {
+
+// A cgroup v2 file's one number; nullopt for "max", a missing file or junk.
+std::optional<uint64_t> CgroupNumber(const std::string& path) {
+  std::ifstream in(path);
+  std::string v;
+  if (!(in >> v) || v == "max") return std::nullopt;
+  uint64_t n = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return std::nullopt;
+    n = n * 10 + static_cast<uint64_t>(c - '0');
+  }
+  return n;
+}
+
+}  // namespace
+
+uint64_t AvailableUnderCgroups(uint64_t avail, const std::string& proc_cgroup,
+                               const std::string& sys_fs_cgroup) {
+  // The host copies count against cryod's own cgroup (a DaemonSet's memory limit): what is left
+  // below the tightest limit of it and its ancestors. Past it the kernel would kill cryod.
+  // cgroup v2 ("0::path"), or v1's memory controller ("N:memory:path").
+  std::ifstream cg(proc_cgroup);
+  std::string line;
+  while (std::getline(cg, line)) {
+    std::string root, max_file, cur_file;
+    size_t at = 0;
+    if (line.rfind("0::", 0) == 0) {
+      root = sys_fs_cgroup, max_file = "/memory.max", cur_file = "/memory.current", at = 3;
+    } else if (size_t m = line.find(":memory:"); m != std::string::npos) {
+      root = sys_fs_cgroup + "/memory", max_file = "/memory.limit_in_bytes";
+      cur_file = "/memory.usage_in_bytes", at = m + 8;
+    } else {
+      continue;
+    }
+    std::string path = line.substr(at);
+    while (!path.empty()) {
+      const std::string dir = root + (path == "/" ? std::string() : path);
+      auto max = CgroupNumber(dir + max_file);
+      auto cur = CgroupNumber(dir + cur_file);
+      if (max && cur) avail = std::min(avail, *max > *cur ? *max - *cur : 0);
+      if (path == "/") break;
+      const size_t slash = path.rfind('/');
+      path = slash == 0 ? "/" : path.substr(0, slash);
+    }
+  }
+  return avail;
+}
+
 uint64_t AvailableHostMemory() {
+  uint64_t avail = 0;
   std::ifstream in("/proc/meminfo");
-  std::string key;
+  std::string key, unit;
   uint64_t kib = 0;
-  std::string unit;
   while (in >> key >> kib) {
     std::getline(in, unit);
-    if (key == "MemAvailable:") return kib << 10;
+    if (key == "MemAvailable:") avail = kib << 10;
   }
-  return 0;
+  return AvailableUnderCgroups(avail, "/proc/self/cgroup", "/sys/fs/cgroup");
 }
 
 absl::StatusOr<UniqueFd> MountHostCopyFs(const std::string& where) {

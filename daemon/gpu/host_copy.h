@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,8 +16,12 @@
 
 namespace cryo::gpu {
 
-// What the node can give cryod now (MemAvailable), 0 when unknown.
+// What the node can give cryod now: MemAvailable, or less when cryod's cgroup (or one above it)
+// has a memory limit closer to its usage; 0 when unknown.
 uint64_t AvailableHostMemory();
+// The same below the cgroups `proc_cgroup` (as /proc/self/cgroup) names under `sys_fs_cgroup`.
+uint64_t AvailableUnderCgroups(uint64_t avail, const std::string& proc_cgroup,
+                               const std::string& sys_fs_cgroup);
 
 // A tmpfs with huge pages for NewHostCopy, mounted on `where` (made if need be) and detached at
 // once: the descriptor returned is all that holds it.

@@ -511,6 +511,40 @@ TEST(HostCopyTest, TheHugePageFileSystemLeavesNoMountBehindAndHoldsTheCopies) {
   ::rmdir(where.c_str());
 }
 
+// cryod takes no more host memory for copies than its cgroup (a DaemonSet's limit) leaves it:
+// past that the kernel would kill cryod. The tightest of it and its ancestors counts, in v2 and
+// in v1's memory controller; "max" and missing files are no limit.
+TEST(HostCopyTest, TheMemoryCryodMayTakeIsWhatTheTightestCgroupLimitLeaves) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(::testing::TempDir()) / ("cgroups-" + std::to_string(::getpid()));
+  auto put = [&](const fs::path& p, const std::string& v) {
+    fs::create_directories(p.parent_path());
+    std::ofstream(p) << v << "\n";
+  };
+  const uint64_t node = 100 * kMiB;
+  put(root / "v2" / "kubepods" / "memory.max", std::to_string(90 * kMiB));
+  put(root / "v2" / "kubepods" / "memory.current", std::to_string(20 * kMiB));
+  put(root / "v2" / "kubepods" / "cryod" / "memory.max", "max");
+  put(root / "v2" / "kubepods" / "cryod" / "memory.current", std::to_string(5 * kMiB));
+  put(root / "self-v2", "0::/kubepods/cryod");
+  EXPECT_EQ(gpu::AvailableUnderCgroups(node, (root / "self-v2").string(), (root / "v2").string()),
+            70 * kMiB);
+  put(root / "v1" / "memory" / "job" / "memory.limit_in_bytes", std::to_string(40 * kMiB));
+  put(root / "v1" / "memory" / "job" / "memory.usage_in_bytes", std::to_string(30 * kMiB));
+  put(root / "self-v1", "9:pids:/\n4:memory:/job\n0::/");
+  EXPECT_EQ(gpu::AvailableUnderCgroups(node, (root / "self-v1").string(), (root / "v1").string()),
+            10 * kMiB);
+  // Over its limit already: nothing.
+  put(root / "v1" / "memory" / "job" / "memory.usage_in_bytes", std::to_string(50 * kMiB));
+  EXPECT_EQ(gpu::AvailableUnderCgroups(node, (root / "self-v1").string(), (root / "v1").string()),
+            0u);
+  put(root / "self-none", "0::/nowhere");
+  EXPECT_EQ(gpu::AvailableUnderCgroups(node, (root / "self-none").string(), (root / "v2").string()),
+            node);
+  EXPECT_GT(gpu::AvailableHostMemory(), 0u);
+  fs::remove_all(root);
+}
+
 // cryod's write of its memory is stopped between units when the checkpoint is called off.
 TEST(HostCopyTest, AWriteThatIsStoppedSaysSoAndAStripeOffTheChecksumsChunksIsRefused) {
   auto memfd = gpu::NewHostCopy(130 * kMiB, 1);
