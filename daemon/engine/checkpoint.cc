@@ -58,9 +58,7 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
       // job runs on (the job then stalls only for the copies).
       step(
           "gpu_host_copy", Stage::kGpuHostCopy, run(&Engine::AllocateHostCopies), nullptr,
-          [this](const S& s) {
-            return s.req.leave_running && !s.fast.empty() && cfg_.fastpath.in_memory;
-          },
+          [this](const S& s) { return MayDrainIntoMemory(s); },
           [fast_bytes](const S& s) {
             return StageSize{fast_bytes(s), "cryod's memory for the drain"};
           }),

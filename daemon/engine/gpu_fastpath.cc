@@ -59,16 +59,17 @@ CheckpointLive::~CheckpointLive() {
   for (auto& j : fast) CloseAll(j.fds);
 }
 
-bool Engine::DrainIntoMemory(const CheckpointState& s, uint64_t owned) const {
-  if (!s.req.leave_running || !cfg_.fastpath.in_memory || cfg_.fastpath.writers <= 0) return false;
+bool Engine::MayDrainIntoMemory(const CheckpointState& s) const {
+  if (!s.req.leave_running || s.fast.empty() || !cfg_.fastpath.in_memory) return false;
+  if (cfg_.fastpath.writers <= 0) return false;
   for (const auto& f : s.fast) {
-    if (f.version < contract::gpu_fastpath::kVersionMemory) {
-      CRYO_LOG(Info) << "pid " << f.pid << " runs version " << f.version
-                     << " of the fast-path library: its GPU data goes through files, and the job "
-                        "stalls until they are written";
-      return false;
-    }
+    if (f.version < contract::gpu_fastpath::kVersionMemory) return false;
   }
+  return true;
+}
+
+bool Engine::DrainIntoMemory(const CheckpointState& s, uint64_t owned) const {
+  if (!MayDrainIntoMemory(s)) return false;
   // The job's data and a margin for the rest of the node (what it allocates meanwhile).
   const uint64_t avail = gpu::AvailableHostMemory();
   if (avail < owned + owned / 8 + (1ull << 30)) {
@@ -112,6 +113,11 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   for (size_t i = 0; i < s.fast.size(); ++i) {
     owned += s.fast[i].bytes;
     memory = memory && s.live.fast[i].memfd.get() >= 0;
+  }
+  if (s.req.leave_running && !memory) {
+    CRYO_LOG(Info) << "the GPU data of this leave-running checkpoint goes through files (the "
+                   << "job stalls until they are written): the libraries' versions, the memory "
+                   << "available or gpu_fast_path_in_memory do not allow it into cryod's memory";
   }
   for (auto& f : s.fast) {
     f.memory = memory;

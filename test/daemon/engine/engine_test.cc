@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "daemon/gpu/fastpath_client.h"
 #include "daemon/store/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -657,6 +658,58 @@ TEST_F(EngineTest, AFastPathThatLiesAboutItsFilesIsNotPublished) {
   EXPECT_FALSE(store_->Get("liar").ok());
   EXPECT_TRUE(StagingEmpty());
   EXPECT_TRUE(job.Runs());
+}
+
+// A leave-running checkpoint with a library that speaks version kVersionMemory drains into
+// cryod's memory, refills from it, and writes the files after (gpu_write): the published files
+// hold what the library put there. An older library goes through the files as before.
+TEST_F(EngineTest, ALeaveRunningCheckpointDrainsIntoCryodsMemoryOnlyWithALibraryThatSpeaksIt) {
+  for (int version :
+       {contract::gpu_fastpath::kVersionMemory, contract::gpu_fastpath::kVersionCut}) {
+    SCOPED_TRACE(version);
+    const bool memory = version >= contract::gpu_fastpath::kVersionMemory;
+    testing::FakeFastpath fp;
+    fp.version = version;
+    fp.bytes = memory ? 3 << 20 : 0;  // (the files' path with nothing to write: 4 empty files)
+    if (!memory) fp.claimed.assign(4, {0, ""});
+    EngineConfig c;
+    c.node_name = "node-a";
+    c.state_dir = dir_.path + "/state";
+    c.self_pid = ::getpid();
+    EngineDeps deps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_};
+    deps.fastpath = &fp;
+    Engine e(c, deps);
+    Child job;
+    const std::string id = absl::StrCat("lr-", version);
+    CheckpointRequest req = Req(job.pid, id);
+    req.leave_running = true;
+    auto r = e.Checkpoint(req, op_);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(fp.drained_into_memory, memory);
+    EXPECT_EQ(fp.refilled_from_memory, memory);
+    EXPECT_EQ(fp.drain_files, memory ? 1u : 4u);
+    EXPECT_EQ(fp.refills, 1);
+    EXPECT_EQ(r->manifest.stage_ms.count("gpu_write"), memory ? 1u : 0u);
+    EXPECT_EQ(r->manifest.stage_ms.count("gpu_host_copy"), memory ? 1u : 0u);
+    EXPECT_TRUE(job.Runs());
+    ASSERT_EQ(r->manifest.gpu_fastpath.size(), 1u);
+    EXPECT_FALSE(r->manifest.gpu_fastpath[0].memory) << "published as written into files";
+    EXPECT_EQ(r->manifest.gpu_fastpath[0].files, 4);
+    if (!memory) continue;
+    // 3 MiB is less than one 64 MiB unit: all of it in file 0, the others empty.
+    auto data = fs::ReadFile(
+        absl::StrCat(dir_.path, "/store/checkpoints/", id, "/", gpu::FastpathFileName(job.pid, 0)));
+    ASSERT_TRUE(data.ok()) << data.status();
+    ASSERT_EQ(data->size(), 3u << 20);
+    size_t wrong = 0;
+    for (uint64_t i = 0; i < data->size(); ++i) wrong += (*data)[i] != fp.Pattern(i);
+    EXPECT_EQ(wrong, 0u);
+    uint64_t listed = 0;
+    for (const auto& f : r->manifest.files) {
+      if (absl::StartsWith(f.path, "gpu/")) listed += f.size;
+    }
+    EXPECT_EQ(listed, 3u << 20);
+  }
 }
 
 // A process checkpoint restores with at most the credentials its job had, as the node that

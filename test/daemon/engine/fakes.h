@@ -86,6 +86,12 @@ class FakeFastpath : public gpu::Fastpath {
   uint64_t bytes = 0;
   int refills = 0;
   State state = State::kRunning;  // what Status answers
+  int version = 0;                // the library's, as Find reports it (0: not asked)
+  // The last drain: how many descriptors it was given, and whether into cryod's memory (then the
+  // fake writes `bytes` of Pattern(i) into it, as a library would).
+  size_t drain_files = 0;
+  bool drained_into_memory = false, refilled_from_memory = false;
+  static char Pattern(uint64_t i) { return static_cast<char>((i * 131 + i / 4093) & 0xff); }
 
   class Drain : public gpu::FastpathDrainHandle {
    public:
@@ -93,6 +99,8 @@ class FakeFastpath : public gpu::Fastpath {
         : d_(d), c_(std::move(c)) {}
     const contract::gpu_fastpath::DrainedReply& drained() const override { return d_; }
     absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool) override { return c_; }
+    // Held at the cut (a library of kVersionCut or later): at once.
+    absl::Status Align(uint64_t, absl::Duration) override { return absl::OkStatus(); }
 
    private:
     contract::gpu_fastpath::DrainedReply d_;
@@ -104,11 +112,21 @@ class FakeFastpath : public gpu::Fastpath {
     p.pid = pids.front();
     p.ns_pid = pids.front();
     p.bytes = bytes;
+    p.version = version;
     return std::vector<gpu::FastpathProcess>{p};
   }
   absl::StatusOr<std::unique_ptr<gpu::FastpathDrainHandle>> Drain(
-      const gpu::FastpathProcess&, const gpu::FastpathDrainOptions&,
-      const std::vector<int>&) override {
+      const gpu::FastpathProcess& p, const gpu::FastpathDrainOptions&,
+      const std::vector<int>& files) override {
+    drain_files = files.size();
+    drained_into_memory = p.memory;
+    if (p.memory && files.size() == 1) {
+      std::string data(bytes, 0);
+      for (uint64_t i = 0; i < bytes; ++i) data[i] = Pattern(i);
+      if (::pwrite(files[0], data.data(), data.size(), 0) != static_cast<ssize_t>(data.size())) {
+        return absl::InternalError("the fake could not write cryod's memory");
+      }
+    }
     state = State::kSaved;
     contract::gpu_fastpath::DrainedReply d;
     d.bytes = bytes;
@@ -116,9 +134,10 @@ class FakeFastpath : public gpu::Fastpath {
     return std::unique_ptr<gpu::FastpathDrainHandle>(new class Drain(d, claimed));
   }
   absl::StatusOr<contract::gpu_fastpath::RefillReply> Refill(
-      const gpu::FastpathProcess&, int, const std::vector<int>&,
+      const gpu::FastpathProcess& p, int, const std::vector<int>&,
       const std::vector<FileDigest>&) override {
     ++refills;
+    refilled_from_memory = p.memory;
     state = State::kRunning;
     return contract::gpu_fastpath::RefillReply{};
   }

@@ -108,6 +108,20 @@ TEST(FastpathClientTest, RequestsAndRepliesRoundTrip) {
   EXPECT_EQ(back.threads, 16);
   EXPECT_EQ(back.files, 2);
   EXPECT_EQ(back.expected, req.expected);
+  EXPECT_FALSE(back.memory);
+  // A drain into cryod's memory says so; one that does not is read as into files.
+  wire::Request drain;
+  drain.op = wire::Op::kDrain;
+  drain.version = wire::kVersionMemory;
+  drain.files = 1;
+  drain.memory = true;
+  ASSERT_TRUE(wire::Decode(wire::Encode(drain), &back, &why)) << why;
+  EXPECT_TRUE(back.memory);
+  EXPECT_EQ(back.version, wire::kVersionMemory);
+  drain.memory = false;
+  ASSERT_TRUE(wire::Decode(wire::Encode(drain), &back, &why)) << why;
+  EXPECT_FALSE(back.memory);
+  EXPECT_FALSE(wire::Decode(R"({"op": "drain", "memory": 1})", &back, &why)) << "memory is a bool";
   wire::SavedReply saved{{{1, "ab"}, {2, "cd"}}, 12};
   auto s = ParseFastpathReply<wire::SavedReply>(wire::Encode(saved), Job());
   ASSERT_TRUE(s.ok()) << s.status();
