@@ -381,6 +381,15 @@ fp_torch_cryod() {  # fp_torch_cryod NAME ALLOC_CONF: the loop stopped and resto
   local tpid=$!
   PIDS+=("$tpid")
   wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps / 3 )) ]" || { result "$name" FAIL "training did not start: $(tail -3 "$RES/$name.log")"; end_job "$tpid"; return; }
+  fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" ""
+  "${CRYO[@]}" rm "$name" >/dev/null 2>&1
+}
+
+# fp_torch_stop_restore NAME TPID RUN REF STEPS WHAT: the loop TPID (writing RUN) stopped through
+# cryod as checkpoint NAME, restored, run to its end, its losses compared with REF's; WHAT leads
+# the result's line.
+fp_torch_stop_restore() {
+  local name=$1 tpid=$2 run=$3 ref=$4 steps=$5 what=$6
   if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" >"$RES/$name.ckpt.json" 2>"$RES/$name.ckpt.err"; then
     result "$name" FAIL "checkpoint: $(tail -2 "$RES/$name.ckpt.err")"; end_job "$tpid"; return
   fi
@@ -392,13 +401,12 @@ fp_torch_cryod() {  # fp_torch_cryod NAME ALLOC_CONF: the loop stopped and resto
   if ! wait_until 300 grep -qx done "$run"; then
     result "$name" FAIL "restored training did not finish ($(wc -l <"$run") lines)"; end_job "$tpid"; return
   fi
-  local what; what=$(jget "$RES/$name.ckpt.json" '"fast path %.0f MiB, driver %.0f MiB; stages %s" % (int(d.get("gpu_fastpath_bytes", 0))/2**20, int(d.get("gpu_driver_bytes", 0))/2**20, d["stage_ms"])')
+  local moved; moved=$(jget "$RES/$name.ckpt.json" '"fast path %.0f MiB, driver %.0f MiB; stages %s" % (int(d.get("gpu_fastpath_bytes", 0))/2**20, int(d.get("gpu_driver_bytes", 0))/2**20, d["stage_ms"])')
   if cmp -s "$ref" "$run"; then
-    result "$name" PASS "checkpointed after step $((at - 1)) of $steps, restored, losses bit-identical; $what"
+    result "$name" PASS "${what}checkpointed after step $((at - 1)) of $steps, restored, losses bit-identical; $moved"
   else
-    result "$name" FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' '); $what"
+    result "$name" FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' '); $moved"
   fi
-  "${CRYO[@]}" rm "$name" >/dev/null 2>&1
 }
 
 # fp_torch_periodic: the PyTorch loop with the library checkpointed three times while it runs
@@ -426,22 +434,8 @@ fp_torch_periodic() {
     "${CRYO[@]}" rm "$name-$((i - 1))" >/dev/null 2>&1
   done
   wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps / 2 )) ]"
-  if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" >"$RES/$name.ckpt.json" 2>"$RES/$name.ckpt.err"; then
-    result "$name" FAIL "preemption checkpoint: $(tail -2 "$RES/$name.ckpt.err")"; end_job "$tpid"; return
-  fi
-  wait "$tpid" 2>/dev/null
-  local at; at=$(wc -l <"$run")
-  if ! "${CRYO[@]}" -o json restore "$name" >"$RES/$name.restore.json" 2>"$RES/$name.restore.err"; then
-    result "$name" FAIL "restore: $(tail -2 "$RES/$name.restore.err")"; return
-  fi
-  if ! wait_until 300 grep -qx done "$run"; then
-    result "$name" FAIL "restored training did not finish ($(wc -l <"$run") lines)"; return
-  fi
-  if cmp -s "$ref" "$run"; then
-    result "$name" PASS "3 leave-running checkpoints (stalls ms:$stalls), preempted after step $((at - 1)) of $steps, restored, losses bit-identical"
-  else
-    result "$name" FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' ')"
-  fi
+  # Then preempted: stopped, restored.
+  fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" "3 leave-running checkpoints (stalls ms:$stalls), then "
   "${CRYO[@]}" rm "$name-3" >/dev/null 2>&1; "${CRYO[@]}" rm "$name" >/dev/null 2>&1
 }
 

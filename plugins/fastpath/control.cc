@@ -152,6 +152,16 @@ void Control::Serve(int conn) {
   CloseAll(fds);
 }
 
+namespace {
+
+// Whether the other end of `conn` closed it (cryod gone).
+bool PeerGone(int conn) {
+  pollfd pfd{conn, POLLRDHUP, 0};
+  return ::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
+}
+
+}  // namespace
+
 void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& fds) {
   DrainOptions opt;
   opt.threads = req.threads;
@@ -186,6 +196,12 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
     return;
   }
   if (fds.empty()) return;
+  // Into cryod's memory: once this process lets go of it, only cryod holds the data. A cryod
+  // gone by now cannot give it back, so the job takes its memory back from it instead.
+  if (req.memory && PeerGone(conn)) {
+    mover_.Abort();
+    return;
+  }
   SaveResult s;
   o = mover_.FinishSave(&s);
   CloseAll(fds);  // before the reply: CRIU must find no descriptor of the store in the job

@@ -166,6 +166,17 @@ class EngineTest : public ::testing::Test {
     EXPECT_FALSE(fs::Exists(e.staging_dir));
   }
 
+  // An engine of this node whose jobs run the fast-path library `fp` answers for.
+  std::unique_ptr<Engine> WithFastpath(gpu::Fastpath& fp) {
+    EngineConfig c;
+    c.node_name = "node-a";
+    c.state_dir = dir_.path + "/state";
+    c.self_pid = ::getpid();
+    EngineDeps deps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_};
+    deps.fastpath = &fp;
+    return std::make_unique<Engine>(c, deps);
+  }
+
   TempDir dir_;
   std::unique_ptr<store::CheckpointStore> store_;
   std::unique_ptr<journal::Journal> journal_;
@@ -642,13 +653,8 @@ TEST_F(EngineTest, AFastPathThatLiesAboutItsFilesIsNotPublished) {
   testing::FakeFastpath fp;
   fp.bytes = 4 << 20;
   fp.claimed = {{1 << 20, "x"}, {1 << 20, "x"}, {1 << 20, "x"}, {1 << 20, "x"}};
-  EngineConfig c;
-  c.node_name = "node-a";
-  c.state_dir = dir_.path + "/state";
-  c.self_pid = ::getpid();
-  EngineDeps deps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_};
-  deps.fastpath = &fp;
-  Engine e(c, deps);
+  auto engine = WithFastpath(fp);
+  Engine& e = *engine;
   Child job;
   auto r = e.Checkpoint(Req(job.pid, "liar"), op_);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kDataLoss) << r.status();
@@ -672,13 +678,8 @@ TEST_F(EngineTest, ALeaveRunningCheckpointDrainsIntoCryodsMemoryOnlyWithALibrary
     fp.version = version;
     fp.bytes = memory ? 3 << 20 : 0;  // (the files' path with nothing to write: 4 empty files)
     if (!memory) fp.claimed.assign(4, {0, ""});
-    EngineConfig c;
-    c.node_name = "node-a";
-    c.state_dir = dir_.path + "/state";
-    c.self_pid = ::getpid();
-    EngineDeps deps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_};
-    deps.fastpath = &fp;
-    Engine e(c, deps);
+    auto engine = WithFastpath(fp);
+    Engine& e = *engine;
     Child job;
     const std::string id = absl::StrCat("lr-", version);
     CheckpointRequest req = Req(job.pid, id);
