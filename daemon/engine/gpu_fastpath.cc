@@ -53,6 +53,24 @@ uint64_t UsedBytes(const std::vector<gpu::GpuProcess>& gpu, pid_t pid) {
 // What striping may add to a drain's bytes in its files (alignment of the last unit of each).
 constexpr uint64_t kMaxStripeSlack = uint64_t{contract::gpu_fastpath::kMaxFiles} << 20;
 
+// A drain's files, written (by the library with direct I/O, or by cryod), made durable with
+// their metadata when the store is, before the checkpoint that names them is published.
+absl::Status SyncFastpathFiles(const store::CheckpointStore& store, const std::vector<int>& fds) {
+  if (!store.durable()) return absl::OkStatus();
+  for (int fd : fds) {
+    if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync of a fast-path file");
+  }
+  return absl::OkStatus();
+}
+
+// Process i's files into the manifest, with the digests they were written with.
+void ListFastpathFiles(CheckpointState& s, size_t i) {
+  for (size_t k = 0; k < s.live.fast[i].digests.size(); ++k) {
+    s.fast_files.push_back({gpu::FastpathFileName(s.fast[i].ns_pid, static_cast<int>(k)),
+                            s.live.fast[i].digests[k].size, s.live.fast[i].digests[k].checksum});
+  }
+}
+
 }  // namespace
 
 CheckpointLive::~CheckpointLive() {
@@ -68,9 +86,12 @@ bool Engine::MayDrainIntoMemory(const CheckpointState& s) const {
   return true;
 }
 
-bool Engine::DrainIntoMemory(const CheckpointState& s, uint64_t owned) const {
-  if (!MayDrainIntoMemory(s)) return false;
-  // The job's data and a margin for the rest of the node (what it allocates meanwhile).
+absl::Status Engine::AllocateHostCopies(CheckpointState& s) {
+  uint64_t owned = 0;
+  for (const auto& f : s.fast) owned += f.bytes;
+  s.live.fast.resize(s.fast.size());
+  // (The step runs only where MayDrainIntoMemory holds.) The job's data and a margin for the
+  // rest of the node (what it allocates meanwhile).
   const uint64_t avail = gpu::AvailableHostMemory();
   if (avail < owned + owned / 8 + (1ull << 30)) {
     CRYO_LOG(Info) << "cryod can have " << avail << " bytes of memory (the node's available "
@@ -78,16 +99,8 @@ bool Engine::DrainIntoMemory(const CheckpointState& s, uint64_t owned) const {
                    << " bytes of GPU data and a margin: they go through files, and the job "
                    << "stalls until they are written (raise cryod's memory limit: the chart's "
                    << "cryod.resources)";
-    return false;
+    return absl::OkStatus();
   }
-  return true;
-}
-
-absl::Status Engine::AllocateHostCopies(CheckpointState& s) {
-  uint64_t owned = 0;
-  for (const auto& f : s.fast) owned += f.bytes;
-  s.live.fast.resize(s.fast.size());
-  if (!DrainIntoMemory(s, owned)) return absl::OkStatus();
   for (size_t i = 0; i < s.fast.size(); ++i) {
     auto m = gpu::NewHostCopy(s.fast[i].bytes, cfg_.fastpath.threads, cfg_.fastpath.host_copy_fs);
     if (!m.ok()) {
@@ -202,22 +215,12 @@ absl::Status Engine::SaveGpuData(CheckpointState& s) {
                                               s.fast[i].bytes, " bytes but its files hold ",
                                               total));
     }
-    // Direct I/O left the data on the device; fsync makes the files' metadata durable too.
-    if (d_.store->durable()) {
-      for (int fd : s.live.fast[i].fds) {
-        if (::fsync(fd) != 0) return ErrnoStatus(errno, "fsync of a fast-path file");
-      }
-    }
+    CRYO_RETURN_IF_ERROR(SyncFastpathFiles(*d_.store, s.live.fast[i].fds));
     CloseAll(s.live.fast[i].fds);
     return absl::OkStatus();
   }));
   if (!st.ok()) return Annotate(st, "GPU fast path");
-  for (size_t i = 0; i < s.fast.size(); ++i) {
-    for (size_t k = 0; k < s.live.fast[i].digests.size(); ++k) {
-      s.fast_files.push_back({gpu::FastpathFileName(s.fast[i].ns_pid, static_cast<int>(k)),
-                              s.live.fast[i].digests[k].size, s.live.fast[i].digests[k].checksum});
-    }
-  }
+  for (size_t i = 0; i < s.fast.size(); ++i) ListFastpathFiles(s, i);
   return absl::OkStatus();
 }
 
@@ -262,11 +265,7 @@ absl::Status Engine::WriteGpuData(CheckpointState& s) {
                           gpu::OpenFastpathFiles(dir, f.ns_pid, writers, true));
     auto sums = gpu::WriteHostCopy(s.live.fast[i].memfd.get(), f.bytes, gpu::kFastpathStripeBytes,
                                    fds, [op] { return op->cancelled(); });
-    absl::Status w = sums.status();
-    // The data is durable before the checkpoint that names it is published.
-    for (size_t k = 0; w.ok() && d_.store->durable() && k < fds.size(); ++k) {
-      if (::fsync(fds[k]) != 0) w = ErrnoStatus(errno, "fsync of a fast-path file");
-    }
+    absl::Status w = sums.ok() ? SyncFastpathFiles(*d_.store, fds) : sums.status();
     CloseAll(fds);
     CRYO_RETURN_IF_ERROR(w);
     s.live.fast[i].digests = *sums;
@@ -281,10 +280,7 @@ absl::Status Engine::WriteGpuData(CheckpointState& s) {
     f.memory = false;
     f.files = writers;
     s.live.fast[i].memfd = UniqueFd();  // the memory goes back to the node
-    for (size_t k = 0; k < s.live.fast[i].digests.size(); ++k) {
-      s.fast_files.push_back({gpu::FastpathFileName(f.ns_pid, static_cast<int>(k)),
-                              s.live.fast[i].digests[k].size, s.live.fast[i].digests[k].checksum});
-    }
+    ListFastpathFiles(s, i);
   }
   s.je.fastpath = s.fast;
   JournalAfter(s.je);

@@ -318,11 +318,8 @@ TEST_F(FastpathE2e, CryodKilledWhileOnlyItsMemoryHoldsTheGpuDataEndsTheJob) {
   EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
 }
 
-// Found in review: a checkpoint cancelled after gpu_save waited 10 minutes in its undo, which
-// polled the drain's closed channel again, with the job frozen and its GPU memory out. Now the
-// undo refills at once: the cancel ends the checkpoint within seconds and the job runs on.
-// The same with memory shared between two processes of the job: recovery refills both, and the
-// importer maps its exporter's new memory before either runs.
+// Cryod killed after the drain, with memory shared between two processes of the job: recovery
+// refills both, and the importer maps its exporter's new memory before either runs.
 TEST_F(FastpathE2e, CryodKilledAfterTheDrainOfSharedMemoryGivesBothProcessesItBack) {
   Cryod* a = &Node("node-a", {}, HookEnv());
   Workload& w = GpuJob({"--share-mib", "8"});
@@ -350,6 +347,9 @@ TEST_F(FastpathE2e, CryodKilledAfterTheDrainOfSharedMemoryGivesBothProcessesItBa
   EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
 }
 
+// Found in review: a checkpoint cancelled after gpu_save waited 10 minutes in its undo, which
+// polled the drain's closed channel again, with the job frozen and its GPU memory out. Now the
+// undo refills at once: the cancel ends the checkpoint within seconds and the job runs on.
 TEST_F(FastpathE2e, ACancelAfterTheGpuDataIsSavedRollsBackAtOnce) {
   Cryod& a = Node("node-a", {}, HookEnv());
   Workload& w = GpuJob();
