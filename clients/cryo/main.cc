@@ -394,9 +394,9 @@ int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
     // Names come from a store other nodes write: never raw control characters on a terminal.
     rows.push_back({c.damaged().empty() ? c.checkpoint_id() : c.checkpoint_id() + " (DAMAGED)",
                     human::Printable(c.workload()), human::Printable(c.node_name()),
-                    human::Printable(c.created_at()), human::Bytes(c.size_bytes()),
-                    human::Printable(reason), absl::StrCat(c.root_pid()),
-                    human::Printable(c.command())});
+                    human::Printable(c.created_at()),
+                    human::SizeCell(c.size_bytes(), c.referenced_bytes()), human::Printable(reason),
+                    absl::StrCat(c.root_pid()), human::Printable(c.command())});
   }
   std::cout << human::Table(rows);
   return 0;
@@ -426,8 +426,8 @@ int Inspect(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
             << "created:   " << human::Printable(c.created_at()) << "\n"
             << "command:   " << human::Printable(c.command()) << " (pid " << c.root_pid() << ", "
             << c.pids_size() << " processes)\n"
-            << "size:      " << human::Bytes(c.size_bytes()) << " in " << c.file_count()
-            << " files\n"
+            << "size:      " << human::SizeCell(c.size_bytes(), c.referenced_bytes()) << " in "
+            << c.file_count() << " files\n"
             << (c.damaged().empty() ? "" : "DAMAGED:   " + human::Printable(c.damaged()) + "\n")
             << "criu:      " << human::Printable(c.criu_version()) << ", kernel "
             << human::Printable(c.kernel()) << "\n"

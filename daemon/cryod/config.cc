@@ -190,6 +190,11 @@ const std::vector<Key>& Keys() {
            "fast path, leave-running checkpoints: the data goes into cryod's memory and is written "
            "while the job runs on (it stalls only for the copies), when the node's memory holds it",
            &Config::gpu_fast_path_in_memory),
+      Bool(
+          "gpu_fast_path_incremental",
+          "fast path, that write: chunks unchanged since the workload's newest good checkpoint are "
+          "referred to in it instead of written again",
+          &Config::gpu_fast_path_incremental),
       Str("gpu_fast_path_library", "where the fast-path library is installed on this node",
           &Config::gpu_fast_path_library),
       Int("shutdown_grace_s", "on SIGTERM, how long running operations may take to finish",
@@ -334,6 +339,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"gpu_fast_path_threads", "0 (one per core)"},
       {"gpu_fast_path_writers", std::to_string(d.gpu_fast_path_writers)},
       {"gpu_fast_path_in_memory", "true"},
+      {"gpu_fast_path_incremental", "true"},
       {"gpu_fast_path_library", d.gpu_fast_path_library},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},

@@ -53,6 +53,8 @@ struct Config {
   int gpu_fast_path_writers = 4;
   // Leave-running checkpoints drain into cryod's memory and write the files as the job runs on.
   bool gpu_fast_path_in_memory = true;
+  // ... referring to the chunks the workload's newest good checkpoint holds unchanged.
+  bool gpu_fast_path_incremental = true;
   std::string gpu_fast_path_library = "/usr/local/lib/cryo/libcryo_gpu_fastpath.so";
   int shutdown_grace_s = 120;
   // Container mode: CRI socket of containerd or CRI-O (unix:///path); empty: processes only.

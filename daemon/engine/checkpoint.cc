@@ -489,7 +489,10 @@ absl::Status Engine::Publish(CheckpointState& s) {
   s.je.state = journal::OpState::kPublished;
   JournalAfter(s.je);
   s.published_path = fs::Join(fs::Join(d_.store->location(), "checkpoints"), s.id);
-  if (d_.metrics) d_.metrics->AddBytesWritten(s.manifest.TotalBytes());
+  if (d_.metrics) {
+    d_.metrics->AddBytesWritten(s.manifest.WrittenBytes());
+    d_.metrics->AddBytesReferenced(s.manifest.ReferencedBytes());
+  }
   return absl::OkStatus();
 }
 
@@ -499,9 +502,10 @@ void Engine::CompletePublished(const journal::Entry& e) {
     // Resumed already when the operation ran to its end; after a crash, resume now.
     if (!e.gpu.empty()) d_.gpu->Rollback(e.gpu);
     if (!e.fastpath.empty()) {
-      // The fast path's files went with the publish.
+      // The fast path's files went with the publish (and may refer to an earlier checkpoint's).
       auto dir = d_.store->LocalPath(e.checkpoint_id);
-      RefillFastpath(e.fastpath, dir.ok() ? *dir : e.staging_dir);
+      auto m = d_.store->Get(e.checkpoint_id);
+      RefillFastpath(e.fastpath, dir.ok() ? *dir : e.staging_dir, {}, m.ok() ? &*m : nullptr);
     }
     jobs_.Resume(tasks);
   } else {
@@ -520,12 +524,14 @@ void Engine::EndCheckpointedJob(const journal::Entry& e, const std::vector<journ
 
 absl::Status Engine::Finish(CheckpointState& s) {
   if (!s.req.leave_running) EndCheckpointedJob(s.je, s.je.tasks);
-  pace_.Add(s.workload, s.manifest.TotalBytes(), absl::Now() - s.t_start);
+  // What was written: chunks referred to cost nothing.
+  pace_.Add(s.workload, s.manifest.WrittenBytes(), absl::Now() - s.t_start);
   if (cfg_.retention_keep > 0) {
     std::set<std::string> in_use;
     {
       absl::MutexLock l(&mu_);
       in_use = busy_ids_;
+      in_use.insert(held_refs_.begin(), held_refs_.end());
     }
     auto deleted = d_.store->ApplyRetention(s.workload, cfg_.retention_keep, in_use);
     if (deleted.ok() && !deleted->empty()) {

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/container/target.h"
 #include "daemon/engine/states.h"
@@ -62,6 +63,15 @@ Engine::Claim::~Claim() {
   absl::MutexLock l(&e_->mu_);
   for (pid_t p : pids_) e_->busy_pids_.erase(p);
   if (!id_.empty()) e_->busy_ids_.erase(id_);
+  for (const auto& r : refs_) e_->held_refs_.erase(e_->held_refs_.find(r));
+}
+
+void Engine::Claim::HoldReferences(const std::set<std::string>& ids) {
+  absl::MutexLock l(&e_->mu_);
+  for (const auto& r : ids) {
+    e_->held_refs_.insert(r);
+    refs_.push_back(r);
+  }
 }
 
 absl::Status Engine::Claim::Take(const std::vector<pid_t>& pids, const std::string& id,
@@ -317,9 +327,22 @@ absl::Status Engine::Delete(const std::string& id) {
   CRYO_RETURN_IF_ERROR(ValidateCheckpointId(id));
   {
     absl::MutexLock l(&mu_);
-    if (busy_ids_.count(id)) {
+    if (busy_ids_.count(id) || held_refs_.count(id)) {
       return absl::AbortedError(absl::StrCat("checkpoint '", id, "' is in use by an operation"));
     }
+  }
+  // Another checkpoint's GPU data may be partly this one's (incremental): it stays while that
+  // one does.
+  CRYO_ASSIGN_OR_RETURN(auto all, d_.store->List());
+  std::vector<std::string> by;
+  for (const auto& m : all) {
+    if (m.References().count(id)) by.push_back(m.id);
+  }
+  if (!by.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint '", id, "' holds GPU data that ", absl::StrJoin(by, ", "),
+                     " refer", by.size() == 1 ? "s" : "", " to; delete ",
+                     by.size() == 1 ? "that one" : "those", " first"));
   }
   return d_.store->Delete(id);
 }

@@ -45,6 +45,7 @@
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/store/store.h"
+#include "lib/base/fd.h"
 #include "lib/base/proc.h"
 #include "lib/containerd/image_content.h"
 
@@ -61,6 +62,9 @@ struct FastpathConfig {
   // files while the job runs on (gpu_write): the job stalls only for the copies. Used when the
   // node's available memory holds the job's GPU data.
   bool in_memory = true;
+  // That write refers to the chunks unchanged since the workload's newest good checkpoint
+  // instead of writing them again.
+  bool incremental = true;
   int host_copy_fs = -1;  // a tmpfs with huge pages for that memory (MountHostCopyFs; -1: memfds)
 };
 
@@ -217,6 +221,11 @@ class Engine {
   absl::Status RunCriuRestore(RestoreState& s);
   absl::Status RestoreGpus(RestoreState& s);
   absl::Status RefillRestoredGpus(RestoreState& s);
+  // Process f's GPU data of checkpoint `m` (in `dir`), read into cryod's memory where some of
+  // its chunks are another checkpoint's (incremental), each chunk checked; an empty descriptor
+  // where the files hold it all (the library reads those itself).
+  absl::StatusOr<UniqueFd> ReadThrough(const store::Manifest& m, const std::string& dir,
+                                       const gpu::FastpathProcess& f);
   absl::Status Done(RestoreState& s);
   void UndoInitHandshake(const journal::Entry& e, RestoreLive* live);
   void UndoCriuRestore(const journal::Entry& e, RestoreLive* live);
@@ -240,8 +249,11 @@ class Engine {
   // Brings the memory of drained fast-path processes back, from wherever it is: their own
   // memory, or the files under `dir`. Best effort (rollback, recovery).
   // memfds[i]: process i's data in cryod's memory (procs[i].memory), -1 or absent when gone.
+  // `published`: the checkpoint `dir` holds, when it is published (its files may refer to
+  // another's).
   void RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, const std::string& dir,
-                      const std::vector<int>& memfds = {});
+                      const std::vector<int>& memfds = {},
+                      const store::Manifest* published = nullptr);
   void PruneOpLogs();
   // Learns the pace of this node's checkpoints from those in the store (at start).
   void SeedPace();
@@ -260,6 +272,8 @@ class Engine {
   absl::Mutex mu_;
   std::set<pid_t> busy_pids_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> busy_ids_ ABSL_GUARDED_BY(mu_);
+  // Checkpoints that checkpoints being written refer to (Claim::HoldReferences).
+  std::multiset<std::string> held_refs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace cryo::engine

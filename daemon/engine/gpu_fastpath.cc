@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <map>
 #include <optional>
 
 #include "absl/strings/match.h"
@@ -258,29 +260,69 @@ absl::Status Engine::WriteGpuData(CheckpointState& s) {
   std::atomic<uint64_t> done{0};
   uint64_t total = 0;
   for (const auto& f : s.fast) total += f.memory ? f.bytes : 0;
+  // Chunks unchanged since the workload's newest good checkpoint are not written again: the
+  // manifest refers to the checkpoint that holds them (docs/gpu.md, "Incremental GPU data").
+  std::optional<store::Manifest> prev;
+  if (cfg_.fastpath.incremental) prev = NewestGood(s.workload);
+  std::map<std::string, const store::ManifestFile*> prev_files;
+  if (prev) {
+    for (const auto& mf : prev->files) {
+      if (!mf.chunks.empty()) prev_files[mf.path] = &mf;
+    }
+    // Kept from deletion (by retention or `cryo rm`) until this checkpoint is published or gone.
+    s.claim->HoldReferences({prev->id});
+  }
+  std::vector<std::vector<gpu::WrittenFile>> written(s.fast.size());
   absl::Status st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
     const gpu::FastpathProcess& f = s.fast[i];
     if (!f.memory) return absl::OkStatus();
+    std::vector<gpu::ChunkDigests> previous(writers);
+    for (int k = 0; k < writers; ++k) {
+      auto it = prev_files.find(gpu::FastpathFileName(f.ns_pid, k));
+      if (it != prev_files.end()) previous[k] = {it->second->size, it->second->chunks};
+    }
     CRYO_ASSIGN_OR_RETURN(std::vector<int> fds,
                           gpu::OpenFastpathFiles(dir, f.ns_pid, writers, true));
-    auto sums = gpu::WriteHostCopy(s.live.fast[i].memfd.get(), f.bytes, gpu::kFastpathStripeBytes,
-                                   fds, [op] { return op->cancelled(); });
-    absl::Status w = sums.ok() ? SyncFastpathFiles(*d_.store, fds) : sums.status();
+    auto out = gpu::WriteHostCopy(s.live.fast[i].memfd.get(), f.bytes, gpu::kFastpathStripeBytes,
+                                  fds, previous, [op] { return op->cancelled(); });
+    absl::Status w = out.ok() ? SyncFastpathFiles(*d_.store, fds) : out.status();
     CloseAll(fds);
     CRYO_RETURN_IF_ERROR(w);
-    s.live.fast[i].digests = *sums;
+    written[i] = std::move(*out);
+    s.live.fast[i].digests.clear();
+    for (const auto& wf : written[i]) s.live.fast[i].digests.push_back(wf.digest);
     op->Report(Stage::kGpuWrite, done += f.bytes, total,
                absl::StrCat("GPU data of pid ", f.pid, " written while the job runs on"));
     return absl::OkStatus();
   }));
   if (!st.ok()) return Annotate(st, "writing the GPU data from cryod's memory");
+  uint64_t referenced = 0;
   for (size_t i = 0; i < s.fast.size(); ++i) {
     gpu::FastpathProcess& f = s.fast[i];
     if (!f.memory) continue;
     f.memory = false;
     f.files = writers;
     s.live.fast[i].memfd = UniqueFd();  // the memory goes back to the node
+    const size_t first = s.fast_files.size();
     ListFastpathFiles(s, i);
+    for (size_t k = 0; k < written[i].size(); ++k) {
+      store::ManifestFile& mf = s.fast_files[first + k];
+      mf.chunks = written[i][k].chunks.chunks;
+      const store::ManifestFile* pf = prev_files.count(mf.path) ? prev_files[mf.path] : nullptr;
+      for (uint32_t j : written[i][k].skipped) {
+        // Where the previous checkpoint refers on, so does this one: to the holder.
+        std::string holder = prev->id;
+        for (const auto& [id, list] : pf->refs) {
+          if (std::find(list.begin(), list.end(), j) != list.end()) holder = id;
+        }
+        mf.refs[holder].push_back(j);
+      }
+      referenced += mf.ReferencedBytes();
+    }
+  }
+  if (referenced > 0) {
+    CRYO_LOG(Info) << "GPU data: " << referenced << " of " << total << " bytes unchanged since "
+                   << "checkpoint " << prev->id << ", referred to instead of written";
   }
   s.je.fastpath = s.fast;
   JournalAfter(s.je);
@@ -304,7 +346,7 @@ void Engine::UndoDrain(const journal::Entry& e, CheckpointLive* live) {
 }
 
 void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, const std::string& dir,
-                            const std::vector<int>& memfds) {
+                            const std::vector<int>& memfds, const store::Manifest* published) {
   if (procs.empty()) return;
   if (d_.fastpath == nullptr) {
     CRYO_LOG(Error) << procs.size()
@@ -343,7 +385,21 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, cons
         continue;
       }
       fds = {m};
-    } else if (*state[i] == State::kSaved) {
+    } else if (*state[i] == State::kSaved && published != nullptr) {
+      auto through = ReadThrough(*published, dir, procs[i]);
+      if (!through.ok()) {
+        CRYO_LOG(Error) << "fast path of pid " << procs[i].pid << ": its GPU memory cannot be "
+                        << "read back: " << through.status();
+        continue;
+      }
+      if (through->get() >= 0) {
+        todo.push_back(procs[i]);
+        todo.back().memory = true;
+        files.push_back({through->release()});
+        continue;
+      }
+    }
+    if (*state[i] == State::kSaved && fds.empty() && !procs[i].memory) {
       auto opened = gpu::OpenFastpathFiles(dir, procs[i].ns_pid, procs[i].files, false);
       if (!opened.ok()) {
         CRYO_LOG(Error) << "fast path of pid " << procs[i].pid << ": its GPU memory is only in "
@@ -364,6 +420,62 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, cons
   } else {
     CRYO_LOG(Error) << "fast path: refill failed: " << r;
   }
+}
+
+absl::StatusOr<UniqueFd> Engine::ReadThrough(const store::Manifest& m, const std::string& dir,
+                                             const gpu::FastpathProcess& f) {
+  std::vector<const store::ManifestFile*> listed;
+  bool refers = false;
+  for (int k = 0; k < f.files; ++k) {
+    const std::string name = gpu::FastpathFileName(f.ns_pid, k);
+    auto it = std::find_if(m.files.begin(), m.files.end(),
+                           [&](const store::ManifestFile& mf) { return mf.path == name; });
+    if (it == m.files.end())
+      return absl::DataLossError(absl::StrCat("the manifest lists no ", name));
+    listed.push_back(&*it);
+    refers = refers || !it->refs.empty();
+  }
+  if (!refers) return UniqueFd();
+  // Each chunk from the file that holds it: this checkpoint's, or the same file of the one it
+  // refers to (at the same offset), each checked against the digest this manifest recorded.
+  std::vector<UniqueFd> open;
+  auto open_file = [&](const std::string& d, const std::string& name) -> absl::StatusOr<int> {
+    UniqueFd fd(::open(fs::Join(d, name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    if (fd.get() < 0) return ErrnoStatus(errno, fs::Join(d, name));
+    open.push_back(std::move(fd));
+    return open.back().get();
+  };
+  std::vector<gpu::ChunkSources> src(listed.size());
+  for (size_t k = 0; k < listed.size(); ++k) {
+    const store::ManifestFile& mf = *listed[k];
+    if (mf.chunks.empty()) {
+      return absl::DataLossError(absl::StrCat(mf.path, " has no chunk digests to read it by"));
+    }
+    CRYO_ASSIGN_OR_RETURN(int own, open_file(dir, mf.path));
+    src[k].fds.assign(mf.chunks.size(), own);
+    src[k].chunks = mf.chunks;
+    src[k].expected = {mf.size, mf.checksum};
+    for (const auto& [id, list] : mf.refs) {
+      auto where = d_.store->LocalPath(id);
+      absl::StatusOr<int> fd = where.ok() ? open_file(*where, mf.path) : where.status();
+      if (!fd.ok()) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", id, ", which holds part of ",
+                                                mf.path,
+                                                ", cannot be read: ", fd.status().message()));
+      }
+      for (uint32_t j : list) src[k].fds[j] = *fd;
+    }
+  }
+  const uint64_t avail = gpu::AvailableHostMemory();
+  if (avail < f.bytes + (1ull << 30)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "reading the GPU data of pid ", f.ns_pid, " back needs ", f.bytes, " bytes of cryod's ",
+        "memory (it refers to an earlier checkpoint); cryod can have ", avail));
+  }
+  CRYO_ASSIGN_OR_RETURN(
+      UniqueFd memfd, gpu::NewHostCopy(f.bytes, cfg_.fastpath.threads, cfg_.fastpath.host_copy_fs));
+  CRYO_RETURN_IF_ERROR(gpu::ReadHostCopy(memfd.get(), f.bytes, gpu::kFastpathStripeBytes, src));
+  return memfd;
 }
 
 absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
@@ -395,7 +507,17 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
         expected[i].push_back(it->second);
       }
     }
-    if (st.ok() && f.files > 0) {
+    if (!st.ok() || f.files == 0) continue;
+    // Incremental: read through into cryod's memory, checked there, and refilled from it.
+    auto through = ReadThrough(s.m, s.dir, f);
+    if (through.ok() && through->get() >= 0) {
+      files[i] = {through->release()};
+      s.fast[i].memory = true;
+      expected[i].clear();
+      continue;
+    }
+    st = through.status();
+    if (st.ok()) {
       auto opened = gpu::OpenFastpathFiles(s.dir, f.ns_pid, f.files, false);
       if (opened.ok()) files[i] = *opened;
       st = opened.status();

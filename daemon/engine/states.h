@@ -32,11 +32,14 @@ class Engine::Claim {
   Claim& operator=(const Claim&) = delete;
   // ABORTED / ALREADY_EXISTS when another operation holds one of them.
   absl::Status Take(const std::vector<pid_t>& pids, const std::string& id, bool id_is_new);
+  // Checkpoints the one being written refers to: not deleted while it is.
+  void HoldReferences(const std::set<std::string>& ids);
 
  private:
   Engine* e_;
   std::vector<pid_t> pids_;
   std::string id_;
+  std::vector<std::string> refs_;
 };
 
 // One fast-path process's drain as this cryod holds it: gone after a crash.

@@ -169,46 +169,139 @@ absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads, int fs) {
   return fd;
 }
 
-absl::StatusOr<std::vector<FileDigest>> WriteHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
-                                                      const std::vector<int>& files,
-                                                      const std::function<bool()>& stop) {
-  if (files.empty() || stripe == 0 || stripe % xxh3chunked::kChunk != 0) {
+namespace {
+
+absl::Status CheckLayout(int memfd, uint64_t bytes, uint64_t stripe, size_t files) {
+  if (files == 0 || stripe == 0 || stripe % xxh3chunked::kChunk != 0) {
     return absl::InvalidArgumentError(
         "the GPU data's files: none, or a stripe off the checksum's chunks");
   }
   struct stat st;
   if (::fstat(memfd, &st) != 0) return ErrnoStatus(errno, "fstat of cryod's host memory");
   if (static_cast<uint64_t>(st.st_size) < bytes) {
-    return absl::DataLossError(absl::StrCat("cryod's host memory holds ", st.st_size,
-                                            " bytes; the drain put ", bytes, " there"));
+    return absl::DataLossError(
+        absl::StrCat("cryod's host memory holds ", st.st_size, " bytes; the GPU data has ", bytes));
   }
+  return absl::OkStatus();
+}
+
+// Calls `each(chunk, offset in the stream, offset in file k, length)` for every checksum chunk
+// of file k, in file order; stops at the first error.
+template <typename F>
+absl::Status EachChunkOfFile(uint64_t bytes, uint64_t stripe, size_t w, size_t k, F each) {
+  const uint64_t units = (bytes + stripe - 1) / stripe;
+  for (uint64_t c = k; c < units; c += w) {
+    const uint64_t at = c * stripe;
+    const uint64_t len = std::min(stripe, bytes - at);
+    for (uint64_t o = 0; o < len; o += xxh3chunked::kChunk) {
+      const uint64_t file_off = (c / w) * stripe + o;
+      CRYO_RETURN_IF_ERROR(each(static_cast<uint32_t>(file_off / xxh3chunked::kChunk), at + o,
+                                file_off, std::min(xxh3chunked::kChunk, len - o)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+uint64_t ChunkLength(uint64_t size, uint32_t j) {
+  const uint64_t off = uint64_t{j} * xxh3chunked::kChunk;
+  return off < size ? std::min(xxh3chunked::kChunk, size - off) : 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
+                                                       const std::vector<int>& files,
+                                                       const std::vector<ChunkDigests>& previous,
+                                                       const std::function<bool()>& stop) {
+  CRYO_RETURN_IF_ERROR(CheckLayout(memfd, bytes, stripe, files.size()));
   Mapping m(memfd, bytes, PROT_READ);
   if (bytes > 0 && m.get() == nullptr) return ErrnoStatus(errno, "mapping cryod's host memory");
   const size_t w = files.size();
-  const uint64_t units = (bytes + stripe - 1) / stripe;
-  std::vector<FileDigest> sums(w);
+  std::vector<WrittenFile> out(w);
   std::vector<absl::Status> st_each = EachInParallel(w, [&](size_t k) -> absl::Status {
-    xxh3chunked::Hasher hasher;
-    for (uint64_t c = k; c < units; c += w) {
-      if (stop && stop()) return absl::CancelledError("the GPU data's write was stopped");
-      const uint64_t off = c * stripe;
-      const uint64_t len = std::min(stripe, bytes - off);
-      hasher.Update(m.get() + off, len);
-      std::string err;
-      errno = 0;
-      if (!io::WriteAll(files[k], {iovec{m.get() + off, len}}, static_cast<off_t>((c / w) * stripe),
-                        &err)) {
-        // A write that makes no progress is a full store too.
-        const int e = errno != 0 ? errno : ENOSPC;
-        return absl::Status(ErrnoToCode(e),
-                            absl::StrCat("writing the GPU data's file ", k, ": ", err));
-      }
+    const ChunkDigests* prev = k < previous.size() ? &previous[k] : nullptr;
+    std::vector<XXH128_hash_t> hashes;
+    uint64_t size = 0;
+    CRYO_RETURN_IF_ERROR(EachChunkOfFile(
+        bytes, stripe, w, k,
+        [&](uint32_t j, uint64_t at, uint64_t file_off, uint64_t len) -> absl::Status {
+          if (stop && stop()) return absl::CancelledError("the GPU data's write was stopped");
+          hashes.push_back(XXH3_128bits(m.get() + at, len));
+          const std::string hex = xxh3chunked::Hex(hashes.back());
+          out[k].chunks.chunks.push_back(hex);
+          size = file_off + len;
+          if (prev != nullptr && j < prev->chunks.size() && prev->chunks[j] == hex &&
+              ChunkLength(prev->size, j) == len) {
+            out[k].skipped.push_back(j);
+            return absl::OkStatus();
+          }
+          std::string err;
+          errno = 0;
+          if (!io::WriteAll(files[k], {iovec{m.get() + at, len}}, static_cast<off_t>(file_off),
+                            &err)) {
+            // A write that makes no progress is a full store too.
+            const int e = errno != 0 ? errno : ENOSPC;
+            return absl::Status(ErrnoToCode(e),
+                                absl::StrCat("writing the GPU data's file ", k, ": ", err));
+          }
+          return absl::OkStatus();
+        }));
+    // Chunks not written at the end leave the file short of its size otherwise.
+    if (::ftruncate(files[k], static_cast<off_t>(size)) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("sizing the GPU data's file ", k));
     }
-    sums[k] = hasher.Finish();
+    if (hashes.empty()) {
+      hashes.push_back(XXH3_128bits(nullptr, 0));
+      out[k].chunks.chunks.push_back(xxh3chunked::Hex(hashes.back()));
+    }
+    out[k].chunks.size = size;
+    out[k].digest = FileDigest{size, xxh3chunked::Combine(hashes)};
     return absl::OkStatus();
   });
   CRYO_RETURN_IF_ERROR(FirstError(st_each));
-  return sums;
+  return out;
+}
+
+absl::Status ReadHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
+                          const std::vector<ChunkSources>& files) {
+  CRYO_RETURN_IF_ERROR(CheckLayout(memfd, bytes, stripe, files.size()));
+  Mapping m(memfd, bytes, PROT_READ | PROT_WRITE);
+  if (bytes > 0 && m.get() == nullptr) return ErrnoStatus(errno, "mapping cryod's host memory");
+  const size_t w = files.size();
+  std::vector<absl::Status> st_each = EachInParallel(w, [&](size_t k) -> absl::Status {
+    const ChunkSources& src = files[k];
+    std::vector<XXH128_hash_t> hashes;
+    uint64_t size = 0;
+    CRYO_RETURN_IF_ERROR(EachChunkOfFile(
+        bytes, stripe, w, k,
+        [&](uint32_t j, uint64_t at, uint64_t file_off, uint64_t len) -> absl::Status {
+          if (j >= src.fds.size() || j >= src.chunks.size()) {
+            return absl::DataLossError(
+                absl::StrCat("the GPU data's file ", k, " has no chunk ", j, " recorded"));
+          }
+          std::string err;
+          if (!io::ReadAll(src.fds[j], m.get() + at, len, static_cast<off_t>(file_off), &err)) {
+            return absl::DataLossError(
+                absl::StrCat("reading chunk ", j, " of the GPU data's file ", k, ": ", err));
+          }
+          hashes.push_back(XXH3_128bits(m.get() + at, len));
+          if (xxh3chunked::Hex(hashes.back()) != src.chunks[j]) {
+            return absl::DataLossError(absl::StrCat("chunk ", j, " of the GPU data's file ", k,
+                                                    " does not hold what the checkpoint recorded"));
+          }
+          size = file_off + len;
+          return absl::OkStatus();
+        }));
+    if (hashes.empty()) hashes.push_back(XXH3_128bits(nullptr, 0));
+    const FileDigest got{size, xxh3chunked::Combine(hashes)};
+    if (!(got == src.expected)) {
+      return absl::DataLossError(absl::StrCat("the GPU data's file ", k, " reads as ", got.size,
+                                              " bytes, checksum ", got.checksum, "; recorded ",
+                                              src.expected.size, ", ", src.expected.checksum));
+    }
+    return absl::OkStatus();
+  });
+  return FirstError(st_each);
 }
 
 }  // namespace cryo::gpu

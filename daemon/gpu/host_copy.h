@@ -33,12 +33,44 @@ absl::StatusOr<UniqueFd> MountHostCopyFs(const std::string& where);
 // the node cannot give them.
 absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads, int fs = -1);
 
+// One file's chunk digests (the store's checksum chunks, hex) and its size.
+struct ChunkDigests {
+  uint64_t size = 0;
+  std::vector<std::string> chunks;
+};
+
+// What WriteHostCopy put into one file.
+struct WrittenFile {
+  FileDigest digest;  // of all its bytes, the chunks it did not write included
+  ChunkDigests chunks;
+  std::vector<uint32_t> skipped;  // chunks not written (a hole): `previous` holds them
+};
+
 // Writes the first `bytes` of `memfd` into `files` in the fast path's layout (unit c of
 // `stripe` bytes goes to file c % W at offset (c / W) * stripe), one writer per file, each
-// hashing what it writes with the store's checksum; the digests in file order. `stop` (may be
-// empty) is asked between units: true ends it with CANCELLED.
-absl::StatusOr<std::vector<FileDigest>> WriteHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
-                                                      const std::vector<int>& files,
-                                                      const std::function<bool()>& stop);
+// hashing what it writes with the store's checksum. A chunk whose digest and length are those
+// of the same chunk of `previous[k]` (the same file of an earlier checkpoint; may be shorter
+// than `files` or empty) is not written: the file keeps a hole there, and the caller records
+// where the bytes are. `stop` (may be empty) is asked between chunks: true ends it with
+// CANCELLED.
+absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
+                                                       const std::vector<int>& files,
+                                                       const std::vector<ChunkDigests>& previous,
+                                                       const std::function<bool()>& stop);
+
+// One file of GPU data to read back: chunk j from `fds[j]` (the file itself, or the same file
+// of the checkpoint that holds that chunk, at the same offset), checked against `chunks[j]`;
+// then the whole against `expected`.
+struct ChunkSources {
+  std::vector<int> fds;
+  std::vector<std::string> chunks;
+  FileDigest expected;
+};
+
+// The reverse of WriteHostCopy: reads `files` (in the fast path's layout) into the first
+// `bytes` of `memfd` (at least that large), so that the library refills from cryod's memory.
+// DATA_LOSS naming the file and chunk that does not hold what the checkpoint recorded.
+absl::Status ReadHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
+                          const std::vector<ChunkSources>& files);
 
 }  // namespace cryo::gpu

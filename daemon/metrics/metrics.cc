@@ -59,6 +59,13 @@ Metrics::Metrics() : registry_(NewRegistry("cryod")) {
                         .Help("Image bytes written to the checkpoint store")
                         .Register(*registry_)
                         .Add({});
+  bytes_referenced_ = &prometheus::BuildCounter()
+                           .Name("cryo_store_referenced_bytes_total")
+                           .Help(
+                               "Checkpoint bytes not written because an earlier checkpoint of "
+                               "the workload holds them unchanged (incremental GPU data)")
+                           .Register(*registry_)
+                           .Add({});
   bytes_read_ = &prometheus::BuildCounter()
                      .Name("cryo_store_read_bytes_total")
                      .Help("Image bytes read (verified) from the checkpoint store")

@@ -59,6 +59,8 @@ class Metrics {
   // A failed operation's stage at the time it failed (dump, publish, gpu_lock, ...).
   void CountFailedStage(const std::string& op, const std::string& stage);
   void AddBytesWritten(uint64_t n) { bytes_written_->Increment(static_cast<double>(n)); }
+  // Checkpoints' bytes other checkpoints hold (incremental GPU data): not written.
+  void AddBytesReferenced(uint64_t n) { bytes_referenced_->Increment(static_cast<double>(n)); }
   void AddBytesRead(uint64_t n) { bytes_read_->Increment(static_cast<double>(n)); }
   void SetInFlight(double n) { in_flight_->Set(n); }
   void CountRecovered(const std::string& action) {
@@ -89,6 +91,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>* failed_stage_;
   prometheus::Family<prometheus::Counter>* recovered_;
   prometheus::Counter* bytes_written_;
+  prometheus::Counter* bytes_referenced_;
   prometheus::Counter* bytes_read_;
   prometheus::Gauge* in_flight_;
   prometheus::Gauge* stored_;

@@ -60,6 +60,7 @@ v1::CheckpointInfo ToProto(const store::Manifest& m, bool with_files) {
   for (int p : m.pids) i.add_pids(p);
   i.set_command(m.command);
   i.set_size_bytes(m.TotalBytes());
+  i.set_referenced_bytes(m.ReferencedBytes());
   i.set_file_count(m.files.size());
   i.set_criu_version(m.criu_version);
   i.set_kernel(m.kernel);

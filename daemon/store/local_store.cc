@@ -348,13 +348,26 @@ class LocalStore final : public CheckpointStore {
     // The newest `keep` good ones stay; a damaged one newer than the last of them stays for
     // inspection, one older goes with the rest.
     int good = 0;
+    std::set<std::string> doomed;
     for (const auto& m : all) {
       if (m.workload != workload) continue;
       if (good < keep) {
         if (m.damaged.empty()) ++good;
         continue;
       }
-      if (in_use.count(m.id)) continue;
+      if (!in_use.count(m.id)) doomed.insert(m.id);
+    }
+    // What a checkpoint that stays refers to stays too (incremental GPU data), and what that
+    // one refers to: until nothing that stays needs more.
+    for (bool more = true; more;) {
+      more = false;
+      for (const auto& m : all) {
+        if (doomed.count(m.id)) continue;
+        for (const auto& r : m.References()) more = doomed.erase(r) > 0 || more;
+      }
+    }
+    for (const auto& m : all) {
+      if (!doomed.count(m.id)) continue;
       absl::Status s = Delete(m.id);
       if (s.ok()) {
         deleted.push_back(m.id);

@@ -1,9 +1,12 @@
 #include "daemon/store/manifest.h"
 
+#include <algorithm>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "lib/base/chunked_xxh3.h"
+#include "lib/base/ids.h"
 #include "lib/base/json.h"
 #include "lib/base/limits.h"
 #include "lib/base/status.h"
@@ -42,6 +45,52 @@ absl::StatusOr<ContainerSection> ContainerFromJson(const nlohmann::json& j) {
   CRYO_RETURN_IF_ERROR(f.Str("rootfs_diff", &c.rootfs_diff));
   CRYO_RETURN_IF_ERROR(f.Str("deleted_files", &c.deleted_files));
   return c;
+}
+
+bool IsDigestHex(const std::string& s) {
+  if (s.size() != 32) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+// A file's "chunks" and "refs": every chunk's digest, and the chunks other checkpoints hold.
+absl::Status ChunksFromJson(const json::Fields& ff, const std::string& where, ManifestFile* mf) {
+  CRYO_RETURN_IF_ERROR(ff.Strs("chunks", &mf->chunks));
+  if (!mf->chunks.empty() && mf->chunks.size() != ChunkCount(mf->size)) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " lists ", mf->chunks.size(),
+                                                   " chunk digests for ", mf->size, " bytes"));
+  }
+  for (const auto& c : mf->chunks) {
+    if (!IsDigestHex(c)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " has a chunk digest that is not one"));
+    }
+  }
+  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* refs, ff.Object("refs"));
+  if (refs == nullptr) return absl::OkStatus();
+  if (mf->chunks.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " refers to chunks it has no digest of"));
+  }
+  std::set<uint32_t> seen;
+  for (const auto& [id, list] : refs->items()) {
+    if (absl::Status s = ValidateCheckpointId(id); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " refers to ", s.message()));
+    }
+    if (!list.is_array() || list.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": refs of ", id, " are no list"));
+    }
+    std::vector<uint32_t>& out = mf->refs[id];
+    for (const auto& v : list) {
+      if (!v.is_number_unsigned() || v.get<uint64_t>() >= mf->chunks.size() ||
+          !seen.insert(v.get<uint32_t>()).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, " refers to a chunk it does not have, or twice"));
+      }
+      out.push_back(v.get<uint32_t>());
+    }
+  }
+  return absl::OkStatus();
 }
 
 // What every node lists is bounded as a request would be: labels and workload as
@@ -148,6 +197,7 @@ absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
       return absl::InvalidArgumentError(
           absl::StrCat("manifest lists an unsafe file path '", mf.path, "'"));
     }
+    CRYO_RETURN_IF_ERROR(ChunksFromJson(ff, where, &mf));
     m.files.push_back(std::move(mf));
   }
 
@@ -179,6 +229,11 @@ absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
   CRYO_RETURN_IF_ERROR(f.Str("signature", &m.signature));
   if (m.signature.size() > 256) return absl::InvalidArgumentError("field 'signature' too long");
   if (m.root_pid <= 0) return absl::InvalidArgumentError("manifest has no root pid");
+  for (const auto& mf : m.files) {
+    if (mf.refs.count(m.id)) {
+      return absl::InvalidArgumentError(absl::StrCat(mf.path, " refers to its own checkpoint"));
+    }
+  }
   return CheckBounds(m);
 }
 
@@ -198,6 +253,35 @@ uint64_t Manifest::TotalBytes() const {
   uint64_t t = 0;
   for (const auto& f : files) t += f.size;
   return t;
+}
+
+uint64_t ChunkCount(uint64_t size) {
+  return size == 0 ? 1 : (size + xxh3chunked::kChunk - 1) / xxh3chunked::kChunk;
+}
+
+uint64_t ManifestFile::ReferencedBytes() const {
+  uint64_t t = 0;
+  for (const auto& [id, list] : refs) {
+    for (uint32_t c : list) {
+      const uint64_t off = uint64_t{c} * xxh3chunked::kChunk;
+      t += off < size ? std::min<uint64_t>(xxh3chunked::kChunk, size - off) : 0;
+    }
+  }
+  return t;
+}
+
+uint64_t Manifest::ReferencedBytes() const {
+  uint64_t t = 0;
+  for (const auto& f : files) t += f.ReferencedBytes();
+  return t;
+}
+
+std::set<std::string> Manifest::References() const {
+  std::set<std::string> out;
+  for (const auto& f : files) {
+    for (const auto& [id, list] : f.refs) out.insert(id);
+  }
+  return out;
 }
 
 bool SafeRelativePath(absl::string_view p) {
@@ -235,10 +319,14 @@ std::string ManifestToJson(const Manifest& m) {
   j["checksum_algorithm"] = m.checksum_algorithm;
   nlohmann::json files = nlohmann::json::array();
   for (const auto& f : m.files) {
-    files.push_back({{"path", f.path}, {"size", f.size}, {"checksum", f.checksum}});
+    nlohmann::json e = {{"path", f.path}, {"size", f.size}, {"checksum", f.checksum}};
+    if (!f.chunks.empty()) e["chunks"] = f.chunks;
+    if (!f.refs.empty()) e["refs"] = f.refs;
+    files.push_back(std::move(e));
   }
   j["files"] = files;
   j["total_bytes"] = m.TotalBytes();
+  if (const uint64_t r = m.ReferencedBytes(); r > 0) j["bytes_referenced"] = r;
   j["gpu"] = m.gpu;
   j["gpu_processes"] = m.gpu_processes.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_processes);
   j["gpu_fastpath"] = m.gpu_fastpath.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_fastpath);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,21 @@ struct ManifestFile {
   std::string path;  // relative to the checkpoint directory
   uint64_t size = 0;
   std::string checksum;
+  // Files cryod wrote itself (the GPU data of a drain into its memory): each checksum chunk's
+  // XXH3-128 digest (hex), in order, so that the workload's next checkpoint can refer to the
+  // chunks that did not change. Empty for other files.
+  std::vector<std::string> chunks = {};
+  // Chunks this file does not hold (a hole there) because the same file of another checkpoint
+  // holds them, at the same offsets: checkpoint id -> chunk indices. Always the checkpoint that
+  // holds the bytes, never one that refers on. Read through on restore (daemon/gpu/host_copy.h).
+  std::map<std::string, std::vector<uint32_t>> refs = {};
+
+  // The bytes of the chunks in `refs`.
+  uint64_t ReferencedBytes() const;
 };
+
+// How many checksum chunks a file of `size` bytes has (an empty file has one).
+uint64_t ChunkCount(uint64_t size);
 
 // Container mode's facts: where the job ran and how its output was wired.
 struct ContainerSection {
@@ -101,6 +116,11 @@ struct Manifest {
   std::string damaged;
 
   uint64_t TotalBytes() const;
+  // What other checkpoints hold for this one (ManifestFile::refs), and what it wrote itself.
+  uint64_t ReferencedBytes() const;
+  uint64_t WrittenBytes() const { return TotalBytes() - ReferencedBytes(); }
+  // The checkpoints this one refers to.
+  std::set<std::string> References() const;
 };
 
 std::string ManifestToJson(const Manifest& m);

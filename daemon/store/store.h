@@ -54,7 +54,8 @@ class CheckpointStore {
   virtual absl::StatusOr<int> CollectIncomplete(absl::Duration ttl, bool own_stages) = 0;
   // Deletes all but the newest `keep` good checkpoints of `workload` (damaged ones do not count;
   // one newer than the last kept stays, for inspection), except those in `in_use` (a restore
-  // reads them; a later pass takes them); returns the deleted ids.
+  // reads them; a later pass takes them) and those a checkpoint that stays refers to
+  // (Manifest::References, however many steps away); returns the deleted ids.
   virtual absl::StatusOr<std::vector<std::string>> ApplyRetention(
       const std::string& workload, int keep, const std::set<std::string>& in_use) = 0;
   // FAILED_PRECONDITION (read-only, not a directory, a link where the store's layout has a

@@ -11,6 +11,11 @@
 
 namespace cryo::human {
 
+std::string SizeCell(uint64_t size, uint64_t referenced) {
+  if (referenced == 0) return Bytes(size);
+  return absl::StrCat(Bytes(size), " (", Bytes(referenced), " referenced)");
+}
+
 std::string Bytes(uint64_t n) {
   static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = static_cast<double>(n);

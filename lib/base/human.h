@@ -15,6 +15,9 @@ namespace cryo::human {
 
 // 512 -> "512 B", 1.5 GiB -> "1.5 GiB", 300 MiB -> "300 MiB" (one decimal below 10).
 std::string Bytes(uint64_t n);
+// A checkpoint's size, and how much of it earlier checkpoints hold (incremental GPU data):
+// "32 GiB" or "32 GiB (31 GiB referenced)".
+std::string SizeCell(uint64_t size, uint64_t referenced);
 // kubectl's AGE column: "59s", "90m", "5h", "3d".
 std::string Age(absl::Duration d);
 // A time as manifests and the API write it (RFC 3339, a checkpoint's created_at); InfinitePast

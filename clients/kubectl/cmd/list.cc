@@ -89,7 +89,8 @@ absl::Status List(Ctx& c, const std::vector<std::string>& pos) {
         src.pod.empty() ? "-"
                         : absl::StrCat(src.pod, "/", src.container.empty() ? "?" : src.container),
         Str(ck, "/node_name"),
-        human::Bytes(U64(ck.value("size_bytes", json()))),
+        human::SizeCell(U64(ck.value("size_bytes", json())),
+                        U64(ck.value("referenced_bytes", json()))),
         t == absl::InfinitePast() ? "?" : human::Age(now - t)};
     const json labels = ck.value("labels", json::object());
     const json reason = labels.is_object() ? labels.value(reason_label, json()) : json();

@@ -4,6 +4,7 @@
 
 #include "daemon/engine/engine.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -711,6 +712,90 @@ TEST_F(EngineTest, ALeaveRunningCheckpointDrainsIntoCryodsMemoryOnlyWithALibrary
     }
     EXPECT_EQ(listed, 3u << 20);
   }
+}
+
+// Incremental GPU data: a leave-running checkpoint of GPU data that did not change refers to the
+// previous one's chunks instead of writing them; the restore reads them through and the job
+// gets every byte back; the referenced checkpoint is kept while anything refers to it, and a
+// damaged one fails the restore with DATA_LOSS.
+TEST_F(EngineTest, UnchangedGpuDataIsReferredToNotWrittenAndReadThroughOnRestore) {
+  testing::FakeFastpath fp;
+  fp.version = contract::gpu_fastpath::kVersionMemory;
+  fp.bytes = 3 << 20;
+  auto engine = WithFastpath(fp);
+  Engine& e = *engine;
+  Child job;
+  auto first = e.Checkpoint(Req(job.pid, "inc-1", true), op_);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const std::string file0 = gpu::FastpathFileName(job.pid, 0);
+  auto listed = [](const store::Manifest& m, const std::string& path) {
+    for (const auto& f : m.files) {
+      if (f.path == path) return f;
+    }
+    return store::ManifestFile{};
+  };
+  EXPECT_EQ(listed(first->manifest, file0).chunks.size(), 1u);
+  EXPECT_TRUE(first->manifest.References().empty());
+  EXPECT_EQ(first->manifest.ReferencedBytes(), 0u);
+
+  auto second = e.Checkpoint(Req(job.pid, "inc-2", true), op_);
+  ASSERT_TRUE(second.ok()) << second.status();
+  const store::ManifestFile f2 = listed(second->manifest, file0);
+  EXPECT_EQ(f2.refs, (std::map<std::string, std::vector<uint32_t>>{{"inc-1", {0}}}));
+  EXPECT_EQ(f2.checksum, listed(first->manifest, file0).checksum);
+  EXPECT_EQ(second->manifest.ReferencedBytes(), 3u << 20);
+  struct stat st;
+  const std::string path2 = absl::StrCat(dir_.path, "/store/checkpoints/inc-2/", file0);
+  ASSERT_EQ(::stat(path2.c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 3 << 20);
+  EXPECT_EQ(st.st_blocks, 0) << "not one byte of it written";
+  EXPECT_TRUE(job.Runs());
+
+  // Kept: by `cryo rm` and by retention, while inc-2 refers to it.
+  auto del = e.Delete("inc-1");
+  EXPECT_EQ(del.code(), absl::StatusCode::kFailedPrecondition) << del;
+  EXPECT_NE(del.message().find("inc-2"), std::string::npos) << del;
+  auto kept = store_->ApplyRetention(second->manifest.workload, 1, {});
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->empty());
+
+  // Restored from inc-2: the library is given all 3 MiB, read through inc-1, from cryod's memory.
+  ::kill(job.pid, SIGKILL);
+  ::waitpid(job.pid, nullptr, 0);
+  job.pid = -1;
+  RestoreRequest r;
+  r.checkpoint_id = "inc-2";
+  auto res = e.Restore(r, op_);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_TRUE(fp.refilled_from_memory);
+  ASSERT_EQ(fp.refilled.size(), 3u << 20);
+  size_t wrong = 0;
+  for (uint64_t i = 0; i < fp.refilled.size(); ++i) wrong += fp.refilled[i] != fp.Pattern(i);
+  EXPECT_EQ(wrong, 0u);
+  ::kill(res->root_pid, SIGKILL);
+  ::waitpid(res->root_pid, nullptr, 0);
+
+  // inc-1 damaged: inc-2 cannot be restored, and says which checkpoint's chunk is wrong.
+  const std::string path1 = absl::StrCat(dir_.path, "/store/checkpoints/inc-1/", file0);
+  int fd = ::open(path1.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, "x", 1, 4096), 1);
+  ::close(fd);
+  res = e.Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kDataLoss) << res.status();
+  EXPECT_NE(res.status().message().find("chunk 0"), std::string::npos) << res.status();
+  ::kill(criu_.restored.back(), SIGKILL);
+
+  // Once nothing refers to inc-1 any more, retention takes it.
+  Child job2;
+  fp.salt = 1;
+  auto third = e.Checkpoint(Req(job2.pid, "inc-3", true), op_);
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(third->manifest.References().empty()) << "every chunk changed";
+  auto gone = store_->ApplyRetention(second->manifest.workload, 1, {});
+  ASSERT_TRUE(gone.ok());
+  std::sort(gone->begin(), gone->end());
+  EXPECT_EQ(*gone, (std::vector<std::string>{"inc-1", "inc-2"}));
 }
 
 // A process checkpoint restores with at most the credentials its job had, as the node that

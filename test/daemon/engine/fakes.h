@@ -91,7 +91,10 @@ class FakeFastpath : public gpu::Fastpath {
   // fake writes `bytes` of Pattern(i) into it, as a library would).
   size_t drain_files = 0;
   bool drained_into_memory = false, refilled_from_memory = false;
-  static char Pattern(uint64_t i) { return static_cast<char>((i * 131 + i / 4093) & 0xff); }
+  int salt = 0;  // changes the pattern: the job's GPU data changed
+  char Pattern(uint64_t i) const { return static_cast<char>((i * 131 + i / 4093 + salt) & 0xff); }
+  // What the last refill from cryod's memory was given (its first `bytes`).
+  std::string refilled;
 
   class Drain : public gpu::FastpathDrainHandle {
    public:
@@ -134,10 +137,17 @@ class FakeFastpath : public gpu::Fastpath {
     return std::unique_ptr<gpu::FastpathDrainHandle>(new class Drain(d, claimed));
   }
   absl::StatusOr<contract::gpu_fastpath::RefillReply> Refill(
-      const gpu::FastpathProcess& p, int, const std::vector<int>&,
+      const gpu::FastpathProcess& p, int, const std::vector<int>& files,
       const std::vector<FileDigest>&) override {
     ++refills;
     refilled_from_memory = p.memory;
+    refilled.clear();
+    if (p.memory && files.size() == 1) {
+      refilled.resize(bytes);
+      if (::pread(files[0], refilled.data(), bytes, 0) != static_cast<ssize_t>(bytes)) {
+        return absl::InternalError("the fake could not read cryod's memory");
+      }
+    }
     state = State::kRunning;
     return contract::gpu_fastpath::RefillReply{};
   }

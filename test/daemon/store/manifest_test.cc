@@ -1,5 +1,8 @@
 #include "daemon/store/manifest.h"
 
+#include <functional>
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "lib/base/limits.h"
@@ -46,6 +49,38 @@ TEST(Manifest, RoundTrips) {
   EXPECT_EQ(back->gpu, m.gpu);
   EXPECT_FALSE(back->container.has_value());
   EXPECT_EQ(nlohmann::json::parse(ManifestToJson(m))["format"], kManifestFormat);
+}
+
+// A file of GPU data cryod wrote: its chunks' digests, and the chunks an earlier checkpoint
+// holds. What does not add up is refused.
+TEST(Manifest, ChunkDigestsAndReferencesRoundTripAndAreChecked) {
+  Manifest m = Sample();
+  const std::string d(32, 'a');
+  const uint64_t chunk = 64ull << 20;
+  m.files.push_back({"gpu/fastpath-100-0", 2 * chunk + 5, "cc", {d, d, d}, {{"job-0", {0, 2}}}});
+  auto back = ParseManifest(ManifestToJson(m));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->files[2].chunks, m.files[2].chunks);
+  EXPECT_EQ(back->files[2].refs, m.files[2].refs);
+  EXPECT_EQ(back->ReferencedBytes(), chunk + 5) << "chunk 0 whole, and the 5 bytes of chunk 2";
+  EXPECT_EQ(back->WrittenBytes(), 4106 + chunk);
+  EXPECT_EQ(back->References(), (std::set<std::string>{"job-0"}));
+  EXPECT_EQ(nlohmann::json::parse(ManifestToJson(m))["bytes_referenced"], chunk + 5);
+
+  auto refused = [&](const std::function<void(nlohmann::json&)>& edit, const std::string& why) {
+    auto j = nlohmann::json::parse(ManifestToJson(m));
+    edit(j["files"][2]);
+    auto r = ParseManifest(j.dump());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << why;
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status();
+  };
+  refused([](nlohmann::json& f) { f["chunks"].erase(0); }, "2 chunk digests for");
+  refused([](nlohmann::json& f) { f["chunks"][1] = "xyz"; }, "not one");
+  refused([](nlohmann::json& f) { f["refs"]["job-0"].push_back(3); }, "does not have");
+  refused([](nlohmann::json& f) { f["refs"]["job-9"] = {2}; }, "or twice");
+  refused([](nlohmann::json& f) { f["refs"]["../x"] = {1}; }, "refers to");
+  refused([](nlohmann::json& f) { f["refs"]["job-1"] = {1}; }, "its own checkpoint");
+  refused([](nlohmann::json& f) { f.erase("chunks"); }, "no digest of");
 }
 
 TEST(Manifest, RefusesNewerFormatWithAClearReason) {

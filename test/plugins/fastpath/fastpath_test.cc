@@ -4,6 +4,7 @@
 // must leave the job's memory intact.
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -445,7 +446,7 @@ TEST_F(FastpathMoveTest, ADrainIntoCryodsMemoryLeavesTheJobNoCopyAndRefillsFromI
   // cryod writes it into three files while the job runs on: units of 64 MiB go to files
   // 0, 1, 2, 0 (the last unit 8 MiB), each with the store's checksum.
   std::vector<int> out = OpenFiles(3, O_WRONLY | O_CREAT | O_TRUNC);
-  auto sums = gpu::WriteHostCopy(memfd->get(), r.bytes, 64 * kMiB, out, {});
+  auto sums = gpu::WriteHostCopy(memfd->get(), r.bytes, 64 * kMiB, out, {}, {});
   CloseAll(out);
   ASSERT_TRUE(sums.ok()) << sums.status();
   ASSERT_EQ(sums->size(), 3u);
@@ -453,8 +454,9 @@ TEST_F(FastpathMoveTest, ADrainIntoCryodsMemoryLeavesTheJobNoCopyAndRefillsFromI
   for (int i = 0; i < 3; ++i) {
     auto want = HashFile((dir_ / ("part-" + std::to_string(i))).string());
     ASSERT_TRUE(want.ok());
-    EXPECT_EQ((*sums)[i].size, sizes[i]) << i;
-    EXPECT_EQ((*sums)[i].checksum, want->checksum) << i;
+    EXPECT_EQ((*sums)[i].digest.size, sizes[i]) << i;
+    EXPECT_EQ((*sums)[i].digest.checksum, want->checksum) << i;
+    EXPECT_TRUE((*sums)[i].skipped.empty()) << "nothing to refer to: every chunk written";
   }
 
   // Back from cryod's memory.
@@ -479,7 +481,7 @@ TEST_F(FastpathMoveTest, ADrainIntoCryodsMemoryLeavesTheJobNoCopyAndRefillsFromI
   std::vector<int> in = OpenFiles(3, O_RDONLY);
   RefillOptions from_files;
   from_files.fds = in;
-  from_files.expected = *sums;
+  for (const auto& w : *sums) from_files.expected.push_back(w.digest);
   o = mover_->Refill(from_files, &rr);
   CloseAll(in);
   ASSERT_TRUE(o.ok()) << o.error;
@@ -553,19 +555,96 @@ TEST(HostCopyTest, AWriteThatIsStoppedSaysSoAndAStripeOffTheChecksumsChunksIsRef
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   ASSERT_GE(fd, 0);
   int asked = 0;
-  auto r =
-      gpu::WriteHostCopy(memfd->get(), 130 * kMiB, 64 * kMiB, {fd}, [&] { return ++asked > 1; });
+  auto r = gpu::WriteHostCopy(memfd->get(), 130 * kMiB, 64 * kMiB, {fd}, {},
+                              [&] { return ++asked > 1; });
   EXPECT_TRUE(absl::IsCancelled(r.status())) << r.status();
   struct stat st;
   ASSERT_EQ(::fstat(fd, &st), 0);
   EXPECT_EQ(st.st_size, static_cast<off_t>(64 * kMiB)) << "one unit written, then stopped";
-  r = gpu::WriteHostCopy(memfd->get(), 130 * kMiB, 4 * kMiB, {fd}, {});
+  r = gpu::WriteHostCopy(memfd->get(), 130 * kMiB, 4 * kMiB, {fd}, {}, {});
   EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
   // The drain cannot have put more there than the memfd holds.
-  r = gpu::WriteHostCopy(memfd->get(), 131 * kMiB, 64 * kMiB, {fd}, {});
+  r = gpu::WriteHostCopy(memfd->get(), 131 * kMiB, 64 * kMiB, {fd}, {}, {});
   EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
   ::close(fd);
   ::unlink(path.c_str());
+}
+
+// Incremental GPU data: a second write of the same memory writes only the chunk that changed,
+// leaves holes where the first's files hold the rest, and reads back whole through them.
+TEST(HostCopyTest, UnchangedChunksAreNotWrittenAgainAndReadBackThroughTheFilesThatHoldThem) {
+  constexpr uint64_t kBytes = 200 * kMiB;  // units 0, 2 in file 0; 1, 3 (8 MiB) in file 1
+  auto memfd = gpu::NewHostCopy(kBytes, 2);
+  ASSERT_TRUE(memfd.ok()) << memfd.status();
+  char* p = static_cast<char*>(
+      ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd->get(), 0));
+  ASSERT_NE(p, MAP_FAILED);
+  for (uint64_t i = 0; i < kBytes / 8; ++i) reinterpret_cast<uint64_t*>(p)[i] = i * 2654435761u;
+  const std::string base = ::testing::TempDir() + "/incremental-" + std::to_string(::getpid());
+  auto open_files = [&](const std::string& tag, int flags) {
+    std::vector<int> fds;
+    for (int k = 0; k < 2; ++k) {
+      fds.push_back(::open((base + tag + std::to_string(k)).c_str(), flags | O_CLOEXEC, 0600));
+      EXPECT_GE(fds.back(), 0);
+    }
+    return fds;
+  };
+  std::vector<int> first = open_files("-a", O_RDWR | O_CREAT | O_TRUNC);
+  auto a = gpu::WriteHostCopy(memfd->get(), kBytes, 64 * kMiB, first, {}, {});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_EQ(a->size(), 2u);
+  EXPECT_EQ((*a)[0].chunks.chunks.size(), 2u);
+  EXPECT_EQ((*a)[1].chunks.size, 72 * kMiB);
+
+  // Unit 1 (file 1, chunk 0) changes; nothing else does.
+  p[64 * kMiB + 12345] ^= 0x5a;
+  std::vector<int> second = open_files("-b", O_RDWR | O_CREAT | O_TRUNC);
+  auto b = gpu::WriteHostCopy(memfd->get(), kBytes, 64 * kMiB, second,
+                              {(*a)[0].chunks, (*a)[1].chunks}, {});
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)[0].skipped, (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ((*b)[1].skipped, (std::vector<uint32_t>{1}));
+  EXPECT_EQ((*b)[0].digest, (*a)[0].digest) << "file 0 holds the same bytes";
+  EXPECT_NE((*b)[1].digest.checksum, (*a)[1].digest.checksum);
+  struct stat st;
+  ASSERT_EQ(::fstat(second[0], &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 128 * kMiB) << "holes up to its whole size";
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, kMiB) << "and nothing written";
+  ASSERT_EQ(::fstat(second[1], &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 72 * kMiB);
+  EXPECT_LE(static_cast<uint64_t>(st.st_blocks) * 512, 65 * kMiB) << "only the changed chunk";
+
+  // Read back: file 0 wholly from the first's, file 1's chunk 1 from the first's.
+  auto sources = [&] {
+    std::vector<gpu::ChunkSources> src(2);
+    src[0] = {{first[0], first[0]}, (*b)[0].chunks.chunks, (*b)[0].digest};
+    src[1] = {{second[1], first[1]}, (*b)[1].chunks.chunks, (*b)[1].digest};
+    return src;
+  };
+  auto back = gpu::NewHostCopy(kBytes, 2);
+  ASSERT_TRUE(back.ok());
+  ASSERT_TRUE(gpu::ReadHostCopy(back->get(), kBytes, 64 * kMiB, sources()).ok());
+  char* q = static_cast<char*>(::mmap(nullptr, kBytes, PROT_READ, MAP_SHARED, back->get(), 0));
+  ASSERT_NE(q, MAP_FAILED);
+  EXPECT_EQ(std::memcmp(p, q, kBytes), 0) << "what was drained, byte for byte";
+
+  // Reading the hole instead of the file that holds the chunk, or a damaged holder, is refused.
+  auto wrong = sources();
+  wrong[0].fds[1] = second[0];
+  auto r = gpu::ReadHostCopy(back->get(), kBytes, 64 * kMiB, wrong);
+  EXPECT_TRUE(absl::IsDataLoss(r)) << r;
+  EXPECT_NE(r.message().find("chunk 1 of the GPU data's file 0"), std::string::npos) << r;
+  ASSERT_EQ(::pwrite(first[1], "x", 1, 64 * kMiB + 7), 1);
+  r = gpu::ReadHostCopy(back->get(), kBytes, 64 * kMiB, sources());
+  EXPECT_TRUE(absl::IsDataLoss(r)) << r;
+  EXPECT_NE(r.message().find("chunk 1 of the GPU data's file 1"), std::string::npos) << r;
+  ::munmap(p, kBytes);
+  ::munmap(q, kBytes);
+  for (const char* tag : {"-a", "-b"}) {
+    for (int k = 0; k < 2; ++k) ::unlink((base + tag + std::to_string(k)).c_str());
+  }
+  CloseAll(first);
+  CloseAll(second);
 }
 
 TEST_F(FastpathMoveTest, ADamagedFileIsRefusedAndTheJobStaysHeld) {
