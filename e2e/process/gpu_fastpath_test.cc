@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,6 +151,54 @@ void FastpathE2e::LeaveRunning(Cryod& a, bool in_memory) {
   w.Kill();
   ASSERT_TRUE(WaitGone(w));
   s = a.Restore(RestoreReq("fp-lr"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, 0);
+}
+
+// Incremental GPU data: a job with 128 MiB of weights it never writes (two whole 64 MiB units at
+// the front of its stream) and 64 MiB it rewrites every step. Its second leave-running
+// checkpoint writes only what changed and refers to the first for the weights; restored from
+// it, every word is where the job expects it. The first stays while the second refers to it.
+TEST_F(FastpathE2e, ASecondCheckpointWritesOnlyTheGpuDataThatChanged) {
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob({"--static-mib", "128"});
+  ASSERT_TRUE(w.WaitMain(20));
+  v1::CheckpointInfo first, second;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "inc-1", /*leave_running=*/true), &first);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(first.gpu_fastpath_bytes(), 192 * kMiB);
+  EXPECT_EQ(first.referenced_bytes(), 0u);
+  ASSERT_TRUE(w.WaitMain(U(w.Status(), "main") + 20));
+  s = a.Checkpoint(Req(w.pid(), "inc-2", /*leave_running=*/true), &second);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(second.referenced_bytes(), 128 * kMiB) << "the weights, referred to";
+  // On disk: only the changed 64 MiB (the files' sizes still say 192 MiB).
+  const std::string ckpt = store_ + "/checkpoints/inc-2";
+  EXPECT_EQ(BytesUnder(ckpt, "gpu/"), 192 * kMiB);
+  uint64_t allocated = 0;
+  for (const auto& e : std::filesystem::directory_iterator(ckpt + "/gpu")) {
+    struct stat st;
+    ASSERT_EQ(::stat(e.path().c_str(), &st), 0);
+    allocated += static_cast<uint64_t>(st.st_blocks) * 512;
+  }
+  EXPECT_LE(allocated, 65 * kMiB) << "the weights were written again";
+  auto m = nlohmann::json::parse(Slurp(ckpt + "/manifest.json"));
+  EXPECT_EQ(U(m, "bytes_referenced"), 128 * kMiB);
+  // Kept while inc-2 refers to it.
+  v1::DeleteCheckpointRequest dreq;
+  dreq.set_checkpoint_id("inc-1");
+  v1::DeleteCheckpointResponse dresp;
+  grpc::ClientContext ctx;
+  grpc::Status del = a.stub().DeleteCheckpoint(&ctx, dreq, &dresp);
+  EXPECT_EQ(del.error_code(), StatusCode::FAILED_PRECONDITION) << del.error_message();
+  EXPECT_NE(del.error_message().find("inc-2"), std::string::npos) << del.error_message();
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
+
+  // Restored from inc-2: the weights come through inc-1's files, checked chunk by chunk.
+  w.Kill();
+  ASSERT_TRUE(WaitGone(w));
+  v1::RestoreResult res;
+  s = a.Restore(RestoreReq("inc-2"), &res);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunsOnIntact(w, 0);
 }

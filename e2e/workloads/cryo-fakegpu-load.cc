@@ -2,6 +2,9 @@
 // runs over the fake CUDA driver (test/fakes/cuda, loaded as libcuda.so.1), whose device memory
 // the job's "kernels" (host functions run by cuLaunchKernel) read and write directly.
 //
+// With --static-mib N it first allocates N MiB of "weights" (--chunk-mib cudaMalloc chunks) that
+// its kernels check every step and never write, as an inference server's: what an incremental
+// checkpoint need not write again.
 // It holds --mib of memory in --chunk-mib cudaMalloc chunks (owned by the fast path), --vmm-mib
 // mapped the way PyTorch's expandable segments map memory (one reserved range, a cuMemCreate +
 // cuMemMap per chunk), and --small 64 KiB allocations (below the fast path's threshold: the
@@ -162,6 +165,18 @@ void VerifyAdvance(void** params) {
   }
 }
 
+// The "kernel" over a static chunk: params = {uint64_t** words, size_t* n, uint64_t* chunk,
+// uint64_t** bad}; checks, writes nothing.
+void VerifyStatic(void** params) {
+  const uint64_t* w = *static_cast<uint64_t**>(params[0]);
+  const size_t n = *static_cast<size_t*>(params[1]);
+  const uint64_t chunk = *static_cast<uint64_t*>(params[2]);
+  uint64_t* bad = *static_cast<uint64_t**>(params[3]);
+  for (size_t i = 0; i < n; ++i) {
+    if (w[i] != Pattern(chunk, i, 0)) ++*bad;
+  }
+}
+
 // The shared region's fixed words (from word 2 on): wrong ones counted.
 uint64_t CheckShared(const uint64_t* w, size_t n) {
   uint64_t wrong = 0;
@@ -199,6 +214,7 @@ struct Chunk {
 int main(int argc, char** argv) {
   std::string status_path;
   long mib = 24, chunk_mib = 4, vmm_mib = 8, small = 2, interval_ms = 20, share_mib = 0;
+  long static_mib = 0;
   int import_fd = -1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -209,6 +225,8 @@ int main(int argc, char** argv) {
       mib = atol(v), ++i;
     else if (a == "--chunk-mib")
       chunk_mib = atol(v), ++i;
+    else if (a == "--static-mib")
+      static_mib = atol(v), ++i;
     else if (a == "--vmm-mib")
       vmm_mib = atol(v), ++i;
     else if (a == "--small")
@@ -294,8 +312,18 @@ int main(int argc, char** argv) {
     if (p != 0) api.MemFree(p);
   }
 
-  std::vector<Chunk> chunks;
   const size_t cb = size_t(chunk_mib) << 20;
+  // The weights first: they lead the fast path's stream, whole units of it.
+  std::vector<Chunk> weights;
+  constexpr uint64_t kWeightsId = 3000;
+  for (long m = 0; m < static_mib; m += chunk_mib) {
+    CUdeviceptr p = 0;
+    if (api.MemAlloc(&p, cb) != CUDA_SUCCESS) return fprintf(stderr, "cuMemAlloc\n"), 1;
+    auto* w = reinterpret_cast<uint64_t*>(p);
+    for (size_t i = 0; i < cb / 8; ++i) w[i] = Pattern(kWeightsId + weights.size(), i, 0);
+    weights.push_back({p, cb});
+  }
+  std::vector<Chunk> chunks;
   for (long m = 0; m < mib; m += chunk_mib) {
     CUdeviceptr p = 0;
     if (api.MemAlloc(&p, cb) != CUDA_SUCCESS) return fprintf(stderr, "cuMemAlloc\n"), 1;
@@ -417,6 +445,18 @@ int main(int argc, char** argv) {
       if (!importer) {
         peer_steps = peer[0];
         peer_bad = peer[1];
+      }
+    }
+    if (!weights.empty()) {
+      const size_t c = steps % weights.size();
+      uint64_t* words = reinterpret_cast<uint64_t*>(weights[c].p);
+      size_t n = weights[c].bytes / 8;
+      uint64_t id = kWeightsId + c;
+      void* params[] = {&words, &n, &id, &bad_p};
+      if (api.LaunchKernel(reinterpret_cast<CUfunction>(&VerifyStatic), 1, 1, 1, 1, 1, 1, 0,
+                           nullptr, params, nullptr) != CUDA_SUCCESS) {
+        fprintf(stderr, "launch failed\n");
+        break;
       }
     }
     if (chunks.empty()) {
