@@ -6,7 +6,10 @@
 // it got and whether every word so far verified.
 //
 //   cryo-gpu-testload --gib 8 --status /tmp/s.json [--spin-ms 5000] [--managed-mib 64]
-//                     [--busy-us 2000] [--seconds 0] [--chunk-mib 256]
+//                     [--busy-us 2000] [--seconds 0] [--chunk-mib 256] [--static-gib 16]
+// --static-gib allocates that much more first, as "weights": filled once, and every step one
+// chunk of them is verified but never written (an inference server's weights; what an
+// incremental checkpoint need not write again).
 // (A small job, `--gib 0.015625 --chunk-mib 16`, gives a checkpoint small enough to carry from
 // one machine to another for the cross-node test.)
 
@@ -72,6 +75,17 @@ __global__ void Touch(int* p, size_t n) {
   }
 }
 
+// Checks generation 0 of a weights chunk; writes nothing.
+__global__ void VerifyStatic(const uint64_t* p, size_t words, uint64_t chunk,
+                             unsigned long long* bad) {
+  unsigned long long mine = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < words;
+       i += size_t(gridDim.x) * blockDim.x) {
+    if (p[i] != Pattern(chunk, i, 0)) ++mine;
+  }
+  if (mine) atomicAdd(bad, mine);
+}
+
 struct Status {
   double gib = 0;
   uint64_t chunks = 0;
@@ -110,6 +124,7 @@ int main(int argc, char** argv) {
   long managed_mib = 0;
   double seconds = 0;
   long chunk_mib = 256;
+  double static_gib = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "";
@@ -125,6 +140,8 @@ int main(int argc, char** argv) {
       managed_mib = std::atol(v), ++i;
     else if (a == "--seconds")
       seconds = std::atof(v), ++i;
+    else if (a == "--static-gib")
+      static_gib = std::atof(v), ++i;
     else if (a == "--chunk-mib")
       chunk_mib = std::atol(v), ++i;
     else {
@@ -153,6 +170,15 @@ int main(int argc, char** argv) {
   }
   const size_t chunk_bytes = size_t(chunk_mib) << 20;
   const size_t chunk_words = chunk_bytes / sizeof(uint64_t);
+  // The weights first, so that they lead the fast path's stream.
+  constexpr uint64_t kWeightsId = 1 << 20;
+  const size_t nweights = static_cast<size_t>(static_gib * 1024.0 / double(chunk_mib) + 0.5);
+  std::vector<uint64_t*> weights(nweights, nullptr);
+  for (size_t c = 0; c < nweights; ++c) {
+    if (cudaError_t e = cudaMalloc(&weights[c], chunk_bytes); e != cudaSuccess)
+      return fail("cudaMalloc", e);
+    Fill<<<sms * 4, 512>>>(weights[c], chunk_words, kWeightsId + c, 0);
+  }
   size_t chunks = static_cast<size_t>(gib * 1024.0 / double(chunk_mib) + 0.5);
   if (chunks == 0) chunks = 1;
   st.chunks = chunks;
@@ -193,6 +219,10 @@ int main(int argc, char** argv) {
     size_t c = st.steps % chunks;
     VerifyAdvance<<<sms * 4, 512>>>(mem[c], chunk_words, c, gen[c], bad);
     ++gen[c];
+    if (nweights > 0) {
+      const size_t w = st.steps % nweights;
+      VerifyStatic<<<sms * 4, 512>>>(weights[w], chunk_words, kWeightsId + w, bad);
+    }
     Spin<<<sms, 128>>>(spin_ms > 0 ? spin_cycles : busy_cycles, busy);
     if (managed) Touch<<<sms, 256>>>(managed, managed_n);
     if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return fail("step", e);

@@ -51,6 +51,12 @@
 #   and restores from the second checkpoint, every word verified. fp-torch-periodic: the PyTorch
 #   loop checkpointed three times leave-running, then stopped and restored: losses bit-identical.
 #
+# Part "incremental": a job with CRYO_GPU_INC_GIB GiB of weights it never writes (default 16) and
+#   half a GiB it rewrites, checkpointed twice leave-running through cryod: the second's bytes
+#   written against the first's (goal: at most 10%), both background writes, then restored from
+#   the second (its weights read through the first's files) with every word verified, weights
+#   included.
+#
 # Env: CRYO_GPU_FP_SIZES (GiB, default "1 8"), CRYO_GPU_FP_WRITERS (files per process, default 4),
 # CRYO_GPU_FP_THREADS (copy threads, default nproc), CRYO_GPU_FP_CRIU_GIB (default 8),
 # CRYO_GPU_FP_BENCH_SIZES (part fastpath, default "1 8 32"), CRYO_GPU_FP_COMPARE (default 1),
@@ -416,7 +422,7 @@ fp_torch_stop_restore() {
 fp_torch_periodic() {
   # Long enough (20 s) for four checkpoints while it runs.
   local name=fp-torch-periodic steps=${CRYO_GPU_TORCH_PERIODIC_STEPS:-1000} i
-  local ref="$RES/fp.torch.ref.$steps.txt" run="$RES/$name.txt" stalls=""
+  local ref="$RES/fp.torch.ref.$steps.txt" run="$RES/$name.txt" stalls="" written=""
   if [ ! -s "$ref" ]; then
     setsid -w python3 "$B/train_losses.py" --steps "$steps" --step-ms 20 --out "$ref" </dev/null >"$RES/fp.torch.ref.$steps.log" 2>&1
   fi
@@ -431,12 +437,16 @@ fp_torch_periodic() {
     fi
     # (Spelled out: a comprehension inside jget's eval cannot see d.)
     stalls="$stalls $(jget "$RES/$name-$i.ckpt.json" 'int(d["stage_ms"].get("gpu_drain", 0)) + int(d["stage_ms"].get("gpu_lock", 0)) + int(d["stage_ms"].get("gpu_checkpoint", 0)) + int(d["stage_ms"].get("gpu_save", 0)) + int(d["stage_ms"].get("dump", 0)) + int(d["stage_ms"].get("gpu_restore", 0)) + int(d["stage_ms"].get("gpu_refill", 0))')"
+    # What each wrote (MB; referred chunks are not written): a training job's second is no
+    # larger than its first.
+    written="$written $(jget "$RES/$name-$i.ckpt.json" '(int(d.get("size_bytes", 0)) - int(d.get("referenced_bytes", 0))) >> 20')"
     "${CRYO[@]}" rm "$name-$((i - 1))" >/dev/null 2>&1
   done
   wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps / 2 )) ]"
   # Then preempted: stopped, restored.
-  fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" "3 leave-running checkpoints (stalls ms:$stalls), then "
-  "${CRYO[@]}" rm "$name-3" >/dev/null 2>&1; "${CRYO[@]}" rm "$name" >/dev/null 2>&1
+  fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" "3 leave-running checkpoints (stalls ms:$stalls; written MB:$written), then "
+  # Newest first: one that a newer one refers to is kept until that one goes.
+  for i in "" -3 -2 -1; do "${CRYO[@]}" rm "$name$i" >/dev/null 2>&1; done
 }
 
 # The fast path beside the driver's path, the hand-run baseline and the floors, per size.
@@ -486,6 +496,62 @@ print(json.dumps(out))
 PY
   result "$name" PASS "$(jget "$RES/$k.summary.json" '"; ".join("stall %d ms = %.2fx the drain (drain %d, lock %d, driver %d, save %d, dump %d, driver restore %d, refill %d), then written in the background in %d ms" % (r["stall_ms"], r["stall_vs_drain"], r["drain_ms"], r["stages"].get("gpu_lock",0), r["stages"].get("gpu_checkpoint",0), r["stages"].get("gpu_save",0), r["stages"].get("dump",0), r["stages"].get("gpu_restore",0), r["stages"].get("gpu_refill",0), r["background_write_ms"]) for r in d["runs"]) + "; floors: d2h %d ms, store write %d ms" % (d.get("floor_d2h_ms",0), d.get("floor_write_ms",0))')"
   "${CRYO[@]}" rm "$k-2" >/dev/null 2>&1
+}
+
+# fp_incremental GIB: part "incremental" (above).
+fp_incremental() {
+  local gib=$1 k=inc name="incremental-$1" msg r rpid
+  fp_start_job "$k" --gib 0.5 --static-gib "$gib" || { result "$name" FAIL "job did not start"; return; }
+  local pid=$LOAD_PID
+  wait_until 180 steps_past "$LOAD_STATUS" 10
+  # Every weights chunk (256 MiB) is checked once per that many steps.
+  local wsteps; wsteps=$(python3 -c "print(int($gib * 4) + 4)")
+  verified_all() {  # verified_all STATUS: the job ran on past every weights chunk, every word right
+    local s0; s0=$(jget "$1" 'd["steps"]')
+    wait_until 300 steps_past "$1" $(( s0 + wsteps )) || { echo "job did not run on ($(cat "$1"))"; return 1; }
+    [ "$(jget "$1" 'd["verified"]')" = True ] || { echo "pattern mismatch: $(cat "$1")"; return 1; }
+  }
+  for r in 1 2; do
+    if ! "${CRYO[@]}" -o json checkpoint "$pid" --id "$k-$r" --leave-running >"$RES/$k-$r.ckpt.json" 2>"$RES/$k-$r.ckpt.err"; then
+      result "$name" FAIL "checkpoint $r: $(tail -2 "$RES/$k-$r.ckpt.err")"; end_job "$pid"; return
+    fi
+    if ! msg=$(verified_all "$LOAD_STATUS"); then
+      result "$name" FAIL "after checkpoint $r: $msg"; end_job "$pid"; return
+    fi
+  done
+  du -sk "$W/store/checkpoints/$k-1" "$W/store/checkpoints/$k-2" >"$RES/$k.du.txt" 2>&1
+  end_job "$pid"
+  if ! "${CRYO[@]}" -o json restore "$k-2" >"$RES/$k.restore.json" 2>"$RES/$k.restore.err"; then
+    result "$name" FAIL "restore from the second: $(tail -2 "$RES/$k.restore.err")"; return
+  fi
+  rpid=$(jget "$RES/$k.restore.json" 'd["root_pid"]')
+  if ! msg=$(verified_all "$LOAD_STATUS"); then
+    result "$name" FAIL "after the restore: $msg"; end_job "$rpid"; return
+  fi
+  end_job "$rpid"
+  python3 - "$RES/$k-1.ckpt.json" "$RES/$k-2.ckpt.json" "$RES/$k.restore.json" "$gib" >"$RES/$k.summary.json" <<'PY'
+import json, sys
+one, two, rest = (json.load(open(p)) for p in sys.argv[1:4])
+def written(d):
+    return int(d.get("size_bytes", 0)) - int(d.get("referenced_bytes", 0))
+out = {"weights_gib": float(sys.argv[4]),
+       "first": {"size": int(one.get("size_bytes", 0)), "written": written(one),
+                 "gpu_write_ms": int(one["stage_ms"].get("gpu_write", 0))},
+       "second": {"size": int(two.get("size_bytes", 0)), "written": written(two),
+                  "referenced": int(two.get("referenced_bytes", 0)),
+                  "gpu_write_ms": int(two["stage_ms"].get("gpu_write", 0))},
+       "restore_ms": sum(int(v) for v in rest["stage_ms"].values()),
+       "restore_refill_ms": int(rest["stage_ms"].get("gpu_refill", 0))}
+out["written_ratio"] = round(out["second"]["written"] / max(1, out["first"]["written"]), 4)
+print(json.dumps(out))
+PY
+  msg=$(jget "$RES/$k.summary.json" '"second checkpoint wrote %.1f%% of the first (%d of %d MB; %d MB referred to), background write %d ms vs %d ms; restored from it (refill %d ms, read through), every word verified" % (100 * d["written_ratio"], d["second"]["written"] >> 20, d["first"]["written"] >> 20, d["second"]["referenced"] >> 20, d["second"]["gpu_write_ms"], d["first"]["gpu_write_ms"], d["restore_refill_ms"])')
+  if [ "$(jget "$RES/$k.summary.json" 'd["written_ratio"] <= 0.10')" = True ]; then
+    result "$name" PASS "$msg"
+  else
+    result "$name" FAIL "$msg (goal: at most 10%)"
+  fi
+  "${CRYO[@]}" rm "$k-2" >/dev/null 2>&1; "${CRYO[@]}" rm "$k-1" >/dev/null 2>&1
 }
 
 fp_table() {
@@ -565,6 +631,11 @@ run_fastpath_parts() {
     [ -n "$CRYOD_PID" ] || start_cryod || { result periodic-stall FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }
     for gib in ${CRYO_GPU_STALL_GIB:-32}; do fp_periodic_stall "$gib"; done
     if fp_torch_ok; then fp_torch_periodic; else result fp-torch-periodic SKIP "no PyTorch with CUDA here"; fi ;;
+  esac
+  case " $PARTS " in *" incremental "*)
+    [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result incremental SKIP "bundle has no cryod or CRIU"; return; }
+    [ -n "$CRYOD_PID" ] || start_cryod || { result incremental FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }
+    fp_incremental "${CRYO_GPU_INC_GIB:-16}" ;;
   esac
   case " $PARTS " in *" node-preempt "*)
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result node-preempt SKIP "bundle has no cryod or CRIU"; return; }
