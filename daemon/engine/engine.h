@@ -226,6 +226,10 @@ class Engine {
   // where the files hold it all (the library reads those itself).
   absl::StatusOr<UniqueFd> ReadThrough(const store::Manifest& m, const std::string& dir,
                                        const gpu::FastpathProcess& f);
+  // DATA_LOSS when a checkpoint `m` refers to is gone, or its file is not one or too short to
+  // hold the chunks: found before a restore starts anything (the chunks' digests are checked
+  // as they are read).
+  absl::Status CheckReferences(const store::Manifest& m);
   absl::Status Done(RestoreState& s);
   void UndoInitHandshake(const journal::Entry& e, RestoreLive* live);
   void UndoCriuRestore(const journal::Entry& e, RestoreLive* live);

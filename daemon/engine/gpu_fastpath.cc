@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <map>
 #include <optional>
 
@@ -25,6 +26,7 @@
 #include "daemon/gpu/fastpath_client.h"
 #include "daemon/gpu/fastpath_cut.h"
 #include "daemon/gpu/host_copy.h"
+#include "lib/base/chunked_xxh3.h"
 #include "lib/base/fd.h"
 #include "lib/base/fs.h"
 #include "lib/base/json.h"
@@ -422,6 +424,31 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, cons
   }
 }
 
+absl::Status Engine::CheckReferences(const store::Manifest& m) {
+  for (const auto& mf : m.files) {
+    for (const auto& [id, list] : mf.refs) {
+      const uint64_t end =
+          std::min(mf.size, (uint64_t{*std::max_element(list.begin(), list.end())} + 1) *
+                                xxh3chunked::kChunk);
+      auto where = d_.store->LocalPath(id);
+      struct stat st;
+      std::string why;
+      if (!where.ok()) {
+        why = std::string(where.status().message());
+      } else if (::lstat(fs::Join(*where, mf.path).c_str(), &st) != 0) {
+        why = std::strerror(errno);
+      } else if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < end) {
+        why = absl::StrCat("not a file of at least ", end, " bytes");
+      }
+      if (!why.empty()) {
+        return absl::DataLossError(absl::StrCat(mf.path, " refers to ", list.size(),
+                                                " chunks of checkpoint ", id, ": ", why));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<UniqueFd> Engine::ReadThrough(const store::Manifest& m, const std::string& dir,
                                              const gpu::FastpathProcess& f) {
   std::vector<const store::ManifestFile*> listed;
@@ -507,21 +534,45 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
         expected[i].push_back(it->second);
       }
     }
-    if (!st.ok() || f.files == 0) continue;
-    // Incremental: read through into cryod's memory, checked there, and refilled from it.
-    auto through = ReadThrough(s.m, s.dir, f);
-    if (through.ok() && through->get() >= 0) {
-      files[i] = {through->release()};
-      s.fast[i].memory = true;
-      expected[i].clear();
-      continue;
+  }
+  // Incremental: a process whose files refer to an earlier checkpoint's is read through into
+  // cryod's memory, checked there, and refilled from it; all of them at once, within the memory
+  // the node has for them. The others' files the library reads itself.
+  std::vector<char> refers(s.fast.size(), 0);
+  uint64_t through_bytes = 0;
+  for (size_t i = 0; i < s.fast.size() && st.ok(); ++i) {
+    for (int k = 0; k < s.fast[i].files; ++k) {
+      for (const auto& mf : s.m.files) {
+        if (mf.path == gpu::FastpathFileName(s.fast[i].ns_pid, k) && !mf.refs.empty()) {
+          refers[i] = 1;
+        }
+      }
     }
-    st = through.status();
-    if (st.ok()) {
-      auto opened = gpu::OpenFastpathFiles(s.dir, f.ns_pid, f.files, false);
-      if (opened.ok()) files[i] = *opened;
-      st = opened.status();
+    through_bytes += refers[i] ? s.fast[i].bytes : 0;
+  }
+  if (st.ok() && through_bytes > 0) {
+    const uint64_t avail = gpu::AvailableHostMemory();
+    if (avail < through_bytes + (1ull << 30)) {
+      st = absl::ResourceExhaustedError(absl::StrCat(
+          "this checkpoint's GPU data refers to an earlier checkpoint's: reading it back needs ",
+          through_bytes, " bytes of cryod's memory, and cryod can have ", avail,
+          " (the node's available memory, or its cgroup's limit)"));
     }
+  }
+  if (st.ok()) {
+    st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+      const gpu::FastpathProcess& f = s.fast[i];
+      if (f.files == 0) return absl::OkStatus();
+      if (refers[i]) {
+        CRYO_ASSIGN_OR_RETURN(UniqueFd through, ReadThrough(s.m, s.dir, f));
+        files[i] = {through.release()};
+        s.fast[i].memory = true;
+        expected[i].clear();
+        return absl::OkStatus();
+      }
+      CRYO_ASSIGN_OR_RETURN(files[i], gpu::OpenFastpathFiles(s.dir, f.ns_pid, f.files, false));
+      return absl::OkStatus();
+    }));
   }
   // Processes that shared memory are refilled together (fastpath_cut.h).
   if (st.ok()) {

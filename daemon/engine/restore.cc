@@ -202,6 +202,8 @@ absl::Status Engine::Verify(RestoreState& s) {
       files.push_back({f.path, f.size, f.checksum, fast});
     }
     st = VerifyFiles(s.dir, files, cfg_.verify_threads, &verified);
+    // And what other checkpoints hold for it (incremental GPU data).
+    if (st.ok()) st = CheckReferences(s.m);
   }
   if (!st.ok()) {
     if (absl::IsDataLoss(st)) {

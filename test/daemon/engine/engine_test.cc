@@ -796,6 +796,22 @@ TEST_F(EngineTest, UnchangedGpuDataIsReferredToNotWrittenAndReadThroughOnRestore
   ASSERT_TRUE(gone.ok());
   std::sort(gone->begin(), gone->end());
   EXPECT_EQ(*gone, (std::vector<std::string>{"inc-1", "inc-2"}));
+
+  // A checkpoint whose referred one is gone (removed behind cryod's back) is refused before
+  // anything is restored, naming it.
+  auto fourth = e.Checkpoint(Req(job2.pid, "inc-4", true), op_);
+  ASSERT_TRUE(fourth.ok()) << fourth.status();
+  EXPECT_EQ(fourth->manifest.References(), (std::set<std::string>{"inc-3"}));
+  ASSERT_TRUE(store_->Delete("inc-3").ok());
+  ::kill(job2.pid, SIGKILL);
+  ::waitpid(job2.pid, nullptr, 0);
+  job2.pid = -1;
+  const int restores = criu_.restores;
+  r.checkpoint_id = "inc-4";
+  res = e.Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kDataLoss) << res.status();
+  EXPECT_NE(res.status().message().find("checkpoint inc-3"), std::string::npos) << res.status();
+  EXPECT_EQ(criu_.restores, restores) << "CRIU ran for a checkpoint that cannot be whole";
 }
 
 // A process checkpoint restores with at most the credentials its job had, as the node that
