@@ -389,6 +389,11 @@ multi_parts() {
     [[ "$only" == *" ddp-defaults "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults"
     [[ "$only" == *" ddp-defaults-swap "* ]] && DDP_NCCL=defaults DDP_GPU_SWAP=1 ddp_losses "${P}ddp-nccl-defaults-gpu-map"
     [[ "$only" == *" fsdp "* ]] && DDP_NCCL=defaults ddp_losses "${P}fsdp-2" --fsdp
+    # Every GPU of the node, one rank each, when it has more than two.
+    if [ "$n" -gt 2 ]; then
+      [[ "$only" == *" ddp-defaults-all "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults-$n-ranks" --world "$n"
+      [[ "$only" == *" fsdp-all "* ]] && DDP_NCCL=defaults ddp_losses "${P}fsdp-$n" --fsdp --world "$n"
+    fi
   fi
   [[ "$only" == *" parallel "* ]] && parallel_pair "${P}parallel-2-gpus" 0 1 8
   return 0
@@ -438,7 +443,8 @@ ddp_losses() {
   if ! $py -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
     result "$name" SKIP "no PyTorch with CUDA here"; return
   fi
-  local src="$B/ddp_losses.py" ref="$RES/$name.ref.txt" run="$RES/$name.run.txt"
+  local src="$B/ddp_losses.py" ref="$RES/$name.ref.txt" run="$RES/$name.run.txt" ranks=2 a prev=""
+  for a in "$@"; do [ "$prev" = --world ] && ranks=$a; prev=$a; done
   rm -f "$ref" "$run"
   # NCCL's shared-memory transports off (the driver's path cannot restore them), unless
   # DDP_NCCL=defaults: then NCCL runs as users run it (NVLS off) and the fast path carries what
@@ -499,7 +505,7 @@ ddp_losses() {
     where="; restored onto the swapped GPUs (ranks now on $(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | tr '\n' ' '))"
   fi
   if cmp -s "$ref" "$run"; then
-    result "$name" PASS "2 ranks, $steps steps, NCCL ${DDP_NCCL:-transports off}, checkpointed after step $((at - 1)) as one tree ($(jget "$RES/$name.ckpt.json" 'len(d["pids"])') processes), losses bit-identical; $(jget "$RES/$name.ckpt.json" '"gpu drain %s + lock %s + checkpoint %s ms, dump %s ms, fast path %s bytes" % (d["stage_ms"].get("gpu_drain"), d["stage_ms"].get("gpu_lock"), d["stage_ms"].get("gpu_checkpoint"), d["stage_ms"].get("dump"), d.get("gpu_fastpath_bytes"))')$where"
+    result "$name" PASS "$ranks ranks, $steps steps, NCCL ${DDP_NCCL:-transports off}, checkpointed after step $((at - 1)) as one tree ($(jget "$RES/$name.ckpt.json" 'len(d["pids"])') processes), losses bit-identical; $(jget "$RES/$name.ckpt.json" '"gpu drain %s + lock %s + checkpoint %s ms, dump %s ms, fast path %s bytes" % (d["stage_ms"].get("gpu_drain"), d["stage_ms"].get("gpu_lock"), d["stage_ms"].get("gpu_checkpoint"), d["stage_ms"].get("dump"), d.get("gpu_fastpath_bytes"))')$where"
   else
     result "$name" FAIL "losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' ')"
   fi

@@ -1,4 +1,5 @@
-"""A deterministic 2-rank PyTorch DDP training loop for the GPU e2e suite.
+"""A deterministic PyTorch DDP training loop for the GPU e2e suite (2 ranks, or --world N, one
+per GPU).
 
 Rank 0 appends every step's loss (float.hex) to --out; the last line is "done". The launcher
 process and both ranks form one process tree, which cryod checkpoints and restores as one job.
@@ -9,7 +10,7 @@ runs it with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUME
 one GPU): the same 2-process CUDA job, without NCCL.
 
     python3 ddp_losses.py --steps 200 --out losses.txt --port 29555 [--backend gloo --same-gpu]
-        [--fsdp]
+        [--fsdp] [--world 4]
 """
 import argparse
 import os
@@ -76,6 +77,7 @@ if __name__ == "__main__":
     p.add_argument("--backend", choices=["nccl", "gloo"], default="nccl")
     p.add_argument("--same-gpu", action="store_true", help="both ranks on GPU 0")
     p.add_argument("--fsdp", action="store_true", help="FullyShardedDataParallel instead of DDP")
+    p.add_argument("--world", type=int, default=2, help="ranks, one per GPU")
     args = p.parse_args()
     if args.fsdp:
         try:
@@ -83,4 +85,4 @@ if __name__ == "__main__":
         except ImportError:
             print("FSDP unavailable in this PyTorch")
             raise SystemExit(77)
-    mp.spawn(worker, args=(2, args), nprocs=2, join=True)
+    mp.spawn(worker, args=(args.world, args), nprocs=args.world, join=True)

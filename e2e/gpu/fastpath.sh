@@ -35,7 +35,10 @@
 #   against one alone; goal: at most 1.1x), fp-restore-other-gpu (checkpointed on GPU 0, restored
 #   with --gpu-map onto GPU 1, every word verified), fp-ddp-2-ranks (NCCL DDP, 2 ranks, losses
 #   bit-identical to a run without the library); on one GPU fp-parallel-1-gpu, fp-ddp-gloo-1-gpu.
-#   Each checkpoint must show bytes moved by the fast path.
+#   Each checkpoint must show bytes moved by the fast path. CRYO_GPU_MULTI_TESTS picks among
+#   other, parallel, ddp, nccl-probe, ddp-defaults, ddp-defaults-swap, fsdp and, on a node of
+#   more than two GPUs, ddp-defaults-all and fsdp-all (one rank per GPU: fp-ddp-nccl-defaults-N-ranks,
+#   fp-fsdp-N).
 #
 # Part "node-preempt" (two GPUs): a node preempted whole. Two jobs of CRYO_GPU_NODE_GIB GiB
 #   (default 32), one per GPU, with the library, are stopped at once through cryod and then
