@@ -258,6 +258,13 @@ absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& im
                                             " is damaged: ", m.status().message()));
   }
   out.manifest = std::move(*m);
+  // An image holds its checkpoint whole: one that refers to checkpoints in this store (which
+  // its author may name at will) would load their data into the author's job.
+  if (auto refs = out.manifest.References(); !refs.empty()) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        name, " refers to checkpoint ", *refs.begin(),
+        " of this store for part of its data; a checkpoint image must hold all of it"));
+  }
   if (out.manifest.kind != store::CheckpointKind::kContainer || !out.manifest.container) {
     return absl::FailedPreconditionError(
         absl::StrCat(name, " holds a checkpoint of a process tree, not of a container"));

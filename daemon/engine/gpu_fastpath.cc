@@ -431,10 +431,17 @@ absl::Status Engine::CheckReferences(const store::Manifest& m) {
           std::min(mf.size, (uint64_t{*std::max_element(list.begin(), list.end())} + 1) *
                                 xxh3chunked::kChunk);
       auto where = d_.store->LocalPath(id);
+      auto held = d_.store->Get(id);
       struct stat st;
       std::string why;
-      if (!where.ok()) {
-        why = std::string(where.status().message());
+      if (!where.ok() || !held.ok()) {
+        why = std::string(where.ok() ? held.status().message() : where.status().message());
+      } else if (held->workload != m.workload) {
+        // cryod refers only within a workload: anything else would read another job's data
+        // into this one.
+        return absl::PermissionDeniedError(absl::StrCat(mf.path, " refers to checkpoint ", id,
+                                                        " of workload ", held->workload,
+                                                        ", not its own (", m.workload, ")"));
       } else if (::lstat(fs::Join(*where, mf.path).c_str(), &st) != 0) {
         why = std::strerror(errno);
       } else if (!S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < end) {

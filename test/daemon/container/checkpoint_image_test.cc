@@ -175,6 +175,23 @@ TEST_F(CheckpointImageTest, AFileThatFailsItsChecksumIsDataLossNamingIt) {
   EXPECT_THAT(u.status().message(), HasSubstr("localhost/ckpt:1"));
 }
 
+// An image's manifest that refers to another checkpoint for part of its GPU data would have a
+// restore read that checkpoint (anyone's, in the store) into the image author's job: refused.
+TEST_F(CheckpointImageTest, AManifestThatRefersToAnotherCheckpointIsRefused) {
+  std::vector<Entry> e = Good();
+  for (auto& x : e) {
+    if (x.name != "cryo-manifest.json") continue;
+    auto j = nlohmann::json::parse(x.data);
+    j["files"][0]["chunks"] = {std::string(32, 'a')};
+    j["files"][0]["refs"] = {{"victims-checkpoint", {0}}};
+    x.data = j.dump();
+  }
+  auto u = Unpack(e);
+  ASSERT_FALSE(u.ok());
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kPermissionDenied) << u.status();
+  EXPECT_THAT(u.status().message(), HasSubstr("victims-checkpoint"));
+}
+
 TEST_F(CheckpointImageTest, AMissingFileIsDataLoss) {
   std::vector<Entry> e;
   for (const auto& x : Good()) {

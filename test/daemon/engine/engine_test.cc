@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "daemon/gpu/fastpath_client.h"
 #include "daemon/store/checksum.h"
+#include "daemon/store/signature.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
@@ -812,6 +813,27 @@ TEST_F(EngineTest, UnchangedGpuDataIsReferredToNotWrittenAndReadThroughOnRestore
   EXPECT_EQ(res.status().code(), absl::StatusCode::kDataLoss) << res.status();
   EXPECT_NE(res.status().message().find("checkpoint inc-3"), std::string::npos) << res.status();
   EXPECT_EQ(criu_.restores, restores) << "CRIU ran for a checkpoint that cannot be whole";
+
+  // One that refers to another workload's checkpoint (as only a holder of this node's signing
+  // key could write it) is refused before anything starts: it would read that job's data.
+  Child other;
+  CheckpointRequest oreq = Req(other.pid, "other-1", true);
+  oreq.workload = "another";
+  ASSERT_TRUE(e.Checkpoint(oreq, op_).ok());
+  auto m4 = store_->Get("inc-4");
+  ASSERT_TRUE(m4.ok());
+  for (auto& f : m4->files) {
+    if (f.refs.count("inc-3")) f.refs = {{"other-1", f.refs["inc-3"]}};
+  }
+  m4->damaged.clear();
+  m4->signature = store::SignManifest(*m4, std::string(32, 'k'));
+  ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/inc-4/manifest.json",
+                                  store::ManifestToJson(*m4))
+                  .ok());
+  res = e.Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
+  EXPECT_NE(res.status().message().find("another"), std::string::npos) << res.status();
+  EXPECT_EQ(criu_.restores, restores);
 }
 
 // A process checkpoint restores with at most the credentials its job had, as the node that
