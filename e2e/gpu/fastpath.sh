@@ -66,12 +66,13 @@
 # CRYO_GPU_FP_TORCH (default 1: the torch parts of part fastpath).
 
 FPLIB="$B/lib/cryo/libcryo_gpu_fastpath.so"
+JOB_EXTRA_ENV=()
 FP_SIZES=${CRYO_GPU_FP_SIZES:-1 8}
 FP_WRITERS=${CRYO_GPU_FP_WRITERS:-4}
 FP_THREADS=${CRYO_GPU_FP_THREADS:-$(nproc)}
 
 fp_start_job() {  # fp_start_job NAME ARGS...: the test program with the library loaded
-  JOB_ENV=("LD_PRELOAD=$FPLIB")
+  JOB_ENV=("LD_PRELOAD=$FPLIB" "${JOB_EXTRA_ENV[@]}")
   start_job "$@"
   local rc=$?
   JOB_ENV=()
@@ -459,8 +460,8 @@ fp_torch_periodic() {
 # alone, twice in a row; the job runs on verified, and then restores from the second checkpoint,
 # every word verified. Goal (issue 23): 32 GiB stall at most 3 s on an H100.
 fp_periodic_stall() {
-  local gib=$1 k="ps$1" name="periodic-stall-$1"
-  fp_floors "$gib"
+  local gib=$1 k="ps$1${STALL_TAG:-}" name="periodic-stall-$1${STALL_TAG:-}"
+  [ -n "${STALL_TAG:-}" ] || fp_floors "$gib"
   fp_start_job "$k" --gib "$gib" || { result "$name" FAIL "job did not start"; return; }
   local pid=$LOAD_PID msg r
   wait_until 120 steps_past "$LOAD_STATUS" 10
@@ -633,6 +634,13 @@ run_fastpath_parts() {
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result periodic-stall SKIP "bundle has no cryod or CRIU"; return; }
     [ -n "$CRYOD_PID" ] || start_cryod || { result periodic-stall FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }
     for gib in ${CRYO_GPU_STALL_GIB:-32}; do fp_periodic_stall "$gib"; done
+    # The same with cryod's memory registered with the driver (the DMA straight into it, not
+    # through the pinned ring): the two ways compared on one machine (CRYO_GPU_STALL_COMPARE=1).
+    if [ "${CRYO_GPU_STALL_COMPARE:-0}" = 1 ]; then
+      JOB_EXTRA_ENV=(CRYO_GPU_FASTPATH_HOST_REGISTER=1)
+      for gib in ${CRYO_GPU_STALL_GIB:-32}; do STALL_TAG=-registered fp_periodic_stall "$gib"; done
+      JOB_EXTRA_ENV=()
+    fi
     if fp_torch_ok; then fp_torch_periodic; else result fp-torch-periodic SKIP "no PyTorch with CUDA here"; fi ;;
   esac
   case " $PARTS " in *" incremental "*)

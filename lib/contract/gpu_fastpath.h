@@ -104,5 +104,10 @@ inline constexpr char kStateImporting[] = "importing";
 // Environment of the job (the library reads it at start).
 inline constexpr char kEnvDisable[] = "CRYO_GPU_FASTPATH_DISABLE";  // "1": pass everything through
 inline constexpr char kEnvMinBytes[] = "CRYO_GPU_FASTPATH_MIN_BYTES";  // smallest owned cuMemAlloc
+// "1": cryod's memory is registered with the driver for the copies to and from it, so that the
+// DMA goes straight there instead of through the pinned ring. Off by default: on an H100 the
+// registration of 32 GiB cost about what it saved, and the driver's lock then took 0.6 s more
+// (docs/benchmarks.md, "Stalling only for the copies").
+inline constexpr char kEnvHostRegister[] = "CRYO_GPU_FASTPATH_HOST_REGISTER";
 
 }  // namespace cryo::contract::gpu_fastpath

@@ -34,6 +34,8 @@ namespace cryo::fastpath {
   X(cuMemGetAllocationGranularity)          \
   X(cuMemHostAlloc)                         \
   X(cuMemFreeHost)                          \
+  X(cuMemHostRegister_v2)                   \
+  X(cuMemHostUnregister)                    \
   X(cuStreamCreate)                         \
   X(cuStreamDestroy_v2)                     \
   X(cuStreamSynchronize)                    \

@@ -257,7 +257,9 @@ class Lib {
       why_disabled_ = "this CUDA driver lacks an entry point the fast path needs";
     }
     registry_ = new Registry(driver_, min_bytes_);
-    mover_ = new Mover(driver_, *registry_, gate_, capture_, {}, &collectives_);
+    MoverConfig mc;
+    mc.register_host = register_host_;
+    mover_ = new Mover(driver_, *registry_, gate_, capture_, mc, &collectives_);
     // NCCL's kernels are told apart by name: without the driver's names, no counting (the cut
     // then stops ranks without aligning them on a collective).
     func_name_ = reinterpret_cast<decltype(func_name_)>(real_dlsym(cuda, "cuFuncGetName"));
@@ -350,6 +352,9 @@ class Lib {
       unsigned long long v = strtoull(m, &end, 10);
       if (end != m && *end == '\0') min_bytes_ = v;
     }
+    if (const char* r = ::getenv(cryo::contract::gpu_fastpath::kEnvHostRegister)) {
+      register_host_ = strcmp(r, "1") == 0;
+    }
     pthread_atfork(nullptr, nullptr, [] { Lib::Get().AfterForkInChild(); });
   }
 
@@ -368,6 +373,7 @@ class Lib {
   bool disabled_ = false;
   std::string why_disabled_;
   size_t min_bytes_ = 2ull << 20;
+  bool register_host_ = false;  // kEnvHostRegister
   Driver driver_;
   Gate gate_;
   CaptureGate capture_;

@@ -407,7 +407,77 @@ void Mover::DestroyStreams() {
   streams_.clear();
 }
 
+std::string Mover::CopyOutDirect() {
+  // Every allocation in slot-sized pieces, spread over a stream per slot so that the copy
+  // engines stay busy; then all of them waited for.
+  std::map<std::pair<CUcontext, size_t>, CUstream> streams;
+  std::string err;
+  size_t n = 0;
+  uint64_t issued = 0;
+  for (Phys* p : plan_) {
+    d_.cuCtxSetCurrent(p->ctx);
+    const CUdeviceptr src = SourceOf(p);
+    for (uint64_t off = 0; off < p->size && err.empty(); off += cfg_.ring_slot_bytes, ++n) {
+      const uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
+      CUstream& st = streams[{p->ctx, n % std::max(2, cfg_.ring_slots)}];
+      if (st == nullptr && d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        st = nullptr;
+        err = "no stream to copy on";
+      } else if (src == 0) {
+        err = "no mapping to copy an allocation from";
+      } else if (CUresult r = d_.cuMemcpyDtoHAsync_v2(p->host + off, src + off, len, st);
+                 r != CUDA_SUCCESS) {
+        err = Cuda(d_, "copying device memory out", r);
+      }
+      issued += err.empty() ? len : 0;
+    }
+    if (!err.empty()) break;
+  }
+  for (auto& [key, st] : streams) {
+    d_.cuCtxSetCurrent(key.first);
+    if (CUresult r = d_.cuStreamSynchronize(st); r != CUDA_SUCCESS && err.empty()) {
+      err = Cuda(d_, "copying device memory out", r);
+    }
+    d_.cuStreamDestroy_v2(st);
+  }
+  std::lock_guard<std::mutex> l(progress_mu_);
+  if (err.empty()) copied_ += issued;
+  if (!err.empty()) copy_failed_ = true;
+  progress_cv_.notify_all();
+  return err;
+}
+
+std::string Mover::CopyInDirect() {
+  std::map<std::pair<CUcontext, size_t>, CUstream> streams;
+  std::string err;
+  size_t n = 0;
+  for (Phys* p : plan_) {
+    d_.cuCtxSetCurrent(p->ctx);
+    for (uint64_t off = 0; off < p->size && err.empty(); off += cfg_.ring_slot_bytes, ++n) {
+      const uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
+      CUstream& st = streams[{p->ctx, n % std::max(2, cfg_.ring_slots)}];
+      if (st == nullptr && d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        st = nullptr;
+        err = "no stream to copy on";
+      } else if (CUresult r = d_.cuMemcpyHtoDAsync_v2(SourceOf(p) + off, p->host + off, len, st);
+                 r != CUDA_SUCCESS) {
+        err = Cuda(d_, "copying memory back to the GPU", r);
+      }
+    }
+    if (!err.empty()) break;
+  }
+  for (auto& [key, st] : streams) {
+    d_.cuCtxSetCurrent(key.first);
+    if (CUresult r = d_.cuStreamSynchronize(st); r != CUDA_SUCCESS && err.empty()) {
+      err = Cuda(d_, "copying memory back to the GPU", r);
+    }
+    d_.cuStreamDestroy_v2(st);
+  }
+  return err;
+}
+
 std::string Mover::CopyOut(int threads) {
+  if (host_registered_) return CopyOutDirect();
   struct Item {
     Phys* phys;
     uint64_t off;
@@ -560,6 +630,7 @@ static void DropUnheldReferences(const Driver& d, const std::vector<Phys*>& plan
 
 std::string Mover::CopyInFromHost(int threads) {
   if (plan_.empty()) return "";
+  if (host_registered_) return CopyInDirect();
   d_.cuCtxSetCurrent(plan_.front()->ctx);
   std::vector<std::unique_ptr<Pinned>> ring;
   for (int i = 0; i < std::max(2, cfg_.ring_slots); ++i) {
@@ -763,10 +834,22 @@ std::string Mover::MapHost(int memfd, bool write) {
   host_base_ = static_cast<char*>(m);
   host_len_ = total_;
   for (Phys* p : plan_) p->host = host_base_ + p->stream_offset;
+  // Registered, the DMA reads or writes it directly: no pass through the ring. Where the driver
+  // refuses (no context, read-only registration unsupported), the ring does it as before.
+  if (cfg_.register_host && !plan_.empty()) {
+    d_.cuCtxSetCurrent(plan_.front()->ctx);
+    const unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | (write ? 0 : CU_MEMHOSTREGISTER_READ_ONLY);
+    host_registered_ = d_.cuMemHostRegister_v2(host_base_, host_len_, flags) == CUDA_SUCCESS;
+  }
   return "";
 }
 
 void Mover::FreeHost() {
+  if (host_registered_) {
+    if (!plan_.empty()) d_.cuCtxSetCurrent(plan_.front()->ctx);
+    d_.cuMemHostUnregister(host_base_);
+    host_registered_ = false;
+  }
   for (Phys* p : plan_) {
     if (p->host != nullptr && host_base_ == nullptr) ::munmap(p->host, p->size);
     p->host = nullptr;

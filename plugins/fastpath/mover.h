@@ -85,6 +85,10 @@ struct MoverConfig {
   int ring_slots = 4;
   size_t read_bytes = 32ull << 20;  // one read (and pinned buffer) of a refill from files
   bool huge_pages = true;           // madvise(MADV_HUGEPAGE) on host copies
+  // cryod's memory (a drain or refill with a memfd) registered with the driver, so that the
+  // DMA goes straight into it rather than through the ring and a copy by the threads (the job's
+  // kEnvHostRegister; off by default, see there).
+  bool register_host = false;
 };
 
 class Mover {
@@ -168,6 +172,9 @@ class Mover {
   std::string Recreate();
   std::string CopyInFromHost(int threads);
   std::string CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums);
+  // The copies straight between the GPU and registered host memory (MapHost's, registered).
+  std::string CopyOutDirect();
+  std::string CopyInDirect();
   std::string MapHost(int memfd, bool write);
   void FreeHost();
   void StopWriters();
@@ -196,6 +203,7 @@ class Mover {
   bool in_memfd_ = false;      // the drain's host memory was a memfd of cryod's
   char* host_base_ = nullptr;  // that memfd, mapped (stream order)
   uint64_t host_len_ = 0;
+  bool host_registered_ = false;  // host_base_ is registered with the driver (register_host)
   std::map<Phys*, CUdeviceptr> temp_maps_;  // physical allocations mapped only for a copy
   std::map<Phys*, CUdeviceptr> sources_;    // where each one is mapped whole
   std::map<CUcontext, CUstream> streams_;

@@ -59,6 +59,7 @@ struct State {
   std::map<uintptr_t, size_t> legacy;  // cuMemAlloc: va -> size
   std::map<uintptr_t, int> legacy_dev;
   CUmemGenericAllocationHandle next_handle = 0x1000;
+  std::map<const void*, size_t> registered;  // host memory registered: start -> bytes
   State() {
     if (const char* d = getenv("FAKE_CUDA_DEVICES"))
       devices = atoi(d) > 0 && atoi(d) <= 8 ? atoi(d) : 1;
@@ -113,7 +114,15 @@ bool RangeOf(State& s, uintptr_t addr, uintptr_t* base, size_t* size, int* devic
 
 extern "C" {
 
-// Test hooks (not in the real driver): bytes of device memory in use on a device.
+// Test hooks (not in the real driver): host memory registered with it, and bytes of device
+// memory in use on a device.
+uint64_t fake_cuda_registered_bytes() {
+  std::lock_guard<std::mutex> l(S().mu);
+  uint64_t n = 0;
+  for (const auto& [p, b] : S().registered) n += b;
+  return n;
+}
+
 uint64_t fake_cuda_used_bytes(int device) {
   std::lock_guard<std::mutex> l(S().mu);
   return device >= 0 && device < 8 ? S().used[device] : 0;
@@ -475,6 +484,19 @@ CUresult cuMemFreeHost(void* p) {
   return CUDA_SUCCESS;
 }
 
+CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int) {
+  if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (p == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> l(S().mu);
+  if (!S().registered.emplace(p, bytes).second) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostUnregister(void* p) {
+  std::lock_guard<std::mutex> l(S().mu);
+  return S().registered.erase(p) == 1 ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+}
+
 CUresult cuStreamCreate(CUstream* st, unsigned int) {
   static int token;
   *st = reinterpret_cast<CUstream>(&token);
@@ -580,42 +602,51 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
                                                                                          "c",
                                                                                          cuMemHostAlloc)
                                               FAKE_ENTRY("cuMemFreeHost", cuMemFreeHost) FAKE_ENTRY(
-                                                  "cuStreamCre"
-                                                  "ate",
-                                                  cuStreamCreate)
-                                                  FAKE_ENTRY("cuStreamDestroy", cuStreamDestroy_v2) FAKE_ENTRY(
-                                                      "cuStreamSynchronize",
-                                                      cuStreamSynchronize)
-                                                      FAKE_ENTRY("cuStream"
-                                                                 "BeginCap"
-                                                                 "ture",
-                                                                 cuStreamBeginCapture_v2)
-                                                          FAKE_ENTRY("cuStreamEndCapture",
-                                                                     cuStreamEndCapture)
-                                                              FAKE_ENTRY("cuMemcpyDtoHAsync",
-                                                                         cuMemcpyDtoHAsync_v2)
-                                                                  FAKE_ENTRY("cuMemcpyHtoDAsync",
-                                                                             cuMemcpyHtoDAsync_v2)
-                                                                      FAKE_ENTRY("cuMemcpyDtoH",
-                                                                                 cuMemcpyDtoH_v2)
+                                                  "cuMemHostRegister",
+                                                  cuMemHostRegister_v2) FAKE_ENTRY("cuMemHostUnregi"
+                                                                                   "ster",
+                                                                                   cuMemHostUnregister)
+                                                  FAKE_ENTRY("cuStreamCre"
+                                                             "ate",
+                                                             cuStreamCreate) FAKE_ENTRY("cuStreamDe"
+                                                                                        "stroy",
+                                                                                        cuStreamDestroy_v2)
+                                                      FAKE_ENTRY("cuStreamSynchronize",
+                                                                 cuStreamSynchronize)
+                                                          FAKE_ENTRY("cuStream"
+                                                                     "BeginCap"
+                                                                     "ture",
+                                                                     cuStreamBeginCapture_v2)
+                                                              FAKE_ENTRY("cuStreamEndCapture",
+                                                                         cuStreamEndCapture)
+                                                                  FAKE_ENTRY("cuMemcpyDtoHAsync",
+                                                                             cuMemcpyDtoHAsync_v2)
+                                                                      FAKE_ENTRY(
+                                                                          "cuMemcpyHtoDAsyn"
+                                                                          "c",
+                                                                          cuMemcpyHtoDAsync_v2)
                                                                           FAKE_ENTRY(
-                                                                              "cuMemcpyHtoD",
-                                                                              cuMemcpyHtoD_v2)
+                                                                              "cuMemcpyDtoH",
+                                                                              cuMemcpyDtoH_v2)
                                                                               FAKE_ENTRY(
-                                                                                  "cuMemsetD"
-                                                                                  "8",
-                                                                                  cuMemsetD8_v2)
+                                                                                  "cuMemcpyH"
+                                                                                  "toD",
+                                                                                  cuMemcpyHtoD_v2)
                                                                                   FAKE_ENTRY(
-                                                                                      "cuLaunch"
-                                                                                      "Kernel",
-                                                                                      cuLaunchKernel)
+                                                                                      "cuMemsetD"
+                                                                                      "8",
+                                                                                      cuMemsetD8_v2)
                                                                                       FAKE_ENTRY(
-                                                                                          "cuGe"
-                                                                                          "tPro"
-                                                                                          "cAdd"
-                                                                                          "res"
-                                                                                          "s",
-                                                                                          cuGetProcAddress_v2)
+                                                                                          "cuLaunch"
+                                                                                          "Kernel",
+                                                                                          cuLaunchKernel)
+                                                                                          FAKE_ENTRY(
+                                                                                              "cuGe"
+                                                                                              "tPro"
+                                                                                              "cAdd"
+                                                                                              "res"
+                                                                                              "s",
+                                                                                              cuGetProcAddress_v2)
 #undef FAKE_ENTRY
   };
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -7,6 +7,7 @@
 #include "plugins/fastpath/driver.h"
 
 extern "C" uint64_t fake_cuda_used_bytes(int device);
+extern "C" uint64_t fake_cuda_registered_bytes();
 
 namespace cryo::fastpath::testing {
 

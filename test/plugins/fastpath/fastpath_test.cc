@@ -423,69 +423,83 @@ TEST_F(FastpathMoveTest, ADrainIntoCryodsMemoryLeavesTheJobNoCopyAndRefillsFromI
     }
     return true;
   };
-  // Sized from an older status: the library grows it to what it drains.
-  auto memfd = gpu::NewHostCopy(100 * kMiB, 2);
-  ASSERT_TRUE(memfd.ok()) << memfd.status();
-  DrainOptions opt;
-  opt.memfd = memfd->get();
-  opt.threads = 4;
-  DrainResult r;
-  Outcome o = mover_->Drain(opt, &r);
-  ASSERT_TRUE(o.ok()) << o.error;
-  EXPECT_EQ(r.bytes, 200 * kMiB);
-  EXPECT_EQ(Used(), 0u);
-  SaveResult s;
-  ASSERT_TRUE(mover_->FinishSave(&s).ok());
-  EXPECT_EQ(mover_->state(), State::kSaved);
-  EXPECT_TRUE(s.files.empty());
-  EXPECT_FALSE(MapsHostCopy()) << "the job still maps cryod's memory: CRIU would dump it";
-  struct stat st;
-  ASSERT_EQ(::fstat(memfd->get(), &st), 0);
-  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 200 * kMiB);
+  // With cryod's memory registered with the driver (the DMA straight into it), and through the
+  // ring where the driver refuses that.
+  for (bool registered : {true, false}) {
+    SCOPED_TRACE(registered ? "registered" : "through the ring");
+    MoverConfig cfg;
+    cfg.ring_slot_bytes = 4 * kMiB;
+    cfg.read_bytes = 2 * kMiB;
+    cfg.register_host = registered;
+    mover_ = std::make_unique<Mover>(d_, *reg_, gate_, capture_, cfg);
+    // Sized from an older status: the library grows it to what it drains.
+    auto memfd = gpu::NewHostCopy(100 * kMiB, 2);
+    ASSERT_TRUE(memfd.ok()) << memfd.status();
+    DrainOptions opt;
+    opt.memfd = memfd->get();
+    opt.threads = 4;
+    DrainResult r;
+    Outcome o = mover_->Drain(opt, &r);
+    ASSERT_TRUE(o.ok()) << o.error;
+    EXPECT_EQ(fake_cuda_registered_bytes(), registered ? 200 * kMiB : 0)
+        << "until it lets go of it, the job has cryod's memory registered, or not at all";
+    EXPECT_EQ(r.bytes, 200 * kMiB);
+    EXPECT_EQ(Used(), 0u);
+    SaveResult s;
+    ASSERT_TRUE(mover_->FinishSave(&s).ok());
+    EXPECT_EQ(mover_->state(), State::kSaved);
+    EXPECT_TRUE(s.files.empty());
+    EXPECT_FALSE(MapsHostCopy()) << "the job still maps cryod's memory: CRIU would dump it";
+    EXPECT_EQ(fake_cuda_registered_bytes(), 0u) << "nor may the driver hold it";
+    struct stat st;
+    ASSERT_EQ(::fstat(memfd->get(), &st), 0);
+    EXPECT_EQ(static_cast<uint64_t>(st.st_size), 200 * kMiB);
 
-  // cryod writes it into three files while the job runs on: units of 64 MiB go to files
-  // 0, 1, 2, 0 (the last unit 8 MiB), each with the store's checksum.
-  std::vector<int> out = OpenFiles(3, O_WRONLY | O_CREAT | O_TRUNC);
-  auto sums = gpu::WriteHostCopy(memfd->get(), r.bytes, 64 * kMiB, out, {}, {});
-  CloseAll(out);
-  ASSERT_TRUE(sums.ok()) << sums.status();
-  ASSERT_EQ(sums->size(), 3u);
-  const uint64_t sizes[] = {72 * kMiB, 64 * kMiB, 64 * kMiB};
-  for (int i = 0; i < 3; ++i) {
-    auto want = HashFile((dir_ / ("part-" + std::to_string(i))).string());
-    ASSERT_TRUE(want.ok());
-    EXPECT_EQ((*sums)[i].digest.size, sizes[i]) << i;
-    EXPECT_EQ((*sums)[i].digest.checksum, want->checksum) << i;
-    EXPECT_TRUE((*sums)[i].skipped.empty()) << "nothing to refer to: every chunk written";
+    // cryod writes it into three files while the job runs on: units of 64 MiB go to files
+    // 0, 1, 2, 0 (the last unit 8 MiB), each with the store's checksum.
+    std::vector<int> out = OpenFiles(3, O_WRONLY | O_CREAT | O_TRUNC);
+    auto sums = gpu::WriteHostCopy(memfd->get(), r.bytes, 64 * kMiB, out, {}, {});
+    CloseAll(out);
+    ASSERT_TRUE(sums.ok()) << sums.status();
+    ASSERT_EQ(sums->size(), 3u);
+    const uint64_t sizes[] = {72 * kMiB, 64 * kMiB, 64 * kMiB};
+    for (int i = 0; i < 3; ++i) {
+      auto want = HashFile((dir_ / ("part-" + std::to_string(i))).string());
+      ASSERT_TRUE(want.ok());
+      EXPECT_EQ((*sums)[i].digest.size, sizes[i]) << i;
+      EXPECT_EQ((*sums)[i].digest.checksum, want->checksum) << i;
+      EXPECT_TRUE((*sums)[i].skipped.empty()) << "nothing to refer to: every chunk written";
+    }
+
+    // Back from cryod's memory.
+    RefillOptions ro;
+    ro.memfd = memfd->get();
+    RefillResult rr;
+    o = mover_->Refill(ro, &rr);
+    ASSERT_TRUE(o.ok()) << o.error;
+    EXPECT_EQ(mover_->state(), State::kRunning);
+    EXPECT_FALSE(gate_.shut());
+    EXPECT_TRUE(intact());
+    EXPECT_FALSE(MapsHostCopy());
+
+    // Drained into memory again; this time the refill comes from cryod's files, as after a
+    // restore, where the files' count is cryod's (not the drain's): every byte in its place.
+    auto memfd2 = gpu::NewHostCopy(200 * kMiB, 2);
+    ASSERT_TRUE(memfd2.ok());
+    opt.memfd = memfd2->get();
+    ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+    ASSERT_TRUE(mover_->FinishSave(&s).ok());
+    EXPECT_FALSE(mover_->RollBackFromHost()) << "the data is only in cryod's memory now";
+    std::vector<int> in = OpenFiles(3, O_RDONLY);
+    RefillOptions from_files;
+    from_files.fds = in;
+    for (const auto& w : *sums) from_files.expected.push_back(w.digest);
+    o = mover_->Refill(from_files, &rr);
+    CloseAll(in);
+    ASSERT_TRUE(o.ok()) << o.error;
+    EXPECT_TRUE(intact());
+    EXPECT_EQ(fake_cuda_registered_bytes(), 0u) << "cryod's memory is still registered";
   }
-
-  // Back from cryod's memory.
-  RefillOptions ro;
-  ro.memfd = memfd->get();
-  RefillResult rr;
-  o = mover_->Refill(ro, &rr);
-  ASSERT_TRUE(o.ok()) << o.error;
-  EXPECT_EQ(mover_->state(), State::kRunning);
-  EXPECT_FALSE(gate_.shut());
-  EXPECT_TRUE(intact());
-  EXPECT_FALSE(MapsHostCopy());
-
-  // Drained into memory again; this time the refill comes from cryod's files, as after a
-  // restore, where the files' count is cryod's (not the drain's): every byte in its place.
-  auto memfd2 = gpu::NewHostCopy(200 * kMiB, 2);
-  ASSERT_TRUE(memfd2.ok());
-  opt.memfd = memfd2->get();
-  ASSERT_TRUE(mover_->Drain(opt, &r).ok());
-  ASSERT_TRUE(mover_->FinishSave(&s).ok());
-  EXPECT_FALSE(mover_->RollBackFromHost()) << "the data is only in cryod's memory now";
-  std::vector<int> in = OpenFiles(3, O_RDONLY);
-  RefillOptions from_files;
-  from_files.fds = in;
-  for (const auto& w : *sums) from_files.expected.push_back(w.digest);
-  o = mover_->Refill(from_files, &rr);
-  CloseAll(in);
-  ASSERT_TRUE(o.ok()) << o.error;
-  EXPECT_TRUE(intact());
   for (CUdeviceptr p : ps) reg_->MemFree(p);
 }
 
