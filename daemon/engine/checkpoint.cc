@@ -524,8 +524,12 @@ void Engine::EndCheckpointedJob(const journal::Entry& e, const std::vector<journ
 
 absl::Status Engine::Finish(CheckpointState& s) {
   if (!s.req.leave_running) EndCheckpointedJob(s.je, s.je.tasks);
-  // What was written: chunks referred to cost nothing.
-  pace_.Add(s.workload, s.manifest.WrittenBytes(), absl::Now() - s.t_start);
+  // The pace stands for a whole checkpoint's write (a stop's writes everything): one that
+  // referred to an earlier one's chunks wrote less in its time than the store can, so it would
+  // make the node look slower than it is (and the plan skip a stop's checkpoint that fits).
+  if (s.manifest.ReferencedBytes() == 0) {
+    pace_.Add(s.workload, s.manifest.TotalBytes(), absl::Now() - s.t_start);
+  }
   if (cfg_.retention_keep > 0) {
     std::set<std::string> in_use;
     {

@@ -238,7 +238,8 @@ void Engine::SeedPace() {
   if (!all.ok()) return;
   std::vector<const store::Manifest*> mine;
   for (const auto& m : *all) {
-    if (m.node == cfg_.node_name) mine.push_back(&m);
+    // (Not those that referred to earlier ones: Finish says why.)
+    if (m.node == cfg_.node_name && m.ReferencedBytes() == 0) mine.push_back(&m);
     if (mine.size() == 4 * CheckpointPace::kSamples) break;
   }
   for (auto it = mine.rbegin(); it != mine.rend(); ++it) {

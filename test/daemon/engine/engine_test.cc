@@ -739,8 +739,13 @@ TEST_F(EngineTest, UnchangedGpuDataIsReferredToNotWrittenAndReadThroughOnRestore
   EXPECT_TRUE(first->manifest.References().empty());
   EXPECT_EQ(first->manifest.ReferencedBytes(), 0u);
 
+  const auto pace = e.pace().BytesPerSecond(first->manifest.workload);
+  ASSERT_TRUE(pace.has_value());
   auto second = e.Checkpoint(Req(job.pid, "inc-2", true), op_);
   ASSERT_TRUE(second.ok()) << second.status();
+  // It wrote a fraction of its size: no measure of how fast a stop's checkpoint (which writes
+  // everything) would go.
+  EXPECT_EQ(e.pace().BytesPerSecond(first->manifest.workload), pace);
   const store::ManifestFile f2 = listed(second->manifest, file0);
   EXPECT_EQ(f2.refs, (std::map<std::string, std::vector<uint32_t>>{{"inc-1", {0}}}));
   EXPECT_EQ(f2.checksum, listed(first->manifest, file0).checksum);
