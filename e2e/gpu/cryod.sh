@@ -40,7 +40,8 @@ JOB_ENV=()  # extra environment of the next start_job (e.g. CUDA_VISIBLE_DEVICES
 start_cryod() {
   "$B/bin/cryod" --socket "$W/cryod.sock" --state-dir "$W/state" --store "$W/store" \
     --node-name "${CRYO_GPU_NODE:-gpu-node}" --criu "$B/bin/criu" --gpu-plugin-dir "$B/lib/cryo/gpu" \
-    --store-fsync "$STORE_FSYNC" --metrics-address 127.0.0.1:0 --log-level info >>"$RES/cryod.log" 2>&1 &
+    --store-fsync "$STORE_FSYNC" --metrics-address 127.0.0.1:0 --log-level info \
+    ${CRYO_GPU_CRYOD_ARGS:-} >>"$RES/cryod.log" 2>&1 &
   CRYOD_PID=$!
   PIDS+=("$CRYOD_PID")
   wait_until 60 "${CRYO[@]}" node >/dev/null 2>&1

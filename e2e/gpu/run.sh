@@ -12,6 +12,7 @@
 #      CRYO_GPU_SIZES   GiB held by the test program per in-place cycle (default "1 8")
 #      CRYO_GPU_THP     1: repeat the largest size with THP=always during checkpoint
 #      CRYO_GPU_RESULTS where JSON results and logs go (default ./results)
+#      CRYO_GPU_CRYOD_ARGS more flags for the suite's cryod (e.g. "--gpu-fast-path-threads 8")
 #
 # Tests (each prints PASS/FAIL/SKIP):
 # (A size listed twice runs twice: on VMs whose memory grows on first touch, the first large run
