@@ -407,27 +407,29 @@ void Mover::DestroyStreams() {
   streams_.clear();
 }
 
-std::string Mover::CopyOutDirect() {
+std::string Mover::CopyDirect(bool out) {
   // Every allocation in slot-sized pieces, spread over a stream per slot so that the copy
   // engines stay busy; then all of them waited for.
+  const char* what = out ? "copying device memory out" : "copying memory back to the GPU";
   std::map<std::pair<CUcontext, size_t>, CUstream> streams;
   std::string err;
   size_t n = 0;
   uint64_t issued = 0;
   for (Phys* p : plan_) {
     d_.cuCtxSetCurrent(p->ctx);
-    const CUdeviceptr src = SourceOf(p);
+    const CUdeviceptr dev = SourceOf(p);
     for (uint64_t off = 0; off < p->size && err.empty(); off += cfg_.ring_slot_bytes, ++n) {
       const uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
       CUstream& st = streams[{p->ctx, n % std::max(2, cfg_.ring_slots)}];
       if (st == nullptr && d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
         st = nullptr;
         err = "no stream to copy on";
-      } else if (src == 0) {
+      } else if (out && dev == 0) {
         err = "no mapping to copy an allocation from";
-      } else if (CUresult r = d_.cuMemcpyDtoHAsync_v2(p->host + off, src + off, len, st);
+      } else if (CUresult r = out ? d_.cuMemcpyDtoHAsync_v2(p->host + off, dev + off, len, st)
+                                  : d_.cuMemcpyHtoDAsync_v2(dev + off, p->host + off, len, st);
                  r != CUDA_SUCCESS) {
-        err = Cuda(d_, "copying device memory out", r);
+        err = Cuda(d_, what, r);
       }
       issued += err.empty() ? len : 0;
     }
@@ -436,48 +438,22 @@ std::string Mover::CopyOutDirect() {
   for (auto& [key, st] : streams) {
     d_.cuCtxSetCurrent(key.first);
     if (CUresult r = d_.cuStreamSynchronize(st); r != CUDA_SUCCESS && err.empty()) {
-      err = Cuda(d_, "copying device memory out", r);
+      err = Cuda(d_, what, r);
     }
     d_.cuStreamDestroy_v2(st);
   }
-  std::lock_guard<std::mutex> l(progress_mu_);
-  if (err.empty()) copied_ += issued;
-  if (!err.empty()) copy_failed_ = true;
-  progress_cv_.notify_all();
-  return err;
-}
-
-std::string Mover::CopyInDirect() {
-  std::map<std::pair<CUcontext, size_t>, CUstream> streams;
-  std::string err;
-  size_t n = 0;
-  for (Phys* p : plan_) {
-    d_.cuCtxSetCurrent(p->ctx);
-    for (uint64_t off = 0; off < p->size && err.empty(); off += cfg_.ring_slot_bytes, ++n) {
-      const uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
-      CUstream& st = streams[{p->ctx, n % std::max(2, cfg_.ring_slots)}];
-      if (st == nullptr && d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-        st = nullptr;
-        err = "no stream to copy on";
-      } else if (CUresult r = d_.cuMemcpyHtoDAsync_v2(SourceOf(p) + off, p->host + off, len, st);
-                 r != CUDA_SUCCESS) {
-        err = Cuda(d_, "copying memory back to the GPU", r);
-      }
-    }
-    if (!err.empty()) break;
-  }
-  for (auto& [key, st] : streams) {
-    d_.cuCtxSetCurrent(key.first);
-    if (CUresult r = d_.cuStreamSynchronize(st); r != CUDA_SUCCESS && err.empty()) {
-      err = Cuda(d_, "copying memory back to the GPU", r);
-    }
-    d_.cuStreamDestroy_v2(st);
+  if (out) {
+    // The writers follow a drain's progress.
+    std::lock_guard<std::mutex> l(progress_mu_);
+    if (err.empty()) copied_ += issued;
+    if (!err.empty()) copy_failed_ = true;
+    progress_cv_.notify_all();
   }
   return err;
 }
 
 std::string Mover::CopyOut(int threads) {
-  if (host_registered_) return CopyOutDirect();
+  if (host_registered_) return CopyDirect(/*out=*/true);
   struct Item {
     Phys* phys;
     uint64_t off;
@@ -630,7 +606,7 @@ static void DropUnheldReferences(const Driver& d, const std::vector<Phys*>& plan
 
 std::string Mover::CopyInFromHost(int threads) {
   if (plan_.empty()) return "";
-  if (host_registered_) return CopyInDirect();
+  if (host_registered_) return CopyDirect(/*out=*/false);
   d_.cuCtxSetCurrent(plan_.front()->ctx);
   std::vector<std::unique_ptr<Pinned>> ring;
   for (int i = 0; i < std::max(2, cfg_.ring_slots); ++i) {

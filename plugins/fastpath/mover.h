@@ -172,9 +172,9 @@ class Mover {
   std::string Recreate();
   std::string CopyInFromHost(int threads);
   std::string CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums);
-  // The copies straight between the GPU and registered host memory (MapHost's, registered).
-  std::string CopyOutDirect();
-  std::string CopyInDirect();
+  // The copies straight between the GPU and registered host memory (MapHost's, registered):
+  // out of the GPU (a drain), or back into it.
+  std::string CopyDirect(bool out);
   std::string MapHost(int memfd, bool write);
   void FreeHost();
   void StopWriters();
