@@ -75,6 +75,27 @@ void ListFastpathFiles(CheckpointState& s, size_t i) {
   }
 }
 
+// Process f's files as manifest `m` lists them, in order; DATA_LOSS for one it does not list.
+absl::StatusOr<std::vector<const store::ManifestFile*>> ListedFastpathFiles(
+    const store::Manifest& m, const gpu::FastpathProcess& f) {
+  std::vector<const store::ManifestFile*> listed;
+  for (int k = 0; k < f.files; ++k) {
+    const std::string name = gpu::FastpathFileName(f.ns_pid, k);
+    auto it = std::find_if(m.files.begin(), m.files.end(),
+                           [&](const store::ManifestFile& mf) { return mf.path == name; });
+    if (it == m.files.end())
+      return absl::DataLossError(absl::StrCat("the manifest lists no ", name));
+    listed.push_back(&*it);
+  }
+  return listed;
+}
+
+// Whether any of them refers to another checkpoint (incremental: read through on restore).
+bool Refers(const std::vector<const store::ManifestFile*>& listed) {
+  return std::any_of(listed.begin(), listed.end(),
+                     [](const store::ManifestFile* mf) { return !mf->refs.empty(); });
+}
+
 }  // namespace
 
 CheckpointLive::~CheckpointLive() {
@@ -425,13 +446,23 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, cons
 }
 
 absl::Status Engine::CheckReferences(const store::Manifest& m) {
+  // Each checkpoint referred to is looked up once (every file of every process may name it).
+  struct Held {
+    absl::StatusOr<std::string> where;
+    absl::StatusOr<store::Manifest> manifest;
+  };
+  std::map<std::string, Held> looked_up;
   for (const auto& mf : m.files) {
     for (const auto& [id, list] : mf.refs) {
       const uint64_t end =
           std::min(mf.size, (uint64_t{*std::max_element(list.begin(), list.end())} + 1) *
                                 xxh3chunked::kChunk);
-      auto where = d_.store->LocalPath(id);
-      auto held = d_.store->Get(id);
+      auto found = looked_up.find(id);
+      if (found == looked_up.end()) {
+        found = looked_up.emplace(id, Held{d_.store->LocalPath(id), d_.store->Get(id)}).first;
+      }
+      const auto& where = found->second.where;
+      const auto& held = found->second.manifest;
       struct stat st;
       std::string why;
       if (!where.ok() || !held.ok()) {
@@ -458,18 +489,8 @@ absl::Status Engine::CheckReferences(const store::Manifest& m) {
 
 absl::StatusOr<UniqueFd> Engine::ReadThrough(const store::Manifest& m, const std::string& dir,
                                              const gpu::FastpathProcess& f) {
-  std::vector<const store::ManifestFile*> listed;
-  bool refers = false;
-  for (int k = 0; k < f.files; ++k) {
-    const std::string name = gpu::FastpathFileName(f.ns_pid, k);
-    auto it = std::find_if(m.files.begin(), m.files.end(),
-                           [&](const store::ManifestFile& mf) { return mf.path == name; });
-    if (it == m.files.end())
-      return absl::DataLossError(absl::StrCat("the manifest lists no ", name));
-    listed.push_back(&*it);
-    refers = refers || !it->refs.empty();
-  }
-  if (!refers) return UniqueFd();
+  CRYO_ASSIGN_OR_RETURN(std::vector<const store::ManifestFile*> listed, ListedFastpathFiles(m, f));
+  if (!Refers(listed)) return UniqueFd();
   // Each chunk from the file that holds it: this checkpoint's, or the same file of the one it
   // refers to (at the same offset), each checked against the digest this manifest recorded.
   std::vector<UniqueFd> open;
@@ -548,13 +569,9 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
   std::vector<char> refers(s.fast.size(), 0);
   uint64_t through_bytes = 0;
   for (size_t i = 0; i < s.fast.size() && st.ok(); ++i) {
-    for (int k = 0; k < s.fast[i].files; ++k) {
-      for (const auto& mf : s.m.files) {
-        if (mf.path == gpu::FastpathFileName(s.fast[i].ns_pid, k) && !mf.refs.empty()) {
-          refers[i] = 1;
-        }
-      }
-    }
+    // (Every file is listed: checked above.)
+    auto listed = ListedFastpathFiles(s.m, s.fast[i]);
+    refers[i] = listed.ok() && Refers(*listed);
     through_bytes += refers[i] ? s.fast[i].bytes : 0;
   }
   if (st.ok() && through_bytes > 0) {
