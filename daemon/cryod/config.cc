@@ -135,6 +135,10 @@ const std::vector<Key>& Keys() {
       Str("socket", "unix socket of the gRPC API (0600, root only)", &Config::socket),
       Str("state_dir", "journal and per-operation CRIU logs", &Config::state_dir),
       Str("store", "checkpoint store path; a shared mount for cross-node restore", &Config::store),
+      Str("journal_dir",
+          "journal of operations in flight; needs to outlive cryod, not the node: a tmpfs such "
+          "as /run/cryo/journal keeps its writes from waiting behind the store's",
+          &Config::journal_dir),
       Str("signing_key_file",
           "key that signs manifests (created if absent, 0600); shared by nodes that restore "
           "each other's process checkpoints",
@@ -317,6 +321,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"socket", d.socket},
       {"state_dir", d.state_dir},
       {"store", "<state_dir>/store"},
+      {"journal_dir", "<state_dir>/journal"},
       {"signing_key_file", "<state_dir>/signing.key"},
       {"node_name", "<hostname>"},
       {"criu", "criu from PATH, /usr/local/sbin first"},
@@ -418,6 +423,7 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
   }
   for (const auto& [k, v] : pending) CRYO_RETURN_IF_ERROR(k->set(c, v));
   if (c.store.empty()) c.store = fs::Join(c.state_dir, "store");
+  if (c.journal_dir.empty()) c.journal_dir = fs::Join(c.state_dir, "journal");
   if (c.signing_key_file.empty()) c.signing_key_file = fs::Join(c.state_dir, "signing.key");
   if (c.node_name.empty()) {
     char host[256] = {0};
@@ -441,7 +447,8 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
     return absl::InvalidArgumentError(
         "http_max_connections and http_request_timeout_ms must be positive");
   }
-  for (const std::string* p : {&c.socket, &c.state_dir, &c.store, &c.signing_key_file}) {
+  for (const std::string* p :
+       {&c.socket, &c.state_dir, &c.store, &c.journal_dir, &c.signing_key_file}) {
     if (p->empty() || (*p)[0] != '/') {
       return absl::InvalidArgumentError(absl::StrCat("path '", *p, "' must be absolute"));
     }

@@ -16,6 +16,10 @@ struct Config {
   std::string socket = "/run/cryo/cryod.sock";
   std::string state_dir = "/var/lib/cryo";
   std::string store;  // empty: <state_dir>/store
+  // The journal of operations in flight. It need outlive cryod only, not the node, and every
+  // checkpoint step waits for its writes: a tmpfs (the chart's /run/cryo/journal) keeps them off
+  // a disk the store's writes keep busy. Empty: <state_dir>/journal.
+  std::string journal_dir;
   // The key manifests are signed with (created when absent). Nodes that restore each other's
   // process-mode checkpoints share it; empty: <state_dir>/signing.key.
   std::string signing_key_file;

@@ -2,8 +2,10 @@
 // each returns ok, stop (clean exit) or fatal, and the teardown steps always run.
 
 #include <grpcpp/grpcpp.h>
+#include <linux/magic.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -223,6 +225,23 @@ Result StartCriu(State& st) {
   return Result::kOk;
 }
 
+// Every step of a checkpoint writes the journal; on the store's own disk, with checkpoints
+// being written, each write waited 0.1-0.6 s (two jobs on two H200s, docs/benchmarks.md).
+void WarnIfJournalSharesTheStoresDisk(const std::string& journal, const std::string& store) {
+  struct stat js = {};
+  struct stat ss = {};
+  struct statfs jf = {};
+  if (::stat(journal.c_str(), &js) != 0 || ::stat(store.c_str(), &ss) != 0 ||
+      ::statfs(journal.c_str(), &jf) != 0) {
+    return;
+  }
+  if (js.st_dev != ss.st_dev || jf.f_type == TMPFS_MAGIC || jf.f_type == RAMFS_MAGIC) return;
+  CRYO_LOG(Warning) << "journal " << journal << " is on the store's filesystem: its writes wait "
+                    << "behind the checkpoints being written, several jobs checkpointed at once "
+                    << "vacate their GPUs slower; set journal_dir to a tmpfs such as "
+                    << "/run/cryo/journal (docs/operations.md, Sizing)";
+}
+
 Result StartStore(State& st) {
   auto s = fs::MakeDirs(st.config.state_dir, 0700);
   if (!s.ok()) return Fatal("state dir", s);
@@ -230,13 +249,23 @@ Result StartStore(State& st) {
   auto store = store::CreateLocalStore(o);
   if (!store.ok()) return Fatal("store", store.status());
   st.store = std::move(*store);
-  auto j = journal::Journal::Open(fs::Join(st.config.state_dir, "journal"));
+  auto j = journal::Journal::Open(st.config.journal_dir);
   if (!j.ok()) return Fatal("journal", j.status());
+  if (auto held = (*j)->HoldExclusively(); !held.ok()) return Fatal("journal", held);
   st.journal = std::move(*j);
+  // Operations a cryod with the default journal_dir left in flight (an upgrade that moved it).
+  if (auto moved = st.journal->Adopt(fs::Join(st.config.state_dir, "journal")); !moved.ok()) {
+    return Fatal("journal", moved.status());
+  } else if (*moved > 0) {
+    CRYO_LOG(Warning) << "journal: took " << *moved << " entries from "
+                      << fs::Join(st.config.state_dir, "journal") << " (its former place)";
+  }
+  WarnIfJournalSharesTheStoresDisk(st.config.journal_dir, st.config.store);
   auto key = store::LoadOrCreateSigningKey(st.config.signing_key_file);
   if (!key.ok()) return Fatal("signing key", key.status());
   st.signing_key = *std::move(key);
-  CRYO_LOG(Info) << "store " << st.config.store << ", state " << st.config.state_dir;
+  CRYO_LOG(Info) << "store " << st.config.store << ", state " << st.config.state_dir << ", journal "
+                 << st.config.journal_dir;
   return Result::kOk;
 }
 

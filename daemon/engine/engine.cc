@@ -210,7 +210,17 @@ absl::Status Engine::AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs
 absl::Status Engine::Recover() {
   CRYO_ASSIGN_OR_RETURN(auto entries, d_.journal->LoadAll());
   for (const auto& e : entries) {
-    RecoverEntry(e);
+    if (d_.journal->OfEarlierBoot(e)) {
+      // Its tasks, GPU locks and network lock ended with that boot, and its pids (even with
+      // their start times, counted from boot) may name other processes now: nothing to undo.
+      // Its stage is collected below.
+      CRYO_LOG(Warning) << "journal: " << journal::Name(e.kind) << " " << e.op_id << " of '"
+                        << e.checkpoint_id << "' in state " << journal::Name(e.state)
+                        << " was cut off by a reboot; its processes are gone, nothing to undo";
+      if (d_.metrics) d_.metrics->CountRecovered("earlier_boot");
+    } else {
+      RecoverEntry(e);
+    }
     CRYO_RETURN_IF_ERROR(d_.journal->Remove(e.op_id));
   }
   CollectIncomplete(/*own_stages=*/true);  // before serving: none of them is in progress

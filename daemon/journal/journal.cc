@@ -1,9 +1,13 @@
 #include "daemon/journal/journal.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/json.h"
@@ -19,6 +23,8 @@ constexpr const char* kStates[] = {"started", "dumping", "dumped", "published", 
 // An entry is a few KiB; GPU facts make it larger, never by much.
 constexpr size_t kMaxEntryBytes = 1u << 20;
 constexpr int kMaxEntryDepth = 16;
+// Held (flock) by the cryod that owns the directory; not an entry.
+constexpr const char* kLockName = ".lock";
 
 }  // namespace
 
@@ -58,7 +64,8 @@ nlohmann::json EntryToJson(const Entry& e) {
           {"gpu", gpu::ToJson(e.gpu)},
           {"fastpath", gpu::ToJson(e.fastpath)},
           {"container_init_pid", e.container_init_pid},
-          {"started_at", e.started_at}};
+          {"started_at", e.started_at},
+          {"boot_id", e.boot_id}};
 }
 
 absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j) {
@@ -104,6 +111,7 @@ absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j) {
   CRYO_ASSIGN_OR_RETURN(e.fastpath, gpu::FastpathProcessesFromJson(fastpath));
   CRYO_RETURN_IF_ERROR(f.Int("container_init_pid", &e.container_init_pid));
   CRYO_RETURN_IF_ERROR(f.Str("started_at", &e.started_at));
+  CRYO_RETURN_IF_ERROR(f.Str("boot_id", &e.boot_id));
   if (!ValidateCheckpointId(e.op_id).ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("journal entry has a bad op id '", e.op_id, "'"));
@@ -116,9 +124,43 @@ absl::StatusOr<Entry> ParseEntry(absl::string_view text) {
   return EntryFromJson(j);
 }
 
-absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir) {
+std::string CurrentBootId() {
+  auto id = fs::ReadFile("/proc/sys/kernel/random/boot_id");
+  if (!id.ok()) return "";
+  return std::string(absl::StripAsciiWhitespace(*id));
+}
+
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
+                                                       std::string boot_id) {
   CRYO_RETURN_IF_ERROR(Annotate(fs::MakeDirs(dir, 0700), "journal"));
-  return std::unique_ptr<Journal>(new Journal(dir));
+  if (boot_id.empty()) boot_id = CurrentBootId();
+  return std::unique_ptr<Journal>(new Journal(dir, std::move(boot_id)));
+}
+
+Journal::~Journal() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+absl::Status Journal::HoldExclusively() {
+  if (lock_fd_ >= 0) return absl::OkStatus();
+  const std::string path = fs::Join(dir_, kLockName);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("journal lock ", path));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    ::close(fd);
+    if (e == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "journal ", dir_, " is in use by another cryod: give each cryod its own journal_dir"));
+    }
+    return ErrnoStatus(e, absl::StrCat("journal lock ", path));
+  }
+  lock_fd_ = fd;
+  return absl::OkStatus();
+}
+
+bool Journal::OfEarlierBoot(const Entry& e) const {
+  return !e.boot_id.empty() && !boot_id_.empty() && e.boot_id != boot_id_;
 }
 
 std::string Journal::PathOf(const std::string& op_id) const {
@@ -127,14 +169,44 @@ std::string Journal::PathOf(const std::string& op_id) const {
 
 absl::Status Journal::Put(const Entry& e) {
   CRYO_RETURN_IF_ERROR(ValidateCheckpointId(e.op_id));
-  return fs::WriteFileAtomic(PathOf(e.op_id), EntryToJson(e).dump(2));
+  nlohmann::json j = EntryToJson(e);
+  j["boot_id"] = boot_id_;
+  const absl::Time t0 = absl::Now();
+  absl::Status st =
+      fs::WriteFileAtomic(PathOf(e.op_id), j.dump(2), 0600, fs::Durability::kProcessCrash);
+  // Every step of a checkpoint waits for this write: a slow one is the disk's doing.
+  if (absl::Duration d = absl::Now() - t0; d > absl::Milliseconds(50)) {
+    CRYO_LOG(Warning) << "journal: writing " << e.op_id << " (" << Name(e.state) << ", "
+                      << e.steps.size() << " steps) took " << absl::ToInt64Milliseconds(d)
+                      << " ms: " << dir_ << " is on a busy disk";
+  }
+  return st;
 }
 
 absl::Status Journal::Remove(const std::string& op_id) {
   if (::unlink(PathOf(op_id).c_str()) != 0 && errno != ENOENT) {
     return ErrnoStatus(errno, PathOf(op_id));
   }
-  return fs::FsyncPath(dir_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Journal::Adopt(const std::string& old_dir) {
+  if (!fs::IsDir(old_dir) || old_dir == dir_) return 0;
+  CRYO_ASSIGN_OR_RETURN(auto files, fs::ListDir(old_dir));
+  int moved = 0;
+  for (const auto& f : files) {
+    if (f.is_dir || !absl::EndsWith(f.name, ".json")) continue;
+    auto text = fs::ReadRegularBeneath(old_dir, f.name, kMaxEntryBytes);
+    if (!text.ok()) continue;  // LoadAll of that directory would drop it too
+    auto e = ParseEntry(*text);
+    if (!e.ok()) continue;
+    // As written (its boot id included), then gone from the old place.
+    CRYO_RETURN_IF_ERROR(
+        fs::WriteFileAtomic(PathOf(e->op_id), *text, 0600, fs::Durability::kProcessCrash));
+    ::unlink(fs::Join(old_dir, f.name).c_str());
+    ++moved;
+  }
+  return moved;
 }
 
 absl::StatusOr<std::vector<Entry>> Journal::LoadAll() {
@@ -142,7 +214,7 @@ absl::StatusOr<std::vector<Entry>> Journal::LoadAll() {
   std::vector<Entry> out;
   for (const auto& f : files) {
     std::string p = fs::Join(dir_, f.name);
-    if (f.is_dir) continue;
+    if (f.is_dir || f.name == kLockName) continue;
     if (!absl::EndsWith(f.name, ".json")) {
       // Temporaries of an interrupted atomic write.
       ::unlink(p.c_str());

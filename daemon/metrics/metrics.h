@@ -38,8 +38,9 @@ inline constexpr const char* kPlanDecisions[] = {"checkpoint", "fall_back", "no_
 // the runtime could not be asked) and how started ones ended.
 inline constexpr const char* kPeriodicResults[] = {"started", "ok", "failed", "skipped_busy",
                                                    "skipped_space"};
-inline constexpr const char* kRecoveryActions[] = {
-    "completed_resumed", "completed_stopped", "rolled_back", "restore_abandoned", "unknown_step"};
+inline constexpr const char* kRecoveryActions[] = {"completed_resumed", "completed_stopped",
+                                                   "rolled_back",       "restore_abandoned",
+                                                   "earlier_boot",      "unknown_step"};
 // "ok" and every canonical status code's name, lower case ("deadline_exceeded").
 std::vector<std::string> Results();
 // Checkpoint and restore durations, 10 ms to 1 h (a multi-GPU checkpoint of hundreds of GiB

@@ -33,12 +33,14 @@ BENCH_SIZES=${CRYO_GPU_BENCH_SIZES:-1}
 BENCH_ROUNDS=${CRYO_GPU_BENCH_ROUNDS:-1}
 CRYOD_PID=
 STORE_FSYNC=${CRYO_GPU_STORE_FSYNC:-true}  # cryod's default: images on disk before publish
-rm -rf "$W" && mkdir -p "$W"
+# cryod's journal where the chart puts it, on a tmpfs (/run), off the store's disk.
+JOURNAL=${CRYO_GPU_JOURNAL_DIR:-/run/cryo-gpu-e2e/journal}
+rm -rf "$W" "$JOURNAL" && mkdir -p "$W"
 CRYO=("$B/bin/cryo" --socket "$W/cryod.sock")
 JOB_ENV=()  # extra environment of the next start_job (e.g. CUDA_VISIBLE_DEVICES=1)
 
 start_cryod() {
-  "$B/bin/cryod" --socket "$W/cryod.sock" --state-dir "$W/state" --store "$W/store" \
+  "$B/bin/cryod" --socket "$W/cryod.sock" --state-dir "$W/state" --store "$W/store" --journal-dir "$JOURNAL" \
     --node-name "${CRYO_GPU_NODE:-gpu-node}" --criu "$B/bin/criu" --gpu-plugin-dir "$B/lib/cryo/gpu" \
     --store-fsync "$STORE_FSYNC" --metrics-address 127.0.0.1:0 --log-level info \
     ${CRYO_GPU_CRYOD_ARGS:-} >>"$RES/cryod.log" 2>&1 &

@@ -27,6 +27,17 @@ inline bool EmptyDir(const std::string& dir) {
   return std::filesystem::is_empty(dir, ec) && !ec;
 }
 
+// No operation in flight in cryod's journal: no entry (the lock cryod holds there is none).
+inline bool NoJournalEntries(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec) return false;
+  for (const auto& f : it) {
+    if (f.path().extension() == ".json") return false;
+  }
+  return true;
+}
+
 // Waits until the job is gone, reaping it when it is our child (a checkpoint that stops it).
 inline bool WaitGone(Workload& w) {
   return WaitFor([&] {

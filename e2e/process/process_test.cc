@@ -434,7 +434,7 @@ TEST_F(ProcessTest, CryodKilledMidCheckpointLeavesJobRunningAndNothingVisible) {
   ExpectRunning(w);
   EXPECT_TRUE(a->List().empty());
   EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
-  EXPECT_TRUE(EmptyDir(a->state_dir() + "/journal"));
+  EXPECT_TRUE(NoJournalEntries(a->state_dir() + "/journal"));
   EXPECT_EQ(w.Verify(), 1);
 }
 
@@ -467,7 +467,7 @@ TEST_F(ProcessTest, CryodKilledWhileCriuDumpsWaitsForCriuThenRollsBack) {
   EXPECT_EQ(w.Verify(), 1);
   EXPECT_TRUE(a->List().empty());
   EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
-  EXPECT_TRUE(EmptyDir(journal));
+  EXPECT_TRUE(NoJournalEntries(journal));
   EXPECT_NE(Slurp(a->log()).find("rolled_back"), std::string::npos);
 }
 
@@ -658,7 +658,7 @@ TEST_F(ProcessTest, SigtermDuringACheckpointRefusesNewWorkAndRollsItBack) {
   ExpectRunning(w);
   EXPECT_TRUE(EmptyDir(store_ + "/checkpoints"));
   EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
-  EXPECT_TRUE(EmptyDir(a.state_dir() + "/journal"));
+  EXPECT_TRUE(NoJournalEntries(a.state_dir() + "/journal"));
 }
 
 // Found on 2026-11-24: a restore ignored its caller's deadline and restored the job 15 s after
@@ -680,7 +680,7 @@ TEST_F(ProcessTest, ARestoreEndsAtItsCallersDeadlineAndDoesNothingLater) {
   // Freeing the pids now must not let the abandoned restore go on.
   w.Kill();
   ASSERT_TRUE(WaitGone(w));
-  ASSERT_TRUE(WaitFor([&] { return EmptyDir(a.state_dir() + "/journal"); }));
+  ASSERT_TRUE(WaitFor([&] { return NoJournalEntries(a.state_dir() + "/journal"); }));
   absl::SleepFor(absl::Seconds(2));
   const std::string log = Slurp(a.log());
   EXPECT_FALSE(absl::StrContains(log, "restored checkpoint dl")) << log;

@@ -51,7 +51,9 @@ static std::string DirName(const std::string& path) {
   return path.substr(0, pos);
 }
 
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode) {
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode,
+                             Durability durability) {
+  const bool sync = durability == Durability::kPowerLoss;
   std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", std::random_device{}());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
@@ -67,7 +69,7 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mo
     }
     off += n;
   }
-  if (::fsync(fd) != 0) {
+  if (sync && ::fsync(fd) != 0) {
     int e = errno;
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -83,7 +85,7 @@ absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mo
     ::unlink(tmp.c_str());
     return ErrnoStatus(e, absl::StrCat("rename ", tmp, " -> ", path));
   }
-  return FsyncPath(DirName(path));
+  return sync ? FsyncPath(DirName(path)) : absl::OkStatus();
 }
 
 absl::Status MakeDirs(const std::string& path, mode_t mode) {

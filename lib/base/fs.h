@@ -16,8 +16,12 @@
 namespace cryo::fs {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
+// What a write must outlive: a power loss (fsynced, file and directory) or only the crash of
+// the process that wrote it (the page cache holds it; no wait behind other writers of the disk).
+enum class Durability { kPowerLoss, kProcessCrash };
 // Writes `data` to `path` atomically: readers see the old file or the whole new one.
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode = 0600);
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view data, mode_t mode = 0600,
+                             Durability durability = Durability::kPowerLoss);
 // mkdir -p with `mode` for every directory it creates.
 absl::Status MakeDirs(const std::string& path, mode_t mode = 0700);
 // rm -rf; a missing path is fine.

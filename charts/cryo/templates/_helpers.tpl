@@ -104,6 +104,7 @@ app.kubernetes.io/part-of: cryo
 {{- $c := dict
   "socket" (printf "%s/cryod.sock" $v.cryod.socketDir)
   "state_dir" $v.cryod.stateDir
+  "journal_dir" $v.cryod.journalDir
   "store" $v.store.mountPath
   "metrics_address" $addr
   "log_level" $v.cryod.logLevel

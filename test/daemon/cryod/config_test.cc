@@ -24,6 +24,7 @@ TEST(Config, DefaultsFileThenFlags) {
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->state_dir, "/srv/cryo");
   EXPECT_EQ(c->store, "/srv/cryo/store") << "store defaults under state_dir";
+  EXPECT_EQ(c->journal_dir, "/srv/cryo/journal") << "journal_dir defaults under state_dir";
   EXPECT_EQ(c->retention_keep, 5) << "flags win over the file";
   EXPECT_FALSE(c->store_fsync);
   EXPECT_EQ(c->allowed_uids, (std::vector<int>{0, 1000}));
@@ -36,6 +37,9 @@ TEST(Config, ClearErrors) {
   EXPECT_EQ(Load({"--no-such-flag", "1"}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Load({"--retention-keep", "many"}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Load({"--store", "relative"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Load({"--journal-dir", "run/cryo"}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Load({"--journal-dir", "/run/cryo/journal"})->journal_dir, "/run/cryo/journal");
   ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/typo.json", R"({"retention_kepe": 1})").ok());
   auto c = Load({"--config", d.path + "/typo.json"});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);

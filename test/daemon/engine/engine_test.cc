@@ -1071,6 +1071,38 @@ TEST_F(EngineTest, AJobStoppedBeforeAFailedCheckpointStaysStopped) {
 }
 
 // Found on 2026-11-24: recovery removed whatever directory a journal entry named.
+// The journal is not fsynced and outlives only cryod; an entry found after a reboot (another
+// boot id) names processes that ended with that boot, and its pids may be other processes now:
+// recovery acts on none of them (here a live, stopped process whose pid and start time the entry
+// holds, which a "published" preemption would kill) and collects the stage.
+TEST_F(EngineTest, RecoveryLeavesEntriesOfAnEarlierBootAlone) {
+  Child job;
+  ::kill(job.pid, SIGSTOP);
+  std::unique_ptr<store::StagedCheckpoint> crashed;
+  journal::Entry e =
+      HalfCheckpoint(job.pid, {"stage", "dump"}, journal::OpState::kPublished, &crashed);
+  auto before = journal::Journal::Open(journal_->dir(), "boot-before-the-reboot");
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE((*before)->Put(e).ok());
+  auto found = journal_->LoadAll();
+  ASSERT_TRUE(found.ok());
+  ASSERT_EQ(found->size(), 1u);
+  EXPECT_EQ((*found)[0].boot_id, "boot-before-the-reboot");
+  EXPECT_TRUE(journal_->OfEarlierBoot((*found)[0]));
+  ASSERT_TRUE(WaitUntil([&] { return job.State() == 'T'; }));
+
+  ASSERT_TRUE(engine_->Recover().ok());
+  EXPECT_EQ(job.State(), 'T') << "a process the entry names was killed or continued";
+  EXPECT_TRUE(JournalEmpty());
+  EXPECT_FALSE(fs::Exists(e.staging_dir));
+  const std::string text = prometheus::TextSerializer().Serialize(metrics_.registry()->Collect());
+  EXPECT_NE(text.find("cryo_recovered_operations_total{action=\"earlier_boot\"} 1"),
+            std::string::npos);
+  EXPECT_NE(text.find("cryo_recovered_operations_total{action=\"completed_stopped\"} 0"),
+            std::string::npos);
+  ::kill(job.pid, SIGCONT);
+}
+
 TEST_F(EngineTest, RecoveryRemovesOnlyThisStoresStagingDirectories) {
   TempDir outside;
   ASSERT_TRUE(fs::WriteFileAtomic(outside.path + "/precious", "x").ok());

@@ -43,6 +43,78 @@ TEST(Journal, PutLoadRemove) {
   EXPECT_TRUE((*j)->Remove("ch-1").ok()) << "removing twice is fine";
 }
 
+// Every entry carries the boot it was written in; one without (an older cryod's) is taken as of
+// this boot, as before.
+TEST(Journal, EntriesCarryTheBootTheyWereWrittenIn) {
+  TempDir d;
+  auto now = Journal::Open(d.path, "boot-2");
+  auto earlier = Journal::Open(d.path, "boot-1");
+  ASSERT_TRUE(now.ok() && earlier.ok());
+  Entry e;
+  e.op_id = "old";
+  e.boot_id = "ignored: the journal stamps its own";
+  ASSERT_TRUE((*earlier)->Put(e).ok());
+  e.op_id = "new";
+  ASSERT_TRUE((*now)->Put(e).ok());
+  ASSERT_TRUE(
+      fs::WriteFileAtomic(d.path + "/unstamped.json",
+                          R"({"op_id": "unstamped", "kind": "checkpoint", "state": "dumped"})")
+          .ok());
+  auto all = (*now)->LoadAll();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);
+  for (const Entry& got : *all) {
+    EXPECT_EQ((*now)->OfEarlierBoot(got), got.op_id == "old") << got.op_id;
+    if (got.op_id == "old") {
+      EXPECT_EQ(got.boot_id, "boot-1");
+    }
+  }
+  EXPECT_FALSE(CurrentBootId().empty()) << "no /proc/sys/kernel/random/boot_id";
+}
+
+// Two cryods sharing a journal would undo each other's operations: the second is refused, and
+// the lock file is no entry (LoadAll neither returns nor removes it).
+TEST(Journal, OneCryodHoldsAJournal) {
+  TempDir d;
+  auto first = Journal::Open(d.path);
+  auto second = Journal::Open(d.path);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_TRUE((*first)->HoldExclusively().ok());
+  absl::Status st = (*second)->HoldExclusively();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("journal_dir"), std::string::npos) << st;
+  auto all = (*first)->LoadAll();
+  ASSERT_TRUE(all.ok());
+  EXPECT_TRUE(all->empty());
+  EXPECT_TRUE(fs::Exists(d.path + "/.lock"));
+  first->reset();  // cryod gone: the next one takes it
+  EXPECT_TRUE((*second)->HoldExclusively().ok());
+}
+
+// A cryod whose journal_dir changed (the chart's move to /run) takes over what its predecessor
+// left in the former place, boot id and all; garbage there stays behind.
+TEST(Journal, AdoptsTheEntriesOfItsFormerPlace) {
+  TempDir d;
+  auto old = Journal::Open(d.path + "/state/journal", "boot-1");
+  auto now = Journal::Open(d.path + "/run/journal", "boot-2");
+  ASSERT_TRUE(old.ok() && now.ok());
+  Entry e;
+  e.op_id = "left-in-flight";
+  e.steps = {"stage", "dump"};
+  ASSERT_TRUE((*old)->Put(e).ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/state/journal/junk.json", "{").ok());
+  auto moved = (*now)->Adopt(d.path + "/state/journal");
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, 1);
+  auto all = (*now)->LoadAll();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 1u);
+  EXPECT_EQ((*all)[0].steps, e.steps);
+  EXPECT_EQ((*all)[0].boot_id, "boot-1");
+  EXPECT_FALSE(fs::Exists(d.path + "/state/journal/left-in-flight.json"));
+  EXPECT_EQ(*(*now)->Adopt(d.path + "/no-such-dir"), 0);
+}
+
 TEST(Journal, DropsCorruptEntriesAndTemporaries) {
   TempDir d;
   auto j = Journal::Open(d.path);
