@@ -33,9 +33,14 @@ BENCH_SIZES=${CRYO_GPU_BENCH_SIZES:-1}
 BENCH_ROUNDS=${CRYO_GPU_BENCH_ROUNDS:-1}
 CRYOD_PID=
 STORE_FSYNC=${CRYO_GPU_STORE_FSYNC:-true}  # cryod's default: images on disk before publish
-# cryod's journal where the chart puts it, on a tmpfs (/run), off the store's disk.
+# cryod's journal on a tmpfs, off the store's disk, as the chart keeps it (the host's /run). The
+# lent machines' /run is on their one disk: a small tmpfs is mounted there when it is not one.
 JOURNAL=${CRYO_GPU_JOURNAL_DIR:-/run/cryo-gpu-e2e/journal}
-rm -rf "$W" "$JOURNAL" && mkdir -p "$W"
+rm -rf "$W" && mkdir -p "$W" "$JOURNAL"
+if [ "$(stat -f -c %T "$JOURNAL")" != tmpfs ]; then
+  mount -t tmpfs -o size=16m,mode=0700 cryo-journal "$JOURNAL" || echo "cryod.sh: the journal stays on $(stat -f -c %T "$JOURNAL")" >&2
+fi
+find "$JOURNAL" -mindepth 1 -delete
 CRYO=("$B/bin/cryo" --socket "$W/cryod.sock")
 JOB_ENV=()  # extra environment of the next start_job (e.g. CUDA_VISIBLE_DEVICES=1)
 

@@ -374,9 +374,16 @@ out["one_checkpoint_vs_write_floor"] = round(one_ckpt / f["write_ms"], 2)
 out["two_checkpoint_vs_node_write_floor"] = round(two_ckpt / (2 * f["write_ms"]), 2)
 out["one_restore_vs_read_floor"] = round(one_rest / f["read_ms"], 2)
 out["two_restore_vs_node_read_floor"] = round(two_rest / (2 * f["read_ms"]), 2)
+# Where the drains' bytes go first: fresh host memory. The node's rate of filling it bounds
+# what two drains at once can do; a lone drain already near that rate cannot run twice as fast.
+def moved(k):
+    return int(json.load(open(f"{res}/{k}.ckpt.json")).get("gpu_fastpath_bytes", 0))
+out["drain_gbps_one"] = round(moved("np1") / max(1, one.get("gpu_drain", 0)) / 1e6, 1)
+out["drain_gbps_node"] = round((moved("np20") + moved("np21")) / max(1, max(s.get("gpu_drain", 0) for s in two)) / 1e6, 1)
+out["fill_floor_gbps"] = round(float(f["fill_gbps"]), 1)
 print(json.dumps(out))
 PY
-  result "$name" PASS "$(jget "$RES/$name.json" '"%g GiB per job, round %d. vacate: alone %d ms, two at once %d and %d ms (%.2fx; goal 1.3x); gpu_lock alone %d, together %d and %d ms; gpu_drain alone %d, together %d and %d ms. checkpoint: alone %d ms (%.2fx its write floor), both %d ms (%.2fx twice the floor); restore: alone %d ms (%.2fx the read floor), both %d ms (%.2fx twice it); both jobs verified every word" % (d["gib"], d["round"], d["one"]["vacate_ms"], d["two"][0]["vacate_ms"], d["two"][1]["vacate_ms"], d["vacate_ratio"], d["one"]["gpu_lock_ms"], d["two"][0]["gpu_lock_ms"], d["two"][1]["gpu_lock_ms"], d["one"]["gpu_drain_ms"], d["two"][0]["gpu_drain_ms"], d["two"][1]["gpu_drain_ms"], d["one"]["checkpoint_ms"], d["one_checkpoint_vs_write_floor"], d["two_checkpoint_ms"], d["two_checkpoint_vs_node_write_floor"], d["one"]["restore_ms"], d["one_restore_vs_read_floor"], d["two_restore_ms"], d["two_restore_vs_node_read_floor"])')"
+  result "$name" PASS "$(jget "$RES/$name.json" '"%g GiB per job, round %d. vacate: alone %d ms, two at once %d and %d ms (%.2fx; goal 1.3x); gpu_lock alone %d, together %d and %d ms; gpu_drain alone %d, together %d and %d ms. checkpoint: alone %d ms (%.2fx its write floor), both %d ms (%.2fx twice the floor); restore: alone %d ms (%.2fx the read floor), both %d ms (%.2fx twice it); drains into host memory: alone %.1f GB/s, both together %.1f GB/s, fresh-fill floor of the node %.1f GB/s; both jobs verified every word" % (d["gib"], d["round"], d["one"]["vacate_ms"], d["two"][0]["vacate_ms"], d["two"][1]["vacate_ms"], d["vacate_ratio"], d["one"]["gpu_lock_ms"], d["two"][0]["gpu_lock_ms"], d["two"][1]["gpu_lock_ms"], d["one"]["gpu_drain_ms"], d["two"][0]["gpu_drain_ms"], d["two"][1]["gpu_drain_ms"], d["one"]["checkpoint_ms"], d["one_checkpoint_vs_write_floor"], d["two_checkpoint_ms"], d["two_checkpoint_vs_node_write_floor"], d["one"]["restore_ms"], d["one_restore_vs_read_floor"], d["two_restore_ms"], d["two_restore_vs_node_read_floor"], d["drain_gbps_one"], d["drain_gbps_node"], d["fill_floor_gbps"])')"
 }
 
 fp_torch_cryod() {  # fp_torch_cryod NAME ALLOC_CONF: the loop stopped and restored through cryod
