@@ -1,5 +1,5 @@
 """Would compressing the store's GPU files pay? (issue 23: "only if measured to pay on real model
-data"). Trains the PyTorch probe of train_losses.py (the same model and optimizer) for --steps,
+data"). Trains the PyTorch probe of train_losses.py (probe_model.py: the same model and optimizer) for --steps,
 then takes what a checkpoint of it holds on the GPU (its weights and AdamW's two moments, fp32,
 as they lie in device memory) and compresses those bytes with the fast compressors at hand:
 zlib level 1 (Python's own; lz4 and zstd at their fast levels compress fp32 about as much), the
@@ -17,32 +17,16 @@ import zlib
 
 import torch
 
+import probe_model
+
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=500)
 p.add_argument("--out")
 args = p.parse_args()
 
-torch.manual_seed(1234)
-dev = torch.device("cuda")
-d_model, seq, batch, vocab = 256, 64, 32, 1000
-model = torch.nn.Sequential(
-    torch.nn.Embedding(vocab, d_model),
-    torch.nn.TransformerEncoder(
-        torch.nn.TransformerEncoderLayer(d_model, nhead=8, dim_feedforward=1024, dropout=0.1,
-                                         batch_first=True),
-        num_layers=4),
-    torch.nn.Linear(d_model, vocab),
-).to(dev)
-opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-gen = torch.Generator(device=dev)
-gen.manual_seed(42)
+model, opt, gen = probe_model.build()
 for _ in range(args.steps):
-    x = torch.randint(0, vocab, (batch, seq), device=dev, generator=gen)
-    y = torch.roll(x, shifts=1, dims=1)
-    loss = torch.nn.functional.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
+    probe_model.step(model, opt, gen)
 torch.cuda.synchronize()
 
 parts = {"weights": [t.detach() for t in model.parameters()],
