@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
+#include "daemon/criu/dumpable.h"
 #include "daemon/criu/listen_ports.h"
 #include "daemon/criu/network_lock.h"
 #include "daemon/engine/engine.h"
@@ -245,6 +246,8 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   if (own_netns) {
     CRYO_RETURN_IF_ERROR(criu::CheckPortableSockets(s.pids, s.ctr->init_pid, s.job.tcp_close));
   }
+  // What CRIU cannot dump is refused now, not after the GPU was drained and the job frozen.
+  CRYO_RETURN_IF_ERROR(criu::CheckDumpable(*d_.proc, s.pids));
   // A GPU feature the driver cannot checkpoint is refused here, before anything is locked.
   CRYO_ASSIGN_OR_RETURN(s.gpu, d_.gpu->Discover(s.pids));
   if (s.ctr) {

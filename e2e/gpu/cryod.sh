@@ -395,6 +395,7 @@ multi_parts() {
   # ranks share; the driver's path refuses it (nccl-probe shows that).
   if [ ${#MULTI_ENV[@]} -gt 0 ]; then
     [[ "$only" == *" ddp-defaults "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults"
+    [[ "$only" == *" ddp-torchrun "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun ddp_losses "${P}ddp-torchrun-nccl-defaults"
     [[ "$only" == *" ddp-defaults-swap "* ]] && DDP_NCCL=defaults DDP_GPU_SWAP=1 ddp_losses "${P}ddp-nccl-defaults-gpu-map"
     [[ "$only" == *" fsdp "* ]] && DDP_NCCL=defaults ddp_losses "${P}fsdp-2" --fsdp
     # Every GPU of the node, one rank each, when it has more than two.
@@ -469,12 +470,22 @@ ddp_losses() {
     local u0 u1; u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
     restore_args=(--gpu-map "$u0=$u1" --gpu-map "$u1=$u0")
   fi
-  "${nccl[@]}" setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29561 "$@" </dev/null >"$RES/$name.ref.log" 2>&1
+  # DDP_LAUNCH=torchrun: launched as users launch it, `torchrun --standalone`: its agent (the
+  # tree's root) starts the ranks. Its own rendezvous store is told to use TCPStore's other
+  # backend (use_libuv=0), and the store it would host for the ranks with libuv (hard-wired) is
+  # left to rank 0 (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), where USE_LIBUV=0 holds. With PyTorch
+  # 2.11 the agent still held an io_uring (runs 42-43): cryod refuses it before anything stops.
+  local launch=("$src")
+  if [ "${DDP_LAUNCH:-}" = torchrun ]; then
+    launch=(-m torch.distributed.run --standalone --nproc-per-node="$ranks" --rdzv-conf use_libuv=0 "$src")
+    nccl+=(TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)
+  fi
+  "${nccl[@]}" setsid -w $py "${launch[@]}" --steps "$steps" --out "$ref" --port 29561 "$@" </dev/null >"$RES/$name.ref.log" 2>&1
   if grep -q "FSDP unavailable" "$RES/$name.ref.log"; then result "$name" SKIP "this PyTorch has no FSDP"; return; fi
   grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/$name.ref.log")"; return; }
   # The reference runs without MULTI_ENV (the fast-path library): the library must not change
   # a single loss either.
-  "${nccl[@]}" "${MULTI_ENV[@]}" setsid $py "$src" --steps "$steps" --out "$run" --port 29562 "$@" </dev/null >"$RES/$name.run.log" 2>&1 &
+  "${nccl[@]}" "${MULTI_ENV[@]}" setsid $py "${launch[@]}" --steps "$steps" --out "$run" --port 29562 "$@" </dev/null >"$RES/$name.run.log" 2>&1 &
   local tpid=$!
   PIDS+=("$tpid")
   local mid=$(( steps / 3 ))

@@ -11,6 +11,10 @@ one GPU): the same 2-process CUDA job, without NCCL.
 
     python3 ddp_losses.py --steps 200 --out losses.txt --port 29555 [--backend gloo --same-gpu]
         [--fsdp] [--world 4]
+    torchrun --standalone --nproc-per-node=2 ddp_losses.py --steps 200 --out losses.txt
+
+Under torchrun each rank is its own process, started by torchrun's agent (their parent, which
+also holds the store the ranks meet at); --world and --port are then torchrun's to say.
 """
 import argparse
 import os
@@ -22,8 +26,9 @@ import torch.multiprocessing as mp
 
 
 def worker(rank, world, args):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(args.port)
+    if not launched_by_torchrun():
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(args.port)
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
     gpu = 0 if args.same_gpu else rank
@@ -68,6 +73,12 @@ def worker(rank, world, args):
     dist.destroy_process_group()
 
 
+def launched_by_torchrun():
+    # torchrun (torch.distributed.run) starts one process per rank and tells each its place, and
+    # where its agent's store listens, in the environment.
+    return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=200)
@@ -85,4 +96,7 @@ if __name__ == "__main__":
         except ImportError:
             print("FSDP unavailable in this PyTorch")
             raise SystemExit(77)
-    mp.spawn(worker, args=(args.world, args), nprocs=args.world, join=True)
+    if launched_by_torchrun():
+        worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args)
+    else:
+        mp.spawn(worker, args=(args.world, args), nprocs=args.world, join=True)

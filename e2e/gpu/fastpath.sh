@@ -36,7 +36,8 @@
 #   with --gpu-map onto GPU 1, every word verified), fp-ddp-2-ranks (NCCL DDP, 2 ranks, losses
 #   bit-identical to a run without the library); on one GPU fp-parallel-1-gpu, fp-ddp-gloo-1-gpu.
 #   Each checkpoint must show bytes moved by the fast path. CRYO_GPU_MULTI_TESTS picks among
-#   other, parallel, ddp, nccl-probe, ddp-defaults, ddp-defaults-swap, fsdp and, on a node of
+#   other, parallel, ddp, nccl-probe, ddp-defaults, ddp-torchrun (the same launched by
+#   `torchrun --standalone`: fp-ddp-torchrun-nccl-defaults), ddp-defaults-swap, fsdp and, on a node of
 #   more than two GPUs, ddp-defaults-all and fsdp-all (one rank per GPU: fp-ddp-nccl-defaults-N-ranks,
 #   fp-fsdp-N).
 #

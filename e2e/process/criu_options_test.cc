@@ -7,10 +7,13 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -106,6 +109,34 @@ TEST_F(CriuOptionsTest, ADeletedFileAboveTheGhostLimitNeedsALargerLimit) {
   auto inspect = RunCli(cryod_->socket(), {"-o", "json", "inspect", "ghost-2"});
   auto m = nlohmann::json::parse(inspect.out, nullptr, false);
   EXPECT_EQ(m["options"]["ghost_limit"], 64ull << 20) << inspect.out;
+}
+
+// CRIU cannot dump an io_uring (PyTorch's TCPStore holds one through libuv; torchrun's agent
+// did on two H200s). Refused while the job runs, before anything is frozen, naming the process;
+// the job runs on and the store holds nothing.
+TEST_F(CriuOptionsTest, AnIoUringIsRefusedBeforeAnythingStops) {
+  uint32_t params[30] = {0};
+  const long probe = ::syscall(__NR_io_uring_setup, 4, params);
+  if (probe < 0) GTEST_SKIP() << "this kernel refuses io_uring_setup: " << std::strerror(errno);
+  ::close(static_cast<int>(probe));
+  StartJob({"--io-uring"});
+  ASSERT_TRUE(job_->WaitMain(3)) << "the job did not start";
+  auto r = Checkpoint("uring");
+  EXPECT_NE(r.first, 0);
+  ASSERT_TRUE(r.second.is_object()) << r.second;
+  EXPECT_EQ(r.second["error"].value("code", ""), "FAILED_PRECONDITION") << r.second;
+  const std::string msg = r.second["error"].value("message", "");
+  EXPECT_TRUE(absl::StrContains(msg, absl::StrCat("pid ", job_->pid(), " ("))) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "io_uring")) << msg;
+  EXPECT_TRUE(absl::StrContains(msg, "Nothing was stopped")) << msg;
+  // Refused in validate: CRIU never ran, so it left no log of a dump.
+  EXPECT_FALSE(absl::StrContains(msg, "dump.log")) << msg;
+  const uint64_t now = job_->Status().value("main", uint64_t{0});
+  EXPECT_TRUE(job_->WaitMain(now + 5, absl::Seconds(10))) << "the job does not run on";
+  auto list = RunCli(cryod_->socket(), {"-o", "json", "list"});
+  const auto listed = nlohmann::json::parse(list.out, nullptr, false);
+  ASSERT_TRUE(listed.is_object()) << list.out;
+  EXPECT_TRUE(listed.value("checkpoints", nlohmann::json::array()).empty()) << list.out;
 }
 
 TEST_F(CriuOptionsTest, AnUnlinkedFileWithAnotherLinkNeedsLinkRemap) {
