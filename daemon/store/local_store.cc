@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -199,24 +201,36 @@ class LocalStore final : public CheckpointStore {
   // a link (or a FIFO) is not a checkpoint.
   absl::StatusOr<Manifest> ReadManifest(const std::string& id) {
     const std::string rel = fs::Join(kPublishedDir, id);
-    auto text = fs::ReadRegularBeneath(opts_.root, fs::Join(rel, kManifestName), kMaxManifestBytes);
-    if (!text.ok()) {
-      if (absl::IsNotFound(text.status())) {
+    auto fd = fs::OpenRegularBeneath(opts_.root, fs::Join(rel, kManifestName));
+    if (!fd.ok()) {
+      if (absl::IsNotFound(fd.status())) {
         return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));
       }
-      return Annotate(text.status(), absl::StrCat("checkpoint '", id, "'"));
+      return Annotate(fd.status(), absl::StrCat("checkpoint '", id, "'"));
     }
-    auto m = ParseManifest(*text);
-    if (!m.ok()) return Annotate(m.status(), absl::StrCat("checkpoint '", id, "'"));
-    if (m->id != id) {
-      return absl::DataLossError(
-          absl::StrCat("checkpoint directory '", id, "' holds a manifest for '", m->id, "'"));
+    struct stat st = {};
+    std::optional<Manifest> m;
+    if (::fstat(*fd, &st) == 0) m = CachedManifest(id, st);
+    if (m) {
+      ::close(*fd);
+    } else {
+      auto text = fs::ReadOpenFile(*fd, fs::Join(opts_.root, fs::Join(rel, kManifestName)),
+                                   kMaxManifestBytes);
+      if (!text.ok()) return Annotate(text.status(), absl::StrCat("checkpoint '", id, "'"));
+      auto parsed = ParseManifest(*text);
+      if (!parsed.ok()) return Annotate(parsed.status(), absl::StrCat("checkpoint '", id, "'"));
+      if (parsed->id != id) {
+        return absl::DataLossError(absl::StrCat("checkpoint directory '", id,
+                                                "' holds a manifest for '", parsed->id, "'"));
+      }
+      m = *std::move(parsed);
+      KeepManifest(id, st, *m);
     }
     if (auto why = fs::ReadRegularBeneath(opts_.root, fs::Join(rel, kDamagedName), 4096);
         why.ok()) {
       m->damaged = why->empty() ? "damaged" : *why;
     }
-    return m;
+    return *std::move(m);
   }
 
   absl::Status MarkDamaged(const std::string& id, const std::string& reason) override {
@@ -235,8 +249,10 @@ class LocalStore final : public CheckpointStore {
     CRYO_ASSIGN_OR_RETURN(UniqueFd pub, Open(kPublishedDir));
     CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDirAt(pub.get(), published()));
     std::vector<Manifest> out;
+    std::set<std::string> seen;
     for (const auto& e : entries) {
       if (!e.is_dir || !ValidateCheckpointId(e.name).ok()) continue;
+      seen.insert(e.name);
       auto m = ReadManifest(e.name);
       if (m.ok()) {
         out.push_back(std::move(*m));
@@ -248,6 +264,7 @@ class LocalStore final : public CheckpointStore {
       if (a.created_at != b.created_at) return a.created_at > b.created_at;
       return a.id > b.id;
     });
+    ForgetManifestsBut(seen);  // deleted since, by any node
     return out;
   }
 
@@ -265,6 +282,7 @@ class LocalStore final : public CheckpointStore {
     if (::renameat2(pub.get(), id.c_str(), trash.get(), gone.c_str(), RENAME_NOREPLACE) != 0) {
       return ErrnoStatus(errno, absl::StrCat("move ", fs::Join(published(), id), " to the trash"));
     }
+    ForgetManifest(id);
     return fs::RemoveTreeAt(trash.get(), gone, fs::Join(fs::Join(opts_.root, kTrashDir), gone));
   }
 
@@ -407,8 +425,49 @@ class LocalStore final : public CheckpointStore {
   bool durable() const override { return opts_.fsync; }
 
  private:
+  // Parsed manifests, by checkpoint id, with the identity of the file they were read from: a
+  // published manifest does not change, and List (which every plan at a stop, every periodic
+  // checkpoint's write and every `cryo list` runs) then costs an open and an fstat per
+  // checkpoint instead of a read and a parse of up to 16 MiB. Any change to the file (a new
+  // inode, size, mtime or ctime) reads it again; the damaged mark is read every time.
+  struct FileKey {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    int64_t mtime_ns, ctime_ns;
+    bool operator==(const FileKey&) const = default;
+  };
+  static FileKey KeyOf(const struct stat& st) {
+    return {st.st_dev, st.st_ino, st.st_size,
+            int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+            int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec};
+  }
+  std::optional<Manifest> CachedManifest(const std::string& id, const struct stat& st) {
+    absl::MutexLock l(&cache_mu_);
+    auto it = cache_.find(id);
+    if (it == cache_.end() || !(it->second.first == KeyOf(st))) return std::nullopt;
+    return it->second.second;
+  }
+  void KeepManifest(const std::string& id, const struct stat& st, const Manifest& m) {
+    absl::MutexLock l(&cache_mu_);
+    // Bounded: a store of more checkpoints than this reads the rest each time.
+    if (cache_.size() >= kMaxCachedManifests && !cache_.count(id)) return;
+    cache_[id] = {KeyOf(st), m};
+  }
+  void ForgetManifest(const std::string& id) {
+    absl::MutexLock l(&cache_mu_);
+    cache_.erase(id);
+  }
+  void ForgetManifestsBut(const std::set<std::string>& ids) {
+    absl::MutexLock l(&cache_mu_);
+    std::erase_if(cache_, [&](const auto& kv) { return !ids.count(kv.first); });
+  }
+  static constexpr size_t kMaxCachedManifests = 4096;
+
   LocalStoreOptions opts_;
   std::string node_;
+  absl::Mutex cache_mu_;
+  std::map<std::string, std::pair<FileKey, Manifest>> cache_ ABSL_GUARDED_BY(cache_mu_);
   absl::Mutex mu_;
   // The root directory's identity when last seen (Ready).
   dev_t dev_ ABSL_GUARDED_BY(mu_) = 0;

@@ -1,4 +1,6 @@
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <utime.h>
 
 #include "daemon/store/store.h"
@@ -151,6 +153,46 @@ TEST_F(LocalStoreTest, TamperedManifestIdIsRejected) {
                      (dir_.path + "/store/checkpoints/c9").c_str()),
             0);
   EXPECT_EQ(store_->Get("c9").status().code(), absl::StatusCode::kDataLoss);
+}
+
+// List keeps the manifests it parsed (a plan at a stop lists the whole store); every change to
+// a manifest's file is seen, as are damage marks, checkpoints deleted by another node and one
+// published again under a deleted one's id.
+TEST_F(LocalStoreTest, ListedManifestsAreReadAgainWheneverTheirFileChanges) {
+  Publish("c1", "w", "2026-01-01T00:00:01Z");
+  Publish("c2", "w", "2026-01-01T00:00:02Z");
+  ASSERT_EQ(store_->List()->size(), 2u);
+  const std::string c1 = dir_.path + "/store/checkpoints/c1";
+
+  // Rewritten in place, same length: another mtime and ctime.
+  auto text = fs::ReadFile(c1 + "/manifest.json");
+  ASSERT_TRUE(text.ok());
+  std::string changed = *text;
+  const size_t at = changed.find("\"workload\": \"w\"");
+  ASSERT_NE(at, std::string::npos) << changed;
+  changed.replace(at, 15, "\"workload\": \"v\"");
+  int fd = ::open((c1 + "/manifest.json").c_str(), O_WRONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, changed.data(), changed.size(), 0), static_cast<ssize_t>(changed.size()));
+  ::close(fd);
+  auto listed = store_->List();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ(listed->at(1).workload, "v") << "a changed manifest was not read again";
+
+  ASSERT_TRUE(store_->MarkDamaged("c2", "images/pages-1.img: checksum mismatch").ok());
+  EXPECT_EQ(store_->List()->at(0).damaged, "images/pages-1.img: checksum mismatch");
+
+  // Deleted by another node, then published again under the same id by a third.
+  ASSERT_TRUE(fs::RemoveTree(c1).ok());
+  ASSERT_EQ(store_->List()->size(), 1u);
+  Publish("c1", "u", "2026-01-01T00:00:03Z");
+  listed = store_->List();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ(listed->at(0).id, "c1");
+  EXPECT_EQ(listed->at(0).workload, "u");
+  EXPECT_EQ(store_->Get("c1")->created_at, "2026-01-01T00:00:03Z");
 }
 
 TEST_F(LocalStoreTest, LinkedCheckpointsAndManifestsAreNotCheckpoints) {
