@@ -254,11 +254,12 @@ Result StartStore(State& st) {
   if (auto held = (*j)->HoldExclusively(); !held.ok()) return Fatal("journal", held);
   st.journal = std::move(*j);
   // Operations a cryod with the default journal_dir left in flight (an upgrade that moved it).
-  if (auto moved = st.journal->Adopt(fs::Join(st.config.state_dir, "journal")); !moved.ok()) {
-    return Fatal("journal", moved.status());
-  } else if (*moved > 0) {
-    CRYO_LOG(Warning) << "journal: took " << *moved << " entries from "
-                      << fs::Join(st.config.state_dir, "journal") << " (its former place)";
+  const std::string former = fs::Join(st.config.state_dir, "journal");
+  auto moved = st.journal->Adopt(former);
+  if (!moved.ok()) return Fatal("journal", moved.status());
+  if (*moved > 0) {
+    CRYO_LOG(Warning) << "journal: took " << *moved << " entries from " << former
+                      << " (its former place)";
   }
   WarnIfJournalSharesTheStoresDisk(st.config.journal_dir, st.config.store);
   auto key = store::LoadOrCreateSigningKey(st.config.signing_key_file);
