@@ -4,6 +4,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/fs.h"
+#include "lib/contract/annotations.h"
+#include "lib/contract/gpu_fastpath.h"
 
 namespace cryo::criu {
 
@@ -27,12 +29,15 @@ absl::Status CheckDumpable(const proc::ProcReader& proc, const std::vector<pid_t
     if (!HoldsIoUring(proc, pid)) continue;
     return absl::FailedPreconditionError(absl::StrCat(
         "pid ", pid, " (", absl::StrJoin(proc.Cmdline(pid), " ").substr(0, 120),
-        ") holds an io_uring instance, which CRIU cannot checkpoint. PyTorch's TCPStore holds "
-        "one through libuv: USE_LIBUV=0 in the job's environment removes it from "
-        "init_process_group's store; torchrun's agent kept one even with --rdzv-conf "
-        "use_libuv=0 and TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (PyTorch 2.11), so start such a "
-        "job's ranks with torch.multiprocessing (docs/gpu.md, Multi-GPU jobs). Nothing was "
-        "stopped"));
+        ") holds an io_uring instance, which CRIU cannot checkpoint. libuv sets one up "
+        "(PyTorch's TCPStore, every torchrun agent): under the GPU fast path (pod annotation "
+        "<prefix>/",
+        contract::pod::kGpuFastPath,
+        ", or its library in LD_PRELOAD) the library keeps it from doing so unless ",
+        contract::gpu_fastpath::kEnvIoUring,
+        "=1 is set; without the fast path, USE_LIBUV=0 removes the one of "
+        "init_process_group's store but not torchrun's (docs/gpu.md, Multi-GPU jobs). Nothing "
+        "was stopped"));
   }
   return absl::OkStatus();
 }

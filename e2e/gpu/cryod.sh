@@ -396,8 +396,10 @@ multi_parts() {
   if [ ${#MULTI_ENV[@]} -gt 0 ]; then
     [[ "$only" == *" ddp-defaults "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults"
     [[ "$only" == *" ddp-torchrun "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun ddp_losses "${P}ddp-torchrun-nccl-defaults"
+    [[ "$only" == *" ddp-torchrun-swap "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun DDP_GPU_SWAP=1 ddp_losses "${P}ddp-torchrun-nccl-defaults-gpu-map"
     [[ "$only" == *" ddp-defaults-swap "* ]] && DDP_NCCL=defaults DDP_GPU_SWAP=1 ddp_losses "${P}ddp-nccl-defaults-gpu-map"
     [[ "$only" == *" fsdp "* ]] && DDP_NCCL=defaults ddp_losses "${P}fsdp-2" --fsdp
+    [[ "$only" == *" fsdp-torchrun "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun ddp_losses "${P}fsdp-2-torchrun" --fsdp
     # Every GPU of the node, one rank each, when it has more than two.
     if [ "$n" -gt 2 ]; then
       [[ "$only" == *" ddp-defaults-all "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults-$n-ranks" --world "$n"
@@ -461,24 +463,24 @@ ddp_losses() {
   local nccl=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0)
   [ "${DDP_NCCL:-}" = defaults ] && nccl=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE
     -u NCCL_CUMEM_ENABLE -u NCCL_CUMEM_HOST_ENABLE)
-  # Rank 0 hosts PyTorch's TCPStore, whose libuv loop holds an io_uring; CRIU 4.1 cannot dump
-  # one ("Unknown shit 600 (anon_inode:[io_uring])", seen on the H200s, and UV_USE_IO_URING=0
-  # did not remove it). USE_LIBUV=0 selects TCPStore's other backend.
-  nccl+=(NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo USE_LIBUV=0 UV_USE_IO_URING=0)
+  nccl+=(NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo)
+  # Rank 0 hosts PyTorch's TCPStore, whose libuv loop sets up an io_uring, which CRIU 4.1 cannot
+  # dump ("Unknown shit 600 (anon_inode:[io_uring])", seen on the H200s; UV_USE_IO_URING=0 did
+  # not remove it). Under the fast path the library refuses io_uring_setup and libuv falls back
+  # to epoll; without it, USE_LIBUV=0 selects TCPStore's other backend.
+  [ ${#MULTI_ENV[@]} -eq 0 ] && nccl+=(USE_LIBUV=0)
   local restore_args=()
   if [ "${DDP_GPU_SWAP:-0}" = 1 ]; then
     local u0 u1; u0=$(gpu_uuid 0); u1=$(gpu_uuid 1)
     restore_args=(--gpu-map "$u0=$u1" --gpu-map "$u1=$u0")
   fi
-  # DDP_LAUNCH=torchrun: launched as users launch it, `torchrun --standalone`: its agent (the
-  # tree's root) starts the ranks. Its own rendezvous store is told to use TCPStore's other
-  # backend (use_libuv=0), and the store it would host for the ranks with libuv (hard-wired) is
-  # left to rank 0 (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1), where USE_LIBUV=0 holds. With PyTorch
-  # 2.11 the agent still held an io_uring (runs 42-43): cryod refuses it before anything stops.
+  # DDP_LAUNCH=torchrun: launched as users launch it, `torchrun --standalone`, no other option:
+  # its agent (the tree's root) hosts the ranks' store with libuv, hard-wired. Without the fast
+  # path the agent keeps its io_uring and cryod refuses the job before anything stops (runs
+  # 42-43), so this needs MULTI_ENV.
   local launch=("$src")
   if [ "${DDP_LAUNCH:-}" = torchrun ]; then
-    launch=(-m torch.distributed.run --standalone --nproc-per-node="$ranks" --rdzv-conf use_libuv=0 "$src")
-    nccl+=(TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1)
+    launch=(-m torch.distributed.run --standalone --nproc-per-node="$ranks" "$src")
   fi
   "${nccl[@]}" setsid -w $py "${launch[@]}" --steps "$steps" --out "$ref" --port 29561 "$@" </dev/null >"$RES/$name.ref.log" 2>&1
   if grep -q "FSDP unavailable" "$RES/$name.ref.log"; then result "$name" SKIP "this PyTorch has no FSDP"; return; fi
@@ -545,8 +547,8 @@ nccl_defaults_probe() {
   rm -f "$ref" "$run"
   # NCCL's transports at their defaults (NVLS off), whatever the environment says.
   local defaults=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE -u NCCL_CUMEM_ENABLE
-    -u NCCL_CUMEM_HOST_ENABLE -u NCCL_IB_DISABLE NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=lo
-    USE_LIBUV=0 UV_USE_IO_URING=0)
+    -u NCCL_CUMEM_HOST_ENABLE -u NCCL_IB_DISABLE NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=lo)
+  [ ${#MULTI_ENV[@]} -eq 0 ] && defaults+=(USE_LIBUV=0)
   "${defaults[@]}" setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29571 </dev/null >"$RES/$name.ref.log" 2>&1
   grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/$name.ref.log")"; return; }
   "${defaults[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,ALLOC "${MULTI_ENV[@]}" \

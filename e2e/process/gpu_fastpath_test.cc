@@ -3,15 +3,20 @@
 // goes out through the library into the checkpoint's files and comes back at the same addresses.
 // (On a GPU machine the same runs against the real driver: e2e/gpu, part fastpath.)
 
+#include "lib/contract/gpu_fastpath.h"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -37,12 +42,13 @@ class FastpathE2e : public ProcessFixture {
  protected:
   // The fake GPU job with the library: 48 MiB of cudaMalloc, 16 MiB mapped as PyTorch's
   // expandable segments map it, two small allocations the driver keeps.
-  Workload& GpuJob(std::vector<std::string> extra = {}, const char* binary = FAKEGPU_BIN) {
+  Workload& GpuJob(std::vector<std::string> extra = {}, const char* binary = FAKEGPU_BIN,
+                   std::vector<std::string> env = {}) {
     std::vector<std::string> args = {"--mib", "48", "--chunk-mib", "8", "--vmm-mib", "16"};
     args.insert(args.end(), extra.begin(), extra.end());
-    auto w = Workload::StartProgram(dir_, binary, args,
-                                    {absl::StrCat("LD_PRELOAD=", FASTPATH_LIB),
-                                     absl::StrCat("LD_LIBRARY_PATH=", FAKE_CUDA_DIR)});
+    env.push_back(absl::StrCat("LD_PRELOAD=", FASTPATH_LIB));
+    env.push_back(absl::StrCat("LD_LIBRARY_PATH=", FAKE_CUDA_DIR));
+    auto w = Workload::StartProgram(dir_, binary, args, env);
     EXPECT_TRUE(w.ok()) << w.status();
     if (!w.ok()) std::abort();
     workloads_.push_back(std::move(*w));
@@ -299,6 +305,58 @@ TEST_F(FastpathE2e, ADamagedFastPathFileIsRefusedAndTheJobNeverRunsOnIt) {
   auto list = a.List();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_FALSE(list[0].damaged().empty()) << "resume: auto must pass over it next time";
+}
+
+// Whether this kernel gives this (unpreloaded) process an io_uring at all.
+bool KernelGivesIoUring(std::string* why) {
+  uint32_t params[30] = {0};
+  const long fd = ::syscall(__NR_io_uring_setup, 4, params);
+  if (fd < 0) {
+    *why = std::strerror(errno);
+    return false;
+  }
+  ::close(static_cast<int>(fd));
+  return true;
+}
+
+// libuv (PyTorch's TCPStore, every torchrun agent) sets up an io_uring when it can, which CRIU
+// cannot checkpoint; under the library io_uring_setup fails as on a kernel without it, the job
+// goes on without a ring and is checkpointed and restored whole.
+TEST_F(FastpathE2e, AJobUnderTheLibraryGetsNoIoUringAndIsCheckpointedWhole) {
+  std::string why;
+  if (!KernelGivesIoUring(&why)) GTEST_SKIP() << "this kernel refuses io_uring_setup: " << why;
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob({"--io-uring"});
+  ASSERT_TRUE(w.WaitMain(20));
+  EXPECT_EQ(w.Status()["io_uring"], "none") << w.Status().dump();
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-uring"), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last_step = U(w.Status(), "main");
+  v1::RestoreResult res;
+  s = a.Restore(RestoreReq("fp-uring"), &res);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, last_step);
+}
+
+// With CRYO_GPU_FASTPATH_IO_URING=1 the job keeps its ring, and cryod refuses it before the GPU
+// is drained, naming the process and the setting; the job runs on with its memory intact.
+TEST_F(FastpathE2e, AJobAllowedItsIoUringIsRefusedNamingTheSetting) {
+  std::string why;
+  if (!KernelGivesIoUring(&why)) GTEST_SKIP() << "this kernel refuses io_uring_setup: " << why;
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob({"--io-uring"}, FAKEGPU_BIN,
+                       {absl::StrCat(contract::gpu_fastpath::kEnvIoUring, "=1")});
+  ASSERT_TRUE(w.WaitMain(20));
+  ASSERT_EQ(w.Status()["io_uring"], "ring") << w.Status().dump();
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-uring"));
+  EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "io_uring")) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), contract::gpu_fastpath::kEnvIoUring))
+      << s.error_message();
+  EXPECT_TRUE(a.List().empty());
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
 }
 
 TEST_F(FastpathE2e, GpuWorkThatDoesNotStopInTimeFailsTheCheckpointAndTheJobRunsOn) {

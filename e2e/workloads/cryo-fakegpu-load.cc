@@ -21,6 +21,10 @@
 // "peer_mismatches" in the status are read from there (so they advance only while the two
 // processes map the same memory).
 //
+// With --io-uring it first sets up an io_uring as libuv's loop does (through syscall(2), keeping
+// the descriptor and the mapped ring) and goes on without one when the kernel or the fast-path
+// library refuses it; "io_uring" in the status says which ("ring" or "none").
+//
 // Every --interval-ms it rewrites one JSON record at offset 0 of --status (held open across a
 // checkpoint): pid, ready, steps (and "main", the same), mismatches, verified, api (the checks of
 // what queries on an
@@ -31,7 +35,9 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -216,6 +222,7 @@ int main(int argc, char** argv) {
   long mib = 24, chunk_mib = 4, vmm_mib = 8, small = 2, interval_ms = 20, share_mib = 0;
   long static_mib = 0;
   int import_fd = -1;
+  bool want_io_uring = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : "0";
@@ -239,6 +246,8 @@ int main(int argc, char** argv) {
       share_mib = atol(v), ++i;
     else if (a == "--import-fd")
       import_fd = atoi(v), ++i;
+    else if (a == "--io-uring")
+      want_io_uring = true;
     else {
       fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -258,6 +267,15 @@ int main(int argc, char** argv) {
   uint64_t bad = 0;
   std::atomic<bool> ready{false};
   std::atomic<uint64_t> peer_steps{0}, peer_bad{0};
+  const char* io_uring = "none";
+  if (want_io_uring) {
+    // struct io_uring_params is 120 bytes; the ring is mapped at offset 0 (the submission ring).
+    uint32_t params[30] = {0};
+    long fd = syscall(SYS_io_uring_setup, 4, params);
+    if (fd >= 0 && mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+                        static_cast<int>(fd), 0) != MAP_FAILED)
+      io_uring = "ring";
+  }
   auto write_status = [&](size_t used) {
     if (status_fd < 0) return;
     char rec[512];
@@ -265,11 +283,12 @@ int main(int argc, char** argv) {
                      "{\"pid\": %d, \"ready\": %s, \"steps\": %llu, \"main\": %llu, "
                      "\"mismatches\": %llu, "
                      "\"verified\": %s, \"api\": \"%s\", \"device_used\": %zu, "
-                     "\"peer_steps\": %llu, \"peer_mismatches\": %llu}",
+                     "\"peer_steps\": %llu, \"peer_mismatches\": %llu, \"io_uring\": \"%s\"}",
                      getpid(), ready ? "true" : "false", (unsigned long long)steps.load(),
                      (unsigned long long)steps.load(), (unsigned long long)bad,
                      ready && bad == 0 ? "true" : "false", api_result.c_str(), used,
-                     (unsigned long long)peer_steps.load(), (unsigned long long)peer_bad.load());
+                     (unsigned long long)peer_steps.load(), (unsigned long long)peer_bad.load(),
+                     io_uring);
     std::string out(rec, n);
     out.resize(sizeof(rec) - 1, ' ');
     out.push_back('\n');

@@ -109,5 +109,9 @@ inline constexpr char kEnvMinBytes[] = "CRYO_GPU_FASTPATH_MIN_BYTES";  // smalle
 // registration of 32 GiB cost about what it saved, and the driver's lock then took 0.6 s more
 // (docs/benchmarks.md, "Stalling only for the copies").
 inline constexpr char kEnvHostRegister[] = "CRYO_GPU_FASTPATH_HOST_REGISTER";
+// "1": io_uring_setup through syscall(2) reaches the kernel. By default the library answers it
+// ENOSYS, because CRIU cannot checkpoint an io_uring and libuv (PyTorch's TCPStore, and so every
+// torchrun agent) falls back to epoll without one (plugins/fastpath/io_uring_guard.cc).
+inline constexpr char kEnvIoUring[] = "CRYO_GPU_FASTPATH_IO_URING";
 
 }  // namespace cryo::contract::gpu_fastpath
