@@ -383,12 +383,20 @@ FastpathHeldRefill::~FastpathHeldRefill() {
 
 absl::StatusOr<wire::ImportedReply> FastpathHeldRefill::Go(const std::vector<uint64_t>& ids,
                                                            const std::vector<int>& fds) {
-  wire::Request req;
-  req.op = wire::Op::kGo;
-  req.version = wire::kVersionCut;
-  req.imports = ids;
-  req.files = static_cast<int>(fds.size());
-  CRYO_RETURN_IF_ERROR(Send(fd_, p_, req, fds));
+  // At most kMaxFiles descriptors a message: more go in several, each but the last with "more"
+  // (a library of version 4 or later; the checkpoint refused an older one with that many).
+  const size_t batch = static_cast<size_t>(wire::kMaxFiles);
+  for (size_t at = 0; at == 0 || at < fds.size(); at += batch) {
+    const size_t n = std::min(batch, fds.size() - at);
+    wire::Request req;
+    req.op = wire::Op::kGo;
+    req.more = at + n < fds.size();
+    req.version = req.more ? wire::kVersionBatchedGo : wire::kVersionCut;
+    req.imports.assign(ids.begin() + at, ids.begin() + at + n);
+    req.files = static_cast<int>(n);
+    CRYO_RETURN_IF_ERROR(
+        Send(fd_, p_, req, std::vector<int>(fds.begin() + at, fds.begin() + at + n)));
+  }
   auto r = Receive<wire::ImportedReply>(fd_, p_, timeout_);
   ::close(fd_);
   fd_ = -1;

@@ -62,6 +62,18 @@ absl::Status MatchShares(std::vector<FastpathProcess>& procs,
             ": cryo can only carry memory the job's own processes share. Nothing was stopped"));
       }
     }
+    // A restore brings the new descriptors in one message up to version 3 of the library.
+    const size_t most = static_cast<size_t>(contract::gpu_fastpath::kMaxFiles);
+    if (procs[i].imports.size() > most &&
+        procs[i].version < contract::gpu_fastpath::kVersionBatchedGo) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pid ", procs[i].pid, " imported ", procs[i].imports.size(),
+          " GPU allocations from other processes of the job, and its GPU fast-path library "
+          "(version ",
+          procs[i].version, ") takes back at most ", most,
+          " at a restore: start the job with this node's library (version ",
+          contract::gpu_fastpath::kVersionBatchedGo, " or later). Nothing was stopped"));
+    }
   }
   return absl::OkStatus();
 }

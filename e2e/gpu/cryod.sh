@@ -399,6 +399,7 @@ multi_parts() {
     [[ "$only" == *" ddp-torchrun-swap "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun DDP_GPU_SWAP=1 ddp_losses "${P}ddp-torchrun-nccl-defaults-gpu-map"
     [[ "$only" == *" ddp-defaults-swap "* ]] && DDP_NCCL=defaults DDP_GPU_SWAP=1 ddp_losses "${P}ddp-nccl-defaults-gpu-map"
     [[ "$only" == *" fsdp "* ]] && DDP_NCCL=defaults ddp_losses "${P}fsdp-2" --fsdp
+    [[ "$only" == *" groups-torchrun "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun ddp_losses "${P}ddp-2-groups-torchrun" --groups 2
     [[ "$only" == *" fsdp-torchrun "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun ddp_losses "${P}fsdp-2-torchrun" --fsdp
     # Every GPU of the node, one rank each, when it has more than two.
     if [ "$n" -gt 2 ]; then

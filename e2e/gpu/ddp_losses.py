@@ -10,8 +10,11 @@ runs it with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUME
 one GPU): the same 2-process CUDA job, without NCCL.
 
     python3 ddp_losses.py --steps 200 --out losses.txt --port 29555 [--backend gloo --same-gpu]
-        [--fsdp] [--world 4]
+        [--fsdp] [--world 4] [--groups 2]
     torchrun --standalone --nproc-per-node=2 ddp_losses.py --steps 200 --out losses.txt
+
+With --groups 2 the loss is reduced in a second process group over the same ranks: NCCL then
+runs two communicators, each with its own shared buffers, their collectives interleaved.
 
 Under torchrun each rank is its own process, started by torchrun's agent (their parent, which
 also holds the store the ranks meet at); --world and --port are then torchrun's to say.
@@ -34,6 +37,7 @@ def worker(rank, world, args):
     gpu = 0 if args.same_gpu else rank
     torch.cuda.set_device(gpu)
     dist.init_process_group(args.backend, rank=rank, world_size=world)
+    loss_group = dist.new_group(list(range(world))) if args.groups > 1 else None
     torch.manual_seed(1234)
     dev = torch.device("cuda", gpu)
     model = torch.nn.Sequential(
@@ -60,7 +64,7 @@ def worker(rank, world, args):
         opt.step()
         # The loss of the whole job, the same on both ranks.
         total = loss.detach().clone()
-        dist.all_reduce(total)
+        dist.all_reduce(total, group=loss_group)
         if out:
             out.write(f"{step} {total.item().hex()}\n")
         left = args.step_ms / 1000.0 - (time.monotonic() - t0)
@@ -89,6 +93,8 @@ if __name__ == "__main__":
     p.add_argument("--same-gpu", action="store_true", help="both ranks on GPU 0")
     p.add_argument("--fsdp", action="store_true", help="FullyShardedDataParallel instead of DDP")
     p.add_argument("--world", type=int, default=2, help="ranks, one per GPU")
+    p.add_argument("--groups", type=int, choices=[1, 2], default=1,
+                   help="2: the loss is reduced in a second process group")
     args = p.parse_args()
     if args.fsdp:
         try:

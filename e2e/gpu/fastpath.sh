@@ -37,9 +37,10 @@
 #   bit-identical to a run without the library); on one GPU fp-parallel-1-gpu, fp-ddp-gloo-1-gpu.
 #   Each checkpoint must show bytes moved by the fast path. CRYO_GPU_MULTI_TESTS picks among
 #   other, parallel, ddp, nccl-probe, ddp-defaults, ddp-torchrun (the same launched by
-#   `torchrun --standalone`: fp-ddp-torchrun-nccl-defaults), ddp-defaults-swap, fsdp and, on a node of
-#   more than two GPUs, ddp-defaults-all and fsdp-all (one rank per GPU: fp-ddp-nccl-defaults-N-ranks,
-#   fp-fsdp-N).
+#   `torchrun --standalone`: fp-ddp-torchrun-nccl-defaults), ddp-torchrun-swap (restored onto the
+#   GPUs swapped), ddp-defaults-swap, fsdp, fsdp-torchrun, groups-torchrun (the loss reduced in a
+#   second process group: two NCCL communicators) and, on a node of more than two GPUs,
+#   ddp-defaults-all and fsdp-all (one rank per GPU: fp-ddp-nccl-defaults-N-ranks, fp-fsdp-N).
 #
 # Part "node-preempt" (two GPUs): a node preempted whole. Two jobs of CRYO_GPU_NODE_GIB GiB
 #   (default 32), one per GPU, with the library, are stopped at once through cryod and then

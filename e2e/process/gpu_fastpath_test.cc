@@ -307,6 +307,45 @@ TEST_F(FastpathE2e, ADamagedFastPathFileIsRefusedAndTheJobNeverRunsOnIt) {
   EXPECT_FALSE(list[0].damaged().empty()) << "resume: auto must pass over it next time";
 }
 
+// NCCL exports one allocation per buffer, 48 a rank for one communicator on two H200s: with two
+// process groups a rank imported more than one message of the channel carries descriptors
+// (kMaxFiles), and the restore failed there (run 46, "Message too long"). The restore brings
+// them in several messages now, and both processes run on sharing all of it.
+TEST_F(FastpathE2e, AProcessImportingMoreAllocationsThanOneMessageCarriesIsRestored) {
+  Cryod& a = Node("node-a");
+  const int count = contract::gpu_fastpath::kMaxFiles + 6;
+  Workload& w = GpuJob({"--share-mib", "2", "--share-count", std::to_string(count)});
+  ASSERT_TRUE(w.WaitMain(20));
+  auto peer_steps = [&] { return U(w.Status(), "peer_steps"); };
+  auto peer_runs = [&] {
+    const uint64_t from = peer_steps();
+    const absl::Time end = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < end) {
+      if (peer_steps() > from + 10) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  };
+  ASSERT_TRUE(peer_runs()) << w.Status().dump();
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "many"), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto m = nlohmann::json::parse(Slurp(store_ + "/checkpoints/many/manifest.json"));
+  size_t imports = 0;
+  for (const auto& f : m["gpu_fastpath"]) {
+    if (f.contains("imports")) imports += f["imports"].size();
+  }
+  EXPECT_EQ(imports, static_cast<size_t>(count));
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last_step = U(w.Status(), "main");
+  v1::RestoreResult res;
+  s = a.Restore(RestoreReq("many"), &res);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, last_step);
+  EXPECT_TRUE(peer_runs()) << "the importer does not run on: " << w.Status().dump();
+  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+}
+
 // Whether this kernel gives this (unpreloaded) process an io_uring at all.
 bool KernelGivesIoUring(std::string* why) {
   uint32_t params[30] = {0};

@@ -16,10 +16,11 @@
 // With --share-mib N it also maps N MiB the way NCCL's P2P transport shares memory: created with
 // a POSIX descriptor handle type, exported (cuMemExportToShareableHandle), and imported by a
 // second process of the job (this program again, started with --import-fd, inheriting the
-// descriptor), which maps it too. Word 0 of that memory is the peer's step counter, word 1 its
-// count of wrong words, the rest a fixed pattern both check every step; "peer_steps" and
-// "peer_mismatches" in the status are read from there (so they advance only while the two
-// processes map the same memory).
+// descriptor), which maps it too. --share-count K makes that K such allocations of N MiB side by
+// side, each exported and imported on its own (as NCCL's buffers, one per peer and channel). Word 0
+// of that memory is the peer's step counter, word 1 its count of wrong words, the rest a fixed
+// pattern both check every step; "peer_steps" and "peer_mismatches" in the status are read from
+// there (so they advance only while the two processes map the same memory).
 //
 // With --io-uring it first sets up an io_uring as libuv's loop does (through syscall(2), keeping
 // the descriptor and the mapped ring) and goes on without one when the kernel or the fast-path
@@ -221,7 +222,8 @@ int main(int argc, char** argv) {
   std::string status_path;
   long mib = 24, chunk_mib = 4, vmm_mib = 8, small = 2, interval_ms = 20, share_mib = 0;
   long static_mib = 0;
-  int import_fd = -1;
+  long share_count = 1;
+  std::vector<int> import_fds;
   bool want_io_uring = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -244,9 +246,19 @@ int main(int argc, char** argv) {
       g_kernel_ms = atol(v), ++i;
     else if (a == "--share-mib")
       share_mib = atol(v), ++i;
-    else if (a == "--import-fd")
-      import_fd = atoi(v), ++i;
-    else if (a == "--io-uring")
+    else if (a == "--share-count")
+      share_count = atol(v), ++i;
+    else if (a == "--import-fd") {
+      // "a,b,c": one descriptor per shared allocation.
+      const std::string list = v;
+      for (size_t at = 0;;) {
+        const size_t comma = list.find(',', at);
+        import_fds.push_back(atoi(list.substr(at, comma - at).c_str()));
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+      }
+      ++i;
+    } else if (a == "--io-uring")
       want_io_uring = true;
     else {
       fprintf(stderr, "unknown argument %s\n", a.c_str());
@@ -376,9 +388,11 @@ int main(int argc, char** argv) {
   size_t shared_words = 0;
   pid_t peer = -1;
   if (share_mib > 0) {
+    // share_count physical allocations side by side in one reserved range, each exported on
+    // its own (NCCL exports one per buffer): the importer maps them in the same order.
     const size_t bytes = size_t(share_mib) << 20;
+    const size_t total = bytes * share_count;
     CUdeviceptr range = 0;
-    CUmemGenericAllocationHandle h = 0;
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -387,38 +401,50 @@ int main(int argc, char** argv) {
     CUmemAccessDesc acc{};
     acc.location = prop.location;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    const bool importer = import_fd >= 0;
-    CUresult r = api.MemAddressReserve(&range, bytes, 0, 0, 0);
-    if (r == CUDA_SUCCESS) {
-      r = importer ? api.MemImport(&h, reinterpret_cast<void*>(static_cast<intptr_t>(import_fd)),
-                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
-                   : api.MemCreate(&h, bytes, &prop, 0);
+    const bool importer = !import_fds.empty();
+    if (importer && import_fds.size() != static_cast<size_t>(share_count)) {
+      return fprintf(stderr, "--import-fd needs --share-count descriptors\n"), 1;
     }
-    if (r == CUDA_SUCCESS) r = api.MemMap(range, bytes, 0, h, 0);
-    if (r == CUDA_SUCCESS) r = api.MemSetAccess(range, bytes, &acc, 1);
+    std::vector<CUmemGenericAllocationHandle> handles(share_count);
+    CUresult r = api.MemAddressReserve(&range, total, 0, 0, 0);
+    for (long k = 0; k < share_count && r == CUDA_SUCCESS; ++k) {
+      r = importer ? api.MemImport(&handles[k],
+                                   reinterpret_cast<void*>(static_cast<intptr_t>(import_fds[k])),
+                                   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+                   : api.MemCreate(&handles[k], bytes, &prop, 0);
+      if (r == CUDA_SUCCESS) r = api.MemMap(range + k * bytes, bytes, 0, handles[k], 0);
+    }
+    if (r == CUDA_SUCCESS) r = api.MemSetAccess(range, total, &acc, 1);
     if (r != CUDA_SUCCESS) return fprintf(stderr, "shared memory: %d\n", r), 1;
     shared = reinterpret_cast<uint64_t*>(range);
-    shared_words = bytes / 8;
+    shared_words = total / 8;
     if (importer) {
-      close(import_fd);  // imported: NCCL closes it too
+      for (int fd : import_fds) close(fd);  // imported: NCCL closes them too
     } else {
       for (size_t i = 0; i < shared_words; ++i) shared[i] = i < 2 ? 0 : Pattern(1000, i, 0);
-      int fd = -1;
-      if (api.MemExport(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) != CUDA_SUCCESS) {
-        return fprintf(stderr, "export\n"), 1;
+      std::string fds;
+      std::vector<int> exported;
+      for (long k = 0; k < share_count; ++k) {
+        int fd = -1;
+        if (api.MemExport(&fd, handles[k], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0) !=
+            CUDA_SUCCESS) {
+          return fprintf(stderr, "export\n"), 1;
+        }
+        exported.push_back(fd);
+        fds += (k > 0 ? "," : "") + std::to_string(fd);
       }
-      // The importer: this program again, in the same process tree, given the descriptor.
+      // The importer: this program again, in the same process tree, given the descriptors.
       peer = fork();
       if (peer == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
-        std::string fds = std::to_string(fd), mibs = std::to_string(share_mib);
+        std::string mibs = std::to_string(share_mib), count = std::to_string(share_count);
         std::string st = status_path + ".peer";
         execl("/proc/self/exe", argv[0], "--import-fd", fds.c_str(), "--share-mib", mibs.c_str(),
-              "--mib", "0", "--vmm-mib", "0", "--small", "0", "--status", st.c_str(),
-              static_cast<char*>(nullptr));
+              "--share-count", count.c_str(), "--mib", "0", "--vmm-mib", "0", "--small", "0",
+              "--status", st.c_str(), static_cast<char*>(nullptr));
         _exit(127);
       }
-      close(fd);  // passed on: NCCL closes its copy too
+      for (int fd : exported) close(fd);  // passed on: NCCL closes its copies too
     }
   }
   for (long i = 0; i < small; ++i) {
@@ -449,10 +475,10 @@ int main(int argc, char** argv) {
   // The importer lives only as long as the process that started it (a test kills that one).
   const pid_t parent = getppid();
   while (!g_stop) {
-    if (import_fd >= 0 && getppid() != parent) break;
+    if (!import_fds.empty() && getppid() != parent) break;
     if (shared != nullptr) {
       // Device memory is touched only by kernels (the fast path moves it between them).
-      int importer = import_fd >= 0;
+      int importer = !import_fds.empty();
       uint64_t peer[2] = {0, 0};
       uint64_t* peer_p = peer;
       void* params[] = {&shared, &shared_words, &importer, &bad_p, &peer_p};

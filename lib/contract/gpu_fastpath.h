@@ -60,7 +60,9 @@
 //     on the connection for {"op": "go", "imports": [id...], "files": N} with N descriptors
 //     attached (the exporters' new ones, in the order of the ids), imports and maps each where
 //     it was, opens the gate, and answers {"ok", "event": "imported", "imports", "import_ms"}.
-//     In state "importing" a refill does only that.
+//     In state "importing" a refill does only that. Version 4: a "go" with "more": true is
+//     followed by another on the same connection (each within hold_ms), for more imports than
+//     one message carries descriptors (kMaxFiles); the last has no "more".
 //
 // Memory (version 3): a drain with "memory": true carries one descriptor, a memfd of cryod's,
 // instead of files. The library grows it to the drain's size if it is smaller, maps it and
@@ -87,7 +89,7 @@
 
 namespace cryo::contract::gpu_fastpath {
 
-inline constexpr int kVersion = 3;
+inline constexpr int kVersion = 4;
 inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
 inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
 inline constexpr uint32_t kMaxMessage = 64 << 10;

@@ -270,6 +270,7 @@ std::string Encode(const Request& r) {
   } else if (r.op == Op::kGo && !r.imports.empty()) {
     j["files"] = r.files;
     j["imports"] = r.imports;
+    if (r.more) j["more"] = true;
   }
   return j.dump();
 }
@@ -368,6 +369,7 @@ bool Decode(const std::string& text, Request* out, std::string* why) {
   r.Ids("imports", &out->imports);
   r.Bool("align", &out->align, false);
   r.Bool("memory", &out->memory, false);
+  r.Bool("more", &out->more, false);
   r.Uint("to", &out->to, false);
   return r.ok();
 }

@@ -30,6 +30,9 @@ inline constexpr int kVersionCut = 2;
 // The first version that drains into host memory cryod gives it (a drain's and a refill's
 // "memory"), for a leave-running checkpoint that stalls the job only for the copy.
 inline constexpr int kVersionMemory = 3;
+// The first version that takes a held refill's imports in several "go" messages ("more"), for a
+// process that imported more allocations than one message carries descriptors (kMaxFiles).
+inline constexpr int kVersionBatchedGo = 4;
 // The longest a held drain waits for its "go".
 inline constexpr int64_t kMaxHoldMs = 600000;
 
@@ -65,6 +68,7 @@ struct Request {
   int files = 0;                  // drain, refill: descriptors attached to the request
   int64_t hold_ms = 0;            // drain, refill: > 0 holds the job for a "go" (version 2)
   std::vector<uint64_t> imports;  // go after a held refill: import ids of the attached files
+  bool more = false;              // go after a held refill: another "go" follows (version 4)
   bool align = false;             // held drain: shut the gates, answer "gated", wait for "align"
   uint64_t to = 0;                // align: the collectives to have launched before the cut
   std::vector<FileSum> expected;  // refill: what each file must hold (empty: unchecked)

@@ -335,13 +335,28 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>&
   wire::Request go;
   std::vector<int> go_fds;
   std::string why;
-  if (!WaitFor(conn, req.hold_ms, Op::kGo, &go, &go_fds, &why)) {
-    wire::SendMessage(conn, Encode(wire::Error{"imports wait: " + why, false}));
-    return;
-  }
+  // Its imports, in one "go" or, past what one message carries, several ("more").
   std::map<uint64_t, int> by_id;
-  for (size_t i = 0; i < go.imports.size() && i < go_fds.size(); ++i)
-    by_id[go.imports[i]] = go_fds[i];
+  std::vector<int> all_fds;
+  for (;;) {
+    if (!WaitFor(conn, req.hold_ms, Op::kGo, &go, &go_fds, &why)) {
+      CloseAll(all_fds);
+      wire::SendMessage(conn, Encode(wire::Error{"imports wait: " + why, false}));
+      return;
+    }
+    for (size_t i = 0; i < go.imports.size() && i < go_fds.size(); ++i)
+      by_id[go.imports[i]] = go_fds[i];
+    all_fds.insert(all_fds.end(), go_fds.begin(), go_fds.end());
+    if (!go.more) break;
+    if (all_fds.size() > wire::kMaxShares) {
+      CloseAll(all_fds);
+      wire::SendMessage(conn, Encode(wire::Error{"imports wait: more descriptors than " +
+                                                     std::to_string(wire::kMaxShares),
+                                                 false}));
+      return;
+    }
+  }
+  go_fds = std::move(all_fds);
   wire::ImportedReply done;
   done.imports = by_id.size();
   o = mover_.Import(by_id, &done.import_ms);

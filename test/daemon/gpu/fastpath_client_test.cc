@@ -122,6 +122,19 @@ TEST(FastpathClientTest, RequestsAndRepliesRoundTrip) {
   ASSERT_TRUE(wire::Decode(wire::Encode(drain), &back, &why)) << why;
   EXPECT_FALSE(back.memory);
   EXPECT_FALSE(wire::Decode(R"({"op": "drain", "memory": 1})", &back, &why)) << "memory is a bool";
+  // A "go" that says more follow (version 4), and the last one, which does not.
+  wire::Request go;
+  go.op = wire::Op::kGo;
+  go.version = wire::kVersionBatchedGo;
+  go.imports = {7, 9};
+  go.files = 2;
+  go.more = true;
+  ASSERT_TRUE(wire::Decode(wire::Encode(go), &back, &why)) << why;
+  EXPECT_TRUE(back.more);
+  EXPECT_EQ(back.imports, go.imports);
+  go.more = false;
+  ASSERT_TRUE(wire::Decode(wire::Encode(go), &back, &why)) << why;
+  EXPECT_FALSE(back.more);
   wire::SavedReply saved{{{1, "ab"}, {2, "cd"}}, 12};
   auto s = ParseFastpathReply<wire::SavedReply>(wire::Encode(saved), Job());
   ASSERT_TRUE(s.ok()) << s.status();
