@@ -405,6 +405,7 @@ multi_parts() {
     if [ "$n" -gt 2 ]; then
       [[ "$only" == *" ddp-defaults-all "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults-$n-ranks" --world "$n"
       [[ "$only" == *" fsdp-all "* ]] && DDP_NCCL=defaults ddp_losses "${P}fsdp-$n" --fsdp --world "$n"
+      [[ "$only" == *" groups-torchrun-all "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun ddp_losses "${P}ddp-$n-ranks-2-groups-torchrun" --world "$n" --groups 2
     fi
   fi
   [[ "$only" == *" parallel "* ]] && parallel_pair "${P}parallel-2-gpus" 0 1 8

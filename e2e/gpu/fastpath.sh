@@ -40,7 +40,8 @@
 #   `torchrun --standalone`: fp-ddp-torchrun-nccl-defaults), ddp-torchrun-swap (restored onto the
 #   GPUs swapped), ddp-defaults-swap, fsdp, fsdp-torchrun, groups-torchrun (the loss reduced in a
 #   second process group: two NCCL communicators) and, on a node of more than two GPUs,
-#   ddp-defaults-all and fsdp-all (one rank per GPU: fp-ddp-nccl-defaults-N-ranks, fp-fsdp-N).
+#   ddp-defaults-all, fsdp-all and groups-torchrun-all (one rank per GPU:
+#   fp-ddp-nccl-defaults-N-ranks, fp-fsdp-N, fp-ddp-N-ranks-2-groups-torchrun).
 #
 # Part "node-preempt" (two GPUs): a node preempted whole. Two jobs of CRYO_GPU_NODE_GIB GiB
 #   (default 32), one per GPU, with the library, are stopped at once through cryod and then
