@@ -79,6 +79,18 @@ class FastpathE2e : public ProcessFixture {
     EXPECT_EQ(st["api"], "ok") << st.dump();
   }
 
+  // The importer of a sharing job runs: its step count, which reaches the exporter only through
+  // the memory they share, advances within 30 s.
+  static bool PeerRuns(Workload& w) {
+    const uint64_t from = U(w.Status(), "peer_steps");
+    const absl::Time end = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < end) {
+      if (U(w.Status(), "peer_steps") > from + 10) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
   void LeaveRunning(Cryod& a, bool in_memory);
 };
 
@@ -218,17 +230,7 @@ TEST_F(FastpathE2e, TwoProcessesSharingGpuMemoryAreCheckpointedAndRestoredTogeth
   Cryod& a = Node("node-a");
   Workload& w = GpuJob({"--share-mib", "8"});
   ASSERT_TRUE(w.WaitMain(20));
-  auto peer_steps = [&] { return U(w.Status(), "peer_steps"); };
-  auto peer_runs = [&](absl::Duration within) {
-    const uint64_t from = peer_steps();
-    const absl::Time end = absl::Now() + within;
-    while (absl::Now() < end) {
-      if (peer_steps() > from + 10) return true;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
-  };
-  ASSERT_TRUE(peer_runs(absl::Seconds(30))) << w.Status().dump();
+  ASSERT_TRUE(PeerRuns(w)) << w.Status().dump();
 
   // Leave-running first: both go on, still sharing.
   v1::CheckpointInfo info;
@@ -236,7 +238,7 @@ TEST_F(FastpathE2e, TwoProcessesSharingGpuMemoryAreCheckpointedAndRestoredTogeth
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(info.gpu_fastpath_bytes(), 72 * kMiB) << "the exporter's 64 MiB and the shared 8";
   ExpectRunsOnIntact(w, U(w.Status(), "main"));
-  EXPECT_TRUE(peer_runs(absl::Seconds(30))) << w.Status().dump();
+  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
 
   // Then stopped and restored.
   s = a.Checkpoint(Req(w.pid(), "share"), &info);
@@ -257,7 +259,7 @@ TEST_F(FastpathE2e, TwoProcessesSharingGpuMemoryAreCheckpointedAndRestoredTogeth
   s = a.Restore(RestoreReq("share"), &res);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunsOnIntact(w, last_step);
-  EXPECT_TRUE(peer_runs(absl::Seconds(30))) << w.Status().dump();
+  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
   EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
 }
 
@@ -316,17 +318,7 @@ TEST_F(FastpathE2e, AProcessImportingMoreAllocationsThanOneMessageCarriesIsResto
   const int count = contract::gpu_fastpath::kMaxFiles + 6;
   Workload& w = GpuJob({"--share-mib", "2", "--share-count", std::to_string(count)});
   ASSERT_TRUE(w.WaitMain(20));
-  auto peer_steps = [&] { return U(w.Status(), "peer_steps"); };
-  auto peer_runs = [&] {
-    const uint64_t from = peer_steps();
-    const absl::Time end = absl::Now() + absl::Seconds(30);
-    while (absl::Now() < end) {
-      if (peer_steps() > from + 10) return true;
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
-  };
-  ASSERT_TRUE(peer_runs()) << w.Status().dump();
+  ASSERT_TRUE(PeerRuns(w)) << w.Status().dump();
   v1::CheckpointInfo info;
   grpc::Status s = a.Checkpoint(Req(w.pid(), "many"), &info);
   ASSERT_TRUE(s.ok()) << s.error_message();
@@ -342,7 +334,7 @@ TEST_F(FastpathE2e, AProcessImportingMoreAllocationsThanOneMessageCarriesIsResto
   s = a.Restore(RestoreReq("many"), &res);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunsOnIntact(w, last_step);
-  EXPECT_TRUE(peer_runs()) << "the importer does not run on: " << w.Status().dump();
+  EXPECT_TRUE(PeerRuns(w)) << "the importer does not run on: " << w.Status().dump();
   EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
 }
 
