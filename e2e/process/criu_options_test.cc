@@ -7,13 +7,10 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -115,10 +112,8 @@ TEST_F(CriuOptionsTest, ADeletedFileAboveTheGhostLimitNeedsALargerLimit) {
 // did on two H200s). Refused while the job runs, before anything is frozen, naming the process;
 // the job runs on and the store holds nothing.
 TEST_F(CriuOptionsTest, AnIoUringIsRefusedBeforeAnythingStops) {
-  uint32_t params[30] = {0};
-  const long probe = ::syscall(__NR_io_uring_setup, 4, params);
-  if (probe < 0) GTEST_SKIP() << "this kernel refuses io_uring_setup: " << std::strerror(errno);
-  ::close(static_cast<int>(probe));
+  std::string why;
+  if (!KernelGivesIoUring(&why)) GTEST_SKIP() << "this kernel refuses io_uring_setup: " << why;
   StartJob({"--io-uring"});
   ASSERT_TRUE(job_->WaitMain(3)) << "the job did not start";
   auto r = Checkpoint("uring");

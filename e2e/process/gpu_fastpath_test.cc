@@ -10,12 +10,10 @@
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -336,18 +334,6 @@ TEST_F(FastpathE2e, AProcessImportingMoreAllocationsThanOneMessageCarriesIsResto
   ExpectRunsOnIntact(w, last_step);
   EXPECT_TRUE(PeerRuns(w)) << "the importer does not run on: " << w.Status().dump();
   EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
-}
-
-// Whether this kernel gives this (unpreloaded) process an io_uring at all.
-bool KernelGivesIoUring(std::string* why) {
-  uint32_t params[30] = {0};
-  const long fd = ::syscall(__NR_io_uring_setup, 4, params);
-  if (fd < 0) {
-    *why = std::strerror(errno);
-    return false;
-  }
-  ::close(static_cast<int>(fd));
-  return true;
 }
 
 // libuv (PyTorch's TCPStore, every torchrun agent) sets up an io_uring when it can, which CRIU

@@ -3,10 +3,13 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -39,6 +42,17 @@ std::string Slurp(const std::string& path) {
   std::stringstream ss;
   ss << f.rdbuf();
   return ss.str();
+}
+
+bool KernelGivesIoUring(std::string* why) {
+  uint32_t params[30] = {0};  // struct io_uring_params: 120 bytes
+  const long fd = ::syscall(__NR_io_uring_setup, 4, params);
+  if (fd < 0) {
+    *why = std::strerror(errno);
+    return false;
+  }
+  ::close(static_cast<int>(fd));
+  return true;
 }
 
 static pid_t SpawnArgs(const std::vector<std::string>& argv, const std::vector<std::string>& env,

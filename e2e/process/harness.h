@@ -98,6 +98,10 @@ class Workload {
 
 std::string Slurp(const std::string& path);
 
+// Whether this kernel gives this process (no fast-path library in it) an io_uring: false, with
+// why not, where io_uring_setup is refused (an older kernel, a sysctl, seccomp).
+bool KernelGivesIoUring(std::string* why);
+
 // Runs the cryo CLI; returns exit code and stdout.
 struct CliResult {
   int code;
