@@ -395,6 +395,9 @@ multi_parts() {
   # ranks share; the driver's path refuses it (nccl-probe shows that).
   if [ ${#MULTI_ENV[@]} -gt 0 ]; then
     [[ "$only" == *" ddp-defaults "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults"
+    [[ "$only" == *" legacy-ipc-probe "* ]] && PROBE_NCCL_EXTRA=NCCL_CUMEM_ENABLE=0 nccl_defaults_probe "${P}nccl-legacy-ipc-probe"
+    [[ "$only" == *" ddp-legacy-ipc "* ]] && DDP_NCCL=legacy-ipc DDP_LAUNCH=torchrun ddp_losses "${P}ddp-torchrun-nccl-legacy-ipc"
+    [[ "$only" == *" ipc-share "* ]] && ipc_share_probe "${P}ipc-share-torch-mp"
     [[ "$only" == *" ddp-torchrun "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun ddp_losses "${P}ddp-torchrun-nccl-defaults"
     [[ "$only" == *" ddp-torchrun-swap "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun DDP_GPU_SWAP=1 ddp_losses "${P}ddp-torchrun-nccl-defaults-gpu-map"
     [[ "$only" == *" ddp-defaults-swap "* ]] && DDP_NCCL=defaults DDP_GPU_SWAP=1 ddp_losses "${P}ddp-nccl-defaults-gpu-map"
@@ -465,6 +468,10 @@ ddp_losses() {
   local nccl=(env NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0)
   [ "${DDP_NCCL:-}" = defaults ] && nccl=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE
     -u NCCL_CUMEM_ENABLE -u NCCL_CUMEM_HOST_ENABLE)
+  # DDP_NCCL=legacy-ipc: NCCL's transports on, its cuMem off: P2P then shares cudaMalloc buffers
+  # by legacy CUDA IPC (cudaIpcGetMemHandle), which the fast-path library serves itself.
+  [ "${DDP_NCCL:-}" = legacy-ipc ] && nccl=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE
+    -u NCCL_CUMEM_HOST_ENABLE NCCL_CUMEM_ENABLE=0)
   nccl+=(NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo)
   # Rank 0 hosts PyTorch's TCPStore, whose libuv loop sets up an io_uring, which CRIU 4.1 cannot
   # dump ("Unknown shit 600 (anon_inode:[io_uring])", seen on the H200s; UV_USE_IO_URING=0 did
@@ -551,6 +558,8 @@ nccl_defaults_probe() {
   local defaults=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE -u NCCL_CUMEM_ENABLE
     -u NCCL_CUMEM_HOST_ENABLE -u NCCL_IB_DISABLE NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=lo)
   [ ${#MULTI_ENV[@]} -eq 0 ] && defaults+=(USE_LIBUV=0)
+  # PROBE_NCCL_EXTRA: one more setting (NCCL_CUMEM_ENABLE=0: P2P by legacy CUDA IPC).
+  [ -n "${PROBE_NCCL_EXTRA:-}" ] && defaults+=("$PROBE_NCCL_EXTRA")
   "${defaults[@]}" setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29571 </dev/null >"$RES/$name.ref.log" 2>&1
   grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/$name.ref.log")"; return; }
   "${defaults[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,ALLOC "${MULTI_ENV[@]}" \
@@ -609,6 +618,43 @@ PY
   else
     result "$name" PASS "refused up front ($(grep -o 'NCCL_[A-Z_]*=[0-9]' "$RES/$name.ckpt.json" | head -4 | tr '\n' ' ')), the job ran on, losses bit-identical; $facts"
   fi
+}
+
+# ipc_share_probe NAME: a CUDA tensor shared between two processes through a torch.multiprocessing
+# queue (legacy CUDA IPC and an IPC event, ipc_share.py), with the fast-path library: stopped and
+# restored; PASS when the counts go on from where they were, every element right at every step.
+ipc_share_probe() {
+  local name=$1 py=python3 steps=${CRYO_GPU_IPC_STEPS:-300}
+  if ! $py -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+    result "$name" SKIP "no PyTorch with CUDA here"; return
+  fi
+  local out="$RES/$name.counts.txt" p calls
+  rm -f "$out"
+  env "${MULTI_ENV[@]}" CUDA_VISIBLE_DEVICES=0 setsid $py "$B/ipc_share.py" --steps "$steps" --out "$out" </dev/null >"$RES/$name.run.log" 2>&1 &
+  local tpid=$!
+  PIDS+=("$tpid")
+  wait_until 120 bash -c "[ \$(wc -l 2>/dev/null <'$out' || echo 0) -ge $((steps / 3)) ]" || { result "$name" FAIL "did not start: $(tail -3 "$RES/$name.run.log")"; end_job "$tpid"; return; }
+  for p in $(ps -s "$tpid" -o pid=); do
+    "$GPUCTL" fastpath-status "$p" >"$RES/$name.status.$p.json" 2>&1
+  done
+  calls=$(cat "$RES/$name".status.*.json 2>/dev/null | grep -oE '"cuIpc[A-Za-z_0-9]*": *[0-9]+' | sort | uniq -c | tr -s ' ' | tr '\n' ';')
+  if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" >"$RES/$name.ckpt.json" 2>&1; then
+    result "$name" FAIL "checkpoint: $(head -c 400 "$RES/$name.ckpt.json"); library: ${calls:-none}"; end_job "$tpid"; return
+  fi
+  wait "$tpid" 2>/dev/null
+  local at; at=$(wc -l <"$out")
+  if ! "${CRYO[@]}" -o json restore "$name" >"$RES/$name.restore.json" 2>&1; then
+    result "$name" FAIL "restore: $(head -c 400 "$RES/$name.restore.json")"; return
+  fi
+  if ! wait_until 120 grep -qx done "$out"; then
+    result "$name" FAIL "the restored processes did not finish: $(tail -2 "$out" | tr '\n' ' ')"; end_job "$tpid"; return
+  fi
+  if [ "$(grep -c ' ok$' "$out")" = "$steps" ] && ! grep -q ' bad' "$out"; then
+    result "$name" PASS "stopped after step $at and restored; the child's adds reached the parent's tensor at every one of $steps steps; $(jget "$RES/$name.ckpt.json" '"%s processes, drain %s ms, fast path %s bytes" % (len(d["pids"]), d["stage_ms"].get("gpu_drain"), d.get("gpu_fastpath_bytes"))'); library: ${calls:-none}"
+  else
+    result "$name" FAIL "wrong counts: $(grep -v ' ok$' "$out" | head -3 | tr '\n' ' ')"
+  fi
+  "${CRYO[@]}" rm "$name" >/dev/null 2>&1
 }
 
 # Parts "export" and "import" (two machines of one GPU each, one after the other): a checkpoint

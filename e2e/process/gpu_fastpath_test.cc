@@ -261,6 +261,43 @@ TEST_F(FastpathE2e, TwoProcessesSharingGpuMemoryAreCheckpointedAndRestoredTogeth
   EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
 }
 
+// Legacy CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle) of a cudaMalloc, as PyTorch shares
+// CUDA tensors between processes and NCCL's P2P transport shares buffers with
+// NCCL_CUMEM_ENABLE=0: the library makes the handle and serves the memory to the process that
+// opens it, and both are checkpointed and restored sharing it.
+TEST_F(FastpathE2e, TwoProcessesSharingACudaMallocByLegacyIpcAreCheckpointedAndRestored) {
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob({"--share-mib", "8", "--share-ipc"});
+  ASSERT_TRUE(w.WaitMain(20));
+  ASSERT_TRUE(PeerRuns(w)) << w.Status().dump();
+
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "ipc-lr", /*leave_running=*/true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 72 * kMiB) << "the exporter's 64 MiB and the shared 8";
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
+  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
+
+  s = a.Checkpoint(Req(w.pid(), "ipc"), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto m = nlohmann::json::parse(Slurp(store_ + "/checkpoints/ipc/manifest.json"));
+  int importers = 0;
+  for (const auto& f : m["gpu_fastpath"]) {
+    if (!f.contains("imports")) continue;
+    ++importers;
+    ASSERT_EQ(f["imports"].size(), 1u) << f.dump();
+    EXPECT_EQ(f["imports"][0]["from"], w.pid()) << "the import is the job's root's export";
+  }
+  EXPECT_EQ(importers, 1) << m["gpu_fastpath"].dump();
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last_step = U(w.Status(), "main");
+  s = a.Restore(RestoreReq("ipc"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, last_step);
+  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
+  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+}
+
 TEST_F(FastpathE2e, AProgramLinkedAgainstTheDriverIsServedToo) {
   Cryod& a = Node("node-a");
   Workload& w = GpuJob({}, FAKEGPU_DIRECT_BIN);

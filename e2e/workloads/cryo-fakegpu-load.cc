@@ -20,7 +20,11 @@
 // side, each exported and imported on its own (as NCCL's buffers, one per peer and channel). Word 0
 // of that memory is the peer's step counter, word 1 its count of wrong words, the rest a fixed
 // pattern both check every step; "peer_steps" and "peer_mismatches" in the status are read from
-// there (so they advance only while the two processes map the same memory).
+// there (so they advance only while the two processes map the same memory). With --share-ipc the
+// shared memory is one cudaMalloc of N MiB passed by legacy CUDA IPC instead (cuIpcGetMemHandle;
+// the second process gets --import-ipc with the handle in hex and opens it with
+// cuIpcOpenMemHandle), as PyTorch shares CUDA tensors and NCCL's P2P transport shares buffers
+// with NCCL_CUMEM_ENABLE=0.
 //
 // With --io-uring it first sets up an io_uring as libuv's loop does (through syscall(2), keeping
 // the descriptor and the mapped ring) and goes on without one when the kernel or the fast-path
@@ -72,6 +76,8 @@ struct Api {
   decltype(&cuLaunchKernel) LaunchKernel;
   decltype(&cuMemExportToShareableHandle) MemExport;
   decltype(&cuMemImportFromShareableHandle) MemImport;
+  decltype(&cuIpcGetMemHandle) IpcGetMemHandle;
+  decltype(&cuIpcOpenMemHandle_v2) IpcOpenMemHandle;
 };
 
 #ifdef CRYO_FAKEGPU_DIRECT
@@ -93,7 +99,9 @@ bool LoadApi(Api* a, std::string* err) {
            &cuMemcpyDtoH_v2,
            &cuLaunchKernel,
            &cuMemExportToShareableHandle,
-           &cuMemImportFromShareableHandle};
+           &cuMemImportFromShareableHandle,
+           &cuIpcGetMemHandle,
+           &cuIpcOpenMemHandle_v2};
   (void)err;
   return true;
 }
@@ -139,6 +147,8 @@ bool LoadApi(Api* a, std::string* err) {
   get("cuLaunchKernel", &a->LaunchKernel, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
   get("cuMemExportToShareableHandle", &a->MemExport);
   get("cuMemImportFromShareableHandle", &a->MemImport);
+  get("cuIpcGetMemHandle", &a->IpcGetMemHandle);
+  get("cuIpcOpenMemHandle", &a->IpcOpenMemHandle);
   return ok;
 }
 #endif
@@ -224,6 +234,8 @@ int main(int argc, char** argv) {
   long static_mib = 0;
   long share_count = 1;
   std::vector<int> import_fds;
+  bool share_ipc = false;
+  std::string import_ipc;  // the exporter's legacy IPC handle, hex
   bool want_io_uring = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -258,6 +270,11 @@ int main(int argc, char** argv) {
         at = comma + 1;
       }
       ++i;
+    } else if (a == "--share-ipc") {
+      share_ipc = true;
+    } else if (a == "--import-ipc") {
+      import_ipc = v, ++i;
+      share_ipc = true;
     } else if (a == "--io-uring")
       want_io_uring = true;
     else {
@@ -387,7 +404,48 @@ int main(int argc, char** argv) {
   uint64_t* shared = nullptr;
   size_t shared_words = 0;
   pid_t peer = -1;
-  if (share_mib > 0) {
+  const bool importer = !import_fds.empty() || !import_ipc.empty();
+  if (share_mib > 0 && share_ipc) {
+    if (share_count != 1) return fprintf(stderr, "--share-ipc shares one allocation\n"), 1;
+    const size_t bytes = size_t(share_mib) << 20;
+    CUdeviceptr p = 0;
+    if (importer) {
+      CUipcMemHandle h{};
+      if (import_ipc.size() != 2 * sizeof(h.reserved)) {
+        return fprintf(stderr, "--import-ipc: %zu hex digits\n", import_ipc.size()), 1;
+      }
+      for (size_t k = 0; k < sizeof(h.reserved); ++k) {
+        h.reserved[k] =
+            static_cast<char>(strtoul(import_ipc.substr(2 * k, 2).c_str(), nullptr, 16));
+      }
+      CUresult r = api.IpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+      if (r != CUDA_SUCCESS) return fprintf(stderr, "cuIpcOpenMemHandle: %d\n", r), 1;
+    } else {
+      CUipcMemHandle h{};
+      if (api.MemAlloc(&p, bytes) != CUDA_SUCCESS) return fprintf(stderr, "shared alloc\n"), 1;
+      shared = reinterpret_cast<uint64_t*>(p);
+      for (size_t i = 0; i < bytes / 8; ++i) shared[i] = i < 2 ? 0 : Pattern(1000, i, 0);
+      CUresult r = api.IpcGetMemHandle(&h, p);
+      if (r != CUDA_SUCCESS) return fprintf(stderr, "cuIpcGetMemHandle: %d\n", r), 1;
+      std::string hex;
+      for (char c : h.reserved) {
+        char b[3];
+        snprintf(b, sizeof(b), "%02x", static_cast<unsigned char>(c));
+        hex += b;
+      }
+      peer = fork();
+      if (peer == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        std::string mibs = std::to_string(share_mib), st = status_path + ".peer";
+        execl("/proc/self/exe", argv[0], "--import-ipc", hex.c_str(), "--share-mib", mibs.c_str(),
+              "--mib", "0", "--vmm-mib", "0", "--small", "0", "--status", st.c_str(),
+              static_cast<char*>(nullptr));
+        _exit(127);
+      }
+    }
+    shared = reinterpret_cast<uint64_t*>(p);
+    shared_words = bytes / 8;
+  } else if (share_mib > 0) {
     // share_count physical allocations side by side in one reserved range, each exported on
     // its own (NCCL exports one per buffer): the importer maps them in the same order.
     const size_t bytes = size_t(share_mib) << 20;
@@ -401,7 +459,6 @@ int main(int argc, char** argv) {
     CUmemAccessDesc acc{};
     acc.location = prop.location;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    const bool importer = !import_fds.empty();
     if (importer && import_fds.size() != static_cast<size_t>(share_count)) {
       return fprintf(stderr, "--import-fd needs --share-count descriptors\n"), 1;
     }
@@ -475,19 +532,19 @@ int main(int argc, char** argv) {
   // The importer lives only as long as the process that started it (a test kills that one).
   const pid_t parent = getppid();
   while (!g_stop) {
-    if (!import_fds.empty() && getppid() != parent) break;
+    if (importer && getppid() != parent) break;
     if (shared != nullptr) {
       // Device memory is touched only by kernels (the fast path moves it between them).
-      int importer = !import_fds.empty();
+      int as_importer = importer;
       uint64_t peer[2] = {0, 0};
       uint64_t* peer_p = peer;
-      void* params[] = {&shared, &shared_words, &importer, &bad_p, &peer_p};
+      void* params[] = {&shared, &shared_words, &as_importer, &bad_p, &peer_p};
       if (api.LaunchKernel(reinterpret_cast<CUfunction>(&SharedStep), 1, 1, 1, 1, 1, 1, 0, nullptr,
                            params, nullptr) != CUDA_SUCCESS) {
         fprintf(stderr, "launch failed\n");
         break;
       }
-      if (!importer) {
+      if (!as_importer) {
         peer_steps = peer[0];
         peer_bad = peer[1];
       }

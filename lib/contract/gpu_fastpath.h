@@ -64,6 +64,17 @@
 //     followed by another on the same connection (each within hold_ms), for more imports than
 //     one message carries descriptors (kMaxFiles); the last has no "more".
 //
+// Legacy IPC (version 5): cuIpcGetMemHandle on memory the library owns exports it as a POSIX
+// descriptor the library keeps (one export of the allocation, "exports" above like any other) and
+// gives the job a handle of the library's making: kIpcMagic, the exporter's pid, the export's id,
+// the allocation's size and a random secret. cuIpcOpenMemHandle of such a handle in another
+// process of the job connects to the exporter's channel (the job's own user may) and asks
+//   {"op": "share", "version": 5, "id": N, "secret": "32 hex digits"}
+//     -> {"ok", "size"} with the export's descriptor attached
+//     or {"ok": false, "code": "busy"} while the memory is out of the GPU (a drain): ask again.
+// The importer imports and maps that descriptor like one NCCL passed it, so that a checkpoint
+// finds, moves and carries it like any other shared allocation. A wrong id or secret is refused.
+//
 // Memory (version 3): a drain with "memory": true carries one descriptor, a memfd of cryod's,
 // instead of files. The library grows it to the drain's size if it is smaller, maps it and
 // copies the data into it as into its own host memory, answers "drained", then unmaps it and
@@ -89,11 +100,13 @@
 
 namespace cryo::contract::gpu_fastpath {
 
-inline constexpr int kVersion = 4;
+inline constexpr int kVersion = 5;
 inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
 inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
 inline constexpr uint32_t kMaxMessage = 64 << 10;
 inline constexpr int kMaxFiles = 64;
+// The first 8 bytes of a legacy IPC handle of the library's making ("Legacy IPC" above).
+inline constexpr char kIpcMagic[8] = {'c', 'r', 'y', 'o', 'i', 'p', 'c', '1'};
 
 // The library's states, as "state" says them.
 inline constexpr char kStateRunning[] = "running";

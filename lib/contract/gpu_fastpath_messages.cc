@@ -13,11 +13,9 @@ using nlohmann::json;
 namespace json_text = ::cryo::json;
 
 // The one spelling of each op, state and error code on the wire.
-constexpr std::pair<Op, const char*> kOps[] = {{Op::kStatus, "status"},
-                                               {Op::kDrain, "drain"},
-                                               {Op::kRefill, "refill"},
-                                               {Op::kGo, "go"},
-                                               {Op::kAlign, "align"}};
+constexpr std::pair<Op, const char*> kOps[] = {{Op::kStatus, "status"}, {Op::kDrain, "drain"},
+                                               {Op::kRefill, "refill"}, {Op::kGo, "go"},
+                                               {Op::kAlign, "align"},   {Op::kShare, "share"}};
 constexpr std::pair<State, const char*> kStates[] = {{State::kRunning, kStateRunning},
                                                      {State::kDrained, kStateDrained},
                                                      {State::kSaved, kStateSaved},
@@ -25,7 +23,8 @@ constexpr std::pair<State, const char*> kStates[] = {{State::kRunning, kStateRun
 constexpr std::pair<ErrorCode, const char*> kCodes[] = {{ErrorCode::kDeadline, "deadline"},
                                                         {ErrorCode::kDataLoss, "data_loss"},
                                                         {ErrorCode::kVersion, "version"},
-                                                        {ErrorCode::kBadRequest, "bad_request"}};
+                                                        {ErrorCode::kBadRequest, "bad_request"},
+                                                        {ErrorCode::kBusy, "busy"}};
 constexpr char kEventGated[] = "gated";
 constexpr char kEventQuiesced[] = "quiesced";
 constexpr char kEventImported[] = "imported";
@@ -271,6 +270,9 @@ std::string Encode(const Request& r) {
     j["files"] = r.files;
     j["imports"] = r.imports;
     if (r.more) j["more"] = true;
+  } else if (r.op == Op::kShare) {
+    j["id"] = r.id;
+    j["secret"] = r.secret;
   }
   return j.dump();
 }
@@ -349,6 +351,8 @@ std::string Encode(const RefillReply& r) {
   return j.dump();
 }
 
+std::string Encode(const ShareReply& r) { return json{{"ok", true}, {"size", r.size}}.dump(); }
+
 bool Decode(const std::string& text, Request* out, std::string* why) {
   json j;
   if (!ParseObject(text, &j, why)) return false;
@@ -371,6 +375,9 @@ bool Decode(const std::string& text, Request* out, std::string* why) {
   r.Bool("memory", &out->memory, false);
   r.Bool("more", &out->more, false);
   r.Uint("to", &out->to, false);
+  r.Uint("id", &out->id, false);
+  r.Str("secret", &out->secret, false);
+  if (r.ok() && out->secret.size() > 64) r.Fail("secret", "is longer than a secret");
   return r.ok();
 }
 
@@ -464,6 +471,11 @@ bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why) 
     r.Shares("exports", &b->exports);
     r.Bool("importing", &b->importing, false);
   });
+}
+
+bool Decode(const std::string& text, Reply<ShareReply>* out, std::string* why) {
+  return DecodeReply(text, out, why,
+                     [](Reader& r, const json&, ShareReply* b) { r.Uint("size", &b->size, true); });
 }
 
 }  // namespace cryo::contract::gpu_fastpath

@@ -33,10 +33,12 @@ inline constexpr int kVersionMemory = 3;
 // The first version that takes a held refill's imports in several "go" messages ("more"), for a
 // process that imported more allocations than one message carries descriptors (kMaxFiles).
 inline constexpr int kVersionBatchedGo = 4;
+// The first version that serves legacy IPC of owned memory to the job's other processes ("share").
+inline constexpr int kVersionLegacyIpc = 5;
 // The longest a held drain waits for its "go".
 inline constexpr int64_t kMaxHoldMs = 600000;
 
-enum class Op { kStatus, kDrain, kRefill, kGo, kAlign };
+enum class Op { kStatus, kDrain, kRefill, kGo, kAlign, kShare };
 enum class State { kRunning, kDrained, kSaved, kImporting };
 enum class ErrorCode {
   kNone,
@@ -44,6 +46,7 @@ enum class ErrorCode {
   kDataLoss,    // a refill's file does not match what was saved; the job stays held
   kVersion,     // the request's version is one the library does not speak
   kBadRequest,  // the request does not decode
+  kBusy,        // share: the memory is out of the GPU just now; ask again
 };
 
 const char* OpName(Op op);
@@ -75,6 +78,8 @@ struct Request {
   // drain, refill: the one attached descriptor is a memfd of cryod's that holds the data in
   // host memory (version kVersionMemory), not a file.
   bool memory = false;
+  uint64_t id = 0;     // share: the export asked for
+  std::string secret;  // share: the secret its legacy IPC handle carries (hex)
 };
 
 // Any reply that failed: what happened, and whether the job's memory is back on its GPU.
@@ -136,6 +141,11 @@ struct RefillReply {
   bool importing = false;         // held: imports wait for the "go"
 };
 
+// A share's reply: the export's descriptor is attached.
+struct ShareReply {
+  uint64_t size = 0;
+};
+
 // A reply as received: the body, or the error (ok false).
 template <typename T>
 struct Reply {
@@ -153,6 +163,7 @@ std::string Encode(const ImportedReply& r);
 std::string Encode(const DrainedReply& r);
 std::string Encode(const SavedReply& r);
 std::string Encode(const RefillReply& r);
+std::string Encode(const ShareReply& r);
 
 // false, with *why, for text that is not such a message.
 bool Decode(const std::string& text, Request* out, std::string* why);
@@ -163,5 +174,6 @@ bool Decode(const std::string& text, Reply<ImportedReply>* out, std::string* why
 bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<SavedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why);
+bool Decode(const std::string& text, Reply<ShareReply>* out, std::string* why);
 
 }  // namespace cryo::contract::gpu_fastpath

@@ -16,6 +16,7 @@
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
+#include "plugins/fastpath/legacy_ipc.h"
 
 namespace cryo::fastpath {
 namespace wire = contract::gpu_fastpath;
@@ -138,6 +139,8 @@ void Control::Serve(int conn) {
       HandleDrain(conn, req, fds);
     } else if (req.op == Op::kRefill) {
       HandleRefill(conn, req, fds);
+    } else if (req.op == Op::kShare) {
+      HandleShare(conn, req);
     } else if (req.op == Op::kAlign) {
       wire::SendMessage(conn, Encode(wire::Error{"\"align\" with no drain held on this connection",
                                                  false, ErrorCode::kBadRequest}));
@@ -293,6 +296,28 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
   mover_.Unhold();
   wire::SendMessage(conn, Encode(wire::Error{"the cut was called off: " + why, true}));
   return false;
+}
+
+void Control::HandleShare(int conn, const wire::Request& req) {
+  uint64_t secret[2] = {0, 0};
+  int fd = -1;
+  uint64_t size = 0;
+  const Registry::IpcLookup found = SecretFromHex(req.secret, secret)
+                                        ? reg_.IpcShare(req.id, secret, &fd, &size)
+                                        : Registry::IpcLookup::kUnknown;
+  if (found == Registry::IpcLookup::kBusy) {
+    wire::SendMessage(conn, Encode(wire::Error{"its memory is out of the GPU for a checkpoint",
+                                               false, ErrorCode::kBusy}));
+    return;
+  }
+  if (found != Registry::IpcLookup::kFound) {
+    wire::SendMessage(conn, Encode(wire::Error{"no legacy IPC export " + std::to_string(req.id) +
+                                                   " with that secret in this process",
+                                               false, ErrorCode::kBadRequest}));
+    return;
+  }
+  wire::SendMessage(conn, Encode(wire::ShareReply{size}), {fd});
+  ::close(fd);
 }
 
 void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>& fds) {

@@ -36,6 +36,8 @@ class Control {
   contract::gpu_fastpath::StatusReply Status();
   void HandleDrain(int conn, const contract::gpu_fastpath::Request& req, std::vector<int>& fds);
   void HandleRefill(int conn, const contract::gpu_fastpath::Request& req, std::vector<int>& fds);
+  // Legacy IPC: the descriptor of an export, to another process of the job (legacy_ipc.h).
+  void HandleShare(int conn, const contract::gpu_fastpath::Request& req);
   // A held drain's cut: quiesced, answered, then true once cryod says "go" (false: the job
   // goes on, and cryod has been answered).
   bool HoldForGo(int conn, const contract::gpu_fastpath::Request& req);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <new>
@@ -33,6 +34,7 @@
 #include "plugins/fastpath/control.h"
 #include "plugins/fastpath/driver.h"
 #include "plugins/fastpath/gate.h"
+#include "plugins/fastpath/legacy_ipc.h"
 #include "plugins/fastpath/mover.h"
 #include "plugins/fastpath/registry.h"
 
@@ -140,14 +142,12 @@ using namespace cryo::fastpath;
 
 // Calls by which processes share memory (NCCL's P2P, SHM and NVLS transports): gated like the
 // rest, and counted, so that the status says what a job shares and how (docs/gpu.md).
-#define CRYO_FP_SHARING(X)                        \
-  X(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle_v2) \
-  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle)     \
-  X(cuIpcGetEventHandle, cuIpcGetEventHandle)     \
-  X(cuIpcOpenEventHandle, cuIpcOpenEventHandle)   \
-  X(cuMemHostRegister_v2, cuMemHostRegister_v2)   \
-  X(cuMemHostUnregister, cuMemHostUnregister)     \
-  X(cuMulticastCreate, cuMulticastCreate)         \
+#define CRYO_FP_SHARING(X)                      \
+  X(cuIpcGetEventHandle, cuIpcGetEventHandle)   \
+  X(cuIpcOpenEventHandle, cuIpcOpenEventHandle) \
+  X(cuMemHostRegister_v2, cuMemHostRegister_v2) \
+  X(cuMemHostUnregister, cuMemHostUnregister)   \
+  X(cuMulticastCreate, cuMulticastCreate)       \
   X(cuMulticastBindMem, cuMulticastBindMem)
 
 // Wrapped entry points with logic of their own (functions W_<name> below), with their type.
@@ -169,6 +169,8 @@ using namespace cryo::fastpath;
   X(cuPointerGetAttribute, cuPointerGetAttribute)                                   \
   X(cuPointerGetAttributes, cuPointerGetAttributes)                                 \
   X(cuIpcGetMemHandle, cuIpcGetMemHandle)                                           \
+  X(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle_v2)                                   \
+  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle)                                       \
   X(cuCtxEnablePeerAccess, cuCtxEnablePeerAccess)                                   \
   X(cuStreamBeginCapture_v2, cuStreamBeginCapture_v2)                               \
   X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2)                          \
@@ -326,6 +328,7 @@ class Lib {
     return e.nccl;
   }
   Registry& registry() { return *registry_; }
+  Mover& mover() { return *mover_; }
   const Driver& driver() const { return driver_; }
 
   static DlsymFn RealDlsym();
@@ -632,10 +635,48 @@ CUresult W_cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, vo
 CUresult W_cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) noexcept try {
   CRYO_FP_ENTER(cuIpcGetMemHandle, handle, dptr)
   GateGuard g(lib.gate());
-  // Legacy IPC cannot export memory backed the library's way (docs/gpu.md): a job that needs it
-  // runs without the fast path.
-  if (lib.registry().OwnedRange(dptr, nullptr, nullptr)) return CUDA_ERROR_NOT_SUPPORTED;
+  // The driver has no legacy handle for memory backed the library's way: the library makes one
+  // (legacy_ipc.h).
+  if (handle != nullptr && lib.registry().OwnedRange(dptr, nullptr, nullptr)) {
+    IpcHandle h;
+    CUresult r = lib.registry().IpcExport(dptr, static_cast<int32_t>(::getpid()), &h);
+    if (r == CUDA_SUCCESS) EncodeIpcHandle(h, handle);
+    return r;
+  }
   return Real<decltype(cuIpcGetMemHandle)>(k_cuIpcGetMemHandle)(handle, dptr);
+} catch (...) {
+  return FromException();
+}
+
+// How long an open waits for an exporter whose memory is out of the GPU (a checkpoint).
+constexpr std::chrono::milliseconds kIpcOpenPatience{120000};
+
+CUresult W_cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle,
+                                 unsigned int flags) noexcept try {
+  CRYO_FP_ENTER(cuIpcOpenMemHandle_v2, dptr, handle, flags)
+  IpcHandle h;
+  if (DecodeIpcHandle(handle, &h)) {
+    if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return OpenIpcHandle(lib.registry(), lib.mover(), lib.gate(), h, dptr, kIpcOpenPatience);
+  }
+  // The driver's own handle: another process's memory mapped in a way no one can carry through
+  // a restore; cryod refuses the job up front.
+  GateGuard g(lib.gate());
+  CUresult r = Real<decltype(cuIpcOpenMemHandle_v2)>(k_cuIpcOpenMemHandle_v2)(dptr, handle, flags);
+  if (r == CUDA_SUCCESS) lib.registry().ForeignShare(+1);
+  return r;
+} catch (...) {
+  return FromException();
+}
+
+CUresult W_cuIpcCloseMemHandle(CUdeviceptr dptr) noexcept try {
+  CRYO_FP_ENTER(cuIpcCloseMemHandle, dptr)
+  GateGuard g(lib.gate());
+  CUresult r = CUDA_SUCCESS;
+  if (lib.registry().IpcClose(dptr, &r)) return r;
+  r = Real<decltype(cuIpcCloseMemHandle)>(k_cuIpcCloseMemHandle)(dptr);
+  if (r == CUDA_SUCCESS) lib.registry().ForeignShare(-1);
+  return r;
 } catch (...) {
   return FromException();
 }

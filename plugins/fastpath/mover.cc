@@ -849,6 +849,7 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     Unhold();
     return {"stripe_bytes must be a multiple of " + std::to_string(xxh3chunked::kChunk), true};
   }
+  drains_++;
   const auto t0 = Clock::now();
   if (held_) {
     // Quiesced already, at the cut: the time held is not the drain's.

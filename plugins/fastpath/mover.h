@@ -137,6 +137,9 @@ class Mover {
   bool Abort();
 
   State state() const { return state_.load(); }
+  // Drains begun so far: a legacy IPC open that saw this change while it fetched its descriptor
+  // fetches again (the exporter's memory moved meanwhile; legacy_ipc.h).
+  uint64_t drains() const { return drains_.load(); }
 
  private:
   struct Piece {  // bytes [offset, offset + len) of one physical allocation
@@ -187,6 +190,7 @@ class Mover {
   CaptureGate& capture_;
   const MoverConfig cfg_;
   std::atomic<State> state_{State::kRunning};
+  std::atomic<uint64_t> drains_{0};
   bool held_ = false;   // gates shut by Hold (or Align), waiting for Drain or Unhold
   bool gated_ = false;  // gates shut by GateShut, waiting for Align or Unhold
   CollectiveGate own_collectives_;

@@ -2,9 +2,11 @@
 
 #include <fcntl.h>
 #include <stdint.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace cryo::fastpath {
 namespace {
@@ -85,6 +87,8 @@ CUresult Registry::MemAlloc(CUdeviceptr* dptr, size_t bytes) {
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
+  // Exportable, for legacy IPC of it (IpcExport), as the driver's cuMemAlloc memory is.
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   size_t gran = 0;
   if (Granularity(prop, &gran) != CUDA_SUCCESS) return d_.cuMemAlloc_v2(dptr, bytes);
   const size_t padded = RoundUp(bytes, gran);
@@ -152,6 +156,7 @@ CUresult Registry::MemFree(CUdeviceptr dptr) {
     ctx = o.phys->ctx;
     owned_.erase(it);
     mappings_.erase(dptr);
+    CloseShares(o.phys);  // its legacy IPC export, if any
     phys_.erase(o.phys->id);
   }
   // cuMemFree waits for the work that may still use the memory; so do we.
@@ -373,6 +378,123 @@ Shares Registry::CurrentShares() {
     if (p->imported) s.imports.push_back(p->import);
   }
   return s;
+}
+
+CUresult Registry::IpcExport(CUdeviceptr dptr, int32_t self, IpcHandle* h) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = owned_.upper_bound(dptr);
+  if (it == owned_.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (dptr >= it->second.va + it->second.requested) return CUDA_ERROR_INVALID_VALUE;
+  Phys* p = it->second.phys;
+  if (p->ipc_id == 0) {
+    if (p->real == 0) return CUDA_ERROR_ILLEGAL_STATE;  // out of the GPU (callers hold the gate)
+    int fd = -1;
+    CUresult r =
+        d_.cuMemExportToShareableHandle(&fd, p->real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS) return r;
+    uint64_t secret[2] = {0, 0};
+    if (::getrandom(secret, sizeof(secret), 0) != static_cast<ssize_t>(sizeof(secret))) {
+      ::close(fd);
+      return CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    p->ipc_id = next_id_++;
+    memcpy(p->ipc_secret, secret, sizeof(secret));
+    p->exports.push_back({p->ipc_id, fd});
+  }
+  h->pid = self;
+  h->id = p->ipc_id;
+  h->size = p->size;
+  memcpy(h->secret, p->ipc_secret, sizeof(h->secret));
+  return CUDA_SUCCESS;
+}
+
+Registry::IpcLookup Registry::IpcShare(uint64_t id, const uint64_t secret[2], int* fd,
+                                       uint64_t* size) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [pid, p] : phys_) {
+    if (p->ipc_id != id || id == 0) continue;
+    // Compared in full whatever differs first: the secret is all that guards the memory.
+    uint64_t diff = (p->ipc_secret[0] ^ secret[0]) | (p->ipc_secret[1] ^ secret[1]);
+    if (diff != 0) return IpcLookup::kUnknown;
+    for (const Share& e : p->exports) {
+      if (e.id != id) continue;
+      if (e.fd < 0) return IpcLookup::kBusy;  // drained: exported again at the refill
+      *fd = ::fcntl(e.fd, F_DUPFD_CLOEXEC, 3);
+      *size = p->size;
+      return *fd >= 0 ? IpcLookup::kFound : IpcLookup::kBusy;
+    }
+  }
+  return IpcLookup::kUnknown;
+}
+
+bool Registry::IpcOpened(const IpcHandle& h, CUdeviceptr* dptr) {
+  std::lock_guard<std::mutex> l(mu_);
+  for (auto& [va, o] : ipc_opened_) {
+    if (o.pid == h.pid && o.id == h.id && o.secret[0] == h.secret[0] &&
+        o.secret[1] == h.secret[1]) {
+      o.refs++;
+      *dptr = va;
+      return true;
+    }
+  }
+  return false;
+}
+
+CUresult Registry::IpcOpen(const IpcHandle& h, int fd, CUdeviceptr* dptr) {
+  CUdevice dev = 0;
+  if (d_.cuCtxGetDevice(&dev) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  size_t gran = 0;
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  if (h.size == 0 || Granularity(prop, &gran) != CUDA_SUCCESS || h.size % gran != 0) {
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  // Imported as NCCL imports a descriptor: the library then carries it like NCCL's.
+  CUmemGenericAllocationHandle job = 0;
+  CUresult r = MemImport(&job, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+  if (r != CUDA_SUCCESS) return r;
+  CUdeviceptr va = 0;
+  r = d_.cuMemAddressReserve(&va, h.size, 0, 0, 0);
+  if (r == CUDA_SUCCESS) {
+    r = MemMap(va, h.size, 0, job, 0);
+    const CUmemAccessDesc access = ReadWrite(dev);
+    if (r == CUDA_SUCCESS) r = MemSetAccess(va, h.size, &access, 1);
+    if (r != CUDA_SUCCESS) {
+      MemUnmap(va, h.size);
+      d_.cuMemAddressFree(va, h.size);
+    }
+  }
+  MemRelease(job);  // its mapping holds it, as the driver's IPC mapping holds the memory
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard<std::mutex> l(mu_);
+  ipc_opened_[va] = IpcOpening{h.pid, h.id, {h.secret[0], h.secret[1]}, h.size, 1};
+  *dptr = va;
+  return CUDA_SUCCESS;
+}
+
+bool Registry::IpcClose(CUdeviceptr dptr, CUresult* r) {
+  size_t size = 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = ipc_opened_.find(dptr);
+    if (it == ipc_opened_.end()) return false;
+    *r = CUDA_SUCCESS;
+    if (--it->second.refs > 0) return true;
+    size = it->second.size;
+    ipc_opened_.erase(it);
+  }
+  *r = MemUnmap(dptr, size);  // the last reference: the import goes with it
+  d_.cuMemAddressFree(dptr, size);
+  return true;
+}
+
+void Registry::ForeignShare(int delta) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (delta > 0 || foreign_shares_ > 0) foreign_shares_ += delta;
 }
 
 bool Registry::OwnedRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size) {

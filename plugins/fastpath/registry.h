@@ -53,7 +53,11 @@ struct Phys {
   std::vector<Share> exports;  // its exports as POSIX descriptors (moved by the library)
   bool imported = false;       // another process's allocation, imported: its data is theirs
   Share import;                // imported: the descriptor it came from
-  int mappings = 0;            // how many Mapping entries name it
+  // Legacy IPC (an owned cuMemAlloc given to cuIpcGetMemHandle): the id of its export among
+  // `exports`, and the secret the handle carries; 0 while never asked.
+  uint64_t ipc_id = 0;
+  uint64_t ipc_secret[2] = {0, 0};
+  int mappings = 0;  // how many Mapping entries name it
   // Where its bytes are while it is moved out.
   char* host = nullptr;        // a host copy (mmap), or null when only in files
   uint64_t stream_offset = 0;  // its place in the drain's byte stream
@@ -75,6 +79,14 @@ struct Owned {
   size_t requested = 0;
   size_t padded = 0;
   Phys* phys = nullptr;
+};
+
+// What a legacy IPC handle of the library's making carries (legacy_ipc.h).
+struct IpcHandle {
+  int32_t pid = 0;    // the exporter, as the job's processes see it
+  uint64_t id = 0;    // its export's id in the exporter's library
+  uint64_t size = 0;  // the allocation's bytes as mapped (rounded to the granularity)
+  uint64_t secret[2] = {0, 0};
 };
 
 struct RegistryStats {
@@ -125,6 +137,24 @@ class Registry {
   bool OwnedRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size);
   // Whether ptr lies in an owned cuMemAlloc's padding (not valid memory for the job).
   bool InOwnedPadding(CUdeviceptr ptr);
+  // Legacy IPC of owned memory (legacy_ipc.h). cuIpcGetMemHandle on an owned cuMemAlloc
+  // containing dptr: exported once as a POSIX descriptor the library keeps, and described in *h
+  // (the same for every call on that allocation).
+  CUresult IpcExport(CUdeviceptr dptr, int32_t self, IpcHandle* h);
+  // For the channel's "share": a duplicate of export `id`'s descriptor when `secret` is its own.
+  enum class IpcLookup { kFound, kBusy, kUnknown };
+  IpcLookup IpcShare(uint64_t id, const uint64_t secret[2], int* fd, uint64_t* size);
+  // An earlier open of `h` in this process: its address, one more reference taken.
+  bool IpcOpened(const IpcHandle& h, CUdeviceptr* dptr);
+  // cuIpcOpenMemHandle with the exporter's descriptor `fd` (the caller's to close): imported,
+  // mapped at a new address and made accessible to the current context's device.
+  CUresult IpcOpen(const IpcHandle& h, int fd, CUdeviceptr* dptr);
+  // cuIpcCloseMemHandle: false when dptr is not an address IpcOpen gave.
+  bool IpcClose(CUdeviceptr dptr, CUresult* r);
+  // Memory the job shares in a way the library cannot carry (a driver's own legacy IPC handle
+  // opened: +1, closed again: -1): counted, so that cryod refuses the job up front.
+  void ForeignShare(int delta);
+
   // After cuCtxEnablePeerAccess(peer) from a context on `accessor`: owned memory of `peer`
   // becomes accessible from `accessor`, as the driver does for cuMemAlloc memory.
   void PeerAccessEnabled(CUcontext peer, CUdevice accessor);
@@ -161,6 +191,15 @@ class Registry {
   std::map<CUcontext, std::set<int>> peers_;  // owner context -> devices that may access it
   std::set<CUcontext> contexts_;
   uint64_t foreign_shares_ = 0;  // shared untracked memory, or imported another way
+  // Addresses IpcOpen gave: (exporter pid, export id) and the references the job holds.
+  struct IpcOpening {
+    int32_t pid = 0;
+    uint64_t id = 0;
+    uint64_t secret[2] = {0, 0};
+    size_t size = 0;
+    int refs = 0;
+  };
+  std::map<CUdeviceptr, IpcOpening> ipc_opened_;
 };
 
 }  // namespace cryo::fastpath

@@ -135,6 +135,26 @@ TEST(FastpathClientTest, RequestsAndRepliesRoundTrip) {
   go.more = false;
   ASSERT_TRUE(wire::Decode(wire::Encode(go), &back, &why)) << why;
   EXPECT_FALSE(back.more);
+  // A legacy IPC share (version 5), between two libraries of one job.
+  wire::Request share;
+  share.op = wire::Op::kShare;
+  share.version = wire::kVersionLegacyIpc;
+  share.id = 42;
+  share.secret = "00112233445566778899aabbccddeeff";
+  ASSERT_TRUE(wire::Decode(wire::Encode(share), &back, &why)) << why;
+  EXPECT_EQ(back.op, wire::Op::kShare);
+  EXPECT_EQ(back.id, 42u);
+  EXPECT_EQ(back.secret, share.secret);
+  EXPECT_FALSE(wire::Decode(R"({"op": "share", "secret": 5})", &back, &why));
+  wire::Reply<wire::ShareReply> shared;
+  ASSERT_TRUE(wire::Decode(wire::Encode(wire::ShareReply{6 << 20}), &shared, &why)) << why;
+  EXPECT_TRUE(shared.ok);
+  EXPECT_EQ(shared.body.size, 6u << 20);
+  ASSERT_TRUE(
+      wire::Decode(wire::Encode(wire::Error{"out", false, wire::ErrorCode::kBusy}), &shared, &why))
+      << why;
+  EXPECT_FALSE(shared.ok);
+  EXPECT_EQ(shared.error.code, wire::ErrorCode::kBusy);
   wire::SavedReply saved{{{1, "ab"}, {2, "cd"}}, 12};
   auto s = ParseFastpathReply<wire::SavedReply>(wire::Encode(saved), Job());
   ASSERT_TRUE(s.ok()) << s.status();

@@ -283,6 +283,12 @@ CUresult cuIpcGetMemHandle(CUipcMemHandle* h, CUdeviceptr p) {
   return CUDA_SUCCESS;
 }
 
+// Legacy memory is private to the fake's process: its handles open nowhere else.
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr*, CUipcMemHandle, unsigned int) {
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+CUresult cuIpcCloseMemHandle(CUdeviceptr) { return CUDA_ERROR_INVALID_VALUE; }
+
 CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp*,
                                        CUmemAllocationGranularity_flags) {
   *g = kGranularity;
@@ -438,6 +444,10 @@ CUresult cuMemExportToShareableHandle(void* out, CUmemGenericAllocationHandle h,
   if (it == s.phys.end() || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  // As the driver: only a handle type asked for when it was created.
+  if ((it->second.prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   *static_cast<int*>(out) = dup(it->second.fd);
   return CUDA_SUCCESS;
 }
@@ -562,31 +572,34 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
               "cuDevicePrimaryCtxRelease",
               cuDevicePrimaryCtxRelease_v2) FAKE_ENTRY("cuCtxGetCurrent", cuCtxGetCurrent)
               FAKE_ENTRY("cuCtxSetCurrent", cuCtxSetCurrent) FAKE_ENTRY(
-                  "cuCtxGetDevice", cuCtxGetDevice) FAKE_ENTRY("cuCtxSynchronize", cuCtxSynchronize)
-                  FAKE_ENTRY("cuCtxEnablePeerAccess", cuCtxEnablePeerAccess) FAKE_ENTRY(
-                      "cuMemGetInfo",
-                      cuMemGetInfo_v2) FAKE_ENTRY("cuMemAlloc",
-                                                  cuMemAlloc_v2) FAKE_ENTRY("cuMemFree",
-                                                                            cuMemFree_v2)
-                      FAKE_ENTRY("cuMemGetAddressRange", cuMemGetAddressRange_v2) FAKE_ENTRY(
-                          "cuPointerGetAttribute",
-                          cuPointerGetAttribute) FAKE_ENTRY("cuPointerGetAttributes",
-                                                            cuPointerGetAttributes)
-                          FAKE_ENTRY("cuIpcGetMemHandle", cuIpcGetMemHandle) FAKE_ENTRY(
-                              "cuMemGetAllocationGranularity",
-                              cuMemGetAllocationGranularity) FAKE_ENTRY("cuMemAddressReserve",
-                                                                        cuMemAddressReserve)
-                              FAKE_ENTRY("cuMemAddressFree", cuMemAddressFree) FAKE_ENTRY(
-                                  "cuMemCreate",
-                                  cuMemCreate) FAKE_ENTRY("cuMemRelease",
-                                                          cuMemRelease) FAKE_ENTRY("cuMemMap",
-                                                                                   cuMemMap)
-                                  FAKE_ENTRY("cuMemUnmap", cuMemUnmap) FAKE_ENTRY(
-                                      "cuMemSetAccess",
-                                      cuMemSetAccess) FAKE_ENTRY("cuMemRetainAllocationHandle",
-                                                                 cuMemRetainAllocationHandle)
-                                      FAKE_ENTRY(
-                                          "cuMemGetAllocationPropertiesFromHandle",
+                  "cuCtxGetDevice",
+                  cuCtxGetDevice) FAKE_ENTRY("cuCtxSynchronize",
+                                             cuCtxSynchronize) FAKE_ENTRY("cuCtxEnablePeerAccess",
+                                                                          cuCtxEnablePeerAccess)
+                  FAKE_ENTRY("cuMemGetInfo", cuMemGetInfo_v2) FAKE_ENTRY(
+                      "cuMemAlloc",
+                      cuMemAlloc_v2) FAKE_ENTRY("cuMemFree",
+                                                cuMemFree_v2) FAKE_ENTRY("cuMemGetAddressRange",
+                                                                         cuMemGetAddressRange_v2)
+                      FAKE_ENTRY("cuPointerGetAttribute", cuPointerGetAttribute) FAKE_ENTRY(
+                          "cuPointerGetAttributes",
+                          cuPointerGetAttributes) FAKE_ENTRY("cuIpcGetMemHandle", cuIpcGetMemHandle)
+                          FAKE_ENTRY("cuIpcOpenMemHandle", cuIpcOpenMemHandle_v2) FAKE_ENTRY(
+                              "cuIpcCloseMemHandle",
+                              cuIpcCloseMemHandle) FAKE_ENTRY("cuMemGetAllocationGranularity",
+                                                              cuMemGetAllocationGranularity)
+                              FAKE_ENTRY("cuMemAddressReserve", cuMemAddressReserve) FAKE_ENTRY(
+                                  "cuMemAddressFree", cuMemAddressFree) FAKE_ENTRY("cuMemCreate",
+                                                                                   cuMemCreate)
+                                  FAKE_ENTRY("cuMemRelease", cuMemRelease) FAKE_ENTRY(
+                                      "cuMemMap",
+                                      cuMemMap) FAKE_ENTRY("cuMemUnmap",
+                                                           cuMemUnmap) FAKE_ENTRY("cuMemSetAccess",
+                                                                                  cuMemSetAccess)
+                                      FAKE_ENTRY("cuMemRetainAllocationHandle", cuMemRetainAllocationHandle) FAKE_ENTRY(
+                                          "cuMemGetAllocati"
+                                          "onPropertiesFrom"
+                                          "Handle",
                                           cuMemGetAllocationPropertiesFromHandle) FAKE_ENTRY("cuMem"
                                                                                              "Expor"
                                                                                              "tToSh"
@@ -594,22 +607,41 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
                                                                                              "leHan"
                                                                                              "dle",
                                                                                              cuMemExportToShareableHandle)
-                                          FAKE_ENTRY(
-                                              "cuMemImportFromShareableHandle",
-                                              cuMemImportFromShareableHandle) FAKE_ENTRY("cuMem"
-                                                                                         "Host"
-                                                                                         "Allo"
-                                                                                         "c",
-                                                                                         cuMemHostAlloc)
+                                          FAKE_ENTRY("cuMemImport"
+                                                     "FromShareab"
+                                                     "leHandle",
+                                                     cuMemImportFromShareableHandle) FAKE_ENTRY("c"
+                                                                                                "u"
+                                                                                                "M"
+                                                                                                "e"
+                                                                                                "m"
+                                                                                                "H"
+                                                                                                "o"
+                                                                                                "s"
+                                                                                                "t"
+                                                                                                "A"
+                                                                                                "l"
+                                                                                                "l"
+                                                                                                "o"
+                                                                                                "c",
+                                                                                                cuMemHostAlloc)
                                               FAKE_ENTRY("cuMemFreeHost", cuMemFreeHost) FAKE_ENTRY(
                                                   "cuMemHostRegister",
-                                                  cuMemHostRegister_v2) FAKE_ENTRY("cuMemHostUnregi"
+                                                  cuMemHostRegister_v2) FAKE_ENTRY("cuMemHo"
+                                                                                   "stUnreg"
+                                                                                   "i"
                                                                                    "ster",
                                                                                    cuMemHostUnregister)
                                                   FAKE_ENTRY("cuStreamCre"
                                                              "ate",
-                                                             cuStreamCreate) FAKE_ENTRY("cuStreamDe"
-                                                                                        "stroy",
+                                                             cuStreamCreate) FAKE_ENTRY("cu"
+                                                                                        "St"
+                                                                                        "re"
+                                                                                        "am"
+                                                                                        "De"
+                                                                                        "st"
+                                                                                        "ro"
+                                                                                        "y",
                                                                                         cuStreamDestroy_v2)
                                                       FAKE_ENTRY("cuStreamSynchronize",
                                                                  cuStreamSynchronize)
@@ -619,7 +651,8 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
                                                                      cuStreamBeginCapture_v2)
                                                               FAKE_ENTRY("cuStreamEndCapture",
                                                                          cuStreamEndCapture)
-                                                                  FAKE_ENTRY("cuMemcpyDtoHAsync",
+                                                                  FAKE_ENTRY("cuMemcpyDtoHAsyn"
+                                                                             "c",
                                                                              cuMemcpyDtoHAsync_v2)
                                                                       FAKE_ENTRY(
                                                                           "cuMemcpyHtoDAsyn"
@@ -633,12 +666,15 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
                                                                                   "toD",
                                                                                   cuMemcpyHtoD_v2)
                                                                                   FAKE_ENTRY(
-                                                                                      "cuMemsetD"
+                                                                                      "cuMemset"
+                                                                                      "D"
                                                                                       "8",
                                                                                       cuMemsetD8_v2)
                                                                                       FAKE_ENTRY(
-                                                                                          "cuLaunch"
-                                                                                          "Kernel",
+                                                                                          "cuLa"
+                                                                                          "unch"
+                                                                                          "Kern"
+                                                                                          "el",
                                                                                           cuLaunchKernel)
                                                                                           FAKE_ENTRY(
                                                                                               "cuGe"

@@ -7,9 +7,11 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +26,7 @@
 #include "lib/contract/gpu_fastpath_wire.h"
 #include "plugins/fastpath/control.h"
 #include "plugins/fastpath/gate.h"
+#include "plugins/fastpath/legacy_ipc.h"
 #include "plugins/fastpath/mover.h"
 #include "plugins/fastpath/registry.h"
 #include "test/fakes/cuda/fake_cuda.h"
@@ -80,6 +83,7 @@ class FastpathTest : public ::testing::Test {
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = 0;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;  // exportable
     EXPECT_EQ(reg_->MemCreate(handle, bytes, &prop, 0), CUDA_SUCCESS);
     EXPECT_EQ(reg_->MemMap(va, bytes, 0, *handle, 0), CUDA_SUCCESS);
     CUmemAccessDesc a{};
@@ -857,6 +861,127 @@ TEST_F(FastpathMoveTest, SharedMemoryIsMovedByItsExporterAndImportedAgainWhereIt
   reg_->MemRelease(h);
   d_.cuMemAddressFree(va, 4 * kMiB);
   EXPECT_EQ(Used(), 0u);
+}
+
+// Serves the channel of a process that is not there (a name no pid has) from this one: each
+// connection to it goes to `control`, as the library's own thread serves it.
+class FakeChannel {
+ public:
+  FakeChannel(Control& control, pid_t pid) {
+    const std::string name = contract::gpu_fastpath::SocketName(pid);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    memcpy(a.sun_path + 1, name.data(), name.size());
+    fd_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a),
+                     offsetof(sockaddr_un, sun_path) + 1 + name.size()),
+              0);
+    EXPECT_EQ(::listen(fd_, 4), 0);
+    thread_ = std::thread([this, &control] {
+      for (;;) {
+        int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) return;  // shut down
+        control.Serve(c);
+        ::close(c);
+      }
+    });
+  }
+  ~FakeChannel() {
+    ::shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    ::close(fd_);
+  }
+
+ private:
+  int fd_ = -1;
+  std::thread thread_;
+};
+
+// Legacy IPC of a cudaMalloc the library owns (legacy_ipc.h): the library makes the handle,
+// serves the memory to the process that opens it, and a drain and refill carry it like any
+// descriptor the job shared itself.
+TEST_F(FastpathMoveTest, LegacyIpcOfOwnedMemoryIsServedByTheLibraryAndCarriedLikeAnyShare) {
+  CUdeviceptr p = 0;
+  ASSERT_EQ(reg_->MemAlloc(&p, 6 * kMiB), CUDA_SUCCESS);
+  Fill(p, 6 * kMiB, 31);
+  const pid_t exporter_pid = 40000000 + ::getpid() % 1000000;  // no process has it
+  IpcHandle h, again;
+  ASSERT_EQ(reg_->IpcExport(p + 4096, exporter_pid, &h), CUDA_SUCCESS);  // any address in it
+  ASSERT_EQ(reg_->IpcExport(p, exporter_pid, &again), CUDA_SUCCESS);
+  EXPECT_EQ(again.id, h.id) << "one export per allocation";
+  EXPECT_EQ(h.size, 6 * kMiB);
+  CUipcMemHandle wire_handle;
+  EncodeIpcHandle(h, &wire_handle);
+  IpcHandle decoded;
+  ASSERT_TRUE(DecodeIpcHandle(wire_handle, &decoded));
+  EXPECT_EQ(decoded.pid, exporter_pid);
+  EXPECT_EQ(decoded.id, h.id);
+  EXPECT_EQ(SecretHex(decoded.secret), SecretHex(h.secret));
+  CUipcMemHandle drivers{};
+  EXPECT_FALSE(DecodeIpcHandle(drivers, &decoded)) << "the driver's own handles pass through";
+
+  Control exporter(*mover_, *reg_, nullptr);
+  FakeChannel channel(exporter, exporter_pid);
+  Registry peer_reg(d_, 2 * kMiB);
+  Gate peer_gate;
+  CaptureGate peer_capture;
+  Mover peer(d_, peer_reg, peer_gate, peer_capture);
+  const std::chrono::seconds patience(5);
+  CUdeviceptr iva = 0, iva2 = 0;
+  ASSERT_EQ(OpenIpcHandle(peer_reg, peer, peer_gate, h, &iva, patience), CUDA_SUCCESS);
+  EXPECT_NE(iva, p);
+  EXPECT_TRUE(Holds(iva, 6 * kMiB, 31)) << "one memory, two processes";
+  ASSERT_EQ(OpenIpcHandle(peer_reg, peer, peer_gate, h, &iva2, patience), CUDA_SUCCESS);
+  EXPECT_EQ(iva2, iva) << "opened again: the same address, as the driver does";
+  IpcHandle forged = h;
+  forged.secret[1] ^= 1;
+  CUdeviceptr none = 0;
+  EXPECT_EQ(OpenIpcHandle(peer_reg, peer, peer_gate, forged, &none, patience),
+            CUDA_ERROR_INVALID_HANDLE)
+      << "only the handle's secret opens it";
+  EXPECT_EQ(reg_->Stats().exports, 1u);
+  EXPECT_EQ(peer_reg.Stats().imports, 1u);
+  EXPECT_EQ(peer_reg.Stats().foreign_allocations, 0u) << "carried, not refused";
+  const Shares theirs = peer_reg.CurrentShares();
+  ASSERT_EQ(theirs.imports.size(), 1u);
+
+  DrainResult r, pr;
+  ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
+  ASSERT_TRUE(peer.Drain(DrainOptions{}, &pr).ok());
+  EXPECT_EQ(r.bytes, 6 * kMiB);
+  EXPECT_EQ(pr.bytes, 0u);
+  EXPECT_EQ(Used(), 0u);
+  bool busy = false;
+  std::string why;
+  EXPECT_EQ(FetchIpcShare(h, &busy, &why), -1);
+  EXPECT_TRUE(busy) << "drained: asked again later (" << why << ")";
+
+  RefillResult rr, prr;
+  ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
+  ASSERT_TRUE(peer.Refill(RefillOptions{}, &prr).ok());
+  EXPECT_EQ(peer.state(), State::kImporting);
+  const Shares mine = reg_->CurrentShares();
+  ASSERT_EQ(mine.exports.size(), 1u);
+  ASSERT_GE(mine.exports[0].fd, 0) << "exported again";
+  int64_t ms = 0;
+  const int carried = ::dup(mine.exports[0].fd);  // what cryod takes with pidfd_getfd
+  ASSERT_TRUE(peer.Import({{theirs.imports[0].id, carried}}, &ms).ok());
+  ::close(carried);
+  EXPECT_TRUE(Holds(p, 6 * kMiB, 31));
+  EXPECT_TRUE(Holds(iva, 6 * kMiB, 31));
+  Fill(iva, 6 * kMiB, 32);  // still one memory
+  EXPECT_TRUE(Holds(p, 6 * kMiB, 32));
+
+  CUresult cr = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(peer_reg.IpcClose(iva, &cr));
+  EXPECT_EQ(cr, CUDA_SUCCESS);
+  EXPECT_EQ(peer_reg.Stats().imports, 1u) << "opened twice: still mapped";
+  ASSERT_TRUE(peer_reg.IpcClose(iva, &cr));
+  EXPECT_EQ(cr, CUDA_SUCCESS);
+  EXPECT_EQ(peer_reg.Stats().imports, 0u);
+  EXPECT_FALSE(peer_reg.IpcClose(iva, &cr)) << "not the library's any more";
+  EXPECT_EQ(reg_->MemFree(p), CUDA_SUCCESS);
+  EXPECT_EQ(Used(), 0u) << "the export's descriptor went with the allocation";
 }
 
 TEST_F(FastpathMoveTest, ASecondDrainIsRefusedAndAbortRollsBack) {
