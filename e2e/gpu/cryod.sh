@@ -396,6 +396,10 @@ multi_parts() {
   if [ ${#MULTI_ENV[@]} -gt 0 ]; then
     [[ "$only" == *" ddp-defaults "* ]] && DDP_NCCL=defaults ddp_losses "${P}ddp-nccl-defaults"
     [[ "$only" == *" legacy-ipc-probe "* ]] && PROBE_NCCL_EXTRA=NCCL_CUMEM_ENABLE=0 nccl_defaults_probe "${P}nccl-legacy-ipc-probe"
+    [[ "$only" == *" shm-probe "* ]] && PROBE_NCCL_EXTRA=NCCL_P2P_DISABLE=1 nccl_defaults_probe "${P}nccl-shm-probe"
+    [[ "$only" == *" shm-register-probe "* ]] && PROBE_NCCL_EXTRA="NCCL_P2P_DISABLE=1 NCCL_CUMEM_HOST_ENABLE=0" nccl_defaults_probe "${P}nccl-shm-register-probe"
+    [[ "$only" == *" ddp-shm "* ]] && DDP_NCCL=shm DDP_LAUNCH=torchrun ddp_losses "${P}ddp-torchrun-nccl-shm"
+    [[ "$only" == *" ddp-shm-register "* ]] && DDP_NCCL=shm-register DDP_LAUNCH=torchrun ddp_losses "${P}ddp-torchrun-nccl-shm-register"
     [[ "$only" == *" ddp-legacy-ipc "* ]] && DDP_NCCL=legacy-ipc DDP_LAUNCH=torchrun ddp_losses "${P}ddp-torchrun-nccl-legacy-ipc"
     [[ "$only" == *" ipc-share "* ]] && ipc_share_probe "${P}ipc-share-torch-mp"
     [[ "$only" == *" ddp-torchrun "* ]] && DDP_NCCL=defaults DDP_LAUNCH=torchrun ddp_losses "${P}ddp-torchrun-nccl-defaults"
@@ -472,6 +476,14 @@ ddp_losses() {
   # by legacy CUDA IPC (cudaIpcGetMemHandle), which the fast-path library serves itself.
   [ "${DDP_NCCL:-}" = legacy-ipc ] && nccl=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE
     -u NCCL_CUMEM_HOST_ENABLE NCCL_CUMEM_ENABLE=0)
+  # DDP_NCCL=shm-register: P2P off, so the ranks meet through NCCL's SHM transport, on segments
+  # of /dev/shm registered with the driver (cuMemHostRegister) rather than cuMem host memory.
+  [ "${DDP_NCCL:-}" = shm-register ] && nccl=(env -u NCCL_SHM_DISABLE -u NCCL_CUMEM_ENABLE
+    NCCL_P2P_DISABLE=1 NCCL_CUMEM_HOST_ENABLE=0)
+  # DDP_NCCL=shm: P2P off, the rest at NCCL's defaults: the SHM transport then shares host
+  # memory made with cuMemCreate as POSIX descriptors, which the fast-path library carries.
+  [ "${DDP_NCCL:-}" = shm ] && nccl=(env -u NCCL_SHM_DISABLE -u NCCL_CUMEM_ENABLE
+    -u NCCL_CUMEM_HOST_ENABLE NCCL_P2P_DISABLE=1)
   nccl+=(NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo)
   # Rank 0 hosts PyTorch's TCPStore, whose libuv loop sets up an io_uring, which CRIU 4.1 cannot
   # dump ("Unknown shit 600 (anon_inode:[io_uring])", seen on the H200s; UV_USE_IO_URING=0 did
@@ -558,8 +570,10 @@ nccl_defaults_probe() {
   local defaults=(env -u NCCL_P2P_DISABLE -u NCCL_SHM_DISABLE -u NCCL_CUMEM_ENABLE
     -u NCCL_CUMEM_HOST_ENABLE -u NCCL_IB_DISABLE NCCL_NVLS_ENABLE=0 NCCL_SOCKET_IFNAME=lo)
   [ ${#MULTI_ENV[@]} -eq 0 ] && defaults+=(USE_LIBUV=0)
-  # PROBE_NCCL_EXTRA: one more setting (NCCL_CUMEM_ENABLE=0: P2P by legacy CUDA IPC).
-  [ -n "${PROBE_NCCL_EXTRA:-}" ] && defaults+=("$PROBE_NCCL_EXTRA")
+  # PROBE_NCCL_EXTRA: one more setting (NCCL_CUMEM_ENABLE=0: P2P by legacy CUDA IPC;
+  # NCCL_P2P_DISABLE=1: the SHM transport between the GPUs).
+  # shellcheck disable=SC2206 # a list of settings
+  [ -n "${PROBE_NCCL_EXTRA:-}" ] && defaults+=($PROBE_NCCL_EXTRA)
   "${defaults[@]}" setsid -w $py "$src" --steps "$steps" --out "$ref" --port 29571 </dev/null >"$RES/$name.ref.log" 2>&1
   grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/$name.ref.log")"; return; }
   "${defaults[@]}" NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P,SHM,ALLOC "${MULTI_ENV[@]}" \

@@ -298,6 +298,26 @@ TEST_F(FastpathE2e, TwoProcessesSharingACudaMallocByLegacyIpcAreCheckpointedAndR
   EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
 }
 
+// NCCL's SHM transport (P2P unavailable) shares host memory made with cuMemCreate as POSIX
+// descriptors; the driver cannot restore that between processes, so the library moves it.
+TEST_F(FastpathE2e, TwoProcessesSharingHostMemoryAsNcclsShmTransportDoesAreRestored) {
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob({"--share-mib", "8", "--share-host"});
+  ASSERT_TRUE(w.WaitMain(20));
+  ASSERT_TRUE(PeerRuns(w)) << w.Status().dump();
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "shm"), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 72 * kMiB) << "the exporter's 64 MiB and the shared 8";
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last_step = U(w.Status(), "main");
+  s = a.Restore(RestoreReq("shm"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, last_step);
+  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
+  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+}
+
 TEST_F(FastpathE2e, AProgramLinkedAgainstTheDriverIsServedToo) {
   Cryod& a = Node("node-a");
   Workload& w = GpuJob({}, FAKEGPU_DIRECT_BIN);

@@ -24,7 +24,8 @@
 // shared memory is one cudaMalloc of N MiB passed by legacy CUDA IPC instead (cuIpcGetMemHandle;
 // the second process gets --import-ipc with the handle in hex and opens it with
 // cuIpcOpenMemHandle), as PyTorch shares CUDA tensors and NCCL's P2P transport shares buffers
-// with NCCL_CUMEM_ENABLE=0.
+// with NCCL_CUMEM_ENABLE=0. With --share-host the shared allocations are host memory
+// (CU_MEM_LOCATION_TYPE_HOST_NUMA), as NCCL's SHM transport makes them when P2P is unavailable.
 //
 // With --io-uring it first sets up an io_uring as libuv's loop does (through syscall(2), keeping
 // the descriptor and the mapped ring) and goes on without one when the kernel or the fast-path
@@ -234,7 +235,7 @@ int main(int argc, char** argv) {
   long static_mib = 0;
   long share_count = 1;
   std::vector<int> import_fds;
-  bool share_ipc = false;
+  bool share_ipc = false, share_host = false;
   std::string import_ipc;  // the exporter's legacy IPC handle, hex
   bool want_io_uring = false;
   for (int i = 1; i < argc; ++i) {
@@ -270,6 +271,8 @@ int main(int argc, char** argv) {
         at = comma + 1;
       }
       ++i;
+    } else if (a == "--share-host") {
+      share_host = true;
     } else if (a == "--share-ipc") {
       share_ipc = true;
     } else if (a == "--import-ipc") {
@@ -453,11 +456,12 @@ int main(int argc, char** argv) {
     CUdeviceptr range = 0;
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev;
+    prop.location.type = share_host ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = share_host ? 0 : dev;
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     CUmemAccessDesc acc{};
-    acc.location = prop.location;
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;  // the GPU's access (NCCL adds the CPU's)
+    acc.location.id = dev;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     if (importer && import_fds.size() != static_cast<size_t>(share_count)) {
       return fprintf(stderr, "--import-fd needs --share-count descriptors\n"), 1;

@@ -311,7 +311,7 @@ bool Mover::Plan() {
   imports_.clear();
   for (auto& [id, p] : reg_.phys()) {
     if (p->imported && p->real != 0) imports_.push_back(p.get());
-    if (p->exported || p->imported || p->real == 0) continue;
+    if (!Registry::Moved(*p) || p->real == 0) continue;
     p->stream_offset = total_;
     total_ += p->size;
     plan_.push_back(p.get());
@@ -345,6 +345,12 @@ std::string Mover::MapTemporary(Phys* p) {
     CUmemAccessDesc a{};
     a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     a.location.id = p->prop.location.id;
+    CUdevice dev = 0;
+    // Host memory: copied by the device of the context that made it.
+    if (p->host_mem && d_.cuCtxSetCurrent(p->ctx) == CUDA_SUCCESS &&
+        d_.cuCtxGetDevice(&dev) == CUDA_SUCCESS) {
+      a.location.id = dev;
+    }
     a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     r = d_.cuMemSetAccess(va, p->size, &a, 1);
     if (r != CUDA_SUCCESS) d_.cuMemUnmap(va, p->size);
@@ -576,11 +582,11 @@ std::string Mover::Recreate() {
     CUmemGenericAllocationHandle h = 0;
     CUresult r = d_.cuMemCreate(&h, p->size, &p->prop, 0);
     if (r != CUDA_SUCCESS) {
-      return Cuda(d_,
-                  ("creating " + std::to_string(p->size) + " bytes of device memory on GPU " +
-                   std::to_string(p->prop.location.id))
-                      .c_str(),
-                  r);
+      const std::string where =
+          p->host_mem
+              ? " bytes of host memory (NUMA node " + std::to_string(p->prop.location.id) + ")"
+              : " bytes of device memory on GPU " + std::to_string(p->prop.location.id);
+      return Cuda(d_, ("creating " + std::to_string(p->size) + where).c_str(), r);
     }
     p->real = h;
     std::lock_guard<std::mutex> l(reg_.mu());

@@ -178,12 +178,21 @@ CUresult Registry::MemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     if (handle != nullptr) *handle = real;
     return r;
   }
-  // Device memory only: host allocations are the process's memory, which CRIU saves.
-  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+  // Device memory, and host memory the driver made (NCCL's SHM buffers, which the library moves
+  // once they are shared); anything else stays the driver's.
+  const bool host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
+                    prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+                    prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+  CUcontext ctx = nullptr;
+  if (host) {
+    d_.cuCtxGetCurrent(&ctx);  // its copies run on the context that made it
+  } else if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+    ctx = ContextFor(*prop);
+  }
+  if (ctx == nullptr && prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     *handle = real;
     return r;
   }
-  CUcontext ctx = ContextFor(*prop);
   std::lock_guard<std::mutex> l(mu_);
   auto p = std::make_unique<Phys>();
   p->id = next_id_++;
@@ -192,6 +201,7 @@ CUresult Registry::MemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   p->prop = *prop;
   p->ctx = ctx;
   p->job_refs = 1;
+  p->host_mem = host;
   *handle = kHandleTag | p->id;
   phys_[p->id] = std::move(p);
   if (ctx != nullptr) contexts_.insert(ctx);
@@ -542,6 +552,7 @@ RegistryStats Registry::Stats() {
       s.imports++;
       continue;
     }
+    if (!Moved(*p)) continue;
     s.owned_bytes += p->size;
     s.owned_allocations++;
     if (p->ours) s.owned_cumemalloc++;

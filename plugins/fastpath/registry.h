@@ -7,7 +7,8 @@
 //    it), so that the physical memory can be released and created again at the same address;
 //  - memory the job itself created with cuMemCreate and mapped with cuMemMap (PyTorch's
 //    expandable segments, NCCL's cuMem path). The job gets a handle of the library's making
-//    for each such allocation, so the driver's handle may change under it.
+//    for each such allocation, so the driver's handle may change under it. Host memory made so
+//    (NCCL's SHM transport) is tracked the same way, and moved only while exported.
 // Memory shared between processes as POSIX descriptors (NCCL's P2P over cuMem) is owned too
 // (docs/proposals/nccl-shared-memory.md): an exported allocation is moved by its exporter like
 // any other, and each export keeps a duplicate of the descriptor the job got, by which cryod
@@ -46,8 +47,11 @@ struct Phys {
   CUmemGenericAllocationHandle real = 0;  // the driver's handle; 0 while moved out
   size_t size = 0;
   CUmemAllocationProp prop{};
-  CUcontext ctx = nullptr;     // for copies; the device's primary context when none was current
-  bool ours = false;           // made by the library for an owned cuMemAlloc
+  CUcontext ctx = nullptr;  // for copies; the device's primary context when none was current
+  bool ours = false;        // made by the library for an owned cuMemAlloc
+  // Host memory of the job's cuMemCreate (NCCL's SHM buffers): moved by the library only while
+  // exported (shared with another process, which the driver cannot restore); else the driver's.
+  bool host_mem = false;
   int job_refs = 0;            // the job's references to its handle (not for ours)
   bool exported = false;       // shared another way than a POSIX descriptor: the driver's to move
   std::vector<Share> exports;  // its exports as POSIX descriptors (moved by the library)
@@ -171,6 +175,10 @@ class Registry {
   // Whether the job holds a reference through its handle (then the library holds a driver
   // reference for it, which a refill must take again).
   static bool HoldsReference(const Phys& p) { return p.ours || p.job_refs > 0; }
+  // Whether the library moves it (else: the driver's checkpoint, or its exporter's).
+  static bool Moved(const Phys& p) {
+    return !p.exported && !p.imported && (!p.host_mem || !p.exports.empty());
+  }
 
  private:
   Phys* FindByJobHandle(CUmemGenericAllocationHandle h);

@@ -53,6 +53,7 @@ struct State {
   uint64_t total = 4096ull << 20;
   Ctx ctx[8];
   uint64_t used[8] = {};
+  uint64_t host_used = 0;                // cuMemCreate of host memory (NCCL's SHM buffers)
   std::map<uintptr_t, size_t> reserved;  // va -> size
   std::map<CUmemGenericAllocationHandle, Phys> phys;
   std::map<uintptr_t, Map> maps;       // va -> mapping
@@ -81,7 +82,9 @@ void FreePhysLocked(State& s, CUmemGenericAllocationHandle h) {
   auto it = s.phys.find(h);
   if (it == s.phys.end() || it->second.refs > 0) return;
   ::close(it->second.fd);
-  if (!it->second.imported) s.used[it->second.device] -= it->second.size;
+  if (!it->second.imported) {
+    (it->second.device < 0 ? s.host_used : s.used[it->second.device]) -= it->second.size;
+  }
   s.phys.erase(it);
 }
 
@@ -121,6 +124,11 @@ uint64_t fake_cuda_registered_bytes() {
   uint64_t n = 0;
   for (const auto& [p, b] : S().registered) n += b;
   return n;
+}
+
+uint64_t fake_cuda_host_used_bytes() {
+  std::lock_guard<std::mutex> l(S().mu);
+  return S().host_used;
 }
 
 uint64_t fake_cuda_used_bytes(int device) {
@@ -326,9 +334,13 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size, const CUmemAl
   if (size == 0 || size % kGranularity != 0 || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
   State& s = S();
   std::lock_guard<std::mutex> l(s.mu);
-  int d = prop->location.id;
-  if (d < 0 || d >= s.devices) return CUDA_ERROR_INVALID_DEVICE;
-  if (s.used[d] + size > s.total) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Host memory (NCCL's SHM buffers): device -1, counted apart.
+  const bool host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
+                    prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+                    prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+  int d = host ? -1 : prop->location.id;
+  if (!host && (d < 0 || d >= s.devices)) return CUDA_ERROR_INVALID_DEVICE;
+  if (!host && s.used[d] + size > s.total) return CUDA_ERROR_OUT_OF_MEMORY;
   int fd = memfd_create("fake-gpu-memory", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
     if (fd >= 0) close(fd);
@@ -342,7 +354,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size, const CUmemAl
   p.prop = *prop;
   *h = s.next_handle++;
   s.phys[*h] = p;
-  s.used[d] += size;
+  (host ? s.host_used : s.used[d]) += size;
   return CUDA_SUCCESS;
 }
 

@@ -8,6 +8,7 @@
 
 extern "C" uint64_t fake_cuda_used_bytes(int device);
 extern "C" uint64_t fake_cuda_registered_bytes();
+extern "C" uint64_t fake_cuda_host_used_bytes();
 
 namespace cryo::fastpath::testing {
 

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "daemon/gpu/host_copy.h"
@@ -76,12 +77,14 @@ class FastpathTest : public ::testing::Test {
 
   // A job's own VMM allocation (as PyTorch's expandable segments make them), through the
   // library: reserve, create, map, allow access.
-  CUdeviceptr JobVmm(size_t bytes, CUmemGenericAllocationHandle* handle) {
+  // `where` CU_MEM_LOCATION_TYPE_HOST_NUMA: host memory, as NCCL's SHM transport makes it.
+  CUdeviceptr JobVmm(size_t bytes, CUmemGenericAllocationHandle* handle,
+                     CUmemLocationType where = CU_MEM_LOCATION_TYPE_DEVICE) {
     CUdeviceptr va = 0;
     EXPECT_EQ(d_.cuMemAddressReserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.type = where;
     prop.location.id = 0;
     prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;  // exportable
     EXPECT_EQ(reg_->MemCreate(handle, bytes, &prop, 0), CUDA_SUCCESS);
@@ -861,6 +864,79 @@ TEST_F(FastpathMoveTest, SharedMemoryIsMovedByItsExporterAndImportedAgainWhereIt
   reg_->MemRelease(h);
   d_.cuMemAddressFree(va, 4 * kMiB);
   EXPECT_EQ(Used(), 0u);
+}
+
+// NCCL's SHM transport (P2P unavailable) shares host memory it made with cuMemCreate, exported
+// as POSIX descriptors: the driver cannot restore that between processes, so the library moves
+// it like shared device memory; host memory the job does not share stays the driver's.
+TEST_F(FastpathMoveTest, SharedHostMemoryIsMovedByItsExporterAndUnsharedHostMemoryIsLeftAlone) {
+  const uint64_t host_before = fake_cuda_host_used_bytes();
+  CUmemGenericAllocationHandle h = 0, alone = 0;
+  CUdeviceptr va = JobVmm(4 * kMiB, &h, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  CUdeviceptr lone = JobVmm(2 * kMiB, &alone, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+  Fill(va, 4 * kMiB, 41);
+  Fill(lone, 2 * kMiB, 42);
+  EXPECT_EQ(reg_->Stats().owned_bytes, 0u) << "not shared: the driver's";
+  int fd = -1;
+  ASSERT_EQ(d_.cuMemExportToShareableHandle(&fd, reg_->Translate(h),
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            CUDA_SUCCESS);
+  reg_->Exported(h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, &fd);
+  EXPECT_EQ(reg_->Stats().owned_bytes, 4 * kMiB);
+  EXPECT_EQ(reg_->Stats().foreign_allocations, 0u) << "carried, not refused";
+
+  Registry peer_reg(d_, 2 * kMiB);
+  Gate peer_gate;
+  CaptureGate peer_capture;
+  Mover peer(d_, peer_reg, peer_gate, peer_capture);
+  CUmemGenericAllocationHandle ih = 0;
+  ASSERT_EQ(peer_reg.MemImport(&ih, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+            CUDA_SUCCESS);
+  ::close(fd);
+  CUdeviceptr iva = 0;
+  ASSERT_EQ(d_.cuMemAddressReserve(&iva, 4 * kMiB, 0, 0, 0), CUDA_SUCCESS);
+  ASSERT_EQ(peer_reg.MemMap(iva, 4 * kMiB, 0, ih, 0), CUDA_SUCCESS);
+  CUmemAccessDesc a{};
+  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  ASSERT_EQ(peer_reg.MemSetAccess(iva, 4 * kMiB, &a, 1), CUDA_SUCCESS);
+  ASSERT_TRUE(Holds(iva, 4 * kMiB, 41));
+  const Shares theirs = peer_reg.CurrentShares();
+  ASSERT_EQ(theirs.imports.size(), 1u);
+
+  DrainResult r, pr;
+  ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
+  ASSERT_TRUE(peer.Drain(DrainOptions{}, &pr).ok());
+  EXPECT_EQ(r.bytes, 4 * kMiB) << "the shared host memory, not the other";
+  EXPECT_EQ(fake_cuda_host_used_bytes() - host_before, 2 * kMiB) << "the shared buffer released";
+  EXPECT_TRUE(Holds(lone, 2 * kMiB, 42)) << "the unshared buffer untouched";
+
+  RefillResult rr, prr;
+  ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
+  ASSERT_TRUE(peer.Refill(RefillOptions{}, &prr).ok());
+  const Shares mine = reg_->CurrentShares();
+  ASSERT_EQ(mine.exports.size(), 1u);
+  ASSERT_GE(mine.exports[0].fd, 0);
+  int64_t ms = 0;
+  const int carried = ::dup(mine.exports[0].fd);
+  ASSERT_TRUE(peer.Import({{theirs.imports[0].id, carried}}, &ms).ok());
+  ::close(carried);
+  EXPECT_TRUE(Holds(va, 4 * kMiB, 41));
+  EXPECT_TRUE(Holds(iva, 4 * kMiB, 41));
+  Fill(iva, 4 * kMiB, 43);
+  EXPECT_TRUE(Holds(va, 4 * kMiB, 43)) << "one memory again";
+
+  peer_reg.MemUnmap(iva, 4 * kMiB);
+  peer_reg.MemRelease(ih);
+  d_.cuMemAddressFree(iva, 4 * kMiB);
+  for (auto [ptr, handle, bytes] :
+       {std::tuple{va, h, 4 * kMiB}, std::tuple{lone, alone, 2 * kMiB}}) {
+    reg_->MemUnmap(ptr, bytes);
+    reg_->MemRelease(handle);
+    d_.cuMemAddressFree(ptr, bytes);
+  }
+  EXPECT_EQ(fake_cuda_host_used_bytes(), host_before);
 }
 
 // Serves the channel of a process that is not there (a name no pid has) from this one: each
