@@ -37,7 +37,10 @@ absl::Status MatchShares(std::vector<FastpathProcess>& procs,
       return absl::FailedPreconditionError(absl::StrCat(
           "pid ", procs[i].pid, " shares ", q.foreign_shares,
           " GPU allocations with other processes in a way cryo cannot carry (not as POSIX "
-          "descriptors: fabric handles, or imports of another kind). Nothing was stopped"));
+          "descriptors: fabric handles, legacy CUDA IPC handles the driver made for memory the "
+          "fast path does not own, such as a cudaMalloc below ",
+          contract::gpu_fastpath::kEnvMinBytes,
+          ", or imports of another kind; docs/gpu.md, \"Multi-GPU jobs\"). Nothing was stopped"));
     }
     procs[i].imports.clear();
     for (const auto& imp : q.imports) {

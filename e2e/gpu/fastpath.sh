@@ -41,7 +41,12 @@
 #   GPUs swapped), ddp-defaults-swap, fsdp, fsdp-torchrun, groups-torchrun (the loss reduced in a
 #   second process group: two NCCL communicators) and, on a node of more than two GPUs,
 #   ddp-defaults-all, fsdp-all and groups-torchrun-all (one rank per GPU:
-#   fp-ddp-nccl-defaults-N-ranks, fp-fsdp-N, fp-ddp-N-ranks-2-groups-torchrun).
+#   fp-ddp-nccl-defaults-N-ranks, fp-fsdp-N, fp-ddp-N-ranks-2-groups-torchrun). Other ways ranks
+#   share memory: ddp-legacy-ipc and legacy-ipc-probe (NCCL_CUMEM_ENABLE=0: P2P by legacy CUDA
+#   IPC), ddp-shm and shm-probe (NCCL_P2P_DISABLE=1: the SHM transport on cuMem host memory),
+#   ddp-shm-register and shm-register-probe (the same with NCCL_CUMEM_HOST_ENABLE=0: /dev/shm
+#   segments registered with the driver), ipc-share (fp-ipc-share-torch-mp: a CUDA tensor passed
+#   through a torch.multiprocessing queue, legacy IPC and an IPC event; ipc_share.py).
 #
 # Part "node-preempt" (two GPUs): a node preempted whole. Two jobs of CRYO_GPU_NODE_GIB GiB
 #   (default 32), one per GPU, with the library, are stopped at once through cryod and then
