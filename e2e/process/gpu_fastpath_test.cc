@@ -90,7 +90,49 @@ class FastpathE2e : public ProcessFixture {
   }
 
   void LeaveRunning(Cryod& a, bool in_memory);
+  void CheckpointAndRestoreSharing(const std::vector<std::string>& how, const std::string& id);
 };
+
+// Two processes of one job sharing 8 MiB the way `how` says (cryo-fakegpu-load's flags): a
+// leave-running checkpoint (both go on, still sharing), then a stop and restore. The manifest
+// names the importer's export, and after each the importer's count still reaches the exporter
+// through the shared memory, no word of it wrong.
+void FastpathE2e::CheckpointAndRestoreSharing(const std::vector<std::string>& how,
+                                              const std::string& id) {
+  Cryod& a = Node("node-a");
+  std::vector<std::string> args = {"--share-mib", "8"};
+  args.insert(args.end(), how.begin(), how.end());
+  Workload& w = GpuJob(args);
+  ASSERT_TRUE(w.WaitMain(20));
+  ASSERT_TRUE(PeerRuns(w)) << w.Status().dump();
+
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), id + "-lr", /*leave_running=*/true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 72 * kMiB) << "the exporter's 64 MiB and the shared 8";
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
+  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
+
+  s = a.Checkpoint(Req(w.pid(), id), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  auto m = nlohmann::json::parse(Slurp(store_ + "/checkpoints/" + id + "/manifest.json"));
+  ASSERT_EQ(m["gpu_fastpath"].size(), 2u) << m["gpu_fastpath"].dump();
+  int importers = 0;
+  for (const auto& f : m["gpu_fastpath"]) {
+    if (!f.contains("imports")) continue;
+    ++importers;
+    ASSERT_EQ(f["imports"].size(), 1u) << f.dump();
+    EXPECT_EQ(f["imports"][0]["from"], w.pid()) << "the import is the job's root's export";
+  }
+  EXPECT_EQ(importers, 1);
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last_step = U(w.Status(), "main");
+  s = a.Restore(RestoreReq(id));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, last_step);
+  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
+  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+}
 
 TEST_F(FastpathE2e, CheckpointAndRestoreMoveTheGpuMemoryThroughTheLibrary) {
   Cryod& a = Node("node-a");
@@ -225,40 +267,7 @@ TEST_F(FastpathE2e, ASecondCheckpointWritesOnlyTheGpuDataThatChanged) {
 // count into the shared memory and the exporter reads it back: it goes on only while both map the
 // same memory.
 TEST_F(FastpathE2e, TwoProcessesSharingGpuMemoryAreCheckpointedAndRestoredTogether) {
-  Cryod& a = Node("node-a");
-  Workload& w = GpuJob({"--share-mib", "8"});
-  ASSERT_TRUE(w.WaitMain(20));
-  ASSERT_TRUE(PeerRuns(w)) << w.Status().dump();
-
-  // Leave-running first: both go on, still sharing.
-  v1::CheckpointInfo info;
-  grpc::Status s = a.Checkpoint(Req(w.pid(), "share-lr", /*leave_running=*/true), &info);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(info.gpu_fastpath_bytes(), 72 * kMiB) << "the exporter's 64 MiB and the shared 8";
-  ExpectRunsOnIntact(w, U(w.Status(), "main"));
-  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
-
-  // Then stopped and restored.
-  s = a.Checkpoint(Req(w.pid(), "share"), &info);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  auto m = nlohmann::json::parse(Slurp(store_ + "/checkpoints/share/manifest.json"));
-  ASSERT_EQ(m["gpu_fastpath"].size(), 2u) << m["gpu_fastpath"].dump();
-  int importers = 0;
-  for (const auto& f : m["gpu_fastpath"]) {
-    if (!f.contains("imports")) continue;
-    ++importers;
-    ASSERT_EQ(f["imports"].size(), 1u) << f.dump();
-    EXPECT_EQ(f["imports"][0]["from"], w.pid()) << "the import is the job's root's export";
-  }
-  EXPECT_EQ(importers, 1);
-  ASSERT_TRUE(WaitGone(w));
-  const uint64_t last_step = U(w.Status(), "main");
-  v1::RestoreResult res;
-  s = a.Restore(RestoreReq("share"), &res);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  ExpectRunsOnIntact(w, last_step);
-  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
-  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+  CheckpointAndRestoreSharing({}, "share");
 }
 
 // Legacy CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle) of a cudaMalloc, as PyTorch shares
@@ -266,56 +275,13 @@ TEST_F(FastpathE2e, TwoProcessesSharingGpuMemoryAreCheckpointedAndRestoredTogeth
 // NCCL_CUMEM_ENABLE=0: the library makes the handle and serves the memory to the process that
 // opens it, and both are checkpointed and restored sharing it.
 TEST_F(FastpathE2e, TwoProcessesSharingACudaMallocByLegacyIpcAreCheckpointedAndRestored) {
-  Cryod& a = Node("node-a");
-  Workload& w = GpuJob({"--share-mib", "8", "--share-ipc"});
-  ASSERT_TRUE(w.WaitMain(20));
-  ASSERT_TRUE(PeerRuns(w)) << w.Status().dump();
-
-  v1::CheckpointInfo info;
-  grpc::Status s = a.Checkpoint(Req(w.pid(), "ipc-lr", /*leave_running=*/true), &info);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(info.gpu_fastpath_bytes(), 72 * kMiB) << "the exporter's 64 MiB and the shared 8";
-  ExpectRunsOnIntact(w, U(w.Status(), "main"));
-  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
-
-  s = a.Checkpoint(Req(w.pid(), "ipc"), &info);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  auto m = nlohmann::json::parse(Slurp(store_ + "/checkpoints/ipc/manifest.json"));
-  int importers = 0;
-  for (const auto& f : m["gpu_fastpath"]) {
-    if (!f.contains("imports")) continue;
-    ++importers;
-    ASSERT_EQ(f["imports"].size(), 1u) << f.dump();
-    EXPECT_EQ(f["imports"][0]["from"], w.pid()) << "the import is the job's root's export";
-  }
-  EXPECT_EQ(importers, 1) << m["gpu_fastpath"].dump();
-  ASSERT_TRUE(WaitGone(w));
-  const uint64_t last_step = U(w.Status(), "main");
-  s = a.Restore(RestoreReq("ipc"));
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  ExpectRunsOnIntact(w, last_step);
-  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
-  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+  CheckpointAndRestoreSharing({"--share-ipc"}, "ipc");
 }
 
 // NCCL's SHM transport (P2P unavailable) shares host memory made with cuMemCreate as POSIX
 // descriptors; the driver cannot restore that between processes, so the library moves it.
 TEST_F(FastpathE2e, TwoProcessesSharingHostMemoryAsNcclsShmTransportDoesAreRestored) {
-  Cryod& a = Node("node-a");
-  Workload& w = GpuJob({"--share-mib", "8", "--share-host"});
-  ASSERT_TRUE(w.WaitMain(20));
-  ASSERT_TRUE(PeerRuns(w)) << w.Status().dump();
-  v1::CheckpointInfo info;
-  grpc::Status s = a.Checkpoint(Req(w.pid(), "shm"), &info);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(info.gpu_fastpath_bytes(), 72 * kMiB) << "the exporter's 64 MiB and the shared 8";
-  ASSERT_TRUE(WaitGone(w));
-  const uint64_t last_step = U(w.Status(), "main");
-  s = a.Restore(RestoreReq("shm"));
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  ExpectRunsOnIntact(w, last_step);
-  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
-  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+  CheckpointAndRestoreSharing({"--share-host"}, "shm");
 }
 
 TEST_F(FastpathE2e, AProgramLinkedAgainstTheDriverIsServedToo) {

@@ -190,8 +190,46 @@ struct JobMemory {
   CUmemGenericAllocationHandle h = 0;
 };
 
+// Another process's library (registry, gates, mover), for the sharing tests.
+struct PeerLibrary {
+  explicit PeerLibrary(const Driver& d) : reg(d, 2 << 20), mover(d, reg, gate, capture) {}
+  Registry reg;
+  Gate gate;
+  CaptureGate capture;
+  Mover mover;
+};
+
 class FastpathMoveTest : public FastpathTest {
  protected:
+  // NCCL's P2P and SHM transports: the job's allocation exported as a POSIX descriptor (-1 when
+  // it cannot be), which the peer imports, maps and makes accessible to its device.
+  int ExportAsNcclDoes(CUmemGenericAllocationHandle h) {
+    int fd = -1;
+    EXPECT_EQ(d_.cuMemExportToShareableHandle(&fd, reg_->Translate(h),
+                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+              CUDA_SUCCESS);
+    if (fd >= 0) reg_->Exported(h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, &fd);
+    return fd;
+  }
+  CUdeviceptr ImportAsNcclDoes(Registry& peer, int fd, size_t bytes,
+                               CUmemGenericAllocationHandle* ih) {
+    EXPECT_EQ(peer.MemImport(ih, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+              CUDA_SUCCESS);
+    ::close(fd);  // as NCCL does once imported
+    CUdeviceptr va = 0;
+    EXPECT_EQ(d_.cuMemAddressReserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+    CUmemAccessDesc a{};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (peer.MemMap(va, bytes, 0, *ih, 0) != CUDA_SUCCESS ||
+        peer.MemSetAccess(va, bytes, &a, 1) != CUDA_SUCCESS) {
+      ADD_FAILURE() << "the import could not be mapped";
+      return 0;
+    }
+    return va;
+  }
+
   JobMemory Allocate() {
     JobMemory m;
     EXPECT_EQ(reg_->MemAlloc(&m.a, 8 * kMiB), CUDA_SUCCESS);
@@ -797,41 +835,26 @@ TEST_F(FastpathMoveTest, SharedMemoryIsMovedByItsExporterAndImportedAgainWhereIt
   CUmemGenericAllocationHandle h = 0;
   CUdeviceptr va = JobVmm(4 * kMiB, &h);
   Fill(va, 4 * kMiB, 21);
-  int fd = -1;
-  ASSERT_EQ(d_.cuMemExportToShareableHandle(&fd, reg_->Translate(h),
-                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-            CUDA_SUCCESS);
-  reg_->Exported(h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, &fd);
+  const int fd = ExportAsNcclDoes(h);
+  ASSERT_GE(fd, 0);
 
   // The importer: its own library (registry, gates, mover).
-  Registry peer_reg(d_, 2 * kMiB);
-  Gate peer_gate;
-  CaptureGate peer_capture;
-  Mover peer(d_, peer_reg, peer_gate, peer_capture);
+  PeerLibrary lib(d_);
   CUmemGenericAllocationHandle ih = 0;
-  ASSERT_EQ(peer_reg.MemImport(&ih, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-            CUDA_SUCCESS);
-  ::close(fd);  // as NCCL does once imported
-  CUdeviceptr iva = 0;
-  ASSERT_EQ(d_.cuMemAddressReserve(&iva, 4 * kMiB, 0, 0, 0), CUDA_SUCCESS);
-  ASSERT_EQ(peer_reg.MemMap(iva, 4 * kMiB, 0, ih, 0), CUDA_SUCCESS);
-  CUmemAccessDesc a{};
-  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  ASSERT_EQ(peer_reg.MemSetAccess(iva, 4 * kMiB, &a, 1), CUDA_SUCCESS);
+  const CUdeviceptr iva = ImportAsNcclDoes(lib.reg, fd, 4 * kMiB, &ih);
+  ASSERT_NE(iva, 0u);
   ASSERT_TRUE(Holds(iva, 4 * kMiB, 21));  // one memory, two processes
   EXPECT_EQ(reg_->Stats().exports, 1u);
   EXPECT_EQ(reg_->Stats().owned_bytes, 4 * kMiB);
-  EXPECT_EQ(peer_reg.Stats().imports, 1u);
-  EXPECT_EQ(peer_reg.Stats().owned_bytes, 0u);
-  const Shares mine = reg_->CurrentShares(), theirs = peer_reg.CurrentShares();
+  EXPECT_EQ(lib.reg.Stats().imports, 1u);
+  EXPECT_EQ(lib.reg.Stats().owned_bytes, 0u);
+  const Shares mine = reg_->CurrentShares(), theirs = lib.reg.CurrentShares();
   ASSERT_EQ(mine.exports.size(), 1u);
   ASSERT_EQ(theirs.imports.size(), 1u);
 
   DrainResult r, pr;
   ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
-  ASSERT_TRUE(peer.Drain(DrainOptions{}, &pr).ok());
+  ASSERT_TRUE(lib.mover.Drain(DrainOptions{}, &pr).ok());
   EXPECT_EQ(r.bytes, 4 * kMiB);
   EXPECT_EQ(pr.bytes, 0u);  // the importer copies nothing
   EXPECT_EQ(Used(), 0u);    // and the memory is gone from the GPU
@@ -839,26 +862,26 @@ TEST_F(FastpathMoveTest, SharedMemoryIsMovedByItsExporterAndImportedAgainWhereIt
   RefillResult rr, prr;
   ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
   EXPECT_EQ(mover_->state(), State::kRunning);
-  ASSERT_TRUE(peer.Refill(RefillOptions{}, &prr).ok());
-  EXPECT_EQ(peer.state(), State::kImporting);  // held until its import comes
-  EXPECT_TRUE(peer_gate.shut());
+  ASSERT_TRUE(lib.mover.Refill(RefillOptions{}, &prr).ok());
+  EXPECT_EQ(lib.mover.state(), State::kImporting);  // held until its import comes
+  EXPECT_TRUE(lib.gate.shut());
   const Shares again = reg_->CurrentShares();
   ASSERT_EQ(again.exports.size(), 1u);
   EXPECT_EQ(again.exports[0].id, mine.exports[0].id);
   ASSERT_GE(again.exports[0].fd, 0);
   int64_t ms = 0;
   const int carried = ::dup(again.exports[0].fd);  // what cryod takes with pidfd_getfd
-  ASSERT_TRUE(peer.Import({{theirs.imports[0].id, carried}}, &ms).ok());
+  ASSERT_TRUE(lib.mover.Import({{theirs.imports[0].id, carried}}, &ms).ok());
   ::close(carried);
-  EXPECT_EQ(peer.state(), State::kRunning);
-  EXPECT_FALSE(peer_gate.shut());
+  EXPECT_EQ(lib.mover.state(), State::kRunning);
+  EXPECT_FALSE(lib.gate.shut());
   EXPECT_TRUE(Holds(va, 4 * kMiB, 21));
   EXPECT_TRUE(Holds(iva, 4 * kMiB, 21));
   Fill(iva, 4 * kMiB, 22);  // still one memory
   EXPECT_TRUE(Holds(va, 4 * kMiB, 22));
 
-  peer_reg.MemUnmap(iva, 4 * kMiB);
-  peer_reg.MemRelease(ih);
+  lib.reg.MemUnmap(iva, 4 * kMiB);
+  lib.reg.MemRelease(ih);
   d_.cuMemAddressFree(iva, 4 * kMiB);
   reg_->MemUnmap(va, 4 * kMiB);
   reg_->MemRelease(h);
@@ -877,58 +900,43 @@ TEST_F(FastpathMoveTest, SharedHostMemoryIsMovedByItsExporterAndUnsharedHostMemo
   Fill(va, 4 * kMiB, 41);
   Fill(lone, 2 * kMiB, 42);
   EXPECT_EQ(reg_->Stats().owned_bytes, 0u) << "not shared: the driver's";
-  int fd = -1;
-  ASSERT_EQ(d_.cuMemExportToShareableHandle(&fd, reg_->Translate(h),
-                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-            CUDA_SUCCESS);
-  reg_->Exported(h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, &fd);
+  const int fd = ExportAsNcclDoes(h);
+  ASSERT_GE(fd, 0);
   EXPECT_EQ(reg_->Stats().owned_bytes, 4 * kMiB);
   EXPECT_EQ(reg_->Stats().foreign_allocations, 0u) << "carried, not refused";
 
-  Registry peer_reg(d_, 2 * kMiB);
-  Gate peer_gate;
-  CaptureGate peer_capture;
-  Mover peer(d_, peer_reg, peer_gate, peer_capture);
+  PeerLibrary lib(d_);
   CUmemGenericAllocationHandle ih = 0;
-  ASSERT_EQ(peer_reg.MemImport(&ih, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                               CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-            CUDA_SUCCESS);
-  ::close(fd);
-  CUdeviceptr iva = 0;
-  ASSERT_EQ(d_.cuMemAddressReserve(&iva, 4 * kMiB, 0, 0, 0), CUDA_SUCCESS);
-  ASSERT_EQ(peer_reg.MemMap(iva, 4 * kMiB, 0, ih, 0), CUDA_SUCCESS);
-  CUmemAccessDesc a{};
-  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  ASSERT_EQ(peer_reg.MemSetAccess(iva, 4 * kMiB, &a, 1), CUDA_SUCCESS);
+  const CUdeviceptr iva = ImportAsNcclDoes(lib.reg, fd, 4 * kMiB, &ih);
+  ASSERT_NE(iva, 0u);
   ASSERT_TRUE(Holds(iva, 4 * kMiB, 41));
-  const Shares theirs = peer_reg.CurrentShares();
+  const Shares theirs = lib.reg.CurrentShares();
   ASSERT_EQ(theirs.imports.size(), 1u);
 
   DrainResult r, pr;
   ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
-  ASSERT_TRUE(peer.Drain(DrainOptions{}, &pr).ok());
+  ASSERT_TRUE(lib.mover.Drain(DrainOptions{}, &pr).ok());
   EXPECT_EQ(r.bytes, 4 * kMiB) << "the shared host memory, not the other";
   EXPECT_EQ(fake_cuda_host_used_bytes() - host_before, 2 * kMiB) << "the shared buffer released";
   EXPECT_TRUE(Holds(lone, 2 * kMiB, 42)) << "the unshared buffer untouched";
 
   RefillResult rr, prr;
   ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
-  ASSERT_TRUE(peer.Refill(RefillOptions{}, &prr).ok());
+  ASSERT_TRUE(lib.mover.Refill(RefillOptions{}, &prr).ok());
   const Shares mine = reg_->CurrentShares();
   ASSERT_EQ(mine.exports.size(), 1u);
   ASSERT_GE(mine.exports[0].fd, 0);
   int64_t ms = 0;
   const int carried = ::dup(mine.exports[0].fd);
-  ASSERT_TRUE(peer.Import({{theirs.imports[0].id, carried}}, &ms).ok());
+  ASSERT_TRUE(lib.mover.Import({{theirs.imports[0].id, carried}}, &ms).ok());
   ::close(carried);
   EXPECT_TRUE(Holds(va, 4 * kMiB, 41));
   EXPECT_TRUE(Holds(iva, 4 * kMiB, 41));
   Fill(iva, 4 * kMiB, 43);
   EXPECT_TRUE(Holds(va, 4 * kMiB, 43)) << "one memory again";
 
-  peer_reg.MemUnmap(iva, 4 * kMiB);
-  peer_reg.MemRelease(ih);
+  lib.reg.MemUnmap(iva, 4 * kMiB);
+  lib.reg.MemRelease(ih);
   d_.cuMemAddressFree(iva, 4 * kMiB);
   for (auto [ptr, handle, bytes] :
        {std::tuple{va, h, 4 * kMiB}, std::tuple{lone, alone, 2 * kMiB}}) {
@@ -998,32 +1006,29 @@ TEST_F(FastpathMoveTest, LegacyIpcOfOwnedMemoryIsServedByTheLibraryAndCarriedLik
 
   Control exporter(*mover_, *reg_, nullptr);
   FakeChannel channel(exporter, exporter_pid);
-  Registry peer_reg(d_, 2 * kMiB);
-  Gate peer_gate;
-  CaptureGate peer_capture;
-  Mover peer(d_, peer_reg, peer_gate, peer_capture);
+  PeerLibrary lib(d_);
   const std::chrono::seconds patience(5);
   CUdeviceptr iva = 0, iva2 = 0;
-  ASSERT_EQ(OpenIpcHandle(peer_reg, peer, peer_gate, h, &iva, patience), CUDA_SUCCESS);
+  ASSERT_EQ(OpenIpcHandle(lib.reg, lib.mover, lib.gate, h, &iva, patience), CUDA_SUCCESS);
   EXPECT_NE(iva, p);
   EXPECT_TRUE(Holds(iva, 6 * kMiB, 31)) << "one memory, two processes";
-  ASSERT_EQ(OpenIpcHandle(peer_reg, peer, peer_gate, h, &iva2, patience), CUDA_SUCCESS);
+  ASSERT_EQ(OpenIpcHandle(lib.reg, lib.mover, lib.gate, h, &iva2, patience), CUDA_SUCCESS);
   EXPECT_EQ(iva2, iva) << "opened again: the same address, as the driver does";
   IpcHandle forged = h;
   forged.secret[1] ^= 1;
   CUdeviceptr none = 0;
-  EXPECT_EQ(OpenIpcHandle(peer_reg, peer, peer_gate, forged, &none, patience),
+  EXPECT_EQ(OpenIpcHandle(lib.reg, lib.mover, lib.gate, forged, &none, patience),
             CUDA_ERROR_INVALID_HANDLE)
       << "only the handle's secret opens it";
   EXPECT_EQ(reg_->Stats().exports, 1u);
-  EXPECT_EQ(peer_reg.Stats().imports, 1u);
-  EXPECT_EQ(peer_reg.Stats().foreign_allocations, 0u) << "carried, not refused";
-  const Shares theirs = peer_reg.CurrentShares();
+  EXPECT_EQ(lib.reg.Stats().imports, 1u);
+  EXPECT_EQ(lib.reg.Stats().foreign_allocations, 0u) << "carried, not refused";
+  const Shares theirs = lib.reg.CurrentShares();
   ASSERT_EQ(theirs.imports.size(), 1u);
 
   DrainResult r, pr;
   ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
-  ASSERT_TRUE(peer.Drain(DrainOptions{}, &pr).ok());
+  ASSERT_TRUE(lib.mover.Drain(DrainOptions{}, &pr).ok());
   EXPECT_EQ(r.bytes, 6 * kMiB);
   EXPECT_EQ(pr.bytes, 0u);
   EXPECT_EQ(Used(), 0u);
@@ -1034,14 +1039,14 @@ TEST_F(FastpathMoveTest, LegacyIpcOfOwnedMemoryIsServedByTheLibraryAndCarriedLik
 
   RefillResult rr, prr;
   ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
-  ASSERT_TRUE(peer.Refill(RefillOptions{}, &prr).ok());
-  EXPECT_EQ(peer.state(), State::kImporting);
+  ASSERT_TRUE(lib.mover.Refill(RefillOptions{}, &prr).ok());
+  EXPECT_EQ(lib.mover.state(), State::kImporting);
   const Shares mine = reg_->CurrentShares();
   ASSERT_EQ(mine.exports.size(), 1u);
   ASSERT_GE(mine.exports[0].fd, 0) << "exported again";
   int64_t ms = 0;
   const int carried = ::dup(mine.exports[0].fd);  // what cryod takes with pidfd_getfd
-  ASSERT_TRUE(peer.Import({{theirs.imports[0].id, carried}}, &ms).ok());
+  ASSERT_TRUE(lib.mover.Import({{theirs.imports[0].id, carried}}, &ms).ok());
   ::close(carried);
   EXPECT_TRUE(Holds(p, 6 * kMiB, 31));
   EXPECT_TRUE(Holds(iva, 6 * kMiB, 31));
@@ -1049,13 +1054,13 @@ TEST_F(FastpathMoveTest, LegacyIpcOfOwnedMemoryIsServedByTheLibraryAndCarriedLik
   EXPECT_TRUE(Holds(p, 6 * kMiB, 32));
 
   CUresult cr = CUDA_ERROR_UNKNOWN;
-  ASSERT_TRUE(peer_reg.IpcClose(iva, &cr));
+  ASSERT_TRUE(lib.reg.IpcClose(iva, &cr));
   EXPECT_EQ(cr, CUDA_SUCCESS);
-  EXPECT_EQ(peer_reg.Stats().imports, 1u) << "opened twice: still mapped";
-  ASSERT_TRUE(peer_reg.IpcClose(iva, &cr));
+  EXPECT_EQ(lib.reg.Stats().imports, 1u) << "opened twice: still mapped";
+  ASSERT_TRUE(lib.reg.IpcClose(iva, &cr));
   EXPECT_EQ(cr, CUDA_SUCCESS);
-  EXPECT_EQ(peer_reg.Stats().imports, 0u);
-  EXPECT_FALSE(peer_reg.IpcClose(iva, &cr)) << "not the library's any more";
+  EXPECT_EQ(lib.reg.Stats().imports, 0u);
+  EXPECT_FALSE(lib.reg.IpcClose(iva, &cr)) << "not the library's any more";
   EXPECT_EQ(reg_->MemFree(p), CUDA_SUCCESS);
   EXPECT_EQ(Used(), 0u) << "the export's descriptor went with the allocation";
 }
