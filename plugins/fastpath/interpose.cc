@@ -657,6 +657,8 @@ CUresult W_cuIpcOpenMemHandle_v2(CUdeviceptr* dptr, CUipcMemHandle handle,
   IpcHandle h;
   if (DecodeIpcHandle(handle, &h)) {
     if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    // A handle opens in another process, as the driver's do.
+    if (h.pid == static_cast<int32_t>(::getpid())) return CUDA_ERROR_INVALID_CONTEXT;
     return OpenIpcHandle(lib.registry(), lib.mover(), lib.gate(), h, dptr, kIpcOpenPatience);
   }
   // The driver's own handle: another process's memory mapped in a way no one can carry through

@@ -1,7 +1,8 @@
 // The fast path's replies come from a process of the job, which may lie. For any bytes, each
 // typed ParseFastpathReply returns the reply or an error: no crash, no undefined behaviour; an
 // accepted status never names another process than the one asked, nor a version this side does
-// not speak; an accepted reply encodes back to one that decodes the same.
+// not speak; an accepted reply encodes back to one that decodes the same. The same for a request
+// and for a legacy IPC share's reply, which the library reads from another process.
 
 #include <cstddef>
 #include <cstdint>
@@ -43,8 +44,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RoundTrips(*d, p);
   if (auto s = cryo::gpu::ParseFastpathReply<wire::SavedReply>(text, p); s.ok()) RoundTrips(*s, p);
   if (auto r = cryo::gpu::ParseFastpathReply<wire::RefillReply>(text, p); r.ok()) RoundTrips(*r, p);
-  wire::Request req;
   std::string why;
+  // A share's reply comes from another process of the job, to the library in a rank.
+  wire::Reply<wire::ShareReply> share;
+  if (wire::Decode(std::string(text), &share, &why) && share.ok) {
+    wire::Reply<wire::ShareReply> again;
+    if (!wire::Decode(wire::Encode(share.body), &again, &why) || !again.ok ||
+        again.body.size != share.body.size) {
+      std::abort();
+    }
+  }
+  wire::Request req;
   if (wire::Decode(std::string(text), &req, &why)) {
     wire::Request again;
     if (!wire::Decode(wire::Encode(req), &again, &why) ||
