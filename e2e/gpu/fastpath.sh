@@ -48,6 +48,9 @@
 #   segments registered with the driver), ipc-share (fp-ipc-share-torch-mp: a CUDA tensor passed
 #   through a torch.multiprocessing queue, legacy IPC and an IPC event; ipc_share.py).
 #
+# Part "drain-scale": fp-inplace-N-host for each N of CRYO_GPU_SCALE_GIB (default 16 32 56):
+#   whether a drain's time grows with its size and nothing else.
+#
 # Part "node-preempt" (two GPUs): a node preempted whole. Two jobs of CRYO_GPU_NODE_GIB GiB
 #   (default 32), one per GPU, with the library, are stopped at once through cryod and then
 #   restored at once, against one such job alone and against the floors measured in the same
@@ -607,6 +610,10 @@ PY
 
 run_fastpath_parts() {
   [ -f "$FPLIB" ] || { result fastpath SKIP "bundle has no $FPLIB"; return; }
+  # Whether the drain is linear in size: in-place drains into host memory, one size after another.
+  case " $PARTS " in *" drain-scale "*)
+    for gib in ${CRYO_GPU_SCALE_GIB:-16 32 56}; do fp_inplace "$gib" host; done ;;
+  esac
   case " $PARTS " in *" fastpath-proof "*)
     if fp_torch_ok; then
       fp_torch fp-torch-default ""

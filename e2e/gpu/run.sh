@@ -5,7 +5,7 @@
 # Env: CRYO_GPU_PARTS   which parts run (default "plugin cryod torch refuse multi"): plugin =
 #                       in-place cycles through cryo-gpuctl (no CRIU); the others, and "export"
 #                       / "import" (the cross-node test over two machines), are in cryod.sh;
-#                       "fastpath-proof", "fastpath", "periodic-stall", "incremental", "fastpath-multi" and
+#                       "fastpath-proof", "fastpath", "drain-scale", "periodic-stall", "incremental", "fastpath-multi" and
 #                       "node-preempt" (the fast-path library; the last two need two GPUs) in
 #                       fastpath.sh
 #      CRYO_GPU_BENCH_SIZES  GiB per cryod checkpoint/restore and its hand-run baseline (cryod.sh)
@@ -183,7 +183,7 @@ case " $PARTS " in *" cryod "*|*" torch "*|*" refuse "*|*" multi "*|*" export "*
 
 # The fast path (the library loaded into jobs), alone and through cryod.
 . "$B/fastpath.sh"
-case " $PARTS " in *" fastpath"*|*" node-preempt "*|*" periodic-stall "*|*" incremental "*) run_fastpath_parts ;; esac
+case " $PARTS " in *" fastpath"*|*" node-preempt "*|*" drain-scale "*|*" periodic-stall "*|*" incremental "*) run_fastpath_parts ;; esac
 
 echo
 echo "== GPU e2e summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)) =="
