@@ -184,7 +184,9 @@ const std::vector<Key>& Keys() {
       Bool("gpu_fast_path",
            "jobs that run the fast-path library move their GPU memory themselves (docs/gpu.md)",
            &Config::gpu_fast_path),
-      Int("gpu_fast_path_threads", "fast path: copy threads per process; 0 is one per core",
+      Int("gpu_fast_path_threads",
+          "fast path: copy threads of the node for a drain (drains at once share them) and per "
+          "process for a refill; 0 is one per core",
           &Config::gpu_fast_path_threads),
       Int("gpu_fast_path_writers",
           "fast path: files written in parallel per process (direct I/O); 0 leaves the data to "

@@ -256,6 +256,8 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   // Processes that run the fast-path library move what it owns themselves.
   if (d_.fastpath != nullptr && cfg_.fastpath.enabled) {
     CRYO_ASSIGN_OR_RETURN(s.fast, d_.fastpath->Find(s.pids));
+    // Claimed now, well before the drain: jobs preempted together see each other there.
+    s.live.copy_claim = copy_share_.Take(static_cast<int>(s.fast.size()));
   }
   return CheckNcclSharing(s.gpu, s.fast);
 }

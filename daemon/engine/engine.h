@@ -40,6 +40,7 @@
 #include "daemon/engine/test_hooks.h"
 #include "daemon/engine/transaction.h"
 #include "daemon/engine/types.h"
+#include "daemon/gpu/copy_share.h"
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/journal/journal.h"
@@ -264,6 +265,7 @@ class Engine {
   void RecoverEntry(const journal::Entry& e);
 
   EngineConfig cfg_;
+  gpu::CopyShare copy_share_;  // the node's copy threads among drains at once
   EngineDeps d_;
   std::string signing_key_;
   std::atomic<bool> stopping_{false};

@@ -165,7 +165,11 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   s.je.fastpath = s.fast;
   CRYO_RETURN_IF_ERROR(JournalBefore(s.je));
   gpu::FastpathDrainOptions opt;
-  opt.threads = cfg_.fastpath.threads;
+  opt.threads = copy_share_.ThreadsEach(cfg_.fastpath.threads);
+  if (opt.threads < cfg_.fastpath.threads) {
+    CRYO_LOG(Info) << "fast path: " << opt.threads << " copy threads per process of this job ("
+                   << copy_share_.claimed() << " processes of the node drain now)";
+  }
   // The bound on the job's GPU work stopping is the lock's: the drain stops it first.
   opt.quiesce_timeout = s.req.gpu_lock_timeout > absl::ZeroDuration() ? s.req.gpu_lock_timeout
                                                                       : cfg_.gpu_lock_timeout;
@@ -186,6 +190,7 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   // The processes of one job (ranks) are drained at one cut (fastpath_cut.h).
   std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;
   if (st.ok()) st = gpu::DrainTogether(*d_.fastpath, s.fast, opt, files, &drains);
+  s.live.copy_claim.Release();  // its copies are over: the next drains get its threads
   for (size_t i = 0; i < drains.size(); ++i) {
     if (drains[i] == nullptr) continue;
     gpu::FastpathProcess& f = s.fast[i];

@@ -18,6 +18,7 @@
 #include "daemon/container/target.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/stage_clock.h"
+#include "daemon/gpu/copy_share.h"
 #include "daemon/store/checksum.h"
 #include "lib/base/fd.h"
 
@@ -59,6 +60,8 @@ struct CheckpointLive {
   ~CheckpointLive();                                // closes the fast path's files still open
   std::unique_ptr<store::StagedCheckpoint> staged;  // stage
   std::vector<FastpathJob> fast;                    // gpu_drain, gpu_save: per fast-path process
+  // validate to gpu_drain: this job's share of the node's copy threads (copy_share.h).
+  gpu::CopyShare::Claim copy_claim;
   // The GPU state is back in the job (rolled back, or restored for a leave-running checkpoint):
   // no undo needs to touch it again.
   bool gpu_back = false;
