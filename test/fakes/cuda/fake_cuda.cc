@@ -576,125 +576,57 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
   const bool ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
   static const std::map<std::string, void*> kTable = {
 #define FAKE_ENTRY(base, fn) {base, reinterpret_cast<void*>(&fn)},
-      FAKE_ENTRY("cuInit", cuInit) FAKE_ENTRY("cuDriverGetVersion", cuDriverGetVersion) FAKE_ENTRY(
-          "cuGetErrorString",
-          cuGetErrorString) FAKE_ENTRY("cuDeviceGetCount",
-                                       cuDeviceGetCount) FAKE_ENTRY("cuDeviceGet", cuDeviceGet)
-          FAKE_ENTRY("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain) FAKE_ENTRY(
-              "cuDevicePrimaryCtxRelease",
-              cuDevicePrimaryCtxRelease_v2) FAKE_ENTRY("cuCtxGetCurrent", cuCtxGetCurrent)
-              FAKE_ENTRY("cuCtxSetCurrent", cuCtxSetCurrent) FAKE_ENTRY(
-                  "cuCtxGetDevice",
-                  cuCtxGetDevice) FAKE_ENTRY("cuCtxSynchronize",
-                                             cuCtxSynchronize) FAKE_ENTRY("cuCtxEnablePeerAccess",
-                                                                          cuCtxEnablePeerAccess)
-                  FAKE_ENTRY("cuMemGetInfo", cuMemGetInfo_v2) FAKE_ENTRY(
-                      "cuMemAlloc",
-                      cuMemAlloc_v2) FAKE_ENTRY("cuMemFree",
-                                                cuMemFree_v2) FAKE_ENTRY("cuMemGetAddressRange",
-                                                                         cuMemGetAddressRange_v2)
-                      FAKE_ENTRY("cuPointerGetAttribute", cuPointerGetAttribute) FAKE_ENTRY(
-                          "cuPointerGetAttributes",
-                          cuPointerGetAttributes) FAKE_ENTRY("cuIpcGetMemHandle", cuIpcGetMemHandle)
-                          FAKE_ENTRY("cuIpcOpenMemHandle", cuIpcOpenMemHandle_v2) FAKE_ENTRY(
-                              "cuIpcCloseMemHandle",
-                              cuIpcCloseMemHandle) FAKE_ENTRY("cuMemGetAllocationGranularity",
-                                                              cuMemGetAllocationGranularity)
-                              FAKE_ENTRY("cuMemAddressReserve", cuMemAddressReserve) FAKE_ENTRY(
-                                  "cuMemAddressFree", cuMemAddressFree) FAKE_ENTRY("cuMemCreate",
-                                                                                   cuMemCreate)
-                                  FAKE_ENTRY("cuMemRelease", cuMemRelease) FAKE_ENTRY(
-                                      "cuMemMap",
-                                      cuMemMap) FAKE_ENTRY("cuMemUnmap",
-                                                           cuMemUnmap) FAKE_ENTRY("cuMemSetAccess",
-                                                                                  cuMemSetAccess)
-                                      FAKE_ENTRY("cuMemRetainAllocationHandle", cuMemRetainAllocationHandle) FAKE_ENTRY(
-                                          "cuMemGetAllocati"
-                                          "onPropertiesFrom"
-                                          "Handle",
-                                          cuMemGetAllocationPropertiesFromHandle) FAKE_ENTRY("cuMem"
-                                                                                             "Expor"
-                                                                                             "tToSh"
-                                                                                             "areab"
-                                                                                             "leHan"
-                                                                                             "dle",
-                                                                                             cuMemExportToShareableHandle)
-                                          FAKE_ENTRY("cuMemImport"
-                                                     "FromShareab"
-                                                     "leHandle",
-                                                     cuMemImportFromShareableHandle) FAKE_ENTRY("c"
-                                                                                                "u"
-                                                                                                "M"
-                                                                                                "e"
-                                                                                                "m"
-                                                                                                "H"
-                                                                                                "o"
-                                                                                                "s"
-                                                                                                "t"
-                                                                                                "A"
-                                                                                                "l"
-                                                                                                "l"
-                                                                                                "o"
-                                                                                                "c",
-                                                                                                cuMemHostAlloc)
-                                              FAKE_ENTRY("cuMemFreeHost", cuMemFreeHost) FAKE_ENTRY(
-                                                  "cuMemHostRegister",
-                                                  cuMemHostRegister_v2) FAKE_ENTRY("cuMemHo"
-                                                                                   "stUnreg"
-                                                                                   "i"
-                                                                                   "ster",
-                                                                                   cuMemHostUnregister)
-                                                  FAKE_ENTRY("cuStreamCre"
-                                                             "ate",
-                                                             cuStreamCreate) FAKE_ENTRY("cu"
-                                                                                        "St"
-                                                                                        "re"
-                                                                                        "am"
-                                                                                        "De"
-                                                                                        "st"
-                                                                                        "ro"
-                                                                                        "y",
-                                                                                        cuStreamDestroy_v2)
-                                                      FAKE_ENTRY("cuStreamSynchronize",
-                                                                 cuStreamSynchronize)
-                                                          FAKE_ENTRY("cuStream"
-                                                                     "BeginCap"
-                                                                     "ture",
-                                                                     cuStreamBeginCapture_v2)
-                                                              FAKE_ENTRY("cuStreamEndCapture",
-                                                                         cuStreamEndCapture)
-                                                                  FAKE_ENTRY("cuMemcpyDtoHAsyn"
-                                                                             "c",
-                                                                             cuMemcpyDtoHAsync_v2)
-                                                                      FAKE_ENTRY(
-                                                                          "cuMemcpyHtoDAsyn"
-                                                                          "c",
-                                                                          cuMemcpyHtoDAsync_v2)
-                                                                          FAKE_ENTRY(
-                                                                              "cuMemcpyDtoH",
-                                                                              cuMemcpyDtoH_v2)
-                                                                              FAKE_ENTRY(
-                                                                                  "cuMemcpyH"
-                                                                                  "toD",
-                                                                                  cuMemcpyHtoD_v2)
-                                                                                  FAKE_ENTRY(
-                                                                                      "cuMemset"
-                                                                                      "D"
-                                                                                      "8",
-                                                                                      cuMemsetD8_v2)
-                                                                                      FAKE_ENTRY(
-                                                                                          "cuLa"
-                                                                                          "unch"
-                                                                                          "Kern"
-                                                                                          "el",
-                                                                                          cuLaunchKernel)
-                                                                                          FAKE_ENTRY(
-                                                                                              "cuGe"
-                                                                                              "tPro"
-                                                                                              "cAdd"
-                                                                                              "res"
-                                                                                              "s",
-                                                                                              cuGetProcAddress_v2)
+      // clang-format off
+      FAKE_ENTRY("cuInit", cuInit)
+      FAKE_ENTRY("cuDriverGetVersion", cuDriverGetVersion)
+      FAKE_ENTRY("cuGetErrorString", cuGetErrorString)
+      FAKE_ENTRY("cuDeviceGetCount", cuDeviceGetCount)
+      FAKE_ENTRY("cuDeviceGet", cuDeviceGet)
+      FAKE_ENTRY("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain)
+      FAKE_ENTRY("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2)
+      FAKE_ENTRY("cuCtxGetCurrent", cuCtxGetCurrent)
+      FAKE_ENTRY("cuCtxSetCurrent", cuCtxSetCurrent)
+      FAKE_ENTRY("cuCtxGetDevice", cuCtxGetDevice)
+      FAKE_ENTRY("cuCtxSynchronize", cuCtxSynchronize)
+      FAKE_ENTRY("cuCtxEnablePeerAccess", cuCtxEnablePeerAccess)
+      FAKE_ENTRY("cuMemGetInfo", cuMemGetInfo_v2)
+      FAKE_ENTRY("cuMemAlloc", cuMemAlloc_v2)
+      FAKE_ENTRY("cuMemFree", cuMemFree_v2)
+      FAKE_ENTRY("cuMemGetAddressRange", cuMemGetAddressRange_v2)
+      FAKE_ENTRY("cuPointerGetAttribute", cuPointerGetAttribute)
+      FAKE_ENTRY("cuPointerGetAttributes", cuPointerGetAttributes)
+      FAKE_ENTRY("cuIpcGetMemHandle", cuIpcGetMemHandle)
+      FAKE_ENTRY("cuIpcOpenMemHandle", cuIpcOpenMemHandle_v2)
+      FAKE_ENTRY("cuIpcCloseMemHandle", cuIpcCloseMemHandle)
+      FAKE_ENTRY("cuMemGetAllocationGranularity", cuMemGetAllocationGranularity)
+      FAKE_ENTRY("cuMemAddressReserve", cuMemAddressReserve)
+      FAKE_ENTRY("cuMemAddressFree", cuMemAddressFree)
+      FAKE_ENTRY("cuMemCreate", cuMemCreate)
+      FAKE_ENTRY("cuMemRelease", cuMemRelease)
+      FAKE_ENTRY("cuMemMap", cuMemMap)
+      FAKE_ENTRY("cuMemUnmap", cuMemUnmap)
+      FAKE_ENTRY("cuMemSetAccess", cuMemSetAccess)
+      FAKE_ENTRY("cuMemRetainAllocationHandle", cuMemRetainAllocationHandle)
+      FAKE_ENTRY("cuMemGetAllocationPropertiesFromHandle", cuMemGetAllocationPropertiesFromHandle)
+      FAKE_ENTRY("cuMemExportToShareableHandle", cuMemExportToShareableHandle)
+      FAKE_ENTRY("cuMemImportFromShareableHandle", cuMemImportFromShareableHandle)
+      FAKE_ENTRY("cuMemHostAlloc", cuMemHostAlloc)
+      FAKE_ENTRY("cuMemFreeHost", cuMemFreeHost)
+      FAKE_ENTRY("cuMemHostRegister", cuMemHostRegister_v2)
+      FAKE_ENTRY("cuMemHostUnregister", cuMemHostUnregister)
+      FAKE_ENTRY("cuStreamCreate", cuStreamCreate)
+      FAKE_ENTRY("cuStreamDestroy", cuStreamDestroy_v2)
+      FAKE_ENTRY("cuStreamSynchronize", cuStreamSynchronize)
+      FAKE_ENTRY("cuStreamBeginCapture", cuStreamBeginCapture_v2)
+      FAKE_ENTRY("cuStreamEndCapture", cuStreamEndCapture)
+      FAKE_ENTRY("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2)
+      FAKE_ENTRY("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2)
+      FAKE_ENTRY("cuMemcpyDtoH", cuMemcpyDtoH_v2)
+      FAKE_ENTRY("cuMemcpyHtoD", cuMemcpyHtoD_v2)
+      FAKE_ENTRY("cuMemsetD8", cuMemsetD8_v2)
+      FAKE_ENTRY("cuLaunchKernel", cuLaunchKernel)
+      FAKE_ENTRY("cuGetProcAddress", cuGetProcAddress_v2)
+  // clang-format on
 #undef FAKE_ENTRY
   };
   if (symbol == nullptr || pfn == nullptr) return CUDA_ERROR_INVALID_VALUE;
