@@ -426,8 +426,8 @@ int main(int argc, char** argv) {
     } else {
       CUipcMemHandle h{};
       if (api.MemAlloc(&p, bytes) != CUDA_SUCCESS) return fprintf(stderr, "shared alloc\n"), 1;
-      shared = reinterpret_cast<uint64_t*>(p);
-      for (size_t i = 0; i < bytes / 8; ++i) shared[i] = i < 2 ? 0 : Pattern(1000, i, 0);
+      auto* w = reinterpret_cast<uint64_t*>(p);
+      for (size_t i = 0; i < bytes / 8; ++i) w[i] = i < 2 ? 0 : Pattern(1000, i, 0);
       CUresult r = api.IpcGetMemHandle(&h, p);
       if (r != CUDA_SUCCESS) return fprintf(stderr, "cuIpcGetMemHandle: %d\n", r), 1;
       std::string hex;

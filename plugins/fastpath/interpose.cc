@@ -637,9 +637,10 @@ CUresult W_cuIpcGetMemHandle(CUipcMemHandle* handle, CUdeviceptr dptr) noexcept 
   GateGuard g(lib.gate());
   // The driver has no legacy handle for memory backed the library's way: the library makes one
   // (legacy_ipc.h).
-  if (handle != nullptr && lib.registry().OwnedRange(dptr, nullptr, nullptr)) {
-    IpcHandle h;
-    CUresult r = lib.registry().IpcExport(dptr, static_cast<int32_t>(::getpid()), &h);
+  IpcHandle h;
+  CUresult r = CUDA_SUCCESS;
+  if (handle != nullptr &&
+      lib.registry().IpcExport(dptr, static_cast<int32_t>(::getpid()), &h, &r)) {
     if (r == CUDA_SUCCESS) EncodeIpcHandle(h, handle);
     return r;
   }

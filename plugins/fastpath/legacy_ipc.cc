@@ -95,10 +95,10 @@ int FetchIpcShare(const IpcHandle& h, bool* busy, std::string* why) {
   std::string text;
   std::vector<int> fds;
   if (!wire::SendMessage(conn, wire::Encode(req)) || !wire::ReceiveMessage(conn, &text, &fds)) {
-    const bool slow = errno == EAGAIN || errno == EWOULDBLOCK;
+    const int err = errno;  // before close() may change it
     ::close(conn);
-    *busy = slow;
-    *why = std::string("process ") + std::to_string(h.pid) + " did not answer: " + strerror(errno);
+    *busy = err == EAGAIN || err == EWOULDBLOCK;
+    *why = std::string("process ") + std::to_string(h.pid) + " did not answer: " + strerror(err);
     return -1;
   }
   ::close(conn);

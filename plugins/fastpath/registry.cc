@@ -13,6 +13,11 @@ namespace {
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// Compared in full whatever differs first: the secret is all that guards a legacy IPC export.
+bool SameSecret(const uint64_t a[2], const uint64_t b[2]) {
+  return ((a[0] ^ b[0]) | (a[1] ^ b[1])) == 0;
+}
+
 CUmemAccessDesc ReadWrite(int device) {
   CUmemAccessDesc d{};
   d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -390,23 +395,25 @@ Shares Registry::CurrentShares() {
   return s;
 }
 
-CUresult Registry::IpcExport(CUdeviceptr dptr, int32_t self, IpcHandle* h) {
+bool Registry::IpcExport(CUdeviceptr dptr, int32_t self, IpcHandle* h, CUresult* r) {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = owned_.upper_bound(dptr);
-  if (it == owned_.begin()) return CUDA_ERROR_INVALID_VALUE;
-  --it;
-  if (dptr >= it->second.va + it->second.requested) return CUDA_ERROR_INVALID_VALUE;
-  Phys* p = it->second.phys;
+  const Owned* o = OwnedAt(dptr);
+  if (o == nullptr || dptr >= o->va + o->requested) return false;
+  Phys* p = o->phys;
+  *r = CUDA_SUCCESS;
   if (p->ipc_id == 0) {
-    if (p->real == 0) return CUDA_ERROR_ILLEGAL_STATE;  // out of the GPU (callers hold the gate)
+    if (p->real == 0) {
+      *r = CUDA_ERROR_ILLEGAL_STATE;  // out of the GPU (callers hold the gate)
+      return true;
+    }
     int fd = -1;
-    CUresult r =
-        d_.cuMemExportToShareableHandle(&fd, p->real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (r != CUDA_SUCCESS) return r;
+    *r = d_.cuMemExportToShareableHandle(&fd, p->real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (*r != CUDA_SUCCESS) return true;
     uint64_t secret[2] = {0, 0};
     if (::getrandom(secret, sizeof(secret), 0) != static_cast<ssize_t>(sizeof(secret))) {
       ::close(fd);
-      return CUDA_ERROR_OPERATING_SYSTEM;
+      *r = CUDA_ERROR_OPERATING_SYSTEM;
+      return true;
     }
     p->ipc_id = next_id_++;
     memcpy(p->ipc_secret, secret, sizeof(secret));
@@ -416,7 +423,7 @@ CUresult Registry::IpcExport(CUdeviceptr dptr, int32_t self, IpcHandle* h) {
   h->id = p->ipc_id;
   h->size = p->size;
   memcpy(h->secret, p->ipc_secret, sizeof(h->secret));
-  return CUDA_SUCCESS;
+  return true;
 }
 
 Registry::IpcLookup Registry::IpcShare(uint64_t id, const uint64_t secret[2], int* fd,
@@ -424,9 +431,7 @@ Registry::IpcLookup Registry::IpcShare(uint64_t id, const uint64_t secret[2], in
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& [pid, p] : phys_) {
     if (p->ipc_id != id || id == 0) continue;
-    // Compared in full whatever differs first: the secret is all that guards the memory.
-    uint64_t diff = (p->ipc_secret[0] ^ secret[0]) | (p->ipc_secret[1] ^ secret[1]);
-    if (diff != 0) return IpcLookup::kUnknown;
+    if (!SameSecret(p->ipc_secret, secret)) return IpcLookup::kUnknown;
     for (const Share& e : p->exports) {
       if (e.id != id) continue;
       if (e.fd < 0) return IpcLookup::kBusy;  // drained: exported again at the refill
@@ -441,8 +446,7 @@ Registry::IpcLookup Registry::IpcShare(uint64_t id, const uint64_t secret[2], in
 bool Registry::IpcOpened(const IpcHandle& h, CUdeviceptr* dptr) {
   std::lock_guard<std::mutex> l(mu_);
   for (auto& [va, o] : ipc_opened_) {
-    if (o.pid == h.pid && o.id == h.id && o.secret[0] == h.secret[0] &&
-        o.secret[1] == h.secret[1]) {
+    if (o.pid == h.pid && o.id == h.id && SameSecret(o.secret, h.secret)) {
       o.refs++;
       *dptr = va;
       return true;
@@ -507,23 +511,26 @@ void Registry::ForeignShare(int delta) {
   if (delta > 0 || foreign_shares_ > 0) foreign_shares_ += delta;
 }
 
+const Owned* Registry::OwnedAt(CUdeviceptr ptr) const {
+  auto it = owned_.upper_bound(ptr);
+  if (it == owned_.begin()) return nullptr;
+  --it;
+  return ptr < it->second.va + it->second.padded ? &it->second : nullptr;
+}
+
 bool Registry::OwnedRange(CUdeviceptr ptr, CUdeviceptr* base, size_t* size) {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = owned_.upper_bound(ptr);
-  if (it == owned_.begin()) return false;
-  --it;
-  if (ptr >= it->second.va + it->second.requested) return false;
-  if (base != nullptr) *base = it->second.va;
-  if (size != nullptr) *size = it->second.requested;
+  const Owned* o = OwnedAt(ptr);
+  if (o == nullptr || ptr >= o->va + o->requested) return false;
+  if (base != nullptr) *base = o->va;
+  if (size != nullptr) *size = o->requested;
   return true;
 }
 
 bool Registry::InOwnedPadding(CUdeviceptr ptr) {
   std::lock_guard<std::mutex> l(mu_);
-  auto it = owned_.upper_bound(ptr);
-  if (it == owned_.begin()) return false;
-  --it;
-  return ptr >= it->second.va + it->second.requested && ptr < it->second.va + it->second.padded;
+  const Owned* o = OwnedAt(ptr);
+  return o != nullptr && ptr >= o->va + o->requested;
 }
 
 void Registry::PeerAccessEnabled(CUcontext peer, CUdevice accessor) {

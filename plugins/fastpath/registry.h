@@ -143,8 +143,9 @@ class Registry {
   bool InOwnedPadding(CUdeviceptr ptr);
   // Legacy IPC of owned memory (legacy_ipc.h). cuIpcGetMemHandle on an owned cuMemAlloc
   // containing dptr: exported once as a POSIX descriptor the library keeps, and described in *h
-  // (the same for every call on that allocation).
-  CUresult IpcExport(CUdeviceptr dptr, int32_t self, IpcHandle* h);
+  // (the same for every call on that allocation), *r the call's result. False when dptr is not
+  // in an owned cuMemAlloc (the driver's to answer).
+  bool IpcExport(CUdeviceptr dptr, int32_t self, IpcHandle* h, CUresult* r);
   // For the channel's "share": a duplicate of export `id`'s descriptor when `secret` is its own.
   enum class IpcLookup { kFound, kBusy, kUnknown };
   IpcLookup IpcShare(uint64_t id, const uint64_t secret[2], int* fd, uint64_t* size);
@@ -183,6 +184,8 @@ class Registry {
  private:
   Phys* FindByJobHandle(CUmemGenericAllocationHandle h);
   Mapping* FindMapping(CUdeviceptr addr);
+  // The owned cuMemAlloc whose padded range holds ptr, or null. Hold mu_.
+  const Owned* OwnedAt(CUdeviceptr ptr) const;
   void DropIfUnused(Phys* p);
   static void CloseShares(Phys* p);
   CUcontext ContextFor(const CUmemAllocationProp& prop);

@@ -990,8 +990,12 @@ TEST_F(FastpathMoveTest, LegacyIpcOfOwnedMemoryIsServedByTheLibraryAndCarriedLik
   Fill(p, 6 * kMiB, 31);
   const pid_t exporter_pid = 40000000 + ::getpid() % 1000000;  // no process has it
   IpcHandle h, again;
-  ASSERT_EQ(reg_->IpcExport(p + 4096, exporter_pid, &h), CUDA_SUCCESS);  // any address in it
-  ASSERT_EQ(reg_->IpcExport(p, exporter_pid, &again), CUDA_SUCCESS);
+  CUresult er = CUDA_ERROR_UNKNOWN;
+  ASSERT_TRUE(reg_->IpcExport(p + 4096, exporter_pid, &h, &er));  // any address in it
+  ASSERT_EQ(er, CUDA_SUCCESS);
+  ASSERT_TRUE(reg_->IpcExport(p, exporter_pid, &again, &er));
+  ASSERT_EQ(er, CUDA_SUCCESS);
+  EXPECT_FALSE(reg_->IpcExport(p + 6 * kMiB, exporter_pid, &again, &er)) << "not owned there";
   EXPECT_EQ(again.id, h.id) << "one export per allocation";
   EXPECT_EQ(h.size, 6 * kMiB);
   CUipcMemHandle wire_handle;
