@@ -31,6 +31,9 @@ constexpr uint32_t kTaskDead = 0x02;  // a zombie: restored only to be reaped, r
 constexpr uint64_t kMaxCoreBytes = 1 << 20;
 constexpr uint64_t kMaxSeccompBytes = 16 << 20;
 constexpr size_t kMaxFilterChain = 1024;
+// One entry per process (pid, parents, threads): a tree of 100k threads is a few MiB.
+constexpr uint64_t kMaxPstreeBytes = 64 << 20;
+constexpr uint32_t kSeccompFilterFlagTsync = 1;  // SECCOMP_FILTER_FLAG_TSYNC
 constexpr uint64_t kCapSetgid = uint64_t{1} << 6;
 constexpr uint64_t kCapSetuid = uint64_t{1} << 7;
 
@@ -118,6 +121,44 @@ std::string CapList(uint64_t bits) {
                                                                : absl::StrCat("cap ", i));
   }
   return absl::StrJoin(names, ", ");
+}
+
+// CRIU keeps the filter chain that every thread of a process shares on the main thread only,
+// each filter flagged TSYNC, and records the other threads without seccomp (criu/seccomp.c,
+// try_use_tsync). Its restore installs that chain with TSYNC, which the kernel gives to every
+// thread of the process; so a thread recorded without seccomp runs under the main thread's
+// chain, up to its newest TSYNC filter, and is checked with it. A thread with a chain of its
+// own keeps it: TSYNC could only add to it, or fail the restore. Without pstree.img (the
+// tests' fake CRIU writes none) nothing is shared, which reads every thread as strictly as can
+// be; CRIU cannot restore such images anyway.
+absl::Status ApplyThreadSync(const std::string& images_dir, bool has_pstree,
+                             const std::vector<size_t>& synced,
+                             std::vector<TaskCredentials>* threads) {
+  if (!has_pstree) return absl::OkStatus();
+  CRYO_ASSIGN_OR_RETURN(auto entries, ReadImageEntries(images_dir, "pstree.img", kPstreeMagic, true,
+                                                       kMaxPstreeBytes));
+  std::map<pid_t, size_t> by_tid;
+  for (size_t k = 0; k < threads->size(); ++k) by_tid[(*threads)[k].tid] = k;
+  for (const auto& raw : entries) {
+    ::criu::pstree_entry pe;
+    if (!pe.ParseFromString(raw)) {
+      return absl::InvalidArgumentError("CRIU image pstree.img does not parse");
+    }
+    auto leader = by_tid.find(static_cast<pid_t>(pe.pid()));
+    if (leader == by_tid.end() || synced[leader->second] == 0) continue;
+    const TaskCredentials& main = (*threads)[leader->second];
+    for (uint32_t tid : pe.threads()) {
+      auto it = by_tid.find(static_cast<pid_t>(tid));
+      if (it == by_tid.end() || it == leader) continue;
+      TaskCredentials& t = (*threads)[it->second];
+      if (t.seccomp_mode != kSeccompDisabled) continue;
+      t.seccomp_mode = kSeccompFilter;
+      t.seccomp_filters.assign(
+          main.seccomp_filters.begin(),
+          main.seccomp_filters.begin() + static_cast<std::ptrdiff_t>(synced[leader->second]));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -256,6 +297,7 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
   CRYO_RETURN_IF_ERROR(listing.status());
   std::vector<std::string> cores;
   bool has_seccomp = false;
+  bool has_pstree = false;
   for (const auto& e : *listing) {
     if (absl::StartsWith(e.name, "creds-")) {
       return absl::PermissionDeniedError(
@@ -267,6 +309,7 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
       cores.push_back(e.name);
     }
     if (e.name == "seccomp.img") has_seccomp = true;
+    if (e.name == "pstree.img") has_pstree = true;
   }
   if (cores.empty()) {
     return absl::InvalidArgumentError("the checkpoint has no CRIU core images");
@@ -292,6 +335,9 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
     }
   }
   std::vector<TaskCredentials> out;
+  // Per thread (same order as out): how many of its filters, oldest first, a restore gives the
+  // other threads of its process too (the chain up to its newest TSYNC filter).
+  std::vector<size_t> synced;
   for (const auto& name : cores) {
     CRYO_ASSIGN_OR_RETURN(auto entries,
                           ReadImageEntries(images_dir, name, kCoreMagic, true, kMaxCoreBytes));
@@ -340,12 +386,16 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
     uint32_t mode = tc.seccomp_mode();
     bool has_filter = tc.has_seccomp_filter();
     uint32_t filter = tc.seccomp_filter();
+    // A legacy per-task filter is restored with TSYNC forced (cr-restore.c), whatever its flags.
+    bool legacy_filter = false;
     if (core.has_tc() && core.tc().has_old_seccomp_mode()) mode = core.tc().old_seccomp_mode();
     if (core.has_tc() && core.tc().has_old_seccomp_filter()) {
       has_filter = true;
+      legacy_filter = true;
       filter = core.tc().old_seccomp_filter();
     }
     t.seccomp_mode = static_cast<int>(mode);
+    size_t sync = 0;
     if (mode == kSeccompFilter && has_filter) {
       // CRIU starts at the oldest filter and follows `prev` to newer ones.
       std::set<uint32_t> seen;
@@ -358,12 +408,17 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
         }
         const auto& f = se.seccomp_filters(static_cast<int>(i));
         t.seccomp_filters.push_back(f.filter());
+        if (legacy_filter || (f.flags() & kSeccompFilterFlagTsync) != 0) {
+          sync = t.seccomp_filters.size();
+        }
         if (!f.has_prev()) break;
         i = f.prev();
       }
     }
     out.push_back(std::move(t));
+    synced.push_back(sync);
   }
+  CRYO_RETURN_IF_ERROR(ApplyThreadSync(images_dir, has_pstree, synced, &out));
   return out;
 }
 
@@ -504,7 +559,8 @@ absl::StatusOr<CredentialCeiling> CeilingFromJson(const nlohmann::json& j) {
 }
 
 absl::Status WriteImageCredentials(const std::string& images_dir,
-                                   const std::vector<TaskCredentials>& threads) {
+                                   const std::vector<TaskCredentials>& threads,
+                                   const ImageLayout& layout) {
   ::criu::inventory_entry ie;
   ie.set_img_version(kImagesV1_1);
   CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(images_dir, "inventory.img"),
@@ -542,6 +598,7 @@ absl::Status WriteImageCredentials(const std::string& images_dir,
       for (int k = n - 1; k >= 0; --k) {
         auto* f = se.add_seccomp_filters();
         f->set_filter(t.seccomp_filters[static_cast<size_t>(k)]);
+        if (layout.tsync.count(t.tid)) f->set_flags(kSeccompFilterFlagTsync);
         if (k != n - 1) f->set_prev(static_cast<uint32_t>(se.seccomp_filters_size() - 2));
       }
       tc->set_seccomp_filter(static_cast<uint32_t>(base + n - 1));
@@ -553,6 +610,21 @@ absl::Status WriteImageCredentials(const std::string& images_dir,
   if (se.seccomp_filters_size() > 0) {
     CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(images_dir, "seccomp.img"),
                                              FrameImage({kImgCommonMagic, kSeccompMagic}, {&se})));
+  }
+  if (!layout.processes.empty()) {
+    std::vector<::criu::pstree_entry> tree(layout.processes.size());
+    std::vector<const google::protobuf::MessageLite*> entries;
+    for (size_t k = 0; k < tree.size(); ++k) {
+      const auto& [pid, tids] = layout.processes[k];
+      tree[k].set_pid(static_cast<uint32_t>(pid));
+      tree[k].set_ppid(0);
+      tree[k].set_pgid(static_cast<uint32_t>(pid));
+      tree[k].set_sid(static_cast<uint32_t>(pid));
+      for (pid_t t : tids) tree[k].add_threads(static_cast<uint32_t>(t));
+      entries.push_back(&tree[k]);
+    }
+    CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(images_dir, "pstree.img"),
+                                             FrameImage({kImgCommonMagic, kPstreeMagic}, entries)));
   }
   return absl::OkStatus();
 }

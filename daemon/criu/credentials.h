@@ -14,6 +14,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -83,9 +84,11 @@ absl::Status ParseProcStatus(absl::string_view status, TaskCredentials* c);
 absl::StatusOr<std::vector<std::string>> ReadSeccompFilters(pid_t pid);
 
 // Every thread's credentials as the CRIU images in `images_dir` will restore them: one entry
-// per core-<tid>.img. INVALID_ARGUMENT for an image that cannot be read as CRIU's (or is too
-// large); PERMISSION_DENIED for images that would restore a thread with CRIU's own credentials
-// (a live thread without credentials, a legacy creds-<pid>.img) or load AppArmor policy.
+// per core-<tid>.img. A thread recorded without seccomp whose main thread's chain is flagged
+// TSYNC (CRIU's record of a chain all threads share) has that chain, as the restore gives it.
+// INVALID_ARGUMENT for an image that cannot be read as CRIU's (or is too large); PERMISSION_DENIED
+// for images that would restore a thread with CRIU's own credentials (a live thread without
+// credentials, a legacy creds-<pid>.img) or load AppArmor policy.
 absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::string& images_dir);
 
 // OK when every thread stays within the ceiling; PERMISSION_DENIED otherwise, naming the
@@ -102,9 +105,20 @@ absl::Status CheckNoNamespaceImages(const std::string& images_dir);
 nlohmann::json CeilingToJson(const CredentialCeiling& c);
 absl::StatusOr<CredentialCeiling> CeilingFromJson(const nlohmann::json& j);
 
+// How the threads form processes, for images that say it (pstree.img).
+struct ImageLayout {
+  // Each process's main thread (its pid) and its threads, the main one among them.
+  std::vector<std::pair<pid_t, std::vector<pid_t>>> processes;
+  // Threads whose filters are flagged TSYNC, as CRIU flags a main thread whose chain every
+  // thread of its process shares (its other threads then recorded without seccomp).
+  std::set<pid_t> tsync;
+};
+
 // Writes the images CRIU would have written for these threads (core-<tid>.img each, seccomp.img
-// when a thread has filters, inventory.img): the tests' fake CRIU, and crafted images in tests.
+// when a thread has filters, inventory.img, pstree.img when the layout names processes): the
+// tests' fake CRIU, and crafted images in tests.
 absl::Status WriteImageCredentials(const std::string& images_dir,
-                                   const std::vector<TaskCredentials>& threads);
+                                   const std::vector<TaskCredentials>& threads,
+                                   const ImageLayout& layout = {});
 
 }  // namespace cryo::criu

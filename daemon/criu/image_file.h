@@ -22,6 +22,7 @@ inline constexpr uint32_t kInventoryMagic = 0x58313116;
 inline constexpr uint32_t kCoreMagic = 0x55053847;
 inline constexpr uint32_t kSeccompMagic = 0x64413049;
 inline constexpr uint32_t kFilesMagic = 0x56303138;
+inline constexpr uint32_t kPstreeMagic = 0x50273030;
 
 // The messages of image `name` in `dir` (opened beneath it, never following a link out), at
 // most `max_bytes` in all. `common`: whether the image starts with the common magic.

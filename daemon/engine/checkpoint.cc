@@ -87,6 +87,9 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
             return StageSize{fast_bytes(s), ""};
           }),
       step("dump", Stage::kDump, run(&Engine::Dump), undo(&Engine::UndoDump), nullptr, expected),
+      // A checkpoint that a restore onto a like target would refuse is refused now, while the
+      // dump's undo can still let the job run on: never stop a job into one that cannot return.
+      step("credentials", Stage::kUnspecified, run(&Engine::CheckDumpRestorable)),
       step("rootfs", Stage::kRootfs, run(&Engine::SaveRootfs), nullptr,
            [](const S& s) { return s.ctr.has_value(); }),
       // A container asked to run on goes on as soon as its files are saved too.
@@ -420,6 +423,24 @@ void Engine::UndoDump(const journal::Entry& e, CheckpointLive* live) {
   UndoGpu(e, live);
   jobs_.Resume(jobs_.WithDescendants(e.tasks));
   CRYO_LOG(Warning) << "checkpoint " << e.checkpoint_id << " not published; job resumed";
+}
+
+absl::Status Engine::CheckDumpRestorable(CheckpointState& s) {
+  // The bound a restore applies: the container's spec (read from its cryo-init, as the
+  // replacement's will be) or, in process mode, what the job held at validate, which the
+  // manifest records and signs.
+  criu::CredentialCeiling ceiling = s.credentials;
+  std::string whose = "the job had when it was checkpointed";
+  if (s.ctr) {
+    CRYO_ASSIGN_OR_RETURN(ceiling, ContainerCeiling(s.ctr->init_pid));
+    whose = absl::StrCat("container ", s.ctr->info.name);
+  }
+  absl::Status st =
+      CheckImageCredentials(s.live.staged->images_dir(), s.ctr.has_value(), ceiling, whose);
+  if (st.ok()) return st;
+  return absl::Status(
+      st.code(), absl::StrCat("checkpoint ", s.id, " would be refused at restore (", st.message(),
+                              "); not published, the job was resumed"));
 }
 
 absl::Status Engine::SaveRootfs(CheckpointState& s) {

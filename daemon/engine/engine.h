@@ -8,8 +8,8 @@
 //
 //   checkpoint: validate -> plan -> stage -> gpu_host_copy -> gpu_drain -> gpu_lock ->
 //               gpu_checkpoint -> gpu_save ->
-//               dump -> rootfs -> resume_early -> gpu_resume -> gpu_refill -> gpu_write ->
-//               manifest -> publish (commit) -> finish -> export
+//               dump -> credentials -> rootfs -> resume_early -> gpu_resume -> gpu_refill ->
+//               gpu_write -> manifest -> publish (commit) -> finish -> export
 //   restore:    validate -> init_handshake -> check -> verify -> credentials -> wait_pids ->
 //               journal -> rootfs -> criu_restore -> gpu_restore -> gpu_refill -> done (commit)
 // (gpu_host_copy, gpu_drain, gpu_save, gpu_refill and gpu_write are the GPU fast path's:
@@ -186,6 +186,7 @@ class Engine {
   absl::Status LockGpus(CheckpointState& s);
   absl::Status CheckpointGpus(CheckpointState& s);
   absl::Status Dump(CheckpointState& s);
+  absl::Status CheckDumpRestorable(CheckpointState& s);
   absl::Status SaveRootfs(CheckpointState& s);
   absl::Status ResumeEarly(CheckpointState& s);
   absl::Status ResumeGpus(CheckpointState& s);
@@ -238,6 +239,13 @@ class Engine {
   absl::Status ValidateTarget(pid_t pid, std::vector<proc::ProcInfo>* tree);
   // The most the threads of `tree` hold now (from /proc).
   absl::StatusOr<criu::CredentialCeiling> LiveCredentials(const std::vector<proc::ProcInfo>& tree);
+  // The most a job in the container whose cryo-init is `init_pid` may hold: what the runtime
+  // gave that init from the container's spec, its seccomp filters included.
+  absl::StatusOr<criu::CredentialCeiling> ContainerCeiling(pid_t init_pid);
+  // The credentials check of a restore: the images in `images` against `ceiling`.
+  absl::Status CheckImageCredentials(const std::string& images, bool container,
+                                     const criu::CredentialCeiling& ceiling,
+                                     absl::string_view whose);
   absl::StatusOr<container::ContainerTarget> Container(const std::string& id, bool restore);
   // The GPU plugins' CRIU arguments for these processes; `job` (a dump's options, or null)
   // takes those cryo types, the rest go to `args`.

@@ -219,6 +219,25 @@ absl::Status Engine::Verify(RestoreState& s) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<criu::CredentialCeiling> Engine::ContainerCeiling(pid_t init_pid) {
+  CRYO_ASSIGN_OR_RETURN(criu::TaskCredentials init, criu::ReadLiveCredentials(*d_.proc, init_pid));
+  criu::CredentialCeiling ceiling = criu::CeilingOf({init});
+  if (init.seccomp_mode == criu::kSeccompFilter) {
+    auto filters = criu::ReadSeccompFilters(init_pid);
+    if (!filters.ok()) return Annotate(filters.status(), "reading the container's seccomp filters");
+    ceiling.seccomp_filters = *std::move(filters);
+  }
+  return ceiling;
+}
+
+absl::Status Engine::CheckImageCredentials(const std::string& images, bool container,
+                                           const criu::CredentialCeiling& ceiling,
+                                           absl::string_view whose) {
+  if (container) CRYO_RETURN_IF_ERROR(criu::CheckNoNamespaceImages(images));
+  CRYO_ASSIGN_OR_RETURN(auto threads, criu::ReadImageCredentials(images));
+  return criu::CheckCredentials(threads, ceiling, whose);
+}
+
 absl::Status Engine::CheckRestoreCredentials(RestoreState& s) {
   const std::string images = fs::Join(s.dir, store::kImagesDir);
   criu::CredentialCeiling ceiling;
@@ -227,17 +246,7 @@ absl::Status Engine::CheckRestoreCredentials(RestoreState& s) {
     // The new container's cryo-init runs as the runtime set it up from the container's OCI
     // spec (user, groups, capabilities, no_new_privs, seccomp, LSM label): that is the most the
     // job may have. The checkpoint may come from a pod author's image, so nothing in it counts.
-    CRYO_RETURN_IF_ERROR(criu::CheckNoNamespaceImages(images));
-    CRYO_ASSIGN_OR_RETURN(criu::TaskCredentials init,
-                          criu::ReadLiveCredentials(*d_.proc, s.ctr->init_pid));
-    ceiling = criu::CeilingOf({init});
-    if (init.seccomp_mode == criu::kSeccompFilter) {
-      auto filters = criu::ReadSeccompFilters(s.ctr->init_pid);
-      if (!filters.ok()) {
-        return Annotate(filters.status(), "reading the container's seccomp filters");
-      }
-      ceiling.seccomp_filters = *std::move(filters);
-    }
+    CRYO_ASSIGN_OR_RETURN(ceiling, ContainerCeiling(s.ctr->init_pid));
     whose = absl::StrCat("container ", s.ctr->info.name);
   } else {
     // What the job held when it was checkpointed, as the node that took it recorded and
@@ -252,8 +261,7 @@ absl::Status Engine::CheckRestoreCredentials(RestoreState& s) {
     ceiling = *s.m.credentials;
     whose = "the job had when it was checkpointed";
   }
-  CRYO_ASSIGN_OR_RETURN(auto threads, criu::ReadImageCredentials(images));
-  return Annotate(criu::CheckCredentials(threads, ceiling, whose),
+  return Annotate(CheckImageCredentials(images, s.ctr.has_value(), ceiling, whose),
                   absl::StrCat("checkpoint '", s.m.id, "'"));
 }
 

@@ -220,7 +220,8 @@ absl::StatusOr<std::unique_ptr<Workload>> Workload::Start(const std::string& dir
 }
 
 absl::StatusOr<std::unique_ptr<Workload>> Workload::StartConfined(const std::string& dir,
-                                                                  int mem_mib) {
+                                                                  int mem_mib, bool seccomp,
+                                                                  int threads) {
   auto w = std::unique_ptr<Workload>(new Workload());
   w->status_ = dir + "/status-" + std::to_string(::getpid()) + "-" + std::to_string(rand());
   // As a pod's job runs that drops every capability and sets no_new_privs.
@@ -234,7 +235,8 @@ absl::StatusOr<std::unique_ptr<Workload>> Workload::StartConfined(const std::str
                                    "--mem-mib",
                                    std::to_string(mem_mib),
                                    "--threads",
-                                   "2"};
+                                   std::to_string(threads)};
+  if (seccomp) argv.push_back("--seccomp");
   w->pid_ = SpawnArgs(argv, {}, dir + "/testload-confined.log", true);
   if (!w->WaitMain(5, absl::Seconds(60))) {
     return absl::InternalError("cryo-testload did not start under setpriv");

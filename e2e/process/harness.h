@@ -65,9 +65,11 @@ class Workload {
                                                          std::vector<std::string> extra = {});
   // cryo-testload with no capability (none permitted, effective or bounding) and no_new_privs,
   // through setpriv. (Another uid would need CAP_SYS_RESOURCE for CRIU to dump it, which root
-  // lacks on our build machines.)
+  // lacks on our build machines.) `seccomp`: under a filter its whole tree shares, as a pod's
+  // job under the runtime's profile; `threads` counting threads beside the main one.
   static absl::StatusOr<std::unique_ptr<Workload>> StartConfined(const std::string& dir,
-                                                                 int mem_mib);
+                                                                 int mem_mib, bool seccomp = false,
+                                                                 int threads = 2);
   // Another workload program that takes --status FILE and writes {"main": N, ...} there;
   // `env` adds to its environment (KEY=VALUE).
   static absl::StatusOr<std::unique_ptr<Workload>> StartProgram(const std::string& dir,

@@ -8,24 +8,32 @@
 // makes it verify the whole memory pattern; the record says when and whether it matched.
 // SIGTERM ends it with exit code 0; --exit-code N makes it exit N after --exit-after ticks.
 // --tcp adds an established loopback TCP connection between parent and child that carries
-// pings too (for CRIU's --tcp-established).
+// pings too (for CRIU's --tcp-established). --seccomp installs a seccomp filter (with
+// no_new_privs) before anything starts, so every thread of the tree shares it, as a pod's job under
+// a runtime's profile does. --ticks prints "tick N" (the main counter) to stdout every round, for
+// a container's log.
 
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -71,6 +79,20 @@ static void on_term(int sig) {
   stop_requested = 1;
 }
 
+// Allows every system call but acct(2), which answers EPERM: a filter that changes nothing the
+// job does, and that CRIU must carry.
+static int install_seccomp(void) {
+  struct sock_filter prog[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_acct, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog fprog = {.len = sizeof(prog) / sizeof(prog[0]), .filter = prog};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog, 0, 0);
+}
+
 static int verify_memory(void) {
   for (size_t i = 0; i < mem_words; i++) {
     if (mem[i] != mix(nonce ^ i)) return 0;
@@ -105,7 +127,7 @@ int main(int argc, char** argv) {
   const char* status_path = NULL;
   long exit_after = -1;
   int exit_code = 0;
-  int use_tcp = 0;
+  int use_tcp = 0, use_seccomp = 0, ticks = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--mem-mib") && i + 1 < argc)
       mem_mib = atol(argv[++i]);
@@ -121,10 +143,14 @@ int main(int argc, char** argv) {
       exit_code = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--tcp"))
       use_tcp = 1;
+    else if (!strcmp(argv[i], "--seccomp"))
+      use_seccomp = 1;
+    else if (!strcmp(argv[i], "--ticks"))
+      ticks = 1;
     else {
       fprintf(stderr,
               "usage: %s --status FILE [--mem-mib N] [--threads N] [--interval-ms N] "
-              "[--exit-after TICKS --exit-code N]\n",
+              "[--exit-after TICKS --exit-code N] [--tcp] [--seccomp] [--ticks]\n",
               argv[0]);
       return 2;
     }
@@ -132,6 +158,11 @@ int main(int argc, char** argv) {
   if (!status_path || nthreads < 0 || nthreads > MAX_THREADS || mem_mib < 0) {
     fprintf(stderr, "%s: --status is required; threads 0..%d\n", argv[0], MAX_THREADS);
     return 2;
+  }
+  // Before the fork and the threads: the whole tree runs under it.
+  if (use_seccomp && install_seccomp() != 0) {
+    perror("seccomp");
+    return 1;
   }
   int urnd = open("/dev/urandom", O_RDONLY);
   if (urnd < 0 || read(urnd, &nonce, sizeof(nonce)) != sizeof(nonce)) return 1;
@@ -218,6 +249,7 @@ int main(int argc, char** argv) {
 
   signal(SIGUSR1, on_usr1);
   signal(SIGTERM, on_term);
+  if (ticks) setvbuf(stdout, NULL, _IOLBF, 0);
   pthread_t th[MAX_THREADS];
   for (int i = 0; i < nthreads; i++)
     pthread_create(&th[i], NULL, counter_thread, &thread_counters[i]);
@@ -273,6 +305,7 @@ int main(int argc, char** argv) {
     memset(rec + n, ' ', RECORD - 1 - n);
     rec[RECORD - 1] = '\n';
     if (pwrite(status, rec, RECORD, 0) != RECORD) return 1;
+    if (ticks) printf("tick %" PRIu64 "\n", main_counter);
     if (exit_after >= 0 && (long)main_counter >= exit_after) {
       kill(child, SIGKILL);
       waitpid(child, NULL, 0);

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "criu/images.pb.h"
 #include "gmock/gmock.h"
@@ -84,6 +86,69 @@ TEST(CredentialsTest, ImagesRoundTripWithTheirSeccompChains) {
   EXPECT_TRUE(ga.no_new_privs);
   EXPECT_EQ(ga.seccomp_filters, a.seccomp_filters);  // oldest first, as installed
   EXPECT_EQ(gb.seccomp_filters, b.seccomp_filters);
+}
+
+// CRIU's record of a process whose threads all share one filter chain (seccomp_filter_tsync,
+// pthread00 under a pod's profile): the chain on the main thread only, each filter flagged
+// TSYNC, the other threads with no seccomp. The restore gives every thread that chain, and the
+// check reads it so; without the flag, or outside the process, a thread stays unfiltered.
+TEST(CredentialsTest, ThreadsBesideATsyncMainThreadAreReadWithItsChain) {
+  const std::vector<std::string> pod = {Bpf(SECCOMP_RET_ALLOW)};
+  CredentialCeiling c = CeilingOf({User(1, 1000)});
+  c.seccomp_mode = kSeccompFilter;
+  c.seccomp_filters = pod;
+  TaskCredentials main = User(20, 1000);
+  main.seccomp_mode = kSeccompFilter;
+  main.seccomp_filters = {pod[0], Bpf(SECCOMP_RET_TRAP)};  // the pod's, then the job's own
+  const TaskCredentials t21 = User(21, 1000), t22 = User(22, 1000);  // recorded without seccomp
+  TaskCredentials own = User(23, 1000);  // a thread that added a filter of its own
+  own.seccomp_mode = kSeccompFilter;
+  own.seccomp_filters = {pod[0], Bpf(SECCOMP_RET_TRAP), Bpf(SECCOMP_RET_ERRNO)};
+  const TaskCredentials other = User(30, 1000);  // another process, single-threaded
+
+  auto read = [&](const ImageLayout& layout) {
+    TempDir d;
+    EXPECT_TRUE(WriteImageCredentials(d.path, {main, t21, t22, own, other}, layout).ok());
+    auto got = ReadImageCredentials(d.path);
+    EXPECT_TRUE(got.ok()) << got.status();
+    std::map<pid_t, TaskCredentials> by_tid;
+    for (auto& t : *got) by_tid[t.tid] = t;
+    return by_tid;
+  };
+  ImageLayout layout;
+  layout.processes = {{20, {20, 21, 22, 23}}, {30, {30}}};
+  layout.tsync = {20};
+  auto got = read(layout);
+  for (pid_t tid : {21, 22}) {
+    EXPECT_EQ(got[tid].seccomp_mode, kSeccompFilter) << tid;
+    EXPECT_EQ(got[tid].seccomp_filters, main.seccomp_filters) << tid;
+  }
+  EXPECT_EQ(got[23].seccomp_filters, own.seccomp_filters) << "its own chain is kept";
+  EXPECT_EQ(got[30].seccomp_mode, kSeccompDisabled) << "not a thread of the TSYNC process";
+  std::vector<TaskCredentials> threads;
+  for (auto& [tid, t] : got) {
+    if (tid != 30) threads.push_back(t);
+  }
+  EXPECT_TRUE(CheckCredentials(threads, c, "container c").ok());
+  absl::Status st = CheckCredentials({got[30]}, c, "container c");
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("thread 30 "));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("seccomp mode is 0, must be 2"));
+
+  // The same images without the flag: CRIU would restore threads 21 and 22 unfiltered.
+  layout.tsync.clear();
+  got = read(layout);
+  EXPECT_EQ(got[21].seccomp_mode, kSeccompDisabled);
+  st = CheckCredentials({got[20], got[21]}, c, "container c");
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("thread 21 "));
+  EXPECT_THAT(std::string(st.message()), HasSubstr("seccomp mode is 0, must be 2"));
+
+  // A pstree.img that is not CRIU's is refused, not read as "no processes".
+  TempDir d;
+  ASSERT_TRUE(WriteImageCredentials(d.path, {main, t21}, {}).ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/pstree.img", "garbage").ok());
+  EXPECT_EQ(ReadImageCredentials(d.path).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(CredentialsTest, EachRaisedFieldIsRefusedByName) {

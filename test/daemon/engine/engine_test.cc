@@ -606,11 +606,12 @@ TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
 // names. Renaming one is an incompatible change (as a change of the plugin ABI's layout is);
 // adding one is not.
 TEST_F(EngineTest, StepNamesArePinned) {
-  EXPECT_EQ(engine_->CheckpointStepNames(),
-            (std::vector<std::string>{"validate", "plan", "stage", "gpu_host_copy", "gpu_drain",
-                                      "gpu_lock", "gpu_checkpoint", "gpu_save", "dump", "rootfs",
-                                      "resume_early", "gpu_resume", "gpu_refill", "gpu_write",
-                                      "manifest", "publish", "finish", "export"}));
+  EXPECT_EQ(
+      engine_->CheckpointStepNames(),
+      (std::vector<std::string>{"validate", "plan", "stage", "gpu_host_copy", "gpu_drain",
+                                "gpu_lock", "gpu_checkpoint", "gpu_save", "dump", "credentials",
+                                "rootfs", "resume_early", "gpu_resume", "gpu_refill", "gpu_write",
+                                "manifest", "publish", "finish", "export"}));
   EXPECT_EQ(engine_->RestoreStepNames(),
             (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
                                       "credentials", "wait_pids", "ports", "journal", "rootfs",
@@ -844,8 +845,39 @@ TEST_F(EngineTest, UnchangedGpuDataIsReferredToNotWrittenAndReadThroughOnRestore
 // A process checkpoint restores with at most the credentials its job had, as the node that
 // took it recorded and signed them: images that claim more (here a capability beyond every
 // set the job had; the test runs as root, which may take any uid) are refused by name before
-// CRIU runs.
+// CRIU runs, also when someone with the node's key re-signed them after the checkpoint.
 TEST_F(EngineTest, ProcessRestoreIsBoundedByTheJobsRecordedCredentials) {
+  Child job;
+  auto own = criu::ReadLiveCredentials(proc_, job.pid);
+  ASSERT_TRUE(own.ok()) << own.status();
+  const pid_t pid = job.pid;
+  CheckpointAndReap(job, "c1");
+  auto m = store_->Get("c1");
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_TRUE(m->credentials.has_value());
+  EXPECT_TRUE(m->credentials->uids.count(own->uid));
+  EXPECT_FALSE(m->signature.empty());
+  // The images rewritten with a raised bounding set, their checksums fixed and re-signed.
+  criu::TaskCredentials raised = *own;
+  raised.tid = pid;
+  raised.caps.bnd |= uint64_t{1} << 50;
+  const std::string dir = dir_.path + "/store/checkpoints/c1";
+  ASSERT_TRUE(criu::WriteImageCredentials(dir + "/images", {raised}).ok());
+  for (auto& f : m->files) {
+    auto d = HashFile(dir + "/" + f.path);
+    ASSERT_TRUE(d.ok()) << d.status();
+    f.size = d->size;
+    f.checksum = d->checksum;
+  }
+  m->signature = store::SignManifest(*m, std::string(32, 'k'));
+  ASSERT_TRUE(fs::WriteFileAtomic(dir + "/manifest.json", store::ManifestToJson(*m)).ok());
+  ExpectRefused(*engine_, "c1", "cap_bnd has cap 50");
+}
+
+// A checkpoint whose images a restore would refuse (here CRIU records a capability the job
+// does not have) is refused before the job is stopped for good: it runs on, nothing is
+// published, and the message names the field as the restore would.
+TEST_F(EngineTest, ACheckpointARestoreWouldRefuseIsRefusedWhileTheJobCanRunOn) {
   Child job;
   auto own = criu::ReadLiveCredentials(proc_, job.pid);
   ASSERT_TRUE(own.ok()) << own.status();
@@ -854,13 +886,18 @@ TEST_F(EngineTest, ProcessRestoreIsBoundedByTheJobsRecordedCredentials) {
   raised.caps.bnd |= uint64_t{1} << 50;
   criu_.image_creds = {raised};
   auto info = engine_->Checkpoint(Req(job.pid, "c1"), op_);
-  ASSERT_TRUE(info.ok()) << info.status();
-  ASSERT_TRUE(info->manifest.credentials.has_value());
-  EXPECT_TRUE(info->manifest.credentials->uids.count(own->uid));
-  EXPECT_FALSE(info->manifest.signature.empty());
-  ::waitpid(job.pid, nullptr, 0);
-  job.pid = -1;
-  ExpectRefused(*engine_, "c1", "cap_bnd has cap 50");
+  EXPECT_EQ(info.status().code(), absl::StatusCode::kPermissionDenied) << info.status();
+  EXPECT_NE(info.status().message().find("cap_bnd has cap 50"), std::string::npos) << info.status();
+  EXPECT_NE(info.status().message().find("the job was resumed"), std::string::npos)
+      << info.status();
+  ASSERT_TRUE(criu_.dumped);
+  EXPECT_TRUE(job.Runs()) << "the dump stopped the job; the refusal must let it run on";
+  EXPECT_TRUE(StagingEmpty());
+  EXPECT_TRUE(JournalEmpty());
+  EXPECT_TRUE(store_->List()->empty());
+  // With images a restore takes, the same job is checkpointed.
+  criu_.image_creds.clear();
+  CheckpointAndReap(job, "c1");
 }
 
 // What a store writer can do to a signed checkpoint: raise its recorded credentials, or have it
