@@ -57,6 +57,10 @@ OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
       Get(pod_annotations, contract::Key(prefix, contract::pod::kCheckpointEvery));
   auto period = contract::ParseCheckpointEvery(every);
   const bool periodic = !every.empty() && (!period.ok() || *period > absl::ZeroDuration());
+  // A job checkpointed in the background is also checkpointed at its stop (through the plan:
+  // when that would not fit, it resumes from the newest periodic one), unless the pod says
+  // checkpoint-on-stop "false": a stop's checkpoint loses nothing, a periodic one up to a period.
+  if (periodic && stop.empty()) o.checkpoint_on_stop = true;
   if (!o.checkpoint_on_stop && o.resume.empty() && !periodic) return o;
   const std::string only = Get(pod_annotations, contract::Key(prefix, contract::pod::kContainers));
   if (!only.empty()) {

@@ -205,6 +205,7 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
   CheckpointResult r;
   r.manifest = std::move(s.manifest);
   r.store_path = s.published_path;
+  r.published_at = s.published_at;
   return r;
 }
 
@@ -515,6 +516,7 @@ absl::Status Engine::Publish(CheckpointState& s) {
   s.je.state = journal::OpState::kPublished;
   JournalAfter(s.je);
   s.published_path = fs::Join(fs::Join(d_.store->location(), "checkpoints"), s.id);
+  s.published_at = absl::Now();
   if (d_.metrics) {
     d_.metrics->AddBytesWritten(s.manifest.WrittenBytes());
     d_.metrics->AddBytesReferenced(s.manifest.ReferencedBytes());

@@ -131,6 +131,7 @@ struct CheckpointState {
   // manifest, publish
   store::Manifest manifest;
   std::string published_path;
+  absl::Time published_at = absl::InfinitePast();
 };
 
 struct RestoreState {

@@ -75,6 +75,9 @@ struct RestoreRequest {
 struct CheckpointResult {
   store::Manifest manifest;
   std::string store_path;
+  // When it was published (the periodic schedule counts the next period from here, not from
+  // the bookkeeping after it); InfinitePast for one not taken.
+  absl::Time published_at = absl::InfinitePast();
   // A planned checkpoint that was not taken: why, and the age of `manifest` (the newest good
   // checkpoint, which the replacement resumes from) when the job ended.
   std::string not_taken;

@@ -1,5 +1,6 @@
 #include "daemon/periodic/scheduler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <variant>
 
@@ -34,8 +35,9 @@ void Scheduler::Start() {
   thread_ = std::thread([this] {
     for (;;) {
       (void)Tick(absl::Now());
+      const absl::Duration wait = std::max(NextPass() - absl::Now(), absl::Milliseconds(1));
       absl::MutexLock l(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), tick_)) return;
+      if (mu_.AwaitWithTimeout(absl::Condition(&stop_), wait)) return;
     }
   });
 }
@@ -57,12 +59,20 @@ std::optional<absl::Duration> Scheduler::PeriodOf(const container::OptedIn& c) c
   return std::nullopt;
 }
 
+absl::Time Scheduler::NextPass() {
+  absl::MutexLock pass(&pass_mu_);
+  return next_pass_;
+}
+
 void Scheduler::Collect(const std::string& workload, Job& j, absl::Time now) {
   if (!j.op || !j.op->done()) return;
   const absl::Status st = j.op->status();
+  // A failure ended when it was seen (within kBusyPoll); a checkpoint when it was published.
+  j.last_end = now;
   if (st.ok()) {
     const auto result = j.op->result();
     if (const auto* r = std::get_if<engine::CheckpointResult>(&result)) {
+      if (r->published_at != absl::InfinitePast()) j.last_end = r->published_at;
       j.newest = CreatedAt(r->manifest);
       j.bytes = r->manifest.TotalBytes();
       uint64_t stall_ms = 0;
@@ -83,7 +93,6 @@ void Scheduler::Collect(const std::string& workload, Job& j, absl::Time now) {
   }
   j.op.reset();
   j.busy_reported = false;
-  j.last_end = now;
 }
 
 void Scheduler::WarnAboutGrace(const container::OptedIn& c, const Job& j,
@@ -122,6 +131,7 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
     return out;
   }
   std::set<std::string> seen;
+  next_pass_ = now + tick_;
   for (const container::OptedIn& c : *containers) {
     if (c.workload.empty()) continue;
     const std::optional<absl::Duration> every = PeriodOf(c);
@@ -142,9 +152,12 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
     if (d_.metrics && j.newest != absl::InfinitePast()) {
       d_.metrics->SetNewestAge(c.workload, absl::ToDoubleSeconds(now - j.newest));
     }
-    const absl::Time since = std::max({j.newest, j.last_end, c.created});
+    // A checkpoint still running counts from its start: busy only once a period has passed.
+    const absl::Time since = std::max({j.newest, j.last_end, c.created, j.started});
     Decision d{c.workload, "not_due", ""};
     if (since != absl::InfinitePast() && now - since < *every) {
+      next_pass_ = std::min(next_pass_, since + *every);
+      if (j.op) next_pass_ = std::min(next_pass_, now + kBusyPoll);
       out.push_back(d);
       continue;
     }
@@ -160,6 +173,7 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
       out.push_back(d);
     };
     if (j.op) {
+      next_pass_ = std::min(next_pass_, now + kBusyPoll);
       skip("skipped_busy",
            absl::StrCat("the previous periodic checkpoint (operation ", j.op->id(),
                         ") is still being written"),
@@ -190,6 +204,8 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
       continue;
     }
     j.op = *op;
+    j.started = now;
+    next_pass_ = std::min(next_pass_, now + kBusyPoll);
     d.action = "started";
     d.why = (*op)->id();
     CRYO_LOG(Info) << "periodic checkpoint of " << c.workload << " (container "

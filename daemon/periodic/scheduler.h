@@ -6,8 +6,11 @@
 // managed containers:
 //   - a container whose period (its pod's checkpoint-every, else the node's periodic_every_s for
 //     checkpoint-on-stop ones) has passed since the latest of: its workload's newest good
-//     checkpoint, the end of its last periodic attempt, its creation, is due (so the job runs a
-//     whole period between the end of one checkpoint and the start of the next);
+//     checkpoint, the end of its last periodic attempt (its publish, or the failure), its
+//     creation, is due (so the job runs a whole period between the end of one checkpoint and
+//     the start of the next);
+//   - the thread looks again at the earliest of: a tick, the next due time, and (while a
+//     periodic checkpoint runs) a short poll, so a period starts on time, not a tick late;
 //   - a due one is checkpointed unless its previous periodic checkpoint is still being written
 //     (never two of one job at once) or the store has less free space than its last checkpoint
 //     took; a skip is logged and counted with its reason;
@@ -77,6 +80,12 @@ class Scheduler {
 
   // One pass at `now`. The thread calls it every tick; tests call it directly.
   std::vector<Decision> Tick(absl::Time now);
+  // When the last pass wants the next: a tick after it at most, earlier when a job falls due
+  // before that or a periodic checkpoint runs (its end is polled for).
+  absl::Time NextPass();
+
+  // How often a running periodic checkpoint is looked at for its end.
+  static constexpr absl::Duration kBusyPoll = absl::Milliseconds(250);
 
  private:
   struct Job {
@@ -85,6 +94,7 @@ class Scheduler {
     absl::Time newest = absl::InfinitePast();    // the newest good checkpoint was taken
     uint64_t bytes = 0;                          // ... and its size (0: none yet)
     absl::Time last_end = absl::InfinitePast();  // the last attempt ended
+    absl::Time started = absl::InfinitePast();   // the last attempt started
     bool space_reported = false;
   };
   // Whether `c` is due at `now`, and the period that applies (nullopt: no period).
@@ -99,6 +109,7 @@ class Scheduler {
   absl::Mutex pass_mu_;                                        // one pass at a time
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(pass_mu_);  // by workload
   std::set<std::string> warned_ ABSL_GUARDED_BY(pass_mu_);     // container ids
+  absl::Time next_pass_ ABSL_GUARDED_BY(pass_mu_) = absl::InfinitePast();
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

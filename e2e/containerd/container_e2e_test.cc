@@ -828,14 +828,17 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
 }
 
 // Periodic checkpoints (docs/operations.md): a pod that asks (the period alone opts it in) is
-// checkpointed in the background every period while it runs on, and retention keeps the newest
-// few (3 on these nodes).
+// checkpointed in the background every period while it runs on, a whole period between the
+// publish of one and the start of the next, and retention keeps the newest few (3 on these
+// nodes). Stopped, it is checkpointed at the stop too, as a checkpoint-on-stop pod is.
 TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKept) {
   const std::string workload = "periodic-e2e.counter";
   auto a = RunPod("node-a", "periodic",
                   {{"cryo.dev/workload", "periodic-e2e"}, {"cryo.dev/checkpoint-every", "1s"}});
   ASSERT_TRUE(a.ok()) << a.status();
   std::set<std::string> seen;
+  // Each one's start and the end of its stages up to the publish.
+  std::map<absl::Time, absl::Time> spans;
   size_t most = 0;
   ASSERT_TRUE(WaitUntil(
       [&] {
@@ -844,6 +847,12 @@ TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKep
           seen.insert(c.checkpoint_id());
           EXPECT_EQ(c.labels().at("cryo.dev/reason"), "periodic");
           EXPECT_TRUE(c.leave_running());
+          absl::Time start;
+          std::string err;
+          EXPECT_TRUE(absl::ParseTime(absl::RFC3339_full, c.created_at(), &start, &err)) << err;
+          uint64_t ms = 0;
+          for (const auto& [stage, t] : c.stage_ms()) ms += t;
+          spans[start] = start + absl::Milliseconds(ms);
         }
         most = std::max(most, list.size());
         return seen.size() >= 5;
@@ -859,6 +868,12 @@ TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKep
     if (absl::StrContains(line, "the job stalled")) std::cout << line << "\n";
   }
   ASSERT_TRUE(WaitUntil([&] { return Checkpoints(workload).size() <= 3; }, absl::Seconds(30)));
+  // A whole period (1 s) from the end of each to the start of the next; printed, for the docs.
+  for (auto it = spans.begin(); std::next(it) != spans.end(); ++it) {
+    const absl::Duration gap = std::next(it)->first - it->second;
+    std::cout << "periodic: " << absl::FormatDuration(gap) << " from a publish to the next start\n";
+    EXPECT_GE(gap, absl::Seconds(1)) << "the next started before its period was over";
+  }
   // The job ran on the whole time: one counter, never restarted, nothing skipped.
   std::vector<int> ticks = Ticks(a->log_path);
   ASSERT_GT(ticks.size(), 5u);
@@ -866,6 +881,17 @@ TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKep
   auto st = Shim("node-a").ContainerStatus(a->ctr_id);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->state(), cri::CONTAINER_RUNNING);
+  // The period alone opted it in to a checkpoint at its stop (issue 42).
+  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  st = Shim("node-a").ContainerStatus(a->ctr_id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->exit_code(), 75) << "stopped after a checkpoint";
+  bool at_stop = false;
+  for (const auto& c : Checkpoints(workload)) {
+    at_stop |= c.labels().at("cryo.dev/reason") == "stop" && !c.leave_running();
+  }
+  EXPECT_TRUE(at_stop) << "no checkpoint at the stop; shim log:\n"
+                       << TailOf(world().shim("node-a").log_file());
   // A period that is not one is refused when the container is created.
   auto bad =
       RunPod("node-a", "periodic-bad",

@@ -56,11 +56,17 @@ TEST(DecideOptInTest, TheWorkloadAnnotationWinsOverEveryDefault) {
   EXPECT_EQ(o.workload, "ml.trainer.worker") << "the old key of a Job's pods, pinned";
 }
 
+// A period alone opts in to checkpoints at a stop too (issue 42), unless the pod says
+// checkpoint-on-stop "false".
 TEST(DecideOptInTest, APeriodAloneOptsInAndOffDoesNot) {
   StringMap every = {{"cryo.dev/checkpoint-every", "20m"}};
   OptIn o = DecideOptIn("cryo.dev", every, {}, kPod, "worker");
   EXPECT_TRUE(o.managed) << "periodic checkpoints need the job under cryo-init";
-  EXPECT_FALSE(o.checkpoint_on_stop);
+  EXPECT_TRUE(o.checkpoint_on_stop) << "checkpointed at its stop as well";
+  every["cryo.dev/checkpoint-on-stop"] = "false";
+  o = DecideOptIn("cryo.dev", every, {}, kPod, "worker");
+  EXPECT_TRUE(o.managed);
+  EXPECT_FALSE(o.checkpoint_on_stop) << "the pod said no";
   for (const char* off : {"off", "0", "never", " OFF "}) {
     StringMap none = {{"cryo.dev/checkpoint-every", off}};
     EXPECT_FALSE(DecideOptIn("cryo.dev", none, {}, kPod, "worker").managed) << off;

@@ -129,6 +129,32 @@ TEST_F(SchedulerTest, ADueJobIsCheckpointedNeverTwiceAtOnceAndAgainAPeriodAfterT
   EXPECT_EQ(Metric("cryo_periodic_checkpoints_total{result=\"started\"}"), "2");
 }
 
+// Issue 42: with a period of 10 s and cryod's default tick of 10 s, checkpoints started every
+// 20 s: the end of one was counted from the tick that saw it, and the next waited for a tick.
+// The period now runs from the publish, and the schedule wakes when a job falls due and, while
+// a checkpoint runs, polls for its end.
+TEST_F(SchedulerTest, TheNextPeriodRunsFromThePublishAndStartsWhenDueNotATickLater) {
+  containers_ = {Container("c1", "w", absl::Seconds(10))};
+  auto s = Make();  // a tick of 10 s
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Seconds(3))), ElementsAre("w not_due"));
+  EXPECT_EQ(s->NextPass(), kT0 + absl::Seconds(10)) << "when it falls due, before the tick";
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Seconds(10))), ElementsAre("w started"));
+  ASSERT_EQ(ops_.size(), 1u);
+  EXPECT_EQ(s->NextPass(), kT0 + absl::Seconds(10) + Scheduler::kBusyPoll);
+  // Running, not yet a period old: not busy, only polled for.
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Milliseconds(10250))), ElementsAre("w not_due"));
+  EXPECT_EQ(s->NextPass(), kT0 + absl::Milliseconds(10500));
+  engine::CheckpointResult r;
+  r.manifest = Checkpoint("w-1", "w", kT0 + absl::Seconds(10), 1 << 20);
+  r.published_at = kT0 + absl::Milliseconds(10400);
+  ops_[0]->Finish(absl::OkStatus(), r);
+  // Seen 100 ms after its publish; the next falls due a period after the publish.
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Milliseconds(10500))), ElementsAre("w not_due"));
+  EXPECT_EQ(s->NextPass(), kT0 + absl::Milliseconds(20400));
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Milliseconds(20399))), ElementsAre("w not_due"));
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Milliseconds(20400))), ElementsAre("w started"));
+}
+
 TEST_F(SchedulerTest, AFailedOneLeavesNothingAndTheNextComesAPeriodLater) {
   containers_ = {Container("c1", "w", absl::Minutes(5))};
   auto s = Make();
