@@ -508,6 +508,7 @@ nlohmann::json CeilingToJson(const CredentialCeiling& c) {
       {"seccomp_mode", c.seccomp_mode},
       {"lsm", c.lsm},
   };
+  if (!c.rlimit_max.empty()) j["rlimit_max"] = c.rlimit_max;
   return j;
 }
 
@@ -555,6 +556,13 @@ absl::StatusOr<CredentialCeiling> CeilingFromJson(const nlohmann::json& j) {
     return bad("lsm");
   }
   c.lsm = lsm->get<std::string>();
+  if (auto rl = j.find("rlimit_max"); rl != j.end()) {
+    if (!rl->is_array() || rl->size() > 64) return bad("rlimit_max");
+    for (const auto& v : *rl) {
+      if (!v.is_number_unsigned()) return bad("rlimit_max");
+      c.rlimit_max.push_back(v.get<uint64_t>());
+    }
+  }
   return c;
 }
 
@@ -629,14 +637,17 @@ absl::Status WriteImageCredentials(const std::string& images_dir,
   return absl::OkStatus();
 }
 
-absl::Status CheckNoNamespaceImages(const std::string& images_dir) {
+absl::Status CheckNoNamespaceImages(const std::string& images_dir, bool user_only) {
   for (const auto& name : fs::ListNames(images_dir)) {
     for (const char* prefix : kNamespaceImages) {
+      if (user_only && absl::string_view(prefix) != "userns-") continue;
       if (absl::StartsWith(name, prefix)) {
-        return absl::PermissionDeniedError(
-            absl::StrCat("image ", name,
-                         " asks CRIU to create namespaces and mounts of its own, which a "
-                         "container checkpoint never has: refused"));
+        return absl::PermissionDeniedError(absl::StrCat(
+            "image ", name,
+            user_only ? " asks CRIU to create a user namespace, in which the images' ids "
+                        "and capabilities are not what cryo checks: refused"
+                      : " asks CRIU to create namespaces and mounts of its own, which a "
+                        "container checkpoint never has: refused"));
       }
     }
   }

@@ -62,6 +62,9 @@ struct CredentialCeiling {
   std::optional<std::vector<std::string>> seccomp_filters;
   // Non-empty and not "unconfined": every thread carries exactly this label.
   std::string lsm;
+  // Hard resource limits, in RLIMIT_* order (RLIM_INFINITY: none): no restored process may have
+  // a higher one (resources.h). Empty: not known (a manifest recorded before cryo kept them).
+  std::vector<uint64_t> rlimit_max;
 
   friend bool operator==(const CredentialCeiling&, const CredentialCeiling&) = default;
 };
@@ -98,8 +101,10 @@ absl::Status CheckCredentials(const std::vector<TaskCredentials>& threads,
 
 // Container mode: PERMISSION_DENIED when the images ask CRIU to create namespaces (and with
 // them mounts) of its own, which a container checkpoint, dumped inside the container's
-// namespaces, never does.
-absl::Status CheckNoNamespaceImages(const std::string& images_dir);
+// namespaces, never does. `user_only` (process mode, where a job may have namespaces of its
+// own): only a user namespace, in which the images' ids and capabilities would mean another
+// thing than the check reads (cryod refuses to checkpoint such jobs).
+absl::Status CheckNoNamespaceImages(const std::string& images_dir, bool user_only = false);
 
 // The ceiling as recorded in a manifest, and back (INVALID_ARGUMENT for a malformed one).
 nlohmann::json CeilingToJson(const CredentialCeiling& c);

@@ -1,9 +1,15 @@
 #include "daemon/criu/image_file.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/message_lite.h"
+#include "lib/base/fd.h"
 #include "lib/base/fs.h"
+#include "lib/base/status.h"
 
 namespace cryo::criu {
 namespace {
@@ -45,6 +51,30 @@ absl::StatusOr<std::vector<std::string>> ReadImageEntries(const std::string& dir
     off += n;
   }
   return out;
+}
+
+absl::StatusOr<std::string> ReadFirstImageEntry(const std::string& dir, const std::string& name,
+                                                uint32_t magic, bool common, uint32_t max_entry) {
+  CRYO_ASSIGN_OR_RETURN(int raw, fs::OpenRegularBeneath(dir, name));
+  UniqueFd fd(raw);
+  const size_t head = common ? 12 : 8;
+  std::string b(head + max_entry, '\0');
+  const ssize_t n = ::pread(fd.get(), b.data(), b.size(), 0);
+  if (n < 0) return ErrnoStatus(errno, absl::StrCat("reading CRIU image ", name));
+  b.resize(static_cast<size_t>(n));
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("CRIU image ", name, ": ", why));
+  };
+  if (b.size() < head) return bad("truncated");
+  size_t off = 0;
+  if (common) {
+    if (Le32(b, 0) != kImgCommonMagic) return bad("not a CRIU image");
+    off = 4;
+  }
+  if (Le32(b, off) != magic) return bad("wrong magic");
+  const uint32_t len = Le32(b, off + 4);
+  if (len > max_entry || len > b.size() - head) return bad("its first entry is too large or cut");
+  return b.substr(head, len);
 }
 
 std::string FrameImage(std::initializer_list<uint32_t> magics,

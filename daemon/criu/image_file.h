@@ -23,6 +23,7 @@ inline constexpr uint32_t kCoreMagic = 0x55053847;
 inline constexpr uint32_t kSeccompMagic = 0x64413049;
 inline constexpr uint32_t kFilesMagic = 0x56303138;
 inline constexpr uint32_t kPstreeMagic = 0x50273030;
+inline constexpr uint32_t kGhostFileMagic = 0x52583605;
 
 // The messages of image `name` in `dir` (opened beneath it, never following a link out), at
 // most `max_bytes` in all. `common`: whether the image starts with the common magic.
@@ -30,6 +31,11 @@ inline constexpr uint32_t kPstreeMagic = 0x50273030;
 absl::StatusOr<std::vector<std::string>> ReadImageEntries(const std::string& dir,
                                                           const std::string& name, uint32_t magic,
                                                           bool common, uint64_t max_bytes);
+
+// The first message of image `name` only (an image whose entry is followed by raw data, as a
+// ghost file's is), at most `max_entry` bytes; the same errors.
+absl::StatusOr<std::string> ReadFirstImageEntry(const std::string& dir, const std::string& name,
+                                                uint32_t magic, bool common, uint32_t max_entry);
 
 // One framed image: the magics, then each message with its size (tests, and the fake CRIU).
 std::string FrameImage(std::initializer_list<uint32_t> magics,

@@ -12,6 +12,7 @@
 #include "daemon/criu/dumpable.h"
 #include "daemon/criu/listen_ports.h"
 #include "daemon/criu/network_lock.h"
+#include "daemon/criu/resources.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/step_hooks.h"
@@ -218,6 +219,11 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
     s.target = s.ctr->job_pid;
   }
   CRYO_RETURN_IF_ERROR(ValidateTarget(s.target, &s.tree));
+  for (const auto& p : s.tree) {
+    CRYO_RETURN_IF_ERROR(CheckNodeUserNamespace(
+        p.pid, absl::StrCat("pid ", p.pid, " runs in a user namespace of its own"),
+        "nothing was stopped"));
+  }
   s.root = s.tree.front();  // a copy: tree is re-read after the dump
   s.workload = !req.workload.empty() ? req.workload : (s.ctr ? s.ctr->info.name : s.root.comm);
   s.id = req.checkpoint_id.empty() ? MakeCheckpointId(s.workload, absl::Now()) : req.checkpoint_id;
@@ -304,7 +310,18 @@ absl::StatusOr<criu::CredentialCeiling> Engine::LiveCredentials(
     return absl::NotFoundError(
         absl::StrCat("pid ", tree.front().pid, " ended before its credentials could be read"));
   }
-  return criu::CeilingOf(all);
+  criu::CredentialCeiling c = criu::CeilingOf(all);
+  // The highest hard limit of each resource among the tree's processes.
+  for (const auto& p : tree) {
+    auto limits = criu::ReadLiveHardLimits(*d_.proc, p.pid);
+    if (absl::IsNotFound(limits.status())) continue;
+    CRYO_RETURN_IF_ERROR(limits.status());
+    if (c.rlimit_max.size() < limits->size()) c.rlimit_max.resize(limits->size(), 0);
+    for (size_t i = 0; i < limits->size(); ++i) {
+      c.rlimit_max[i] = std::max(c.rlimit_max[i], (*limits)[i]);
+    }
+  }
+  return c;
 }
 
 absl::Status Engine::StageCheckpoint(CheckpointState& s) {

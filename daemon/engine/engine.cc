@@ -161,9 +161,35 @@ absl::StatusOr<container::ContainerTarget> Engine::Container(const std::string& 
     return absl::FailedPreconditionError(absl::StrCat("cryo-nsexec not found (", cfg_.nsexec_path,
                                                       "); container mode needs it next to cryod"));
   }
-  return container::ResolveContainer(
-      *d_.runtime, *d_.proc, id,
-      restore ? container::ContainerUse::kRestore : container::ContainerUse::kCheckpoint);
+  CRYO_ASSIGN_OR_RETURN(
+      container::ContainerTarget t,
+      container::ResolveContainer(
+          *d_.runtime, *d_.proc, id,
+          restore ? container::ContainerUse::kRestore : container::ContainerUse::kCheckpoint));
+  CRYO_RETURN_IF_ERROR(CheckNodeUserNamespace(
+      t.init_pid,
+      absl::StrCat("container ", t.info.name,
+                   " runs in a user namespace of its own (its pod sets hostUsers: false, or the "
+                   "runtime maps its users)"),
+      restore ? "nothing was started" : "nothing was stopped"));
+  return t;
+}
+
+absl::Status Engine::CheckNodeUserNamespace(pid_t pid, absl::string_view who,
+                                            absl::string_view outcome) {
+  // CRIU creates restored tasks in its own user namespace, the node's, and the credentials check
+  // reads ids and capabilities as that namespace sees them; /proc shows a task's capabilities
+  // as its own namespace grants them. In a namespace of its own the pod's root would come back
+  // as the node's root: refused until restores run inside the pod's user namespace.
+  const std::string node = d_.proc->Link(cfg_.self_pid > 0 ? cfg_.self_pid : ::getpid(), "ns/user");
+  const std::string theirs = d_.proc->Link(pid, "ns/user");
+  if (node.empty() || theirs.empty() || node == theirs) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      who, ": cryo checkpoints and restores only jobs in the node's user namespace (", node,
+      "; this one is in ", theirs,
+      "), because CRIU would recreate it in the node's, where its ids and capabilities are the "
+      "node's. Run the pod with hostUsers: true to use cryo; ",
+      outcome));
 }
 
 namespace {

@@ -247,6 +247,10 @@ class Engine {
                                      const criu::CredentialCeiling& ceiling,
                                      absl::string_view whose);
   absl::StatusOr<container::ContainerTarget> Container(const std::string& id, bool restore);
+  // Container mode, after CRIU: no restored process keeps an OOM score below its container's.
+  void RaiseOomScores(const std::vector<proc::ProcInfo>& tree, pid_t init_pid);
+  // FAILED_PRECONDITION, saying `who` and `outcome`, when `pid` is not in cryod's user namespace.
+  absl::Status CheckNodeUserNamespace(pid_t pid, absl::string_view who, absl::string_view outcome);
   // The GPU plugins' CRIU arguments for these processes; `job` (a dump's options, or null)
   // takes those cryo types, the rest go to `args`.
   absl::Status AddGpuCriuOptions(const std::vector<gpu::GpuProcess>& procs, criu::JobOptions* job,

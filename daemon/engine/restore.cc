@@ -2,15 +2,18 @@
 
 #include <algorithm>
 #include <atomic>
+#include <set>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
 #include "daemon/criu/listen_ports.h"
+#include "daemon/criu/resources.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/step_hooks.h"
@@ -195,13 +198,17 @@ absl::Status Engine::Verify(RestoreState& s) {
     ProgressTicker ticker(
         *s.op, Stage::kVerify, [&] { return verified.load(); }, s.m.TotalBytes());
     std::vector<ExpectedFile> files;
+    std::set<std::string> listed;
     for (const auto& f : s.m.files) {
       // The fast path's files are checked by the library as it reads them, before the job may
       // use a byte of them: reading them twice would double the restore.
       const bool fast = absl::StartsWith(f.path, "gpu/fastpath-");
       files.push_back({f.path, f.size, f.checksum, fast});
+      listed.insert(f.path);
     }
-    st = VerifyFiles(s.dir, files, cfg_.verify_threads, &verified);
+    // Nothing the manifest does not list: CRIU reads every image of the directory by name.
+    st = RefuseUnlistedFiles(s.dir, listed, {store::kManifestName, store::kDamagedName});
+    if (st.ok()) st = VerifyFiles(s.dir, files, cfg_.verify_threads, &verified);
     // And what other checkpoints hold for it (incremental GPU data).
     if (st.ok()) st = CheckReferences(s.m);
   }
@@ -222,6 +229,7 @@ absl::Status Engine::Verify(RestoreState& s) {
 absl::StatusOr<criu::CredentialCeiling> Engine::ContainerCeiling(pid_t init_pid) {
   CRYO_ASSIGN_OR_RETURN(criu::TaskCredentials init, criu::ReadLiveCredentials(*d_.proc, init_pid));
   criu::CredentialCeiling ceiling = criu::CeilingOf({init});
+  CRYO_ASSIGN_OR_RETURN(ceiling.rlimit_max, criu::ReadLiveHardLimits(*d_.proc, init_pid));
   if (init.seccomp_mode == criu::kSeccompFilter) {
     auto filters = criu::ReadSeccompFilters(init_pid);
     if (!filters.ok()) return Annotate(filters.status(), "reading the container's seccomp filters");
@@ -233,9 +241,10 @@ absl::StatusOr<criu::CredentialCeiling> Engine::ContainerCeiling(pid_t init_pid)
 absl::Status Engine::CheckImageCredentials(const std::string& images, bool container,
                                            const criu::CredentialCeiling& ceiling,
                                            absl::string_view whose) {
-  if (container) CRYO_RETURN_IF_ERROR(criu::CheckNoNamespaceImages(images));
+  CRYO_RETURN_IF_ERROR(criu::CheckNoNamespaceImages(images, /*user_only=*/!container));
   CRYO_ASSIGN_OR_RETURN(auto threads, criu::ReadImageCredentials(images));
-  return criu::CheckCredentials(threads, ceiling, whose);
+  CRYO_RETURN_IF_ERROR(criu::CheckCredentials(threads, ceiling, whose));
+  return criu::CheckImageResources(images, ceiling, whose);
 }
 
 absl::Status Engine::CheckRestoreCredentials(RestoreState& s) {
@@ -413,9 +422,27 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   // What the undo kills if a later step fails (matched by start time, like every task).
   s.je.criu_pid = 0;
   s.je.tasks.clear();
-  if (auto tree = d_.proc->Tree(s.host_root); tree.ok()) s.je.tasks = jobs_.TasksOf(*tree);
+  auto tree = d_.proc->Tree(s.host_root);
+  if (tree.ok()) s.je.tasks = jobs_.TasksOf(*tree);
   JournalAfter(s.je);
+  if (s.ctr && tree.ok()) RaiseOomScores(*tree, s.ctr->init_pid);
   return absl::OkStatus();
+}
+
+void Engine::RaiseOomScores(const std::vector<proc::ProcInfo>& tree, pid_t init_pid) {
+  // CRIU restored the images' OOM scores; none stays below the one the kubelet gave the new
+  // pod (its cryo-init's): a checkpoint may not make its job the last the kernel kills.
+  auto text = fs::ReadFile(d_.proc->PidPath(init_pid, "oom_score_adj"));
+  int floor = 0;
+  if (!text.ok() || !absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &floor)) return;
+  std::vector<pid_t> pids;
+  for (const auto& p : tree) pids.push_back(p.pid);
+  const std::vector<pid_t> raised = criu::RaiseOomScoreAdj(*d_.proc, pids, floor);
+  if (!raised.empty()) {
+    CRYO_LOG(Warning) << "restored pid(s) " << absl::StrJoin(raised, ", ")
+                      << " had an oom_score_adj below the container's " << floor
+                      << "; raised to it";
+  }
 }
 
 void Engine::UndoCriuRestore(const journal::Entry& e, RestoreLive*) {

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "lib/base/chunked_xxh3.h"
 #include "lib/base/fs.h"
 #include "lib/base/status.h"
@@ -133,6 +134,48 @@ absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads,
   ::close(fd);
   if (!err.ok()) return err;
   return FileDigest{size, Combine(digests)};
+}
+
+absl::Status RefuseUnlistedFiles(const std::string& root, const std::set<std::string>& listed,
+                                 const std::set<std::string>& also, size_t max_entries) {
+  // The directories the listed files are in: anything else that is a directory is unlisted.
+  std::set<std::string> dirs = {""};
+  for (const std::string& f : listed) {
+    for (size_t i = f.find('/'); i != std::string::npos; i = f.find('/', i + 1)) {
+      dirs.insert(f.substr(0, i));
+    }
+  }
+  std::vector<std::string> unlisted;
+  size_t seen = 0, found = 0;
+  std::vector<std::string> todo = {""};
+  while (!todo.empty()) {
+    const std::string rel = std::move(todo.back());
+    todo.pop_back();
+    // Opened beneath the root, never through a link.
+    CRYO_ASSIGN_OR_RETURN(int dfd, fs::OpenDirBeneath(root, rel));
+    auto entries = fs::ListDirAt(dfd, fs::Join(root, rel));
+    ::close(dfd);
+    CRYO_RETURN_IF_ERROR(entries.status());
+    for (const auto& e : *entries) {
+      if (++seen > max_entries) {
+        return absl::PermissionDeniedError(
+            absl::StrCat(root, " holds more than ", max_entries, " entries; refusing to read it"));
+      }
+      const std::string path = rel.empty() ? e.name : fs::Join(rel, e.name);
+      if (e.is_dir && dirs.count(path)) {
+        todo.push_back(path);
+        continue;
+      }
+      if (!e.is_dir && (listed.count(path) || (rel.empty() && also.count(path)))) continue;
+      if (unlisted.size() < 5) unlisted.push_back(path + (e.is_dir ? "/" : ""));
+      ++found;
+    }
+  }
+  if (found == 0) return absl::OkStatus();
+  return absl::PermissionDeniedError(
+      absl::StrCat("the checkpoint holds ", found, " file(s) its manifest does not list (",
+                   absl::StrJoin(unlisted, ", "), found > unlisted.size() ? ", ..." : "",
+                   "): CRIU would read them unverified; refused"));
 }
 
 absl::Status VerifyFiles(const std::string& root, const std::vector<ExpectedFile>& files,

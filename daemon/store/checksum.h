@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,6 +65,13 @@ absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads =
 // read.
 absl::Status VerifyFiles(const std::string& root, const std::vector<ExpectedFile>& files,
                          int threads, std::atomic<uint64_t>* progress = nullptr);
+
+// PERMISSION_DENIED naming them (a few, and how many) when `root` holds anything but the files
+// `listed` names (relative paths), the directories above them and the names in `also` at its top
+// (the manifest, the damaged mark): CRIU reads images by name, so an unlisted one would reach it
+// unverified and unsigned. Walks at most `max_entries` entries (more is refused too).
+absl::Status RefuseUnlistedFiles(const std::string& root, const std::set<std::string>& listed,
+                                 const std::set<std::string>& also, size_t max_entries = 1 << 20);
 
 // Hashes the files of a directory while another process (CRIU) writes them, so the checksum
 // costs no extra pass. Assumes files are written sequentially, as CRIU writes images; Finish()

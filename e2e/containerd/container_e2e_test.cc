@@ -3,6 +3,7 @@
 // kubelet does. Opted-in pods are checkpointed (kubelet's checkpoint API, preemption stops)
 // and resumed on the other node; everything else is left alone. Needs root.
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -370,10 +371,10 @@ TEST_F(ContainerModeE2e, ProcessesTalkingOverThePodsLoopbackResumeOnAnotherNode)
 // A restored job gets at most what its new container grants (the OCI spec, as the runtime set up
 // the container's cryo-init). The pod drops every capability and sets no_new_privs. Its honest
 // checkpoint restores into a pod like it, but not into a pod that runs as uid 1000 (the job
-// ran as root). The next checkpoint, rewritten in the store to bring the job back with every
-// capability and no_new_privs off (checksums fixed, as a pod author's checkpoint image could
-// be built), is refused when the replacement starts: nothing runs, and the refusal names the
-// field.
+// ran as root). The next checkpoint, rewritten in the store to bring the job back with a hard
+// RLIMIT_NOFILE above the pod's, then with every capability and no_new_privs off (checksums
+// fixed, as a pod author's checkpoint image could be built), is refused when the replacement
+// starts: nothing runs, and the refusal names the field.
 TEST_F(ContainerModeE2e, ARestoreGrantsNoMoreThanTheNewContainer) {
   auto confine = [](cri::ContainerConfig* c) {
     auto* sc = c->mutable_linux()->mutable_security_context();
@@ -425,8 +426,15 @@ TEST_F(ContainerModeE2e, ARestoreGrantsNoMoreThanTheNewContainer) {
   ASSERT_EQ(list.size(), 2u);
   const std::string raised = list[0].checkpoint_id();
   ASSERT_NE(raised, honest);
-  ASSERT_TRUE(cryo::testing::RewriteImageCredentials(
-      absl::StrCat(world().store(), "/checkpoints/", raised), cryo::testing::RaiseToRoot));
+  const std::string raised_dir = absl::StrCat(world().store(), "/checkpoints/", raised);
+  // First its hard RLIMIT_NOFILE, above the pod's (CRIU may set it: it has CAP_SYS_RESOURCE).
+  ASSERT_TRUE(cryo::testing::RewriteCoreImages(raised_dir, [](::criu::core_entry* core) {
+    if (!core->has_tc() || !core->tc().has_rlimits()) return;
+    auto* rl = core->mutable_tc()->mutable_rlimits()->mutable_rlimits();
+    if (rl->size() > RLIMIT_NOFILE) rl->Mutable(RLIMIT_NOFILE)->set_max(RLIM_INFINITY);
+  }));
+  EXPECT_THAT(refused("rlimit-raised", raised), HasSubstr("hard RLIMIT_NOFILE of unlimited"));
+  ASSERT_TRUE(cryo::testing::RewriteImageCredentials(raised_dir, cryo::testing::RaiseToRoot));
   const std::string why = refused("creds-raised", raised);
   EXPECT_THAT(why, HasSubstr("cap_prm"));
   EXPECT_THAT(why, HasSubstr("CAP_SYS_ADMIN"));

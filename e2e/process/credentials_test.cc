@@ -127,6 +127,26 @@ TEST_F(ProcessCredentialsE2e, AMultiThreadedJobUnderASeccompFilterComesBackFilte
   for (const auto& mode : SeccompOfEveryThread(child)) EXPECT_TRUE(absl::EndsWith(mode, ":2"));
 }
 
+// A job in a user namespace of its own (what a pod with hostUsers: false is): its root holds
+// every capability there, which /proc reports as if they were the node's, and CRIU would
+// recreate it in the node's namespace. Refused before anything stops, naming the namespace;
+// the job runs on.
+TEST_F(ProcessCredentialsE2e, AJobInAUserNamespaceOfItsOwnIsRefusedBeforeAnythingStops) {
+  Cryod& a = Node("node-a");
+  auto w = Workload::Start(dir_, 8, 2, {}, {"/usr/bin/unshare", "--user", "--map-root-user"});
+  ASSERT_TRUE(w.ok()) << w.status();
+  workloads_.push_back(std::move(*w));
+  Workload& job = *workloads_.back();
+  grpc::Status s = a.Checkpoint(Req(job.pid(), "userns"));
+  EXPECT_EQ(s.error_code(), StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "user namespace of its own"))
+      << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "hostUsers")) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "nothing was stopped")) << s.error_message();
+  ExpectRunning(job);
+  EXPECT_FALSE(fs::Exists(store_ + "/checkpoints/userns"));
+}
+
 TEST_F(ProcessCredentialsE2e, ImagesRewrittenToRaiseTheJobAreRefusedBeforeAnythingRuns) {
   Cryod& a = Node("node-a");
   Workload& w = CheckpointedConfinedJob(a);

@@ -201,16 +201,16 @@ std::vector<v1::CheckpointInfo> Cryod::List() {
 
 absl::StatusOr<std::unique_ptr<Workload>> Workload::Start(const std::string& dir, int mem_mib,
                                                           int threads,
-                                                          std::vector<std::string> extra) {
+                                                          std::vector<std::string> extra,
+                                                          std::vector<std::string> wrapper) {
   auto w = std::unique_ptr<Workload>(new Workload());
   w->status_ = dir + "/status-" + std::to_string(::getpid()) + "-" + std::to_string(rand());
-  std::vector<std::string> argv = {TESTLOAD_BIN,
-                                   "--status",
-                                   w->status_,
-                                   "--mem-mib",
-                                   std::to_string(mem_mib),
-                                   "--threads",
-                                   std::to_string(threads)};
+  std::vector<std::string> argv = std::move(wrapper);
+  for (const std::string& a :
+       {std::string(TESTLOAD_BIN), std::string("--status"), w->status_, std::string("--mem-mib"),
+        std::to_string(mem_mib), std::string("--threads"), std::to_string(threads)}) {
+    argv.push_back(a);
+  }
   argv.insert(argv.end(), extra.begin(), extra.end());
   w->pid_ = SpawnArgs(argv, {}, dir + "/testload.log", true);
   if (!w->WaitMain(5, absl::Seconds(60))) {

@@ -60,9 +60,11 @@ class Cryod {
 class Workload {
  public:
   // Starts cryo-testload in its own session (as a job would be), child of this test.
+  // `wrapper`: a command that execs it (e.g. unshare with its options), in front of it.
   static absl::StatusOr<std::unique_ptr<Workload>> Start(const std::string& dir, int mem_mib,
                                                          int threads = 4,
-                                                         std::vector<std::string> extra = {});
+                                                         std::vector<std::string> extra = {},
+                                                         std::vector<std::string> wrapper = {});
   // cryo-testload with no capability (none permitted, effective or bounding) and no_new_privs,
   // through setpriv. (Another uid would need CAP_SYS_RESOURCE for CRIU to dump it, which root
   // lacks on our build machines.) `seccomp`: under a filter its whole tree shares, as a pod's

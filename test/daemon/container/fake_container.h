@@ -75,6 +75,8 @@ class FakeProc {
     std::string comm = "job";
     std::string exe = "/bin/job";
     std::string pidns = "pid:[4026531836]";
+    std::string userns;  // empty: no ns/user link
+    std::string limits;  // /proc/<pid>/limits; empty: this test process's own
     std::vector<std::string> env;
     std::vector<std::string> cmdline;
     std::string fd1 = "pipe:[1001]";
@@ -97,6 +99,8 @@ class FakeProc {
     Write(d + "/environ", absl::StrJoin(p.env, std::string(1, '\0')));
     Write(d + "/cmdline", absl::StrJoin(p.cmdline, std::string(1, '\0')));
     Write(d + "/wchan", "do_sigtimedwait");
+    Write(d + "/limits",
+          p.limits.empty() ? fs::ReadFile("/proc/self/limits").value_or("") : p.limits);
     Write(d + "/mountinfo", p.mountinfo);
     (void)fs::MakeDirs(absl::StrCat(d, "/task/", p.pid));
     (void)fs::MakeDirs(d + "/fd");
@@ -105,6 +109,7 @@ class FakeProc {
     ::symlink(p.fd1.c_str(), (d + "/fd/1").c_str());
     ::symlink(p.fd2.c_str(), (d + "/fd/2").c_str());
     ::symlink(p.pidns.c_str(), (d + "/ns/pid").c_str());
+    if (!p.userns.empty()) ::symlink(p.userns.c_str(), (d + "/ns/user").c_str());
   }
 
   // The credential lines of /proc/self/status (what a restored fake job would have).

@@ -16,10 +16,10 @@
 
 namespace cryo::testing {
 
-// Applies `raise` to the credentials of every core-*.img under <dir>/images and rewrites the
-// manifest's sizes and checksums. Returns false when an image or the manifest would not parse.
-inline bool RewriteImageCredentials(const std::string& dir,
-                                    const std::function<void(::criu::creds_entry*)>& raise) {
+// Applies `edit` to every core-*.img under <dir>/images and rewrites the manifest's sizes and
+// checksums. Returns false when an image or the manifest would not parse.
+inline bool RewriteCoreImages(const std::string& dir,
+                              const std::function<void(::criu::core_entry*)>& edit) {
   for (const std::string& name : fs::ListNames(dir + "/images")) {
     if (!absl::StartsWith(name, "core-")) continue;
     const std::string path = dir + "/images/" + name;
@@ -29,8 +29,7 @@ inline bool RewriteImageCredentials(const std::string& dir,
     std::memcpy(&n, b->data() + 8, 4);
     ::criu::core_entry core;
     if (!core.ParseFromString(b->substr(12, n))) return false;
-    if (!core.has_thread_core()) continue;
-    raise(core.mutable_thread_core()->mutable_creds());
+    edit(&core);
     const std::string body = core.SerializeAsString();
     n = static_cast<uint32_t>(body.size());
     std::string out = b->substr(0, 8);
@@ -49,6 +48,14 @@ inline bool RewriteImageCredentials(const std::string& dir,
     f.checksum = d->checksum;
   }
   return fs::WriteFileAtomic(dir + "/manifest.json", store::ManifestToJson(*m)).ok();
+}
+
+// Applies `raise` to the credentials of every thread's core image (see RewriteCoreImages).
+inline bool RewriteImageCredentials(const std::string& dir,
+                                    const std::function<void(::criu::creds_entry*)>& raise) {
+  return RewriteCoreImages(dir, [&](::criu::core_entry* core) {
+    if (core->has_thread_core()) raise(core->mutable_thread_core()->mutable_creds());
+  });
 }
 
 // Root, every capability, no_new_privs off.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/engine/engine.h"
 #include "daemon/store/checksum.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/contract/archive.h"
 #include "test/daemon/container/fake_container.h"
@@ -19,6 +20,7 @@ namespace {
 
 using cryo::testing::FakeContainerRuntime;
 using cryo::testing::FakeProc;
+using ::testing::HasSubstr;
 
 class ContainerEngineTest : public ::testing::Test {
  protected:
@@ -78,9 +80,11 @@ class ContainerEngineTest : public ::testing::Test {
     cryo::testing::Reap(init_);
     cryo::testing::Reap(job_);
   }
-  void AddInit(const std::string& restore_from, const std::string& creds = "") {
+  void AddInit(const std::string& restore_from, const std::string& creds = "",
+               const std::string& userns = "") {
     FakeProc::Process init;
     init.creds = creds;
+    init.userns = userns;
     init.pid = init_;
     init.exe = CRYO_INIT_CONTAINER_PATH;
     init.comm = "cryo-init";
@@ -107,6 +111,35 @@ class ContainerEngineTest : public ::testing::Test {
   Operation op_{"op-1", "checkpoint", "test"};
   pid_t init_ = 0, job_ = 0;
 };
+
+// A pod with hostUsers: false: its cryo-init is in a user namespace of its own, where its root
+// holds every capability. Neither checkpointed (nothing stops) nor restored into (nothing
+// starts): the refusal names hostUsers.
+TEST_F(ContainerEngineTest, APodInAUserNamespaceOfItsOwnIsRefusedBothWays) {
+  FakeProc::Process self;
+  self.pid = ::getpid();
+  self.userns = "user:[4026531837]";
+  fake_.Add(self);
+  CheckpointCt1();  // in the node's namespace (no link of its own): taken
+  AddInit("", "", "user:[4026532999]");
+  CheckpointRequest req;
+  req.container_id = "c0ffee0000000000";
+  req.checkpoint_id = "ct-2";
+  auto r = engine_->Checkpoint(req, op_);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("hostUsers: false"));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("nothing was stopped"));
+  EXPECT_FALSE(store_->Get("ct-2").ok());
+  fake_.Remove(job_);
+  AddInit("ct-1", "", "user:[4026532999]");
+  RestoreRequest rr;
+  rr.checkpoint_id = "ct-1";
+  rr.container_id = "c0ffee0000000000";
+  auto res = engine_->Restore(rr, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();
+  EXPECT_THAT(std::string(res.status().message()), HasSubstr("user namespace of its own"));
+  EXPECT_EQ(criu_.restores, 0);
+}
 
 TEST_F(ContainerEngineTest, CheckpointSavesTheWritableLayerAndTheContainerSection) {
   CheckpointCt1();

@@ -900,6 +900,29 @@ TEST_F(EngineTest, ACheckpointARestoreWouldRefuseIsRefusedWhileTheJobCanRunOn) {
   CheckpointAndReap(job, "c1");
 }
 
+// CRIU reads every image of the directory by name, listed or not: files the signed manifest does
+// not list (here the ghost-file trick that makes CRIU create a device node) are refused by name
+// before anything runs, and the checkpoint is not marked damaged by whoever planted them.
+TEST_F(EngineTest, FilesTheManifestDoesNotListAreRefusedByName) {
+  Child job;
+  CheckpointAndReap(job, "c1");
+  const std::string dir = dir_.path + "/store/checkpoints/c1";
+  ASSERT_TRUE(fs::WriteFileAtomic(dir + "/images/remap-fpath.img", "x").ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(dir + "/images/ghost-file-9.img", "x").ok());
+  ExpectRefused(*engine_, "c1", "2 file(s) its manifest does not list");
+  ExpectRefused(*engine_, "c1", "images/remap-fpath.img");
+  ExpectRefused(*engine_, "c1", "images/ghost-file-9.img");
+  EXPECT_TRUE(store_->Get("c1")->damaged.empty());
+  // A directory or a link of its own is as foreign.
+  ::unlink((dir + "/images/remap-fpath.img").c_str());
+  ::unlink((dir + "/images/ghost-file-9.img").c_str());
+  ASSERT_EQ(::symlink("/dev/mem", (dir + "/mem").c_str()), 0);
+  ExpectRefused(*engine_, "c1", "(mem)");
+  ::unlink((dir + "/mem").c_str());
+  ASSERT_TRUE(fs::MakeDirs(dir + "/extra").ok());
+  ExpectRefused(*engine_, "c1", "(extra/)");
+}
+
 // What a store writer can do to a signed checkpoint: raise its recorded credentials, or have it
 // signed by nobody this node trusts. Each is refused before CRIU runs.
 TEST_F(EngineTest, ATamperedOrForeignManifestIsNotRestoredAsAProcess) {
