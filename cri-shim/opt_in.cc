@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -72,6 +73,11 @@ OptIn DecideOptIn(const std::string& prefix, const StringMap& pod_annotations,
   }
   o.managed = true;
   std::string key = Get(pod_annotations, contract::Key(prefix, contract::pod::kWorkload));
+  // A key is its namespace's: one that does not start with the pod's namespace gets it in front
+  // (namespaces have no dots), so a pod of another namespace naming it names its own.
+  if (!key.empty() && !absl::StartsWith(key, absl::StrCat(pod.namespace_, "."))) {
+    key = absl::StrCat(pod.namespace_, ".", key);
+  }
   o.workload = key.empty() ? DefaultWorkloadKey(pod_labels, pod, container_name)
                            : absl::StrCat(key, ".", container_name);
   return o;

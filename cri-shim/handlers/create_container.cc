@@ -176,6 +176,14 @@ class CreateContainerHandler final
                                                           opt.resume, "' is of a ", got->kind(),
                                                           ", not of a container"));
       }
+      // A checkpoint holds its pod's memory: another namespace's is not this pod's to resume
+      // (cryod refuses the restore too, by the runtime's labels).
+      if (auto ns = got->labels().find(contract::k8s::kPodNamespace);
+          ns != got->labels().end() && ns->second != pod.metadata().namespace_()) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("pod ", pod_name, ": checkpoint '", opt.resume, "' belongs to namespace ",
+                         ns->second, "; a pod resumes only checkpoints of its own namespace"));
+      }
       resume_from = opt.resume;
     }
     return CreateUnderInit(ctx, request, pod_name, opt, resume_from, request);

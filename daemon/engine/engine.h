@@ -128,6 +128,10 @@ struct RestoreLive;
 absl::Status CheckNcclSharing(const std::vector<gpu::GpuProcess>& gpu,
                               const std::vector<gpu::FastpathProcess>& fast);
 
+// PERMISSION_DENIED when container checkpoint `m` was taken in a pod of another namespace than
+// `target`'s (restore.cc).
+absl::Status CheckSameNamespace(const store::Manifest& m, const runtime::ContainerInfo& target);
+
 class Engine {
  public:
   Engine(EngineConfig cfg, EngineDeps deps);

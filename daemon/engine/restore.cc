@@ -27,6 +27,7 @@
 #include "lib/base/status.h"
 #include "lib/base/subprocess.h"
 #include "lib/contract/archive.h"
+#include "lib/contract/labels.h"
 
 namespace cryo::engine {
 
@@ -161,6 +162,21 @@ void Engine::UndoInitHandshake(const journal::Entry& e, RestoreLive* live) {
                                    " failed: ", why.ok() ? "cryod gave up" : why.ToString()));
 }
 
+absl::Status CheckSameNamespace(const store::Manifest& m, const runtime::ContainerInfo& target) {
+  // A container checkpoint holds its pod's memory (tokens, weights, data): only a pod of the same
+  // namespace may resume it. The namespaces are the runtime's labels (kubelet's), on both sides.
+  if (!m.container) return absl::OkStatus();
+  auto from = m.container->labels.find(contract::k8s::kPodNamespace);
+  if (from == m.container->labels.end() || from->second.empty()) return absl::OkStatus();
+  auto to = target.labels.find(contract::k8s::kPodNamespace);
+  const std::string theirs = to == target.labels.end() ? "" : to->second;
+  if (theirs == from->second) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "checkpoint '", m.id, "' belongs to namespace ", from->second, "; container ", target.name,
+      " is in ", theirs.empty() ? "no namespace" : absl::StrCat("namespace ", theirs),
+      ": a pod resumes only checkpoints of its own namespace; nothing was started"));
+}
+
 absl::Status Engine::CheckRestore(RestoreState& s) {
   if (s.ctr) {
     if (s.ctr->restore_from != s.m.id) {
@@ -168,6 +184,7 @@ absl::Status Engine::CheckRestore(RestoreState& s) {
           absl::StrCat("container ", s.ctr->info.name, " waits for checkpoint '",
                        s.ctr->restore_from, "', not '", s.m.id, "'"));
     }
+    CRYO_RETURN_IF_ERROR(CheckSameNamespace(s.m, s.ctr->info));
     const std::string want = s.m.container ? s.m.container->image_ref : "";
     if (!want.empty() && want != s.ctr->info.image_ref) {
       return absl::FailedPreconditionError(

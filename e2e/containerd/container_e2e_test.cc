@@ -101,6 +101,10 @@ class ContainerModeE2e : public ContainerdE2e {
     Pod p;
     const std::string log_dir = world().PodLogDir(node, name);
     p.config = MakePodConfig(name, absl::StrCat("uid-", name), log_dir, world().CgroupParent(node));
+    if (!namespace_.empty()) {
+      p.config.mutable_metadata()->set_namespace_(namespace_);
+      (*p.config.mutable_labels())["io.kubernetes.pod.namespace"] = namespace_;
+    }
     (*p.config.mutable_labels())["batch.kubernetes.io/job-name"] = "trainer";
     (*p.config.mutable_labels())["batch.kubernetes.io/controller-uid"] = job_uid;
     for (const auto& [k, v] : annotations) (*p.config.mutable_annotations())[k] = v;
@@ -186,6 +190,8 @@ class ContainerModeE2e : public ContainerdE2e {
   std::vector<std::pair<std::string, std::string>> pods_;
   // Applied to every container RunPod creates (its security context, say).
   std::function<void(cri::ContainerConfig*)> container_tweak_;
+  // The namespace of the pods RunPod creates; empty: MakePodConfig's (cryo-e2e).
+  std::string namespace_;
 };
 
 const std::string kWorkload = "cryo-e2e.trainer.5e1f0c2a.counter";
@@ -495,6 +501,43 @@ TEST_F(ContainerModeE2e, AMultiThreadedJobUnderTheDefaultSeccompProfileResumesOn
   std::vector<std::string> after = modes("node-b", b->ctr_id);
   ASSERT_EQ(after.size(), 5u) << absl::StrJoin(after, "; ");
   for (const auto& t : after) EXPECT_TRUE(absl::EndsWith(t, " 2")) << "not filtered: " << t;
+}
+
+// A checkpoint belongs to its pod's namespace (issue 34). A pod of another namespace that names
+// it fails its creation, saying whose it is; one that sets the same workload key gets a key of
+// its own namespace: it starts fresh and its checkpoints never become the first one's newest.
+TEST_F(ContainerModeE2e, ACheckpointBelongsToItsNamespace) {
+  const std::string key = "cryo-e2e.shared-key.counter";
+  auto a = RunPod("node-a", "ns-a",
+                  {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/workload", "shared-key"}});
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(WaitTicks(*a, 3));
+  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  auto list = Checkpoints(key);
+  ASSERT_EQ(list.size(), 1u) << "no checkpoint of the key in namespace cryo-e2e";
+  const std::string theirs = list[0].checkpoint_id();
+
+  namespace_ = "team-b";
+  auto named = RunPod("node-b", "ns-b1", {{"cryo.dev/resume", theirs}});
+  ASSERT_FALSE(named.ok()) << "a pod of team-b resumed cryo-e2e's checkpoint";
+  EXPECT_EQ(named.status().code(), absl::StatusCode::kPermissionDenied) << named.status();
+  EXPECT_THAT(std::string(named.status().message()), HasSubstr("belongs to namespace cryo-e2e"));
+
+  auto same_key = RunPod("node-b", "ns-b2",
+                         {{"cryo.dev/checkpoint-on-stop", "true"},
+                          {"cryo.dev/resume", "auto"},
+                          {"cryo.dev/workload", "cryo-e2e.shared-key"}});
+  ASSERT_TRUE(same_key.ok()) << same_key.status();
+  auto st = Shim("node-b").ContainerStatus(same_key->ctr_id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->annotations().count("cryo.dev/resume-from"), 0u) << "it resumed another's job";
+  ASSERT_TRUE(WaitTicks(*same_key, 3));
+  EXPECT_EQ(Ticks(same_key->log_path).front(), 1) << "it did not start fresh";
+  ASSERT_TRUE(Shim("node-b").StopContainer(same_key->ctr_id, 30).ok());
+  EXPECT_EQ(Checkpoints("team-b.cryo-e2e.shared-key.counter").size(), 1u);
+  list = Checkpoints(key);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_EQ(list[0].checkpoint_id(), theirs) << "team-b's checkpoint became cryo-e2e's newest";
 }
 
 TEST_F(ContainerModeE2e, PodsThatDoNotOptInAreLeftAlone) {
@@ -840,7 +883,7 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
 // publish of one and the start of the next, and retention keeps the newest few (3 on these
 // nodes). Stopped, it is checkpointed at the stop too, as a checkpoint-on-stop pod is.
 TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKept) {
-  const std::string workload = "periodic-e2e.counter";
+  const std::string workload = "cryo-e2e.periodic-e2e.counter";
   auto a = RunPod("node-a", "periodic",
                   {{"cryo.dev/workload", "periodic-e2e"}, {"cryo.dev/checkpoint-every", "1s"}});
   ASSERT_TRUE(a.ok()) << a.status();
@@ -914,7 +957,7 @@ TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKep
 // termination message naming the work lost, and its replacement on node B resumes from the
 // periodic checkpoint.
 TEST_F(ContainerModeE2e, AStopThatCouldNotCheckpointInTimeResumesFromTheNewestPeriodicOne) {
-  const std::string workload = "plan-e2e.counter";
+  const std::string workload = "cryo-e2e.plan-e2e.counter";
   const std::string hooks = world().HookDir("node-a");
   auto hook = [&](const char* what) { return absl::StrCat(hooks, "/before-publish.", what); };
   for (const char* f : {"enable", "reached", "release"}) ::unlink(hook(f).c_str());
@@ -977,7 +1020,7 @@ TEST_F(ContainerModeE2e, AStopThatCouldNotCheckpointInTimeResumesFromTheNewestPe
 // A periodic checkpoint that fails (here CRIU refuses the job's deleted 2 MiB file, above the
 // pod's 1 MiB ghost limit) publishes nothing, and the job runs on untouched.
 TEST_F(ContainerModeE2e, APeriodicCheckpointThatFailsPublishesNothingAndTheJobRunsOn) {
-  const std::string workload = "periodic-fails.counter";
+  const std::string workload = "cryo-e2e.periodic-fails.counter";
   auto a = RunPod("node-a", "periodic-fails",
                   {{"cryo.dev/checkpoint-on-stop", "true"},
                    {"cryo.dev/workload", "periodic-fails"},

@@ -56,6 +56,16 @@ TEST(DecideOptInTest, TheWorkloadAnnotationWinsOverEveryDefault) {
   EXPECT_EQ(o.workload, "ml.trainer.worker") << "the old key of a Job's pods, pinned";
 }
 
+// A key belongs to the pod's namespace: one that names no namespace, or another's, gets the
+// pod's in front, so a pod of namespace B can neither read nor push out A's checkpoints.
+TEST(DecideOptInTest, AWorkloadKeyIsTheNamespaces) {
+  StringMap ann = {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/workload", "trainer"}};
+  EXPECT_EQ(DecideOptIn("cryo.dev", ann, {}, kPod, "worker").workload, "ml.trainer.worker");
+  ann["cryo.dev/workload"] = "ml.trainer";
+  const PodIdentity other{"team-b", "train-0", "0f1e2d3c-0000"};
+  EXPECT_EQ(DecideOptIn("cryo.dev", ann, {}, other, "worker").workload, "team-b.ml.trainer.worker");
+}
+
 // A period alone opts in to checkpoints at a stop too (issue 42), unless the pod says
 // checkpoint-on-stop "false".
 TEST(DecideOptInTest, APeriodAloneOptsInAndOffDoesNot) {

@@ -141,6 +141,23 @@ TEST_F(ContainerEngineTest, APodInAUserNamespaceOfItsOwnIsRefusedBothWays) {
   EXPECT_EQ(criu_.restores, 0);
 }
 
+// cryod's own guard of a checkpoint's namespace (the shim refuses first): a container of another
+// namespace than the one the checkpoint was taken in is not restored into, whatever it names.
+TEST_F(ContainerEngineTest, ACheckpointIsRestoredOnlyIntoItsOwnNamespace) {
+  rt_.containers["c0ffee0000000000"].labels["io.kubernetes.pod.namespace"] = "team-a";
+  CheckpointAndEmpty();
+  AddInit("ct-1");
+  rt_.containers["c0ffee0000000000"].labels["io.kubernetes.pod.namespace"] = "team-b";
+  RestoreRequest rr;
+  rr.checkpoint_id = "ct-1";
+  rr.container_id = "c0ffee0000000000";
+  auto res = engine_->Restore(rr, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
+  EXPECT_THAT(std::string(res.status().message()),
+              HasSubstr("belongs to namespace team-a; container trainer is in namespace team-b"));
+  EXPECT_EQ(criu_.restores, 0);
+}
+
 TEST_F(ContainerEngineTest, CheckpointSavesTheWritableLayerAndTheContainerSection) {
   CheckpointCt1();
   EXPECT_TRUE(criu_.last_dump.in_container.has_value()) << "CRIU runs inside the container";
