@@ -31,12 +31,26 @@ void CloseAll(std::vector<int>& fds) {
   fds.clear();
 }
 
+// How long a peer may take to send its request: the channel serves one peer at a time, so one
+// that connects and says nothing must not hold off cryod's next checkpoint.
+constexpr int kFirstMessageMs = 2000;
+
 // Only root (cryod) and the job's own user may drive the job's memory.
 bool PeerAllowed(int conn) {
   ucred cred{};
   socklen_t len = sizeof(cred);
   if (::getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return false;
   return cred.uid == 0 || cred.uid == ::geteuid();
+}
+
+// Whether the peer's request arrives within kFirstMessageMs.
+bool Speaks(int conn) {
+  pollfd p{conn, POLLIN, 0};
+  int n;
+  do {
+    n = ::poll(&p, 1, kFirstMessageMs);
+  } while (n < 0 && errno == EINTR);
+  return n == 1 && (p.revents & POLLIN) != 0;
 }
 
 }  // namespace
@@ -119,7 +133,7 @@ wire::StatusReply Control::Status() {
 void Control::Serve(int conn) {
   std::string text;
   std::vector<int> fds;
-  if (!wire::ReceiveMessage(conn, &text, &fds)) return;
+  if (!Speaks(conn) || !wire::ReceiveMessage(conn, &text, &fds)) return;
   wire::Request req;
   std::string why;
   try {

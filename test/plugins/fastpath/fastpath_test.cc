@@ -1144,6 +1144,36 @@ TEST_F(FastpathTest, TheChannelAnswersInTypesAndRefusesAVersionItDoesNotSpeak) {
   ::close(sv[1]);
 }
 
+// The channel serves one peer at a time: one that connects and says nothing is dropped within
+// seconds (issue 34: it held off every checkpoint of the job), and the next peer is answered.
+TEST_F(FastpathTest, APeerThatSaysNothingIsDroppedAndTheNextIsServed) {
+  namespace wire = contract::gpu_fastpath;
+  Control control(*mover_, *reg_, nullptr);
+  const pid_t pid = 41000000 + ::getpid() % 1000000;  // no process has it
+  FakeChannel channel(control, pid);
+  const int idle = wire::ConnectAbstract(wire::SocketName(pid));
+  ASSERT_GE(idle, 0);
+  const int asks = wire::ConnectAbstract(wire::SocketName(pid));
+  ASSERT_GE(asks, 0);
+  timeval tv{20, 0};  // far beyond the library's wait for a first message
+  ::setsockopt(asks, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  wire::Request req;
+  req.op = wire::Op::kStatus;
+  ASSERT_TRUE(wire::SendMessage(asks, wire::Encode(req)));
+  std::string reply;
+  std::vector<int> fds;
+  ASSERT_TRUE(wire::ReceiveMessage(asks, &reply, &fds)) << "the idle peer held the channel";
+  wire::Reply<wire::StatusReply> r;
+  std::string why;
+  ASSERT_TRUE(wire::Decode(reply, &r, &why)) << why;
+  EXPECT_TRUE(r.ok);
+  // The idle one was hung up on.
+  char b;
+  EXPECT_EQ(::recv(idle, &b, 1, 0), 0);
+  ::close(idle);
+  ::close(asks);
+}
+
 TEST_F(FastpathMoveTest, AHeldDrainGoesOnAtGoAndLetsTheJobGoWhenNoGoComes) {
   namespace wire = contract::gpu_fastpath;
   JobMemory m = Allocate();
