@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -18,10 +19,15 @@
 
 namespace cryo::store {
 
+// Fewer distinct byte values than this in a key is not random bytes: 32 random ones have about
+// 30, and fewer than 20 almost never (well below one chance in a billion).
+constexpr size_t kSigningKeyMinDistinct = 20;
+
 absl::StatusOr<std::string> LoadOrCreateSigningKey(const std::string& path) {
   // Links are followed (a Kubernetes Secret's files are links into its data directory); what
   // they lead to is checked below: a regular file of cryod's user that nobody else may read.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO planted there must not hang cryod's start (it is refused below).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0 && errno == ENOENT) {
     std::string key(kSigningKeyBytes, '\0');
     if (::getrandom(key.data(), key.size(), 0) != static_cast<ssize_t>(key.size())) {
@@ -40,7 +46,7 @@ absl::StatusOr<std::string> LoadOrCreateSigningKey(const std::string& path) {
       return key;
     }
     if (errno != EEXIST) return ErrnoStatus(errno, absl::StrCat("creating signing key ", path));
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   }
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening signing key ", path));
   struct stat st;
@@ -58,6 +64,14 @@ absl::StatusOr<std::string> LoadOrCreateSigningKey(const std::string& path) {
     return absl::FailedPreconditionError(absl::StrCat("signing key ", path, " holds ", key.size(),
                                                       " bytes; at least ", kSigningKeyBytes,
                                                       " random bytes are needed"));
+  }
+  // Any root-owned file of the right size would do otherwise (a config, a log, zeros): a text
+  // or a pattern has far fewer distinct bytes than random ones.
+  std::set<unsigned char> distinct(key.begin(), key.end());
+  if (distinct.size() < kSigningKeyMinDistinct) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "signing key ", path, " has only ", distinct.size(),
+        " distinct byte values: not random bytes (make it with head -c 32 /dev/urandom)"));
   }
   return key;
 }

@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/daemon/test_util.h"
 
 namespace cryo::store {
 namespace {
+
+using ::testing::HasSubstr;
 
 Manifest Sample() {
   Manifest m;
@@ -76,6 +79,26 @@ TEST(SignatureTest, KeyFileIsCreatedPrivateAndReused) {
   EXPECT_EQ(LoadOrCreateSigningKey(path).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(fs::WriteFileAtomic(path, "short", 0600).ok());
   EXPECT_EQ(LoadOrCreateSigningKey(path).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// What is no key, although it is root's, 0600 and long enough: a pattern, a text. And a FIFO
+// planted at the path is refused at once instead of hanging cryod's start.
+TEST(SignatureTest, AKeyFileThatIsNotRandomBytesOrNotAFileIsRefused) {
+  TempDir d;
+  const std::string path = d.path + "/signing.key";
+  for (const std::string& weak :
+       {std::string(32, 'k'), std::string("0123456789012345678901234567890123456789"),
+        std::string("password=hunter2 password=hunter2\n")}) {
+    ASSERT_TRUE(fs::WriteFileAtomic(path, weak, 0600).ok());
+    auto k = LoadOrCreateSigningKey(path);
+    EXPECT_EQ(k.status().code(), absl::StatusCode::kFailedPrecondition) << weak;
+    EXPECT_THAT(std::string(k.status().message()), HasSubstr("distinct byte values")) << weak;
+  }
+  ::unlink(path.c_str());
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  auto k = LoadOrCreateSigningKey(path);
+  EXPECT_EQ(k.status().code(), absl::StatusCode::kFailedPrecondition) << k.status();
+  EXPECT_THAT(std::string(k.status().message()), HasSubstr("not a file"));
 }
 
 }  // namespace
