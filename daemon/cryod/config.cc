@@ -168,6 +168,12 @@ const std::vector<Key>& Keys() {
           &Config::periodic_every_s),
       Int("periodic_tick_ms", "how often the periodic schedule looks for due checkpoints",
           &Config::periodic_tick_ms),
+      Int("periodic_min_every_s",
+          "the shortest period a pod's checkpoint-every gets; shorter ones are raised to it",
+          &Config::periodic_min_every_s),
+      Int("periodic_max_running",
+          "periodic checkpoints running on the node at once; more wait (0: no cap)",
+          &Config::periodic_max_running),
       Int("pid_wait_timeout_ms", "how long a restore waits for the checkpoint's pids to be free",
           &Config::pid_wait_timeout_ms),
       Int("gpu_lock_timeout_ms", "bound on locking GPU processes before a checkpoint",
@@ -336,6 +342,8 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"retention_keep", std::to_string(d.retention_keep)},
       {"periodic_every_s", "0 (only pods that ask)"},
       {"periodic_tick_ms", std::to_string(d.periodic_tick_ms)},
+      {"periodic_min_every_s", std::to_string(d.periodic_min_every_s)},
+      {"periodic_max_running", std::to_string(d.periodic_max_running)},
       {"pid_wait_timeout_ms", std::to_string(d.pid_wait_timeout_ms)},
       {"gpu_lock_timeout_ms", std::to_string(d.gpu_lock_timeout_ms)},
       {"incomplete_ttl_s", std::to_string(d.incomplete_ttl_s)},
@@ -434,6 +442,10 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
   }
   if (c.periodic_tick_ms <= 0) {
     return absl::InvalidArgumentError("periodic_tick_ms must be positive");
+  }
+  if (c.periodic_min_every_s < 1 || c.periodic_max_running < 0) {
+    return absl::InvalidArgumentError(
+        "periodic_min_every_s must be at least 1 and periodic_max_running not negative");
   }
   if (c.termination_poll_ms <= 0) {
     return absl::InvalidArgumentError("termination_poll_ms must be positive");

@@ -39,6 +39,10 @@ struct Config {
   // (checkpoint-every); 0: only pods that ask. The schedule looks every `periodic_tick_ms`.
   int periodic_every_s = 0;
   int periodic_tick_ms = 10000;
+  // A pod's shorter checkpoint-every is raised to this; at most this many periodic checkpoints
+  // run on the node at once (0: no cap). Pods are not to keep a node's CRIU and store busy.
+  int periodic_min_every_s = 60;
+  int periodic_max_running = 4;
   int pid_wait_timeout_ms = 10000;
   int gpu_lock_timeout_ms = 10000;
   int incomplete_ttl_s = 86400;

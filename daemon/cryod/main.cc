@@ -459,9 +459,12 @@ Result StartPeriodic(State& st) {
     return StartContainerCheckpoint(st, c, engine::kPeriodicOpPrefix);
   };
   d.metrics = st.metrics.get();
+  periodic::SchedulerLimits limits;
+  limits.min_every = absl::Seconds(st.config.periodic_min_every_s);
+  limits.max_running = st.config.periodic_max_running;
   st.periodic =
       std::make_unique<periodic::Scheduler>(std::move(d), absl::Seconds(st.config.periodic_every_s),
-                                            absl::Milliseconds(st.config.periodic_tick_ms));
+                                            absl::Milliseconds(st.config.periodic_tick_ms), limits);
   st.periodic->Start();
   return Result::kOk;
 }

@@ -34,10 +34,10 @@ inline constexpr const char* kRestoreStages[] = {"validate", "verify",      "wai
 inline constexpr const char* kPlanDecisions[] = {"checkpoint", "fall_back", "no_estimate",
                                                  "no_fallback"};
 // What the periodic schedule did with a due checkpoint: started, or skipped and why (busy: the
-// previous one of the job is still being written; space: the store is short of it; runtime:
-// the runtime could not be asked) and how started ones ended.
-inline constexpr const char* kPeriodicResults[] = {"started", "ok", "failed", "skipped_busy",
-                                                   "skipped_space"};
+// previous one of the job is still being written; space: the store is short of it; node_cap:
+// the node runs its cap of them already) and how started ones ended.
+inline constexpr const char* kPeriodicResults[] = {
+    "started", "ok", "failed", "skipped_busy", "skipped_space", "skipped_node_cap"};
 inline constexpr const char* kRecoveryActions[] = {"completed_resumed", "completed_stopped",
                                                    "rolled_back",       "restore_abandoned",
                                                    "earlier_boot",      "unknown_step"};

@@ -26,8 +26,9 @@ std::string Short(const std::string& id) { return id.substr(0, 13); }
 
 }  // namespace
 
-Scheduler::Scheduler(SchedulerDeps deps, absl::Duration node_every, absl::Duration tick)
-    : d_(std::move(deps)), node_every_(node_every), tick_(tick) {}
+Scheduler::Scheduler(SchedulerDeps deps, absl::Duration node_every, absl::Duration tick,
+                     SchedulerLimits limits)
+    : d_(std::move(deps)), node_every_(node_every), tick_(tick), limits_(limits) {}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -50,13 +51,24 @@ void Scheduler::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::optional<absl::Duration> Scheduler::PeriodOf(const container::OptedIn& c) const {
+std::optional<absl::Duration> Scheduler::PeriodOf(const container::OptedIn& c) {
+  std::optional<absl::Duration> every;
   if (c.every) {
     if (*c.every <= absl::ZeroDuration()) return std::nullopt;  // the pod said "never"
-    return *c.every;
+    every = *c.every;
+  } else if (c.checkpoint_on_stop && node_every_ > absl::ZeroDuration()) {
+    every = node_every_;
   }
-  if (c.checkpoint_on_stop && node_every_ > absl::ZeroDuration()) return node_every_;
-  return std::nullopt;
+  if (every && *every < limits_.min_every) {
+    if (raised_.insert(c.container_id).second) {
+      CRYO_LOG(Warning) << "container " << Short(c.container_id) << " (" << c.workload
+                        << ") asks for a checkpoint every " << absl::FormatDuration(*every)
+                        << "; this node's minimum is " << absl::FormatDuration(limits_.min_every)
+                        << " (periodic_min_every_s): checkpointed that often";
+    }
+    every = limits_.min_every;
+  }
+  return every;
 }
 
 absl::Time Scheduler::NextPass() {
@@ -132,6 +144,12 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
   }
   std::set<std::string> seen;
   next_pass_ = now + tick_;
+  // Periodic checkpoints in flight on the node (ended ones are collected below, per job).
+  int running = 0;
+  for (auto& [w, j] : jobs_) {
+    Collect(w, j, now);
+    if (j.op) ++running;
+  }
   for (const container::OptedIn& c : *containers) {
     if (c.workload.empty()) continue;
     const std::optional<absl::Duration> every = PeriodOf(c);
@@ -145,7 +163,6 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
         j.bytes = m->TotalBytes();
       }
     }
-    Collect(c.workload, j, now);
     // Every opted-in job is warned about, with a period or not.
     WarnAboutGrace(c, j, every);
     if (!every) continue;
@@ -180,6 +197,16 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
            &j.busy_reported);
       continue;
     }
+    if (limits_.max_running > 0 && running >= limits_.max_running) {
+      next_pass_ = std::min(next_pass_, now + kBusyPoll);
+      skip("skipped_node_cap",
+           absl::StrCat(running,
+                        " periodic checkpoints run on this node already, its cap "
+                        "(periodic_max_running)"),
+           &j.cap_reported);
+      continue;
+    }
+    j.cap_reported = false;
     if (j.bytes > 0) {
       auto free = d_.store_free_bytes();
       if (free.ok() && *free < RoomFor(j.bytes)) {
@@ -205,6 +232,7 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
     }
     j.op = *op;
     j.started = now;
+    ++running;
     next_pass_ = std::min(next_pass_, now + kBusyPoll);
     d.action = "started";
     d.why = (*op)->id();

@@ -11,9 +11,11 @@
 //     the start of the next);
 //   - the thread looks again at the earliest of: a tick, the next due time, and (while a
 //     periodic checkpoint runs) a short poll, so a period starts on time, not a tick late;
+//   - a period below the node's minimum is raised to it (logged once per container);
 //   - a due one is checkpointed unless its previous periodic checkpoint is still being written
-//     (never two of one job at once) or the store has less free space than its last checkpoint
-//     took; a skip is logged and counted with its reason;
+//     (never two of one job at once), the node runs its cap of periodic checkpoints already, or
+//     the store has less free space than its last checkpoint took; a skip is logged and counted
+//     with its reason;
 //   - once per opted-in container, periodic or not, when its predicted checkpoint (its newest
 //     checkpoint's size at this node's pace) exceeds its pod's terminationGracePeriodSeconds, a
 //     warning says what to set.
@@ -56,10 +58,17 @@ struct SchedulerDeps {
   metrics::Metrics* metrics = nullptr;  // may be null
 };
 
+// What the node allows all pods together (cryod's periodic_min_every_s, periodic_max_running).
+struct SchedulerLimits {
+  absl::Duration min_every = absl::ZeroDuration();  // a shorter period is raised to this
+  int max_running = 0;                              // periodic checkpoints at once; 0: no cap
+};
+
 // What one pass did with one workload (the tests read it; the log says the same).
 struct Decision {
   std::string workload;
-  // "started", "skipped_busy", "skipped_space", "not_due", "failed" (the start was refused).
+  // "started", "skipped_busy", "skipped_space", "skipped_node_cap", "not_due", "failed" (the
+  // start was refused).
   std::string action;
   std::string why;
 };
@@ -68,7 +77,8 @@ class Scheduler {
  public:
   // `node_every`: the period of checkpoint-on-stop containers whose pod does not say (zero:
   // none).
-  Scheduler(SchedulerDeps deps, absl::Duration node_every, absl::Duration tick);
+  Scheduler(SchedulerDeps deps, absl::Duration node_every, absl::Duration tick,
+            SchedulerLimits limits = {});
   ~Scheduler();  // Stop()
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -96,9 +106,10 @@ class Scheduler {
     absl::Time last_end = absl::InfinitePast();  // the last attempt ended
     absl::Time started = absl::InfinitePast();   // the last attempt started
     bool space_reported = false;
+    bool cap_reported = false;
   };
-  // Whether `c` is due at `now`, and the period that applies (nullopt: no period).
-  std::optional<absl::Duration> PeriodOf(const container::OptedIn& c) const;
+  // The period that applies to `c` (nullopt: no period), at least the node's minimum.
+  std::optional<absl::Duration> PeriodOf(const container::OptedIn& c);
   void Collect(const std::string& workload, Job& j, absl::Time now);
   void WarnAboutGrace(const container::OptedIn& c, const Job& j,
                       std::optional<absl::Duration> every);
@@ -106,9 +117,11 @@ class Scheduler {
   SchedulerDeps d_;
   const absl::Duration node_every_;
   const absl::Duration tick_;
+  const SchedulerLimits limits_;
   absl::Mutex pass_mu_;                                        // one pass at a time
   std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(pass_mu_);  // by workload
   std::set<std::string> warned_ ABSL_GUARDED_BY(pass_mu_);     // container ids
+  std::set<std::string> raised_ ABSL_GUARDED_BY(pass_mu_);     // ... whose period was raised
   absl::Time next_pass_ ABSL_GUARDED_BY(pass_mu_) = absl::InfinitePast();
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -132,12 +132,13 @@ absl::Status E2eWorld::RunNodeScript(const std::vector<std::string>& args) {
 }
 
 absl::StatusOr<std::unique_ptr<Cryod>> E2eWorld::StartCryod(const std::string& node) {
-  return Cryod::Start(absl::StrCat(dir_, "/", node), store(), node,
-                      // Periodic checkpoints looked for often (pods ask for seconds in the
-                      // tests), and the newest three of each workload kept.
-                      {"--runtime-endpoint", absl::StrCat("unix://", NodeSocket(node)),
-                       "--periodic-tick-ms", "200", "--retention-keep", "3"},
-                      {"CRYOD_TEST_HOOK_DIR=" + HookDir(node)});
+  return Cryod::Start(
+      absl::StrCat(dir_, "/", node), store(), node,
+      // Periodic checkpoints looked for often and as short as a second (pods
+      // ask for seconds in the tests), and the newest three of each workload kept.
+      {"--runtime-endpoint", absl::StrCat("unix://", NodeSocket(node)), "--periodic-tick-ms", "200",
+       "--periodic-min-every-s", "1", "--retention-keep", "3"},
+      {"CRYOD_TEST_HOOK_DIR=" + HookDir(node)});
 }
 
 absl::Status E2eWorld::RestartCryod(const std::string& node,

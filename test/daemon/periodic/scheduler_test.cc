@@ -51,7 +51,8 @@ class SchedulerTest : public ::testing::Test {
     return c;
   }
 
-  std::unique_ptr<Scheduler> Make(absl::Duration node_every = absl::ZeroDuration()) {
+  std::unique_ptr<Scheduler> Make(absl::Duration node_every = absl::ZeroDuration(),
+                                  SchedulerLimits limits = {}) {
     SchedulerDeps d;
     d.containers = [this]() -> absl::StatusOr<std::vector<container::OptedIn>> {
       return containers_;
@@ -75,7 +76,7 @@ class SchedulerTest : public ::testing::Test {
       return op;
     };
     d.metrics = &metrics_;
-    return std::make_unique<Scheduler>(std::move(d), node_every, absl::Seconds(10));
+    return std::make_unique<Scheduler>(std::move(d), node_every, absl::Seconds(10), limits);
   }
 
   static std::vector<std::string> Actions(const std::vector<Decision>& ds) {
@@ -153,6 +154,32 @@ TEST_F(SchedulerTest, TheNextPeriodRunsFromThePublishAndStartsWhenDueNotATickLat
   EXPECT_EQ(s->NextPass(), kT0 + absl::Milliseconds(20400));
   EXPECT_THAT(Actions(s->Tick(kT0 + absl::Milliseconds(20399))), ElementsAre("w not_due"));
   EXPECT_THAT(Actions(s->Tick(kT0 + absl::Milliseconds(20400))), ElementsAre("w started"));
+}
+
+// What the node allows all pods together (issue 34): a pod asking for a period below the node's
+// minimum gets the minimum, and no more periodic checkpoints run at once than the node's cap;
+// the others are checkpointed as soon as one ends.
+TEST_F(SchedulerTest, APeriodBelowTheNodesMinimumIsRaisedAndTheNodeCapsHowManyRunAtOnce) {
+  containers_ = {Container("c1", "w1", absl::Seconds(1)), Container("c2", "w2", absl::Seconds(1)),
+                 Container("c3", "w3", absl::Seconds(1))};
+  SchedulerLimits limits;
+  limits.min_every = absl::Minutes(1);
+  limits.max_running = 2;
+  auto s = Make(absl::ZeroDuration(), limits);
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Seconds(30))),
+              ElementsAre("w1 not_due", "w2 not_due", "w3 not_due"))
+      << "asked for 1 s, got the node's minute";
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(1))),
+              ElementsAre("w1 started", "w2 started", "w3 skipped_node_cap"));
+  EXPECT_EQ(Metric("cryo_periodic_checkpoints_total{result=\"skipped_node_cap\"}"), "1");
+  ASSERT_EQ(ops_.size(), 2u);
+  engine::CheckpointResult r;
+  r.manifest = Checkpoint("w1-1", "w1", kT0 + absl::Minutes(1), 1 << 20);
+  ops_[0]->Finish(absl::OkStatus(), r);
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(1) + absl::Seconds(1))),
+              ElementsAre("w1 not_due", "w2 not_due", "w3 started"))
+      << "the third goes as soon as one ends";
+  EXPECT_EQ(ops_.size(), 3u);
 }
 
 TEST_F(SchedulerTest, AFailedOneLeavesNothingAndTheNextComesAPeriodLater) {
