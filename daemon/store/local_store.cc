@@ -209,28 +209,26 @@ class LocalStore final : public CheckpointStore {
       return Annotate(fd.status(), absl::StrCat("checkpoint '", id, "'"));
     }
     struct stat st = {};
-    std::optional<Manifest> m;
-    if (::fstat(*fd, &st) == 0) m = CachedManifest(id, st);
+    std::optional<absl::StatusOr<Manifest>> m;
+    const bool known = ::fstat(*fd, &st) == 0;
+    if (known) m = CachedManifest(id, st);
     if (m) {
       ::close(*fd);
     } else {
       auto text = fs::ReadOpenFile(*fd, fs::Join(opts_.root, fs::Join(rel, kManifestName)),
                                    kMaxManifestBytes);
       if (!text.ok()) return Annotate(text.status(), absl::StrCat("checkpoint '", id, "'"));
-      auto parsed = ParseManifest(*text);
-      if (!parsed.ok()) return Annotate(parsed.status(), absl::StrCat("checkpoint '", id, "'"));
-      if (parsed->id != id) {
-        return absl::DataLossError(absl::StrCat("checkpoint directory '", id,
-                                                "' holds a manifest for '", parsed->id, "'"));
-      }
-      m = *std::move(parsed);
-      KeepManifest(id, st, *m);
+      m = ParseManifestOf(id, *text);
+      // A refused manifest is remembered too: one planted in the store is parsed once, not on
+      // every listing (a 5.5 MB one took cryod to gigabytes under a stream of listings).
+      if (known) KeepManifest(id, st, *m);
     }
+    if (!m->ok()) return m->status();
     if (auto why = fs::ReadRegularBeneath(opts_.root, fs::Join(rel, kDamagedName), 4096);
         why.ok()) {
-      m->damaged = why->empty() ? "damaged" : *why;
+      (*m)->damaged = why->empty() ? "damaged" : *why;
     }
-    return *std::move(m);
+    return *std::move(*m);
   }
 
   absl::Status MarkDamaged(const std::string& id, const std::string& reason) override {
@@ -442,13 +440,25 @@ class LocalStore final : public CheckpointStore {
             int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
             int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec};
   }
-  std::optional<Manifest> CachedManifest(const std::string& id, const struct stat& st) {
+  static absl::StatusOr<Manifest> ParseManifestOf(const std::string& id, const std::string& text) {
+    auto parsed = ParseManifest(text);
+    if (!parsed.ok()) return Annotate(parsed.status(), absl::StrCat("checkpoint '", id, "'"));
+    if (parsed->id != id) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint directory '", id, "' holds a manifest for '", parsed->id, "'"));
+    }
+    return parsed;
+  }
+  // The manifest of this file identity as parsed before, or why it was refused.
+  std::optional<absl::StatusOr<Manifest>> CachedManifest(const std::string& id,
+                                                         const struct stat& st) {
     absl::MutexLock l(&cache_mu_);
     auto it = cache_.find(id);
     if (it == cache_.end() || !(it->second.first == KeyOf(st))) return std::nullopt;
     return it->second.second;
   }
-  void KeepManifest(const std::string& id, const struct stat& st, const Manifest& m) {
+  void KeepManifest(const std::string& id, const struct stat& st,
+                    const absl::StatusOr<Manifest>& m) {
     absl::MutexLock l(&cache_mu_);
     // Bounded: a store of more checkpoints than this reads the rest each time.
     if (cache_.size() >= kMaxCachedManifests && !cache_.count(id)) return;
@@ -467,7 +477,8 @@ class LocalStore final : public CheckpointStore {
   LocalStoreOptions opts_;
   std::string node_;
   absl::Mutex cache_mu_;
-  std::map<std::string, std::pair<FileKey, Manifest>> cache_ ABSL_GUARDED_BY(cache_mu_);
+  std::map<std::string, std::pair<FileKey, absl::StatusOr<Manifest>>> cache_
+      ABSL_GUARDED_BY(cache_mu_);
   absl::Mutex mu_;
   // The root directory's identity when last seen (Ready).
   dev_t dev_ ABSL_GUARDED_BY(mu_) = 0;

@@ -195,6 +195,24 @@ TEST_F(LocalStoreTest, ListedManifestsAreReadAgainWheneverTheirFileChanges) {
   EXPECT_EQ(store_->Get("c1")->created_at, "2026-01-01T00:00:03Z");
 }
 
+// A refused manifest is remembered by its file's identity too (parsed once, not on every
+// listing) and is read again, and listed, once its file changes.
+TEST_F(LocalStoreTest, ARefusedManifestStaysRefusedUntilItsFileChanges) {
+  Publish("c1", "w", "2026-01-01T00:00:01Z");
+  const std::string path = dir_.path + "/store/checkpoints/c1/manifest.json";
+  auto good = fs::ReadFile(path);
+  ASSERT_TRUE(good.ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(path, "{\"version\": \"not a manifest\"").ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(store_->List()->empty());
+    EXPECT_EQ(store_->Get("c1").status().code(), absl::StatusCode::kInvalidArgument)
+        << store_->Get("c1").status();
+  }
+  ASSERT_TRUE(fs::WriteFileAtomic(path, *good).ok());
+  ASSERT_EQ(store_->List()->size(), 1u);
+  EXPECT_TRUE(store_->Get("c1").ok());
+}
+
 TEST_F(LocalStoreTest, LinkedCheckpointsAndManifestsAreNotCheckpoints) {
   Publish("real", "w", "2026-11-22T08:00:00.000Z");
   // A checkpoint directory that is a link to another, and a manifest that is a link.
