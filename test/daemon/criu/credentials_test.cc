@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "criu/images.pb.h"
+#include "daemon/criu/image_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
@@ -149,6 +150,38 @@ TEST(CredentialsTest, ThreadsBesideATsyncMainThreadAreReadWithItsChain) {
   ASSERT_TRUE(WriteImageCredentials(d.path, {main, t21}, {}).ok());
   ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/pstree.img", "garbage").ok());
   EXPECT_EQ(ReadImageCredentials(d.path).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Images of CRIU before per-thread seccomp kept the process's filter in the main thread's task
+// core (old_seccomp_mode/filter), which the restore installs with TSYNC forced: its other
+// threads, recorded without seccomp, have that chain as well.
+TEST(CredentialsTest, ALegacyPerTaskFilterIsEveryThreadsChain) {
+  TempDir d;
+  TaskCredentials main = User(20, 1000);
+  main.seccomp_mode = kSeccompFilter;
+  main.seccomp_filters = {Bpf(SECCOMP_RET_ALLOW)};
+  ImageLayout layout;
+  layout.processes = {{20, {20, 21}}};
+  ASSERT_TRUE(WriteImageCredentials(d.path, {main, User(21, 1000)}, layout).ok());
+  // Move the main thread's seccomp into the legacy task fields, as old CRIU wrote them.
+  const std::string core_path = d.path + "/core-20.img";
+  auto b = fs::ReadFile(core_path);
+  ASSERT_TRUE(b.ok());
+  ::criu::core_entry core;
+  ASSERT_TRUE(core.ParseFromString(b->substr(12)));
+  core.mutable_tc()->set_old_seccomp_mode(kSeccompFilter);
+  core.mutable_tc()->set_old_seccomp_filter(core.thread_core().seccomp_filter());
+  core.mutable_thread_core()->clear_seccomp_mode();
+  core.mutable_thread_core()->clear_seccomp_filter();
+  ASSERT_TRUE(
+      fs::WriteFileAtomic(core_path, FrameImage({kImgCommonMagic, kCoreMagic}, {&core})).ok());
+  auto got = ReadImageCredentials(d.path);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 2u);
+  for (const auto& t : *got) {
+    EXPECT_EQ(t.seccomp_mode, kSeccompFilter) << t.tid;
+    EXPECT_EQ(t.seccomp_filters, main.seccomp_filters) << t.tid;
+  }
 }
 
 TEST(CredentialsTest, EachRaisedFieldIsRefusedByName) {
