@@ -425,6 +425,9 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
     ropt.in_container = in;
   }
   CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.m.gpu_processes, nullptr, &ropt.extra_args, &ropt.env));
+  s.live.criu_pids = s.m.pids;
+  s.live.ns_init = s.ctr ? s.ctr->init_pid : 0;
+  s.live.criu_started = d_.proc->UptimeTicks();
   CRYO_ASSIGN_OR_RETURN(s.root, d_.criu->Restore(ropt, [&](pid_t criu_pid) {
     s.je.criu_pid = criu_pid;
     JournalAfter(s.je);
@@ -462,9 +465,32 @@ void Engine::RaiseOomScores(const std::vector<proc::ProcInfo>& tree, pid_t init_
   }
 }
 
-void Engine::UndoCriuRestore(const journal::Entry& e, RestoreLive*) {
+void Engine::UndoCriuRestore(const journal::Entry& e, RestoreLive* live) {
   // The restored processes cannot run without their GPU state: do not leave them half-alive.
-  jobs_.Kill(jobs_.WithDescendants(e.tasks));
+  std::vector<journal::Task> tasks = e.tasks;
+  // A CRIU that did not finish (the caller's deadline, a cancel, its own failure) said nothing
+  // of what it restored, and its helpers died with it; what it had already created runs at the
+  // checkpoint's pids, which were free before it started (wait_pids), in processes started
+  // since. Only a live rollback knows that: after a crash those pids may be anybody's by now.
+  if (tasks.empty() && live != nullptr) {
+    std::vector<std::string> killed;
+    for (int p : live->criu_pids) {
+      const pid_t host =
+          live->ns_init > 0 ? container::HostPidInNamespace(*d_.proc, live->ns_init, p) : p;
+      if (host <= 0 || host == live->ns_init || host == cfg_.self_pid) continue;
+      auto info = d_.proc->Read(host);
+      if (!info.ok() || info->start_time < live->criu_started) continue;
+      tasks.push_back({host, info->start_time, false});
+      killed.push_back(live->ns_init > 0 ? absl::StrCat(host, " (", p, " in the container)")
+                                         : absl::StrCat(host));
+    }
+    if (!killed.empty()) {
+      CRYO_LOG(Warning) << "restore of " << e.checkpoint_id
+                        << " ended before CRIU finished; killing pid(s) "
+                        << absl::StrJoin(killed, ", ") << " it had restored";
+    }
+  }
+  jobs_.Kill(jobs_.WithDescendants(tasks));
 }
 
 absl::Status Engine::RestoreGpus(RestoreState& s) {

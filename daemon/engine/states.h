@@ -71,6 +71,11 @@ struct CheckpointLive {
 struct RestoreLive {
   // Why the restore failed, for the container's log (set by the transaction on failure).
   absl::Status failure;
+  // The pids CRIU is creating (the checkpoint's; in container mode numbered inside the pid
+  // namespace of `ns_init`): what a CRIU that did not finish may have left running.
+  std::vector<int> criu_pids;
+  pid_t ns_init = 0;
+  uint64_t criu_started = 0;  // clock ticks since boot when CRIU was started
 };
 
 struct CheckpointState {

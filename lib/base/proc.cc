@@ -224,4 +224,13 @@ std::string MachineArch() {
   return ::uname(&u) == 0 ? u.machine : "unknown";
 }
 
+uint64_t ProcReader::UptimeTicks() const {
+  auto text = fs::ReadFile(absl::StrCat(root_, "/uptime"));
+  if (!text.ok()) return 0;
+  double seconds = 0;
+  const std::vector<absl::string_view> w = absl::StrSplit(*text, ' ');
+  if (w.empty() || !absl::SimpleAtod(w[0], &seconds) || seconds < 0) return 0;
+  return static_cast<uint64_t>(seconds * static_cast<double>(::sysconf(_SC_CLK_TCK)));
+}
+
 }  // namespace cryo::proc

@@ -67,6 +67,9 @@ class ProcReader {
   bool Exists(pid_t pid) const;
   // "<root>/<pid>/<rel>".
   std::string PidPath(pid_t pid, absl::string_view rel) const;
+  // Clock ticks since boot now (<root>/uptime), in the unit of ProcInfo::start_time; 0 when
+  // unreadable.
+  uint64_t UptimeTicks() const;
   const std::string& root() const { return root_; }
 
  private:

@@ -5,10 +5,13 @@
 #include "daemon/engine/engine.h"
 
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <thread>
 
 #include "absl/algorithm/container.h"
@@ -898,6 +901,50 @@ TEST_F(EngineTest, ACheckpointARestoreWouldRefuseIsRefusedWhileTheJobCanRunOn) {
   // With images a restore takes, the same job is checkpointed.
   criu_.image_creds.clear();
   CheckpointAndReap(job, "c1");
+}
+
+// A child of this test at exactly `pid` (as CRIU creates the job's tasks), sleeping; -1 when the
+// pid is taken.
+pid_t ChildAtPid(pid_t pid) {
+  struct clone_args args;
+  std::memset(&args, 0, sizeof(args));
+  args.exit_signal = SIGCHLD;
+  args.set_tid = reinterpret_cast<uint64_t>(&pid);
+  args.set_tid_size = 1;
+  const long r = ::syscall(SYS_clone3, &args, sizeof(args));
+  if (r == 0) {
+    for (;;) ::pause();
+  }
+  return r > 0 ? static_cast<pid_t>(r) : -1;
+}
+
+// A CRIU that ends before it finishes (here at the caller's deadline) has already created some of
+// the job's tasks, re-parented away from it: the rollback kills them by the checkpoint's pids,
+// which were free before CRIU started, and says so; nothing half-restored runs on.
+TEST_F(EngineTest, ARestoreCriuDidNotFinishLeavesNothingOfTheJobRunning) {
+  Child job;
+  const pid_t pid = job.pid;
+  CheckpointAndReap(job, "c1");
+  pid_t left = -1;
+  criu_.restore_hook = [&](const criu::RestoreOptions&) -> absl::StatusOr<pid_t> {
+    left = ChildAtPid(pid);
+    return absl::DeadlineExceededError("CRIU was stopped at the caller's deadline");
+  };
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
+  auto res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kDeadlineExceeded) << res.status();
+  ASSERT_EQ(left, pid) << "the test could not take the checkpoint's pid";
+  int status = 0;
+  const bool ended =
+      WaitUntil([&] { return ::waitpid(left, &status, WNOHANG) == left; }, absl::Seconds(5));
+  if (!ended) {
+    ::kill(left, SIGKILL);
+    ::waitpid(left, nullptr, 0);
+  }
+  ASSERT_TRUE(ended) << "the half-restored task was left running";
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_TRUE(JournalEmpty());
 }
 
 // CRIU reads every image of the directory by name, listed or not: files the signed manifest does

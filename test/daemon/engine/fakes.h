@@ -51,10 +51,14 @@ class FakeCriu : public criu::Criu {
   }
   // A restore "recreates" the job as a real sleeping child, so that whatever the engine then
   // does to the restored tree (kill it on a rollback) acts on a process of the test's own.
+  // When set, a restore runs it instead of recreating the job (what a CRIU that fails half-way
+  // leaves behind is the test's to make).
+  std::function<absl::StatusOr<pid_t>(const criu::RestoreOptions&)> restore_hook;
   absl::StatusOr<pid_t> Restore(const criu::RestoreOptions& o,
                                 const std::function<void(pid_t)>&) override {
     ++restores;
     last_restore = o;
+    if (restore_hook) return restore_hook(o);
     pid_t pid = ::fork();
     if (pid == 0) {
       for (;;) ::pause();
