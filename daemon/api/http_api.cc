@@ -1,9 +1,12 @@
 #include "daemon/api/http_api.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "daemon/api/checkpoint_json.h"
 #include "lib/base/human.h"
@@ -62,10 +65,21 @@ metrics::HttpResponse ErrorResponse(const absl::Status& s) {
 }
 
 void AddCheckpointRoutes(CheckpointReader reader, metrics::HttpRoutes& routes) {
-  routes.Prefix(kCheckpointsPath, [reader = std::move(reader)](const metrics::HttpRequest& req) {
-    if (req.rest.empty()) return List(reader, req);
-    return Get(reader, req.rest);
-  });
+  // A listing reads every manifest of the store: those in flight at once are bounded, so that
+  // anyone who reaches the port cannot make cryod hold the store's manifests many times over.
+  auto listing = std::make_shared<std::atomic<int>>(0);
+  routes.Prefix(
+      kCheckpointsPath, [reader = std::move(reader), listing](const metrics::HttpRequest& req) {
+        if (!req.rest.empty()) return Get(reader, req.rest);
+        if (listing->fetch_add(1) >= kMaxConcurrentListings) {
+          listing->fetch_sub(1);
+          return ErrorResponse(absl::UnavailableError(
+              absl::StrCat(kMaxConcurrentListings, " listings are being served; try again")));
+        }
+        metrics::HttpResponse r = List(reader, req);
+        listing->fetch_sub(1);
+        return r;
+      });
 }
 
 }  // namespace cryo::api

@@ -5,8 +5,8 @@
 //   GET /v1/checkpoints/<id>          one checkpoint with its files and manifest (less the
 //                                     command line and annotations, see checkpoint_json.h)
 // Errors are {"error": {"code": "not_found", "message": ...}} with 400 (unsafe id), 404
-// (unknown id), 503 (cryod still starting) or 500. kubectl-checkpoint reads it through the API
-// server's pod proxy.
+// (unknown id), 503 (cryod still starting, or kMaxConcurrentListings listings in flight) or 500.
+// kubectl-checkpoint reads it through the API server's pod proxy.
 
 #include <atomic>
 #include <functional>
@@ -21,6 +21,8 @@
 namespace cryo::api {
 
 inline constexpr char kCheckpointsPath[] = "/v1/checkpoints";
+// Listings served at once; more are answered 503 at once.
+inline constexpr int kMaxConcurrentListings = 2;
 
 // What the API reads: cryod's engine (List, Get), or a fake in tests.
 struct CheckpointReader {

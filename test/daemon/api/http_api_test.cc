@@ -1,9 +1,12 @@
 #include "daemon/api/http_api.h"
 
 #include <atomic>
+#include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "daemon/api/checkpoint_json.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -34,7 +37,11 @@ struct FakeEngine {
   absl::Status fail;
   std::vector<std::string> asked;
 
+  std::function<void()> on_list;  // runs in each List (a test may block there)
+  absl::Mutex asked_mu;            // listings may run at once
   absl::StatusOr<std::vector<v1::CheckpointInfo>> List(const std::string& workload) {
+    if (on_list) on_list();
+    absl::MutexLock l(&asked_mu);
     asked.push_back("list:" + workload);
     if (!fail.ok()) return fail;
     return stored;
@@ -98,6 +105,42 @@ TEST_F(HttpApiTest, ListsNewestFirstAsTheCliPrintsThem) {
   EXPECT_EQ(j[0]["labels"]["io.kubernetes.pod.name"], "train-0");
   EXPECT_FALSE(j[0].contains("manifest"));
   EXPECT_EQ(engine_.asked, std::vector<std::string>{"list:"});
+}
+
+// A listing reads the whole store: at most kMaxConcurrentListings run at once, and one more is
+// answered 503 at once instead of waiting its turn (issue 34: anonymous listing loops took
+// cryod to gigabytes).
+TEST_F(HttpApiTest, ListingsInFlightAreBoundedAndOneMoreIsRefusedAtOnce) {
+  absl::Mutex mu;
+  int inside = 0;
+  bool release = false;
+  engine_.on_list = [&] {
+    absl::MutexLock l(&mu);
+    ++inside;
+    mu.Await(absl::Condition(&release));
+  };
+  std::vector<std::thread> held;
+  std::vector<int> codes(kMaxConcurrentListings, 0);
+  for (int i = 0; i < kMaxConcurrentListings; ++i) {
+    held.emplace_back([&, i] { codes[i] = HttpCode(HttpGet(server_->port(), "/v1/checkpoints")); });
+  }
+  {
+    absl::MutexLock l(&mu);
+    mu.Await(absl::Condition(
+        +[](int* n) { return *n == kMaxConcurrentListings; }, &inside));
+  }
+  nlohmann::json j;
+  EXPECT_EQ(Get("/v1/checkpoints", &j), 503);
+  EXPECT_EQ(j["error"]["code"], "unavailable");
+  EXPECT_EQ(Get("/v1/checkpoints/new-2", &j), 200) << "one checkpoint is not a listing";
+  {
+    absl::MutexLock l(&mu);
+    release = true;
+  }
+  for (auto& t : held) t.join();
+  for (int c : codes) EXPECT_EQ(c, 200);
+  engine_.on_list = nullptr;
+  EXPECT_EQ(Get("/v1/checkpoints", &j), 200) << "served again once they ended";
 }
 
 TEST_F(HttpApiTest, ListPassesTheWorkloadFilter) {
