@@ -38,7 +38,7 @@ struct FakeEngine {
   std::vector<std::string> asked;
 
   std::function<void()> on_list;  // runs in each List (a test may block there)
-  absl::Mutex asked_mu;            // listings may run at once
+  absl::Mutex asked_mu;           // listings may run at once
   absl::StatusOr<std::vector<v1::CheckpointInfo>> List(const std::string& workload) {
     if (on_list) on_list();
     absl::MutexLock l(&asked_mu);
