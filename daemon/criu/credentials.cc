@@ -26,9 +26,7 @@ namespace {
 
 constexpr uint32_t kImagesV1_1 = 2;
 constexpr uint32_t kTaskDead = 0x02;  // a zombie: restored only to be reaped, runs nothing
-// A core image is a few KiB (registers, FPU state); a seccomp image holds BPF programs of at
-// most 4096 instructions each.
-constexpr uint64_t kMaxCoreBytes = 1 << 20;
+// A seccomp image holds BPF programs of at most 4096 instructions each.
 constexpr uint64_t kMaxSeccompBytes = 16 << 20;
 constexpr size_t kMaxFilterChain = 1024;
 // One entry per process (pid, parents, threads): a tree of 100k threads is a few MiB.
@@ -291,14 +289,11 @@ absl::StatusOr<std::vector<std::string>> ReadSeccompFilters(pid_t pid) {
 }
 
 absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::string& images_dir) {
-  CRYO_ASSIGN_OR_RETURN(int dfd, fs::OpenDirBeneath(images_dir, ""));
-  auto listing = fs::ListDirAt(dfd, images_dir);
-  ::close(dfd);
-  CRYO_RETURN_IF_ERROR(listing.status());
+  CRYO_ASSIGN_OR_RETURN(auto listing, ListImages(images_dir));
   std::vector<std::string> cores;
   bool has_seccomp = false;
   bool has_pstree = false;
-  for (const auto& e : *listing) {
+  for (const auto& e : listing) {
     if (absl::StartsWith(e.name, "creds-")) {
       return absl::PermissionDeniedError(
           absl::StrCat("image ", e.name,
@@ -339,12 +334,7 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
   // other threads of its process too (the chain up to its newest TSYNC filter).
   std::vector<size_t> synced;
   for (const auto& name : cores) {
-    CRYO_ASSIGN_OR_RETURN(auto entries,
-                          ReadImageEntries(images_dir, name, kCoreMagic, true, kMaxCoreBytes));
-    ::criu::core_entry core;
-    if (entries.size() != 1 || !core.ParseFromString(entries[0])) {
-      return absl::InvalidArgumentError(absl::StrCat("CRIU image ", name, " does not parse"));
-    }
+    CRYO_ASSIGN_OR_RETURN(::criu::core_entry core, ReadCoreImage(images_dir, name));
     TaskCredentials t;
     absl::string_view num = absl::StripSuffix(absl::StripPrefix(name, "core-"), ".img");
     (void)absl::SimpleAtoi(num, &t.tid);

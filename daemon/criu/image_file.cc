@@ -77,6 +77,22 @@ absl::StatusOr<std::string> ReadFirstImageEntry(const std::string& dir, const st
   return b.substr(head, len);
 }
 
+absl::StatusOr<std::vector<fs::Entry>> ListImages(const std::string& dir) {
+  CRYO_ASSIGN_OR_RETURN(int raw, fs::OpenDirBeneath(dir, ""));
+  UniqueFd dfd(raw);
+  return fs::ListDirAt(dfd.get(), dir);
+}
+
+absl::StatusOr<::criu::core_entry> ReadCoreImage(const std::string& dir, const std::string& name) {
+  constexpr uint64_t kMaxCoreBytes = 1 << 20;
+  CRYO_ASSIGN_OR_RETURN(auto entries, ReadImageEntries(dir, name, kCoreMagic, true, kMaxCoreBytes));
+  ::criu::core_entry core;
+  if (entries.size() != 1 || !core.ParseFromString(entries[0])) {
+    return absl::InvalidArgumentError(absl::StrCat("CRIU image ", name, " does not parse"));
+  }
+  return core;
+}
+
 std::string FrameImage(std::initializer_list<uint32_t> magics,
                        const std::vector<const google::protobuf::MessageLite*>& entries) {
   std::string out;

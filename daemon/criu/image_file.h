@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "criu/images.pb.h"
+#include "lib/base/fs.h"
 
 namespace google::protobuf {
 class MessageLite;
@@ -36,6 +38,13 @@ absl::StatusOr<std::vector<std::string>> ReadImageEntries(const std::string& dir
 // ghost file's is), at most `max_entry` bytes; the same errors.
 absl::StatusOr<std::string> ReadFirstImageEntry(const std::string& dir, const std::string& name,
                                                 uint32_t magic, bool common, uint32_t max_entry);
+
+// The entries of the images directory `dir`, opened without following a link.
+absl::StatusOr<std::vector<fs::Entry>> ListImages(const std::string& dir);
+
+// Core image `name` (core-<tid>.img) of `dir`: its one entry, at most 1 MiB (registers, FPU
+// state). INVALID_ARGUMENT, naming it, when it does not parse.
+absl::StatusOr<::criu::core_entry> ReadCoreImage(const std::string& dir, const std::string& name);
 
 // One framed image: the magics, then each message with its size (tests, and the fake CRIU).
 std::string FrameImage(std::initializer_list<uint32_t> magics,

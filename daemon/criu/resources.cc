@@ -23,7 +23,6 @@
 namespace cryo::criu {
 namespace {
 
-constexpr uint64_t kMaxCoreBytes = 1 << 20;
 constexpr uint64_t kMaxFilesImage = 64 << 20;
 constexpr uint32_t kMaxGhostEntry = 4096;
 constexpr uint64_t kCapNetAdmin = uint64_t{1} << 12;
@@ -54,12 +53,7 @@ bool AnyoneMayListen(uint32_t protocol) {
 absl::Status CheckLimits(const std::string& images_dir, const std::string& name,
                          const CredentialCeiling& c, absl::string_view whose) {
   if (c.rlimit_max.empty()) return absl::OkStatus();
-  CRYO_ASSIGN_OR_RETURN(auto entries,
-                        ReadImageEntries(images_dir, name, kCoreMagic, true, kMaxCoreBytes));
-  ::criu::core_entry core;
-  if (entries.size() != 1 || !core.ParseFromString(entries[0])) {
-    return absl::InvalidArgumentError(absl::StrCat("CRIU image ", name, " does not parse"));
-  }
+  CRYO_ASSIGN_OR_RETURN(::criu::core_entry core, ReadCoreImage(images_dir, name));
   if (!core.has_tc() || !core.tc().has_rlimits()) return absl::OkStatus();
   const auto& rl = core.tc().rlimits().rlimits();
   for (int i = 0; i < rl.size() && static_cast<size_t>(i) < c.rlimit_max.size(); ++i) {
@@ -162,12 +156,9 @@ absl::StatusOr<std::vector<uint64_t>> ReadLiveHardLimits(const proc::ProcReader&
 
 absl::Status CheckImageResources(const std::string& images_dir, const CredentialCeiling& ceiling,
                                  absl::string_view ceiling_name) {
-  CRYO_ASSIGN_OR_RETURN(int dfd, fs::OpenDirBeneath(images_dir, ""));
-  auto listing = fs::ListDirAt(dfd, images_dir);
-  ::close(dfd);
-  CRYO_RETURN_IF_ERROR(listing.status());
+  CRYO_ASSIGN_OR_RETURN(auto listing, ListImages(images_dir));
   const std::string whose(ceiling_name);
-  for (const auto& e : *listing) {
+  for (const auto& e : listing) {
     if (absl::StartsWith(e.name, "core-") && absl::EndsWith(e.name, ".img")) {
       CRYO_RETURN_IF_ERROR(CheckLimits(images_dir, e.name, ceiling, whose));
     } else if (absl::StartsWith(e.name, "ghost-file-")) {
