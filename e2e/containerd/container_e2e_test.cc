@@ -149,6 +149,15 @@ class ContainerModeE2e : public ContainerdE2e {
     return *it->second;
   }
 
+  // The status once the runtime has recorded the exit. containerd's StopContainer can return
+  // before it has (the task already gone, its exit event still being handled); kubelet learns
+  // of the exit from its next status poll, so this waits as kubelet does.
+  absl::StatusOr<cri::ContainerStatus> ExitedStatus(const std::string& node,
+                                                    const std::string& id) {
+    return Shim(node).WaitContainer(
+        id, [](const cri::ContainerStatus& s) { return s.state() == cri::CONTAINER_EXITED; });
+  }
+
   bool WaitTicks(const Pod& p, size_t n) {
     return WaitUntil([&] { return Ticks(p.log_path).size() >= n; }, absl::Seconds(60));
   }
@@ -285,7 +294,7 @@ TEST_F(ContainerModeE2e, PreemptedContainerResumesOnAnotherNodeWhereItLeftOff) {
 
   // Preemption: kubelet stops the container with the pod's grace period.
   ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
-  auto stopped = Shim("node-a").ContainerStatus(a->ctr_id);
+  auto stopped = ExitedStatus("node-a", a->ctr_id);
   ASSERT_TRUE(stopped.ok());
   EXPECT_EQ(stopped->state(), cri::CONTAINER_EXITED);
   auto list = Checkpoints(kWorkload);
@@ -793,7 +802,7 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
   ASSERT_TRUE(WaitTicks(*skip, 3));
   ASSERT_TRUE(Shim("node-a").StopContainer(skip->ctr_id, 2).ok());
   EXPECT_TRUE(Checkpoints(kWorkload).empty()) << "a 2 s stop below the pod's 3 s minimum";
-  auto st = Shim("node-a").ContainerStatus(skip->ctr_id);
+  auto st = ExitedStatus("node-a", skip->ctr_id);
   ASSERT_TRUE(st.ok());
   EXPECT_NE(st->exit_code(), 99) << "not checkpointed: not the checkpointed exit code";
 
@@ -809,7 +818,7 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
       << TailOf(world().shim("node-a").log_file());
   EXPECT_EQ(Checkpoints(kWorkload)[0].labels().at("cryo.dev/stop-grace"), "minimum")
       << "kubelet's 2 s floor, below the pod's 30 s: a force delete or a hard eviction";
-  st = Shim("node-a").ContainerStatus(kept->ctr_id);
+  st = ExitedStatus("node-a", kept->ctr_id);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->exit_code(), 99) << "the pod's checkpointed exit code";
   // A bad value is refused when the container is created, not at the stop.
@@ -877,7 +886,7 @@ TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKep
   EXPECT_EQ(st->state(), cri::CONTAINER_RUNNING);
   // The period alone opted it in to a checkpoint at its stop (issue 42).
   ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
-  st = Shim("node-a").ContainerStatus(a->ctr_id);
+  st = ExitedStatus("node-a", a->ctr_id);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->exit_code(), 75) << "stopped after a checkpoint";
   bool at_stop = false;
@@ -922,7 +931,7 @@ TEST_F(ContainerModeE2e, AStopThatCouldNotCheckpointInTimeResumesFromTheNewestPe
   EXPECT_EQ(periodic.labels().at("cryo.dev/reason"), "periodic");
 
   ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 3).ok());
-  auto stopped = Shim("node-a").ContainerStatus(a->ctr_id);
+  auto stopped = ExitedStatus("node-a", a->ctr_id);
   ASSERT_TRUE(stopped.ok());
   EXPECT_EQ(stopped->state(), cri::CONTAINER_EXITED);
   EXPECT_EQ(stopped->exit_code(), 75) << "a stop the replacement resumes from: not a failure";
