@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
+#include "daemon/criu/seccomp_compare.h"
 #include "lib/base/fs.h"
 #include "lib/base/status.h"
 
@@ -414,6 +415,16 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
 
 absl::Status CheckCredentials(const std::vector<TaskCredentials>& threads,
                               const CredentialCeiling& c, absl::string_view ceiling_name) {
+  // A filter the target has against one of the images: the same bytes, or a program that decides
+  // every call the same way (a runtime can compile one profile into programs of other bytes).
+  // Threads share chains: each pair is compared once.
+  std::map<std::pair<std::string, std::string>, bool> same;
+  auto same_filter = [&same](const std::string& want, const std::string& have) {
+    if (want == have) return true;
+    auto [it, fresh] = same.try_emplace({want, have}, false);
+    if (fresh) it->second = SameSeccompDecisions(want, have);
+    return it->second;
+  };
   for (const auto& t : threads) {
     auto deny = [&](absl::string_view field, absl::string_view what) {
       return absl::PermissionDeniedError(
@@ -464,9 +475,11 @@ absl::Status CheckCredentials(const std::vector<TaskCredentials>& threads,
     if (c.seccomp_mode == kSeccompFilter && c.seccomp_filters) {
       const auto& want = *c.seccomp_filters;
       if (t.seccomp_filters.size() < want.size() ||
-          !std::equal(want.begin(), want.end(), t.seccomp_filters.begin())) {
-        return deny("seccomp", absl::StrCat("filters do not start with the ", want.size(),
-                                            " filter(s) the target has"));
+          !std::equal(want.begin(), want.end(), t.seccomp_filters.begin(), same_filter)) {
+        return deny("seccomp",
+                    absl::StrCat("filters do not start with the ", want.size(),
+                                 " filter(s) the target has, nor with filters that decide "
+                                 "every call as they do"));
       }
     }
     if (t.apparmor_data) return deny("apparmor_data", "is present (AppArmor policy to load)");

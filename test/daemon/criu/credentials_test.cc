@@ -227,6 +227,38 @@ TEST(CredentialsTest, EachRaisedFieldIsRefusedByName) {
               HasSubstr("CAP_SYS_MODULE, CAP_SYS_ADMIN"));
 }
 
+// The new pod's runtime may compile the same profile into other bytes (runc orders its
+// per-architecture checks by a Go map): a chain that decides every call as the target's does is
+// the target's; one that allows a call the target refuses is not.
+TEST(CredentialsTest, TheTargetsFiltersCompiledAsOtherBytesAreTheTargetsFilters) {
+  auto prog = [](uint32_t first_arch, uint32_t second_arch, uint32_t refused_ret) {
+    const std::vector<sock_filter> p = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4),  // arch
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, first_arch, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, second_arch, 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),           // nr
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 165, 0, 1),  // mount
+        BPF_STMT(BPF_RET | BPF_K, refused_ret),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    return std::string(reinterpret_cast<const char*>(p.data()), p.size() * sizeof(sock_filter));
+  };
+  constexpr uint32_t kX86 = 0xc000003e, kI386 = 0x40000003;
+  const uint32_t eperm = SECCOMP_RET_ERRNO | 1;
+  CredentialCeiling c = CeilingOf({User(1, 1000)});
+  c.seccomp_mode = kSeccompFilter;
+  c.seccomp_filters = std::vector<std::string>{prog(kX86, kI386, eperm)};
+  TaskCredentials t = User(7, 1000);
+  t.seccomp_mode = kSeccompFilter;
+  t.seccomp_filters = {prog(kI386, kX86, eperm), Bpf(SECCOMP_RET_ALLOW)};  // and one of its own
+  ASSERT_NE(t.seccomp_filters[0], (*c.seccomp_filters)[0]);
+  EXPECT_TRUE(CheckCredentials({t, t}, c, "container c").ok());
+  t.seccomp_filters[0] = prog(kI386, kX86, SECCOMP_RET_ALLOW);  // mount allowed
+  absl::Status st = CheckCredentials({t}, c, "container c");
+  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("seccomp filters do not start with the 1"));
+}
+
 // A root container whose entrypoint drops to another user (gosu, su-exec) restores: with
 // CAP_SETUID and CAP_SETGID it could become that user itself. Without them it may not.
 TEST(CredentialsTest, ATargetThatMayChangeItsUidsBindsNoUid) {
