@@ -16,7 +16,7 @@ namespace {
 
 constexpr size_t kMaxInsns = 4096;        // BPF_MAXINSNS: the kernel loads no longer program
 constexpr uint32_t kDataWords = 16;       // struct seccomp_data: 64 bytes of 32-bit words
-constexpr uint64_t kBudget = 50'000'000;  // instructions followed, both programs together
+constexpr uint64_t kBudget = 20'000'000;  // instructions followed, both programs together
 
 // A register's or a scratch word's value on a path: a constant, `word & mask` of the seccomp
 // data, or anything else (which ends the comparison as "different" when it matters).
@@ -63,10 +63,44 @@ class Comparer {
   }
 
  private:
+  // The instructions a seccomp filter may hold (the kernel's seccomp_check_filter and
+  // bpf_check_classic): anything else, unknown bits included, was never loaded.
+  static bool Known(uint16_t code) {
+    switch (code) {
+      case BPF_LD | BPF_W | BPF_ABS:
+      case BPF_LD | BPF_W | BPF_LEN:
+      case BPF_LDX | BPF_W | BPF_LEN:
+      case BPF_LD | BPF_IMM:
+      case BPF_LDX | BPF_IMM:
+      case BPF_LD | BPF_MEM:
+      case BPF_LDX | BPF_MEM:
+      case BPF_ST:
+      case BPF_STX:
+      case BPF_ALU | BPF_NEG:
+      case BPF_JMP | BPF_JA:
+      case BPF_RET | BPF_K:
+      case BPF_RET | BPF_A:
+      case BPF_MISC | BPF_TAX:
+      case BPF_MISC | BPF_TXA:
+        return true;
+    }
+    const uint16_t op = BPF_OP(code);
+    if ((code & ~(0xf0 | BPF_X | 0x07)) != 0) return false;
+    if (BPF_CLASS(code) == BPF_ALU) {
+      return op == BPF_ADD || op == BPF_SUB || op == BPF_MUL || op == BPF_DIV || op == BPF_MOD ||
+             op == BPF_OR || op == BPF_AND || op == BPF_XOR || op == BPF_LSH || op == BPF_RSH;
+    }
+    if (BPF_CLASS(code) == BPF_JMP) {
+      return op == BPF_JEQ || op == BPF_JGT || op == BPF_JGE || op == BPF_JSET;
+    }
+    return false;
+  }
+
   static bool Valid(const std::vector<sock_filter>& prog) {
     if (prog.empty() || prog.size() > kMaxInsns) return false;
     for (size_t i = 0; i < prog.size(); ++i) {
       const sock_filter& f = prog[i];
+      if (!Known(f.code)) return false;
       const uint16_t cls = BPF_CLASS(f.code);
       if (cls == BPF_JMP) {
         const size_t far = BPF_OP(f.code) == BPF_JA ? static_cast<size_t>(f.k)
@@ -225,6 +259,17 @@ class Comparer {
         const uint16_t op = BPF_OP(f.code);
         Val rhs = BPF_SRC(f.code) == BPF_X ? s.x : Val{Val::kConst, f.k, 0, 0};
         if (op == BPF_NEG) rhs = Val{Val::kConst, 0, 0, 0};
+        if (op == BPF_DIV || op == BPF_MOD || op == BPF_LSH || op == BPF_RSH) {
+          // The kernel refuses a constant 0 divisor or a shift by 32 or more; a register
+          // divisor of 0 ends the program with 0 (kill), as the kernel runs classic BPF.
+          if (rhs.kind != Val::kConst) return Step::kFail;
+          const bool div = op == BPF_DIV || op == BPF_MOD;
+          if (div ? rhs.c == 0 : rhs.c >= 32) {
+            if (!div || BPF_SRC(f.code) != BPF_X) return Step::kFail;
+            *ret = 0;
+            return Step::kReturn;
+          }
+        }
         if (s.a.kind == Val::kConst && rhs.kind == Val::kConst) {
           const uint32_t a = s.a.c, b = rhs.c;
           uint32_t r = 0;
@@ -239,11 +284,9 @@ class Comparer {
               r = a * b;
               break;
             case BPF_DIV:
-              if (b == 0) return Step::kFail;
               r = a / b;
-              break;
+              break;  // b != 0: checked above
             case BPF_MOD:
-              if (b == 0) return Step::kFail;
               r = a % b;
               break;
             case BPF_OR:
@@ -321,37 +364,46 @@ class Comparer {
     return Step::kFail;
   }
 
-  // Follows `prog` from `s`; at each end calls leaf(state, action) and stops when it says so.
+  // Follows every path of `prog` from `s` (a worklist, not recursion: a program has up to 4096
+  // tests on a path, and cryod's threads have small stacks); calls leaf(state, action) at each
+  // end.
   template <typename Leaf>
-  void Walk(const std::vector<sock_filter>& prog, State s, const Leaf& leaf) {
-    while (ok_) {
-      if (s.pc >= prog.size()) {
-        ok_ = false;
-        return;
-      }
-      uint32_t ret = 0, k = 0;
-      Val v;
-      switch (Execute(prog, s, &ret, &v, &k)) {
-        case Step::kNext:
-          continue;
-        case Step::kFail:
+  void Walk(const std::vector<sock_filter>& prog, State start, const Leaf& leaf) {
+    std::vector<State> todo;
+    todo.push_back(std::move(start));
+    while (ok_ && !todo.empty()) {
+      State s = std::move(todo.back());
+      todo.pop_back();
+      while (ok_) {
+        if (s.pc >= prog.size()) {
           ok_ = false;
           return;
-        case Step::kReturn:
-          leaf(s, ret);
-          return;
-        case Step::kFork: {
-          const sock_filter& f = prog[s.pc];
-          const uint16_t op = BPF_OP(f.code);
-          State taken = s;
-          if (Assume(taken, v, op, k, true)) {
-            taken.pc += 1 + f.jt;
-            Walk(prog, std::move(taken), leaf);
-          }
-          if (!Assume(s, v, op, k, false)) return;
-          s.pc += 1 + f.jf;
-          continue;
         }
+        uint32_t ret = 0, k = 0;
+        Val v;
+        const Step step = Execute(prog, s, &ret, &v, &k);
+        if (step == Step::kNext) continue;
+        if (step == Step::kFail) {
+          ok_ = false;
+          return;
+        }
+        if (step == Step::kReturn) {
+          leaf(s, ret);
+          break;
+        }
+        // A test this path cannot decide: both ways, each knowing how it came out. The way
+        // not taken waits: in a profile's long chain of "nr == k: allow" tests that keeps one
+        // state waiting, not one per test. Copies count against the budget.
+        const sock_filter& f = prog[s.pc];
+        const uint16_t op = BPF_OP(f.code);
+        State other = s;
+        steps_ += s.facts.size();
+        if (Assume(other, v, op, k, false)) {
+          other.pc += 1 + f.jf;
+          todo.push_back(std::move(other));
+        }
+        if (!Assume(s, v, op, k, true)) break;
+        s.pc += 1 + f.jt;
       }
     }
   }

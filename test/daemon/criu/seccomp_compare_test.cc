@@ -157,6 +157,21 @@ TEST(SeccompCompareTest, WhatItCannotFollowOrTheKernelWouldNotLoadIsADifference)
                                               Stmt(BPF_RET | BPF_A, 0)};
   EXPECT_TRUE(
       SameSeccompDecisions(Bytes(ret_const), Bytes({Stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)})));
+  // A register divisor of 0 ends the program with 0 (kill), as the kernel runs it.
+  const std::vector<sock_filter> div_zero = {
+      Stmt(BPF_LDX | BPF_IMM, 0), Stmt(BPF_LD | BPF_W | BPF_ABS, kNr),
+      Stmt(BPF_ALU | BPF_DIV | BPF_X, 0), Stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+  EXPECT_TRUE(SameSeccompDecisions(Bytes(div_zero),
+                                   Bytes({Stmt(BPF_RET | BPF_K, SECCOMP_RET_KILL_THREAD)})));
+  EXPECT_FALSE(
+      SameSeccompDecisions(Bytes(div_zero), Bytes({Stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)})));
+  // An instruction the kernel does not know (an ALU operation 0xe0, a code with high bits).
+  const std::vector<sock_filter> unknown_op = {Stmt(BPF_ALU | 0xe0, 3),
+                                               Stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+  EXPECT_FALSE(SameSeccompDecisions(Bytes(unknown_op), Bytes(unknown_op)));
+  const std::vector<sock_filter> high_bits = {Stmt(0x100 | BPF_LD | BPF_IMM, 3),
+                                              Stmt(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+  EXPECT_FALSE(SameSeccompDecisions(Bytes(high_bits), Bytes(high_bits)));
   // Not programs: a jump past the end, no return at the end, a load beyond seccomp_data, an
   // odd size, nothing.
   const std::vector<sock_filter> past = {Jump(BPF_JMP | BPF_JEQ | BPF_K, 0, 5, 0),
