@@ -616,6 +616,154 @@ TEST_F(ContainerModeE2e, APodThatAsksForTheGpuFastPathGetsTheLibraryPreloaded) {
 #endif
 }
 
+#if defined(CRYO_FASTPATH_LIBRARY) && defined(CRYO_FAKEGPU_BIN)
+// GPU pods over the fake CUDA driver (issue 36, the flows CI can run). The job, its libraries
+// and the fake driver come in read-only from the host (the busybox image has no libc); the shim
+// preloads the fast-path library (cryo.dev/gpu-fast-path).
+class FakeGpuPodE2e : public ContainerModeE2e {
+ protected:
+  void SetUp() override {
+    ContainerModeE2e::SetUp();
+    container_tweak_ = [](cri::ContainerConfig* c) {
+      for (const char* dir : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
+                              CRYO_FAKE_CUDA_DIR, CRYO_FAKEGPU_DIR}) {
+        cri::Mount* m = c->add_mounts();
+        m->set_container_path(dir);
+        m->set_host_path(dir);
+        m->set_readonly(true);
+      }
+      cri::KeyValue* env = c->add_envs();
+      env->set_key("LD_LIBRARY_PATH");
+      env->set_value(CRYO_FAKE_CUDA_DIR);
+    };
+  }
+
+  // 48 MiB of "device" memory in 8 MiB cudaMalloc chunks and 16 MiB mapped as PyTorch's
+  // expandable segments map it; every step a kernel checks one chunk and rewrites it.
+  static std::vector<std::string> Job(std::vector<std::string> extra = {}) {
+    std::vector<std::string> job = {
+        CRYO_FAKEGPU_BIN, "--status", "/tmp/status",   "--mib", "48", "--chunk-mib", "8",
+        "--vmm-mib",      "16",       "--interval-ms", "50"};
+    job.insert(job.end(), extra.begin(), extra.end());
+    return job;
+  }
+
+  static std::map<std::string, std::string> OptIn(bool resume) {
+    std::map<std::string, std::string> a = {{"cryo.dev/checkpoint-on-stop", "true"},
+                                            {"cryo.dev/gpu-fast-path", "true"}};
+    if (resume) a["cryo.dev/resume"] = "auto";
+    return a;
+  }
+
+  // The job's status record (cryo-fakegpu-load's), read inside the pod.
+  nlohmann::json Status(const std::string& node, const std::string& ctr) {
+    auto r = Exec(node, ctr, "cat /tmp/status");
+    if (!r.ok()) return nlohmann::json();
+    return nlohmann::json::parse(r->stdout(), nullptr, false);
+  }
+
+  static uint64_t U(const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
+  }
+
+  // The status's `what` (its kernels' steps; "peer_steps": the importer's count, which reaches
+  // the status only through the memory the two share) went past `n`.
+  bool RunsPast(const std::string& node, const std::string& ctr, uint64_t n,
+                const char* what = "main") {
+    return WaitUntil([&] { return U(Status(node, ctr), what) > n; }, absl::Seconds(60));
+  }
+
+  // Every word its kernels checked was as they left it.
+  void ExpectIntact(const std::string& node, const std::string& ctr) {
+    const nlohmann::json st = Status(node, ctr);
+    EXPECT_EQ(U(st, "mismatches"), 0u) << st.dump();
+    EXPECT_EQ(U(st, "peer_mismatches"), 0u) << st.dump();
+    EXPECT_EQ(st["verified"], true) << st.dump();
+    EXPECT_EQ(st["api"], "ok") << st.dump();
+  }
+
+  // Stops the pod on node A (a 30 s grace): it must leave a checkpoint and end with the
+  // checkpointed exit code.
+  void StopWithCheckpoint(const Pod& a, size_t checkpoints) {
+    ASSERT_TRUE(Shim("node-a").StopContainer(a.ctr_id, 30).ok());
+    auto stopped = ExitedStatus("node-a", a.ctr_id);
+    ASSERT_TRUE(stopped.ok()) << stopped.status();
+    EXPECT_EQ(stopped->exit_code(), 75) << "shim log:\n"
+                                        << TailOf(world().shim("node-a").log_file());
+    ASSERT_EQ(Checkpoints(kWorkload).size(), checkpoints) << "cryod log:\n"
+                                                          << TailOf(world().cryod("node-a").log());
+  }
+};
+
+// Checkpointed at its stop, the pod resumes in its replacement on node B, its kernels finding
+// every word of its memory as they left it.
+TEST_F(FakeGpuPodE2e, AGpuPodResumesOnAnotherNodeWithEveryWordOfItsMemory) {
+  auto a = RunPod("node-a", "fakegpu-1", OptIn(false), Job());
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(RunsPast("node-a", a->ctr_id, 20)) << Status("node-a", a->ctr_id).dump() << "\n"
+                                                 << TailOf(a->log_path);
+  StopWithCheckpoint(*a, 1);
+  EXPECT_EQ(Checkpoints(kWorkload)[0].gpu_fastpath_bytes(), 64 * (uint64_t{1} << 20))
+      << "the 48 MiB of chunks and the 16 MiB mapped, out through the library";
+
+  auto b = RunPod("node-b", "fakegpu-2", OptIn(true), Job());
+  ASSERT_TRUE(b.ok()) << b.status() << "\nnode B's cryod:\n"
+                      << TailOf(world().cryod("node-b").log());
+  const uint64_t from = U(Status("node-b", b->ctr_id), "main");
+  EXPECT_GT(from, 20u) << "the restored job did not go on from its checkpoint";
+  ASSERT_TRUE(RunsPast("node-b", b->ctr_id, from + 20))
+      << Status("node-b", b->ctr_id).dump() << "\n"
+      << TailOf(b->log_path);
+  ExpectIntact("node-b", b->ctr_id);
+}
+
+// Two processes of a GPU pod sharing 8 MiB as PyTorch shares a CUDA tensor (legacy CUDA IPC): a
+// leave-running checkpoint through kubelet's CheckpointContainer, after which both run on still
+// sharing; then a stop, and the replacement on node B, where the importer's count still reaches
+// the exporter through the memory they share and no word of it is wrong.
+TEST_F(FakeGpuPodE2e, TwoProcessesSharingGpuMemoryRunOnAfterACheckpointAndResumeOnAnotherNode) {
+  const std::vector<std::string> job = Job({"--share-mib", "8", "--share-ipc"});
+  auto a = RunPod("node-a", "fakegpu-share-1", OptIn(false), job);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(RunsPast("node-a", a->ctr_id, 10, "peer_steps"))
+      << Status("node-a", a->ctr_id).dump() << "\n"
+      << TailOf(a->log_path);
+
+  cri::CheckpointContainerRequest req;
+  req.set_container_id(a->ctr_id);
+  req.set_location(absl::StrCat(world().dir(), "/kubelet/checkpoints/fakegpu-share.tar"));
+  cri::CheckpointContainerResponse resp;
+  CriClient& shim = Shim("node-a");
+  grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req,
+                              &resp, absl::Minutes(2));
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << TailOf(world().cryod("node-a").log());
+  auto list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_TRUE(list[0].leave_running());
+  EXPECT_EQ(list[0].gpu_fastpath_bytes(), 72 * (uint64_t{1} << 20))
+      << "the exporter's 64 MiB and the shared 8";
+  const uint64_t peer = U(Status("node-a", a->ctr_id), "peer_steps");
+  ASSERT_TRUE(RunsPast("node-a", a->ctr_id, peer + 10, "peer_steps"))
+      << "the importer does not run on: " << Status("node-a", a->ctr_id).dump();
+  ExpectIntact("node-a", a->ctr_id);
+
+  StopWithCheckpoint(*a, 2);
+  auto b = RunPod("node-b", "fakegpu-share-2", OptIn(true), job);
+  ASSERT_TRUE(b.ok()) << b.status() << "\nnode B's cryod:\n"
+                      << TailOf(world().cryod("node-b").log());
+  const uint64_t from = U(Status("node-b", b->ctr_id), "peer_steps");
+  EXPECT_GT(from, peer) << "the importer did not go on from the checkpoint";
+  ASSERT_TRUE(RunsPast("node-b", b->ctr_id, from + 10, "peer_steps"))
+      << Status("node-b", b->ctr_id).dump() << "\n"
+      << TailOf(b->log_path);
+  ExpectIntact("node-b", b->ctr_id);
+}
+#else
+TEST(FakeGpuPodE2e, Skipped) {
+  GTEST_SKIP() << "the fast-path library or the fake CUDA driver is not built here (no cuda.h)";
+}
+#endif
+
 TEST_F(ContainerModeE2e, StopWhoseCheckpointMissesTheGracePeriodPublishesNothingAndStops) {
   auto p = RunPod("node-a", "late-stop", {{"cryo.dev/checkpoint-on-stop", "true"}});
   ASSERT_TRUE(p.ok()) << p.status();
