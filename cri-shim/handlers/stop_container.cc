@@ -22,6 +22,9 @@ namespace {
 // Kept back from the grace period for the stop itself.
 constexpr absl::Duration kStopMargin = absl::Seconds(1);
 
+// The longest a stop waits for the runtime to see the exit of a job cryod ended.
+constexpr absl::Duration kMaxExitWait = absl::Seconds(5);
+
 // kubelet never stops a container with less (pkg/kubelet/kuberuntime: minimumGracePeriodInSeconds).
 constexpr int64_t kKubeletMinimumGrace = 2;
 
@@ -131,7 +134,21 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
       WriteToContainerLog(
           init_pid, absl::StrCat("cryo: checkpoint before stop failed: ", r.status().message()));
     }
+    if (r.ok()) AwaitExit(ctx, request.container_id());
     return ForwardUnchanged{};
+  }
+
+  // cryod ended the job: the stop goes on once the runtime has seen the exit, where it is a
+  // no-op. Forwarded while containerd 1.6 is still handling the exit, its kill can reach a task
+  // shim that is going away and fail the stop ("ttrpc: closed"; seen in the e2e under load),
+  // which kubelet reports and retries. Bounded by kMaxExitWait and the call's time.
+  static void AwaitExit(CallContext& ctx, const std::string& id) {
+    const absl::Time end = absl::Now() + std::min(kMaxExitWait, TimeLeft(ctx, kMaxExitWait));
+    while (absl::Now() < end) {
+      auto st = ContainerStatusOf(ctx, id, false);
+      if (!st.ok() || st->status().state() != runtime::v1::CONTAINER_RUNNING) return;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
   }
 
  private:

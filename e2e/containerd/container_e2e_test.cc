@@ -35,6 +35,13 @@
 #include "test/daemon/criu/craft_images.h"
 #include "test/daemon/termination/test_http_server.h"
 
+// A failed stop says why (the shim's or the runtime's error).
+#define ASSERT_STOPPED(expr)                      \
+  do {                                            \
+    const absl::Status stop_status = (expr);      \
+    ASSERT_TRUE(stop_status.ok()) << stop_status; \
+  } while (0)
+
 namespace cryo::e2e {
 namespace {
 
@@ -293,7 +300,7 @@ TEST_F(ContainerModeE2e, PreemptedContainerResumesOnAnotherNodeWhereItLeftOff) {
   ASSERT_TRUE(WaitTicks(*a, 10));
 
   // Preemption: kubelet stops the container with the pod's grace period.
-  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
   auto stopped = ExitedStatus("node-a", a->ctr_id);
   ASSERT_TRUE(stopped.ok());
   EXPECT_EQ(stopped->state(), cri::CONTAINER_EXITED);
@@ -362,7 +369,7 @@ TEST_F(ContainerModeE2e, ProcessesTalkingOverThePodsLoopbackResumeOnAnotherNode)
   ASSERT_TRUE(
       WaitUntil([&] { return Ticks(a->log_path, "echo ").size() >= 10; }, absl::Seconds(60)))
       << TailOf(a->log_path);
-  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
   auto list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 1u) << "the stop did not leave a checkpoint";
   std::vector<int> old = Ticks(a->log_path, "echo ");
@@ -400,7 +407,7 @@ TEST_F(ContainerModeE2e, ARestoreGrantsNoMoreThanTheNewContainer) {
   auto a = RunPod("node-a", "creds-src", {{"cryo.dev/checkpoint-on-stop", "true"}});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(WaitTicks(*a, 3));
-  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
   auto list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 1u);
   const std::string honest = list[0].checkpoint_id();
@@ -436,7 +443,7 @@ TEST_F(ContainerModeE2e, ARestoreGrantsNoMoreThanTheNewContainer) {
   EXPECT_EQ(Ticks(b->log_path).front(), last + 1);
 
   // Its next checkpoint, rewritten to raise the job: refused, naming what it would raise.
-  ASSERT_TRUE(Shim("node-b").StopContainer(b->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-b").StopContainer(b->ctr_id, 30));
   list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 2u);
   const std::string raised = list[0].checkpoint_id();
@@ -492,7 +499,7 @@ TEST_F(ContainerModeE2e, AMultiThreadedJobUnderTheDefaultSeccompProfileResumesOn
   ASSERT_EQ(before.size(), 5u) << absl::StrJoin(before, "; ");
   for (const auto& t : before) EXPECT_TRUE(absl::EndsWith(t, " 2")) << "not filtered: " << t;
 
-  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
   auto list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 1u) << "the stop did not leave a checkpoint";
   auto stopped = ExitedStatus("node-a", a->ctr_id);
@@ -524,7 +531,7 @@ TEST_F(ContainerModeE2e, ACheckpointBelongsToItsNamespace) {
                   {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/workload", "shared-key"}});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(WaitTicks(*a, 3));
-  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
   auto list = Checkpoints(key);
   ASSERT_EQ(list.size(), 1u) << "no checkpoint of the key in namespace cryo-e2e";
   const std::string theirs = list[0].checkpoint_id();
@@ -545,7 +552,7 @@ TEST_F(ContainerModeE2e, ACheckpointBelongsToItsNamespace) {
   EXPECT_EQ(st->annotations().count("cryo.dev/resume-from"), 0u) << "it resumed another's job";
   ASSERT_TRUE(WaitTicks(*same_key, 3));
   EXPECT_EQ(Ticks(same_key->log_path).front(), 1) << "it did not start fresh";
-  ASSERT_TRUE(Shim("node-b").StopContainer(same_key->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-b").StopContainer(same_key->ctr_id, 30));
   EXPECT_EQ(Checkpoints("team-b.cryo-e2e.shared-key.counter").size(), 1u);
   list = Checkpoints(key);
   ASSERT_EQ(list.size(), 1u);
@@ -568,7 +575,7 @@ TEST_F(ContainerModeE2e, PodsThatDoNotOptInAreLeftAlone) {
   EXPECT_EQ(info["runtimeSpec"]["process"]["args"], nlohmann::json(kCounter))
       << "the command of a pod that did not opt in was changed";
   // Its stop is a plain stop: no checkpoint.
-  ASSERT_TRUE(Shim("node-a").StopContainer(p->ctr_id, 10).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(p->ctr_id, 10));
   EXPECT_TRUE(Checkpoints(kWorkload).empty());
 }
 
@@ -864,7 +871,7 @@ TEST_F(ContainerModeE2e, ResumeFromADamagedCheckpointFailsTheStartAndSaysWhichFi
   const std::string older = first[0].checkpoint_id();
   absl::SleepFor(absl::Milliseconds(1100));  // the list is ordered by creation time
   ASSERT_TRUE(WaitTicks(*a, Ticks(a->log_path).size() + 3));
-  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
   const int last_a = Ticks(a->log_path).back();
   auto list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 2u);
@@ -980,7 +987,7 @@ TEST_F(ContainerModeE2e, ARecreatedJobStartsFreshWhileReplacementsOfTheSameJobRe
   auto a = RunPod("node-a", "trainer-1", {{"cryo.dev/checkpoint-on-stop", "true"}});
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(WaitTicks(*a, 10));
-  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
   ASSERT_EQ(Checkpoints(kWorkload).size(), 1u);
   const int last = Ticks(a->log_path).back();
 
@@ -1008,7 +1015,7 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
                       {"cryo.dev/checkpointed-exit-code", "99"}});
   ASSERT_TRUE(skip.ok()) << skip.status();
   ASSERT_TRUE(WaitTicks(*skip, 3));
-  ASSERT_TRUE(Shim("node-a").StopContainer(skip->ctr_id, 2).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(skip->ctr_id, 2));
   EXPECT_TRUE(Checkpoints(kWorkload).empty()) << "a 2 s stop below the pod's 3 s minimum";
   auto st = ExitedStatus("node-a", skip->ctr_id);
   ASSERT_TRUE(st.ok());
@@ -1019,7 +1026,7 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
              {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/checkpointed-exit-code", "99"}});
   ASSERT_TRUE(kept.ok()) << kept.status();
   ASSERT_TRUE(WaitTicks(*kept, 3));
-  ASSERT_TRUE(Shim("node-a").StopContainer(kept->ctr_id, 2).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(kept->ctr_id, 2));
   ASSERT_EQ(Checkpoints(kWorkload).size(), 1u)
       << "a 2 s stop is enough for a small job (its checkpoint gets 1 s: on a loaded machine it "
          "may not be); the end of the shim's log:\n"
@@ -1093,7 +1100,7 @@ TEST_F(ContainerModeE2e, PeriodicCheckpointsRunInTheBackgroundAndTheNewestAreKep
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->state(), cri::CONTAINER_RUNNING);
   // The period alone opted it in to a checkpoint at its stop (issue 42).
-  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 30).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
   st = ExitedStatus("node-a", a->ctr_id);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->exit_code(), 75) << "stopped after a checkpoint";
@@ -1138,7 +1145,7 @@ TEST_F(ContainerModeE2e, AStopThatCouldNotCheckpointInTimeResumesFromTheNewestPe
   const v1::CheckpointInfo periodic = Checkpoints(workload)[0];
   EXPECT_EQ(periodic.labels().at("cryo.dev/reason"), "periodic");
 
-  ASSERT_TRUE(Shim("node-a").StopContainer(a->ctr_id, 3).ok());
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 3));
   auto stopped = ExitedStatus("node-a", a->ctr_id);
   ASSERT_TRUE(stopped.ok());
   EXPECT_EQ(stopped->state(), cri::CONTAINER_EXITED);
