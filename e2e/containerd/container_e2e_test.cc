@@ -31,6 +31,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/base/subprocess.h"
+#include "lib/contract/archive.h"
 #include "nlohmann/json.hpp"
 #include "test/daemon/criu/craft_images.h"
 #include "test/daemon/termination/test_http_server.h"
@@ -1379,6 +1380,67 @@ TEST_F(CheckpointImageE2e, APodWhoseImageIsACheckpointImageResumesTheCounterWith
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].checkpoint_id(), id);
   EXPECT_EQ(list[0].labels().at("cryo.dev/source-image"), image);
+}
+
+// Device access comes from the new pod's spec, never from the checkpoint (issue 36): a
+// checkpoint image whose OCI spec grants /dev/mem and whose annotations ask for every GPU
+// resumes in a pod that asked for neither, and the pod has neither.
+TEST_F(CheckpointImageE2e, DevicesACheckpointImageNamesAreNotGivenToItsPod) {
+  const std::string archive = absl::StrCat(world().dir(), "/kubelet/checkpoints/img-dev.tar");
+  auto last = ArchiveACounter("img-dev-src", archive);
+  ASSERT_TRUE(last.ok()) << last.status();
+  auto spec_text = container::ReadArchiveFile(archive, contract::archive::kSpecDump);
+  ASSERT_TRUE(spec_text.ok()) << spec_text.status();
+  nlohmann::json spec = nlohmann::json::parse(*spec_text);
+  spec["linux"]["devices"].push_back({{"path", "/dev/mem"},
+                                      {"type", "c"},
+                                      {"major", 1},
+                                      {"minor", 1},
+                                      {"fileMode", 438},
+                                      {"uid", 0},
+                                      {"gid", 0}});
+  spec["linux"]["resources"]["devices"].push_back(
+      {{"allow", true}, {"type", "c"}, {"major", 1}, {"minor", 1}, {"access", "rwm"}});
+  spec["annotations"]["cdi.k8s.io/cryo-e2e"] = "nvidia.com/gpu=all";
+  // Rewritten as checkpoint-image.sh rewrites one: its own names, no "./" prefix.
+  const std::string work = absl::StrCat(archive, ".d");
+  ASSERT_EQ(::mkdir(work.c_str(), 0700), 0);
+  auto x = RunCapture({"tar", "-C", work, "-xf", archive}, absl::Minutes(1));
+  ASSERT_TRUE(x.ok() && x->exit.exited && x->exit.code == 0) << (x.ok() ? x->output : "");
+  std::ofstream(absl::StrCat(work, "/", contract::archive::kSpecDump)) << spec.dump(2);
+  auto c =
+      RunCapture({"/bin/sh", "-c", absl::StrCat("cd '", work, "' && tar -cf '", archive, "' -- *")},
+                 absl::Minutes(1));
+  ASSERT_TRUE(c.ok() && c->exit.exited && c->exit.code == 0) << (c.ok() ? c->output : "");
+  const std::string image = "localhost/cryo-e2e/counter-checkpoint:devices";
+  absl::Status built = BuildAndImport(archive, image, "node-b");
+  ASSERT_TRUE(built.ok()) << built;
+  DeleteAllCheckpoints();
+
+  auto b = RunImagePod("node-b", "img-dev", image);
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(WaitTicks(*b, 3));
+  EXPECT_EQ(Ticks(b->log_path).front(), *last + 1) << "not resumed from the image";
+  auto dev = Exec("node-b", b->ctr_id, "test -e /dev/mem && echo present || echo absent");
+  ASSERT_TRUE(dev.ok()) << dev.status();
+  EXPECT_EQ(absl::StripAsciiWhitespace(dev->stdout()), "absent");
+  // Nor does the runtime's spec of the new container grant it.
+  CriClient direct(world().NodeSocket("node-b"));
+  cri::ContainerStatusRequest req;
+  req.set_container_id(b->ctr_id);
+  req.set_verbose(true);
+  cri::ContainerStatusResponse resp;
+  ASSERT_TRUE(
+      direct.Call(direct.runtime(), &cri::RuntimeService::Stub::ContainerStatus, req, &resp).ok());
+  const nlohmann::json info = nlohmann::json::parse(resp.info().at("info"));
+  EXPECT_EQ(info["runtimeSpec"]["linux"]
+                .value("devices", nlohmann::json::array())
+                .dump()
+                .find("/dev/mem"),
+            std::string::npos);
+  EXPECT_FALSE(info["runtimeSpec"]
+                   .value("annotations", nlohmann::json::object())
+                   .contains("cdi.k8s.io/cryo-e2e"));
 }
 
 TEST_F(CheckpointImageE2e, ADamagedCheckpointImageIsRefusedAndNothingStarts) {
