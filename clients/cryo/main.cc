@@ -68,6 +68,7 @@ Commands:
   node             show this node: CRIU, kernel, store, GPU plugins, operations in flight
   watch OP         follow an operation started elsewhere
   cancel OP        stop an operation: it rolls back unless already published or restored
+  version          print cryo's version
 
 Options:
   --socket PATH    cryod's socket (default $CRYO_SOCKET or /run/cryo/cryod.sock)
@@ -97,6 +98,12 @@ int Usage(const std::string& msg) {
   if (!msg.empty()) std::cerr << "cryo: " << msg << "\n\n";
   std::cerr << kUsage;
   return 2;
+}
+
+// Asked for: on stdout, as other tools print their help (`cryo --help | less`).
+int Help() {
+  std::cout << kUsage;
+  return 0;
 }
 
 std::string CodeName(grpc::StatusCode c) { return cryo::CodeName(static_cast<int>(c)); }
@@ -143,7 +150,7 @@ bool ParseCommand(Global& g, flags::FlagSet& fs, const std::vector<std::string>&
     return false;
   }
   if (r->help) {
-    *rc = (Usage(""), 0);
+    *rc = Help();
     return false;
   }
   if (absl::Status s = CheckGlobal(g); !s.ok()) {
@@ -194,6 +201,32 @@ grpc::Status Follow(const Global& g, grpc::ClientReaderInterface<v1::OperationEv
   }
   bar.Clear();
   return r->Finish();
+}
+
+// What a finished checkpoint and restore print (the command that ran them, and `watch`).
+void PrintCheckpointed(const Global& g, const v1::CheckpointInfo& c) {
+  if (g.json) {
+    std::cout << ToJson(c) << "\n";
+    return;
+  }
+  std::cout << "checkpoint " << c.checkpoint_id() << ": " << human::Bytes(c.size_bytes()) << " in "
+            << c.file_count() << " files, pid " << c.root_pid() << " ("
+            << (c.leave_running() ? "left running" : "stopped") << ")\n"
+            << "  stages: " << Ms(c.stage_ms()) << "\n";
+  if (c.gpu_fastpath_bytes() > 0) {
+    std::cout << "  gpu:    " << human::Bytes(c.gpu_fastpath_bytes()) << " by the fast path, "
+              << human::Bytes(c.gpu_driver_bytes()) << " by the driver\n";
+  }
+  std::cout << "  stored: " << c.store_path() << "\n";
+}
+
+void PrintRestored(const Global& g, const v1::RestoreResult& r) {
+  if (g.json) {
+    std::cout << ToJson(r) << "\n";
+    return;
+  }
+  std::cout << "restored " << r.checkpoint_id() << " as pid " << r.root_pid() << "\n"
+            << "  stages: " << Ms(r.stage_ms()) << "\n";
 }
 
 int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
@@ -258,20 +291,7 @@ int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
   if (!s.ok()) return Fail(g, "checkpoint", s);
-  const auto& c = last.checkpoint();
-  if (g.json) {
-    std::cout << ToJson(c) << "\n";
-  } else {
-    std::cout << "checkpoint " << c.checkpoint_id() << ": " << human::Bytes(c.size_bytes())
-              << " in " << c.file_count() << " files, pid " << c.root_pid() << " ("
-              << (c.leave_running() ? "left running" : "stopped") << ")\n"
-              << "  stages: " << Ms(c.stage_ms()) << "\n";
-    if (c.gpu_fastpath_bytes() > 0) {
-      std::cout << "  gpu:    " << human::Bytes(c.gpu_fastpath_bytes()) << " by the fast path, "
-                << human::Bytes(c.gpu_driver_bytes()) << " by the driver\n";
-    }
-    std::cout << "  stored: " << c.store_path() << "\n";
-  }
+  PrintCheckpointed(g, last.checkpoint());
   return 0;
 }
 
@@ -306,13 +326,7 @@ int Restore(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
   if (!s.ok()) return Fail(g, "restore", s);
-  const auto& r = last.restored();
-  if (g.json) {
-    std::cout << ToJson(r) << "\n";
-  } else {
-    std::cout << "restored " << r.checkpoint_id() << " as pid " << r.root_pid() << "\n"
-              << "  stages: " << Ms(r.stage_ms()) << "\n";
-  }
+  PrintRestored(g, last.restored());
   return 0;
 }
 
@@ -355,7 +369,16 @@ int Watch(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv)
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
   if (!s.ok()) return Fail(g, "operation", s);
-  std::cout << (g.json ? ToJson(last) : last.DebugString()) << "\n";
+  // The end of the operation, as the command that started it would have printed it.
+  if (last.has_checkpoint()) {
+    PrintCheckpointed(g, last.checkpoint());
+  } else if (last.has_restored()) {
+    PrintRestored(g, last.restored());
+  } else if (g.json) {
+    std::cout << ToJson(last) << "\n";
+  } else {
+    std::cout << "operation " << human::Printable(pos[0]) << " ended\n";
+  }
   return 0;
 }
 
@@ -537,7 +560,7 @@ int main(int argc, char** argv) {
   DeclareGlobal(fs, g);
   auto r = fs.Parse(args, {.allow_unknown = false, .stop_at_positional = true});
   if (!r.ok()) return Usage(std::string(r.status().message()));
-  if (r->help || (!r->positional.empty() && r->positional[0] == "help")) return Usage(""), 0;
+  if (r->help || (!r->positional.empty() && r->positional[0] == "help")) return Help();
   if (absl::Status s = CheckGlobal(g); !s.ok()) return Usage(std::string(s.message()));
   if (r->positional.empty()) return Usage("no command");
   const std::string cmd = r->positional[0];
@@ -552,5 +575,13 @@ int main(int argc, char** argv) {
   if (cmd == "node") return Node(g, *stub, rest);
   if (cmd == "watch") return Watch(g, *stub, rest);
   if (cmd == "cancel") return Cancel(g, *stub, rest);
+  if (cmd == "version") {
+    if (g.json) {
+      std::cout << nlohmann::json{{"version", CRYO_VERSION}}.dump(2) << "\n";
+    } else {
+      std::cout << "cryo " << CRYO_VERSION << "\n";
+    }
+    return 0;
+  }
   return Usage(absl::StrCat("unknown command '", cmd, "'"));
 }

@@ -81,8 +81,11 @@ absl::Status ParseSize(absl::string_view s, uint64_t* bytes) {
     const char* suffix;
     uint64_t mult;
   };
+  // Kubernetes' binary suffixes (and the same with "B"), which the ambiguity below points to.
   static const Unit kUnits[] = {{"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30},
-                                {"Ki", 1ull << 10},  {"Mi", 1ull << 20},  {"Gi", 1ull << 30}};
+                                {"TiB", 1ull << 40}, {"PiB", 1ull << 50}, {"EiB", 1ull << 60},
+                                {"Ki", 1ull << 10},  {"Mi", 1ull << 20},  {"Gi", 1ull << 30},
+                                {"Ti", 1ull << 40},  {"Pi", 1ull << 50},  {"Ei", 1ull << 60}};
   // "4M" is 4 MiB to CRIU (whose --ghost-limit users know) and 4,000,000 bytes to Kubernetes:
   // refused rather than read either way.
   if (!v.empty() && absl::ascii_isdigit(static_cast<unsigned char>(v.front())) &&
@@ -107,8 +110,8 @@ absl::Status ParseSize(absl::string_view s, uint64_t* bytes) {
   }
   uint64_t n = 0;
   if (v.empty() || !absl::SimpleAtoi(v, &n) || (n > 0 && mult > UINT64_MAX / n)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", s, "' is not a size (a number of bytes, or with Ki, Mi, Gi)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", s, "' is not a size (a number of bytes, or with Ki, Mi, Gi, Ti, Pi, Ei)"));
   }
   *bytes = n * mult;
   return absl::OkStatus();

@@ -40,7 +40,23 @@ class FakeCryod final : public v1::Cryo::Service {
     ++restores;
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "fake");
   }
+  grpc::Status Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+                          grpc::ServerWriter<v1::OperationEvent>*) override {
+    ghost_limit = req->criu().ghost_limit_bytes();
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "fake");
+  }
+  grpc::Status WatchOperation(grpc::ServerContext*, const v1::WatchOperationRequest* req,
+                              grpc::ServerWriter<v1::OperationEvent>* w) override {
+    v1::OperationEvent e;
+    e.set_operation_id(req->operation_id());
+    e.mutable_restored()->set_checkpoint_id("c1");
+    e.mutable_restored()->set_root_pid(4242);
+    (*e.mutable_restored()->mutable_stage_ms())["restore"] = 120;
+    w->Write(e);
+    return grpc::Status::OK;
+  }
   std::atomic<int> restores{0};
+  std::atomic<uint64_t> ghost_limit{0};
 
  private:
   static v1::CheckpointInfo Evil() {
@@ -120,6 +136,35 @@ TEST_F(CliTest, APidWaitBeyondWhatCryodTakesIsRefusedBeforeAsking) {
   r = Cryo({"restore", "c1", "--pid-wait", "1h"});
   EXPECT_NE(r.exit.code, 0);
   EXPECT_EQ(fake_.restores.load(), 1);
+}
+
+// Found on 2026-11-28 (issue 38): help went to stderr, there was no `cryo version`, `watch`
+// printed protobuf text, and `--ghost-limit 4T` asked for 4Ti, which it then refused.
+TEST_F(CliTest, HelpVersionWatchAndSizesAsAUserExpects) {
+  for (const auto& args :
+       std::vector<std::vector<std::string>>{{"--help"}, {"help"}, {"checkpoint", "--help"}}) {
+    RunOutput r = Cryo(args);
+    EXPECT_EQ(r.exit.code, 0) << args[0];
+    EXPECT_TRUE(absl::StartsWith(r.out, "usage: cryo")) << r.out;
+    EXPECT_EQ(r.err, "") << args[0];
+  }
+  RunOutput v = Cryo({"version"});
+  EXPECT_EQ(v.exit.code, 0) << v.err;
+  EXPECT_EQ(v.out, std::string("cryo ") + CRYO_VERSION + "\n");
+  v = Cryo({"-o", "json", "version"});
+  EXPECT_TRUE(absl::StrContains(v.out, std::string("\"version\": \"") + CRYO_VERSION)) << v.out;
+
+  RunOutput w = Cryo({"watch", "op-1"});
+  EXPECT_EQ(w.exit.code, 0) << w.err;
+  EXPECT_EQ(w.out, "restored c1 as pid 4242\n  stages: restore 120ms\n");
+
+  RunOutput t = Cryo({"checkpoint", "1", "--ghost-limit", "4T"});
+  EXPECT_EQ(t.exit.code, 2);
+  EXPECT_TRUE(absl::StrContains(t.err, "write 4Ti")) << t.err;
+  EXPECT_EQ(fake_.ghost_limit.load(), 0u) << "refused before asking";
+  t = Cryo({"checkpoint", "1", "--ghost-limit", "4Ti"});
+  EXPECT_EQ(t.exit.code, 1) << t.err << " (the fake refuses the checkpoint itself)";
+  EXPECT_EQ(fake_.ghost_limit.load(), uint64_t{4} << 40);
 }
 
 }  // namespace
