@@ -9,6 +9,9 @@ std::string MessageToJson(const google::protobuf::Message& m, bool pretty) {
   google::protobuf::util::JsonPrintOptions o;
   o.add_whitespace = pretty;
   o.preserve_proto_field_names = true;
+  // Every field, zero values too: a reader sees "leave_running": false and "checkpoints": [],
+  // not a missing key it must know the default of.
+  o.always_print_primitive_fields = true;
   // Only fails for messages with Any fields of unknown types; cryo's messages have none.
   (void)google::protobuf::util::MessageToJsonString(m, &out, o);
   return out;

@@ -268,12 +268,22 @@ TEST(CheckpointJsonTest, ListEntriesWithoutAManifestAreUnchanged) {
   EXPECT_EQ(CheckpointToJson(c), nlohmann::json::parse(MessageToJson(c)));
 }
 
-TEST(CheckpointJsonTest, MessageToJsonUsesProtoFieldNames) {
+// Every field with its proto name, zero values included (issue 38: a reader found
+// "leave_running" missing for false and `cryo -o json list` of nothing printing {}).
+TEST(CheckpointJsonTest, MessageToJsonUsesProtoFieldNamesAndPrintsZeroValues) {
   v1::CheckpointInfo c;
   c.set_checkpoint_id("x");
   c.set_root_pid(7);
-  EXPECT_EQ(nlohmann::json::parse(MessageToJson(c, false)),
-            nlohmann::json({{"checkpoint_id", "x"}, {"root_pid", 7}}));
+  const nlohmann::json j = nlohmann::json::parse(MessageToJson(c, false));
+  EXPECT_EQ(j["checkpoint_id"], "x");
+  EXPECT_EQ(j["root_pid"], 7);
+  EXPECT_EQ(j["leave_running"], false);
+  EXPECT_EQ(j["workload"], "");
+  EXPECT_EQ(j["pids"], nlohmann::json::array());
+  EXPECT_FALSE(j.contains("checkpointId"));
+  v1::ListCheckpointsResponse none;
+  EXPECT_EQ(nlohmann::json::parse(MessageToJson(none, false))["checkpoints"],
+            nlohmann::json::array());
   EXPECT_EQ(ErrorJson("not_found", "m"),
             nlohmann::json({{"error", {{"code", "not_found"}, {"message", "m"}}}}));
 }
