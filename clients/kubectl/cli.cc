@@ -175,6 +175,8 @@ const std::map<std::string, std::set<std::string>>& CommandFlags() {
       {"name", {"restore"}},
       {"from-file", {"restore"}},
       {"dry-run", {"restore"}},
+      {"no-headers", {"list"}},
+      {"selector", {"list"}},
   };
   return *m;
 }
@@ -228,6 +230,15 @@ void DeclareCommandFlags(flags::FlagSet& fs, const std::string& command, Options
   }
   if (takes("name")) {
     fs.String("name", &o->name, "name of the new pod (default: <pod>-r-<random>)", "NEW");
+  }
+  if (takes("no-headers")) {
+    fs.Bool("no-headers", &o->no_headers, "the table without its header line");
+  }
+  if (takes("selector")) {
+    fs.String("selector", &o->selector,
+              "only checkpoints whose labels match: k=v, k==v, k!=v, k, !k (comma: all of them)",
+              "SELECTOR")
+        .Short('l');
   }
   if (takes("from-file")) {
     fs.String("from-file", &o->from_file,
@@ -289,12 +300,14 @@ with exit code 15 and names the runtime's own archive. -o name prints checkpoint
 constexpr char kListHelp[] = R"(List the checkpoints in cryo's stores, newest first.
 
 Usage:
-  kubectl cryo list [-n NS | -A] [--node NODE] [--workload W] [-o FORMAT]
+  kubectl cryo list [-n NS | -A] [--node NODE] [--workload W] [-l SELECTOR] [--no-headers]
+                    [-o FORMAT]
 
 Asks every cryod (or NODE's) through the API server. Nodes that share a store report the
 same checkpoints once. Only checkpoints of pods in the namespace (-n, else the context's)
-are listed; -A lists all, those taken outside Kubernetes too. -o json and -o yaml print a
-kubectl List; -o name prints checkpoint/ID per line.
+are listed; -A lists all, those taken outside Kubernetes too. -l keeps those whose labels
+match (cryo.dev/reason=periodic, io.kubernetes.pod.name!=web-0, ...). -o json and -o yaml
+print a kubectl List; -o name prints checkpoint/ID per line.
 )";
 
 constexpr char kInspectHelp[] =

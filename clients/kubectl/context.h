@@ -44,6 +44,8 @@ struct Options {
   std::string name;
   std::string from_file;
   bool dry_run = false;
+  bool no_headers = false;  // list: the table without its header
+  std::string selector;     // list: -l, over the checkpoints' labels
 };
 
 // A command's context: kubectl, where its output goes, the options, where cryod is.

@@ -6,11 +6,13 @@
 #include <set>
 #include <utility>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "clients/kubectl/context.h"
@@ -27,8 +29,76 @@ namespace cryo::kubectl {
 
 // ---- list
 
+namespace {
+
+// One requirement of a label selector, kubectl's equality-based forms.
+struct Requirement {
+  std::string key;
+  enum Op { kEquals, kNotEquals, kExists, kNotExists } op;
+  std::string value;
+};
+
+absl::StatusOr<std::vector<Requirement>> ParseSelector(absl::string_view text) {
+  std::vector<Requirement> out;
+  if (absl::StripAsciiWhitespace(text).empty()) return out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    Requirement r;
+    if (size_t i = part.find("!="); i != absl::string_view::npos) {
+      r = {std::string(part.substr(0, i)), Requirement::kNotEquals,
+           std::string(part.substr(i + 2))};
+    } else if (size_t j = part.find("=="); j != absl::string_view::npos) {
+      r = {std::string(part.substr(0, j)), Requirement::kEquals, std::string(part.substr(j + 2))};
+    } else if (size_t k = part.find('='); k != absl::string_view::npos) {
+      r = {std::string(part.substr(0, k)), Requirement::kEquals, std::string(part.substr(k + 1))};
+    } else if (absl::ConsumePrefix(&part, "!")) {
+      r = {std::string(part), Requirement::kNotExists, ""};
+    } else {
+      r = {std::string(part), Requirement::kExists, ""};
+    }
+    r.key = std::string(absl::StripAsciiWhitespace(r.key));
+    r.value = std::string(absl::StripAsciiWhitespace(r.value));
+    if (r.key.empty() || absl::StrContains(r.key, " ") || absl::StrContains(r.key, "(") ||
+        absl::StrContains(r.value, "(")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "-l/--selector: '", part,
+          "' is not a requirement this plugin reads (k=v, k==v, k!=v, k or !k; set-based "
+          "'in (...)' is not supported)"));
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+bool Matches(const json& checkpoint, const std::vector<Requirement>& selector) {
+  const json labels = checkpoint.value("labels", json::object());
+  for (const Requirement& r : selector) {
+    const bool has = labels.is_object() && labels.contains(r.key) && labels[r.key].is_string();
+    const std::string v = has ? labels[r.key].get<std::string>() : "";
+    switch (r.op) {
+      case Requirement::kEquals:
+        if (!has || v != r.value) return false;
+        break;
+      case Requirement::kNotEquals:  // kubectl's meaning: a missing label is not equal
+        if (has && v == r.value) return false;
+        break;
+      case Requirement::kExists:
+        if (!has) return false;
+        break;
+      case Requirement::kNotExists:
+        if (has) return false;
+        break;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status List(Ctx& c, const std::vector<std::string>& pos) {
   if (!pos.empty()) return Failure(kExitUsage, "list takes no arguments");
+  auto selector = ParseSelector(c.o.selector);
+  if (!selector.ok()) return Failure(kExitUsage, std::string(selector.status().message()));
   // kubectl's rule: -A wins over -n.
   const std::string ns = c.o.all_namespaces ? "" : c.Namespace();
   auto cryods = FindCryods(c, c.o.node);
@@ -56,7 +126,9 @@ absl::Status List(Ctx& c, const std::vector<std::string>& pos) {
   }
   json items = json::array();
   for (auto& ck : MergeCheckpoints(lists)) {
-    if (ns.empty() || SourceOf(ck).namespace_name == ns) items.push_back(std::move(ck));
+    if ((ns.empty() || SourceOf(ck).namespace_name == ns) && Matches(ck, *selector)) {
+      items.push_back(std::move(ck));
+    }
   }
   if (c.Structured()) {
     c.Print(KubeList(items));
@@ -77,7 +149,8 @@ absl::Status List(Ctx& c, const std::vector<std::string>& pos) {
   std::vector<std::string> head = {"ID", "WORKLOAD", "POD", "NODE", "SIZE", "AGE", "REASON"};
   if (all) head.insert(head.begin(), "NAMESPACE");
   if (wide) head.insert(head.end(), {"KIND", "FILES", "CREATED"});
-  std::vector<std::vector<std::string>> rows = {head};
+  std::vector<std::vector<std::string>> rows;
+  if (!c.o.no_headers) rows.push_back(head);
   const absl::Time now = absl::Now();
   const std::string reason_label = contract::Key(c.o.prefix, contract::label::kReason);
   for (const auto& ck : items) {

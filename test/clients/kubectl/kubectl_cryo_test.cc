@@ -481,6 +481,33 @@ TEST_F(ListTest, OneNodeAndWorkloadFilter) {
   EXPECT_EQ(reqs[1].Param("workload"), "ml.train.worker");
 }
 
+// Found on 2026-11-28 (issue 38): kubectl's -l and --no-headers were missing.
+TEST_F(ListTest, SelectorAndNoHeadersAsKubectlMeansThem) {
+  Outcome r = Plugin({"list", "-A", "-l", "cryo.dev/reason=checkpoint-api"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_THAT(FirstColumn(r.out), ElementsAre("default"));
+  EXPECT_THAT(r.out, HasSubstr("ck-web"));
+  r = Plugin({"list", "-n", "ml", "--selector", "cryo.dev/reason!=kubelet"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, "");
+  r = Plugin({"list", "-A", "-l", "io.kubernetes.pod.uid"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_THAT(FirstColumn(r.out), ElementsAre("default"));
+  r = Plugin({"list", "-A", "-l", "!io.kubernetes.pod.name"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_THAT(r.out, HasSubstr("ck-host"));
+  EXPECT_THAT(r.out, Not(HasSubstr("ck-web")));
+  r = Plugin({"list", "-n", "ml", "-l", "io.kubernetes.pod.name==train-0,cryo.dev/reason=kubelet",
+              "--no-headers"});
+  ASSERT_EQ(r.code, 0) << r;
+  std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << r;
+  EXPECT_THAT(lines[0], StartsWith("ck-new "));
+  r = Plugin({"list", "-l", "env in (prod)"});
+  EXPECT_EQ(r.code, 2) << r << " (a usage error)";
+  EXPECT_THAT(r.err, HasSubstr("not supported"));
+}
+
 TEST_F(ListTest, AFailingCryodIsAWarning) {
   server_.OnJson("GET", ProxyPath("cryo-b", "/v1/checkpoints"),
                  {{"error", {{"code", "unavailable"}, {"message", "cryod is starting"}}}}, 503);
