@@ -160,6 +160,21 @@ class ContainerModeE2e : public ContainerdE2e {
   // The status once the runtime has recorded the exit. containerd's StopContainer can return
   // before it has (the task already gone, its exit event still being handled); kubelet learns
   // of the exit from its next status poll, so this waits as kubelet does.
+  // The runtime's own view of a container, asked past the shim: its verbose ContainerStatus,
+  // whose info["info"] (containerd's) holds the init pid and the OCI spec as the runtime wrote it.
+  absl::StatusOr<cri::ContainerStatusResponse> RuntimeStatus(const std::string& node,
+                                                             const std::string& id) {
+    CriClient direct(world().NodeSocket(node));
+    cri::ContainerStatusRequest req;
+    req.set_container_id(id);
+    req.set_verbose(true);
+    cri::ContainerStatusResponse resp;
+    grpc::Status st =
+        direct.Call(direct.runtime(), &cri::RuntimeService::Stub::ContainerStatus, req, &resp);
+    if (!st.ok()) return FromGrpc(st);
+    return resp;
+  }
+
   absl::StatusOr<cri::ContainerStatus> ExitedStatus(const std::string& node,
                                                     const std::string& id) {
     return Shim(node).WaitContainer(
@@ -564,15 +579,10 @@ TEST_F(ContainerModeE2e, PodsThatDoNotOptInAreLeftAlone) {
   auto p = RunPod("node-a", "plain", {});
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_TRUE(WaitTicks(*p, 3));
-  CriClient direct(world().NodeSocket("node-a"));
-  cri::ContainerStatusRequest req;
-  req.set_container_id(p->ctr_id);
-  req.set_verbose(true);
-  cri::ContainerStatusResponse resp;
-  ASSERT_TRUE(
-      direct.Call(direct.runtime(), &cri::RuntimeService::Stub::ContainerStatus, req, &resp).ok());
-  EXPECT_EQ(resp.status().annotations().count("cryo.dev/managed"), 0u);
-  nlohmann::json info = nlohmann::json::parse(resp.info().at("info"));
+  auto resp = RuntimeStatus("node-a", p->ctr_id);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  EXPECT_EQ(resp->status().annotations().count("cryo.dev/managed"), 0u);
+  nlohmann::json info = nlohmann::json::parse(resp->info().at("info"));
   EXPECT_EQ(info["runtimeSpec"]["process"]["args"], nlohmann::json(kCounter))
       << "the command of a pod that did not opt in was changed";
   // Its stop is a plain stop: no checkpoint.
@@ -593,14 +603,9 @@ TEST_F(ContainerModeE2e, APodThatAsksForTheGpuFastPathGetsTheLibraryPreloaded) {
   EXPECT_EQ(status->annotations().at("cryo.dev/gpu-fast-path"), "true");
   // cryo-init (PID 1 of the container) started the job with the library first in its preload,
   // mounted where the preload says.
-  CriClient direct(world().NodeSocket("node-a"));
-  cri::ContainerStatusRequest req;
-  req.set_container_id(p->ctr_id);
-  req.set_verbose(true);
-  cri::ContainerStatusResponse resp;
-  ASSERT_TRUE(
-      direct.Call(direct.runtime(), &cri::RuntimeService::Stub::ContainerStatus, req, &resp).ok());
-  const int init = nlohmann::json::parse(resp.info().at("info"))["pid"].get<int>();
+  auto resp = RuntimeStatus("node-a", p->ctr_id);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  const int init = nlohmann::json::parse(resp->info().at("info"))["pid"].get<int>();
   std::ifstream kids(absl::StrCat("/proc/", init, "/task/", init, "/children"));
   int job = 0;
   kids >> job;
@@ -1425,14 +1430,9 @@ TEST_F(CheckpointImageE2e, DevicesACheckpointImageNamesAreNotGivenToItsPod) {
   ASSERT_TRUE(dev.ok()) << dev.status();
   EXPECT_EQ(absl::StripAsciiWhitespace(dev->stdout()), "absent");
   // Nor does the runtime's spec of the new container grant it.
-  CriClient direct(world().NodeSocket("node-b"));
-  cri::ContainerStatusRequest req;
-  req.set_container_id(b->ctr_id);
-  req.set_verbose(true);
-  cri::ContainerStatusResponse resp;
-  ASSERT_TRUE(
-      direct.Call(direct.runtime(), &cri::RuntimeService::Stub::ContainerStatus, req, &resp).ok());
-  const nlohmann::json info = nlohmann::json::parse(resp.info().at("info"));
+  auto resp = RuntimeStatus("node-b", b->ctr_id);
+  ASSERT_TRUE(resp.ok()) << resp.status();
+  const nlohmann::json info = nlohmann::json::parse(resp->info().at("info"));
   EXPECT_EQ(info["runtimeSpec"]["linux"]
                 .value("devices", nlohmann::json::array())
                 .dump()
