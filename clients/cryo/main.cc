@@ -565,6 +565,15 @@ int main(int argc, char** argv) {
   if (r->positional.empty()) return Usage("no command");
   const std::string cmd = r->positional[0];
   const std::vector<std::string> rest(r->positional.begin() + 1, r->positional.end());
+  // Needs no cryod: answered before any channel is made.
+  if (cmd == "version") {
+    if (g.json) {
+      std::cout << nlohmann::json{{"version", CRYO_VERSION}}.dump(2) << "\n";
+    } else {
+      std::cout << "cryo " << CRYO_VERSION << "\n";
+    }
+    return 0;
+  }
   auto channel = grpc::CreateChannel("unix://" + g.socket, grpc::InsecureChannelCredentials());
   auto stub = cryo::v1::Cryo::NewStub(channel);
   if (cmd == "checkpoint") return Checkpoint(g, *stub, rest);
@@ -575,13 +584,5 @@ int main(int argc, char** argv) {
   if (cmd == "node") return Node(g, *stub, rest);
   if (cmd == "watch") return Watch(g, *stub, rest);
   if (cmd == "cancel") return Cancel(g, *stub, rest);
-  if (cmd == "version") {
-    if (g.json) {
-      std::cout << nlohmann::json{{"version", CRYO_VERSION}}.dump(2) << "\n";
-    } else {
-      std::cout << "cryo " << CRYO_VERSION << "\n";
-    }
-    return 0;
-  }
   return Usage(absl::StrCat("unknown command '", cmd, "'"));
 }

@@ -34,29 +34,23 @@ std::optional<uint32_t> Interpret(const std::vector<sock_filter>& p, const uint3
     const uint32_t src = BPF_SRC(f.code) == BPF_X ? x : f.k;
     switch (BPF_CLASS(f.code)) {
       case BPF_LD:
-        if (BPF_MODE(f.code) == BPF_ABS && BPF_SIZE(f.code) == BPF_W && f.k % 4 == 0 && f.k < 64) {
-          a = data[f.k / 4];
+      case BPF_LDX: {
+        // Both registers load alike; only A loads from seccomp_data.
+        uint32_t& dst = BPF_CLASS(f.code) == BPF_LD ? a : x;
+        if (BPF_CLASS(f.code) == BPF_LD && BPF_MODE(f.code) == BPF_ABS &&
+            BPF_SIZE(f.code) == BPF_W && f.k % 4 == 0 && f.k < 64) {
+          dst = data[f.k / 4];
         } else if (BPF_MODE(f.code) == BPF_IMM) {
-          a = f.k;
+          dst = f.k;
         } else if (BPF_MODE(f.code) == BPF_LEN) {
-          a = 64;
+          dst = 64;
         } else if (BPF_MODE(f.code) == BPF_MEM && f.k < BPF_MEMWORDS) {
-          a = mem[f.k];
+          dst = mem[f.k];
         } else {
           return std::nullopt;
         }
         break;
-      case BPF_LDX:
-        if (BPF_MODE(f.code) == BPF_IMM) {
-          x = f.k;
-        } else if (BPF_MODE(f.code) == BPF_LEN) {
-          x = 64;
-        } else if (BPF_MODE(f.code) == BPF_MEM && f.k < BPF_MEMWORDS) {
-          x = mem[f.k];
-        } else {
-          return std::nullopt;
-        }
-        break;
+      }
       case BPF_ST:
       case BPF_STX:
         if (f.k >= BPF_MEMWORDS) return std::nullopt;
