@@ -177,6 +177,28 @@ absl::Status CheckSameNamespace(const store::Manifest& m, const runtime::Contain
       ": a pod resumes only checkpoints of its own namespace; nothing was started"));
 }
 
+namespace {
+
+// The device files an OCI spec gives its container (linux.devices): for a pod, those its
+// device plugin allocated. A spec without the list gives none; nullopt when the runtime did not
+// report the spec (then the environment alone says).
+std::optional<std::vector<std::string>> SpecDevices(const nlohmann::json& spec) {
+  if (!spec.is_object() || !spec.contains("linux")) return std::nullopt;
+  std::vector<std::string> out;
+  const nlohmann::json& lx = spec["linux"];
+  if (!lx.is_object() || !lx.contains("devices")) return out;
+  const nlohmann::json& devices = lx["devices"];
+  if (!devices.is_array()) return out;
+  for (const nlohmann::json& d : devices) {
+    if (d.is_object() && d.contains("path") && d["path"].is_string()) {
+      out.push_back(d["path"].get<std::string>());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 absl::Status Engine::CheckRestore(RestoreState& s) {
   if (s.ctr) {
     if (s.ctr->restore_from != s.m.id) {
@@ -199,8 +221,12 @@ absl::Status Engine::CheckRestore(RestoreState& s) {
                      "' moved GPU memory through the fast path, which is off on this "
                      "node (config gpu_fast_path)"));
   }
-  if (absl::Status st = d_.gpu->CheckCompatibleFor(s.m.gpu, s.ctr ? s.ctr->init_pid : 0, s.map);
-      !st.ok()) {
+  gpu::GpuManager::RestoreTarget target;
+  if (s.ctr) {
+    target.env_pid = s.ctr->init_pid;
+    target.devices = SpecDevices(s.ctr->info.runtime_spec);
+  }
+  if (absl::Status st = d_.gpu->CheckCompatibleFor(s.m.gpu, target, s.map); !st.ok()) {
     return Annotate(st, absl::StrCat("checkpoint '", s.m.id, "'"));
   }
   CRYO_ASSIGN_OR_RETURN(s.dir, d_.store->LocalPath(s.m.id));

@@ -8,6 +8,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,11 +84,21 @@ class GpuManager {
 
   // Added for the GPU plugins; the defaults keep other implementations as they were.
 
-  // CheckCompatible, where an empty `map` is filled in order of the GPUs that `env_pid` may
-  // use by its environment (CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, ...): e.g. the init
-  // of the container the job is restored into. env_pid 0: as CheckCompatible.
-  virtual absl::Status CheckCompatibleFor(const nlohmann::json& manifest_gpu, pid_t env_pid,
-                                          DeviceMap& map) {
+  // Where a restore goes, for CheckCompatibleFor.
+  struct RestoreTarget {
+    // Its environment (CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES, ...) says which GPUs the
+    // job may use: e.g. the init of the container the job is restored into. 0: none.
+    pid_t env_pid = 0;
+    // The device files a container is given (its OCI spec's linux.devices): the GPUs the device
+    // plugin handed its pod. nullopt: not a container (every GPU of the node).
+    std::optional<std::vector<std::string>> devices;
+  };
+
+  // CheckCompatible, where an empty `map` is filled in order of the GPUs the target may use:
+  // those of its device files, then narrowed by its environment. An empty target: as
+  // CheckCompatible.
+  virtual absl::Status CheckCompatibleFor(const nlohmann::json& manifest_gpu,
+                                          const RestoreTarget& target, DeviceMap& map) {
     return CheckCompatible(manifest_gpu, map);
   }
 

@@ -277,18 +277,19 @@ nlohmann::json PluginGpuManager::Describe(const std::vector<GpuProcess>& procs) 
 }
 
 absl::Status PluginGpuManager::CheckCompatible(const nlohmann::json& manifest_gpu, DeviceMap& map) {
-  return CheckCompatibleFor(manifest_gpu, 0, map);
+  return CheckCompatibleFor(manifest_gpu, RestoreTarget{}, map);
 }
 
-absl::Status PluginGpuManager::CheckCompatibleFor(const nlohmann::json& manifest_gpu, pid_t env_pid,
-                                                  DeviceMap& map) {
+absl::Status PluginGpuManager::CheckCompatibleFor(const nlohmann::json& manifest_gpu,
+                                                  const RestoreTarget& target, DeviceMap& map) {
   if (manifest_gpu.is_null() || manifest_gpu.empty()) return absl::OkStatus();
   if (!manifest_gpu.is_object()) {
     return absl::InvalidArgumentError("manifest gpu section is not an object");
   }
   nlohmann::json request = nlohmann::json::object();
   request["map"] = map;
-  if (env_pid > 0) request["env_pid"] = env_pid;
+  if (target.env_pid > 0) request["env_pid"] = target.env_pid;
+  if (target.devices.has_value()) request["devices"] = *target.devices;
   DeviceMap planned;
   for (const auto& [name, section] : manifest_gpu.items()) {
     auto p = Find(name);

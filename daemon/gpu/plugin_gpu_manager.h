@@ -27,7 +27,7 @@ class PluginGpuManager final : public GpuManager {
   void Rollback(const std::vector<GpuProcess>& procs) override;
   nlohmann::json Describe(const std::vector<GpuProcess>& procs) override;
   absl::Status CheckCompatible(const nlohmann::json& manifest_gpu, DeviceMap& map) override;
-  absl::Status CheckCompatibleFor(const nlohmann::json& manifest_gpu, pid_t env_pid,
+  absl::Status CheckCompatibleFor(const nlohmann::json& manifest_gpu, const RestoreTarget& target,
                                   DeviceMap& map) override;
   absl::StatusOr<CriuExtras> CriuOptions(const std::vector<GpuProcess>& procs) override;
   std::vector<PluginStatus> Plugins() override;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace cryo::gpu::cuda {
 namespace {
@@ -341,11 +342,34 @@ std::map<std::string, uint64_t> CudaPlugin::ProcessMemory(pid_t pid) {
   return out;
 }
 
+std::vector<std::string> CudaPlugin::GpusOfDeviceFiles(
+    const std::vector<std::string>& device_files) const {
+  const std::map<int, std::string> minors = MinorsToUuids();
+  std::set<std::string> given;
+  for (const std::string& f : device_files) {
+    int minor = -1;
+    absl::string_view rest = f;
+    if (!absl::ConsumePrefix(&rest, "/dev/nvidia") || !absl::SimpleAtoi(rest, &minor)) continue;
+    auto it = minors.find(minor);
+    if (it != minors.end()) given.insert(it->second);
+  }
+  std::vector<std::string> out;
+  for (const Device& d : devices_) {
+    if (given.count(d.uuid)) out.push_back(d.uuid);
+  }
+  return out;
+}
+
 std::optional<std::vector<std::string>> CudaPlugin::VisibleByEnv(
-    const std::map<std::string, std::string>& env, absl::Status* error) const {
+    const std::map<std::string, std::string>& env, absl::Status* error,
+    const std::optional<std::vector<std::string>>& given) const {
   std::vector<std::string> base;
-  for (const Device& d : devices_) base.push_back(d.uuid);
-  bool restricted = false;
+  if (given.has_value()) {
+    base = *given;
+  } else {
+    for (const Device& d : devices_) base.push_back(d.uuid);
+  }
+  bool restricted = given.has_value();
   // The container runtime exposes NVIDIA_VISIBLE_DEVICES' GPUs; CUDA_VISIBLE_DEVICES then
   // counts within those.
   for (const char* var : {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}) {
@@ -729,6 +753,15 @@ absl::StatusOr<nlohmann::json> CudaPlugin::CheckCompatible(const nlohmann::json&
   std::vector<NodeGpu> node;
   for (Device& d : devices_) node.push_back({d.uuid, d.name, d.chip, FreeBytes(d)});
   std::optional<std::vector<std::string>> allowed;
+  // A container: the GPUs its device files give it (its pod's device plugin allocation), in
+  // the driver's order, as CUDA inside it enumerates them.
+  std::vector<std::string> device_files;
+  if (request.contains("devices") && request["devices"].is_array()) {
+    for (const auto& d : request["devices"]) {
+      if (d.is_string()) device_files.push_back(d.get<std::string>());
+    }
+    allowed = GpusOfDeviceFiles(device_files);
+  }
   pid_t env_pid = request.value("env_pid", 0);
   if (env_pid > 0) {
     auto env = proc_.EnvironMap(env_pid);
@@ -738,7 +771,7 @@ absl::StatusOr<nlohmann::json> CudaPlugin::CheckCompatible(const nlohmann::json&
                                                         " for its GPUs: ", env.status().message()));
     }
     absl::Status err;
-    allowed = VisibleByEnv(*env, &err);
+    allowed = VisibleByEnv(*env, &err, allowed);
     if (!err.ok()) return err;
   }
   DeviceMap requested;
@@ -751,7 +784,24 @@ absl::StatusOr<nlohmann::json> CudaPlugin::CheckCompatible(const nlohmann::json&
     }
   }
   auto planned = PlanDeviceMap(ckpt, node, allowed, requested);
-  if (!planned.ok()) return planned.status();
+  if (!planned.ok()) {
+    if (!request.contains("devices")) return planned.status();
+    // Name both lists: what the job ran on, and what the new pod was given.
+    std::vector<std::string> ran_on, nvidia_files;
+    for (const CheckpointedGpu& c : ckpt) ran_on.push_back(absl::StrCat(c.uuid, " (", c.name, ")"));
+    for (const std::string& f : device_files) {
+      if (absl::StartsWith(f, "/dev/nvidia")) nvidia_files.push_back(f);
+    }
+    return absl::Status(
+        planned.status().code(),
+        absl::StrCat(planned.status().message(), "; the checkpoint ran on ",
+                     ran_on.empty() ? "no GPU" : absl::StrJoin(ran_on, ", "),
+                     ", the container is given ",
+                     allowed.has_value() && !allowed->empty() ? absl::StrJoin(*allowed, ", ")
+                                                              : std::string("no GPU"),
+                     " (its NVIDIA device files: ",
+                     nvidia_files.empty() ? "none" : absl::StrJoin(nvidia_files, " "), ")"));
+  }
   return nlohmann::json{{"map", *planned}};
 }
 

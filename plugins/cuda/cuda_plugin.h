@@ -92,8 +92,13 @@ class CudaPlugin final : public PluginImpl {
   // Device minor (/dev/nvidiaN) -> GPU UUID, from the kernel module's per-GPU information.
   std::map<int, std::string> MinorsToUuids() const;
   std::map<std::string, uint64_t> ProcessMemory(pid_t pid);
+  // The GPUs `env` lets a process use, relative to `given` (the GPUs its device files give it;
+  // nullopt: all of the node's); nullopt when neither restricts.
   std::optional<std::vector<std::string>> VisibleByEnv(
-      const std::map<std::string, std::string>& env, absl::Status* error) const;
+      const std::map<std::string, std::string>& env, absl::Status* error,
+      const std::optional<std::vector<std::string>>& given = std::nullopt) const;
+  // The node's GPUs, in the driver's order, whose /dev/nvidiaN is among `device_files`.
+  std::vector<std::string> GpusOfDeviceFiles(const std::vector<std::string>& device_files) const;
   const Device* FindDevice(const std::string& uuid) const;
   // A one-to-one pairing of every GPU in `domain`: those in `map` go there, the rest stay or
   // take a free GPU of this node.

@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "test/plugins/test_util.h"
 
@@ -533,6 +534,43 @@ TEST_F(CudaPluginTest, CheckCompatibleMapsByEnvAndRefusesChipOrMemory) {
   auto mem = p->CheckCompatible(*section, {{"env_pid", 200}});
   EXPECT_EQ(mem.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(mem.status().message().find("free memory"), absl::string_view::npos);
+}
+
+// A pod's GPUs are the device files its device plugin gave it (the OCI spec's linux.devices):
+// the restore maps onto those, and refuses a pod given none or another chip, naming both lists.
+TEST_F(CudaPluginTest, CheckCompatibleMapsOntoTheContainersDeviceFiles) {
+  using ::testing::AllOf;
+  using ::testing::HasSubstr;
+  AddProcess(100, {0});
+  auto p = Make();
+  auto section = p->Describe(*p->Discover({100}));
+  ASSERT_TRUE(section.ok());
+  const nlohmann::json base = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"};
+  auto with = [&](std::vector<std::string> gpus) {
+    nlohmann::json d = base;
+    for (auto& g : gpus) d.push_back(g);
+    return d;
+  };
+  auto ok = p->CheckCompatible(*section, {{"devices", with({"/dev/nvidia1"})}});
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ((*ok)["map"][UuidOf(0)], UuidOf(1)) << "GPU 0 is on the node but not the pod's";
+
+  // The device plugin's NVIDIA_VISIBLE_DEVICES names the same GPU.
+  root_.Write("proc/200/environ", "NVIDIA_VISIBLE_DEVICES=" + UuidOf(1) + std::string(1, '\0'));
+  auto env = p->CheckCompatible(*section, {{"devices", with({"/dev/nvidia1"})}, {"env_pid", 200}});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ((*env)["map"][UuidOf(0)], UuidOf(1));
+
+  auto none = p->CheckCompatible(*section, {{"devices", base}});
+  ASSERT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition) << none.status();
+  EXPECT_THAT(std::string(none.status().message()),
+              AllOf(HasSubstr(UuidOf(0)), HasSubstr("is given no GPU"),
+                    HasSubstr("/dev/nvidiactl /dev/nvidia-uvm")));
+
+  auto chip = p->CheckCompatible(*section, {{"devices", with({"/dev/nvidia2"})}});
+  ASSERT_EQ(chip.status().code(), absl::StatusCode::kFailedPrecondition) << chip.status();
+  EXPECT_THAT(std::string(chip.status().message()),
+              AllOf(HasSubstr("chip"), HasSubstr(UuidOf(2)), HasSubstr("/dev/nvidia2")));
 }
 
 TEST(ParseDriverVersionTest, OpenAndProprietaryModules) {
