@@ -436,10 +436,11 @@ void Engine::UndoDump(const journal::Entry& e, CheckpointLive* live) {
     criu::RemoveNetworkLock(fs::Join(OpDir(e.op_id), "dump.log"), e.container_init_pid,
                             cfg_.nsexec_path);
   }
-  // The GPU state must be back before the job runs again: roll it back here, not only in
-  // gpu_lock's undo (which runs after this one).
-  UndoGpu(e, live);
+  // The GPU state is rolled back here, not only in gpu_lock's undo (which runs after this
+  // one), and after the job runs again: the driver restores a process only while it runs (see
+  // ResumeGpus); until the unlock its CUDA calls wait.
   jobs_.Resume(jobs_.WithDescendants(e.tasks));
+  UndoGpu(e, live);
   CRYO_LOG(Warning) << "checkpoint " << e.checkpoint_id << " not published; job resumed";
 }
 
@@ -477,10 +478,14 @@ absl::Status Engine::ResumeEarly(CheckpointState& s) {
 
 absl::Status Engine::ResumeGpus(CheckpointState& s) {
   // The job goes on as soon as its images are written; the publish happens beside it.
+  // A container's job is still stopped (CRIU left it so until its files were saved) and must
+  // run before the driver restores it: the driver's restore of a stopped process never
+  // returned (H200, driver 580, kubelet's CheckpointContainer of a GPU pod). Until the unlock
+  // its CUDA calls wait, as in process mode, where CRIU resumes the job first.
+  if (s.ctr) jobs_.Resume(s.je.tasks);
   CRYO_RETURN_IF_ERROR(d_.gpu->Restore(s.gpu, {}));
   CRYO_RETURN_IF_ERROR(d_.gpu->Unlock(s.gpu));
   s.live.gpu_back = true;
-  if (s.ctr) jobs_.Resume(s.je.tasks);
   return absl::OkStatus();
 }
 
