@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -774,6 +775,403 @@ TEST_F(FakeGpuPodE2e, TwoProcessesSharingGpuMemoryRunOnAfterACheckpointAndResume
 #else
 TEST(FakeGpuPodE2e, Skipped) {
   GTEST_SKIP() << "the fast-path library or the fake CUDA driver is not built here (no cuda.h)";
+}
+#endif
+
+#if defined(CRYO_GPU_TESTLOAD)
+// GPU pods on real NVIDIA GPUs (issue 36): kubelet's calls, in kubelet's order, for pods given
+// GPUs as the NVIDIA device plugin and container toolkit give them (the GPU's device files, the
+// driver's libraries mounted, NVIDIA_VISIBLE_DEVICES). The GPU suite runs them on a GPU machine
+// (e2e/gpu/pods.sh: CRYO_GPU_PARTS=pods); elsewhere (CI) they skip, saying so.
+class GpuPodE2e : public ContainerModeE2e {
+ protected:
+  struct Gpu {
+    int minor = -1;
+    std::string uuid;
+  };
+
+  // The node's GPUs, from the kernel module's per-GPU information, in minor order.
+  static std::vector<Gpu> NodeGpus() {
+    std::map<int, Gpu> by_minor;
+    const std::string dir = "/proc/driver/nvidia/gpus";
+    std::error_code ec;
+    for (const auto& bus : std::filesystem::directory_iterator(dir, ec)) {
+      Gpu g;
+      const std::string info = Slurp(bus.path().string() + "/information");
+      for (absl::string_view line : absl::StrSplit(info, '\n')) {
+        std::vector<absl::string_view> kv = absl::StrSplit(line, absl::MaxSplits(':', 1));
+        if (kv.size() != 2) continue;
+        absl::string_view k = absl::StripAsciiWhitespace(kv[0]);
+        absl::string_view v = absl::StripAsciiWhitespace(kv[1]);
+        if (k == "GPU UUID") g.uuid = std::string(v);
+        if (k == "Device Minor") (void)absl::SimpleAtoi(v, &g.minor);
+      }
+      if (g.minor >= 0 && !g.uuid.empty()) by_minor[g.minor] = g;
+    }
+    std::vector<Gpu> out;
+    for (const auto& [m, g] : by_minor) out.push_back(g);
+    return out;
+  }
+
+  static std::string NoGpuReason() {
+    if (::access("/dev/nvidiactl", F_OK) != 0) return "no /dev/nvidiactl";
+    if (NodeGpus().empty()) return "no GPU in /proc/driver/nvidia/gpus";
+    if (DriverLibDir().empty()) return "no libcuda.so.1";
+    return "";
+  }
+
+  // Where the driver's libcuda.so.1 is: the directory the toolkit would mount into pods.
+  static std::string DriverLibDir() {
+    for (const char* d : {"/usr/lib/x86_64-linux-gnu", "/usr/local/nvidia/lib64", "/usr/lib64",
+                          "/usr/local/nvidia/lib", "/lib/x86_64-linux-gnu"}) {
+      if (::access(absl::StrCat(d, "/libcuda.so.1").c_str(), F_OK) == 0) return d;
+    }
+    return "";
+  }
+
+  static void SetUpTestSuite() {
+    if (NoGpuReason().empty()) ContainerdE2e::SetUpTestSuite();
+  }
+
+  void SetUp() override {
+    if (std::string why = NoGpuReason(); !why.empty()) {
+      GTEST_SKIP() << "no NVIDIA GPU here (" << why
+                   << "): the GPU suite runs these on a GPU machine (CRYO_GPU_PARTS=pods)";
+    }
+    ContainerModeE2e::SetUp();
+    gpus_ = NodeGpus();
+  }
+
+  void TearDown() override {
+    if (IsSkipped()) return;
+    ContainerModeE2e::TearDown();
+  }
+
+  // The GPU a node's pods get: node A the first, node B the second when there is one.
+  const Gpu& GpuOf(const std::string& node) {
+    return gpus_[node == "node-b" && gpus_.size() > 1 ? 1 : 0];
+  }
+
+  // The next pod gets `gpus` as the device plugin and toolkit give them: its device files, the
+  // driver's libraries and the host's libc (the busybox image has none), read-only.
+  void GiveGpus(std::vector<Gpu> gpus) {
+    container_tweak_ = [gpus](cri::ContainerConfig* c) {
+      std::set<std::string> dirs = {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
+                                    DriverLibDir(), Dirname(Testload())};
+      // The machine's PyTorch, as a read-only hostPath volume (pods.sh names its directories).
+      if (const char* more = getenv("CRYO_GPU_POD_MOUNTS"); more != nullptr) {
+        for (absl::string_view d : absl::StrSplit(more, ':', absl::SkipEmpty())) dirs.emplace(d);
+      }
+      for (const std::string& dir : dirs) {
+        if (dir.size() < 2 || dir[0] != '/' || ::access(dir.c_str(), F_OK) != 0) continue;
+        cri::Mount* m = c->add_mounts();
+        m->set_container_path(dir);
+        m->set_host_path(dir);
+        m->set_readonly(true);
+      }
+      std::vector<std::string> files = {"/dev/nvidiactl", "/dev/nvidia-uvm",
+                                        "/dev/nvidia-uvm-tools"};
+      std::vector<std::string> uuids;
+      for (const Gpu& g : gpus) {
+        files.push_back(absl::StrCat("/dev/nvidia", g.minor));
+        uuids.push_back(g.uuid);
+      }
+      for (const std::string& f : files) {
+        if (::access(f.c_str(), F_OK) != 0) continue;
+        cri::Device* d = c->add_devices();
+        d->set_container_path(f);
+        d->set_host_path(f);
+        d->set_permissions("rwm");
+      }
+      for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+               {"NVIDIA_VISIBLE_DEVICES", uuids.empty() ? "void" : absl::StrJoin(uuids, ",")},
+               {"LD_LIBRARY_PATH", DriverLibDir()},
+               // The machine's GPUs are shared: NVLink multicast stays off.
+               {"NCCL_NVLS_ENABLE", "0"}}) {
+        cri::KeyValue* e = c->add_envs();
+        e->set_key(k);
+        e->set_value(v);
+      }
+    };
+  }
+
+  static std::string Dirname(const std::string& p) { return p.substr(0, p.rfind('/')); }
+
+  // The test program where it really is: a bundle links the build's paths to its own copy, and
+  // a link would not resolve inside the pod.
+  static std::string Testload() {
+    std::error_code ec;
+    std::filesystem::path real = std::filesystem::canonical(CRYO_GPU_TESTLOAD, ec);
+    return ec ? std::string(CRYO_GPU_TESTLOAD) : real.string();
+  }
+
+  static std::vector<std::string> Job(double gib) {
+    return {Testload(), "--gib", absl::StrCat(gib), "--status", "/tmp/status", "--busy-us", "500"};
+  }
+
+  static std::map<std::string, std::string> OptIn(bool fastpath, bool resume) {
+    std::map<std::string, std::string> a = {{"cryo.dev/checkpoint-on-stop", "true"}};
+    if (fastpath) a["cryo.dev/gpu-fast-path"] = "true";
+    if (resume) a["cryo.dev/resume"] = "auto";
+    return a;
+  }
+
+  nlohmann::json Status(const std::string& node, const std::string& ctr) {
+    auto r = Exec(node, ctr, "cat /tmp/status");
+    if (!r.ok()) return nlohmann::json();
+    return nlohmann::json::parse(r->stdout(), nullptr, false);
+  }
+
+  static uint64_t U(const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
+  }
+
+  // Whether the job's steps went past `n`; false at once when its container is no longer running.
+  bool StepsPast(const std::string& node, const std::string& ctr, uint64_t n,
+                 absl::Duration timeout = absl::Minutes(3)) {
+    bool past = false;
+    WaitUntil(
+        [&] {
+          past = U(Status(node, ctr), "steps") > n;
+          auto st = Shim(node).ContainerStatus(ctr);
+          return past || !st.ok() || st->state() != cri::CONTAINER_RUNNING;
+        },
+        timeout);
+    return past;
+  }
+
+  // A full pass from now: every chunk verified once more, none wrong.
+  void ExpectEveryWordIntact(const std::string& node, const std::string& ctr) {
+    const nlohmann::json st = Status(node, ctr);
+    ASSERT_TRUE(StepsPast(node, ctr, U(st, "steps") + U(st, "chunks") + 1))
+        << "the job did not run on: " << Status(node, ctr).dump();
+    const nlohmann::json after = Status(node, ctr);
+    EXPECT_EQ(U(after, "mismatches"), 0u) << after.dump();
+    EXPECT_EQ(after["verified"], true) << after.dump();
+  }
+
+  static void Report(const std::string& line) { std::cout << "[gpu-pods] " << line << std::endl; }
+
+  static double Secs(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+  // One pod's way from node A's GPU to node B's: a stop with a 30 s grace (the checkpoint),
+  // the replacement created and started (the restore), the job's next step. Returns the
+  // replacement.
+  void PreemptAndResume(const std::string& name, bool fastpath, double gib) {
+    GiveGpus({GpuOf("node-a")});
+    auto a = RunPod("node-a", name + "-a", OptIn(fastpath, false), Job(gib));
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(StepsPast("node-a", a->ctr_id, 5)) << Status("node-a", a->ctr_id).dump() << "\n"
+                                                   << TailOf(a->log_path);
+    const uint64_t chunks = U(Status("node-a", a->ctr_id), "chunks");
+    absl::Time t0 = absl::Now();
+    ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
+    const double stop_s = Secs(t0);
+    auto stopped = ExitedStatus("node-a", a->ctr_id);
+    ASSERT_TRUE(stopped.ok()) << stopped.status();
+    ASSERT_EQ(stopped->exit_code(), 75) << TailOf(world().shim("node-a").log_file());
+    auto list = Checkpoints(kWorkload);
+    ASSERT_EQ(list.size(), 1u) << TailOf(world().cryod("node-a").log());
+    EXPECT_EQ(list[0].gpu_fastpath_bytes() > 0, fastpath);
+
+    GiveGpus({GpuOf("node-b")});
+    absl::Time t1 = absl::Now();
+    auto b = RunPod("node-b", name + "-b", OptIn(fastpath, true), Job(gib));
+    ASSERT_TRUE(b.ok()) << b.status() << "\n" << TailOf(world().cryod("node-b").log());
+    const double restore_s = Secs(t1);
+    const nlohmann::json first = Status("node-b", b->ctr_id);
+    EXPECT_GT(U(first, "steps"), 5u)
+        << "the job did not go on from its checkpoint: " << first.dump();
+    ASSERT_TRUE(StepsPast("node-b", b->ctr_id, U(first, "steps")));
+    const double step_s = Secs(t1);
+    Report(absl::StrCat(
+        name, ": ", gib, " GiB (", chunks, " chunks), ", fastpath ? "fast path" : "driver's path",
+        ", GPU ", GpuOf("node-a").uuid, " -> ", GpuOf("node-b").uuid,
+        ": StopContainer (checkpoint) ", stop_s, " s, ", list[0].size_bytes() >> 20,
+        " MiB; replacement created and started (restore) ", restore_s, " s; its next step ", step_s,
+        " s after its creation; preemption to step ", stop_s + step_s, " s"));
+    ExpectEveryWordIntact("node-b", b->ctr_id);
+  }
+
+  std::vector<Gpu> gpus_;
+};
+
+// The product's path with the fast path: a GPU pod stopped (a preemption) is checkpointed, and
+// its replacement on node B, given the other GPU, goes on with every word of its memory.
+TEST_F(GpuPodE2e, AFastPathGpuPodResumesOnTheOtherGpuOfAnotherNode) {
+  double gib = 4;
+  if (const char* g = getenv("CRYO_GPU_POD_GIB"); g != nullptr) (void)absl::SimpleAtod(g, &gib);
+  PreemptAndResume("gpu-fast", true, gib);
+}
+
+// The driver's path (no fast path): the driver checkpoints the GPU state, CRIU the process,
+// and the restore pairs the checkpointed GPU with the one the new pod's device files give it.
+TEST_F(GpuPodE2e, AGpuPodOnTheDriversPathResumesOnTheOtherGpuOfAnotherNode) {
+  PreemptAndResume("gpu-driver", false, 1);
+}
+
+// kubelet's CheckpointContainer on a GPU pod: the archive, and the job runs on.
+TEST_F(GpuPodE2e, KubeletsCheckpointOfAGpuPodLeavesItRunning) {
+  GiveGpus({GpuOf("node-a")});
+  auto a = RunPod("node-a", "gpu-ckpt", OptIn(true, false), Job(1));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(StepsPast("node-a", a->ctr_id, 5)) << TailOf(a->log_path);
+  cri::CheckpointContainerRequest req;
+  req.set_container_id(a->ctr_id);
+  req.set_location(absl::StrCat(world().dir(), "/kubelet/checkpoints/gpu-ckpt.tar"));
+  cri::CheckpointContainerResponse resp;
+  CriClient& shim = Shim("node-a");
+  absl::Time t0 = absl::Now();
+  grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req,
+                              &resp, absl::Minutes(5));
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << TailOf(world().cryod("node-a").log());
+  Report(
+      absl::StrCat("gpu-ckpt: kubelet's CheckpointContainer of a 1 GiB GPU pod ", Secs(t0), " s"));
+  auto names = container::ListArchive(req.location());
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_THAT(*names, Contains("cryo-manifest.json"));
+  auto list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_TRUE(list[0].leave_running());
+  ExpectEveryWordIntact("node-a", a->ctr_id);
+}
+
+// A PyTorch training pod (a small transformer, AdamW, seeded data; e2e/gpu/train_losses.py)
+// with the fast path: stopped mid-run on node A's GPU, resumed by its replacement on node B's,
+// it writes the same losses, bit for bit, as a run that was never stopped.
+TEST_F(GpuPodE2e, ATrainingPodResumesOnTheOtherGpuWithTheSameLosses) {
+  const char* python = getenv("CRYO_GPU_POD_PYTHON");
+  const char* script = getenv("CRYO_GPU_POD_TORCH_SCRIPT");
+  const char* ref_path = getenv("CRYO_GPU_POD_TORCH_REF");
+  if (python == nullptr || script == nullptr || ref_path == nullptr) {
+    GTEST_SKIP() << "no PyTorch given: pods.sh sets CRYO_GPU_POD_PYTHON, CRYO_GPU_POD_TORCH_SCRIPT "
+                    "and CRYO_GPU_POD_TORCH_REF (a run without cryo) when python3 has torch";
+  }
+  const std::string ref = Slurp(ref_path);
+  const int steps = static_cast<int>(std::count(ref.begin(), ref.end(), '\n')) - 1;
+  ASSERT_GT(steps, 50) << "the reference run " << ref_path << " is too short";
+  // The pod stays up after the last step, so that its losses can be read.
+  const std::vector<std::string> job = {
+      "sh", "-c",
+      absl::StrCat(python, " ", script, " --steps ", steps,
+                   " --step-ms 20 --out /tmp/losses.txt; exec sleep 100000")};
+  auto lines = [&](const std::string& node, const std::string& ctr) {
+    auto r = Exec(node, ctr, "cat /tmp/losses.txt 2>/dev/null");
+    return r.ok() ? r->stdout() : std::string();
+  };
+  auto count = [](const std::string& t) { return std::count(t.begin(), t.end(), '\n'); };
+
+  GiveGpus({GpuOf("node-a")});
+  auto a = RunPod("node-a", "torch-a", OptIn(true, false), job);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto running = [&](const std::string& node, const std::string& ctr) {
+    auto st = Shim(node).ContainerStatus(ctr);
+    return st.ok() && st->state() == cri::CONTAINER_RUNNING;
+  };
+  WaitUntil(
+      [&] {
+        return count(lines("node-a", a->ctr_id)) >= steps / 3 || !running("node-a", a->ctr_id);
+      },
+      absl::Minutes(5));
+  ASSERT_GE(count(lines("node-a", a->ctr_id)), steps / 3) << TailOf(a->log_path);
+  absl::Time t0 = absl::Now();
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
+  const double stop_s = Secs(t0);
+  auto stopped = ExitedStatus("node-a", a->ctr_id);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  ASSERT_EQ(stopped->exit_code(), 75) << TailOf(world().shim("node-a").log_file());
+
+  GiveGpus({GpuOf("node-b")});
+  absl::Time t1 = absl::Now();
+  auto b = RunPod("node-b", "torch-b", OptIn(true, true), job);
+  ASSERT_TRUE(b.ok()) << b.status() << "\n" << TailOf(world().cryod("node-b").log());
+  const double restore_s = Secs(t1);
+  const std::string at_resume = lines("node-b", b->ctr_id);
+  EXPECT_GE(count(at_resume), steps / 3) << "the replacement started over";
+  WaitUntil(
+      [&] {
+        return absl::EndsWith(lines("node-b", b->ctr_id), "done\n") ||
+               !running("node-b", b->ctr_id);
+      },
+      absl::Minutes(5));
+  ASSERT_TRUE(absl::EndsWith(lines("node-b", b->ctr_id), "done\n")) << TailOf(b->log_path);
+  const std::string got = lines("node-b", b->ctr_id);
+  EXPECT_EQ(got, ref) << "losses differ from the run without cryo";
+  Report(absl::StrCat("torch: ", steps, " steps, stopped after step ", count(at_resume) - 1, " on ",
+                      GpuOf("node-a").uuid, ", resumed on ", GpuOf("node-b").uuid,
+                      ": StopContainer (checkpoint) ", stop_s,
+                      " s; replacement created and started (restore) ", restore_s, " s; losses ",
+                      got == ref ? "bit-identical" : "DIFFERENT"));
+}
+
+// A GPU pod checkpointed in the background (checkpoint-every, the fast path): the job runs on
+// after each, the second writes only what changed; then a stop whose grace is too short for a
+// new checkpoint: the pod ends with the work lost named, and its replacement on node B's GPU
+// resumes from the newest periodic one with every word of its memory as that one saved it.
+TEST_F(GpuPodE2e, APeriodicGpuPodStoppedWithTooShortAGraceResumesFromItsNewestPeriodicOne) {
+  double gib = 4;
+  if (const char* g = getenv("CRYO_GPU_POD_GIB"); g != nullptr) (void)absl::SimpleAtod(g, &gib);
+  GiveGpus({GpuOf("node-a")});
+  std::map<std::string, std::string> annotations = OptIn(true, false);
+  annotations["cryo.dev/checkpoint-every"] = "20s";
+  auto a = RunPod("node-a", "gpu-periodic-a", annotations, Job(gib));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(StepsPast("node-a", a->ctr_id, 5)) << TailOf(a->log_path);
+  ASSERT_TRUE(WaitUntil([&] { return Checkpoints(kWorkload).size() >= 2; }, absl::Minutes(4)))
+      << TailOf(world().cryod("node-a").log());
+  for (const v1::CheckpointInfo& c : Checkpoints(kWorkload)) {
+    EXPECT_TRUE(c.leave_running());
+    std::vector<std::string> stages;
+    for (const auto& [k, v] : c.stage_ms()) stages.push_back(absl::StrCat(k, " ", v));
+    std::sort(stages.begin(), stages.end());
+    Report(absl::StrCat(
+        "gpu-periodic: ", gib, " GiB, ", c.checkpoint_id(), ": ", c.size_bytes() >> 20,
+        " MiB, of which ", c.referenced_bytes() >> 20,
+        " MiB referred to in an earlier one; stages (ms): ", absl::StrJoin(stages, ", ")));
+  }
+  ExpectEveryWordIntact("node-a", a->ctr_id);
+
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 3));
+  auto stopped = ExitedStatus("node-a", a->ctr_id);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_EQ(stopped->exit_code(), 75);
+  const std::string message = Slurp(a->termination_log);
+  Report(absl::StrCat("gpu-periodic: the stop with a 3 s grace: ", message));
+  EXPECT_THAT(message, HasSubstr("(that work is lost)"));
+  auto list = Checkpoints(kWorkload);
+  ASSERT_GE(list.size(), 2u);
+  std::string newest = list[0].checkpoint_id();
+  for (const auto& c : list) newest = std::max(newest, c.checkpoint_id());
+
+  GiveGpus({GpuOf("node-b")});
+  absl::Time t0 = absl::Now();
+  auto b = RunPod("node-b", "gpu-periodic-b", OptIn(true, true), Job(gib));
+  ASSERT_TRUE(b.ok()) << b.status() << "\n" << TailOf(world().cryod("node-b").log());
+  Report(absl::StrCat("gpu-periodic: replacement on node B created and started (restore from ",
+                      newest, ") ", Secs(t0), " s"));
+  auto running = Shim("node-b").ContainerStatus(b->ctr_id);
+  ASSERT_TRUE(running.ok());
+  EXPECT_EQ(running->annotations().at("cryo.dev/resume-from"), newest);
+  ExpectEveryWordIntact("node-b", b->ctr_id);
+}
+
+// A replacement pod given no GPU cannot take a GPU job: refused before anything starts, naming
+// the GPU the checkpoint ran on and the pod's device files; the checkpoint stays.
+TEST_F(GpuPodE2e, AReplacementGivenNoGpuIsRefusedNamingBothLists) {
+  GiveGpus({GpuOf("node-a")});
+  auto a = RunPod("node-a", "gpu-refuse-a", OptIn(false, false), Job(0.25));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(StepsPast("node-a", a->ctr_id, 5)) << TailOf(a->log_path);
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
+  ASSERT_EQ(Checkpoints(kWorkload).size(), 1u) << TailOf(world().cryod("node-a").log());
+
+  GiveGpus({});
+  auto b = RunPod("node-b", "gpu-refuse-b", OptIn(false, true), Job(0.25));
+  ASSERT_FALSE(b.ok()) << "a pod without a GPU resumed a GPU job";
+  Report(absl::StrCat("gpu-refuse: ", b.status().ToString()));
+  EXPECT_THAT(std::string(b.status().message()),
+              ::testing::AllOf(HasSubstr(GpuOf("node-a").uuid), HasSubstr("no GPU")));
+  EXPECT_EQ(Checkpoints(kWorkload).size(), 1u) << "the refused restore took the checkpoint";
 }
 #endif
 

@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "e2e/containerd/cri_client.h"
 #include "lib/base/subprocess.h"
 
@@ -132,13 +133,21 @@ absl::Status E2eWorld::RunNodeScript(const std::vector<std::string>& args) {
 }
 
 absl::StatusOr<std::unique_ptr<Cryod>> E2eWorld::StartCryod(const std::string& node) {
-  return Cryod::Start(
-      absl::StrCat(dir_, "/", node), store(), node,
-      // Periodic checkpoints looked for often and as short as a second (pods
-      // ask for seconds in the tests), and the newest three of each workload kept.
-      {"--runtime-endpoint", absl::StrCat("unix://", NodeSocket(node)), "--periodic-tick-ms", "200",
-       "--periodic-min-every-s", "1", "--retention-keep", "3"},
-      {"CRYOD_TEST_HOOK_DIR=" + HookDir(node)});
+  // Periodic checkpoints looked for often and as short as a second (pods ask for seconds in
+  // the tests), and the newest three of each workload kept.
+  std::vector<std::string> args = {
+      "--runtime-endpoint",     absl::StrCat("unix://", NodeSocket(node)),
+      "--periodic-tick-ms",     "200",
+      "--periodic-min-every-s", "1",
+      "--retention-keep",       "3"};
+  // The GPU suite's pods (e2e/gpu/pods.sh) name the bundle's CRIU and GPU plugins here.
+  if (const char* more = getenv("CRYO_E2E_CRYOD_ARGS"); more != nullptr) {
+    for (absl::string_view a : absl::StrSplit(more, ' ', absl::SkipEmpty())) {
+      args.emplace_back(a);
+    }
+  }
+  return Cryod::Start(absl::StrCat(dir_, "/", node), store(), node, args,
+                      {"CRYOD_TEST_HOOK_DIR=" + HookDir(node)});
 }
 
 absl::Status E2eWorld::RestartCryod(const std::string& node,

@@ -14,6 +14,9 @@
 #   lib/cryo/gpu/         GPU plugins (libcryo_gpu_cuda.so, libcryo_gpu_rocm.so)
 #   lib/cryo/             the fast-path library (libcryo_gpu_fastpath.so), loaded into jobs
 #   criu/                 place for CRIU (sbin/criu, lib/criu/*.so plugins), added when present
+#   pods/                 part "pods" (pods.sh): containerd, runc, ctr, busybox in pods/bin, the
+#                         containerd e2e's scripts, and `paths` (build path -> bundle path);
+#                         CRYO_BUNDLE_PODS=0 leaves it out
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,7 +39,7 @@ is_system_lib() {
 }
 
 copy_deps() {
-  ldd "$1" 2>/dev/null | awk '/=> \// {print $3}' | while read -r lib; do
+  { ldd "$1" 2>/dev/null || true; } | awk '/=> \// {print $3}' | while read -r lib; do
     is_system_lib "$lib" && continue
     [ -e "$OUT/lib/$(basename "$lib")" ] || cp -L "$lib" "$OUT/lib/"
   done
@@ -100,6 +103,38 @@ WRAP
   chmod +x "$OUT/bin/criu"
 fi
 
+# GPU pods (part "pods", pods.sh): the containerd e2e's two nodes on this machine's GPUs.
+# containerd, runc and ctr are Debian's, carried as they are (Go programs; runc needs
+# libseccomp, copied like any library). The e2e test binary names what it runs by its path in
+# the build (cryod, the shim, cryo-init, the library, node.sh, ...): those travel once, in
+# libexec/ or pods/scripts/, and pods/paths says where pods.sh links them back.
+if [ "${CRYO_BUNDLE_PODS:-1}" = 1 ] && [ -x "$BUILD/e2e/containerd/cri_e2e_test" ]; then
+  mkdir -p "$OUT/pods/bin" "$OUT/pods/scripts"
+  : >"$OUT/pods/paths"
+  for b in containerd containerd-shim-runc-v2 ctr runc; do
+    src=$(command -v "$b" || true)
+    [ -n "$src" ] || die "pods: $b not found (Debian packages containerd, runc)"
+    cp -L "$src" "$OUT/pods/bin/$b"
+    copy_deps "$src"
+  done
+  cp -L "${BUSYBOX:-/bin/busybox}" "$OUT/pods/bin/busybox"
+  for f in e2e/containerd/cri_e2e_test cri-shim/cryo-cri-shim cri-shim/init/cryo-init \
+           daemon/cryo-nsexec e2e/workloads/cryo-testload-static; do
+    [ -x "$BUILD/$f" ] || { echo "bundle: pods: skip $f (not built)" >&2; continue; }
+    add_bin "$BUILD/$f"
+    echo "$(readlink -f "$BUILD/$f") libexec/$(basename "$f")" >>"$OUT/pods/paths"
+  done
+  for f in daemon/cryod clients/cryo e2e/gpu/cryo-gpu-testload; do
+    [ -x "$BUILD/$f" ] && echo "$(readlink -f "$BUILD/$f") libexec/$(basename "$f")" >>"$OUT/pods/paths"
+  done
+  so=$BUILD/lib/cryo/libcryo_gpu_fastpath.so
+  [ -f "$so" ] && echo "$(readlink -f "$so") lib/cryo/libcryo_gpu_fastpath.so" >>"$OUT/pods/paths"
+  cp "$ROOT/e2e/containerd/node.sh" "$ROOT/e2e/containerd/build-image.sh" "$OUT/pods/scripts/"
+  for s in node.sh build-image.sh; do
+    echo "$ROOT/e2e/containerd/$s pods/scripts/$s" >>"$OUT/pods/paths"
+  done
+fi
+
 # Debug info is most of the size; CRYO_BUNDLE_STRIP=0 keeps it.
 if [ "${CRYO_BUNDLE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then
   find "$OUT/libexec" "$OUT/lib" "$OUT/criu" -type f \( -perm -u+x -o -name '*.so*' \) \
@@ -109,7 +144,7 @@ fi
 cp "$ROOT/e2e/gpu/run.sh" "$ROOT/e2e/gpu/cryod.sh" "$ROOT/e2e/gpu/fastpath.sh" "$ROOT/e2e/gpu/train_losses.py" "$ROOT/e2e/gpu/probe_model.py" \
   "$ROOT/e2e/gpu/compress_probe.py" "$ROOT/e2e/gpu/ipc_share.py" \
   "$ROOT/e2e/gpu/ddp_losses.py" "$ROOT/e2e/gpu/pairs_probe.sh" "$ROOT/e2e/gpu/lease-run.sh" \
-  "$ROOT/e2e/gpu/gpu_check.sh" "$OUT/"
+  "$ROOT/e2e/gpu/gpu_check.sh" "$ROOT/e2e/gpu/pods.sh" "$OUT/"
 chmod +x "$OUT/run.sh"
 git -C "$ROOT" rev-parse --short HEAD >"$OUT/VERSION" 2>/dev/null || echo unknown >"$OUT/VERSION"
 du -sh "$OUT" | awk '{print "bundle: " $2 " (" $1 ")"}'

@@ -7,7 +7,7 @@
 #                       / "import" (the cross-node test over two machines), are in cryod.sh;
 #                       "fastpath-proof", "fastpath", "drain-scale", "periodic-stall", "incremental", "fastpath-multi" and
 #                       "node-preempt" (the fast-path library; the last two need two GPUs) in
-#                       fastpath.sh
+#                       fastpath.sh; "pods" (GPU pods through containerd and the shim) in pods.sh
 #      CRYO_GPU_BENCH_SIZES  GiB per cryod checkpoint/restore and its hand-run baseline (cryod.sh)
 #      CRYO_GPU_SIZES   GiB held by the test program per in-place cycle (default "1 8")
 #      CRYO_GPU_THP     1: repeat the largest size with THP=always during checkpoint
@@ -184,6 +184,10 @@ case " $PARTS " in *" cryod "*|*" torch "*|*" refuse "*|*" multi "*|*" export "*
 # The fast path (the library loaded into jobs), alone and through cryod.
 . "$B/fastpath.sh"
 case " $PARTS " in *" fastpath"*|*" node-preempt "*|*" drain-scale "*|*" periodic-stall "*|*" incremental "*) run_fastpath_parts ;; esac
+
+# GPU pods: the containerd e2e's two nodes on this machine's GPUs.
+. "$B/pods.sh"
+case " $PARTS " in *" pods "*) run_pods_part ;; esac
 
 echo
 echo "== GPU e2e summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)) =="

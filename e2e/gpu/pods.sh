@@ -1,0 +1,59 @@
+# GPU pods (issue 36), sourced by run.sh for CRYO_GPU_PARTS=pods: the containerd e2e's world on
+# this machine's GPUs. Two "nodes" (two containerd 1.6 instances with their own state, runc root
+# and pods, each with cryod and cryo-cri-shim as the DaemonSet runs them: host namespaces, root)
+# share one store; node A's pods get the first GPU, node B's the second (the same one on a
+# one-GPU machine). Pods get GPUs as the NVIDIA device plugin and container toolkit give them:
+# the GPU's device files (CRI devices), the driver's libraries mounted read-only,
+# NVIDIA_VISIBLE_DEVICES. The e2e's CRI client makes kubelet's calls in kubelet's order
+# (GpuPodE2e in e2e/containerd/container_e2e_test.cc: which scenarios, and what each checks).
+#
+# Env: CRYO_GPU_POD_GIB   device memory of the fast-path pod (default 4)
+#      CRYO_GPU_POD_TESTS gtest filter (default GpuPodE2e.*)
+
+run_pods_part() {
+  local P=$B/pods
+  [ -f "$P/paths" ] || { result pods SKIP "bundle has no pods/ (bundle.sh with CRYO_BUNDLE_PODS=1 and a build with the containerd e2e)"; return; }
+  # The test binary runs programs and scripts by their paths in the build: link them back there.
+  local abs rel
+  while read -r abs rel; do
+    [ -e "$abs" ] && continue
+    mkdir -p "$(dirname "$abs")" && ln -s "$B/$rel" "$abs"
+  done <"$P/paths"
+  grep -q overlay /proc/filesystems || modprobe overlay 2>/dev/null || true
+  log "pods: overlayfs $(grep -c overlay /proc/filesystems), cgroup $(stat -fc %T /sys/fs/cgroup)"
+  local out=$RES/pods.log rc
+  (
+    export PATH="$P/bin:$PATH"
+    export LD_LIBRARY_PATH="$B/criu/lib:$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export CONTAINERD=$P/bin/containerd CTR=$P/bin/ctr RUNC=$P/bin/runc BUSYBOX=$P/bin/busybox
+    # CRIU itself, not bin/criu's wrapper: in container mode cryo-nsexec runs it through the
+    # ELF loader inside the pod's namespaces, finding its libraries by LD_LIBRARY_PATH.
+    export CRYO_E2E_CRYOD_ARGS="--criu $B/criu/sbin/criu --gpu-plugin-dir $B/lib/cryo/gpu"
+    export CRYO_E2E_TMP=/var/tmp
+    # The training pod: the machine's python and PyTorch come in read-only (hostPath volumes),
+    # its losses are compared with a run on this machine without cryo.
+    if python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+      local py ref=$RES/pod-torch.ref.txt
+      py=$(command -v python3)
+      setsid -w python3 "$B/train_losses.py" --steps "${CRYO_GPU_POD_TORCH_STEPS:-300}" --step-ms 20 \
+        --out "$ref" </dev/null >"$RES/pod-torch.ref.log" 2>&1
+      export CRYO_GPU_POD_PYTHON=$py CRYO_GPU_POD_TORCH_SCRIPT=$B/train_losses.py CRYO_GPU_POD_TORCH_REF=$ref
+      # the interpreter's prefix (a venv's too), the bundle (the script), the system's Python
+      export CRYO_GPU_POD_MOUNTS="$(dirname "$(dirname "$py")"):$(dirname "$(dirname "$(readlink -f "$py")")"):$B:/usr:/opt"
+    fi
+    "$B/bin/cri_e2e_test" --gtest_filter="${CRYO_GPU_POD_TESTS:-GpuPodE2e.*}" --gtest_color=no
+  ) >"$out" 2>&1
+  rc=$?
+  local t name
+  while read -r t name; do
+    case "$t" in
+      OK) result "pod:${name#GpuPodE2e.}" PASS "" ;;
+      FAILED) result "pod:${name#GpuPodE2e.}" FAIL "see pods.log" ;;
+      SKIPPED) result "pod:${name#GpuPodE2e.}" SKIP "$(grep -m1 'no NVIDIA GPU here' "$out")" ;;
+    esac
+  done < <(sed -n 's/^\[ *\(OK\|FAILED\|SKIPPED\) *\] \([A-Za-z0-9_.]*\) (.*/\1 \2/p' "$out")
+  grep '^\[gpu-pods\]' "$out" | tee "$RES/pods-numbers.txt" >&2
+  [ "$rc" = 0 ] || { log "pods: cri_e2e_test exit $rc; tail:"; tail -40 "$out" >&2; }
+  # Leftovers of a crashed run: nodes whose test process is gone.
+  bash "$P/scripts/node.sh" sweep /var/tmp >/dev/null 2>&1 || true
+}
