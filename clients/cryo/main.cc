@@ -486,7 +486,8 @@ int Remove(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv
       rc = 1;
       if (g.json) {
         out.push_back(
-            {{"id", id}, {"error", s.error_message()}, {"code", CodeName(s.error_code())}});
+            {{"id", id},
+             {"error", {{"code", CodeName(s.error_code())}, {"message", s.error_message()}}}});
       } else {
         Fail(g, absl::StrCat("rm ", id), s);
       }

@@ -5,7 +5,6 @@
 #include <memory>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "daemon/api/checkpoint_json.h"
@@ -60,8 +59,9 @@ metrics::HttpResponse Get(const CheckpointReader& reader, const std::string& id)
 }  // namespace
 
 metrics::HttpResponse ErrorResponse(const absl::Status& s) {
-  std::string code = absl::AsciiStrToLower(absl::StatusCodeToString(s.code()));
-  return {HttpCode(s.code()), kJson, Dump(ErrorJson(code, s.message()))};
+  // The code as gRPC and the cryo CLI name it (NOT_FOUND): one spelling in every JSON error.
+  return {HttpCode(s.code()), kJson,
+          Dump(ErrorJson(absl::StatusCodeToString(s.code()), s.message()))};
 }
 
 void AddCheckpointRoutes(CheckpointReader reader, metrics::HttpRoutes& routes) {

@@ -4,7 +4,7 @@
 //   GET /v1/checkpoints[?workload=W]  array of checkpoints, newest first
 //   GET /v1/checkpoints/<id>          one checkpoint with its files and manifest (less the
 //                                     command line and annotations, see checkpoint_json.h)
-// Errors are {"error": {"code": "not_found", "message": ...}} with 400 (unsafe id), 404
+// Errors are {"error": {"code": "NOT_FOUND", "message": ...}} with 400 (unsafe id), 404
 // (unknown id), 503 (cryod still starting, or kMaxConcurrentListings listings in flight) or 500.
 // kubectl-checkpoint reads it through the API server's pod proxy.
 

@@ -559,6 +559,14 @@ TEST_F(ProcessTest, CliJsonAndMetrics) {
   r = RunCli(a.socket(), {"-o", "json", "inspect", "cli-1"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(nlohmann::json::parse(r.out)["error"]["code"], "NOT_FOUND") << r.out;
+  // rm's per-checkpoint errors have the same shape as every other JSON error.
+  r = RunCli(a.socket(), {"-o", "json", "rm", "cli-1"});
+  EXPECT_EQ(r.code, 1);
+  nlohmann::json rm = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(rm.is_array() && rm.size() == 1) << r.out;
+  EXPECT_EQ(rm[0]["id"], "cli-1") << r.out;
+  EXPECT_EQ(rm[0]["error"]["code"], "NOT_FOUND") << r.out;
+  EXPECT_FALSE(rm[0]["error"].value("message", "").empty()) << r.out;
   r = RunCli(a.socket(), {"checkpoint"});
   EXPECT_EQ(r.code, 2) << "usage error";
   pid_t free_pid = 30000;

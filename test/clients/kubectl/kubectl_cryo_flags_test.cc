@@ -452,7 +452,7 @@ TEST_F(HostServiceTest, NoSuchNode) {
   EXPECT_THAT(r.err, HasSubstr("cryod not found: there is no node node-x"));
   // cryod's own 404: the checkpoint is not in that node's store.
   server_.OnJson("GET", NodeProxyPath("node-a", "/v1/checkpoints/ck-b"),
-                 {{"error", {{"code", "not_found"}, {"message", "no checkpoint ck-b"}}}}, 404);
+                 {{"error", {{"code", "NOT_FOUND"}, {"message", "no checkpoint ck-b"}}}}, 404);
   r = Plugin({"inspect", "ck-b", "--node", "node-a", "--cryo-endpoint", "nodes:9464"});
   EXPECT_EQ(r.code, kExitCheckpointNotFound) << r;
 }

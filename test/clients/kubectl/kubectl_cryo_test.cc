@@ -510,7 +510,7 @@ TEST_F(ListTest, SelectorAndNoHeadersAsKubectlMeansThem) {
 
 TEST_F(ListTest, AFailingCryodIsAWarning) {
   server_.OnJson("GET", ProxyPath("cryo-b", "/v1/checkpoints"),
-                 {{"error", {{"code", "unavailable"}, {"message", "cryod is starting"}}}}, 503);
+                 {{"error", {{"code", "UNAVAILABLE"}, {"message", "cryod is starting"}}}}, 503);
   Outcome r = Plugin({"list", "-A", "-o", "json"});
   ASSERT_EQ(r.code, 0) << r;
   EXPECT_EQ(json::parse(r.out)["items"].size(), 3u);
@@ -530,7 +530,7 @@ TEST_F(KubectlCryoTest, InspectAsksCryodsUntilOneHasIt) {
   ServeCryoPods();
   // cryo-a's store does not have it; cryo-b's does.
   server_.OnJson("GET", ProxyPath("cryo-a", "/v1/checkpoints/ck-1"),
-                 {{"error", {{"code", "not_found"}, {"message", "no checkpoint ck-1"}}}}, 404);
+                 {{"error", {{"code", "NOT_FOUND"}, {"message", "no checkpoint ck-1"}}}}, 404);
   json ck = Checkpoint("ck-1", "2026-11-02T10:00:00Z", "node-a", 3 << 20);
   ck["store_path"] = "/var/lib/cryo/store/checkpoints/ck-1";
   ck["files"] = {{{"path", "images/pages-1.img"}, {"size", "3145728"}, {"checksum", "xxh64:1"}}};

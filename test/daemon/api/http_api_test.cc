@@ -131,7 +131,7 @@ TEST_F(HttpApiTest, ListingsInFlightAreBoundedAndOneMoreIsRefusedAtOnce) {
   }
   nlohmann::json j;
   EXPECT_EQ(Get("/v1/checkpoints", &j), 503);
-  EXPECT_EQ(j["error"]["code"], "unavailable");
+  EXPECT_EQ(j["error"]["code"], "UNAVAILABLE");
   EXPECT_EQ(Get("/v1/checkpoints/new-2", &j), 200) << "one checkpoint is not a listing";
   {
     absl::MutexLock l(&mu);
@@ -202,7 +202,7 @@ TEST_F(HttpApiTest, ProcessModeManifestHasOnlyTheCommandLineWithheld) {
 TEST_F(HttpApiTest, UnknownIdIsA404JsonError) {
   nlohmann::json j;
   ASSERT_EQ(Get("/v1/checkpoints/nope", &j), 404);
-  EXPECT_EQ(j["error"]["code"], "not_found");
+  EXPECT_EQ(j["error"]["code"], "NOT_FOUND");
   EXPECT_EQ(j["error"]["message"], "checkpoint 'nope' not found");
 }
 
@@ -211,7 +211,7 @@ TEST_F(HttpApiTest, UnsafeIdsAreRefusedBeforeTheEngine) {
   for (const char* target : {"/v1/checkpoints/..", "/v1/checkpoints/a%2F..%2F..%2Fetc",
                              "/v1/checkpoints/a/b", "/v1/checkpoints/-rf"}) {
     ASSERT_EQ(Get(target, &j), 400) << target;
-    EXPECT_EQ(j["error"]["code"], "invalid_argument") << target;
+    EXPECT_EQ(j["error"]["code"], "INVALID_ARGUMENT") << target;
   }
   EXPECT_TRUE(engine_.asked.empty());
 }
@@ -224,7 +224,7 @@ TEST_F(HttpApiTest, AnIdThatIsNotUtf8IsA400WithValidJson) {
   for (const char* target :
        {"/v1/checkpoints/.%FFn", "/v1/checkpoints/-%C3%28", "/v1/checkpoints/a%FF"}) {
     ASSERT_EQ(Get(target, &j), 400) << target;
-    EXPECT_EQ(j["error"]["code"], "invalid_argument") << target;
+    EXPECT_EQ(j["error"]["code"], "INVALID_ARGUMENT") << target;
   }
   EXPECT_TRUE(engine_.asked.empty());
 }
@@ -233,7 +233,7 @@ TEST_F(HttpApiTest, EngineErrorsMapToHttpCodes) {
   engine_.fail = absl::InternalError("store unreadable");
   nlohmann::json j;
   ASSERT_EQ(Get("/v1/checkpoints", &j), 500);
-  EXPECT_EQ(j["error"]["code"], "internal");
+  EXPECT_EQ(j["error"]["code"], "INTERNAL");
   EXPECT_EQ(j["error"]["message"], "store unreadable");
 }
 
@@ -241,7 +241,7 @@ TEST_F(HttpApiTest, UnavailableUntilTheEngineExists) {
   ready_.store(nullptr);
   nlohmann::json j;
   ASSERT_EQ(Get("/v1/checkpoints", &j), 503);
-  EXPECT_EQ(j["error"]["code"], "unavailable");
+  EXPECT_EQ(j["error"]["code"], "UNAVAILABLE");
   ASSERT_EQ(Get("/v1/checkpoints/old-1", &j), 503);
   EXPECT_TRUE(engine_.asked.empty());
   ready_.store(&engine_);
