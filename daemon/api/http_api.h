@@ -33,7 +33,7 @@ struct CheckpointReader {
 // Adds the /v1/checkpoints routes.
 void AddCheckpointRoutes(CheckpointReader reader, metrics::HttpRoutes& routes);
 
-// The JSON error response for a failed status (code name in lower case: "not_found").
+// The JSON error response for a failed status (the code as gRPC names it: "NOT_FOUND").
 metrics::HttpResponse ErrorResponse(const absl::Status& s);
 
 // A reader over an engine that does not exist yet: cryod opens its HTTP endpoint before it

@@ -284,8 +284,8 @@ TEST(CheckpointJsonTest, MessageToJsonUsesProtoFieldNamesAndPrintsZeroValues) {
   v1::ListCheckpointsResponse none;
   EXPECT_EQ(nlohmann::json::parse(MessageToJson(none, false))["checkpoints"],
             nlohmann::json::array());
-  EXPECT_EQ(ErrorJson("not_found", "m"),
-            nlohmann::json({{"error", {{"code", "not_found"}, {"message", "m"}}}}));
+  EXPECT_EQ(ErrorJson("NOT_FOUND", "m"),
+            nlohmann::json({{"error", {{"code", "NOT_FOUND"}, {"message", "m"}}}}));
 }
 
 }  // namespace
