@@ -83,6 +83,17 @@ StepOutcome StartMetricsEndpointStep(AppState& s) {
   return StepOutcome::Ok();
 }
 
+StepOutcome StartMetricsFileStep(AppState& s) {
+  if (s.options.metrics_file.empty()) return StepOutcome::Ok();
+  auto w = MetricsFileWriter::Start(s.registry, s.options.metrics_file,
+                                    absl::Seconds(s.options.metrics_file_interval_s));
+  if (!w.ok()) return StepOutcome::Fatal(absl::StrCat("--metrics-file: ", w.status().message()));
+  s.metrics_file = std::move(*w);
+  CRYO_LOG(Info) << "metrics written to " << s.options.metrics_file << " every "
+                 << s.options.metrics_file_interval_s << " s";
+  return StepOutcome::Ok();
+}
+
 StepOutcome StartServerStep(AppState& s) {
   HandlerDeps deps;
   deps.annotation_prefix = s.options.annotation_prefix;
@@ -148,14 +159,20 @@ StepOutcome StopServerStep(AppState& s) {
 
 StepOutcome StopMetricsEndpointStep(AppState& s) {
   s.exposer.reset();
+  s.metrics_file.reset();
   return StepOutcome::Ok();
 }
 
 constexpr Step kStartup[] = {
-    {"parse-flags", ParseFlagsStep},        {"configure-logging", ConfigureLoggingStep},
-    {"tune-runtime", TuneRuntimeStep},      {"block-signals", BlockSignalsStep},
-    {"create-metrics", CreateMetricsStep},  {"start-metrics-endpoint", StartMetricsEndpointStep},
-    {"start-server", StartServerStep},      {"probe-runtime", ProbeRuntimeStep},
+    {"parse-flags", ParseFlagsStep},
+    {"configure-logging", ConfigureLoggingStep},
+    {"tune-runtime", TuneRuntimeStep},
+    {"block-signals", BlockSignalsStep},
+    {"create-metrics", CreateMetricsStep},
+    {"start-metrics-endpoint", StartMetricsEndpointStep},
+    {"start-metrics-file", StartMetricsFileStep},
+    {"start-server", StartServerStep},
+    {"probe-runtime", ProbeRuntimeStep},
     {"wait-for-signal", WaitForSignalStep},
 };
 

@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "cri-shim/flags.h"
 #include "cri-shim/metrics.h"
+#include "cri-shim/metrics_file.h"
 #include "cri-shim/shim_server.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
@@ -25,6 +26,7 @@ struct AppState {
   std::shared_ptr<prometheus::Registry> registry;
   std::unique_ptr<ShimMetrics> metrics;
   std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsFileWriter> metrics_file;
   std::unique_ptr<ShimServer> server;
 };
 

@@ -28,6 +28,12 @@ void Declare(flags::FlagSet& fs, Options& o, std::string& level) {
             "host path of the GPU fast-path library, preloaded into pods that ask for it", "PATH");
   fs.String("metrics-address", &o.metrics_address,
             "Prometheus endpoint HOST:PORT; empty disables it", "HOST:PORT");
+  fs.String("metrics-file", &o.metrics_file,
+            "also write the metrics to this file (Prometheus' text format), for cryod's "
+            "/metrics/shim; empty: no file",
+            "PATH");
+  fs.Int("metrics-file-interval-seconds", &o.metrics_file_interval_s,
+         "how often --metrics-file is rewritten (1..300)", "SECONDS");
   fs.String("log-level", &level, "debug, info, warning or error", "LEVEL");
   fs.Int("checkpointed-exit-code", &o.checkpointed_exit_code,
          "exit code of a container stopped after its checkpoint (1..124)");
@@ -88,6 +94,12 @@ absl::StatusOr<Options> ParseFlags(const std::vector<std::string>& args) {
   }
   if (opts.checkpoint_min_grace_s < 0) {
     return absl::InvalidArgumentError("--checkpoint-min-grace-seconds must not be negative");
+  }
+  if (!opts.metrics_file.empty() && opts.metrics_file[0] != '/') {
+    return absl::InvalidArgumentError("--metrics-file must be an absolute path");
+  }
+  if (opts.metrics_file_interval_s < 1 || opts.metrics_file_interval_s > 300) {
+    return absl::InvalidArgumentError("--metrics-file-interval-seconds must be 1..300");
   }
   if (opts.annotation_prefix.empty() || opts.annotation_prefix.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("--annotation-prefix \"", opts.annotation_prefix,

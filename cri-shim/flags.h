@@ -24,6 +24,10 @@ struct Options {
   std::string fastpath_library = "/usr/local/lib/cryo/libcryo_gpu_fastpath.so";
   // host:port for Prometheus metrics; empty disables them.
   std::string metrics_address = "127.0.0.1:9466";
+  // The same metrics written to this file every metrics_file_interval_s (empty: none), for
+  // whoever cannot reach the endpoint: cryod serves the file at /metrics/shim.
+  std::string metrics_file;
+  int metrics_file_interval_s = 10;
   LogLevel log_level = LogLevel::kInfo;
   // Exit code of a container stopped after its checkpoint (see lib/contract/cryo_init_protocol.h).
   int checkpointed_exit_code = 75;

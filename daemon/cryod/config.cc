@@ -151,6 +151,10 @@ const std::vector<Key>& Keys() {
            &Config::criu_hw_breakpoints),
       Str("metrics_address", "HOST:PORT for /metrics and /healthz; empty disables",
           &Config::metrics_address),
+      Str("shim_metrics_file",
+          "the CRI shim's --metrics-file, served at /metrics/shim on the metrics address; "
+          "empty: not served",
+          &Config::shim_metrics_file),
       Int("http_max_connections",
           "HTTP connections served at once (one thread each); more wait their turn",
           &Config::http_max_connections),

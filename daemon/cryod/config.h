@@ -27,6 +27,8 @@ struct Config {
   std::string criu;                                // empty: search PATH
   bool criu_hw_breakpoints = false;                // see criu::CriuConfig::hw_breakpoints
   std::string metrics_address = "127.0.0.1:9464";  // empty: no HTTP endpoint
+  // The CRI shim's --metrics-file, served at /metrics/shim; empty: no such route.
+  std::string shim_metrics_file;
   // HTTP endpoint: connections served at once, and the deadline of each request as a whole.
   int http_max_connections = 16;
   int http_request_timeout_ms = 10000;

@@ -35,6 +35,7 @@
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/http_server.h"
 #include "daemon/metrics/metrics.h"
+#include "daemon/metrics/shim_metrics.h"
 #include "daemon/periodic/scheduler.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/grpc_service.h"
@@ -311,6 +312,11 @@ Result StartMetrics(State& st) {
     }
     return HealthResponse(CheckHealth(*store, *criu, min_free));
   });
+  if (!st.config.shim_metrics_file.empty()) {
+    routes.Exact("/metrics/shim", [path = st.config.shim_metrics_file] {
+      return metrics::ShimMetricsResponse(path, absl::Now());
+    });
+  }
   // The engine comes later (step "recover"): the API answers 503 until then.
   api::AddCheckpointRoutes(api::ReaderOver(&st.api_engine), routes);
   metrics::HttpServerOptions ho;

@@ -1175,6 +1175,40 @@ TEST_F(GpuPodE2e, AReplacementGivenNoGpuIsRefusedNamingBothLists) {
 }
 #endif
 
+// The shim's metrics reach Prometheus through cryod's port, as the chart sets them up
+// (metrics.shim.enabled): the shim writes them to a file (--metrics-file), cryod serves it at
+// /metrics/shim. A checkpoint at a stop shows in its series there.
+TEST_F(ContainerModeE2e, TheShimsMetricsAreScrapedThroughCryod) {
+  const int port = world().cryod("node-a").metrics_port();
+  ASSERT_GT(port, 0);
+  const std::string series =
+      "cryo_shim_container_operations_total{op=\"checkpoint_on_stop\",result=\"ok\"} ";
+  auto value = [&]() -> int {
+    const std::string text = HttpGetLocal(port, "/metrics/shim");
+    if (!absl::StrContains(text, " 200 ")) return -1;
+    size_t at = text.find(series);
+    int v = -1;
+    if (at != std::string::npos) {
+      absl::string_view rest = absl::string_view(text).substr(at + series.size());
+      (void)absl::SimpleAtoi(rest.substr(0, rest.find('\n')), &v);
+    }
+    return v;
+  };
+  int before = -1;
+  ASSERT_TRUE(WaitUntil([&] { return (before = value()) >= 0; }, absl::Seconds(10)))
+      << HttpGetLocal(port, "/metrics/shim");
+  auto p = RunPod("node-a", "scraped", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(WaitTicks(*p, 3));
+  ASSERT_STOPPED(Shim("node-a").StopContainer(p->ctr_id, 30));
+  EXPECT_TRUE(WaitUntil([&] { return value() == before + 1; }, absl::Seconds(10)))
+      << "before " << before << ":\n"
+      << HttpGetLocal(port, "/metrics/shim");
+  // The same text as the shim's own endpoint would serve: Prometheus' format, with its types.
+  EXPECT_THAT(HttpGetLocal(port, "/metrics/shim"),
+              HasSubstr("# TYPE cryo_shim_container_operations_total counter"));
+}
+
 TEST_F(ContainerModeE2e, StopWhoseCheckpointMissesTheGracePeriodPublishesNothingAndStops) {
   auto p = RunPod("node-a", "late-stop", {{"cryo.dev/checkpoint-on-stop", "true"}});
   ASSERT_TRUE(p.ok()) << p.status();

@@ -69,11 +69,9 @@ std::string E2eTempRoot() {
   return root != nullptr && root[0] != '\0' ? root : "/tmp";
 }
 
-absl::StatusOr<std::unique_ptr<ShimProcess>> ShimProcess::Start(const std::string& binary,
-                                                                const std::string& listen,
-                                                                const std::string& runtime,
-                                                                const std::string& log_file,
-                                                                const std::string& cryod_socket) {
+absl::StatusOr<std::unique_ptr<ShimProcess>> ShimProcess::Start(
+    const std::string& binary, const std::string& listen, const std::string& runtime,
+    const std::string& log_file, const std::string& cryod_socket, std::vector<std::string> extra) {
   std::vector<std::string> argv = {
       binary, "--listen",    listen, "--runtime-endpoint", runtime,         "--metrics-address",
       "",     "--log-level", "info", "--init-path",        CRYO_INIT_BINARY};
@@ -81,6 +79,7 @@ absl::StatusOr<std::unique_ptr<ShimProcess>> ShimProcess::Start(const std::strin
   argv.insert(argv.end(), {"--fastpath-library", CRYO_FASTPATH_LIBRARY});
 #endif
   if (!cryod_socket.empty()) argv.insert(argv.end(), {"--cryod-socket", cryod_socket});
+  argv.insert(argv.end(), extra.begin(), extra.end());
   absl::StatusOr<pid_t> pid = Spawn(argv, log_file, {});
   if (!pid.ok()) return pid.status();
   auto shim = std::unique_ptr<ShimProcess>(new ShimProcess(*pid, listen, log_file));
@@ -139,7 +138,8 @@ absl::StatusOr<std::unique_ptr<Cryod>> E2eWorld::StartCryod(const std::string& n
       "--runtime-endpoint",     absl::StrCat("unix://", NodeSocket(node)),
       "--periodic-tick-ms",     "200",
       "--periodic-min-every-s", "1",
-      "--retention-keep",       "3"};
+      "--retention-keep",       "3",
+      "--shim-metrics-file",    ShimMetricsFile(node)};
   // The GPU suite's pods (e2e/gpu/pods.sh) name the bundle's CRIU and GPU plugins here.
   if (const char* more = getenv("CRYO_E2E_CRYOD_ARGS"); more != nullptr) {
     for (absl::string_view a : absl::StrSplit(more, ' ', absl::SkipEmpty())) {
@@ -183,7 +183,8 @@ absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std
     world->cryods_[node] = std::move(*cryod);
     absl::StatusOr<std::unique_ptr<ShimProcess>> shim = ShimProcess::Start(
         CRYO_SHIM_BINARY, world->ShimSocket(node), world->NodeSocket(node),
-        absl::StrCat(world->dir_, "/shim-", node, ".log"), world->cryods_[node]->socket());
+        absl::StrCat(world->dir_, "/shim-", node, ".log"), world->cryods_[node]->socket(),
+        {"--metrics-file", world->ShimMetricsFile(node), "--metrics-file-interval-seconds", "1"});
     if (!shim.ok()) return shim.status();
     world->shims_[node] = std::move(*shim);
   }

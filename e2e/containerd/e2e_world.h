@@ -25,7 +25,8 @@ class ShimProcess {
                                                             const std::string& listen,
                                                             const std::string& runtime,
                                                             const std::string& log_file,
-                                                            const std::string& cryod_socket = "");
+                                                            const std::string& cryod_socket = "",
+                                                            std::vector<std::string> extra = {});
   ~ShimProcess();
 
   // Still running (not exited, not killed)?
@@ -59,6 +60,11 @@ class E2eWorld {
   std::string ShimSocket(const std::string& node) const;
   ShimProcess& shim(const std::string& node) { return *shims_.at(node); }
   Cryod& cryod(const std::string& node) { return *cryods_.at(node); }
+  // Where a node's shim writes its metrics (--metrics-file), which its cryod serves at
+  // /metrics/shim (shim_metrics_file), as the chart sets them up.
+  std::string ShimMetricsFile(const std::string& node) const {
+    return dir_ + "/shim-metrics-" + node + ".prom";
+  }
   // The checkpoint store both nodes' cryods use.
   std::string store() const { return dir_ + "/store"; }
   // CRYOD_TEST_HOOK_DIR of a node's cryod: POINT.enable holds cryod at POINT (it writes

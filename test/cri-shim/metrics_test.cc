@@ -7,10 +7,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "cri-shim/metrics_file.h"
 #include "gtest/gtest.h"
 #include "lib/metrics/registry.h"
 #include "prometheus/exposer.h"
@@ -89,6 +93,41 @@ TEST(ShimMetricsTest, TheFirstFailureIsAnIncreaseOfAnExistingSeries) {
   EXPECT_TRUE(absl::StrContains(
       Get(port, "/metrics"),
       "cryo_shim_container_operations_total{op=\"checkpoint_on_stop\",result=\"failed\"} 1"));
+}
+
+// --metrics-file: the same series in a file, rewritten as they move, gone when the shim stops.
+TEST(MetricsFileTest, WrittenAtStartRewrittenAsTheSeriesMoveAndRemovedAtTheStop) {
+  auto registry = metrics::NewRegistry("cryo-cri-shim");
+  auto m = ShimMetrics::Create(registry);
+  ASSERT_TRUE(m.ok()) << m.status();
+  char tmpl[] = "/tmp/cryo-metrics-file-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string path = dir + "/cri-shim.prom";
+  auto slurp = [&] {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string series =
+      "cryo_shim_container_operations_total{op=\"checkpoint_on_stop\",result=\"ok\"} ";
+  {
+    auto w = MetricsFileWriter::Start(registry, path, absl::Milliseconds(50));
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(absl::StrContains(slurp(), series + "0")) << slurp();
+    (*m)->ContainerOperation("checkpoint_on_stop", "ok").Increment();
+    bool moved = false;
+    for (int i = 0; i < 200 && !moved; ++i) {
+      moved = absl::StrContains(slurp(), series + "1");
+      if (!moved) ::usleep(20000);
+    }
+    EXPECT_TRUE(moved) << slurp();
+  }
+  EXPECT_NE(::access(path.c_str(), F_OK), 0) << "the file outlived its writer";
+  // A directory that does not exist: refused at the start, naming the path.
+  auto bad = MetricsFileWriter::Start(registry, dir + "/no/such/dir/x.prom", absl::Seconds(1));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::StrContains(bad.status().message(), dir + "/no/such/dir")) << bad.status();
+  ::rmdir(dir.c_str());
 }
 
 }  // namespace
