@@ -264,7 +264,10 @@ expectations() {
       expect_has "$n" '^ +kubernetes.io/metadata.name: monitoring$' "Prometheus' namespace in the NetworkPolicy"
       expect_has "$n" '^ +team: ml-platform$' "ruleLabels on the alerts"
       expect_notes "$n" "PrometheusRule cryo" "the PrometheusRule"
-      expect_notes "$n" "fire only once" "the shim's metrics must be scraped"
+      expect_notes "$n" "cryod serves at /metrics/shim (metrics.shim.enabled) and the ServiceMonitor scrapes" "the shim's metrics scraped through cryod"
+      expect_has "$n" '^ +path: /metrics/shim$' "the ServiceMonitor's endpoint for the shim's metrics"
+      expect_has "$n" '"shim_metrics_file": "/run/cryo/cri-shim.prom"' "cryod serving the shim's file"
+      expect_has "$n" '--metrics-file=/run/cryo/cri-shim.prom' "the shim writing its file"
       ;;
     pvc)
       expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, PersistentVolumeClaim×1, Role×1, Service×1, ServiceAccount×1"

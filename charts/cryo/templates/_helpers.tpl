@@ -127,6 +127,9 @@ app.kubernetes.io/part-of: cryo
 {{- if ne $v.annotationPrefix "cryo.dev" -}}
 {{- $_ := set $c "annotation_prefix" $v.annotationPrefix -}}
 {{- end -}}
+{{- if and $v.metrics.enabled $v.metrics.shim.enabled -}}
+{{- $_ := set $c "shim_metrics_file" (include "cryo.shimMetricsFile" .) -}}
+{{- end -}}
 {{- with $v.termination.providers -}}
 {{- range . -}}
 {{- if not (has . (list "gce" "aws" "azure")) -}}
@@ -164,6 +167,9 @@ app.kubernetes.io/part-of: cryo
 {{- end -}}
 {{- if ne $v.annotationPrefix "cryo.dev" -}}
 {{- $a = append $a (printf "--annotation-prefix=%s" $v.annotationPrefix) -}}
+{{- end -}}
+{{- if and $v.metrics.enabled $v.metrics.shim.enabled -}}
+{{- $a = append $a (printf "--metrics-file=%s" (include "cryo.shimMetricsFile" .)) -}}
 {{- end -}}
 {{- if ne $v.shim.initPath "/usr/local/lib/cryo/cryo-init" -}}
 {{- $a = append $a (printf "--init-path=%s" $v.shim.initPath) -}}
@@ -227,4 +233,10 @@ app.kubernetes.io/part-of: cryo
 {{- end -}}
 {{- end -}}
 {{- join ", " $out -}}
+{{- end -}}
+
+{{/* Where the shim writes its metrics for cryod's /metrics/shim: the socket directory, which
+     the host (the shim) and cryod's pod share. */}}
+{{- define "cryo.shimMetricsFile" -}}
+{{- printf "%s/cri-shim.prom" .Values.cryod.socketDir -}}
 {{- end -}}
