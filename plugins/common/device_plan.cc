@@ -113,10 +113,10 @@ absl::StatusOr<DeviceMap> PlanDeviceMap(const std::vector<CheckpointedGpu>& chec
       }
     }
     if (targets.size() < checkpointed.size()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint used ", checkpointed.size(), " GPU(s) but the restored job may use ",
-          targets.size(),
-          allowed.has_value() ? " (by its visible-devices setting)" : " (GPUs on this node)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint used ", checkpointed.size(),
+                       " GPU(s) but the restored job may use ", targets.size(),
+                       allowed.has_value() ? " (the GPUs it is given)" : " (GPUs on this node)"));
     }
     for (size_t i = 0; i < checkpointed.size(); ++i) map[checkpointed[i].uuid] = targets[i];
   }
