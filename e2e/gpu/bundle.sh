@@ -125,10 +125,14 @@ if [ "${CRYO_BUNDLE_PODS:-1}" = 1 ] && [ -x "$BUILD/e2e/containerd/cri_e2e_test"
     echo "$(readlink -f "$BUILD/$f") libexec/$(basename "$f")" >>"$OUT/pods/paths"
   done
   for f in daemon/cryod clients/cryo e2e/gpu/cryo-gpu-testload; do
-    [ -x "$BUILD/$f" ] && echo "$(readlink -f "$BUILD/$f") libexec/$(basename "$f")" >>"$OUT/pods/paths"
+    if [ -x "$BUILD/$f" ]; then
+      echo "$(readlink -f "$BUILD/$f") libexec/$(basename "$f")" >>"$OUT/pods/paths"
+    fi
   done
   so=$BUILD/lib/cryo/libcryo_gpu_fastpath.so
-  [ -f "$so" ] && echo "$(readlink -f "$so") lib/cryo/libcryo_gpu_fastpath.so" >>"$OUT/pods/paths"
+  if [ -f "$so" ]; then
+    echo "$(readlink -f "$so") lib/cryo/libcryo_gpu_fastpath.so" >>"$OUT/pods/paths"
+  fi
   cp "$ROOT/e2e/containerd/node.sh" "$ROOT/e2e/containerd/build-image.sh" "$OUT/pods/scripts/"
   for s in node.sh build-image.sh; do
     echo "$ROOT/e2e/containerd/$s pods/scripts/$s" >>"$OUT/pods/paths"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # GPU pods (issue 36), sourced by run.sh for CRYO_GPU_PARTS=pods: the containerd e2e's world on
 # this machine's GPUs. Two "nodes" (two containerd 1.6 instances with their own state, runc root
 # and pods, each with cryod and cryo-cri-shim as the DaemonSet runs them: host namespaces, root)
@@ -39,7 +40,8 @@ run_pods_part() {
         --out "$ref" </dev/null >"$RES/pod-torch.ref.log" 2>&1
       export CRYO_GPU_POD_PYTHON=$py CRYO_GPU_POD_TORCH_SCRIPT=$B/train_losses.py CRYO_GPU_POD_TORCH_REF=$ref
       # the interpreter's prefix (a venv's too), the bundle (the script), the system's Python
-      export CRYO_GPU_POD_MOUNTS="$(dirname "$(dirname "$py")"):$(dirname "$(dirname "$(readlink -f "$py")")"):$B:/usr:/opt"
+      CRYO_GPU_POD_MOUNTS="$(dirname "$(dirname "$py")"):$(dirname "$(dirname "$(readlink -f "$py")")"):$B:/usr:/opt"
+      export CRYO_GPU_POD_MOUNTS
     fi
     "$B/bin/cri_e2e_test" --gtest_filter="${CRYO_GPU_POD_TESTS:-GpuPodE2e.*}" --gtest_color=no
   ) >"$out" 2>&1
