@@ -347,10 +347,9 @@ std::vector<std::string> CudaPlugin::GpusOfDeviceFiles(
   const std::map<int, std::string> minors = MinorsToUuids();
   std::set<std::string> given;
   for (const std::string& f : device_files) {
-    int minor = -1;
-    absl::string_view rest = f;
-    if (!absl::ConsumePrefix(&rest, "/dev/nvidia") || !absl::SimpleAtoi(rest, &minor)) continue;
-    auto it = minors.find(minor);
+    auto m = GpuMinor(f);
+    if (!m) continue;
+    auto it = minors.find(*m);
     if (it != minors.end()) given.insert(it->second);
   }
   std::vector<std::string> out;
