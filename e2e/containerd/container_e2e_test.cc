@@ -208,6 +208,58 @@ class ContainerModeE2e : public ContainerdE2e {
     return resp;
   }
 
+  // Whether the container runs, as the runtime says.
+  bool Running(const std::string& node, const std::string& ctr) {
+    auto st = Shim(node).ContainerStatus(ctr);
+    return st.ok() && st->state() == cri::CONTAINER_RUNNING;
+  }
+
+  // The GPU jobs (over the fake driver and the real one) keep a JSON status record at
+  // /tmp/status in their pod: read there (null when there is none yet).
+  nlohmann::json Status(const std::string& node, const std::string& ctr) {
+    auto r = Exec(node, ctr, "cat /tmp/status");
+    if (!r.ok()) return nlohmann::json();
+    return nlohmann::json::parse(r->stdout(), nullptr, false);
+  }
+
+  // A number of that record; 0 when it has none.
+  static uint64_t U(const nlohmann::json& j, const char* key) {
+    return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
+  }
+
+  // Whether the record's `what` went past `n` within `timeout`; false as soon as the container
+  // no longer runs.
+  bool StatusPast(const std::string& node, const std::string& ctr, const char* what, uint64_t n,
+                  absl::Duration timeout) {
+    bool past = false;
+    WaitUntil(
+        [&] {
+          past = U(Status(node, ctr), what) > n;
+          return past || !Running(node, ctr);
+        },
+        timeout);
+    return past;
+  }
+
+  // A GPU pod's annotations: checkpoint-on-stop, the fast path and `resume: auto` when asked.
+  static std::map<std::string, std::string> GpuOptIn(bool fastpath, bool resume) {
+    std::map<std::string, std::string> a = {{"cryo.dev/checkpoint-on-stop", "true"}};
+    if (fastpath) a["cryo.dev/gpu-fast-path"] = "true";
+    if (resume) a["cryo.dev/resume"] = "auto";
+    return a;
+  }
+
+  // Host directories mounted read-only at the same paths (the busybox image has no libc).
+  static void MountHostDirs(cri::ContainerConfig* c, const std::set<std::string>& dirs) {
+    for (const std::string& dir : dirs) {
+      if (dir.size() < 2 || dir[0] != '/' || ::access(dir.c_str(), F_OK) != 0) continue;
+      cri::Mount* m = c->add_mounts();
+      m->set_container_path(dir);
+      m->set_host_path(dir);
+      m->set_readonly(true);
+    }
+  }
+
   void TearDown() override {
     for (const auto& [node, pod] : pods_) RemovePodQuietly(Shim(node), pod);
     for (const auto& c : world().cryod("node-a").List()) {
@@ -639,13 +691,8 @@ class FakeGpuPodE2e : public ContainerModeE2e {
   void SetUp() override {
     ContainerModeE2e::SetUp();
     container_tweak_ = [](cri::ContainerConfig* c) {
-      for (const char* dir : {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
-                              CRYO_FAKE_CUDA_DIR, CRYO_FAKEGPU_DIR}) {
-        cri::Mount* m = c->add_mounts();
-        m->set_container_path(dir);
-        m->set_host_path(dir);
-        m->set_readonly(true);
-      }
+      MountHostDirs(c, {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
+                        CRYO_FAKE_CUDA_DIR, CRYO_FAKEGPU_DIR});
       cri::KeyValue* env = c->add_envs();
       env->set_key("LD_LIBRARY_PATH");
       env->set_value(CRYO_FAKE_CUDA_DIR);
@@ -662,29 +709,11 @@ class FakeGpuPodE2e : public ContainerModeE2e {
     return job;
   }
 
-  static std::map<std::string, std::string> OptIn(bool resume) {
-    std::map<std::string, std::string> a = {{"cryo.dev/checkpoint-on-stop", "true"},
-                                            {"cryo.dev/gpu-fast-path", "true"}};
-    if (resume) a["cryo.dev/resume"] = "auto";
-    return a;
-  }
-
-  // The job's status record (cryo-fakegpu-load's), read inside the pod.
-  nlohmann::json Status(const std::string& node, const std::string& ctr) {
-    auto r = Exec(node, ctr, "cat /tmp/status");
-    if (!r.ok()) return nlohmann::json();
-    return nlohmann::json::parse(r->stdout(), nullptr, false);
-  }
-
-  static uint64_t U(const nlohmann::json& j, const char* key) {
-    return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
-  }
-
   // The status's `what` (its kernels' steps; "peer_steps": the importer's count, which reaches
   // the status only through the memory the two share) went past `n`.
   bool RunsPast(const std::string& node, const std::string& ctr, uint64_t n,
                 const char* what = "main") {
-    return WaitUntil([&] { return U(Status(node, ctr), what) > n; }, absl::Seconds(60));
+    return StatusPast(node, ctr, what, n, absl::Seconds(60));
   }
 
   // Every word its kernels checked was as they left it.
@@ -712,7 +741,7 @@ class FakeGpuPodE2e : public ContainerModeE2e {
 // Checkpointed at its stop, the pod resumes in its replacement on node B, its kernels finding
 // every word of its memory as they left it.
 TEST_F(FakeGpuPodE2e, AGpuPodResumesOnAnotherNodeWithEveryWordOfItsMemory) {
-  auto a = RunPod("node-a", "fakegpu-1", OptIn(false), Job());
+  auto a = RunPod("node-a", "fakegpu-1", GpuOptIn(true, false), Job());
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(RunsPast("node-a", a->ctr_id, 20)) << Status("node-a", a->ctr_id).dump() << "\n"
                                                  << TailOf(a->log_path);
@@ -720,7 +749,7 @@ TEST_F(FakeGpuPodE2e, AGpuPodResumesOnAnotherNodeWithEveryWordOfItsMemory) {
   EXPECT_EQ(Checkpoints(kWorkload)[0].gpu_fastpath_bytes(), 64 * (uint64_t{1} << 20))
       << "the 48 MiB of chunks and the 16 MiB mapped, out through the library";
 
-  auto b = RunPod("node-b", "fakegpu-2", OptIn(true), Job());
+  auto b = RunPod("node-b", "fakegpu-2", GpuOptIn(true, true), Job());
   ASSERT_TRUE(b.ok()) << b.status() << "\nnode B's cryod:\n"
                       << TailOf(world().cryod("node-b").log());
   const uint64_t from = U(Status("node-b", b->ctr_id), "main");
@@ -737,7 +766,7 @@ TEST_F(FakeGpuPodE2e, AGpuPodResumesOnAnotherNodeWithEveryWordOfItsMemory) {
 // the exporter through the memory they share and no word of it is wrong.
 TEST_F(FakeGpuPodE2e, TwoProcessesSharingGpuMemoryRunOnAfterACheckpointAndResumeOnAnotherNode) {
   const std::vector<std::string> job = Job({"--share-mib", "8", "--share-ipc"});
-  auto a = RunPod("node-a", "fakegpu-share-1", OptIn(false), job);
+  auto a = RunPod("node-a", "fakegpu-share-1", GpuOptIn(true, false), job);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(RunsPast("node-a", a->ctr_id, 10, "peer_steps"))
       << Status("node-a", a->ctr_id).dump() << "\n"
@@ -762,7 +791,7 @@ TEST_F(FakeGpuPodE2e, TwoProcessesSharingGpuMemoryRunOnAfterACheckpointAndResume
   ExpectIntact("node-a", a->ctr_id);
 
   StopWithCheckpoint(*a, 2);
-  auto b = RunPod("node-b", "fakegpu-share-2", OptIn(true), job);
+  auto b = RunPod("node-b", "fakegpu-share-2", GpuOptIn(true, true), job);
   ASSERT_TRUE(b.ok()) << b.status() << "\nnode B's cryod:\n"
                       << TailOf(world().cryod("node-b").log());
   const uint64_t from = U(Status("node-b", b->ctr_id), "peer_steps");
@@ -862,13 +891,7 @@ class GpuPodE2e : public ContainerModeE2e {
       if (const char* more = getenv("CRYO_GPU_POD_MOUNTS"); more != nullptr) {
         for (absl::string_view d : absl::StrSplit(more, ':', absl::SkipEmpty())) dirs.emplace(d);
       }
-      for (const std::string& dir : dirs) {
-        if (dir.size() < 2 || dir[0] != '/' || ::access(dir.c_str(), F_OK) != 0) continue;
-        cri::Mount* m = c->add_mounts();
-        m->set_container_path(dir);
-        m->set_host_path(dir);
-        m->set_readonly(true);
-      }
+      MountHostDirs(c, dirs);
       std::vector<std::string> files = {"/dev/nvidiactl", "/dev/nvidia-uvm",
                                         "/dev/nvidia-uvm-tools"};
       std::vector<std::string> uuids;
@@ -909,35 +932,10 @@ class GpuPodE2e : public ContainerModeE2e {
     return {Testload(), "--gib", absl::StrCat(gib), "--status", "/tmp/status", "--busy-us", "500"};
   }
 
-  static std::map<std::string, std::string> OptIn(bool fastpath, bool resume) {
-    std::map<std::string, std::string> a = {{"cryo.dev/checkpoint-on-stop", "true"}};
-    if (fastpath) a["cryo.dev/gpu-fast-path"] = "true";
-    if (resume) a["cryo.dev/resume"] = "auto";
-    return a;
-  }
-
-  nlohmann::json Status(const std::string& node, const std::string& ctr) {
-    auto r = Exec(node, ctr, "cat /tmp/status");
-    if (!r.ok()) return nlohmann::json();
-    return nlohmann::json::parse(r->stdout(), nullptr, false);
-  }
-
-  static uint64_t U(const nlohmann::json& j, const char* key) {
-    return j.is_object() && j.contains(key) && j[key].is_number() ? j[key].get<uint64_t>() : 0;
-  }
-
-  // Whether the job's steps went past `n`; false at once when its container is no longer running.
+  // Whether the job's steps went past `n`; false at once when its container no longer runs.
   bool StepsPast(const std::string& node, const std::string& ctr, uint64_t n,
                  absl::Duration timeout = absl::Minutes(3)) {
-    bool past = false;
-    WaitUntil(
-        [&] {
-          past = U(Status(node, ctr), "steps") > n;
-          auto st = Shim(node).ContainerStatus(ctr);
-          return past || !st.ok() || st->state() != cri::CONTAINER_RUNNING;
-        },
-        timeout);
-    return past;
+    return StatusPast(node, ctr, "steps", n, timeout);
   }
 
   // A full pass from now: every chunk verified once more, none wrong.
@@ -959,7 +957,7 @@ class GpuPodE2e : public ContainerModeE2e {
   // replacement.
   void PreemptAndResume(const std::string& name, bool fastpath, double gib) {
     GiveGpus({GpuOf("node-a")});
-    auto a = RunPod("node-a", name + "-a", OptIn(fastpath, false), Job(gib));
+    auto a = RunPod("node-a", name + "-a", GpuOptIn(fastpath, false), Job(gib));
     ASSERT_TRUE(a.ok()) << a.status();
     ASSERT_TRUE(StepsPast("node-a", a->ctr_id, 5)) << Status("node-a", a->ctr_id).dump() << "\n"
                                                    << TailOf(a->log_path);
@@ -976,7 +974,7 @@ class GpuPodE2e : public ContainerModeE2e {
 
     GiveGpus({GpuOf("node-b")});
     absl::Time t1 = absl::Now();
-    auto b = RunPod("node-b", name + "-b", OptIn(fastpath, true), Job(gib));
+    auto b = RunPod("node-b", name + "-b", GpuOptIn(fastpath, true), Job(gib));
     ASSERT_TRUE(b.ok()) << b.status() << "\n" << TailOf(world().cryod("node-b").log());
     const double restore_s = Secs(t1);
     const nlohmann::json first = Status("node-b", b->ctr_id);
@@ -1013,7 +1011,7 @@ TEST_F(GpuPodE2e, AGpuPodOnTheDriversPathResumesOnTheOtherGpuOfAnotherNode) {
 // kubelet's CheckpointContainer on a GPU pod: the archive, and the job runs on.
 TEST_F(GpuPodE2e, KubeletsCheckpointOfAGpuPodLeavesItRunning) {
   GiveGpus({GpuOf("node-a")});
-  auto a = RunPod("node-a", "gpu-ckpt", OptIn(true, false), Job(1));
+  auto a = RunPod("node-a", "gpu-ckpt", GpuOptIn(true, false), Job(1));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(StepsPast("node-a", a->ctr_id, 5)) << TailOf(a->log_path);
   cri::CheckpointContainerRequest req;
@@ -1062,15 +1060,11 @@ TEST_F(GpuPodE2e, ATrainingPodResumesOnTheOtherGpuWithTheSameLosses) {
   auto count = [](const std::string& t) { return std::count(t.begin(), t.end(), '\n'); };
 
   GiveGpus({GpuOf("node-a")});
-  auto a = RunPod("node-a", "torch-a", OptIn(true, false), job);
+  auto a = RunPod("node-a", "torch-a", GpuOptIn(true, false), job);
   ASSERT_TRUE(a.ok()) << a.status();
-  auto running = [&](const std::string& node, const std::string& ctr) {
-    auto st = Shim(node).ContainerStatus(ctr);
-    return st.ok() && st->state() == cri::CONTAINER_RUNNING;
-  };
   WaitUntil(
       [&] {
-        return count(lines("node-a", a->ctr_id)) >= steps / 3 || !running("node-a", a->ctr_id);
+        return count(lines("node-a", a->ctr_id)) >= steps / 3 || !Running("node-a", a->ctr_id);
       },
       absl::Minutes(5));
   ASSERT_GE(count(lines("node-a", a->ctr_id)), steps / 3) << TailOf(a->log_path);
@@ -1083,7 +1077,7 @@ TEST_F(GpuPodE2e, ATrainingPodResumesOnTheOtherGpuWithTheSameLosses) {
 
   GiveGpus({GpuOf("node-b")});
   absl::Time t1 = absl::Now();
-  auto b = RunPod("node-b", "torch-b", OptIn(true, true), job);
+  auto b = RunPod("node-b", "torch-b", GpuOptIn(true, true), job);
   ASSERT_TRUE(b.ok()) << b.status() << "\n" << TailOf(world().cryod("node-b").log());
   const double restore_s = Secs(t1);
   const std::string at_resume = lines("node-b", b->ctr_id);
@@ -1091,7 +1085,7 @@ TEST_F(GpuPodE2e, ATrainingPodResumesOnTheOtherGpuWithTheSameLosses) {
   WaitUntil(
       [&] {
         return absl::EndsWith(lines("node-b", b->ctr_id), "done\n") ||
-               !running("node-b", b->ctr_id);
+               !Running("node-b", b->ctr_id);
       },
       absl::Minutes(5));
   ASSERT_TRUE(absl::EndsWith(lines("node-b", b->ctr_id), "done\n")) << TailOf(b->log_path);
@@ -1112,7 +1106,7 @@ TEST_F(GpuPodE2e, APeriodicGpuPodStoppedWithTooShortAGraceResumesFromItsNewestPe
   double gib = 4;
   if (const char* g = getenv("CRYO_GPU_POD_GIB"); g != nullptr) (void)absl::SimpleAtod(g, &gib);
   GiveGpus({GpuOf("node-a")});
-  std::map<std::string, std::string> annotations = OptIn(true, false);
+  std::map<std::string, std::string> annotations = GpuOptIn(true, false);
   annotations["cryo.dev/checkpoint-every"] = "20s";
   auto a = RunPod("node-a", "gpu-periodic-a", annotations, Job(gib));
   ASSERT_TRUE(a.ok()) << a.status();
@@ -1145,7 +1139,7 @@ TEST_F(GpuPodE2e, APeriodicGpuPodStoppedWithTooShortAGraceResumesFromItsNewestPe
 
   GiveGpus({GpuOf("node-b")});
   absl::Time t0 = absl::Now();
-  auto b = RunPod("node-b", "gpu-periodic-b", OptIn(true, true), Job(gib));
+  auto b = RunPod("node-b", "gpu-periodic-b", GpuOptIn(true, true), Job(gib));
   ASSERT_TRUE(b.ok()) << b.status() << "\n" << TailOf(world().cryod("node-b").log());
   Report(absl::StrCat("gpu-periodic: replacement on node B created and started (restore from ",
                       newest, ") ", Secs(t0), " s"));
@@ -1159,14 +1153,14 @@ TEST_F(GpuPodE2e, APeriodicGpuPodStoppedWithTooShortAGraceResumesFromItsNewestPe
 // the GPU the checkpoint ran on and the pod's device files; the checkpoint stays.
 TEST_F(GpuPodE2e, AReplacementGivenNoGpuIsRefusedNamingBothLists) {
   GiveGpus({GpuOf("node-a")});
-  auto a = RunPod("node-a", "gpu-refuse-a", OptIn(false, false), Job(0.25));
+  auto a = RunPod("node-a", "gpu-refuse-a", GpuOptIn(false, false), Job(0.25));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(StepsPast("node-a", a->ctr_id, 5)) << TailOf(a->log_path);
   ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
   ASSERT_EQ(Checkpoints(kWorkload).size(), 1u) << TailOf(world().cryod("node-a").log());
 
   GiveGpus({});
-  auto b = RunPod("node-b", "gpu-refuse-b", OptIn(false, true), Job(0.25));
+  auto b = RunPod("node-b", "gpu-refuse-b", GpuOptIn(false, true), Job(0.25));
   ASSERT_FALSE(b.ok()) << "a pod without a GPU resumed a GPU job";
   Report(absl::StrCat("gpu-refuse: ", b.status().ToString()));
   EXPECT_THAT(std::string(b.status().message()),
