@@ -36,6 +36,7 @@
 #include "nlohmann/json.hpp"
 #include "test/daemon/criu/craft_images.h"
 #include "test/daemon/termination/test_http_server.h"
+#include "test/http_get_local.h"
 
 // A failed stop says why (the shim's or the runtime's error).
 #define ASSERT_STOPPED(expr)                      \

@@ -1,13 +1,9 @@
 #include "e2e/process/harness.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -356,27 +352,6 @@ CliResult RunCli(const std::string& socket, const std::vector<std::string>& args
   while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
   int st = ::pclose(p);
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-// One GET to cryod's HTTP endpoint on loopback; the whole answer, or "" when nothing came.
-std::string HttpGetLocal(int port, const std::string& path) {
-  std::string out;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  timeval tv{60, 0};  // a generous bound: a stuck endpoint fails the test, not hangs it
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
-    std::string req = "GET " + path + " HTTP/1.0\r\n\r\n";
-    (void)!::write(fd, req.data(), req.size());
-    char buf[65536];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-  }
-  ::close(fd);
-  return out;
 }
 
 }  // namespace cryo::e2e

@@ -102,9 +102,6 @@ class Workload {
 
 std::string Slurp(const std::string& path);
 
-// One GET to an HTTP endpoint on loopback (cryod's); the whole answer, or "" when nothing came.
-std::string HttpGetLocal(int port, const std::string& path);
-
 // Whether this kernel gives this process (no fast-path library in it) an io_uring: false, with
 // why not, where io_uring_setup is refused (an older kernel, a sysctl, seccomp).
 bool KernelGivesIoUring(std::string* why);

@@ -25,6 +25,7 @@
 #include "e2e/process/fixture.h"
 #include "e2e/process/harness.h"
 #include "gtest/gtest.h"
+#include "test/http_get_local.h"
 
 namespace cryo::e2e {
 namespace {

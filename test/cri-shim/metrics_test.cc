@@ -2,9 +2,6 @@
 // from the start, with the build and process metrics, served as Prometheus' text format.
 #include "cri-shim/metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -18,27 +15,10 @@
 #include "gtest/gtest.h"
 #include "lib/metrics/registry.h"
 #include "prometheus/exposer.h"
+#include "test/http_get_local.h"
 
 namespace cryo::shim {
 namespace {
-
-std::string Get(int port, const std::string& path) {
-  std::string out;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
-    std::string req = absl::StrCat("GET ", path, " HTTP/1.0\r\n\r\n");
-    (void)!::write(fd, req.data(), req.size());
-    char buf[65536];
-    ssize_t n;
-    while ((n = ::read(fd, buf, sizeof(buf))) > 0) out.append(buf, n);
-  }
-  ::close(fd);
-  return out;
-}
 
 TEST(ShimMetricsTest, ScrapedAtStartEveryOwnSeriesIsThereAtZero) {
   auto registry = metrics::NewRegistry("cryo-cri-shim");
@@ -46,7 +26,7 @@ TEST(ShimMetricsTest, ScrapedAtStartEveryOwnSeriesIsThereAtZero) {
   ASSERT_TRUE(m.ok()) << m.status();
   prometheus::Exposer exposer("127.0.0.1:0");
   exposer.RegisterCollectable(registry);
-  const std::string text = Get(exposer.GetListeningPorts().at(0), "/metrics");
+  const std::string text = HttpGetLocal(exposer.GetListeningPorts().at(0), "/metrics");
   // prometheus-cpp's exposer (civetweb) declares the charset; the version is the default one.
   EXPECT_TRUE(absl::StrContains(text, "Content-Type: text/plain; charset=utf-8"))
       << text.substr(0, 300);
@@ -87,11 +67,11 @@ TEST(ShimMetricsTest, TheFirstFailureIsAnIncreaseOfAnExistingSeries) {
   exposer.RegisterCollectable(registry);
   const int port = exposer.GetListeningPorts().at(0);
   EXPECT_TRUE(absl::StrContains(
-      Get(port, "/metrics"),
+      HttpGetLocal(port, "/metrics"),
       "cryo_shim_container_operations_total{op=\"checkpoint_on_stop\",result=\"failed\"} 0"));
   (*m)->ContainerOperation("checkpoint_on_stop", "failed").Increment();
   EXPECT_TRUE(absl::StrContains(
-      Get(port, "/metrics"),
+      HttpGetLocal(port, "/metrics"),
       "cryo_shim_container_operations_total{op=\"checkpoint_on_stop\",result=\"failed\"} 1"));
 }
 
