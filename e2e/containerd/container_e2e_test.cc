@@ -3,12 +3,15 @@
 // kubelet does. Opted-in pods are checkpointed (kubelet's checkpoint API, preemption stops)
 // and resumed on the other node; everything else is left alone. Needs root.
 #include <fcntl.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -875,6 +878,7 @@ class GpuPodE2e : public ContainerModeE2e {
   void TearDown() override {
     if (IsSkipped()) return;
     ContainerModeE2e::TearDown();
+    for (const std::string& m : shm_mounts_) ::umount2(m.c_str(), MNT_DETACH);
   }
 
   // The GPU a node's pods get: node A the first, node B the second when there is one.
@@ -910,8 +914,11 @@ class GpuPodE2e : public ContainerModeE2e {
       for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
                {"NVIDIA_VISIBLE_DEVICES", uuids.empty() ? "void" : absl::StrJoin(uuids, ",")},
                {"LD_LIBRARY_PATH", DriverLibDir()},
-               // The machine's GPUs are shared: NVLink multicast stays off.
-               {"NCCL_NVLS_ENABLE", "0"}}) {
+               // The machine's GPUs are shared: NVLink multicast stays off. NCCL talks over
+               // loopback and not InfiniBand, as the suite's process-mode DDP runs do.
+               {"NCCL_NVLS_ENABLE", "0"},
+               {"NCCL_IB_DISABLE", "1"},
+               {"NCCL_SOCKET_IFNAME", "lo"}}) {
         cri::KeyValue* e = c->add_envs();
         e->set_key(k);
         e->set_value(v);
@@ -992,6 +999,145 @@ class GpuPodE2e : public ContainerModeE2e {
     ExpectEveryWordIntact("node-b", b->ctr_id);
   }
 
+  static std::string Python() {
+    const char* py = getenv("CRYO_GPU_POD_PYTHON");
+    return py == nullptr ? std::string() : std::string(py);
+  }
+
+  // Which GPU each of the pod's GPU processes runs on, by the pid it has inside the pod (the
+  // host's pids change with a restore, those do not), from nvidia-smi on the node.
+  static std::map<pid_t, std::string> GpuOfPodPids() {
+    std::map<pid_t, std::string> out;
+    FILE* f = ::popen("nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader", "r");
+    if (f == nullptr) return out;
+    std::string text;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+    ::pclose(f);
+    for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      std::vector<std::string> kv = absl::StrSplit(line, absl::MaxSplits(',', 1));
+      pid_t host = 0;
+      if (kv.size() != 2 || !absl::SimpleAtoi(kv[0], &host)) continue;
+      // NSpid's last field is the pid in the process's own (the pod's) namespace.
+      for (absl::string_view l :
+           absl::StrSplit(Slurp(absl::StrCat("/proc/", host, "/status")), '\n')) {
+        if (!absl::ConsumePrefix(&l, "NSpid:")) continue;
+        std::vector<absl::string_view> pids =
+            absl::StrSplit(l, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+        pid_t inner = 0;
+        if (!pids.empty() && absl::SimpleAtoi(pids.back(), &inner)) {
+          out[inner] = std::string(absl::StripAsciiWhitespace(kv[1]));
+        }
+      }
+    }
+    return out;
+  }
+
+  static std::string Placement(const std::map<pid_t, std::string>& m) {
+    std::vector<std::string> parts;
+    for (const auto& [pid, uuid] : m) parts.push_back(absl::StrCat(pid, "@", uuid));
+    return parts.empty() ? std::string("none") : absl::StrJoin(parts, " ");
+  }
+
+  // A training pod (`python args... --steps N --out /tmp/losses.txt`, N from the reference run)
+  // with the fast path: started on node A given `from`, stopped with a 30 s grace after a third
+  // of its steps, its replacement on node B given `to`; the replacement must go on from where it
+  // stopped and write the reference's losses, bit for bit. The pod gets its own tmpfs at
+  // /dev/shm (NCCL wants more than the runtime's 64 MiB; users mount a memory emptyDir there).
+  void TrainStopAndResume(const std::string& name, const std::vector<std::string>& args,
+                          const std::string& ref_path, const std::vector<Gpu>& from,
+                          const std::vector<Gpu>& to,
+                          const std::map<std::string, std::string>& more_annotations) {
+    const std::string ref = Slurp(ref_path);
+    const int steps = static_cast<int>(std::count(ref.begin(), ref.end(), '\n')) - 1;
+    ASSERT_GT(steps, 50) << "the reference run " << ref_path << " is too short";
+    // The pod stays up after the last step, so that its losses can be read.
+    const std::vector<std::string> job = {
+        "sh", "-c",
+        absl::StrCat(Python(), " ", absl::StrJoin(args, " "), " --steps ", steps,
+                     " --step-ms 20 --out /tmp/losses.txt; exec sleep 100000")};
+    auto lines = [&](const std::string& node, const std::string& ctr) {
+      auto r = Exec(node, ctr, "cat /tmp/losses.txt 2>/dev/null");
+      return r.ok() ? r->stdout() : std::string();
+    };
+    auto count = [](const std::string& t) { return std::count(t.begin(), t.end(), '\n'); };
+    auto give = [&](const std::vector<Gpu>& gpus, const std::string& shm) {
+      GiveGpus(gpus);
+      std::filesystem::create_directories(shm);
+      ASSERT_EQ(::mount("tmpfs", shm.c_str(), "tmpfs", 0, "size=8g,mode=1777"), 0)
+          << shm << ": " << strerror(errno);
+      shm_mounts_.push_back(shm);
+      auto gpu_tweak = container_tweak_;
+      container_tweak_ = [gpu_tweak, shm](cri::ContainerConfig* c) {
+        gpu_tweak(c);
+        cri::Mount* m = c->add_mounts();
+        m->set_container_path("/dev/shm");
+        m->set_host_path(shm);
+      };
+    };
+    std::map<std::string, std::string> annotations = GpuOptIn(true, false);
+    annotations.insert(more_annotations.begin(), more_annotations.end());
+
+    give(from, absl::StrCat(world().dir(), "/", name, "-shm-a"));
+    auto a = RunPod("node-a", name + "-a", annotations, job);
+    ASSERT_TRUE(a.ok()) << a.status();
+    WaitUntil(
+        [&] {
+          return count(lines("node-a", a->ctr_id)) >= steps / 3 || !Running("node-a", a->ctr_id);
+        },
+        absl::Minutes(5));
+    ASSERT_GE(count(lines("node-a", a->ctr_id)), steps / 3) << TailOf(a->log_path);
+    const std::map<pid_t, std::string> before = GpuOfPodPids();
+    absl::Time t0 = absl::Now();
+    ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
+    const double stop_s = Secs(t0);
+    auto stopped = ExitedStatus("node-a", a->ctr_id);
+    ASSERT_TRUE(stopped.ok()) << stopped.status();
+    ASSERT_EQ(stopped->exit_code(), 75) << TailOf(world().shim("node-a").log_file()) << "\n"
+                                        << TailOf(world().cryod("node-a").log());
+    auto list = Checkpoints(kWorkload);
+    ASSERT_EQ(list.size(), 1u);
+    EXPECT_GT(list[0].gpu_fastpath_bytes(), 0u);
+
+    annotations["cryo.dev/resume"] = "auto";
+    give(to, absl::StrCat(world().dir(), "/", name, "-shm-b"));
+    absl::Time t1 = absl::Now();
+    auto b = RunPod("node-b", name + "-b", annotations, job);
+    ASSERT_TRUE(b.ok()) << b.status() << "\n" << TailOf(world().cryod("node-b").log());
+    const double restore_s = Secs(t1);
+    const std::map<pid_t, std::string> after = GpuOfPodPids();
+    const std::string at_resume = lines("node-b", b->ctr_id);
+    EXPECT_GE(count(at_resume), steps / 3) << "the replacement started over";
+    // Every GPU process came back, each on one of the GPUs the new pod was given.
+    std::set<std::string> given;
+    for (const Gpu& g : to) given.insert(g.uuid);
+    EXPECT_EQ(after.size(), before.size()) << Placement(before) << " -> " << Placement(after);
+    for (const auto& [pid, uuid] : after) EXPECT_TRUE(given.count(uuid)) << pid << " on " << uuid;
+    WaitUntil(
+        [&] {
+          return absl::EndsWith(lines("node-b", b->ctr_id), "done\n") ||
+                 !Running("node-b", b->ctr_id);
+        },
+        absl::Minutes(5));
+    ASSERT_TRUE(absl::EndsWith(lines("node-b", b->ctr_id), "done\n")) << TailOf(b->log_path);
+    const std::string got = lines("node-b", b->ctr_id);
+    EXPECT_EQ(got, ref) << "losses differ from the run without cryo";
+    auto names = [](const std::vector<Gpu>& gs) {
+      std::vector<std::string> u;
+      for (const Gpu& g : gs) u.push_back(g.uuid);
+      return absl::StrJoin(u, ",");
+    };
+    Report(absl::StrCat(name, ": ", steps, " steps, stopped after step ", count(at_resume) - 1,
+                        " on ", names(from), ", resumed on ", names(to),
+                        ": StopContainer (checkpoint) ", stop_s, " s, ", list[0].size_bytes() >> 20,
+                        " MiB (fast path ", list[0].gpu_fastpath_bytes() >> 20,
+                        " MiB); replacement created and started (restore) ", restore_s,
+                        " s; GPU processes (pod pid@GPU) before ", Placement(before), ", after ",
+                        Placement(after), "; losses ", got == ref ? "bit-identical" : "DIFFERENT"));
+  }
+
+  std::vector<std::string> shm_mounts_;
   std::vector<Gpu> gpus_;
 };
 
@@ -1039,64 +1185,32 @@ TEST_F(GpuPodE2e, KubeletsCheckpointOfAGpuPodLeavesItRunning) {
 // with the fast path: stopped mid-run on node A's GPU, resumed by its replacement on node B's,
 // it writes the same losses, bit for bit, as a run that was never stopped.
 TEST_F(GpuPodE2e, ATrainingPodResumesOnTheOtherGpuWithTheSameLosses) {
-  const char* python = getenv("CRYO_GPU_POD_PYTHON");
   const char* script = getenv("CRYO_GPU_POD_TORCH_SCRIPT");
-  const char* ref_path = getenv("CRYO_GPU_POD_TORCH_REF");
-  if (python == nullptr || script == nullptr || ref_path == nullptr) {
+  const char* ref = getenv("CRYO_GPU_POD_TORCH_REF");
+  if (script == nullptr || ref == nullptr || Python().empty()) {
     GTEST_SKIP() << "no PyTorch given: pods.sh sets CRYO_GPU_POD_PYTHON, CRYO_GPU_POD_TORCH_SCRIPT "
                     "and CRYO_GPU_POD_TORCH_REF (a run without cryo) when python3 has torch";
   }
-  const std::string ref = Slurp(ref_path);
-  const int steps = static_cast<int>(std::count(ref.begin(), ref.end(), '\n')) - 1;
-  ASSERT_GT(steps, 50) << "the reference run " << ref_path << " is too short";
-  // The pod stays up after the last step, so that its losses can be read.
-  const std::vector<std::string> job = {
-      "sh", "-c",
-      absl::StrCat(python, " ", script, " --steps ", steps,
-                   " --step-ms 20 --out /tmp/losses.txt; exec sleep 100000")};
-  auto lines = [&](const std::string& node, const std::string& ctr) {
-    auto r = Exec(node, ctr, "cat /tmp/losses.txt 2>/dev/null");
-    return r.ok() ? r->stdout() : std::string();
-  };
-  auto count = [](const std::string& t) { return std::count(t.begin(), t.end(), '\n'); };
+  TrainStopAndResume("torch", {script}, ref, {GpuOf("node-a")}, {GpuOf("node-b")}, {});
+}
 
-  GiveGpus({GpuOf("node-a")});
-  auto a = RunPod("node-a", "torch-a", GpuOptIn(true, false), job);
-  ASSERT_TRUE(a.ok()) << a.status();
-  WaitUntil(
-      [&] {
-        return count(lines("node-a", a->ctr_id)) >= steps / 3 || !Running("node-a", a->ctr_id);
-      },
-      absl::Minutes(5));
-  ASSERT_GE(count(lines("node-a", a->ctr_id)), steps / 3) << TailOf(a->log_path);
-  absl::Time t0 = absl::Now();
-  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
-  const double stop_s = Secs(t0);
-  auto stopped = ExitedStatus("node-a", a->ctr_id);
-  ASSERT_TRUE(stopped.ok()) << stopped.status();
-  ASSERT_EQ(stopped->exit_code(), 75) << TailOf(world().shim("node-a").log_file());
-
-  GiveGpus({GpuOf("node-b")});
-  absl::Time t1 = absl::Now();
-  auto b = RunPod("node-b", "torch-b", GpuOptIn(true, true), job);
-  ASSERT_TRUE(b.ok()) << b.status() << "\n" << TailOf(world().cryod("node-b").log());
-  const double restore_s = Secs(t1);
-  const std::string at_resume = lines("node-b", b->ctr_id);
-  EXPECT_GE(count(at_resume), steps / 3) << "the replacement started over";
-  WaitUntil(
-      [&] {
-        return absl::EndsWith(lines("node-b", b->ctr_id), "done\n") ||
-               !Running("node-b", b->ctr_id);
-      },
-      absl::Minutes(5));
-  ASSERT_TRUE(absl::EndsWith(lines("node-b", b->ctr_id), "done\n")) << TailOf(b->log_path);
-  const std::string got = lines("node-b", b->ctr_id);
-  EXPECT_EQ(got, ref) << "losses differ from the run without cryo";
-  Report(absl::StrCat("torch: ", steps, " steps, stopped after step ", count(at_resume) - 1, " on ",
-                      GpuOf("node-a").uuid, ", resumed on ", GpuOf("node-b").uuid,
-                      ": StopContainer (checkpoint) ", stop_s,
-                      " s; replacement created and started (restore) ", restore_s, " s; losses ",
-                      got == ref ? "bit-identical" : "DIFFERENT"));
+// A torchrun DDP pod holding both GPUs (NCCL at its defaults, NVLink multicast off; the agent
+// and two ranks, talking over loopback TCP and sharing GPU memory through NCCL's P2P), stopped
+// as a preemption stops it; its replacement on node B is given the same two GPUs in the other
+// order and goes on to the same losses, bit for bit, as a run that was never stopped.
+TEST_F(GpuPodE2e, ATorchrunDdpPodResumesOnItsGpusInTheOtherOrderWithTheSameLosses) {
+  const char* script = getenv("CRYO_GPU_POD_DDP_SCRIPT");
+  const char* ref = getenv("CRYO_GPU_POD_DDP_REF");
+  if (script == nullptr || ref == nullptr || Python().empty()) {
+    GTEST_SKIP()
+        << "no DDP reference: pods.sh sets CRYO_GPU_POD_DDP_SCRIPT and CRYO_GPU_POD_DDP_REF "
+           "(a run without cryo) on a machine with two GPUs and PyTorch";
+  }
+  ASSERT_GE(gpus_.size(), 2u) << "pods.sh made a DDP reference on a machine with one GPU";
+  // The pod's TCP connections (the ranks' store, NCCL's bootstrap) are carried with the job.
+  TrainStopAndResume(
+      "ddp", {"-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", script}, ref,
+      {gpus_[0], gpus_[1]}, {gpus_[1], gpus_[0]}, {{"cryo.dev/criu-tcp-established", "true"}});
 }
 
 // A GPU pod checkpointed in the background (checkpoint-every, the fast path): the job runs on

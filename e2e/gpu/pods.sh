@@ -9,6 +9,7 @@
 # (GpuPodE2e in e2e/containerd/container_e2e_test.cc: which scenarios, and what each checks).
 #
 # Env: CRYO_GPU_POD_GIB   device memory of the fast-path pod (default 4)
+#      CRYO_GPU_POD_TORCH_STEPS, CRYO_GPU_POD_DDP_STEPS  steps of the training pods (300, 200)
 #      CRYO_GPU_POD_TESTS gtest filter (default GpuPodE2e.*)
 
 run_pods_part() {
@@ -42,6 +43,16 @@ run_pods_part() {
       # the interpreter's prefix (a venv's too), the bundle (the script), the system's Python
       CRYO_GPU_POD_MOUNTS="$(dirname "$(dirname "$py")"):$(dirname "$(dirname "$(readlink -f "$py")")"):$B:/usr:/opt"
       export CRYO_GPU_POD_MOUNTS
+      # The DDP pod (two GPUs): its reference, launched as the pod launches it, NCCL as the
+      # pods have it (GiveGpus' environment).
+      if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 2 ]; then
+        local dref=$RES/pod-ddp.ref.txt
+        NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo setsid -w python3 \
+          -m torch.distributed.run --standalone --nproc-per-node=2 "$B/ddp_losses.py" \
+          --steps "${CRYO_GPU_POD_DDP_STEPS:-200}" --step-ms 20 --out "$dref" \
+          </dev/null >"$RES/pod-ddp.ref.log" 2>&1
+        grep -qx "done" "$dref" && export CRYO_GPU_POD_DDP_SCRIPT=$B/ddp_losses.py CRYO_GPU_POD_DDP_REF=$dref
+      fi
     fi
     "$B/bin/cri_e2e_test" --gtest_filter="${CRYO_GPU_POD_TESTS:-GpuPodE2e.*}" --gtest_color=no
   ) >"$out" 2>&1
