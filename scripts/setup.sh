@@ -34,6 +34,7 @@ PKGS=(
   # runtime for the container tests
   containerd runc iproute2 nftables busybox-static procps
   buildah  # checkpoint images from kubelet archives (e2e: restore from a checkpoint image)
+  iptables  # in the node image scripts/release.sh builds from this machine's packages
   # Helm chart render and type check (scripts/check-chart.sh): Go + sprig, K8s API types
   golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev python3-kubernetes
   golang-github-xeipuuv-gojsonschema-dev python3-jsonschema prometheus  # schema check; promtool
