@@ -6,12 +6,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "lib/base/fd.h"
 #include "lib/base/fs.h"
 #include "lib/base/status.h"
 #include "lib/contract/archive.h"
@@ -62,6 +65,41 @@ class TarWriter {
       if (archive_write_data(a_, buf.get(), n) != n) ok_ = false;
     }
     return Check(name);
+  }
+
+  absl::Status AddWhole(const ArchiveFile& f) {
+    std::map<std::string, UniqueFd> open;
+    auto fd_of = [&](const std::string& path) -> absl::StatusOr<int> {
+      auto it = open.find(path);
+      if (it != open.end()) return it->second.get();
+      UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+      if (fd.get() < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
+      return open.emplace(path, std::move(fd)).first->second.get();
+    };
+    Header(f.name, AE_IFREG, 0600, f.size);
+    constexpr uint64_t kPiece = 4 << 20;
+    std::unique_ptr<char[]> buf(new char[kPiece]);
+    for (uint64_t off = 0; ok_ && off < f.size;) {
+      std::string from = f.path;
+      uint64_t end = f.size;
+      if (f.chunk > 0) {
+        const uint64_t idx = off / f.chunk;
+        if (auto it = f.elsewhere.find(idx); it != f.elsewhere.end()) from = it->second;
+        end = std::min(end, (idx + 1) * f.chunk);
+      }
+      const size_t want = std::min(kPiece, end - off);
+      CRYO_ASSIGN_OR_RETURN(int fd, fd_of(from));
+      ssize_t n = ::pread(fd, buf.get(), want, static_cast<off_t>(off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoStatus(errno, absl::StrCat("read ", from));
+      if (n == 0) {
+        return absl::DataLossError(
+            absl::StrCat(from, " ends at ", off, " bytes; ", f.name, " has ", f.size));
+      }
+      if (archive_write_data(a_, buf.get(), n) != n) ok_ = false;
+      off += static_cast<uint64_t>(n);
+    }
+    return Check(f.name);
   }
 
   absl::Status Close() {
@@ -122,6 +160,7 @@ absl::Status WriteCheckpointArchive(const ArchiveInput& in, const std::string& p
     if (!in.dump_log.empty() && fs::Exists(in.dump_log)) {
       CRYO_RETURN_IF_ERROR(w.AddFile(contract::archive::kDumpLog, in.dump_log));
     }
+    for (const ArchiveFile& f : in.files) CRYO_RETURN_IF_ERROR(w.AddWhole(f));
     if (!in.stats_dump.empty() && fs::Exists(in.stats_dump)) {
       CRYO_RETURN_IF_ERROR(w.AddFile(contract::archive::kStatsDump, in.stats_dump));
     }

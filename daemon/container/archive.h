@@ -8,6 +8,7 @@
 //   rootfs-diff.tar  writable-layer changes
 //   deleted.files    JSON array of paths deleted from the image
 //   dump.log         CRIU's log of the dump
+//   cryo/            cryo's other files (the GPU fast path's data), whole
 
 #include <map>
 #include <string>
@@ -19,12 +20,24 @@
 
 namespace cryo::container {
 
+// A file of the checkpoint beyond CRIU's images, written whole at `name`: the chunks another
+// checkpoint holds for it (an incremental checkpoint's holes) are read from that checkpoint's
+// file at the same offsets.
+struct ArchiveFile {
+  std::string name;
+  std::string path;
+  uint64_t size = 0;
+  uint64_t chunk = 0;                         // the size of the chunks in `elsewhere`
+  std::map<uint64_t, std::string> elsewhere;  // chunk index -> the file that holds it
+};
+
 struct ArchiveInput {
   std::string images_dir;       // CRIU images
   std::string rootfs_diff_tar;  // empty: none
   std::string deleted_files;    // empty: none
   std::string dump_log;         // empty: none
   std::string stats_dump;       // CRIU's stats-dump; empty: none
+  std::vector<ArchiveFile> files;
   // Small files written as they are (name in the archive -> contents).
   std::map<std::string, std::string> extra;
   nlohmann::json config_dump;

@@ -225,6 +225,12 @@ std::string StorePathOfArchiveFile(const std::string& archive_path) {
   }
   if (p == contract::archive::kRootfsDiff) return contract::checkpoint::kRootfsDiff;
   if (p == contract::archive::kDeletedFiles) return contract::checkpoint::kDeletedFiles;
+  // cryo's other files: never CRIU's images or the writable layer by another name.
+  if (absl::ConsumePrefix(&p, absl::StrCat(contract::archive::kCryoDir, "/")) && !p.empty() &&
+      !absl::StartsWith(p, absl::StrCat(store::kImagesDir, "/")) &&
+      !absl::StartsWith(p, absl::StrCat(contract::checkpoint::kContainerDir, "/"))) {
+    return std::string(p);
+  }
   return "";
 }
 

@@ -68,7 +68,8 @@ store::ContainerSection SectionOf(const ContainerTarget& c, const std::string& r
 
 absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarget& c,
                                   const std::string& dir, const std::string& dump_log,
-                                  const std::string& path) {
+                                  const std::string& path,
+                                  const std::map<std::string, std::string>& referred) {
   ArchiveInput in;
   in.images_dir = fs::Join(dir, store::kImagesDir);
   in.rootfs_diff_tar = fs::Join(dir, contract::checkpoint::kRootfsDiff);
@@ -125,6 +126,24 @@ absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarge
       f.path = contract::archive::kRootfsDiff;
     } else if (f.path == contract::checkpoint::kDeletedFiles) {
       f.path = contract::archive::kDeletedFiles;
+    } else {
+      // cryo's own (the GPU fast path's data), whole: an image must hold all of its data.
+      ArchiveFile af{absl::StrCat(contract::archive::kCryoDir, "/", f.path),
+                     fs::Join(dir, f.path),
+                     f.size,
+                     kChecksumChunk,
+                     {}};
+      for (const auto& [id, chunks] : f.refs) {
+        auto where = referred.find(id);
+        if (where == referred.end()) {
+          return absl::FailedPreconditionError(
+              absl::StrCat(f.path, " refers to checkpoint ", id, ", which was not found"));
+        }
+        for (uint32_t j : chunks) af.elsewhere[j] = fs::Join(where->second, f.path);
+      }
+      in.files.push_back(std::move(af));
+      f.path = in.files.back().name;
+      f.refs.clear();
     }
   }
   in.extra[contract::archive::kCryoManifest] = store::ManifestToJson(in_archive);

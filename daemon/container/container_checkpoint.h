@@ -31,10 +31,13 @@ absl::StatusOr<std::vector<store::ManifestFile>> SaveWritableLayer(const proc::P
 // The manifest's container section for a checkpoint of `c`.
 store::ContainerSection SectionOf(const ContainerTarget& c, const std::string& runtime_name);
 
-// Writes kubelet's checkpoint archive for a published checkpoint in `dir`.
+// Writes kubelet's checkpoint archive for a published checkpoint in `dir`. `referred` gives the
+// directory of each checkpoint the manifest's files refer to for chunks (m.References()): the
+// archive holds every file whole.
 absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarget& c,
                                   const std::string& dir, const std::string& dump_log,
-                                  const std::string& path);
+                                  const std::string& path,
+                                  const std::map<std::string, std::string>& referred = {});
 
 // Tells a resuming cryo-init the restored job's pid (value > 0) or that the restore failed
 // (value <= 0; `why` goes to the container's log first). Best effort.

@@ -598,11 +598,17 @@ absl::Status Engine::Finish(CheckpointState& s) {
 }
 
 absl::Status Engine::Export(CheckpointState& s) {
-  return Annotate(
-      container::ExportKubeletArchive(s.manifest, *s.ctr, s.published_path,
-                                      fs::Join(s.op_dir, "dump.log"), s.req.export_archive),
-      absl::StrCat("checkpoint ", s.id, " is published, but its archive ", s.req.export_archive,
-                   " could not be written"));
+  // An incremental checkpoint's GPU data is partly in earlier ones: the archive holds it whole.
+  std::map<std::string, std::string> referred;
+  for (const std::string& id : s.manifest.References()) {
+    auto where = d_.store->LocalPath(id);
+    if (where.ok()) referred[id] = *where;
+  }
+  return Annotate(container::ExportKubeletArchive(s.manifest, *s.ctr, s.published_path,
+                                                  fs::Join(s.op_dir, "dump.log"),
+                                                  s.req.export_archive, referred),
+                  absl::StrCat("checkpoint ", s.id, " is published, but its archive ",
+                               s.req.export_archive, " could not be written"));
 }
 
 }  // namespace cryo::engine

@@ -13,7 +13,12 @@ archive=${1:?usage: checkpoint-image.sh ARCHIVE NAME OUT.tar [TAMPER]}
 name=${2:?usage: checkpoint-image.sh ARCHIVE NAME OUT.tar [TAMPER]}
 out=${3:?usage: checkpoint-image.sh ARCHIVE NAME OUT.tar [TAMPER]}
 tamper=${4:-}
-command -v buildah >/dev/null || { echo "checkpoint-image: buildah not found (Debian package buildah)" >&2; exit 1; }
+# Without buildah (the GPU test machine), oci_archive.py beside this script writes the same
+# image; CRYO_OCI_WRITER=python chooses it where buildah is installed too.
+writer=${CRYO_OCI_WRITER:-buildah}
+command -v buildah >/dev/null || writer=python
+[ "$writer" = buildah ] || command -v python3 >/dev/null ||
+  { echo "checkpoint-image: neither buildah (Debian package buildah) nor python3 found" >&2; exit 1; }
 
 work=$(mktemp -d)
 b=(buildah --root "$work/storage" --runroot "$work/run" --storage-driver vfs)
@@ -41,6 +46,14 @@ field() { printf '%s' "$config" | python3 -c "import json,sys; print(json.load(s
 container=$(field name)
 rootfs_image=$(field rootfsImageName)
 
+if [ "$writer" = python ]; then
+  rm -f "$out"
+  python3 "$(dirname "$0")/oci_archive.py" "$archive" "$name" "$out" \
+    "org.criu.checkpoint.container.name=$container" \
+    "io.kubernetes.cri-o.annotations.checkpoint.name=$container" \
+    "org.criu.checkpoint.rootfsImageName=$rootfs_image"
+  exit 0
+fi
 ctr=$("${b[@]}" from scratch)
 "${b[@]}" add "$ctr" "$archive" / >/dev/null
 "${b[@]}" config \

@@ -133,8 +133,9 @@ if [ "${CRYO_BUNDLE_PODS:-1}" = 1 ] && [ -x "$BUILD/e2e/containerd/cri_e2e_test"
   if [ -f "$so" ]; then
     echo "$(readlink -f "$so") lib/cryo/libcryo_gpu_fastpath.so" >>"$OUT/pods/paths"
   fi
-  cp "$ROOT/e2e/containerd/node.sh" "$ROOT/e2e/containerd/build-image.sh" "$OUT/pods/scripts/"
-  for s in node.sh build-image.sh; do
+  local_scripts="node.sh build-image.sh checkpoint-image.sh oci_archive.py"
+  for s in $local_scripts; do cp "$ROOT/e2e/containerd/$s" "$OUT/pods/scripts/"; done
+  for s in $local_scripts; do
     echo "$ROOT/e2e/containerd/$s pods/scripts/$s" >>"$OUT/pods/paths"
   done
 fi

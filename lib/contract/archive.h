@@ -20,6 +20,9 @@ inline constexpr char kStatusDump[] = "status.dump";  // CRI's ContainerStatus (
 // cryo's own manifest (every file with its checksum), which makes the archive restorable by cryo
 // (`kubectl cryo` / a checkpoint image) without its store.
 inline constexpr char kCryoManifest[] = "cryo-manifest.json";
+// cryo's other files of the checkpoint (the GPU fast path's data, gpu/...), each below this
+// directory at its path in the checkpoint directory.
+inline constexpr char kCryoDir[] = "cryo";
 
 }  // namespace cryo::contract::archive
 

@@ -5,11 +5,13 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/container/archive.h"
 #include "daemon/store/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -284,6 +286,63 @@ TEST(StorePathOfArchiveFile, MapsTheArchiveOntoTheStoreLayout) {
   EXPECT_EQ(StorePathOfArchiveFile("deleted.files"), "container/deleted.files");
   EXPECT_EQ(StorePathOfArchiveFile("config.dump"), "");
   EXPECT_EQ(StorePathOfArchiveFile("checkpoint/"), "");
+  // cryo's other files (the GPU fast path's data), but never CRIU's images or the writable
+  // layer by a second name.
+  EXPECT_EQ(StorePathOfArchiveFile("cryo/gpu/fastpath-7.0.bin"), "gpu/fastpath-7.0.bin");
+  EXPECT_EQ(StorePathOfArchiveFile("cryo/images/pages-1.img"), "");
+  EXPECT_EQ(StorePathOfArchiveFile("cryo/container/rootfs-diff.tar"), "");
+  EXPECT_EQ(StorePathOfArchiveFile("cryo/"), "");
+}
+
+// A GPU job's checkpoint image: the fast path's data comes in at its place in the store.
+TEST_F(CheckpointImageTest, TheGpuFastPathsDataComesWithTheImage) {
+  std::map<std::string, std::string> files = files_;
+  files["cryo/gpu/fastpath-7.0.bin"] = std::string(7000, 'g');
+  std::vector<Entry> e;
+  for (const auto& [n, d] : files) e.push_back({n, d});
+  e.push_back({"config.dump", R"({"rootfsImageName": "docker.io/cryo/busybox:e2e"})"});
+  e.push_back({"cryo-manifest.json", CryoManifest(files)});
+  auto u = Unpack(e);
+  ASSERT_TRUE(u.ok()) << u.status();
+  auto gpu = fs::ReadFile(fs::Join(dir_, "gpu/fastpath-7.0.bin"));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(*gpu, files.at("cryo/gpu/fastpath-7.0.bin"));
+  bool listed = false;
+  for (const auto& f : u->manifest.files) listed = listed || f.path == "gpu/fastpath-7.0.bin";
+  EXPECT_TRUE(listed);
+}
+
+// kubelet's archive holds cryo's files whole: the chunks an incremental checkpoint left to an
+// earlier one are read from that one's file at the same offsets.
+TEST(WriteCheckpointArchive, WritesCryosFilesWholeReadingTheirHolesFromElsewhere) {
+  TempDir tmp;
+  const uint64_t chunk = 8192;
+  // Chunk 1 of the file is a hole here; the earlier checkpoint's file holds it.
+  std::string own(3 * chunk - 100, 'a');
+  std::fill(own.begin() + chunk, own.begin() + 2 * chunk, '\0');
+  std::string earlier(3 * chunk - 100, 'x');
+  std::fill(earlier.begin() + chunk, earlier.begin() + 2 * chunk, 'b');
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(tmp.path, "own.bin"), own).ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(tmp.path, "earlier.bin"), earlier).ok());
+  ASSERT_TRUE(fs::MakeDirs(fs::Join(tmp.path, "images"), 0700).ok());
+  ArchiveInput in;
+  in.images_dir = fs::Join(tmp.path, "images");
+  in.files.push_back({"cryo/gpu/fastpath-7.0.bin",
+                      fs::Join(tmp.path, "own.bin"),
+                      own.size(),
+                      chunk,
+                      {{1, fs::Join(tmp.path, "earlier.bin")}}});
+  const std::string path = fs::Join(tmp.path, "out.tar");
+  ASSERT_TRUE(WriteCheckpointArchive(in, path).ok());
+  auto got = ReadArchiveFile(path, "cryo/gpu/fastpath-7.0.bin");
+  ASSERT_TRUE(got.ok()) << got.status();
+  std::string want(3 * chunk - 100, 'a');
+  std::fill(want.begin() + chunk, want.begin() + 2 * chunk, 'b');
+  EXPECT_EQ(*got, want);
+
+  // A file shorter than the manifest says is an error, not a short archive.
+  in.files[0].size = own.size() + 10;
+  EXPECT_EQ(WriteCheckpointArchive(in, path).code(), absl::StatusCode::kDataLoss);
 }
 
 // What containerd holds for an image made by buildah and pushed to an OCI archive, and for a
