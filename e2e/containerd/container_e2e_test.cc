@@ -943,6 +943,8 @@ class GpuPodE2e : public ContainerModeE2e {
     if (::access("/dev/nvidiactl", F_OK) != 0) return "no /dev/nvidiactl";
     if (NodeGpus().empty()) return "no GPU in /proc/driver/nvidia/gpus";
     if (DriverLibDir().empty()) return "no libcuda.so.1";
+    if (CdiSpec().is_null())
+      return "no CDI spec: pods.sh writes one (cdi.sh) into CRYO_GPU_POD_CDI_SPEC";
     return "";
   }
 
@@ -979,10 +981,60 @@ class GpuPodE2e : public ContainerModeE2e {
     return gpus_[node == "node-b" && gpus_.size() > 1 ? 1 : 0];
   }
 
-  // The next pod gets `gpus` as the device plugin and toolkit give them: its device files, the
-  // driver's libraries and the host's libc (the busybox image has none), read-only.
+  // The machine's CDI spec for its NVIDIA GPUs (e2e/gpu/cdi.sh), null without one.
+  static nlohmann::json CdiSpec() {
+    const char* path = getenv("CRYO_GPU_POD_CDI_SPEC");
+    if (path == nullptr) return nullptr;
+    nlohmann::json spec = nlohmann::json::parse(Slurp(path), nullptr, false);
+    return spec.is_object() && spec.value("kind", "") == "nvidia.com/gpu" ? spec : nullptr;
+  }
+
+  // CDI's container edits applied to a CRI container config, as containerd >= 1.7 applies the
+  // edits of the CDI devices kubelet names: device nodes, mounts, environment.
+  static void ApplyCdiEdits(const nlohmann::json& edits, cri::ContainerConfig* c) {
+    for (const auto& n : edits.value("deviceNodes", nlohmann::json::array())) {
+      const std::string path = n.value("path", "");
+      cri::Device* d = c->add_devices();
+      d->set_container_path(path);
+      d->set_host_path(n.value("hostPath", path));
+      d->set_permissions(n.value("permissions", "rwm"));
+    }
+    for (const auto& m : edits.value("mounts", nlohmann::json::array())) {
+      cri::Mount* mount = c->add_mounts();
+      mount->set_container_path(m.value("containerPath", ""));
+      mount->set_host_path(m.value("hostPath", ""));
+      const auto opts = m.value("options", std::vector<std::string>{});
+      mount->set_readonly(std::find(opts.begin(), opts.end(), "ro") != opts.end());
+    }
+    for (const auto& e : edits.value("env", std::vector<std::string>{})) {
+      std::vector<std::string> kv = absl::StrSplit(e, absl::MaxSplits('=', 1));
+      cri::KeyValue* env = c->add_envs();
+      env->set_key(kv[0]);
+      env->set_value(kv.size() > 1 ? kv[1] : "");
+    }
+  }
+
+  // The next pod gets `gpus` as the device plugin and toolkit give them: the edits of the
+  // machine's CDI spec for those GPUs (nvidia.com/gpu=<uuid>: their device files; for any GPU
+  // the control devices and the driver's files), NVIDIA_VISIBLE_DEVICES as the device plugin
+  // sets it, and the host's libc (the busybox image has none), read-only.
   void GiveGpus(std::vector<Gpu> gpus) {
     container_tweak_ = [gpus](cri::ContainerConfig* c) {
+      const nlohmann::json spec = CdiSpec();
+      if (!gpus.empty()) {
+        for (const Gpu& g : gpus) {
+          for (const auto& d : spec["devices"]) {
+            if (d.value("name", "") == g.uuid) ApplyCdiEdits(d["containerEdits"], c);
+          }
+        }
+        ApplyCdiEdits(spec["containerEdits"], c);
+      } else {
+        // A pod given no GPU still sees the control devices (a toolkit with
+        // NVIDIA_VISIBLE_DEVICES=void gives those), never a GPU's.
+        nlohmann::json control = spec["containerEdits"];
+        control.erase("mounts");
+        ApplyCdiEdits(control, c);
+      }
       std::set<std::string> dirs = {"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64",
                                     DriverLibDir(), Dirname(Testload())};
       // The machine's PyTorch, as a read-only hostPath volume (pods.sh names its directories).
@@ -990,20 +1042,8 @@ class GpuPodE2e : public ContainerModeE2e {
         for (absl::string_view d : absl::StrSplit(more, ':', absl::SkipEmpty())) dirs.emplace(d);
       }
       MountHostDirs(c, dirs);
-      std::vector<std::string> files = {"/dev/nvidiactl", "/dev/nvidia-uvm",
-                                        "/dev/nvidia-uvm-tools"};
       std::vector<std::string> uuids;
-      for (const Gpu& g : gpus) {
-        files.push_back(absl::StrCat("/dev/nvidia", g.minor));
-        uuids.push_back(g.uuid);
-      }
-      for (const std::string& f : files) {
-        if (::access(f.c_str(), F_OK) != 0) continue;
-        cri::Device* d = c->add_devices();
-        d->set_container_path(f);
-        d->set_host_path(f);
-        d->set_permissions("rwm");
-      }
+      for (const Gpu& g : gpus) uuids.push_back(g.uuid);
       for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
                {"NVIDIA_VISIBLE_DEVICES", uuids.empty() ? "void" : absl::StrJoin(uuids, ",")},
                {"LD_LIBRARY_PATH", DriverLibDir()},
@@ -1083,12 +1123,26 @@ class GpuPodE2e : public ContainerModeE2e {
         << "the job did not go on from its checkpoint: " << first.dump();
     ASSERT_TRUE(StepsPast("node-b", b->ctr_id, U(first, "steps")));
     const double step_s = Secs(t1);
+    // The stop's checkpoint by cryod's stages, and the restore's from node B's cryod log.
+    std::vector<std::string> stages;
+    for (const auto& [k, v] : list[0].stage_ms()) stages.push_back(absl::StrCat(k, " ", v));
+    std::sort(stages.begin(), stages.end());
+    std::string restored;
+    for (absl::string_view l : absl::StrSplit(Slurp(world().cryod("node-b").log()), '\n')) {
+      if (absl::StrContains(l, absl::StrCat("restored checkpoint ", list[0].checkpoint_id()))) {
+        restored = std::string(l.substr(l.find("stages (ms): ") == absl::string_view::npos
+                                            ? l.size()
+                                            : l.find("stages (ms): ") + 13));
+      }
+    }
     Report(absl::StrCat(
         name, ": ", gib, " GiB (", chunks, " chunks), ", fastpath ? "fast path" : "driver's path",
         ", GPU ", GpuOf("node-a").uuid, " -> ", GpuOf("node-b").uuid,
         ": StopContainer (checkpoint) ", stop_s, " s, ", list[0].size_bytes() >> 20,
         " MiB; replacement created and started (restore) ", restore_s, " s; its next step ", step_s,
-        " s after its creation; preemption to step ", stop_s + step_s, " s"));
+        " s after its creation; preemption to step ", stop_s + step_s,
+        " s; checkpoint stages (ms): ", absl::StrJoin(stages, ", "),
+        "; restore stages (ms): ", restored.empty() ? std::string("not logged") : restored));
     ExpectEveryWordIntact("node-b", b->ctr_id);
   }
 

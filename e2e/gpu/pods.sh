@@ -4,8 +4,8 @@
 # and pods, each with cryod and cryo-cri-shim as the DaemonSet runs them: host namespaces, root)
 # share one store; node A's pods get the first GPU, node B's the second (the same one on a
 # one-GPU machine). Pods get GPUs as the NVIDIA device plugin and container toolkit give them:
-# the GPU's device files (CRI devices), the driver's libraries mounted read-only,
-# NVIDIA_VISIBLE_DEVICES. The e2e's CRI client makes kubelet's calls in kubelet's order
+# the edits of a CDI spec of this machine (cdi.sh: the GPU's device file, the control devices,
+# the driver's libraries read-only) and NVIDIA_VISIBLE_DEVICES. The e2e's CRI client makes kubelet's calls in kubelet's order
 # (GpuPodE2e in e2e/containerd/container_e2e_test.cc: which scenarios, and what each checks).
 #
 # Env: CRYO_GPU_POD_GIB   device memory of the fast-path pod (default 4)
@@ -32,6 +32,8 @@ run_pods_part() {
     # ELF loader inside the pod's namespaces, finding its libraries by LD_LIBRARY_PATH.
     export CRYO_E2E_CRYOD_ARGS="--criu $B/criu/sbin/criu --gpu-plugin-dir $B/lib/cryo/gpu"
     export CRYO_E2E_TMP=/var/tmp
+    # The GPUs reach pods through a CDI spec of this machine, as the toolkit would write it.
+    bash "$B/cdi.sh" "$RES/cdi-nvidia.json" && export CRYO_GPU_POD_CDI_SPEC=$RES/cdi-nvidia.json
     # The training pod: the machine's python and PyTorch come in read-only (hostPath volumes),
     # its losses are compared with a run on this machine without cryo.
     if python3 -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
