@@ -190,21 +190,25 @@ bool LoadsFastpathLibrary(const proc::ProcReader& proc, pid_t pid) {
 }
 
 absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const FastpathProcess& p) {
-  const std::string name = wire::SocketName(p.ns_pid > 0 ? p.ns_pid : p.pid);
+  const pid_t own_pid = p.ns_pid > 0 ? p.ns_pid : p.pid;
+  const std::string name = wire::SocketName(own_pid);
   const std::string theirs = proc.Link(p.pid, "ns/net");
   if (theirs.empty()) {
     return absl::NotFoundError(absl::StrCat("pid ", p.pid, " is gone"));
   }
+  // By its name, or an alternate when another pid namespace's process on the same network
+  // has its pid; only the job's own process is kept (SO_PEERCRED), never whoever holds a name.
   int fd = -1;
   int err = 0;
+  pid_t held_by = 0;
   if (theirs == proc::ProcReader().Link(::getpid(), "ns/net")) {
-    fd = wire::ConnectAbstract(name);
+    fd = wire::ConnectToProcess(own_pid, p.pid, &held_by);
     err = errno;
   } else {
     // The socket lives in the job's network namespace: connect from a thread that joined it
     // (a socket stays in the namespace it was made in; the thread ends there).
     absl::Status entered = InNetNamespace(proc.PidPath(p.pid, "ns/net"), [&] {
-      fd = wire::ConnectAbstract(name);
+      fd = wire::ConnectToProcess(own_pid, p.pid, &held_by);
       err = errno;
     });
     if (!entered.ok()) {
@@ -215,6 +219,11 @@ absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const Fastpath
     if (err == ECONNREFUSED || err == ENOENT) {
       return absl::NotFoundError(
           absl::StrCat("pid ", p.pid, " has no GPU fast path listening (@", name, ")"));
+    }
+    if (err == EPERM) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the GPU fast path socket @", name, " of pid ", p.pid, " is held by pid ", held_by,
+          ", not by the job (nor is any of its alternates): refused to talk to it"));
     }
     return ErrnoStatus(err, absl::StrCat("connecting to the GPU fast path of pid ", p.pid));
   }

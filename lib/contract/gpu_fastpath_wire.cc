@@ -74,6 +74,29 @@ bool ReceiveMessage(int fd, std::string* text, std::vector<int>* fds) {
 
 std::string SocketName(pid_t pid) { return std::string(kSocketPrefix) + std::to_string(pid); }
 
+std::string AlternateSocketName(pid_t pid, int k) {
+  return k == 0 ? SocketName(pid) : SocketName(pid) + "." + std::to_string(k);
+}
+
+int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by) {
+  bool someone = false;
+  for (int k = 0; k < kAlternateNames; ++k) {
+    const int fd = ConnectAbstract(AlternateSocketName(pid, k));
+    if (fd < 0) continue;
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == peer_pid &&
+        peer_pid > 0) {
+      return fd;
+    }
+    if (!someone && held_by != nullptr) *held_by = cred.pid;
+    someone = true;
+    ::close(fd);
+  }
+  errno = someone ? EPERM : ECONNREFUSED;
+  return -1;
+}
+
 int ConnectAbstract(const std::string& name) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;

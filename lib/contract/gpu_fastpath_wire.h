@@ -23,4 +23,17 @@ std::string SocketName(pid_t pid);
 // (errno set) when nobody listens.
 int ConnectAbstract(const std::string& name);
 
+// Processes of different pid namespaces share a network namespace (pods on the host's network):
+// two of them with the same pid would want one name. A process whose name is taken listens on
+// an alternate (SocketName(pid) + ".1", ".2", ...), at most kAlternateNames of them.
+inline constexpr int kAlternateNames = 8;
+std::string AlternateSocketName(pid_t pid, int k);  // k = 0: SocketName(pid)
+
+// Connects to the channel of the process that calls itself `pid`, which is `peer_pid` as the
+// caller sees it (the same in one pid namespace; cryod passes the host's pid): each of its
+// names in turn, keeping the connection whose peer (SO_PEERCRED) is `peer_pid`. -1 with errno
+// ECONNREFUSED when nobody listens on any, EPERM when only other processes do (then `*held_by`,
+// when given, is the pid that holds the first name: 0 for one outside the caller's namespace).
+int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by = nullptr);
+
 }  // namespace cryo::contract::gpu_fastpath

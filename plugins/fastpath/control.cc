@@ -58,14 +58,22 @@ bool Speaks(int conn) {
 std::string Control::Start(pid_t pid) {
   if (started_.exchange(true)) return "";
   pid_ = pid != 0 ? pid : ::getpid();
-  const std::string name = wire::SocketName(pid_);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  memcpy(a.sun_path + 1, name.data(), name.size());
-  const socklen_t len = offsetof(sockaddr_un, sun_path) + 1 + name.size();
   int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
   if (fd < 0) return std::string("socket: ") + strerror(errno);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(fd, 4) != 0) {
+  // The name is another process's when a process of another pid namespace on this network
+  // namespace has our pid (pods on the host's network): then the next free alternate.
+  std::string name;
+  int bound = -1;
+  for (int k = 0; k < wire::kAlternateNames && bound != 0; ++k) {
+    name = wire::AlternateSocketName(pid_, k);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    memcpy(a.sun_path + 1, name.data(), name.size());
+    const socklen_t len = offsetof(sockaddr_un, sun_path) + 1 + name.size();
+    bound = ::bind(fd, reinterpret_cast<sockaddr*>(&a), len);
+    if (bound != 0 && errno != EADDRINUSE) break;
+  }
+  if (bound != 0 || ::listen(fd, 4) != 0) {
     std::string err = std::string("listening on @") + name + ": " + strerror(errno);
     ::close(fd);
     return err;

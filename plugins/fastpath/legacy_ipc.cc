@@ -79,10 +79,13 @@ bool SecretFromHex(const std::string& hex, uint64_t secret[2]) {
 
 int FetchIpcShare(const IpcHandle& h, bool* busy, std::string* why) {
   *busy = false;
-  const int conn = wire::ConnectAbstract(wire::SocketName(h.pid));
+  // The exporter is in our pid namespace (a handle names it by its pid there): only that process
+  // is asked, never another that took its name on a shared network namespace.
+  const int conn = wire::ConnectToProcess(h.pid, h.pid);
   if (conn < 0) {
-    *why =
-        "no fast-path library answers in process " + std::to_string(h.pid) + ": " + strerror(errno);
+    *why = "no fast-path library answers in process " + std::to_string(h.pid) + ": " +
+           (errno == EPERM ? std::string("its channel's name is held by another process")
+                           : std::string(strerror(errno)));
     return -1;
   }
   timeval tv{kAnswerSeconds, 0};

@@ -988,7 +988,9 @@ TEST_F(FastpathMoveTest, LegacyIpcOfOwnedMemoryIsServedByTheLibraryAndCarriedLik
   CUdeviceptr p = 0;
   ASSERT_EQ(reg_->MemAlloc(&p, 6 * kMiB), CUDA_SUCCESS);
   Fill(p, 6 * kMiB, 31);
-  const pid_t exporter_pid = 40000000 + ::getpid() % 1000000;  // no process has it
+  // The exporter is this process (its channel the FakeChannel below): an importer talks only to
+  // the process a handle names.
+  const pid_t exporter_pid = ::getpid();
   IpcHandle h, again;
   CUresult er = CUDA_ERROR_UNKNOWN;
   ASSERT_TRUE(reg_->IpcExport(p + 4096, exporter_pid, &h, &er));  // any address in it
@@ -1142,6 +1144,67 @@ TEST_F(FastpathTest, TheChannelAnswersInTypesAndRefusesAVersionItDoesNotSpeak) {
   EXPECT_EQ(bad.error.code, wire::ErrorCode::kBadRequest);
   ::close(sv[0]);
   ::close(sv[1]);
+}
+
+// Pods on the host's network share one abstract namespace, each with its own pids: a process of
+// another pod with the job's pid holds the job's name. The library listens on an alternate, and
+// cryod (and an importer) find the job's own by its SO_PEERCRED pid, never talking to the other.
+TEST_F(FastpathTest, AJobWhoseChannelNameIsTakenListensOnAnAlternateFoundByItsPid) {
+  namespace wire = contract::gpu_fastpath;
+  const pid_t pid = 42000000 + ::getpid() % 1000000;  // the job's pid "in its own namespace"
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t other = ::fork();
+  if (other == 0) {
+    // The other pod's process with the same pid: holds the name and accepts, answering nothing.
+    const std::string name = wire::SocketName(pid);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    memcpy(a.sun_path + 1, name.data(), name.size());
+    int fd = ::socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    if (fd < 0 ||
+        ::bind(fd, reinterpret_cast<sockaddr*>(&a),
+               offsetof(sockaddr_un, sun_path) + 1 + name.size()) != 0 ||
+        ::listen(fd, 4) != 0) {
+      ::_exit(3);
+    }
+    (void)!::write(ready[1], "r", 1);
+    for (;;) ::close(::accept(fd, nullptr, nullptr));
+  }
+  char r;
+  ASSERT_EQ(::read(ready[0], &r, 1), 1);
+  ::close(ready[0]);
+  ::close(ready[1]);
+
+  Control control(*mover_, *reg_, nullptr);
+  EXPECT_EQ(control.Start(pid), "") << "the library did not listen on an alternate";
+  pid_t held_by = -1;
+  const int conn = wire::ConnectToProcess(pid, ::getpid(), &held_by);
+  ASSERT_GE(conn, 0) << strerror(errno);
+  timeval tv{10, 0};
+  ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  wire::Request req;
+  req.op = wire::Op::kStatus;
+  ASSERT_TRUE(wire::SendMessage(conn, wire::Encode(req)));
+  std::string reply;
+  std::vector<int> fds;
+  ASSERT_TRUE(wire::ReceiveMessage(conn, &reply, &fds)) << "the job's library did not answer";
+  wire::Reply<wire::StatusReply> st;
+  std::string why;
+  ASSERT_TRUE(wire::Decode(reply, &st, &why)) << why;
+  EXPECT_TRUE(st.ok);
+  ::close(conn);
+
+  // Asked for a process that holds none of the names: refused, naming who holds the first.
+  errno = 0;
+  EXPECT_LT(wire::ConnectToProcess(pid, other + 1000000, &held_by), 0);
+  EXPECT_EQ(errno, EPERM);
+  EXPECT_EQ(held_by, other);
+  // Nobody at all on a pid's names.
+  EXPECT_LT(wire::ConnectToProcess(pid + 1, ::getpid()), 0);
+  EXPECT_EQ(errno, ECONNREFUSED);
+  ::kill(other, SIGKILL);
+  ::waitpid(other, nullptr, 0);
 }
 
 // The channel serves one peer at a time: one that connects and says nothing is dropped within
