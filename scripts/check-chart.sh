@@ -219,7 +219,11 @@ expectations() {
       expect_pod "$n" "sorted(v['hostPath']['path'] for v in p['volumes'] if v['name'] in ('host-systemd-dir', 'host-shim-config'))" '["/etc/cryo", "/etc/systemd/system"]' "unit and flags in /etc"
       expect_pod "$n" "p['tolerations']" '[{"key": "cloud.google.com/gke-spot", "operator": "Exists", "effect": "NoSchedule"}]' "the tolerations set"
       expect_notes "$n" "Nothing: the installer enabled and started cryo-cri-shim.service" "no manual unit step"
-      expect_notes "$n" "containerRuntimeEndpoint: unix:///run/cryo/cri-shim.sock" "the kubelet step"
+      expect_notes "$n" "Nothing: the installer points kubelet at the shim" "no manual kubelet step (shim.configureKubelet)"
+      # shim.configureKubelet: a privileged init container after the installer converts the node.
+      expect_pod "$n" "[x['name'] for x in p['initContainers']]" '["install-shim", "configure-kubelet"]' "the kubelet step after the install"
+      expect_pod "$n" "[x['command'] for x in p['initContainers'] if x['name'] == 'configure-kubelet'][0]" '["/opt/cryo/host/kubelet-endpoint.sh", "convert"]' "convert on every pod start"
+      expect_pod "$n" "sorted(v['hostPath']['path'] for v in p['volumes'] if v['name'] in ('host-kubelet-config', 'host-shim-socket'))" '["/run/cryo", "/var/lib/kubelet"]' "kubelet's config and the shim's socket"
       ;;
     gpu)
       expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Service×1, ServiceAccount×1"
@@ -545,6 +549,8 @@ expect_refused "shim.systemdDir under /etc without shim.manageService" \
 expect_refused "shim.manageService with a unit directory systemd does not read" \
   'shim.systemdDir "/opt/cryo/systemd": with shim.manageService' \
   render --set shim.manageService=true --set shim.systemdDir=/opt/cryo/systemd
+expect_refused "shim.configureKubelet without shim.manageService" "shim.configureKubelet needs shim.manageService=true" \
+  render --set shim.configureKubelet=true
 expect_refused "shim.manageService without shim.install" "shim.manageService needs shim.install" \
   render --set shim.manageService=true --set shim.install=false
 expect_refused "the PrometheusRule without cryod's metrics" "monitoring.prometheusRule.enabled needs metrics.enabled" \

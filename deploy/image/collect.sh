@@ -15,7 +15,7 @@
 # OUT/opt/cryo/shim-bundle/   the shim for the host: bin/cryo-cri-shim runs libexec/cryo-cri-shim
 #     through the bundled glibc loader with only lib/ on its library path, so it does not depend
 #     on the host's distribution or glibc version; VERSION is a hash of the content
-# OUT/opt/cryo/host/          install.sh and the systemd unit (deploy/host)
+# OUT/opt/cryo/host/          install.sh, kubelet-endpoint.sh and the systemd unit (deploy/host)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${1:?usage: collect.sh OUT [PREFIX]}
@@ -113,6 +113,7 @@ fi
 (cd "$B" && find . -type f ! -name VERSION -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16) >"$B/VERSION"
 
 install -m 0755 "$ROOT/deploy/host/install.sh" "$OUT/opt/cryo/host/install.sh"
+install -m 0755 "$ROOT/deploy/host/kubelet-endpoint.sh" "$OUT/opt/cryo/host/kubelet-endpoint.sh"
 install -m 0644 "$ROOT/deploy/host/cryo-cri-shim.service" "$ROOT/deploy/host/kubelet-cryo.conf" \
   "$OUT/opt/cryo/host/"
 echo "collect: $(du -sh "$OUT" | cut -f1) in $OUT (shim bundle $(cat "$B/VERSION"))"
