@@ -223,6 +223,7 @@ expectations() {
       # shim.configureKubelet: a privileged init container after the installer converts the node.
       expect_pod "$n" "[x['name'] for x in p['initContainers']]" '["install-shim", "configure-kubelet"]' "the kubelet step after the install"
       expect_pod "$n" "[x['command'] for x in p['initContainers'] if x['name'] == 'configure-kubelet'][0]" '["/opt/cryo/host/kubelet-endpoint.sh", "convert"]' "convert on every pod start"
+      expect_pod "$n" "[x['securityContext'] for x in p['initContainers'] if x['name'] == 'configure-kubelet'][0]" '{"privileged": true, "runAsUser": 0}' "privileged, as the installer is"
       expect_pod "$n" "sorted(v['hostPath']['path'] for v in p['volumes'] if v['name'] in ('host-kubelet-config', 'host-shim-socket'))" '["/run/cryo", "/var/lib/kubelet"]' "kubelet's config and the shim's socket"
       ;;
     gpu)
@@ -315,6 +316,15 @@ grep -q 'claimName: shared-ckpt' "$TMP/set-flags.yaml" || fail "--set store.pvc.
 grep -q '"retention_keep": 5' "$TMP/set-flags.yaml" || fail "--set cryod.retentionKeep had no effect"
 grep -q 'image: cryo/cryo-node:1.2.3' "$TMP/set-flags.yaml" || fail "--set-string image.tag had no effect"
 check set-flags "$TMP/set-flags.yaml"
+# shim.manageService without shim.configureKubelet: the kubelet step puts back what an earlier
+# conversion replaced (turning configureKubelet off before helm uninstall); with neither, no
+# privileged kubelet step at all.
+render --set shim.manageService=true >"$TMP/restore.yaml" || fail "rendering with shim.manageService"
+grep -qE 'kubelet-endpoint.sh"?, ?"?restore' "$TMP/restore.yaml" ||
+  fail "shim.manageService without configureKubelet: no kubelet-endpoint.sh restore"
+! grep -q 'kubelet-endpoint.sh' "$TMP/default.yaml" || fail "the defaults run the privileged kubelet step"
+check restore "$TMP/restore.yaml"
+say "ok  the kubelet step: convert with configureKubelet, restore with manageService alone, none by default"
 
 # --- the values reference and the schema ---------------------------------------------------------
 "$PY" "$ROOT/deploy/chart-render/values_doc.py" --check || fail "charts/cryo/README.md values table"
