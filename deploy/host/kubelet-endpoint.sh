@@ -17,6 +17,8 @@ set -euo pipefail
 HOST_ROOT=${HOST_ROOT:-/host}
 KUBELET_CONFIG=${KUBELET_CONFIG:-/var/lib/kubelet/config.yaml}
 KUBELET_FLAG_FILES=${KUBELET_FLAG_FILES:-/var/lib/kubelet/kubeadm-flags.env /etc/default/kubelet /etc/sysconfig/kubelet}
+# The host's processes (the container runs with hostPID): a running kubelet's own flags count too.
+PROC_ROOT=${PROC_ROOT:-/proc}
 SHIM_SOCKET=${SHIM_SOCKET:-/run/cryo/cri-shim.sock}
 STATE_FILE=${STATE_FILE:-/opt/cryo/state/kubelet-endpoint}
 # kubelet's own default since 1.27, when its config names no endpoint.
@@ -61,10 +63,17 @@ restart_kubelet() {
 }
 
 flag_file() {
-  local f
+  local f c
   for f in $KUBELET_FLAG_FILES; do
     if [ -f "$HOST_ROOT$f" ] && grep -q -- '--container-runtime-endpoint' "$HOST_ROOT$f"; then
       echo "$f"
+      return
+    fi
+  done
+  for c in "$PROC_ROOT"/[0-9]*/cmdline; do
+    [ -r "$c" ] || continue
+    if tr '\0' ' ' <"$c" 2>/dev/null | grep -qE '(^|/)kubelet .*--container-runtime-endpoint'; then
+      echo "the running kubelet's command line (${c%/cmdline})"
       return
     fi
   done

@@ -35,7 +35,7 @@ host() {  # host [ENDPOINT-LINE]
   python3 -c "import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])" "$T/host/run/cryo/cri-shim.sock"
 }
 run() {
-  HOST_ROOT="$T/host" NSENTER="$T/fake-nsenter" bash "$HERE/kubelet-endpoint.sh" "$@"
+  HOST_ROOT="$T/host" NSENTER="$T/fake-nsenter" PROC_ROOT="$T/proc" bash "$HERE/kubelet-endpoint.sh" "$@"
 }
 endpoint() { grep '^containerRuntimeEndpoint:' "$T/host/var/lib/kubelet/config.yaml" || true; }
 restarts() { grep -c 'systemctl restart kubelet' "$T/calls" || true; }
@@ -91,6 +91,12 @@ host "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock"
 echo 'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///run/containerd/containerd.sock"' \
   >"$T/host/var/lib/kubelet/kubeadm-flags.env"
 refuse "endpoint set by a flag" "set by --container-runtime-endpoint in /var/lib/kubelet/kubeadm-flags.env"
+rm "$T/host/var/lib/kubelet/kubeadm-flags.env"
+mkdir -p "$T/proc/4242"
+printf '/usr/bin/kubelet\0--config=/var/lib/kubelet/config.yaml\0--container-runtime-endpoint=unix:///run/containerd/containerd.sock\0' \
+  >"$T/proc/4242/cmdline"
+refuse "endpoint on the running kubelet's command line" "the running kubelet's command line"
+rm -r "$T/proc/4242"
 host "containerRuntimeEndpoint: unix:///var/run/dockershim.sock"
 refuse "unknown runtime" "is not containerd's or CRI-O's socket"
 host "containerRuntimeEndpoint: unix:///var/run/crio/crio.sock"
