@@ -17,7 +17,7 @@
 # Pointing kubelet at the shim is never done here: see docs/install.md.
 set -euo pipefail
 
-HOST_ROOT=${HOST_ROOT:-/host}
+HOST_ROOT=${HOST_ROOT-/host}  # "" (set, empty): on the node itself
 SHIM_PREFIX=${SHIM_PREFIX:-/opt/cryo}
 INIT_PATH=${INIT_PATH:-/usr/local/lib/cryo/cryo-init}
 SYSTEMD_DIR=${SYSTEMD_DIR:-/etc/systemd/system}

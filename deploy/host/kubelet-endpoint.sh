@@ -14,7 +14,8 @@
 # listening yet (kubelet would lose its runtime).
 set -euo pipefail
 
-HOST_ROOT=${HOST_ROOT:-/host}
+# "" (set but empty): run on the node itself, paths as they are.
+HOST_ROOT=${HOST_ROOT-/host}
 KUBELET_CONFIG=${KUBELET_CONFIG:-/var/lib/kubelet/config.yaml}
 KUBELET_FLAG_FILES=${KUBELET_FLAG_FILES:-/var/lib/kubelet/kubeadm-flags.env /etc/default/kubelet /etc/sysconfig/kubelet}
 # The host's processes (the container runs with hostPID): a running kubelet's own flags count too.
@@ -47,11 +48,14 @@ current_endpoint() {
   sed -n 's/^containerRuntimeEndpoint:[[:space:]]*["'\'']\{0,1\}\([^"'\'' #]*\).*/\1/p' "$config" | tail -n 1
 }
 
-# Replaces (or adds, or with "" removes) the top-level containerRuntimeEndpoint, by rename.
+# Replaces in place (or adds at the end, or with "" removes) the top-level containerRuntimeEndpoint,
+# by rename: the other lines keep their order, so restore gives back the file as it was.
 write_endpoint() {
   local value=$1 tmp=$config.cryo-new
-  grep -v '^containerRuntimeEndpoint:' "$config" >"$tmp" || true
-  [ -z "$value" ] || printf 'containerRuntimeEndpoint: %s\n' "$value" >>"$tmp"
+  awk -v v="$value" '
+    /^containerRuntimeEndpoint:/ { if (v != "" && !done) print "containerRuntimeEndpoint: " v; done = 1; next }
+    { print }
+    END { if (v != "" && !done) print "containerRuntimeEndpoint: " v }' "$config" >"$tmp"
   chmod --reference="$config" "$tmp"
   mv -f "$tmp" "$config"
 }
@@ -65,22 +69,30 @@ restart_kubelet() {
 flag_file() {
   local f c
   for f in $KUBELET_FLAG_FILES; do
-    if [ -f "$HOST_ROOT$f" ] && grep -q -- '--container-runtime-endpoint' "$HOST_ROOT$f"; then
+    # A commented-out example does not count.
+    if [ -f "$HOST_ROOT$f" ] && grep -qE -- '^[^#]*--container-runtime-endpoint' "$HOST_ROOT$f"; then
       echo "$f"
       return
     fi
   done
+  # Only a process whose program is kubelet, and only a real argument: not any command line that
+  # merely mentions both (a shell script, an editor, a grep).
+  local argv a
   for c in "$PROC_ROOT"/[0-9]*/cmdline; do
-    [ -r "$c" ] || continue
-    if tr '\0' ' ' <"$c" 2>/dev/null | grep -qE '(^|/)kubelet .*--container-runtime-endpoint'; then
-      echo "the running kubelet's command line (${c%/cmdline})"
-      return
-    fi
+    mapfile -d '' argv 2>/dev/null <"$c" || continue
+    if [ "${#argv[@]}" -lt 2 ] || [ "${argv[0]##*/}" != kubelet ]; then continue; fi
+    for a in "${argv[@]:1}"; do
+      case $a in
+        --container-runtime-endpoint | --container-runtime-endpoint=*)
+          echo "the running kubelet's command line (${c%/cmdline})"
+          return ;;
+      esac
+    done
   done
 }
 
 convert() {
-  [ -f "$config" ] || unchanged "no kubelet config at $KUBELET_CONFIG (set KUBELET_CONFIG)"
+  [ -f "$config" ] || unchanged "no kubelet config at $config (set KUBELET_CONFIG, HOST_ROOT)"
   local flags; flags=$(flag_file)
   [ -z "$flags" ] || unchanged "kubelet's endpoint is set by --container-runtime-endpoint in $flags, which wins over $KUBELET_CONFIG: edit it there (docs/install.md, step 4)"
   local now; now=$(current_endpoint)

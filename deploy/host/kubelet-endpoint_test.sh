@@ -40,25 +40,34 @@ run() {
 endpoint() { grep '^containerRuntimeEndpoint:' "$T/host/var/lib/kubelet/config.yaml" || true; }
 restarts() { grep -c 'systemctl restart kubelet' "$T/calls" || true; }
 
-# 1. A stock containerd node: converted, the old value kept, kubelet restarted once.
+# 1. A stock containerd node: converted, the old value kept, kubelet restarted once. Around it a
+# process that mentions kubelet and the flag without being kubelet (a shell script, a grep) and a
+# commented-out flag in a flag file: neither counts.
 host "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock"
+cp "$T/host/var/lib/kubelet/config.yaml" "$T/original.yaml"
+mkdir -p "$T/proc/4243" "$T/host/etc/default"
+printf 'bash\0-c\0echo /usr/bin/kubelet --container-runtime-endpoint=x\0' >"$T/proc/4243/cmdline"
+echo '# KUBELET_EXTRA_ARGS="--container-runtime-endpoint=unix:///run/containerd/containerd.sock"' \
+  >"$T/host/etc/default/kubelet"
 run convert >"$T/out" 2>&1 || no "convert failed: $(cat "$T/out")"
+rm -r "$T/proc/4243"
 [ "$(endpoint)" = "containerRuntimeEndpoint: unix:///run/cryo/cri-shim.sock" ] || no "endpoint after convert: $(endpoint)"
 grep -q '^cgroupDriver: systemd' "$T/host/var/lib/kubelet/config.yaml" || no "other settings lost"
 [ "$(cat "$T/host/opt/cryo/state/kubelet-endpoint")" = "unix:///run/containerd/containerd.sock" ] || no "old value not kept"
 [ "$(restarts)" = 1 ] || no "kubelet restarted $(restarts) times"
-ok "a stock node is converted, its endpoint kept, kubelet restarted once"
+ok "a stock node is converted, its endpoint kept, kubelet restarted once (a script mentioning kubelet's flag and a commented-out flag do not count)"
 run convert >"$T/out" 2>&1 || no "second convert failed"
 [ "$(restarts)" = 1 ] || no "a rerun restarted kubelet again"
 grep -q "already uses the shim" "$T/out" || no "rerun said: $(cat "$T/out")"
 ok "converting again changes nothing"
 run restore >"$T/out" 2>&1 || no "restore failed: $(cat "$T/out")"
 [ "$(endpoint)" = "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock" ] || no "endpoint after restore: $(endpoint)"
+cmp -s "$T/original.yaml" "$T/host/var/lib/kubelet/config.yaml" || no "restore did not give back the same file"
 [ ! -e "$T/host/opt/cryo/state/kubelet-endpoint" ] || no "record left after restore"
 [ "$(restarts)" = 2 ] || no "restore restarted kubelet $(restarts) times in all"
 run restore >"$T/out" 2>&1 || no "second restore failed"
 [ "$(restarts)" = 2 ] || no "a second restore restarted kubelet"
-ok "restore puts the node back, once"
+ok "restore puts the node back, byte for byte, once"
 
 # 2. A config naming no endpoint (kubelet's default): restored to naming none.
 host ""
@@ -67,6 +76,15 @@ run convert >/dev/null 2>&1 || no "convert of a default node failed"
 run restore >/dev/null 2>&1 || no "restore of a default node failed"
 [ -z "$(endpoint)" ] || no "a default node got an endpoint back: $(endpoint)"
 ok "a node on kubelet's default endpoint goes back to naming none"
+
+# 2b. On the node itself (HOST_ROOT empty): paths as they are.
+host "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock"
+HOST_ROOT="" KUBELET_CONFIG="$T/host/var/lib/kubelet/config.yaml" SHIM_SOCKET="$T/host/run/cryo/cri-shim.sock" \
+  STATE_FILE="$T/state/kubelet-endpoint" NSENTER="$T/fake-nsenter" PROC_ROOT="$T/proc" \
+  KUBELET_FLAG_FILES="$T/none" bash "$HERE/kubelet-endpoint.sh" convert >"$T/out" 2>&1 ||
+  no "convert with HOST_ROOT empty: $(cat "$T/out")"
+[ "$(endpoint)" = "containerRuntimeEndpoint: unix://$T/host/run/cryo/cri-shim.sock" ] || no "HOST_ROOT empty: $(endpoint)"
+ok "run on the node itself (HOST_ROOT empty), paths as given"
 
 # 3. Changed by someone else after the conversion: restore leaves it.
 host "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock"
