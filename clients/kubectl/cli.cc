@@ -118,17 +118,30 @@ void DeclareKubectlFlags(flags::FlagSet& fs, Options* o) {
   }
 }
 
-absl::Status SetOutput(absl::string_view v, Output* out) {
+absl::Status SetOutput(absl::string_view v, Output* out, std::optional<JsonPath>* jsonpath) {
   static const std::map<std::string, Output, std::less<>> kFormats = {{"text", Output::kText},
                                                                       {"wide", Output::kWide},
                                                                       {"json", Output::kJson},
                                                                       {"yaml", Output::kYaml},
                                                                       {"name", Output::kName}};
   const std::string value = ShortValue(v);
+  if (value == "jsonpath" || absl::StartsWith(value, "jsonpath=")) {
+    const std::string tpl = value.size() > 9 ? value.substr(9) : "";
+    if (tpl.empty()) {
+      return absl::InvalidArgumentError(
+          "-o/--output: jsonpath needs a template: -o jsonpath='{.items[*].checkpoint_id}'");
+    }
+    auto p = JsonPath::Parse(tpl);
+    if (!p.ok())
+      return absl::InvalidArgumentError(absl::StrCat("-o/--output: ", p.status().message()));
+    *jsonpath = *std::move(p);
+    *out = Output::kJsonPath;
+    return absl::OkStatus();
+  }
   auto it = kFormats.find(value);
   if (it == kFormats.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("-o/--output: '", value, "' is not one of text, wide, json, yaml or name"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "-o/--output: '", value, "' is not one of text, wide, json, yaml, name or jsonpath=..."));
   }
   *out = it->second;
   return absl::OkStatus();
@@ -146,8 +159,8 @@ void DeclareCommonFlags(flags::FlagSet& fs, Options* o) {
       .Short('n');
   fs.Bool("all-namespaces", &o->all_namespaces, "list: checkpoints of every namespace").Short('A');
   fs.Custom(
-        "output", [o](absl::string_view v) { return SetOutput(v, &o->output); },
-        "text, wide (list: more columns), json, yaml or name", "FORMAT", "text")
+        "output", [o](absl::string_view v) { return SetOutput(v, &o->output, &o->jsonpath); },
+        "text, wide (list: more columns), json, yaml, name or jsonpath=TEMPLATE", "FORMAT", "text")
       .Short('o');
 }
 
@@ -473,6 +486,7 @@ int RunCli(const std::vector<std::string>& argv, const std::string& invoked_as, 
                    : command == "restore" ? Restore(c, pos)
                    : command == "version" ? Version(c, pos)
                                           : Checkpoint(c, pos);
+  if (s.ok()) s = c.print_status;
   if (s.ok()) return kExitOk;
   if (ExitCodeOf(s) == kExitUsage) return usage(s.message(), command);
   err << "error: " << s.message() << "\n";

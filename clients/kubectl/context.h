@@ -4,11 +4,13 @@
 // own): the parsed options, the context a command runs in (kubectl, output, namespace, where
 // cryod is), and finding cryods and their checkpoints through the API server.
 
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "clients/kubectl/jsonpath.h"
 #include "clients/kubectl/kubectl.h"
 #include "clients/kubectl/objects.h"
 #include "lib/contract/annotations.h"
@@ -19,7 +21,7 @@ namespace cryo::kubectl {
 using nlohmann::json;
 
 // What -o asks for.
-enum class Output { kText, kWide, kJson, kYaml, kName };
+enum class Output { kText, kWide, kJson, kYaml, kName, kJsonPath };
 
 // The command line, parsed.
 struct Options {
@@ -30,6 +32,7 @@ struct Options {
   std::string ns;
   bool all_namespaces = false;
   Output output = Output::kText;
+  std::optional<JsonPath> jsonpath;  // -o jsonpath=TEMPLATE
   bool version = false;
   // Where cryod is.
   std::string cryo_namespace = "cryo-system";
@@ -58,13 +61,26 @@ struct Ctx {
     if (ns.empty()) ns = "default";
     return ns;
   }
-  bool Structured() const { return o.output == Output::kJson || o.output == Output::kYaml; }
-  // An object as -o json or -o yaml asks.
+  bool Structured() const {
+    return o.output == Output::kJson || o.output == Output::kYaml || o.output == Output::kJsonPath;
+  }
+  // An object as -o json, yaml or jsonpath asks. A jsonpath that finds nothing prints nothing
+  // and fails the command (print_status), as kubectl's does.
   void Print(const json& j) {
+    if (o.output == Output::kJsonPath && o.jsonpath.has_value()) {
+      absl::StatusOr<std::string> s = o.jsonpath->Execute(j);
+      if (s.ok()) {
+        out << *s;
+      } else if (print_status.ok()) {
+        print_status = s.status();
+      }
+      return;
+    }
     out << (o.output == Output::kYaml
                 ? ToYaml(j)
                 : j.dump(2, ' ', false, json::error_handler_t::replace) + "\n");
   }
+  absl::Status print_status;
 
   Kubectl kubectl;
   std::ostream& out;

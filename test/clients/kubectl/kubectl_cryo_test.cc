@@ -261,7 +261,7 @@ TEST_F(KubectlCryoTest, UsageErrors) {
                                              {"list", "-c", "x"},  // another command's flag
                                              {"checkpoint", "train-0", "-A"},  // -A is list's
                                              {"inspect", "ck-1", "--all-namespaces"},
-                                             {"checkpoint", "train-0", "-o", "jsonpath={.x}"},
+                                             {"checkpoint", "train-0", "-o", "jsonpath={.x"},
                                              {"list", "--cryo-endpoint", "node:9464"},
                                              {"list", "--cryo-endpoint", "nodes:99999"},
                                              {"list", "-v", "lots"},
@@ -469,6 +469,27 @@ TEST_F(ListTest, EveryOutputFormat) {
   EXPECT_EQ(Plugin({"list", "-A", "-o=name"}).out, Plugin({"list", "-A", "-oname"}).out);
   EXPECT_EQ(Plugin({"list", "-A", "--output", "name"}).out,
             Plugin({"list", "-A", "--output=name"}).out);
+}
+
+// -o jsonpath as kubectl means it (issue 38): over the same List -o json prints.
+TEST_F(ListTest, JsonPathOverTheList) {
+  Outcome r = Plugin({"list", "-n", "ml", "-o", "jsonpath={.items[*].checkpoint_id}"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, "ck-new ck-shared ck-old");
+  r = Plugin({"list", "-n", "ml", "-o",
+              R"(jsonpath={range .items[*]}{.checkpoint_id}{"\t"}{.node_name}{"\n"}{end})"});
+  ASSERT_EQ(r.code, 0) << r;
+  EXPECT_EQ(r.out, "ck-new\tnode-b\nck-shared\tnode-a\nck-old\tnode-a\n");
+  // A path that finds nothing fails, naming it; a malformed template is a usage error.
+  r = Plugin({"list", "-n", "ml", "-o", "jsonpath={.items[0].no_such_field}"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr(".items[0].no_such_field is not found"));
+  r = Plugin({"list", "-n", "ml", "-o", "jsonpath={.items[*}"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("'[' without ']'"));
+  r = Plugin({"list", "-n", "ml", "-o", "jsonpath"});
+  EXPECT_NE(r.code, 0);
+  EXPECT_THAT(r.err, HasSubstr("jsonpath needs a template"));
 }
 
 TEST_F(ListTest, OneNodeAndWorkloadFilter) {
