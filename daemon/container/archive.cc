@@ -49,22 +49,9 @@ class TarWriter {
   }
 
   absl::Status AddFile(const std::string& name, const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
-    auto close_fd = absl::MakeCleanup([fd] { ::close(fd); });
     struct stat st;
-    if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, absl::StrCat("stat ", path));
-    Header(name, AE_IFREG, 0600, st.st_size);
-    std::unique_ptr<char[]> buf(new char[4 << 20]);
-    // Images are streamed, never held whole: they can be tens of GiB.
-    while (ok_) {
-      ssize_t n = ::read(fd, buf.get(), 4 << 20);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return ErrnoStatus(errno, absl::StrCat("read ", path));
-      if (n == 0) break;
-      if (archive_write_data(a_, buf.get(), n) != n) ok_ = false;
-    }
-    return Check(name);
+    if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("stat ", path));
+    return AddWhole({name, path, static_cast<uint64_t>(st.st_size), 0, {}});
   }
 
   absl::Status AddWhole(const ArchiveFile& f) {
@@ -77,6 +64,7 @@ class TarWriter {
       return open.emplace(path, std::move(fd)).first->second.get();
     };
     Header(f.name, AE_IFREG, 0600, f.size);
+    // Streamed, never held whole: images can be tens of GiB.
     constexpr uint64_t kPiece = 4 << 20;
     std::unique_ptr<char[]> buf(new char[kPiece]);
     for (uint64_t off = 0; ok_ && off < f.size;) {

@@ -234,6 +234,16 @@ std::string StorePathOfArchiveFile(const std::string& archive_path) {
   return "";
 }
 
+std::string ArchivePathOfStoreFile(const std::string& store_path) {
+  absl::string_view p = store_path;
+  if (absl::ConsumePrefix(&p, absl::StrCat(store::kImagesDir, "/"))) {
+    return absl::StrCat(contract::archive::kCheckpointDir, "/", p);
+  }
+  if (p == contract::checkpoint::kRootfsDiff) return contract::archive::kRootfsDiff;
+  if (p == contract::checkpoint::kDeletedFiles) return contract::archive::kDeletedFiles;
+  return absl::StrCat(contract::archive::kCryoDir, "/", p);
+}
+
 absl::StatusOr<UnpackedImage> UnpackCheckpointImage(containerd::ImageContent& images,
                                                     const containerd::ImageManifest& image,
                                                     const std::string& dir, absl::Time deadline,

@@ -19,6 +19,9 @@ namespace cryo::container {
 // Where a file of the archive goes in a checkpoint directory; empty for files cryo does not
 // restore from (config.dump, spec.dump, dump.log, stats-dump, status, status.dump).
 std::string StorePathOfArchiveFile(const std::string& archive_path);
+// The reverse: where a file of a checkpoint directory goes in the archive (cryo's own files,
+// the GPU fast path's data, below cryo/).
+std::string ArchivePathOfStoreFile(const std::string& store_path);
 
 struct UnpackedImage {
   store::Manifest manifest;  // cryo-manifest.json, its file paths as the store names them

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/container/archive.h"
+#include "daemon/container/checkpoint_image.h"
 #include "daemon/container/rootfs.h"
 #include "daemon/store/checksum.h"
 #include "lib/base/fs.h"
@@ -119,20 +120,11 @@ absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarge
   // cryo's manifest, with the paths the archive uses, so cryo can restore from the archive alone.
   store::Manifest in_archive = m;
   for (auto& f : in_archive.files) {
-    if (absl::StartsWith(f.path, absl::StrCat(store::kImagesDir, "/"))) {
-      f.path = absl::StrCat(contract::archive::kCheckpointDir,
-                            f.path.substr(std::string(store::kImagesDir).size()));
-    } else if (f.path == contract::checkpoint::kRootfsDiff) {
-      f.path = contract::archive::kRootfsDiff;
-    } else if (f.path == contract::checkpoint::kDeletedFiles) {
-      f.path = contract::archive::kDeletedFiles;
-    } else {
-      // cryo's own (the GPU fast path's data), whole: an image must hold all of its data.
-      ArchiveFile af{absl::StrCat(contract::archive::kCryoDir, "/", f.path),
-                     fs::Join(dir, f.path),
-                     f.size,
-                     kChecksumChunk,
-                     {}};
+    const std::string to = ArchivePathOfStoreFile(f.path);
+    if (absl::StartsWith(to, absl::StrCat(contract::archive::kCryoDir, "/"))) {
+      // cryo's own (the GPU fast path's data), whole: an image must hold all of its data. CRIU's
+      // images and the writable layer are added from their directories below.
+      ArchiveFile af{to, fs::Join(dir, f.path), f.size, kChecksumChunk, {}};
       for (const auto& [id, chunks] : f.refs) {
         auto where = referred.find(id);
         if (where == referred.end()) {
@@ -142,9 +134,9 @@ absl::Status ExportKubeletArchive(const store::Manifest& m, const ContainerTarge
         for (uint32_t j : chunks) af.elsewhere[j] = fs::Join(where->second, f.path);
       }
       in.files.push_back(std::move(af));
-      f.path = in.files.back().name;
       f.refs.clear();
     }
+    f.path = to;
   }
   in.extra[contract::archive::kCryoManifest] = store::ManifestToJson(in_archive);
   return WriteCheckpointArchive(in, path);

@@ -292,6 +292,12 @@ TEST(StorePathOfArchiveFile, MapsTheArchiveOntoTheStoreLayout) {
   EXPECT_EQ(StorePathOfArchiveFile("cryo/images/pages-1.img"), "");
   EXPECT_EQ(StorePathOfArchiveFile("cryo/container/rootfs-diff.tar"), "");
   EXPECT_EQ(StorePathOfArchiveFile("cryo/"), "");
+  // The writer's half of the same mapping: every store path there and back.
+  for (const char* p : {"images/pages-1.img", "container/rootfs-diff.tar",
+                        "container/deleted.files", "gpu/fastpath-7.0.bin"}) {
+    EXPECT_EQ(StorePathOfArchiveFile(ArchivePathOfStoreFile(p)), p);
+  }
+  EXPECT_EQ(ArchivePathOfStoreFile("gpu/fastpath-7.0.bin"), "cryo/gpu/fastpath-7.0.bin");
 }
 
 // A GPU job's checkpoint image: the fast path's data comes in at its place in the store.
