@@ -201,14 +201,15 @@ absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const Fastpath
   int fd = -1;
   int err = 0;
   pid_t held_by = 0;
+  struct ucred cred {};
   if (theirs == proc::ProcReader().Link(::getpid(), "ns/net")) {
-    fd = wire::ConnectToProcess(own_pid, p.pid, &held_by);
+    fd = wire::ConnectToProcess(own_pid, p.pid, &held_by, &cred);
     err = errno;
   } else {
     // The socket lives in the job's network namespace: connect from a thread that joined it
     // (a socket stays in the namespace it was made in; the thread ends there).
     absl::Status entered = InNetNamespace(proc.PidPath(p.pid, "ns/net"), [&] {
-      fd = wire::ConnectToProcess(own_pid, p.pid, &held_by);
+      fd = wire::ConnectToProcess(own_pid, p.pid, &held_by, &cred);
       err = errno;
     });
     if (!entered.ok()) {
@@ -227,16 +228,10 @@ absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const Fastpath
     }
     return ErrnoStatus(err, absl::StrCat("connecting to the GPU fast path of pid ", p.pid));
   }
-  // Anyone in the job's network namespace can bind the name first: only the job's own process,
-  // running as the job's user, is spoken to (and given descriptors).
-  struct ucred cred {};
-  socklen_t len = sizeof(cred);
-  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-    const int e = errno;
-    ::close(fd);
-    return ErrnoStatus(e, "SO_PEERCRED of the GPU fast path's socket");
-  }
-  // The effective uid is the one a socket the job creates carries.
+  // Anyone in the job's network namespace can bind the name first: only the job's own process
+  // (ConnectToProcess kept the peer whose pid is the job's), running as the job's user, is
+  // spoken to (and given descriptors). The effective uid is the one a socket the job creates
+  // carries.
   absl::StatusOr<criu::TaskCredentials> job = criu::ReadLiveCredentials(proc, p.pid);
   const int64_t job_uid = job.ok() ? int64_t{job->euid} : -1;
   if (cred.pid != p.pid || job_uid < 0 || static_cast<int64_t>(cred.uid) != job_uid) {

@@ -78,7 +78,7 @@ std::string AlternateSocketName(pid_t pid, int k) {
   return k == 0 ? SocketName(pid) : SocketName(pid) + "." + std::to_string(k);
 }
 
-int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by) {
+int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by, ucred* peer) {
   bool someone = false;
   for (int k = 0; k < kAlternateNames; ++k) {
     const int fd = ConnectAbstract(AlternateSocketName(pid, k));
@@ -87,6 +87,7 @@ int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by) {
     socklen_t len = sizeof(cred);
     if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == peer_pid &&
         peer_pid > 0) {
+      if (peer != nullptr) *peer = cred;
       return fd;
     }
     if (!someone && held_by != nullptr) *held_by = cred.pid;

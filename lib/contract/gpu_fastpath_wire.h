@@ -4,6 +4,7 @@
 // request or reply, descriptors attached with SCM_RIGHTS. Plain C++ (no abseil): the library
 // that runs inside jobs uses it too.
 
+#include <sys/socket.h>  // ucred
 #include <sys/types.h>
 
 #include <string>
@@ -34,6 +35,7 @@ std::string AlternateSocketName(pid_t pid, int k);  // k = 0: SocketName(pid)
 // names in turn, keeping the connection whose peer (SO_PEERCRED) is `peer_pid`. -1 with errno
 // ECONNREFUSED when nobody listens on any, EPERM when only other processes do (then `*held_by`,
 // when given, is the pid that holds the first name: 0 for one outside the caller's namespace).
-int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by = nullptr);
+// `*peer`, when given, receives the kept peer's credentials.
+int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by = nullptr, ucred* peer = nullptr);
 
 }  // namespace cryo::contract::gpu_fastpath
