@@ -949,6 +949,26 @@ TEST_F(FastpathMoveTest, SharedHostMemoryIsMovedByItsExporterAndUnsharedHostMemo
 
 // Serves the channel of a process that is not there (a name no pid has) from this one: each
 // connection to it goes to `control`, as the library's own thread serves it.
+// Sends a status request on `conn` and decodes the answer; false (with why) when no status
+// came back.
+bool AskStatus(int conn, contract::gpu_fastpath::Reply<contract::gpu_fastpath::StatusReply>* r,
+               std::string* why) {
+  namespace wire = contract::gpu_fastpath;
+  wire::Request req;
+  req.op = wire::Op::kStatus;
+  if (!wire::SendMessage(conn, wire::Encode(req))) {
+    *why = std::string("send: ") + strerror(errno);
+    return false;
+  }
+  std::string reply;
+  std::vector<int> fds;
+  if (!wire::ReceiveMessage(conn, &reply, &fds)) {
+    *why = "no answer";
+    return false;
+  }
+  return wire::Decode(reply, r, why);
+}
+
 class FakeChannel {
  public:
   FakeChannel(Control& control, pid_t pid) {
@@ -1183,15 +1203,9 @@ TEST_F(FastpathTest, AJobWhoseChannelNameIsTakenListensOnAnAlternateFoundByItsPi
   ASSERT_GE(conn, 0) << strerror(errno);
   timeval tv{10, 0};
   ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  wire::Request req;
-  req.op = wire::Op::kStatus;
-  ASSERT_TRUE(wire::SendMessage(conn, wire::Encode(req)));
-  std::string reply;
-  std::vector<int> fds;
-  ASSERT_TRUE(wire::ReceiveMessage(conn, &reply, &fds)) << "the job's library did not answer";
   wire::Reply<wire::StatusReply> st;
   std::string why;
-  ASSERT_TRUE(wire::Decode(reply, &st, &why)) << why;
+  ASSERT_TRUE(AskStatus(conn, &st, &why)) << "the job's library: " << why;
   EXPECT_TRUE(st.ok);
   ::close(conn);
 
@@ -1220,15 +1234,9 @@ TEST_F(FastpathTest, APeerThatSaysNothingIsDroppedAndTheNextIsServed) {
   ASSERT_GE(asks, 0);
   timeval tv{20, 0};  // far beyond the library's wait for a first message
   ::setsockopt(asks, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  wire::Request req;
-  req.op = wire::Op::kStatus;
-  ASSERT_TRUE(wire::SendMessage(asks, wire::Encode(req)));
-  std::string reply;
-  std::vector<int> fds;
-  ASSERT_TRUE(wire::ReceiveMessage(asks, &reply, &fds)) << "the idle peer held the channel";
   wire::Reply<wire::StatusReply> r;
   std::string why;
-  ASSERT_TRUE(wire::Decode(reply, &r, &why)) << why;
+  ASSERT_TRUE(AskStatus(asks, &r, &why)) << "the idle peer held the channel: " << why;
   EXPECT_TRUE(r.ok);
   // The idle one was hung up on.
   char b;
