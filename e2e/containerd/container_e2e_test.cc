@@ -269,6 +269,20 @@ class ContainerModeE2e : public ContainerdE2e {
     DeleteAllCheckpoints();
   }
 
+  // kubelet's CheckpointContainer of `ctr` through `node`'s shim, its archive at `location`
+  // (none when empty).
+  grpc::Status KubeletCheckpoint(const std::string& node, const std::string& ctr,
+                                 const std::string& location,
+                                 absl::Duration timeout = absl::Minutes(2)) {
+    cri::CheckpointContainerRequest req;
+    req.set_container_id(ctr);
+    if (!location.empty()) req.set_location(location);
+    cri::CheckpointContainerResponse resp;
+    CriClient& shim = Shim(node);
+    return shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req, &resp,
+                     timeout);
+  }
+
   // Builds checkpoint image `name` from `archive` (flipping a byte of `tamper` first when set),
   // and imports it into `node`'s containerd.
   absl::Status BuildAndImport(const std::string& archive, const std::string& name,
@@ -348,13 +362,7 @@ TEST_F(ContainerModeE2e, CheckpointContainerWritesKubeletArchiveAndTheContainerR
   ASSERT_TRUE(WaitTicks(*p, 5));
 
   const std::string archive = absl::StrCat(world().dir(), "/kubelet/checkpoints/ckpt-api.tar");
-  cri::CheckpointContainerRequest req;
-  req.set_container_id(p->ctr_id);
-  req.set_location(archive);
-  cri::CheckpointContainerResponse resp;
-  CriClient& shim = Shim("node-a");
-  grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req,
-                              &resp, absl::Minutes(2));
+  grpc::Status st = KubeletCheckpoint("node-a", p->ctr_id, archive);
   ASSERT_TRUE(st.ok()) << st.error_code() << " " << st.error_message();
 
   // The archive holds what checkpointctl (lib/metadata.go and internal/container.go of
@@ -417,7 +425,7 @@ TEST_F(ContainerModeE2e, CheckpointContainerWritesKubeletArchiveAndTheContainerR
   EXPECT_TRUE(list[0].leave_running());
   const size_t before = Ticks(p->log_path).size();
   EXPECT_TRUE(WaitTicks(*p, before + 5)) << "the container stopped counting";
-  auto status = shim.ContainerStatus(p->ctr_id);
+  auto status = Shim("node-a").ContainerStatus(p->ctr_id);
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->state(), cri::CONTAINER_RUNNING);
   std::vector<int> ticks = Ticks(p->log_path);
@@ -828,22 +836,17 @@ TEST_F(FakeGpuPodE2e, AGpuPodsCheckpointImageResumesOnAnotherNodeWithEveryWordOf
   auto a = RunPod("node-a", "fakegpu-img-a", GpuOptIn(true, false), Job());
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(RunsPast("node-a", a->ctr_id, 20)) << TailOf(a->log_path);
-  cri::CheckpointContainerRequest req;
-  req.set_container_id(a->ctr_id);
-  req.set_location(absl::StrCat(world().dir(), "/kubelet/checkpoints/fakegpu-img.tar"));
-  cri::CheckpointContainerResponse resp;
-  CriClient& shim = Shim("node-a");
-  grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req,
-                              &resp, absl::Minutes(2));
+  const std::string archive = absl::StrCat(world().dir(), "/kubelet/checkpoints/fakegpu-img.tar");
+  grpc::Status st = KubeletCheckpoint("node-a", a->ctr_id, archive);
   ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << TailOf(world().cryod("node-a").log());
-  auto names = container::ListArchive(req.location());
+  auto names = container::ListArchive(archive);
   ASSERT_TRUE(names.ok()) << names.status();
   EXPECT_THAT(*names, Contains(::testing::StartsWith("cryo/gpu/")))
       << "the archive lacks the GPU data";
   const uint64_t at_checkpoint = U(Status("node-a", a->ctr_id), "main");
-  (void)shim.StopContainer(a->ctr_id, 0);
+  (void)Shim("node-a").StopContainer(a->ctr_id, 0);
   const std::string image = "localhost/cryo-e2e/fakegpu-checkpoint:1";
-  absl::Status built = BuildAndImport(req.location(), image, "node-b");
+  absl::Status built = BuildAndImport(archive, image, "node-b");
   ASSERT_TRUE(built.ok()) << built;
   DeleteAllCheckpoints();
 
@@ -869,13 +872,8 @@ TEST_F(FakeGpuPodE2e, TwoProcessesSharingGpuMemoryRunOnAfterACheckpointAndResume
       << Status("node-a", a->ctr_id).dump() << "\n"
       << TailOf(a->log_path);
 
-  cri::CheckpointContainerRequest req;
-  req.set_container_id(a->ctr_id);
-  req.set_location(absl::StrCat(world().dir(), "/kubelet/checkpoints/fakegpu-share.tar"));
-  cri::CheckpointContainerResponse resp;
-  CriClient& shim = Shim("node-a");
-  grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req,
-                              &resp, absl::Minutes(2));
+  grpc::Status st = KubeletCheckpoint(
+      "node-a", a->ctr_id, absl::StrCat(world().dir(), "/kubelet/checkpoints/fakegpu-share.tar"));
   ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << TailOf(world().cryod("node-a").log());
   auto list = Checkpoints(kWorkload);
   ASSERT_EQ(list.size(), 1u);
@@ -1311,18 +1309,13 @@ TEST_F(GpuPodE2e, KubeletsCheckpointOfAGpuPodLeavesItRunningAndItsImageResumesOn
   auto a = RunPod("node-a", "gpu-ckpt", GpuOptIn(true, false), Job(1));
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(StepsPast("node-a", a->ctr_id, 5)) << TailOf(a->log_path);
-  cri::CheckpointContainerRequest req;
-  req.set_container_id(a->ctr_id);
-  req.set_location(absl::StrCat(world().dir(), "/kubelet/checkpoints/gpu-ckpt.tar"));
-  cri::CheckpointContainerResponse resp;
-  CriClient& shim = Shim("node-a");
+  const std::string archive = absl::StrCat(world().dir(), "/kubelet/checkpoints/gpu-ckpt.tar");
   absl::Time t0 = absl::Now();
-  grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req,
-                              &resp, absl::Minutes(5));
+  grpc::Status st = KubeletCheckpoint("node-a", a->ctr_id, archive, absl::Minutes(5));
   ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << TailOf(world().cryod("node-a").log());
   Report(
       absl::StrCat("gpu-ckpt: kubelet's CheckpointContainer of a 1 GiB GPU pod ", Secs(t0), " s"));
-  auto names = container::ListArchive(req.location());
+  auto names = container::ListArchive(archive);
   ASSERT_TRUE(names.ok()) << names.status();
   EXPECT_THAT(*names, Contains("cryo-manifest.json"));
   auto list = Checkpoints(kWorkload);
@@ -1332,10 +1325,10 @@ TEST_F(GpuPodE2e, KubeletsCheckpointOfAGpuPodLeavesItRunningAndItsImageResumesOn
   const uint64_t steps_at_stop = U(Status("node-a", a->ctr_id), "steps");
 
   // The source pod is gone before the image is used, as after a node loss.
-  (void)shim.StopContainer(a->ctr_id, 0);
+  (void)Shim("node-a").StopContainer(a->ctr_id, 0);
   const std::string image = "localhost/cryo-e2e/gpu-checkpoint:1";
   absl::Time t1 = absl::Now();
-  absl::Status built = BuildAndImport(req.location(), image, "node-b");
+  absl::Status built = BuildAndImport(archive, image, "node-b");
   ASSERT_TRUE(built.ok()) << built;
   const double build_s = Secs(t1);
   DeleteAllCheckpoints();
@@ -1536,11 +1529,8 @@ TEST_F(ContainerModeE2e, StopWhoseCheckpointMissesTheGracePeriodPublishesNothing
 TEST_F(ContainerModeE2e, CheckpointContainerRefusesUnknownAndExitedContainers) {
   CriClient& shim = Shim("node-a");
   auto call = [&](const std::string& id) {
-    cri::CheckpointContainerRequest req;
-    req.set_container_id(id);
-    req.set_location(absl::StrCat(world().dir(), "/unused.tar"));
-    cri::CheckpointContainerResponse resp;
-    return shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer, req, &resp);
+    return KubeletCheckpoint("node-a", id, absl::StrCat(world().dir(), "/unused.tar"),
+                             absl::Seconds(30));
   };
   grpc::Status st = call("");
   EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
@@ -1582,12 +1572,7 @@ TEST_F(ContainerModeE2e, ResumeFromADamagedCheckpointFailsTheStartAndSaysWhichFi
   ASSERT_TRUE(WaitTicks(*a, 3));
   // An older, good checkpoint of the same workload, taken while it runs (kubelet's API).
   {
-    cri::CheckpointContainerRequest req;
-    req.set_container_id(a->ctr_id);
-    cri::CheckpointContainerResponse resp;
-    CriClient& shim = Shim("node-a");
-    grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer,
-                                req, &resp, absl::Minutes(2));
+    grpc::Status st = KubeletCheckpoint("node-a", a->ctr_id, "");
     ASSERT_TRUE(st.ok()) << st.error_message();
   }
   auto first = Checkpoints(kWorkload);
@@ -1983,14 +1968,9 @@ class CheckpointImageE2e : public ContainerModeE2e {
     auto p = RunPod("node-a", pod, {{"cryo.dev/checkpoint-on-stop", "true"}});
     if (!p.ok()) return p.status();
     if (!WaitTicks(*p, 5)) return absl::DeadlineExceededError("the counter does not count");
-    cri::CheckpointContainerRequest req;
-    req.set_container_id(p->ctr_id);
-    req.set_location(archive);
-    cri::CheckpointContainerResponse resp;
-    CriClient& shim = Shim("node-a");
-    grpc::Status st = shim.Call(shim.runtime(), &cri::RuntimeService::Stub::CheckpointContainer,
-                                req, &resp, absl::Minutes(2));
+    grpc::Status st = KubeletCheckpoint("node-a", p->ctr_id, archive);
     if (!st.ok()) return FromGrpc(st);
+    CriClient& shim = Shim("node-a");
     // The source pod is gone before the image is used, as after a node loss.
     (void)shim.StopContainer(p->ctr_id, 0);
     auto diff = container::ReadArchiveFile(archive, "rootfs-diff.tar");
