@@ -35,6 +35,7 @@ absl::StatusOr<T> Receive(int fd, const FastpathProcess& p, absl::Duration timeo
         absl::StrCat("the channel to the GPU fast path of pid ", p.pid, " is closed"));
   }
   const absl::Time deadline = absl::Now() + timeout;
+  bool proved = false;
   for (;;) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
@@ -60,6 +61,19 @@ absl::StatusOr<T> Receive(int fd, const FastpathProcess& p, absl::Duration timeo
                                                  " closed its channel without an answer"));
     }
     for (int f : fds) ::close(f);  // the library sends none
+    // A library of version kVersionProve first asks cryod to prove that it may read the job's
+    // memory (gpu_fastpath.h), once per connection; then it answers the request.
+    wire::Challenge challenge;
+    if (!proved && wire::DecodeChallenge(text, &challenge)) {
+      std::string why;
+      if (!wire::AnswerChallenge(fd, p.pid, challenge, &why)) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("the GPU fast path of pid ", p.pid, " asked cryod to prove that it may ",
+                         "read the job's memory, and it could not: ", why));
+      }
+      proved = true;
+      continue;
+    }
     return ParseFastpathReply<T>(text, p);
   }
 }
@@ -103,6 +117,8 @@ absl::Status ReplyError(const wire::Error& e, const FastpathProcess& p) {
       return absl::DataLossError(msg);
     case wire::ErrorCode::kVersion:
       return absl::FailedPreconditionError(msg);
+    case wire::ErrorCode::kDenied:
+      return absl::PermissionDeniedError(msg);
     default:
       return absl::AbortedError(msg);
   }

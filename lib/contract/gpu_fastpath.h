@@ -9,6 +9,17 @@
 // namespace). The library creates it when the process first uses CUDA; cryod connects from the
 // job's network namespace. Only root and the job's own user may connect.
 //
+// Who may drive it (version 6): before it answers a status, drain or refill, the library sends
+//   {"ok": false, "code": "prove", "error", "address": A, "length": L}
+// (L fresh random bytes at address A of its memory) and waits up to 2 s for
+//   {"op": "prove", "version": 6, "secret": "the L bytes in hex"}
+// which only a peer that may ptrace the process can send (process_vm_readv): cryod, with
+// CAP_SYS_PTRACE, or the job's own user with no fewer capabilities. Then it serves the request
+// on the same connection; a wrong or missing proof is answered with "code": "denied". A root
+// process without capabilities (a sidecar, a debug container) can thus connect but not drive
+// the job's memory. "share" carries its own secret instead: the job's other processes may not be
+// allowed to ptrace the exporter.
+//
 // One connection carries one request (JSON, at most kMaxMessage bytes, file descriptors attached
 // with SCM_RIGHTS) and its replies (a held drain's "go" too); then the library closes it, so that
 // no connected socket is left for CRIU to dump. Both sides read and write these messages only
@@ -100,7 +111,7 @@
 
 namespace cryo::contract::gpu_fastpath {
 
-inline constexpr int kVersion = 5;
+inline constexpr int kVersion = 6;
 inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
 inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
 inline constexpr uint32_t kMaxMessage = 64 << 10;

@@ -15,7 +15,8 @@ namespace json_text = ::cryo::json;
 // The one spelling of each op, state and error code on the wire.
 constexpr std::pair<Op, const char*> kOps[] = {{Op::kStatus, "status"}, {Op::kDrain, "drain"},
                                                {Op::kRefill, "refill"}, {Op::kGo, "go"},
-                                               {Op::kAlign, "align"},   {Op::kShare, "share"}};
+                                               {Op::kAlign, "align"},   {Op::kShare, "share"},
+                                               {Op::kProve, "prove"}};
 constexpr std::pair<State, const char*> kStates[] = {{State::kRunning, kStateRunning},
                                                      {State::kDrained, kStateDrained},
                                                      {State::kSaved, kStateSaved},
@@ -24,7 +25,9 @@ constexpr std::pair<ErrorCode, const char*> kCodes[] = {{ErrorCode::kDeadline, "
                                                         {ErrorCode::kDataLoss, "data_loss"},
                                                         {ErrorCode::kVersion, "version"},
                                                         {ErrorCode::kBadRequest, "bad_request"},
-                                                        {ErrorCode::kBusy, "busy"}};
+                                                        {ErrorCode::kBusy, "busy"},
+                                                        {ErrorCode::kProve, "prove"},
+                                                        {ErrorCode::kDenied, "denied"}};
 constexpr char kEventGated[] = "gated";
 constexpr char kEventQuiesced[] = "quiesced";
 constexpr char kEventImported[] = "imported";
@@ -273,6 +276,8 @@ std::string Encode(const Request& r) {
   } else if (r.op == Op::kShare) {
     j["id"] = r.id;
     j["secret"] = r.secret;
+  } else if (r.op == Op::kProve) {
+    j["secret"] = r.secret;
   }
   return j.dump();
 }
@@ -352,6 +357,36 @@ std::string Encode(const RefillReply& r) {
 }
 
 std::string Encode(const ShareReply& r) { return json{{"ok", true}, {"size", r.size}}.dump(); }
+
+std::string Encode(const Challenge& c) {
+  return json{{"ok", false},
+              {"code", NameOf(kCodes, ErrorCode::kProve)},
+              {"error", "first prove that you may read this process's memory (a peer that may "
+                        "ptrace it: cryod): send back the " +
+                            std::to_string(c.length) + " bytes at " + std::to_string(c.address)},
+              {"rolled_back", false},
+              {"address", c.address},
+              {"length", c.length}}
+      .dump();
+}
+
+bool DecodeChallenge(const std::string& text, Challenge* out) {
+  json j;
+  std::string why;
+  if (!ParseObject(text, &j, &why)) return false;
+  Reader r(j, &why);
+  bool ok = true;
+  std::string code;
+  r.Bool("ok", &ok, true);
+  r.Str("code", &code, true);
+  if (!r.ok() || ok || code != NameOf(kCodes, ErrorCode::kProve)) return false;
+  Challenge c;
+  r.Uint("address", &c.address, true);
+  r.Uint("length", &c.length, true);
+  if (!r.ok() || c.length == 0 || c.length > kChallengeBytes) return false;
+  *out = c;
+  return true;
+}
 
 bool Decode(const std::string& text, Request* out, std::string* why) {
   json j;

@@ -35,10 +35,15 @@ inline constexpr int kVersionMemory = 3;
 inline constexpr int kVersionBatchedGo = 4;
 // The first version that serves legacy IPC of owned memory to the job's other processes ("share").
 inline constexpr int kVersionLegacyIpc = 5;
+// The first version that asks its peer to prove it may read the process's memory before it
+// answers anything but "share" (gpu_fastpath.h, "Who may drive it").
+inline constexpr int kVersionProve = 6;
+// The bytes of a challenge (at most what a "prove" may send back).
+inline constexpr uint32_t kChallengeBytes = 16;
 // The longest a held drain waits for its "go".
 inline constexpr int64_t kMaxHoldMs = 600000;
 
-enum class Op { kStatus, kDrain, kRefill, kGo, kAlign, kShare };
+enum class Op { kStatus, kDrain, kRefill, kGo, kAlign, kShare, kProve };
 enum class State { kRunning, kDrained, kSaved, kImporting };
 enum class ErrorCode {
   kNone,
@@ -47,6 +52,8 @@ enum class ErrorCode {
   kVersion,     // the request's version is one the library does not speak
   kBadRequest,  // the request does not decode
   kBusy,        // share: the memory is out of the GPU just now; ask again
+  kProve,       // the peer must first prove it may read this process's memory (Challenge)
+  kDenied,      // the peer's proof was wrong or did not come: nothing was done
 };
 
 const char* OpName(Op op);
@@ -79,7 +86,17 @@ struct Request {
   // host memory (version kVersionMemory), not a file.
   bool memory = false;
   uint64_t id = 0;     // share: the export asked for
-  std::string secret;  // share: the secret its legacy IPC handle carries (hex)
+  std::string secret;  // share: the secret its legacy IPC handle carries; prove: the bytes (hex)
+};
+
+// The library's first answer to a request other than "share" (version kVersionProve): the peer
+// reads `length` bytes at `address` of the process's memory, which only a peer that may ptrace
+// the process can (process_vm_readv), and sends them back in a "prove". The request is then
+// served on the same connection. Sent as a failure with ErrorCode::kProve, so that a cryod that
+// does not know it refuses the job with the library's words.
+struct Challenge {
+  uint64_t address = 0;
+  uint32_t length = 0;
 };
 
 // Any reply that failed: what happened, and whether the job's memory is back on its GPU.
@@ -164,6 +181,7 @@ std::string Encode(const DrainedReply& r);
 std::string Encode(const SavedReply& r);
 std::string Encode(const RefillReply& r);
 std::string Encode(const ShareReply& r);
+std::string Encode(const Challenge& c);
 
 // false, with *why, for text that is not such a message.
 bool Decode(const std::string& text, Request* out, std::string* why);
@@ -175,5 +193,7 @@ bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why)
 bool Decode(const std::string& text, Reply<SavedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<ShareReply>* out, std::string* why);
+// Whether `text` is a challenge (then *out holds it; a length over kChallengeBytes is not one).
+bool DecodeChallenge(const std::string& text, Challenge* out);
 
 }  // namespace cryo::contract::gpu_fastpath

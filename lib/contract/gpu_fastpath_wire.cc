@@ -4,10 +4,12 @@
 #include <stddef.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "lib/contract/gpu_fastpath.h"
+#include "lib/contract/gpu_fastpath_messages.h"
 
 namespace cryo::contract::gpu_fastpath {
 
@@ -120,6 +122,31 @@ int ConnectAbstract(const std::string& name) {
     return -1;
   }
   return fd;
+}
+
+bool AnswerChallenge(int fd, pid_t pid, const Challenge& c, std::string* why) {
+  unsigned char bytes[kChallengeBytes];
+  const size_t n = c.length < sizeof(bytes) ? c.length : sizeof(bytes);
+  iovec local{bytes, n};
+  iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(c.address)), n};
+  if (::process_vm_readv(pid, &local, 1, &remote, 1, 0) != static_cast<ssize_t>(n)) {
+    *why = std::string("reading the library's challenge in pid ") + std::to_string(pid) + ": " +
+           strerror(errno);
+    return false;
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  Request proof;
+  proof.op = Op::kProve;
+  proof.version = kVersionProve;
+  for (size_t i = 0; i < n; ++i) {
+    proof.secret += kHex[bytes[i] >> 4];
+    proof.secret += kHex[bytes[i] & 15];
+  }
+  if (!SendMessage(fd, Encode(proof))) {
+    *why = std::string("sending the proof: ") + strerror(errno);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace cryo::contract::gpu_fastpath

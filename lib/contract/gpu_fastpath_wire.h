@@ -38,4 +38,10 @@ std::string AlternateSocketName(pid_t pid, int k);  // k = 0: SocketName(pid)
 // `*peer`, when given, receives the kept peer's credentials.
 int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by = nullptr, ucred* peer = nullptr);
 
+struct Challenge;  // gpu_fastpath_messages.h
+// Answers a library's challenge on `fd`: reads its bytes in process `pid` (as the caller sees it)
+// with process_vm_readv and sends them back in a "prove". false, with *why, when the caller may
+// not read them (it may not ptrace the process) or could not send.
+bool AnswerChallenge(int fd, pid_t pid, const Challenge& c, std::string* why);
+
 }  // namespace cryo::contract::gpu_fastpath

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -35,7 +36,8 @@ void CloseAll(std::vector<int>& fds) {
 // that connects and says nothing must not hold off cryod's next checkpoint.
 constexpr int kFirstMessageMs = 2000;
 
-// Only root (cryod) and the job's own user may drive the job's memory.
+// Only root (cryod) and the job's own user may connect; of those, only a peer that proves it may
+// read this process's memory (PeerProves) may drive it.
 bool PeerAllowed(int conn) {
   ucred cred{};
   socklen_t len = sizeof(cred);
@@ -51,6 +53,38 @@ bool Speaks(int conn) {
     n = ::poll(&p, 1, kFirstMessageMs);
   } while (n < 0 && errno == EINTR);
   return n == 1 && (p.revents & POLLIN) != 0;
+}
+
+// Whether the peer reads kChallengeBytes of fresh random bytes out of this process's memory
+// (process_vm_readv) and sends them back within kFirstMessageMs. The kernel lets only a peer that
+// may ptrace this process read them (CAP_SYS_PTRACE over it, as cryod holds, or its own
+// credentials with no fewer capabilities), so a root peer without capabilities (a sidecar, a
+// debug container, a pod on the host's network) is refused, and whoever passes could have read
+// and written the job's memory, GPU data included, without the channel.
+bool PeerProves(int conn) {
+  alignas(16) unsigned char nonce[wire::kChallengeBytes];
+  if (::getrandom(nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) return false;
+  bool proved = false;
+  if (wire::SendMessage(conn, Encode(wire::Challenge{reinterpret_cast<uintptr_t>(nonce),
+                                                     static_cast<uint32_t>(sizeof(nonce))}))) {
+    std::string text, why;
+    std::vector<int> fds;
+    wire::Request proof;
+    if (Speaks(conn) && wire::ReceiveMessage(conn, &text, &fds) &&
+        wire::Decode(text, &proof, &why) && proof.op == Op::kProve &&
+        proof.secret.size() == 2 * sizeof(nonce)) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      unsigned diff = 0;  // compared in constant time
+      for (size_t i = 0; i < sizeof(nonce); ++i) {
+        diff |= static_cast<unsigned>(proof.secret[2 * i] ^ kHex[nonce[i] >> 4]);
+        diff |= static_cast<unsigned>(proof.secret[2 * i + 1] ^ kHex[nonce[i] & 15]);
+      }
+      proved = diff == 0;
+    }
+    CloseAll(fds);
+  }
+  explicit_bzero(nonce, sizeof(nonce));
+  return proved;
 }
 
 }  // namespace
@@ -155,6 +189,15 @@ void Control::Serve(int conn) {
                                                std::to_string(wire::kMinVersion) + " to " +
                                                std::to_string(wire::kVersion),
                                            false, ErrorCode::kVersion}));
+    } else if ((req.op == Op::kStatus || req.op == Op::kDrain || req.op == Op::kRefill) &&
+               !PeerProves(conn)) {
+      // ("share" carries its own secret: the job's other processes, which may not ptrace this
+      // one, ask for its exports with it. A stray "go" or "align" is refused below.)
+      wire::SendMessage(
+          conn, Encode(wire::Error{"refused: the peer did not prove that it may read this "
+                                   "process's memory (only cryod, or a process that may ptrace "
+                                   "the job, drives its GPU memory)",
+                                   false, ErrorCode::kDenied}));
     } else if (req.op == Op::kStatus) {
       wire::SendMessage(conn, Encode(Status()));
     } else if (req.op == Op::kDrain) {
@@ -165,6 +208,9 @@ void Control::Serve(int conn) {
       HandleShare(conn, req);
     } else if (req.op == Op::kAlign) {
       wire::SendMessage(conn, Encode(wire::Error{"\"align\" with no drain held on this connection",
+                                                 false, ErrorCode::kBadRequest}));
+    } else if (req.op == Op::kProve) {
+      wire::SendMessage(conn, Encode(wire::Error{"\"prove\" with no challenge on this connection",
                                                  false, ErrorCode::kBadRequest}));
     } else {
       wire::SendMessage(conn, Encode(wire::Error{"\"go\" with no drain held on this connection",

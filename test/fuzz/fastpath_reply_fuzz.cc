@@ -54,6 +54,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       std::abort();
     }
   }
+  // A challenge comes from the job's library, to cryod, which then reads the job's memory.
+  wire::Challenge c;
+  if (wire::DecodeChallenge(std::string(text), &c)) {
+    wire::Challenge again;
+    if (c.length == 0 || c.length > wire::kChallengeBytes ||
+        !wire::DecodeChallenge(wire::Encode(c), &again) || again.address != c.address ||
+        again.length != c.length) {
+      std::abort();
+    }
+  }
   wire::Request req;
   if (wire::Decode(std::string(text), &req, &why)) {
     wire::Request again;

@@ -64,6 +64,7 @@ TEST(FastpathClientTest, TheLibrarysFailuresKeepTheirMeaning) {
       {wire::ErrorCode::kDeadline, absl::StatusCode::kDeadlineExceeded},
       {wire::ErrorCode::kDataLoss, absl::StatusCode::kDataLoss},
       {wire::ErrorCode::kVersion, absl::StatusCode::kFailedPrecondition},
+      {wire::ErrorCode::kDenied, absl::StatusCode::kPermissionDenied},
       {wire::ErrorCode::kNone, absl::StatusCode::kAborted}};
   for (const auto& [code, want] : cases) {
     auto r = ParseFastpathReply<wire::DrainedReply>(

@@ -4,9 +4,12 @@
 // must leave the job's memory intact.
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -14,6 +17,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <thread>
 #include <tuple>
@@ -947,6 +951,24 @@ TEST_F(FastpathMoveTest, SharedHostMemoryIsMovedByItsExporterAndUnsharedHostMemo
   EXPECT_EQ(fake_cuda_host_used_bytes(), host_before);
 }
 
+// Receives the library's answer on `conn`, first proving (as cryod does, with process_vm_readv:
+// this test is the job's own process) when the library challenges.
+bool ReceiveProving(int conn, std::string* reply, std::vector<int>* fds, std::string* why,
+                    pid_t job = ::getpid()) {
+  namespace wire = contract::gpu_fastpath;
+  for (int round = 0; round < 2; ++round) {
+    if (!wire::ReceiveMessage(conn, reply, fds)) {
+      *why = "no answer";
+      return false;
+    }
+    wire::Challenge c;
+    if (!wire::DecodeChallenge(*reply, &c)) return true;
+    if (!wire::AnswerChallenge(conn, job, c, why)) return false;
+  }
+  *why = "challenged twice";
+  return false;
+}
+
 // Serves the channel of a process that is not there (a name no pid has) from this one: each
 // connection to it goes to `control`, as the library's own thread serves it.
 // Sends a status request on `conn` and decodes the answer; false (with why) when no status
@@ -962,10 +984,7 @@ bool AskStatus(int conn, contract::gpu_fastpath::Reply<contract::gpu_fastpath::S
   }
   std::string reply;
   std::vector<int> fds;
-  if (!wire::ReceiveMessage(conn, &reply, &fds)) {
-    *why = "no answer";
-    return false;
-  }
+  if (!ReceiveProving(conn, &reply, &fds, why)) return false;
   return wire::Decode(reply, r, why);
 }
 
@@ -1133,10 +1152,11 @@ TEST_F(FastpathTest, TheChannelAnswersInTypesAndRefusesAVersionItDoesNotSpeak) {
   ASSERT_EQ(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
   auto ask = [&](const std::string& text) {
     EXPECT_TRUE(wire::SendMessage(sv[0], text));
-    control.Serve(sv[1]);
-    std::string reply;
+    std::thread serve([&] { control.Serve(sv[1]); });
+    std::string reply, why_not;
     std::vector<int> fds;
-    EXPECT_TRUE(wire::ReceiveMessage(sv[0], &reply, &fds));
+    EXPECT_TRUE(ReceiveProving(sv[0], &reply, &fds, &why_not)) << why_not;
+    serve.join();
     wire::Reply<wire::StatusReply> r;
     std::string why;
     EXPECT_TRUE(wire::Decode(reply, &r, &why)) << why << ": " << reply;
@@ -1245,6 +1265,98 @@ TEST_F(FastpathTest, APeerThatSaysNothingIsDroppedAndTheNextIsServed) {
   ::close(asks);
 }
 
+// Issue 34: a root process without capabilities (a sidecar, a debug container, a pod on the
+// host's network) reached the channel and drained a job's GPU memory into its own file. Now the
+// library asks its peer to read fresh bytes out of the job's memory first: such a peer cannot
+// (process_vm_readv: EPERM), a forged answer is refused with "denied", and the same process with
+// its capabilities (as cryod holds them) is served.
+TEST_F(FastpathTest, ARootPeerWithoutCapabilitiesCannotDriveTheJob) {
+  namespace wire = contract::gpu_fastpath;
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: the peer drops root's capabilities";
+  Control control(*mover_, *reg_, nullptr);
+  const pid_t pid = 42000000 + ::getpid() % 1000000;  // no process has it
+  FakeChannel channel(control, pid);
+  const pid_t job = ::getpid();
+  // Each check runs in a child, as another process would; its exit status says what it saw.
+  auto in_child = [&](bool drop_capabilities, const std::function<int()>& body) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (drop_capabilities) {
+        __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+        __user_cap_data_struct none[2] = {};
+        if (::syscall(SYS_capset, &hdr, none) != 0) ::_exit(90);
+        if (::geteuid() != 0) ::_exit(91);  // still root, only without capabilities
+      }
+      ::_exit(body());
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  auto ask_status = [&](std::string* reply, std::string* why) {
+    const int conn = wire::ConnectAbstract(wire::SocketName(pid));
+    if (conn < 0) return -1;
+    wire::Request req;
+    req.op = wire::Op::kStatus;
+    if (!wire::SendMessage(conn, wire::Encode(req))) return -1;
+    std::vector<int> fds;
+    const bool got = ReceiveProving(conn, reply, &fds, why, job);
+    ::close(conn);
+    return got ? 1 : 0;
+  };
+
+  // Without capabilities: it cannot read the challenge, and learns nothing.
+  EXPECT_EQ(in_child(true,
+                     [&] {
+                       std::string reply, why;
+                       if (ask_status(&reply, &why) != 0) return 1;
+                       return why.find("Operation not permitted") != std::string::npos ? 0 : 2;
+                     }),
+            0)
+      << "a root peer without capabilities read the job's memory, or was not asked to";
+  // Nor can it guess: a forged proof is refused, and nothing was done.
+  EXPECT_EQ(in_child(true,
+                     [&] {
+                       const int conn = wire::ConnectAbstract(wire::SocketName(pid));
+                       wire::Request req;
+                       req.op = wire::Op::kDrain;
+                       std::string text, why;
+                       std::vector<int> fds;
+                       wire::Challenge c;
+                       if (conn < 0 || !wire::SendMessage(conn, wire::Encode(req)) ||
+                           !wire::ReceiveMessage(conn, &text, &fds) ||
+                           !wire::DecodeChallenge(text, &c)) {
+                         return 1;
+                       }
+                       wire::Request forged;
+                       forged.op = wire::Op::kProve;
+                       forged.secret = std::string(2 * c.length, '0');
+                       if (!wire::SendMessage(conn, wire::Encode(forged)) ||
+                           !wire::ReceiveMessage(conn, &text, &fds)) {
+                         return 2;
+                       }
+                       wire::Reply<wire::DrainedReply> r;
+                       if (!wire::Decode(text, &r, &why)) return 3;
+                       return !r.ok && r.error.code == wire::ErrorCode::kDenied ? 0 : 4;
+                     }),
+            0)
+      << "a forged proof was not refused as \"denied\"";
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  EXPECT_FALSE(gate_.shut());
+  // The same process with root's capabilities proves and is answered.
+  EXPECT_EQ(in_child(false,
+                     [&] {
+                       std::string reply, why;
+                       wire::Reply<wire::StatusReply> r;
+                       return ask_status(&reply, &why) == 1 && wire::Decode(reply, &r, &why) &&
+                                      r.ok
+                                  ? 0
+                                  : 1;
+                     }),
+            0)
+      << "a peer with CAP_SYS_PTRACE was not served";
+}
+
 TEST_F(FastpathMoveTest, AHeldDrainGoesOnAtGoAndLetsTheJobGoWhenNoGoComes) {
   namespace wire = contract::gpu_fastpath;
   JobMemory m = Allocate();
@@ -1257,9 +1369,9 @@ TEST_F(FastpathMoveTest, AHeldDrainGoesOnAtGoAndLetsTheJobGoWhenNoGoComes) {
     req.hold_ms = hold_ms;
     EXPECT_TRUE(wire::SendMessage(sv[0], wire::Encode(req)));
     std::thread serve([&control, fd = sv[1]] { control.Serve(fd); });
-    std::string text;
+    std::string text, why_not;
     std::vector<int> fds;
-    EXPECT_TRUE(wire::ReceiveMessage(sv[0], &text, &fds));
+    EXPECT_TRUE(ReceiveProving(sv[0], &text, &fds, &why_not)) << why_not;
     wire::Reply<wire::QuiescedReply> q;
     std::string why;
     EXPECT_TRUE(wire::Decode(text, &q, &why)) << why << ": " << text;
