@@ -400,6 +400,8 @@ Result StartServe(State& st) {
   st.listener = std::move(*l);
   CRYO_LOG(Info) << "cryod " << CRYO_VERSION << " serving on " << st.config.socket << " (node "
                  << st.config.node_name << ")";
+  // Jobs owed their GPU memory by a cryod that died get it back while this one serves.
+  st.engine->RecoverInBackground();
   return Result::kOk;
 }
 
@@ -500,7 +502,7 @@ void StopCollector(State& st) {
 void StopServing(State& st) {
   st.listener.reset();
   // Imports run on the gRPC handler's thread, outside the runner: they stop at their next check.
-  if (st.engine) st.engine->Stop();
+  if (st.engine) st.engine->Stop(absl::Seconds(st.config.shutdown_grace_s));
   // Refuses new operations at once, lets running ones finish within the grace, then cancels
   // them (each rolls back or, past its publish, finishes) and joins every thread: nothing runs
   // on the engine once this returns.

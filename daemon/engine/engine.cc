@@ -45,7 +45,13 @@ Engine::Engine(EngineConfig cfg, EngineDeps deps)
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  // The recovery thread's waits end once cryod stops (at once if nobody called Stop), and its
+  // claims go before the sets they are in.
+  if (!stopping_.load()) Stop();
+  if (recovery_.joinable()) recovery_.join();
+  deferred_.clear();
+}
 
 std::vector<std::string> Engine::CheckpointStepNames() const {
   std::vector<std::string> out;
@@ -244,15 +250,61 @@ absl::Status Engine::Recover() {
                         << e.checkpoint_id << "' in state " << journal::Name(e.state)
                         << " was cut off by a reboot; its processes are gone, nothing to undo";
       if (d_.metrics) d_.metrics->CountRecovered("earlier_boot");
+    } else if (!e.fastpath.empty() && d_.fastpath != nullptr) {
+      // Its undo gives jobs their GPU memory back: after cryod serves (RecoverInBackground).
+      // Until then its jobs and its checkpoint are claimed, and the entry stays in the journal.
+      auto claim = std::make_unique<Claim>(this);
+      std::vector<pid_t> pids;
+      for (const auto& t : e.tasks) pids.push_back(t.pid);
+      for (const auto& f : e.fastpath) pids.push_back(f.pid);
+      std::sort(pids.begin(), pids.end());
+      pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+      if (absl::Status c = claim->Take(pids, e.checkpoint_id, false); !c.ok()) {
+        CRYO_LOG(Warning) << "journal: " << e.op_id << ": " << c;
+      }
+      CRYO_LOG(Info) << "journal: " << e.op_id << " gives " << e.fastpath.size()
+                     << " processes their GPU memory back once cryod serves";
+      deferred_.emplace_back(e, std::move(claim));
+      continue;
     } else {
       RecoverEntry(e);
     }
     CRYO_RETURN_IF_ERROR(d_.journal->Remove(e.op_id));
   }
-  CollectIncomplete(/*own_stages=*/true);  // before serving: none of them is in progress
+  std::set<std::string> keep;  // what the deferred entries still read
+  for (const auto& [e, claim] : deferred_) {
+    if (!e.staging_dir.empty()) keep.insert(e.staging_dir);
+  }
+  CollectIncomplete(/*own_stages=*/true, keep);  // before serving: none of them is in progress
   PruneOpLogs();
   SeedPace();
   return absl::OkStatus();
+}
+
+void Engine::RecoverInBackground() {
+  if (deferred_.empty() || recovery_.joinable()) return;
+  recovery_ = std::thread([this] {
+    for (auto& [e, claim] : deferred_) {
+      if (PastStopGrace()) break;
+      RecoverEntry(e);
+      // Cut short by cryod's stop, it is done again at the next start (each undo is).
+      if (PastStopGrace()) {
+        CRYO_LOG(Warning) << "journal: " << e.op_id
+                          << ": cryod stopped during its recovery; the next start finishes it";
+        break;
+      }
+      if (absl::Status st = d_.journal->Remove(e.op_id); !st.ok()) {
+        CRYO_LOG(Error) << "journal: removing " << e.op_id << ": " << st;
+      }
+      // What it staged is not collected before the next start (it was kept): now.
+      if (!e.staging_dir.empty() && fs::Exists(e.staging_dir)) {
+        if (absl::Status st = d_.store->RemoveStagingDir(e.staging_dir); !st.ok()) {
+          CRYO_LOG(Warning) << "journal: " << e.op_id << ": " << st;
+        }
+      }
+      claim.reset();
+    }
+  });
 }
 
 absl::Status Engine::JournalBefore(const journal::Entry& e) {
@@ -331,8 +383,8 @@ void Engine::RecoverEntry(const journal::Entry& e) {
   }
 }
 
-int Engine::CollectIncomplete(bool own_stages) {
-  auto n = d_.store->CollectIncomplete(cfg_.incomplete_ttl, own_stages);
+int Engine::CollectIncomplete(bool own_stages, const std::set<std::string>& keep) {
+  auto n = d_.store->CollectIncomplete(cfg_.incomplete_ttl, own_stages, keep);
   if (!n.ok()) {
     CRYO_LOG(Warning) << "collecting incomplete checkpoints: " << n.status();
     return 0;

@@ -147,7 +147,14 @@ class Engine {
   // node's stages (only at start, before any operation). Without `own_stages` it is safe while
   // operations run and takes no lock they wait on; cryod calls it so every 10 minutes.
   // Returns how many directories went.
-  int CollectIncomplete(bool own_stages = false);
+  int CollectIncomplete(bool own_stages = false, const std::set<std::string>& keep = {});
+
+  // Runs the journal entries Recover() left because they give jobs their GPU memory back (a
+  // refill takes as long as reading the memory back, and may hang on a job's library) on a
+  // thread of its own, so that cryod serves meanwhile. Their jobs stay claimed (a checkpoint of
+  // one is refused) until each is done. Once Stop()'s grace has passed its waits end, and an
+  // entry not finished stays in the journal for the next start.
+  void RecoverInBackground();
 
   absl::StatusOr<CheckpointResult> Checkpoint(const CheckpointRequest& req, Operation& op);
   absl::StatusOr<RestoreResult> Restore(const RestoreRequest& req, Operation& op);
@@ -162,8 +169,13 @@ class Engine {
   absl::StatusOr<std::vector<CheckpointRecord>> List(const std::string& workload);
   absl::Status Delete(const std::string& id);
   NodeFacts Node();
-  // cryod is stopping: work outside the OperationRunner (image imports) ends at its next check.
-  void Stop() { stopping_.store(true); }
+  // cryod is stopping: work outside the OperationRunner (image imports) ends at its next check,
+  // and once `grace` has passed too, so do the waits that give a job its GPU memory back (an
+  // undo's or a recovery's refill: the library finishes it by itself).
+  void Stop(absl::Duration grace = absl::ZeroDuration()) {
+    stop_grace_end_ns_.store(absl::ToUnixNanos(absl::Now() + grace));
+    stopping_.store(true);
+  }
 
   const EngineConfig& config() const { return cfg_; }
   // The workload's newest checkpoint that no restore found damaged (nullopt: none, or the store
@@ -285,6 +297,16 @@ class Engine {
   EngineDeps d_;
   std::string signing_key_;
   std::atomic<bool> stopping_{false};
+  // Entries Recover() left to RecoverInBackground, with the claims on their jobs.
+  std::vector<std::pair<journal::Entry, std::unique_ptr<Claim>>> deferred_;
+  std::thread recovery_;
+  std::atomic<int64_t> stop_grace_end_ns_{0};
+  // Whether cryod is stopping and its grace has passed (Stop).
+  bool PastStopGrace() const {
+    return stopping_.load() && absl::ToUnixNanos(absl::Now()) > stop_grace_end_ns_.load();
+  }
+  // What ends an operation's wait on a refill: its cancel, its deadline, or PastStopGrace.
+  std::function<bool()> RefillStop(Operation* op, absl::Time deadline) const;
   std::unique_ptr<containerd::ImageContent> own_images_;
   JobControl jobs_;
   TestHooks hooks_;

@@ -254,6 +254,12 @@ absl::Status Engine::SaveGpuData(CheckpointState& s) {
   return absl::OkStatus();
 }
 
+std::function<bool()> Engine::RefillStop(Operation* op, absl::Time deadline) const {
+  return [this, op, deadline] {
+    return (op != nullptr && op->cancelled()) || absl::Now() > deadline || PastStopGrace();
+  };
+}
+
 absl::Status Engine::RefillGpus(CheckpointState& s) {
   const std::string dir = s.live.staged->staging_dir();
   std::vector<std::vector<int>> files(s.fast.size());
@@ -275,7 +281,8 @@ absl::Status Engine::RefillGpus(CheckpointState& s) {
   }
   // Processes that share memory are refilled together (fastpath_cut.h).
   if (st.ok()) {
-    st = gpu::RefillTogether(*d_.fastpath, s.fast, cfg_.fastpath.threads, files, expected);
+    st = gpu::RefillTogether(*d_.fastpath, s.fast, cfg_.fastpath.threads, files, expected, {},
+                             RefillStop(s.op, s.req.deadline));
   }
   for (auto& f : files) CloseAll(f);
   return Annotate(st, "GPU fast path");
@@ -363,7 +370,9 @@ void Engine::UndoDrain(const journal::Entry& e, CheckpointLive* live) {
     // A drain still writing its files is finished first: the library then is in a state a
     // refill knows (its memory in its own memory, or in the files).
     for (auto& j : live->fast) {
-      if (j.drain != nullptr) (void)j.drain->WaitSaved(/*stoppable=*/false);
+      if (j.drain != nullptr) {
+        (void)j.drain->WaitSaved(/*stoppable=*/false, [this] { return PastStopGrace(); });
+      }
       j.drain.reset();
       CloseAll(j.fds);
       j.fds.clear();
@@ -440,8 +449,10 @@ void Engine::RefillFastpath(const std::vector<gpu::FastpathProcess>& procs, cons
     files.push_back(std::move(fds));
   }
   if (todo.empty()) return;
-  absl::Status r =
-      gpu::RefillTogether(*d_.fastpath, todo, cfg_.fastpath.threads, files, {}, running);
+  // An undo's wait ends only when cryod stops for good (its grace passed): until then the job's
+  // memory is what it waits for.
+  absl::Status r = gpu::RefillTogether(*d_.fastpath, todo, cfg_.fastpath.threads, files, {},
+                                       running, [this] { return PastStopGrace(); });
   for (auto& f : files) CloseAll(f);
   if (r.ok()) {
     CRYO_LOG(Info) << "fast path: GPU memory of " << todo.size() << " processes refilled";
@@ -605,7 +616,8 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
   }
   // Processes that shared memory are refilled together (fastpath_cut.h).
   if (st.ok()) {
-    st = gpu::RefillTogether(*d_.fastpath, s.fast, cfg_.fastpath.threads, files, expected);
+    st = gpu::RefillTogether(*d_.fastpath, s.fast, cfg_.fastpath.threads, files, expected, {},
+                             RefillStop(s.op, s.req.deadline));
   }
   for (auto& f : files) CloseAll(f);
   if (absl::IsDataLoss(st)) {

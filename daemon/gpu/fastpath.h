@@ -67,9 +67,11 @@ class FastpathDrainHandle {
   }
   // With files: waits until they are written and out of the job's memory; their digests in
   // order. Without files: nothing to wait for. `stoppable`: the drain's stop predicate ends the
-  // wait (CANCELLED, asked again later); an undo waits regardless, bounded by the reply
-  // timeout. Once answered, the same answer comes back at once.
-  virtual absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool stoppable = true) = 0;
+  // wait (CANCELLED, asked again later); an undo waits regardless of it, bounded by the reply
+  // timeout and by `hard_stop` (may be empty: cryod stopping for good). Once answered, the same
+  // answer comes back at once.
+  virtual absl::StatusOr<std::vector<FileDigest>> WaitSaved(
+      bool stoppable = true, const std::function<bool()>& hard_stop = nullptr) = 0;
 };
 
 // A held refill (version kVersionCut): the process's own memory is back and exported again; what
@@ -96,14 +98,15 @@ class Fastpath {
       const FastpathProcess& p, const FastpathDrainOptions& opt, const std::vector<int>& files) = 0;
   // Brings a process's memory back: from `files` (read, in order) checked against `expected`
   // (empty: unchecked), or from its own memory when there are none. DATA_LOSS on a mismatch (the
-  // job stays held).
+  // job stays held). `stop` (may be empty; asked at least every 100 ms) ends the wait with
+  // CANCELLED: the library, which has the request and its descriptors, finishes by itself.
   virtual absl::StatusOr<contract::gpu_fastpath::RefillReply> Refill(
       const FastpathProcess& p, int threads, const std::vector<int>& files,
-      const std::vector<FileDigest>& expected) = 0;
-  // A refill held for its imports (see FastpathRefillHandle).
+      const std::vector<FileDigest>& expected, const std::function<bool()>& stop) = 0;
+  // A refill held for its imports (see FastpathRefillHandle); `stop` ends its waits too.
   virtual absl::StatusOr<std::unique_ptr<FastpathRefillHandle>> RefillHeld(
       const FastpathProcess& p, int threads, const std::vector<int>& files,
-      const std::vector<FileDigest>& expected) {
+      const std::vector<FileDigest>& expected, const std::function<bool()>& stop) {
     return absl::UnimplementedError("this fast path holds no refill");
   }
   // Its state (running, drained, saved), what it owns, its version.

@@ -352,11 +352,12 @@ FastpathDrain::~FastpathDrain() {
   ::close(fd_);
 }
 
-absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved(bool stoppable) {
+absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved(
+    bool stoppable, const std::function<bool()>& hard_stop) {
   if (!files_) return std::vector<FileDigest>{};
   if (saved_) return *saved_;
   absl::StatusOr<wire::SavedReply> saved =
-      Receive<wire::SavedReply>(fd_, p_, timeout_, stoppable ? stop_ : std::function<bool()>());
+      Receive<wire::SavedReply>(fd_, p_, timeout_, stoppable ? stop_ : hard_stop);
   // Stopped waiting, the library still writing: the channel stays open for the undo, which
   // waits for the library's last word before it refills.
   if (absl::IsCancelled(saved.status())) return saved.status();
@@ -371,11 +372,13 @@ absl::StatusOr<wire::RefillReply> FastpathRefill(const proc::ProcReader& proc,
                                                  const FastpathProcess& p, int threads,
                                                  const std::vector<int>& files,
                                                  const std::vector<FileDigest>& expected,
-                                                 absl::Duration timeout) {
+                                                 absl::Duration timeout,
+                                                 const std::function<bool()>& stop) {
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
   const wire::Request req = RefillRequest(p, threads, files, expected);
   absl::Status st = Send(fd, p, req, files);
-  absl::StatusOr<wire::RefillReply> r = st.ok() ? Receive<wire::RefillReply>(fd, p, timeout) : st;
+  absl::StatusOr<wire::RefillReply> r =
+      st.ok() ? Receive<wire::RefillReply>(fd, p, timeout, stop) : st;
   ::close(fd);
   if (r.ok()) LogRefill(p, *r);
   return r;
@@ -383,16 +386,16 @@ absl::StatusOr<wire::RefillReply> FastpathRefill(const proc::ProcReader& proc,
 
 absl::StatusOr<std::unique_ptr<FastpathHeldRefill>> FastpathHeldRefill::Start(
     const proc::ProcReader& proc, const FastpathProcess& p, int threads,
-    const std::vector<int>& files, const std::vector<FileDigest>& expected,
-    absl::Duration timeout) {
+    const std::vector<int>& files, const std::vector<FileDigest>& expected, absl::Duration timeout,
+    std::function<bool()> stop) {
   CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
-  std::unique_ptr<FastpathHeldRefill> h(new FastpathHeldRefill(fd, p, timeout));
+  std::unique_ptr<FastpathHeldRefill> h(new FastpathHeldRefill(fd, p, timeout, std::move(stop)));
   wire::Request req = RefillRequest(p, threads, files, expected);
   req.version = std::max(req.version, wire::kVersionCut);
   // Its imports wait for the other processes' refills: as long as a refill may take.
   req.hold_ms = std::min<int64_t>(absl::ToInt64Milliseconds(timeout), wire::kMaxHoldMs);
   CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
-  CRYO_ASSIGN_OR_RETURN(h->refilled_, Receive<wire::RefillReply>(fd, p, timeout));
+  CRYO_ASSIGN_OR_RETURN(h->refilled_, Receive<wire::RefillReply>(fd, p, timeout, h->stop_));
   LogRefill(p, h->refilled_);
   return h;
 }
@@ -417,7 +420,7 @@ absl::StatusOr<wire::ImportedReply> FastpathHeldRefill::Go(const std::vector<uin
     CRYO_RETURN_IF_ERROR(
         Send(fd_, p_, req, std::vector<int>(fds.begin() + at, fds.begin() + at + n)));
   }
-  auto r = Receive<wire::ImportedReply>(fd_, p_, timeout_);
+  auto r = Receive<wire::ImportedReply>(fd_, p_, timeout_, stop_);
   ::close(fd_);
   fd_ = -1;
   return r;
@@ -476,18 +479,21 @@ class ClientFastpath : public Fastpath {
     return std::unique_ptr<FastpathDrainHandle>(std::move(d));
   }
 
+  // (30 minutes: the outer bound of a refill of a whole GPU's memory from a slow store; the
+  // caller's `stop` ends the wait sooner.)
   absl::StatusOr<wire::RefillReply> Refill(const FastpathProcess& p, int threads,
                                            const std::vector<int>& files,
-                                           const std::vector<FileDigest>& expected) override {
-    return FastpathRefill(proc_, p, threads, files, expected, absl::Minutes(30));
+                                           const std::vector<FileDigest>& expected,
+                                           const std::function<bool()>& stop) override {
+    return FastpathRefill(proc_, p, threads, files, expected, absl::Minutes(30), stop);
   }
 
   absl::StatusOr<std::unique_ptr<FastpathRefillHandle>> RefillHeld(
       const FastpathProcess& p, int threads, const std::vector<int>& files,
-      const std::vector<FileDigest>& expected) override {
+      const std::vector<FileDigest>& expected, const std::function<bool()>& stop) override {
     CRYO_ASSIGN_OR_RETURN(
         std::unique_ptr<FastpathHeldRefill> h,
-        FastpathHeldRefill::Start(proc_, p, threads, files, expected, absl::Minutes(30)));
+        FastpathHeldRefill::Start(proc_, p, threads, files, expected, absl::Minutes(30), stop));
     return std::unique_ptr<FastpathRefillHandle>(std::move(h));
   }
 

@@ -73,7 +73,8 @@ class FastpathDrain : public FastpathDrainHandle {
   const contract::gpu_fastpath::QuiescedReply& quiesced() const override { return quiesced_; }
   const contract::gpu_fastpath::GatedReply& gated() const override { return gated_; }
   absl::Status Align(uint64_t to, absl::Duration bound) override;
-  absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool stoppable = true) override;
+  absl::StatusOr<std::vector<FileDigest>> WaitSaved(
+      bool stoppable = true, const std::function<bool()>& hard_stop = nullptr) override;
 
  private:
   FastpathDrain(int fd, FastpathProcess p, absl::Duration timeout, bool files,
@@ -99,18 +100,19 @@ class FastpathHeldRefill : public FastpathRefillHandle {
   static absl::StatusOr<std::unique_ptr<FastpathHeldRefill>> Start(
       const proc::ProcReader& proc, const FastpathProcess& p, int threads,
       const std::vector<int>& files, const std::vector<FileDigest>& expected,
-      absl::Duration timeout);
+      absl::Duration timeout, std::function<bool()> stop = nullptr);
   ~FastpathHeldRefill() override;
   const contract::gpu_fastpath::RefillReply& refilled() const override { return refilled_; }
   absl::StatusOr<contract::gpu_fastpath::ImportedReply> Go(const std::vector<uint64_t>& ids,
                                                            const std::vector<int>& fds) override;
 
  private:
-  FastpathHeldRefill(int fd, FastpathProcess p, absl::Duration timeout)
-      : fd_(fd), p_(std::move(p)), timeout_(timeout) {}
+  FastpathHeldRefill(int fd, FastpathProcess p, absl::Duration timeout, std::function<bool()> stop)
+      : fd_(fd), p_(std::move(p)), timeout_(timeout), stop_(std::move(stop)) {}
   int fd_;
   FastpathProcess p_;
   absl::Duration timeout_;
+  std::function<bool()> stop_;
   contract::gpu_fastpath::RefillReply refilled_;
 };
 
@@ -120,6 +122,7 @@ class FastpathHeldRefill : public FastpathRefillHandle {
 // mismatch is DATA_LOSS and the job stays held (the caller ends it).
 absl::StatusOr<contract::gpu_fastpath::RefillReply> FastpathRefill(
     const proc::ProcReader& proc, const FastpathProcess& p, int threads,
-    const std::vector<int>& files, const std::vector<FileDigest>& expected, absl::Duration timeout);
+    const std::vector<int>& files, const std::vector<FileDigest>& expected, absl::Duration timeout,
+    const std::function<bool()>& stop = nullptr);
 
 }  // namespace cryo::gpu

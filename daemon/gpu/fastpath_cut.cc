@@ -188,7 +188,8 @@ namespace cryo::gpu {
 absl::Status RefillTogether(Fastpath& fp, const std::vector<FastpathProcess>& procs, int threads,
                             const std::vector<std::vector<int>>& files,
                             const std::vector<std::vector<FileDigest>>& expected,
-                            const std::vector<FastpathProcess>& running) {
+                            const std::vector<FastpathProcess>& running,
+                            const std::function<bool()>& stop) {
   const size_t n = procs.size();
   static const std::vector<int> kNoFiles;
   static const std::vector<FileDigest> kNoSums;
@@ -202,13 +203,13 @@ absl::Status RefillTogether(Fastpath& fp, const std::vector<FastpathProcess>& pr
                                   [](const FastpathProcess& p) { return !p.imports.empty(); });
   if (!shared) {
     return FirstError(EachInParallel(n, [&](size_t i) -> absl::Status {
-      return fp.Refill(procs[i], threads, files_of(i), sums_of(i)).status();
+      return fp.Refill(procs[i], threads, files_of(i), sums_of(i), stop).status();
     }));
   }
   // 1. Each its own memory, exported again; importers wait with their gates shut.
   std::vector<std::unique_ptr<FastpathRefillHandle>> held(n);
   CRYO_RETURN_IF_ERROR(FirstError(EachInParallel(n, [&](size_t i) -> absl::Status {
-    CRYO_ASSIGN_OR_RETURN(held[i], fp.RefillHeld(procs[i], threads, files_of(i), sums_of(i)));
+    CRYO_ASSIGN_OR_RETURN(held[i], fp.RefillHeld(procs[i], threads, files_of(i), sums_of(i), stop));
     return absl::OkStatus();
   })));
   // Where each exporter's descriptors are now: (host pid, export id -> descriptor number).

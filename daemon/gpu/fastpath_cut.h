@@ -38,10 +38,12 @@ absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
 // When some imported memory from others (procs[i].imports), every one is refilled held: each
 // brings its own memory back and exports it again, then each importer is given its exporters'
 // new descriptors (taken from the exporters with pidfd_getfd) and only then runs. Exporters among
-// `running` (already refilled) are asked for their descriptors.
+// `running` (already refilled) are asked for their descriptors. `stop` (may be empty) ends every
+// wait (Fastpath::Refill).
 absl::Status RefillTogether(Fastpath& fp, const std::vector<FastpathProcess>& procs, int threads,
                             const std::vector<std::vector<int>>& files,
                             const std::vector<std::vector<FileDigest>>& expected,
-                            const std::vector<FastpathProcess>& running = {});
+                            const std::vector<FastpathProcess>& running = {},
+                            const std::function<bool()>& stop = nullptr);
 
 }  // namespace cryo::gpu

@@ -299,8 +299,11 @@ class LocalStore final : public CheckpointStore {
     return fs::Join(published(), id);
   }
 
-  absl::StatusOr<int> CollectIncomplete(absl::Duration ttl, bool own_stages) override {
+  absl::StatusOr<int> CollectIncomplete(absl::Duration ttl, bool own_stages,
+                                        const std::set<std::string>& keep) override {
     CRYO_RETURN_IF_ERROR(Ready());
+    std::set<std::string> kept;
+    for (const std::string& path : keep) kept.insert(StagingName(path));
     int removed = 0;
     const absl::Time now = absl::Now();
     // Ages and kinds from the entry itself, never from what a link points at.
@@ -324,7 +327,7 @@ class LocalStore final : public CheckpointStore {
       for (const auto& e : staged) {
         std::vector<std::string> parts = absl::StrSplit(e.name, kSep);
         bool mine = parts.size() == 3 && parts[1] == node_;
-        if (mine && !own_stages) continue;
+        if (mine && (!own_stages || kept.count(e.name))) continue;
         // Another node's stage may be in progress: only an old one is known to be abandoned.
         if (!mine && age(dir.get(), e.name) < ttl) continue;
         CRYO_LOG(Info) << "collecting incomplete checkpoint " << fs::Join(staging(), e.name);

@@ -50,8 +50,10 @@ class CheckpointStore {
   // Removes other nodes' staging directories older than `ttl` (a node that died mid-checkpoint),
   // published directories that never got a manifest (once older than `ttl`) and the trash;
   // with `own_stages`, every staging directory of this node too (only safe when this node runs
-  // no checkpoint: cryod's start). Returns how many directories went.
-  virtual absl::StatusOr<int> CollectIncomplete(absl::Duration ttl, bool own_stages) = 0;
+  // no checkpoint: cryod's start), except the staging directories in `keep` (paths; a recovery
+  // still needs them). Returns how many directories went.
+  virtual absl::StatusOr<int> CollectIncomplete(absl::Duration ttl, bool own_stages,
+                                                const std::set<std::string>& keep = {}) = 0;
   // Deletes all but the newest `keep` good checkpoints of `workload` (damaged ones do not count;
   // one newer than the last kept stays, for inspection), except those in `in_use` (a restore
   // reads them; a later pass takes them) and those a checkpoint that stays refers to

@@ -439,9 +439,10 @@ TEST_F(FastpathE2e, CryodKilledAfterTheDrainGivesTheMemoryBackWhenItRestarts) {
   // The job waits at the library's gate meanwhile: no step on memory that is not there.
   ::usleep(200 * 1000);
   EXPECT_EQ(U(w.Status(), "main"), held);
-  Node("node-a");  // recovery refills from the staging files, then collects them
+  Node("node-a");  // recovery refills from the staging files, then removes them
   ExpectRunsOnIntact(w, held);
-  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+  // (Recovery runs once cryod serves: the staging directory goes when it is done.)
+  EXPECT_TRUE(WaitFor([&] { return EmptyDir(store_ + "/.staging"); }));
 }
 
 // A leave-running checkpoint whose data is only in cryod's memory when cryod dies: that data is
@@ -462,7 +463,8 @@ TEST_F(FastpathE2e, CryodKilledWhileOnlyItsMemoryHoldsTheGpuDataEndsTheJob) {
   EXPECT_TRUE(WaitGone(w)) << "the job was left held with its GPU data gone";
   EXPECT_TRUE(absl::StrContains(Slurp(b.log()), "is lost")) << Slurp(b.log());
   EXPECT_FALSE(std::filesystem::exists(store_ + "/checkpoints/fp-lost"));
-  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+  // (Recovery runs once cryod serves: the staging directory goes when it is done.)
+  EXPECT_TRUE(WaitFor([&] { return EmptyDir(store_ + "/.staging"); }));
 }
 
 // Cryod killed after the drain, with memory shared between two processes of the job: recovery
@@ -491,7 +493,55 @@ TEST_F(FastpathE2e, CryodKilledAfterTheDrainOfSharedMemoryGivesBothProcessesItBa
   EXPECT_TRUE(WaitFor([&] { return U(w.Status(), "peer_steps") > peer_held + 10; }))
       << "the importer does not run on the shared memory again: " << w.Status().dump();
   EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
-  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+  // (Recovery runs once cryod serves: the staging directory goes when it is done.)
+  EXPECT_TRUE(WaitFor([&] { return EmptyDir(store_ + "/.staging"); }));
+}
+
+// Issue 34: after a SIGKILL, the restarted cryod refused its socket while it refilled a job (up
+// to 30 minutes) and ignored SIGTERM meanwhile. Now the refill runs once cryod serves, the job
+// stays claimed until it is done, SIGTERM ends the wait after the grace (the entry stays in the
+// journal), and the next cryod finishes what is left. The job's library hangs in the driver
+// (FAKE_CUDA_STALL_FILE) for as long as the test wants.
+TEST_F(FastpathE2e, ARefillThatHangsNeitherKeepsCryodFromServingNorFromStopping) {
+  Cryod* a = &Node("node-a", {}, HookEnv());
+  const std::string stall = dir_ + "/stall-refill";
+  Workload& w = GpuJob({}, FAKEGPU_BIN, {"FAKE_CUDA_STALL_FILE=" + stall});
+  ASSERT_TRUE(w.WaitMain(20));
+  HookPoint hp(hook_dir(), "before-dump");  // drained, saved into the staging files
+  auto fut = std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "fp-hang")); });
+  ASSERT_TRUE(hp.Reached());
+  nlohmann::json st;
+  ASSERT_TRUE(WaitFor([&] {
+    st = w.Status();
+    return st.is_object() && U(st, "device_used") < 8 * kMiB;
+  })) << st.dump();
+  const uint64_t held = U(st, "main");
+  a->Kill9();
+  (void)fut.get();
+  ::unlink((hook_dir() + "/before-dump.enable").c_str());
+  std::ofstream(stall).close();
+  ASSERT_TRUE(std::filesystem::exists(stall));
+
+  // It serves while the job's refill hangs; the job is its recovery's until that is done.
+  Cryod& b = Node("node-a", {"--shutdown-grace-s", "1"});
+  EXPECT_TRUE(b.List().empty());
+  grpc::Status again = b.Checkpoint(Req(w.pid(), "fp-hang-2", true));
+  EXPECT_EQ(again.error_code(), StatusCode::ABORTED) << again.error_message();
+  EXPECT_EQ(U(w.Status(), "main"), held) << "the job ran on memory that is not there";
+
+  // SIGTERM ends it after the grace, the refill still hanging; the journal keeps the entry.
+  EXPECT_EQ(b.StopCleanly(), "");
+  EXPECT_TRUE(absl::StrContains(Slurp(b.log()), "the next start finishes it")) << Slurp(b.log());
+  EXPECT_FALSE(NoJournalEntries(b.state_dir() + "/journal"));
+
+  // The driver lets go: the library finishes the refill by itself, and the next cryod finds the
+  // job running and removes what the checkpoint staged.
+  ::unlink(stall.c_str());
+  Cryod& c = Node("node-a");
+  ExpectRunsOnIntact(w, held);
+  EXPECT_TRUE(WaitFor([&] { return EmptyDir(store_ + "/.staging"); }));
+  EXPECT_TRUE(WaitFor([&] { return NoJournalEntries(c.state_dir() + "/journal"); }));
+  EXPECT_TRUE(c.List().empty());
 }
 
 // Found in review: a checkpoint cancelled after gpu_save waited 10 minutes in its undo, which

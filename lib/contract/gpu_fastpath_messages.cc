@@ -13,21 +13,18 @@ using nlohmann::json;
 namespace json_text = ::cryo::json;
 
 // The one spelling of each op, state and error code on the wire.
-constexpr std::pair<Op, const char*> kOps[] = {{Op::kStatus, "status"}, {Op::kDrain, "drain"},
-                                               {Op::kRefill, "refill"}, {Op::kGo, "go"},
-                                               {Op::kAlign, "align"},   {Op::kShare, "share"},
-                                               {Op::kProve, "prove"}};
+constexpr std::pair<Op, const char*> kOps[] = {
+    {Op::kStatus, "status"}, {Op::kDrain, "drain"}, {Op::kRefill, "refill"}, {Op::kGo, "go"},
+    {Op::kAlign, "align"},   {Op::kShare, "share"}, {Op::kProve, "prove"}};
 constexpr std::pair<State, const char*> kStates[] = {{State::kRunning, kStateRunning},
                                                      {State::kDrained, kStateDrained},
                                                      {State::kSaved, kStateSaved},
                                                      {State::kImporting, kStateImporting}};
-constexpr std::pair<ErrorCode, const char*> kCodes[] = {{ErrorCode::kDeadline, "deadline"},
-                                                        {ErrorCode::kDataLoss, "data_loss"},
-                                                        {ErrorCode::kVersion, "version"},
-                                                        {ErrorCode::kBadRequest, "bad_request"},
-                                                        {ErrorCode::kBusy, "busy"},
-                                                        {ErrorCode::kProve, "prove"},
-                                                        {ErrorCode::kDenied, "denied"}};
+constexpr std::pair<ErrorCode, const char*> kCodes[] = {
+    {ErrorCode::kDeadline, "deadline"}, {ErrorCode::kDataLoss, "data_loss"},
+    {ErrorCode::kVersion, "version"},   {ErrorCode::kBadRequest, "bad_request"},
+    {ErrorCode::kBusy, "busy"},         {ErrorCode::kProve, "prove"},
+    {ErrorCode::kDenied, "denied"}};
 constexpr char kEventGated[] = "gated";
 constexpr char kEventQuiesced[] = "quiesced";
 constexpr char kEventImported[] = "imported";
@@ -361,9 +358,10 @@ std::string Encode(const ShareReply& r) { return json{{"ok", true}, {"size", r.s
 std::string Encode(const Challenge& c) {
   return json{{"ok", false},
               {"code", NameOf(kCodes, ErrorCode::kProve)},
-              {"error", "first prove that you may read this process's memory (a peer that may "
-                        "ptrace it: cryod): send back the " +
-                            std::to_string(c.length) + " bytes at " + std::to_string(c.address)},
+              {"error",
+               "first prove that you may read this process's memory (a peer that may "
+               "ptrace it: cryod): send back the " +
+                   std::to_string(c.length) + " bytes at " + std::to_string(c.address)},
               {"rolled_back", false},
               {"address", c.address},
               {"length", c.length}}

@@ -69,8 +69,9 @@ class FailingPublishStore : public store::CheckpointStore {
   absl::StatusOr<std::string> LocalPath(const std::string& id) override {
     return inner_->LocalPath(id);
   }
-  absl::StatusOr<int> CollectIncomplete(absl::Duration t, bool own) override {
-    return inner_->CollectIncomplete(t, own);
+  absl::StatusOr<int> CollectIncomplete(absl::Duration t, bool own,
+                                        const std::set<std::string>& keep) override {
+    return inner_->CollectIncomplete(t, own, keep);
   }
   absl::StatusOr<std::vector<std::string>> ApplyRetention(
       const std::string& w, int k, const std::set<std::string>& in_use) override {

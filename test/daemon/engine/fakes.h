@@ -105,7 +105,9 @@ class FakeFastpath : public gpu::Fastpath {
     Drain(contract::gpu_fastpath::DrainedReply d, std::vector<FileDigest> c)
         : d_(d), c_(std::move(c)) {}
     const contract::gpu_fastpath::DrainedReply& drained() const override { return d_; }
-    absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool) override { return c_; }
+    absl::StatusOr<std::vector<FileDigest>> WaitSaved(bool, const std::function<bool()>&) override {
+      return c_;
+    }
     // Held at the cut (a library of kVersionCut or later): at once.
     absl::Status Align(uint64_t, absl::Duration) override { return absl::OkStatus(); }
 
@@ -142,7 +144,7 @@ class FakeFastpath : public gpu::Fastpath {
   }
   absl::StatusOr<contract::gpu_fastpath::RefillReply> Refill(
       const gpu::FastpathProcess& p, int, const std::vector<int>& files,
-      const std::vector<FileDigest>&) override {
+      const std::vector<FileDigest>&, const std::function<bool()>&) override {
     ++refills;
     refilled_from_memory = p.memory;
     refilled.clear();

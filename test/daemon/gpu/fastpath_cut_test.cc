@@ -126,7 +126,8 @@ class FastpathCutTest : public ::testing::Test {
       g_coll->cv.notify_all();
     }
     for (Rank* k : ranks_) {
-      if (k->mover->state() != fastpath::State::kRunning) (void)fp_->Refill(k->proc, 2, {}, {});
+      if (k->mover->state() != fastpath::State::kRunning)
+        (void)fp_->Refill(k->proc, 2, {}, {}, nullptr);
       k->reg->MemFree(k->mem);
     }
   }
@@ -171,7 +172,7 @@ TEST_F(FastpathCutTest, RanksInsideACollectiveAreDrainedOnlyOnceNeitherWaitsOnTh
   }
   drains.clear();
   for (Rank* k : ranks_) {
-    auto r = fp_->Refill(k->proc, 2, {}, {});
+    auto r = fp_->Refill(k->proc, 2, {}, {}, nullptr);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(k->mover->state(), fastpath::State::kRunning);
     EXPECT_TRUE(k->Intact());
@@ -211,7 +212,7 @@ TEST_F(FastpathCutTest, ARankAheadInItsCollectivesIsHeldWhereItsPeerCatchesUp) {
   EXPECT_EQ(ranks_[1]->mover->state(), fastpath::State::kDrained);
   drains.clear();
   for (Rank* k : ranks_) {
-    auto r = fp_->Refill(k->proc, 2, {}, {});
+    auto r = fp_->Refill(k->proc, 2, {}, {}, nullptr);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(k->Intact());
   }

@@ -10,7 +10,9 @@
 // "vacated". A CUfunction is a host function `void (*)(void** params)` that cuLaunchKernel runs
 // on the calling thread. Streams and contexts are tokens; every copy is synchronous.
 //
-// Env: FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_MEM_MIB per device (default 4096).
+// Env: FAKE_CUDA_DEVICES (default 1), FAKE_CUDA_MEM_MIB per device (default 4096);
+// FAKE_CUDA_STALL_FILE: while that file exists, cuMemCreate of device memory waits (a refill
+// that hangs in the driver, for the tests of cryod's waits).
 
 #include <cuda.h>
 #include <stdint.h>
@@ -332,6 +334,9 @@ CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
 CUresult cuMemCreate(CUmemGenericAllocationHandle* h, size_t size, const CUmemAllocationProp* prop,
                      unsigned long long) {
   if (size == 0 || size % kGranularity != 0 || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  static const char* stall = getenv("FAKE_CUDA_STALL_FILE");
+  struct stat sb;
+  while (stall != nullptr && ::stat(stall, &sb) == 0) ::usleep(20 * 1000);
   State& s = S();
   std::lock_guard<std::mutex> l(s.mu);
   // Host memory (NCCL's SHM buffers): device -1, counted apart.

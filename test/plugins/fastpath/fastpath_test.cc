@@ -9,16 +9,16 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -1348,8 +1348,7 @@ TEST_F(FastpathTest, ARootPeerWithoutCapabilitiesCannotDriveTheJob) {
                      [&] {
                        std::string reply, why;
                        wire::Reply<wire::StatusReply> r;
-                       return ask_status(&reply, &why) == 1 && wire::Decode(reply, &r, &why) &&
-                                      r.ok
+                       return ask_status(&reply, &why) == 1 && wire::Decode(reply, &r, &why) && r.ok
                                   ? 0
                                   : 1;
                      }),
