@@ -68,7 +68,7 @@ groups = {
     "v1": [("namespaces", "Namespace", False), ("configmaps", "ConfigMap", True),
            ("serviceaccounts", "ServiceAccount", True), ("services", "Service", True),
            ("persistentvolumeclaims", "PersistentVolumeClaim", True),
-           ("resourcequotas", "ResourceQuota", True)],
+           ("resourcequotas", "ResourceQuota", True), ("secrets", "Secret", True)],
     "apps/v1": [("daemonsets", "DaemonSet", True)],
     "batch/v1": [("jobs", "Job", True)],
     "rbac.authorization.k8s.io/v1": [("roles", "Role", True), ("rolebindings", "RoleBinding", True),
@@ -177,7 +177,7 @@ expectations() {
   local n=$1
   case $n in
     default)
-      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Service×1, ServiceAccount×1"
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Secret×1, Service×1, ServiceAccount×1"
       expect_has "$n" '^ +privileged: true$' "cryod is privileged by default"
       expect_has "$n" '^ +kubernetes.io/os: linux$' "the default nodeSelector (Linux)"
       expect_has "$n" '^ +kubernetes.io/arch: amd64$' "the default nodeSelector (amd64 image)"
@@ -204,7 +204,7 @@ expectations() {
       expect_notes "$n" "a job resumes only on the node it was" "the node-local store"
       ;;
     crio)
-      expect_kinds "$n" "ClusterRole×1, ClusterRoleBinding×1, ConfigMap×1, DaemonSet×1, Namespace×1, ResourceQuota×1, Role×1, RoleBinding×2, Service×1, ServiceAccount×1"
+      expect_kinds "$n" "ClusterRole×1, ClusterRoleBinding×1, ConfigMap×1, DaemonSet×1, Namespace×1, ResourceQuota×1, Role×1, RoleBinding×2, Secret×1, Service×1, ServiceAccount×1"
       expect_has "$n" '"runtime_endpoint": "unix:///var/run/crio/crio.sock"' "CRI-O's socket for cryod"
       expect_has "$n" '--runtime-endpoint=unix:///var/run/crio/crio.sock' "CRI-O's socket for the shim"
       expect_has "$n" '^ +path: /var/lib/containers/storage$' "CRI-O's storage root"
@@ -227,7 +227,7 @@ expectations() {
       expect_pod "$n" "sorted(v['hostPath']['path'] for v in p['volumes'] if v['name'] in ('host-kubelet-config', 'host-shim-socket'))" '["/run/cryo", "/var/lib/kubelet"]' "kubelet's config and the shim's socket"
       ;;
     gpu)
-      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Service×1, ServiceAccount×1"
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Secret×1, Service×1, ServiceAccount×1"
       expect_has "$n" '^ +runtimeClassName: nvidia$' "the NVIDIA runtime class"
       expect_has "$n" '^ +- name: NVIDIA_VISIBLE_DEVICES$' "the driver injected"
       expect_has "$n" '"gpu_thp_during_checkpoint": "always"' "THP during checkpoints"
@@ -237,7 +237,7 @@ expectations() {
       expect_has "$n" '^ +kubernetes.io/arch: amd64$' "merged with the default nodeSelector"
       ;;
     hostpath-shared)
-      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Service×1, ServiceAccount×1"
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, Role×1, Secret×1, Service×1, ServiceAccount×1"
       expect_has "$n" '^ +path: /mnt/cryo/checkpoints$' "the shared hostPath store"
       expect_has "$n" '^ +mountPropagation: HostToContainer$' "a late NFS mount still shows up"
       expect_has "$n" '"retention_keep": 5' "retention"
@@ -261,7 +261,7 @@ expectations() {
       expect_notes "$n" "metrics.enabled is false" "the closed HTTP port"
       ;;
     monitoring)
-      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, NetworkPolicy×1, PrometheusRule×1, Role×1, Service×1, ServiceAccount×1, ServiceMonitor×1"
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, NetworkPolicy×1, PrometheusRule×1, Role×1, Secret×1, Service×1, ServiceAccount×1, ServiceMonitor×1"
       [ "$(grep -cE '^ +release: kube-prometheus-stack$' "$TMP/$n.yaml")" = 2 ] ||
         fail "$n: the ServiceMonitor's and the PrometheusRule's selector label"
       expect_has "$n" '^ +interval: 15s$' "the scrape interval"
@@ -275,7 +275,7 @@ expectations() {
       expect_has "$n" '--metrics-file=/run/cryo/cri-shim.prom' "the shim writing its file"
       ;;
     pvc)
-      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, PersistentVolumeClaim×1, Role×1, Service×1, ServiceAccount×1"
+      expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, PersistentVolumeClaim×1, Role×1, Secret×1, Service×1, ServiceAccount×1"
       expect_has "$n" '^ +claimName: cryo-store$' "the store from the created claim"
       expect_has "$n" '^ +storageClassName: "nfs-rwx"$' "the storage class"
       expect_has "$n" '^ +storage: "500Gi"$' "the size"

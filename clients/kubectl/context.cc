@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@
 #include "lib/base/flags.h"
 #include "lib/base/human.h"
 #include "lib/base/ids.h"
+#include "lib/base/status.h"
 #include "lib/contract/annotations.h"
 #include "lib/contract/labels.h"
 
@@ -55,7 +57,7 @@ absl::StatusOr<std::vector<Cryod>> PodCryods(Ctx& c, const std::string& node) {
       usable.push_back({p.node,
                         absl::StrCat("/api/v1/namespaces/", UrlEncode(cns), "/pods/",
                                      UrlEncode(p.name), ":", p.port, "/proxy"),
-                        absl::StrCat("cryo pod ", p.name, " (node ", p.node, ")")});
+                        absl::StrCat("cryo pod ", p.name, " (node ", p.node, ")"), p.token_secret});
     }
   }
   if (!usable.empty()) return usable;
@@ -90,7 +92,7 @@ absl::StatusOr<std::vector<Cryod>> NodeCryods(Ctx& c, const std::string& node) {
   const int port = c.endpoint.port;
   auto make = [port](const std::string& n) {
     return Cryod{n, absl::StrCat("/api/v1/nodes/", UrlEncode(n), ":", port, "/proxy"),
-                 absl::StrCat("cryod on node ", n, " (port ", port, ")")};
+                 absl::StrCat("cryod on node ", n, " (port ", port, ")"), ""};
   };
   if (!node.empty()) return std::vector<Cryod>{make(node)};
   std::string path = "/api/v1/nodes";
@@ -123,8 +125,43 @@ absl::StatusOr<std::vector<Cryod>> FindCryods(Ctx& c, const std::string& node) {
   return c.endpoint.kind == CryodEndpoint::kNodes ? NodeCryods(c, node) : PodCryods(c, node);
 }
 
+namespace {
+
+// The token of cryod's HTTP API kept in Secret `name` of the cryo namespace (key "token").
+absl::StatusOr<std::string> ApiToken(Ctx& c, const std::string& name) {
+  if (auto it = c.api_tokens.find(name); it != c.api_tokens.end()) return it->second;
+  const std::string& cns = c.o.cryo_namespace;
+  auto secret = c.kubectl.GetRaw(
+      absl::StrCat("/api/v1/namespaces/", UrlEncode(cns), "/secrets/", UrlEncode(name)));
+  if (!secret.ok()) {
+    return WithContext(secret.status(),
+                       absl::StrCat("reading the token of cryod's HTTP API (Secret ", cns, "/",
+                                    name, "; the chart's cryo-checkpoint-reader role may get it)"));
+  }
+  std::string token;
+  const json::json_pointer at("/data/token");
+  if (!secret->contains(at) || !secret->at(at).is_string() ||
+      !absl::Base64Unescape(secret->at(at).get<std::string>(), &token) || token.empty()) {
+    return Failure(kExitNoCryo, absl::StrCat("Secret ", cns, "/", name,
+                                             " holds no \"token\" for cryod's HTTP API"));
+  }
+  c.api_tokens[name] = token;
+  return token;
+}
+
+}  // namespace
+
 absl::StatusOr<json> CryodGet(Ctx& c, const Cryod& d, const std::string& path) {
-  auto r = c.kubectl.GetRaw(d.base + path);
+  std::string token;
+  if (!d.token_secret.empty()) {
+    CRYO_ASSIGN_OR_RETURN(token, ApiToken(c, d.token_secret));
+  } else if (const char* t = std::getenv(contract::k8s::kCryodApiTokenEnv); t != nullptr) {
+    token = t;
+  }
+  // The proxy drops Authorization: the token goes in a query's body.
+  auto r = token.empty() ? c.kubectl.GetRaw(d.base + path)
+                         : c.kubectl.PostRaw(d.base + "/v1/query",
+                                             json{{"token", token}, {"get", path}}.dump());
   // A node named by --node (or a pod's) that does not exist answers 404 like an unknown
   // checkpoint would; the API server's message tells them apart.
   if (c.endpoint.kind == CryodEndpoint::kNodes && IsApiNotFound(r.status()) &&

@@ -4,6 +4,7 @@
 // own): the parsed options, the context a command runs in (kubectl, output, namespace, where
 // cryod is), and finding cryods and their checkpoints through the API server.
 
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -88,6 +89,7 @@ struct Ctx {
   Options o;
   CryodEndpoint endpoint;
   std::string ns;  // the namespace: -n, else resolved by Namespace() on first use
+  std::map<std::string, std::string> api_tokens;  // cryod's HTTP API tokens by Secret, read once
 };
 
 // The API server's path of a pod.
@@ -96,13 +98,15 @@ std::string PodPath(const std::string& ns, const std::string& pod);
 // One cryod, and the API server path through which its HTTP API is reached.
 struct Cryod {
   std::string node;
-  std::string base;      // ".../proxy": cryod's paths follow
-  std::string describe;  // for messages
+  std::string base;          // ".../proxy": cryod's paths follow
+  std::string describe;      // for messages
+  std::string token_secret;  // the Secret (cryo namespace) with its HTTP API's token, if any
 };
 
 // The cryods to ask (only `node`'s when given). kExitNoCryo when there is none.
 absl::StatusOr<std::vector<Cryod>> FindCryods(Ctx& c, const std::string& node);
-// GET on cryod's HTTP API through the API server's proxy.
+// GET on cryod's HTTP API through the API server's proxy: with the token of the pod's Secret
+// (or $CRYO_HTTP_API_TOKEN) as POST /v1/query, since the proxy passes no Authorization header.
 absl::StatusOr<json> CryodGet(Ctx& c, const Cryod& d, const std::string& path);
 // Why a cryod that was found might not answer ("" when nothing is known).
 std::string NoAnswerHint(const Ctx& c, const Cryod& d);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "lib/base/human.h"
+#include "lib/contract/labels.h"
 
 namespace cryo::kubectl {
 namespace {
@@ -124,6 +125,9 @@ std::vector<CryoPod> CryoPodsFromList(const json& pod_list) {
     c.node = Str(p, "/spec/nodeName");
     c.phase = Str(p, "/status/phase");
     c.running = c.phase == "Running";
+    c.token_secret = Str(p, (json::json_pointer("/metadata/annotations") /
+                             std::string(contract::k8s::kCryodApiTokenSecret))
+                                .to_string());
     // The "cryod" container's port first: a sidecar may also name a port "http".
     int fallback = 0;
     const json::json_pointer containers("/spec/containers");

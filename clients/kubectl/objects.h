@@ -44,8 +44,9 @@ struct CryoPod {
   std::string name;
   std::string node;
   std::string phase;
-  int port = 0;          // cryod's port named "http"; 0 when the pod declares none
-  bool running = false;  // phase Running: cryod can answer through the pod proxy
+  int port = 0;              // cryod's port named "http"; 0 when the pod declares none
+  bool running = false;      // phase Running: cryod can answer through the pod proxy
+  std::string token_secret;  // the Secret with its HTTP API's token (kCryodApiTokenSecret)
 };
 // The cryo pods of a PodList, with cryod's port (the port named "http" of container "cryod",
 // else of any container).

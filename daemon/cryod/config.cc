@@ -151,6 +151,10 @@ const std::vector<Key>& Keys() {
            &Config::criu_hw_breakpoints),
       Str("metrics_address", "HOST:PORT for /metrics and /healthz; empty disables",
           &Config::metrics_address),
+      Str("http_api_token_file",
+          "file with the token the HTTP checkpoint API (/v1/...) asks its callers for; empty: "
+          "the API is served only on a loopback metrics_address",
+          &Config::http_api_token_file),
       Str("shim_metrics_file",
           "the CRI shim's --metrics-file, served at /metrics/shim on the metrics address; "
           "empty: not served",
@@ -339,6 +343,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"criu", "criu from PATH, /usr/local/sbin first"},
       {"criu_hw_breakpoints", "false"},
       {"metrics_address", d.metrics_address},
+      {"http_api_token_file", d.http_api_token_file},
       {"http_max_connections", std::to_string(d.http_max_connections)},
       {"http_request_timeout_ms", std::to_string(d.http_request_timeout_ms)},
       {"health_min_free_mb", std::to_string(d.health_min_free_mb)},

@@ -27,6 +27,9 @@ struct Config {
   std::string criu;                                // empty: search PATH
   bool criu_hw_breakpoints = false;                // see criu::CriuConfig::hw_breakpoints
   std::string metrics_address = "127.0.0.1:9464";  // empty: no HTTP endpoint
+  // A file holding the token callers of the HTTP checkpoint API must show. Empty: the API is
+  // served only when metrics_address is a loopback address.
+  std::string http_api_token_file;
   // The CRI shim's --metrics-file, served at /metrics/shim; empty: no such route.
   std::string shim_metrics_file;
   // HTTP endpoint: connections served at once, and the deadline of each request as a whole.

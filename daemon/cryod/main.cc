@@ -317,8 +317,20 @@ Result StartMetrics(State& st) {
       return metrics::ShimMetricsResponse(path, absl::Now());
     });
   }
-  // The engine comes later (step "recover"): the API answers 503 until then.
-  api::AddCheckpointRoutes(api::ReaderOver(&st.api_engine), routes);
+  // The engine comes later (step "recover"): the API answers 503 until then. It lists every
+  // namespace's checkpoints: only to who shows the token, or on a loopback address.
+  api::ApiAccess access;
+  if (!st.config.http_api_token_file.empty()) {
+    auto token = api::ReadApiToken(st.config.http_api_token_file);
+    if (!token.ok()) return Fatal("http_api_token_file", token.status());
+    access.token = *token;
+  }
+  access.open = metrics::IsLoopbackAddress(st.config.metrics_address);
+  if (access.token.empty() && !access.open) {
+    CRYO_LOG(Warning) << "the HTTP checkpoint API is off: " << st.config.metrics_address
+                      << " is not a loopback address and no http_api_token_file is set";
+  }
+  api::AddCheckpointRoutes(api::ReaderOver(&st.api_engine), routes, access);
   metrics::HttpServerOptions ho;
   ho.max_connections = st.config.http_max_connections;
   ho.request_timeout = absl::Milliseconds(st.config.http_request_timeout_ms);

@@ -11,6 +11,7 @@
 #include <exception>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -39,6 +40,25 @@ HttpRoutes& HttpRoutes::Prefix(std::string prefix, HttpHandler handler) {
   std::stable_sort(prefix_.begin(), prefix_.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   return *this;
+}
+
+bool IsLoopbackAddress(const std::string& address) {
+  const auto colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+HttpRoutes& HttpRoutes::Post(std::string path, HttpHandler handler) {
+  post_[std::move(path)] = std::move(handler);
+  return *this;
+}
+
+const HttpHandler* HttpRoutes::MatchPost(const std::string& path) const {
+  auto it = post_.find(path);
+  return it == post_.end() ? nullptr : &it->second;
 }
 
 const HttpHandler* HttpRoutes::Match(const std::string& path, std::string* rest) const {
@@ -112,11 +132,19 @@ bool ParseRequestLine(const std::string& line, HttpRequest* req) {
   return ParseTarget(parts[1], req);
 }
 
-HttpResponse Dispatch(const HttpRoutes& routes, absl::string_view method,
-                      absl::string_view target) {
+HttpResponse Dispatch(const HttpRoutes& routes, absl::string_view method, absl::string_view target,
+                      absl::string_view authorization, absl::string_view body) {
   HttpRequest r;
   r.method = std::string(method);
   if (!ParseTarget(target, &r)) return {400, "text/plain", "bad request\n"};
+  if (body.size() > kMaxRequestBody) return {413, "text/plain", "request body too long\n"};
+  r.authorization = std::string(authorization);
+  if (r.method == "POST") {
+    const HttpHandler* h = routes.MatchPost(r.path);
+    if (h == nullptr) return {405, "text/plain", "method not allowed\n"};
+    r.body = std::string(body);
+    return (*h)(r);
+  }
   if (r.method != "GET" && r.method != "HEAD") return {405, "text/plain", "method not allowed\n"};
   const HttpHandler* h = routes.Match(r.path, &r.rest);
   if (h == nullptr) return {404, "text/plain", "not found\n"};
@@ -200,8 +228,28 @@ int HttpServer::Handle(mg_connection* conn, void* self) {
   try {
     std::string target = ri->local_uri_raw != nullptr ? ri->local_uri_raw : "";
     if (ri->query_string != nullptr) absl::StrAppend(&target, "?", ri->query_string);
-    resp = Dispatch(static_cast<HttpServer*>(self)->routes_,
-                    ri->request_method != nullptr ? ri->request_method : "", target);
+    const char* method = ri->request_method != nullptr ? ri->request_method : "";
+    const char* auth = mg_get_header(conn, "Authorization");
+    std::string body;
+    bool too_long = false;
+    if (std::strcmp(method, "POST") == 0) {
+      // Bounded before it is read: a body over the bound is refused, not buffered.
+      too_long =
+          ri->content_length < 0 || ri->content_length > static_cast<int64_t>(kMaxRequestBody);
+      if (!too_long) {
+        body.resize(static_cast<size_t>(ri->content_length));
+        size_t got = 0;
+        while (got < body.size()) {
+          const int n = mg_read(conn, body.data() + got, body.size() - got);
+          if (n <= 0) break;
+          got += static_cast<size_t>(n);
+        }
+        body.resize(got);
+      }
+    }
+    resp = too_long ? HttpResponse{413, "text/plain", "request body missing or too long\n"}
+                    : Dispatch(static_cast<HttpServer*>(self)->routes_, method, target,
+                               auth != nullptr ? auth : "", body);
   } catch (const std::exception& e) {
     CRYO_LOG(Error) << "http: handler of " << (ri->local_uri_raw ? ri->local_uri_raw : "?")
                     << " threw: " << e.what();

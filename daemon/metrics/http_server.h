@@ -23,14 +23,19 @@ struct mg_context;
 
 namespace cryo::metrics {
 
+// The longest body a POST may carry.
+inline constexpr size_t kMaxRequestBody = 16 << 10;
+
 struct HttpRequest {
-  std::string method;  // GET or HEAD
+  std::string method;  // GET, HEAD or POST
   std::string path;    // percent-decoded, without the query
   std::string query;   // as sent, after '?'
   // Decoded query parameters; a repeated key keeps its last value.
   std::map<std::string, std::string> params;
   // For a prefix route: what follows the prefix and its '/' ("" for the prefix itself).
   std::string rest;
+  std::string authorization;  // the Authorization header, as sent
+  std::string body;           // a POST's, at most kMaxRequestBody bytes
 
   // The parameter's value, or "" when absent.
   std::string Param(const std::string& key) const;
@@ -54,14 +59,21 @@ class HttpRoutes {
   // Serves `prefix` itself and every path below it ("/v1/checkpoints" and
   // "/v1/checkpoints/ID", not "/v1/checkpointsX").
   HttpRoutes& Prefix(std::string prefix, HttpHandler handler);
+  // The one route that takes POST at `path` (GET routes do not).
+  HttpRoutes& Post(std::string path, HttpHandler handler);
 
   // The handler for a decoded path, or nullptr; `rest` receives the part after a prefix.
   const HttpHandler* Match(const std::string& path, std::string* rest) const;
+  const HttpHandler* MatchPost(const std::string& path) const;
 
  private:
   std::map<std::string, HttpHandler> exact_;
+  std::map<std::string, HttpHandler> post_;
   std::vector<std::pair<std::string, HttpHandler>> prefix_;  // longest first
 };
+
+// Whether "HOST:PORT" listens on a loopback address only (127.0.0.0/8, [::1], localhost).
+bool IsLoopbackAddress(const std::string& address);
 
 // Decodes %XX and, when `plus_is_space` (query strings), '+'. False on a malformed escape.
 bool PercentDecode(const std::string& in, bool plus_is_space, std::string* out);
@@ -73,10 +85,12 @@ bool ParseTarget(absl::string_view target, HttpRequest* req);
 // request line is malformed.
 bool ParseRequestLine(const std::string& line, HttpRequest* req);
 
-// The answer to one request, given its method and its target as sent: 400 for a malformed
-// target, 405 for a method other than GET or HEAD, 404 without a route, else the route's
-// handler. Every request the server takes goes through here.
-HttpResponse Dispatch(const HttpRoutes& routes, absl::string_view method, absl::string_view target);
+// The answer to one request, given its method, its target as sent, its Authorization header and
+// its body: 400 for a malformed target, 405 for a method other than GET or HEAD (or POST where a
+// POST route is), 404 without a route, else the route's handler. Every request the server takes
+// goes through here.
+HttpResponse Dispatch(const HttpRoutes& routes, absl::string_view method, absl::string_view target,
+                      absl::string_view authorization = "", absl::string_view body = "");
 // The same from the raw bytes of a request head (its first line is the request line).
 HttpResponse DispatchRaw(const HttpRoutes& routes, absl::string_view raw);
 

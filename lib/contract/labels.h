@@ -31,5 +31,10 @@ inline constexpr char kStatefulSetPodName[] = "statefulset.kubernetes.io/pod-nam
 
 // How the chart labels cryod's pods.
 inline constexpr char kCryoPodSelector[] = "app.kubernetes.io/name=cryo";
+// The chart's annotation on cryod's pods: the Secret (in their namespace) whose "token" cryod's
+// HTTP checkpoint API asks for (cryod's http_api_token_file).
+inline constexpr char kCryodApiTokenSecret[] = "cryo.dev/http-api-token-secret";
+// Where kubectl cryo takes that token from when no pod names a Secret (cryod as a host service).
+inline constexpr char kCryodApiTokenEnv[] = "CRYO_HTTP_API_TOKEN";
 
 }  // namespace cryo::contract::k8s

@@ -31,8 +31,13 @@ inline std::string HttpSend(int port, const std::string& request) {
   return out;
 }
 
-inline std::string HttpGet(int port, const std::string& target) {
-  return HttpSend(port, "GET " + target + " HTTP/1.1\r\nHost: test\r\n\r\n");
+inline std::string HttpGet(int port, const std::string& target, const std::string& headers = "") {
+  return HttpSend(port, "GET " + target + " HTTP/1.1\r\nHost: test\r\n" + headers + "\r\n");
+}
+
+inline std::string HttpPost(int port, const std::string& target, const std::string& body) {
+  return HttpSend(port, "POST " + target + " HTTP/1.1\r\nHost: test\r\nContent-Length: " +
+                            std::to_string(body.size()) + "\r\n\r\n" + body);
 }
 
 // The status code of a response ("HTTP/1.0 404 Not Found" -> 404), 0 if none.

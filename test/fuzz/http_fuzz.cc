@@ -46,7 +46,7 @@ const cryo::metrics::HttpRoutes& Routes() {
       if (id != "c1") return absl::NotFoundError("no checkpoint '" + id + "'");
       return Info(id, "w");
     };
-    cryo::api::AddCheckpointRoutes(std::move(reader), *r);
+    cryo::api::AddCheckpointRoutes(std::move(reader), *r, {"", /*open=*/true});
     return r;
   }();
   return *routes;
@@ -62,6 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 400:
     case 404:
     case 405:
+    case 413:
     case 503:
       break;
     default:

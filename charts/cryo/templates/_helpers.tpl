@@ -130,6 +130,9 @@ app.kubernetes.io/part-of: cryo
 {{- if and $v.metrics.enabled $v.metrics.shim.enabled -}}
 {{- $_ := set $c "shim_metrics_file" (include "cryo.shimMetricsFile" .) -}}
 {{- end -}}
+{{- if $v.metrics.enabled -}}
+{{- $_ := set $c "http_api_token_file" "/etc/cryo-http-api/token" -}}
+{{- end -}}
 {{- with $v.termination.providers -}}
 {{- range . -}}
 {{- if not (has . (list "gce" "aws" "azure")) -}}
@@ -239,4 +242,9 @@ app.kubernetes.io/part-of: cryo
      the host (the shim) and cryod's pod share. */}}
 {{- define "cryo.shimMetricsFile" -}}
 {{- printf "%s/cri-shim.prom" .Values.cryod.socketDir -}}
+{{- end -}}
+
+{{/* The Secret with the token of cryod's HTTP checkpoint API (metrics.apiToken). */}}
+{{- define "cryo.apiTokenSecret" -}}
+{{- .Values.metrics.apiToken.existingSecret | default (printf "%s-http-api" (include "cryo.fullname" .)) -}}
 {{- end -}}

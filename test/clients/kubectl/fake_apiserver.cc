@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -187,6 +188,11 @@ void FakeApiServer::On(const std::string& method, const std::string& path, Respo
 void FakeApiServer::OnJson(const std::string& method, const std::string& path,
                            const nlohmann::json& j, int code) {
   On(method, path, JsonResponse(j, code));
+}
+
+void FakeApiServer::ServeCryodQueries(const std::string& token) {
+  std::lock_guard<std::mutex> l(mu_);
+  cryod_token_ = token;
 }
 
 void FakeApiServer::ServeDiscovery() {
@@ -368,16 +374,42 @@ void FakeApiServer::Serve(int fd, void* ssl_session) {
   }
 
   Handler h;
+  bool bad_token = false;
   {
     std::lock_guard<std::mutex> l(mu_);
+    static constexpr char kQuery[] = "/proxy/v1/query";
+    if (!cryod_token_.empty() && req.method == "POST" && absl::EndsWith(req.path, kQuery)) {
+      const nlohmann::json q = req.Json();
+      const std::string get = q.is_object() && q.contains("get") && q["get"].is_string()
+                                  ? q["get"].get<std::string>()
+                                  : "";
+      bad_token = !q.is_object() || !q.contains("token") || q["token"] != cryod_token_;
+      const std::string prefix = req.path.substr(0, req.path.size() - std::strlen(kQuery));
+      const size_t qm = get.find('?');
+      req.method = "GET";
+      req.path = prefix + "/proxy" + get.substr(0, qm);
+      // The query's own parameters (kubectl's timeout) stay; the GET's are added.
+      const std::string inner = qm == std::string::npos ? "" : get.substr(qm + 1);
+      req.query = req.query.empty() ? inner : inner.empty() ? req.query : req.query + "&" + inner;
+      for (absl::string_view kv : absl::StrSplit(inner, '&', absl::SkipEmpty())) {
+        std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+        req.params[Decode(p.first)] = Decode(p.second);
+      }
+      req.via_query = true;
+    }
     requests_.push_back(req);
     auto it = handlers_.find({req.method, req.path});
     if (it != handlers_.end()) h = it->second;
   }
   Response resp =
-      h ? h(req)
-        : JsonResponse(
-              StatusJson(404, "NotFound", "the server could not find the requested resource"), 404);
+      bad_token ? JsonResponse({{"error",
+                                 {{"code", "UNAUTHENTICATED"},
+                                  {"message", "wrong token for cryod's checkpoint API"}}}},
+                               401)
+      : h       ? h(req)
+                : JsonResponse(
+                      StatusJson(404, "NotFound", "the server could not find the requested resource"),
+                      404);
   std::string out = absl::StrCat("HTTP/1.1 ", resp.code, " X\r\nContent-Type: ", resp.content_type,
                                  "\r\nContent-Length: ", resp.body.size(),
                                  "\r\nConnection: close\r\n\r\n", resp.body);

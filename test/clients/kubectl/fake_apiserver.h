@@ -26,6 +26,7 @@ struct Request {
   std::map<std::string, std::string> params;   // decoded query parameters
   std::map<std::string, std::string> headers;  // names in lower case; repeats joined by ", "
   std::string body;                            // de-chunked
+  bool via_query = false;  // cryod's POST /v1/query, recorded as the GET it carried
 
   std::string Param(const std::string& k) const;
   nlohmann::json Json() const;  // the body parsed (null when it is not JSON)
@@ -67,6 +68,10 @@ class FakeApiServer {
   // v1 pods, batch/v1 jobs, apps/v1 deployments and statefulsets; field validation on the
   // server side, as a real API server advertises it.
   void ServeDiscovery();
+  // cryod's POST PROXY/v1/query {"token", "get"} (through a pod or node proxy) is answered as
+  // the GET PROXY+get it carries (a test sets that GET's answer once) when its token is `token`,
+  // else 401 as cryod answers; recorded as that GET, with via_query set.
+  void ServeCryodQueries(const std::string& token);
 
   // Every request so far, in arrival order.
   std::vector<Request> requests() const;
@@ -86,6 +91,7 @@ class FakeApiServer {
   int wake_[2] = {-1, -1};
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, Handler> handlers_;
+  std::string cryod_token_;
   std::vector<Request> requests_;
   std::thread thread_;
 };

@@ -39,14 +39,19 @@ TEST_F(KubectlCryoTest, CheckpointsThroughKubeletsApi) {
   Outcome r = Plugin({"checkpoint", "train-0", "-n", "ml", "--timeout", "90"});
   ASSERT_EQ(r.code, 0) << r;
   auto reqs = server_.ApiRequests();
-  EXPECT_THAT(Lines(reqs),
-              ElementsAre("GET /api/v1/namespaces/ml/pods/train-0", std::string("GET ") + kCryoPods,
-                          "GET " + ProxyPath("cryo-a", "/v1/checkpoints"),
-                          std::string("POST ") + kTrainCheckpoint,
-                          "GET " + ProxyPath("cryo-a", "/v1/checkpoints")));
+  // cryod's API through a query with the token of the Secret the cryo pod names, read once.
+  EXPECT_THAT(
+      Lines(reqs),
+      ElementsAre("GET /api/v1/namespaces/ml/pods/train-0", std::string("GET ") + kCryoPods,
+                  std::string("GET /api/v1/namespaces/cryo-system/secrets/") + kApiTokenSecret,
+                  "GET " + ProxyPath("cryo-a", "/v1/checkpoints"),
+                  std::string("POST ") + kTrainCheckpoint,
+                  "GET " + ProxyPath("cryo-a", "/v1/checkpoints")));
   EXPECT_EQ(reqs[1].Param("labelSelector"), "app.kubernetes.io/name=cryo");
   EXPECT_EQ(reqs[1].Param("fieldSelector"), "spec.nodeName=node-a");
-  EXPECT_EQ(reqs[3].Param("timeout"), "90");
+  EXPECT_TRUE(reqs[3].via_query);
+  EXPECT_TRUE(reqs[5].via_query);
+  EXPECT_EQ(reqs[4].Param("timeout"), "90");
   EXPECT_THAT(r.out, HasSubstr("checkpointed ml/train-0/worker on node node-a"));
   EXPECT_THAT(r.out, HasSubstr("cryo checkpoint: ck-new (kubectl cryo inspect ck-new)"));
   EXPECT_THAT(r.out, HasSubstr(kTrainArchive));
@@ -73,9 +78,9 @@ TEST_F(KubectlCryoTest, CheckpointJsonAndKubeconfigFlagAndContextNamespace) {
                      {"items", {"/var/lib/kubelet/checkpoints/c.tar"}},
                      {"checkpoint_id", "ck-web"}}));
   auto reqs = server_.ApiRequests();
-  ASSERT_EQ(reqs.size(), 5u);
-  EXPECT_EQ(reqs[3].method, "POST");
-  EXPECT_EQ(reqs[3].Param("timeout"), "");
+  ASSERT_EQ(reqs.size(), 6u);
+  EXPECT_EQ(reqs[4].method, "POST");
+  EXPECT_EQ(reqs[4].Param("timeout"), "");
 }
 
 TEST_F(KubectlCryoTest, KubeletNotGoingThroughTheShimIsAnError) {
@@ -354,7 +359,10 @@ TEST_F(ListTest, MergesNodesSharingAStore) {
   Outcome r = Plugin({"list", "-n", "ml"});
   ASSERT_EQ(r.code, 0) << r;
   auto reqs = server_.ApiRequests();
+  // The token is read once for both cryods.
   EXPECT_THAT(Lines(reqs), ElementsAre(std::string("GET ") + kCryoPods,
+                                       std::string("GET /api/v1/namespaces/cryo-system/secrets/") +
+                                           kApiTokenSecret,
                                        "GET " + ProxyPath("cryo-a", "/v1/checkpoints"),
                                        "GET " + ProxyPath("cryo-b", "/v1/checkpoints")));
   EXPECT_EQ(reqs[0].Param("fieldSelector"), "");
@@ -497,9 +505,11 @@ TEST_F(ListTest, OneNodeAndWorkloadFilter) {
   ASSERT_EQ(r.code, 0) << r;
   auto reqs = server_.ApiRequests();
   ASSERT_THAT(Lines(reqs), ElementsAre(std::string("GET ") + kCryoPods,
+                                       std::string("GET /api/v1/namespaces/cryo-system/secrets/") +
+                                           kApiTokenSecret,
                                        "GET " + ProxyPath("cryo-b", "/v1/checkpoints")));
   EXPECT_EQ(reqs[0].Param("fieldSelector"), "spec.nodeName=node-b");
-  EXPECT_EQ(reqs[1].Param("workload"), "ml.train.worker");
+  EXPECT_EQ(reqs[2].Param("workload"), "ml.train.worker");
 }
 
 // Found on 2026-11-28 (issue 38): kubectl's -l and --no-headers were missing.
@@ -545,6 +555,33 @@ TEST_F(ListTest, NoCryodAnswers) {
   EXPECT_EQ(r.code, kExitCryodFailed) << r;
 }
 
+// ---- cryod's HTTP API token (issue 34: the API lists every namespace's checkpoints, so cryod
+// answers only callers that show the token of the chart's Secret)
+
+TEST_F(KubectlCryoTest, ACallerWhoMayNotReadTheApiTokenIsToldWhichRoleGivesIt) {
+  ServeCryoPods();
+  server_.OnJson(
+      "GET", std::string("/api/v1/namespaces/cryo-system/secrets/") + kApiTokenSecret,
+      StatusJson(403, "Forbidden",
+                 "secrets \"cryo-http-api\" is forbidden: User \"tester\" cannot get "
+                 "resource \"secrets\" in API group \"\" in the namespace \"cryo-system\""),
+      403);
+  Outcome r = Plugin({"inspect", "ck-1"});
+  EXPECT_NE(r.code, 0) << r;
+  EXPECT_THAT(r.err, HasSubstr("Secret cryo-system/cryo-http-api"));
+  EXPECT_THAT(r.err, HasSubstr("cryo-checkpoint-reader"));
+  // cryod was never asked.
+  for (const auto& q : server_.ApiRequests()) EXPECT_FALSE(q.via_query) << q.path;
+}
+
+TEST_F(KubectlCryoTest, ATokenCryodRefusesIsAnErrorNotAMissingCheckpoint) {
+  ServeCryoPods();
+  server_.ServeCryodQueries("another-token-than-the-secrets");
+  Outcome r = Plugin({"inspect", "ck-1"});
+  EXPECT_NE(r.code, 0) << r;
+  EXPECT_THAT(r.err, Not(HasSubstr("not found"))) << r;
+}
+
 // ---- inspect
 
 TEST_F(KubectlCryoTest, InspectAsksCryodsUntilOneHasIt) {
@@ -568,10 +605,12 @@ TEST_F(KubectlCryoTest, InspectAsksCryodsUntilOneHasIt) {
   server_.OnJson("GET", ProxyPath("cryo-b", "/v1/checkpoints/ck-1"), ck);
   Outcome r = Plugin({"inspect", "ck-1"});
   ASSERT_EQ(r.code, 0) << r;
-  EXPECT_THAT(Lines(server_.ApiRequests()),
-              ElementsAre(std::string("GET ") + kCryoPods,
-                          "GET " + ProxyPath("cryo-a", "/v1/checkpoints/ck-1"),
-                          "GET " + ProxyPath("cryo-b", "/v1/checkpoints/ck-1")));
+  EXPECT_THAT(
+      Lines(server_.ApiRequests()),
+      ElementsAre(std::string("GET ") + kCryoPods,
+                  std::string("GET /api/v1/namespaces/cryo-system/secrets/") + kApiTokenSecret,
+                  "GET " + ProxyPath("cryo-a", "/v1/checkpoints/ck-1"),
+                  "GET " + ProxyPath("cryo-b", "/v1/checkpoints/ck-1")));
   for (const char* want :
        {"ID:         ck-1", "Pod:        ml/train-0/worker", "Node:       node-a",
         "Command:    python3 train.py (pid 1, 2 processes)", "Size:       3.0 MiB in 12 files",
@@ -685,9 +724,9 @@ TEST_F(RestoreTest, NodeBindsThePodAndAsksThatNodesCryod) {
   // Printed: the object as the server stored it.
   EXPECT_EQ(json::parse(r.out)["metadata"]["uid"], "new-uid");
   auto reqs = server_.ApiRequests();
-  ASSERT_GE(reqs.size(), 2u);
+  ASSERT_GE(reqs.size(), 3u);
   EXPECT_EQ(reqs[0].Param("fieldSelector"), "spec.nodeName=node-b");
-  EXPECT_EQ(Lines(reqs)[1], "GET " + ProxyPath("cryo-b", "/v1/checkpoints/ck-1"));
+  EXPECT_EQ(Lines(reqs)[2], "GET " + ProxyPath("cryo-b", "/v1/checkpoints/ck-1"));
 }
 
 TEST_F(RestoreTest, DryRunPrintsThePodAndCreatesNothing) {

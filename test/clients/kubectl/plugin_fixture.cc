@@ -8,9 +8,11 @@
 #include <fstream>
 #include <memory>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/subprocess.h"
+#include "lib/contract/labels.h"
 
 namespace cryo::kubectl::testing {
 
@@ -76,7 +78,10 @@ json CryoPodList(const std::vector<std::tuple<std::string, std::string, std::str
     if (http_port)
       ports.push_back({{"name", "http"}, {"containerPort", 9464}, {"protocol", "TCP"}});
     items.push_back(
-        {{"metadata", {{"name", name}, {"namespace", "cryo-system"}}},
+        {{"metadata",
+          {{"name", name},
+           {"namespace", "cryo-system"},
+           {"annotations", {{contract::k8s::kCryodApiTokenSecret, kApiTokenSecret}}}}},
          {"spec", {{"nodeName", node}, {"containers", {{{"name", "cryod"}, {"ports", ports}}}}}},
          {"status", {{"phase", phase}}}});
   }
@@ -146,6 +151,13 @@ void PluginTest::SetUp() {
   dir_ = t;
   kubeconfig_ = dir_ + "/kubeconfig";
   WriteKubeconfig(kubeconfig_, server_.url());
+  // cryod's HTTP API asks for the token of the chart's Secret, which the reader role may get.
+  server_.ServeCryodQueries(kApiToken);
+  server_.OnJson("GET", std::string("/api/v1/namespaces/cryo-system/secrets/") + kApiTokenSecret,
+                 {{"kind", "Secret"},
+                  {"apiVersion", "v1"},
+                  {"metadata", {{"name", kApiTokenSecret}, {"namespace", "cryo-system"}}},
+                  {"data", {{"token", absl::Base64Escape(kApiToken)}}}});
 }
 
 void PluginTest::TearDown() {

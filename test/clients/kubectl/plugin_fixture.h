@@ -43,6 +43,9 @@ json CryoPodList(const std::vector<std::tuple<std::string, std::string, std::str
                  bool http_port = true);
 // A NodeList: (name, Ready condition status).
 json NodeList(const std::vector<std::pair<std::string, std::string>>& nodes);
+// The Secret the cryo pods name for their HTTP API's token, and the token in it.
+inline constexpr char kApiTokenSecret[] = "cryo-http-api";
+inline constexpr char kApiToken[] = "test-cryod-api-token-0123456789";
 // A checkpoint as cryod's /v1/checkpoints answers it (of ml/train-0/worker).
 json Checkpoint(const std::string& id, const std::string& created, const std::string& node,
                 uint64_t size);

@@ -1,6 +1,10 @@
 #include "daemon/api/http_api.h"
 
+#include <sys/stat.h>
+
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -8,12 +12,15 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/api/checkpoint_json.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "test/daemon/http_test_util.h"
 
 namespace cryo::api {
 namespace {
+
+using ::testing::HasSubstr;
 
 v1::CheckpointInfo Info(const std::string& id, const std::string& created, uint64_t size) {
   v1::CheckpointInfo c;
@@ -71,7 +78,7 @@ class HttpApiTest : public ::testing::Test {
     engine_.stored = {Info("old-1", "2026-11-01T10:00:00Z", 1024),
                       Info("new-2", "2026-11-02T10:00:00Z", 2048)};
     metrics::HttpRoutes routes;
-    AddCheckpointRoutes(ReaderOver(&ready_), routes);
+    AddCheckpointRoutes(ReaderOver(&ready_), routes, access_);
     auto s = metrics::HttpServer::Create("127.0.0.1:0", std::move(routes));
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -87,10 +94,123 @@ class HttpApiTest : public ::testing::Test {
     return HttpCode(r);
   }
 
+  ApiAccess access_{"", /*open=*/true};  // as on a loopback address
   FakeEngine engine_;
   std::atomic<FakeEngine*> ready_{nullptr};
   std::unique_ptr<metrics::HttpServer> server_;
 };
+
+// Issue 34: the API lists every namespace's checkpoints (ids, pod names) to whoever reaches the
+// pod network. With a token, only callers who show it are answered: by the Authorization header,
+// or in a POST /v1/query body (the API server's proxy strips Authorization; kubectl create --raw
+// sends a body).
+class HttpApiTokenTest : public HttpApiTest {
+ protected:
+  void SetUp() override {
+    access_ = {kToken, /*open=*/false};
+    HttpApiTest::SetUp();
+  }
+  static constexpr char kToken[] = "0123456789abcdef-token";
+  int Code(const std::string& response, nlohmann::json* j) {
+    *j = nlohmann::json::parse(HttpBody(response), nullptr, false);
+    return HttpCode(response);
+  }
+};
+
+TEST_F(HttpApiTokenTest, OnlyCallersWithTheTokenAreAnswered) {
+  nlohmann::json j;
+  EXPECT_EQ(Code(HttpGet(server_->port(), "/v1/checkpoints"), &j), 401);
+  EXPECT_EQ(j["error"]["code"], "UNAUTHENTICATED");
+  EXPECT_THAT(j["error"]["message"].get<std::string>(), HasSubstr("/v1/query"));
+  EXPECT_EQ(Code(HttpGet(server_->port(), "/v1/checkpoints/new-2",
+                         "Authorization: Bearer 0123456789abcdef-tokex\r\n"),
+                 &j),
+            401);
+  EXPECT_EQ(Code(HttpGet(server_->port(), "/v1/checkpoints/new-2",
+                         "Authorization: Basic 0123456789abcdef-token\r\n"),
+                 &j),
+            401);
+  EXPECT_TRUE(engine_.asked.empty()) << "the engine was asked for an unauthenticated caller";
+  ASSERT_EQ(Code(HttpGet(server_->port(), "/v1/checkpoints/new-2",
+                         std::string("Authorization: Bearer ") + kToken + "\r\n"),
+                 &j),
+            200);
+  EXPECT_EQ(j["checkpoint_id"], "new-2");
+}
+
+TEST_F(HttpApiTokenTest, AQueryCarriesItsTokenInItsBody) {
+  nlohmann::json j;
+  const nlohmann::json q = {{"token", kToken}, {"get", "/v1/checkpoints?workload="}};
+  ASSERT_EQ(Code(HttpPost(server_->port(), "/v1/query", q.dump()), &j), 200) << j;
+  ASSERT_TRUE(j.is_array());
+  EXPECT_EQ(j.size(), 2u);
+  ASSERT_EQ(
+      Code(HttpPost(server_->port(), "/v1/query",
+                    nlohmann::json{{"token", kToken}, {"get", "/v1/checkpoints/old-1"}}.dump()),
+           &j),
+      200);
+  EXPECT_EQ(j["checkpoint_id"], "old-1");
+  // A wrong token, none, a path outside the API, a body that is not a query.
+  EXPECT_EQ(Code(HttpPost(server_->port(), "/v1/query",
+                          nlohmann::json{{"token", "x"}, {"get", "/v1/checkpoints"}}.dump()),
+                 &j),
+            401);
+  EXPECT_EQ(Code(HttpPost(server_->port(), "/v1/query",
+                          nlohmann::json{{"get", "/v1/checkpoints"}}.dump()),
+                 &j),
+            401);
+  EXPECT_EQ(Code(HttpPost(server_->port(), "/v1/query",
+                          nlohmann::json{{"token", kToken}, {"get", "/metrics"}}.dump()),
+                 &j),
+            400);
+  EXPECT_EQ(Code(HttpPost(server_->port(), "/v1/query", "[1,2"), &j), 400);
+  // A body beyond the bound is refused before it is read.
+  EXPECT_EQ(HttpCode(HttpPost(server_->port(), "/v1/query", std::string(20000, ' '))), 413);
+  // Only the query takes POST.
+  EXPECT_EQ(HttpCode(HttpPost(server_->port(), "/v1/checkpoints", "{}")), 405);
+}
+
+// No token and not on loopback (the chart without its Secret): the API is off, the reason said.
+TEST_F(HttpApiTokenTest, WithoutATokenBeyondLoopbackTheApiIsOff) {
+  server_.reset();
+  metrics::HttpRoutes routes;
+  AddCheckpointRoutes(ReaderOver(&ready_), routes, ApiAccess{"", /*open=*/false});
+  auto s = metrics::HttpServer::Create("127.0.0.1:0", std::move(routes));
+  ASSERT_TRUE(s.ok()) << s.status();
+  server_ = std::move(*s);
+  nlohmann::json j;
+  EXPECT_EQ(Code(HttpGet(server_->port(), "/v1/checkpoints"), &j), 403);
+  EXPECT_THAT(j["error"]["message"].get<std::string>(), HasSubstr("http_api_token_file"));
+  EXPECT_EQ(Code(HttpPost(server_->port(), "/v1/query",
+                          nlohmann::json{{"token", ""}, {"get", "/v1/checkpoints"}}.dump()),
+                 &j),
+            403);
+  EXPECT_TRUE(engine_.asked.empty());
+}
+
+TEST(HttpApiTokenFileTest, OnlyARegularFileWithALongEnoughTokenIsTaken) {
+  char tmpl[] = "/tmp/cryo-token-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir + "/" + name) << text;
+    return dir + "/" + name;
+  };
+  auto good = ReadApiToken(write("good", "  0123456789abcdef-token \nsecond line\n"));
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(*good, "0123456789abcdef-token");
+  EXPECT_FALSE(ReadApiToken(write("short", "abc\n")).ok());
+  EXPECT_FALSE(ReadApiToken(dir + "/missing").ok());
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  auto fifo = ReadApiToken(dir + "/fifo");  // must not block
+  EXPECT_FALSE(fifo.ok());
+  EXPECT_THAT(std::string(fifo.status().message()), HasSubstr("not a regular file"));
+  EXPECT_TRUE(metrics::IsLoopbackAddress("127.0.0.1:9464"));
+  EXPECT_TRUE(metrics::IsLoopbackAddress("[::1]:9464"));
+  EXPECT_FALSE(metrics::IsLoopbackAddress("0.0.0.0:9464"));
+  EXPECT_FALSE(metrics::IsLoopbackAddress(":9464"));
+  std::filesystem::remove_all(dir);
+}
 
 TEST_F(HttpApiTest, ListsNewestFirstAsTheCliPrintsThem) {
   nlohmann::json j;
