@@ -77,11 +77,16 @@ absl::Status WriteEntry(struct archive* a, const std::string& dir, const std::st
   la_ssize_t got;
   while ((got = archive_read_data(a, buf.get(), 1 << 20)) > 0) {
     // Counted as written, holes of a sparse entry included: they become real blocks here.
+    const uint64_t before = budget->bytes;
     budget->bytes += static_cast<uint64_t>(got);
     if (budget->bytes > budget->limits->max_bytes) {
       return absl::ResourceExhaustedError(
           absl::StrCat("the image's files exceed ", budget->limits->max_bytes,
                        " bytes, what the store can take now; nothing was published"));
+    }
+    const uint64_t every = ImportLimits::kRoomEvery;
+    if (budget->limits->room && before / every != budget->bytes / every) {
+      CRYO_RETURN_IF_ERROR(budget->limits->room(budget->bytes));
     }
     CRYO_RETURN_IF_ERROR(budget->Stopped());
     for (la_ssize_t off = 0; off < got;) {

@@ -35,6 +35,11 @@ struct ImportLimits {
   int max_depth = 16;        // directories below the checkpoint's
   // Asked for every entry and every MiB written: true stops the import (CANCELLED).
   std::function<bool()> stop;
+  // Asked every kRoomEvery bytes written (with the bytes written so far): an error stops the
+  // import with it. The store is shared with the node's checkpoints and other imports: its free
+  // space is asked as it is now, not once at the start.
+  std::function<absl::Status(uint64_t written)> room;
+  static constexpr uint64_t kRoomEvery = 16ull << 20;
 };
 
 // Unpacks the layers of `image` into `dir` and verifies them: FAILED_PRECONDITION when the image

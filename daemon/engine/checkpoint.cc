@@ -241,6 +241,7 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
     for (pid_t t : d_.proc->Threads(p.pid)) s.tids.push_back(t);
     s.expected += d_.proc->MemoryBytes(p.pid);
   }
+  s.claim->HoldSpace(s.expected);
   s.je.tasks = jobs_.TasksOf(s.tree);
   s.je.container_init_pid = s.ctr ? s.ctr->init_pid : 0;
   CRYO_ASSIGN_OR_RETURN(s.credentials, LiveCredentials(s.tree));
@@ -355,6 +356,7 @@ absl::Status Engine::CheckpointGpus(CheckpointState& s) {
   CRYO_RETURN_IF_ERROR(d_.gpu->Checkpoint(s.gpu));
   // Device memory now sits in the processes: CRIU will write it, so count it.
   for (pid_t p : s.pids) s.expected = std::max(s.expected, d_.proc->MemoryBytes(p));
+  s.claim->HoldSpace(s.expected);
   return absl::OkStatus();
 }
 

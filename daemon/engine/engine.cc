@@ -65,8 +65,20 @@ std::vector<std::string> Engine::RestoreStepNames() const {
   return out;
 }
 
+void Engine::Claim::HoldSpace(uint64_t bytes) {
+  absl::MutexLock l(&e_->mu_);
+  e_->space_held_ = e_->space_held_ - space_ + bytes;
+  space_ = bytes;
+}
+
+uint64_t Engine::SpaceHeldByCheckpoints() {
+  absl::MutexLock l(&mu_);
+  return space_held_;
+}
+
 Engine::Claim::~Claim() {
   absl::MutexLock l(&e_->mu_);
+  e_->space_held_ -= space_;
   for (pid_t p : pids_) e_->busy_pids_.erase(p);
   if (!id_.empty()) e_->busy_ids_.erase(id_);
   for (const auto& r : refs_) e_->held_refs_.erase(e_->held_refs_.find(r));

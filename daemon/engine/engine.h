@@ -318,6 +318,9 @@ class Engine {
   std::set<std::string> busy_ids_ ABSL_GUARDED_BY(mu_);
   // Checkpoints that checkpoints being written refer to (Claim::HoldReferences).
   std::multiset<std::string> held_refs_ ABSL_GUARDED_BY(mu_);
+  // What the checkpoints in flight expect to write into the store (Claim::HoldSpace).
+  uint64_t space_held_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t SpaceHeldByCheckpoints();
 };
 
 }  // namespace cryo::engine

@@ -152,6 +152,8 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
     owned += s.fast[i].bytes;
     memory = memory && s.live.fast[i].memfd.get() >= 0;
   }
+  // The GPU data goes into the store too (at most this much: unchanged chunks are not written).
+  s.claim->HoldSpace(s.expected + owned);
   if (s.req.leave_running && !memory) {
     CRYO_LOG(Info) << "the GPU data of this leave-running checkpoint goes through files (the "
                    << "job stalls until they are written): the libraries' versions, the memory "

@@ -63,7 +63,20 @@ absl::StatusOr<ImportedImage> Engine::ImportImage(const std::string& image, absl
   container::ImportLimits limits;
   CRYO_ASSIGN_OR_RETURN(uint64_t free_bytes, d_.store->FreeBytes());
   constexpr uint64_t kReserve = 256ull << 20;
-  limits.max_bytes = free_bytes > kReserve ? free_bytes - kReserve : 0;
+  const uint64_t held = SpaceHeldByCheckpoints();
+  limits.max_bytes = free_bytes > kReserve + held ? free_bytes - kReserve - held : 0;
+  // Imports at once, and checkpoints beside them, share the free space: each import asks it
+  // again as it writes, leaving the reserve and what the running checkpoints expect to write.
+  limits.room = [this, kReserve](uint64_t written) -> absl::Status {
+    CRYO_ASSIGN_OR_RETURN(uint64_t now_free, d_.store->FreeBytes());
+    const uint64_t keep = kReserve + SpaceHeldByCheckpoints();
+    if (now_free >= keep) return absl::OkStatus();
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the store has ", now_free, " bytes free after the image's first ", written,
+                     " bytes, and keeps ", keep,
+                     " free for the checkpoints running on this node (and a reserve); nothing was "
+                     "published"));
+  };
   limits.stop = [this, deadline] { return absl::Now() > deadline || stopping_.load(); };
   CRYO_ASSIGN_OR_RETURN(container::UnpackedImage u,
                         container::UnpackCheckpointImage(*d_.images, im, staged->staging_dir(),

@@ -35,12 +35,16 @@ class Engine::Claim {
   absl::Status Take(const std::vector<pid_t>& pids, const std::string& id, bool id_is_new);
   // Checkpoints the one being written refers to: not deleted while it is.
   void HoldReferences(const std::set<std::string>& ids);
+  // The bytes the checkpoint expects to write into the store (its estimate so far): image
+  // imports leave them free while the claim lasts.
+  void HoldSpace(uint64_t bytes);
 
  private:
   Engine* e_;
   std::vector<pid_t> pids_;
   std::string id_;
   std::vector<std::string> refs_;
+  uint64_t space_ = 0;
 };
 
 // One fast-path process's drain as this cryod holds it: gone after a crash.

@@ -122,6 +122,7 @@ class CheckpointImageTest : public ::testing::Test {
     ImportLimits limits;
     limits.max_bytes = max_bytes_;
     limits.stop = stop_;
+    limits.room = room_;
     return UnpackCheckpointImage(images_, im, tmp_.path, absl::InfiniteFuture(), 2, limits);
   }
 
@@ -142,6 +143,7 @@ class CheckpointImageTest : public ::testing::Test {
 
   uint64_t max_bytes_ = 1ull << 30;
   std::function<bool()> stop_;
+  std::function<absl::Status(uint64_t)> room_;
   FakeImages images_;
   TempDir tmp_;
   const std::string& dir_ = tmp_.path;
@@ -255,6 +257,41 @@ TEST_F(CheckpointImageTest, UnlistedFilesASecondManifestAndTooManyBytesAreRefuse
   u = Unpack(e);
   EXPECT_EQ(u.status().code(), absl::StatusCode::kDataLoss) << u.status();
   EXPECT_NE(u.status().message().find("nested deeper"), std::string::npos) << u.status();
+}
+
+// Issue 34: three imports at once each counted the same free space and filled the store (ENOSPC).
+// Now an import asks for room as it writes, every ImportLimits::kRoomEvery bytes, and stops with
+// the answer when the store (shared with the node's checkpoints and other imports) has none.
+TEST_F(CheckpointImageTest, AnImportAsksForRoomAsItWritesAndStopsWhenThereIsNone) {
+  std::map<std::string, std::string> files = files_;
+  files["checkpoint/pages-2.img"] = std::string(40u << 20, 'q');
+  std::vector<Entry> e;
+  for (const auto& [n, d] : files) e.push_back({n, d});
+  e.push_back({"config.dump", R"({"rootfsImageName": "docker.io/cryo/busybox:e2e"})"});
+  e.push_back({"cryo-manifest.json", CryoManifest(files)});
+  std::vector<uint64_t> asked;
+  room_ = [&](uint64_t written) {
+    asked.push_back(written);
+    if (asked.size() < 2) return absl::OkStatus();
+    return absl::ResourceExhaustedError("no room left for the import (the test's store)");
+  };
+  auto u = Unpack(e);
+  EXPECT_EQ(u.status().code(), absl::StatusCode::kResourceExhausted) << u.status();
+  EXPECT_NE(u.status().message().find("no room left"), std::string::npos) << u.status();
+  ASSERT_EQ(asked.size(), 2u);
+  EXPECT_GE(asked[0], ImportLimits::kRoomEvery);
+  EXPECT_GE(asked[1], 2 * ImportLimits::kRoomEvery);
+  EXPECT_LT(fs::TreeBytes(dir_), 3 * ImportLimits::kRoomEvery) << "writing stopped when asked";
+
+  // With room, the same image imports whole.
+  asked.clear();
+  room_ = [&](uint64_t written) {
+    asked.push_back(written);
+    return absl::OkStatus();
+  };
+  u = Unpack(e);
+  ASSERT_TRUE(u.ok()) << u.status();
+  EXPECT_EQ(asked.size(), 2u) << "40 MiB crosses 16 MiB twice";
 }
 
 // Found in review: a layer that never ends ran until the caller's deadline, and SIGTERM did not
