@@ -26,7 +26,7 @@ PKGS=(
   nlohmann-json3-dev prometheus-cpp-dev libzstd-dev libxxhash-dev libssl-dev
   libarchive-dev  # container mode: writable-layer diffs and kubelet checkpoint archives
   libcurl4-openssl-dev  # cloud termination notices (metadata endpoints)
-  libcivetweb-dev  # cryod's HTTP endpoint
+  libcivetweb-dev  # the shim's metrics endpoint (prometheus-cpp's exposer)
   libgtest-dev libgmock-dev libbenchmark-dev
   # CRIU's build deps (what Debian's criu build-depends on, minus docs)
   libprotobuf-c-dev protobuf-c-compiler libnl-3-dev libnet1-dev libcap-dev libbsd-dev

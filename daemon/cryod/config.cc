@@ -160,7 +160,8 @@ const std::vector<Key>& Keys() {
           "empty: not served",
           &Config::shim_metrics_file),
       Int("http_max_connections",
-          "HTTP connections served at once (one thread each); more wait their turn",
+          "HTTP requests handled at once (one thread each); 4x as many connections may be "
+          "sending theirs; past either, 503 at once",
           &Config::http_max_connections),
       Int("http_request_timeout_ms",
           "an HTTP request must arrive whole within this; slow clients are cut off",

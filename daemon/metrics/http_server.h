@@ -1,25 +1,28 @@
 #pragma once
 
-// cryod's HTTP endpoint for /metrics, /healthz and the read-only JSON API, on civetweb (Debian's
-// libcivetweb, the server prometheus-cpp's exposer is built on): connections are served
-// concurrently by a bounded pool of threads, and each request has a deadline as a whole, so a
-// slow or idle client cannot hold back the readiness probe. prometheus-cpp's exposer itself
-// cannot serve anything beside the metrics. Routing and request parsing are ours (Dispatch),
-// so they can be tested and fuzzed without a socket.
+// cryod's HTTP endpoint for /metrics, /healthz and the read-only JSON API. One thread reads
+// every connection's request as it arrives (idle and slow clients cost a descriptor, never a
+// worker), each request within a deadline as a whole; whole requests go to a bounded pool of
+// workers. Past its caps a connection is refused at once (503), not queued, so a flood does not
+// hold back the readiness probe (issue 34: civetweb, used before, queued them). One request per
+// connection, HTTP/1.1 answers with Connection: close. prometheus-cpp's exposer cannot serve
+// anything beside the metrics. Routing and request parsing (Dispatch) can be tested and fuzzed
+// without a socket.
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-
-struct mg_connection;
-struct mg_context;
 
 namespace cryo::metrics {
 
@@ -95,8 +98,9 @@ HttpResponse Dispatch(const HttpRoutes& routes, absl::string_view method, absl::
 HttpResponse DispatchRaw(const HttpRoutes& routes, absl::string_view raw);
 
 struct HttpServerOptions {
-  // Connections served at once (one thread each); more wait in a queue of the same length and
-  // then in the kernel's listen backlog.
+  // Requests handled at once (one worker thread each). Up to 4x as many connections may be
+  // sending their requests meanwhile; more are refused at once (503), as are whole requests
+  // beyond this many waiting for a worker.
   int max_connections = 16;
   // A request must arrive whole within this (the client sending bytes does not extend it), and
   // each write of the answer must go out within it.
@@ -114,12 +118,31 @@ class HttpServer {
   int port() const { return port_; }
 
  private:
+  // One whole request, handed from the reader to a worker.
+  struct Request {
+    int fd = -1;
+    std::string method, target, authorization, body;
+  };
+  struct Pending;
   explicit HttpServer(HttpRoutes routes) : routes_(std::move(routes)) {}
-  static int Handle(mg_connection* conn, void* self);
+  static int ParseHead(const std::string& buf, Request* r, size_t* head_end, size_t* need,
+                       int* code, std::string* why);
+  void ReadLoop();
+  void Hand(Request r);
+  void Work();
 
   HttpRoutes routes_;
-  mg_context* ctx_ = nullptr;
+  HttpServerOptions opt_;
+  size_t max_pending_ = 0;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};
   int port_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Request> ready_;
+  bool stop_ = false;
+  std::thread reader_;
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace cryo::metrics

@@ -238,6 +238,60 @@ TEST(HttpServerConcurrencyTest, AClientStillSendingIsCutOffAtTheRequestDeadline)
   EXPECT_EQ(HttpCode(Probe((*server)->port(), "/healthz")), 200);
 }
 
+// Issue 34: 100 idle connections delayed /healthz by 60 s (civetweb queued connections past its
+// cap). Idle connections now wait in the reader, never holding a worker; past 4x max_connections
+// of them a new connection is answered 503 at once, and once they go the endpoint serves again.
+TEST(HttpServerConcurrencyTest, ConnectionsPastTheCapAreRefusedAtOnce) {
+  HttpRoutes routes;
+  routes.Exact("/healthz", [] { return HttpResponse{200, "text/plain", "ok\n"}; });
+  HttpServerOptions o;
+  o.max_connections = 2;
+  o.request_timeout = absl::Seconds(120);  // the idle ones stay
+  auto server = HttpServer::Create("127.0.0.1:0", std::move(routes), o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  // Up to the cap, idle connections do not keep /healthz from being answered.
+  std::vector<int> idle;
+  for (int i = 0; i < 4 * o.max_connections - 1; ++i) {
+    idle.push_back(Connect(port));
+    ASSERT_GE(idle.back(), 0);
+  }
+  EXPECT_EQ(HttpCode(Probe(port, "/healthz")), 200);
+  idle.push_back(Connect(port));
+  ASSERT_GE(idle.back(), 0);
+  // At the cap: the next is answered 503 without waiting for any of them.
+  ASSERT_TRUE(WaitUntil([&] {
+    const std::string r = Probe(port, "/healthz");
+    return HttpCode(r) == 503 && HttpBody(r).find("too many connections") != std::string::npos;
+  })) << "a connection past the cap was not refused";
+  for (int fd : idle) EXPECT_TRUE(Waiting(fd)) << "an idle connection was dropped";
+  for (int fd : idle) ::close(fd);
+  EXPECT_TRUE(WaitUntil([&] { return HttpCode(Probe(port, "/healthz")) == 200; }));
+}
+
+// A POST's body is read whole (its Content-Length, at most kMaxRequestBody) before the handler
+// runs; a longer one is refused before it is read, a chunked one asks for a length.
+TEST(HttpServerBodyTest, APostsBodyReachesItsHandlerWhole) {
+  HttpRoutes routes;
+  routes.Post("/q", [](const HttpRequest& r) {
+    return HttpResponse{200, "text/plain", r.authorization + "|" + r.body};
+  });
+  auto server = HttpServer::Create("127.0.0.1:0", std::move(routes));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  const std::string body(5000, 'b');
+  std::string r = HttpSend(port, "POST /q HTTP/1.1\r\nAuthorization: Bearer t\r\nContent-Length: " +
+                                     std::to_string(body.size()) + "\r\n\r\n" + body);
+  EXPECT_EQ(HttpCode(r), 200) << r.substr(0, 200);
+  EXPECT_EQ(HttpBody(r), "Bearer t|" + body);
+  r = HttpSend(port, "POST /q HTTP/1.1\r\nContent-Length: 999999\r\n\r\n");
+  EXPECT_EQ(HttpCode(r), 413) << r;
+  r = HttpSend(port, "POST /q HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  EXPECT_EQ(HttpCode(r), 411) << r;
+  r = HttpSend(port, "GET /q HTTP/1.1\r\n" + std::string(20000, 'x') + "\r\n\r\n");
+  EXPECT_EQ(HttpCode(r), 431) << r.substr(0, 200);
+}
+
 TEST(ParseRequestLineTest, Parts) {
   HttpRequest r;
   ASSERT_TRUE(ParseRequestLine("GET /a%20b?x=1&x=2&y=%41 HTTP/1.0\r", &r));
