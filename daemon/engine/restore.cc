@@ -267,7 +267,10 @@ absl::Status Engine::Verify(RestoreState& s) {
         CRYO_LOG(Warning) << "recording checkpoint " << s.m.id << " as damaged: " << ms;
       }
     }
-    return Annotate(st, absl::StrCat("checkpoint '", s.m.id, "' is damaged, refusing to restore"));
+    // (Files it does not list are someone's addition, not damage of its own.)
+    return Annotate(st, absl::StrCat("checkpoint '", s.m.id, "' ",
+                                     absl::IsDataLoss(st) ? "is damaged" : "was refused",
+                                     ", refusing to restore"));
   }
   if (d_.metrics) d_.metrics->AddBytesRead(s.m.TotalBytes());
   return absl::OkStatus();

@@ -1730,15 +1730,21 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
   ASSERT_TRUE(st.ok());
   EXPECT_NE(st->exit_code(), 99) << "not checkpointed: not the checkpointed exit code";
 
-  auto kept =
-      RunPod("node-a", "forced-2",
-             {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/checkpointed-exit-code", "99"}});
-  ASSERT_TRUE(kept.ok()) << kept.status();
-  ASSERT_TRUE(WaitTicks(*kept, 3));
-  ASSERT_STOPPED(Shim("node-a").StopContainer(kept->ctr_id, 2));
+  // Its checkpoint gets 1 s of the 2: on a loaded 2-core machine (CI) one may miss it, which is
+  // the behaviour the stop promises (no checkpoint, a plain stop). A small job makes it in one
+  // of three tries; the first pod that did is the one looked at below.
+  absl::StatusOr<Pod> kept;
+  for (int attempt = 0; attempt < 3 && Checkpoints(kWorkload).empty(); ++attempt) {
+    kept = RunPod(
+        "node-a", absl::StrCat("forced-", attempt + 2),
+        {{"cryo.dev/checkpoint-on-stop", "true"}, {"cryo.dev/checkpointed-exit-code", "99"}});
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    ASSERT_TRUE(WaitTicks(*kept, 3));
+    ASSERT_STOPPED(Shim("node-a").StopContainer(kept->ctr_id, 2));
+  }
   ASSERT_EQ(Checkpoints(kWorkload).size(), 1u)
-      << "a 2 s stop is enough for a small job (its checkpoint gets 1 s: on a loaded machine it "
-         "may not be); the end of the shim's log:\n"
+      << "a 2 s stop is enough for a small job (its checkpoint gets 1 s), and none of three "
+         "made it; the end of the shim's log:\n"
       << TailOf(world().shim("node-a").log_file());
   EXPECT_EQ(Checkpoints(kWorkload)[0].labels().at("cryo.dev/stop-grace"), "minimum")
       << "kubelet's 2 s floor, below the pod's 30 s: a force delete or a hard eviction";

@@ -187,5 +187,31 @@ TEST_F(ProcessCredentialsE2e, ASignedManifestStillBoundsItsImagesByTheRecordedCr
   EXPECT_EQ(w.State(), '-');
 }
 
+// Issue 34: unlisted files (ghost-file-*.img, remap-fpath.img) added to a signed checkpoint made
+// CRIU mknod a device node as root and hand it to a job without capabilities. A restore refuses
+// every file its signed manifest does not list, by name, before anything runs.
+TEST_F(ProcessCredentialsE2e, FilesTheSignedManifestDoesNotListAreRefusedByName) {
+  Cryod& a = Node("node-a");
+  Workload& w = CheckpointedConfinedJob(a);
+  for (const char* name : {"ghost-file-7.img", "ghost-file-8.img"}) {
+    ASSERT_FALSE(fs::Exists(Dir() + "/images/" + name));
+    ASSERT_TRUE(fs::WriteFileAtomic(Dir() + "/images/" + name, std::string(64, 'g')).ok());
+  }
+  grpc::Status s = a.Restore(RestoreReq("c1"));
+  EXPECT_EQ(s.error_code(), StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "images/ghost-file-7.img")) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "images/ghost-file-8.img")) << s.error_message();
+  EXPECT_EQ(w.State(), '-') << "nothing may start";
+  // A refusal, not damage: the checkpoint's own files are intact. Without the planted files the
+  // same checkpoint restores.
+  for (const char* name : {"ghost-file-7.img", "ghost-file-8.img"}) {
+    ASSERT_EQ(::unlink((Dir() + "/images/" + name).c_str()), 0);
+  }
+  s = a.Restore(RestoreReq("c1"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(w.State(), '-') << "the honest checkpoint did not restore";
+  w.Kill();
+}
+
 }  // namespace
 }  // namespace cryo::e2e
