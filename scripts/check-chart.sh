@@ -182,6 +182,11 @@ expectations() {
       expect_has "$n" '^ +kubernetes.io/os: linux$' "the default nodeSelector (Linux)"
       expect_has "$n" '^ +kubernetes.io/arch: amd64$' "the default nodeSelector (amd64 image)"
       expect_has "$n" '"metrics_address": "0.0.0.0:9464"' "cryod's HTTP API on the pod IP"
+      # ... and only to callers with the token of the Secret the chart makes and mounts.
+      expect_has "$n" '"http_api_token_file": "/etc/cryo-http-api/token"' "cryod's API token file"
+      expect_has "$n" '^ +secretName: cryo-http-api$' "the token's Secret mounted"
+      expect_has "$n" '^ +cryo.dev/http-api-token-secret: cryo-http-api$' "the Secret named for kubectl cryo"
+      expect_has "$n" '^ +resourceNames: \["cryo-http-api"\]$' "the reader Role may get that Secret alone"
       expect_has "$n" '^ +path: /var/lib/cryo/store$' "the hostPath store"
       # Probes: HTTP through cryod's HTTP loop, readiness on /healthz (503 while the store is not
       # writable), liveness on a path that answers whatever the store's state.

@@ -423,7 +423,13 @@ void HttpServer::ReadLoop() {
     if (fds[1].revents & POLLIN) {
       for (;;) {
         int c = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (c < 0) break;
+        if (c < 0) {
+          // Out of descriptors: the connection stays in the backlog; do not spin on it.
+          if (errno == EMFILE || errno == ENFILE) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          }
+          break;
+        }
         // Past the cap: refused at once, not queued (a flood must not hold back the probes
         // behind it for a request timeout each).
         if (pending.size() >= max_pending_) {
