@@ -10,6 +10,7 @@
 
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_messages.h"
+#include "lib/contract/hex.h"
 
 namespace cryo::contract::gpu_fastpath {
 
@@ -134,14 +135,10 @@ bool AnswerChallenge(int fd, pid_t pid, const Challenge& c, std::string* why) {
            strerror(errno);
     return false;
   }
-  static constexpr char kHex[] = "0123456789abcdef";
   Request proof;
   proof.op = Op::kProve;
   proof.version = kVersionProve;
-  for (size_t i = 0; i < n; ++i) {
-    proof.secret += kHex[bytes[i] >> 4];
-    proof.secret += kHex[bytes[i] & 15];
-  }
+  proof.secret = HexEncode(bytes, n);
   if (!SendMessage(fd, Encode(proof))) {
     *why = std::string("sending the proof: ") + strerror(errno);
     return false;

@@ -17,6 +17,7 @@
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
+#include "lib/contract/hex.h"
 #include "plugins/fastpath/legacy_ipc.h"
 
 namespace cryo::fastpath {
@@ -70,15 +71,12 @@ bool PeerProves(int conn) {
     std::string text, why;
     std::vector<int> fds;
     wire::Request proof;
+    unsigned char sent[sizeof(nonce)];
     if (Speaks(conn) && wire::ReceiveMessage(conn, &text, &fds) &&
         wire::Decode(text, &proof, &why) && proof.op == Op::kProve &&
-        proof.secret.size() == 2 * sizeof(nonce)) {
-      static constexpr char kHex[] = "0123456789abcdef";
+        contract::HexDecode(proof.secret, sent, sizeof(sent))) {
       unsigned diff = 0;  // compared in constant time
-      for (size_t i = 0; i < sizeof(nonce); ++i) {
-        diff |= static_cast<unsigned>(proof.secret[2 * i] ^ kHex[nonce[i] >> 4]);
-        diff |= static_cast<unsigned>(proof.secret[2 * i + 1] ^ kHex[nonce[i] & 15]);
-      }
+      for (size_t i = 0; i < sizeof(nonce); ++i) diff |= static_cast<unsigned>(sent[i] ^ nonce[i]);
       proved = diff == 0;
     }
     CloseAll(fds);

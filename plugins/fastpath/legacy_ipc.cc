@@ -13,6 +13,7 @@
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
+#include "lib/contract/hex.h"
 
 namespace cryo::fastpath {
 namespace wire = contract::gpu_fastpath;
@@ -55,25 +56,19 @@ bool DecodeIpcHandle(const CUipcMemHandle& in, IpcHandle* out) {
   return out->pid > 0 && out->id != 0;
 }
 
+// The two words most significant byte first: the same 32 digits as printing each with %016llx.
 std::string SecretHex(const uint64_t secret[2]) {
-  char buf[33];
-  snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(secret[0]),
-           static_cast<unsigned long long>(secret[1]));
-  return buf;
+  unsigned char b[16];
+  for (int i = 0; i < 16; ++i)
+    b[i] = static_cast<unsigned char>(secret[i / 8] >> (56 - 8 * (i % 8)));
+  return contract::HexEncode(b, sizeof(b));
 }
 
 bool SecretFromHex(const std::string& hex, uint64_t secret[2]) {
-  if (hex.size() != 32) return false;
-  for (int half = 0; half < 2; ++half) {
-    uint64_t v = 0;
-    for (int i = 0; i < 16; ++i) {
-      const char c = hex[half * 16 + i];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-      if (d < 0) return false;
-      v = v << 4 | static_cast<uint64_t>(d);
-    }
-    secret[half] = v;
-  }
+  unsigned char b[16];
+  if (!contract::HexDecode(hex, b, sizeof(b))) return false;
+  secret[0] = secret[1] = 0;
+  for (int i = 0; i < 16; ++i) secret[i / 8] = secret[i / 8] << 8 | b[i];
   return true;
 }
 

@@ -29,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
+#include "lib/contract/hex.h"
 #include "plugins/fastpath/control.h"
 #include "plugins/fastpath/gate.h"
 #include "plugins/fastpath/legacy_ipc.h"
@@ -1122,6 +1123,29 @@ TEST_F(FastpathMoveTest, ASecondDrainIsRefusedAndAbortRollsBack) {
   EXPECT_FALSE(gate_.shut());
   ExpectIntact(m);
   Free(m);
+}
+
+// One hex codec for the channel's secrets and proofs (lib/contract/hex.h). A legacy IPC secret
+// keeps its wire form: each word's 16 digits, most significant first, as %016llx printed them.
+TEST(HexTest, SecretsKeepTheirWireFormAndBytesRoundTrip) {
+  const uint64_t secret[2] = {0x0123456789abcdefull, 0xfedcba9876543210ull};
+  char printed[33];
+  snprintf(printed, sizeof(printed), "%016llx%016llx", static_cast<unsigned long long>(secret[0]),
+           static_cast<unsigned long long>(secret[1]));
+  EXPECT_EQ(SecretHex(secret), printed);
+  uint64_t back[2] = {0, 0};
+  ASSERT_TRUE(SecretFromHex(printed, back));
+  EXPECT_EQ(back[0], secret[0]);
+  EXPECT_EQ(back[1], secret[1]);
+  EXPECT_FALSE(SecretFromHex(std::string(printed).substr(1), back)) << "a digit short";
+  EXPECT_FALSE(SecretFromHex(std::string(31, '0') + "g", back)) << "not a digit";
+
+  const unsigned char bytes[] = {0x00, 0x7f, 0x80, 0xff};
+  EXPECT_EQ(contract::HexEncode(bytes, sizeof(bytes)), "007f80ff");
+  unsigned char out[4];
+  ASSERT_TRUE(contract::HexDecode("007F80ff", out, sizeof(out)));
+  EXPECT_EQ(std::memcmp(out, bytes, sizeof(out)), 0);
+  EXPECT_FALSE(contract::HexDecode("007f80f", out, sizeof(out)));
 }
 
 TEST(GateTest, ShutWaitsForCallsInsideAndOpenLetsWaitersGo) {
