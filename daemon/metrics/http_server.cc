@@ -48,6 +48,35 @@ HttpRoutes& HttpRoutes::Prefix(std::string prefix, HttpHandler handler) {
   return *this;
 }
 
+const char* ReasonPhrase(int code) {
+  switch (code) {
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return code >= 500 ? "Internal Server Error" : "Error";
+  }
+}
+
 bool IsLoopbackAddress(const std::string& address) {
   const auto colon = address.rfind(':');
   std::string host = colon == std::string::npos ? address : address.substr(0, colon);
@@ -205,38 +234,8 @@ absl::StatusOr<std::string> ListeningPort(const std::string& address) {
   return v6 ? absl::StrCat("[", ip, "]:", port_num) : absl::StrCat(ip, ":", port_num);
 }
 
-// The reason phrase of a status code (what clients print beside it).
-const char* Reason(int code) {
-  switch (code) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 411:
-      return "Length Required";
-    case 413:
-      return "Content Too Large";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 503:
-      return "Service Unavailable";
-    default:
-      return code >= 500 ? "Internal Server Error" : "Error";
-  }
-}
-
 std::string Serialize(const HttpResponse& r, bool head) {
-  return absl::StrCat("HTTP/1.1 ", r.code, " ", Reason(r.code),
+  return absl::StrCat("HTTP/1.1 ", r.code, " ", ReasonPhrase(r.code),
                       "\r\nContent-Type: ", r.content_type, "\r\nContent-Length: ", r.body.size(),
                       "\r\nConnection: close\r\n\r\n", head ? "" : r.body);
 }

@@ -75,6 +75,9 @@ class HttpRoutes {
   std::vector<std::pair<std::string, HttpHandler>> prefix_;  // longest first
 };
 
+// The reason phrase of an HTTP status code ("Not Found"), what clients print beside it.
+const char* ReasonPhrase(int code);
+
 // Whether "HOST:PORT" listens on a loopback address only (127.0.0.0/8, [::1], localhost).
 bool IsLoopbackAddress(const std::string& address);
 

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "daemon/metrics/http_server.h"
 
 namespace cryo::termination {
 namespace {
@@ -25,25 +26,6 @@ void SendAll(int fd, const std::string& s) {
     ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
     if (n <= 0) return;
     off += n;
-  }
-}
-
-const char* Reason(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    default:
-      return "Status";
   }
 }
 
@@ -160,7 +142,7 @@ void TestHttpServer::Serve(int conn) {
   if (!resp.raw.empty()) {
     out = resp.raw;
   } else {
-    out = absl::StrCat("HTTP/1.1 ", resp.status, " ", Reason(resp.status), "\r\n");
+    out = absl::StrCat("HTTP/1.1 ", resp.status, " ", metrics::ReasonPhrase(resp.status), "\r\n");
     for (const auto& [k, v] : resp.headers) absl::StrAppend(&out, k, ": ", v, "\r\n");
     if (resp.chunked) {
       absl::StrAppend(&out, "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
