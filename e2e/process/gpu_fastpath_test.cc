@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -66,6 +67,29 @@ class FastpathE2e : public ProcessFixture {
       if (absl::StartsWith(rel, prefix)) sum += e.file_size();
     }
     return sum;
+  }
+
+  // Checkpoints `w` on `a` (started with HookEnv()) as `id` up to the hook before the dump
+  // (drained, the GPU data saved into the staging files) and SIGKILLs cryod there. The job's
+  // status as its first record after the drain has it: the reporter thread (not gated) rewrites
+  // it every 20 ms, so its "main" is the last step the job took. nullopt when it never got there.
+  std::optional<nlohmann::json> KillCryodAfterTheDrain(Cryod& a, Workload& w,
+                                                       const std::string& id) {
+    HookPoint hp(hook_dir(), "before-dump");
+    auto fut = std::async(std::launch::async, [&] { return a.Checkpoint(Req(w.pid(), id)); });
+    const bool reached = hp.Reached();
+    EXPECT_TRUE(reached) << "the checkpoint never reached the dump";
+    nlohmann::json st;
+    const bool drained = reached && WaitFor([&] {
+                           st = w.Status();
+                           return st.is_object() && U(st, "device_used") < 8 * kMiB;
+                         });
+    EXPECT_TRUE(drained) << "the memory should be out of the GPU: " << st.dump();
+    a.Kill9();
+    (void)fut.get();
+    ::unlink((hook_dir() + "/before-dump.enable").c_str());
+    if (!drained) return std::nullopt;
+    return st;
   }
 
   // The job ran on with every word of its memory as its kernels expect it.
@@ -420,22 +444,9 @@ TEST_F(FastpathE2e, CryodKilledAfterTheDrainGivesTheMemoryBackWhenItRestarts) {
   Cryod* a = &Node("node-a", {}, HookEnv());
   Workload& w = GpuJob();
   ASSERT_TRUE(w.WaitMain(20));
-  HookPoint hp(hook_dir(), "before-dump");  // drained, saved into the staging files
-  auto fut =
-      std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "fp-crash")); });
-  ASSERT_TRUE(hp.Reached());
-  // The job's reporter thread (not gated) rewrites its record every 20 ms: the first record
-  // written after the drain freed the GPU also holds the last step the job took before it.
-  nlohmann::json st;
-  EXPECT_TRUE(WaitFor([&] {
-    st = w.Status();
-    return st.is_object() && U(st, "device_used") < 8 * kMiB;
-  })) << "the memory should be out of the GPU: "
-      << st.dump();
-  const uint64_t held = U(st, "main");
-  a->Kill9();
-  (void)fut.get();
-  ::unlink((hook_dir() + "/before-dump.enable").c_str());
+  std::optional<nlohmann::json> st = KillCryodAfterTheDrain(*a, w, "fp-crash");
+  ASSERT_TRUE(st);
+  const uint64_t held = U(*st, "main");
   // The job waits at the library's gate meanwhile: no step on memory that is not there.
   ::usleep(200 * 1000);
   EXPECT_EQ(U(w.Status(), "main"), held);
@@ -474,20 +485,10 @@ TEST_F(FastpathE2e, CryodKilledAfterTheDrainOfSharedMemoryGivesBothProcessesItBa
   Workload& w = GpuJob({"--share-mib", "8"});
   ASSERT_TRUE(w.WaitMain(20));
   ASSERT_TRUE(WaitFor([&] { return U(w.Status(), "peer_steps") > 10; })) << w.Status().dump();
-  HookPoint hp(hook_dir(), "before-dump");
-  auto fut =
-      std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "fp-share-crash")); });
-  ASSERT_TRUE(hp.Reached());
-  nlohmann::json st;
-  EXPECT_TRUE(WaitFor([&] {
-    st = w.Status();
-    return st.is_object() && U(st, "device_used") < 8 * kMiB;
-  })) << st.dump();
-  const uint64_t held = U(st, "main");
-  const uint64_t peer_held = U(st, "peer_steps");
-  a->Kill9();
-  (void)fut.get();
-  ::unlink((hook_dir() + "/before-dump.enable").c_str());
+  std::optional<nlohmann::json> st = KillCryodAfterTheDrain(*a, w, "fp-share-crash");
+  ASSERT_TRUE(st);
+  const uint64_t held = U(*st, "main");
+  const uint64_t peer_held = U(*st, "peer_steps");
   Node("node-a");  // recovery: both refilled, the import carried, then both run
   ExpectRunsOnIntact(w, held);
   EXPECT_TRUE(WaitFor([&] { return U(w.Status(), "peer_steps") > peer_held + 10; }))
@@ -507,18 +508,9 @@ TEST_F(FastpathE2e, ARefillThatHangsNeitherKeepsCryodFromServingNorFromStopping)
   const std::string stall = dir_ + "/stall-refill";
   Workload& w = GpuJob({}, FAKEGPU_BIN, {"FAKE_CUDA_STALL_FILE=" + stall});
   ASSERT_TRUE(w.WaitMain(20));
-  HookPoint hp(hook_dir(), "before-dump");  // drained, saved into the staging files
-  auto fut = std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "fp-hang")); });
-  ASSERT_TRUE(hp.Reached());
-  nlohmann::json st;
-  ASSERT_TRUE(WaitFor([&] {
-    st = w.Status();
-    return st.is_object() && U(st, "device_used") < 8 * kMiB;
-  })) << st.dump();
-  const uint64_t held = U(st, "main");
-  a->Kill9();
-  (void)fut.get();
-  ::unlink((hook_dir() + "/before-dump.enable").c_str());
+  std::optional<nlohmann::json> st = KillCryodAfterTheDrain(*a, w, "fp-hang");
+  ASSERT_TRUE(st);
+  const uint64_t held = U(*st, "main");
   std::ofstream(stall).close();
   ASSERT_TRUE(std::filesystem::exists(stall));
 
