@@ -130,31 +130,28 @@ void AddCheckpointRoutes(CheckpointReader reader, metrics::HttpRoutes& routes, A
   // anyone who reaches the port cannot make cryod hold the store's manifests many times over.
   auto listing = std::make_shared<std::atomic<int>>(0);
   // The API itself, answered once the caller is admitted (by a header or by a query).
+  const metrics::HttpHandler serve = [reader = std::move(reader),
+                                      listing](const metrics::HttpRequest& req) {
+    if (!req.rest.empty()) return Get(reader, req.rest);
+    if (listing->fetch_add(1) >= kMaxConcurrentListings) {
+      listing->fetch_sub(1);
+      return ErrorResponse(absl::UnavailableError(
+          absl::StrCat(kMaxConcurrentListings, " listings are being served; try again")));
+    }
+    metrics::HttpResponse r = List(reader, req);
+    listing->fetch_sub(1);
+    return r;
+  };
   auto api = std::make_shared<metrics::HttpRoutes>();
-  api->Prefix(
-      kCheckpointsPath, [reader = std::move(reader), listing](const metrics::HttpRequest& req) {
-        if (!req.rest.empty()) return Get(reader, req.rest);
-        if (listing->fetch_add(1) >= kMaxConcurrentListings) {
-          listing->fetch_sub(1);
-          return ErrorResponse(absl::UnavailableError(
-              absl::StrCat(kMaxConcurrentListings, " listings are being served; try again")));
-        }
-        metrics::HttpResponse r = List(reader, req);
-        listing->fetch_sub(1);
-        return r;
-      });
-  routes.Prefix(kCheckpointsPath, [api, access](const metrics::HttpRequest& req) {
+  api->Prefix(kCheckpointsPath, serve);
+  // (The same prefix: the router already set req.rest.)
+  routes.Prefix(kCheckpointsPath, [serve, access](const metrics::HttpRequest& req) {
     absl::string_view given = req.authorization;
     if (!absl::ConsumePrefix(&given, "Bearer ") && !given.empty()) given = "?";
     if (absl::Status ok = Admit(access, absl::StripAsciiWhitespace(given), true); !ok.ok()) {
       return ErrorResponse(ok);
     }
-    std::string rest;
-    return (*api->Match(req.path, &rest))([&] {
-      metrics::HttpRequest r = req;
-      r.rest = rest;
-      return r;
-    }());
+    return serve(req);
   });
   routes.Post(kQueryPath, [api, access](const metrics::HttpRequest& req) {
     auto body = json::Parse(req.body, {metrics::kMaxRequestBody, 4});
