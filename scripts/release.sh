@@ -251,6 +251,7 @@ build_image() {
   local run=("${BUILDAH[@]}" run --isolation chroot "$ctr" --)
   "${run[@]}" criu --version >/dev/null || die "criu does not run in the image"
   "${run[@]}" cryod --help >/dev/null || die "cryod does not run in the image"
+  "${run[@]}" cryo-uninstall --help >/dev/null || die "cryo-uninstall does not run in the image"
   "${run[@]}" /opt/cryo/shim-bundle/bin/cryo-cri-shim --help >/dev/null ||
     die "the shim bundle does not run in the image"
   "${run[@]}" iptables --version >/dev/null || die "iptables does not run in the image"

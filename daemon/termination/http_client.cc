@@ -16,18 +16,16 @@
 namespace cryo::termination {
 namespace {
 
-// Metadata answers are a few hundred bytes; anything near this is not a metadata server.
-constexpr size_t kMaxResponse = 1 << 20;
-
 struct Transfer {
   HttpResponse response;
+  size_t max_response = 0;
   bool too_large = false;
 };
 
 size_t OnBody(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t len = size * n;
-  if (t->response.body.size() + len > kMaxResponse) {
+  if (t->response.body.size() + len > t->max_response) {
     t->too_large = true;
     return 0;  // aborts the transfer
   }
@@ -70,11 +68,12 @@ absl::Status HttpStatusError(const HttpRequest& request, const HttpResponse& res
   return absl::FailedPreconditionError(msg);
 }
 
-absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url) {
-  constexpr absl::string_view kScheme = "http://";
+absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url, absl::string_view scheme) {
+  const std::string kScheme = absl::StrCat(scheme, "://");
   if (!absl::StartsWithIgnoreCase(url, kScheme)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", url, "' is not an http:// URL (metadata endpoints are plain http)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", url, "' is not an ", kScheme, " URL",
+        scheme == "http" ? " (metadata endpoints are plain http)" : " (this client checks TLS)"));
   }
   absl::string_view rest = absl::string_view(url).substr(kScheme.size());
   size_t slash = rest.find_first_of("/?");
@@ -103,7 +102,7 @@ absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url) {
     out.host = std::string(auth.substr(0, colon));
     if (colon != absl::string_view::npos) port = auth.substr(colon + 1);
   }
-  int port_num = 80;
+  int port_num = scheme == "https" ? 443 : 80;
   if (!port.empty() && (!absl::SimpleAtoi(port, &port_num) || port_num <= 0 || port_num > 65535)) {
     return absl::InvalidArgumentError(absl::StrCat("'", url, "': bad port"));
   }
@@ -113,11 +112,17 @@ absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url) {
 }
 
 absl::StatusOr<std::unique_ptr<CurlHttpClient>> CurlHttpClient::Create(absl::Duration timeout) {
+  Options o;
+  o.timeout = timeout;
+  return Create(std::move(o));
+}
+
+absl::StatusOr<std::unique_ptr<CurlHttpClient>> CurlHttpClient::Create(Options options) {
   GlobalInit();
-  if (timeout <= absl::ZeroDuration()) {
+  if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("an HTTP client needs a positive timeout");
   }
-  return std::unique_ptr<CurlHttpClient>(new CurlHttpClient(timeout));
+  return std::unique_ptr<CurlHttpClient>(new CurlHttpClient(std::move(options)));
 }
 
 CurlHttpClient::~CurlHttpClient() { Shutdown(); }
@@ -129,8 +134,9 @@ void CurlHttpClient::Shutdown() {
 }
 
 absl::StatusOr<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
-  // The URL is checked by our own rules first: plain http, no credentials in it.
-  if (auto u = ParseHttpUrl(request.url); !u.ok()) return u.status();
+  // The URL is checked by our own rules first: the one scheme allowed, no credentials in it.
+  const bool https = !o_.https_ca_file.empty();
+  if (auto u = ParseHttpUrl(request.url, https ? "https" : "http"); !u.ok()) return u.status();
   CURL* e = curl_easy_init();
   CURLM* m = curl_multi_init();
   if (e == nullptr || m == nullptr) {
@@ -146,6 +152,7 @@ absl::StatusOr<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
   headers = curl_slist_append(headers, "Content-Type:");
   headers = curl_slist_append(headers, "Expect:");
   Transfer t;
+  t.max_response = o_.max_response;
   char err[CURL_ERROR_SIZE] = {0};
   curl_easy_setopt(e, CURLOPT_URL, request.url.c_str());
   curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, request.method.c_str());
@@ -159,9 +166,14 @@ absl::StatusOr<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
   curl_easy_setopt(e, CURLOPT_PROXY, "");
   curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
   curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, https ? "https" : "http");
+  if (https) {
+    curl_easy_setopt(e, CURLOPT_CAINFO, o_.https_ca_file.c_str());
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+  }
   curl_easy_setopt(e, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout_)));
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(o_.timeout)));
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, err);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, &OnBody);
@@ -213,7 +225,7 @@ absl::StatusOr<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
   if (cancelled) return absl::CancelledError(absl::StrCat(what, ": http client shut down"));
   if (t.too_large) {
     return absl::UnavailableError(
-        absl::StrCat(what, ": answer larger than ", kMaxResponse, " bytes"));
+        absl::StrCat(what, ": answer larger than ", o_.max_response, " bytes"));
   }
   if (result != CURLE_OK) {
     const std::string why = err[0] ? err : curl_easy_strerror(result);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -60,21 +61,30 @@ struct HttpUrl {
   std::string authority;  // host[:port] as written, for the Host header
   std::string target;     // path and query, "/" at least
 };
-absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url);
+// `scheme` "http" (the metadata endpoints) or "https" (the Kubernetes API, daemon/kube).
+absl::StatusOr<HttpUrl> ParseHttpUrl(const std::string& url, absl::string_view scheme = "http");
 
 class CurlHttpClient : public HttpClient {
  public:
-  // `timeout` bounds each request as a whole.
+  struct Options {
+    absl::Duration timeout;  // bounds each request as a whole
+    // Non-empty: https only, the server's certificate checked against this CA bundle (the
+    // Kubernetes API's service-account CA); empty: plain http only (metadata endpoints).
+    std::string https_ca_file;
+    size_t max_response = 1 << 20;  // a larger answer is an error
+  };
+  // `timeout` bounds each request as a whole; plain http, answers up to 1 MiB.
   static absl::StatusOr<std::unique_ptr<CurlHttpClient>> Create(absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<CurlHttpClient>> Create(Options options);
   ~CurlHttpClient() override;
 
   absl::StatusOr<HttpResponse> Send(const HttpRequest& request) override;
   void Shutdown() override;
 
  private:
-  explicit CurlHttpClient(absl::Duration timeout) : timeout_(timeout) {}
+  explicit CurlHttpClient(Options options) : o_(std::move(options)) {}
 
-  const absl::Duration timeout_;
+  const Options o_;
   absl::Mutex mu_;
   bool shut_ ABSL_GUARDED_BY(mu_) = false;
   std::set<void*> in_flight_ ABSL_GUARDED_BY(mu_);  // CURLM* of requests being sent

@@ -165,12 +165,13 @@ out=$(run_in_image sh -ec '
     if ldd "$f" 2>&1 | grep "not found"; then echo "MISSING in $f"; fi
   done
   cryod --help | head -1
+  cryo-uninstall --help | head -1
   /opt/cryo/shim-bundle/bin/cryo-cri-shim --help | head -1
   iptables --version; nft --version; ip -V; ps --version | head -1; nsenter --version
   test -x /opt/cryo/host/install.sh && echo installer') || fail "checks in the image: $out"
 printf '%s\n' "$out" | sed 's/^/  /' >&2
 ! grep -q MISSING <<<"$out" || fail "libraries missing in the image"
-for want in '^usage: cryod' '^usage: cryo-cri-shim' '^iptables v' '^nftables v' '^ip utility' \
+for want in '^usage: cryod' '^usage: cryo-uninstall' '^usage: cryo-cri-shim' '^iptables v' '^nftables v' '^ip utility' \
   '^ps from procps' '^nsenter from util-linux' '^installer$'; do
   grep -q "$want" <<<"$out" || fail "nothing matching '$want' from the image"
 done

@@ -1,0 +1,199 @@
+// cryod's Kubernetes API client over TLS against a stand-in API server, and the uninstall
+// hook's work: switch the DaemonSet's pods to restoring kubelet's endpoint, wait for every node,
+// name the ones that could not or did not.
+#include <stdlib.h>
+
+#include <atomic>
+#include <sstream>
+
+#include "daemon/kube/api_client.h"
+#include "daemon/kube/kubelet_restore.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "test/clients/kubectl/fake_apiserver.h"
+#include "test/daemon/test_util.h"
+
+namespace cryo::kube {
+namespace {
+
+using ::cryo::kubectl::testing::FakeApiServer;
+using ::cryo::kubectl::testing::JsonResponse;
+using ::cryo::kubectl::testing::Request;
+using ::cryo::kubectl::testing::Response;
+using ::cryo::kubectl::testing::StatusJson;
+using ::testing::HasSubstr;
+
+constexpr char kDs[] = "/apis/apps/v1/namespaces/cryo-system/daemonsets/cryo";
+constexpr char kPods[] = "/api/v1/namespaces/cryo-system/pods";
+
+class KubeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.ok());
+    ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/ca.crt", server_.certificate_pem()).ok());
+    ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/token", "sa-token\n").ok());
+  }
+  std::unique_ptr<ApiClient> Client(const std::string& ca_file = "") {
+    ApiConfig c{server_.url(), "sa-token", ca_file.empty() ? dir_.path + "/ca.crt" : ca_file};
+    auto api = ApiClient::Create(c, absl::Seconds(10));
+    EXPECT_TRUE(api.ok()) << api.status();
+    return api.ok() ? std::move(*api) : nullptr;
+  }
+  KubeletRestoreOptions Options() {
+    KubeletRestoreOptions o;
+    o.namespace_name = "cryo-system";
+    o.daemonset = "cryo";
+    o.log = &log_;
+    o.sleep = [](absl::Duration) {};
+    return o;
+  }
+
+  FakeApiServer server_{/*tls=*/true};
+  TempDir dir_;
+  std::ostringstream log_;
+};
+
+nlohmann::json Ds(const std::string& mode, int64_t generation, int64_t observed, int desired,
+                  int updated, int available) {
+  return {{"kind", "DaemonSet"},
+          {"metadata", {{"name", "cryo"}, {"generation", generation}}},
+          {"spec",
+           {{"selector", {{"matchLabels", {{"app.kubernetes.io/name", "cryo"}}}}},
+            {"template", {{"metadata", {{"annotations", {{kKubeletEndpointAnnotation, mode}}}}}}}}},
+          {"status",
+           {{"observedGeneration", observed},
+            {"desiredNumberScheduled", desired},
+            {"updatedNumberScheduled", updated},
+            {"numberAvailable", available}}}};
+}
+
+nlohmann::json Pod(const std::string& node, const std::string& mode, nlohmann::json init_state) {
+  return {{"metadata",
+           {{"name", "cryo-" + node}, {"annotations", {{kKubeletEndpointAnnotation, mode}}}}},
+          {"spec", {{"nodeName", node}}},
+          {"status",
+           {{"phase", "Running"},
+            {"initContainerStatuses",
+             {{{"name", "install-shim"}, {"state", {{"terminated", {{"exitCode", 0}}}}}},
+              {{"name", kConfigureKubeletContainer}, {"state", init_state}}}}}}};
+}
+
+TEST_F(KubeTest, InClusterConfigNeedsThePodsEnvironmentAndItsServiceAccount) {
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  auto c = InClusterConfig(dir_.path);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c.status().message(), HasSubstr("KUBERNETES_SERVICE_HOST"));
+  setenv("KUBERNETES_SERVICE_HOST", "fd00::1", 1);
+  setenv("KUBERNETES_SERVICE_PORT", "443", 1);
+  c = InClusterConfig(dir_.path);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->base_url, "https://[fd00::1]:443");
+  EXPECT_EQ(c->token, "sa-token");
+  c = InClusterConfig(dir_.path + "/none");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(c.status().message(), HasSubstr("automountServiceAccountToken"));
+  unsetenv("KUBERNETES_SERVICE_HOST");
+  unsetenv("KUBERNETES_SERVICE_PORT");
+}
+
+TEST_F(KubeTest, TheClientSendsItsTokenOverTlsAndReadsTheServersErrors) {
+  server_.OnJson("GET", kDs, StatusJson(403, "Forbidden", "daemonsets.apps \"cryo\" is forbidden"),
+                 403);
+  auto api = Client();
+  auto r = api->Get(kDs);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(r.status().message(), HasSubstr("is forbidden"));
+  auto reqs = server_.requests();
+  ASSERT_FALSE(reqs.empty());
+  EXPECT_EQ(reqs.back().headers["authorization"], "Bearer sa-token");
+
+  // Another CA than the server's: refused before anything is sent.
+  TempDir other;
+  FakeApiServer impostor(/*tls=*/true);
+  ASSERT_TRUE(fs::WriteFileAtomic(other.path + "/ca.crt", impostor.certificate_pem()).ok());
+  const size_t before = server_.requests().size();
+  r = Client(other.path + "/ca.crt")->Get(kDs);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable) << r.status();
+  EXPECT_EQ(server_.requests().size(), before);
+}
+
+TEST_F(KubeTest, NoDaemonSetMeansNothingToPutBack) {
+  auto s = RestoreKubeletEndpoints(*Client(), Options());
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_THAT(log_.str(), HasSubstr("no DaemonSet cryo-system/cryo"));
+  for (const auto& r : server_.requests()) EXPECT_EQ(r.method, "GET");
+}
+
+TEST_F(KubeTest, EveryNodeRestartsIntoRestoreAndNodesLeftAloneAreNamed) {
+  std::atomic<int> gets{0};
+  server_.On("GET", kDs, [&](const Request&) {
+    // Before the patch: converted, rolled out. After: the controller catches up in two polls.
+    int n = gets++;
+    if (n == 0) return JsonResponse(Ds("convert", 3, 3, 2, 2, 2));
+    if (n == 1) return JsonResponse(Ds("restore", 4, 4, 2, 1, 1));
+    return JsonResponse(Ds("restore", 4, 4, 2, 2, 2));
+  });
+  server_.On("PATCH", kDs,
+             [&](const Request&) { return JsonResponse(Ds("restore", 4, 3, 2, 2, 2)); });
+  server_.OnJson("GET", kPods,
+                 {{"items",
+                   {Pod("node-a", "restore", {{"terminated", {{"exitCode", 0}}}}),
+                    Pod("node-b", "restore",
+                        {{"terminated",
+                          {{"exitCode", 0},
+                           {"message",
+                            "kubelet not pointed at the shim: /var/lib/kubelet/config.yaml is not "
+                            "writable here"}}}})}}});
+  auto s = RestoreKubeletEndpoints(*Client(), Options());
+  ASSERT_TRUE(s.ok()) << s;
+
+  Request patch;
+  for (const auto& r : server_.requests()) {
+    if (r.method == "PATCH") patch = r;
+  }
+  EXPECT_EQ(patch.headers["content-type"], "application/merge-patch+json");
+  nlohmann::json body = patch.Json();
+  EXPECT_EQ(body["spec"]["template"]["metadata"]["annotations"][kKubeletEndpointAnnotation],
+            "restore");
+  EXPECT_EQ(body["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"], "100%");
+  // The pods were listed by the DaemonSet's own selector.
+  bool listed = false;
+  for (const auto& r : server_.requests()) {
+    if (r.path == kPods) listed = r.Param("labelSelector") == "app.kubernetes.io/name=cryo";
+  }
+  EXPECT_TRUE(listed);
+  const std::string log = log_.str();
+  EXPECT_THAT(log, HasSubstr("1 of 2 nodes run the restoring pod"));
+  EXPECT_THAT(log, HasSubstr("2 of 2 nodes run the restoring pod, 2 available"));
+  EXPECT_THAT(log,
+              HasSubstr("node node-b: kubelet left as it was: kubelet not pointed at the shim"));
+  EXPECT_THAT(log, HasSubstr("back on 1 node(s)"));
+}
+
+TEST_F(KubeTest, AlreadyRestoringIsNotPatchedAgain) {
+  server_.OnJson("GET", kDs, Ds("restore", 5, 5, 1, 1, 1));
+  server_.OnJson("GET", kPods,
+                 {{"items", {Pod("node-a", "restore", {{"terminated", {{"exitCode", 0}}}})}}});
+  auto s = RestoreKubeletEndpoints(*Client(), Options());
+  ASSERT_TRUE(s.ok()) << s;
+  for (const auto& r : server_.requests()) EXPECT_NE(r.method, "PATCH");
+  EXPECT_THAT(log_.str(), HasSubstr("back on 1 node(s)"));
+}
+
+TEST_F(KubeTest, ANodeThatNeverRestoresFailsTheHookNamingIt) {
+  server_.OnJson("GET", kDs, Ds("restore", 4, 4, 2, 1, 1));
+  server_.OnJson("GET", kPods,
+                 {{"items",
+                   {Pod("node-a", "restore", {{"terminated", {{"exitCode", 0}}}}),
+                    Pod("node-b", "convert", {{"terminated", {{"exitCode", 0}}}})}}});
+  KubeletRestoreOptions o = Options();
+  o.timeout = absl::ZeroDuration();
+  auto s = RestoreKubeletEndpoints(*Client(), o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(s.message(), HasSubstr("node-b (pod cryo-node-b: old template"));
+  EXPECT_THAT(s.message(), Not(HasSubstr("node-a")));
+  EXPECT_THAT(s.message(), HasSubstr("helm uninstall --no-hooks"));
+}
+
+}  // namespace
+}  // namespace cryo::kube
