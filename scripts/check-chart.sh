@@ -209,7 +209,7 @@ expectations() {
       expect_notes "$n" "a job resumes only on the node it was" "the node-local store"
       ;;
     crio)
-      expect_kinds "$n" "ClusterRole×1, ClusterRoleBinding×1, ConfigMap×1, DaemonSet×1, Namespace×1, ResourceQuota×1, Role×1, RoleBinding×2, Secret×1, Service×1, ServiceAccount×1"
+      expect_kinds "$n" "ClusterRole×1, ClusterRoleBinding×1, ConfigMap×1, DaemonSet×1, Job×1, Namespace×1, ResourceQuota×1, Role×2, RoleBinding×3, Secret×1, Service×1, ServiceAccount×2"
       expect_has "$n" '"runtime_endpoint": "unix:///var/run/crio/crio.sock"' "CRI-O's socket for cryod"
       expect_has "$n" '--runtime-endpoint=unix:///var/run/crio/crio.sock' "CRI-O's socket for the shim"
       expect_has "$n" '^ +path: /var/lib/containers/storage$' "CRI-O's storage root"
@@ -227,7 +227,15 @@ expectations() {
       expect_notes "$n" "Nothing: the installer points kubelet at the shim" "no manual kubelet step (shim.configureKubelet)"
       # shim.configureKubelet: a privileged init container after the installer converts the node.
       expect_pod "$n" "[x['name'] for x in p['initContainers']]" '["install-shim", "configure-kubelet"]' "the kubelet step after the install"
-      expect_pod "$n" "[x['command'] for x in p['initContainers'] if x['name'] == 'configure-kubelet'][0]" '["/opt/cryo/host/kubelet-endpoint.sh", "convert"]' "convert on every pod start"
+      expect_pod "$n" "[x['command'] for x in p['initContainers'] if x['name'] == 'configure-kubelet'][0]" '["/opt/cryo/host/kubelet-endpoint.sh", "$(KUBELET_ENDPOINT_MODE)"]' "the mode from the pod"
+      expect_pod "$n" "[e['valueFrom']['fieldRef']['fieldPath'] for x in p['initContainers'] if x['name'] == 'configure-kubelet' for e in x['env'] if e['name'] == 'KUBELET_ENDPOINT_MODE'][0]" '"metadata.annotations['"'"'cryo.dev/kubelet-endpoint'"'"']"' "the mode from the pod's annotation"
+      expect_pod "$n" "ds['spec']['template']['metadata']['annotations']['cryo.dev/kubelet-endpoint']" '"convert"' "convert on every pod start"
+      # helm uninstall: a pre-delete hook flips every node's pod to restore and waits for them.
+      expect_has "$n" '^ +helm.sh/hook: pre-delete$' "the uninstall hook"
+      expect_has "$n" '^ +- /usr/local/bin/cryo-uninstall$' "cryo-uninstall in the hook"
+      expect_has "$n" '^ +- --daemonset=cryo$' "the hook names the DaemonSet"
+      expect_has "$n" '^ +- --timeout=240s$' "the hook's timeout"
+      expect_has "$n" '^ +verbs: \[get, patch\]$' "the hook may patch the DaemonSet"
       expect_pod "$n" "[x['securityContext'] for x in p['initContainers'] if x['name'] == 'configure-kubelet'][0]" '{"privileged": true, "runAsUser": 0}' "privileged, as the installer is"
       expect_pod "$n" "sorted(v['hostPath']['path'] for v in p['volumes'] if v['name'] in ('host-kubelet-config', 'host-shim-socket'))" '["/run/cryo", "/var/lib/kubelet"]' "kubelet's config and the shim's socket"
       ;;
@@ -325,8 +333,11 @@ check set-flags "$TMP/set-flags.yaml"
 # conversion replaced (turning configureKubelet off before helm uninstall); with neither, no
 # privileged kubelet step at all.
 render --set shim.manageService=true >"$TMP/restore.yaml" || fail "rendering with shim.manageService"
-grep -qE 'kubelet-endpoint.sh"?, ?"?restore' "$TMP/restore.yaml" ||
+grep -qE '^ +cryo.dev/kubelet-endpoint: restore$' "$TMP/restore.yaml" ||
   fail "shim.manageService without configureKubelet: no kubelet-endpoint.sh restore"
+grep -qE '^ +- /usr/local/bin/cryo-uninstall$' "$TMP/restore.yaml" ||
+  fail "shim.manageService without configureKubelet: no uninstall hook"
+! grep -q 'cryo-uninstall' "$TMP/default.yaml" || fail "the defaults have an uninstall hook"
 ! grep -q 'kubelet-endpoint.sh' "$TMP/default.yaml" || fail "the defaults run the privileged kubelet step"
 check restore "$TMP/restore.yaml"
 say "ok  the kubelet step: convert with configureKubelet, restore with manageService alone, none by default"

@@ -15,17 +15,21 @@
 //	  --notes                  also print the rendered NOTES.txt (to stderr)
 //	  --skip-schema-validation do not check the values against values.schema.json (as Helm's
 //	                           flag of that name)
+//	  --no-hooks               leave out the hooks (documents with a helm.sh/hook annotation),
+//	                           as `helm template --no-hooks` does
 //
 // Output: every rendered manifest as `---\n# Source: CHART/templates/FILE\n...`, sorted in
-// Helm's install order, like `helm template`. Exit status 1 with a message on any error.
+// Helm's install order, then the hooks in the same order, like `helm template`. Exit status 1 with a message on any error.
 //
 // Features a chart may use: .Values (chart values.yaml coalesced with -f/--set), .Release,
 // .Chart, .Capabilities (KubeVersion, APIVersions.Has), .Template, .Files.Get; templates and
 // partials (_*.tpl) under templates/; every sprig function except env/expandenv (Helm removes
 // them too); Helm's include, tpl, required, toYaml, fromYaml, fromYamlArray, toJson, fromJson,
 // fromJsonArray, lookup (always empty, as in `helm template`); values.schema.json, checked
-// against the coalesced values before anything renders (schema.go). Refused (an error, never a
-// silent difference): subcharts and dependencies, crds/, hooks, toToml.
+// against the coalesced values before anything renders (schema.go); hooks, printed after the
+// manifests (their weights and delete policies are Helm's business at install time, not a
+// render's). Refused (an error, never a silent difference): subcharts and dependencies, crds/,
+// toToml.
 package main
 
 import (
@@ -63,6 +67,7 @@ type options struct {
 	apiVersions []string
 	notes       bool
 	skipSchema  bool
+	noHooks     bool
 }
 
 type setArg struct {
@@ -118,10 +123,12 @@ func parseArgs(args []string) options {
 			o.notes = true
 		case "--skip-schema-validation":
 			o.skipSchema = true
+		case "--no-hooks":
+			o.noHooks = true
 		case "-h", "--help":
 			fmt.Println("usage: chart-render [--name N] [--namespace NS] [-f FILE]... [--set K=V]... " +
 				"[--set-string K=V]... [--kube-version V] [--api-versions G/V]... [--notes] " +
-				"[--skip-schema-validation] CHART_DIR")
+				"[--skip-schema-validation] [--no-hooks] CHART_DIR")
 			os.Exit(0)
 		default:
 			if strings.HasPrefix(a, "-") {
@@ -773,14 +780,18 @@ func main() {
 				// Helm installs nothing without a kind; such a document is an error there too.
 				die("%s: a document has no apiVersion or kind:\n%s", t.name, doc)
 			}
-			if _, hook := head.Metadata.Annotations["helm.sh/hook"]; hook {
-				die("%s: hooks are not supported by this renderer", t.name)
+			_, hook := head.Metadata.Annotations["helm.sh/hook"]
+			if hook && o.noHooks {
+				continue
 			}
 			order := len(installOrder)
 			for i, k := range installOrder {
 				if k == head.Kind {
 					order = i
 				}
+			}
+			if hook {
+				order += len(installOrder) + 1 // after every manifest, as helm template prints them
 			}
 			out = append(out, manifest{t.name, strings.TrimSpace(doc), head.Kind, order, seq})
 			seq++

@@ -29,6 +29,6 @@ out() {
 # cryo/cryo-node:<appVersion>; change it with the chart (image.repository/tag) or
 # `kubectl set image`.
 HDR
-  "$RENDER" --name cryo --namespace cryo-system -f "$ROOT/deploy/manifests/values.yaml" "$ROOT/charts/cryo"
+  "$RENDER" --name cryo --namespace cryo-system --no-hooks -f "$ROOT/deploy/manifests/values.yaml" "$ROOT/charts/cryo"
 }
 if [ "$STDOUT" = 1 ]; then out; else out >"$ROOT/deploy/manifests/cryo.yaml"; fi
