@@ -712,6 +712,104 @@ TEST_F(ContainerModeE2e, PodsThatDoNotOptInAreLeftAlone) {
   EXPECT_TRUE(Checkpoints(kWorkload).empty());
 }
 
+// The chart's node setup on a node whose kubelet talks to containerd, as a stock node's does:
+// the configure-kubelet init container's `convert` points kubelet's config at the shim; kubelet,
+// restarted, reaches containerd through it (the pod that ran before is still there, same id); a
+// pod opted in afterwards is checkpointed at its stop; the uninstall's `restore` puts the config
+// back byte for byte and kubelet talks to containerd again. kubelet is the e2e's CRI client: at
+// each restart (the script's `systemctl restart kubelet`, through a stand-in for nsenter that
+// records it) it reconnects to the endpoint the config names. The real kubelet's side of this
+// was checked by hand with ../shared/k8s/ (docs/install.md, step 4).
+TEST_F(ContainerModeE2e, TheInstallerConvertsAStockNodeAndUninstallPutsItBack) {
+  const std::string host = world().dir() + "/node-setup";
+  const std::string config = host + "/var/lib/kubelet/config.yaml";
+  const std::string state = host + "/opt/cryo/state/kubelet-endpoint";
+  const std::string restarts = host + "/restarts";
+  ASSERT_TRUE(fs::MakeDirs(host + "/var/lib/kubelet").ok());
+  ASSERT_TRUE(fs::MakeDirs(host + "/proc").ok());  // no kubelet process with flags of its own
+  const std::string containerd = absl::StrCat("unix://", world().NodeSocket("node-a"));
+  const std::string shim = absl::StrCat("unix://", world().ShimSocket("node-a"));
+  const std::string original = absl::StrCat(
+      "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+      "cgroupDriver: cgroupfs\ncontainerRuntimeEndpoint: ",
+      containerd, "\nserializeImagePulls: false\n");
+  ASSERT_TRUE(fs::WriteFileAtomic(config, original, 0644).ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(host + "/nsenter",
+                                  absl::StrCat("#!/bin/sh\necho \"$*\" >>", restarts, "\n"), 0755)
+                  .ok());
+  auto kubelet_endpoint = [&] {
+    for (absl::string_view line : absl::StrSplit(Slurp(config), '\n')) {
+      if (absl::ConsumePrefix(&line, "containerRuntimeEndpoint: ")) return std::string(line);
+    }
+    return std::string();
+  };
+  // kubelet (re)starts: its CRI client goes to the config's endpoint.
+  auto restart_kubelet = [&] {
+    const std::string endpoint = kubelet_endpoint();
+    clients_["node-a"] =
+        std::make_unique<CriClient>(std::string(absl::StripPrefix(endpoint, "unix://")));
+  };
+  auto configure_kubelet = [&](const std::string& mode) {
+    auto r =
+        RunCapture({"env", "HOST_ROOT=", "KUBELET_CONFIG=" + config,
+                    "KUBELET_FLAG_FILES=" + host + "/etc/default/kubelet",
+                    "PROC_ROOT=" + host + "/proc", "SHIM_SOCKET=" + world().ShimSocket("node-a"),
+                    "STATE_FILE=" + state, "NSENTER=" + host + "/nsenter",
+                    "TERMINATION_LOG=" + host + "/termination-log", "UNCHANGED_EXIT=3", "bash",
+                    absl::StrCat(CRYO_HOST_SCRIPTS_DIR, "/kubelet-endpoint.sh"), mode});
+    EXPECT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r.ok() && r->exit.exited && r->exit.code == 0)
+        << mode << ": " << (r.ok() ? r->output : "");
+    return r.ok() ? r->output : std::string();
+  };
+  auto restart_count = [&] {
+    if (!fs::Exists(restarts)) return size_t{0};
+    std::vector<std::string> lines = absl::StrSplit(Slurp(restarts), '\n', absl::SkipEmpty());
+    return lines.size();
+  };
+
+  restart_kubelet();
+  ASSERT_EQ(kubelet_endpoint(), containerd);
+  auto before = RunPod("node-a", "before-setup", {});
+  ASSERT_TRUE(before.ok()) << before.status();
+
+  // Install: convert.
+  EXPECT_THAT(configure_kubelet("convert"), HasSubstr(absl::StrCat(containerd, " -> ", shim)));
+  EXPECT_EQ(kubelet_endpoint(), shim);
+  EXPECT_EQ(Slurp(state), containerd + "\n") << "the replaced endpoint is kept for the restore";
+  EXPECT_EQ(restart_count(), 1u);
+  EXPECT_EQ(Slurp(restarts), "systemctl restart kubelet\n");
+  restart_kubelet();
+  EXPECT_TRUE(Running("node-a", before->ctr_id))
+      << "kubelet finds the running pod through the shim";
+  // Every pod start runs it again: nothing changes, no restart.
+  EXPECT_THAT(configure_kubelet("convert"), HasSubstr("already uses the shim"));
+  EXPECT_EQ(restart_count(), 1u);
+
+  // A pod opted in after the conversion: cryo-init wraps it and its stop is checkpointed.
+  auto opted = RunPod("node-a", "after-setup", {{"cryo.dev/checkpoint-on-stop", "true"}});
+  ASSERT_TRUE(opted.ok()) << opted.status();
+  ASSERT_TRUE(WaitTicks(*opted, 3));
+  auto managed = RuntimeStatus("node-a", opted->ctr_id);
+  ASSERT_TRUE(managed.ok()) << managed.status();
+  EXPECT_EQ(managed->status().annotations().count("cryo.dev/managed"), 1u);
+  ASSERT_STOPPED(Shim("node-a").StopContainer(opted->ctr_id, 30));
+  auto list = Checkpoints(kWorkload);
+  ASSERT_EQ(list.size(), 1u) << "the stop through kubelet's new endpoint left no checkpoint";
+  EXPECT_EQ(list[0].labels().at("cryo.dev/reason"), "stop");
+
+  // Uninstall: restore. The config is as it was, byte for byte; kubelet is on containerd again.
+  EXPECT_THAT(configure_kubelet("restore"), HasSubstr(absl::StrCat(shim, " -> ", containerd)));
+  EXPECT_EQ(Slurp(config), original);
+  EXPECT_FALSE(fs::Exists(state));
+  EXPECT_EQ(restart_count(), 2u);
+  restart_kubelet();
+  EXPECT_TRUE(Running("node-a", before->ctr_id)) << "kubelet finds the pod on containerd again";
+  EXPECT_THAT(configure_kubelet("restore"), HasSubstr("nothing to restore"));
+  EXPECT_EQ(restart_count(), 2u);
+  clients_.erase("node-a");  // the other tests' kubelet talks to the shim
+}
+
 TEST_F(ContainerModeE2e, APodThatAsksForTheGpuFastPathGetsTheLibraryPreloaded) {
 #ifndef CRYO_FASTPATH_LIBRARY
   GTEST_SKIP() << "the fast-path library is not built here (no cuda.h)";
