@@ -211,6 +211,11 @@ const std::vector<Key>& Keys() {
            "fast path, leave-running checkpoints: the data goes into cryod's memory and is written "
            "while the job runs on (it stalls only for the copies), when the node's memory holds it",
            &Config::gpu_fast_path_in_memory),
+      Bool("dump_in_memory",
+           "leave-running checkpoints (periodic ones too): CRIU dumps the job into node memory and "
+           "cryod copies the images into the store as the job runs on (it is held for the dump "
+           "only), when the node's memory holds them",
+           &Config::dump_in_memory),
       Bool(
           "gpu_fast_path_incremental",
           "fast path, that write: chunks unchanged since the workload's newest good checkpoint are "
@@ -365,6 +370,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"gpu_fast_path_writers", std::to_string(d.gpu_fast_path_writers)},
       {"gpu_fast_path_in_memory", "true"},
       {"gpu_fast_path_incremental", "true"},
+      {"dump_in_memory", "true"},
       {"gpu_fast_path_library", d.gpu_fast_path_library},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},

@@ -66,6 +66,8 @@ struct Config {
   int gpu_fast_path_writers = 4;
   // Leave-running checkpoints drain into cryod's memory and write the files as the job runs on.
   bool gpu_fast_path_in_memory = true;
+  // ... and CRIU dumps them into node memory, copied into the store as the job runs on.
+  bool dump_in_memory = true;
   // ... referring to the chunks the workload's newest good checkpoint holds unchanged.
   bool gpu_fast_path_incremental = true;
   std::string gpu_fast_path_library = "/usr/local/lib/cryo/libcryo_gpu_fastpath.so";

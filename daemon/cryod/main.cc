@@ -79,7 +79,8 @@ struct State {
   std::string signing_key;
   std::unique_ptr<gpu::GpuManager> gpu;
   std::unique_ptr<gpu::Fastpath> fastpath;
-  UniqueFd host_copy_fs;  // the huge-page tmpfs of leave-running drains (host_copy.h)
+  UniqueFd host_copy_fs;     // the huge-page tmpfs of leave-running drains (host_copy.h)
+  UniqueFd dump_staging_fs;  // the tmpfs of leave-running dumps (engine/dump_staging.h)
   std::unique_ptr<runtime::ContainerRuntime> runtime;
   std::unique_ptr<metrics::Metrics> metrics;
   std::unique_ptr<metrics::HttpServer> http;
@@ -383,6 +384,17 @@ Result StartRecover(State& st) {
     } else {
       CRYO_LOG(Warning) << "host copies of GPU data go into memfds (4 KiB pages, slower copies): "
                         << hc.status();
+    }
+  }
+  if (st.config.dump_in_memory) {
+    auto ds = gpu::MountPrivateTmpfs(fs::Join(st.config.state_dir, "dump-staging"),
+                                     "cryo-dump-staging", /*huge_pages=*/false);
+    if (ds.ok()) {
+      st.dump_staging_fs = std::move(*ds);
+      ec.dump_staging_fs = st.dump_staging_fs.get();
+    } else {
+      CRYO_LOG(Warning) << "leave-running checkpoints dump into the store (the job is held until "
+                        << "it is written): " << ds.status();
     }
   }
   ec.fastpath_library = st.config.gpu_fast_path_library;

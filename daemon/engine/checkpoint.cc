@@ -17,6 +17,7 @@
 #include "daemon/engine/states.h"
 #include "daemon/engine/step_hooks.h"
 #include "daemon/engine/validate.h"
+#include "daemon/gpu/host_copy.h"
 #include "daemon/store/signature.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
@@ -116,6 +117,13 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
           },
           [fast_bytes](const S& s) {
             return StageSize{fast_bytes(s), "written while the job runs on"};
+          }),
+      // ... and CRIU's images, when it dumped into node memory.
+      step(
+          "dump_write", Stage::kDumpWrite, run(&Engine::WriteDump), nullptr,
+          [](const S& s) { return s.live.dump_staging.active(); },
+          [](const S& s) {
+            return StageSize{s.DumpBytes(), "written while the job runs on"};
           }),
       step("manifest", Stage::kChecksum, run(&Engine::BuildManifest), nullptr, nullptr, expected),
       // Publish begins its stage itself: the manifest records the stages before it.
@@ -368,7 +376,25 @@ void Engine::UndoGpu(const journal::Entry& e, CheckpointLive* live) {
 
 absl::Status Engine::Dump(CheckpointState& s) {
   hooks_.At("before-dump");
-  TailHasher hasher(s.live.staged->images_dir(), d_.store->durable());
+  // A leave-running checkpoint dumps into node memory when the node holds it: the job is then
+  // held for CRIU, not for the store, and dump_write copies the images as it runs on.
+  if (s.req.leave_running && cfg_.dump_staging_fs >= 0) {
+    if (gpu::HostMemoryHolds(s.expected)) {
+      auto staging = DumpStaging::Make(cfg_.dump_staging_fs, s.op->id());
+      if (staging.ok()) {
+        s.live.dump_staging = *std::move(staging);
+      } else {
+        CRYO_LOG(Warning) << "checkpoint " << s.id << " dumps into the store: " << staging.status();
+      }
+    } else {
+      CRYO_LOG(Info) << "checkpoint " << s.id << " dumps into the store (the job is held until it "
+                     << "is written): cryod can have " << gpu::AvailableHostMemory()
+                     << " bytes of memory (the node's available memory, or its cgroup's limit), "
+                     << "short of the job's " << s.expected << " and a margin";
+    }
+  }
+  const std::string images = s.images_dir();
+  TailHasher hasher(images, !s.live.dump_staging.active() && d_.store->durable());
   hasher.Start();
   criu::DumpOptions dopt;
   absl::Status dumped;
@@ -376,7 +402,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
     ProgressTicker ticker(
         *s.op, Stage::kDump, [&] { return hasher.bytes_hashed(); }, s.expected);
     dopt.pid = s.ctr ? d_.proc->NsPid(s.target) : s.target;
-    dopt.images_dir = s.live.staged->images_dir();
+    dopt.images_dir = images;
     dopt.work_dir = s.op_dir;
     // A container's job stays stopped until its writable layer is saved too, so that files
     // and memory are of the same moment; it is resumed after that when asked.
@@ -446,6 +472,19 @@ void Engine::UndoDump(const journal::Entry& e, CheckpointLive* live) {
   CRYO_LOG(Warning) << "checkpoint " << e.checkpoint_id << " not published; job resumed";
 }
 
+absl::Status Engine::WriteDump(CheckpointState& s) {
+  hooks_.At("before-dump-write");
+  const uint64_t total = s.DumpBytes();
+  auto report = [&](uint64_t done) {
+    s.op->Report(Stage::kDumpWrite, done, total, "CRIU's images, from node memory");
+  };
+  report(0);
+  CRYO_RETURN_IF_ERROR(s.live.dump_staging.CopyTo(s.live.staged->images_dir(), s.digests, report,
+                                                  [op = s.op] { return op->cancelled(); }));
+  s.live.dump_staging = DumpStaging();  // its memory goes back now, not at the operation's end
+  return absl::OkStatus();
+}
+
 absl::Status Engine::CheckDumpRestorable(CheckpointState& s) {
   // The bound a restore applies: the container's spec (read from its cryo-init, as the
   // replacement's will be) or, in process mode, what the job held at validate, which the
@@ -456,8 +495,7 @@ absl::Status Engine::CheckDumpRestorable(CheckpointState& s) {
     CRYO_ASSIGN_OR_RETURN(ceiling, ContainerCeiling(s.ctr->init_pid));
     whose = absl::StrCat("container ", s.ctr->info.name);
   }
-  absl::Status st =
-      CheckImageCredentials(s.live.staged->images_dir(), s.ctr.has_value(), ceiling, whose);
+  absl::Status st = CheckImageCredentials(s.images_dir(), s.ctr.has_value(), ceiling, whose);
   if (st.ok()) return st;
   return absl::Status(
       st.code(), absl::StrCat("checkpoint ", s.id, " would be refused at restore (", st.message(),

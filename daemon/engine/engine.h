@@ -91,6 +91,10 @@ struct EngineConfig {
   // CRIU options of every job unless its request says otherwise.
   criu::NodeDefaults criu_defaults;
   FastpathConfig fastpath;
+  // A tmpfs (gpu::MountPrivateTmpfs) that leave-running checkpoints dump the job into, to copy
+  // the images into the store as it runs on (dump_staging.h), when the node's memory holds them;
+  // -1: CRIU writes into the store while the job is frozen.
+  int dump_staging_fs = -1;
   // Where the fast-path library is installed on this node (`cryo node` says whether it is).
   std::string fastpath_library;
   // The key manifests are signed with (store/signature.h); empty: a random one for this
@@ -203,6 +207,7 @@ class Engine {
   absl::Status CheckpointGpus(CheckpointState& s);
   absl::Status Dump(CheckpointState& s);
   absl::Status CheckDumpRestorable(CheckpointState& s);
+  absl::Status WriteDump(CheckpointState& s);
   absl::Status SaveRootfs(CheckpointState& s);
   absl::Status ResumeEarly(CheckpointState& s);
   absl::Status ResumeGpus(CheckpointState& s);

@@ -117,9 +117,9 @@ absl::Status Engine::AllocateHostCopies(CheckpointState& s) {
   s.live.fast.resize(s.fast.size());
   // (The step runs only where MayDrainIntoMemory holds.) The job's data and a margin for the
   // rest of the node (what it allocates meanwhile).
-  const uint64_t avail = gpu::AvailableHostMemory();
-  if (avail < owned + owned / 8 + (1ull << 30)) {
-    CRYO_LOG(Info) << "cryod can have " << avail << " bytes of memory (the node's available "
+  if (!gpu::HostMemoryHolds(owned)) {
+    CRYO_LOG(Info) << "cryod can have " << gpu::AvailableHostMemory()
+                   << " bytes of memory (the node's available "
                    << "memory, or its cgroup's limit), short of the " << owned
                    << " bytes of GPU data and a margin: they go through files, and the job "
                    << "stalls until they are written (raise cryod's memory limit: the chart's "

@@ -47,6 +47,8 @@ std::string StageName(Stage s) {
       return "gpu_write";
     case Stage::kGpuHostCopy:
       return "gpu_host_copy";
+    case Stage::kDumpWrite:
+      return "dump_write";
   }
   return "unknown";
 }

@@ -16,6 +16,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/container/target.h"
+#include "daemon/engine/dump_staging.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/stage_clock.h"
 #include "daemon/gpu/copy_share.h"
@@ -69,6 +70,9 @@ struct CheckpointLive {
   // The GPU state is back in the job (rolled back, or restored for a leave-running checkpoint):
   // no undo needs to touch it again.
   bool gpu_back = false;
+  // dump: a leave-running checkpoint's images in node memory, until dump_write has copied them
+  // into `staged` (inactive: CRIU wrote them there itself).
+  DumpStaging dump_staging;
 };
 
 // ... and a restore's.
@@ -88,6 +92,17 @@ struct CheckpointState {
   CheckpointState() = default;
   CheckpointState(const CheckpointState&) = delete;
   CheckpointState& operator=(const CheckpointState&) = delete;
+
+  // Where CRIU writes the images: node memory (dump_staging) or the stage.
+  std::string images_dir() const {
+    return live.dump_staging.active() ? live.dump_staging.dir() : live.staged->images_dir();
+  }
+  // What the dump wrote.
+  uint64_t DumpBytes() const {
+    uint64_t b = 0;
+    for (const auto& [rel, d] : digests) b += d.size;
+    return b;
+  }
 
   // Inputs.
   CheckpointRequest req;

@@ -41,6 +41,7 @@ enum class Stage {
   kGpuRefill = 17,    // the fast path moves device memory back in
   kGpuWrite = 18,     // leave-running: cryod writes the drained data while the job runs on
   kGpuHostCopy = 19,  // ... into memory cryod allocates before the drain
+  kDumpWrite = 20,  // leave-running, dumped into node memory: cryod writes the images as it runs on
 };
 // "gpu_lock": the name in manifests, results and metrics.
 std::string StageName(Stage s);

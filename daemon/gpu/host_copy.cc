@@ -109,15 +109,18 @@ uint64_t AvailableHostMemory() {
   return AvailableUnderCgroups(avail, "/proc/self/cgroup", "/sys/fs/cgroup");
 }
 
-absl::StatusOr<UniqueFd> MountHostCopyFs(const std::string& where) {
+absl::StatusOr<UniqueFd> MountPrivateTmpfs(const std::string& where, const std::string& source,
+                                           bool huge_pages) {
   if (::mkdir(where.c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoStatus(errno, absl::StrCat("making ", where));
   }
-  // Huge pages whatever the node's shmem_enabled says: with 4 KiB pages the copies into and
-  // out of it ran at a third of the speed (H100, 2026-11-27).
-  if (::mount("cryo-gpu-host-copy", where.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-              "huge=always,mode=0700,size=100%") != 0) {
-    return ErrnoStatus(errno, absl::StrCat("mounting a tmpfs with huge pages on ", where));
+  // Huge pages for the GPU data whatever the node's shmem_enabled says: with 4 KiB pages the
+  // copies into and out of it ran at a third of the speed (H100, 2026-11-27). Not for CRIU's
+  // images: dozens of small files per process would each take a huge page.
+  const char* options = huge_pages ? "huge=always,mode=0700,size=100%" : "mode=0700,size=100%";
+  if (::mount(source.c_str(), where.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options) !=
+      0) {
+    return ErrnoStatus(errno, absl::StrCat("mounting a tmpfs (", options, ") on ", where));
   }
   // Held by this descriptor alone: detached at once, it leaves no mount behind, and goes with
   // cryod however cryod ends.
@@ -126,6 +129,10 @@ absl::StatusOr<UniqueFd> MountHostCopyFs(const std::string& where) {
   ::umount2(where.c_str(), MNT_DETACH);
   if (fd.get() < 0) return ErrnoStatus(err, absl::StrCat("opening ", where));
   return fd;
+}
+
+bool HostMemoryHolds(uint64_t bytes) {
+  return AvailableHostMemory() >= bytes + bytes / 8 + (1ull << 30);
 }
 
 absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads, int fs) {

@@ -23,9 +23,19 @@ uint64_t AvailableHostMemory();
 uint64_t AvailableUnderCgroups(uint64_t avail, const std::string& proc_cgroup,
                                const std::string& sys_fs_cgroup);
 
-// A tmpfs with huge pages for NewHostCopy, mounted on `where` (made if need be) and detached at
-// once: the descriptor returned is all that holds it.
-absl::StatusOr<UniqueFd> MountHostCopyFs(const std::string& where);
+// A private tmpfs mounted on `where` (made if need be) and detached at once: the O_PATH
+// descriptor returned is all that holds it, so it goes with cryod however cryod ends. `source`
+// names it in /proc/self/mountinfo.
+absl::StatusOr<UniqueFd> MountPrivateTmpfs(const std::string& where, const std::string& source,
+                                           bool huge_pages);
+// The one with huge pages for NewHostCopy.
+inline absl::StatusOr<UniqueFd> MountHostCopyFs(const std::string& where) {
+  return MountPrivateTmpfs(where, "cryo-gpu-host-copy", /*huge_pages=*/true);
+}
+
+// Whether cryod can take `bytes` more of the node's memory (AvailableHostMemory) and leave a
+// margin for the rest of the node: an eighth more and 1 GiB.
+bool HostMemoryHolds(uint64_t bytes);
 
 // An unnamed file of `bytes` in `fs` (MountHostCopyFs's), or a memfd when `fs` is -1,
 // its pages allocated now by `threads` threads of cryod (so they count against cryod's memory,

@@ -22,9 +22,9 @@ namespace cryo::metrics {
 // or a status code's name in lower case (kResults has them all).
 inline constexpr const char* kOps[] = {"checkpoint", "restore"};
 inline constexpr const char* kCheckpointStages[] = {
-    "validate",  "gpu_host_copy", "gpu_drain", "gpu_lock",    "gpu_checkpoint",
-    "gpu_save",  "dump",          "rootfs",    "gpu_restore", "gpu_refill",
-    "gpu_write", "checksum",      "publish",   "finish",      "export"};
+    "validate", "gpu_host_copy", "gpu_drain",   "gpu_lock",   "gpu_checkpoint", "gpu_save",
+    "dump",     "rootfs",        "gpu_restore", "gpu_refill", "gpu_write",      "dump_write",
+    "checksum", "publish",       "finish",      "export"};
 inline constexpr const char* kRestoreStages[] = {"validate", "verify",      "wait_pids",  "rootfs",
                                                  "restore",  "gpu_restore", "gpu_refill", "done"};
 // What the plan at a stop decided (engine, `plan` step): checkpoint (it fits the time left),

@@ -124,6 +124,53 @@ TEST_F(ProcessTest, LeaveRunningThenRestoreWhilePidsTaken) {
   ExpectRunning(w);
 }
 
+// A leave-running checkpoint dumps into node memory and writes the images while the job runs on
+// (dump_write): at that point the job runs and nothing is in the store yet; cryod killed there
+// leaves nothing visible and the job running; the next one publishes a checkpoint that restores
+// the job exactly.
+TEST_F(ProcessTest, ALeaveRunningDumpGoesIntoMemoryAndIsWrittenAsTheJobRunsOn) {
+  const std::vector<std::string> env = HookEnv();
+  auto* a = &Node("node-a", {}, env);
+  Workload& w = Job(64);
+  ASSERT_TRUE(w.WaitMain(10));
+  {
+    HookPoint hp(hook_dir(), "before-dump-write");
+    auto fut =
+        std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "mem-1", true)); });
+    ASSERT_TRUE(hp.Reached());
+    // Dumped, and the job already runs on while its images wait in memory.
+    const uint64_t at = w.Status().value("main", uint64_t{0});
+    EXPECT_TRUE(w.WaitMain(at + 3)) << "the job is held while its dump is written";
+    size_t images_in_store = 0;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(store_ + "/.staging", ec)) {
+      images_in_store += absl::EndsWith(e.path().filename().string(), ".img");
+    }
+    EXPECT_EQ(images_in_store, 0u) << "the images went to the store before the job ran on";
+    a->Kill9();
+    EXPECT_FALSE(fut.get().ok());
+    ::unlink((hook_dir() + "/before-dump-write.enable").c_str());
+  }
+  a = &Node("node-a", {}, env);  // restart on the same state dir
+  ExpectRunning(w);
+  EXPECT_TRUE(a->List().empty()) << "a checkpoint whose images were only in memory is visible";
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+  EXPECT_TRUE(NoJournalEntries(a->state_dir() + "/journal"));
+
+  v1::CheckpointInfo info;
+  grpc::Status s = a->Checkpoint(Req(w.pid(), "mem-2", true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.stage_ms().count("dump_write"), 1u) << "not dumped into memory";
+  ExpectRunning(w);
+  const uint64_t at = w.Status().value("main", uint64_t{0});
+  w.Kill();
+  ASSERT_TRUE(WaitGone(w));
+  s = a->Restore(RestoreReq("mem-2"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_TRUE(w.WaitMain(at + 5));
+  EXPECT_EQ(w.Verify(), 1) << "memory pattern, deleted file or pipe stream damaged";
+}
+
 TEST_F(ProcessTest, RefusesBadTargets) {
   Cryod& a = Node("node-a");
   // A pid that does not exist: find a free one.

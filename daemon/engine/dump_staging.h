@@ -1,0 +1,47 @@
+#pragma once
+
+// A leave-running checkpoint's dump into node memory (docs/operations.md, "Periodic
+// checkpoints"): CRIU writes the job's images into a directory of cryod's private tmpfs while
+// the job is frozen, the job runs on, and the images are copied into the store's stage
+// (dump_write), each checked against the checksum taken while CRIU wrote it. The job is then
+// held for CRIU and the node's memory, not for the store. The tmpfs is detached at cryod's start
+// (gpu::MountPrivateTmpfs): whatever ends cryod, nothing staged there outlives it, and the
+// store's stage without a manifest is collected at the next start.
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lib/base/file_digest.h"
+
+namespace cryo::engine {
+
+class DumpStaging {
+ public:
+  DumpStaging() = default;
+  // Directory `name` in the tmpfs whose O_PATH descriptor is `fs`; CRIU (and cryo-nsexec, which
+  // opens it on the host before entering a container) reach it through /proc/<cryod>/fd/<fs>.
+  static absl::StatusOr<DumpStaging> Make(int fs, const std::string& name);
+  ~DumpStaging();  // removes the directory and everything in it
+  DumpStaging(DumpStaging&& o) noexcept { *this = std::move(o); }
+  DumpStaging& operator=(DumpStaging&& o) noexcept;
+  DumpStaging(const DumpStaging&) = delete;
+  DumpStaging& operator=(const DumpStaging&) = delete;
+
+  bool active() const { return !dir_.empty(); }
+  const std::string& dir() const { return dir_; }
+
+  // Copies each file of `digests` (paths relative to dir()) into `to`, several at once, hashing
+  // as it goes: DATA_LOSS naming the file whose copy does not hash to its digest. `progress`
+  // (may be empty) gets the bytes copied so far; `stop` (may be empty), asked between pieces,
+  // ends it with CANCELLED.
+  absl::Status CopyTo(const std::string& to, const std::map<std::string, FileDigest>& digests,
+                      const std::function<void(uint64_t)>& progress,
+                      const std::function<bool()>& stop) const;
+
+ private:
+  std::string dir_;
+};
+
+}  // namespace cryo::engine
