@@ -1,6 +1,7 @@
 #include "daemon/kube/kubelet_restore.h"
 
 #include <cctype>
+#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -13,23 +14,6 @@ namespace {
 int64_t Int(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
-}
-
-struct Rollout {
-  int64_t desired = 0, updated = 0, available = 0;
-  bool observed = false;  // the controller has seen the latest template
-  bool done() const { return observed && updated == desired && available == desired; }
-};
-
-Rollout RolloutOf(const nlohmann::json& ds) {
-  const nlohmann::json& st = ds.contains("status") ? ds["status"] : nlohmann::json::object();
-  Rollout r;
-  r.desired = Int(st, "desiredNumberScheduled");
-  r.updated = Int(st, "updatedNumberScheduled");
-  r.available = Int(st, "numberAvailable");
-  r.observed = Int(st, "observedGeneration") >=
-               Int(ds.value("metadata", nlohmann::json::object()), "generation");
-  return r;
 }
 
 std::string Mode(const nlohmann::json& obj_with_metadata) {
@@ -67,36 +51,55 @@ std::string QueryEscape(const std::string& s) {
   return out;
 }
 
-// What a node's pod says about its kubelet: "" when it restored (or had nothing to restore),
-// else the reason its kubelet was left alone or why it is not done yet.
-struct NodeState {
+// What a pod of the DaemonSet says about its node's kubelet.
+struct PodState {
   std::string node, pod;
   bool restoring = false;  // runs the restoring template
-  bool done = false;       // configure-kubelet finished with exit 0
-  std::string note;        // the init container's termination message or waiting reason
+  bool done = false;       // ... and its configure-kubelet ended with exit 0
+  // done: configure-kubelet's termination message (why it left kubelet alone; empty when it
+  // put it back or had nothing to do); not done: the first init container not done, and why.
+  std::string note;
 };
 
-NodeState StateOf(const nlohmann::json& pod) {
-  NodeState s;
+// "waiting: PodInitializing", "terminated: exit 1: Failed to reload daemon", "running".
+std::string StateText(const nlohmann::json& state) {
+  if (state.contains("terminated")) {
+    const auto& t = state["terminated"];
+    std::string out = absl::StrCat("exit ", Int(t, "exitCode"));
+    for (const char* k : {"reason", "message"}) {
+      if (!t.value(k, "").empty()) absl::StrAppend(&out, ": ", t.value(k, ""));
+    }
+    return out;
+  }
+  if (state.contains("waiting")) {
+    const auto& w = state["waiting"];
+    return absl::StrCat("waiting: ", w.value("reason", ""),
+                        w.value("message", "").empty() ? "" : ": ", w.value("message", ""));
+  }
+  return state.contains("running") ? "running" : "not started";
+}
+
+PodState StateOf(const nlohmann::json& pod) {
+  PodState s;
   s.node = pod["spec"].value("nodeName", "");
   s.pod = pod["metadata"].value("name", "");
   s.restoring = Mode(pod) == "restore";
   const auto& st = pod.value("status", nlohmann::json::object());
+  // Init containers run in order: configure-kubelet is done only when everything before it is.
   for (const auto& c : st.value("initContainerStatuses", nlohmann::json::array())) {
-    if (c.value("name", "") != kConfigureKubeletContainer) continue;
     const auto& state = c.value("state", nlohmann::json::object());
-    if (state.contains("terminated")) {
-      const auto& t = state["terminated"];
-      s.done = Int(t, "exitCode") == 0;
-      s.note = t.value("message", "");
-      if (!s.done && s.note.empty()) s.note = absl::StrCat("exit ", Int(t, "exitCode"));
-    } else if (state.contains("waiting")) {
-      s.note = state["waiting"].value("reason", "waiting");
-    } else if (state.contains("running")) {
-      s.note = "running";
+    const bool ok = state.contains("terminated") && Int(state["terminated"], "exitCode") == 0;
+    if (c.value("name", "") == kConfigureKubeletContainer && ok) {
+      s.done = true;
+      s.note = state["terminated"].value("message", "");
+      return s;
+    }
+    if (!ok) {
+      s.note = absl::StrCat(c.value("name", ""), ": ", StateText(state));
+      return s;
     }
   }
-  if (!s.done && s.note.empty()) s.note = st.value("phase", "not started");
+  s.note = absl::StrCat("pod ", st.value("phase", "not started"));
   return s;
 }
 
@@ -132,29 +135,47 @@ absl::Status RestoreKubeletEndpoints(const ApiClient& api, const KubeletRestoreO
   }
   const std::string pods_path = absl::StrCat("/api/v1/namespaces/", o.namespace_name,
                                              "/pods?labelSelector=", QueryEscape(Selector(*ds)));
+  // A node is back when a pod of the restoring template ran configure-kubelet to its end there,
+  // whatever cryod does after it (it may never become ready: that is no reason to keep the
+  // DaemonSet).
   const absl::Time deadline = absl::Now() + o.timeout;
   std::string last;
+  std::map<std::string, PodState> by_node;  // the restoring pod when there is one
   for (;;) {
-    Rollout r = RolloutOf(*ds);
-    const std::string line = absl::StrCat(
-        r.updated, " of ", r.desired, " nodes run the restoring pod, ", r.available, " available");
-    if (line != last) log << line << "\n";
-    last = line;
-    if (r.done()) break;
+    const nlohmann::json& meta = (*ds)["metadata"];
+    const nlohmann::json& st = ds->value("status", nlohmann::json::object());
+    const bool observed = Int(st, "observedGeneration") >= Int(meta, "generation");
+    const int64_t desired = Int(st, "desiredNumberScheduled");
+    auto pods = api.Get(pods_path);
+    if (!pods.ok()) return Annotate(pods.status(), "listing the DaemonSet's pods");
+    by_node.clear();
+    for (const auto& p : pods->value("items", nlohmann::json::array())) {
+      PodState s = StateOf(p);
+      auto [it, fresh] = by_node.emplace(s.node, s);
+      if (!fresh && (s.restoring > it->second.restoring ||
+                     (s.restoring == it->second.restoring && s.done > it->second.done))) {
+        it->second = s;
+      }
+    }
+    int64_t back = 0;
+    for (const auto& [node, s] : by_node) back += s.restoring && s.done;
+    // Before the controller has seen the patch its status is the old template's: say nothing.
+    if (observed) {
+      const std::string line = absl::StrCat(back, " of ", desired, " nodes put kubelet back");
+      if (line != last) log << line << "\n";
+      last = line;
+      if (back >= desired) break;
+    }
     if (absl::Now() >= deadline) {
       std::vector<std::string> waiting;
-      if (auto pods = api.Get(pods_path); pods.ok()) {
-        for (const auto& p : (*pods).value("items", nlohmann::json::array())) {
-          NodeState s = StateOf(p);
-          if (!s.restoring || !s.done) {
-            waiting.push_back(absl::StrCat(s.node.empty() ? "(unscheduled)" : s.node, " (pod ",
-                                           s.pod, s.restoring ? ": " : ": old template, ", s.note,
-                                           ")"));
-          }
-        }
+      for (const auto& [node, s] : by_node) {
+        if (s.restoring && s.done) continue;
+        waiting.push_back(absl::StrCat(node.empty() ? "(unscheduled)" : node, " (pod ", s.pod, ": ",
+                                       s.restoring ? "" : "old template, ", s.note, ")"));
       }
       return absl::DeadlineExceededError(absl::StrCat(
-          "after ", absl::FormatDuration(o.timeout), " ", line,
+          "after ", absl::FormatDuration(o.timeout), ", ", back, " of ", desired,
+          " nodes put kubelet back",
           waiting.empty() ? "" : "; still waiting: ", absl::StrJoin(waiting, ", "),
           ". On those nodes kubelet still uses the shim, which keeps running: run "
           "`kubelet-endpoint.sh restore` there (docs/install.md), or `helm uninstall --no-hooks` "
@@ -165,16 +186,13 @@ absl::Status RestoreKubeletEndpoints(const ApiClient& api, const KubeletRestoreO
     if (!ds.ok()) return Annotate(ds.status(), "watching the DaemonSet's rollout");
   }
   // Which nodes kept their kubelet as it was, and why (their init container says).
-  auto pods = api.Get(pods_path);
-  if (!pods.ok()) return Annotate(pods.status(), "listing the DaemonSet's pods");
   int restored = 0;
-  for (const auto& p : (*pods).value("items", nlohmann::json::array())) {
-    NodeState s = StateOf(p);
-    if (!s.restoring) continue;
-    if (s.done && s.note.empty()) {
+  for (const auto& [node, s] : by_node) {
+    if (!(s.restoring && s.done)) continue;
+    if (s.note.empty()) {
       ++restored;
     } else {
-      log << "node " << s.node << ": kubelet left as it was: " << s.note << "\n";
+      log << "node " << node << ": kubelet left as it was: " << s.note << "\n";
     }
   }
   log << "kubelet's endpoint is back on " << restored << " node(s); the DaemonSet may go\n";

@@ -5,7 +5,8 @@
 // converted it (deploy/host/kubelet-endpoint.sh). The hook does not touch nodes itself: it flips
 // the DaemonSet's pod template to the restoring mode (all nodes at once) and waits until every
 // node runs a pod whose init container has put the node back. Nodes that join or leave meanwhile
-// are the DaemonSet's business, not the hook's.
+// are the DaemonSet's business, not the hook's. Progress goes to the log once the DaemonSet's
+// controller has seen the change.
 
 #include <functional>
 #include <ostream>
@@ -32,10 +33,11 @@ struct KubeletRestoreOptions {
   std::function<void(absl::Duration)> sleep;
 };
 
-// OK when the DaemonSet is gone (nothing to put back) or every node it schedules runs the
-// restoring pod, ready. Nodes that left their kubelet as it was (a read-only config, say) are
-// named in the log, not failed: their kubelet keeps using the shim, which keeps running.
-// DEADLINE_EXCEEDED naming each node still waiting, and what to do about it.
+// OK when the DaemonSet is gone (nothing to put back) or, on every node it schedules, a pod of
+// the restoring template has run configure-kubelet to its end (cryod's readiness after that does
+// not matter). Nodes that left their kubelet as it was (a read-only config, say) are named in
+// the log, not failed: their kubelet keeps using the shim, which keeps running.
+// DEADLINE_EXCEEDED naming each node still waiting and the init container it waits on.
 absl::Status RestoreKubeletEndpoints(const ApiClient& api, const KubeletRestoreOptions& o);
 
 }  // namespace cryo::kube

@@ -8,7 +8,9 @@
 #                                 shim's); kubelet restarts; the record is removed
 #   kubelet-endpoint.sh status    what the endpoint is and whether it was converted
 #
-# Both are idempotent. Where it cannot convert safely it changes nothing, says why on stderr (and
+# Both are idempotent, and safe to run again after a failure: until kubelet has restarted onto
+# the edited file, $STATE_FILE.restart-pending says which edit it still owes a restart, and a
+# rerun restarts kubelet first of all. Where it cannot convert safely it changes nothing, says why on stderr (and
 # in $TERMINATION_LOG) and exits 3 ($UNCHANGED_EXIT): kubelet's endpoint given by a flag (the flag wins over the file), a config file that is
 # missing or read-only, an endpoint that is not containerd's or CRI-O's socket, or no shim
 # listening yet (kubelet would lose its runtime).
@@ -41,6 +43,7 @@ die() { printf 'cryo-kubelet: error: %s\n' "$*" >&2; exit 1; }
 
 config=$HOST_ROOT$KUBELET_CONFIG
 state=$HOST_ROOT$STATE_FILE
+pending=$state.restart-pending
 shim_endpoint=unix://$SHIM_SOCKET
 
 # The top-level containerRuntimeEndpoint of the config, without quotes; "" when absent.
@@ -97,6 +100,12 @@ convert() {
   [ -z "$flags" ] || unchanged "kubelet's endpoint is set by --container-runtime-endpoint in $flags, which wins over $KUBELET_CONFIG: edit it there (docs/install.md, step 4)"
   local now; now=$(current_endpoint)
   if [ "$now" = "$shim_endpoint" ]; then
+    if [ "$(cat "$pending" 2>/dev/null)" = convert ]; then
+      log "kubelet's config names the shim, but kubelet was not restarted onto it: restarting it now"
+      restart_kubelet
+      rm -f "$pending"
+      return
+    fi
     log "kubelet already uses the shim ($shim_endpoint)"
     return
   fi
@@ -112,9 +121,11 @@ convert() {
   mkdir -p "$(dirname "$state")"
   # What was there: the value, or "absent" (kubelet's default).
   printf '%s\n' "${now:-absent}" >"$state.cryo-new" && mv -f "$state.cryo-new" "$state"
+  echo convert >"$pending"
   write_endpoint "$shim_endpoint"
   log "kubelet's containerRuntimeEndpoint: $runtime -> $shim_endpoint (was $([ -n "$now" ] && echo "$now" || echo "unset, kubelet's default"); kept in $STATE_FILE)"
   restart_kubelet
+  rm -f "$pending"
 }
 
 restore() {
@@ -127,17 +138,24 @@ restore() {
   was=$(cat "$state")
   now=$(current_endpoint)
   if [ "$now" != "$shim_endpoint" ]; then
-    rm -f "$state"
-    log "kubelet's endpoint is $now, changed since the conversion: left as it is"
+    if [ "$(cat "$pending" 2>/dev/null)" = restore ]; then
+      log "kubelet's config was put back, but kubelet was not restarted onto it: restarting it now"
+      restart_kubelet
+    else
+      log "kubelet's endpoint is $now, changed since the conversion: left as it is"
+    fi
+    rm -f "$state" "$pending"
     return
   fi
   [ -w "$config" ] || unchanged "$KUBELET_CONFIG is not writable here"
+  echo restore >"$pending"
   if [ "$was" = absent ]; then write_endpoint ""; else write_endpoint "$was"; fi
-  rm -f "$state"
   local back=$was
   [ "$was" != absent ] || back="unset (kubelet's default)"
   log "kubelet's containerRuntimeEndpoint: $shim_endpoint -> $back"
   restart_kubelet
+  # Only now is the node back: a failed restart leaves the record for a rerun.
+  rm -f "$state" "$pending"
 }
 
 case ${1:-} in
@@ -146,6 +164,7 @@ case ${1:-} in
   status)
     [ -f "$config" ] || unchanged "no kubelet config at $KUBELET_CONFIG"
     echo "endpoint: $(current_endpoint || true)"
-    if [ -f "$state" ]; then echo "converted: yes (was $(cat "$state"))"; else echo "converted: no"; fi ;;
+    if [ -f "$state" ]; then echo "converted: yes (was $(cat "$state"))"; else echo "converted: no"; fi
+    if [ -f "$pending" ]; then echo "kubelet restart owed after: $(cat "$pending")"; fi ;;
   *) die "usage: kubelet-endpoint.sh convert|restore|status" ;;
 esac

@@ -94,6 +94,38 @@ run restore >"$T/out" 2>&1 || no "restore failed"
 [ "$(endpoint)" = "containerRuntimeEndpoint: unix:///run/other.sock" ] || no "restore overwrote another's change"
 ok "restore leaves an endpoint changed since alone"
 
+# 3b. kubelet's restart fails after the edit (systemctl exits 1): the run fails, and the rerun
+# (the init container's retry) restarts kubelet onto the edited file instead of calling the node
+# done; a restore keeps its record until kubelet has restarted.
+cat >"$T/failing-nsenter" <<FAKE
+#!/bin/sh
+echo "\$*" >>"$T/calls"
+exit 1
+FAKE
+chmod +x "$T/failing-nsenter"
+run_failing() {
+  HOST_ROOT="$T/host" NSENTER="$T/failing-nsenter" PROC_ROOT="$T/proc" bash "$HERE/kubelet-endpoint.sh" "$@"
+}
+host "containerRuntimeEndpoint: unix:///run/containerd/containerd.sock"
+cp "$T/host/var/lib/kubelet/config.yaml" "$T/original.yaml"
+! run_failing convert >"$T/out" 2>&1 || no "convert with a failed restart succeeded"
+run convert >"$T/out" 2>&1 || no "the rerun of convert failed: $(cat "$T/out")"
+grep -q "not restarted onto it: restarting it now" "$T/out" || no "the rerun of convert said: $(cat "$T/out")"
+[ "$(restarts)" = 2 ] || no "convert's rerun: $(restarts) restart calls in all"
+run convert >"$T/out" 2>&1 || no "a third convert failed"
+[ "$(restarts)" = 2 ] || no "a third convert restarted kubelet again"
+! run_failing restore >"$T/out" 2>&1 || no "restore with a failed restart succeeded"
+[ -e "$T/host/opt/cryo/state/kubelet-endpoint" ] || no "a restore whose restart failed dropped its record"
+run restore >"$T/out" 2>&1 || no "the rerun of restore failed: $(cat "$T/out")"
+grep -q "put back, but kubelet was not restarted onto it: restarting it now" "$T/out" || no "the rerun of restore said: $(cat "$T/out")"
+[ "$(restarts)" = 4 ] || no "restore's rerun: $(restarts) restart calls in all"
+cmp -s "$T/original.yaml" "$T/host/var/lib/kubelet/config.yaml" || no "the restored file differs"
+[ ! -e "$T/host/opt/cryo/state/kubelet-endpoint" ] && [ ! -e "$T/host/opt/cryo/state/kubelet-endpoint.restart-pending" ] ||
+  no "records left after the rerun of restore"
+run restore >"$T/out" 2>&1 || no "a third restore failed"
+[ "$(restarts)" = 4 ] || no "a third restore restarted kubelet again"
+ok "a failed kubelet restart is retried by the rerun, in both directions, and only then is the node done"
+
 # 4. Nodes it must not touch: exit 3, the reason, the file as it was, no restart.
 refuse() {  # refuse WHAT EXPECTED-REASON
   local before; before=$(md5sum "$T/host/var/lib/kubelet/config.yaml")

@@ -67,16 +67,25 @@ nlohmann::json Ds(const std::string& mode, int64_t generation, int64_t observed,
             {"numberAvailable", available}}}};
 }
 
-nlohmann::json Pod(const std::string& node, const std::string& mode, nlohmann::json init_state) {
+// A pod of the DaemonSet on `node`, its init containers in `init` (name, state) order.
+nlohmann::json Pod(const std::string& node, const std::string& mode,
+                   std::vector<std::pair<std::string, nlohmann::json>> init) {
+  nlohmann::json statuses = nlohmann::json::array();
+  for (auto& [name, state] : init) statuses.push_back({{"name", name}, {"state", state}});
   return {{"metadata",
-           {{"name", "cryo-" + node}, {"annotations", {{kKubeletEndpointAnnotation, mode}}}}},
+           {{"name", "cryo-" + node + "-" + mode},
+            {"annotations", {{kKubeletEndpointAnnotation, mode}}}}},
           {"spec", {{"nodeName", node}}},
-          {"status",
-           {{"phase", "Running"},
-            {"initContainerStatuses",
-             {{{"name", "install-shim"}, {"state", {{"terminated", {{"exitCode", 0}}}}}},
-              {{"name", kConfigureKubeletContainer}, {"state", init_state}}}}}}};
+          {"status", {{"phase", "Pending"}, {"initContainerStatuses", statuses}}}};
 }
+const nlohmann::json kExit0 = {{"terminated", {{"exitCode", 0}}}};
+// Both init containers ended well; configure-kubelet's termination message `message`.
+nlohmann::json Done(const std::string& node, const std::string& message = "") {
+  nlohmann::json configured = kExit0;
+  if (!message.empty()) configured["terminated"]["message"] = message;
+  return Pod(node, "restore", {{"install-shim", kExit0}, {kConfigureKubeletContainer, configured}});
+}
+nlohmann::json Items(std::vector<nlohmann::json> pods) { return {{"items", pods}}; }
 
 TEST_F(KubeTest, InClusterConfigNeedsThePodsEnvironmentAndItsServiceAccount) {
   unsetenv("KUBERNETES_SERVICE_HOST");
@@ -125,25 +134,32 @@ TEST_F(KubeTest, NoDaemonSetMeansNothingToPutBack) {
 }
 
 TEST_F(KubeTest, EveryNodeRestartsIntoRestoreAndNodesLeftAloneAreNamed) {
-  std::atomic<int> gets{0};
+  std::atomic<int> ds_gets{0}, pod_gets{0};
   server_.On("GET", kDs, [&](const Request&) {
-    // Before the patch: converted, rolled out. After: the controller catches up in two polls.
-    int n = gets++;
-    if (n == 0) return JsonResponse(Ds("convert", 3, 3, 2, 2, 2));
-    if (n == 1) return JsonResponse(Ds("restore", 4, 4, 2, 1, 1));
-    return JsonResponse(Ds("restore", 4, 4, 2, 2, 2));
+    // Before the patch: converted. After it: the controller has seen it.
+    return JsonResponse(ds_gets++ == 0 ? Ds("convert", 3, 3, 2, 2, 2)
+                                       : Ds("restore", 4, 4, 2, 2, 2));
   });
+  // The patch's answer still carries the old template's status (observed 3 of generation 4).
   server_.On("PATCH", kDs,
              [&](const Request&) { return JsonResponse(Ds("restore", 4, 3, 2, 2, 2)); });
-  server_.OnJson("GET", kPods,
-                 {{"items",
-                   {Pod("node-a", "restore", {{"terminated", {{"exitCode", 0}}}}),
-                    Pod("node-b", "restore",
-                        {{"terminated",
-                          {{"exitCode", 0},
-                           {"message",
-                            "kubelet not pointed at the shim: /var/lib/kubelet/config.yaml is not "
-                            "writable here"}}}})}}});
+  server_.On("GET", kPods, [&](const Request&) {
+    switch (pod_gets++) {
+      case 0:  // nothing restarted yet
+        return JsonResponse(Items({Pod("node-a", "convert", {{"install-shim", kExit0}}),
+                                   Pod("node-b", "convert", {{"install-shim", kExit0}})}));
+      case 1:  // node-a is back; node-b's new pod still installs the shim
+        return JsonResponse(
+            Items({Done("node-a"), Pod("node-b", "convert", {{"install-shim", kExit0}}),
+                   Pod("node-b", "restore",
+                       {{"install-shim", {{"running", nlohmann::json::object()}}}})}));
+      default:  // node-b done, but it could not edit kubelet's config
+        return JsonResponse(
+            Items({Done("node-a"), Done("node-b",
+                                        "kubelet not pointed at the shim: "
+                                        "/var/lib/kubelet/config.yaml is not writable here")}));
+    }
+  });
   auto s = RestoreKubeletEndpoints(*Client(), Options());
   ASSERT_TRUE(s.ok()) << s;
 
@@ -162,35 +178,48 @@ TEST_F(KubeTest, EveryNodeRestartsIntoRestoreAndNodesLeftAloneAreNamed) {
     if (r.path == kPods) listed = r.Param("labelSelector") == "app.kubernetes.io/name=cryo";
   }
   EXPECT_TRUE(listed);
-  const std::string log = log_.str();
-  EXPECT_THAT(log, HasSubstr("1 of 2 nodes run the restoring pod"));
-  EXPECT_THAT(log, HasSubstr("2 of 2 nodes run the restoring pod, 2 available"));
-  EXPECT_THAT(log,
-              HasSubstr("node node-b: kubelet left as it was: kubelet not pointed at the shim"));
-  EXPECT_THAT(log, HasSubstr("back on 1 node(s)"));
+  // Nothing said from the patch's stale status; then each step of the rollout once.
+  EXPECT_EQ(
+      log_.str(),
+      "DaemonSet cryo-system/cryo: every node's pod now restarts to put kubelet's endpoint back\n"
+      "1 of 2 nodes put kubelet back\n"
+      "2 of 2 nodes put kubelet back\n"
+      "node node-b: kubelet left as it was: kubelet not pointed at the shim: "
+      "/var/lib/kubelet/config.yaml is not writable here\n"
+      "kubelet's endpoint is back on 1 node(s); the DaemonSet may go\n");
 }
 
-TEST_F(KubeTest, AlreadyRestoringIsNotPatchedAgain) {
-  server_.OnJson("GET", kDs, Ds("restore", 5, 5, 1, 1, 1));
-  server_.OnJson("GET", kPods,
-                 {{"items", {Pod("node-a", "restore", {{"terminated", {{"exitCode", 0}}}})}}});
+TEST_F(KubeTest, ANodeWhoseCryodIsNotReadyIsBackOnceConfigureKubeletEnded) {
+  // No pod is available (cryod cannot start), but both nodes ran the restore.
+  server_.OnJson("GET", kDs, Ds("restore", 5, 5, 2, 2, 0));
+  server_.OnJson("GET", kPods, Items({Done("node-a"), Done("node-b")}));
   auto s = RestoreKubeletEndpoints(*Client(), Options());
   ASSERT_TRUE(s.ok()) << s;
-  for (const auto& r : server_.requests()) EXPECT_NE(r.method, "PATCH");
-  EXPECT_THAT(log_.str(), HasSubstr("back on 1 node(s)"));
+  for (const auto& r : server_.requests()) EXPECT_NE(r.method, "PATCH") << "already restoring";
+  EXPECT_THAT(log_.str(), HasSubstr("back on 2 node(s)"));
 }
 
-TEST_F(KubeTest, ANodeThatNeverRestoresFailsTheHookNamingIt) {
-  server_.OnJson("GET", kDs, Ds("restore", 4, 4, 2, 1, 1));
-  server_.OnJson("GET", kPods,
-                 {{"items",
-                   {Pod("node-a", "restore", {{"terminated", {{"exitCode", 0}}}}),
-                    Pod("node-b", "convert", {{"terminated", {{"exitCode", 0}}}})}}});
+TEST_F(KubeTest, ANodeThatNeverRestoresFailsTheHookNamingItAndWhatItWaitsOn) {
+  server_.OnJson("GET", kDs, Ds("restore", 4, 4, 3, 2, 2));
+  server_.OnJson(
+      "GET", kPods,
+      Items({Done("node-a"), Pod("node-b", "convert", {{"install-shim", kExit0}}),
+             Pod("node-c", "restore",
+                 {{"install-shim",
+                   {{"terminated",
+                     {{"exitCode", 1},
+                      {"reason", "Error"},
+                      {"message", "Failed to reload daemon"}}}}},
+                  {kConfigureKubeletContainer, {{"waiting", {{"reason", "PodInitializing"}}}}}})}));
   KubeletRestoreOptions o = Options();
   o.timeout = absl::ZeroDuration();
   auto s = RestoreKubeletEndpoints(*Client(), o);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(s.message(), HasSubstr("node-b (pod cryo-node-b: old template"));
+  EXPECT_THAT(s.message(), HasSubstr("1 of 3 nodes put kubelet back"));
+  EXPECT_THAT(s.message(), HasSubstr("node-b (pod cryo-node-b-convert: old template, "));
+  EXPECT_THAT(s.message(),
+              HasSubstr("node-c (pod cryo-node-c-restore: install-shim: exit 1: Error: Failed to "
+                        "reload daemon)"));
   EXPECT_THAT(s.message(), Not(HasSubstr("node-a")));
   EXPECT_THAT(s.message(), HasSubstr("helm uninstall --no-hooks"));
 }
