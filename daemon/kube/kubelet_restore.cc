@@ -96,6 +96,11 @@ PodState StateOf(const nlohmann::json& pod) {
     }
     if (!ok) {
       s.note = absl::StrCat(c.value("name", ""), ": ", StateText(state));
+      // A crash loop spends most of its time waiting: the last run says why.
+      const auto& last = c.value("lastState", nlohmann::json::object());
+      if (!state.contains("terminated") && last.contains("terminated")) {
+        absl::StrAppend(&s.note, " (last run: ", StateText(last), ")");
+      }
       return s;
     }
   }

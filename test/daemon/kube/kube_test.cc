@@ -67,11 +67,14 @@ nlohmann::json Ds(const std::string& mode, int64_t generation, int64_t observed,
             {"numberAvailable", available}}}};
 }
 
-// A pod of the DaemonSet on `node`, its init containers in `init` (name, state) order.
+// A pod of the DaemonSet on `node`, its init containers in `init` (name, state) order; `last`,
+// the first one's lastState.
 nlohmann::json Pod(const std::string& node, const std::string& mode,
-                   std::vector<std::pair<std::string, nlohmann::json>> init) {
+                   std::vector<std::pair<std::string, nlohmann::json>> init,
+                   const nlohmann::json& last = nullptr) {
   nlohmann::json statuses = nlohmann::json::array();
   for (auto& [name, state] : init) statuses.push_back({{"name", name}, {"state", state}});
+  if (!last.is_null()) statuses[0]["lastState"] = last;
   return {{"metadata",
            {{"name", "cryo-" + node + "-" + mode},
             {"annotations", {{kKubeletEndpointAnnotation, mode}}}}},
@@ -200,10 +203,15 @@ TEST_F(KubeTest, ANodeWhoseCryodIsNotReadyIsBackOnceConfigureKubeletEnded) {
 }
 
 TEST_F(KubeTest, ANodeThatNeverRestoresFailsTheHookNamingItAndWhatItWaitsOn) {
-  server_.OnJson("GET", kDs, Ds("restore", 4, 4, 3, 2, 2));
+  server_.OnJson("GET", kDs, Ds("restore", 4, 4, 4, 2, 2));
   server_.OnJson(
       "GET", kPods,
       Items({Done("node-a"), Pod("node-b", "convert", {{"install-shim", kExit0}}),
+             // In a crash loop: waiting, and why the last run failed.
+             Pod("node-d", "restore",
+                 {{"install-shim", {{"waiting", {{"reason", "CrashLoopBackOff"}}}}}},
+                 {{"terminated",
+                   {{"exitCode", 1}, {"reason", "Error"}, {"message", "no shim bundle"}}}}),
              Pod("node-c", "restore",
                  {{"install-shim",
                    {{"terminated",
@@ -215,7 +223,10 @@ TEST_F(KubeTest, ANodeThatNeverRestoresFailsTheHookNamingItAndWhatItWaitsOn) {
   o.timeout = absl::ZeroDuration();
   auto s = RestoreKubeletEndpoints(*Client(), o);
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
-  EXPECT_THAT(s.message(), HasSubstr("1 of 3 nodes put kubelet back"));
+  EXPECT_THAT(s.message(), HasSubstr("1 of 4 nodes put kubelet back"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("node-d (pod cryo-node-d-restore: install-shim: waiting: CrashLoopBackOff "
+                        "(last run: exit 1: Error: no shim bundle))"));
   EXPECT_THAT(s.message(), HasSubstr("node-b (pod cryo-node-b-convert: old template, "));
   EXPECT_THAT(s.message(),
               HasSubstr("node-c (pod cryo-node-c-restore: install-shim: exit 1: Error: Failed to "
