@@ -40,9 +40,14 @@ def worker(rank, world, args):
     loss_group = dist.new_group(list(range(world))) if args.groups > 1 else None
     torch.manual_seed(1234)
     dev = torch.device("cuda", gpu)
+    # --width/--depth grow the model (and --adamw its optimizer state) to a real job's size for
+    # the periodic-stall part; the defaults are the suite's small model.
+    w = args.width
+    hidden = []
+    for _ in range(args.depth):
+        hidden += [torch.nn.Linear(w, w), torch.nn.GELU()]
     model = torch.nn.Sequential(
-        torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 2048), torch.nn.GELU(),
-        torch.nn.Linear(2048, 10)).to(dev)
+        torch.nn.Linear(512, w), torch.nn.GELU(), *hidden, torch.nn.Linear(w, 10)).to(dev)
     if args.fsdp:
         # Parameters, gradients and optimizer state sharded over the ranks (all-gather and
         # reduce-scatter instead of DDP's all-reduce).
@@ -50,10 +55,15 @@ def worker(rank, world, args):
         ddp = FullyShardedDataParallel(model, device_id=gpu, use_orig_params=True)
     else:
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
+    if args.adamw:
+        opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
+    else:
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     gen = torch.Generator(device=dev)
     gen.manual_seed(100 + rank)
     out = open(args.out, "a", buffering=1) if rank == 0 else None
+    # The wall-clock time each step ended at (rank 0): the job's own view of a checkpoint's stall.
+    times = open(args.times_out, "a", buffering=1) if rank == 0 and args.times_out else None
     for step in range(args.steps):
         t0 = time.monotonic()
         x = torch.randn(256, 512, device=dev, generator=gen)
@@ -67,6 +77,8 @@ def worker(rank, world, args):
         dist.all_reduce(total, group=loss_group)
         if out:
             out.write(f"{step} {total.item().hex()}\n")
+        if times:
+            times.write(f"{step} {time.time():.6f}\n")
         left = args.step_ms / 1000.0 - (time.monotonic() - t0)
         if left > 0:
             time.sleep(left)
@@ -95,6 +107,10 @@ if __name__ == "__main__":
     p.add_argument("--world", type=int, default=2, help="ranks, one per GPU")
     p.add_argument("--groups", type=int, choices=[1, 2], default=1,
                    help="2: the loss is reduced in a second process group")
+    p.add_argument("--width", type=int, default=2048, help="hidden layers' width")
+    p.add_argument("--depth", type=int, default=1, help="hidden layers of width x width")
+    p.add_argument("--adamw", action="store_true", help="AdamW (two state tensors per parameter)")
+    p.add_argument("--times-out", help="rank 0 appends 'STEP UNIX_TIME' after every step here")
     args = p.parse_args()
     if args.fsdp:
         try:

@@ -63,7 +63,13 @@
 #   memory, refilled from there and written while the job runs on: the job's stall (the stages
 #   it is held in) against the drain alone, and the background write; the job runs on verified
 #   and restores from the second checkpoint, every word verified. fp-torch-periodic: the PyTorch
-#   loop checkpointed three times leave-running, then stopped and restored: losses bit-identical.
+#   loop checkpointed three times leave-running, then stopped and restored: losses bit-identical
+#   (CRYO_GPU_STALL_SINGLE=0 leaves it out). periodic-stall-ddp-R (R from CRYO_GPU_STALL_RANKS,
+#   default "2 4"): a DDP training job of R ranks (AdamW, CRYO_GPU_STALL_WIDTH x
+#   CRYO_GPU_STALL_DEPTH, default 8192 x 6; torchrun over NCCL with a GPU per rank, else all on
+#   GPU 0 over gloo), two leave-running checkpoints with the job's own stall beside the stages,
+#   then stopped and restored, losses bit-identical; with CRYO_GPU_STALL_DUMP_COMPARE=1 (default)
+#   again as periodic-stall-ddp-R-store, cryod restarted with dump_in_memory off, in the same call.
 #
 # Part "incremental": a job with CRYO_GPU_INC_GIB GiB of weights it never writes (default 16) and
 #   half a GiB it rewrites, checkpointed twice leave-running through cryod: the second's bytes
@@ -416,10 +422,10 @@ fp_torch_cryod() {  # fp_torch_cryod NAME ALLOC_CONF: the loop stopped and resto
 # fp_torch_stop_restore NAME TPID RUN REF STEPS WHAT: the loop TPID (writing RUN) stopped through
 # cryod as checkpoint NAME, restored, run to its end, its losses compared with REF's; WHAT leads
 # the result's line.
-fp_torch_stop_restore() {
+fp_torch_stop_restore() {  # ... NAME TPID RUN REF STEPS WHAT [CHECKPOINT_ARG...]
   local name=$1 tpid=$2 run=$3 ref=$4 steps=$5 what=$6
-  if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" >"$RES/$name.ckpt.json" 2>"$RES/$name.ckpt.err"; then
-    result "$name" FAIL "checkpoint: $(tail -2 "$RES/$name.ckpt.err")"; end_job "$tpid"; return
+  if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name" "${@:7}" >"$RES/$name.ckpt.json" 2>"$RES/$name.ckpt.err"; then
+    result "$name" FAIL "checkpoint: $(tail -2 "$RES/$name.ckpt.err") $(head -c 400 "$RES/$name.ckpt.json")"; end_job "$tpid"; return
   fi
   wait "$tpid" 2>/dev/null
   local at; at=$(wc -l <"$run")
@@ -469,6 +475,73 @@ fp_torch_periodic() {
   fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" "3 leave-running checkpoints (stalls ms:$stalls; written MB:$written), then "
   # Newest first: one that a newer one refers to is kept until that one goes.
   for i in "" -3 -2 -1; do "${CRYO[@]}" rm "$name$i" >/dev/null 2>&1; done
+}
+
+# fp_ddp_periodic RANKS [TAG]: part "periodic-stall" with a multi-rank training job
+# (ddp_losses.py grown to CRYO_GPU_STALL_WIDTH x CRYO_GPU_STALL_DEPTH with AdamW, the library
+# preloaded): two leave-running checkpoints through cryod while it trains, each one's stages
+# beside the job's own stall (its longest step around the checkpoint, less its median step),
+# then stopped and restored: its losses bit-identical to a run never checkpointed. With a GPU per
+# rank it runs under torchrun over NCCL at its defaults (NVLS and IB off); with fewer GPUs every
+# rank shares GPU 0 and reduces through gloo (NCCL refuses two ranks on one GPU).
+fp_ddp_periodic() {
+  local ranks=$1 tag=${2:-} name="periodic-stall-ddp-$1${2:-}" i
+  local steps=${CRYO_GPU_STALL_STEPS:-400}
+  local model=(--width "${CRYO_GPU_STALL_WIDTH:-8192}" --depth "${CRYO_GPU_STALL_DEPTH:-6}" --adamw --step-ms 50)
+  local envs=(env NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo) launch how
+  if [ "$(nvidia-smi -L | wc -l)" -ge "$ranks" ]; then
+    launch=(-m torch.distributed.run --standalone --nproc-per-node="$ranks" "$B/ddp_losses.py")
+    how="torchrun, NCCL"
+  else
+    launch=("$B/ddp_losses.py" --world "$ranks" --backend gloo --same-gpu --port $((29600 + ranks)))
+    how="all on GPU 0, gloo"
+  fi
+  local ref="$RES/ddp-periodic-$ranks.ref.txt" run="$RES/$name.txt" times="$RES/$name.times.txt"
+  if [ ! -s "$ref" ]; then
+    "${envs[@]}" setsid -w python3 "${launch[@]}" --steps "$steps" --out "$ref" "${model[@]}" </dev/null >"$RES/ddp-periodic-$ranks.ref.log" 2>&1
+    grep -qx done "$ref" || { result "$name" FAIL "reference run failed: $(tail -3 "$RES/ddp-periodic-$ranks.ref.log")"; return; }
+  fi
+  rm -f "$run" "$times"
+  "${envs[@]}" LD_PRELOAD="$FPLIB" setsid python3 "${launch[@]}" --steps "$steps" --out "$run" --times-out "$times" "${model[@]}" </dev/null >"$RES/$name.log" 2>&1 &
+  local tpid=$!
+  PIDS+=("$tpid")
+  for i in 1 2; do
+    wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps * i / 4 )) ]" || { result "$name" FAIL "training did not reach checkpoint $i: $(tail -3 "$RES/$name.log")"; kill -9 -- -"$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null; return; }
+    date +%s.%N >"$RES/$name-$i.t0"
+    # The ranks talk over TCP (the store, gloo or NCCL's sockets): their connections are saved.
+    if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name-$i" --leave-running --tcp-established >"$RES/$name-$i.ckpt.json" 2>"$RES/$name-$i.ckpt.err"; then
+      result "$name" FAIL "periodic checkpoint $i: $(tail -2 "$RES/$name-$i.ckpt.err") $(head -c 400 "$RES/$name-$i.ckpt.json")"
+      kill -9 -- -"$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null; return
+    fi
+    date +%s.%N >"$RES/$name-$i.t1"
+    "${CRYO[@]}" rm "$name-$((i - 1))" >/dev/null 2>&1
+  done
+  wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps * 3 / 4 )) ]"
+  local summary
+  summary=$(python3 - "$RES/$name" "$times" <<'PY'
+import json, statistics, sys
+base, times = sys.argv[1], sys.argv[2]
+t = [float(l.split()[1]) for l in open(times) if len(l.split()) == 2]
+gaps = [(t[i], t[i] - t[i - 1]) for i in range(1, len(t))]
+median = statistics.median(g for _, g in gaps[20:] or gaps)
+held = ["gpu_drain", "gpu_lock", "gpu_checkpoint", "gpu_save", "dump", "gpu_restore", "gpu_refill"]
+out = []
+for i in (1, 2):
+    d = json.load(open(f"{base}-{i}.ckpt.json"))
+    st = {k: int(v) for k, v in d["stage_ms"].items()}
+    t0, t1 = float(open(f"{base}-{i}.t0").read()), float(open(f"{base}-{i}.t1").read())
+    own = max((g for end, g in gaps if t0 <= end <= t1 + 5), default=0) - median
+    out.append("job's own stall %d ms, stages held %d ms (drain %d, lock %d, driver %d, dump %d, "
+               "driver restore %d, refill %d), then dump_write %d ms, gpu_write %d ms" % (
+                   own * 1000, sum(st.get(k, 0) for k in held), st.get("gpu_drain", 0),
+                   st.get("gpu_lock", 0), st.get("gpu_checkpoint", 0), st.get("dump", 0),
+                   st.get("gpu_restore", 0), st.get("gpu_refill", 0), st.get("dump_write", 0),
+                   st.get("gpu_write", 0)))
+print("; ".join(out) + "; median step %d ms" % (median * 1000))
+PY
+)
+  fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" "$ranks ranks ($how), 2 leave-running checkpoints: $summary; then " --tcp-established
+  for i in "" -2 -1; do "${CRYO[@]}" rm "$name$i" >/dev/null 2>&1; done
 }
 
 # The fast path beside the driver's path, the hand-run baseline and the floors, per size.
@@ -663,7 +736,22 @@ run_fastpath_parts() {
       for gib in ${CRYO_GPU_STALL_GIB:-32}; do STALL_TAG=-registered fp_periodic_stall "$gib"; done
       JOB_EXTRA_ENV=()
     fi
-    if fp_torch_ok; then fp_torch_periodic; else result fp-torch-periodic SKIP "no PyTorch with CUDA here"; fi ;;
+    if ! fp_torch_ok; then
+      result fp-torch-periodic SKIP "no PyTorch with CUDA here"
+    else
+      [ "${CRYO_GPU_STALL_SINGLE:-1}" = 1 ] && fp_torch_periodic
+      # A multi-rank training job (CRYO_GPU_STALL_RANKS), and with CRYO_GPU_STALL_DUMP_COMPARE=1
+      # the same again with CRIU dumping into the store (dump_in_memory off), in the same call.
+      local r
+      for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r"; done
+      if [ "${CRYO_GPU_STALL_DUMP_COMPARE:-1}" = 1 ]; then
+        stop_cryod
+        CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-in-memory=false" start_cryod
+        for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" -store; done
+        stop_cryod
+        start_cryod
+      fi
+    fi ;;
   esac
   case " $PARTS " in *" incremental "*)
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result incremental SKIP "bundle has no cryod or CRIU"; return; }
