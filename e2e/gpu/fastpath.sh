@@ -68,8 +68,9 @@
 #   default "2 4"): a DDP training job of R ranks (AdamW, CRYO_GPU_STALL_WIDTH x
 #   CRYO_GPU_STALL_DEPTH, default 8192 x 6; torchrun over NCCL with a GPU per rank, else all on
 #   GPU 0 over gloo), two leave-running checkpoints with the job's own stall beside the stages,
-#   then stopped and restored, losses bit-identical; with CRYO_GPU_STALL_DUMP_COMPARE=1 (default)
-#   again as periodic-stall-ddp-R-store, cryod restarted with dump_in_memory off, in the same call.
+#   then stopped and restored, losses bit-identical (CRYO_GPU_STALL_RESTORE=0: not stopped);
+#   CRYO_GPU_STALL_MODES "memory store" (default): again as periodic-stall-ddp-R-store, cryod
+#   restarted with dump_in_memory off, in the same call.
 #
 # Part "incremental": a job with CRYO_GPU_INC_GIB GiB of weights it never writes (default 16) and
 #   half a GiB it rewrites, checkpointed twice leave-running through cryod: the second's bytes
@@ -540,7 +541,12 @@ for i in (1, 2):
 print("; ".join(out) + "; median step %d ms" % (median * 1000))
 PY
 )
-  fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" "$ranks ranks ($how), 2 leave-running checkpoints: $summary; then " --tcp-established
+  if [ "${CRYO_GPU_STALL_RESTORE:-1}" = 1 ]; then
+    fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" "$ranks ranks ($how), 2 leave-running checkpoints: $summary; then " --tcp-established
+  else
+    kill -9 -- -"$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null
+    result "$name" PASS "$ranks ranks ($how), 2 leave-running checkpoints: $summary (not stopped and restored: CRYO_GPU_STALL_RESTORE=0)"
+  fi
   for i in "" -2 -1; do "${CRYO[@]}" rm "$name$i" >/dev/null 2>&1; done
 }
 
@@ -742,15 +748,17 @@ run_fastpath_parts() {
       [ "${CRYO_GPU_STALL_SINGLE:-1}" = 1 ] && fp_torch_periodic
       # A multi-rank training job (CRYO_GPU_STALL_RANKS), and with CRYO_GPU_STALL_DUMP_COMPARE=1
       # the same again with CRIU dumping into the store (dump_in_memory off), in the same call.
-      local r
-      for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r"; done
-      if [ "${CRYO_GPU_STALL_DUMP_COMPARE:-1}" = 1 ]; then
-        stop_cryod
-        CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-in-memory=false" start_cryod
-        for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" -store; done
-        stop_cryod
-        start_cryod
-      fi
+      # CRYO_GPU_STALL_MODES: "memory" (dump_in_memory, the default) and/or "store" (cryod
+      # restarted with it off), in the same call.
+      local r mode
+      for mode in ${CRYO_GPU_STALL_MODES:-memory store}; do
+        if [ "$mode" = store ]; then
+          stop_cryod
+          CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-in-memory=false" start_cryod
+        fi
+        for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" "$([ "$mode" = store ] && echo -store)"; done
+        if [ "$mode" = store ]; then stop_cryod; start_cryod; fi
+      done
     fi ;;
   esac
   case " $PARTS " in *" incremental "*)
