@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark (not a test): checkpoint and restore of one process through cryod, beside plain
 # `criu dump` / `criu restore` of the same kind of process in the same run. Prints times,
-# throughput and the ratio cryod/criu. Usage: bench-process.sh [SIZE_MIB ...] (default 1024 4096)
+# throughput and the ratio cryod/criu. Then, for leave-running (periodic) checkpoints, how long
+# the job is held (the dump stage) when CRIU dumps into node memory (dump_in_memory, the default)
+# against a second cryod on the same store with it off (CRIU writing into the store), and the
+# copy into the store that follows while the job runs on (dump_write).
+# Usage: bench-process.sh [SIZE_MIB ...] (default 1024 4096)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -27,6 +31,7 @@ JOB=
 cleanup() {
   [ -n "$JOB" ] && kill -9 "$JOB" 2>/dev/null || true
   [ -n "${DPID:-}" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null || true
+  [ -n "${DPID2:-}" ] && kill "$DPID2" 2>/dev/null && wait "$DPID2" 2>/dev/null || true
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -49,7 +54,12 @@ kill_restored() { kill -9 "$1" "$2" 2>/dev/null || true; wait_pid_free "$1" "$2"
 "$CRYOD" --socket "$SOCK" --state-dir "$W/state" --store "$W/store" --metrics-address "" \
   --store-fsync "$STORE_FSYNC" >"$W/cryod.log" 2>&1 &
 DPID=$!
+# The baseline of the leave-running rows: CRIU dumps into the store.
+"$CRYOD" --socket "$W/cryod-store.sock" --state-dir "$W/state-store" --store "$W/store" \
+  --metrics-address "" --store-fsync "$STORE_FSYNC" --dump-in-memory=false >"$W/cryod-store.log" 2>&1 &
+DPID2=$!
 until "$CRYO" --socket "$SOCK" node >/dev/null 2>&1; do sleep 0.05; done
+until "$CRYO" --socket "$W/cryod-store.sock" node >/dev/null 2>&1; do sleep 0.05; done
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 printf '%-8s %-22s %10s %10s %8s\n' SIZE STEP "criu s" "cryod s" "ratio"
@@ -88,5 +98,28 @@ for mib in "${SIZES[@]}"; do
       "$(echo "$rb/$ra" | bc -l)" "$(echo "$bytes/$ra/1000000" | bc)" \
       "$(echo "$bytes/$rb/1000000" | bc)" "$((bytes >> 20))"
   done
+done
+# Leave-running: the job held for the dump, into the store (baseline) and into node memory.
+stage_ms() { python3 -c 'import json,sys; print(int(json.load(sys.stdin)["stage_ms"].get(sys.argv[1], 0)))' "$1"; }
+printf '\n%-8s %-22s %10s %10s %8s\n' SIZE "LEAVE-RUNNING" "store s" "memory s" "ratio"
+for mib in "${SIZES[@]}"; do
+  : >"$W/lr"
+  for rep in $(seq "$REPS"); do
+    start_job "$mib"
+    settle
+    j=$("$CRYO" --socket "$W/cryod-store.sock" -o json checkpoint "$JOB" --id "s$mib-$rep" --leave-running)
+    held_store=$(stage_ms dump <<<"$j")
+    "$CRYO" --socket "$SOCK" rm "s$mib-$rep" >/dev/null
+    settle
+    j=$("$CRYO" --socket "$SOCK" -o json checkpoint "$JOB" --id "m$mib-$rep" --leave-running)
+    held_memory=$(stage_ms dump <<<"$j"); copy=$(stage_ms dump_write <<<"$j")
+    "$CRYO" --socket "$SOCK" rm "m$mib-$rep" >/dev/null
+    kill -9 "$JOB" 2>/dev/null || true; wait_pid_free "$JOB" "$CHILD"
+    echo "$held_store $held_memory $copy" >>"$W/lr"
+  done
+  hs=$(cut -d' ' -f1 "$W/lr" | median); hm=$(cut -d' ' -f2 "$W/lr" | median); cp_=$(cut -d' ' -f3 "$W/lr" | median)
+  printf '%-8s %-22s %10.3f %10.3f %8.3f   (then dump_write %.3f s while the job runs on)\n' \
+    "${mib}MiB" "job held (dump)" "$(echo "$hs/1000" | bc -l)" "$(echo "$hm/1000" | bc -l)" \
+    "$(echo "$hm/$hs" | bc -l)" "$(echo "$cp_/1000" | bc -l)"
 done
 echo "median of $REPS runs each; cryod store_fsync=$STORE_FSYNC; caches dropped before each step: $DROP_CACHES; machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r); $(date -u +%F)"
