@@ -5,53 +5,7 @@
 
 namespace cryo::engine {
 
-std::string StageName(Stage s) {
-  switch (s) {
-    case Stage::kUnspecified:
-      return "unspecified";
-    case Stage::kValidate:
-      return "validate";
-    case Stage::kGpuLock:
-      return "gpu_lock";
-    case Stage::kGpuCheckpoint:
-      return "gpu_checkpoint";
-    case Stage::kDump:
-      return "dump";
-    case Stage::kChecksum:
-      return "checksum";
-    case Stage::kPublish:
-      return "publish";
-    case Stage::kFinish:
-      return "finish";
-    case Stage::kVerify:
-      return "verify";
-    case Stage::kWaitPids:
-      return "wait_pids";
-    case Stage::kRestore:
-      return "restore";
-    case Stage::kGpuRestore:
-      return "gpu_restore";
-    case Stage::kDone:
-      return "done";
-    case Stage::kRootfs:
-      return "rootfs";
-    case Stage::kExport:
-      return "export";
-    case Stage::kGpuDrain:
-      return "gpu_drain";
-    case Stage::kGpuSave:
-      return "gpu_save";
-    case Stage::kGpuRefill:
-      return "gpu_refill";
-    case Stage::kGpuWrite:
-      return "gpu_write";
-    case Stage::kGpuHostCopy:
-      return "gpu_host_copy";
-    case Stage::kDumpWrite:
-      return "dump_write";
-  }
-  return "unknown";
-}
+std::string StageName(Stage s) { return contract::NameOf(s); }
 
 void Operation::Report(Stage stage, uint64_t done, uint64_t total, std::string message) {
   absl::MutexLock l(&mu_);

@@ -15,34 +15,12 @@
 #include "daemon/criu/options.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/store/manifest.h"
+#include "lib/contract/stages.h"
 
 namespace cryo::engine {
 
-// Stages of an operation, for progress and per-stage timings. The numbers are those of
-// cryo.v1.Stage.
-enum class Stage {
-  kUnspecified = 0,
-  kValidate = 1,
-  kGpuLock = 2,
-  kGpuCheckpoint = 3,
-  kDump = 4,
-  kChecksum = 5,
-  kPublish = 6,
-  kFinish = 7,
-  kVerify = 8,
-  kWaitPids = 9,
-  kRestore = 10,
-  kGpuRestore = 11,
-  kDone = 12,
-  kRootfs = 13,
-  kExport = 14,
-  kGpuDrain = 15,     // the fast path moves device memory out (GPU free when it ends)
-  kGpuSave = 16,      // ... and waits for its files to be written
-  kGpuRefill = 17,    // the fast path moves device memory back in
-  kGpuWrite = 18,     // leave-running: cryod writes the drained data while the job runs on
-  kGpuHostCopy = 19,  // ... into memory cryod allocates before the drain
-  kDumpWrite = 20,  // leave-running, dumped into node memory: cryod writes the images as it runs on
-};
+// Stages of an operation, for progress and per-stage timings (lib/contract/stages.h).
+using Stage = contract::Stage;
 // "gpu_lock": the name in manifests, results and metrics.
 std::string StageName(Stage s);
 

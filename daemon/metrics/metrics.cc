@@ -3,16 +3,23 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "lib/base/status.h"
+#include "lib/contract/stages.h"
 #include "lib/metrics/registry.h"
 
 namespace cryo::metrics {
 namespace {
 
+std::vector<const char*> StageNames(bool checkpoint) {
+  std::vector<const char*> out;
+  for (const contract::StageInfo& i : contract::kStages) {
+    if (checkpoint ? i.checkpoint : i.restore) out.push_back(i.name);
+  }
+  return out;
+}
+
 const std::vector<const char*>& StagesOf(const std::string& op) {
-  static const auto* checkpoint =
-      new std::vector<const char*>(std::begin(kCheckpointStages), std::end(kCheckpointStages));
-  static const auto* restore =
-      new std::vector<const char*>(std::begin(kRestoreStages), std::end(kRestoreStages));
+  static const auto* checkpoint = new std::vector<const char*>(StageNames(true));
+  static const auto* restore = new std::vector<const char*>(StageNames(false));
   return op == "checkpoint" ? *checkpoint : *restore;
 }
 

@@ -17,16 +17,11 @@
 
 namespace cryo::metrics {
 
-// Label values. `op`: what cryod does; `stage`: engine::StageName of the stages each op runs
-// (a test checks these against the engine's); `action`: what startup recovery did; `result`: ok
+// Label values. `op`: what cryod does; `stage`: the names of the stages each op runs
+// (contract::kStages); `action`: what startup recovery did; `result`: ok
 // or a status code's name in lower case (kResults has them all).
 inline constexpr const char* kOps[] = {"checkpoint", "restore"};
-inline constexpr const char* kCheckpointStages[] = {
-    "validate", "gpu_host_copy", "gpu_drain",   "gpu_lock",   "gpu_checkpoint", "gpu_save",
-    "dump",     "rootfs",        "gpu_restore", "gpu_refill", "gpu_write",      "dump_write",
-    "checksum", "publish",       "finish",      "export"};
-inline constexpr const char* kRestoreStages[] = {"validate", "verify",      "wait_pids",  "rootfs",
-                                                 "restore",  "gpu_restore", "gpu_refill", "done"};
+// The stages each op reports: lib/contract/stages.h.
 // What the plan at a stop decided (engine, `plan` step): checkpoint (it fits the time left),
 // fall_back (it would not: no checkpoint, the replacement resumes from the newest good one),
 // no_estimate (nothing measured on this node yet), no_fallback (it would not fit, but there is no

@@ -8,14 +8,10 @@
 #include "absl/time/clock.h"
 #include "lib/base/human.h"
 #include "lib/base/log.h"
+#include "lib/contract/stages.h"
 
 namespace cryo::periodic {
 namespace {
-
-// The stages during which a leave-running checkpoint holds its job (CPU frozen, or its GPU
-// memory out of the device): the freeze to the job running again with its memory back.
-constexpr const char* kStallStages[] = {"gpu_drain", "gpu_lock", "gpu_checkpoint", "gpu_save",
-                                        "dump",      "rootfs",   "gpu_restore",    "gpu_refill"};
 
 // Room for a new checkpoint beside the ones kept: its last size and a tenth more.
 uint64_t RoomFor(uint64_t bytes) { return bytes + bytes / 10; }
@@ -87,10 +83,10 @@ void Scheduler::Collect(const std::string& workload, Job& j, absl::Time now) {
       if (r->published_at != absl::InfinitePast()) j.last_end = r->published_at;
       j.newest = CreatedAt(r->manifest);
       j.bytes = r->manifest.TotalBytes();
+      // The stages that hold the job: the freeze to the job running again with its memory back.
       uint64_t stall_ms = 0;
-      for (const char* s : kStallStages) {
-        auto it = r->manifest.stage_ms.find(s);
-        if (it != r->manifest.stage_ms.end()) stall_ms += it->second;
+      for (const auto& [stage, ms] : r->manifest.stage_ms) {
+        if (contract::HoldsJob(stage)) stall_ms += ms;
       }
       if (d_.metrics) d_.metrics->ObservePeriodicStall(stall_ms / 1000.0);
       CRYO_LOG(Info) << "periodic checkpoint " << r->manifest.id << " of " << workload << ": "

@@ -30,14 +30,18 @@ TEST(Metrics, EveryKnownSeriesExistsAtZeroFromTheStart) {
     EXPECT_TRUE(absl::StrContains(text, absl::StrCat("cryo_operation_duration_seconds_bucket{op=\"",
                                                      op, "\",le=\"3600\"} 0")));
   }
-  for (const char* s : kCheckpointStages) {
-    EXPECT_TRUE(absl::StrContains(
-        text, absl::StrCat("cryo_failed_stage_total{op=\"checkpoint\",stage=\"", s, "\"} 0")));
-  }
-  for (const char* s : kRestoreStages) {
-    EXPECT_TRUE(absl::StrContains(
-        text,
-        absl::StrCat("cryo_stage_duration_seconds_count{op=\"restore\",stage=\"", s, "\"} 0")));
+  for (const contract::StageInfo& i : contract::kStages) {
+    EXPECT_EQ(
+        absl::StrContains(text, absl::StrCat("cryo_failed_stage_total{op=\"checkpoint\",stage=\"",
+                                             i.name, "\"} 0")),
+        i.checkpoint)
+        << i.name;
+    EXPECT_EQ(
+        absl::StrContains(text, absl::StrCat("cryo_stage_duration_seconds_count{op=\"restore\","
+                                             "stage=\"",
+                                             i.name, "\"} 0")),
+        i.restore)
+        << i.name;
   }
   for (const char* a : kRecoveryActions) {
     EXPECT_TRUE(absl::StrContains(
@@ -79,14 +83,19 @@ TEST(Metrics, BuildInfoAndProcessMetrics) {
   EXPECT_GT(s.start_time_seconds, 1.7e9);  // after 2023: btime + the start tick, in Unix s
 }
 
-// The stage names the engine reports are the ones declared here (else their series would be
-// born at their first failure, as before).
-TEST(Metrics, StageLabelsAreTheEnginesStageNames) {
-  std::set<std::string> declared(std::begin(kCheckpointStages), std::end(kCheckpointStages));
-  declared.insert(std::begin(kRestoreStages), std::end(kRestoreStages));
-  for (int i = 1; i <= static_cast<int>(engine::Stage::kExport); ++i) {
-    EXPECT_TRUE(declared.count(engine::StageName(static_cast<engine::Stage>(i))))
-        << engine::StageName(static_cast<engine::Stage>(i));
+// Every stage the engine can report is in the one table, once, under a name of its own and
+// with an operation that reports it (else its series would be born at its first failure).
+TEST(Metrics, EveryStageIsInTheTableOnce) {
+  std::set<std::string> names;
+  std::set<int> numbers;
+  for (const contract::StageInfo& i : contract::kStages) {
+    EXPECT_TRUE(names.insert(i.name).second) << i.name;
+    EXPECT_TRUE(numbers.insert(static_cast<int>(i.stage)).second) << i.name;
+    EXPECT_TRUE(i.checkpoint || i.restore) << i.name;
+  }
+  for (int i = 1; i <= static_cast<int>(contract::Stage::kDumpWrite); ++i) {
+    EXPECT_TRUE(numbers.count(i)) << "stage " << i << " has no row";
+    EXPECT_NE(engine::StageName(static_cast<engine::Stage>(i)), "unknown") << i;
   }
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "lib/base/limits.h"
@@ -54,6 +55,18 @@ TEST(ListResponse, AnEntryWithAHugeTreeIsListedWithoutItsPids) {
   EXPECT_EQ(r.checkpoints(0).pids_size(), 1);
   EXPECT_EQ(r.checkpoints(1).pids_size(), 0);
   EXPECT_EQ(r.checkpoints(1).root_pid(), 100);
+}
+
+// The engine's stages go out as cryo.v1.Stage by number: each row of the table is the proto's
+// value of that number, STAGE_ and its name in capitals.
+TEST(StageToProto, EveryStageIsTheProtosValueOfItsNumber) {
+  for (const contract::StageInfo& i : contract::kStages) {
+    EXPECT_EQ(v1::Stage_Name(ToProto(i.stage)),
+              absl::AsciiStrToUpper(absl::StrCat("stage_", i.name)))
+        << i.name;
+  }
+  EXPECT_EQ(static_cast<int>(v1::Stage_MAX), static_cast<int>(contract::Stage::kDumpWrite))
+      << "a stage of the proto has no row in lib/contract/stages.h";
 }
 
 }  // namespace
