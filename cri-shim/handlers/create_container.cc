@@ -30,6 +30,7 @@
 #include "lib/contract/checkpoint_image.h"
 #include "lib/contract/criu_annotations.h"
 #include "lib/contract/cryo_init_protocol.h"
+#include "lib/contract/job.h"
 #include "lib/contract/labels.h"
 #include "lib/cri/verbose_info.h"
 #include "nlohmann/json.hpp"
@@ -154,6 +155,12 @@ class CreateContainerHandler final
           // A restore found it damaged: an older one loses less than starting over.
           CRYO_LOG(Warning) << "pod " << pod_name << ": skipping damaged checkpoint "
                             << ck.checkpoint_id() << " (" << ck.damaged() << ")";
+          continue;
+        }
+        if (!ck.job_uncommitted().empty()) {
+          // A job checkpoint's part restores only with its job checkpoint, once committed.
+          CRYO_LOG(Warning) << "pod " << pod_name << ": skipping checkpoint " << ck.checkpoint_id()
+                            << " (" << ck.job_uncommitted() << ")";
           continue;
         }
         resume_from = ck.checkpoint_id();
@@ -387,6 +394,25 @@ class CreateContainerHandler final
       }
       ann[contract::Key(deps_.annotation_prefix, contract::container::kCheckpointEvery)] =
           absl::StrCat(absl::ToInt64Seconds(*every));
+    }
+    // The job the pod is a member of (issue 37): checked now, so that a bad size fails the
+    // creation rather than the job's first checkpoint.
+    auto job = contract::JobOf(deps_.annotation_prefix, pod_annotations,
+                               {pod.labels().begin(), pod.labels().end()}, pod.metadata().name());
+    if (!job.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pod ", pod_name, ": ", job.status().message()));
+    }
+    if (job->has_value()) {
+      const contract::JobMembership& j = **job;
+      ann[contract::Key(deps_.annotation_prefix, contract::container::kJob)] = j.name;
+      ann[contract::Key(deps_.annotation_prefix, contract::container::kJobMember)] = j.member;
+      ann[contract::Key(deps_.annotation_prefix, contract::container::kJobSource)] =
+          contract::JobSourceName(j.source);
+      if (j.size > 0) {
+        ann[contract::Key(deps_.annotation_prefix, contract::container::kJobSize)] =
+            absl::StrCat(j.size);
+      }
     }
     for (const std::string& key : contract::CriuAnnotationKeys()) {
       auto it = pod_annotations.find(contract::Key(deps_.annotation_prefix, key));

@@ -1858,6 +1858,32 @@ TEST_F(ContainerModeE2e, AForceDeleteIsCheckpointedUnlessThePodAsksForMoreGrace)
       << bad.status();
 }
 
+// Which pods form a job (lib/contract/job.h): decided at the container's creation, kept on its
+// annotations for cryod; a job without a usable size is refused then, not at a checkpoint.
+TEST_F(ContainerModeE2e, AJobsMembershipIsCheckedAtCreationAndKeptOnTheContainer) {
+  auto member = RunPod("node-a", "sum-left",
+                       {{"cryo.dev/checkpoint-on-stop", "true"},
+                        {"cryo.dev/job", "sum"},
+                        {"cryo.dev/job-size", "2"}},
+                       kCounter, /*start=*/false);
+  ASSERT_TRUE(member.ok()) << member.status();
+  auto st = RuntimeStatus("node-a", member->ctr_id);
+  ASSERT_TRUE(st.ok()) << st.status();
+  const auto& ann = st->status().annotations();
+  EXPECT_EQ(ann.at("cryo.dev/job"), "sum");
+  EXPECT_EQ(ann.at("cryo.dev/job-size"), "2");
+  EXPECT_EQ(ann.at("cryo.dev/job-member"), "sum-left") << "a bare pod is a member by its name";
+  EXPECT_EQ(ann.at("cryo.dev/job-source"), "annotation");
+  auto bad = RunPod("node-a", "sum-bad",
+                    {{"cryo.dev/checkpoint-on-stop", "true"},
+                     {"cryo.dev/job", "sum"},
+                     {"cryo.dev/job-size", "two"}},
+                    kCounter, /*start=*/false);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_NE(bad.status().message().find("cryo.dev/job-size"), std::string::npos) << bad.status();
+}
+
 // Periodic checkpoints (docs/operations.md): a pod that asks (the period alone opts it in) is
 // checkpointed in the background every period while it runs on, a whole period between the
 // publish of one and the start of the next, and retention keeps the newest few (3 on these
