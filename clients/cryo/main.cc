@@ -415,8 +415,14 @@ int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
     }
     // A damaged checkpoint stays listed (its space is used) but says it will not restore.
     // Names come from a store other nodes write: never raw control characters on a terminal.
-    rows.push_back({c.damaged().empty() ? c.checkpoint_id() : c.checkpoint_id() + " (DAMAGED)",
-                    human::Printable(c.workload()), human::Printable(c.node_name()),
+    // So does a job checkpoint's part whose job checkpoint is not committed (yet, or ever).
+    std::string id = c.checkpoint_id();
+    if (!c.damaged().empty()) {
+      id += " (DAMAGED)";
+    } else if (!c.job_uncommitted().empty()) {
+      id += " (UNCOMMITTED)";
+    }
+    rows.push_back({id, human::Printable(c.workload()), human::Printable(c.node_name()),
                     human::Printable(c.created_at()),
                     human::SizeCell(c.size_bytes(), c.referenced_bytes()), human::Printable(reason),
                     absl::StrCat(c.root_pid()), human::Printable(c.command())});
@@ -452,6 +458,13 @@ int Inspect(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
             << "size:      " << human::SizeCell(c.size_bytes(), c.referenced_bytes()) << " in "
             << c.file_count() << " files\n"
             << (c.damaged().empty() ? "" : "DAMAGED:   " + human::Printable(c.damaged()) + "\n")
+            << (c.job().empty() ? ""
+                                : "job:       " + human::Printable(c.job()) + ", member " +
+                                      human::Printable(c.job_member()) + " of job checkpoint " +
+                                      human::Printable(c.job_checkpoint()) + "\n")
+            << (c.job_uncommitted().empty()
+                    ? ""
+                    : "UNCOMMITTED: " + human::Printable(c.job_uncommitted()) + "\n")
             << "criu:      " << human::Printable(c.criu_version()) << ", kernel "
             << human::Printable(c.kernel()) << "\n"
             << "stages:    " << human::Printable(Ms(c.stage_ms())) << "\n"

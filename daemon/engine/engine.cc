@@ -410,7 +410,14 @@ absl::StatusOr<CheckpointRecord> Engine::Get(const std::string& id) {
   CRYO_ASSIGN_OR_RETURN(store::Manifest m, d_.store->Get(id));
   CheckpointRecord r{std::move(m), ""};
   if (auto path = d_.store->LocalPath(id); path.ok()) r.store_path = *path;
+  r.job_uncommitted = JobUncommitted(r.manifest);
   return r;
+}
+
+std::string Engine::JobUncommitted(const store::Manifest& m) {
+  if (!m.job) return "";
+  auto jc = store::CommittedJobCheckpointOf(*d_.store, m);
+  return jc.ok() ? "" : std::string(jc.status().message());
 }
 
 absl::StatusOr<std::vector<CheckpointRecord>> Engine::List(const std::string& workload) {
@@ -419,7 +426,8 @@ absl::StatusOr<std::vector<CheckpointRecord>> Engine::List(const std::string& wo
   std::vector<CheckpointRecord> out;
   for (auto& m : all) {
     if (!workload.empty() && m.workload != workload) continue;
-    out.push_back({std::move(m), ""});
+    std::string uncommitted = JobUncommitted(m);
+    out.push_back({std::move(m), "", std::move(uncommitted)});
   }
   return out;
 }

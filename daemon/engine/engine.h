@@ -170,6 +170,8 @@ class Engine {
   absl::StatusOr<ImportedImage> ImportImage(const std::string& image, absl::Time deadline);
 
   absl::StatusOr<CheckpointRecord> Get(const std::string& id);
+  // For a job checkpoint's part, why it is not restorable now; "" when it is (or no part).
+  std::string JobUncommitted(const store::Manifest& m);
   absl::StatusOr<std::vector<CheckpointRecord>> List(const std::string& workload);
   absl::Status Delete(const std::string& id);
   NodeFacts Node();

@@ -31,7 +31,10 @@ std::optional<store::Manifest> Engine::NewestGood(const std::string& workload) {
     return std::nullopt;
   }
   for (auto& m : *all) {  // newest first
-    if (m.workload == workload && m.damaged.empty()) return std::move(m);
+    // A job checkpoint's part counts once its job checkpoint is committed.
+    if (m.workload == workload && m.damaged.empty() && JobUncommitted(m).empty()) {
+      return std::move(m);
+    }
   }
   return std::nullopt;
 }

@@ -146,6 +146,12 @@ absl::Status Engine::ValidateRestore(RestoreState& s) {
         d_.criu->version(),
         ", which may not read its images: restore on a node with CRIU >= ", s.m.criu_version));
   }
+  if (s.m.job) {
+    // A member's part restores only as part of a whole job checkpoint: its record written
+    // (every member durable), this part in it as committed, and signed by a node of ours.
+    CRYO_ASSIGN_OR_RETURN(store::JobCheckpoint jc, store::CommittedJobCheckpointOf(*d_.store, s.m));
+    CRYO_RETURN_IF_ERROR(store::VerifyJobCheckpointSignature(jc, signing_key_));
+  }
   s.claim = std::make_unique<Claim>(this);
   CRYO_RETURN_IF_ERROR(s.claim->Take({}, s.m.id, /*id_is_new=*/false));
   if (container_mode) {

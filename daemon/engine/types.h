@@ -73,6 +73,9 @@ struct RestoreResult {
 struct CheckpointRecord {
   store::Manifest manifest;
   std::string store_path;  // empty in lists
+  // A job checkpoint's part: why it is not restorable now (its job checkpoint not committed,
+  // or committed with another part); empty when it is, and for other checkpoints.
+  std::string job_uncommitted = {};
 };
 
 // A checkpoint image made a checkpoint of the store (Engine::ImportImage).

@@ -1,5 +1,6 @@
 #include "daemon/service/convert.h"
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
 namespace cryo::service {
@@ -73,6 +74,11 @@ v1::CheckpointInfo ToProto(const store::Manifest& m, bool with_files) {
   }
   for (const auto& [k, v] : m.labels) (*i.mutable_labels())[k] = v;
   for (const auto& [k, v] : m.stage_ms) (*i.mutable_stage_ms())[k] = v;
+  if (m.job) {
+    i.set_job(absl::StrCat(m.job->namespace_, "/", m.job->job));
+    i.set_job_checkpoint(m.job->job_checkpoint);
+    i.set_job_member(m.job->member);
+  }
   if (with_files) {
     for (const auto& f : m.files) {
       auto* fi = i.add_files();
@@ -88,6 +94,7 @@ v1::CheckpointInfo ToProto(const store::Manifest& m, bool with_files) {
 v1::CheckpointInfo ToProto(const engine::CheckpointRecord& r, bool with_files) {
   v1::CheckpointInfo i = ToProto(r.manifest, with_files);
   if (!r.store_path.empty()) i.set_store_path(r.store_path);
+  i.set_job_uncommitted(r.job_uncommitted);
   return i;
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -20,8 +21,10 @@
 #include "lib/base/fd.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
+#include "lib/base/io_all.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
+#include "lib/contract/job.h"
 
 namespace cryo::store {
 namespace {
@@ -32,7 +35,13 @@ constexpr char kSep = '+';
 constexpr char kPublishedDir[] = "checkpoints";
 constexpr char kStagingDir[] = ".staging";
 constexpr char kTrashDir[] = ".trash";
-constexpr const char* kLayout[] = {kPublishedDir, kStagingDir, kTrashDir};
+// Job checkpoints' records (store/job_checkpoint.h), one file each.
+constexpr char kJobsDir[] = "jobs";
+constexpr const char* kLayout[] = {kPublishedDir, kStagingDir, kTrashDir, kJobsDir};
+// What every store has had since its first version: a directory holding these is a store.
+constexpr const char* kLayoutV1[] = {kPublishedDir, kStagingDir, kTrashDir};
+// A record being written: "<kJobTempPrefix><node>+<random>", renamed to its name when whole.
+constexpr char kJobTempPrefix[] = ".commit+";
 
 class LocalStore;
 
@@ -90,6 +99,7 @@ class LocalStore final : public CheckpointStore {
   std::string location() const override { return opts_.root; }
   std::string published() const { return fs::Join(opts_.root, kPublishedDir); }
   std::string staging() const { return fs::Join(opts_.root, kStagingDir); }
+  std::string jobs() const { return fs::Join(opts_.root, kJobsDir); }
   bool fsync() const { return opts_.fsync; }
 
   // A directory of the layout, opened below the root without following links: a `.trash` or
@@ -122,7 +132,9 @@ class LocalStore final : public CheckpointStore {
     if (st.st_dev != dev_ || st.st_ino != ino_) {
       const bool same_fs = st.st_dev == dev_;
       bool has_layout = true;
-      for (const char* d : kLayout) has_layout = has_layout && fs::Exists(fs::Join(opts_.root, d));
+      for (const char* d : kLayoutV1) {
+        has_layout = has_layout && fs::Exists(fs::Join(opts_.root, d));
+      }
       if (!same_fs && !has_layout) {
         return absl::UnavailableError(absl::StrCat(
             "checkpoint store ", opts_.root,
@@ -352,6 +364,33 @@ class LocalStore final : public CheckpointStore {
       }
     }
     {
+      // Records half written by a node that died before its rename.
+      CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
+      CRYO_ASSIGN_OR_RETURN(auto recs, fs::ListDirAt(dir.get(), jobs()));
+      for (const auto& e : recs) {
+        if (!absl::StartsWith(e.name, kJobTempPrefix) || age(dir.get(), e.name) < ttl) continue;
+        remove(dir.get(), kJobsDir, e.name);
+      }
+    }
+    {
+      // Parts of job checkpoints that were never committed: once old, the commit is not coming.
+      CRYO_ASSIGN_OR_RETURN(auto all, List());
+      CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kPublishedDir));
+      for (const auto& m : all) {
+        if (!m.job || age(dir.get(), m.id) < ttl) continue;
+        auto jc = GetJobCheckpoint(m.job->namespace_, m.job->job, m.job->job_checkpoint);
+        if (!absl::IsNotFound(jc.status())) continue;
+        CRYO_LOG(Info) << "collecting checkpoint " << m.id << ": member " << m.job->member
+                       << "'s part of job checkpoint " << m.job->job_checkpoint << " of "
+                       << m.job->namespace_ << "/" << m.job->job << ", never committed";
+        if (absl::Status s = Delete(m.id); s.ok()) {
+          ++removed;
+        } else {
+          CRYO_LOG(Warning) << "collecting " << m.id << ": " << s;
+        }
+      }
+    }
+    {
       CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kTrashDir));
       CRYO_ASSIGN_OR_RETURN(auto junk, fs::ListDirAt(dir.get(), fs::Join(opts_.root, kTrashDir)));
       for (const auto& e : junk) remove(dir.get(), kTrashDir, e.name);
@@ -369,7 +408,7 @@ class LocalStore final : public CheckpointStore {
     int good = 0;
     std::set<std::string> doomed;
     for (const auto& m : all) {
-      if (m.workload != workload) continue;
+      if (m.workload != workload || m.job) continue;
       if (good < keep) {
         if (m.damaged.empty()) ++good;
         continue;
@@ -425,7 +464,151 @@ class LocalStore final : public CheckpointStore {
   }
   bool durable() const override { return opts_.fsync; }
 
+  absl::Status CommitJobCheckpoint(const JobCheckpoint& jc) override {
+    CRYO_RETURN_IF_ERROR(CheckJobNames(jc.namespace_, jc.job, jc.id));
+    if (jc.members.empty()) {
+      return absl::InvalidArgumentError("a job checkpoint of no members is none");
+    }
+    CRYO_RETURN_IF_ERROR(Ready());
+    const std::string what =
+        absl::StrCat("job checkpoint '", jc.id, "' of ", jc.namespace_, "/", jc.job);
+    // Every part is in the store as the record names it, before the record exists.
+    for (const auto& mb : jc.members) {
+      auto m = Get(mb.checkpoint_id);
+      if (!m.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": member ", mb.member, "'s part '", mb.checkpoint_id,
+                         "' is not in the store: ", m.status().message()));
+      }
+      if (!m->job || m->job->namespace_ != jc.namespace_ || m->job->job != jc.job ||
+          m->job->job_checkpoint != jc.id || m->job->member != mb.member) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": checkpoint '", mb.checkpoint_id, "' is not member ", mb.member,
+                         "'s part of it (its manifest's job section says otherwise)"));
+      }
+      if (ManifestDigest(*m) != mb.manifest_digest) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(what, ": member ", mb.member, "'s part '", mb.checkpoint_id,
+                         "' is not the one the record names (manifest digest differs)"));
+      }
+    }
+    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
+    const std::string name = JobCheckpointFileName(jc.namespace_, jc.job, jc.id);
+    const std::string temp = absl::StrCat(kJobTempPrefix, node_, "+", RandomHex(6));
+    const std::string text = JobCheckpointToJson(jc);
+    {
+      UniqueFd f(::openat(dir.get(), temp.c_str(),
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+      if (f.get() < 0) return Annotate(ErrnoStatus(errno, fs::Join(jobs(), temp)), what);
+      std::string err;
+      absl::Status w = absl::OkStatus();
+      if (!io::WriteAll(f.get(), {{const_cast<char*>(text.data()), text.size()}}, 0, &err)) {
+        w = absl::UnavailableError(absl::StrCat(fs::Join(jobs(), temp), ": ", err));
+      } else if (opts_.fsync && ::fsync(f.get()) != 0) {
+        w = ErrnoStatus(errno, absl::StrCat("fsync ", fs::Join(jobs(), temp)));
+      }
+      if (!w.ok()) {
+        ::unlinkat(dir.get(), temp.c_str(), 0);
+        return Annotate(w, what);
+      }
+    }
+    // The commit: the record appears whole or not at all, and never over another.
+    if (::renameat2(dir.get(), temp.c_str(), dir.get(), name.c_str(), RENAME_NOREPLACE) != 0) {
+      const int e = errno;
+      ::unlinkat(dir.get(), temp.c_str(), 0);
+      if (e == EEXIST) return absl::AlreadyExistsError(absl::StrCat(what, " already exists"));
+      return Annotate(ErrnoStatus(e, fs::Join(jobs(), name)), what);
+    }
+    if (opts_.fsync && ::fsync(dir.get()) != 0 && errno != EINVAL) {
+      return ErrnoStatus(errno, absl::StrCat("fsync ", jobs()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<JobCheckpoint> GetJobCheckpoint(const std::string& ns, const std::string& job,
+                                                 const std::string& id) override {
+    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job, id));
+    CRYO_RETURN_IF_ERROR(Ready());
+    return ReadJobCheckpoint(JobCheckpointFileName(ns, job, id), ns, job, id);
+  }
+
+  absl::StatusOr<std::vector<JobCheckpoint>> ListJobCheckpoints(const std::string& ns,
+                                                                const std::string& job) override {
+    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job, "x"));
+    CRYO_RETURN_IF_ERROR(Ready());
+    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
+    CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDirAt(dir.get(), jobs()));
+    const std::string prefix = absl::StrCat(ns, "+", job, "+");
+    std::vector<JobCheckpoint> out;
+    for (const auto& e : entries) {
+      if (!absl::StartsWith(e.name, prefix) || !absl::EndsWith(e.name, ".json")) continue;
+      const std::string id =
+          e.name.substr(prefix.size(), e.name.size() - prefix.size() - strlen(".json"));
+      if (!ValidateCheckpointId(id).ok()) continue;
+      auto jc = ReadJobCheckpoint(e.name, ns, job, id);
+      if (jc.ok()) {
+        out.push_back(*std::move(jc));
+      } else if (!absl::IsNotFound(jc.status())) {
+        CRYO_LOG(Warning) << "skipping job checkpoint record " << e.name << ": " << jc.status();
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const JobCheckpoint& a, const JobCheckpoint& b) {
+      if (a.created_at != b.created_at) return a.created_at > b.created_at;
+      return a.id > b.id;
+    });
+    return out;
+  }
+
+  absl::Status DeleteJobCheckpoint(const std::string& ns, const std::string& job,
+                                   const std::string& id) override {
+    CRYO_ASSIGN_OR_RETURN(JobCheckpoint jc, GetJobCheckpoint(ns, job, id));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
+    CRYO_ASSIGN_OR_RETURN(UniqueFd trash, Open(kTrashDir));
+    const std::string name = JobCheckpointFileName(ns, job, id);
+    const std::string gone = absl::StrCat(name, std::string(1, kSep), RandomHex(6));
+    if (::renameat2(dir.get(), name.c_str(), trash.get(), gone.c_str(), RENAME_NOREPLACE) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("move ", fs::Join(jobs(), name), " to the trash"));
+    }
+    (void)::unlinkat(trash.get(), gone.c_str(), 0);
+    for (const auto& m : jc.members) {
+      absl::Status s = Delete(m.checkpoint_id);
+      if (!s.ok() && !absl::IsNotFound(s)) return s;
+    }
+    return absl::OkStatus();
+  }
+
  private:
+  static absl::Status CheckJobNames(const std::string& ns, const std::string& job,
+                                    const std::string& id) {
+    if (!contract::IsKubernetesName(ns) || !contract::IsKubernetesName(job)) {
+      return absl::InvalidArgumentError(absl::StrCat("job '", ns.substr(0, 64), "/",
+                                                     job.substr(0, 64), "': not Kubernetes names"));
+    }
+    return ValidateCheckpointId(id);
+  }
+
+  // Read below the store's root, following no link; a record for another job or id than its
+  // name says is refused.
+  absl::StatusOr<JobCheckpoint> ReadJobCheckpoint(const std::string& name, const std::string& ns,
+                                                  const std::string& job, const std::string& id) {
+    const std::string what = absl::StrCat("job checkpoint '", id, "' of ", ns, "/", job);
+    auto text =
+        fs::ReadRegularBeneath(opts_.root, fs::Join(kJobsDir, name), kMaxJobCheckpointBytes);
+    if (!text.ok()) {
+      if (absl::IsNotFound(text.status())) {
+        return absl::NotFoundError(absl::StrCat("no ", what, " in ", opts_.root));
+      }
+      return Annotate(text.status(), what);
+    }
+    auto jc = ParseJobCheckpoint(*text);
+    if (!jc.ok()) return Annotate(jc.status(), what);
+    if (jc->namespace_ != ns || jc->job != job || jc->id != id) {
+      return absl::DataLossError(absl::StrCat("record ", name, " holds job checkpoint '", jc->id,
+                                              "' of ", jc->namespace_, "/", jc->job));
+    }
+    return jc;
+  }
+
   // Parsed manifests, by checkpoint id, with the identity of the file they were read from: a
   // published manifest does not change, and List (which every plan at a stop, every periodic
   // checkpoint's write and every `cryo list` runs) then costs an open and an fstat per

@@ -10,6 +10,7 @@
 #include "lib/base/json.h"
 #include "lib/base/limits.h"
 #include "lib/base/status.h"
+#include "lib/contract/job.h"
 
 namespace cryo::store {
 namespace {
@@ -45,6 +46,24 @@ absl::StatusOr<ContainerSection> ContainerFromJson(const nlohmann::json& j) {
   CRYO_RETURN_IF_ERROR(f.Str("rootfs_diff", &c.rootfs_diff));
   CRYO_RETURN_IF_ERROR(f.Str("deleted_files", &c.deleted_files));
   return c;
+}
+
+absl::StatusOr<JobPart> JobPartFromJson(const nlohmann::json& j) {
+  json::Fields f(j, "job");
+  JobPart p;
+  CRYO_RETURN_IF_ERROR(f.Str("namespace", &p.namespace_, true));
+  CRYO_RETURN_IF_ERROR(f.Str("job", &p.job, true));
+  CRYO_RETURN_IF_ERROR(f.Str("job_checkpoint", &p.job_checkpoint, true));
+  CRYO_RETURN_IF_ERROR(f.Str("member", &p.member, true));
+  // They name the job checkpoint's record in the store: names it can hold, nothing else.
+  if (!contract::IsKubernetesName(p.namespace_) || !contract::IsKubernetesName(p.job) ||
+      !contract::IsKubernetesName(p.member)) {
+    return absl::InvalidArgumentError("section 'job' holds a name that is not a Kubernetes name");
+  }
+  if (absl::Status s = ValidateCheckpointId(p.job_checkpoint); !s.ok()) {
+    return Annotate(s, "section 'job'");
+  }
+  return p;
 }
 
 bool IsDigestHex(const std::string& s) {
@@ -226,6 +245,10 @@ absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
   if (!creds.is_null()) {
     CRYO_ASSIGN_OR_RETURN(m.credentials, criu::CeilingFromJson(creds));
   }
+  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* job, f.Object("job"));
+  if (job != nullptr) {
+    CRYO_ASSIGN_OR_RETURN(m.job, JobPartFromJson(*job));
+  }
   CRYO_RETURN_IF_ERROR(f.Str("signature", &m.signature));
   if (m.signature.size() > 256) return absl::InvalidArgumentError("field 'signature' too long");
   if (m.root_pid <= 0) return absl::InvalidArgumentError("manifest has no root pid");
@@ -332,6 +355,12 @@ std::string ManifestToJson(const Manifest& m) {
   j["gpu_fastpath"] = m.gpu_fastpath.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_fastpath);
   j["container"] = m.container ? ContainerToJson(*m.container) : nlohmann::json();
   if (m.credentials) j["credentials"] = criu::CeilingToJson(*m.credentials);
+  if (m.job) {
+    j["job"] = {{"namespace", m.job->namespace_},
+                {"job", m.job->job},
+                {"job_checkpoint", m.job->job_checkpoint},
+                {"member", m.job->member}};
+  }
   if (!m.signature.empty()) j["signature"] = m.signature;
   // Replace invalid UTF-8 (a command name is bytes) rather than throw.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -77,6 +77,15 @@ struct ContainerSection {
   std::string deleted_files;
 };
 
+// A checkpoint that is one member's part of a job checkpoint (store/job_checkpoint.h): it is
+// restored only as part of that job checkpoint, once committed, and collected when never.
+struct JobPart {
+  std::string namespace_;
+  std::string job;
+  std::string job_checkpoint;  // the job checkpoint's id
+  std::string member;
+};
+
 struct Manifest {
   std::string id;
   std::string workload;
@@ -110,6 +119,7 @@ struct Manifest {
   // The most the job's threads held when it was checkpointed (read from /proc by the node that
   // took it): a process-mode restore runs nothing above it. Absent in older manifests.
   std::optional<criu::CredentialCeiling> credentials;
+  std::optional<JobPart> job;  // a job checkpoint's part only
   // "hmac-sha256:<hex>" over everything above (store/signature.h); empty: unsigned.
   std::string signature;
   // Store state, not in manifest.json: why a restore refused the checkpoint (empty: none did).

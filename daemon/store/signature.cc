@@ -76,16 +76,27 @@ absl::StatusOr<std::string> LoadOrCreateSigningKey(const std::string& path) {
   return key;
 }
 
-std::string SignManifest(const Manifest& m, const std::string& key) {
-  Manifest unsigned_m = m;
-  unsigned_m.signature.clear();
-  const std::string body = ManifestToJson(unsigned_m);
+namespace {
+
+std::string Hmac(const std::string& body, const std::string& key) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(body.data()), body.size(), mac, &len);
   return absl::StrCat(kSignaturePrefix,
                       absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(mac), len)));
+}
+
+bool SameSignature(const std::string& got, const std::string& want) {
+  return got.size() == want.size() && CRYPTO_memcmp(got.data(), want.data(), want.size()) == 0;
+}
+
+}  // namespace
+
+std::string SignManifest(const Manifest& m, const std::string& key) {
+  Manifest unsigned_m = m;
+  unsigned_m.signature.clear();
+  return Hmac(ManifestToJson(unsigned_m), key);
 }
 
 absl::Status VerifyManifestSignature(const Manifest& m, const std::string& key) {
@@ -96,13 +107,34 @@ absl::Status VerifyManifestSignature(const Manifest& m, const std::string& key) 
                      "that signs its manifests, so nothing bounds what its images would restore"));
   }
   const std::string want = SignManifest(m, key);
-  if (m.signature.size() != want.size() ||
-      CRYPTO_memcmp(m.signature.data(), want.data(), want.size()) != 0) {
+  if (!SameSignature(m.signature, want)) {
     return absl::PermissionDeniedError(absl::StrCat(
         "checkpoint '", m.id,
         "': its signature (field signature) does not match: the manifest "
         "or its images were changed after the checkpoint, or it was signed with another key "
         "(config signing_key_file; nodes that restore each other's checkpoints share one)"));
+  }
+  return absl::OkStatus();
+}
+
+std::string SignJobCheckpoint(const JobCheckpoint& jc, const std::string& key) {
+  JobCheckpoint unsigned_jc = jc;
+  unsigned_jc.signature.clear();
+  return Hmac(JobCheckpointToJson(unsigned_jc), key);
+}
+
+absl::Status VerifyJobCheckpointSignature(const JobCheckpoint& jc, const std::string& key) {
+  const std::string what =
+      absl::StrCat("job checkpoint '", jc.id, "' of ", jc.namespace_, "/", jc.job);
+  if (jc.signature.empty()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " is not signed: it was not committed by a cryod that signs"));
+  }
+  if (!SameSignature(jc.signature, SignJobCheckpoint(jc, key))) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what,
+                     ": its signature does not match: the record was changed after the commit, or "
+                     "signed with another key (config signing_key_file)"));
   }
   return absl::OkStatus();
 }

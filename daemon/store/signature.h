@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "daemon/store/job_checkpoint.h"
 #include "daemon/store/manifest.h"
 
 namespace cryo::store {
@@ -26,5 +27,10 @@ std::string SignManifest(const Manifest& m, const std::string& key);
 // OK when m.signature is SignManifest(m, key); PERMISSION_DENIED otherwise (unsigned, another
 // key, or changed since), saying which.
 absl::Status VerifyManifestSignature(const Manifest& m, const std::string& key);
+
+// The same for a job checkpoint's record: whoever can write the store cannot make a set of
+// parts into a job checkpoint, nor swap one part for another of the same job.
+std::string SignJobCheckpoint(const JobCheckpoint& jc, const std::string& key);
+absl::Status VerifyJobCheckpointSignature(const JobCheckpoint& jc, const std::string& key);
 
 }  // namespace cryo::store

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/store/job_checkpoint.h"
 #include "daemon/store/manifest.h"
 
 namespace cryo::store {
@@ -48,13 +49,15 @@ class CheckpointStore {
   // Local directory with the checkpoint's files, for verification and CRIU restore.
   virtual absl::StatusOr<std::string> LocalPath(const std::string& id) = 0;
   // Removes other nodes' staging directories older than `ttl` (a node that died mid-checkpoint),
-  // published directories that never got a manifest (once older than `ttl`) and the trash;
+  // published directories that never got a manifest (once older than `ttl`), job checkpoints'
+  // parts whose record was never written (once older than `ttl`) and the trash;
   // with `own_stages`, every staging directory of this node too (only safe when this node runs
   // no checkpoint: cryod's start), except the staging directories in `keep` (paths; a recovery
   // still needs them). Returns how many directories went.
   virtual absl::StatusOr<int> CollectIncomplete(absl::Duration ttl, bool own_stages,
                                                 const std::set<std::string>& keep = {}) = 0;
   // Deletes all but the newest `keep` good checkpoints of `workload` (damaged ones do not count;
+  // a job checkpoint's parts neither count nor go: they go with their job checkpoint;
   // one newer than the last kept stays, for inspection), except those in `in_use` (a restore
   // reads them; a later pass takes them) and those a checkpoint that stays refers to
   // (Manifest::References, however many steps away); returns the deleted ids.
@@ -73,7 +76,31 @@ class CheckpointStore {
   virtual absl::Status RemoveStagingDir(const std::string& path) = 0;
   // Whether Publish makes images durable (fsync), so writers may start writeback early.
   virtual bool durable() const { return false; }
+
+  // Job checkpoints (store/job_checkpoint.h), kept beside the checkpoints that are their parts.
+  // Writes the record, last and atomically: from then on the job checkpoint exists. Each
+  // member's part must be published, be that member's part of this job checkpoint
+  // (Manifest::job) and have the digest the record names: FAILED_PRECONDITION naming the member
+  // otherwise. ALREADY_EXISTS when the job has a record of this id.
+  virtual absl::Status CommitJobCheckpoint(const JobCheckpoint& jc) = 0;
+  // NOT_FOUND when the job has no record of this id (never committed, or deleted).
+  virtual absl::StatusOr<JobCheckpoint> GetJobCheckpoint(const std::string& ns,
+                                                         const std::string& job,
+                                                         const std::string& id) = 0;
+  // The job's records, newest first; unreadable ones are skipped with a warning.
+  virtual absl::StatusOr<std::vector<JobCheckpoint>> ListJobCheckpoints(const std::string& ns,
+                                                                        const std::string& job) = 0;
+  // The record first (the job checkpoint is gone at once), then its parts.
+  virtual absl::Status DeleteJobCheckpoint(const std::string& ns, const std::string& job,
+                                           const std::string& id) = 0;
 };
+
+// The committed job checkpoint that `part` belongs to, with `part` in it as committed: its
+// record exists, names this checkpoint for its member, and with the digest of this manifest.
+// FAILED_PRECONDITION otherwise, saying that a part is never restored alone. `part` must be a
+// job checkpoint's part (Manifest::job).
+absl::StatusOr<JobCheckpoint> CommittedJobCheckpointOf(CheckpointStore& store,
+                                                       const Manifest& part);
 
 struct LocalStoreOptions {
   std::string root;

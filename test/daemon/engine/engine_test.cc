@@ -83,6 +83,22 @@ class FailingPublishStore : public store::CheckpointStore {
     return inner_->RemoveStagingDir(p);
   }
   absl::StatusOr<uint64_t> FreeBytes() override { return inner_->FreeBytes(); }
+  absl::Status CommitJobCheckpoint(const store::JobCheckpoint& jc) override {
+    return inner_->CommitJobCheckpoint(jc);
+  }
+  absl::StatusOr<store::JobCheckpoint> GetJobCheckpoint(const std::string& ns,
+                                                        const std::string& job,
+                                                        const std::string& id) override {
+    return inner_->GetJobCheckpoint(ns, job, id);
+  }
+  absl::StatusOr<std::vector<store::JobCheckpoint>> ListJobCheckpoints(
+      const std::string& ns, const std::string& job) override {
+    return inner_->ListJobCheckpoints(ns, job);
+  }
+  absl::Status DeleteJobCheckpoint(const std::string& ns, const std::string& job,
+                                   const std::string& id) override {
+    return inner_->DeleteJobCheckpoint(ns, job, id);
+  }
 
  private:
   store::CheckpointStore* inner_;
@@ -1000,6 +1016,58 @@ TEST_F(EngineTest, AnotherNodesKeyDoesNotVerify) {
   c.signing_key = std::string(32, 'b');
   Engine other(c, EngineDeps{store_.get(), &criu_, &gpu_, journal_.get(), &metrics_, &proc_});
   ExpectRefused(other, "c1", "signed with another key");
+}
+
+// A job checkpoint's part (issue 37) is restored only as part of its job checkpoint: not before
+// the record is written, not when the record is not one this node's key signed, and it is listed
+// as uncommitted until then.
+TEST_F(EngineTest, AJobCheckpointsPartIsRestoredOnlyOnceCommitted) {
+  Child job;
+  CheckpointAndReap(job, "c1");
+  // Made member "left"'s part of job checkpoint j1 of ml/sum, as a job checkpoint writes it.
+  const std::string key(32, 'k');
+  store::Manifest m = *store_->Get("c1");
+  m.job = store::JobPart{"ml", "sum", "j1", "left"};
+  m.signature = store::SignManifest(m, key);
+  ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/c1/manifest.json",
+                                  store::ManifestToJson(m))
+                  .ok());
+  auto listed = engine_->List("");
+  ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+  EXPECT_NE((*listed)[0].job_uncommitted.find("never committed"), std::string::npos)
+      << (*listed)[0].job_uncommitted;
+  EXPECT_FALSE(engine_->NewestGood(m.workload)) << "an uncommitted part is no checkpoint to use";
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
+  auto res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();
+  EXPECT_NE(res.status().message().find("never restored alone"), std::string::npos);
+  EXPECT_EQ(criu_.restores, 0);
+
+  store::JobCheckpoint jc;
+  jc.id = "j1";
+  jc.namespace_ = "ml";
+  jc.job = "sum";
+  jc.created_at = m.created_at;
+  jc.members = {{"left", "c1", "node-a", store::ManifestDigest(m)}};
+  jc.signature = store::SignJobCheckpoint(jc, key);
+  ASSERT_TRUE(store_->CommitJobCheckpoint(jc).ok());
+  listed = engine_->List("");
+  ASSERT_TRUE(listed.ok() && listed->size() == 1u);
+  EXPECT_EQ((*listed)[0].job_uncommitted, "");
+  res = engine_->Restore(r, op_);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(criu_.restores, 1);
+  // A record rewritten by whoever can write the store (unsigned, or signed by nobody of ours).
+  jc.signature.clear();
+  ASSERT_TRUE(
+      fs::WriteFileAtomic(dir_.path + "/store/jobs/ml+sum+j1.json", store::JobCheckpointToJson(jc))
+          .ok());
+  res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kPermissionDenied) << res.status();
+  EXPECT_EQ(criu_.restores, 1);
+  ASSERT_TRUE(store_->DeleteJobCheckpoint("ml", "sum", "j1").ok());
+  ASSERT_EQ(store_->Get("c1").status().code(), absl::StatusCode::kNotFound) << "parts go too";
 }
 
 // Each step of a checkpoint failing in turn, before it ran and after it ran, for a preemption
