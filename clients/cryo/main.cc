@@ -62,6 +62,16 @@ Commands:
       --pid-wait D         wait this long for the pids to be free (default: node setting)
       --gpu-map OLD=NEW    map a checkpointed GPU UUID onto one of this node's (repeatable)
       --detach             print the operation id and leave it running
+  checkpoint-job --job NS/NAME MEMBER=PID...
+                   checkpoint every member of a job at one cut; the job checkpoint exists
+                   once all parts are published and its record is committed
+      --id ID              job checkpoint id (each part: ID.MEMBER)
+      --leave-running      keep every member running afterwards
+      --tcp-established    include established TCP connections (between the members too)
+      --cut-timeout D      how long a member dumped first waits for the others (default 2m)
+  restore-job --job NS/NAME ID
+                   restore every member of a committed job checkpoint on this node together
+      --pid-wait D         wait this long for the pids to be free (default: node setting)
   list             list checkpoints, newest first    [--workload NAME]
   inspect ID       show a checkpoint's manifest and files
   rm ID...         delete checkpoints
@@ -330,6 +340,114 @@ int Restore(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
   return 0;
 }
 
+// "NS/NAME" into the request's namespace and job.
+bool SplitJob(const std::string& job, std::string* ns, std::string* name) {
+  const size_t slash = job.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == job.size()) return false;
+  *ns = job.substr(0, slash);
+  *name = job.substr(slash + 1);
+  return true;
+}
+
+void PrintJobCheckpointed(const Global& g, const v1::JobCheckpointInfo& j) {
+  if (g.json) {
+    std::cout << ToJson(j) << "\n";
+    return;
+  }
+  std::cout << "job checkpoint " << j.job_checkpoint_id() << " of " << j.namespace_() << "/"
+            << j.job() << ": " << j.parts_size() << " members at one cut (" << Ms(j.cut_ms())
+            << "), committed\n";
+  for (const auto& p : j.parts()) {
+    std::cout << "  " << p.job_member() << ": " << p.checkpoint_id() << ", "
+              << human::Bytes(p.size_bytes()) << ", pid " << p.root_pid() << "\n";
+  }
+}
+
+int CheckpointJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+  v1::CheckpointJobRequest req;
+  std::string job, id;
+  bool leave_running = false, tcp = false;
+  absl::Duration cut = absl::ZeroDuration();
+  flags::FlagSet fs;
+  fs.String("job", &job, "the job", "NS/NAME");
+  fs.String("id", &id, "job checkpoint id", "ID");
+  fs.Bool("leave-running", &leave_running, "keep every member running afterwards");
+  fs.Bool("tcp-established", &tcp, "include established TCP connections");
+  fs.Duration("cut-timeout", &cut, "how long a member dumped first waits for the others");
+  std::vector<std::string> pos;
+  int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  std::string ns, name;
+  if (!SplitJob(job, &ns, &name)) return Usage("checkpoint-job needs --job NS/NAME");
+  if (pos.empty()) return Usage("checkpoint-job takes MEMBER=PID for each member");
+  req.set_namespace_(ns);
+  req.set_job(name);
+  req.set_job_checkpoint_id(id);
+  uint32_t ms = 0;
+  if (absl::Status s = ToMs(cut, "cut-timeout", &ms); !s.ok()) {
+    return Usage(std::string(s.message()));
+  }
+  req.set_cut_timeout_ms(ms);
+  for (const std::string& m : pos) {
+    const size_t eq = m.find('=');
+    int pid = 0;
+    if (eq == std::string::npos || !absl::SimpleAtoi(m.substr(eq + 1), &pid) || pid <= 0) {
+      return Usage(absl::StrCat("'", m, "' is not MEMBER=PID"));
+    }
+    v1::JobMember* jm = req.add_members();
+    jm->set_member(m.substr(0, eq));
+    jm->mutable_checkpoint()->set_pid(pid);
+    jm->mutable_checkpoint()->set_leave_running(leave_running);
+    jm->mutable_checkpoint()->set_workload(absl::StrCat(ns, ".", name, ".", m.substr(0, eq)));
+    if (fs.Given("tcp-established"))
+      jm->mutable_checkpoint()->mutable_criu()->set_tcp_established(tcp);
+  }
+  grpc::ClientContext ctx;
+  auto reader = stub.CheckpointJob(&ctx, req);
+  v1::OperationEvent last;
+  grpc::Status s = Follow(g, reader.get(), &last);
+  if (!s.ok()) return Fail(g, "checkpoint-job", s);
+  PrintJobCheckpointed(g, last.job_checkpoint());
+  return 0;
+}
+
+int RestoreJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+  v1::RestoreJobRequest req;
+  std::string job;
+  absl::Duration pid_wait = absl::ZeroDuration();
+  flags::FlagSet fs;
+  fs.String("job", &job, "the job", "NS/NAME");
+  fs.Duration("pid-wait", &pid_wait, "wait this long for the pids to be free");
+  std::vector<std::string> pos;
+  int rc = 0;
+  if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
+  std::string ns, name;
+  if (!SplitJob(job, &ns, &name)) return Usage("restore-job needs --job NS/NAME");
+  if (pos.size() != 1) return Usage("restore-job takes one job checkpoint ID");
+  req.set_namespace_(ns);
+  req.set_job(name);
+  req.set_job_checkpoint_id(pos[0]);
+  uint32_t ms = 0;
+  if (absl::Status s = ToMs(pid_wait, "pid-wait", &ms); !s.ok()) {
+    return Usage(std::string(s.message()));
+  }
+  req.set_pid_wait_timeout_ms(ms);
+  grpc::ClientContext ctx;
+  auto reader = stub.RestoreJob(&ctx, req);
+  v1::OperationEvent last;
+  grpc::Status s = Follow(g, reader.get(), &last);
+  if (!s.ok()) return Fail(g, "restore-job", s);
+  if (g.json) {
+    std::cout << ToJson(last.job_restored()) << "\n";
+    return 0;
+  }
+  for (const auto& [member, r] : last.job_restored().members()) {
+    std::cout << "restored " << member << " (" << r.checkpoint_id() << ") as pid " << r.root_pid()
+              << "\n";
+  }
+  return 0;
+}
+
 int Cancel(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
   std::string reason;
   flags::FlagSet fs;
@@ -374,6 +492,8 @@ int Watch(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv)
     PrintCheckpointed(g, last.checkpoint());
   } else if (last.has_restored()) {
     PrintRestored(g, last.restored());
+  } else if (last.has_job_checkpoint()) {
+    PrintJobCheckpointed(g, last.job_checkpoint());
   } else if (g.json) {
     std::cout << ToJson(last) << "\n";
   } else {
@@ -592,6 +712,8 @@ int main(int argc, char** argv) {
   auto stub = cryo::v1::Cryo::NewStub(channel);
   if (cmd == "checkpoint") return Checkpoint(g, *stub, rest);
   if (cmd == "restore") return Restore(g, *stub, rest);
+  if (cmd == "checkpoint-job") return CheckpointJob(g, *stub, rest);
+  if (cmd == "restore-job") return RestoreJob(g, *stub, rest);
   if (cmd == "list" || cmd == "ls") return List(g, *stub, rest);
   if (cmd == "inspect") return Inspect(g, *stub, rest);
   if (cmd == "rm" || cmd == "delete") return Remove(g, *stub, rest);

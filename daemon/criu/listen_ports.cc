@@ -32,6 +32,7 @@ namespace cryo::criu {
 namespace {
 
 constexpr uint32_t kInetSk = 4;  // fd_types INETSK
+constexpr uint32_t kTcpEstablished = 1;
 constexpr uint32_t kTcpListen = 10;
 constexpr uint64_t kMaxFilesImage = 64 << 20;
 
@@ -235,6 +236,43 @@ absl::StatusOr<std::vector<Listener>> ReadImageListeners(const std::string& imag
     if (seen.insert({l.family, l.addr, l.port}).second) out.push_back(l);
   }
   return out;
+}
+
+absl::StatusOr<std::vector<Connection>> ReadImageConnections(const std::string& images_dir) {
+  auto entries = ReadImageEntries(images_dir, "files.img", kFilesMagic, true, kMaxFilesImage);
+  if (absl::IsNotFound(entries.status())) return std::vector<Connection>{};
+  CRYO_RETURN_IF_ERROR(entries.status());
+  std::set<Connection> out;
+  for (const auto& raw : *entries) {
+    ::criu::file_entry fe;
+    if (!fe.ParseFromString(raw)) {
+      return absl::InvalidArgumentError("CRIU image files.img: an entry does not parse");
+    }
+    if (fe.type() != kInetSk || !fe.has_isk()) continue;
+    const auto& sk = fe.isk();
+    if (sk.type() != SOCK_STREAM || sk.proto() != IPPROTO_TCP || sk.state() != kTcpEstablished) {
+      continue;
+    }
+    Connection c;
+    c.family = static_cast<int>(sk.family());
+    if ((c.family != AF_INET && c.family != AF_INET6) || sk.src_port() > 0xffff ||
+        sk.dst_port() > 0xffff || sk.src_addr_size() > 4 || sk.dst_addr_size() > 4) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CRIU image files.img: TCP connection ", sk.id(), " has a bad address"));
+    }
+    c.sport = static_cast<uint16_t>(sk.src_port());
+    c.dport = static_cast<uint16_t>(sk.dst_port());
+    for (int i = 0; i < sk.src_addr_size(); ++i) {
+      const uint32_t w = sk.src_addr(i);
+      std::memcpy(c.src.data() + 4 * i, &w, 4);
+    }
+    for (int i = 0; i < sk.dst_addr_size(); ++i) {
+      const uint32_t w = sk.dst_addr(i);
+      std::memcpy(c.dst.data() + 4 * i, &w, 4);
+    }
+    out.insert(c);
+  }
+  return std::vector<Connection>(out.begin(), out.end());
 }
 
 absl::Status WriteImageListeners(const std::string& images_dir,

@@ -34,6 +34,18 @@ struct Listener {
   std::string Address() const;  // "127.0.0.1:54673", "[::]:29562"
 };
 
+// An established TCP connection of a checkpointed job, as its images will restore it.
+struct Connection {
+  int family = 0;  // AF_INET or AF_INET6
+  std::array<uint8_t, 16> src{}, dst{};
+  uint16_t sport = 0, dport = 0;
+  auto operator<=>(const Connection&) const = default;
+};
+
+// The established TCP connections in the images in `images_dir` (files.img, those dumped with
+// --tcp-established). Empty when the job had none.
+absl::StatusOr<std::vector<Connection>> ReadImageConnections(const std::string& images_dir);
+
 // The TCP listeners in the images in `images_dir` (files.img), each port once per address.
 // Empty when the job had none; INVALID_ARGUMENT for an image that does not parse.
 absl::StatusOr<std::vector<Listener>> ReadImageListeners(const std::string& images_dir);

@@ -14,6 +14,7 @@
 #include "daemon/criu/network_lock.h"
 #include "daemon/criu/resources.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/job_cut.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/step_hooks.h"
 #include "daemon/engine/validate.h"
@@ -27,6 +28,16 @@
 #include "lib/contract/gpu_fastpath_messages.h"
 
 namespace cryo::engine {
+
+namespace {
+
+std::vector<pid_t> PidsOf(const std::vector<journal::Task>& tasks) {
+  std::vector<pid_t> out;
+  for (const auto& t : tasks) out.push_back(t.pid);
+  return out;
+}
+
+}  // namespace
 
 Transaction<CheckpointState> Engine::CheckpointSteps() {
   using S = CheckpointState;
@@ -94,9 +105,14 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
       step("credentials", Stage::kUnspecified, run(&Engine::CheckDumpRestorable)),
       step("rootfs", Stage::kRootfs, run(&Engine::SaveRootfs), nullptr,
            [](const S& s) { return s.ctr.has_value(); }),
-      // A container asked to run on goes on as soon as its files are saved too.
+      // A job checkpoint's part: every member is dumped before any runs on or is published
+      // (job_cut.h); one that fails or gives up fails them all, and each is rolled back.
+      step("job_cut", Stage::kUnspecified, run(&Engine::MeetJobCut), nullptr,
+           [](const S& s) { return s.req.job_cut != nullptr; }),
+      // A container (or a job's member) asked to run on goes on as soon as its files are saved
+      // too (and the cut is reached).
       step("resume_early", Stage::kUnspecified, run(&Engine::ResumeEarly), nullptr,
-           [](const S& s) { return s.ctr.has_value() && s.req.leave_running; }),
+           [](const S& s) { return s.left_stopped && s.req.leave_running; }),
       step("gpu_resume", Stage::kGpuRestore, run(&Engine::ResumeGpus), nullptr,
            [](const S& s) { return s.req.leave_running && !s.gpu.empty(); }),
       // A leave-running checkpoint: the job goes on with its memory back on the GPU.
@@ -405,8 +421,9 @@ absl::Status Engine::Dump(CheckpointState& s) {
     dopt.images_dir = images;
     dopt.work_dir = s.op_dir;
     // A container's job stays stopped until its writable layer is saved too, so that files
-    // and memory are of the same moment; it is resumed after that when asked.
-    dopt.leave_running = s.req.leave_running && !s.ctr;
+    // and memory are of the same moment; it is resumed after that when asked. So does a job
+    // checkpoint's member, until every member is dumped.
+    dopt.leave_running = s.req.leave_running && !s.ctr && !s.req.job_cut;
     if (s.ctr) dopt.in_container = criu::InContainer{s.ctr->init_pid, cfg_.nsexec_path, {}};
     CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.gpu, &s.job, &dopt.extra_args, &dopt.env));
     dopt.job = s.job;
@@ -463,6 +480,7 @@ void Engine::UndoDump(const journal::Entry& e, CheckpointLive* live) {
   if (e.tcp_established) {
     criu::RemoveNetworkLock(fs::Join(OpDir(e.op_id), "dump.log"), e.container_init_pid,
                             cfg_.nsexec_path);
+    criu::LeaveTcpRepair(PidsOf(jobs_.WithDescendants(e.tasks)));
   }
   // The GPU state is rolled back here, not only in gpu_lock's undo (which runs after this
   // one), and after the job runs again: the driver restores a process only while it runs (see
@@ -508,9 +526,18 @@ absl::Status Engine::SaveRootfs(CheckpointState& s) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::MeetJobCut(CheckpointState& s) {
+  hooks_.At("before-job-cut");
+  const absl::Time deadline = std::min(s.req.deadline, absl::Now() + s.req.job_cut_timeout);
+  return s.req.job_cut->Arrive(s.req.job_part->member, deadline,
+                               [op = s.op] { return op->cancelled(); });
+}
+
 absl::Status Engine::ResumeEarly(CheckpointState& s) {
   if (s.job.tcp_established) {
-    criu::RemoveNetworkLock(fs::Join(s.op_dir, "dump.log"), s.ctr->init_pid, cfg_.nsexec_path);
+    criu::RemoveNetworkLock(fs::Join(s.op_dir, "dump.log"), s.ctr ? s.ctr->init_pid : 0,
+                            cfg_.nsexec_path);
+    criu::LeaveTcpRepair(PidsOf(s.je.tasks));
   }
   if (s.gpu.empty()) jobs_.Resume(s.je.tasks);
   return absl::OkStatus();
@@ -522,7 +549,7 @@ absl::Status Engine::ResumeGpus(CheckpointState& s) {
   // run before the driver restores it: the driver's restore of a stopped process never
   // returned (H200, driver 580, kubelet's CheckpointContainer of a GPU pod). Until the unlock
   // its CUDA calls wait, as in process mode, where CRIU resumes the job first.
-  if (s.ctr) jobs_.Resume(s.je.tasks);
+  if (s.left_stopped) jobs_.Resume(s.je.tasks);
   CRYO_RETURN_IF_ERROR(d_.gpu->Restore(s.gpu, {}));
   CRYO_RETURN_IF_ERROR(d_.gpu->Unlock(s.gpu));
   s.live.gpu_back = true;
@@ -548,6 +575,7 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
   m.leave_running = s.req.leave_running;
   m.options = s.job;
   m.labels = s.req.labels;
+  m.job = s.req.job_part;
   m.checksum_algorithm = kChecksumAlgorithm;
   for (const auto& [rel, dg] : s.digests) {
     m.files.push_back({absl::StrCat(store::kImagesDir, "/", rel), dg.size, dg.checksum});

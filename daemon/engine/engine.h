@@ -161,6 +161,14 @@ class Engine {
   void RecoverInBackground();
 
   absl::StatusOr<CheckpointResult> Checkpoint(const CheckpointRequest& req, Operation& op);
+  // A job checkpoint (issue 37): every member's part checkpointed at one cut on its own thread
+  // (each as Checkpoint does, rolled back alone on failure), then the record committed.
+  // Members that fail before the cut fail the whole job checkpoint and every member runs on
+  // (or, for a stop, is left to its stop); a failure after it leaves parts that never commit
+  // and are collected.
+  absl::StatusOr<JobCheckpointResult> CheckpointJob(const JobCheckpointRequest& req, Operation& op);
+  // A committed job checkpoint restored on this node, all members together (process mode).
+  absl::StatusOr<JobRestoreResult> RestoreJob(const JobRestoreRequest& req, Operation& op);
   absl::StatusOr<RestoreResult> Restore(const RestoreRequest& req, Operation& op);
 
   // Makes checkpoint image `image` (a cryo kubelet archive as an OCI image, in the node's
@@ -211,6 +219,7 @@ class Engine {
   absl::Status CheckDumpRestorable(CheckpointState& s);
   absl::Status WriteDump(CheckpointState& s);
   absl::Status SaveRootfs(CheckpointState& s);
+  absl::Status MeetJobCut(CheckpointState& s);
   absl::Status ResumeEarly(CheckpointState& s);
   absl::Status ResumeGpus(CheckpointState& s);
   absl::Status BuildManifest(CheckpointState& s);

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -14,10 +16,13 @@
 #include "absl/time/time.h"
 #include "daemon/criu/options.h"
 #include "daemon/gpu/gpu_manager.h"
+#include "daemon/store/job_checkpoint.h"
 #include "daemon/store/manifest.h"
 #include "lib/contract/stages.h"
 
 namespace cryo::engine {
+
+class JobCut;  // job_cut.h
 
 // Stages of an operation, for progress and per-stage timings (lib/contract/stages.h).
 using Stage = contract::Stage;
@@ -41,6 +46,29 @@ struct CheckpointRequest {
   // A stop's checkpoint: predicted against the deadline first (the `plan` step); one that will
   // not fit is not taken when a good checkpoint of the workload exists.
   bool plan = false;
+  // A job checkpoint's part (Engine::CheckpointJob sets these): the job, its checkpoint and the
+  // member, recorded in the manifest; and the cut that every member's dump meets before any
+  // member runs on or is published.
+  std::optional<store::JobPart> job_part;
+  std::shared_ptr<JobCut> job_cut;
+  absl::Duration job_cut_timeout = absl::Minutes(2);
+};
+
+// One checkpoint of every member of a job at one cut (Engine::CheckpointJob): each member's part
+// is an ordinary checkpoint of its target (id "<job checkpoint id>.<member>"), and the job
+// checkpoint exists once its record is committed in the store, after every part is published.
+struct JobCheckpointRequest {
+  std::string namespace_;
+  std::string job;
+  std::string id;  // empty: made from the job's name and the time
+  struct Member {
+    std::string member;
+    CheckpointRequest req;  // its target and options; checkpoint_id, job_part, job_cut are set
+  };
+  std::vector<Member> members;
+  // How long the first member dumped waits for the others (its job frozen meanwhile), at most.
+  absl::Duration cut_timeout = absl::Minutes(2);
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 struct RestoreRequest {
@@ -48,6 +76,20 @@ struct RestoreRequest {
   std::string container_id;  // container checkpoints: the container waiting for the job
   absl::Duration pid_wait_timeout = absl::ZeroDuration();  // zero: the node's setting
   gpu::DeviceMap gpu_map;
+  absl::Time deadline = absl::InfiniteFuture();
+  // A member of a job restored with the others (Engine::RestoreJob): its connections are held
+  // by the job's lock, so CRIU takes none of its own.
+  bool job_lock_held = false;
+};
+
+// A job checkpoint restored on this node, every member together (process mode): the job's
+// connections are held until the last member is restored, and a member that fails takes the
+// ones restored before it down with it.
+struct JobRestoreRequest {
+  std::string namespace_;
+  std::string job;
+  std::string id;
+  absl::Duration pid_wait_timeout = absl::ZeroDuration();
   absl::Time deadline = absl::InfiniteFuture();
 };
 
@@ -63,10 +105,19 @@ struct CheckpointResult {
   absl::Duration work_lost;
 };
 
+struct JobCheckpointResult {
+  store::JobCheckpoint record;
+  std::vector<CheckpointResult> parts;  // in the record's order
+};
+
 struct RestoreResult {
   std::string checkpoint_id;
   pid_t root_pid = 0;  // host pid
   std::map<std::string, uint64_t> stage_ms;
+};
+
+struct JobRestoreResult {
+  std::map<std::string, RestoreResult> members;  // by member
 };
 
 // A published checkpoint as listed or inspected.
@@ -105,6 +156,7 @@ struct NodeFacts {
   bool fastpath_library_present = false;
 };
 
-using OperationResult = std::variant<std::monostate, CheckpointResult, RestoreResult>;
+using OperationResult = std::variant<std::monostate, CheckpointResult, RestoreResult,
+                                     JobCheckpointResult, JobRestoreResult>;
 
 }  // namespace cryo::engine

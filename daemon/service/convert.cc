@@ -176,6 +176,40 @@ v1::NodeInfoResponse ToProto(const engine::NodeFacts& n,
   return r;
 }
 
+engine::JobCheckpointRequest FromProto(const v1::CheckpointJobRequest& r, absl::Time deadline) {
+  engine::JobCheckpointRequest out;
+  out.namespace_ = r.namespace_();
+  out.job = r.job();
+  out.id = r.job_checkpoint_id();
+  out.deadline = deadline;
+  if (r.cut_timeout_ms() > 0) out.cut_timeout = absl::Milliseconds(r.cut_timeout_ms());
+  for (const auto& m : r.members()) {
+    out.members.push_back({m.member(), FromProto(m.checkpoint(), deadline)});
+  }
+  return out;
+}
+
+engine::JobRestoreRequest FromProto(const v1::RestoreJobRequest& r, absl::Time deadline) {
+  engine::JobRestoreRequest out;
+  out.namespace_ = r.namespace_();
+  out.job = r.job();
+  out.id = r.job_checkpoint_id();
+  out.pid_wait_timeout = absl::Milliseconds(r.pid_wait_timeout_ms());
+  out.deadline = deadline;
+  return out;
+}
+
+v1::JobCheckpointInfo ToProto(const engine::JobCheckpointResult& r) {
+  v1::JobCheckpointInfo i;
+  i.set_job_checkpoint_id(r.record.id);
+  i.set_namespace_(r.record.namespace_);
+  i.set_job(r.record.job);
+  i.set_created_at(r.record.created_at);
+  for (const auto& p : r.parts) *i.add_parts() = ToProto(p);
+  for (const auto& [k, v] : r.record.cut_ms) (*i.mutable_cut_ms())[k] = v;
+  return i;
+}
+
 v1::OperationEvent ResultEvent(const std::string& op_id, const engine::OperationResult& r) {
   v1::OperationEvent ev;
   ev.set_operation_id(op_id);
@@ -183,6 +217,12 @@ v1::OperationEvent ResultEvent(const std::string& op_id, const engine::Operation
     *ev.mutable_checkpoint() = ToProto(*c);
   } else if (const auto* rr = std::get_if<engine::RestoreResult>(&r)) {
     *ev.mutable_restored() = ToProto(*rr);
+  } else if (const auto* j = std::get_if<engine::JobCheckpointResult>(&r)) {
+    *ev.mutable_job_checkpoint() = ToProto(*j);
+  } else if (const auto* jr = std::get_if<engine::JobRestoreResult>(&r)) {
+    for (const auto& [name, m] : jr->members) {
+      (*ev.mutable_job_restored()->mutable_members())[name] = ToProto(m);
+    }
   }
   return ev;
 }

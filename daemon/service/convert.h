@@ -12,6 +12,8 @@ namespace cryo::service {
 
 engine::CheckpointRequest FromProto(const v1::CheckpointRequest& r, absl::Time deadline);
 engine::RestoreRequest FromProto(const v1::RestoreRequest& r, absl::Time deadline);
+engine::JobCheckpointRequest FromProto(const v1::CheckpointJobRequest& r, absl::Time deadline);
+engine::JobRestoreRequest FromProto(const v1::RestoreJobRequest& r, absl::Time deadline);
 
 v1::Stage ToProto(engine::Stage s);
 v1::Progress ToProto(const engine::Progress& p);
@@ -19,6 +21,7 @@ v1::Progress ToProto(const engine::Progress& p);
 v1::CheckpointInfo ToProto(const store::Manifest& m, bool with_files);
 v1::CheckpointInfo ToProto(const engine::CheckpointRecord& r, bool with_files);
 v1::CheckpointInfo ToProto(const engine::CheckpointResult& r);
+v1::JobCheckpointInfo ToProto(const engine::JobCheckpointResult& r);
 // Bounds of a ListCheckpoints answer: clients take 4 MiB by default (gRPC), and one manifest
 // from a shared store must not make the list fail for everyone.
 inline constexpr size_t kMaxListBytes = 3u << 20;

@@ -74,6 +74,39 @@ grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::Checkpo
       w);
 }
 
+grpc::Status CryoService::CheckpointJob(grpc::ServerContext* ctx,
+                                        const v1::CheckpointJobRequest* req,
+                                        grpc::ServerWriter<v1::OperationEvent>* w) {
+  engine::JobCheckpointRequest r = FromProto(*req, DeadlineOf(ctx));
+  engine::Engine* e = engine_;
+  return Run(
+      ctx, req->operation_id(), "checkpoint-job",
+      absl::StrCat("job ", req->namespace_().substr(0, 63), "/", req->job().substr(0, 253)),
+      req->detach(),
+      [e, r](engine::Operation& op) -> absl::StatusOr<engine::OperationResult> {
+        auto res = e->CheckpointJob(r, op);
+        if (!res.ok()) return res.status();
+        return engine::OperationResult(*std::move(res));
+      },
+      w);
+}
+
+grpc::Status CryoService::RestoreJob(grpc::ServerContext* ctx, const v1::RestoreJobRequest* req,
+                                     grpc::ServerWriter<v1::OperationEvent>* w) {
+  engine::JobRestoreRequest r = FromProto(*req, DeadlineOf(ctx));
+  engine::Engine* e = engine_;
+  return Run(
+      ctx, req->operation_id(), "restore-job",
+      absl::StrCat("job ", req->namespace_().substr(0, 63), "/", req->job().substr(0, 253)),
+      req->detach(),
+      [e, r](engine::Operation& op) -> absl::StatusOr<engine::OperationResult> {
+        auto res = e->RestoreJob(r, op);
+        if (!res.ok()) return res.status();
+        return engine::OperationResult(*std::move(res));
+      },
+      w);
+}
+
 void CryoService::YieldPeriodic(const std::string& target, absl::Time deadline) {
   // A stop outranks the background: the periodic checkpoint in flight rolls back (the job is
   // not left stopped by it) or, past its publish, finishes; then the stop's own runs.

@@ -22,6 +22,10 @@ class CryoService final : public v1::Cryo::Service {
 
   grpc::Status Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
                           grpc::ServerWriter<v1::OperationEvent>* w) override;
+  grpc::Status RestoreJob(grpc::ServerContext* ctx, const v1::RestoreJobRequest* req,
+                          grpc::ServerWriter<v1::OperationEvent>* w) override;
+  grpc::Status CheckpointJob(grpc::ServerContext* ctx, const v1::CheckpointJobRequest* req,
+                             grpc::ServerWriter<v1::OperationEvent>* w) override;
   grpc::Status Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                        grpc::ServerWriter<v1::OperationEvent>* w) override;
   grpc::Status WatchOperation(grpc::ServerContext* ctx, const v1::WatchOperationRequest* req,

@@ -191,6 +191,26 @@ grpc::Status Cryod::Restore(const v1::RestoreRequest& req, v1::RestoreResult* ou
   return r->Finish();
 }
 
+grpc::Status Cryod::CheckpointJob(const v1::CheckpointJobRequest& req, v1::JobCheckpointInfo* out) {
+  grpc::ClientContext ctx;
+  auto r = stub_->CheckpointJob(&ctx, req);
+  v1::OperationEvent ev;
+  while (r->Read(&ev)) {
+    if (ev.has_job_checkpoint() && out) *out = ev.job_checkpoint();
+  }
+  return r->Finish();
+}
+
+grpc::Status Cryod::RestoreJob(const v1::RestoreJobRequest& req, v1::JobRestoreResult* out) {
+  grpc::ClientContext ctx;
+  auto r = stub_->RestoreJob(&ctx, req);
+  v1::OperationEvent ev;
+  while (r->Read(&ev)) {
+    if (ev.has_job_restored() && out) *out = ev.job_restored();
+  }
+  return r->Finish();
+}
+
 std::vector<v1::CheckpointInfo> Cryod::List() {
   grpc::ClientContext ctx;
   v1::ListCheckpointsResponse resp;

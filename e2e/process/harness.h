@@ -49,6 +49,9 @@ class Cryod {
                           std::vector<v1::Progress>* progress = nullptr);
   grpc::Status Restore(const v1::RestoreRequest& req, v1::RestoreResult* out = nullptr,
                        std::vector<v1::Progress>* progress = nullptr);
+  grpc::Status CheckpointJob(const v1::CheckpointJobRequest& req,
+                             v1::JobCheckpointInfo* out = nullptr);
+  grpc::Status RestoreJob(const v1::RestoreJobRequest& req, v1::JobRestoreResult* out = nullptr);
   std::vector<v1::CheckpointInfo> List();
 
  private:
