@@ -36,7 +36,8 @@ struct ApiAccess {
 };
 // The token in `path` (cryod's http_api_token_file): a regular file of at most 4 KiB, opened
 // without blocking, whose first line (spaces trimmed) has at least 16 characters.
-absl::StatusOr<std::string> ReadApiToken(const std::string& path);
+absl::StatusOr<std::string> ReadApiToken(const std::string& path,
+                                         const std::string& what = "the HTTP API token");
 // Listings served at once; more are answered 503 at once.
 inline constexpr int kMaxConcurrentListings = 2;
 

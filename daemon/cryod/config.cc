@@ -155,6 +155,18 @@ const std::vector<Key>& Keys() {
           "file with the token the HTTP checkpoint API (/v1/...) asks its callers for; empty: "
           "the API is served only on a loopback metrics_address",
           &Config::http_api_token_file),
+      Str("peer_listen",
+          "HOST:PORT where other nodes' cryods reach this one for job checkpoints that span "
+          "nodes; empty: none",
+          &Config::peer_listen),
+      Str("peer_token_file",
+          "file with the token every node's cryod shares for job checkpoints across nodes "
+          "(the chart's Secret); required with peer_listen or peers",
+          &Config::peer_token_file),
+      Bool("peer_process_members",
+           "let peers name process members (pids); off: only containers whose pods are "
+           "members of the job",
+           &Config::peer_process_members),
       Str("shim_metrics_file",
           "the CRI shim's --metrics-file, served at /metrics/shim on the metrics address; "
           "empty: not served",
@@ -306,6 +318,27 @@ const std::vector<Key>& Keys() {
          }
          return absl::OkStatus();
        }},
+      {"peers", "other nodes' cryods for job checkpoints: comma-separated NODE=HOST:PORT",
+       [](Config& c, const std::string& v) {
+         c.peers.clear();
+         for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+           const size_t eq = p.find('=');
+           if (eq == absl::string_view::npos || eq == 0 || eq + 1 == p.size()) {
+             return Bad("peers", v, "NODE=HOST:PORT,...");
+           }
+           c.peers[std::string(p.substr(0, eq))] = std::string(p.substr(eq + 1));
+         }
+         return absl::OkStatus();
+       },
+       [](Config& c, const nlohmann::json& j) {
+         if (!j.is_object()) return Bad("peers", j.dump(), "an object of node: \"host:port\"");
+         c.peers.clear();
+         for (const auto& [k, v] : j.items()) {
+           if (!v.is_string()) return Bad("peers", j.dump(), "an object of node: \"host:port\"");
+           c.peers[k] = v.get<std::string>();
+         }
+         return absl::OkStatus();
+       }},
       {"gpu_plugins", "comma-separated GPU plugins to load (cuda, rocm); empty: all in the dir",
        [](Config& c, const std::string& v) {
          c.gpu_plugins = absl::StrSplit(v, ',', absl::SkipEmpty());
@@ -350,6 +383,10 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"criu_hw_breakpoints", "false"},
       {"metrics_address", d.metrics_address},
       {"http_api_token_file", d.http_api_token_file},
+      {"peer_listen", "none"},
+      {"peer_token_file", "none"},
+      {"peer_process_members", "false"},
+      {"peers", "none"},
       {"http_max_connections", std::to_string(d.http_max_connections)},
       {"http_request_timeout_ms", std::to_string(d.http_request_timeout_ms)},
       {"health_min_free_mb", std::to_string(d.health_min_free_mb)},

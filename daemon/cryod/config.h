@@ -3,6 +3,7 @@
 // cryod's settings: embedded defaults, then the JSON config file, then flags. Every key is
 // documented in docs/operations.md and by `cryod --help`.
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,15 @@ struct Config {
   // A file holding the token callers of the HTTP checkpoint API must show. Empty: the API is
   // served only when metrics_address is a loopback address.
   std::string http_api_token_file;
+  // Job checkpoints that span nodes (docs/architecture.md, "Job checkpoints"): the address this
+  // cryod serves the Peer service on (empty: none), the file with the token every node's cryod
+  // shares (a Secret), other nodes' cryods by node name ("node=host:port"), and whether peers
+  // may name process members (containers whose pods are members otherwise; tests, nodes
+  // without Kubernetes).
+  std::string peer_listen;
+  std::string peer_token_file;
+  std::map<std::string, std::string> peers;
+  bool peer_process_members = false;
   // The CRI shim's --metrics-file, served at /metrics/shim; empty: no such route.
   std::string shim_metrics_file;
   // HTTP endpoint: connections served at once, and the deadline of each request as a whole.

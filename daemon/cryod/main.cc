@@ -39,6 +39,8 @@
 #include "daemon/periodic/scheduler.h"
 #include "daemon/service/convert.h"
 #include "daemon/service/grpc_service.h"
+#include "daemon/service/peer_client.h"
+#include "daemon/service/peer_service.h"
 #include "daemon/store/signature.h"
 #include "daemon/store/store.h"
 #include "daemon/termination/watcher.h"
@@ -94,6 +96,11 @@ struct State {
   std::unique_ptr<service::CryoService> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<UnixListener> listener;
+  // Job checkpoints across nodes: the token, the other nodes' cryods, this one's Peer service.
+  std::string peer_token;
+  std::unique_ptr<service::GrpcJobPeers> peers;
+  std::unique_ptr<service::PeerService> peer_service;
+  std::unique_ptr<grpc::Server> peer_server;
   std::unique_ptr<termination::TerminationWatcher> termination;
   std::unique_ptr<periodic::Scheduler> periodic;
   // Collects incomplete checkpoints (other nodes' abandoned stages too) while cryod runs.
@@ -403,6 +410,19 @@ Result StartRecover(State& st) {
   if (const char* h = ::getenv("CRYOD_TEST_HOOK_DIR")) ec.test_hook_dir = h;
   engine::EngineDeps deps{st.store.get(),   st.criu.get(), st.gpu.get(),     st.journal.get(),
                           st.metrics.get(), &st.proc,      st.runtime.get(), st.fastpath.get()};
+  // Other nodes' cryods, for job checkpoints that span nodes: all share one token.
+  if (!st.config.peer_listen.empty() || !st.config.peers.empty()) {
+    if (st.config.peer_token_file.empty()) {
+      return Fatal("peer_token_file",
+                   absl::InvalidArgumentError("peer_listen and peers need the nodes' shared "
+                                              "token (peer_token_file)"));
+    }
+    auto token = api::ReadApiToken(st.config.peer_token_file, "the peer token");
+    if (!token.ok()) return Fatal("peer_token_file", token.status());
+    st.peer_token = *token;
+    st.peers = std::make_unique<service::GrpcJobPeers>(st.config.peers, st.peer_token);
+    deps.peers = st.peers.get();
+  }
   st.engine = std::make_unique<engine::Engine>(ec, deps);
   auto s = st.engine->Recover();
   if (!s.ok()) return Fatal("journal recovery", s);
@@ -424,6 +444,20 @@ Result StartServe(State& st) {
   st.listener = std::move(*l);
   CRYO_LOG(Info) << "cryod " << CRYO_VERSION << " serving on " << st.config.socket << " (node "
                  << st.config.node_name << ")";
+  if (!st.config.peer_listen.empty()) {
+    st.peer_service = std::make_unique<service::PeerService>(
+        st.engine.get(), service::PeerOptions{st.peer_token, st.config.peer_process_members});
+    grpc::ServerBuilder pb;
+    int port = 0;
+    pb.AddListeningPort(st.config.peer_listen, grpc::InsecureServerCredentials(), &port);
+    pb.RegisterService(st.peer_service.get());
+    st.peer_server = pb.BuildAndStart();
+    if (!st.peer_server || port == 0) {
+      return Fatal("peer_listen", absl::UnavailableError(absl::StrCat(
+                                      "cannot serve the Peer service on ", st.config.peer_listen)));
+    }
+    CRYO_LOG(Info) << "serving other nodes' cryods on " << st.config.peer_listen;
+  }
   // Jobs owed their GPU memory by a cryod that died get it back while this one serves.
   st.engine->RecoverInBackground();
   return Result::kOk;
@@ -525,6 +559,9 @@ void StopCollector(State& st) {
 
 void StopServing(State& st) {
   st.listener.reset();
+  if (st.peer_server) {
+    st.peer_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
   // Imports run on the gRPC handler's thread, outside the runner: they stop at their next check.
   if (st.engine) st.engine->Stop(absl::Seconds(st.config.shutdown_grace_s));
   // Refuses new operations at once, lets running ones finish within the grace, then cancels

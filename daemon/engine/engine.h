@@ -107,6 +107,8 @@ struct EngineConfig {
   std::function<absl::Status(const std::string& step, bool after)> fault;
 };
 
+class JobPeers;  // job_peers.h
+
 struct EngineDeps {
   store::CheckpointStore* store = nullptr;
   criu::Criu* criu = nullptr;
@@ -120,6 +122,8 @@ struct EngineDeps {
   gpu::Fastpath* fastpath = nullptr;
   // The runtime's image content (containerd's API); null: checkpoint images are refused.
   containerd::ImageContent* images = nullptr;
+  // Other nodes' cryods, for job checkpoints that span nodes; null: such jobs are refused.
+  JobPeers* peers = nullptr;
 };
 
 struct CheckpointState;
@@ -167,6 +171,20 @@ class Engine {
   // (or, for a stop, is left to its stop); a failure after it leaves parts that never commit
   // and are collected.
   absl::StatusOr<JobCheckpointResult> CheckpointJob(const JobCheckpointRequest& req, Operation& op);
+  // The members of a job checkpoint on this node when another node's cryod drives it (the Peer
+  // service): `at_cut` hears when they are all dumped (or why not), `wait_go` returns the
+  // driver's word once every node is at the cut (OK: go on; else abort, and every member here
+  // is rolled back). Their parts are published; the driver commits.
+  absl::StatusOr<std::vector<CheckpointResult>> CheckpointJobMembers(
+      const JobCheckpointRequest& req, Operation& op,
+      const std::function<void(const absl::Status&)>& at_cut,
+      const std::function<absl::Status()>& wait_go);
+  // Whether container `container_id` runs here as member `member` of job `ns`/`job`: the pod's
+  // namespace (kubelet's label) and the membership the shim recorded on it at creation
+  // (lib/contract/job.h). PERMISSION_DENIED naming what differs: another node's cryod may ask
+  // for a job's members only.
+  absl::Status CheckJobMember(const std::string& container_id, const std::string& ns,
+                              const std::string& job, const std::string& member);
   // A committed job checkpoint restored on this node, all members together (process mode).
   absl::StatusOr<JobRestoreResult> RestoreJob(const JobRestoreRequest& req, Operation& op);
   absl::StatusOr<RestoreResult> Restore(const RestoreRequest& req, Operation& op);
@@ -219,6 +237,11 @@ class Engine {
   absl::Status CheckDumpRestorable(CheckpointState& s);
   absl::Status WriteDump(CheckpointState& s);
   absl::Status SaveRootfs(CheckpointState& s);
+  // Each of `which` (indices into req.members) checkpointed on a thread of its own, to `cut`.
+  std::vector<absl::StatusOr<CheckpointResult>> RunJobMembers(const JobCheckpointRequest& req,
+                                                              const std::vector<int>& which,
+                                                              const std::shared_ptr<JobCut>& cut,
+                                                              Operation& op);
   absl::Status MeetJobCut(CheckpointState& s);
   absl::Status ResumeEarly(CheckpointState& s);
   absl::Status ResumeGpus(CheckpointState& s);

@@ -6,26 +6,34 @@
 // crash of this cryod before the commit leaves parts that never restore and are collected.
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/container/runtime.h"
 #include "daemon/criu/listen_ports.h"
 #include "daemon/criu/network_lock.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/job_cut.h"
+#include "daemon/engine/job_peers.h"
 #include "daemon/store/signature.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
+#include "lib/contract/annotations.h"
 #include "lib/contract/job.h"
+#include "lib/contract/labels.h"
 
 namespace cryo::engine {
 
-absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointRequest& req,
-                                                          Operation& op) {
+namespace {
+
+// The job checkpoint's bounds and names, before anything runs.
+absl::StatusOr<std::string> ValidateJobRequest(const JobCheckpointRequest& req) {
   if (!contract::IsKubernetesName(req.namespace_) || !contract::IsKubernetesName(req.job)) {
     return absl::InvalidArgumentError(
         "a job checkpoint needs the job's namespace and name (Kubernetes names)");
@@ -48,65 +56,136 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
     CRYO_RETURN_IF_ERROR(Annotate(ValidateCheckpointId(absl::StrCat(id, ".", m.member)),
                                   absl::StrCat(what, ": member ", m.member, "'s part")));
   }
-  if (auto had = d_.store->GetJobCheckpoint(req.namespace_, req.job, id); had.ok()) {
-    return absl::AlreadyExistsError(absl::StrCat(what, " already exists"));
-  }
+  return id;
+}
 
-  auto cut = std::make_shared<JobCut>(n);
-  std::vector<absl::StatusOr<CheckpointResult>> results(n, absl::UnknownError("not run"));
-  std::vector<std::unique_ptr<Operation>> ops;
-  for (const auto& m : req.members) {
-    ops.push_back(std::make_unique<Operation>(absl::StrCat(op.id(), ".", m.member), "checkpoint",
-                                              absl::StrCat("job member ", m.member)));
-  }
-  op.Report(Stage::kDump, 0, 0, absl::StrCat(n, " members, to one cut"));
-  {
-    std::vector<std::thread> threads;
-    for (int i = 0; i < n; ++i) {
-      threads.emplace_back([&, i] {
-        const auto& m = req.members[i];
-        CheckpointRequest r = m.req;
-        r.checkpoint_id = absl::StrCat(id, ".", m.member);
-        r.job_part = store::JobPart{req.namespace_, req.job, id, m.member};
-        r.job_cut = cut;
-        r.job_cut_timeout = req.cut_timeout;
-        r.deadline = std::min(r.deadline, req.deadline);
-        // The job checkpoint's cancellation is each member's.
-        std::atomic<bool> done{false};
-        std::thread relay([&] {
-          while (!done.load()) {
-            if (op.cancelled()) {
-              ops[i]->Cancel("the job checkpoint was cancelled");
-              return;
-            }
-            absl::SleepFor(absl::Milliseconds(50));
-          }
-        });
-        results[i] = Checkpoint(r, *ops[i]);
-        done = true;
-        relay.join();
-        if (!results[i].ok()) cut->Fail(m.member, results[i].status());
-      });
-    }
-    for (auto& t : threads) t.join();
-  }
-  // The members whose failures ended it, rather than those they aborted at the cut (unless
-  // that is all there is).
+// Why a job checkpoint was not taken: the members whose failures ended it, rather than those
+// they aborted at the cut (unless that is all there is); OK when every member succeeded.
+absl::Status JobFailure(const std::string& what, const std::vector<std::string>& names,
+                        const std::vector<absl::Status>& results) {
   std::string why;
   absl::StatusCode code = absl::StatusCode::kOk;
   for (int pass = 0; pass < 2 && why.empty(); ++pass) {
-    for (int i = 0; i < n; ++i) {
-      if (results[i].ok() || (pass == 0 && absl::IsAborted(results[i].status()))) continue;
-      if (code == absl::StatusCode::kOk) code = results[i].status().code();
-      absl::StrAppend(&why, why.empty() ? "" : "; ", "member ", req.members[i].member, ": ",
-                      results[i].status().message());
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (results[i].ok() || (pass == 0 && absl::IsAborted(results[i]))) continue;
+      if (code == absl::StatusCode::kOk) code = results[i].code();
+      absl::StrAppend(&why, why.empty() ? "" : "; ", names[i], ": ", results[i].message());
     }
   }
-  if (!why.empty()) {
-    return absl::Status(code, absl::StrCat(what, " not taken: ", why,
-                                           "; no member's part was committed, and every member "
-                                           "that was to run on runs on"));
+  if (why.empty()) return absl::OkStatus();
+  return absl::Status(code, absl::StrCat(what, " not taken: ", why,
+                                         "; no member's part was committed, and every member "
+                                         "that was to run on runs on"));
+}
+
+}  // namespace
+
+std::vector<absl::StatusOr<CheckpointResult>> Engine::RunJobMembers(
+    const JobCheckpointRequest& req, const std::vector<int>& which,
+    const std::shared_ptr<JobCut>& cut, Operation& op) {
+  const size_t n = which.size();
+  std::vector<absl::StatusOr<CheckpointResult>> results(n, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < n; ++k) {
+    threads.emplace_back([&, k] {
+      const auto& m = req.members[which[k]];
+      Operation sub(absl::StrCat(op.id(), ".", m.member), "checkpoint",
+                    absl::StrCat("job member ", m.member));
+      CheckpointRequest r = m.req;
+      r.checkpoint_id = absl::StrCat(req.id, ".", m.member);
+      r.job_part = store::JobPart{req.namespace_, req.job, req.id, m.member};
+      r.job_cut = cut;
+      r.job_cut_timeout = req.cut_timeout;
+      r.deadline = std::min(r.deadline, req.deadline);
+      // The job checkpoint's cancellation is each member's.
+      std::atomic<bool> done{false};
+      std::thread relay([&] {
+        while (!done.load()) {
+          if (op.cancelled()) {
+            sub.Cancel("the job checkpoint was cancelled");
+            return;
+          }
+          absl::SleepFor(absl::Milliseconds(50));
+        }
+      });
+      results[k] = Checkpoint(r, sub);
+      done = true;
+      relay.join();
+      if (!results[k].ok()) cut->Fail(m.member, results[k].status());
+    });
   }
+  for (auto& t : threads) t.join();
+  return results;
+}
+
+absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointRequest& request,
+                                                          Operation& op) {
+  CRYO_ASSIGN_OR_RETURN(const std::string id, ValidateJobRequest(request));
+  JobCheckpointRequest req = request;
+  req.id = id;
+  const std::string what =
+      absl::StrCat("job checkpoint '", id, "' of ", req.namespace_, "/", req.job);
+  if (auto had = d_.store->GetJobCheckpoint(req.namespace_, req.job, id); had.ok()) {
+    return absl::AlreadyExistsError(absl::StrCat(what, " already exists"));
+  }
+  // This node's members, and the others' by node.
+  std::vector<int> local;
+  std::map<std::string, std::vector<int>> remote;
+  for (int i = 0; i < static_cast<int>(req.members.size()); ++i) {
+    const std::string& node = req.members[i].node;
+    if (node.empty() || node == cfg_.node_name) {
+      local.push_back(i);
+    } else {
+      remote[node].push_back(i);
+    }
+  }
+  if (!remote.empty() && d_.peers == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": member ", req.members[remote.begin()->second[0]].member, " runs on node ",
+        remote.begin()->first,
+        ", and this cryod does not reach other nodes' cryods (peer_token_file and peers)"));
+  }
+  auto cut = std::make_shared<JobCut>(static_cast<int>(local.size() + remote.size()));
+  op.Report(
+      Stage::kDump, 0, 0,
+      absl::StrCat(req.members.size(), " members on ", remote.size() + 1, " node(s), to one cut"));
+  std::map<std::string, absl::StatusOr<std::vector<CheckpointResult>>> from_peers;
+  std::vector<absl::StatusOr<CheckpointResult>> mine;
+  {
+    absl::Mutex mu;
+    std::vector<std::thread> peers;
+    for (const auto& [node, idx] : remote) {
+      peers.emplace_back([&, node = node, idx = idx] {
+        JobCheckpointRequest sub = req;
+        sub.members.clear();
+        for (int i : idx) sub.members.push_back(req.members[i]);
+        auto r = d_.peers->Join(node, sub, *cut);
+        if (!r.ok()) cut->Fail(absl::StrCat("node ", node), r.status());
+        absl::MutexLock l(&mu);
+        from_peers.emplace(node, std::move(r));
+      });
+    }
+    mine = RunJobMembers(req, local, cut, op);
+    for (auto& t : peers) t.join();
+  }
+  // Every member's part, by member, or why the job checkpoint was not taken.
+  std::vector<std::string> names;
+  std::vector<absl::Status> statuses;
+  std::map<std::string, CheckpointResult> parts;
+  for (size_t k = 0; k < local.size(); ++k) {
+    names.push_back(absl::StrCat("member ", req.members[local[k]].member));
+    statuses.push_back(mine[k].status());
+    if (mine[k].ok()) parts.emplace(req.members[local[k]].member, *std::move(mine[k]));
+  }
+  for (auto& [node, r] : from_peers) {
+    names.push_back(absl::StrCat("node ", node));
+    statuses.push_back(r.status());
+    if (!r.ok()) continue;
+    for (auto& p : *r) {
+      if (p.manifest.job) parts.emplace(p.manifest.job->member, std::move(p));
+    }
+  }
+  CRYO_RETURN_IF_ERROR(JobFailure(what, names, statuses));
 
   JobCheckpointResult out;
   store::JobCheckpoint& jc = out.record;
@@ -114,15 +193,23 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
   jc.namespace_ = req.namespace_;
   jc.job = req.job;
   jc.created_at = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
-  for (int i = 0; i < n; ++i) {
-    // The digest of the manifest as the store holds it, which is what a restore reads.
-    auto m = d_.store->Get(results[i]->manifest.id);
-    if (!m.ok()) {
-      return Annotate(m.status(), absl::StrCat(what, " not committed: member ",
-                                               req.members[i].member, "'s part"));
+  for (const auto& m : req.members) {
+    auto it = parts.find(m.member);
+    if (it == parts.end()) {
+      return absl::InternalError(
+          absl::StrCat(what, " not committed: no part came back for member ", m.member));
     }
-    jc.members.push_back({req.members[i].member, m->id, cfg_.node_name, store::ManifestDigest(*m)});
-    out.parts.push_back(*std::move(results[i]));
+    // The digest of the manifest as the shared store holds it, which is what a restore reads
+    // (a peer's answer is not taken for it).
+    auto part = d_.store->Get(absl::StrCat(id, ".", m.member));
+    if (!part.ok()) {
+      return Annotate(part.status(),
+                      absl::StrCat(what, " not committed: member ", m.member, "'s part"));
+    }
+    jc.members.push_back({m.member, part->id, m.node.empty() ? cfg_.node_name : m.node,
+                          store::ManifestDigest(*part)});
+    it->second.manifest = *std::move(part);
+    out.parts.push_back(std::move(it->second));
   }
   jc.cut_ms["cut_skew"] = absl::ToInt64Milliseconds(cut->Skew());
   jc.signature = store::SignJobCheckpoint(jc, signing_key_);
@@ -130,9 +217,78 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
   if (absl::Status s = d_.store->CommitJobCheckpoint(jc); !s.ok()) {
     return Annotate(s, absl::StrCat(what, " not committed (its parts are collected later)"));
   }
-  CRYO_LOG(Info) << what << " committed: " << n << " members, cut skew " << jc.cut_ms["cut_skew"]
-                 << " ms";
+  CRYO_LOG(Info) << what << " committed: " << req.members.size() << " members on "
+                 << remote.size() + 1 << " node(s), cut skew " << jc.cut_ms["cut_skew"] << " ms";
   return out;
+}
+
+absl::StatusOr<std::vector<CheckpointResult>> Engine::CheckpointJobMembers(
+    const JobCheckpointRequest& req, Operation& op,
+    const std::function<void(const absl::Status&)>& at_cut,
+    const std::function<absl::Status()>& wait_go) {
+  if (req.id.empty()) return absl::InvalidArgumentError("a node's part needs the job's id");
+  CRYO_ASSIGN_OR_RETURN(const std::string id, ValidateJobRequest(req));
+  const std::string what =
+      absl::StrCat("job checkpoint '", id, "' of ", req.namespace_, "/", req.job);
+  std::vector<int> all;
+  for (int i = 0; i < static_cast<int>(req.members.size()); ++i) {
+    if (!req.members[i].node.empty() && req.members[i].node != cfg_.node_name) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": member ", req.members[i].member,
+                                                     " is on node ", req.members[i].node,
+                                                     ", not on this one (", cfg_.node_name, ")"));
+    }
+    all.push_back(i);
+  }
+  const int n = static_cast<int>(all.size());
+  // This node's members, and the driver's word as one more party.
+  auto cut = std::make_shared<JobCut>(n + 1);
+  std::thread word([&] {
+    absl::Status s = cut->WaitFor(n, std::min(req.deadline, absl::Now() + req.cut_timeout));
+    at_cut(s);
+    if (!s.ok()) return;
+    absl::Status go = wait_go();
+    if (go.ok()) {
+      cut->Mark("the driver");
+    } else {
+      cut->Fail("the driving node", go);
+    }
+  });
+  auto results = RunJobMembers(req, all, cut, op);
+  word.join();
+  std::vector<std::string> names;
+  std::vector<absl::Status> statuses;
+  std::vector<CheckpointResult> out;
+  for (int k = 0; k < n; ++k) {
+    names.push_back(absl::StrCat("member ", req.members[k].member));
+    statuses.push_back(results[k].status());
+    if (results[k].ok()) out.push_back(*std::move(results[k]));
+  }
+  CRYO_RETURN_IF_ERROR(JobFailure(what, names, statuses));
+  return out;
+}
+
+absl::Status Engine::CheckJobMember(const std::string& container_id, const std::string& ns,
+                                    const std::string& job, const std::string& member) {
+  if (d_.runtime == nullptr) {
+    return absl::FailedPreconditionError("this cryod has no container runtime (runtime_endpoint)");
+  }
+  CRYO_ASSIGN_OR_RETURN(runtime::ContainerInfo c, d_.runtime->Inspect(container_id));
+  auto get = [](const std::map<std::string, std::string>& m, const std::string& k) {
+    auto it = m.find(k);
+    return it == m.end() ? std::string() : it->second;
+  };
+  const std::string p = cfg_.annotation_prefix;
+  const std::string got_ns = get(c.labels, contract::k8s::kPodNamespace);
+  const std::string got_job = get(c.annotations, contract::Key(p, contract::container::kJob));
+  const std::string got_member =
+      get(c.annotations, contract::Key(p, contract::container::kJobMember));
+  if (got_ns != ns || got_job != job || got_member != member) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("container ", container_id.substr(0, 13), " is not member ", member,
+                     " of job ", ns, "/", job, " (its pod says namespace '", got_ns, "', job '",
+                     got_job, "', member '", got_member, "')"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<JobRestoreResult> Engine::RestoreJob(const JobRestoreRequest& req, Operation& op) {

@@ -36,6 +36,25 @@ absl::Status JobCut::Arrive(const std::string& member, absl::Time deadline,
   }
 }
 
+void JobCut::Mark(const std::string& party) {
+  absl::MutexLock l(&mu_);
+  arrivals_.push_back(absl::Now());
+}
+
+absl::Status JobCut::WaitFor(int count, absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !failed_.empty() || static_cast<int>(arrivals_.size()) >= count;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (!failed_.empty()) {
+    return absl::AbortedError(absl::StrCat("the job checkpoint's cut was not reached: ", failed_));
+  }
+  if (static_cast<int>(arrivals_.size()) >= count) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(count - static_cast<int>(arrivals_.size()),
+                                                  " member(s) were not dumped in time"));
+}
+
 void JobCut::Fail(const std::string& member, const absl::Status& why) {
   absl::MutexLock l(&mu_);
   if (failed_.empty()) failed_ = absl::StrCat("member ", member, " failed: ", why.message());

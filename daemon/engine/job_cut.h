@@ -18,9 +18,12 @@
 
 namespace cryo::engine {
 
+// The cut's parties are this node's members and, for a job that spans nodes, each other node
+// taking part (its cryod reports its members at the cut; daemon/service/peer_service.h): the
+// driving cryod counts every node, a node driven by another counts the driver's word as one.
 class JobCut {
  public:
-  explicit JobCut(int members) : members_(members) {}
+  explicit JobCut(int parties) : members_(parties) {}
 
   // `member`'s dump is done: waits until every member's is (OK), one failed or gave up
   // (ABORTED, naming it), `deadline` passed or `cancelled` says so (DEADLINE_EXCEEDED or
@@ -29,6 +32,12 @@ class JobCut {
                       const std::function<bool()>& cancelled = nullptr);
   // `member` ended before the cut (its checkpoint failed): the others' waits end ABORTED.
   void Fail(const std::string& member, const absl::Status& why);
+  // A party that does not wait here (another node, the driver's word) is at the cut.
+  void Mark(const std::string& party);
+  // Until `count` parties are at the cut (OK), or one failed (ABORTED) or `deadline` passed.
+  absl::Status WaitFor(int count, absl::Time deadline);
+
+  int parties() const { return members_; }
 
   // Between the first and the last member's arrival (0 before all arrived): how long the
   // first member's job was held for the last one's dump.

@@ -64,6 +64,7 @@ struct JobCheckpointRequest {
   struct Member {
     std::string member;
     CheckpointRequest req;  // its target and options; checkpoint_id, job_part, job_cut are set
+    std::string node;       // the node it runs on; empty: this one
   };
   std::vector<Member> members;
   // How long the first member dumped waits for the others (its job frozen meanwhile), at most.

@@ -176,6 +176,13 @@ v1::NodeInfoResponse ToProto(const engine::NodeFacts& n,
   return r;
 }
 
+// gRPC's "no deadline" is the largest time_point.
+absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
+  return ctx->deadline() == std::chrono::system_clock::time_point::max()
+             ? absl::InfiniteFuture()
+             : absl::FromChrono(ctx->deadline());
+}
+
 engine::JobCheckpointRequest FromProto(const v1::CheckpointJobRequest& r, absl::Time deadline) {
   engine::JobCheckpointRequest out;
   out.namespace_ = r.namespace_();
@@ -184,7 +191,7 @@ engine::JobCheckpointRequest FromProto(const v1::CheckpointJobRequest& r, absl::
   out.deadline = deadline;
   if (r.cut_timeout_ms() > 0) out.cut_timeout = absl::Milliseconds(r.cut_timeout_ms());
   for (const auto& m : r.members()) {
-    out.members.push_back({m.member(), FromProto(m.checkpoint(), deadline)});
+    out.members.push_back({m.member(), FromProto(m.checkpoint(), deadline), m.node()});
   }
   return out;
 }

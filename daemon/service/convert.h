@@ -2,6 +2,8 @@
 
 // The engine's domain types <-> the cryo.v1 API messages: the one place that knows both.
 
+#include <grpcpp/server_context.h>
+
 #include <string>
 
 #include "cryo/v1/cryo.pb.h"
@@ -9,6 +11,9 @@
 #include "daemon/engine/types.h"
 
 namespace cryo::service {
+
+// A call's deadline (InfiniteFuture when it set none).
+absl::Time DeadlineOf(const grpc::ServerContext* ctx);
 
 engine::CheckpointRequest FromProto(const v1::CheckpointRequest& r, absl::Time deadline);
 engine::RestoreRequest FromProto(const v1::RestoreRequest& r, absl::Time deadline);

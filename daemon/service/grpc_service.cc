@@ -9,17 +9,6 @@
 #include "lib/base/log.h"
 
 namespace cryo::service {
-namespace {
-
-// gRPC's "no deadline" is the largest time_point.
-absl::Time DeadlineOf(const grpc::ServerContext* ctx) {
-  return ctx->deadline() == std::chrono::system_clock::time_point::max()
-             ? absl::InfiniteFuture()
-             : absl::FromChrono(ctx->deadline());
-}
-
-}  // namespace
-
 grpc::Status CryoService::Stream(grpc::ServerContext* ctx, engine::Operation& op, bool owner,
                                  grpc::ServerWriter<v1::OperationEvent>* w) {
   uint64_t seen = 0;

@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <fstream>
 #include <thread>
 
 #include "e2e/process/fixture.h"
@@ -168,6 +169,76 @@ TEST_F(JobCheckpointE2e, AMemberKilledDuringItsDumpLeavesNoCommit) {
     return left_->State() == '-';
   }));
   EXPECT_EQ(Ok(*left_), 0) << "it saw its peer go, as a job that lost a member does";
+}
+
+// Two nodes' cryods (one machine, one shared store): member left on node-a, right on node-b.
+// node-a drives: it asks node-b's cryod over the Peer service (the nodes' token), both nodes'
+// members meet at one cut, node-a commits. A call without the token is refused.
+TEST_F(JobCheckpointE2e, MembersOnTwoNodesAtOneCutDrivenByOneCryod) {
+  const std::string token = dir_ + "/peer.token";
+  { std::ofstream(token) << "peer-token-of-the-e2e-cluster\n"; }
+  const int pa = FreePort(), pb = FreePort();
+  auto peer = [&](int self, const std::string& other, int other_port) {
+    return std::vector<std::string>{"--peer-listen=127.0.0.1:" + std::to_string(self),
+                                    "--peer-token-file=" + token,
+                                    "--peers=" + other + "=127.0.0.1:" + std::to_string(other_port),
+                                    "--peer-process-members=true"};
+  };
+  Cryod& a = Node("node-a", peer(pa, "node-b", pb));
+  Cryod& b = Node("node-b", peer(pb, "node-a", pa));
+  StartPair();
+  v1::CheckpointJobRequest req = JobReq("j4", /*leave_running=*/true);
+  req.mutable_members(1)->set_node("node-b");
+  v1::JobCheckpointInfo info;
+  grpc::Status st = a.CheckpointJob(req, &info);
+  ASSERT_TRUE(st.ok()) << st.error_message() << "\nnode-a:\n"
+                       << Slurp(a.log()) << "\nnode-b:\n"
+                       << Slurp(b.log());
+  ASSERT_EQ(info.parts_size(), 2);
+  EXPECT_EQ(info.parts(0).node_name(), "node-a");
+  EXPECT_EQ(info.parts(1).node_name(), "node-b") << "node-b's cryod took its member";
+  EXPECT_NE(Slurp(b.log()).find("drives job checkpoint j4"), std::string::npos);
+  EXPECT_TRUE(Exists(store_ + "/jobs/e2e+sum+j4.json"));
+  for (const auto& c : PartsOf(b, "j4")) EXPECT_EQ(c.job_uncommitted(), "") << c.checkpoint_id();
+  for (Workload* w : {left_, right_}) {
+    ASSERT_TRUE(w->WaitMain(Main(*w) + 5)) << "a member did not run on after the cut";
+    EXPECT_EQ(Ok(*w), 1);
+  }
+  // Killed; restored together (here on node-b: both parts are in the shared store), the sums
+  // go on exactly.
+  const uint64_t killed_at = std::max(Main(*left_), Main(*right_));
+  for (Workload* w : {left_, right_}) {
+    w->Kill();
+    ASSERT_TRUE(WaitGone(*w));
+  }
+  v1::RestoreJobRequest rj;
+  rj.set_namespace_("e2e");
+  rj.set_job("sum");
+  rj.set_job_checkpoint_id("j4");
+  rj.set_pid_wait_timeout_ms(10000);
+  st = b.RestoreJob(rj);
+  ASSERT_TRUE(st.ok()) << st.error_message();
+  for (Workload* w : {left_, right_}) {
+    ASSERT_TRUE(w->WaitMain(killed_at + 10)) << "the restored pair did not go on";
+    EXPECT_EQ(Ok(*w), 1);
+  }
+
+  // Without the nodes' token, node-b's cryod answers nothing.
+  auto ch =
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(pb), grpc::InsecureChannelCredentials());
+  auto stub = v1::Peer::NewStub(ch);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer not-the-token-of-this-cluster");
+  auto stream = stub->JoinJobCheckpoint(&ctx);
+  v1::PeerCutMessage start;
+  *start.mutable_start() = JobReq("j5", true);
+  stream->Write(start);
+  stream->WritesDone();
+  v1::PeerCutReply reply;
+  EXPECT_FALSE(stream->Read(&reply));
+  grpc::Status denied = stream->Finish();
+  EXPECT_EQ(denied.error_code(), grpc::StatusCode::UNAUTHENTICATED) << denied.error_message();
+  EXPECT_TRUE(PartsOf(b, "j5").empty());
 }
 
 }  // namespace

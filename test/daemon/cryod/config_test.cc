@@ -98,4 +98,25 @@ TEST(Config, TerminationKeys) {
 }
 
 }  // namespace
+TEST(Config, PeerKeys) {
+  auto c = Load({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->peer_listen.empty()) << "no peers by default";
+  EXPECT_TRUE(c->peers.empty());
+  EXPECT_FALSE(c->peer_process_members);
+  c = Load(
+      {"--peers", "node-b=10.0.0.2:9470,node-c=10.0.0.3:9470", "--peer-listen", "0.0.0.0:9470"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->peers, (std::map<std::string, std::string>{{"node-b", "10.0.0.2:9470"},
+                                                          {"node-c", "10.0.0.3:9470"}}));
+  TempDir d;
+  ASSERT_TRUE(
+      fs::WriteFileAtomic(d.path + "/c.json", R"({"peers": {"node-b": "10.0.0.2:9470"}})").ok());
+  c = Load({"--config", d.path + "/c.json"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->peers.at("node-b"), "10.0.0.2:9470");
+  EXPECT_EQ(Load({"--peers", "node-b"}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Load({"--peers", "=10.0.0.2:1"}).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace cryo::cryod

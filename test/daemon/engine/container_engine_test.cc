@@ -143,6 +143,29 @@ TEST_F(ContainerEngineTest, APodInAUserNamespaceOfItsOwnIsRefusedBothWays) {
 
 // cryod's own guard of a checkpoint's namespace (the shim refuses first): a container of another
 // namespace than the one the checkpoint was taken in is not restored into, whatever it names.
+// Another node's cryod may ask for a job's members only (the Peer service): a container whose
+// pod the shim recorded as that member of that job, in that namespace.
+TEST_F(ContainerEngineTest, APeerMayNameOnlyTheJobsOwnMembers) {
+  auto& c = rt_.containers["c0ffee0000000000"];
+  c.labels["io.kubernetes.pod.namespace"] = "ml";
+  EXPECT_EQ(engine_->CheckJobMember(c.id, "ml", "sum", "0").code(),
+            absl::StatusCode::kPermissionDenied)
+      << "a container of no job";
+  c.annotations["cryo.dev/job"] = "sum";
+  c.annotations["cryo.dev/job-member"] = "0";
+  EXPECT_TRUE(engine_->CheckJobMember(c.id, "ml", "sum", "0").ok());
+  absl::Status other = engine_->CheckJobMember(c.id, "ml", "sum", "1");
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(other.message()), HasSubstr("member '0'"));
+  EXPECT_EQ(engine_->CheckJobMember(c.id, "dev", "sum", "0").code(),
+            absl::StatusCode::kPermissionDenied)
+      << "another namespace's job of the same name";
+  EXPECT_EQ(engine_->CheckJobMember(c.id, "ml", "other", "0").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(engine_->CheckJobMember("deadbeef", "ml", "sum", "0").code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(ContainerEngineTest, ACheckpointIsRestoredOnlyIntoItsOwnNamespace) {
   rt_.containers["c0ffee0000000000"].labels["io.kubernetes.pod.namespace"] = "team-a";
   CheckpointAndEmpty();

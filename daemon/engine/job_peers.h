@@ -1,0 +1,30 @@
+#pragma once
+
+// The other nodes of a job checkpoint (issue 37): the driving cryod reaches each node that runs
+// members of the job through this, and that node's cryod takes its members to the cut, waits for
+// the word of the driver, and publishes their parts in the shared store
+// (daemon/service/peer_service.h, peer_client.h). The engine knows no transport.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/engine/types.h"
+
+namespace cryo::engine {
+
+class JobCut;
+
+class JobPeers {
+ public:
+  virtual ~JobPeers() = default;
+  // Runs `members` (those on `node`) on that node's cryod as part of job checkpoint `req.id`:
+  // marks party `node` at `cut` when they are all dumped, waits for every party, passes the
+  // go (or the abort) on, and returns their parts, published. On any failure before the cut it
+  // fails party `node` at `cut` too.
+  virtual absl::StatusOr<std::vector<CheckpointResult>> Join(const std::string& node,
+                                                             const JobCheckpointRequest& members,
+                                                             JobCut& cut) = 0;
+};
+
+}  // namespace cryo::engine

@@ -1,0 +1,115 @@
+#include "daemon/service/peer_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "cryo/v1/cryo.grpc.pb.h"
+#include "daemon/engine/job_cut.h"
+#include "daemon/service/peer_service.h"
+#include "lib/base/log.h"
+
+namespace cryo::service {
+namespace {
+
+v1::CheckpointJobRequest ToProto(const engine::JobCheckpointRequest& r) {
+  v1::CheckpointJobRequest out;
+  out.set_namespace_(r.namespace_);
+  out.set_job(r.job);
+  out.set_job_checkpoint_id(r.id);
+  out.set_cut_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(r.cut_timeout)));
+  for (const auto& m : r.members) {
+    v1::JobMember* jm = out.add_members();
+    jm->set_member(m.member);
+    jm->set_node(m.node);
+    v1::CheckpointRequest* c = jm->mutable_checkpoint();
+    c->set_pid(m.req.pid);
+    c->set_container_id(m.req.container_id);
+    c->set_workload(m.req.workload);
+    c->set_leave_running(m.req.leave_running);
+    c->set_shell_job(m.req.shell_job);
+    c->set_plan(m.req.plan);
+    for (const auto& [k, v] : m.req.labels) (*c->mutable_labels())[k] = v;
+    c->set_gpu_lock_timeout_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(m.req.gpu_lock_timeout)));
+    const auto& o = m.req.criu;
+    v1::CriuOptions* co = c->mutable_criu();
+    if (o.tcp_established) co->set_tcp_established(*o.tcp_established);
+    if (o.tcp_close) co->set_tcp_close(*o.tcp_close);
+    if (o.skip_in_flight) co->set_skip_in_flight(*o.skip_in_flight);
+    if (o.link_remap) co->set_link_remap(*o.link_remap);
+    if (o.ghost_limit) co->set_ghost_limit_bytes(*o.ghost_limit);
+    if (o.ext_unix_sk) co->set_ext_unix_sk(*o.ext_unix_sk);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
+    const std::string& node, const engine::JobCheckpointRequest& members, engine::JobCut& cut) {
+  const std::string party = absl::StrCat("node ", node);
+  auto fail = [&](absl::Status s) {
+    cut.Fail(party, s);
+    return s;
+  };
+  auto it = addresses_.find(node);
+  if (it == addresses_.end()) {
+    return fail(absl::FailedPreconditionError(
+        absl::StrCat("no address for node ", node, "'s cryod (cryod's peers)")));
+  }
+  auto channel = grpc::CreateChannel(it->second, grpc::InsecureChannelCredentials());
+  auto stub = v1::Peer::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.AddMetadata(kPeerAuthHeader, PeerAuthValue(token_));
+  if (members.deadline != absl::InfiniteFuture())
+    ctx.set_deadline(absl::ToChronoTime(members.deadline));
+  auto stream = stub->JoinJobCheckpoint(&ctx);
+  v1::PeerCutMessage start;
+  *start.mutable_start() = ToProto(members);
+  if (!stream->Write(start)) {
+    grpc::Status s = stream->Finish();
+    return fail(absl::UnavailableError(
+        absl::StrCat("node ", node, "'s cryod at ", it->second, ": ", s.error_message())));
+  }
+  v1::PeerCutReply reply;
+  auto ended = [&](const std::string& when) {
+    stream->WritesDone();
+    grpc::Status s = stream->Finish();
+    return absl::Status(
+        s.ok() ? absl::StatusCode::kUnavailable : static_cast<absl::StatusCode>(s.error_code()),
+        absl::StrCat("node ", node, "'s cryod ", when, ": ",
+                     s.ok() ? "the call ended" : s.error_message()));
+  };
+  if (!stream->Read(&reply)) return fail(ended("before its members were dumped"));
+  if (!reply.has_at_cut()) {
+    return fail(absl::AbortedError(absl::StrCat("node ", node, ": ", reply.failed())));
+  }
+  cut.Mark(party);
+  // Every party at the cut, or the reason the job checkpoint ends: the word passed on.
+  absl::Status all = cut.WaitFor(cut.parties(), members.deadline);
+  v1::PeerCutMessage word;
+  if (all.ok()) {
+    word.set_go(true);
+  } else {
+    word.set_abort(std::string(all.message()));
+  }
+  stream->Write(word);
+  if (!stream->Read(&reply)) return absl::UnavailableError(ended("after the cut").message());
+  stream->WritesDone();
+  grpc::Status fin = stream->Finish();
+  if (!reply.has_done()) {
+    return absl::AbortedError(absl::StrCat("node ", node, ": ", reply.failed()));
+  }
+  std::vector<engine::CheckpointResult> out;
+  for (const auto& p : reply.done().parts()) {
+    engine::CheckpointResult r;
+    r.manifest.id = p.checkpoint_id();
+    r.manifest.job = store::JobPart{members.namespace_, members.job, members.id, p.job_member()};
+    out.push_back(std::move(r));
+  }
+  if (!fin.ok()) CRYO_LOG(Warning) << "node " << node << "'s cryod: " << fin.error_message();
+  return out;
+}
+
+}  // namespace cryo::service
