@@ -287,6 +287,16 @@ expectations() {
       expect_has "$n" '"shim_metrics_file": "/run/cryo/cri-shim.prom"' "cryod serving the shim's file"
       expect_has "$n" '--metrics-file=/run/cryo/cri-shim.prom' "the shim writing its file"
       ;;
+    jobs)
+      expect_kinds "$n" "ClusterRole×2, ClusterRoleBinding×1, ConfigMap×1, DaemonSet×1, NetworkPolicy×1, Role×1, Secret×2, Service×1, ServiceAccount×1"
+      expect_has "$n" '"peer_listen": "0.0.0.0:9470"' "cryod serving the Peer service"
+      expect_has "$n" '"peer_token_file": "/etc/cryo-peer/token"' "the nodes' shared token"
+      expect_has "$n" '^ +automountServiceAccountToken: true$' "the API token in cryod's pod"
+      expect_has "$n" '^ +- name: peer$' "the peer port"
+      expect_has "$n" '^ +secretName: cryo-peer$' "the peer Secret mounted"
+      expect_has "$n" '^ +name: cryo-jobs$' "the ClusterRole that lists pods"
+      expect_has "$n" '^ +- port: peer$' "the other cryods let through the NetworkPolicy"
+      ;;
     pvc)
       expect_kinds "$n" "ClusterRole×1, ConfigMap×1, DaemonSet×1, PersistentVolumeClaim×1, Role×1, Secret×1, Service×1, ServiceAccount×1"
       expect_has "$n" '^ +claimName: cryo-store$' "the store from the created claim"

@@ -62,9 +62,10 @@ Commands:
       --pid-wait D         wait this long for the pids to be free (default: node setting)
       --gpu-map OLD=NEW    map a checkpointed GPU UUID onto one of this node's (repeatable)
       --detach             print the operation id and leave it running
-  checkpoint-job --job NS/NAME MEMBER=PID...
+  checkpoint-job --job NS/NAME [MEMBER=PID...]
                    checkpoint every member of a job at one cut; the job checkpoint exists
-                   once all parts are published and its record is committed
+                   once all parts are published and its record is committed. Without
+                   MEMBER=PID: the job's running pods, as the Kubernetes API lists them
       --id ID              job checkpoint id (each part: ID.MEMBER)
       --leave-running      keep every member running afterwards
       --tcp-established    include established TCP connections (between the members too)
@@ -379,7 +380,6 @@ int CheckpointJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
   if (!ParseCommand(g, fs, argv, &pos, &rc)) return rc;
   std::string ns, name;
   if (!SplitJob(job, &ns, &name)) return Usage("checkpoint-job needs --job NS/NAME");
-  if (pos.empty()) return Usage("checkpoint-job takes MEMBER=PID for each member");
   req.set_namespace_(ns);
   req.set_job(name);
   req.set_job_checkpoint_id(id);
@@ -388,6 +388,11 @@ int CheckpointJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
     return Usage(std::string(s.message()));
   }
   req.set_cut_timeout_ms(ms);
+  // Members found through the Kubernetes API take these.
+  req.mutable_member_defaults()->set_leave_running(leave_running);
+  if (fs.Given("tcp-established")) {
+    req.mutable_member_defaults()->mutable_criu()->set_tcp_established(tcp);
+  }
   for (const std::string& m : pos) {
     const size_t eq = m.find('=');
     int pid = 0;

@@ -16,6 +16,8 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -27,12 +29,15 @@
 #include "daemon/cryod/health.h"
 #include "daemon/cryod/unix_server.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/job_peers.h"
 #include "daemon/engine/operation_runner.h"
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/gpu/host_copy.h"
 #include "daemon/journal/journal.h"
+#include "daemon/kube/api_client.h"
+#include "daemon/kube/job_members.h"
 #include "daemon/metrics/http_server.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/metrics/shim_metrics.h"
@@ -48,7 +53,9 @@
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
 #include "lib/base/proc.h"
+#include "lib/base/status.h"
 #include "lib/contract/annotations.h"
+#include "lib/contract/labels.h"
 #include "prometheus/text_serializer.h"
 
 namespace cryo::cryod {
@@ -69,6 +76,30 @@ struct ApiView {
     if (!r.ok()) return r.status();
     return service::ToProto(*r, /*with_files=*/true);
   }
+};
+
+// A job's members as the Kubernetes API lists its running pods (engine::JobDirectory).
+class ApiJobDirectory final : public engine::JobDirectory {
+ public:
+  ApiJobDirectory(const kube::ApiClient* api, std::string prefix)
+      : api_(api), prefix_(std::move(prefix)) {}
+  absl::StatusOr<std::vector<engine::JobCheckpointRequest::Member>> Members(
+      const std::string& ns, const std::string& job) override {
+    CRYO_ASSIGN_OR_RETURN(auto pods, kube::ListJobMembers(*api_, prefix_, ns, job));
+    std::vector<engine::JobCheckpointRequest::Member> out;
+    for (const auto& p : pods) {
+      engine::JobCheckpointRequest::Member m;
+      m.member = p.member;
+      m.node = p.node;
+      m.req.container_id = p.container_id;
+      out.push_back(std::move(m));
+    }
+    return out;
+  }
+
+ private:
+  const kube::ApiClient* api_;
+  std::string prefix_;
 };
 
 struct State {
@@ -96,7 +127,10 @@ struct State {
   std::unique_ptr<service::CryoService> service;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<UnixListener> listener;
-  // Job checkpoints across nodes: the token, the other nodes' cryods, this one's Peer service.
+  // Job checkpoints across nodes: the Kubernetes API (in a pod), a job's members through it, the
+  // token, the other nodes' cryods, this one's Peer service.
+  std::unique_ptr<kube::ApiClient> kube;
+  std::unique_ptr<ApiJobDirectory> job_directory;
   std::string peer_token;
   std::unique_ptr<service::GrpcJobPeers> peers;
   std::unique_ptr<service::PeerService> peer_service;
@@ -420,7 +454,46 @@ Result StartRecover(State& st) {
     auto token = api::ReadApiToken(st.config.peer_token_file, "the peer token");
     if (!token.ok()) return Fatal("peer_token_file", token.status());
     st.peer_token = *token;
-    st.peers = std::make_unique<service::GrpcJobPeers>(st.config.peers, st.peer_token);
+    // In a pod: a job's members and the other nodes' cryods (the chart's pods, serving on this
+    // node's peer port) come from the Kubernetes API; `peers` lists them otherwise.
+    service::GrpcJobPeers::Lookup lookup;
+    if (auto kc = kube::InClusterConfig(); kc.ok()) {
+      auto api = kube::ApiClient::Create(*kc, absl::Seconds(10));
+      if (!api.ok()) return Fatal("Kubernetes API", api.status());
+      st.kube = std::move(*api);
+      st.job_directory =
+          std::make_unique<ApiJobDirectory>(st.kube.get(), st.config.annotation_prefix);
+      deps.jobs = st.job_directory.get();
+      const std::string own_ns = [] {
+        auto n = fs::ReadFile(absl::StrCat(kube::kServiceAccountDir, "/namespace"));
+        return n.ok() ? std::string(absl::StripAsciiWhitespace(*n)) : std::string("cryo-system");
+      }();
+      int port = 0;
+      const size_t colon = st.config.peer_listen.rfind(':');
+      if (colon == std::string::npos ||
+          !absl::SimpleAtoi(st.config.peer_listen.substr(colon + 1), &port)) {
+        port = 0;
+      }
+      const kube::ApiClient* kapi = st.kube.get();
+      lookup = [kapi, own_ns, port](const std::string& node) -> absl::StatusOr<std::string> {
+        if (port <= 0) {
+          return absl::FailedPreconditionError("this cryod has no peer_listen port to ask on");
+        }
+        CRYO_ASSIGN_OR_RETURN(auto all, kube::ListPeerAddresses(
+                                            *kapi, own_ns, contract::k8s::kCryoPodSelector, port));
+        auto it = all.find(node);
+        if (it == all.end()) {
+          return absl::NotFoundError(
+              absl::StrCat("no running cryod pod on node ", node, " in ", own_ns));
+        }
+        return it->second;
+      };
+      CRYO_LOG(Info) << "job members and other nodes' cryods from the Kubernetes API";
+    } else {
+      CRYO_LOG(Info) << "not in a pod (" << kc.status().message()
+                     << "): job checkpoints list their members, and `peers` the other nodes";
+    }
+    st.peers = std::make_unique<service::GrpcJobPeers>(st.config.peers, st.peer_token, lookup);
     deps.peers = st.peers.get();
   }
   st.engine = std::make_unique<engine::Engine>(ec, deps);

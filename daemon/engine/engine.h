@@ -107,7 +107,8 @@ struct EngineConfig {
   std::function<absl::Status(const std::string& step, bool after)> fault;
 };
 
-class JobPeers;  // job_peers.h
+class JobPeers;      // job_peers.h
+class JobDirectory;  // job_peers.h
 
 struct EngineDeps {
   store::CheckpointStore* store = nullptr;
@@ -124,6 +125,8 @@ struct EngineDeps {
   containerd::ImageContent* images = nullptr;
   // Other nodes' cryods, for job checkpoints that span nodes; null: such jobs are refused.
   JobPeers* peers = nullptr;
+  // Where a job's members run (the Kubernetes API); null: a job checkpoint must list them.
+  JobDirectory* jobs = nullptr;
 };
 
 struct CheckpointState;

@@ -120,8 +120,23 @@ std::vector<absl::StatusOr<CheckpointResult>> Engine::RunJobMembers(
 
 absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointRequest& request,
                                                           Operation& op) {
-  CRYO_ASSIGN_OR_RETURN(const std::string id, ValidateJobRequest(request));
   JobCheckpointRequest req = request;
+  if (req.members.empty()) {
+    // Every member, as the Kubernetes API lists the job's running pods.
+    if (d_.jobs == nullptr) {
+      return absl::InvalidArgumentError(
+          "a job checkpoint names its members, or cryod looks them up in the Kubernetes API "
+          "(cryod runs in a pod of the chart)");
+    }
+    CRYO_ASSIGN_OR_RETURN(req.members, d_.jobs->Members(req.namespace_, req.job));
+    for (auto& m : req.members) {
+      const std::string container = m.req.container_id;
+      m.req = req.member_defaults;
+      m.req.container_id = container;
+      m.req.pid = 0;
+    }
+  }
+  CRYO_ASSIGN_OR_RETURN(const std::string id, ValidateJobRequest(req));
   req.id = id;
   const std::string what =
       absl::StrCat("job checkpoint '", id, "' of ", req.namespace_, "/", req.job);

@@ -27,4 +27,13 @@ class JobPeers {
                                                              JobCut& cut) = 0;
 };
 
+// Where a job's members run, for a job checkpoint that names none (cryod asks the Kubernetes
+// API: daemon/kube/job_members.h). Each member comes with its container and node.
+class JobDirectory {
+ public:
+  virtual ~JobDirectory() = default;
+  virtual absl::StatusOr<std::vector<JobCheckpointRequest::Member>> Members(
+      const std::string& ns, const std::string& job) = 0;
+};
+
 }  // namespace cryo::engine

@@ -67,6 +67,9 @@ struct JobCheckpointRequest {
     std::string node;       // the node it runs on; empty: this one
   };
   std::vector<Member> members;
+  // With no members listed: they are looked up (EngineDeps::jobs), each checkpointed with
+  // these options (leave_running, CRIU options, labels).
+  CheckpointRequest member_defaults;
   // How long the first member dumped waits for the others (its job frozen meanwhile), at most.
   absl::Duration cut_timeout = absl::Minutes(2);
   absl::Time deadline = absl::InfiniteFuture();

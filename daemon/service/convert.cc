@@ -190,6 +190,7 @@ engine::JobCheckpointRequest FromProto(const v1::CheckpointJobRequest& r, absl::
   out.id = r.job_checkpoint_id();
   out.deadline = deadline;
   if (r.cut_timeout_ms() > 0) out.cut_timeout = absl::Milliseconds(r.cut_timeout_ms());
+  out.member_defaults = FromProto(r.member_defaults(), deadline);
   for (const auto& m : r.members()) {
     out.members.push_back({m.member(), FromProto(m.checkpoint(), deadline), m.node()});
   }

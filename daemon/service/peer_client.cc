@@ -8,6 +8,7 @@
 #include "daemon/engine/job_cut.h"
 #include "daemon/service/peer_service.h"
 #include "lib/base/log.h"
+#include "lib/base/status.h"
 
 namespace cryo::service {
 namespace {
@@ -53,12 +54,20 @@ absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
     cut.Fail(party, s);
     return s;
   };
-  auto it = addresses_.find(node);
-  if (it == addresses_.end()) {
+  std::string address;
+  if (auto it = addresses_.find(node); it != addresses_.end()) {
+    address = it->second;
+  } else if (lookup_) {
+    auto found = lookup_(node);
+    if (!found.ok()) {
+      return fail(Annotate(found.status(), absl::StrCat("finding node ", node, "'s cryod")));
+    }
+    address = *found;
+  } else {
     return fail(absl::FailedPreconditionError(
         absl::StrCat("no address for node ", node, "'s cryod (cryod's peers)")));
   }
-  auto channel = grpc::CreateChannel(it->second, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = v1::Peer::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.AddMetadata(kPeerAuthHeader, PeerAuthValue(token_));
@@ -70,7 +79,7 @@ absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
   if (!stream->Write(start)) {
     grpc::Status s = stream->Finish();
     return fail(absl::UnavailableError(
-        absl::StrCat("node ", node, "'s cryod at ", it->second, ": ", s.error_message())));
+        absl::StrCat("node ", node, "'s cryod at ", address, ": ", s.error_message())));
   }
   v1::PeerCutReply reply;
   auto ended = [&](const std::string& when) {

@@ -4,6 +4,7 @@
 // that spans nodes (peer_service.h is the other side). A node's cryod is found by name in the
 // configured addresses (cryod's `peers`); every call carries the nodes' shared token.
 
+#include <functional>
 #include <map>
 #include <string>
 
@@ -13,9 +14,12 @@ namespace cryo::service {
 
 class GrpcJobPeers final : public engine::JobPeers {
  public:
-  // `addresses`: node name -> "host:port" of its cryod's peer_listen.
-  GrpcJobPeers(std::map<std::string, std::string> addresses, std::string token)
-      : addresses_(std::move(addresses)), token_(std::move(token)) {}
+  // `addresses`: node name -> "host:port" of its cryod's peer_listen; a node not there is asked
+  // of `lookup` (the Kubernetes API: the chart's cryod pod on that node), when given.
+  using Lookup = std::function<absl::StatusOr<std::string>(const std::string& node)>;
+  GrpcJobPeers(std::map<std::string, std::string> addresses, std::string token,
+               Lookup lookup = nullptr)
+      : addresses_(std::move(addresses)), token_(std::move(token)), lookup_(std::move(lookup)) {}
 
   absl::StatusOr<std::vector<engine::CheckpointResult>> Join(
       const std::string& node, const engine::JobCheckpointRequest& members,
@@ -24,6 +28,7 @@ class GrpcJobPeers final : public engine::JobPeers {
  private:
   std::map<std::string, std::string> addresses_;
   std::string token_;
+  Lookup lookup_;
 };
 
 }  // namespace cryo::service

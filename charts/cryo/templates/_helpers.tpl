@@ -133,6 +133,10 @@ app.kubernetes.io/part-of: cryo
 {{- if $v.metrics.enabled -}}
 {{- $_ := set $c "http_api_token_file" "/etc/cryo-http-api/token" -}}
 {{- end -}}
+{{- if $v.jobs.enabled -}}
+{{- $_ := set $c "peer_listen" (printf "0.0.0.0:%d" (int $v.jobs.peerPort)) -}}
+{{- $_ := set $c "peer_token_file" "/etc/cryo-peer/token" -}}
+{{- end -}}
 {{- with $v.termination.providers -}}
 {{- range . -}}
 {{- if not (has . (list "gce" "aws" "azure")) -}}
@@ -245,6 +249,10 @@ app.kubernetes.io/part-of: cryo
 {{- end -}}
 
 {{/* The Secret with the token of cryod's HTTP checkpoint API (metrics.apiToken). */}}
+{{- define "cryo.peerTokenSecret" -}}
+{{- .Values.jobs.token.existingSecret | default (printf "%s-peer" (include "cryo.fullname" .)) -}}
+{{- end -}}
+
 {{- define "cryo.apiTokenSecret" -}}
 {{- .Values.metrics.apiToken.existingSecret | default (printf "%s-http-api" (include "cryo.fullname" .)) -}}
 {{- end -}}

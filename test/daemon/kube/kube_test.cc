@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "daemon/kube/api_client.h"
+#include "daemon/kube/job_members.h"
 #include "daemon/kube/kubelet_restore.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -233,6 +234,71 @@ TEST_F(KubeTest, ANodeThatNeverRestoresFailsTheHookNamingItAndWhatItWaitsOn) {
                         "reload daemon)"));
   EXPECT_THAT(s.message(), Not(HasSubstr("node-a")));
   EXPECT_THAT(s.message(), HasSubstr("helm uninstall --no-hooks"));
+}
+
+nlohmann::json Pod(const std::string& name, const std::string& node,
+                   const nlohmann::json& annotations, const nlohmann::json& labels,
+                   const std::string& container_id) {
+  return {{"metadata", {{"name", name}, {"annotations", annotations}, {"labels", labels}}},
+          {"spec", {{"nodeName", node}}},
+          {"status",
+           {{"podIP", "10.1.0.7"},
+            {"containerStatuses",
+             nlohmann::json::array({{{"name", "worker"}, {"containerID", container_id}}})}}}};
+}
+
+// Which pods form a job, from the API as the shim decides it; and each node's cryod.
+TEST_F(KubeTest, AJobsMembersAndTheirNodesCryodsComeFromTheApi) {
+  const nlohmann::json job = {{"cryo.dev/job", "sum"}, {"cryo.dev/job-size", "2"}};
+  nlohmann::json pods = {
+      {"items",
+       {Pod("sum-a", "node-a", job, nlohmann::json::object(), "containerd://aaa"),
+        Pod("other", "node-a", nlohmann::json::object(), nlohmann::json::object(),
+            "containerd://ccc"),
+        Pod("sum-b", "node-b", job, nlohmann::json::object(), "containerd://bbb")}}};
+  server_.On("GET", "/api/v1/namespaces/ml/pods", [&](const Request& r) {
+    EXPECT_EQ(r.params.at("fieldSelector"), "status.phase=Running");
+    return JsonResponse(pods);
+  });
+  auto api = Client();
+  ASSERT_NE(api, nullptr);
+  auto members = ListJobMembers(*api, "cryo.dev", "ml", "sum");
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_EQ(members->size(), 2u);
+  EXPECT_EQ((*members)[0].member, "sum-a");
+  EXPECT_EQ((*members)[0].node, "node-a");
+  EXPECT_EQ((*members)[0].container_id, "aaa") << "the runtime's id, without its scheme";
+  EXPECT_EQ((*members)[1].node, "node-b");
+
+  // One member gone: a checkpoint of half a job is none.
+  pods["items"].erase(2);
+  auto half = ListJobMembers(*api, "cryo.dev", "ml", "sum");
+  EXPECT_EQ(half.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(half.status().message()), HasSubstr("1 missing"));
+  // Two pods claiming one member.
+  pods["items"].push_back(
+      Pod("sum-a2", "node-b",
+          {{"cryo.dev/job", "sum"}, {"cryo.dev/job-size", "2"}, {"cryo.dev/job-member", "sum-a"}},
+          nlohmann::json::object(), "containerd://ddd"));
+  auto twice = ListJobMembers(*api, "cryo.dev", "ml", "sum");
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(twice.status().message()), HasSubstr("both say they are member sum-a"));
+  EXPECT_EQ(ListJobMembers(*api, "cryo.dev", "ml", "nope").status().code(),
+            absl::StatusCode::kNotFound);
+
+  server_.On("GET", kPods, [&](const Request& r) {
+    EXPECT_EQ(r.params.at("labelSelector"), "app.kubernetes.io/name=cryo");
+    return JsonResponse({{"items",
+                          {Pod("cryo-x", "node-a", nlohmann::json::object(),
+                               nlohmann::json::object(), "containerd://1"),
+                           {{"metadata", {{"name", "cryo-y"}}},
+                            {"spec", {{"nodeName", "node-b"}}},
+                            {"status", {{"podIP", "fd00::9"}}}}}}});
+  });
+  auto peers = ListPeerAddresses(*api, "cryo-system", "app.kubernetes.io/name=cryo", 9470);
+  ASSERT_TRUE(peers.ok()) << peers.status();
+  EXPECT_EQ(peers->at("node-a"), "10.1.0.7:9470");
+  EXPECT_EQ(peers->at("node-b"), "[fd00::9]:9470");
 }
 
 }  // namespace

@@ -1,0 +1,145 @@
+#include "daemon/kube/job_members.h"
+
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "lib/base/status.h"
+#include "lib/contract/annotations.h"
+#include "lib/contract/job.h"
+
+namespace cryo::kube {
+namespace {
+
+std::map<std::string, std::string> StringsOf(const nlohmann::json& meta, const char* key) {
+  std::map<std::string, std::string> out;
+  auto it = meta.find(key);
+  if (it == meta.end() || !it->is_object()) return out;
+  for (const auto& [k, v] : it->items()) {
+    if (v.is_string()) out[k] = v.get<std::string>();
+  }
+  return out;
+}
+
+std::string Str(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+// "containerd://0123..." -> "0123..."; the runtime's own id.
+std::string RuntimeId(const std::string& id) {
+  const size_t sep = id.find("://");
+  return sep == std::string::npos ? id : id.substr(sep + 3);
+}
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '=') {
+      out += "%3D";
+    } else if (c == ',') {
+      out += "%2C";
+    } else if (c == '/') {
+      out += "%2F";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<nlohmann::json> RunningPods(const ApiClient& api, const std::string& ns,
+                                           const std::string& selector) {
+  std::string path =
+      absl::StrCat("/api/v1/namespaces/", ns, "/pods?fieldSelector=status.phase%3DRunning");
+  if (!selector.empty()) absl::StrAppend(&path, "&labelSelector=", Escape(selector));
+  CRYO_ASSIGN_OR_RETURN(nlohmann::json list, api.Get(path));
+  auto items = list.find("items");
+  if (items == list.end() || !items->is_array()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the API's list of pods in ", ns, " has no items"));
+  }
+  return *items;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<JobMemberPod>> ListJobMembers(const ApiClient& api,
+                                                         const std::string& prefix,
+                                                         const std::string& ns,
+                                                         const std::string& job) {
+  CRYO_ASSIGN_OR_RETURN(nlohmann::json pods, RunningPods(api, ns, ""));
+  std::vector<JobMemberPod> out;
+  std::map<std::string, std::string> by_member;  // member -> pod
+  int size = 0;
+  for (const auto& p : pods) {
+    const nlohmann::json meta = p.value("metadata", nlohmann::json::object());
+    const std::string name = Str(meta, "name");
+    const auto ann = StringsOf(meta, "annotations");
+    auto j = contract::JobOf(prefix, ann, StringsOf(meta, "labels"), name);
+    if (!j.ok() || !j->has_value() || (*j)->name != job) continue;
+    JobMemberPod m;
+    m.member = (*j)->member;
+    m.pod = name;
+    m.size = (*j)->size;
+    size = std::max(size, m.size);
+    const nlohmann::json spec = p.value("spec", nlohmann::json::object());
+    m.node = Str(spec, "nodeName");
+    // The member's container: the first the pod opted in.
+    std::set<std::string> only;
+    for (absl::string_view c :
+         absl::StrSplit(ann.count(contract::Key(prefix, contract::pod::kContainers))
+                            ? ann.at(contract::Key(prefix, contract::pod::kContainers))
+                            : "",
+                        ',', absl::SkipWhitespace())) {
+      only.insert(std::string(absl::StripAsciiWhitespace(c)));
+    }
+    const nlohmann::json status = p.value("status", nlohmann::json::object());
+    for (const auto& cs : status.value("containerStatuses", nlohmann::json::array())) {
+      if (!cs.is_object()) continue;
+      if (!only.empty() && !only.count(Str(cs, "name"))) continue;
+      m.container_id = RuntimeId(Str(cs, "containerID"));
+      if (!m.container_id.empty()) break;
+    }
+    if (m.node.empty() || m.container_id.empty()) {
+      return absl::UnavailableError(absl::StrCat("member ", m.member, " (pod ", name,
+                                                 ") has no node or no running container yet"));
+    }
+    if (auto [it, fresh] = by_member.emplace(m.member, name); !fresh) {
+      return absl::FailedPreconditionError(absl::StrCat("pods ", it->second, " and ", name,
+                                                        " both say they are member ", m.member,
+                                                        " of job ", ns, "/", job));
+    }
+    out.push_back(std::move(m));
+  }
+  if (out.empty()) {
+    return absl::NotFoundError(absl::StrCat("no running pod of job ", ns, "/", job));
+  }
+  if (size > static_cast<int>(out.size())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", ns, "/", job, " has ", size, " members and ", out.size(),
+                     " run: ", size - static_cast<int>(out.size()),
+                     " missing; a checkpoint of part of a job would not resume"));
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> ListPeerAddresses(const ApiClient& api,
+                                                                     const std::string& cryo_ns,
+                                                                     const std::string& selector,
+                                                                     int port) {
+  CRYO_ASSIGN_OR_RETURN(nlohmann::json pods, RunningPods(api, cryo_ns, selector));
+  std::map<std::string, std::string> out;
+  for (const auto& p : pods) {
+    const std::string node = Str(p.value("spec", nlohmann::json::object()), "nodeName");
+    const std::string ip = Str(p.value("status", nlohmann::json::object()), "podIP");
+    if (node.empty() || ip.empty()) continue;
+    out[node] = absl::StrContains(ip, ':') ? absl::StrCat("[", ip, "]:", port)
+                                           : absl::StrCat(ip, ":", port);
+  }
+  return out;
+}
+
+}  // namespace cryo::kube
