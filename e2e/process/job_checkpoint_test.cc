@@ -223,6 +223,20 @@ TEST_F(JobCheckpointE2e, MembersOnTwoNodesAtOneCutDrivenByOneCryod) {
     EXPECT_EQ(Ok(*w), 1);
   }
 
+  // A member on node-b that fails (its process gone): node-a's member was dumped and waits at
+  // the cut, hears the abort, and runs on; nothing is committed or published.
+  StartPair();
+  req = JobReq("j6", /*leave_running=*/true);
+  req.mutable_members(1)->set_node("node-b");
+  req.mutable_members(1)->mutable_checkpoint()->set_pid(999999);
+  st = a.CheckpointJob(req);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error_message().find("node node-b"), std::string::npos) << st.error_message();
+  EXPECT_FALSE(Exists(store_ + "/jobs/e2e+sum+j6.json"));
+  EXPECT_TRUE(PartsOf(a, "j6").empty());
+  ASSERT_TRUE(left_->WaitMain(Main(*left_) + 5)) << "node-a's member was left stopped";
+  EXPECT_EQ(Ok(*left_), 1);
+
   // Without the nodes' token, node-b's cryod answers nothing.
   auto ch =
       grpc::CreateChannel("127.0.0.1:" + std::to_string(pb), grpc::InsecureChannelCredentials());
