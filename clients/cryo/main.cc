@@ -62,10 +62,11 @@ Commands:
       --pid-wait D         wait this long for the pids to be free (default: node setting)
       --gpu-map OLD=NEW    map a checkpointed GPU UUID onto one of this node's (repeatable)
       --detach             print the operation id and leave it running
-  checkpoint-job --job NS/NAME [MEMBER=PID...]
+  checkpoint-job --job NS/NAME [MEMBER=PID[@NODE]...]
                    checkpoint every member of a job at one cut; the job checkpoint exists
                    once all parts are published and its record is committed. Without
-                   MEMBER=PID: the job's running pods, as the Kubernetes API lists them
+                   MEMBER=PID: the job's running pods, as the Kubernetes API lists them;
+                   @NODE: that member runs on another node (its cryod is asked for it)
       --id ID              job checkpoint id (each part: ID.MEMBER)
       --leave-running      keep every member running afterwards
       --tcp-established    include established TCP connections (between the members too)
@@ -395,12 +396,17 @@ int CheckpointJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
   }
   for (const std::string& m : pos) {
     const size_t eq = m.find('=');
+    const size_t at = m.find('@', eq == std::string::npos ? 0 : eq);
     int pid = 0;
-    if (eq == std::string::npos || !absl::SimpleAtoi(m.substr(eq + 1), &pid) || pid <= 0) {
-      return Usage(absl::StrCat("'", m, "' is not MEMBER=PID"));
+    if (eq == std::string::npos ||
+        !absl::SimpleAtoi(
+            m.substr(eq + 1, at == std::string::npos ? std::string::npos : at - eq - 1), &pid) ||
+        pid <= 0 || (at != std::string::npos && at + 1 == m.size())) {
+      return Usage(absl::StrCat("'", m, "' is not MEMBER=PID or MEMBER=PID@NODE"));
     }
     v1::JobMember* jm = req.add_members();
     jm->set_member(m.substr(0, eq));
+    if (at != std::string::npos) jm->set_node(m.substr(at + 1));
     jm->mutable_checkpoint()->set_pid(pid);
     jm->mutable_checkpoint()->set_leave_running(leave_running);
     jm->mutable_checkpoint()->set_workload(absl::StrCat(ns, ".", name, ".", m.substr(0, eq)));
