@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -204,12 +205,16 @@ T InNetns(pid_t pid, const std::function<T()>& fn) {
 
 std::string Listener::Address() const { return AddrText(family, addr, port); }
 
-absl::StatusOr<std::vector<Listener>> ReadImageListeners(const std::string& images_dir) {
+namespace {
+
+// Each TCP socket in state `state` in files.img of `images_dir` (none when there is no such
+// image), its addresses checked: INVALID_ARGUMENT for an entry that does not parse or holds an
+// address no socket has.
+absl::Status ForEachTcpSocket(const std::string& images_dir, uint32_t state, const char* what,
+                              const std::function<void(const ::criu::inet_sk_entry&)>& fn) {
   auto entries = ReadImageEntries(images_dir, "files.img", kFilesMagic, true, kMaxFilesImage);
-  if (absl::IsNotFound(entries.status())) return std::vector<Listener>{};
+  if (absl::IsNotFound(entries.status())) return absl::OkStatus();
   CRYO_RETURN_IF_ERROR(entries.status());
-  std::vector<Listener> out;
-  std::set<std::tuple<int, std::array<uint8_t, 16>, uint16_t>> seen;
   for (const auto& raw : *entries) {
     ::criu::file_entry fe;
     if (!fe.ParseFromString(raw)) {
@@ -217,61 +222,57 @@ absl::StatusOr<std::vector<Listener>> ReadImageListeners(const std::string& imag
     }
     if (fe.type() != kInetSk || !fe.has_isk()) continue;
     const auto& sk = fe.isk();
-    if (sk.type() != SOCK_STREAM || sk.proto() != IPPROTO_TCP || sk.state() != kTcpListen) {
-      continue;
-    }
-    Listener l;
-    l.family = static_cast<int>(sk.family());
-    if ((l.family != AF_INET && l.family != AF_INET6) || sk.src_port() > 0xffff ||
-        sk.src_addr_size() > 4) {
+    if (sk.type() != SOCK_STREAM || sk.proto() != IPPROTO_TCP || sk.state() != state) continue;
+    const int family = static_cast<int>(sk.family());
+    if ((family != AF_INET && family != AF_INET6) || sk.src_port() > 0xffff ||
+        sk.dst_port() > 0xffff || sk.src_addr_size() > 4 || sk.dst_addr_size() > 4) {
       return absl::InvalidArgumentError(
-          absl::StrCat("CRIU image files.img: TCP listener ", sk.id(), " has a bad address"));
+          absl::StrCat("CRIU image files.img: TCP ", what, " ", sk.id(), " has a bad address"));
     }
-    l.port = static_cast<uint16_t>(sk.src_port());
-    l.v6only = sk.v6only();
-    for (int i = 0; i < sk.src_addr_size(); ++i) {
-      const uint32_t w = sk.src_addr(i);  // the address bytes, copied into a word
-      std::memcpy(l.addr.data() + 4 * i, &w, 4);
-    }
-    if (seen.insert({l.family, l.addr, l.port}).second) out.push_back(l);
+    fn(sk);
   }
+  return absl::OkStatus();
+}
+
+// The address bytes, as CRIU copies them into words.
+std::array<uint8_t, 16> AddrOf(const google::protobuf::RepeatedField<uint32_t>& words) {
+  std::array<uint8_t, 16> a{};
+  for (int i = 0; i < words.size(); ++i) {
+    const uint32_t w = words.Get(i);
+    std::memcpy(a.data() + 4 * i, &w, 4);
+  }
+  return a;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Listener>> ReadImageListeners(const std::string& images_dir) {
+  std::vector<Listener> out;
+  std::set<std::tuple<int, std::array<uint8_t, 16>, uint16_t>> seen;
+  CRYO_RETURN_IF_ERROR(
+      ForEachTcpSocket(images_dir, kTcpListen, "listener", [&](const ::criu::inet_sk_entry& sk) {
+        Listener l;
+        l.family = static_cast<int>(sk.family());
+        l.port = static_cast<uint16_t>(sk.src_port());
+        l.v6only = sk.v6only();
+        l.addr = AddrOf(sk.src_addr());
+        if (seen.insert({l.family, l.addr, l.port}).second) out.push_back(l);
+      }));
   return out;
 }
 
 absl::StatusOr<std::vector<Connection>> ReadImageConnections(const std::string& images_dir) {
-  auto entries = ReadImageEntries(images_dir, "files.img", kFilesMagic, true, kMaxFilesImage);
-  if (absl::IsNotFound(entries.status())) return std::vector<Connection>{};
-  CRYO_RETURN_IF_ERROR(entries.status());
   std::set<Connection> out;
-  for (const auto& raw : *entries) {
-    ::criu::file_entry fe;
-    if (!fe.ParseFromString(raw)) {
-      return absl::InvalidArgumentError("CRIU image files.img: an entry does not parse");
-    }
-    if (fe.type() != kInetSk || !fe.has_isk()) continue;
-    const auto& sk = fe.isk();
-    if (sk.type() != SOCK_STREAM || sk.proto() != IPPROTO_TCP || sk.state() != kTcpEstablished) {
-      continue;
-    }
-    Connection c;
-    c.family = static_cast<int>(sk.family());
-    if ((c.family != AF_INET && c.family != AF_INET6) || sk.src_port() > 0xffff ||
-        sk.dst_port() > 0xffff || sk.src_addr_size() > 4 || sk.dst_addr_size() > 4) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CRIU image files.img: TCP connection ", sk.id(), " has a bad address"));
-    }
-    c.sport = static_cast<uint16_t>(sk.src_port());
-    c.dport = static_cast<uint16_t>(sk.dst_port());
-    for (int i = 0; i < sk.src_addr_size(); ++i) {
-      const uint32_t w = sk.src_addr(i);
-      std::memcpy(c.src.data() + 4 * i, &w, 4);
-    }
-    for (int i = 0; i < sk.dst_addr_size(); ++i) {
-      const uint32_t w = sk.dst_addr(i);
-      std::memcpy(c.dst.data() + 4 * i, &w, 4);
-    }
-    out.insert(c);
-  }
+  CRYO_RETURN_IF_ERROR(ForEachTcpSocket(images_dir, kTcpEstablished, "connection",
+                                        [&](const ::criu::inet_sk_entry& sk) {
+                                          Connection c;
+                                          c.family = static_cast<int>(sk.family());
+                                          c.sport = static_cast<uint16_t>(sk.src_port());
+                                          c.dport = static_cast<uint16_t>(sk.dst_port());
+                                          c.src = AddrOf(sk.src_addr());
+                                          c.dst = AddrOf(sk.dst_addr());
+                                          out.insert(c);
+                                        }));
   return std::vector<Connection>(out.begin(), out.end());
 }
 

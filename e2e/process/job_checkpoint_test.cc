@@ -60,6 +60,28 @@ class JobCheckpointE2e : public ProcessFixture {
     }
     return r;
   }
+  // Both members gone (their nodes reclaimed), then restored together by `node` from job
+  // checkpoint `id`: each goes on past where it was killed, its sum exact.
+  void KillAndResumeTogether(Cryod& node, const std::string& id,
+                             v1::JobRestoreResult* out = nullptr) {
+    const uint64_t killed_at = std::max(Main(*left_), Main(*right_));
+    for (Workload* w : {left_, right_}) {
+      w->Kill();
+      ASSERT_TRUE(WaitGone(*w));
+    }
+    v1::RestoreJobRequest rj;
+    rj.set_namespace_("e2e");
+    rj.set_job("sum");
+    rj.set_job_checkpoint_id(id);
+    rj.set_pid_wait_timeout_ms(10000);
+    grpc::Status st = node.RestoreJob(rj, out);
+    ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << Slurp(node.log());
+    for (Workload* w : {left_, right_}) {
+      // From the cut, not from the start (a new pair could not even meet: nobody listens).
+      ASSERT_TRUE(w->WaitMain(killed_at + 10)) << "the restored pair did not go on";
+      EXPECT_EQ(Ok(*w), 1) << "a byte between the members was lost or doubled by the cut";
+    }
+  }
   static uint64_t Main(Workload& w) { return w.Status().value("main", uint64_t{0}); }
   static int Ok(Workload& w) { return w.Status().value("ok", -1); }
   std::vector<v1::CheckpointInfo> PartsOf(Cryod& node, const std::string& id) {
@@ -77,7 +99,6 @@ class JobCheckpointE2e : public ProcessFixture {
 TEST_F(JobCheckpointE2e, BothMembersAtOneCutOneCommitAndTheSumsGoOnExactlyAfterARestore) {
   Cryod& node = Node("node-a");
   StartPair();
-  const uint64_t before = std::min(Main(*left_), Main(*right_));
   v1::JobCheckpointInfo info;
   grpc::Status st = node.CheckpointJob(JobReq("j1", /*leave_running=*/true), &info);
   ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << Slurp(node.log());
@@ -103,27 +124,10 @@ TEST_F(JobCheckpointE2e, BothMembersAtOneCutOneCommitAndTheSumsGoOnExactlyAfterA
   // Both gone (the job's nodes reclaimed); restored together, the first held (its packets to
   // the second dropped) until the second is back: else the second's kernel resets the
   // connection. A part alone is refused while not committed (daemon unit tests).
-  const uint64_t killed_at = std::max(Main(*left_), Main(*right_));
-  for (Workload* w : {left_, right_}) {
-    w->Kill();
-    ASSERT_TRUE(WaitGone(*w));
-  }
-  v1::RestoreJobRequest rj;
-  rj.set_namespace_("e2e");
-  rj.set_job("sum");
-  rj.set_job_checkpoint_id("j1");
-  rj.set_pid_wait_timeout_ms(10000);
   v1::JobRestoreResult restored;
-  st = node.RestoreJob(rj, &restored);
-  ASSERT_TRUE(st.ok()) << st.error_message() << "\n" << Slurp(node.log());
+  KillAndResumeTogether(node, "j1", &restored);
   ASSERT_EQ(restored.members_size(), 2);
   EXPECT_EQ(restored.members().at("left").root_pid(), left_->pid()) << "restored as it was";
-  for (Workload* w : {left_, right_}) {
-    // From the cut, not from the start (a new pair could not even meet: nobody listens).
-    EXPECT_GE(Main(*w), before);
-    ASSERT_TRUE(w->WaitMain(killed_at + 10)) << "the restored pair did not go on";
-    EXPECT_EQ(Ok(*w), 1) << "a byte between the members was lost or doubled by the cut";
-  }
 }
 
 TEST_F(JobCheckpointE2e, AMemberThatFailsFailsTheJobCheckpointAndEveryMemberRunsOn) {
@@ -206,22 +210,7 @@ TEST_F(JobCheckpointE2e, MembersOnTwoNodesAtOneCutDrivenByOneCryod) {
   }
   // Killed; restored together (here on node-b: both parts are in the shared store), the sums
   // go on exactly.
-  const uint64_t killed_at = std::max(Main(*left_), Main(*right_));
-  for (Workload* w : {left_, right_}) {
-    w->Kill();
-    ASSERT_TRUE(WaitGone(*w));
-  }
-  v1::RestoreJobRequest rj;
-  rj.set_namespace_("e2e");
-  rj.set_job("sum");
-  rj.set_job_checkpoint_id("j4");
-  rj.set_pid_wait_timeout_ms(10000);
-  st = b.RestoreJob(rj);
-  ASSERT_TRUE(st.ok()) << st.error_message();
-  for (Workload* w : {left_, right_}) {
-    ASSERT_TRUE(w->WaitMain(killed_at + 10)) << "the restored pair did not go on";
-    EXPECT_EQ(Ok(*w), 1);
-  }
+  KillAndResumeTogether(b, "j4");
 
   // A member on node-b that fails (its process gone): node-a's member was dumped and waits at
   // the cut, hears the abort, and runs on; nothing is committed or published.
