@@ -524,6 +524,7 @@ Result StartServe(State& st) {
     int port = 0;
     pb.AddListeningPort(st.config.peer_listen, grpc::InsecureServerCredentials(), &port);
     pb.RegisterService(st.peer_service.get());
+    service::SetPeerKeepalive(&pb);
     st.peer_server = pb.BuildAndStart();
     if (!st.peer_server || port == 0) {
       return Fatal("peer_listen", absl::UnavailableError(absl::StrCat(

@@ -67,7 +67,9 @@ absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
     return fail(absl::FailedPreconditionError(
         absl::StrCat("no address for node ", node, "'s cryod (cryod's peers)")));
   }
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::ChannelArguments args;
+  SetPeerKeepalive(&args);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   auto stub = v1::Peer::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.AddMetadata(kPeerAuthHeader, PeerAuthValue(token_));

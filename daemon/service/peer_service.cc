@@ -14,6 +14,28 @@ namespace cryo::service {
 
 std::string PeerAuthValue(const std::string& token) { return absl::StrCat("Bearer ", token); }
 
+namespace {
+constexpr int kPeerPingMs = 10000;
+constexpr int kPeerPingTimeoutMs = 10000;
+}  // namespace
+
+void SetPeerKeepalive(grpc::ChannelArguments* args) {
+  args->SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kPeerPingMs);
+  args->SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kPeerPingTimeoutMs);
+  args->SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args->SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+}
+
+void SetPeerKeepalive(grpc::ServerBuilder* builder) {
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kPeerPingMs);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kPeerPingTimeoutMs);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // The driver's pings while a node's members dump are no abuse.
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                              kPeerPingMs / 2);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+}
+
 grpc::Status PeerService::Authenticate(grpc::ServerContext* ctx) const {
   if (opts_.token.empty()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,

@@ -35,6 +35,13 @@ class PeerService final : public v1::Peer::Service {
   PeerOptions opts_;
 };
 
+// Keepalive on both ends of a Peer call: a job checkpoint's stream waits for a node's members
+// and for the driver's word, and a node that vanishes without closing it (its machine gone, a
+// partition) must end that wait, not hold every other member frozen. Pings every 10 s, dead
+// after 10 s more; the server allows them.
+void SetPeerKeepalive(grpc::ChannelArguments* args);
+void SetPeerKeepalive(grpc::ServerBuilder* builder);
+
 // The header a peer call carries.
 inline constexpr char kPeerAuthHeader[] = "authorization";
 std::string PeerAuthValue(const std::string& token);

@@ -3,6 +3,7 @@
 // is committed; killed and restored from their parts, the sums go on exactly. A member that
 // fails fails the whole job checkpoint: nothing is published and every member runs on.
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include <fstream>
@@ -242,6 +243,44 @@ TEST_F(JobCheckpointE2e, MembersOnTwoNodesAtOneCutDrivenByOneCryod) {
   grpc::Status denied = stream->Finish();
   EXPECT_EQ(denied.error_code(), grpc::StatusCode::UNAUTHENTICATED) << denied.error_message();
   EXPECT_TRUE(PartsOf(b, "j5").empty());
+}
+
+// A node whose cryod stops answering in the middle (its machine gone, a partition): the driver
+// finds out by the stream's keepalive, aborts, and its own member runs on; the node, once back,
+// hears nothing more from the driver and rolls its member back too. Nothing is committed.
+TEST_F(JobCheckpointE2e, ANodeThatStopsAnsweringAbortsTheJobCheckpointAndBothMembersRunOn) {
+  const std::string token = dir_ + "/peer.token";
+  { std::ofstream(token) << "peer-token-of-the-e2e-cluster\n"; }
+  const int pa = FreePort(), pb = FreePort();
+  auto peer = [&](int self, const std::string& other, int other_port) {
+    return std::vector<std::string>{"--peer-listen=127.0.0.1:" + std::to_string(self),
+                                    "--peer-token-file=" + token,
+                                    "--peers=" + other + "=127.0.0.1:" + std::to_string(other_port),
+                                    "--peer-process-members=true"};
+  };
+  Cryod& a = Node("node-a", peer(pa, "node-b", pb));
+  Cryod& b = Node("node-b", peer(pb, "node-a", pa), HookEnv());
+  StartPair();
+  HookPoint hp(hook_dir(), "before-dump");  // node-b's cryod only has the hooks
+  v1::CheckpointJobRequest req = JobReq("j7", /*leave_running=*/true);
+  req.mutable_members(1)->set_node("node-b");
+  grpc::Status st;
+  std::thread t([&] { st = a.CheckpointJob(req); });
+  ASSERT_TRUE(hp.Reached());
+  ::kill(b.pid(), SIGSTOP);  // node-b vanishes without closing anything
+  hp.Release();
+  t.join();
+  ::kill(b.pid(), SIGCONT);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error_message().find("node node-b"), std::string::npos) << st.error_message();
+  EXPECT_FALSE(Exists(store_ + "/jobs/e2e+sum+j7.json"));
+  // Both members run on: node-a's was rolled back at once, node-b's when its cryod, back,
+  // found the driver gone.
+  for (Workload* w : {left_, right_}) {
+    ASSERT_TRUE(w->WaitMain(Main(*w) + 5, absl::Seconds(60))) << "a member was left stopped";
+    EXPECT_EQ(Ok(*w), 1);
+  }
+  EXPECT_TRUE(WaitFor([&] { return PartsOf(b, "j7").empty(); }));
 }
 
 }  // namespace
