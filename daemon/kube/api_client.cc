@@ -1,5 +1,6 @@
 #include "daemon/kube/api_client.h"
 
+#include <cctype>
 #include <cstdlib>
 
 #include "absl/strings/ascii.h"
@@ -27,6 +28,18 @@ absl::Status ApiError(const std::string& what, const termination::HttpResponse& 
 }
 
 }  // namespace
+
+std::string QueryEscape(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppend(&out, "%", absl::Hex(c, absl::kZeroPad2));
+    }
+  }
+  return out;
+}
 
 absl::StatusOr<ApiConfig> InClusterConfig(const std::string& sa_dir) {
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");

@@ -28,6 +28,9 @@ struct ApiConfig {
 // or a pod with automountServiceAccountToken off).
 absl::StatusOr<ApiConfig> InClusterConfig(const std::string& sa_dir = kServiceAccountDir);
 
+// Percent-encodes a query parameter's value (a label or field selector).
+std::string QueryEscape(const std::string& s);
+
 class ApiClient {
  public:
   // The HTTP client must speak https with `config.ca_file` (termination::CurlHttpClient).

@@ -34,27 +34,11 @@ std::string RuntimeId(const std::string& id) {
   return sep == std::string::npos ? id : id.substr(sep + 3);
 }
 
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '=') {
-      out += "%3D";
-    } else if (c == ',') {
-      out += "%2C";
-    } else if (c == '/') {
-      out += "%2F";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 absl::StatusOr<nlohmann::json> RunningPods(const ApiClient& api, const std::string& ns,
                                            const std::string& selector) {
-  std::string path =
-      absl::StrCat("/api/v1/namespaces/", ns, "/pods?fieldSelector=status.phase%3DRunning");
-  if (!selector.empty()) absl::StrAppend(&path, "&labelSelector=", Escape(selector));
+  std::string path = absl::StrCat("/api/v1/namespaces/", ns,
+                                  "/pods?fieldSelector=", QueryEscape("status.phase=Running"));
+  if (!selector.empty()) absl::StrAppend(&path, "&labelSelector=", QueryEscape(selector));
   CRYO_ASSIGN_OR_RETURN(nlohmann::json list, api.Get(path));
   auto items = list.find("items");
   if (items == list.end() || !items->is_array()) {

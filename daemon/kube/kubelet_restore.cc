@@ -1,6 +1,5 @@
 #include "daemon/kube/kubelet_restore.h"
 
-#include <cctype>
 #include <map>
 #include <vector>
 
@@ -36,19 +35,6 @@ std::string Selector(const nlohmann::json& ds) {
     }
   }
   return absl::StrJoin(parts, ",");
-}
-
-// Percent-encodes a label selector for a query string.
-std::string QueryEscape(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      absl::StrAppend(&out, "%", absl::Hex(c, absl::kZeroPad2));
-    }
-  }
-  return out;
 }
 
 // What a pod of the DaemonSet says about its node's kubelet.
