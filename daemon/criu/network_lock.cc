@@ -20,6 +20,20 @@
 #include "lib/base/subprocess.h"
 
 namespace cryo::criu {
+namespace {
+
+// nft with `args`, in the network namespace of `netns_pid` through `nsexec` (0: cryod's own).
+std::vector<std::string> Nft(const std::vector<std::string>& args, pid_t netns_pid,
+                             const std::string& nsexec) {
+  std::vector<std::string> argv = {FindExecutable("nft")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  if (netns_pid > 0) {
+    argv.insert(argv.begin(), {nsexec, "--target", std::to_string(netns_pid), "--"});
+  }
+  return argv;
+}
+
+}  // namespace
 
 void RemoveNetworkLock(const std::string& dump_log, pid_t container_init,
                        const std::string& nsexec) {
@@ -30,14 +44,9 @@ void RemoveNetworkLock(const std::string& dump_log, pid_t container_init,
   for (std::sregex_iterator it(log->begin(), log->end(), kTable), end; it != end; ++it) {
     tables.insert(it->str());
   }
-  const std::string nft = FindExecutable("nft");
-  if (nft.empty()) return;
+  if (FindExecutable("nft").empty()) return;
   for (const auto& t : tables) {
-    std::vector<std::string> argv = {nft, "delete", "table", "inet", t};
-    if (container_init > 0) {
-      argv.insert(argv.begin(), {nsexec, "--target", std::to_string(container_init), "--"});
-    }
-    auto r = RunCapture(argv);
+    auto r = RunCapture(Nft({"delete", "table", "inet", t}, container_init, nsexec));
     if (r.ok() && r->exit.exited && r->exit.code == 0) {
       CRYO_LOG(Info) << "removed CRIU network lock table " << t;
     }
@@ -94,16 +103,6 @@ std::string Addr(int family, const std::array<uint8_t, 16>& a) {
   char buf[INET6_ADDRSTRLEN] = {};
   ::inet_ntop(family, a.data(), buf, sizeof(buf));
   return buf;
-}
-
-std::vector<std::string> Nft(const std::vector<std::string>& args, pid_t netns_pid,
-                             const std::string& nsexec) {
-  std::vector<std::string> argv = {FindExecutable("nft")};
-  argv.insert(argv.end(), args.begin(), args.end());
-  if (netns_pid > 0) {
-    argv.insert(argv.begin(), {nsexec, "--target", std::to_string(netns_pid), "--"});
-  }
-  return argv;
 }
 
 }  // namespace
