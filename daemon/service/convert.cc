@@ -29,6 +29,29 @@ engine::CheckpointRequest FromProto(const v1::CheckpointRequest& r, absl::Time d
   return out;
 }
 
+v1::CheckpointRequest ToProto(const engine::CheckpointRequest& r) {
+  v1::CheckpointRequest out;
+  out.set_pid(r.pid);
+  out.set_container_id(r.container_id);
+  out.set_checkpoint_id(r.checkpoint_id);
+  out.set_workload(r.workload);
+  out.set_leave_running(r.leave_running);
+  out.set_plan(r.plan);
+  out.set_shell_job(r.shell_job);
+  const auto& o = r.criu;
+  v1::CriuOptions* c = out.mutable_criu();
+  if (o.tcp_established) c->set_tcp_established(*o.tcp_established);
+  if (o.tcp_close) c->set_tcp_close(*o.tcp_close);
+  if (o.skip_in_flight) c->set_skip_in_flight(*o.skip_in_flight);
+  if (o.link_remap) c->set_link_remap(*o.link_remap);
+  if (o.ghost_limit) c->set_ghost_limit_bytes(*o.ghost_limit);
+  if (o.ext_unix_sk) c->set_ext_unix_sk(*o.ext_unix_sk);
+  for (const auto& [k, v] : r.labels) (*out.mutable_labels())[k] = v;
+  out.set_gpu_lock_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(r.gpu_lock_timeout)));
+  out.set_export_archive(r.export_archive);
+  return out;
+}
+
 engine::RestoreRequest FromProto(const v1::RestoreRequest& r, absl::Time deadline) {
   engine::RestoreRequest out;
   out.checkpoint_id = r.checkpoint_id();
@@ -204,6 +227,22 @@ engine::JobRestoreRequest FromProto(const v1::RestoreJobRequest& r, absl::Time d
   out.id = r.job_checkpoint_id();
   out.pid_wait_timeout = absl::Milliseconds(r.pid_wait_timeout_ms());
   out.deadline = deadline;
+  return out;
+}
+
+v1::CheckpointJobRequest ToProto(const engine::JobCheckpointRequest& r) {
+  v1::CheckpointJobRequest out;
+  out.set_namespace_(r.namespace_);
+  out.set_job(r.job);
+  out.set_job_checkpoint_id(r.id);
+  out.set_cut_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(r.cut_timeout)));
+  for (const auto& m : r.members) {
+    v1::JobMember* jm = out.add_members();
+    jm->set_member(m.member);
+    jm->set_node(m.node);
+    *jm->mutable_checkpoint() = ToProto(m.req);
+  }
+  *out.mutable_member_defaults() = ToProto(r.member_defaults);
   return out;
 }
 

@@ -19,6 +19,10 @@ engine::CheckpointRequest FromProto(const v1::CheckpointRequest& r, absl::Time d
 engine::RestoreRequest FromProto(const v1::RestoreRequest& r, absl::Time deadline);
 engine::JobCheckpointRequest FromProto(const v1::CheckpointJobRequest& r, absl::Time deadline);
 engine::JobRestoreRequest FromProto(const v1::RestoreJobRequest& r, absl::Time deadline);
+// The other way, for a request cryod passes on (to another node's cryod); the deadline goes as
+// the call's.
+v1::CheckpointRequest ToProto(const engine::CheckpointRequest& r);
+v1::CheckpointJobRequest ToProto(const engine::JobCheckpointRequest& r);
 
 v1::Stage ToProto(engine::Stage s);
 v1::Progress ToProto(const engine::Progress& p);

@@ -6,47 +6,12 @@
 #include "absl/time/clock.h"
 #include "cryo/v1/cryo.grpc.pb.h"
 #include "daemon/engine/job_cut.h"
+#include "daemon/service/convert.h"
 #include "daemon/service/peer_service.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 
 namespace cryo::service {
-namespace {
-
-v1::CheckpointJobRequest ToProto(const engine::JobCheckpointRequest& r) {
-  v1::CheckpointJobRequest out;
-  out.set_namespace_(r.namespace_);
-  out.set_job(r.job);
-  out.set_job_checkpoint_id(r.id);
-  out.set_cut_timeout_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(r.cut_timeout)));
-  for (const auto& m : r.members) {
-    v1::JobMember* jm = out.add_members();
-    jm->set_member(m.member);
-    jm->set_node(m.node);
-    v1::CheckpointRequest* c = jm->mutable_checkpoint();
-    c->set_pid(m.req.pid);
-    c->set_container_id(m.req.container_id);
-    c->set_workload(m.req.workload);
-    c->set_leave_running(m.req.leave_running);
-    c->set_shell_job(m.req.shell_job);
-    c->set_plan(m.req.plan);
-    for (const auto& [k, v] : m.req.labels) (*c->mutable_labels())[k] = v;
-    c->set_gpu_lock_timeout_ms(
-        static_cast<uint32_t>(absl::ToInt64Milliseconds(m.req.gpu_lock_timeout)));
-    const auto& o = m.req.criu;
-    v1::CriuOptions* co = c->mutable_criu();
-    if (o.tcp_established) co->set_tcp_established(*o.tcp_established);
-    if (o.tcp_close) co->set_tcp_close(*o.tcp_close);
-    if (o.skip_in_flight) co->set_skip_in_flight(*o.skip_in_flight);
-    if (o.link_remap) co->set_link_remap(*o.link_remap);
-    if (o.ghost_limit) co->set_ghost_limit_bytes(*o.ghost_limit);
-    if (o.ext_unix_sk) co->set_ext_unix_sk(*o.ext_unix_sk);
-  }
-  return out;
-}
-
-}  // namespace
-
 absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
     const std::string& node, const engine::JobCheckpointRequest& members, engine::JobCut& cut) {
   const std::string party = absl::StrCat("node ", node);
