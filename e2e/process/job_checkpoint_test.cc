@@ -61,6 +61,23 @@ class JobCheckpointE2e : public ProcessFixture {
     }
     return r;
   }
+  // Two nodes' cryods on one machine and store, each serving the Peer service and knowing the
+  // other's, with one token; node-b gets `b_env`.
+  std::pair<Cryod*, Cryod*> TwoNodes(std::vector<std::string> b_env = {}) {
+    const std::string token = dir_ + "/peer.token";
+    { std::ofstream(token) << "peer-token-of-the-e2e-cluster\n"; }
+    const int pa = FreePort();
+    peer_port_b_ = FreePort();
+    auto peer = [&](int self, const std::string& other, int other_port) {
+      return std::vector<std::string>{
+          "--peer-listen=127.0.0.1:" + std::to_string(self), "--peer-token-file=" + token,
+          "--peers=" + other + "=127.0.0.1:" + std::to_string(other_port),
+          "--peer-process-members=true"};
+    };
+    Cryod& a = Node("node-a", peer(pa, "node-b", peer_port_b_));
+    Cryod& b = Node("node-b", peer(peer_port_b_, "node-a", pa), std::move(b_env));
+    return {&a, &b};
+  }
   // Both members gone (their nodes reclaimed), then restored together by `node` from job
   // checkpoint `id`: each goes on past where it was killed, its sum exact.
   void KillAndResumeTogether(Cryod& node, const std::string& id,
@@ -95,6 +112,7 @@ class JobCheckpointE2e : public ProcessFixture {
 
   Workload* left_ = nullptr;
   Workload* right_ = nullptr;
+  int peer_port_b_ = 0;  // node-b's Peer service (TwoNodes)
 };
 
 TEST_F(JobCheckpointE2e, BothMembersAtOneCutOneCommitAndTheSumsGoOnExactlyAfterARestore) {
@@ -180,17 +198,9 @@ TEST_F(JobCheckpointE2e, AMemberKilledDuringItsDumpLeavesNoCommit) {
 // node-a drives: it asks node-b's cryod over the Peer service (the nodes' token), both nodes'
 // members meet at one cut, node-a commits. A call without the token is refused.
 TEST_F(JobCheckpointE2e, MembersOnTwoNodesAtOneCutDrivenByOneCryod) {
-  const std::string token = dir_ + "/peer.token";
-  { std::ofstream(token) << "peer-token-of-the-e2e-cluster\n"; }
-  const int pa = FreePort(), pb = FreePort();
-  auto peer = [&](int self, const std::string& other, int other_port) {
-    return std::vector<std::string>{"--peer-listen=127.0.0.1:" + std::to_string(self),
-                                    "--peer-token-file=" + token,
-                                    "--peers=" + other + "=127.0.0.1:" + std::to_string(other_port),
-                                    "--peer-process-members=true"};
-  };
-  Cryod& a = Node("node-a", peer(pa, "node-b", pb));
-  Cryod& b = Node("node-b", peer(pb, "node-a", pa));
+  auto [ap, bp] = TwoNodes();
+  Cryod& a = *ap;
+  Cryod& b = *bp;
   StartPair();
   v1::CheckpointJobRequest req = JobReq("j4", /*leave_running=*/true);
   req.mutable_members(1)->set_node("node-b");
@@ -228,8 +238,8 @@ TEST_F(JobCheckpointE2e, MembersOnTwoNodesAtOneCutDrivenByOneCryod) {
   EXPECT_EQ(Ok(*left_), 1);
 
   // Without the nodes' token, node-b's cryod answers nothing.
-  auto ch =
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(pb), grpc::InsecureChannelCredentials());
+  auto ch = grpc::CreateChannel("127.0.0.1:" + std::to_string(peer_port_b_),
+                                grpc::InsecureChannelCredentials());
   auto stub = v1::Peer::NewStub(ch);
   grpc::ClientContext ctx;
   ctx.AddMetadata("authorization", "Bearer not-the-token-of-this-cluster");
@@ -249,17 +259,9 @@ TEST_F(JobCheckpointE2e, MembersOnTwoNodesAtOneCutDrivenByOneCryod) {
 // finds out by the stream's keepalive, aborts, and its own member runs on; the node, once back,
 // hears nothing more from the driver and rolls its member back too. Nothing is committed.
 TEST_F(JobCheckpointE2e, ANodeThatStopsAnsweringAbortsTheJobCheckpointAndBothMembersRunOn) {
-  const std::string token = dir_ + "/peer.token";
-  { std::ofstream(token) << "peer-token-of-the-e2e-cluster\n"; }
-  const int pa = FreePort(), pb = FreePort();
-  auto peer = [&](int self, const std::string& other, int other_port) {
-    return std::vector<std::string>{"--peer-listen=127.0.0.1:" + std::to_string(self),
-                                    "--peer-token-file=" + token,
-                                    "--peers=" + other + "=127.0.0.1:" + std::to_string(other_port),
-                                    "--peer-process-members=true"};
-  };
-  Cryod& a = Node("node-a", peer(pa, "node-b", pb));
-  Cryod& b = Node("node-b", peer(pb, "node-a", pa), HookEnv());
+  auto [ap, bp] = TwoNodes(HookEnv());
+  Cryod& a = *ap;
+  Cryod& b = *bp;
   StartPair();
   HookPoint hp(hook_dir(), "before-dump");  // node-b's cryod only has the hooks
   v1::CheckpointJobRequest req = JobReq("j7", /*leave_running=*/true);
