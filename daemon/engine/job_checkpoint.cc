@@ -85,36 +85,40 @@ std::vector<absl::StatusOr<CheckpointResult>> Engine::RunJobMembers(
     const std::shared_ptr<JobCut>& cut, Operation& op) {
   const size_t n = which.size();
   std::vector<absl::StatusOr<CheckpointResult>> results(n, absl::UnknownError("not run"));
+  std::vector<std::unique_ptr<Operation>> subs;
+  for (int i : which) {
+    const std::string& member = req.members[i].member;
+    subs.push_back(std::make_unique<Operation>(absl::StrCat(op.id(), ".", member), "checkpoint",
+                                               absl::StrCat("job member ", member)));
+  }
+  // The job checkpoint's cancellation is each member's.
+  std::atomic<bool> done{false};
+  std::thread relay([&] {
+    while (!done.load()) {
+      if (op.cancelled()) {
+        for (auto& sub : subs) sub->Cancel("the job checkpoint was cancelled");
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  });
   std::vector<std::thread> threads;
   for (size_t k = 0; k < n; ++k) {
     threads.emplace_back([&, k] {
       const auto& m = req.members[which[k]];
-      Operation sub(absl::StrCat(op.id(), ".", m.member), "checkpoint",
-                    absl::StrCat("job member ", m.member));
       CheckpointRequest r = m.req;
       r.checkpoint_id = absl::StrCat(req.id, ".", m.member);
       r.job_part = store::JobPart{req.namespace_, req.job, req.id, m.member};
       r.job_cut = cut;
       r.job_cut_timeout = req.cut_timeout;
       r.deadline = std::min(r.deadline, req.deadline);
-      // The job checkpoint's cancellation is each member's.
-      std::atomic<bool> done{false};
-      std::thread relay([&] {
-        while (!done.load()) {
-          if (op.cancelled()) {
-            sub.Cancel("the job checkpoint was cancelled");
-            return;
-          }
-          absl::SleepFor(absl::Milliseconds(50));
-        }
-      });
-      results[k] = Checkpoint(r, sub);
-      done = true;
-      relay.join();
+      results[k] = Checkpoint(r, *subs[k]);
       if (!results[k].ok()) cut->Fail(m.member, results[k].status());
     });
   }
   for (auto& t : threads) t.join();
+  done = true;
+  relay.join();
   return results;
 }
 
