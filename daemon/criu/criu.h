@@ -53,6 +53,8 @@ struct RestoreOptions {
   std::string images_dir;
   std::string work_dir;
   JobOptions job;  // as the checkpoint was dumped
+  // The job's connections are held by cryod (JobOptions::RestoreArgs).
+  bool network_lock_held = false;
   std::vector<std::string> extra_args;
   std::vector<std::string> env;
   // Restores into this container (joining its cgroups; CRIU itself at a far pid so the job's

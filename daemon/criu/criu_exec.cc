@@ -92,7 +92,7 @@ class CriuExec final : public Criu {
       // The new container's runtime made its cgroups; cryo-nsexec already put CRIU in them.
       argv.push_back("--manage-cgroups=ignore");
     }
-    const std::vector<std::string> job = o.job.RestoreArgs();
+    const std::vector<std::string> job = o.job.RestoreArgs(o.network_lock_held);
     argv.insert(argv.end(), job.begin(), job.end());
     argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
     CRYO_RETURN_IF_ERROR(

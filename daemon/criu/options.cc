@@ -9,9 +9,12 @@
 namespace cryo::criu {
 namespace {
 
-std::vector<std::string> Common(const JobOptions& o) {
+std::vector<std::string> Common(const JobOptions& o, bool network_lock_held = false) {
   std::vector<std::string> a;
-  if (o.tcp_established) a.insert(a.end(), {"--tcp-established", "--network-lock", "nftables"});
+  if (o.tcp_established) {
+    a.insert(a.end(),
+             {"--tcp-established", "--network-lock", network_lock_held ? "skip" : "nftables"});
+  }
   if (o.tcp_close) a.push_back("--tcp-close");
   if (o.ext_unix_sk) a.push_back("--ext-unix-sk");
   if (o.shell_job) a.push_back("--shell-job");
@@ -28,7 +31,9 @@ std::vector<std::string> JobOptions::DumpArgs() const {
   return a;
 }
 
-std::vector<std::string> JobOptions::RestoreArgs() const { return Common(*this); }
+std::vector<std::string> JobOptions::RestoreArgs(bool network_lock_held) const {
+  return Common(*this, network_lock_held);
+}
 
 absl::Status Resolve(const NodeDefaults& node, const OptionOverrides& asked, bool own_netns,
                      JobOptions* out) {

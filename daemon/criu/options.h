@@ -40,7 +40,9 @@ struct JobOptions {
 
   // CRIU arguments for a dump or a restore of a job with these options.
   std::vector<std::string> DumpArgs() const;
-  std::vector<std::string> RestoreArgs() const;
+  // `network_lock_held`: cryod holds the job's connections itself (a job checkpoint's members
+  // restored together), so CRIU takes no lock of its own.
+  std::vector<std::string> RestoreArgs(bool network_lock_held = false) const;
 
   bool operator==(const JobOptions&) const = default;
 };

@@ -464,11 +464,8 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
     ropt.in_container = in;
   }
   CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.m.gpu_processes, nullptr, &ropt.extra_args, &ropt.env));
-  // The job's lock holds the connections until every member is restored (CRIU takes the last
-  // --network-lock it is given).
-  if (s.req.job_lock_held && s.m.options.tcp_established) {
-    ropt.extra_args.insert(ropt.extra_args.end(), {"--network-lock", "skip"});
-  }
+  // The job's lock holds the connections until every member is restored.
+  ropt.network_lock_held = s.req.job_lock_held;
   s.live.criu_pids = s.m.pids;
   s.live.ns_init = s.ctr ? s.ctr->init_pid : 0;
   s.live.criu_started = d_.proc->UptimeTicks();

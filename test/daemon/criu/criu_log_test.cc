@@ -98,6 +98,13 @@ TEST(CriuOptionsTest, RequestsOverrideTheNodeAndTcpFollowsTheNetworkNamespace) {
   EXPECT_FALSE(o.tcp_established) << "tcp-close dumps without the network lock";
   EXPECT_EQ(o.DumpArgs(), (std::vector<std::string>{"--tcp-close", "--ghost-limit", "1048576"}));
   EXPECT_EQ(o.RestoreArgs(), (std::vector<std::string>{"--tcp-close"}));
+  JobOptions tcp;
+  tcp.tcp_established = true;
+  EXPECT_EQ(tcp.RestoreArgs(),
+            (std::vector<std::string>{"--tcp-established", "--network-lock", "nftables"}));
+  EXPECT_EQ(tcp.RestoreArgs(/*network_lock_held=*/true),
+            (std::vector<std::string>{"--tcp-established", "--network-lock", "skip"}))
+      << "a job's members restored together under cryod's own lock";
   asked.ghost_limit = kMaxGhostLimit + 1;
   EXPECT_EQ(Resolve(node, asked, true, &o).code(), absl::StatusCode::kInvalidArgument);
 }
