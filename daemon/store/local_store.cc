@@ -465,7 +465,7 @@ class LocalStore final : public CheckpointStore {
   bool durable() const override { return opts_.fsync; }
 
   absl::Status CommitJobCheckpoint(const JobCheckpoint& jc) override {
-    CRYO_RETURN_IF_ERROR(CheckJobNames(jc.namespace_, jc.job, jc.id));
+    CRYO_RETURN_IF_ERROR(CheckJobNames(jc.namespace_, jc.job, &jc.id));
     if (jc.members.empty()) {
       return absl::InvalidArgumentError("a job checkpoint of no members is none");
     }
@@ -527,14 +527,14 @@ class LocalStore final : public CheckpointStore {
 
   absl::StatusOr<JobCheckpoint> GetJobCheckpoint(const std::string& ns, const std::string& job,
                                                  const std::string& id) override {
-    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job, id));
+    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job, &id));
     CRYO_RETURN_IF_ERROR(Ready());
     return ReadJobCheckpoint(JobCheckpointFileName(ns, job, id), ns, job, id);
   }
 
   absl::StatusOr<std::vector<JobCheckpoint>> ListJobCheckpoints(const std::string& ns,
                                                                 const std::string& job) override {
-    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job, "x"));
+    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job));
     CRYO_RETURN_IF_ERROR(Ready());
     CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
     CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDirAt(dir.get(), jobs()));
@@ -578,13 +578,14 @@ class LocalStore final : public CheckpointStore {
   }
 
  private:
+  // The names a record's file is made of: a job's, and (unless listing) a job checkpoint's id.
   static absl::Status CheckJobNames(const std::string& ns, const std::string& job,
-                                    const std::string& id) {
+                                    const std::string* id = nullptr) {
     if (!contract::IsKubernetesName(ns) || !contract::IsKubernetesName(job)) {
       return absl::InvalidArgumentError(absl::StrCat("job '", ns.substr(0, 64), "/",
                                                      job.substr(0, 64), "': not Kubernetes names"));
     }
-    return ValidateCheckpointId(id);
+    return id == nullptr ? absl::OkStatus() : ValidateCheckpointId(*id);
   }
 
   // Read below the store's root, following no link; a record for another job or id than its
