@@ -41,8 +41,10 @@ absl::StatusOr<ProcInfo> ProcReader::Read(pid_t pid) const {
   if (absl::SimpleAtoi(f[1], &v)) info.ppid = v;
   if (absl::SimpleAtoi(f[2], &v)) info.pgid = v;
   if (absl::SimpleAtoi(f[3], &v)) info.sid = v;
-  absl::SimpleAtoi(f[6], &info.flags);
-  absl::SimpleAtoi(f[19], &info.start_time);
+  // The start time tells a pid from its reuse: a stat line without it is not trusted.
+  if (!absl::SimpleAtoi(f[6], &info.flags) || !absl::SimpleAtoi(f[19], &info.start_time)) {
+    return absl::InternalError(absl::StrCat("cannot parse /proc/", pid, "/stat"));
+  }
   info.kernel_thread = (info.flags & kPfKthread) != 0;
   return info;
 }
