@@ -49,6 +49,21 @@ class CryodClient final : public Cryod {
     return out;
   }
 
+  absl::StatusOr<v1::JobCheckpointInfo> CheckpointJob(const v1::CheckpointJobRequest& req,
+                                                      absl::Time deadline) override {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    auto stream = stub_->CheckpointJob(&ctx, req);
+    v1::OperationEvent ev;
+    v1::JobCheckpointInfo out;
+    while (stream->Read(&ev)) {
+      if (ev.has_job_checkpoint()) out = ev.job_checkpoint();
+    }
+    grpc::Status s = stream->Finish();
+    if (!s.ok()) return FromGrpc(s, socket_);
+    return out;
+  }
+
   absl::StatusOr<v1::RestoreResult> Restore(const v1::RestoreRequest& req,
                                             absl::Time deadline) override {
     grpc::ClientContext ctx;

@@ -18,6 +18,9 @@ class Cryod {
   // Run to completion (the streams' last event); deadline bounds the wait.
   virtual absl::StatusOr<v1::CheckpointInfo> Checkpoint(const v1::CheckpointRequest& req,
                                                         absl::Time deadline) = 0;
+  // A job checkpoint (every member of a job at one cut, one commit); its parts on success.
+  virtual absl::StatusOr<v1::JobCheckpointInfo> CheckpointJob(const v1::CheckpointJobRequest& req,
+                                                              absl::Time deadline) = 0;
   virtual absl::StatusOr<v1::RestoreResult> Restore(const v1::RestoreRequest& req,
                                                     absl::Time deadline) = 0;
   virtual absl::StatusOr<v1::CheckpointInfo> Get(const std::string& id) = 0;

@@ -142,6 +142,15 @@ class CreateContainerHandler final
 
     std::string resume_from;
     if (opt.resume == "auto") {
+      // A job's member resumes its own part of the job's newest committed job checkpoint, and
+      // nothing else: its members resume one cut or none (a bad job fails the creation below).
+      auto job = contract::JobOf(deps_.annotation_prefix,
+                                 {pod.annotations().begin(), pod.annotations().end()},
+                                 {pod.labels().begin(), pod.labels().end()}, pod.metadata().name());
+      const contract::JobMembership* member = job.ok() && job->has_value() ? &**job : nullptr;
+      // As cryod lists a part's job: "<namespace>/<job>".
+      const std::string job_key =
+          member == nullptr ? "" : absl::StrCat(pod.metadata().namespace_(), "/", member->name);
       auto list = deps_.cryod->List(opt.workload);
       if (!list.ok()) {
         // Starting fresh would throw away the job's progress: let kubelet retry instead.
@@ -151,16 +160,31 @@ class CreateContainerHandler final
       }
       for (const auto& ck : *list) {
         if (ck.kind() != "container") continue;
-        if (!ck.damaged().empty()) {
-          // A restore found it damaged: an older one loses less than starting over.
-          CRYO_LOG(Warning) << "pod " << pod_name << ": skipping damaged checkpoint "
-                            << ck.checkpoint_id() << " (" << ck.damaged() << ")";
+        // A member's part is its own (members of one Job share its workload key); a pod that is
+        // no member resumes no part of a job.
+        if (member == nullptr ? !ck.job().empty()
+                              : ck.job() != job_key || ck.job_member() != member->member) {
           continue;
         }
         if (!ck.job_uncommitted().empty()) {
           // A job checkpoint's part restores only with its job checkpoint, once committed.
           CRYO_LOG(Warning) << "pod " << pod_name << ": skipping checkpoint " << ck.checkpoint_id()
                             << " (" << ck.job_uncommitted() << ")";
+          continue;
+        }
+        if (!ck.damaged().empty()) {
+          // The other members resume this cut: an older part of this one would not match them.
+          if (member != nullptr) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("pod ", pod_name, " (member ", member->member, " of job ",
+                             member->name, "): its part ", ck.checkpoint_id(),
+                             " of the job's newest job checkpoint is "
+                             "damaged (",
+                             ck.damaged(), "); the members resume one cut or none"));
+          }
+          // A restore found it damaged: an older one loses less than starting over.
+          CRYO_LOG(Warning) << "pod " << pod_name << ": skipping damaged checkpoint "
+                            << ck.checkpoint_id() << " (" << ck.damaged() << ")";
           continue;
         }
         resume_from = ck.checkpoint_id();

@@ -14,6 +14,7 @@
 #include "cri-shim/opt_in.h"
 #include "lib/base/log.h"
 #include "lib/contract/annotations.h"
+#include "lib/contract/job.h"
 #include "lib/contract/labels.h"
 
 namespace cryo::shim {
@@ -87,6 +88,14 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
                                       "for one (grace period too short)");
       return ForwardUnchanged{};
     }
+    // A member of a job of several pods: the job is checkpointed, every member at one cut
+    // (issue 37); the job cannot run on without this one, so every member ends with it.
+    if (auto job =
+            c.annotations().find(contract::Key(deps_.annotation_prefix, contract::container::kJob));
+        job != c.annotations().end() && !job->second.empty()) {
+      CheckpointJobAtStop(ctx, request, c, name, init_pid, budget, job->second);
+      return ForwardUnchanged{};
+    }
     v1::CheckpointRequest req;
     req.set_container_id(c.id());
     req.set_leave_running(false);  // the job ends with its checkpoint, as the stop wants
@@ -136,6 +145,56 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
     }
     if (r.ok()) AwaitExit(ctx, request.container_id());
     return ForwardUnchanged{};
+  }
+
+  // The job checkpoint of the job `c` is a member of, every member ending with it. No plan: a
+  // job checkpoint is taken or not, and a job that misses its grace period resumes from its
+  // newest committed job checkpoint. The stopped member's CRIU options go to every member (one
+  // pod template, as JobSet and PyTorchJob make them).
+  void CheckpointJobAtStop(CallContext& ctx, const Request& request,
+                           const runtime::v1::ContainerStatus& c, const std::string& name,
+                           int init_pid, absl::Duration budget, const std::string& job) {
+    const std::string& p = deps_.annotation_prefix;
+    v1::CheckpointJobRequest jr;
+    auto ns = c.labels().find(contract::k8s::kPodNamespace);
+    jr.set_namespace_(ns == c.labels().end() ? "" : ns->second);
+    jr.set_job(job);
+    int size = 0;
+    if (auto it = c.annotations().find(contract::Key(p, contract::container::kJobSize));
+        it != c.annotations().end() && absl::SimpleAtoi(it->second, &size) && size > 0) {
+      jr.set_job_size(static_cast<uint32_t>(size));
+    }
+    v1::CheckpointRequest* d = jr.mutable_member_defaults();
+    d->set_leave_running(false);
+    if (absl::Status s = SetCriuOptions(c, p, d); !s.ok()) {
+      CRYO_LOG(Warning) << "stop of " << name << ": " << s << "; node defaults used";
+      d->clear_criu();
+    }
+    // The reason and the stop's grace; each member's own pod labels come from its container.
+    (*d->mutable_labels())[contract::Key(p, contract::label::kReason)] =
+        contract::label::kReasonStop;
+    (*d->mutable_labels())[contract::Key(p, contract::label::kStopGraceSeconds)] =
+        absl::StrCat(request.timeout());
+    (*d->mutable_labels())[contract::Key(p, contract::label::kStopGrace)] =
+        StopGrace(c, request.timeout());
+    const std::string what = absl::StrCat("job ", jr.namespace_(), "/", job);
+    const absl::Time t0 = absl::Now();
+    auto r = deps_.cryod->CheckpointJob(jr, t0 + budget);
+    if (r.ok()) {
+      CRYO_LOG(Info) << "checkpointed " << what << " (" << r->parts_size()
+                     << " members) before the stop of its member " << name << " as "
+                     << r->job_checkpoint_id() << " in " << absl::FormatDuration(absl::Now() - t0);
+      if (deps_.metrics) deps_.metrics->ContainerOperation("checkpoint_on_stop", "ok").Increment();
+      AwaitExit(ctx, request.container_id());
+      return;
+    }
+    CRYO_LOG(Warning) << "checkpoint of " << what << " before the stop of its member " << name
+                      << " failed: " << r.status().ToString() << "; stopping it anyway";
+    if (deps_.metrics) {
+      deps_.metrics->ContainerOperation("checkpoint_on_stop", "failed").Increment();
+    }
+    WriteToContainerLog(init_pid, absl::StrCat("cryo: checkpoint of ", what,
+                                               " before stop failed: ", r.status().message()));
   }
 
   // cryod ended the job: the stop goes on once the runtime has seen the exit, where it is a

@@ -25,7 +25,9 @@
 #include "lib/base/log.h"
 #include "lib/base/proc.h"
 #include "lib/base/status.h"
+#include "lib/contract/annotations.h"
 #include "lib/contract/gpu_fastpath_messages.h"
+#include "lib/contract/labels.h"
 
 namespace cryo::engine {
 
@@ -249,6 +251,21 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
         "nothing was stopped"));
   }
   s.root = s.tree.front();  // a copy: tree is re-read after the dump
+  if (s.ctr && s.req.job_part) {
+    // A job's member found by lookup comes with the job's options only: its own workload key
+    // and pod, as the shim recorded them on its container, are its part's (what its
+    // replacement's `resume: auto` and `cryo list` look for).
+    const auto& info = s.ctr->info;
+    if (s.req.workload.empty()) {
+      auto it = info.annotations.find(
+          contract::Key(cfg_.annotation_prefix, contract::container::kWorkloadKey));
+      if (it != info.annotations.end()) s.req.workload = it->second;
+    }
+    for (const char* k : contract::k8s::kContainerIdentity) {
+      auto it = info.labels.find(k);
+      if (it != info.labels.end()) s.req.labels.emplace(k, it->second);
+    }
+  }
   s.workload = !req.workload.empty() ? req.workload : (s.ctr ? s.ctr->info.name : s.root.comm);
   s.id = req.checkpoint_id.empty() ? MakeCheckpointId(s.workload, absl::Now()) : req.checkpoint_id;
   s.je.checkpoint_id = s.id;

@@ -25,6 +25,11 @@ class JobPeers {
   virtual absl::StatusOr<std::vector<CheckpointResult>> Join(const std::string& node,
                                                              const JobCheckpointRequest& members,
                                                              JobCut& cut) = 0;
+  // The job's members on every other node this cryod knows (cryod's `peers`), each with its
+  // node; a node that cannot say fails the lookup (a job checkpoint without a node's members
+  // would not be the job's).
+  virtual absl::StatusOr<std::vector<JobCheckpointRequest::Member>> ListMembers(
+      const std::string& ns, const std::string& job) = 0;
 };
 
 // Where a job's members run, for a job checkpoint that names none (cryod asks the Kubernetes

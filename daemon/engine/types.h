@@ -70,6 +70,8 @@ struct JobCheckpointRequest {
   // With no members listed: they are looked up (EngineDeps::jobs), each checkpointed with
   // these options (leave_running, CRIU options, labels).
   CheckpointRequest member_defaults;
+  // With no members listed: how many the job has; the lookup must find that many. 0: any.
+  int job_size = 0;
   // How long the first member dumped waits for the others (its job frozen meanwhile), at most.
   absl::Duration cut_timeout = absl::Minutes(2);
   absl::Time deadline = absl::InfiniteFuture();

@@ -214,6 +214,7 @@ engine::JobCheckpointRequest FromProto(const v1::CheckpointJobRequest& r, absl::
   out.deadline = deadline;
   if (r.cut_timeout_ms() > 0) out.cut_timeout = absl::Milliseconds(r.cut_timeout_ms());
   out.member_defaults = FromProto(r.member_defaults(), deadline);
+  out.job_size = static_cast<int>(std::min<uint32_t>(r.job_size(), 1u << 20));
   for (const auto& m : r.members()) {
     out.members.push_back({m.member(), FromProto(m.checkpoint(), deadline), m.node()});
   }
@@ -243,6 +244,7 @@ v1::CheckpointJobRequest ToProto(const engine::JobCheckpointRequest& r) {
     *jm->mutable_checkpoint() = ToProto(m.req);
   }
   *out.mutable_member_defaults() = ToProto(r.member_defaults);
+  out.set_job_size(static_cast<uint32_t>(std::max(r.job_size, 0)));
   return out;
 }
 

@@ -12,6 +12,52 @@
 #include "lib/base/status.h"
 
 namespace cryo::service {
+
+absl::StatusOr<std::string> GrpcJobPeers::Address(const std::string& node) const {
+  if (auto it = addresses_.find(node); it != addresses_.end()) return it->second;
+  if (!lookup_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no address for node ", node, "'s cryod (cryod's peers)"));
+  }
+  auto found = lookup_(node);
+  if (!found.ok()) return Annotate(found.status(), absl::StrCat("finding node ", node, "'s cryod"));
+  return found;
+}
+
+std::unique_ptr<v1::Peer::Stub> GrpcJobPeers::Stub(const std::string& address) {
+  grpc::ChannelArguments args;
+  SetPeerKeepalive(&args);
+  return v1::Peer::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+absl::StatusOr<std::vector<engine::JobCheckpointRequest::Member>> GrpcJobPeers::ListMembers(
+    const std::string& ns, const std::string& job) {
+  std::vector<engine::JobCheckpointRequest::Member> out;
+  v1::ListJobMembersRequest req;
+  req.set_namespace_(ns);
+  req.set_job(job);
+  for (const auto& [node, address] : addresses_) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata(kPeerAuthHeader, PeerAuthValue(token_));
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+    v1::ListJobMembersResponse resp;
+    grpc::Status s = Stub(address)->ListJobMembers(&ctx, req, &resp);
+    if (!s.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                          absl::StrCat("listing job ", ns, "/", job, "'s members on node ", node,
+                                       " (", address, "): ", s.error_message()));
+    }
+    for (const auto& m : resp.members()) {
+      // Each node answers for itself: a member another node claims is not taken.
+      if (m.node() != node) continue;
+      out.push_back({m.member(), engine::CheckpointRequest{}, m.node()});
+      out.back().req.container_id = m.checkpoint().container_id();
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
     const std::string& node, const engine::JobCheckpointRequest& members, engine::JobCut& cut) {
   const std::string party = absl::StrCat("node ", node);
@@ -19,23 +65,9 @@ absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
     cut.Fail(party, s);
     return s;
   };
-  std::string address;
-  if (auto it = addresses_.find(node); it != addresses_.end()) {
-    address = it->second;
-  } else if (lookup_) {
-    auto found = lookup_(node);
-    if (!found.ok()) {
-      return fail(Annotate(found.status(), absl::StrCat("finding node ", node, "'s cryod")));
-    }
-    address = *found;
-  } else {
-    return fail(absl::FailedPreconditionError(
-        absl::StrCat("no address for node ", node, "'s cryod (cryod's peers)")));
-  }
-  grpc::ChannelArguments args;
-  SetPeerKeepalive(&args);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  auto stub = v1::Peer::NewStub(channel);
+  auto address = Address(node);
+  if (!address.ok()) return fail(address.status());
+  auto stub = Stub(*address);
   grpc::ClientContext ctx;
   ctx.AddMetadata(kPeerAuthHeader, PeerAuthValue(token_));
   if (members.deadline != absl::InfiniteFuture())
@@ -46,7 +78,7 @@ absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
   if (!stream->Write(start)) {
     grpc::Status s = stream->Finish();
     return fail(absl::UnavailableError(
-        absl::StrCat("node ", node, "'s cryod at ", address, ": ", s.error_message())));
+        absl::StrCat("node ", node, "'s cryod at ", *address, ": ", s.error_message())));
   }
   v1::PeerCutReply reply;
   auto ended = [&](const std::string& when) {

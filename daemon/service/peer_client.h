@@ -6,8 +6,10 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
+#include "cryo/v1/cryo.grpc.pb.h"
 #include "daemon/engine/job_peers.h"
 
 namespace cryo::service {
@@ -24,8 +26,15 @@ class GrpcJobPeers final : public engine::JobPeers {
   absl::StatusOr<std::vector<engine::CheckpointResult>> Join(
       const std::string& node, const engine::JobCheckpointRequest& members,
       engine::JobCut& cut) override;
+  // Asks every node in `addresses` (not `lookup`'s: in a cluster the Kubernetes API lists a
+  // job's members).
+  absl::StatusOr<std::vector<engine::JobCheckpointRequest::Member>> ListMembers(
+      const std::string& ns, const std::string& job) override;
 
  private:
+  absl::StatusOr<std::string> Address(const std::string& node) const;
+  static std::unique_ptr<v1::Peer::Stub> Stub(const std::string& address);
+
   std::map<std::string, std::string> addresses_;
   std::string token_;
   Lookup lookup_;

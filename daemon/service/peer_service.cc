@@ -123,4 +123,19 @@ grpc::Status PeerService::JoinJobCheckpoint(
   return grpc::Status::OK;
 }
 
+grpc::Status PeerService::ListJobMembers(grpc::ServerContext* ctx,
+                                         const v1::ListJobMembersRequest* req,
+                                         v1::ListJobMembersResponse* resp) {
+  if (grpc::Status a = Authenticate(ctx); !a.ok()) return a;
+  auto members = engine_->LocalJobMembers(req->namespace_(), req->job());
+  if (!members.ok()) return ToGrpc(members.status());
+  for (const auto& m : *members) {
+    v1::JobMember* jm = resp->add_members();
+    jm->set_member(m.member);
+    jm->set_node(m.node);
+    jm->mutable_checkpoint()->set_container_id(m.req.container_id);
+  }
+  return grpc::Status::OK;
+}
+
 }  // namespace cryo::service

@@ -27,6 +27,8 @@ class PeerService final : public v1::Peer::Service {
   grpc::Status JoinJobCheckpoint(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::PeerCutReply, v1::PeerCutMessage>* stream) override;
+  grpc::Status ListJobMembers(grpc::ServerContext* ctx, const v1::ListJobMembersRequest* req,
+                              v1::ListJobMembersResponse* resp) override;
 
  private:
   grpc::Status Authenticate(grpc::ServerContext* ctx) const;

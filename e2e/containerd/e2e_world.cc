@@ -140,6 +140,18 @@ absl::StatusOr<std::unique_ptr<Cryod>> E2eWorld::StartCryod(const std::string& n
       "--periodic-min-every-s", "1",
       "--retention-keep",       "3",
       "--shim-metrics-file",    ShimMetricsFile(node)};
+  // The nodes reach each other's cryods for job checkpoints (cryod's `peers`), as the chart's
+  // jobs.enabled makes them do through the Kubernetes API.
+  std::vector<std::string> others;
+  for (const auto& [n, port] : peer_ports_) {
+    if (n != node) others.push_back(absl::StrCat(n, "=127.0.0.1:", port));
+  }
+  // ... and share the signing key, as the chart's Secret gives every node the same one (the
+  // job checkpoint's record is signed by one node and verified by the others).
+  args.insert(args.end(), {absl::StrCat("--peer-listen=127.0.0.1:", peer_ports_.at(node)),
+                           "--peer-token-file=" + peer_token_file_,
+                           "--signing-key-file=" + dir_ + "/cluster-signing.key"});
+  if (!others.empty()) args.push_back("--peers=" + absl::StrJoin(others, ","));
   // The GPU suite's pods (e2e/gpu/pods.sh) name the bundle's CRIU and GPU plugins here.
   if (const char* more = getenv("CRYO_E2E_CRYOD_ARGS"); more != nullptr) {
     for (absl::string_view a : absl::StrSplit(more, ' ', absl::SkipEmpty())) {
@@ -170,6 +182,16 @@ absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std
   {
     std::ofstream owner(absl::StrCat(tmpl, "/owner.pid"));
     owner << getpid() << "\n";
+  }
+  world->peer_token_file_ = absl::StrCat(tmpl, "/peer.token");
+  {
+    std::ofstream token(world->peer_token_file_);
+    token << "peer-token-of-the-e2e-nodes\n";
+  }
+  for (const std::string& node : nodes) {
+    const int port = FreePort();
+    if (port <= 0) return absl::InternalError("no free port for a cryod's Peer service");
+    world->peer_ports_[node] = port;
   }
   for (const std::string& node : nodes) {
     if (absl::Status st = world->StartNode(node); !st.ok()) return st;

@@ -65,6 +65,9 @@ class E2eWorld {
   std::string ShimMetricsFile(const std::string& node) const {
     return dir_ + "/shim-metrics-" + node + ".prom";
   }
+  // The token every node's cryod takes on its Peer service (peer_token_file).
+  const std::string& peer_token_file() const { return peer_token_file_; }
+  int peer_port(const std::string& node) const { return peer_ports_.at(node); }
   // The checkpoint store both nodes' cryods use.
   std::string store() const { return dir_ + "/store"; }
   // CRYOD_TEST_HOOK_DIR of a node's cryod: POINT.enable holds cryod at POINT (it writes
@@ -89,6 +92,10 @@ class E2eWorld {
   absl::StatusOr<std::unique_ptr<Cryod>> StartCryod(const std::string& node);
   std::map<std::string, std::unique_ptr<Cryod>> cryods_;
   std::map<std::string, std::unique_ptr<ShimProcess>> shims_;
+  // Each node's cryod serves the Peer service here (job checkpoints across nodes); all share
+  // the token in peer_token_file_.
+  std::map<std::string, int> peer_ports_;
+  std::string peer_token_file_;
 };
 
 // Where temp dirs go; node.sh sweep cleans the same place (CTest cleanup fixture).

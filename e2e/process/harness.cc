@@ -1,8 +1,11 @@
 #include "e2e/process/harness.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +38,21 @@ bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   return pred();
+}
+
+int FreePort() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  int port = -1;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  ::close(s);
+  return port;
 }
 
 std::string Slurp(const std::string& path) {

@@ -105,6 +105,10 @@ class Workload {
 
 std::string Slurp(const std::string& path);
 
+// A TCP port on 127.0.0.1 that was free a moment ago (for a server the test starts next); -1
+// when none could be had.
+int FreePort();
+
 // Whether this kernel gives this process (no fast-path library in it) an io_uring: false, with
 // why not, where io_uring_setup is refused (an older kernel, a sysctl, seccomp).
 bool KernelGivesIoUring(std::string* why);
