@@ -23,6 +23,7 @@
 #include "lib/contract/annotations.h"
 #include "lib/contract/archive.h"
 #include "lib/contract/cryo_init_protocol.h"
+#include "lib/contract/job.h"
 #include "lib/contract/labels.h"
 
 namespace cryo::container {
@@ -217,6 +218,17 @@ absl::StatusOr<std::vector<OptedIn>> OptedInContainers(runtime::ContainerRuntime
       if (it != c.labels.end()) o.labels[k] = it->second;
     }
     o.labels[contract::Key(prefix, contract::label::kReason)] = reason;
+    if (auto job = c.annotations.find(contract::Key(prefix, contract::container::kJob));
+        job != c.annotations.end() && !job->second.empty()) {
+      o.job = job->second;
+      o.job_namespace = o.labels[contract::k8s::kPodNamespace];
+      auto get = [&](const char* key) {
+        auto it = c.annotations.find(contract::Key(prefix, key));
+        return it == c.annotations.end() ? std::string() : it->second;
+      };
+      o.job_member = get(contract::container::kJobMember);
+      if (!absl::SimpleAtoi(get(contract::container::kJobSize), &o.job_size)) o.job_size = 0;
+    }
     auto criu = contract::ParseCriuAnnotations(c.annotations, prefix);
     if (criu.ok()) {
       o.criu = *criu;

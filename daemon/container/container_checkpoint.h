@@ -65,6 +65,12 @@ struct OptedIn {
   std::optional<absl::Duration> every;
   int64_t grace_s = -1;  // the pod's terminationGracePeriodSeconds (-1: unknown)
   absl::Time created = absl::InfinitePast();
+  // A member of a job of several pods (lib/contract/job.h, as the shim recorded it): what is
+  // checkpointed is the job, every member at one cut. Empty job: none.
+  std::string job;
+  std::string job_namespace;
+  std::string job_member;
+  int job_size = 0;  // 0: the pod did not say
 };
 
 // Every running container of `rt` that the shim manages (annotations under `prefix`) and that

@@ -178,6 +178,31 @@ absl::StatusOr<std::shared_ptr<engine::Operation>> StartContainerCheckpoint(
   req.criu = {c.criu.tcp_established, c.criu.tcp_close,   c.criu.skip_in_flight,
               c.criu.link_remap,      c.criu.ghost_limit, c.criu.ext_unix_sk};
   engine::Engine* e = st.engine.get();
+  if (!c.job.empty()) {
+    // A member of a job of several pods: the job, every member at one cut (each with its own
+    // container's workload key and pod labels), and every member runs on.
+    engine::JobCheckpointRequest jr;
+    jr.namespace_ = c.job_namespace;
+    jr.job = c.job;
+    jr.job_size = c.job_size;
+    jr.member_defaults = req;
+    jr.member_defaults.container_id.clear();
+    jr.member_defaults.workload.clear();
+    jr.member_defaults.labels.clear();
+    for (const auto& [k, v] : c.labels) {
+      if (k == contract::Key(st.config.annotation_prefix, contract::label::kReason)) {
+        jr.member_defaults.labels[k] = v;
+      }
+    }
+    return st.runner->Start(
+        id_prefix.empty() ? "" : absl::StrCat(id_prefix, RandomHex(8)), "checkpoint-job",
+        absl::StrCat("job ", c.job_namespace, "/", c.job),
+        [e, jr](engine::Operation& op) -> absl::StatusOr<engine::OperationResult> {
+          auto r = e->CheckpointJob(jr, op);
+          if (!r.ok()) return r.status();
+          return engine::OperationResult(*std::move(r));
+        });
+  }
   return st.runner->Start(
       id_prefix.empty() ? "" : absl::StrCat(id_prefix, RandomHex(8)), "checkpoint",
       absl::StrCat("container ", c.container_id.substr(0, 13)),
@@ -198,8 +223,10 @@ absl::StatusOr<int> CheckpointOptedIn(State& st, const std::string& reason) {
   auto opted = container::OptedInContainers(*st.runtime, st.config.annotation_prefix, reason);
   if (!opted.ok()) return opted.status();
   int started = 0;
+  std::set<std::string> jobs;  // a job's members on this node: one job checkpoint
   for (const auto& c : *opted) {
     if (!c.checkpoint_on_stop) continue;
+    if (!c.job.empty() && !jobs.insert(absl::StrCat(c.job_namespace, "/", c.job)).second) continue;
     auto op = StartContainerCheckpoint(st, c, "");
     // Containers already being checkpointed refuse a second one; that is fine.
     if (op.ok()) {
@@ -597,6 +624,9 @@ Result StartPeriodic(State& st) {
   };
   d.start = [&st](const container::OptedIn& c) {
     return StartContainerCheckpoint(st, c, engine::kPeriodicOpPrefix);
+  };
+  d.drives_job = [&st](const container::OptedIn& c) {
+    return st.engine->DrivesJob(c.job_namespace, c.job, c.job_size);
   };
   d.metrics = st.metrics.get();
   periodic::SchedulerLimits limits;

@@ -188,6 +188,14 @@ class Engine {
   // for a job's members only.
   absl::Status CheckJobMember(const std::string& container_id, const std::string& ns,
                               const std::string& job, const std::string& member);
+  // The job's members running here: containers whose pods the shim marked as members of
+  // `ns`/`job` at creation (their namespace label and job annotations), each with its container
+  // and this node's name. FAILED_PRECONDITION without a container runtime.
+  absl::StatusOr<std::vector<JobCheckpointRequest::Member>> LocalJobMembers(const std::string& ns,
+                                                                            const std::string& job);
+  // Whether this node drives the job's periodic job checkpoints: it runs the member whose name
+  // sorts first among those running (FindJobMembers, `size` as there).
+  absl::StatusOr<bool> DrivesJob(const std::string& ns, const std::string& job, int size);
   // A committed job checkpoint restored on this node, all members together (process mode).
   absl::StatusOr<JobRestoreResult> RestoreJob(const JobRestoreRequest& req, Operation& op);
   absl::StatusOr<RestoreResult> Restore(const RestoreRequest& req, Operation& op);
@@ -241,6 +249,13 @@ class Engine {
   absl::Status WriteDump(CheckpointState& s);
   absl::Status SaveRootfs(CheckpointState& s);
   // Each of `which` (indices into req.members) checkpointed on a thread of its own, to `cut`.
+  // A job checkpoint's members when it names none (the Kubernetes API, else this node's runtime
+  // and the peers'), checked against the job's size.
+  absl::StatusOr<std::vector<JobCheckpointRequest::Member>> FindJobMembers(
+      const JobCheckpointRequest& req);
+  // Keeps the job's newest retention_keep job checkpoints, and those a kept one's parts refer
+  // to or a restore here reads; deletes the others (record first, then parts).
+  void ApplyJobRetention(const std::string& ns, const std::string& job);
   std::vector<absl::StatusOr<CheckpointResult>> RunJobMembers(const JobCheckpointRequest& req,
                                                               const std::vector<int>& which,
                                                               const std::shared_ptr<JobCut>& cut,

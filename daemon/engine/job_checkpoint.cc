@@ -5,6 +5,7 @@
 // (store.h): nothing coordinates the job checkpoint that could lose it once committed, and a
 // crash of this cryod before the commit leaves parts that never restore and are collected.
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/container/runtime.h"
 #include "daemon/criu/listen_ports.h"
@@ -126,13 +128,7 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
                                                           Operation& op) {
   JobCheckpointRequest req = request;
   if (req.members.empty()) {
-    // Every member, as the Kubernetes API lists the job's running pods.
-    if (d_.jobs == nullptr) {
-      return absl::InvalidArgumentError(
-          "a job checkpoint names its members, or cryod looks them up in the Kubernetes API "
-          "(cryod runs in a pod of the chart)");
-    }
-    CRYO_ASSIGN_OR_RETURN(req.members, d_.jobs->Members(req.namespace_, req.job));
+    CRYO_ASSIGN_OR_RETURN(req.members, FindJobMembers(req));
     for (auto& m : req.members) {
       const std::string container = m.req.container_id;
       m.req = req.member_defaults;
@@ -238,6 +234,129 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
   }
   CRYO_LOG(Info) << what << " committed: " << req.members.size() << " members on "
                  << remote.size() + 1 << " node(s), cut skew " << jc.cut_ms["cut_skew"] << " ms";
+  ApplyJobRetention(req.namespace_, req.job);
+  return out;
+}
+
+absl::StatusOr<std::vector<JobCheckpointRequest::Member>> Engine::FindJobMembers(
+    const JobCheckpointRequest& req) {
+  const std::string what = absl::StrCat("job ", req.namespace_, "/", req.job);
+  std::vector<JobCheckpointRequest::Member> found;
+  if (d_.jobs != nullptr) {
+    // Every member, as the Kubernetes API lists the job's running pods.
+    CRYO_ASSIGN_OR_RETURN(found, d_.jobs->Members(req.namespace_, req.job));
+  } else {
+    // Without the API: this node's members and those of the nodes in `peers`.
+    auto local = LocalJobMembers(req.namespace_, req.job);
+    if (!local.ok() && d_.peers == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a job checkpoint names its members, or cryod finds them: in the Kubernetes API (cryod "
+          "in a pod of the chart), or on this node's runtime and its peers' (",
+          local.status().message(), ")"));
+    }
+    if (local.ok()) found = *std::move(local);
+    if (d_.peers != nullptr) {
+      CRYO_ASSIGN_OR_RETURN(auto others, d_.peers->ListMembers(req.namespace_, req.job));
+      for (auto& m : others) {
+        if (m.node != cfg_.node_name) found.push_back(std::move(m));  // `peers` may name this one
+      }
+    }
+  }
+  std::vector<std::string> names;
+  for (const auto& m : found) names.push_back(absl::StrCat(m.member, "@", m.node));
+  std::sort(names.begin(), names.end());
+  if (found.empty()) {
+    return absl::NotFoundError(absl::StrCat(what, " has no member running"));
+  }
+  // A job checkpoint saves every member or none: one without a member could never resume.
+  if (req.job_size > 0 && static_cast<int>(found.size()) != req.job_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " has ", req.job_size, " members, and ", found.size(), " run (",
+                     absl::StrJoin(names, ", "), "): nothing was checkpointed"));
+  }
+  CRYO_LOG(Info) << what << ": members " << absl::StrJoin(names, ", ");
+  return found;
+}
+
+absl::StatusOr<bool> Engine::DrivesJob(const std::string& ns, const std::string& job, int size) {
+  JobCheckpointRequest req;
+  req.namespace_ = ns;
+  req.job = job;
+  req.job_size = size;
+  CRYO_ASSIGN_OR_RETURN(auto members, FindJobMembers(req));
+  const auto first =
+      std::min_element(members.begin(), members.end(),
+                       [](const JobCheckpointRequest::Member& a,
+                          const JobCheckpointRequest::Member& b) { return a.member < b.member; });
+  return first->node == cfg_.node_name;
+}
+
+void Engine::ApplyJobRetention(const std::string& ns, const std::string& job) {
+  if (cfg_.retention_keep <= 0) return;
+  auto all = d_.store->ListJobCheckpoints(ns, job);  // newest first
+  if (!all.ok()) {
+    CRYO_LOG(Warning) << "retention of job " << ns << "/" << job << ": " << all.status();
+    return;
+  }
+  const size_t keep = static_cast<size_t>(cfg_.retention_keep);
+  if (all->size() <= keep) return;
+  // What the kept ones need: their parts and, however many steps away, what those refer to
+  // (an incremental part's GPU data lies partly in an earlier one's files).
+  std::set<std::string> needed;
+  std::vector<std::string> todo;
+  for (size_t i = 0; i < keep; ++i) {
+    for (const auto& m : (*all)[i].members) todo.push_back(m.checkpoint_id);
+  }
+  while (!todo.empty()) {
+    const std::string id = todo.back();
+    todo.pop_back();
+    if (!needed.insert(id).second) continue;
+    if (auto m = d_.store->Get(id); m.ok()) {
+      for (const auto& r : m->References()) todo.push_back(r);
+    }
+  }
+  {
+    absl::MutexLock l(&mu_);
+    needed.insert(busy_ids_.begin(), busy_ids_.end());
+    needed.insert(held_refs_.begin(), held_refs_.end());
+  }
+  for (size_t i = keep; i < all->size(); ++i) {
+    const store::JobCheckpoint& jc = (*all)[i];
+    const bool held = std::any_of(jc.members.begin(), jc.members.end(),
+                                  [&](const auto& m) { return needed.count(m.checkpoint_id) > 0; });
+    if (held) continue;  // a later pass takes it
+    if (absl::Status s = d_.store->DeleteJobCheckpoint(ns, job, jc.id); !s.ok()) {
+      CRYO_LOG(Warning) << "retention of job " << ns << "/" << job << ": " << s;
+    } else {
+      CRYO_LOG(Info) << "retention: deleted job checkpoint " << jc.id << " of " << ns << "/" << job
+                     << " and its " << jc.members.size() << " parts";
+    }
+  }
+}
+
+absl::StatusOr<std::vector<JobCheckpointRequest::Member>> Engine::LocalJobMembers(
+    const std::string& ns, const std::string& job) {
+  if (d_.runtime == nullptr) {
+    return absl::FailedPreconditionError("this cryod has no container runtime (runtime_endpoint)");
+  }
+  CRYO_ASSIGN_OR_RETURN(auto running, d_.runtime->ListRunning());
+  auto get = [](const std::map<std::string, std::string>& m, const std::string& k) {
+    auto it = m.find(k);
+    return it == m.end() ? std::string() : it->second;
+  };
+  const std::string p = cfg_.annotation_prefix;
+  std::vector<JobCheckpointRequest::Member> out;
+  for (const auto& c : running) {
+    if (get(c.labels, contract::k8s::kPodNamespace) != ns ||
+        get(c.annotations, contract::Key(p, contract::container::kJob)) != job) {
+      continue;
+    }
+    JobCheckpointRequest::Member m;
+    m.member = get(c.annotations, contract::Key(p, contract::container::kJobMember));
+    m.node = cfg_.node_name;
+    m.req.container_id = c.id;
+    out.push_back(std::move(m));
+  }
   return out;
 }
 

@@ -92,6 +92,27 @@ void Scheduler::Collect(const std::string& workload, Job& j, absl::Time now) {
       CRYO_LOG(Info) << "periodic checkpoint " << r->manifest.id << " of " << workload << ": "
                      << human::Bytes(j.bytes) << ", the job stalled " << stall_ms << " ms";
     }
+    if (const auto* r = std::get_if<engine::JobCheckpointResult>(&result)) {
+      // A job checkpoint of every member (this node drove it): the job stalled as long as its
+      // member held longest.
+      j.newest = human::ParseRfc3339(r->record.created_at);
+      j.bytes = 0;
+      uint64_t stall_ms = 0;
+      for (const auto& p : r->parts) {
+        j.bytes += p.manifest.TotalBytes();
+        uint64_t held = 0;
+        for (const auto& [stage, ms] : p.manifest.stage_ms) {
+          if (contract::HoldsJob(stage)) held += ms;
+        }
+        stall_ms = std::max(stall_ms, held);
+        if (p.published_at != absl::InfinitePast())
+          j.last_end = std::max(j.last_end, p.published_at);
+      }
+      if (d_.metrics) d_.metrics->ObservePeriodicStall(stall_ms / 1000.0);
+      CRYO_LOG(Info) << "periodic job checkpoint " << r->record.id << " of " << workload << ": "
+                     << r->parts.size() << " members, " << human::Bytes(j.bytes)
+                     << ", the job stalled " << stall_ms << " ms";
+    }
     if (d_.metrics) d_.metrics->CountPeriodic("ok");
   } else {
     // The job ran on (a failed checkpoint rolls back) and nothing was published.
@@ -146,11 +167,17 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
     Collect(w, j, now);
     if (j.op) ++running;
   }
+  // A job of several pods is checkpointed once, all its members at one cut, by one node: its
+  // members on this node are one entry, keyed by the job.
+  std::set<std::string> job_seen;
   for (const container::OptedIn& c : *containers) {
     if (c.workload.empty()) continue;
+    const std::string key =
+        c.job.empty() ? c.workload : absl::StrCat("job ", c.job_namespace, "/", c.job);
+    if (!c.job.empty() && !job_seen.insert(key).second) continue;
     const std::optional<absl::Duration> every = PeriodOf(c);
-    seen.insert(c.workload);
-    auto [it, first] = jobs_.try_emplace(c.workload);
+    seen.insert(key);
+    auto [it, first] = jobs_.try_emplace(key);
     Job& j = it->second;
     if (first) {
       // The store remembers across cryod's restarts (and other nodes' checkpoints of the job).
@@ -163,11 +190,11 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
     WarnAboutGrace(c, j, every);
     if (!every) continue;
     if (d_.metrics && j.newest != absl::InfinitePast()) {
-      d_.metrics->SetNewestAge(c.workload, absl::ToDoubleSeconds(now - j.newest));
+      d_.metrics->SetNewestAge(key, absl::ToDoubleSeconds(now - j.newest));
     }
     // A checkpoint still running counts from its start: busy only once a period has passed.
     const absl::Time since = std::max({j.newest, j.last_end, c.created, j.started});
-    Decision d{c.workload, "not_due", ""};
+    Decision d{key, "not_due", ""};
     if (since != absl::InfinitePast() && now - since < *every) {
       next_pass_ = std::min(next_pass_, since + *every);
       if (j.op) next_pass_ = std::min(next_pass_, now + kBusyPoll);
@@ -180,7 +207,7 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
       d.why = std::move(why);
       if (!*reported) {
         *reported = true;
-        CRYO_LOG(Warning) << "periodic checkpoint of " << c.workload << " skipped: " << d.why;
+        CRYO_LOG(Warning) << "periodic checkpoint of " << key << " skipped: " << d.why;
         if (d_.metrics) d_.metrics->CountPeriodic(action);
       }
       out.push_back(d);
@@ -214,14 +241,30 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
       }
     }
     j.space_reported = false;
+    if (!c.job.empty() && d_.drives_job) {
+      // One node drives a job's periodic checkpoint (the one that runs its first member by
+      // name); the others let it be and look again after a period.
+      auto drives = d_.drives_job(c);
+      if (!drives.ok() || !*drives) {
+        d.action = drives.ok() ? "not_driver" : "failed";
+        d.why = drives.ok() ? "another node drives the job's periodic checkpoints"
+                            : std::string(drives.status().message());
+        j.last_end = now;
+        if (!drives.ok()) {
+          CRYO_LOG(Warning) << "periodic checkpoint of " << key << ": " << drives.status();
+          if (d_.metrics) d_.metrics->CountPeriodic("failed");
+        }
+        out.push_back(d);
+        continue;
+      }
+    }
     auto op = d_.start(c);
     if (!op.ok()) {
       // Another operation holds the job (a stop's checkpoint, a manual one): try after a period.
       d.action = "failed";
       d.why = std::string(op.status().message());
       j.last_end = now;
-      CRYO_LOG(Warning) << "periodic checkpoint of " << c.workload
-                        << " not started: " << op.status();
+      CRYO_LOG(Warning) << "periodic checkpoint of " << key << " not started: " << op.status();
       if (d_.metrics) d_.metrics->CountPeriodic("failed");
       out.push_back(d);
       continue;
@@ -232,8 +275,8 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
     next_pass_ = std::min(next_pass_, now + kBusyPoll);
     d.action = "started";
     d.why = (*op)->id();
-    CRYO_LOG(Info) << "periodic checkpoint of " << c.workload << " (container "
-                   << Short(c.container_id) << ") started: operation " << (*op)->id();
+    CRYO_LOG(Info) << "periodic checkpoint of " << key << " (container " << Short(c.container_id)
+                   << ") started: operation " << (*op)->id();
     if (d_.metrics) d_.metrics->CountPeriodic("started");
     out.push_back(d);
   }

@@ -55,6 +55,9 @@ struct SchedulerDeps {
   // Starts a leave-running checkpoint of the container as an operation of its own.
   std::function<absl::StatusOr<std::shared_ptr<engine::Operation>>(const container::OptedIn&)>
       start;
+  // Whether this node drives the periodic job checkpoints of the job `c` is a member of (it
+  // runs the job's first member by name). Unset: every node drives its members' jobs.
+  std::function<absl::StatusOr<bool>(const container::OptedIn&)> drives_job;
   metrics::Metrics* metrics = nullptr;  // may be null
 };
 
@@ -67,8 +70,9 @@ struct SchedulerLimits {
 // What one pass did with one workload (the tests read it; the log says the same).
 struct Decision {
   std::string workload;
-  // "started", "skipped_busy", "skipped_space", "skipped_node_cap", "not_due", "failed" (the
-  // start was refused).
+  // "started", "skipped_busy", "skipped_space", "skipped_node_cap", "not_due", "not_driver"
+  // (another node checkpoints the job this member belongs to), "failed" (the start was
+  // refused). `workload` is "job NS/NAME" for a job's members.
   std::string action;
   std::string why;
 };
@@ -119,7 +123,7 @@ class Scheduler {
   const absl::Duration tick_;
   const SchedulerLimits limits_;
   absl::Mutex pass_mu_;                                        // one pass at a time
-  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(pass_mu_);  // by workload
+  std::map<std::string, Job> jobs_ ABSL_GUARDED_BY(pass_mu_);  // by workload, or job
   std::set<std::string> warned_ ABSL_GUARDED_BY(pass_mu_);     // container ids
   std::set<std::string> raised_ ABSL_GUARDED_BY(pass_mu_);     // ... whose period was raised
   absl::Time next_pass_ ABSL_GUARDED_BY(pass_mu_) = absl::InfinitePast();

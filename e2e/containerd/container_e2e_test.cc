@@ -1908,6 +1908,209 @@ TEST_F(ContainerModeE2e, AJobsMembershipIsCheckedAtCreationAndKeptOnTheContainer
   EXPECT_NE(bad.status().message().find("cryo.dev/job-size"), std::string::npos) << bad.status();
 }
 
+// A job of two pods on two nodes (issue 37): kubelet stopping one member checkpoints both at
+// one cut through the nodes' cryods (their `peers`), one record commits it, and both members
+// end. The replacements, on the swapped nodes, resume each its own part (the members of one Job
+// share its workload key) and count on exactly.
+TEST_F(ContainerModeE2e, AMembersStopCheckpointsTheWholeJobAndTheReplacementsResumeTheirParts) {
+  auto member = [&](const std::string& node, const std::string& pod, const std::string& name,
+                    const std::string& resume) {
+    std::map<std::string, std::string> ann = {{"cryo.dev/checkpoint-on-stop", "true"},
+                                              {"cryo.dev/checkpointed-exit-code", "99"},
+                                              {"cryo.dev/job", "pair"},
+                                              {"cryo.dev/job-size", "2"},
+                                              {"cryo.dev/job-member", name}};
+    if (!resume.empty()) ann["cryo.dev/resume"] = resume;
+    return RunPod(node, pod, ann);
+  };
+  auto left = member("node-a", "pair-left", "left", "");
+  ASSERT_TRUE(left.ok()) << left.status();
+  auto right = member("node-b", "pair-right", "right", "");
+  ASSERT_TRUE(right.ok()) << right.status();
+  ASSERT_TRUE(WaitTicks(*left, 5));
+  ASSERT_TRUE(WaitTicks(*right, 5));
+
+  ASSERT_STOPPED(Shim("node-a").StopContainer(left->ctr_id, 30));
+  auto st = ExitedStatus("node-a", left->ctr_id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->exit_code(), 99) << "checkpointed: " << TailOf(world().shim("node-a").log_file());
+  // The other member was checkpointed at the same cut and ended with the job.
+  st = ExitedStatus("node-b", right->ctr_id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->exit_code(), 99) << TailOf(world().cryod("node-b").log());
+  const auto parts = Checkpoints(kWorkload);
+  ASSERT_EQ(parts.size(), 2u) << "one part per member; node-a's cryod:\n"
+                              << TailOf(world().cryod("node-a").log());
+  std::map<std::string, v1::CheckpointInfo> by_member;
+  for (const auto& p : parts) by_member[p.job_member()] = p;
+  ASSERT_EQ(by_member.count("left"), 1u);
+  ASSERT_EQ(by_member.count("right"), 1u);
+  EXPECT_EQ(by_member["left"].job_checkpoint(), by_member["right"].job_checkpoint());
+  for (const auto& [name, p] : by_member) {
+    EXPECT_EQ(p.job(), "cryo-e2e/pair");
+    EXPECT_TRUE(p.job_uncommitted().empty()) << name << ": " << p.job_uncommitted();
+    EXPECT_EQ(p.checkpoint_id(), absl::StrCat(p.job_checkpoint(), ".", name));
+    EXPECT_EQ(p.labels().at("io.kubernetes.pod.name"), absl::StrCat("pair-", name))
+        << "each part names its own pod";
+    EXPECT_EQ(p.labels().at("cryo.dev/reason"), "stop");
+  }
+  EXPECT_EQ(by_member["left"].node_name(), "node-a");
+  EXPECT_EQ(by_member["right"].node_name(), "node-b");
+  const int last_left = Ticks(left->log_path).back();
+  const int last_right = Ticks(right->log_path).back();
+
+  // The replacements, on the swapped nodes: each resumes its own part.
+  auto left2 = member("node-b", "pair-left-2", "left", "auto");
+  ASSERT_TRUE(left2.ok()) << left2.status();
+  auto right2 = member("node-a", "pair-right-2", "right", "auto");
+  ASSERT_TRUE(right2.ok()) << right2.status();
+  ASSERT_TRUE(WaitTicks(*left2, 3));
+  ASSERT_TRUE(WaitTicks(*right2, 3));
+  EXPECT_EQ(Ticks(left2->log_path).front(), last_left + 1);
+  EXPECT_EQ(Ticks(right2->log_path).front(), last_right + 1);
+}
+
+// Periodic job checkpoints (issue 37): a job whose pods ask for checkpoint-every is
+// checkpointed in the background as a job, every member at one cut, driven by the node of its
+// first member; both run on, retention keeps the job's newest three job checkpoints whole, and
+// after both members are lost the replacements resume one of them, the same one.
+TEST_F(ContainerModeE2e, PeriodicJobCheckpointsTakeEveryMemberAtOneCutAndTheReplacementsResume) {
+  auto member = [&](const std::string& node, const std::string& pod, const std::string& name,
+                    bool resume) {
+    std::map<std::string, std::string> ann = {{"cryo.dev/checkpoint-every", "1s"},
+                                              {"cryo.dev/checkpoint-on-stop", "false"},
+                                              {"cryo.dev/job", "every"},
+                                              {"cryo.dev/job-size", "2"},
+                                              {"cryo.dev/job-member", name}};
+    if (resume) ann["cryo.dev/resume"] = "auto";
+    return RunPod(node, pod, ann);
+  };
+  // The first member by name runs on node-b: node-b drives, node-a's scheduler lets it.
+  auto a = member("node-a", "every-b", "b", false);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = member("node-b", "every-a", "a", false);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // Job checkpoints by id: the parts of each, once committed.
+  auto committed = [&] {
+    std::map<std::string, std::vector<v1::CheckpointInfo>> out;
+    for (const auto& c : Checkpoints(kWorkload)) {
+      if (c.job_uncommitted().empty()) out[c.job_checkpoint()].push_back(c);
+    }
+    return out;
+  };
+  std::set<std::string> seen;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const auto& [id, parts] : committed()) seen.insert(id);
+        return seen.size() >= 5;
+      },
+      absl::Seconds(90)))
+      << "job checkpoints seen: " << seen.size() << "; node-b's cryod:\n"
+      << TailOf(world().cryod("node-b").log());
+  for (const auto& [id, parts] : committed()) {
+    ASSERT_FALSE(id.empty()) << "a periodic checkpoint of a member alone";
+    ASSERT_EQ(parts.size(), 2u) << id;
+    std::set<std::string> members;
+    for (const auto& p : parts) {
+      members.insert(p.job_member());
+      EXPECT_EQ(p.labels().at("cryo.dev/reason"), "periodic");
+      EXPECT_TRUE(p.leave_running());
+      EXPECT_EQ(p.labels().at("io.kubernetes.pod.name"), absl::StrCat("every-", p.job_member()))
+          << "each part names its own pod";
+    }
+    EXPECT_EQ(members, (std::set<std::string>{"a", "b"})) << id;
+  }
+  // Retention: the job's newest three job checkpoints stay, whole.
+  ASSERT_TRUE(WaitUntil([&] { return committed().size() <= 3; }, absl::Seconds(30)))
+      << committed().size();
+  {
+    // Every committed one whole; besides them at most the parts of the one in flight.
+    const auto all = Checkpoints(kWorkload);
+    const auto now = committed();
+    size_t whole = 0;
+    for (const auto& [id, parts] : now) {
+      EXPECT_EQ(parts.size(), 2u) << id;
+      whole += parts.size();
+    }
+    EXPECT_LE(all.size() - whole, 2u) << "parts of deleted job checkpoints left behind";
+  }
+  // Both ran on through every checkpoint, counting without a gap.
+  for (const Pod* p : {&*a, &*b}) {
+    const auto ticks = Ticks(p->log_path);
+    ASSERT_GT(ticks.size(), 5u);
+    for (size_t i = 0; i < ticks.size(); ++i) ASSERT_EQ(ticks[i], static_cast<int>(i) + 1);
+  }
+  EXPECT_THAT(Slurp(world().cryod("node-b").log()), HasSubstr("periodic job checkpoint"));
+  EXPECT_THAT(Slurp(world().cryod("node-a").log()), Not(HasSubstr("periodic job checkpoint")))
+      << "node-a, which runs the second member by name, drove the job's checkpoints";
+
+  // Both members lost (a plain stop: checkpoint-on-stop "false"); the replacements, swapped,
+  // resume the job's newest job checkpoint, each its own part of it.
+  ASSERT_STOPPED(Shim("node-a").StopContainer(a->ctr_id, 30));
+  ASSERT_STOPPED(Shim("node-b").StopContainer(b->ctr_id, 30));
+  // One in flight at the stops commits or not within moments: the replacements are created
+  // once the job's checkpoints have stayed the same for a second.
+  std::map<std::string, std::vector<v1::CheckpointInfo>> before = committed();
+  int same = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        absl::SleepFor(absl::Milliseconds(250));
+        auto now = committed();
+        same = now.size() == before.size() &&
+                       std::equal(now.begin(), now.end(), before.begin(),
+                                  [](const auto& x, const auto& y) { return x.first == y.first; })
+                   ? same + 1
+                   : 0;
+        before = std::move(now);
+        return same >= 4;
+      },
+      absl::Seconds(30)));
+  ASSERT_FALSE(before.empty());
+  auto a2 = member("node-b", "every-b-2", "b", true);
+  ASSERT_TRUE(a2.ok()) << a2.status();
+  auto b2 = member("node-a", "every-a-2", "a", true);
+  ASSERT_TRUE(b2.ok()) << b2.status();
+  ASSERT_TRUE(WaitTicks(*a2, 3));
+  ASSERT_TRUE(WaitTicks(*b2, 3));
+  for (const auto& [pod, was] : {std::pair{&*a2, &*a}, std::pair{&*b2, &*b}}) {
+    const int first = Ticks(pod->log_path).front();
+    EXPECT_GT(first, 1) << "started over";
+    EXPECT_LE(first, Ticks(was->log_path).back() + 1);
+  }
+  auto st = RuntimeStatus("node-b", a2->ctr_id);
+  ASSERT_TRUE(st.ok());
+  auto st2 = RuntimeStatus("node-a", b2->ctr_id);
+  ASSERT_TRUE(st2.ok());
+  const std::string from_a = st->status().annotations().at("cryo.dev/resume-from");
+  const std::string from_b = st2->status().annotations().at("cryo.dev/resume-from");
+  EXPECT_EQ(from_a.substr(0, from_a.rfind('.')), from_b.substr(0, from_b.rfind('.')))
+      << "the members resumed different cuts: " << from_a << " and " << from_b;
+  EXPECT_EQ(from_a.substr(from_a.rfind('.') + 1), "b");
+  EXPECT_EQ(from_b.substr(from_b.rfind('.') + 1), "a");
+}
+
+// A member's stop when the job is not whole (a member missing): no job checkpoint of part of a
+// job, a plain stop, and the container's log says why.
+TEST_F(ContainerModeE2e, AJobWithAMemberMissingIsNotCheckpointedAtAMembersStop) {
+  auto lone = RunPod("node-a", "trio-0",
+                     {{"cryo.dev/checkpoint-on-stop", "true"},
+                      {"cryo.dev/checkpointed-exit-code", "99"},
+                      {"cryo.dev/job", "trio"},
+                      {"cryo.dev/job-size", "3"}});
+  ASSERT_TRUE(lone.ok()) << lone.status();
+  ASSERT_TRUE(WaitTicks(*lone, 3));
+  ASSERT_STOPPED(Shim("node-a").StopContainer(lone->ctr_id, 30));
+  auto st = ExitedStatus("node-a", lone->ctr_id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_NE(st->exit_code(), 99);
+  EXPECT_TRUE(Checkpoints(kWorkload).empty());
+  auto log = ReadCriLog(lone->log_path);
+  ASSERT_TRUE(log.ok());
+  std::string all;
+  for (const auto& l : *log) all += l.text + "\n";
+  EXPECT_THAT(all, HasSubstr("has 3 members, and 1 run (trio-0@node-a)")) << all;
+}
+
 // Periodic checkpoints (docs/operations.md): a pod that asks (the period alone opts it in) is
 // checkpointed in the background every period while it runs on, a whole period between the
 // publish of one and the start of the next, and retention keeps the newest few (3 on these

@@ -75,6 +75,11 @@ class SchedulerTest : public ::testing::Test {
       ops_.push_back(op);
       return op;
     };
+    d.drives_job = [this](const container::OptedIn& c) -> absl::StatusOr<bool> {
+      ++drive_lookups_;
+      if (!drives_.ok()) return drives_.status();
+      return *drives_ && c.job_member == "m0";
+    };
     d.metrics = &metrics_;
     return std::make_unique<Scheduler>(std::move(d), node_every, absl::Seconds(10), limits);
   }
@@ -98,6 +103,8 @@ class SchedulerTest : public ::testing::Test {
   uint64_t free_ = 1ull << 40;
   double bytes_per_s_ = 0;
   absl::Status refuse_;
+  absl::StatusOr<bool> drives_ = true;  // this node drives jobs whose member here is "m0"
+  int drive_lookups_ = 0;
   std::vector<std::shared_ptr<engine::Operation>> ops_;
   metrics::Metrics metrics_;
 };
@@ -274,6 +281,54 @@ TEST_F(SchedulerTest, AJobThatLeftTheNodeIsForgotten) {
   containers_.clear();
   s->Tick(kT0 + absl::Minutes(2));
   EXPECT_EQ(Metric("cryo_newest_checkpoint_age_seconds{workload=\"w\"}"), "");
+}
+
+// Issue 37: a job of several pods is checkpointed as a job, once per period, by the node that
+// runs its first member. Its members on one node are one entry (one job checkpoint takes them
+// all); a node that does not drive lets the period pass without a lookup each tick.
+TEST_F(SchedulerTest, AJobsMembersAreOneEntryCheckpointedByTheNodeThatDrivesTheJob) {
+  auto member = [&](const std::string& id, const std::string& name) {
+    container::OptedIn c = Container(id, "ns.trainer.counter", absl::Minutes(10));
+    c.job = "trainer";
+    c.job_namespace = "ns";
+    c.job_member = name;
+    c.job_size = 3;
+    return c;
+  };
+  containers_ = {member("c0", "m0"), member("c1", "m1")};
+  auto s = Make();
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(10))), ElementsAre("job ns/trainer started"));
+  ASSERT_EQ(ops_.size(), 1u) << "one job checkpoint for both members here";
+  // It ends: the job stalled as long as its member held longest.
+  engine::JobCheckpointResult r;
+  r.record.id = "trainer-1";
+  r.record.created_at = Rfc3339(kT0 + absl::Minutes(10));
+  for (const char* m : {"m0", "m1", "m2"}) {
+    engine::CheckpointResult p;
+    p.manifest = Checkpoint(absl::StrCat("trainer-1.", m), "ns.trainer.counter",
+                            kT0 + absl::Minutes(10), 1 << 20);
+    p.manifest.stage_ms["dump"] = m == std::string("m2") ? 900 : 400;
+    r.parts.push_back(p);
+  }
+  ops_[0]->Finish(absl::OkStatus(), r);
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(15))), ElementsAre("job ns/trainer not_due"));
+  EXPECT_EQ(Metric("cryo_periodic_stall_seconds_sum"), "0.95");
+
+  // Another node drives: this one lets each period pass, asking once per period.
+  containers_ = {member("c1", "m1")};
+  auto other = Make();
+  drive_lookups_ = 0;
+  EXPECT_THAT(Actions(other->Tick(kT0 + absl::Minutes(10))),
+              ElementsAre("job ns/trainer not_driver"));
+  EXPECT_THAT(Actions(other->Tick(kT0 + absl::Minutes(15))), ElementsAre("job ns/trainer not_due"));
+  EXPECT_EQ(drive_lookups_, 1);
+  EXPECT_THAT(Actions(other->Tick(kT0 + absl::Minutes(20))),
+              ElementsAre("job ns/trainer not_driver"));
+  EXPECT_EQ(ops_.size(), 1u);
+  // A lookup that fails (a node's cryod unreachable) is a failure, counted, tried a period on.
+  drives_ = absl::UnavailableError("node-b's cryod: connection refused");
+  EXPECT_THAT(Actions(other->Tick(kT0 + absl::Minutes(30))), ElementsAre("job ns/trainer failed"));
+  EXPECT_EQ(ops_.size(), 1u);
 }
 
 }  // namespace
