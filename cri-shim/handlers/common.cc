@@ -1,11 +1,9 @@
 #include "cri-shim/handlers/common.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cri-shim/opt_in.h"
+#include "lib/base/proc.h"
 #include "lib/contract/annotations.h"
 #include "lib/contract/criu_annotations.h"
 #include "lib/contract/labels.h"
@@ -76,13 +74,7 @@ std::string WorkloadOf(const runtime::v1::ContainerStatus& c, const std::string&
 }
 
 void WriteToContainerLog(int init_pid, const std::string& line) {
-  if (init_pid <= 0) return;
-  int fd =
-      ::open(absl::StrCat("/proc/", init_pid, "/fd/2").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return;
-  std::string l = line + "\n";
-  (void)!::write(fd, l.data(), l.size());
-  ::close(fd);
+  proc::WriteToStderrOf(init_pid, line);
 }
 
 absl::Duration TimeLeft(const CallContext& ctx, absl::Duration fallback) {

@@ -61,6 +61,7 @@ struct Config {
   int pid_wait_timeout_ms = 10000;
   int gpu_lock_timeout_ms = 10000;
   int incomplete_ttl_s = 86400;
+  int job_gather_timeout_s = 300;
   bool store_fsync = true;
   std::vector<int> allowed_uids = {0};
   std::string gpu_plugin_dir = "/usr/local/lib/cryo/gpu";

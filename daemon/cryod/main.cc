@@ -432,6 +432,7 @@ Result StartRecover(State& st) {
   ec.pid_wait_timeout = absl::Milliseconds(st.config.pid_wait_timeout_ms);
   ec.gpu_lock_timeout = absl::Milliseconds(st.config.gpu_lock_timeout_ms);
   ec.incomplete_ttl = absl::Seconds(st.config.incomplete_ttl_s);
+  ec.job_gather_timeout = absl::Seconds(std::max(1, st.config.job_gather_timeout_s));
   ec.retention_keep = st.config.retention_keep;
   ec.self_pid = ::getpid();
   ec.nsexec_path = st.config.nsexec.empty() ? SiblingBinary("cryo-nsexec") : st.config.nsexec;

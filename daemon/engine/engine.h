@@ -76,6 +76,9 @@ struct EngineConfig {
   // The one default bound on locking GPU processes (a request may give its own).
   absl::Duration gpu_lock_timeout = absl::Seconds(10);
   absl::Duration incomplete_ttl = absl::Hours(24);
+  // How long a job member's replacement waits for the other members' before its restore
+  // (the step `job_gather`); arrivals older than twice this do not count.
+  absl::Duration job_gather_timeout = absl::Minutes(5);
   // Newest checkpoints kept per workload after each checkpoint; 0 keeps all.
   int retention_keep = 0;
   // Threads that verify checksums before a restore (the images are read from the page cache
@@ -289,6 +292,9 @@ class Engine {
   absl::Status CheckRestore(RestoreState& s);
   absl::Status Verify(RestoreState& s);
   absl::Status CheckRestoreCredentials(RestoreState& s);
+  // A job member's part waits until the replacements of every member of its job checkpoint are
+  // ready to resume it, so that they resume one cut together (job_checkpoint.cc).
+  absl::Status GatherJobMembers(RestoreState& s);
   absl::Status WaitPidsFree(RestoreState& s);
   absl::Status FreeListenPorts(RestoreState& s);
   absl::Status JournalRestore(RestoreState& s);

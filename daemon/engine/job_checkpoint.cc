@@ -11,6 +11,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,10 +22,12 @@
 #include "daemon/engine/engine.h"
 #include "daemon/engine/job_cut.h"
 #include "daemon/engine/job_peers.h"
+#include "daemon/engine/states.h"
 #include "daemon/store/signature.h"
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
+#include "lib/base/proc.h"
 #include "lib/base/status.h"
 #include "lib/contract/annotations.h"
 #include "lib/contract/job.h"
@@ -427,6 +430,71 @@ absl::Status Engine::CheckJobMember(const std::string& container_id, const std::
                      got_job, "', member '", got_member, "')"));
   }
   return absl::OkStatus();
+}
+
+absl::Status Engine::GatherJobMembers(RestoreState& s) {
+  const store::JobPart& part = *s.m.job;
+  CRYO_ASSIGN_OR_RETURN(store::JobCheckpoint jc,
+                        d_.store->GetJobCheckpoint(part.namespace_, part.job, part.job_checkpoint));
+  const std::string what =
+      absl::StrCat("job checkpoint '", jc.id, "' of ", jc.namespace_, "/", jc.job);
+  const absl::Time t0 = absl::Now();
+  CRYO_RETURN_IF_ERROR(Annotate(
+      d_.store->MarkJobArrival(jc.namespace_, jc.job, {part.member, jc.id, cfg_.node_name, t0}),
+      absl::StrCat(what, ": member ", part.member, "'s arrival")));
+  const absl::Time end = std::min(s.req.deadline, t0 + cfg_.job_gather_timeout);
+  const pid_t init = s.ctr ? s.ctr->init_pid : 0;
+  absl::Time next_report = t0;
+  for (;;) {
+    CRYO_ASSIGN_OR_RETURN(auto arrivals, d_.store->JobArrivals(jc.namespace_, jc.job));
+    const absl::Time now = absl::Now();
+    std::set<std::string> here = {part.member};
+    for (const auto& a : arrivals) {
+      // One from a resume long over (twice the wait: the nodes' clocks differ a little).
+      if (a.at < now - 2 * cfg_.job_gather_timeout) continue;
+      if (a.job_checkpoint == jc.id) {
+        here.insert(a.member);
+        continue;
+      }
+      // Another member's replacement resumes another job checkpoint: the one that chose the
+      // older gives way (its pod is re-created and `resume: auto` takes the newest).
+      auto other = d_.store->GetJobCheckpoint(jc.namespace_, jc.job, a.job_checkpoint);
+      if (other.ok() && std::tie(other->created_at, other->id) > std::tie(jc.created_at, jc.id)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            what, ": member ", a.member, "'s replacement resumes the newer job checkpoint '",
+            other->id, "'; the members resume one cut or none, so member ", part.member,
+            " does not resume this older one (re-create its pod to take the newest)"));
+      }
+    }
+    std::vector<std::string> missing;
+    for (const auto& m : jc.members) {
+      if (!here.count(m.member)) missing.push_back(m.member);
+    }
+    if (missing.empty()) {
+      CRYO_LOG(Info) << what << ": all " << jc.members.size() << " members ready after "
+                     << absl::FormatDuration(absl::Trunc(now - t0, absl::Milliseconds(1)))
+                     << "; member " << part.member << " resumes";
+      return absl::OkStatus();
+    }
+    const std::string waiting = absl::StrCat(
+        "waiting for the replacements of member(s) ", absl::StrJoin(missing, ", "), " of job ",
+        jc.namespace_, "/", jc.job, " (", here.size(), " of ", jc.members.size(), " ready)");
+    if (now >= end) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": ", waiting, " for ",
+                       absl::FormatDuration(absl::Trunc(now - t0, absl::Seconds(1))),
+                       "; nothing was restored (job_gather_timeout_s, or the caller's deadline)"));
+    }
+    if (s.op->cancelled()) return absl::CancelledError(absl::StrCat(what, ": ", waiting));
+    if (now >= next_report) {
+      // Progress where the pod's owner looks: the log and the container's own log.
+      CRYO_LOG(Info) << "member " << part.member << ": " << waiting;
+      s.op->Report(Stage::kRestore, here.size(), jc.members.size(), waiting);
+      if (init > 0) proc::WriteToStderrOf(init, absl::StrCat("cryo: ", waiting));
+      next_report = now + absl::Seconds(5);
+    }
+    absl::SleepFor(absl::Milliseconds(200));
+  }
 }
 
 absl::StatusOr<JobRestoreResult> Engine::RestoreJob(const JobRestoreRequest& req, Operation& op) {

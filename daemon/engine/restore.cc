@@ -51,6 +51,10 @@ Transaction<RestoreState> Engine::RestoreSteps() {
       step("verify", Stage::kVerify, run(&Engine::Verify), nullptr, nullptr, image_bytes),
       // What the images would make the restored threads: never more than the target grants.
       step("credentials", Stage::kUnspecified, run(&Engine::CheckRestoreCredentials)),
+      // A job member's replacement waits for the others' (a node's RestoreJob restores them
+      // all itself).
+      step("job_gather", Stage::kUnspecified, run(&Engine::GatherJobMembers), nullptr,
+           [](const S& s) { return s.m.job.has_value() && !s.req.job_lock_held; }),
       step("wait_pids", Stage::kWaitPids, run(&Engine::WaitPidsFree)),
       // The job's TCP listeners must bind where CRIU restores them (criu/listen_ports.h).
       step("ports", Stage::kUnspecified, run(&Engine::FreeListenPorts)),

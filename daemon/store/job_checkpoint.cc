@@ -135,6 +135,37 @@ std::string JobCheckpointFileName(const std::string& ns, const std::string& job,
   return absl::StrCat(ns, "+", job, "+", id, ".json");
 }
 
+std::string JobArrivalToJson(const JobArrival& a) {
+  nlohmann::json j = {{"member", a.member},
+                      {"job_checkpoint", a.job_checkpoint},
+                      {"node", a.node},
+                      {"at", absl::FormatTime(absl::RFC3339_full, a.at, absl::UTCTimeZone())}};
+  return j.dump();
+}
+
+absl::StatusOr<JobArrival> ParseJobArrival(absl::string_view text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto str = [&](const char* k) -> std::string {
+    if (!j.is_object() || !j.contains(k) || !j[k].is_string()) return "";
+    return j[k].get<std::string>();
+  };
+  JobArrival a;
+  a.member = str("member");
+  a.job_checkpoint = str("job_checkpoint");
+  a.node = str("node");
+  std::string err;
+  if (!contract::IsKubernetesName(a.member) || !ValidateCheckpointId(a.job_checkpoint).ok() ||
+      !absl::ParseTime(absl::RFC3339_full, str("at"), &a.at, &err)) {
+    return absl::InvalidArgumentError("not a job arrival (member, job_checkpoint, node, at)");
+  }
+  return a;
+}
+
+std::string JobArrivalFileName(const std::string& ns, const std::string& job,
+                               const std::string& member) {
+  return absl::StrCat(ns, "+", job, kJobArrivalInfix, member);
+}
+
 absl::StatusOr<JobCheckpoint> CommittedJobCheckpointOf(CheckpointStore& store,
                                                        const Manifest& part) {
   if (!part.job) {

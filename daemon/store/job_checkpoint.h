@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "daemon/store/manifest.h"
 
 namespace cryo::store {
@@ -53,5 +54,22 @@ absl::StatusOr<JobCheckpoint> ParseJobCheckpoint(absl::string_view text);
 // The record's file name in the store: "<namespace>+<job>+<id>.json" ('+' is in none of them).
 std::string JobCheckpointFileName(const std::string& ns, const std::string& job,
                                   const std::string& id);
+
+// A member's replacement that is ready to resume a job checkpoint (its container waits): the
+// members restore once every member of that job checkpoint has arrived (Engine's restore step
+// `job_gather`). Kept in the shared store, one per member of a job, overwritten by each arrival.
+struct JobArrival {
+  std::string member;
+  std::string job_checkpoint;  // the id its replacement resumes
+  std::string node;
+  absl::Time at;  // the arriving node's clock
+};
+std::string JobArrivalToJson(const JobArrival& a);
+// INVALID_ARGUMENT for anything malformed. Never throws.
+absl::StatusOr<JobArrival> ParseJobArrival(absl::string_view text);
+// "<namespace>+<job>@arrival@<member>": '@' is in no Kubernetes name, so no record's name.
+std::string JobArrivalFileName(const std::string& ns, const std::string& job,
+                               const std::string& member);
+inline constexpr char kJobArrivalInfix[] = "@arrival@";
 
 }  // namespace cryo::store

@@ -368,7 +368,12 @@ class LocalStore final : public CheckpointStore {
       CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
       CRYO_ASSIGN_OR_RETURN(auto recs, fs::ListDirAt(dir.get(), jobs()));
       for (const auto& e : recs) {
-        if (!absl::StartsWith(e.name, kJobTempPrefix) || age(dir.get(), e.name) < ttl) continue;
+        // ... and members' arrivals of a resume long over.
+        if ((!absl::StartsWith(e.name, kJobTempPrefix) &&
+             !absl::StrContains(e.name, kJobArrivalInfix)) ||
+            age(dir.get(), e.name) < ttl) {
+          continue;
+        }
         remove(dir.get(), kJobsDir, e.name);
       }
     }
@@ -575,6 +580,56 @@ class LocalStore final : public CheckpointStore {
       if (!s.ok() && !absl::IsNotFound(s)) return s;
     }
     return absl::OkStatus();
+  }
+
+  absl::Status MarkJobArrival(const std::string& ns, const std::string& job,
+                              const JobArrival& a) override {
+    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job, &a.job_checkpoint));
+    if (!contract::IsKubernetesName(a.member)) {
+      return absl::InvalidArgumentError("a job arrival's member is not a Kubernetes name");
+    }
+    CRYO_RETURN_IF_ERROR(Ready());
+    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
+    const std::string name = JobArrivalFileName(ns, job, a.member);
+    const std::string temp = absl::StrCat(kJobTempPrefix, node_, "+", RandomHex(6));
+    const std::string text = JobArrivalToJson(a);
+    UniqueFd f(::openat(dir.get(), temp.c_str(),
+                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (f.get() < 0) return ErrnoStatus(errno, fs::Join(jobs(), temp));
+    std::string err;
+    if (!io::WriteAll(f.get(), {{const_cast<char*>(text.data()), text.size()}}, 0, &err)) {
+      ::unlinkat(dir.get(), temp.c_str(), 0);
+      return absl::UnavailableError(absl::StrCat(fs::Join(jobs(), temp), ": ", err));
+    }
+    // Whole or not at all; a later arrival of the same member replaces it.
+    if (::renameat(dir.get(), temp.c_str(), dir.get(), name.c_str()) != 0) {
+      const int e = errno;
+      ::unlinkat(dir.get(), temp.c_str(), 0);
+      return ErrnoStatus(e, fs::Join(jobs(), name));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<JobArrival>> JobArrivals(const std::string& ns,
+                                                      const std::string& job) override {
+    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job));
+    CRYO_RETURN_IF_ERROR(Ready());
+    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
+    CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDirAt(dir.get(), jobs()));
+    const std::string prefix = absl::StrCat(ns, "+", job, kJobArrivalInfix);
+    std::vector<JobArrival> out;
+    for (const auto& e : entries) {
+      if (!absl::StartsWith(e.name, prefix)) continue;
+      auto text = fs::ReadRegularBeneath(opts_.root, fs::Join(kJobsDir, e.name), 4096);
+      if (!text.ok()) continue;  // replaced or collected meanwhile
+      auto a = ParseJobArrival(*text);
+      if (!a.ok() || a->member != e.name.substr(prefix.size())) {
+        CRYO_LOG(Warning) << "skipping job arrival " << e.name << ": not one";
+        continue;
+      }
+      out.push_back(*std::move(a));
+    }
+    return out;
   }
 
  private:

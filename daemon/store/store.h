@@ -93,6 +93,16 @@ class CheckpointStore {
   // The record first (the job checkpoint is gone at once), then its parts.
   virtual absl::Status DeleteJobCheckpoint(const std::string& ns, const std::string& job,
                                            const std::string& id) = 0;
+  // A member's arrival (store/job_checkpoint.h), replacing its last one; the job's arrivals
+  // (unreadable ones skipped). Collected with incomplete checkpoints once older than their TTL.
+  virtual absl::Status MarkJobArrival(const std::string& ns, const std::string& job,
+                                      const JobArrival& a) {
+    return absl::UnimplementedError("this store keeps no job arrivals");
+  }
+  virtual absl::StatusOr<std::vector<JobArrival>> JobArrivals(const std::string& ns,
+                                                              const std::string& job) {
+    return absl::UnimplementedError("this store keeps no job arrivals");
+  }
 };
 
 // The committed job checkpoint that `part` belongs to, with `part` in it as committed: its

@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -152,6 +153,22 @@ class ContainerModeE2e : public ContainerdE2e {
       if (absl::Status s = shim.StartContainer(p.ctr_id); !s.ok()) return s;
     }
     return p;
+  }
+
+  // Starts the containers at once, as the kubelets of their nodes would: a job's replacements
+  // each wait in their start for the others. The first failure, if any.
+  absl::Status StartTogether(const std::vector<std::pair<std::string, const Pod*>>& pods) {
+    std::vector<absl::Status> st(pods.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < pods.size(); ++i) {
+      CriClient& shim = Shim(pods[i].first);  // made here: clients_ is not for threads
+      threads.emplace_back([&, i] { st[i] = shim.StartContainer(pods[i].second->ctr_id); });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& s : st) {
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
   }
 
   CriClient& Shim(const std::string& node) {
@@ -1921,7 +1938,7 @@ TEST_F(ContainerModeE2e, AMembersStopCheckpointsTheWholeJobAndTheReplacementsRes
                                               {"cryo.dev/job-size", "2"},
                                               {"cryo.dev/job-member", name}};
     if (!resume.empty()) ann["cryo.dev/resume"] = resume;
-    return RunPod(node, pod, ann);
+    return RunPod(node, pod, ann, kCounter, /*start=*/resume.empty());
   };
   auto left = member("node-a", "pair-left", "left", "");
   ASSERT_TRUE(left.ok()) << left.status();
@@ -1959,11 +1976,24 @@ TEST_F(ContainerModeE2e, AMembersStopCheckpointsTheWholeJobAndTheReplacementsRes
   const int last_left = Ticks(left->log_path).back();
   const int last_right = Ticks(right->log_path).back();
 
-  // The replacements, on the swapped nodes: each resumes its own part.
+  // A replacement alone waits for the other's, then fails its start naming the missing
+  // member; nothing is restored (its log says so too).
+  auto alone = member("node-b", "pair-left-alone", "left", "auto");
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  absl::Status lone = Shim("node-b").StartContainer(alone->ctr_id);
+  ASSERT_FALSE(lone.ok());
+  EXPECT_THAT(std::string(lone.message()),
+              HasSubstr("waiting for the replacements of member(s) right of job cryo-e2e/pair"))
+      << lone;
+  EXPECT_TRUE(Ticks(alone->log_path).empty()) << "a member resumed without the other";
+
+  // The replacements, on the swapped nodes, started together: each resumes its own part.
   auto left2 = member("node-b", "pair-left-2", "left", "auto");
   ASSERT_TRUE(left2.ok()) << left2.status();
   auto right2 = member("node-a", "pair-right-2", "right", "auto");
   ASSERT_TRUE(right2.ok()) << right2.status();
+  absl::Status started = StartTogether({{"node-b", &*left2}, {"node-a", &*right2}});
+  ASSERT_TRUE(started.ok()) << started;
   ASSERT_TRUE(WaitTicks(*left2, 3));
   ASSERT_TRUE(WaitTicks(*right2, 3));
   EXPECT_EQ(Ticks(left2->log_path).front(), last_left + 1);
@@ -1983,7 +2013,7 @@ TEST_F(ContainerModeE2e, PeriodicJobCheckpointsTakeEveryMemberAtOneCutAndTheRepl
                                               {"cryo.dev/job-size", "2"},
                                               {"cryo.dev/job-member", name}};
     if (resume) ann["cryo.dev/resume"] = "auto";
-    return RunPod(node, pod, ann);
+    return RunPod(node, pod, ann, kCounter, /*start=*/!resume);
   };
   // The first member by name runs on node-b: node-b drives, node-a's scheduler lets it.
   auto a = member("node-a", "every-b", "b", false);
@@ -2070,6 +2100,8 @@ TEST_F(ContainerModeE2e, PeriodicJobCheckpointsTakeEveryMemberAtOneCutAndTheRepl
   ASSERT_TRUE(a2.ok()) << a2.status();
   auto b2 = member("node-a", "every-a-2", "a", true);
   ASSERT_TRUE(b2.ok()) << b2.status();
+  absl::Status started = StartTogether({{"node-b", &*a2}, {"node-a", &*b2}});
+  ASSERT_TRUE(started.ok()) << started;
   ASSERT_TRUE(WaitTicks(*a2, 3));
   ASSERT_TRUE(WaitTicks(*b2, 3));
   for (const auto& [pod, was] : {std::pair{&*a2, &*a}, std::pair{&*b2, &*b}}) {

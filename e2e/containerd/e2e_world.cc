@@ -150,7 +150,9 @@ absl::StatusOr<std::unique_ptr<Cryod>> E2eWorld::StartCryod(const std::string& n
   // job checkpoint's record is signed by one node and verified by the others).
   args.insert(args.end(), {absl::StrCat("--peer-listen=127.0.0.1:", peer_ports_.at(node)),
                            "--peer-token-file=" + peer_token_file_,
-                           "--signing-key-file=" + dir_ + "/cluster-signing.key"});
+                           "--signing-key-file=" + dir_ + "/cluster-signing.key",
+                           // A job's replacements here start within moments of each other.
+                           "--job-gather-timeout-s=8"});
   if (!others.empty()) args.push_back("--peers=" + absl::StrJoin(others, ","));
   // The GPU suite's pods (e2e/gpu/pods.sh) name the bundle's CRIU and GPU plugins here.
   if (const char* more = getenv("CRYO_E2E_CRYOD_ARGS"); more != nullptr) {

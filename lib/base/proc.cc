@@ -1,5 +1,6 @@
 #include "lib/base/proc.h"
 
+#include <fcntl.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -233,6 +234,16 @@ uint64_t ProcReader::UptimeTicks() const {
   const std::vector<absl::string_view> w = absl::StrSplit(*text, ' ');
   if (w.empty() || !absl::SimpleAtod(w[0], &seconds) || seconds < 0) return 0;
   return static_cast<uint64_t>(seconds * static_cast<double>(::sysconf(_SC_CLK_TCK)));
+}
+
+void WriteToStderrOf(int pid, const std::string& line) {
+  if (pid <= 0) return;
+  const int fd =
+      ::open(absl::StrCat("/proc/", pid, "/fd/2").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  const std::string l = line + "\n";
+  (void)!::write(fd, l.data(), l.size());
+  ::close(fd);
 }
 
 }  // namespace cryo::proc

@@ -81,4 +81,8 @@ class ProcReader {
 std::string KernelRelease();
 std::string MachineArch();
 
+// Best effort: `line` and a newline on the stderr of process `pid` (a container's PID 1: its
+// log, which `kubectl logs` shows). Never blocks.
+void WriteToStderrOf(int pid, const std::string& line);
+
 }  // namespace cryo::proc

@@ -633,10 +633,11 @@ TEST_F(EngineTest, StepNamesArePinned) {
           "gpu_checkpoint", "gpu_save",   "dump",       "credentials",   "rootfs",     "job_cut",
           "resume_early",   "gpu_resume", "gpu_refill", "gpu_write",     "dump_write", "manifest",
           "publish",        "finish",     "export"}));
-  EXPECT_EQ(engine_->RestoreStepNames(),
-            (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
-                                      "credentials", "wait_pids", "ports", "journal", "rootfs",
-                                      "criu_restore", "gpu_restore", "gpu_refill", "done"}));
+  EXPECT_EQ(
+      engine_->RestoreStepNames(),
+      (std::vector<std::string>{"validate", "init_handshake", "check", "verify", "credentials",
+                                "job_gather", "wait_pids", "ports", "journal", "rootfs",
+                                "criu_restore", "gpu_restore", "gpu_refill", "done"}));
 }
 
 // docs/architecture.md lists the steps of both transactions: the same names, in the same order.

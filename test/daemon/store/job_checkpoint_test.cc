@@ -185,6 +185,36 @@ TEST_F(JobCheckpointTest, DeletingAJobCheckpointTakesTheRecordFirstThenItsParts)
   EXPECT_EQ(store_->DeleteJobCheckpoint("ml", "sum", "j1").code(), absl::StatusCode::kNotFound);
 }
 
+// A member's replacement arrives (job_gather): one entry per member of a job, replaced by its
+// next arrival, beside the records without being one, and collected once old.
+TEST_F(JobCheckpointTest, ArrivalsAreOnePerMemberAndNoRecordAndAreCollected) {
+  Manifest a = Part("a1", "left", "j1"), b = Part("b1", "right", "j1");
+  ASSERT_TRUE(store_->CommitJobCheckpoint(Record("j1", {a, b})).ok());
+  const absl::Time t = absl::FromUnixSeconds(1'800'000'000);
+  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum", {"left", "j0", "node-b", t}).ok());
+  ASSERT_TRUE(
+      store_->MarkJobArrival("ml", "sum", {"left", "j1", "node-a", t + absl::Seconds(1)}).ok());
+  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum2", {"right", "j1", "node-a", t}).ok());
+  auto got = store_->JobArrivals("ml", "sum");
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->size(), 1u) << "one per member: the later arrival replaced the first";
+  EXPECT_EQ((*got)[0].member, "left");
+  EXPECT_EQ((*got)[0].job_checkpoint, "j1");
+  EXPECT_EQ((*got)[0].node, "node-a");
+  EXPECT_EQ((*got)[0].at, t + absl::Seconds(1));
+  EXPECT_EQ(store_->ListJobCheckpoints("ml", "sum")->size(), 1u) << "an arrival is no record";
+  EXPECT_EQ(store_->MarkJobArrival("ml", "sum", {"../x", "j1", "node-a", t}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->MarkJobArrival("ml", "sum", {"left", "../j1", "node-a", t}).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A planted file that is no arrival is skipped.
+  ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/jobs/ml+sum@arrival@right", "{}").ok());
+  EXPECT_EQ(store_->JobArrivals("ml", "sum")->size(), 1u);
+  ASSERT_TRUE(store_->CollectIncomplete(absl::ZeroDuration(), false).ok());
+  EXPECT_TRUE(store_->JobArrivals("ml", "sum")->empty());
+  EXPECT_TRUE(store_->GetJobCheckpoint("ml", "sum", "j1").ok()) << "the record stays";
+}
+
 TEST_F(JobCheckpointTest, ARecordPlantedAsALinkOrForAnotherJobIsRefused) {
   Manifest a = Part("a1", "left", "j1"), b = Part("b1", "right", "j1");
   ASSERT_TRUE(store_->CommitJobCheckpoint(Record("j1", {a, b})).ok());
