@@ -46,10 +46,7 @@ absl::Status Engine::PlanCheckpoint(CheckpointState& s) {
   // The job's size: its newest checkpoint's (GPU memory included, measured as the pace is),
   // else what its processes hold now.
   const uint64_t bytes = newest ? newest->TotalBytes() : s.expected;
-  const std::optional<double> bps = pace_.BytesPerSecond(s.workload);
-  const std::optional<absl::Duration> predicted =
-      bps ? std::optional<absl::Duration>(absl::Seconds(static_cast<double>(bytes) / *bps))
-          : std::nullopt;
+  const std::optional<absl::Duration> predicted = pace_.Predict(s.workload, bytes);
   auto count = [this](const char* decision) {
     if (d_.metrics) d_.metrics->CountPlan(decision);
   };
@@ -61,7 +58,7 @@ absl::Status Engine::PlanCheckpoint(CheckpointState& s) {
   }
   const std::string estimate = absl::StrCat(
       human::Bytes(bytes), " would take about ", Seconds(*predicted), " at the ",
-      human::Bytes(static_cast<uint64_t>(*bps)),
+      human::Bytes(static_cast<uint64_t>(*pace_.BytesPerSecond(s.workload))),
       "/s of this job's (or this node's) recent checkpoints, and ", Seconds(left), " are left");
   if (*predicted <= left) {
     count("checkpoint");

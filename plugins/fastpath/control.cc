@@ -14,6 +14,7 @@
 #include <chrono>
 #include <map>
 
+#include "lib/base/fd.h"  // header-only: CloseAll
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
@@ -27,11 +28,6 @@ using wire::ErrorCode;
 using wire::Op;
 
 namespace {
-
-void CloseAll(std::vector<int>& fds) {
-  for (int f : fds) ::close(f);
-  fds.clear();
-}
 
 // How long a peer may take to send its request: the channel serves one peer at a time, so one
 // that connects and says nothing must not hold off cryod's next checkpoint.

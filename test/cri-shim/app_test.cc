@@ -136,7 +136,7 @@ TEST(RunShimTest, HelpAndBadFlagsExitWithoutServing) {
 
 TEST(SocketPathTest, ReplacesAStaleSocketAndCreatesDirectories) {
   TempDir dir;
-  std::string path = dir.Sub("sub/dir/shim.sock");
+  std::string path = dir / "sub/dir/shim.sock";
   ASSERT_TRUE(PrepareSocketPath(path).ok());  // creates sub/dir
   // A socket file nobody listens on (a shim that crashed).
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -153,7 +153,7 @@ TEST(SocketPathTest, ReplacesAStaleSocketAndCreatesDirectories) {
 
 TEST(SocketPathTest, RefusesALiveSocketAndOrdinaryFiles) {
   TempDir dir;
-  std::string path = dir.Sub("live.sock");
+  std::string path = dir / "live.sock";
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
@@ -163,7 +163,7 @@ TEST(SocketPathTest, RefusesALiveSocketAndOrdinaryFiles) {
   EXPECT_EQ(PrepareSocketPath(path).code(), absl::StatusCode::kAlreadyExists);
   close(fd);
 
-  std::string file = dir.Sub("file");
+  std::string file = dir / "file";
   std::ofstream(file) << "x";
   EXPECT_EQ(PrepareSocketPath(file).code(), absl::StatusCode::kFailedPrecondition);
 }

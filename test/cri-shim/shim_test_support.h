@@ -15,25 +15,11 @@
 #include "gtest/gtest.h"
 #include "prometheus/registry.h"
 #include "test/cri-shim/fake_runtime.h"
+#include "test/temp_dir.h"
 
 namespace cryo::shim::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "cryo-shim-test.XXXXXX").string();
-    if (mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return absl::StrCat(path_, "/", name); }
-
- private:
-  std::string path_;
-};
+using TempDir = cryo::TempDir;
 
 inline std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path) {
   grpc::ChannelArguments args;
@@ -46,7 +32,7 @@ inline std::shared_ptr<grpc::Channel> UnixChannel(const std::string& path) {
 class ShimFixture : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_FALSE(dir_.path().empty());
+    ASSERT_FALSE(dir_.path.empty());
     absl::StatusOr<std::unique_ptr<FakeRuntime>> fake = FakeRuntime::Start(RuntimeSocket());
     ASSERT_TRUE(fake.ok()) << fake.status();
     fake_ = std::move(*fake);
@@ -73,8 +59,8 @@ class ShimFixture : public ::testing::Test {
     fake_.reset();
   }
 
-  std::string RuntimeSocket() const { return dir_.Sub("runtime.sock"); }
-  std::string ShimSocket() const { return dir_.Sub("shim.sock"); }
+  std::string RuntimeSocket() const { return dir_ / "runtime.sock"; }
+  std::string ShimSocket() const { return dir_ / "shim.sock"; }
 
   // Sum of a counter family's series whose labels include all of `labels`.
   double CounterValue(const std::string& name, const std::map<std::string, std::string>& labels) {

@@ -27,6 +27,7 @@
 #include "daemon/store/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/base/fd.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
 #include "lib/contract/hex.h"
@@ -110,9 +111,6 @@ class FastpathTest : public ::testing::Test {
       EXPECT_GE(fds.back(), 0) << p;
     }
     return fds;
-  }
-  static void CloseAll(const std::vector<int>& fds) {
-    for (int f : fds) ::close(f);
   }
 
   Driver d_;
