@@ -295,6 +295,7 @@ expectations() {
       expect_has "$n" '^ +- name: peer$' "the peer port"
       expect_has "$n" '^ +secretName: cryo-peer$' "the peer Secret mounted"
       expect_has "$n" '^ +name: cryo-jobs$' "the ClusterRole that lists pods"
+      expect_has "$n" '^ +- apiGroups: \[jobset.x-k8s.io\]$' "reading a JobSet's size"
       expect_has "$n" '^ +- port: peer$' "the other cryods let through the NetworkPolicy"
       ;;
     pvc)

@@ -1,5 +1,7 @@
 #include "daemon/kube/job_members.h"
 
+#include <algorithm>
+#include <optional>
 #include <set>
 
 #include "absl/strings/match.h"
@@ -48,7 +50,84 @@ absl::StatusOr<nlohmann::json> RunningPods(const ApiClient& api, const std::stri
   return *items;
 }
 
+// A replica count as the API writes it (an integer), else `def` when absent.
+int CountOf(const nlohmann::json& obj, const char* key, int def) {
+  if (!obj.is_object()) return def;
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return def;
+  return it->is_number_integer() ? it->get<int>() : -1;
+}
+
 }  // namespace
+
+absl::StatusOr<int> JobSizeFromOwner(const ApiClient& api, const std::string& ns,
+                                     contract::JobSource source, const std::string& name) {
+  std::string path;
+  switch (source) {
+    case contract::JobSource::kJobSet:
+      path = absl::StrCat("/apis/jobset.x-k8s.io/v1alpha2/namespaces/", ns, "/jobsets/", name);
+      break;
+    case contract::JobSource::kPyTorchJob:
+      path = absl::StrCat("/apis/kubeflow.org/v1/namespaces/", ns, "/pytorchjobs/", name);
+      break;
+    case contract::JobSource::kIndexedJob:
+      path = absl::StrCat("/apis/batch/v1/namespaces/", ns, "/jobs/", name);
+      break;
+    case contract::JobSource::kAnnotation:
+      return absl::InvalidArgumentError("a job named by annotation says its own size");
+  }
+  const std::string what = absl::StrCat(contract::JobSourceName(source), " ", ns, "/", name);
+  auto obj = api.Get(path);
+  if (!obj.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the size of job ", ns, "/", name, " comes from its ", what, ", which cannot be read (",
+        obj.status().message(),
+        "); the chart's jobs.enabled grants the get it needs, or set cryo.dev/job-size"));
+  }
+  // Fields looked up, not defaulted into temporaries (GCC 12 warns on iterating those).
+  static const nlohmann::json kNone = nlohmann::json::object();
+  auto field = [](const nlohmann::json& o, const char* key) -> const nlohmann::json& {
+    if (!o.is_object()) return kNone;
+    auto it = o.find(key);
+    return it == o.end() ? kNone : *it;
+  };
+  const nlohmann::json& spec = field(*obj, "spec");
+  int size = 0;
+  bool bad = false;
+  if (source == contract::JobSource::kJobSet) {
+    // Every replicated Job's pods: its replicas times the pods each runs at once.
+    const nlohmann::json& rjs = field(spec, "replicatedJobs");
+    for (size_t i = 0; rjs.is_array() && i < rjs.size(); ++i) {
+      const nlohmann::json& rj = rjs[i];
+      if (!rj.is_object()) continue;
+      const nlohmann::json& js = field(field(rj, "template"), "spec");
+      const int replicas = CountOf(rj, "replicas", 1);
+      const int pods = std::min(CountOf(js, "parallelism", 1), CountOf(js, "completions", 1));
+      bad |= replicas < 0 || pods < 0;
+      size += replicas * pods;
+    }
+  } else if (source == contract::JobSource::kPyTorchJob) {
+    // Master and workers.
+    const nlohmann::json& specs = field(spec, "pytorchReplicaSpecs");
+    for (auto it = specs.begin(); specs.is_object() && it != specs.end(); ++it) {
+      if (!it->is_object()) continue;
+      const int replicas = CountOf(*it, "replicas", 1);
+      bad |= replicas < 0;
+      size += replicas;
+    }
+  } else {
+    // An indexed Job: the pods that run at once.
+    const int completions = CountOf(spec, "completions", 1);
+    const int parallelism = CountOf(spec, "parallelism", 1);
+    bad |= completions < 0 || parallelism < 0;
+    size = std::min(completions, parallelism);
+  }
+  if (bad || size < 1 || size > contract::kMaxJobMembers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " says no usable number of pods (", size, "): set cryo.dev/job-size on its pods"));
+  }
+  return size;
+}
 
 absl::StatusOr<std::vector<JobMemberPod>> ListJobMembers(const ApiClient& api,
                                                          const std::string& prefix,
@@ -58,6 +137,7 @@ absl::StatusOr<std::vector<JobMemberPod>> ListJobMembers(const ApiClient& api,
   std::vector<JobMemberPod> out;
   std::map<std::string, std::string> by_member;  // member -> pod
   int size = 0;
+  std::optional<contract::JobSource> source;
   for (const auto& p : pods) {
     const nlohmann::json meta = p.value("metadata", nlohmann::json::object());
     const std::string name = Str(meta, "name");
@@ -69,6 +149,7 @@ absl::StatusOr<std::vector<JobMemberPod>> ListJobMembers(const ApiClient& api,
     m.pod = name;
     m.size = (*j)->size;
     size = std::max(size, m.size);
+    source = (*j)->source;
     const nlohmann::json spec = p.value("spec", nlohmann::json::object());
     m.node = Str(spec, "nodeName");
     // The member's container: the first the pod opted in.
@@ -100,6 +181,11 @@ absl::StatusOr<std::vector<JobMemberPod>> ListJobMembers(const ApiClient& api,
   }
   if (out.empty()) {
     return absl::NotFoundError(absl::StrCat("no running pod of job ", ns, "/", job));
+  }
+  if (size == 0 && source && *source != contract::JobSource::kAnnotation) {
+    // The pods do not say; their owner does.
+    CRYO_ASSIGN_OR_RETURN(size, JobSizeFromOwner(api, ns, *source, job));
+    for (auto& m : out) m.size = size;
   }
   if (size > static_cast<int>(out.size())) {
     return absl::FailedPreconditionError(

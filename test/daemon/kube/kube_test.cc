@@ -301,5 +301,78 @@ TEST_F(KubeTest, AJobsMembersAndTheirNodesCryodsComeFromTheApi) {
   EXPECT_EQ(peers->at("node-b"), "[fd00::9]:9470");
 }
 
+// A job whose pods do not say its size (JobSet, PyTorchJob, indexed Job): its owner does, read
+// from the API; an owner that cannot be read or says no number refuses the job checkpoint.
+TEST_F(KubeTest, AJobsSizeComesFromItsOwnerWhenItsPodsDoNotSayIt) {
+  auto member = [](const std::string& name, const std::string& node, nlohmann::json labels,
+                   const std::string& id) {
+    return Pod(name, node, nlohmann::json::object(), std::move(labels), id);
+  };
+  nlohmann::json pods = {{"items",
+                          {member("train-w-0-0", "node-a",
+                                  {{"jobset.sigs.k8s.io/jobset-name", "train"},
+                                   {"jobset.sigs.k8s.io/job-global-index", "0"},
+                                   {"batch.kubernetes.io/job-completion-index", "0"}},
+                                  "containerd://aaa"),
+                           member("train-w-1-0", "node-b",
+                                  {{"jobset.sigs.k8s.io/jobset-name", "train"},
+                                   {"jobset.sigs.k8s.io/job-global-index", "1"},
+                                   {"batch.kubernetes.io/job-completion-index", "0"}},
+                                  "containerd://bbb"),
+                           member("ddp-master-0", "node-a",
+                                  {{"training.kubeflow.org/job-name", "ddp"},
+                                   {"training.kubeflow.org/replica-type", "Master"},
+                                   {"training.kubeflow.org/replica-index", "0"}},
+                                  "containerd://ccc")}}};
+  server_.On("GET", "/api/v1/namespaces/ml/pods",
+             [&](const Request&) { return JsonResponse(pods); });
+  // Two replicated Jobs of one pod each, then three: 2 members, then 4.
+  nlohmann::json jobset = {
+      {"spec",
+       {{"replicatedJobs",
+         {{{"name", "w"},
+           {"replicas", 2},
+           {"template", {{"spec", {{"parallelism", 1}, {"completions", 1}}}}}}}}}}};
+  server_.On("GET", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets/train",
+             [&](const Request&) { return JsonResponse(jobset); });
+  auto api = Client();
+  ASSERT_NE(api, nullptr);
+  auto members = ListJobMembers(*api, "cryo.dev", "ml", "train");
+  ASSERT_TRUE(members.ok()) << members.status();
+  ASSERT_EQ(members->size(), 2u);
+  EXPECT_EQ((*members)[0].member, "0-0");
+  EXPECT_EQ((*members)[1].member, "1-0");
+  EXPECT_EQ((*members)[0].size, 2) << "the JobSet's";
+  jobset["spec"]["replicatedJobs"][0]["replicas"] = 4;
+  auto short_of = ListJobMembers(*api, "cryo.dev", "ml", "train");
+  EXPECT_EQ(short_of.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(short_of.status().message()), HasSubstr("2 missing"));
+
+  // A PyTorchJob: its master and workers. One worker of two runs: refused.
+  server_.On("GET", "/apis/kubeflow.org/v1/namespaces/ml/pytorchjobs/ddp", [&](const Request&) {
+    return JsonResponse({{"spec",
+                          {{"pytorchReplicaSpecs",
+                            {{"Master", {{"replicas", 1}}}, {"Worker", {{"replicas", 2}}}}}}}});
+  });
+  auto ddp = ListJobMembers(*api, "cryo.dev", "ml", "ddp");
+  EXPECT_EQ(ddp.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(ddp.status().message()), HasSubstr("has 3 members and 1 run"));
+
+  // An owner the API does not give (RBAC, no such CRD) says why and what to set.
+  auto size = JobSizeFromOwner(*api, "ml", contract::JobSource::kIndexedJob, "gone");
+  EXPECT_EQ(size.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(size.status().message()), HasSubstr("cryo.dev/job-size"));
+  // An indexed Job: the pods it runs at once.
+  server_.On("GET", "/apis/batch/v1/namespaces/ml/jobs/idx", [&](const Request&) {
+    return JsonResponse({{"spec", {{"completions", 8}, {"parallelism", 4}}}});
+  });
+  EXPECT_EQ(*JobSizeFromOwner(*api, "ml", contract::JobSource::kIndexedJob, "idx"), 4);
+  server_.On("GET", "/apis/batch/v1/namespaces/ml/jobs/odd", [&](const Request&) {
+    return JsonResponse({{"spec", {{"parallelism", "four"}}}});
+  });
+  EXPECT_EQ(JobSizeFromOwner(*api, "ml", contract::JobSource::kIndexedJob, "odd").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace cryo::kube
