@@ -1,13 +1,19 @@
 // CheckpointContainer (kubelet's checkpoint API): containerd 1.6/1.7 answer Unimplemented, so
 // the shim never forwards it. cryod checkpoints the container (GPU-aware, leave running),
 // publishes it to the store and writes the archive kubelet asked for at request.location().
+// A member of a job of several pods takes its whole job, every member at one cut; the archive
+// is its own part.
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "cri-shim/handlers/common.h"
 #include "cri-shim/handlers/handlers.h"
 #include "cri-shim/metrics.h"
 #include "cri-shim/opt_in.h"
 #include "lib/base/log.h"
+#include "lib/contract/annotations.h"
+#include "lib/contract/job.h"
+#include "lib/contract/labels.h"
 
 namespace cryo::shim {
 namespace {
@@ -41,6 +47,15 @@ class CheckpointContainerHandler final
                            ? absl::StrCat(" (exited with code ", c.exit_code(), ")")
                            : ""));
     }
+    absl::Duration budget =
+        request.timeout() > 0 ? absl::Seconds(request.timeout()) : TimeLeft(ctx, absl::Minutes(30));
+    // A member of a job of several pods: the whole job at one cut (issue 37), every member
+    // running on; the archive is this member's part.
+    if (auto job =
+            c.annotations().find(contract::Key(deps_.annotation_prefix, contract::container::kJob));
+        job != c.annotations().end() && !job->second.empty()) {
+      return CheckpointJob(request, c, job->second, budget);
+    }
     v1::CheckpointRequest req;
     req.set_container_id(c.id());
     req.set_leave_running(true);  // kubelet's checkpoint is a copy: the container runs on
@@ -50,8 +65,6 @@ class CheckpointContainerHandler final
     for (const auto& [k, v] : CheckpointLabels(c, deps_.annotation_prefix, "checkpoint-api")) {
       (*req.mutable_labels())[k] = v;
     }
-    absl::Duration budget =
-        request.timeout() > 0 ? absl::Seconds(request.timeout()) : TimeLeft(ctx, absl::Minutes(30));
     auto r = deps_.cryod->Checkpoint(req, absl::Now() + budget);
     if (deps_.metrics) {
       deps_.metrics->ContainerOperation("checkpoint_api", r.ok() ? "ok" : "failed").Increment();
@@ -71,6 +84,44 @@ class CheckpointContainerHandler final
   }
 
  private:
+  Result CheckpointJob(const Request& request, const runtime::v1::ContainerStatus& c,
+                       const std::string& job, absl::Duration budget) {
+    const std::string& p = deps_.annotation_prefix;
+    v1::CheckpointJobRequest jr;
+    auto ns = c.labels().find(contract::k8s::kPodNamespace);
+    jr.set_namespace_(ns == c.labels().end() ? "" : ns->second);
+    jr.set_job(job);
+    int size = 0;
+    if (auto it = c.annotations().find(contract::Key(p, contract::container::kJobSize));
+        it != c.annotations().end() && absl::SimpleAtoi(it->second, &size) && size > 0) {
+      jr.set_job_size(static_cast<uint32_t>(size));
+    }
+    v1::CheckpointRequest* d = jr.mutable_member_defaults();
+    d->set_leave_running(true);
+    d->set_export_archive(request.location());
+    jr.set_export_container(c.id());
+    if (absl::Status s = SetCriuOptions(c, p, d); !s.ok()) return s;
+    (*d->mutable_labels())[contract::Key(p, contract::label::kReason)] = "checkpoint-api";
+    const std::string what = absl::StrCat("job ", jr.namespace_(), "/", job);
+    auto r = deps_.cryod->CheckpointJob(jr, absl::Now() + budget);
+    if (deps_.metrics) {
+      deps_.metrics->ContainerOperation("checkpoint_api", r.ok() ? "ok" : "failed").Increment();
+    }
+    if (!r.ok()) {
+      CRYO_LOG(Warning) << "CheckpointContainer " << c.id().substr(0, 13) << " (" << what
+                        << "): " << r.status().ToString();
+      return absl::Status(r.status().code(),
+                          absl::StrCat("checkpointing container ", c.metadata().name(), " with ",
+                                       what, ": ", r.status().message()));
+    }
+    CRYO_LOG(Info) << "checkpointed " << what << " (" << r->parts_size() << " members) as "
+                   << r->job_checkpoint_id() << " for kubelet's checkpoint of container "
+                   << c.metadata().name() << " (" << c.id().substr(0, 13) << ")"
+                   << (request.location().empty() ? ""
+                                                  : absl::StrCat(", archive ", request.location()));
+    return Response{};
+  }
+
   HandlerDeps deps_;
 };
 

@@ -137,6 +137,8 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
       m.req = req.member_defaults;
       m.req.container_id = container;
       m.req.pid = 0;
+      // One archive per call: the part of the container it was asked for.
+      if (container != req.export_container) m.req.export_archive.clear();
     }
   }
   CRYO_ASSIGN_OR_RETURN(const std::string id, ValidateJobRequest(req));

@@ -72,6 +72,8 @@ struct JobCheckpointRequest {
   CheckpointRequest member_defaults;
   // With no members listed: how many the job has; the lookup must find that many. 0: any.
   int job_size = 0;
+  // With member_defaults.export_archive: the container whose part alone is exported.
+  std::string export_container;
   // How long the first member dumped waits for the others (its job frozen meanwhile), at most.
   absl::Duration cut_timeout = absl::Minutes(2);
   absl::Time deadline = absl::InfiniteFuture();

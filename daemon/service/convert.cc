@@ -215,6 +215,7 @@ engine::JobCheckpointRequest FromProto(const v1::CheckpointJobRequest& r, absl::
   if (r.cut_timeout_ms() > 0) out.cut_timeout = absl::Milliseconds(r.cut_timeout_ms());
   out.member_defaults = FromProto(r.member_defaults(), deadline);
   out.job_size = static_cast<int>(std::min<uint32_t>(r.job_size(), 1u << 20));
+  out.export_container = r.export_container();
   for (const auto& m : r.members()) {
     out.members.push_back({m.member(), FromProto(m.checkpoint(), deadline), m.node()});
   }
@@ -245,6 +246,7 @@ v1::CheckpointJobRequest ToProto(const engine::JobCheckpointRequest& r) {
   }
   *out.mutable_member_defaults() = ToProto(r.member_defaults);
   out.set_job_size(static_cast<uint32_t>(std::max(r.job_size, 0)));
+  out.set_export_container(r.export_container);
   return out;
 }
 

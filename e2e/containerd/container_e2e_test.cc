@@ -1947,6 +1947,27 @@ TEST_F(ContainerModeE2e, AMembersStopCheckpointsTheWholeJobAndTheReplacementsRes
   ASSERT_TRUE(WaitTicks(*left, 5));
   ASSERT_TRUE(WaitTicks(*right, 5));
 
+  // kubelet's checkpoint of one member (kubectl cryo checkpoint) takes the job, both running
+  // on; its archive is that member's part.
+  const std::string archive = absl::StrCat(world().dir(), "/kubelet/checkpoints/pair-right.tar");
+  grpc::Status api = KubeletCheckpoint("node-b", right->ctr_id, archive);
+  ASSERT_TRUE(api.ok()) << api.error_message();
+  std::set<std::string> copy_of;
+  std::string api_cut;
+  for (const auto& c : Checkpoints(kWorkload)) {
+    copy_of.insert(c.job_member());
+    api_cut = c.job_checkpoint();
+    EXPECT_EQ(c.labels().at("cryo.dev/reason"), "checkpoint-api");
+    EXPECT_TRUE(c.leave_running());
+  }
+  EXPECT_EQ(copy_of, (std::set<std::string>{"left", "right"}));
+  auto in_archive = container::ReadArchiveFile(archive, "cryo-manifest.json");
+  ASSERT_TRUE(in_archive.ok()) << in_archive.status();
+  EXPECT_THAT(*in_archive, HasSubstr("\"member\": \"right\"")) << "the calling member's part";
+  EXPECT_FALSE(std::filesystem::exists(world().dir() + "/kubelet/checkpoints/pair-left.tar"));
+  const size_t ran = Ticks(left->log_path).size();
+  ASSERT_TRUE(WaitTicks(*left, ran + 3)) << "the other member runs on";
+
   ASSERT_STOPPED(Shim("node-a").StopContainer(left->ctr_id, 30));
   auto st = ExitedStatus("node-a", left->ctr_id);
   ASSERT_TRUE(st.ok());
@@ -1955,7 +1976,10 @@ TEST_F(ContainerModeE2e, AMembersStopCheckpointsTheWholeJobAndTheReplacementsRes
   st = ExitedStatus("node-b", right->ctr_id);
   ASSERT_TRUE(st.ok());
   EXPECT_EQ(st->exit_code(), 99) << TailOf(world().cryod("node-b").log());
-  const auto parts = Checkpoints(kWorkload);
+  std::vector<v1::CheckpointInfo> parts;  // the stop's job checkpoint, not kubelet's
+  for (const auto& c : Checkpoints(kWorkload)) {
+    if (c.job_checkpoint() != api_cut) parts.push_back(c);
+  }
   ASSERT_EQ(parts.size(), 2u) << "one part per member; node-a's cryod:\n"
                               << TailOf(world().cryod("node-a").log());
   std::map<std::string, v1::CheckpointInfo> by_member;
