@@ -147,10 +147,9 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
     return ForwardUnchanged{};
   }
 
-  // The job checkpoint of the job `c` is a member of, every member ending with it. No plan: a
-  // job checkpoint is taken or not, and a job that misses its grace period resumes from its
-  // newest committed job checkpoint. The stopped member's CRIU options go to every member (one
-  // pod template, as JobSet and PyTorchJob make them).
+  // The job checkpoint of the job `c` is a member of, every member ending with it, planned as
+  // a container's is. The stopped member's CRIU options go to every member (one pod template,
+  // as JobSet and PyTorchJob make them).
   void CheckpointJobAtStop(CallContext& ctx, const Request& request,
                            const runtime::v1::ContainerStatus& c, const std::string& name,
                            int init_pid, absl::Duration budget, const std::string& job) {
@@ -177,9 +176,20 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
         absl::StrCat(request.timeout());
     (*d->mutable_labels())[contract::Key(p, contract::label::kStopGrace)] =
         StopGrace(c, request.timeout());
+    // Planned: when it will not fit and the job has a committed job checkpoint, none is taken
+    // and the replacements resume from that one.
+    jr.set_plan(true);
     const std::string what = absl::StrCat("job ", jr.namespace_(), "/", job);
     const absl::Time t0 = absl::Now();
     auto r = deps_.cryod->CheckpointJob(jr, t0 + budget);
+    if (r.ok() && !r->not_taken().empty()) {
+      CRYO_LOG(Warning) << "stop of " << name << " (" << what << "): " << r->not_taken();
+      if (deps_.metrics) {
+        deps_.metrics->ContainerOperation("checkpoint_on_stop", "fell_back").Increment();
+      }
+      WriteToContainerLog(init_pid, absl::StrCat("cryo: ", what, " ", r->not_taken()));
+      return;
+    }
     if (r.ok()) {
       CRYO_LOG(Info) << "checkpointed " << what << " (" << r->parts_size()
                      << " members) before the stop of its member " << name << " as "

@@ -256,6 +256,9 @@ class Engine {
   // and the peers'), checked against the job's size.
   absl::StatusOr<std::vector<JobCheckpointRequest::Member>> FindJobMembers(
       const JobCheckpointRequest& req);
+  // The plan at a member's stop (req.plan): nullopt to take the job checkpoint; else the
+  // answer that takes none and names the newest good committed one to resume from.
+  std::optional<JobCheckpointResult> PlanJob(const JobCheckpointRequest& req);
   // Keeps the job's newest retention_keep job checkpoints, and those a kept one's parts refer
   // to or a restore here reads; deletes the others (record first, then parts).
   void ApplyJobRetention(const std::string& ns, const std::string& job);

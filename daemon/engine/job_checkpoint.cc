@@ -25,6 +25,7 @@
 #include "daemon/engine/states.h"
 #include "daemon/store/signature.h"
 #include "lib/base/fs.h"
+#include "lib/base/human.h"
 #include "lib/base/ids.h"
 #include "lib/base/log.h"
 #include "lib/base/proc.h"
@@ -147,6 +148,9 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
       absl::StrCat("job checkpoint '", id, "' of ", req.namespace_, "/", req.job);
   if (auto had = d_.store->GetJobCheckpoint(req.namespace_, req.job, id); had.ok()) {
     return absl::AlreadyExistsError(absl::StrCat(what, " already exists"));
+  }
+  if (req.plan) {
+    if (auto fallback = PlanJob(req)) return *std::move(fallback);
   }
   // This node's members, and the others' by node.
   std::vector<int> local;
@@ -281,6 +285,74 @@ absl::StatusOr<std::vector<JobCheckpointRequest::Member>> Engine::FindJobMembers
   }
   CRYO_LOG(Info) << what << ": members " << absl::StrJoin(names, ", ");
   return found;
+}
+
+std::optional<JobCheckpointResult> Engine::PlanJob(const JobCheckpointRequest& req) {
+  const std::string what =
+      absl::StrCat("job checkpoint of ", req.namespace_, "/", req.job, " at a member's stop");
+  auto count = [this](const char* decision) {
+    if (d_.metrics) d_.metrics->CountPlan(decision);
+  };
+  // The newest committed job checkpoint whose every part is in the store and not found damaged.
+  std::optional<store::JobCheckpoint> newest;
+  std::vector<store::Manifest> parts;
+  auto all = d_.store->ListJobCheckpoints(req.namespace_, req.job);  // newest first
+  for (const auto& jc : all.ok() ? *all : std::vector<store::JobCheckpoint>{}) {
+    parts.clear();
+    bool good = true;
+    for (const auto& m : jc.members) {
+      auto p = d_.store->Get(m.checkpoint_id);
+      good = p.ok() && p->damaged.empty();
+      if (!good) break;
+      parts.push_back(*std::move(p));
+    }
+    if (good) {
+      newest = jc;
+      break;
+    }
+  }
+  if (!newest) {
+    count("no_fallback");
+    CRYO_LOG(Info) << what << ": no earlier job checkpoint to resume from; taking it";
+    return std::nullopt;
+  }
+  // The members are dumped in parallel, each on its node: the slowest part sets the time, each
+  // at this node's pace for its workload (or this node's own).
+  absl::Duration predicted = absl::ZeroDuration();
+  for (const auto& p : parts) {
+    auto t = pace_.Predict(p.workload, p.TotalBytes());
+    if (!t) {
+      count("no_estimate");
+      CRYO_LOG(Info) << what << ": no checkpoint measured on this node yet; taking it";
+      return std::nullopt;
+    }
+    predicted = std::max(predicted, *t);
+  }
+  const absl::Time now = absl::Now();
+  const absl::Duration left = req.deadline - now;
+  const std::string estimate =
+      absl::StrCat("its slowest part would take about ",
+                   absl::FormatDuration(absl::Trunc(predicted, absl::Milliseconds(100))),
+                   " at this node's pace, and ",
+                   absl::FormatDuration(absl::Trunc(left, absl::Milliseconds(100))), " are left");
+  if (predicted <= left) {
+    count("checkpoint");
+    CRYO_LOG(Info) << what << ": " << estimate << "; taking it";
+    return std::nullopt;
+  }
+  absl::Time taken = human::ParseRfc3339(newest->created_at);
+  if (taken == absl::InfinitePast()) taken = now;
+  const absl::Duration lost =
+      std::max(absl::ZeroDuration(), absl::Trunc(now - taken, absl::Seconds(1)));
+  count("fall_back");
+  if (d_.metrics) d_.metrics->ObserveWorkLost(absl::ToDoubleSeconds(lost));
+  JobCheckpointResult out;
+  out.not_taken = absl::StrCat(
+      "not checkpointed at this stop: ", estimate, "; the replacements resume from job checkpoint ",
+      newest->id, ", taken ", absl::FormatDuration(lost), " before the stop (that work is lost)");
+  out.record = *std::move(newest);
+  CRYO_LOG(Warning) << what << ": " << out.not_taken;
+  return out;
 }
 
 absl::StatusOr<bool> Engine::DrivesJob(const std::string& ns, const std::string& job, int size) {

@@ -74,6 +74,8 @@ struct JobCheckpointRequest {
   int job_size = 0;
   // With member_defaults.export_archive: the container whose part alone is exported.
   std::string export_container;
+  // A stop's: planned first (Engine::PlanJob), as CheckpointRequest::plan for one job.
+  bool plan = false;
   // How long the first member dumped waits for the others (its job frozen meanwhile), at most.
   absl::Duration cut_timeout = absl::Minutes(2);
   absl::Time deadline = absl::InfiniteFuture();
@@ -116,6 +118,8 @@ struct CheckpointResult {
 struct JobCheckpointResult {
   store::JobCheckpoint record;
   std::vector<CheckpointResult> parts;  // in the record's order
+  // The plan took none: why; `record` is the job checkpoint to resume from instead (no parts).
+  std::string not_taken;
 };
 
 struct RestoreResult {

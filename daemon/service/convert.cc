@@ -216,6 +216,7 @@ engine::JobCheckpointRequest FromProto(const v1::CheckpointJobRequest& r, absl::
   out.member_defaults = FromProto(r.member_defaults(), deadline);
   out.job_size = static_cast<int>(std::min<uint32_t>(r.job_size(), 1u << 20));
   out.export_container = r.export_container();
+  out.plan = r.plan();
   for (const auto& m : r.members()) {
     out.members.push_back({m.member(), FromProto(m.checkpoint(), deadline), m.node()});
   }
@@ -247,6 +248,7 @@ v1::CheckpointJobRequest ToProto(const engine::JobCheckpointRequest& r) {
   *out.mutable_member_defaults() = ToProto(r.member_defaults);
   out.set_job_size(static_cast<uint32_t>(std::max(r.job_size, 0)));
   out.set_export_container(r.export_container);
+  out.set_plan(r.plan);
   return out;
 }
 
@@ -258,6 +260,7 @@ v1::JobCheckpointInfo ToProto(const engine::JobCheckpointResult& r) {
   i.set_created_at(r.record.created_at);
   for (const auto& p : r.parts) *i.add_parts() = ToProto(p);
   for (const auto& [k, v] : r.record.cut_ms) (*i.mutable_cut_ms())[k] = v;
+  i.set_not_taken(r.not_taken);
   return i;
 }
 

@@ -1072,6 +1072,57 @@ TEST_F(EngineTest, AJobCheckpointsPartIsRestoredOnlyOnceCommitted) {
   ASSERT_EQ(store_->Get("c1").status().code(), absl::StatusCode::kNotFound) << "parts go too";
 }
 
+// The plan at a member's stop (issue 37): when the slowest part will not fit the time left and
+// the job has a good committed job checkpoint, none is taken, no member is touched, and the
+// answer names the one the replacements resume from. Without one, it is taken.
+TEST_F(EngineTest, AJobCheckpointThatCannotFitAStopFallsBackToTheNewestCommittedOne) {
+  Child old;
+  CheckpointAndReap(old, "c1");  // measures this node's pace, too
+  const std::string key(32, 'k');
+  store::Manifest m = *store_->Get("c1");
+  m.job = store::JobPart{"ml", "sum", "j1", "left"};
+  ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/c1/manifest.json",
+                                  store::ManifestToJson(m))
+                  .ok());
+  Child job;
+  JobCheckpointRequest req;
+  req.namespace_ = "ml";
+  req.job = "sum";
+  req.plan = true;
+  req.members.push_back({"left", Req(job.pid, "", /*leave_running=*/true), ""});
+  req.deadline = absl::Now() + absl::Milliseconds(1);  // a part takes longer than that
+  // No committed job checkpoint yet: nothing to fall back to, so it is tried (here it misses
+  // its deadline; the job runs on).
+  criu_.dumped = false;
+  auto tried = engine_->CheckpointJob(req, op_);
+  EXPECT_FALSE(tried.ok() && !tried->not_taken.empty());
+
+  store::JobCheckpoint jc;
+  jc.id = "j1";
+  jc.namespace_ = "ml";
+  jc.job = "sum";
+  jc.created_at = m.created_at;
+  jc.members = {{"left", "c1", "node-a", store::ManifestDigest(m)}};
+  jc.signature = store::SignJobCheckpoint(jc, key);
+  ASSERT_TRUE(store_->CommitJobCheckpoint(jc).ok());
+  criu_.dumped = false;
+  req.deadline = absl::Now() + absl::Milliseconds(1);
+  auto r = engine_->CheckpointJob(req, op_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->record.id, "j1");
+  EXPECT_TRUE(r->parts.empty());
+  EXPECT_NE(r->not_taken.find("resume from job checkpoint j1"), std::string::npos) << r->not_taken;
+  EXPECT_FALSE(criu_.dumped) << "no member was dumped";
+  EXPECT_EQ(::kill(job.pid, 0), 0) << "no member was touched";
+  // Time enough: taken.
+  req.deadline = absl::Now() + absl::Minutes(5);
+  req.id = "j2";
+  auto taken = engine_->CheckpointJob(req, op_);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_TRUE(taken->not_taken.empty());
+  EXPECT_EQ(taken->record.id, "j2");
+}
+
 // Each step of a checkpoint failing in turn, before it ran and after it ran, for a preemption
 // and a leave-running checkpoint of a GPU job: the job runs on, nothing is published or
 // staged, the journal is empty, the GPU state was given back whenever it had been taken, and
