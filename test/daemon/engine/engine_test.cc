@@ -123,6 +123,7 @@ class EngineTest : public ::testing::Test {
     c.state_dir = dir_.path + "/state";
     c.self_pid = ::getpid();
     c.pid_wait_timeout = absl::Milliseconds(200);
+    c.job_gather_timeout = absl::Milliseconds(600);
     c.signing_key = std::string(32, 'k');  // the node's key survives a restart
     engine_ = std::make_unique<Engine>(
         c, EngineDeps{store, &criu_, &gpu_, journal_.get(), &metrics_, proc ? proc : &proc_});
@@ -1121,6 +1122,61 @@ TEST_F(EngineTest, AJobCheckpointThatCannotFitAStopFallsBackToTheNewestCommitted
   ASSERT_TRUE(taken.ok()) << taken.status();
   EXPECT_TRUE(taken->not_taken.empty());
   EXPECT_EQ(taken->record.id, "j2");
+}
+
+// A member's part waits for the other members' replacements (job_gather): one that never comes
+// fails the restore naming it, nothing restored; another member resuming a newer job
+// checkpoint makes this one give way at once.
+TEST_F(EngineTest, AJobMembersPartWaitsForTheOthersAndAnOlderCutGivesWay) {
+  Child a, b, c;
+  CheckpointAndReap(a, "c1");
+  CheckpointAndReap(b, "c2");
+  CheckpointAndReap(c, "c3");
+  const std::string key(32, 'k');
+  auto part = [&](const std::string& id, const std::string& member, const std::string& jcid) {
+    store::Manifest m = *store_->Get(id);
+    m.job = store::JobPart{"ml", "sum", jcid, member};
+    m.signature = store::SignManifest(m, key);
+    EXPECT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/" + id + "/manifest.json",
+                                    store::ManifestToJson(m))
+                    .ok());
+    return m;
+  };
+  auto commit = [&](const std::string& jcid, const std::string& at,
+                    const std::vector<store::Manifest>& parts) {
+    store::JobCheckpoint jc;
+    jc.id = jcid;
+    jc.namespace_ = "ml";
+    jc.job = "sum";
+    jc.created_at = at;
+    for (const auto& m : parts) {
+      jc.members.push_back({m.job->member, m.id, "node-a", store::ManifestDigest(m)});
+    }
+    jc.signature = store::SignJobCheckpoint(jc, key);
+    ASSERT_TRUE(store_->CommitJobCheckpoint(jc).ok());
+  };
+  commit("j1", "2026-11-29T05:00:00Z", {part("c1", "left", "j1"), part("c2", "right", "j1")});
+  RestoreRequest r;
+  r.checkpoint_id = "c1";
+  auto res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kDeadlineExceeded) << res.status();
+  EXPECT_NE(res.status().message().find("member(s) right of job ml/sum (1 of 2 ready)"),
+            std::string::npos)
+      << res.status();
+  EXPECT_EQ(criu_.restores, 0) << "nothing was restored";
+  auto arrived = store_->JobArrivals("ml", "sum");
+  ASSERT_TRUE(arrived.ok() && arrived->size() == 1u);
+  EXPECT_EQ((*arrived)[0].member, "left");
+  EXPECT_EQ((*arrived)[0].job_checkpoint, "j1");
+
+  // Member right's replacement resumes a newer job checkpoint: left's, of the older, gives way.
+  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum", {"right", "j2", "node-b", absl::Now()}).ok());
+  commit("j2", "2026-11-29T06:00:00Z", {part("c3", "right", "j2")});
+  res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();
+  EXPECT_NE(res.status().message().find("resumes the newer job checkpoint 'j2'"), std::string::npos)
+      << res.status();
+  EXPECT_EQ(criu_.restores, 0);
 }
 
 // Each step of a checkpoint failing in turn, before it ran and after it ran, for a preemption
