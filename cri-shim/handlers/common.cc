@@ -1,11 +1,13 @@
 #include "cri-shim/handlers/common.h"
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "cri-shim/opt_in.h"
 #include "lib/base/proc.h"
 #include "lib/contract/annotations.h"
 #include "lib/contract/criu_annotations.h"
+#include "lib/contract/job.h"
 #include "lib/contract/labels.h"
 #include "lib/cri/verbose_info.h"
 #include "nlohmann/json.hpp"
@@ -71,6 +73,20 @@ std::string WorkloadOf(const runtime::v1::ContainerStatus& c, const std::string&
                             {labels[contract::k8s::kPodNamespace], labels[contract::k8s::kPodName],
                              labels[contract::k8s::kPodUid]},
                             c.metadata().name());
+}
+
+v1::CheckpointJobRequest JobRequestOf(const runtime::v1::ContainerStatus& c,
+                                      const std::string& prefix, const std::string& job) {
+  v1::CheckpointJobRequest jr;
+  auto ns = c.labels().find(contract::k8s::kPodNamespace);
+  jr.set_namespace_(ns == c.labels().end() ? "" : ns->second);
+  jr.set_job(job);
+  int size = 0;
+  if (auto it = c.annotations().find(contract::Key(prefix, contract::container::kJobSize));
+      it != c.annotations().end() && absl::SimpleAtoi(it->second, &size) && size > 0) {
+    jr.set_job_size(static_cast<uint32_t>(size));
+  }
+  return jr;
 }
 
 void WriteToContainerLog(int init_pid, const std::string& line) {

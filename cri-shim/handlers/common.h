@@ -35,6 +35,12 @@ std::string WorkloadOf(const runtime::v1::ContainerStatus& c, const std::string&
 absl::Status SetCriuOptions(const runtime::v1::ContainerStatus& c, const std::string& prefix,
                             v1::CheckpointRequest* req);
 
+// The job checkpoint of the job `job` that member container `c` belongs to: its namespace
+// (kubelet's label), its name and its size as the shim recorded it (0 when it did not); the
+// members found by cryod (none listed).
+v1::CheckpointJobRequest JobRequestOf(const runtime::v1::ContainerStatus& c,
+                                      const std::string& prefix, const std::string& job);
+
 // Best effort: a line in the container's log (its PID 1's stderr), where `kubectl logs` shows it.
 void WriteToContainerLog(int init_pid, const std::string& line);
 

@@ -154,15 +154,7 @@ class StopContainerHandler final : public UnaryOwnedMethod<runtime::v1::StopCont
                            const runtime::v1::ContainerStatus& c, const std::string& name,
                            int init_pid, absl::Duration budget, const std::string& job) {
     const std::string& p = deps_.annotation_prefix;
-    v1::CheckpointJobRequest jr;
-    auto ns = c.labels().find(contract::k8s::kPodNamespace);
-    jr.set_namespace_(ns == c.labels().end() ? "" : ns->second);
-    jr.set_job(job);
-    int size = 0;
-    if (auto it = c.annotations().find(contract::Key(p, contract::container::kJobSize));
-        it != c.annotations().end() && absl::SimpleAtoi(it->second, &size) && size > 0) {
-      jr.set_job_size(static_cast<uint32_t>(size));
-    }
+    v1::CheckpointJobRequest jr = JobRequestOf(c, p, job);
     v1::CheckpointRequest* d = jr.mutable_member_defaults();
     d->set_leave_running(false);
     if (absl::Status s = SetCriuOptions(c, p, d); !s.ok()) {
