@@ -11,6 +11,10 @@
 # A node's socket is WORKDIR/NAME/containerd.sock; its pods should use cgroup parent
 # /cryo-e2e/$(basename WORKDIR)/NAME and log directory WORKDIR/NAME/pods/<pod>, so that clean
 # finds everything.
+#
+# Pods that do not ask for the host's network get the node's pod network: the bridge CNI plugin
+# (Debian's containernetworking-plugins), bridge cryo-NAME, subnet 10.88.N.0/24 (N from NAME),
+# the host routing between the nodes' bridges as a cluster's pod network would.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -85,6 +89,29 @@ disabled_plugins = [
 TOML
 }
 
+CNI_PLUGINS=${CNI_PLUGINS:-/usr/lib/cni}
+bridge_of() { printf 'cryo-%.10s' "$1"; }
+subnet_of() { printf '10.88.%d.0/24' $(($(printf %s "$1" | cksum | cut -d' ' -f1) % 200 + 20)); }
+
+write_cni() {
+  local dir=$1 name=$2 p
+  [ -x "$CNI_PLUGINS/bridge" ] || { log "no CNI plugins in $CNI_PLUGINS: pods get the host network only"; return 0; }
+  for p in bridge host-local loopback; do ln -sfn "$CNI_PLUGINS/$p" "$dir/cni/bin/$p"; done
+  cat >"$dir/cni/conf/10-cryo-e2e.conflist" <<JSON
+{
+  "cniVersion": "1.0.0",
+  "name": "cryo-e2e-$name",
+  "plugins": [{
+    "type": "bridge", "bridge": "$(bridge_of "$name")", "isGateway": true, "ipMasq": false,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$(subnet_of "$name")"}]],
+             "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$dir/cni/ipam"}
+  }]
+}
+JSON
+  # Pods of one node reach another node's through the host, as over a cluster's pod network.
+  echo 1 >/proc/sys/net/ipv4/ip_forward
+}
+
 # Running, not a zombie waiting for its reaper (the node's starter is gone, so whoever reaps
 # orphans here may take its time).
 alive() {
@@ -104,6 +131,9 @@ start_node() {
   mkdir -p "$dir"/{root,state,runc,opt,cni/bin,cni/conf,pods}
   [ -f "$work/owner.pid" ] || echo "${CRYO_E2E_OWNER_PID:-$PPID}" >"$work/owner.pid"
   write_config "$dir"
+  # A bridge left by an earlier run of this node (its subnet's route with it) goes first.
+  ip link del "$(bridge_of "$name")" 2>/dev/null || true
+  write_cni "$dir" "$name"
   if [ -f "$dir/containerd.pid" ] && alive "$(cat "$dir/containerd.pid")"; then
     die "node $name already running (pid $(cat "$dir/containerd.pid"))"
   fi
@@ -189,6 +219,7 @@ stop_node() {
   for p in $(shim_pids_of "$dir/containerd.sock"); do kill -KILL "$p" 2>/dev/null || true; done
   local m
   for m in $(mounts_under "$dir"); do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+  ip link del "$(bridge_of "$name")" 2>/dev/null || true
   local cg
   for cg in /sys/fs/cgroup/*/"$(cgroup_parent "$work" "$name")" /sys/fs/cgroup/"$(cgroup_parent "$work" "$name")"; do
     [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
