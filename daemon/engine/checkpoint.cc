@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
 #include "daemon/criu/dumpable.h"
+#include "daemon/criu/job_network.h"
 #include "daemon/criu/listen_ports.h"
 #include "daemon/criu/network_lock.h"
 #include "daemon/criu/resources.h"
@@ -297,6 +298,10 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   // while the job runs (criu/listen_ports.h).
   if (own_netns) {
     CRYO_RETURN_IF_ERROR(criu::CheckPortableSockets(s.pids, s.ctr->init_pid, s.job.tcp_close));
+    // A job member's: its replacement's connections to the others are rewritten from these.
+    if (req.job_part) {
+      CRYO_ASSIGN_OR_RETURN(s.pod_ips, criu::PodAddresses(s.ctr->init_pid));
+    }
   }
   // What CRIU cannot dump is refused now, not after the GPU was drained and the job frozen.
   CRYO_RETURN_IF_ERROR(criu::CheckDumpable(*d_.proc, s.pids));
@@ -593,6 +598,7 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
   m.options = s.job;
   m.labels = s.req.labels;
   m.job = s.req.job_part;
+  if (m.job) m.job->pod_ips = s.pod_ips;
   m.checksum_algorithm = kChecksumAlgorithm;
   for (const auto& [rel, dg] : s.digests) {
     m.files.push_back({absl::StrCat(store::kImagesDir, "/", rel), dg.size, dg.checksum});

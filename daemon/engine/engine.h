@@ -298,6 +298,8 @@ class Engine {
   // A job member's part waits until the replacements of every member of its job checkpoint are
   // ready to resume it, so that they resume one cut together (job_checkpoint.cc).
   absl::Status GatherJobMembers(RestoreState& s);
+  absl::Status HoldJobConnections(RestoreState& s);
+  absl::Status ReleaseJobConnections(RestoreState& s);
   absl::Status WaitPidsFree(RestoreState& s);
   absl::Status FreeListenPorts(RestoreState& s);
   absl::Status JournalRestore(RestoreState& s);

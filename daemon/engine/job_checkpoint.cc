@@ -5,8 +5,11 @@
 // (store.h): nothing coordinates the job checkpoint that could lose it once committed, and a
 // crash of this cryod before the commit leaves parts that never restore and are collected.
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <set>
@@ -17,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/container/runtime.h"
+#include "daemon/criu/job_network.h"
 #include "daemon/criu/listen_ports.h"
 #include "daemon/criu/network_lock.h"
 #include "daemon/engine/engine.h"
@@ -114,7 +118,7 @@ std::vector<absl::StatusOr<CheckpointResult>> Engine::RunJobMembers(
       const auto& m = req.members[which[k]];
       CheckpointRequest r = m.req;
       r.checkpoint_id = absl::StrCat(req.id, ".", m.member);
-      r.job_part = store::JobPart{req.namespace_, req.job, req.id, m.member};
+      r.job_part = store::JobPart{req.namespace_, req.job, req.id, m.member, {}};
       r.job_cut = cut;
       r.job_cut_timeout = req.cut_timeout;
       r.deadline = std::min(r.deadline, req.deadline);
@@ -506,6 +510,49 @@ absl::Status Engine::CheckJobMember(const std::string& container_id, const std::
   return absl::OkStatus();
 }
 
+namespace {
+
+// Each member's old address to its replacement's, per family where each has exactly one (a
+// pod's address); what is ambiguous is left out, and said.
+criu::AddressMap JobAddressMap(const std::map<std::string, std::vector<std::string>>& old_ips,
+                               const std::map<std::string, std::vector<std::string>>& new_ips) {
+  auto family_of = [](const std::string& ip) { return ip.find(':') == std::string::npos ? 4 : 6; };
+  auto one_of = [&](const std::vector<std::string>& ips, int family) -> std::string {
+    std::string found;
+    for (const auto& ip : ips) {
+      if (family_of(ip) != family) continue;
+      if (!found.empty()) return "";
+      found = ip;
+    }
+    return found;
+  };
+  criu::AddressMap map;
+  for (const auto& [member, before] : old_ips) {
+    auto it = new_ips.find(member);
+    if (it == new_ips.end()) continue;
+    for (int family : {4, 6}) {
+      const std::string from = one_of(before, family), to = one_of(it->second, family);
+      if (!from.empty() && !to.empty()) {
+        map[from] = to;
+      } else if (!from.empty() || !to.empty()) {
+        CRYO_LOG(Warning) << "member " << member << ": IPv" << family << " addresses ["
+                          << absl::StrJoin(before, ", ") << "] -> ["
+                          << absl::StrJoin(it->second, ", ")
+                          << "] are not one each; its connections keep their addresses";
+      }
+    }
+  }
+  return map;
+}
+
+// The network namespace of `pid` is its own, not the node's (cryod's).
+bool OwnNetns(const proc::ProcReader& proc, pid_t pid) {
+  const std::string theirs = proc.Link(pid, "ns/net");
+  return !theirs.empty() && theirs != proc.Link(::getpid(), "ns/net");
+}
+
+}  // namespace
+
 absl::Status Engine::GatherJobMembers(RestoreState& s) {
   const store::JobPart& part = *s.m.job;
   CRYO_ASSIGN_OR_RETURN(store::JobCheckpoint jc,
@@ -513,21 +560,27 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
   const std::string what =
       absl::StrCat("job checkpoint '", jc.id, "' of ", jc.namespace_, "/", jc.job);
   const absl::Time t0 = absl::Now();
-  CRYO_RETURN_IF_ERROR(Annotate(
-      d_.store->MarkJobArrival(jc.namespace_, jc.job, {part.member, jc.id, cfg_.node_name, t0}),
-      absl::StrCat(what, ": member ", part.member, "'s arrival")));
-  const absl::Time end = std::min(s.req.deadline, t0 + cfg_.job_gather_timeout);
+  store::JobArrival mine{part.member, jc.id, cfg_.node_name, t0, {}, false};
   const pid_t init = s.ctr ? s.ctr->init_pid : 0;
+  if (init > 0 && OwnNetns(*d_.proc, init)) {
+    auto ips = criu::PodAddresses(init);
+    if (!ips.ok()) return Annotate(ips.status(), absl::StrCat(what, ": the new pod's addresses"));
+    mine.pod_ips = *std::move(ips);
+  }
+  CRYO_RETURN_IF_ERROR(Annotate(d_.store->MarkJobArrival(jc.namespace_, jc.job, mine),
+                                absl::StrCat(what, ": member ", part.member, "'s arrival")));
+  s.job_arrival = mine;
+  const absl::Time end = std::min(s.req.deadline, t0 + cfg_.job_gather_timeout);
   absl::Time next_report = t0;
   for (;;) {
     CRYO_ASSIGN_OR_RETURN(auto arrivals, d_.store->JobArrivals(jc.namespace_, jc.job));
     const absl::Time now = absl::Now();
-    std::set<std::string> here = {part.member};
+    std::map<std::string, std::vector<std::string>> here = {{part.member, mine.pod_ips}};
     for (const auto& a : arrivals) {
       // One from a resume long over (twice the wait: the nodes' clocks differ a little).
       if (a.at < now - 2 * cfg_.job_gather_timeout) continue;
       if (a.job_checkpoint == jc.id) {
-        here.insert(a.member);
+        if (a.member != part.member) here[a.member] = a.pod_ips;
         continue;
       }
       // Another member's replacement resumes another job checkpoint: the one that chose the
@@ -548,6 +601,19 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
       CRYO_LOG(Info) << what << ": all " << jc.members.size() << " members ready after "
                      << absl::FormatDuration(absl::Trunc(now - t0, absl::Milliseconds(1)))
                      << "; member " << part.member << " resumes";
+      // Where the members were and where they are now: their connections move with them.
+      std::map<std::string, std::vector<std::string>> before;
+      for (const auto& m : jc.members) {
+        if (m.member == part.member) {
+          before[m.member] = part.pod_ips;
+          continue;
+        }
+        auto other = d_.store->Get(m.checkpoint_id);
+        if (!other.ok()) return Annotate(other.status(), absl::StrCat(what, ": member ", m.member));
+        if (other->job) before[m.member] = other->job->pod_ips;
+      }
+      s.job_addresses = JobAddressMap(before, here);
+      s.job_members = jc.members.size();
       return absl::OkStatus();
     }
     const std::string waiting = absl::StrCat(
@@ -569,6 +635,71 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
     }
     absl::SleepFor(absl::Milliseconds(200));
   }
+}
+
+absl::Status Engine::HoldJobConnections(RestoreState& s) {
+  const std::string images = fs::Join(s.dir, store::kImagesDir);
+  std::vector<criu::Connection> conns;
+  if (!s.job_addresses.empty()) {
+    const std::string out = fs::Join(s.op_dir, "images");
+    CRYO_RETURN_IF_ERROR(fs::MakeDirs(out, 0700));
+    // Relative: CRIU in the new container resolves the links from the directory it was handed
+    // (a descriptor), under the container's root, where the host's absolute paths mean nothing.
+    // (A descriptor of its own would not do: CRIU's restored tasks close what they inherit
+    // before they read their images.)
+    const std::string base = std::filesystem::path(images).lexically_relative(out).string();
+    CRYO_ASSIGN_OR_RETURN(conns, criu::RewriteImageAddresses(images, out, base, s.job_addresses));
+    if (!conns.empty()) {
+      s.images_dir = out;
+      std::vector<std::string> pairs;
+      for (const auto& [from, to] : s.job_addresses) pairs.push_back(absl::StrCat(from, "->", to));
+      CRYO_LOG(Info) << "member " << s.m.job->member << ": " << conns.size()
+                     << " connection(s) of the job move with its pods ("
+                     << absl::StrJoin(pairs, ", ") << ")";
+    }
+  }
+  if (conns.empty()) {
+    CRYO_ASSIGN_OR_RETURN(conns, criu::ReadImageConnections(images));
+  }
+  if (conns.empty()) return absl::OkStatus();
+  // Until every member is restored (job_release): a member restored first must not reach one
+  // that is not yet, whose kernel would reset the connection.
+  const pid_t netns = s.ctr ? s.ctr->init_pid : 0;
+  CRYO_ASSIGN_OR_RETURN(s.job_lock,
+                        criu::ConnectionLock::Take(absl::StrCat(s.m.job->member, "-", RandomHex(4)),
+                                                   conns, netns, cfg_.nsexec_path));
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ReleaseJobConnections(RestoreState& s) {
+  const store::JobPart& part = *s.m.job;
+  store::JobArrival done = s.job_arrival;
+  done.restored = true;
+  done.at = absl::Now();
+  CRYO_RETURN_IF_ERROR(d_.store->MarkJobArrival(part.namespace_, part.job, done));
+  const absl::Time t0 = absl::Now();
+  const absl::Time end = std::min(s.req.deadline, t0 + cfg_.job_gather_timeout);
+  for (;;) {
+    CRYO_ASSIGN_OR_RETURN(auto arrivals, d_.store->JobArrivals(part.namespace_, part.job));
+    std::set<std::string> restored = {part.member};
+    for (const auto& a : arrivals) {
+      if (a.job_checkpoint == part.job_checkpoint && a.restored) restored.insert(a.member);
+    }
+    if (restored.size() >= s.job_members) break;
+    if (absl::Now() >= end) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("job ", part.namespace_, "/", part.job, ": ", restored.size(), " of ",
+                       s.job_members, " members restored after ",
+                       absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Seconds(1))),
+                       "; member ", part.member, " is not resumed without the others"));
+    }
+    if (s.op->cancelled()) return absl::CancelledError("waiting for the job's other members");
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  CRYO_LOG(Info) << "member " << part.member << ": every member restored after "
+                 << absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Milliseconds(1)))
+                 << "; its connections go on";
+  return s.job_lock ? s.job_lock->Release() : absl::OkStatus();
 }
 
 absl::StatusOr<JobRestoreResult> Engine::RestoreJob(const JobRestoreRequest& req, Operation& op) {

@@ -41,6 +41,8 @@ Transaction<RestoreState> Engine::RestoreSteps() {
   };
   auto step = [](auto&&... a) { return MakeStep<S>(std::forward<decltype(a)>(a)...); };
   auto image_bytes = [](const S& s) { return StageSize{s.m.TotalBytes(), ""}; };
+  // A job member's replacement (a node's RestoreJob holds the job's connections itself).
+  auto job_member = [](const S& s) { return s.m.job.has_value() && !s.req.job_lock_held; };
   return Transaction<S>({
       step("validate", Stage::kValidate, run(&Engine::ValidateRestore)),
       // From here on, a container waiting for this restore must hear how it went.
@@ -53,8 +55,7 @@ Transaction<RestoreState> Engine::RestoreSteps() {
       step("credentials", Stage::kUnspecified, run(&Engine::CheckRestoreCredentials)),
       // A job member's replacement waits for the others' (a node's RestoreJob restores them
       // all itself).
-      step("job_gather", Stage::kUnspecified, run(&Engine::GatherJobMembers), nullptr,
-           [](const S& s) { return s.m.job.has_value() && !s.req.job_lock_held; }),
+      step("job_gather", Stage::kUnspecified, run(&Engine::GatherJobMembers), nullptr, job_member),
       step("wait_pids", Stage::kWaitPids, run(&Engine::WaitPidsFree)),
       // The job's TCP listeners must bind where CRIU restores them (criu/listen_ports.h).
       step("ports", Stage::kUnspecified, run(&Engine::FreeListenPorts)),
@@ -62,6 +63,9 @@ Transaction<RestoreState> Engine::RestoreSteps() {
       // The job's files must be where it left them before CRIU reopens them.
       step("rootfs", Stage::kRootfs, run(&Engine::ApplyRootfs), nullptr,
            [](const S& s) { return s.ctr.has_value(); }),
+      // Its connections to the others move with the pods (new addresses) and are held until
+      // every member is restored (job_release).
+      step("job_hold", Stage::kUnspecified, run(&Engine::HoldJobConnections), nullptr, job_member),
       step("criu_restore", Stage::kRestore, run(&Engine::RunCriuRestore),
            undo(&Engine::UndoCriuRestore), nullptr, image_bytes),
       step("gpu_restore", Stage::kGpuRestore, run(&Engine::RestoreGpus), nullptr,
@@ -69,6 +73,8 @@ Transaction<RestoreState> Engine::RestoreSteps() {
       // begins its stage itself: the size is known once the restored processes are found
       step("gpu_refill", Stage::kUnspecified, run(&Engine::RefillRestoredGpus), nullptr,
            [](const S& s) { return !s.m.gpu_fastpath.empty(); }),
+      step("job_release", Stage::kUnspecified, run(&Engine::ReleaseJobConnections), nullptr,
+           job_member),
       step("done", Stage::kUnspecified, run(&Engine::Done), nullptr, nullptr, nullptr,
            /*commit=*/true),
   });
@@ -440,7 +446,7 @@ absl::Status Engine::ApplyRootfs(RestoreState& s) {
 
 absl::Status Engine::RunCriuRestore(RestoreState& s) {
   criu::RestoreOptions ropt;
-  ropt.images_dir = fs::Join(s.dir, store::kImagesDir);
+  ropt.images_dir = s.images_dir.empty() ? fs::Join(s.dir, store::kImagesDir) : s.images_dir;
   ropt.work_dir = s.op_dir;
   ropt.job = s.m.options;
   // CRIU may not finish (a broken image, a hung file system): the restore ends with its
@@ -469,7 +475,7 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   }
   CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.m.gpu_processes, nullptr, &ropt.extra_args, &ropt.env));
   // The job's lock holds the connections until every member is restored.
-  ropt.network_lock_held = s.req.job_lock_held;
+  ropt.network_lock_held = s.req.job_lock_held || s.job_lock != nullptr;
   s.live.criu_pids = s.m.pids;
   s.live.ns_init = s.ctr ? s.ctr->init_pid : 0;
   s.live.criu_started = d_.proc->UptimeTicks();

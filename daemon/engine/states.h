@@ -16,11 +16,14 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/container/target.h"
+#include "daemon/criu/job_network.h"
+#include "daemon/criu/network_lock.h"
 #include "daemon/engine/dump_staging.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/stage_clock.h"
 #include "daemon/gpu/copy_share.h"
 #include "daemon/store/checksum.h"
+#include "daemon/store/job_checkpoint.h"
 #include "lib/base/fd.h"
 
 namespace cryo::engine {
@@ -116,6 +119,7 @@ struct CheckpointState {
 
   // validate
   std::optional<container::ContainerTarget> ctr;
+  std::vector<std::string> pod_ips;  // a container job member's own addresses at the cut
   pid_t target = 0;
   std::vector<proc::ProcInfo> tree;
   proc::ProcInfo root;
@@ -176,6 +180,13 @@ struct RestoreState {
   gpu::DeviceMap map;
   std::string dir;  // the checkpoint's local directory
   std::string op_dir;
+
+  // job_gather, job_hold: a job member's replacement (issue 37)
+  store::JobArrival job_arrival;
+  size_t job_members = 0;
+  criu::AddressMap job_addresses;                  // the members' old addresses to their new
+  std::string images_dir;                          // the images rewritten for them; empty: s.dir's
+  std::unique_ptr<criu::ConnectionLock> job_lock;  // until every member is restored
 
   pid_t root = 0;       // as CRIU reports it (in the container's namespace in container mode)
   pid_t host_root = 0;  // on the host

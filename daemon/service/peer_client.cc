@@ -113,7 +113,8 @@ absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
   for (const auto& p : reply.done().parts()) {
     engine::CheckpointResult r;
     r.manifest.id = p.checkpoint_id();
-    r.manifest.job = store::JobPart{members.namespace_, members.job, members.id, p.job_member()};
+    r.manifest.job =
+        store::JobPart{members.namespace_, members.job, members.id, p.job_member(), {}};
     out.push_back(std::move(r));
   }
   if (!fin.ok()) CRYO_LOG(Warning) << "node " << node << "'s cryod: " << fin.error_message();

@@ -140,6 +140,8 @@ std::string JobArrivalToJson(const JobArrival& a) {
                       {"job_checkpoint", a.job_checkpoint},
                       {"node", a.node},
                       {"at", absl::FormatTime(absl::RFC3339_full, a.at, absl::UTCTimeZone())}};
+  if (!a.pod_ips.empty()) j["pod_ips"] = a.pod_ips;
+  if (a.restored) j["restored"] = true;
   return j.dump();
 }
 
@@ -158,6 +160,16 @@ absl::StatusOr<JobArrival> ParseJobArrival(absl::string_view text) {
       !absl::ParseTime(absl::RFC3339_full, str("at"), &a.at, &err)) {
     return absl::InvalidArgumentError("not a job arrival (member, job_checkpoint, node, at)");
   }
+  if (j.contains("pod_ips")) {
+    if (!j["pod_ips"].is_array()) return absl::InvalidArgumentError("job arrival: bad pod_ips");
+    for (const auto& ip : j["pod_ips"]) {
+      if (!ip.is_string() || !IsIpAddress(ip.get<std::string>())) {
+        return absl::InvalidArgumentError("job arrival: pod_ips holds something not an address");
+      }
+      a.pod_ips.push_back(ip.get<std::string>());
+    }
+  }
+  a.restored = j.contains("restored") && j["restored"].is_boolean() && j["restored"].get<bool>();
   return a;
 }
 

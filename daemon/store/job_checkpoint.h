@@ -63,6 +63,10 @@ struct JobArrival {
   std::string job_checkpoint;  // the id its replacement resumes
   std::string node;
   absl::Time at;  // the arriving node's clock
+  // The replacement pod's own addresses (what the members' connections are rewritten to).
+  std::vector<std::string> pod_ips;
+  // Written again once the member is restored: the members hold their connections until all are.
+  bool restored = false;
 };
 std::string JobArrivalToJson(const JobArrival& a);
 // INVALID_ARGUMENT for anything malformed. Never throws.

@@ -55,6 +55,13 @@ absl::StatusOr<JobPart> JobPartFromJson(const nlohmann::json& j) {
   CRYO_RETURN_IF_ERROR(f.Str("job", &p.job, true));
   CRYO_RETURN_IF_ERROR(f.Str("job_checkpoint", &p.job_checkpoint, true));
   CRYO_RETURN_IF_ERROR(f.Str("member", &p.member, true));
+  CRYO_RETURN_IF_ERROR(f.Strs("pod_ips", &p.pod_ips));
+  for (const auto& ip : p.pod_ips) {
+    if (!IsIpAddress(ip)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("section 'job': pod_ips holds '", ip, "', not an IP address"));
+    }
+  }
   // They name the job checkpoint's record in the store: names it can hold, nothing else.
   if (!contract::IsKubernetesName(p.namespace_) || !contract::IsKubernetesName(p.job) ||
       !contract::IsKubernetesName(p.member)) {
@@ -360,6 +367,7 @@ std::string ManifestToJson(const Manifest& m) {
                 {"job", m.job->job},
                 {"job_checkpoint", m.job->job_checkpoint},
                 {"member", m.job->member}};
+    if (!m.job->pod_ips.empty()) j["job"]["pod_ips"] = m.job->pod_ips;
   }
   if (!m.signature.empty()) j["signature"] = m.signature;
   // Replace invalid UTF-8 (a command name is bytes) rather than throw.

@@ -84,6 +84,9 @@ struct JobPart {
   std::string job;
   std::string job_checkpoint;  // the job checkpoint's id
   std::string member;
+  // The pod's own addresses at the cut (a container member): its replacement has others, and
+  // the connections between the members are rewritten from these to theirs.
+  std::vector<std::string> pod_ips;
 };
 
 struct Manifest {

@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -122,11 +123,22 @@ class ContainerModeE2e : public ContainerdE2e {
     (*p.config.mutable_labels())["batch.kubernetes.io/job-name"] = "trainer";
     (*p.config.mutable_labels())["batch.kubernetes.io/controller-uid"] = job_uid;
     for (const auto& [k, v] : annotations) (*p.config.mutable_annotations())[k] = v;
+    if (pod_network_) {
+      p.config.set_hostname(name);
+      p.config.mutable_linux()
+          ->mutable_security_context()
+          ->mutable_namespace_options()
+          ->set_network(cri::POD);
+    }
     auto pod_id = shim.RunPodSandbox(p.config);
     if (!pod_id.ok()) return pod_id.status();
     p.pod_id = *pod_id;
     pods_.push_back({node, p.pod_id});
     cri::ContainerConfig config = MakeContainerConfig("counter", command);
+    if (pod_network_) {
+      config.mutable_linux()->mutable_security_context()->mutable_namespace_options()->set_network(
+          cri::POD);
+    }
     if (container_tweak_) container_tweak_(&config);
     // kubelet labels every container with its pod.
     for (const char* k :
@@ -233,6 +245,17 @@ class ContainerModeE2e : public ContainerdE2e {
   bool Running(const std::string& node, const std::string& ctr) {
     auto st = Shim(node).ContainerStatus(ctr);
     return st.ok() && st->state() == cri::CONTAINER_RUNNING;
+  }
+
+  // The pod's address on its node's pod network, as the runtime reports it to kubelet.
+  std::string PodIp(const std::string& node, const std::string& pod_id) {
+    CriClient direct(world().NodeSocket(node));
+    cri::PodSandboxStatusRequest req;
+    req.set_pod_sandbox_id(pod_id);
+    cri::PodSandboxStatusResponse resp;
+    grpc::Status st =
+        direct.Call(direct.runtime(), &cri::RuntimeService::Stub::PodSandboxStatus, req, &resp);
+    return st.ok() ? resp.status().network().ip() : "";
   }
 
   // The GPU jobs (over the fake driver and the real one) keep a JSON status record at
@@ -369,6 +392,8 @@ class ContainerModeE2e : public ContainerdE2e {
   std::function<void(cri::ContainerConfig*)> container_tweak_;
   // The namespace of the pods RunPod creates; empty: MakePodConfig's (cryo-e2e).
   std::string namespace_;
+  // Pods on the node's pod network (the bridge CNI, node.sh), not the host's.
+  bool pod_network_ = false;
 };
 
 const std::string kWorkload = "cryo-e2e.trainer.5e1f0c2a.counter";
@@ -2022,6 +2047,92 @@ TEST_F(ContainerModeE2e, AMembersStopCheckpointsTheWholeJobAndTheReplacementsRes
   ASSERT_TRUE(WaitTicks(*right2, 3));
   EXPECT_EQ(Ticks(left2->log_path).front(), last_left + 1);
   EXPECT_EQ(Ticks(right2->log_path).front(), last_right + 1);
+}
+
+// A job's members on a real pod network (issue 37): the bridge CNI gives each pod its node's
+// address, and the two members keep a running sum over TCP both ways across the nodes. A
+// member's stop checkpoints both at one cut; the replacements land on the swapped nodes with
+// new addresses, and the connection between them is restored with both ends rewritten and held
+// until both are back: the sums go on exactly (the workload itself stops with ok 0 at a byte
+// lost, duplicated or reordered).
+TEST_F(ContainerModeE2e, AJobsConnectionMovesWithItsPodsToNewAddressesAndTheSumsGoOn) {
+  pod_network_ = true;
+  container_tweak_ = [](cri::ContainerConfig* c) {
+    cri::Mount* m = c->add_mounts();
+    m->set_container_path("/opt/cryo/cryo-sumpair");
+    m->set_host_path(CRYO_SUMPAIR_STATIC);
+    m->set_readonly(true);
+  };
+  auto member = [&](const std::string& node, const std::string& pod, const std::string& name,
+                    const std::string& where, bool resume) {
+    std::map<std::string, std::string> ann = {{"cryo.dev/checkpoint-on-stop", "true"},
+                                              {"cryo.dev/checkpointed-exit-code", "99"},
+                                              {"cryo.dev/job", "sums"},
+                                              {"cryo.dev/job-size", "2"},
+                                              {"cryo.dev/job-member", name}};
+    if (resume) ann["cryo.dev/resume"] = "auto";
+    const std::vector<std::string> cmd = {"/opt/cryo/cryo-sumpair", "--status", "/tmp/status",
+                                          name == "left" ? "--listen" : "--connect", where};
+    return RunPod(node, pod, ann, cmd, /*start=*/!resume);
+  };
+  auto left = member("node-a", "sums-left", "left", "0.0.0.0:7300", false);
+  ASSERT_TRUE(left.ok()) << left.status();
+  const std::string left_ip = PodIp("node-a", left->pod_id);
+  ASSERT_FALSE(left_ip.empty()) << "no pod address: "
+                                << TailOf(world().dir() + "/node-a/containerd.log");
+  auto right = member("node-b", "sums-right", "right", left_ip + ":7300", false);
+  ASSERT_TRUE(right.ok()) << right.status();
+  const std::string right_ip = PodIp("node-b", right->pod_id);
+  ASSERT_NE(right_ip, left_ip);
+  ASSERT_TRUE(StatusPast("node-a", left->ctr_id, "main", 20, absl::Seconds(60)))
+      << Status("node-a", left->ctr_id).dump();
+  ASSERT_TRUE(StatusPast("node-b", right->ctr_id, "main", 20, absl::Seconds(60)));
+  const uint64_t before = U(Status("node-a", left->ctr_id), "main");
+
+  ASSERT_STOPPED(Shim("node-a").StopContainer(left->ctr_id, 30));
+  for (const auto& [node, ctr] : {std::pair{"node-a", left->ctr_id}, {"node-b", right->ctr_id}}) {
+    auto st = ExitedStatus(node, ctr);
+    ASSERT_TRUE(st.ok());
+    EXPECT_EQ(st->exit_code(), 99)
+        << node << " not checkpointed: " << TailOf(world().cryod(node).log());
+  }
+
+  // The replacements, on the swapped nodes: new pods, new addresses.
+  auto left2 = member("node-b", "sums-left-2", "left", "0.0.0.0:7300", true);
+  ASSERT_TRUE(left2.ok()) << left2.status();
+  auto right2 = member("node-a", "sums-right-2", "right", left_ip + ":7300", true);
+  ASSERT_TRUE(right2.ok()) << right2.status();
+  const std::string left2_ip = PodIp("node-b", left2->pod_id);
+  const std::string right2_ip = PodIp("node-a", right2->pod_id);
+  EXPECT_NE(left2_ip, left_ip);
+  EXPECT_NE(right2_ip, right_ip);
+  absl::Status started = StartTogether({{"node-b", &*left2}, {"node-a", &*right2}});
+  ASSERT_TRUE(started.ok()) << started << "\nnode-b's cryod:\n"
+                            << TailOf(world().cryod("node-b").log());
+  const nlohmann::json first = Status("node-b", left2->ctr_id);
+  EXPECT_GE(U(first, "main"), before)
+      << "the job went back before its checkpoint: " << first.dump();
+  for (const auto& [node, ctr] : {std::pair{"node-b", left2->ctr_id}, {"node-a", right2->ctr_id}}) {
+    const uint64_t from = U(Status(node, ctr), "main");
+    EXPECT_TRUE(StatusPast(node, ctr, "main", from + 20, absl::Seconds(60)))
+        << node << ": the sums did not go on: " << Status(node, ctr).dump() << "\n"
+        << TailOf(world().cryod(node).log());
+    const nlohmann::json now = Status(node, ctr);
+    const uint64_t n = U(now, "main");
+    EXPECT_EQ(U(now, "ok"), 1u) << node << ": " << now.dump();
+    EXPECT_EQ(U(now, "sum"), n * (n + 1) / 2) << node << ": " << now.dump();
+  }
+  // Each side talks to the other's new address: the connection was rewritten, not reopened.
+  auto conns = Exec("node-a", right2->ctr_id, "cat /proc/net/tcp");
+  ASSERT_TRUE(conns.ok()) << conns.status();
+  auto hex = [](const std::string& ip) {
+    unsigned a, b, c, d;
+    if (std::sscanf(ip.c_str(), "%u.%u.%u.%u", &a, &b, &c, &d) != 4) return std::string();
+    return absl::StrFormat("%02X%02X%02X%02X", d, c, b, a);  // /proc/net/tcp: host order
+  };
+  EXPECT_THAT(conns->stdout(), HasSubstr(absl::StrCat(hex(right2_ip), ":")));
+  EXPECT_THAT(conns->stdout(), HasSubstr(absl::StrCat(hex(left2_ip), ":1C84")))
+      << "right's connection goes to left's new address, port 7300";
 }
 
 // Periodic job checkpoints (issue 37): a job whose pods ask for checkpoint-every is

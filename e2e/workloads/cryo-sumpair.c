@@ -4,8 +4,11 @@
 // duplicated or reordered by a checkpoint and restore shows as a wrong value, and the side that
 // sees it writes ok 0 and stops.
 //
-//   cryo-sumpair --status FILE --listen PORT     (waits for the peer on 127.0.0.1:PORT)
-//   cryo-sumpair --status FILE --connect PORT
+//   cryo-sumpair --status FILE --listen [ADDR:]PORT    (waits for the peer there)
+//   cryo-sumpair --status FILE --connect [ADDR:]PORT
+//
+// ADDR is an IPv4 address, 127.0.0.1 when left out (two pods: the listener on 0.0.0.0, the
+// other connecting to its pod's address).
 //
 // The status file holds one fixed-size record at offset 0: {"main": n, "sum": s, "ok": 1|0}
 // (CRIU restores a regular file only at the size it had when checkpointed).
@@ -46,17 +49,27 @@ static void Record(int status, unsigned long long n, unsigned long long sum, int
 
 int main(int argc, char** argv) {
   const char* status_path = NULL;
-  int port = 0, listen_side = -1;
+  const char* where = NULL;
+  int listen_side = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--status")) status_path = argv[i + 1];
-    if (!strcmp(argv[i], "--listen")) port = atoi(argv[i + 1]), listen_side = 1;
-    if (!strcmp(argv[i], "--connect")) port = atoi(argv[i + 1]), listen_side = 0;
+    if (!strcmp(argv[i], "--listen")) where = argv[i + 1], listen_side = 1;
+    if (!strcmp(argv[i], "--connect")) where = argv[i + 1], listen_side = 0;
   }
-  if (!status_path || port <= 0 || listen_side < 0) return 2;
+  if (!status_path || !where || listen_side < 0) return 2;
+  char host[64] = "127.0.0.1";
+  const char* colon = strrchr(where, ':');
+  if (colon) {
+    if ((size_t)(colon - where) >= sizeof(host)) return 2;
+    memcpy(host, where, (size_t)(colon - where));
+    host[colon - where] = 0;
+  }
+  const int port = atoi(colon ? colon + 1 : where);
+  if (port <= 0 || port > 65535) return 2;
   int status = open(status_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (status < 0) return 1;
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((unsigned short)port)};
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) return 2;
   int s = -1;
   if (listen_side) {
     int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -1,5 +1,7 @@
 #include "lib/base/ids.h"
 
+#include <arpa/inet.h>
+
 #include <random>
 
 #include "absl/strings/escaping.h"
@@ -54,6 +56,11 @@ std::string MakeCheckpointId(absl::string_view workload, absl::Time now) {
   return absl::StrCat(SanitizeIdPart(workload), "-",
                       absl::FormatTime("%Y%m%d-%H%M%S", now, absl::UTCTimeZone()), "-",
                       RandomHex(2));
+}
+
+bool IsIpAddress(const std::string& s) {
+  unsigned char buf[16];
+  return ::inet_pton(AF_INET, s.c_str(), buf) == 1 || ::inet_pton(AF_INET6, s.c_str(), buf) == 1;
 }
 
 }  // namespace cryo

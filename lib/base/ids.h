@@ -22,4 +22,7 @@ std::string MakeCheckpointId(absl::string_view workload, absl::Time now);
 // Random hex for operation ids and staging names.
 std::string RandomHex(int bytes);
 
+// Whether `s` is an IPv4 or IPv6 address in text (what a record may name as a pod's address).
+bool IsIpAddress(const std::string& s);
+
 }  // namespace cryo

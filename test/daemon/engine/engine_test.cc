@@ -634,11 +634,11 @@ TEST_F(EngineTest, StepNamesArePinned) {
           "gpu_checkpoint", "gpu_save",   "dump",       "credentials",   "rootfs",     "job_cut",
           "resume_early",   "gpu_resume", "gpu_refill", "gpu_write",     "dump_write", "manifest",
           "publish",        "finish",     "export"}));
-  EXPECT_EQ(
-      engine_->RestoreStepNames(),
-      (std::vector<std::string>{"validate", "init_handshake", "check", "verify", "credentials",
-                                "job_gather", "wait_pids", "ports", "journal", "rootfs",
-                                "criu_restore", "gpu_restore", "gpu_refill", "done"}));
+  EXPECT_EQ(engine_->RestoreStepNames(),
+            (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
+                                      "credentials", "job_gather", "wait_pids", "ports", "journal",
+                                      "rootfs", "job_hold", "criu_restore", "gpu_restore",
+                                      "gpu_refill", "job_release", "done"}));
 }
 
 // docs/architecture.md lists the steps of both transactions: the same names, in the same order.
@@ -1030,7 +1030,7 @@ TEST_F(EngineTest, AJobCheckpointsPartIsRestoredOnlyOnceCommitted) {
   // Made member "left"'s part of job checkpoint j1 of ml/sum, as a job checkpoint writes it.
   const std::string key(32, 'k');
   store::Manifest m = *store_->Get("c1");
-  m.job = store::JobPart{"ml", "sum", "j1", "left"};
+  m.job = store::JobPart{"ml", "sum", "j1", "left", {}};
   m.signature = store::SignManifest(m, key);
   ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/c1/manifest.json",
                                   store::ManifestToJson(m))
@@ -1081,7 +1081,7 @@ TEST_F(EngineTest, AJobCheckpointThatCannotFitAStopFallsBackToTheNewestCommitted
   CheckpointAndReap(old, "c1");  // measures this node's pace, too
   const std::string key(32, 'k');
   store::Manifest m = *store_->Get("c1");
-  m.job = store::JobPart{"ml", "sum", "j1", "left"};
+  m.job = store::JobPart{"ml", "sum", "j1", "left", {}};
   ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/c1/manifest.json",
                                   store::ManifestToJson(m))
                   .ok());
@@ -1135,7 +1135,7 @@ TEST_F(EngineTest, AJobMembersPartWaitsForTheOthersAndAnOlderCutGivesWay) {
   const std::string key(32, 'k');
   auto part = [&](const std::string& id, const std::string& member, const std::string& jcid) {
     store::Manifest m = *store_->Get(id);
-    m.job = store::JobPart{"ml", "sum", jcid, member};
+    m.job = store::JobPart{"ml", "sum", jcid, member, {}};
     m.signature = store::SignManifest(m, key);
     EXPECT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/" + id + "/manifest.json",
                                     store::ManifestToJson(m))
@@ -1170,7 +1170,8 @@ TEST_F(EngineTest, AJobMembersPartWaitsForTheOthersAndAnOlderCutGivesWay) {
   EXPECT_EQ((*arrived)[0].job_checkpoint, "j1");
 
   // Member right's replacement resumes a newer job checkpoint: left's, of the older, gives way.
-  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum", {"right", "j2", "node-b", absl::Now()}).ok());
+  ASSERT_TRUE(
+      store_->MarkJobArrival("ml", "sum", {"right", "j2", "node-b", absl::Now(), {}, false}).ok());
   commit("j2", "2026-11-29T06:00:00Z", {part("c3", "right", "j2")});
   res = engine_->Restore(r, op_);
   EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();

@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
+#include "nlohmann/json.hpp"
 #include "test/daemon/test_util.h"
 
 namespace cryo::store {
@@ -33,7 +34,7 @@ class JobCheckpointTest : public ::testing::Test {
     m.created_at = "2026-11-29T05:00:00Z";
     m.root_pid = 1234;
     m.files = {{"images/pages-1.img", 5, "x"}};
-    m.job = JobPart{"ml", "sum", jcid, member};
+    m.job = JobPart{"ml", "sum", jcid, member, {}};
     auto st = store_->Stage(id);
     EXPECT_TRUE(st.ok()) << st.status();
     if (!st.ok()) return m;
@@ -114,7 +115,7 @@ TEST_F(JobCheckpointTest, ACommitNamingAMissingOrChangedPartWritesNothing) {
   Manifest a = Part("a1", "left", "j1");
   Manifest b;  // the member that died before its part was published
   b.id = "b1";
-  b.job = JobPart{"ml", "sum", "j1", "right"};
+  b.job = JobPart{"ml", "sum", "j1", "right", {}};
   auto s = store_->CommitJobCheckpoint(Record("j1", {a, b}));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("member right's part 'b1' is not in the store"));
@@ -191,10 +192,11 @@ TEST_F(JobCheckpointTest, ArrivalsAreOnePerMemberAndNoRecordAndAreCollected) {
   Manifest a = Part("a1", "left", "j1"), b = Part("b1", "right", "j1");
   ASSERT_TRUE(store_->CommitJobCheckpoint(Record("j1", {a, b})).ok());
   const absl::Time t = absl::FromUnixSeconds(1'800'000'000);
-  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum", {"left", "j0", "node-b", t}).ok());
+  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum", {"left", "j0", "node-b", t, {}, false}).ok());
   ASSERT_TRUE(
-      store_->MarkJobArrival("ml", "sum", {"left", "j1", "node-a", t + absl::Seconds(1)}).ok());
-  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum2", {"right", "j1", "node-a", t}).ok());
+      store_->MarkJobArrival("ml", "sum", {"left", "j1", "node-a", t + absl::Seconds(1), {}, false})
+          .ok());
+  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum2", {"right", "j1", "node-a", t, {}, false}).ok());
   auto got = store_->JobArrivals("ml", "sum");
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 1u) << "one per member: the later arrival replaced the first";
@@ -203,9 +205,9 @@ TEST_F(JobCheckpointTest, ArrivalsAreOnePerMemberAndNoRecordAndAreCollected) {
   EXPECT_EQ((*got)[0].node, "node-a");
   EXPECT_EQ((*got)[0].at, t + absl::Seconds(1));
   EXPECT_EQ(store_->ListJobCheckpoints("ml", "sum")->size(), 1u) << "an arrival is no record";
-  EXPECT_EQ(store_->MarkJobArrival("ml", "sum", {"../x", "j1", "node-a", t}).code(),
+  EXPECT_EQ(store_->MarkJobArrival("ml", "sum", {"../x", "j1", "node-a", t, {}, false}).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store_->MarkJobArrival("ml", "sum", {"left", "../j1", "node-a", t}).code(),
+  EXPECT_EQ(store_->MarkJobArrival("ml", "sum", {"left", "../j1", "node-a", t, {}, false}).code(),
             absl::StatusCode::kInvalidArgument);
   // A planted file that is no arrival is skipped.
   ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/jobs/ml+sum@arrival@right", "{}").ok());
@@ -213,6 +215,35 @@ TEST_F(JobCheckpointTest, ArrivalsAreOnePerMemberAndNoRecordAndAreCollected) {
   ASSERT_TRUE(store_->CollectIncomplete(absl::ZeroDuration(), false).ok());
   EXPECT_TRUE(store_->JobArrivals("ml", "sum")->empty());
   EXPECT_TRUE(store_->GetJobCheckpoint("ml", "sum", "j1").ok()) << "the record stays";
+}
+
+// A replacement's arrival carries its pod's addresses (the members' connections are rewritten
+// to them) and, written again, that it was restored (the members hold their connections until
+// all are); a part carries its pod's addresses at the cut. Anything not an address is refused.
+TEST_F(JobCheckpointTest, ArrivalsAndPartsCarryThePodsAddresses) {
+  const absl::Time t = absl::FromUnixSeconds(1'800'000'000);
+  JobArrival a{"left", "j1", "node-b", t, {"10.88.2.3", "fd00::3"}, true};
+  auto back = ParseJobArrival(JobArrivalToJson(a));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->pod_ips, a.pod_ips);
+  EXPECT_TRUE(back->restored);
+  a.restored = false;
+  back = ParseJobArrival(JobArrivalToJson(a));
+  ASSERT_TRUE(back.ok());
+  EXPECT_FALSE(back->restored);
+  for (const char* bad : {R"(["10.88.2.3; drop"])", R"("10.88.2.3")", R"([7])"}) {
+    nlohmann::json j = nlohmann::json::parse(JobArrivalToJson(a));
+    j["pod_ips"] = nlohmann::json::parse(bad);
+    EXPECT_FALSE(ParseJobArrival(j.dump()).ok()) << bad;
+  }
+  Manifest m = Part("a1", "left", "j1");
+  m.job->pod_ips = {"10.88.1.2"};
+  auto parsed = ParseManifest(ManifestToJson(m));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->job->pod_ips, m.job->pod_ips);
+  nlohmann::json j = nlohmann::json::parse(ManifestToJson(m));
+  j["job"]["pod_ips"] = {"10.88.1.2/24"};
+  EXPECT_EQ(ParseManifest(j.dump()).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(JobCheckpointTest, ARecordPlantedAsALinkOrForAnotherJobIsRefused) {

@@ -1,0 +1,201 @@
+#include "daemon/criu/job_network.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "criu/images.pb.h"
+#include "daemon/criu/image_file.h"
+#include "lib/base/fs.h"
+#include "lib/base/netns.h"
+#include "lib/base/proc.h"
+#include "lib/base/status.h"
+
+namespace cryo::criu {
+namespace {
+
+constexpr uint32_t kInetSk = 4;  // fd_types INETSK
+constexpr uint32_t kTcpEstablished = 1;
+constexpr uint64_t kMaxFilesImage = 64 << 20;
+constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+// An address as the kernel compares it: IPv4 (4 bytes) or IPv6 (16).
+struct Ip {
+  int family = 0;
+  std::array<uint8_t, 16> a{};
+  bool operator<(const Ip& o) const { return std::tie(family, a) < std::tie(o.family, o.a); }
+};
+
+std::optional<Ip> ParseIp(const std::string& text) {
+  Ip ip;
+  if (::inet_pton(AF_INET, text.c_str(), ip.a.data()) == 1) {
+    ip.family = AF_INET;
+    return ip;
+  }
+  if (::inet_pton(AF_INET6, text.c_str(), ip.a.data()) == 1) {
+    ip.family = AF_INET6;
+    return ip;
+  }
+  return std::nullopt;
+}
+
+std::string IpText(int family, const void* a) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  ::inet_ntop(family, a, buf, sizeof(buf));
+  return buf;
+}
+
+// Rewrites the address words of one socket end in place when `map` names the address (a
+// v4-mapped IPv6 address by its IPv4 part). Whether it did.
+bool Rewrite(google::protobuf::RepeatedField<uint32_t>* words, const std::map<Ip, Ip>& map) {
+  std::array<uint8_t, 16> raw{};
+  if (words->size() != 1 && words->size() != 4) return false;
+  for (int i = 0; i < words->size(); ++i) {
+    const uint32_t w = words->Get(i);
+    std::memcpy(raw.data() + 4 * i, &w, 4);
+  }
+  Ip key;
+  bool mapped = false;
+  if (words->size() == 1) {
+    key.family = AF_INET;
+    std::memcpy(key.a.data(), raw.data(), 4);
+  } else if (std::memcmp(raw.data(), kMapped, 12) == 0) {
+    key.family = AF_INET;
+    mapped = true;
+    std::memcpy(key.a.data(), raw.data() + 12, 4);
+  } else {
+    key.family = AF_INET6;
+    key.a = raw;
+  }
+  auto it = map.find(key);
+  if (it == map.end()) return false;
+  if (key.family == AF_INET) {
+    std::memcpy(mapped ? raw.data() + 12 : raw.data(), it->second.a.data(), 4);
+  } else {
+    raw = it->second.a;
+  }
+  for (int i = 0; i < words->size(); ++i) {
+    uint32_t w;
+    std::memcpy(&w, raw.data() + 4 * i, 4);
+    words->Set(i, w);
+  }
+  return true;
+}
+
+std::array<uint8_t, 16> Bytes(const google::protobuf::RepeatedField<uint32_t>& words) {
+  std::array<uint8_t, 16> a{};
+  for (int i = 0; i < words.size() && i < 4; ++i) {
+    const uint32_t w = words.Get(i);
+    std::memcpy(a.data() + 4 * i, &w, 4);
+  }
+  return a;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> PodAddresses(pid_t netns_pid) {
+  proc::ProcReader proc;
+  std::set<std::string> out;
+  absl::Status listed;
+  CRYO_RETURN_IF_ERROR(InNetNamespace(proc.PidPath(netns_pid, "ns/net"), [&] {
+    struct ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) != 0) {
+      listed = ErrnoStatus(errno, "listing the pod's addresses");
+      return;
+    }
+    for (struct ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr == nullptr) continue;
+      if (i->ifa_addr->sa_family == AF_INET) {
+        const auto* in = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+        const uint8_t first = reinterpret_cast<const uint8_t*>(&in->sin_addr)[0];
+        const uint8_t second = reinterpret_cast<const uint8_t*>(&in->sin_addr)[1];
+        if (first == 127 || (first == 169 && second == 254)) continue;
+        out.insert(IpText(AF_INET, &in->sin_addr));
+      } else if (i->ifa_addr->sa_family == AF_INET6) {
+        const auto* in6 = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+        if (IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr) || IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr)) {
+          continue;
+        }
+        out.insert(IpText(AF_INET6, &in6->sin6_addr));
+      }
+    }
+    ::freeifaddrs(list);
+  }));
+  CRYO_RETURN_IF_ERROR(listed);
+  return std::vector<std::string>(out.begin(), out.end());
+}
+
+absl::Status ValidateAddressMap(const AddressMap& map) {
+  for (const auto& [from, to] : map) {
+    auto a = ParseIp(from), b = ParseIp(to);
+    if (!a || !b || a->family != b->family) {
+      return absl::InvalidArgumentError(absl::StrCat("address map entry '", from, "' -> '", to,
+                                                     "' is not two IP addresses of one family"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Connection>> RewriteImageAddresses(const std::string& images_dir,
+                                                              const std::string& out_dir,
+                                                              const std::string& link_base,
+                                                              const AddressMap& map) {
+  CRYO_RETURN_IF_ERROR(ValidateAddressMap(map));
+  std::map<Ip, Ip> ips;
+  for (const auto& [from, to] : map) {
+    if (from != to) ips[*ParseIp(from)] = *ParseIp(to);
+  }
+  auto entries = ReadImageEntries(images_dir, "files.img", kFilesMagic, true, kMaxFilesImage);
+  if (absl::IsNotFound(entries.status()) || ips.empty()) return std::vector<Connection>{};
+  CRYO_RETURN_IF_ERROR(entries.status());
+  std::vector<::criu::file_entry> files(entries->size());
+  std::vector<Connection> conns;
+  bool changed = false;
+  for (size_t i = 0; i < entries->size(); ++i) {
+    auto& fe = files[i];
+    // Entries cryo does not know keep every field: the message keeps what it cannot parse.
+    if (!fe.ParseFromString((*entries)[i])) {
+      return absl::InvalidArgumentError("CRIU image files.img: an entry does not parse");
+    }
+    if (fe.type() != kInetSk || !fe.has_isk()) continue;
+    auto* sk = fe.mutable_isk();
+    const bool src = Rewrite(sk->mutable_src_addr(), ips);
+    const bool dst = Rewrite(sk->mutable_dst_addr(), ips);
+    changed = changed || src || dst;
+    if ((src || dst) && sk->type() == SOCK_STREAM && sk->proto() == IPPROTO_TCP &&
+        sk->state() == kTcpEstablished) {
+      Connection c;
+      c.family = static_cast<int>(sk->family());
+      c.sport = static_cast<uint16_t>(sk->src_port());
+      c.dport = static_cast<uint16_t>(sk->dst_port());
+      c.src = Bytes(sk->src_addr());
+      c.dst = Bytes(sk->dst_addr());
+      conns.push_back(c);
+    }
+  }
+  if (!changed) return std::vector<Connection>{};
+  CRYO_ASSIGN_OR_RETURN(auto listing, ListImages(images_dir));
+  for (const auto& e : listing) {
+    if (e.name == "files.img") continue;
+    const std::string link = fs::Join(out_dir, e.name);
+    if (::symlink(fs::Join(link_base, e.name).c_str(), link.c_str()) != 0) {
+      return ErrnoStatus(errno, absl::StrCat("linking image ", e.name, " into ", out_dir));
+    }
+  }
+  std::vector<const google::protobuf::MessageLite*> ptrs;
+  for (const auto& fe : files) ptrs.push_back(&fe);
+  CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(out_dir, "files.img"),
+                                           FrameImage({kImgCommonMagic, kFilesMagic}, ptrs)));
+  return conns;
+}
+
+}  // namespace cryo::criu

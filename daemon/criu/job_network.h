@@ -1,0 +1,39 @@
+#pragma once
+
+// A job's pods resume with other IP addresses than they were checkpointed with (issue 37): the
+// TCP connections between its members are restored with each member's old address rewritten
+// to its replacement's, both ends together, sequence numbers and queues as CRIU saved them.
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/criu/listen_ports.h"
+
+namespace cryo::criu {
+
+// The addresses of the network namespace of `netns_pid` that another pod would not have: every
+// interface's address but loopback and link-local ones, as text ("10.88.1.7", "fd00::7"),
+// sorted.
+absl::StatusOr<std::vector<std::string>> PodAddresses(pid_t netns_pid);
+
+// Old address -> new address, as text; both of one family.
+using AddressMap = std::map<std::string, std::string>;
+
+// INVALID_ARGUMENT naming the pair for an entry that is not two addresses of one family.
+absl::Status ValidateAddressMap(const AddressMap& map);
+
+// Writes into `out_dir` (existing, empty) the images of `images_dir` with every inet socket's
+// addresses that `map` names rewritten: files.img rewritten, every other image a symlink to
+// `link_base`/NAME (`link_base`: `images_dir` as the restoring CRIU reaches it from `out_dir`,
+// relative when CRIU runs under a container's root). Returns the established connections as they
+// will be restored; an empty list and nothing written when no socket names a mapped address.
+absl::StatusOr<std::vector<Connection>> RewriteImageAddresses(const std::string& images_dir,
+                                                              const std::string& out_dir,
+                                                              const std::string& link_base,
+                                                              const AddressMap& map);
+
+}  // namespace cryo::criu

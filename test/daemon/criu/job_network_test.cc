@@ -1,0 +1,194 @@
+#include "daemon/criu/job_network.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "criu/images.pb.h"
+#include "daemon/criu/image_file.h"
+#include "gtest/gtest.h"
+#include "lib/base/fs.h"
+#include "test/temp_dir.h"
+
+namespace cryo::criu {
+namespace {
+
+constexpr uint32_t kInetSk = 4;
+
+uint32_t V4(const char* ip) {
+  in_addr a{};
+  EXPECT_EQ(::inet_pton(AF_INET, ip, &a), 1) << ip;
+  uint32_t w;
+  std::memcpy(&w, &a, 4);
+  return w;
+}
+
+std::string Ip(const google::protobuf::RepeatedField<uint32_t>& words) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  uint32_t raw[4] = {};
+  for (int i = 0; i < words.size() && i < 4; ++i) raw[i] = words.Get(i);
+  ::inet_ntop(words.size() == 1 ? AF_INET : AF_INET6, raw, buf, sizeof(buf));
+  return buf;
+}
+
+::criu::file_entry Tcp(uint32_t id, const char* src, uint16_t sport, const char* dst,
+                       uint16_t dport, uint32_t state) {
+  ::criu::file_entry fe;
+  fe.set_type(kInetSk);
+  fe.set_id(id);
+  auto* sk = fe.mutable_isk();
+  sk->set_id(id);
+  sk->set_ino(1000 + id);
+  sk->set_family(AF_INET);
+  sk->set_type(SOCK_STREAM);
+  sk->set_proto(IPPROTO_TCP);
+  sk->set_state(state);
+  sk->set_src_port(sport);
+  sk->set_dst_port(dport);
+  sk->add_src_addr(V4(src));
+  if (dst != nullptr) sk->add_dst_addr(V4(dst));
+  return fe;
+}
+
+// files.img with: a connection from member left (10.88.1.2) to member right (10.88.2.2), a
+// connection to a host outside the job, a listener on every address, and a pipe entry with a
+// field cryo's subset of the proto does not know (it must come through unchanged).
+void WriteImages(const std::string& dir) {
+  auto a = Tcp(1, "10.88.1.2", 7300, "10.88.2.2", 40000, 1);
+  auto b = Tcp(2, "10.88.1.2", 51000, "192.0.2.9", 443, 1);
+  auto c = Tcp(3, "0.0.0.0", 7300, nullptr, 0, 10);
+  ::criu::file_entry pipe;
+  pipe.set_type(6);
+  pipe.set_id(4);
+  // field 8 (pipe entry), length-delimited, 3 bytes the parser keeps as unknown
+  const std::string unknown = std::string("\x42\x03\x08\x07\x10", 5);
+  std::string raw = pipe.SerializeAsString() + unknown;
+  ::criu::file_entry with_unknown;
+  ASSERT_TRUE(with_unknown.ParseFromString(raw));
+  ASSERT_TRUE(
+      fs::WriteFileAtomic(fs::Join(dir, "files.img"),
+                          FrameImage({kImgCommonMagic, kFilesMagic}, {&a, &b, &c, &with_unknown}))
+          .ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir, "pages-1.img"), "pages").ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir, "tcp-stream-1001.img"), "queues").ok());
+}
+
+std::vector<::criu::file_entry> ReadFiles(const std::string& dir) {
+  std::vector<::criu::file_entry> out;
+  auto entries = ReadImageEntries(dir, "files.img", kFilesMagic, true, 1 << 20);
+  EXPECT_TRUE(entries.ok()) << entries.status();
+  if (!entries.ok()) return out;
+  for (const auto& e : *entries) {
+    out.emplace_back();
+    EXPECT_TRUE(out.back().ParseFromString(e));
+  }
+  return out;
+}
+
+TEST(JobNetworkTest, MembersAddressesAreRewrittenAtBothEndsAndTheRestIsLinked) {
+  TempDir in, out;
+  WriteImages(in.path);
+  const AddressMap map = {{"10.88.1.2", "10.88.2.3"}, {"10.88.2.2", "10.88.1.3"}};
+  auto conns = RewriteImageAddresses(in.path, out.path, "../in/images", map);
+  ASSERT_TRUE(conns.ok()) << conns.status();
+  // The two connections of the moved member (both had its old address), as they will be
+  // restored.
+  ASSERT_EQ(conns->size(), 2u);
+  const auto files = ReadFiles(out.path);
+  ASSERT_EQ(files.size(), 4u);
+  EXPECT_EQ(Ip(files[0].isk().src_addr()), "10.88.2.3");
+  EXPECT_EQ(Ip(files[0].isk().dst_addr()), "10.88.1.3");
+  EXPECT_EQ(files[0].isk().src_port(), 7300u) << "ports and everything else stay";
+  EXPECT_EQ(files[0].isk().ino(), 1001u);
+  EXPECT_EQ(Ip(files[1].isk().src_addr()), "10.88.2.3");
+  EXPECT_EQ(Ip(files[1].isk().dst_addr()), "192.0.2.9") << "a host outside the job keeps its";
+  EXPECT_EQ(Ip(files[2].isk().src_addr()), "0.0.0.0");
+  // What cryo's proto does not know comes through byte for byte.
+  std::string tail = files[3].SerializeAsString();
+  EXPECT_NE(tail.find(std::string("\x42\x03\x08\x07\x10", 5)), std::string::npos);
+  // Every other image is a link to where the restoring CRIU finds the original.
+  EXPECT_EQ(std::filesystem::read_symlink(out / "pages-1.img"), "../in/images/pages-1.img");
+  EXPECT_EQ(std::filesystem::read_symlink(out / "tcp-stream-1001.img"),
+            "../in/images/tcp-stream-1001.img");
+  EXPECT_FALSE(std::filesystem::is_symlink(out / "files.img"));
+  // The checkpoint's own images are untouched.
+  const auto original = ReadFiles(in.path);
+  ASSERT_EQ(original.size(), 4u);
+  EXPECT_EQ(Ip(original[0].isk().src_addr()), "10.88.1.2");
+}
+
+TEST(JobNetworkTest, NothingIsWrittenWhenNoSocketUsesAMovedAddress) {
+  TempDir in, out;
+  WriteImages(in.path);
+  auto conns = RewriteImageAddresses(in.path, out.path, in.path, {{"10.88.9.9", "10.88.9.10"}});
+  ASSERT_TRUE(conns.ok()) << conns.status();
+  EXPECT_TRUE(conns->empty());
+  EXPECT_TRUE(std::filesystem::is_empty(out.path));
+  // Nor when the members kept their addresses (one host network).
+  conns = RewriteImageAddresses(in.path, out.path, in.path, {{"10.88.1.2", "10.88.1.2"}});
+  ASSERT_TRUE(conns.ok());
+  EXPECT_TRUE(conns->empty());
+}
+
+TEST(JobNetworkTest, AMapThatIsNotAddressesOfOneFamilyIsRefused) {
+  TempDir in, out;
+  WriteImages(in.path);
+  for (const AddressMap& bad : {AddressMap{{"10.88.1.2", "fd00::2"}},
+                                AddressMap{{"10.88.1.2", "pod-b"}}, AddressMap{{"", "10.0.0.1"}}}) {
+    auto conns = RewriteImageAddresses(in.path, out.path, in.path, bad);
+    EXPECT_EQ(conns.status().code(), absl::StatusCode::kInvalidArgument) << conns.status();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(out.path));
+}
+
+TEST(JobNetworkTest, AV4MappedConnectionOfADualStackSocketIsRewrittenToo) {
+  TempDir in, out;
+  ::criu::file_entry fe;
+  fe.set_type(kInetSk);
+  fe.set_id(1);
+  auto* sk = fe.mutable_isk();
+  sk->set_family(AF_INET6);
+  sk->set_type(SOCK_STREAM);
+  sk->set_proto(IPPROTO_TCP);
+  sk->set_state(1);
+  in6_addr a{}, b{};
+  ASSERT_EQ(::inet_pton(AF_INET6, "::ffff:10.88.1.2", &a), 1);
+  ASSERT_EQ(::inet_pton(AF_INET6, "::ffff:10.88.2.2", &b), 1);
+  for (int i = 0; i < 4; ++i) {
+    uint32_t w;
+    std::memcpy(&w, reinterpret_cast<const char*>(&a) + 4 * i, 4);
+    sk->add_src_addr(w);
+    std::memcpy(&w, reinterpret_cast<const char*>(&b) + 4 * i, 4);
+    sk->add_dst_addr(w);
+  }
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(in.path, "files.img"),
+                                  FrameImage({kImgCommonMagic, kFilesMagic}, {&fe}))
+                  .ok());
+  auto conns = RewriteImageAddresses(in.path, out.path, in.path,
+                                     {{"10.88.1.2", "10.88.2.3"}, {"10.88.2.2", "10.88.1.3"}});
+  ASSERT_TRUE(conns.ok()) << conns.status();
+  ASSERT_EQ(conns->size(), 1u);
+  const auto files = ReadFiles(out.path);
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(Ip(files[0].isk().src_addr()), "::ffff:10.88.2.3");
+  EXPECT_EQ(Ip(files[0].isk().dst_addr()), "::ffff:10.88.1.3");
+}
+
+TEST(JobNetworkTest, APodsAddressesLeaveOutLoopback) {
+  // This process's own namespace: whatever it has, never 127.0.0.1 or ::1.
+  auto ips = PodAddresses(::getpid());
+  ASSERT_TRUE(ips.ok()) << ips.status();
+  for (const auto& ip : *ips) {
+    EXPECT_NE(ip, "127.0.0.1");
+    EXPECT_NE(ip, "::1");
+  }
+  EXPECT_FALSE(PodAddresses(0x7ffffff0).ok()) << "no such process";
+}
+
+}  // namespace
+}  // namespace cryo::criu
