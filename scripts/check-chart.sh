@@ -150,6 +150,30 @@ expect_kinds() {
 }
 expect_has() { grep -qE -- "$2" "$TMP/$1.yaml" || fail "$1: $3 (no line matches /$2/)"; }
 expect_lacks() { ! grep -qE -- "$2" "$TMP/$1.yaml" || fail "$1: $3 (a line matches /$2/)"; }
+# expect_peer_tls NAME: the peer certificate the chart made is one cryod can use both ways: signed
+# by the Secret's CA, for the name cryod checks (cryo-peer), as server and as client.
+expect_peer_tls() {
+  local d=$TMP/$1-peer-tls
+  mkdir -p "$d"
+  "$PY" - "$TMP/$1.yaml" "$d" <<'PY' || fail "$1: the peer TLS Secret does not decode"
+import base64, sys, yaml
+for doc in yaml.safe_load_all(open(sys.argv[1])):
+    if doc and doc.get("kind") == "Secret" and doc.get("type") == "kubernetes.io/tls":
+        for k in ("ca.crt", "tls.crt", "tls.key"):
+            open(f"{sys.argv[2]}/{k}", "wb").write(base64.b64decode(doc["data"][k]))
+        sys.exit(0)
+sys.exit(1)
+PY
+  openssl verify -CAfile "$d/ca.crt" "$d/tls.crt" >/dev/null 2>&1 ||
+    fail "$1: the peer certificate is not signed by the Secret's CA"
+  local text
+  text=$(openssl x509 -in "$d/tls.crt" -noout -text)
+  grep -q 'DNS:cryo-peer' <<<"$text" || fail "$1: the peer certificate does not name cryo-peer"
+  grep -q 'TLS Web Client Authentication' <<<"$text" && grep -q 'TLS Web Server Authentication' <<<"$text" ||
+    fail "$1: the peer certificate is not for both server and client"
+  [ "$(openssl x509 -in "$d/tls.crt" -noout -pubkey | sha256sum)" = "$(openssl pkey -in "$d/tls.key" -pubout | sha256sum)" ] ||
+    fail "$1: tls.key is not tls.crt's key"
+}
 # expect_notes NAME FIXED-STRING WHY: the rendered NOTES.txt says it.
 expect_notes() { grep -qF -- "$2" "$TMP/$1.notes" || fail "$1: NOTES.txt: $3 (no line has '$2')"; }
 # expect_pod NAME PYTHON-EXPR JSON WHY: the expression, over the DaemonSet's pod spec `p`, its
@@ -288,12 +312,17 @@ expectations() {
       expect_has "$n" '--metrics-file=/run/cryo/cri-shim.prom' "the shim writing its file"
       ;;
     jobs)
-      expect_kinds "$n" "ClusterRole×2, ClusterRoleBinding×1, ConfigMap×1, DaemonSet×1, NetworkPolicy×1, Role×1, Secret×2, Service×1, ServiceAccount×1"
+      expect_kinds "$n" "ClusterRole×2, ClusterRoleBinding×1, ConfigMap×1, DaemonSet×1, NetworkPolicy×1, Role×1, Secret×3, Service×1, ServiceAccount×1"
       expect_has "$n" '"peer_listen": "0.0.0.0:9470"' "cryod serving the Peer service"
       expect_has "$n" '"peer_token_file": "/etc/cryo-peer/token"' "the nodes' shared token"
       expect_has "$n" '^ +automountServiceAccountToken: true$' "the API token in cryod's pod"
       expect_has "$n" '^ +- name: peer$' "the peer port"
       expect_has "$n" '^ +secretName: cryo-peer$' "the peer Secret mounted"
+      expect_has "$n" '"peer_tls_dir": "/etc/cryo-peer-tls"' "mutual TLS between the cryods"
+      expect_has "$n" '^ +secretName: cryo-peer-tls$' "the peer certificate mounted"
+      expect_has "$n" '^type: kubernetes.io/tls$' "the peer certificate's Secret"
+      expect_has "$n" '^ +tls.key: [A-Za-z0-9+/=]{100,}$' "a key made by the chart"
+      expect_peer_tls "$n"
       expect_has "$n" '^ +name: cryo-jobs$' "the ClusterRole that lists pods"
       expect_has "$n" '^ +- apiGroups: \[jobset.x-k8s.io\]$' "reading a JobSet's size"
       expect_has "$n" '^ +- port: peer$' "the other cryods let through the NetworkPolicy"

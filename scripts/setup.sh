@@ -34,6 +34,7 @@ PKGS=(
   # runtime for the container tests
   containerd runc iproute2 nftables busybox-static procps
   containernetworking-plugins  # the e2e nodes' pod network (bridge CNI)
+  openssl  # the e2e nodes' peer certificates (mutual TLS between cryods)
   buildah  # checkpoint images from kubelet archives (e2e: restore from a checkpoint image)
   iptables  # in the node image scripts/release.sh builds from this machine's packages
   # Helm chart render and type check (scripts/check-chart.sh): Go + sprig, K8s API types

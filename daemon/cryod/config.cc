@@ -163,6 +163,11 @@ const std::vector<Key>& Keys() {
           "file with the token every node's cryod shares for job checkpoints across nodes "
           "(the chart's Secret); required with peer_listen or peers",
           &Config::peer_token_file),
+      Str("peer_tls_dir",
+          "directory with the nodes' peer certificate (ca.crt, tls.crt, tls.key: the chart's "
+          "Secret); with it the Peer service and its clients speak mutual TLS; empty: plaintext, "
+          "the token alone",
+          &Config::peer_tls_dir),
       Bool("peer_process_members",
            "let peers name process members (pids); off: only containers whose pods are "
            "members of the job",
@@ -388,6 +393,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"http_api_token_file", d.http_api_token_file},
       {"peer_listen", "none"},
       {"peer_token_file", "none"},
+      {"peer_tls_dir", "none"},
       {"peer_process_members", "false"},
       {"peers", "none"},
       {"http_max_connections", std::to_string(d.http_max_connections)},

@@ -38,6 +38,7 @@ struct Config {
   // without Kubernetes).
   std::string peer_listen;
   std::string peer_token_file;
+  std::string peer_tls_dir;
   std::map<std::string, std::string> peers;
   bool peer_process_members = false;
   // The CRI shim's --metrics-file, served at /metrics/shim; empty: no such route.

@@ -132,6 +132,7 @@ struct State {
   std::unique_ptr<kube::ApiClient> kube;
   std::unique_ptr<ApiJobDirectory> job_directory;
   std::string peer_token;
+  std::optional<service::PeerTls> peer_tls;
   std::unique_ptr<service::GrpcJobPeers> peers;
   std::unique_ptr<service::PeerService> peer_service;
   std::unique_ptr<grpc::Server> peer_server;
@@ -482,6 +483,14 @@ Result StartRecover(State& st) {
     auto token = api::ReadApiToken(st.config.peer_token_file, "the peer token");
     if (!token.ok()) return Fatal("peer_token_file", token.status());
     st.peer_token = *token;
+    if (!st.config.peer_tls_dir.empty()) {
+      auto tls = service::ReadPeerTls(st.config.peer_tls_dir);
+      if (!tls.ok()) return Fatal("peer_tls_dir", tls.status());
+      st.peer_tls = *std::move(tls);
+    } else {
+      CRYO_LOG(Warning) << "no peer_tls_dir: other nodes' cryods are reached in plaintext, the "
+                           "nodes' token readable on the network";
+    }
     // In a pod: a job's members and the other nodes' cryods (the chart's pods, serving on this
     // node's peer port) come from the Kubernetes API; `peers` lists them otherwise.
     service::GrpcJobPeers::Lookup lookup;
@@ -521,7 +530,8 @@ Result StartRecover(State& st) {
       CRYO_LOG(Info) << "not in a pod (" << kc.status().message()
                      << "): job checkpoints list their members, and `peers` the other nodes";
     }
-    st.peers = std::make_unique<service::GrpcJobPeers>(st.config.peers, st.peer_token, lookup);
+    st.peers = std::make_unique<service::GrpcJobPeers>(st.config.peers, st.peer_token, lookup,
+                                                       st.peer_tls);
     deps.peers = st.peers.get();
   }
   st.engine = std::make_unique<engine::Engine>(ec, deps);
@@ -550,7 +560,9 @@ Result StartServe(State& st) {
         st.engine.get(), service::PeerOptions{st.peer_token, st.config.peer_process_members});
     grpc::ServerBuilder pb;
     int port = 0;
-    pb.AddListeningPort(st.config.peer_listen, grpc::InsecureServerCredentials(), &port);
+    pb.AddListeningPort(st.config.peer_listen,
+                        service::PeerServerCredentials(st.peer_tls ? &*st.peer_tls : nullptr),
+                        &port);
     pb.RegisterService(st.peer_service.get());
     service::SetPeerKeepalive(&pb);
     st.peer_server = pb.BuildAndStart();
@@ -558,7 +570,8 @@ Result StartServe(State& st) {
       return Fatal("peer_listen", absl::UnavailableError(absl::StrCat(
                                       "cannot serve the Peer service on ", st.config.peer_listen)));
     }
-    CRYO_LOG(Info) << "serving other nodes' cryods on " << st.config.peer_listen;
+    CRYO_LOG(Info) << "serving other nodes' cryods on " << st.config.peer_listen
+                   << (st.peer_tls ? " (mutual TLS)" : " (plaintext)");
   }
   // Jobs owed their GPU memory by a cryod that died get it back while this one serves.
   st.engine->RecoverInBackground();

@@ -24,11 +24,12 @@ absl::StatusOr<std::string> GrpcJobPeers::Address(const std::string& node) const
   return found;
 }
 
-std::unique_ptr<v1::Peer::Stub> GrpcJobPeers::Stub(const std::string& address) {
+std::unique_ptr<v1::Peer::Stub> GrpcJobPeers::Stub(const std::string& address) const {
   grpc::ChannelArguments args;
   SetPeerKeepalive(&args);
-  return v1::Peer::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  const PeerTls* tls = tls_ ? &*tls_ : nullptr;
+  SetPeerTlsTarget(tls, &args);
+  return v1::Peer::NewStub(grpc::CreateCustomChannel(address, PeerChannelCredentials(tls), args));
 }
 
 absl::StatusOr<std::vector<engine::JobCheckpointRequest::Member>> GrpcJobPeers::ListMembers(

@@ -7,10 +7,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cryo/v1/cryo.grpc.pb.h"
 #include "daemon/engine/job_peers.h"
+#include "daemon/service/peer_tls.h"
 
 namespace cryo::service {
 
@@ -19,9 +21,13 @@ class GrpcJobPeers final : public engine::JobPeers {
   // `addresses`: node name -> "host:port" of its cryod's peer_listen; a node not there is asked
   // of `lookup` (the Kubernetes API: the chart's cryod pod on that node), when given.
   using Lookup = std::function<absl::StatusOr<std::string>(const std::string& node)>;
+  // `tls`: mutual TLS with the nodes' certificate (peer_tls.h); none: plaintext.
   GrpcJobPeers(std::map<std::string, std::string> addresses, std::string token,
-               Lookup lookup = nullptr)
-      : addresses_(std::move(addresses)), token_(std::move(token)), lookup_(std::move(lookup)) {}
+               Lookup lookup = nullptr, std::optional<PeerTls> tls = std::nullopt)
+      : addresses_(std::move(addresses)),
+        token_(std::move(token)),
+        lookup_(std::move(lookup)),
+        tls_(std::move(tls)) {}
 
   absl::StatusOr<std::vector<engine::CheckpointResult>> Join(
       const std::string& node, const engine::JobCheckpointRequest& members,
@@ -33,11 +39,12 @@ class GrpcJobPeers final : public engine::JobPeers {
 
  private:
   absl::StatusOr<std::string> Address(const std::string& node) const;
-  static std::unique_ptr<v1::Peer::Stub> Stub(const std::string& address);
+  std::unique_ptr<v1::Peer::Stub> Stub(const std::string& address) const;
 
   std::map<std::string, std::string> addresses_;
   std::string token_;
   Lookup lookup_;
+  std::optional<PeerTls> tls_;
 };
 
 }  // namespace cryo::service

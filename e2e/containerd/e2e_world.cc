@@ -150,6 +150,8 @@ absl::StatusOr<std::unique_ptr<Cryod>> E2eWorld::StartCryod(const std::string& n
   // job checkpoint's record is signed by one node and verified by the others).
   args.insert(args.end(), {absl::StrCat("--peer-listen=127.0.0.1:", peer_ports_.at(node)),
                            "--peer-token-file=" + peer_token_file_,
+                           // mutual TLS with one certificate, as the chart's Secret gives
+                           "--peer-tls-dir=" + dir_ + "/peer-tls",
                            "--signing-key-file=" + dir_ + "/cluster-signing.key",
                            // A job's replacements here start within moments of each other.
                            "--job-gather-timeout-s=8"});
@@ -189,6 +191,11 @@ absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std
   {
     std::ofstream token(world->peer_token_file_);
     token << "peer-token-of-the-e2e-nodes\n";
+  }
+  const std::string tls = absl::StrCat(tmpl, "/peer-tls");
+  std::string why;
+  if (::mkdir(tls.c_str(), 0700) != 0 || !MakePeerTls(tls, "cryo-peer", &why)) {
+    return absl::InternalError(absl::StrCat("the nodes' peer certificate: ", why));
   }
   for (const std::string& node : nodes) {
     const int port = FreePort();

@@ -40,6 +40,30 @@ bool WaitFor(const std::function<bool()>& pred, absl::Duration timeout) {
   return pred();
 }
 
+bool MakePeerTls(const std::string& dir, const std::string& name, std::string* why) {
+  const std::string ec = "ec:" + dir + "/ec.param";
+  const std::vector<std::vector<std::string>> steps = {
+      {"openssl", "ecparam", "-name", "prime256v1", "-out", dir + "/ec.param"},
+      {"openssl", "req", "-x509", "-newkey", ec, "-nodes", "-keyout", dir + "/ca.key", "-out",
+       dir + "/ca.crt", "-subj", "/CN=" + name + "-ca", "-days", "2"},
+      {"openssl", "req", "-newkey", ec, "-nodes", "-keyout", dir + "/tls.key", "-out",
+       dir + "/tls.csr", "-subj", "/CN=" + name},
+      {"openssl", "x509", "-req", "-in", dir + "/tls.csr", "-CA", dir + "/ca.crt", "-CAkey",
+       dir + "/ca.key", "-CAcreateserial", "-out", dir + "/tls.crt", "-days", "2", "-extfile",
+       dir + "/ext.cnf"},
+  };
+  std::ofstream(dir + "/ext.cnf") << "subjectAltName=DNS:" << name
+                                  << "\nextendedKeyUsage=serverAuth,clientAuth\n";
+  for (const auto& argv : steps) {
+    auto r = RunCapture(argv);
+    if (!r.ok() || !r->exit.exited || r->exit.code != 0) {
+      *why = r.ok() ? r->output : std::string(r.status().message());
+      return false;
+    }
+  }
+  return true;
+}
+
 int FreePort() {
   int s = ::socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {};

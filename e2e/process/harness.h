@@ -109,6 +109,11 @@ std::string Slurp(const std::string& path);
 // when none could be had.
 int FreePort();
 
+// The nodes' peer certificate in `dir`, as the chart's Secret holds it (ca.crt, tls.crt,
+// tls.key; cryod's peer_tls_dir): a CA of its own and one certificate it signed for `name`,
+// made with the openssl tool. False, with the tool's output in `why`, when it could not be made.
+bool MakePeerTls(const std::string& dir, const std::string& name, std::string* why);
+
 // Whether this kernel gives this process (no fast-path library in it) an io_uring: false, with
 // why not, where io_uring_setup is refused (an older kernel, a sysctl, seccomp).
 bool KernelGivesIoUring(std::string* why);

@@ -2,10 +2,13 @@
 // running sum over TCP both ways (cryo-sumpair). Both are checkpointed at one cut and one record
 // is committed; killed and restored from their parts, the sums go on exactly. A member that
 // fails fails the whole job checkpoint: nothing is published and every member runs on.
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -47,17 +50,21 @@ class JobCheckpointE2e : public ProcessFixture {
     return r;
   }
   // Two nodes' cryods on one machine and store, each serving the Peer service and knowing the
-  // other's, with one token; node-b gets `b_env`.
+  // other's, with one token, over mutual TLS with one certificate; node-b gets `b_env`.
   std::pair<Cryod*, Cryod*> TwoNodes(std::vector<std::string> b_env = {}) {
     const std::string token = dir_ + "/peer.token";
     { std::ofstream(token) << "peer-token-of-the-e2e-cluster\n"; }
+    tls_dir_ = dir_ + "/peer-tls";
+    std::filesystem::create_directories(tls_dir_);
+    std::string why;
+    EXPECT_TRUE(MakePeerTls(tls_dir_, "cryo-peer", &why)) << why;
     const int pa = FreePort();
     peer_port_b_ = FreePort();
     auto peer = [&](int self, const std::string& other, int other_port) {
       return std::vector<std::string>{
           "--peer-listen=127.0.0.1:" + std::to_string(self), "--peer-token-file=" + token,
           "--peers=" + other + "=127.0.0.1:" + std::to_string(other_port),
-          "--peer-process-members=true"};
+          "--peer-process-members=true", "--peer-tls-dir=" + tls_dir_};
     };
     Cryod& a = Node("node-a", peer(pa, "node-b", peer_port_b_));
     Cryod& b = Node("node-b", peer(peer_port_b_, "node-a", pa), std::move(b_env));
@@ -98,6 +105,7 @@ class JobCheckpointE2e : public ProcessFixture {
   Workload* left_ = nullptr;
   Workload* right_ = nullptr;
   int peer_port_b_ = 0;  // node-b's Peer service (TwoNodes)
+  std::string tls_dir_;  // the nodes' peer certificate (TwoNodes)
 };
 
 TEST_F(JobCheckpointE2e, BothMembersAtOneCutOneCommitAndTheSumsGoOnExactlyAfterARestore) {
@@ -222,22 +230,51 @@ TEST_F(JobCheckpointE2e, MembersOnTwoNodesAtOneCutDrivenByOneCryod) {
   ASSERT_TRUE(left_->WaitMain(Main(*left_) + 5)) << "node-a's member was left stopped";
   EXPECT_EQ(Ok(*left_), 1);
 
-  // Without the nodes' token, node-b's cryod answers nothing.
-  auto ch = grpc::CreateChannel("127.0.0.1:" + std::to_string(peer_port_b_),
-                                grpc::InsecureChannelCredentials());
-  auto stub = v1::Peer::NewStub(ch);
-  grpc::ClientContext ctx;
-  ctx.AddMetadata("authorization", "Bearer not-the-token-of-this-cluster");
-  auto stream = stub->JoinJobCheckpoint(&ctx);
-  v1::PeerCutMessage start;
-  *start.mutable_start() = JobReq("j5", true);
-  stream->Write(start);
-  stream->WritesDone();
-  v1::PeerCutReply reply;
-  EXPECT_FALSE(stream->Read(&reply));
-  grpc::Status denied = stream->Finish();
+  // node-b's cryod answers nothing to a caller without the nodes' certificate (plaintext, or a
+  // certificate of another CA, even with the token), nor to one with it but not the token.
+  auto join = [&](std::shared_ptr<grpc::ChannelCredentials> creds, const std::string& token) {
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("cryo-peer");
+    auto stub = v1::Peer::NewStub(
+        grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(peer_port_b_), creds, args));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    auto stream = stub->JoinJobCheckpoint(&ctx);
+    v1::PeerCutMessage start;
+    *start.mutable_start() = JobReq("j5", true);
+    stream->Write(start);
+    stream->WritesDone();
+    v1::PeerCutReply reply;
+    EXPECT_FALSE(stream->Read(&reply));
+    return stream->Finish();
+  };
+  auto tls_of = [](const std::string& dir) {
+    grpc::SslCredentialsOptions o;
+    o.pem_root_certs = Slurp(dir + "/ca.crt");
+    o.pem_private_key = Slurp(dir + "/tls.key");
+    o.pem_cert_chain = Slurp(dir + "/tls.crt");
+    return grpc::SslCredentials(o);
+  };
+  const std::string token = "peer-token-of-the-e2e-cluster";
+  grpc::Status plain = join(grpc::InsecureChannelCredentials(), token);
+  EXPECT_EQ(plain.error_code(), grpc::StatusCode::UNAVAILABLE) << plain.error_message();
+  const std::string stranger = dir_ + "/stranger-tls";
+  std::filesystem::create_directories(stranger);
+  std::string why;
+  ASSERT_TRUE(MakePeerTls(stranger, "cryo-peer", &why)) << why;
+  grpc::SslCredentialsOptions half;  // trusts node-b, but shows another CA's certificate
+  half.pem_root_certs = Slurp(tls_dir_ + "/ca.crt");
+  half.pem_private_key = Slurp(stranger + "/tls.key");
+  half.pem_cert_chain = Slurp(stranger + "/tls.crt");
+  grpc::Status foreign = join(grpc::SslCredentials(half), token);
+  EXPECT_EQ(foreign.error_code(), grpc::StatusCode::UNAVAILABLE) << foreign.error_message();
+  grpc::Status untrusting = join(tls_of(stranger), token);  // node-b's certificate not trusted
+  EXPECT_EQ(untrusting.error_code(), grpc::StatusCode::UNAVAILABLE) << untrusting.error_message();
+  grpc::Status denied = join(tls_of(tls_dir_), "not-the-token-of-this-cluster");
   EXPECT_EQ(denied.error_code(), grpc::StatusCode::UNAUTHENTICATED) << denied.error_message();
   EXPECT_TRUE(PartsOf(b, "j5").empty());
+  EXPECT_NE(Slurp(b.log()).find("(mutual TLS)"), std::string::npos);
 }
 
 // A node whose cryod stops answering in the middle (its machine gone, a partition): the driver

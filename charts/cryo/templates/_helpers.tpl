@@ -136,6 +136,7 @@ app.kubernetes.io/part-of: cryo
 {{- if $v.jobs.enabled -}}
 {{- $_ := set $c "peer_listen" (printf "0.0.0.0:%d" (int $v.jobs.peerPort)) -}}
 {{- $_ := set $c "peer_token_file" "/etc/cryo-peer/token" -}}
+{{- $_ := set $c "peer_tls_dir" "/etc/cryo-peer-tls" -}}
 {{- end -}}
 {{- with $v.termination.providers -}}
 {{- range . -}}
@@ -249,6 +250,10 @@ app.kubernetes.io/part-of: cryo
 {{- end -}}
 
 {{/* The Secret with the token of cryod's HTTP checkpoint API (metrics.apiToken). */}}
+{{- define "cryo.peerTlsSecret" -}}
+{{- .Values.jobs.tls.existingSecret | default (printf "%s-peer-tls" (include "cryo.fullname" .)) -}}
+{{- end -}}
+
 {{- define "cryo.peerTokenSecret" -}}
 {{- .Values.jobs.token.existingSecret | default (printf "%s-peer" (include "cryo.fullname" .)) -}}
 {{- end -}}

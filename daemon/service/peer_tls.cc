@@ -1,0 +1,69 @@
+#include "daemon/service/peer_tls.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "lib/base/fs.h"
+#include "lib/base/status.h"
+
+namespace cryo::service {
+namespace {
+
+constexpr uint64_t kMaxPemBytes = 64 << 10;
+
+absl::StatusOr<std::string> ReadPem(const std::string& dir, const char* name) {
+  const std::string path = fs::Join(dir, name);
+  // Non-blocking and regular only, links followed (a Secret's files are links), as the token.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening the peer TLS file ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("the peer TLS file ", path, " is not a regular file"));
+  }
+  auto text = fs::ReadOpenFile(fd, path, kMaxPemBytes);
+  if (!text.ok()) return Annotate(text.status(), "the peer TLS file");
+  if (!absl::StrContains(*text, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat("the peer TLS file ", path, " holds no PEM"));
+  }
+  return text;
+}
+
+}  // namespace
+
+absl::StatusOr<PeerTls> ReadPeerTls(const std::string& dir) {
+  PeerTls t;
+  CRYO_ASSIGN_OR_RETURN(t.ca, ReadPem(dir, "ca.crt"));
+  CRYO_ASSIGN_OR_RETURN(t.cert, ReadPem(dir, "tls.crt"));
+  CRYO_ASSIGN_OR_RETURN(t.key, ReadPem(dir, "tls.key"));
+  return t;
+}
+
+std::shared_ptr<grpc::ServerCredentials> PeerServerCredentials(const PeerTls* tls) {
+  if (tls == nullptr) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions o(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  o.pem_root_certs = tls->ca;
+  o.pem_key_cert_pairs.push_back({tls->key, tls->cert});
+  return grpc::SslServerCredentials(o);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> PeerChannelCredentials(const PeerTls* tls) {
+  if (tls == nullptr) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = tls->ca;
+  o.pem_private_key = tls->key;
+  o.pem_cert_chain = tls->cert;
+  return grpc::SslCredentials(o);
+}
+
+void SetPeerTlsTarget(const PeerTls* tls, grpc::ChannelArguments* args) {
+  if (tls != nullptr) args->SetSslTargetNameOverride(kPeerTlsName);
+}
+
+}  // namespace cryo::service
