@@ -15,7 +15,8 @@
 namespace cryo::criu {
 
 // FAILED_PRECONDITION when a process of `pids` holds an io_uring instance (an open descriptor or
-// a mapping of its rings). Processes that ended meanwhile are passed over.
+// a mapping of its rings) or an RDMA device (/dev/infiniband/*: verbs, the connection manager;
+// open or mapped). Processes that ended meanwhile are passed over.
 absl::Status CheckDumpable(const proc::ProcReader& proc, const std::vector<pid_t>& pids);
 
 }  // namespace cryo::criu

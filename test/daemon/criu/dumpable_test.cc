@@ -50,5 +50,33 @@ TEST(CheckDumpable, AnIoUringDescriptorOrMappingIsRefusedNamingTheProcess) {
   EXPECT_TRUE(CheckDumpable(plain.reader(), {4243}).ok()) << "a process that ended holds nothing";
 }
 
+// NCCL over InfiniBand or RoCE (issue 37): the verbs device open, or only its doorbell pages
+// mapped, is refused before anything stops, naming how to run NCCL over sockets instead.
+TEST(CheckDumpable, AnRdmaDeviceOpenOrMappedIsRefusedNamingTheSocketTransport) {
+  FakeProc open({"/dev/null", "/dev/infiniband/uverbs0", "socket:[9]"});
+  absl::Status st = CheckDumpable(open.reader(), {4242});
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("pid 4242 (python3 -m torch.distributed.run) holds the RDMA device "
+                              "/dev/infiniband/uverbs0"),
+            std::string::npos)
+      << st;
+  EXPECT_NE(st.message().find("NCCL_IB_DISABLE=1"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("NCCL_NET=Socket"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("Nothing was stopped"), std::string::npos) << st;
+
+  FakeProc cm({"/dev/infiniband/rdma_cm"});
+  EXPECT_EQ(CheckDumpable(cm.reader(), {4242}).code(), absl::StatusCode::kFailedPrecondition);
+
+  FakeProc mapped({"/dev/null"},
+                  "7f95beab8000-7f95beab9000 rw-s 00000000 00:06 812    /dev/infiniband/uverbs1\n");
+  st = CheckDumpable(mapped.reader(), {4242});
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_NE(st.message().find("/dev/infiniband/uverbs1"), std::string::npos) << st;
+
+  // NCCL's socket transport holds sockets only.
+  FakeProc sockets({"socket:[11]", "socket:[12]", "/dev/nvidiactl"});
+  EXPECT_TRUE(CheckDumpable(sockets.reader(), {4242}).ok());
+}
+
 }  // namespace
 }  // namespace cryo::criu
