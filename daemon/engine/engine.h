@@ -298,6 +298,8 @@ class Engine {
   // A job member's part waits until the replacements of every member of its job checkpoint are
   // ready to resume it, so that they resume one cut together (job_checkpoint.cc).
   absl::Status GatherJobMembers(RestoreState& s);
+  void UndoJobGather(const journal::Entry& e, RestoreLive* live);
+  void MarkJobArrivalFailed(RestoreLive& live);
   absl::Status HoldJobConnections(RestoreState& s);
   absl::Status ReleaseJobConnections(RestoreState& s);
   absl::Status WaitPidsFree(RestoreState& s);

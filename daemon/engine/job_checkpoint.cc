@@ -16,6 +16,7 @@
 #include <thread>
 #include <tuple>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -560,7 +561,8 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
   const std::string what =
       absl::StrCat("job checkpoint '", jc.id, "' of ", jc.namespace_, "/", jc.job);
   const absl::Time t0 = absl::Now();
-  store::JobArrival mine{part.member, jc.id, cfg_.node_name, t0, {}, false};
+  store::JobArrival mine{part.member, jc.id, cfg_.node_name,
+                         t0,          {},    store::JobArrival::State::kArrived};
   const pid_t init = s.ctr ? s.ctr->init_pid : 0;
   if (init > 0 && OwnNetns(*d_.proc, init)) {
     auto ips = criu::PodAddresses(init);
@@ -569,7 +571,11 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
   }
   CRYO_RETURN_IF_ERROR(Annotate(d_.store->MarkJobArrival(jc.namespace_, jc.job, mine),
                                 absl::StrCat(what, ": member ", part.member, "'s arrival")));
-  s.job_arrival = mine;
+  s.live.job_arrival = mine;
+  s.live.job_namespace = jc.namespace_;
+  s.live.job_name = jc.job;
+  // A wait that ends without the others says so: they do not count on this one any more.
+  auto gave_up = absl::MakeCleanup([&] { MarkJobArrivalFailed(s.live); });
   const absl::Time end = std::min(s.req.deadline, t0 + cfg_.job_gather_timeout);
   absl::Time next_report = t0;
   for (;;) {
@@ -580,7 +586,10 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
       // One from a resume long over (twice the wait: the nodes' clocks differ a little).
       if (a.at < now - 2 * cfg_.job_gather_timeout) continue;
       if (a.job_checkpoint == jc.id) {
-        if (a.member != part.member) here[a.member] = a.pod_ips;
+        // One that failed is not coming (its next try writes a new arrival).
+        if (a.member != part.member && a.state != store::JobArrival::State::kFailed) {
+          here[a.member] = a.pod_ips;
+        }
         continue;
       }
       // Another member's replacement resumes another job checkpoint: the one that chose the
@@ -614,6 +623,7 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
       }
       s.job_addresses = JobAddressMap(before, here);
       s.job_members = jc.members.size();
+      std::move(gave_up).Cancel();
       return absl::OkStatus();
     }
     const std::string waiting = absl::StrCat(
@@ -673,25 +683,32 @@ absl::Status Engine::HoldJobConnections(RestoreState& s) {
 
 absl::Status Engine::ReleaseJobConnections(RestoreState& s) {
   const store::JobPart& part = *s.m.job;
-  store::JobArrival done = s.job_arrival;
-  done.restored = true;
-  done.at = absl::Now();
+  store::JobArrival done = *s.live.job_arrival;
+  done.state = store::JobArrival::State::kRestored;
   CRYO_RETURN_IF_ERROR(d_.store->MarkJobArrival(part.namespace_, part.job, done));
   const absl::Time t0 = absl::Now();
   const absl::Time end = std::min(s.req.deadline, t0 + cfg_.job_gather_timeout);
   for (;;) {
     CRYO_ASSIGN_OR_RETURN(auto arrivals, d_.store->JobArrivals(part.namespace_, part.job));
-    std::set<std::string> restored = {part.member};
+    // Every member arrived (job_gather): one whose arrival is gone was restored and saw all the
+    // others restored.
+    std::vector<std::string> pending;
     for (const auto& a : arrivals) {
-      if (a.job_checkpoint == part.job_checkpoint && a.restored) restored.insert(a.member);
+      if (a.member == part.member || a.job_checkpoint != part.job_checkpoint) continue;
+      if (a.state == store::JobArrival::State::kFailed) {
+        return absl::AbortedError(absl::StrCat(
+            "job ", part.namespace_, "/", part.job, ": member ", a.member, "'s restore on node ",
+            a.node, " failed; member ", part.member, " is not resumed without it"));
+      }
+      if (a.state != store::JobArrival::State::kRestored) pending.push_back(a.member);
     }
-    if (restored.size() >= s.job_members) break;
+    if (pending.empty()) break;
     if (absl::Now() >= end) {
       return absl::DeadlineExceededError(
-          absl::StrCat("job ", part.namespace_, "/", part.job, ": ", restored.size(), " of ",
-                       s.job_members, " members restored after ",
+          absl::StrCat("job ", part.namespace_, "/", part.job, ": member(s) ",
+                       absl::StrJoin(pending, ", "), " not restored after ",
                        absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Seconds(1))),
-                       "; member ", part.member, " is not resumed without the others"));
+                       "; member ", part.member, " is not resumed without them"));
     }
     if (s.op->cancelled()) return absl::CancelledError("waiting for the job's other members");
     absl::SleepFor(absl::Milliseconds(50));
@@ -699,7 +716,29 @@ absl::Status Engine::ReleaseJobConnections(RestoreState& s) {
   CRYO_LOG(Info) << "member " << part.member << ": every member restored after "
                  << absl::FormatDuration(absl::Trunc(absl::Now() - t0, absl::Milliseconds(1)))
                  << "; its connections go on";
-  return s.job_lock ? s.job_lock->Release() : absl::OkStatus();
+  if (s.job_lock) CRYO_RETURN_IF_ERROR(s.job_lock->Release());
+  // Done with: a later resume of this job checkpoint must not take it for a replacement.
+  if (absl::Status st = d_.store->RemoveJobArrival(part.namespace_, part.job, part.member);
+      !st.ok()) {
+    CRYO_LOG(Warning) << "member " << part.member << "'s arrival stays (collected later): " << st;
+  }
+  s.live.job_arrival.reset();
+  return absl::OkStatus();
+}
+
+void Engine::MarkJobArrivalFailed(RestoreLive& live) {
+  if (!live.job_arrival) return;
+  store::JobArrival a = *live.job_arrival;
+  a.state = store::JobArrival::State::kFailed;
+  if (absl::Status st = d_.store->MarkJobArrival(live.job_namespace, live.job_name, a); !st.ok()) {
+    CRYO_LOG(Warning) << "member " << a.member << "'s failed arrival not recorded: " << st;
+  }
+  live.job_arrival.reset();
+}
+
+void Engine::UndoJobGather(const journal::Entry&, RestoreLive* live) {
+  // After a restart nothing is known of it: the arrival ages out.
+  if (live != nullptr) MarkJobArrivalFailed(*live);
 }
 
 absl::StatusOr<JobRestoreResult> Engine::RestoreJob(const JobRestoreRequest& req, Operation& op) {

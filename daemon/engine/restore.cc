@@ -55,7 +55,8 @@ Transaction<RestoreState> Engine::RestoreSteps() {
       step("credentials", Stage::kUnspecified, run(&Engine::CheckRestoreCredentials)),
       // A job member's replacement waits for the others' (a node's RestoreJob restores them
       // all itself).
-      step("job_gather", Stage::kUnspecified, run(&Engine::GatherJobMembers), nullptr, job_member),
+      step("job_gather", Stage::kUnspecified, run(&Engine::GatherJobMembers),
+           undo(&Engine::UndoJobGather), job_member),
       step("wait_pids", Stage::kWaitPids, run(&Engine::WaitPidsFree)),
       // The job's TCP listeners must bind where CRIU restores them (criu/listen_ports.h).
       step("ports", Stage::kUnspecified, run(&Engine::FreeListenPorts)),

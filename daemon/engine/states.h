@@ -87,6 +87,9 @@ struct RestoreLive {
   std::vector<int> criu_pids;
   pid_t ns_init = 0;
   uint64_t criu_started = 0;  // clock ticks since boot when CRIU was started
+  // A job member's arrival in the store (job_gather): marked failed when the restore fails.
+  std::optional<store::JobArrival> job_arrival;
+  std::string job_namespace, job_name;
 };
 
 struct CheckpointState {
@@ -182,7 +185,6 @@ struct RestoreState {
   std::string op_dir;
 
   // job_gather, job_hold: a job member's replacement (issue 37)
-  store::JobArrival job_arrival;
   size_t job_members = 0;
   criu::AddressMap job_addresses;                  // the members' old addresses to their new
   std::string images_dir;                          // the images rewritten for them; empty: s.dir's

@@ -141,7 +141,8 @@ std::string JobArrivalToJson(const JobArrival& a) {
                       {"node", a.node},
                       {"at", absl::FormatTime(absl::RFC3339_full, a.at, absl::UTCTimeZone())}};
   if (!a.pod_ips.empty()) j["pod_ips"] = a.pod_ips;
-  if (a.restored) j["restored"] = true;
+  if (a.state == JobArrival::State::kRestored) j["state"] = "restored";
+  if (a.state == JobArrival::State::kFailed) j["state"] = "failed";
   return j.dump();
 }
 
@@ -169,7 +170,14 @@ absl::StatusOr<JobArrival> ParseJobArrival(absl::string_view text) {
       a.pod_ips.push_back(ip.get<std::string>());
     }
   }
-  a.restored = j.contains("restored") && j["restored"].is_boolean() && j["restored"].get<bool>();
+  const std::string state = str("state");
+  if (state == "restored") {
+    a.state = JobArrival::State::kRestored;
+  } else if (state == "failed") {
+    a.state = JobArrival::State::kFailed;
+  } else if (!state.empty() && state != "arrived") {
+    return absl::InvalidArgumentError(absl::StrCat("job arrival: unknown state '", state, "'"));
+  }
   return a;
 }
 

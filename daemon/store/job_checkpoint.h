@@ -65,8 +65,11 @@ struct JobArrival {
   absl::Time at;  // the arriving node's clock
   // The replacement pod's own addresses (what the members' connections are rewritten to).
   std::vector<std::string> pod_ips;
-  // Written again once the member is restored: the members hold their connections until all are.
-  bool restored = false;
+  // Written again once the member is restored (the members hold their connections until all
+  // are) or has failed (the others do not wait for it); removed once every member is restored,
+  // so that a later resume of the same job checkpoint meets only its own replacements.
+  enum class State { kArrived, kRestored, kFailed };
+  State state = State::kArrived;
 };
 std::string JobArrivalToJson(const JobArrival& a);
 // INVALID_ARGUMENT for anything malformed. Never throws.

@@ -610,6 +610,21 @@ class LocalStore final : public CheckpointStore {
     return absl::OkStatus();
   }
 
+  absl::Status RemoveJobArrival(const std::string& ns, const std::string& job,
+                                const std::string& member) override {
+    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job));
+    if (!contract::IsKubernetesName(member)) {
+      return absl::InvalidArgumentError("a job arrival's member is not a Kubernetes name");
+    }
+    CRYO_RETURN_IF_ERROR(Ready());
+    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
+    const std::string name = JobArrivalFileName(ns, job, member);
+    if (::unlinkat(dir.get(), name.c_str(), 0) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, fs::Join(jobs(), name));
+    }
+    return absl::OkStatus();
+  }
+
   absl::StatusOr<std::vector<JobArrival>> JobArrivals(const std::string& ns,
                                                       const std::string& job) override {
     CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job));

@@ -103,6 +103,11 @@ class CheckpointStore {
                                                               const std::string& job) {
     return absl::UnimplementedError("this store keeps no job arrivals");
   }
+  // Removes a member's arrival; OK when there is none.
+  virtual absl::Status RemoveJobArrival(const std::string& ns, const std::string& job,
+                                        const std::string& member) {
+    return absl::UnimplementedError("this store keeps no job arrivals");
+  }
 };
 
 // The committed job checkpoint that `part` belongs to, with `part` in it as committed: its

@@ -1168,16 +1168,44 @@ TEST_F(EngineTest, AJobMembersPartWaitsForTheOthersAndAnOlderCutGivesWay) {
   ASSERT_TRUE(arrived.ok() && arrived->size() == 1u);
   EXPECT_EQ((*arrived)[0].member, "left");
   EXPECT_EQ((*arrived)[0].job_checkpoint, "j1");
+  EXPECT_EQ((*arrived)[0].state, store::JobArrival::State::kFailed)
+      << "a member that gave up says so: the others do not count on it";
+
+  // Right's replacement failed its restore: it is not coming, left waits on for another.
+  using State = store::JobArrival::State;
+  ASSERT_TRUE(
+      store_
+          ->MarkJobArrival("ml", "sum", {"right", "j1", "node-b", absl::Now(), {}, State::kFailed})
+          .ok());
+  res = engine_->Restore(r, op_);
+  EXPECT_EQ(res.status().code(), absl::StatusCode::kDeadlineExceeded) << res.status();
+  EXPECT_EQ(criu_.restores, 0);
+
+  // Right's replacement arrived and was restored: left resumes, and once every member is back
+  // its arrival goes, so that a later resume of j1 meets only its own replacements.
+  ASSERT_TRUE(store_
+                  ->MarkJobArrival("ml", "sum",
+                                   {"right", "j1", "node-b", absl::Now(), {}, State::kRestored})
+                  .ok());
+  res = engine_->Restore(r, op_);
+  ASSERT_TRUE(res.ok()) << res.status();
+  EXPECT_EQ(criu_.restores, 1);
+  arrived = store_->JobArrivals("ml", "sum");
+  ASSERT_TRUE(arrived.ok());
+  ASSERT_EQ(arrived->size(), 1u);
+  EXPECT_EQ((*arrived)[0].member, "right") << "left's arrival was removed";
 
   // Member right's replacement resumes a newer job checkpoint: left's, of the older, gives way.
   ASSERT_TRUE(
-      store_->MarkJobArrival("ml", "sum", {"right", "j2", "node-b", absl::Now(), {}, false}).ok());
+      store_
+          ->MarkJobArrival("ml", "sum", {"right", "j2", "node-b", absl::Now(), {}, State::kArrived})
+          .ok());
   commit("j2", "2026-11-29T06:00:00Z", {part("c3", "right", "j2")});
   res = engine_->Restore(r, op_);
   EXPECT_EQ(res.status().code(), absl::StatusCode::kFailedPrecondition) << res.status();
   EXPECT_NE(res.status().message().find("resumes the newer job checkpoint 'j2'"), std::string::npos)
       << res.status();
-  EXPECT_EQ(criu_.restores, 0);
+  EXPECT_EQ(criu_.restores, 1);
 }
 
 // Each step of a checkpoint failing in turn, before it ran and after it ran, for a preemption

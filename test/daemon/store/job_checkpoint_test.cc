@@ -192,11 +192,20 @@ TEST_F(JobCheckpointTest, ArrivalsAreOnePerMemberAndNoRecordAndAreCollected) {
   Manifest a = Part("a1", "left", "j1"), b = Part("b1", "right", "j1");
   ASSERT_TRUE(store_->CommitJobCheckpoint(Record("j1", {a, b})).ok());
   const absl::Time t = absl::FromUnixSeconds(1'800'000'000);
-  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum", {"left", "j0", "node-b", t, {}, false}).ok());
+  ASSERT_TRUE(store_
+                  ->MarkJobArrival("ml", "sum",
+                                   {"left", "j0", "node-b", t, {}, JobArrival::State::kArrived})
+                  .ok());
   ASSERT_TRUE(
-      store_->MarkJobArrival("ml", "sum", {"left", "j1", "node-a", t + absl::Seconds(1), {}, false})
+      store_
+          ->MarkJobArrival(
+              "ml", "sum",
+              {"left", "j1", "node-a", t + absl::Seconds(1), {}, JobArrival::State::kArrived})
           .ok());
-  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum2", {"right", "j1", "node-a", t, {}, false}).ok());
+  ASSERT_TRUE(store_
+                  ->MarkJobArrival("ml", "sum2",
+                                   {"right", "j1", "node-a", t, {}, JobArrival::State::kArrived})
+                  .ok());
   auto got = store_->JobArrivals("ml", "sum");
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->size(), 1u) << "one per member: the later arrival replaced the first";
@@ -205,9 +214,15 @@ TEST_F(JobCheckpointTest, ArrivalsAreOnePerMemberAndNoRecordAndAreCollected) {
   EXPECT_EQ((*got)[0].node, "node-a");
   EXPECT_EQ((*got)[0].at, t + absl::Seconds(1));
   EXPECT_EQ(store_->ListJobCheckpoints("ml", "sum")->size(), 1u) << "an arrival is no record";
-  EXPECT_EQ(store_->MarkJobArrival("ml", "sum", {"../x", "j1", "node-a", t, {}, false}).code(),
+  EXPECT_EQ(store_
+                ->MarkJobArrival("ml", "sum",
+                                 {"../x", "j1", "node-a", t, {}, JobArrival::State::kArrived})
+                .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store_->MarkJobArrival("ml", "sum", {"left", "../j1", "node-a", t, {}, false}).code(),
+  EXPECT_EQ(store_
+                ->MarkJobArrival("ml", "sum",
+                                 {"left", "../j1", "node-a", t, {}, JobArrival::State::kArrived})
+                .code(),
             absl::StatusCode::kInvalidArgument);
   // A planted file that is no arrival is skipped.
   ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/jobs/ml+sum@arrival@right", "{}").ok());
@@ -218,19 +233,32 @@ TEST_F(JobCheckpointTest, ArrivalsAreOnePerMemberAndNoRecordAndAreCollected) {
 }
 
 // A replacement's arrival carries its pod's addresses (the members' connections are rewritten
-// to them) and, written again, that it was restored (the members hold their connections until
-// all are); a part carries its pod's addresses at the cut. Anything not an address is refused.
+// to them) and, written again, whether it was restored or failed; once done it is removed. A
+// part carries its pod's addresses at the cut. Anything not an address, or not a state, is
+// refused.
 TEST_F(JobCheckpointTest, ArrivalsAndPartsCarryThePodsAddresses) {
   const absl::Time t = absl::FromUnixSeconds(1'800'000'000);
-  JobArrival a{"left", "j1", "node-b", t, {"10.88.2.3", "fd00::3"}, true};
+  JobArrival a{"left", "j1", "node-b", t, {"10.88.2.3", "fd00::3"}, JobArrival::State::kRestored};
   auto back = ParseJobArrival(JobArrivalToJson(a));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->pod_ips, a.pod_ips);
-  EXPECT_TRUE(back->restored);
-  a.restored = false;
-  back = ParseJobArrival(JobArrivalToJson(a));
-  ASSERT_TRUE(back.ok());
-  EXPECT_FALSE(back->restored);
+  EXPECT_EQ(back->state, JobArrival::State::kRestored);
+  for (auto state : {JobArrival::State::kArrived, JobArrival::State::kFailed}) {
+    a.state = state;
+    back = ParseJobArrival(JobArrivalToJson(a));
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->state, state);
+  }
+  nlohmann::json odd = nlohmann::json::parse(JobArrivalToJson(a));
+  odd["state"] = "resumed-twice";
+  EXPECT_FALSE(ParseJobArrival(odd.dump()).ok());
+  ASSERT_TRUE(store_->MarkJobArrival("ml", "sum", a).ok());
+  ASSERT_EQ(store_->JobArrivals("ml", "sum")->size(), 1u);
+  ASSERT_TRUE(store_->RemoveJobArrival("ml", "sum", "left").ok());
+  EXPECT_TRUE(store_->JobArrivals("ml", "sum")->empty());
+  EXPECT_TRUE(store_->RemoveJobArrival("ml", "sum", "left").ok()) << "none is fine";
+  EXPECT_EQ(store_->RemoveJobArrival("ml", "sum", "../x").code(),
+            absl::StatusCode::kInvalidArgument);
   for (const char* bad : {R"(["10.88.2.3; drop"])", R"("10.88.2.3")", R"([7])"}) {
     nlohmann::json j = nlohmann::json::parse(JobArrivalToJson(a));
     j["pod_ips"] = nlohmann::json::parse(bad);
