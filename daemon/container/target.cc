@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "lib/contract/cryo_init_protocol.h"
 
 namespace cryo::container {
@@ -20,7 +21,8 @@ bool IsCryoInit(const proc::ProcReader& proc, pid_t pid) {
 
 absl::StatusOr<ContainerTarget> ResolveContainer(runtime::ContainerRuntime& rt,
                                                  const proc::ProcReader& proc,
-                                                 const std::string& id, ContainerUse use) {
+                                                 const std::string& id, ContainerUse use,
+                                                 absl::Duration exec_wait) {
   ContainerTarget t;
   absl::StatusOr<runtime::ContainerInfo> info = rt.Inspect(id);
   if (!info.ok()) return info.status();
@@ -40,6 +42,15 @@ absl::StatusOr<ContainerTarget> ResolveContainer(runtime::ContainerRuntime& rt,
         absl::StrCat("the runtime at ", rt.endpoint(), " reports no live init process for ", what));
   }
   t.init_pid = t.info.pid;
+  // runc's `start` returns once its init was told to go, before that execs the command: a
+  // restore asked for at once can find PID 1 still runc's init (seen on CI's loaded 2 cores:
+  // its exe runc's bind-mounted copy, which reads '/').
+  if (use == ContainerUse::kRestore) {
+    const absl::Time until = absl::Now() + exec_wait;
+    while (!IsCryoInit(proc, t.init_pid) && proc.Alive(t.init_pid) && absl::Now() < until) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
   if (!IsCryoInit(proc, t.init_pid)) {
     return absl::FailedPreconditionError(absl::StrCat(
         what, " does not run under cryo-init (PID 1 is '", proc.Link(t.init_pid, "exe"),

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "daemon/container/runtime.h"
 #include "lib/base/proc.h"
 
@@ -30,11 +31,14 @@ struct ContainerTarget {
 enum class ContainerUse { kCheckpoint, kRestore };
 
 // kCheckpoint: the container runs, PID 1 is cryo-init, it has exactly one child (the job).
-// kRestore: it runs, PID 1 is cryo-init waiting in restore mode, and it has no child yet.
+// kRestore: it runs, PID 1 is cryo-init waiting in restore mode, and it has no child yet; a
+// PID 1 that is not cryo-init yet is given up to `exec_wait` to become it (a container just
+// started: the runtime's init execs the container's command only after the start returned).
 // Errors name the container and say what to do.
 absl::StatusOr<ContainerTarget> ResolveContainer(runtime::ContainerRuntime& rt,
                                                  const proc::ProcReader& proc,
-                                                 const std::string& id, ContainerUse use);
+                                                 const std::string& id, ContainerUse use,
+                                                 absl::Duration exec_wait = absl::Seconds(5));
 
 // Pids (processes and threads, as numbered inside) in use in the pid namespace of init_pid.
 std::set<pid_t> NsPidsInUse(const proc::ProcReader& proc, pid_t init_pid);

@@ -3,6 +3,9 @@
 
 #include "daemon/container/target.h"
 
+#include <thread>
+
+#include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
 #include "gtest/gtest.h"
 #include "test/daemon/container/fake_container.h"
@@ -125,6 +128,42 @@ TEST_F(TargetTest, ARestoreTargetWaitsWithNoJob) {
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->restore_from, "train-1");
   EXPECT_EQ(t->job_pid, 0);
+}
+
+// Found on CI: the restore asked for right after the start found PID 1 still runc's init (its
+// exe '/', not yet exec'd into cryo-init). It is given a moment to become cryo-init; one that
+// never does is refused.
+TEST_F(TargetTest, ARestoreTargetJustStartedIsGivenTimeToBecomeCryoInit) {
+  proc_fake_.Remove(job_);
+  FakeProc::Process init;
+  init.pid = init_;
+  init.exe = "/";
+  init.comm = "runc:[2:INIT]";
+  init.cmdline = {"runc", "init"};
+  proc_fake_.Remove(init_);
+  proc_fake_.Add(init);
+  std::thread exec([&] {
+    absl::SleepFor(absl::Milliseconds(150));
+    FakeProc::Process now = init;
+    now.exe = CRYO_INIT_CONTAINER_PATH;
+    now.comm = "init";
+    now.cmdline = {CRYO_INIT_CONTAINER_PATH, "sh"};
+    now.env = {CRYO_INIT_RESTORE_ENV "=train-1"};
+    proc_fake_.Remove(init_);
+    proc_fake_.Add(now);
+  });
+  auto t = ResolveContainer(rt_, proc_, "c0ffee0000000000", ContainerUse::kRestore);
+  exec.join();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->restore_from, "train-1");
+
+  proc_fake_.Remove(init_);
+  proc_fake_.Add(init);
+  t = ResolveContainer(rt_, proc_, "c0ffee0000000000", ContainerUse::kRestore,
+                       absl::Milliseconds(100));
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kFailedPrecondition) << t.status();
+  EXPECT_NE(t.status().message().find("does not run under cryo-init"), std::string::npos)
+      << t.status();
 }
 
 TEST_F(TargetTest, OptedInContainersCarryTheirKeyIdentityAndReason) {
