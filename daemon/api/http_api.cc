@@ -1,9 +1,5 @@
 #include "daemon/api/http_api.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -99,16 +95,7 @@ absl::Status Admit(const ApiAccess& access, absl::string_view given, bool header
 }  // namespace
 
 absl::StatusOr<std::string> ReadApiToken(const std::string& path, const std::string& what) {
-  // Non-blocking and regular only: a FIFO planted there must not hang cryod's start. (Links
-  // are followed: a Kubernetes Secret's files are links into its data directory.)
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening ", what, " ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, " is not a regular file"));
-  }
-  CRYO_ASSIGN_OR_RETURN(std::string text, fs::ReadOpenFile(fd, path, 4096));
+  CRYO_ASSIGN_OR_RETURN(std::string text, fs::ReadRegularFile(path, what, 4096));
   std::string line = text.substr(0, text.find('\n'));
   absl::string_view t = absl::StripAsciiWhitespace(line);
   if (t.size() < 16) {

@@ -1,11 +1,5 @@
 #include "daemon/service/peer_tls.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/fs.h"
@@ -18,17 +12,8 @@ constexpr uint64_t kMaxPemBytes = 64 << 10;
 
 absl::StatusOr<std::string> ReadPem(const std::string& dir, const char* name) {
   const std::string path = fs::Join(dir, name);
-  // Non-blocking and regular only, links followed (a Secret's files are links), as the token.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening the peer TLS file ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("the peer TLS file ", path, " is not a regular file"));
-  }
-  auto text = fs::ReadOpenFile(fd, path, kMaxPemBytes);
-  if (!text.ok()) return Annotate(text.status(), "the peer TLS file");
+  auto text = fs::ReadRegularFile(path, "the peer TLS file", kMaxPemBytes);
+  if (!text.ok()) return text.status();
   if (!absl::StrContains(*text, "-----BEGIN ")) {
     return absl::InvalidArgumentError(absl::StrCat("the peer TLS file ", path, " holds no PEM"));
   }

@@ -335,6 +335,18 @@ absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const st
   return ReadOpenFile(fd, Join(root, rel), max_bytes);
 }
 
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const std::string& what,
+                                            uint64_t max_bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening ", what, " ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, " is not a regular file"));
+  }
+  return ReadOpenFile(fd, path, max_bytes);
+}
+
 constexpr size_t kReadChunk = 64 << 10;
 
 absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uint64_t max_bytes) {

@@ -61,6 +61,12 @@ absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const st
 // Reads the regular file open at `fd` (which it closes), refusing more than `max_bytes`
 // (checked on its size before reading, and again while reading). `display` names it in errors.
 absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uint64_t max_bytes);
+// A small file handed to cryod (a token, a certificate: a Secret's file), `what` naming it in
+// errors: links followed (a Secret's files are links into its data directory), opened
+// non-blocking and only if a regular file, so a planted FIFO cannot hang the reader
+// (FAILED_PRECONDITION), at most `max_bytes`.
+absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const std::string& what,
+                                            uint64_t max_bytes);
 
 // Opens the directory `rel` below `root` ("" for root itself) as OpenRegularBeneath opens files:
 // no symbolic link followed, nothing outside root. FAILED_PRECONDITION for a link or something
