@@ -13,45 +13,49 @@ namespace {
 
 constexpr absl::string_view kIoUring = "anon_inode:[io_uring]";
 
-bool HoldsIoUring(const proc::ProcReader& proc, pid_t pid) {
-  for (const std::string& t : proc.FdTargets(pid)) {
-    if (t == kIoUring) return true;
-  }
-  // The rings stay mapped after their descriptor is closed.
-  auto maps = fs::ReadFile(proc.PidPath(pid, "maps"));
-  return maps.ok() && absl::StrContains(*maps, kIoUring);
-}
+constexpr char kRdmaDevices[] = "/dev/infiniband/";
 
-constexpr absl::string_view kRdmaDevices = "/dev/infiniband/";
+// What a process holds, open or mapped, of what CRIU cannot dump: an io_uring instance (the
+// rings stay mapped after their descriptor is closed) and an RDMA device (verbs, the connection
+// manager; a verbs context maps its device's doorbell pages). Its descriptors and maps are read
+// once.
+struct Undumpable {
+  bool io_uring = false;
+  std::string rdma;  // the device; empty: none
+};
 
-// The RDMA device (verbs, the connection manager) a process holds open or mapped; empty: none.
-std::string RdmaDeviceOf(const proc::ProcReader& proc, pid_t pid) {
+Undumpable UndumpableOf(const proc::ProcReader& proc, pid_t pid) {
+  Undumpable u;
   for (const std::string& t : proc.FdTargets(pid)) {
-    if (absl::StartsWith(t, kRdmaDevices)) return t;
+    if (t == kIoUring) u.io_uring = true;
+    if (u.rdma.empty() && absl::StartsWith(t, kRdmaDevices)) u.rdma = t;
   }
-  // A verbs context maps its device's doorbell pages.
+  if (u.io_uring && !u.rdma.empty()) return u;
   auto maps = fs::ReadFile(proc.PidPath(pid, "maps"));
-  if (!maps.ok()) return "";
-  const size_t at = maps->find(std::string(kRdmaDevices));
-  if (at == std::string::npos) return "";
-  const size_t end = maps->find('\n', at);
-  return maps->substr(at, end == std::string::npos ? std::string::npos : end - at);
+  if (!maps.ok()) return u;
+  u.io_uring = u.io_uring || absl::StrContains(*maps, kIoUring);
+  if (const size_t at = maps->find(kRdmaDevices); u.rdma.empty() && at != std::string::npos) {
+    const size_t end = maps->find('\n', at);
+    u.rdma = maps->substr(at, end == std::string::npos ? std::string::npos : end - at);
+  }
+  return u;
 }
 
 }  // namespace
 
 absl::Status CheckDumpable(const proc::ProcReader& proc, const std::vector<pid_t>& pids) {
   for (pid_t pid : pids) {
-    if (const std::string dev = RdmaDeviceOf(proc, pid); !dev.empty()) {
+    const Undumpable u = UndumpableOf(proc, pid);
+    if (!u.rdma.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "pid ", pid, " (", absl::StrJoin(proc.Cmdline(pid), " ").substr(0, 120),
-          ") holds the RDMA device ", dev,
+          ") holds the RDMA device ", u.rdma,
           " (InfiniBand or RoCE verbs): its queues and registered memory live in the network "
           "card, which CRIU cannot checkpoint. Run the job's NCCL over sockets "
           "(NCCL_IB_DISABLE=1, or NCCL_NET=Socket; docs/gpu.md, Multi-GPU jobs). Nothing was "
           "stopped"));
     }
-    if (!HoldsIoUring(proc, pid)) continue;
+    if (!u.io_uring) continue;
     return absl::FailedPreconditionError(absl::StrCat(
         "pid ", pid, " (", absl::StrJoin(proc.Cmdline(pid), " ").substr(0, 120),
         ") holds an io_uring instance, which CRIU cannot checkpoint. libuv sets one up "
