@@ -289,8 +289,7 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   CRYO_ASSIGN_OR_RETURN(s.credentials, LiveCredentials(s.tree));
   // CRIU refuses a tree whose session or group leader is outside it unless told it is a shell
   // job (started from a terminal); that is what the user means, so say it for them.
-  const bool own_netns = s.ctr && !d_.proc->Link(s.ctr->init_pid, "ns/net").empty() &&
-                         d_.proc->Link(s.ctr->init_pid, "ns/net") != d_.proc->Link(1, "ns/net");
+  const bool own_netns = s.ctr && d_.proc->OwnNetns(s.ctr->init_pid);
   CRYO_RETURN_IF_ERROR(criu::Resolve(cfg_.criu_defaults, req.criu, own_netns, &s.job));
   s.job.shell_job = req.shell_job || !in_tree.count(s.root.sid) || !in_tree.count(s.root.pgid);
   s.je.tcp_established = s.job.tcp_established;

@@ -5,8 +5,6 @@
 // (store.h): nothing coordinates the job checkpoint that could lose it once committed, and a
 // crash of this cryod before the commit leaves parts that never restore and are collected.
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
@@ -546,12 +544,6 @@ criu::AddressMap JobAddressMap(const std::map<std::string, std::vector<std::stri
   return map;
 }
 
-// The network namespace of `pid` is its own, not the node's (cryod's).
-bool OwnNetns(const proc::ProcReader& proc, pid_t pid) {
-  const std::string theirs = proc.Link(pid, "ns/net");
-  return !theirs.empty() && theirs != proc.Link(::getpid(), "ns/net");
-}
-
 }  // namespace
 
 absl::Status Engine::GatherJobMembers(RestoreState& s) {
@@ -564,7 +556,7 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
   store::JobArrival mine{part.member, jc.id, cfg_.node_name,
                          t0,          {},    store::JobArrival::State::kArrived};
   const pid_t init = s.ctr ? s.ctr->init_pid : 0;
-  if (init > 0 && OwnNetns(*d_.proc, init)) {
+  if (init > 0 && d_.proc->OwnNetns(init)) {
     auto ips = criu::PodAddresses(init);
     if (!ips.ok()) return Annotate(ips.status(), absl::StrCat(what, ": the new pod's addresses"));
     mine.pod_ips = *std::move(ips);
@@ -622,7 +614,6 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
         if (other->job) before[m.member] = other->job->pod_ips;
       }
       s.job_addresses = JobAddressMap(before, here);
-      s.job_members = jc.members.size();
       std::move(gave_up).Cancel();
       return absl::OkStatus();
     }

@@ -185,7 +185,6 @@ struct RestoreState {
   std::string op_dir;
 
   // job_gather, job_hold: a job member's replacement (issue 37)
-  size_t job_members = 0;
   criu::AddressMap job_addresses;                  // the members' old addresses to their new
   std::string images_dir;                          // the images rewritten for them; empty: s.dir's
   std::unique_ptr<criu::ConnectionLock> job_lock;  // until every member is restored

@@ -71,6 +71,12 @@ class ProcReader {
   // unreadable.
   uint64_t UptimeTicks() const;
   const std::string& root() const { return root_; }
+  // Whether pid has a network namespace of its own (a pod's), not the node's (PID 1's); false
+  // when either is unreadable.
+  bool OwnNetns(pid_t pid) const {
+    const std::string theirs = Link(pid, "ns/net");
+    return !theirs.empty() && theirs != Link(1, "ns/net");
+  }
 
  private:
   std::string root_;
