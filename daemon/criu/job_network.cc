@@ -24,7 +24,6 @@ namespace cryo::criu {
 namespace {
 
 constexpr uint32_t kInetSk = 4;  // fd_types INETSK
-constexpr uint32_t kTcpEstablished = 1;
 constexpr uint64_t kMaxFilesImage = 64 << 20;
 constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
@@ -91,15 +90,6 @@ bool Rewrite(google::protobuf::RepeatedField<uint32_t>* words, const std::map<Ip
   return true;
 }
 
-std::array<uint8_t, 16> Bytes(const google::protobuf::RepeatedField<uint32_t>& words) {
-  std::array<uint8_t, 16> a{};
-  for (int i = 0; i < words.size() && i < 4; ++i) {
-    const uint32_t w = words.Get(i);
-    std::memcpy(a.data() + 4 * i, &w, 4);
-  }
-  return a;
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> PodAddresses(pid_t netns_pid) {
@@ -145,20 +135,18 @@ absl::Status ValidateAddressMap(const AddressMap& map) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Connection>> RewriteImageAddresses(const std::string& images_dir,
-                                                              const std::string& out_dir,
-                                                              const std::string& link_base,
-                                                              const AddressMap& map) {
+absl::StatusOr<bool> RewriteImageAddresses(const std::string& images_dir,
+                                           const std::string& out_dir, const std::string& link_base,
+                                           const AddressMap& map) {
   CRYO_RETURN_IF_ERROR(ValidateAddressMap(map));
   std::map<Ip, Ip> ips;
   for (const auto& [from, to] : map) {
     if (from != to) ips[*ParseIp(from)] = *ParseIp(to);
   }
   auto entries = ReadImageEntries(images_dir, "files.img", kFilesMagic, true, kMaxFilesImage);
-  if (absl::IsNotFound(entries.status()) || ips.empty()) return std::vector<Connection>{};
+  if (absl::IsNotFound(entries.status()) || ips.empty()) return false;
   CRYO_RETURN_IF_ERROR(entries.status());
   std::vector<::criu::file_entry> files(entries->size());
-  std::vector<Connection> conns;
   bool changed = false;
   for (size_t i = 0; i < entries->size(); ++i) {
     auto& fe = files[i];
@@ -171,18 +159,8 @@ absl::StatusOr<std::vector<Connection>> RewriteImageAddresses(const std::string&
     const bool src = Rewrite(sk->mutable_src_addr(), ips);
     const bool dst = Rewrite(sk->mutable_dst_addr(), ips);
     changed = changed || src || dst;
-    if ((src || dst) && sk->type() == SOCK_STREAM && sk->proto() == IPPROTO_TCP &&
-        sk->state() == kTcpEstablished) {
-      Connection c;
-      c.family = static_cast<int>(sk->family());
-      c.sport = static_cast<uint16_t>(sk->src_port());
-      c.dport = static_cast<uint16_t>(sk->dst_port());
-      c.src = Bytes(sk->src_addr());
-      c.dst = Bytes(sk->dst_addr());
-      conns.push_back(c);
-    }
   }
-  if (!changed) return std::vector<Connection>{};
+  if (!changed) return false;
   CRYO_ASSIGN_OR_RETURN(auto listing, ListImages(images_dir));
   for (const auto& e : listing) {
     if (e.name == "files.img") continue;
@@ -195,7 +173,7 @@ absl::StatusOr<std::vector<Connection>> RewriteImageAddresses(const std::string&
   for (const auto& fe : files) ptrs.push_back(&fe);
   CRYO_RETURN_IF_ERROR(fs::WriteFileAtomic(fs::Join(out_dir, "files.img"),
                                            FrameImage({kImgCommonMagic, kFilesMagic}, ptrs)));
-  return conns;
+  return true;
 }
 
 }  // namespace cryo::criu

@@ -29,11 +29,10 @@ absl::Status ValidateAddressMap(const AddressMap& map);
 // Writes into `out_dir` (existing, empty) the images of `images_dir` with every inet socket's
 // addresses that `map` names rewritten: files.img rewritten, every other image a symlink to
 // `link_base`/NAME (`link_base`: `images_dir` as the restoring CRIU reaches it from `out_dir`,
-// relative when CRIU runs under a container's root). Returns the established connections as they
-// will be restored; an empty list and nothing written when no socket names a mapped address.
-absl::StatusOr<std::vector<Connection>> RewriteImageAddresses(const std::string& images_dir,
-                                                              const std::string& out_dir,
-                                                              const std::string& link_base,
-                                                              const AddressMap& map);
+// relative when CRIU runs under a container's root). Whether it wrote them: nothing is written
+// when no socket names a mapped address.
+absl::StatusOr<bool> RewriteImageAddresses(const std::string& images_dir,
+                                           const std::string& out_dir, const std::string& link_base,
+                                           const AddressMap& map);
 
 }  // namespace cryo::criu

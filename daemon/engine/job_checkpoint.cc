@@ -640,7 +640,6 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
 
 absl::Status Engine::HoldJobConnections(RestoreState& s) {
   const std::string images = fs::Join(s.dir, store::kImagesDir);
-  std::vector<criu::Connection> conns;
   if (!s.job_addresses.empty()) {
     const std::string out = fs::Join(s.op_dir, "images");
     CRYO_RETURN_IF_ERROR(fs::MakeDirs(out, 0700));
@@ -649,19 +648,20 @@ absl::Status Engine::HoldJobConnections(RestoreState& s) {
     // (A descriptor of its own would not do: CRIU's restored tasks close what they inherit
     // before they read their images.)
     const std::string base = std::filesystem::path(images).lexically_relative(out).string();
-    CRYO_ASSIGN_OR_RETURN(conns, criu::RewriteImageAddresses(images, out, base, s.job_addresses));
-    if (!conns.empty()) {
+    CRYO_ASSIGN_OR_RETURN(bool rewritten,
+                          criu::RewriteImageAddresses(images, out, base, s.job_addresses));
+    if (rewritten) {
       s.images_dir = out;
       std::vector<std::string> pairs;
       for (const auto& [from, to] : s.job_addresses) pairs.push_back(absl::StrCat(from, "->", to));
-      CRYO_LOG(Info) << "member " << s.m.job->member << ": " << conns.size()
-                     << " connection(s) of the job move with its pods ("
-                     << absl::StrJoin(pairs, ", ") << ")";
+      CRYO_LOG(Info) << "member " << s.m.job->member
+                     << ": the job's connections move with its pods (" << absl::StrJoin(pairs, ", ")
+                     << ")";
     }
   }
-  if (conns.empty()) {
-    CRYO_ASSIGN_OR_RETURN(conns, criu::ReadImageConnections(images));
-  }
+  // Every connection as CRIU will restore it, rewritten or not.
+  CRYO_ASSIGN_OR_RETURN(auto conns,
+                        criu::ReadImageConnections(s.images_dir.empty() ? images : s.images_dir));
   if (conns.empty()) return absl::OkStatus();
   // Until every member is restored (job_release): a member restored first must not reach one
   // that is not yet, whose kernel would reset the connection.

@@ -94,10 +94,13 @@ TEST(JobNetworkTest, MembersAddressesAreRewrittenAtBothEndsAndTheRestIsLinked) {
   TempDir in, out;
   WriteImages(in.path);
   const AddressMap map = {{"10.88.1.2", "10.88.2.3"}, {"10.88.2.2", "10.88.1.3"}};
-  auto conns = RewriteImageAddresses(in.path, out.path, "../in/images", map);
-  ASSERT_TRUE(conns.ok()) << conns.status();
+  auto wrote = RewriteImageAddresses(in.path, out.path, "../in/images", map);
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  ASSERT_TRUE(*wrote);
   // The two connections of the moved member (both had its old address), as they will be
   // restored.
+  auto conns = ReadImageConnections(out.path);
+  ASSERT_TRUE(conns.ok()) << conns.status();
   ASSERT_EQ(conns->size(), 2u);
   const auto files = ReadFiles(out.path);
   ASSERT_EQ(files.size(), 4u);
@@ -125,14 +128,14 @@ TEST(JobNetworkTest, MembersAddressesAreRewrittenAtBothEndsAndTheRestIsLinked) {
 TEST(JobNetworkTest, NothingIsWrittenWhenNoSocketUsesAMovedAddress) {
   TempDir in, out;
   WriteImages(in.path);
-  auto conns = RewriteImageAddresses(in.path, out.path, in.path, {{"10.88.9.9", "10.88.9.10"}});
-  ASSERT_TRUE(conns.ok()) << conns.status();
-  EXPECT_TRUE(conns->empty());
+  auto wrote = RewriteImageAddresses(in.path, out.path, in.path, {{"10.88.9.9", "10.88.9.10"}});
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  EXPECT_FALSE(*wrote);
   EXPECT_TRUE(std::filesystem::is_empty(out.path));
   // Nor when the members kept their addresses (one host network).
-  conns = RewriteImageAddresses(in.path, out.path, in.path, {{"10.88.1.2", "10.88.1.2"}});
-  ASSERT_TRUE(conns.ok());
-  EXPECT_TRUE(conns->empty());
+  wrote = RewriteImageAddresses(in.path, out.path, in.path, {{"10.88.1.2", "10.88.1.2"}});
+  ASSERT_TRUE(wrote.ok());
+  EXPECT_FALSE(*wrote);
 }
 
 TEST(JobNetworkTest, AMapThatIsNotAddressesOfOneFamilyIsRefused) {
@@ -140,8 +143,8 @@ TEST(JobNetworkTest, AMapThatIsNotAddressesOfOneFamilyIsRefused) {
   WriteImages(in.path);
   for (const AddressMap& bad : {AddressMap{{"10.88.1.2", "fd00::2"}},
                                 AddressMap{{"10.88.1.2", "pod-b"}}, AddressMap{{"", "10.0.0.1"}}}) {
-    auto conns = RewriteImageAddresses(in.path, out.path, in.path, bad);
-    EXPECT_EQ(conns.status().code(), absl::StatusCode::kInvalidArgument) << conns.status();
+    auto wrote = RewriteImageAddresses(in.path, out.path, in.path, bad);
+    EXPECT_EQ(wrote.status().code(), absl::StatusCode::kInvalidArgument) << wrote.status();
   }
   EXPECT_TRUE(std::filesystem::is_empty(out.path));
 }
@@ -169,8 +172,11 @@ TEST(JobNetworkTest, AV4MappedConnectionOfADualStackSocketIsRewrittenToo) {
   ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(in.path, "files.img"),
                                   FrameImage({kImgCommonMagic, kFilesMagic}, {&fe}))
                   .ok());
-  auto conns = RewriteImageAddresses(in.path, out.path, in.path,
+  auto wrote = RewriteImageAddresses(in.path, out.path, in.path,
                                      {{"10.88.1.2", "10.88.2.3"}, {"10.88.2.2", "10.88.1.3"}});
+  ASSERT_TRUE(wrote.ok()) << wrote.status();
+  ASSERT_TRUE(*wrote);
+  auto conns = ReadImageConnections(out.path);
   ASSERT_TRUE(conns.ok()) << conns.status();
   ASSERT_EQ(conns->size(), 1u);
   const auto files = ReadFiles(out.path);
