@@ -315,6 +315,9 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
     // Claimed now, well before the drain: jobs preempted together see each other there.
     s.live.copy_claim = copy_share_.Take(static_cast<int>(s.fast.size()));
   }
+  // A job's member with no GPU memory of the fast path's takes no part in the GPU cut: the
+  // others do not wait for it there (job_cut.h).
+  if (s.fast.empty()) LeaveJobGpuCut(s);
   return CheckNcclSharing(s.gpu, s.fast);
 }
 
@@ -547,8 +550,15 @@ absl::Status Engine::SaveRootfs(CheckpointState& s) {
   return absl::OkStatus();
 }
 
+void Engine::LeaveJobGpuCut(CheckpointState& s) {
+  if (s.req.job_cut && s.req.job_cut->gpu() && s.req.job_part) {
+    s.req.job_cut->gpu()->Leave(absl::StrCat("member ", s.req.job_part->member));
+  }
+}
+
 absl::Status Engine::MeetJobCut(CheckpointState& s) {
   hooks_.At("before-job-cut");
+  LeaveJobGpuCut(s);  // (done with it, whatever the GPU steps did)
   const absl::Time deadline = std::min(s.req.deadline, absl::Now() + s.req.job_cut_timeout);
   return s.req.job_cut->Arrive(s.req.job_part->member, deadline,
                                [op = s.op] { return op->cancelled(); });

@@ -35,6 +35,7 @@
 #include "daemon/criu/credentials.h"
 #include "daemon/criu/criu.h"
 #include "daemon/engine/job_control.h"
+#include "daemon/engine/job_cut.h"
 #include "daemon/engine/operation.h"
 #include "daemon/engine/pace.h"
 #include "daemon/engine/test_hooks.h"
@@ -180,11 +181,14 @@ class Engine {
   // The members of a job checkpoint on this node when another node's cryod drives it (the Peer
   // service): `at_cut` hears when they are all dumped (or why not), `wait_go` returns the
   // driver's word once every node is at the cut (OK: go on; else abort, and every member here
-  // is rolled back). Their parts are published; the driver commits.
+  // is rolled back). Their parts are published; the driver commits. `gpu_up` carries this
+  // node's word of each round of the GPU cut to the driver and brings back the job's;
+  // `gpu_left` tells it that no member here takes part (JobGpuCut).
   absl::StatusOr<std::vector<CheckpointResult>> CheckpointJobMembers(
       const JobCheckpointRequest& req, Operation& op,
       const std::function<void(const absl::Status&)>& at_cut,
-      const std::function<absl::Status()>& wait_go);
+      const std::function<absl::Status()>& wait_go, JobGpuCut::Upstream gpu_up,
+      std::function<void()> gpu_left);
   // Whether container `container_id` runs here as member `member` of job `ns`/`job`: the pod's
   // namespace (kubelet's label) and the membership the shim recorded on it at creation
   // (lib/contract/job.h). PERMISSION_DENIED naming what differs: another node's cryod may ask
@@ -267,6 +271,7 @@ class Engine {
                                                               const std::shared_ptr<JobCut>& cut,
                                                               Operation& op);
   absl::Status MeetJobCut(CheckpointState& s);
+  void LeaveJobGpuCut(CheckpointState& s);
   absl::Status ResumeEarly(CheckpointState& s);
   absl::Status ResumeGpus(CheckpointState& s);
   absl::Status BuildManifest(CheckpointState& s);

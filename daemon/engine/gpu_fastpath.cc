@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "daemon/container/target.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/job_cut.h"
 #include "daemon/engine/states.h"
 #include "daemon/gpu/fastpath_client.h"
 #include "daemon/gpu/fastpath_cut.h"
@@ -189,10 +190,18 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
     if (opened.ok()) files[i] = s.live.fast[i].fds = *opened;
     st = opened.status();
   }
-  // The processes of one job (ranks) are drained at one cut (fastpath_cut.h).
+  // The processes of one job (ranks) are drained at one cut (fastpath_cut.h); a job checkpoint's
+  // member's, at one cut with every other member's (job_cut.h).
   std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;
-  if (st.ok()) st = gpu::DrainTogether(*d_.fastpath, s.fast, opt, files, &drains);
-  s.live.copy_claim.Release();  // its copies are over: the next drains get its threads
+  std::unique_ptr<gpu::CutParties> others;
+  if (s.req.job_cut && s.req.job_cut->gpu() && s.req.job_part) {
+    others = s.req.job_cut->gpu()->For(absl::StrCat("member ", s.req.job_part->member),
+                                       std::min(deadline, absl::Now() + s.req.job_cut_timeout),
+                                       [op] { return op->cancelled(); });
+  }
+  if (st.ok()) st = gpu::DrainTogether(*d_.fastpath, s.fast, opt, files, &drains, others.get());
+  if (!st.ok() && others) others->Fail(st);  // (also when the drain never began)
+  s.live.copy_claim.Release();               // its copies are over: the next drains get its threads
   for (size_t i = 0; i < drains.size(); ++i) {
     if (drains[i] == nullptr) continue;
     gpu::FastpathProcess& f = s.fast[i];

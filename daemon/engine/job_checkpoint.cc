@@ -172,7 +172,13 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
         remote.begin()->first,
         ", and this cryod does not reach other nodes' cryods (peer_token_file and peers)"));
   }
-  auto cut = std::make_shared<JobCut>(static_cast<int>(local.size() + remote.size()));
+  // The GPU cut's parties: this node's members and each other node (its cryod speaks for its
+  // members there).
+  std::vector<std::string> gpu_parties;
+  for (int i : local) gpu_parties.push_back(absl::StrCat("member ", req.members[i].member));
+  for (const auto& [node, idx] : remote) gpu_parties.push_back(absl::StrCat("node ", node));
+  auto cut = std::make_shared<JobCut>(static_cast<int>(local.size() + remote.size()),
+                                      std::make_shared<JobGpuCut>(gpu_parties));
   op.Report(
       Stage::kDump, 0, 0,
       absl::StrCat(req.members.size(), " members on ", remote.size() + 1, " node(s), to one cut"));
@@ -443,7 +449,8 @@ absl::StatusOr<std::vector<JobCheckpointRequest::Member>> Engine::LocalJobMember
 absl::StatusOr<std::vector<CheckpointResult>> Engine::CheckpointJobMembers(
     const JobCheckpointRequest& req, Operation& op,
     const std::function<void(const absl::Status&)>& at_cut,
-    const std::function<absl::Status()>& wait_go) {
+    const std::function<absl::Status()>& wait_go, JobGpuCut::Upstream gpu_up,
+    std::function<void()> gpu_left) {
   if (req.id.empty()) return absl::InvalidArgumentError("a node's part needs the job's id");
   CRYO_ASSIGN_OR_RETURN(const std::string id, ValidateJobRequest(req));
   const std::string what =
@@ -458,8 +465,12 @@ absl::StatusOr<std::vector<CheckpointResult>> Engine::CheckpointJobMembers(
     all.push_back(i);
   }
   const int n = static_cast<int>(all.size());
-  // This node's members, and the driver's word as one more party.
-  auto cut = std::make_shared<JobCut>(n + 1);
+  // This node's members, and the driver's word as one more party; at the GPU cut, this node's
+  // members, with the driver deciding each round.
+  std::vector<std::string> gpu_parties;
+  for (int i : all) gpu_parties.push_back(absl::StrCat("member ", req.members[i].member));
+  auto cut = std::make_shared<JobCut>(
+      n + 1, std::make_shared<JobGpuCut>(gpu_parties, std::move(gpu_up), std::move(gpu_left)));
   std::thread word([&] {
     absl::Status s = cut->WaitFor(n, std::min(req.deadline, absl::Now() + req.cut_timeout));
     at_cut(s);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 
@@ -56,6 +57,8 @@ absl::Status JobCut::WaitFor(int count, absl::Time deadline) {
 }
 
 void JobCut::Fail(const std::string& member, const absl::Status& why) {
+  if (gpu_)
+    gpu_->Fail(absl::StartsWith(member, "node ") ? member : absl::StrCat("member ", member), why);
   absl::MutexLock l(&mu_);
   if (failed_.empty()) failed_ = absl::StrCat("member ", member, " failed: ", why.message());
 }
@@ -67,6 +70,119 @@ absl::Duration JobCut::Skew() const {
   }
   auto [lo, hi] = std::minmax_element(arrivals_.begin(), arrivals_.end());
   return *hi - *lo;
+}
+
+JobGpuCut::JobGpuCut(std::vector<std::string> parties, Upstream up, std::function<void()> left)
+    : up_(std::move(up)), left_(std::move(left)), in_(parties.begin(), parties.end()) {}
+
+void JobGpuCut::MaybeDecide() {
+  if (rounds_.empty()) return;
+  auto& [number, r] = *rounds_.rbegin();
+  if (r.deciding || r.decided) return;
+  for (const auto& p : in_) {
+    if (!r.words.count(p)) return;
+  }
+  gpu::CutWord job;
+  for (const auto& [p, w] : r.words) job = gpu::Combine(job, w);
+  if (!up_) {
+    r.job = job;
+    r.decided = true;
+    return;
+  }
+  // The driver decides for the job: asked without the lock (a round trip to another node).
+  r.deciding = true;
+  const int round = number;
+  mu_.Unlock();
+  absl::StatusOr<gpu::CutWord> got = up_(round, job);
+  mu_.Lock();
+  Round& again = rounds_[round];
+  again.deciding = false;
+  again.decided = true;
+  if (got.ok()) {
+    again.job = *got;
+  } else {
+    again.status = got.status();
+    if (failed_.empty()) failed_ = absl::StrCat("the driving node: ", got.status().message());
+  }
+}
+
+absl::StatusOr<gpu::CutWord> JobGpuCut::Meet(const std::string& party, int round,
+                                             const gpu::CutWord& w, absl::Time deadline,
+                                             const std::function<bool()>& cancelled) {
+  absl::MutexLock l(&mu_);
+  rounds_[round].words[party] = w;
+  MaybeDecide();
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !failed_.empty() || rounds_[round].decided;
+  };
+  for (;;) {
+    // Woken by every word, decision and failure; cancellation is polled.
+    mu_.AwaitWithDeadline(absl::Condition(&settled),
+                          std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+    const Round& r = rounds_[round];
+    if (r.decided) {
+      if (!r.status.ok()) return r.status;
+      return r.job;
+    }
+    if (!failed_.empty()) {
+      return absl::AbortedError(absl::StrCat("the job's GPU cut was not reached: ", failed_));
+    }
+    if (absl::Now() >= deadline) {
+      failed_ = absl::StrCat(party, " waited past its deadline for the other members' GPU work to ",
+                             "stop at one cut");
+      return absl::DeadlineExceededError(failed_);
+    }
+    if (cancelled && cancelled()) {
+      failed_ = absl::StrCat(party, "'s checkpoint was cancelled at the GPU cut");
+      return absl::CancelledError(failed_);
+    }
+  }
+}
+
+void JobGpuCut::Leave(const std::string& party) {
+  bool tell = false;
+  {
+    absl::MutexLock l(&mu_);
+    if (in_.erase(party) == 0) return;
+    MaybeDecide();
+    tell = in_.empty() && left_ && !told_left_;
+    if (tell) told_left_ = true;
+  }
+  if (tell) left_();  // (a message to the driving node: not under the lock)
+}
+
+void JobGpuCut::Fail(const std::string& party, const absl::Status& why) {
+  absl::MutexLock l(&mu_);
+  if (failed_.empty()) failed_ = absl::StrCat(party, " failed: ", why.message());
+}
+
+namespace {
+
+class PartyView : public gpu::CutParties {
+ public:
+  PartyView(JobGpuCut& cut, std::string party, absl::Time deadline, std::function<bool()> cancelled)
+      : cut_(cut),
+        party_(std::move(party)),
+        deadline_(deadline),
+        cancelled_(std::move(cancelled)) {}
+  absl::StatusOr<gpu::CutWord> Meet(int round, const gpu::CutWord& mine) override {
+    return cut_.Meet(party_, round, mine, deadline_, cancelled_);
+  }
+  void Leave() override { cut_.Leave(party_); }
+  void Fail(const absl::Status& why) override { cut_.Fail(party_, why); }
+
+ private:
+  JobGpuCut& cut_;
+  const std::string party_;
+  const absl::Time deadline_;
+  const std::function<bool()> cancelled_;
+};
+
+}  // namespace
+
+std::unique_ptr<gpu::CutParties> JobGpuCut::For(const std::string& party, absl::Time deadline,
+                                                std::function<bool()> cancelled) {
+  return std::make_unique<PartyView>(*this, party, deadline, std::move(cancelled));
 }
 
 }  // namespace cryo::engine

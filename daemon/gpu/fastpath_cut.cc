@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/gpu/attempts.h"
@@ -96,10 +97,39 @@ int TakeFd(pid_t pid, int64_t fd, std::string* err) {
 
 }  // namespace
 
+CutWord Combine(const CutWord& a, const CutWord& b) {
+  CutWord c;
+  c.collectives = std::max(a.collectives, b.collectives);
+  const CutWord& worse = b.outcome > a.outcome ? b : a;
+  c.outcome = worse.outcome;
+  c.why = worse.why;
+  return c;
+}
+
+namespace {
+
+// This call's word from its processes' statuses: failed if any failed for a reason other than
+// its work still running, busy if some only ran on.
+CutWord WordOf(const std::vector<absl::Status>& st) {
+  CutWord w;
+  for (const auto& s : st) {
+    if (s.ok()) continue;
+    const CutWord::Outcome o = absl::IsDeadlineExceeded(s) ? CutWord::kBusy : CutWord::kFailed;
+    if (o > w.outcome) {
+      w.outcome = o;
+      w.why = std::string(s.message());
+    }
+  }
+  return w;
+}
+
+}  // namespace
+
 absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
                            const FastpathDrainOptions& opt,
                            const std::vector<std::vector<int>>& files,
-                           std::vector<std::unique_ptr<FastpathDrainHandle>>* out) {
+                           std::vector<std::unique_ptr<FastpathDrainHandle>>* out,
+                           CutParties* others) {
   const size_t n = procs.size();
   out->clear();
   out->resize(n);
@@ -111,11 +141,14 @@ absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
                      return p.version >= contract::gpu_fastpath::kVersionCut;
                    });
   if (!cut) {
-    if (n > 1) {
+    if (n > 1 || others != nullptr) {
       CRYO_LOG(Warning) << "a process of this job runs a GPU fast-path library older than version "
                         << contract::gpu_fastpath::kVersionCut << ": its " << n
-                        << " processes are drained one by one, not at one cut";
+                        << " processes are drained one by one, not at one cut"
+                        << (others != nullptr ? " (nor at the cut of the job's other members)"
+                                              : "");
     }
+    if (others != nullptr) others->Leave();
     return FirstError(EachInParallel(n, [&](size_t i) -> absl::Status {
       auto d = fp.Drain(procs[i], opt, files_of(i));
       if (!d.ok()) return d.status();
@@ -126,6 +159,42 @@ absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
   // Held at the cut, every one of them; only then does any move memory.
   std::vector<std::unique_ptr<FastpathDrainHandle>> held(n);
   int tries = 0;
+  // Every held one lets go (closing its channel opens its gate).
+  auto release = [&] {
+    for (auto& h : held) h.reset();
+  };
+  // The other parties' word in `round` (with this call's), or what ends the attempt: this
+  // call's own failure first, else theirs (retried when all only ran on).
+  auto meet = [&](int round, std::vector<absl::Status>& st, uint64_t collectives,
+                  uint64_t* to) -> std::optional<Attempt> {
+    CutWord mine = WordOf(st);
+    mine.collectives = collectives;
+    if (others == nullptr) {
+      if (mine.outcome == CutWord::kOk) return std::nullopt;
+    } else {
+      auto all = others->Meet(round, mine);
+      if (!all.ok()) {
+        release();
+        return Attempt{all.status(), false};
+      }
+      if (all->outcome == CutWord::kOk) {
+        *to = all->collectives;
+        return std::nullopt;
+      }
+      if (mine.outcome == CutWord::kOk) {
+        release();
+        return Attempt{
+            all->outcome == CutWord::kBusy
+                ? absl::DeadlineExceededError(
+                      absl::StrCat("another member of the job could not stop: ", all->why))
+                : absl::AbortedError(absl::StrCat("another member of the job failed: ", all->why)),
+            all->outcome == CutWord::kBusy};
+      }
+      mine.outcome = std::max(mine.outcome, all->outcome);
+    }
+    release();
+    return Attempt{FirstError(st), mine.outcome == CutWord::kBusy};
+  };
   auto attempt = [&](absl::Duration bound) -> Attempt {
     FastpathDrainOptions o = opt;
     o.quiesce_timeout = bound;
@@ -137,41 +206,47 @@ absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
     // ranks launch different numbers (several process groups, pipeline stages) may never align:
     // every other attempt stops them where they are instead, as the lock does.
     o.align = (++tries % 2) == 1;
+    const int round = 2 * (tries - 1);
     std::vector<absl::Status> st = EachInParallel(n, [&](size_t i) -> absl::Status {
       auto d = fp.Drain(procs[i], o, files_of(i));
       if (!d.ok()) return d.status();
       held[i] = std::move(*d);
       return absl::OkStatus();
     });
+    uint64_t to = 0;
     if (o.align && FirstError(st).ok()) {
-      uint64_t to = 0;
       for (const auto& h : held) to = std::max(to, h->gated().collectives);
+    }
+    // Gated: the target is the most any rank of the job launched, on every member.
+    if (auto end = meet(round, st, to, &to)) return *end;
+    if (o.align) {
       // A process that launched none is no rank (a launcher, a data loader): not aligned.
       st = EachInParallel(n, [&](size_t i) {
         return held[i]->Align(held[i]->gated().collectives == 0 ? 0 : to, bound);
       });
     }
-    absl::Status first = FirstError(st);
-    if (first.ok()) return {first, false};
-    // Let every held one go (closing its channel opens its gate) before anything else.
-    for (auto& h : held) h.reset();
-    const bool only_busy = std::all_of(st.begin(), st.end(), [](const absl::Status& s) {
-      return s.ok() || absl::IsDeadlineExceeded(s);
-    });
-    return {first, only_busy};
+    // What the processes share is known once they are held, and checked before any goes.
+    if (FirstError(st).ok()) {
+      if (absl::Status m = MatchShares(procs, held); !m.ok()) st.assign(1, m);
+    }
+    uint64_t unused = 0;
+    if (auto end = meet(round + 1, st, 0, &unused)) return *end;
+    return {absl::OkStatus(), false};
   };
   int attempts = 0;
   absl::Status st = InAttempts(opt.quiesce_timeout,
                                absl::StrCat("stop the GPU work of the job's ", n, " processes"),
                                attempt, &attempts);
-  if (!st.ok()) return st;
-  if (attempts > 1) {
+  if (!st.ok()) {
+    if (others != nullptr) others->Fail(st);
+    return st;
+  }
+  if (others != nullptr) {
+    CRYO_LOG(Info) << "GPU fast path: the job's " << n << " process(es) here held at one cut with "
+                   << "the job's other members at attempt " << attempts;
+  } else if (attempts > 1) {
     CRYO_LOG(Info) << "GPU fast path: the job's " << n << " processes held at one cut at attempt "
                    << attempts;
-  }
-  if (absl::Status m = MatchShares(procs, held); !m.ok()) {
-    for (auto& h : held) h.reset();  // every one runs on
-    return m;
   }
   // All are at the cut: now each drains. A failure leaves the ones that drained to the caller.
   std::vector<absl::Status> went = EachInParallel(n, [&](size_t i) { return held[i]->Go(); });

@@ -252,6 +252,29 @@ v1::CheckpointJobRequest ToProto(const engine::JobCheckpointRequest& r) {
   return out;
 }
 
+v1::GpuCutWord ToProto(int round, const gpu::CutWord& w) {
+  v1::GpuCutWord p;
+  p.set_round(static_cast<uint32_t>(round));
+  p.set_collectives(w.collectives);
+  p.set_outcome(w.outcome == gpu::CutWord::kBusy     ? v1::GpuCutWord::BUSY
+                : w.outcome == gpu::CutWord::kFailed ? v1::GpuCutWord::FAILED
+                                                     : v1::GpuCutWord::OK);
+  p.set_why(w.why);
+  return p;
+}
+
+gpu::CutWord FromProto(const v1::GpuCutWord& p) {
+  gpu::CutWord w;
+  w.collectives = p.collectives();
+  // An outcome this cryod does not know is no reason to go on.
+  w.outcome = p.outcome() == v1::GpuCutWord::OK     ? gpu::CutWord::kOk
+              : p.outcome() == v1::GpuCutWord::BUSY ? gpu::CutWord::kBusy
+                                                    : gpu::CutWord::kFailed;
+  w.why = p.why();
+  if (w.outcome == gpu::CutWord::kFailed && w.why.empty()) w.why = "a member failed at the GPU cut";
+  return w;
+}
+
 v1::JobCheckpointInfo ToProto(const engine::JobCheckpointResult& r) {
   v1::JobCheckpointInfo i;
   i.set_job_checkpoint_id(r.record.id);

@@ -9,6 +9,7 @@
 #include "cryo/v1/cryo.pb.h"
 #include "daemon/engine/operation.h"
 #include "daemon/engine/types.h"
+#include "daemon/gpu/fastpath_cut.h"
 
 namespace cryo::service {
 
@@ -31,6 +32,8 @@ v1::CheckpointInfo ToProto(const store::Manifest& m, bool with_files);
 v1::CheckpointInfo ToProto(const engine::CheckpointRecord& r, bool with_files);
 v1::CheckpointInfo ToProto(const engine::CheckpointResult& r);
 v1::JobCheckpointInfo ToProto(const engine::JobCheckpointResult& r);
+v1::GpuCutWord ToProto(int round, const gpu::CutWord& w);
+gpu::CutWord FromProto(const v1::GpuCutWord& w);
 // Bounds of a ListCheckpoints answer: clients take 4 MiB by default (gRPC), and one manifest
 // from a shared store must not make the list fail for everyone.
 inline constexpr size_t kMaxListBytes = 3u << 20;

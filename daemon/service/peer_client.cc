@@ -90,7 +90,31 @@ absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
         absl::StrCat("node ", node, "'s cryod ", when, ": ",
                      s.ok() ? "the call ended" : s.error_message()));
   };
-  if (!stream->Read(&reply)) return fail(ended("before its members were dumped"));
+  // Before the cut: the GPU cut's rounds, this node's members' word in each, answered with the
+  // job's (JobGpuCut: this node is one party, its cryod speaks for its members).
+  engine::JobGpuCut* gpu = cut.gpu();
+  const absl::Time gpu_deadline = std::min(members.deadline, absl::Now() + members.cut_timeout);
+  for (;;) {
+    if (!stream->Read(&reply)) return fail(ended("before its members were dumped"));
+    if (reply.has_gpu_left()) {
+      if (gpu != nullptr) gpu->Leave(party);
+      continue;
+    }
+    if (!reply.has_gpu_round()) break;
+    const uint32_t round = reply.gpu_round().round();
+    absl::StatusOr<gpu::CutWord> job = absl::FailedPreconditionError(
+        "this job checkpoint has no GPU cut (the driving cryod is older)");
+    if (gpu != nullptr) {
+      job = gpu->Meet(party, static_cast<int>(round), FromProto(reply.gpu_round()), gpu_deadline);
+    }
+    v1::PeerCutMessage answer;
+    if (job.ok()) {
+      *answer.mutable_gpu_round() = ToProto(static_cast<int>(round), *job);
+    } else {
+      answer.set_abort(std::string(job.status().message()));
+    }
+    if (!stream->Write(answer)) break;  // the Read above says why
+  }
   if (!reply.has_at_cut()) {
     return fail(absl::AbortedError(absl::StrCat("node ", node, ": ", reply.failed())));
   }

@@ -88,6 +88,28 @@ grpc::Status PeerService::JoinJobCheckpoint(
     absl::MutexLock l(&write_mu);
     return stream->Write(r);
   };
+  // The GPU cut's rounds: this node's word goes to the driver, whose next message is the job's.
+  // (Rounds come before the cut, so the stream's reads here and the word's wait below never
+  // overlap.)
+  auto gpu_up = [&](int round, const gpu::CutWord& w) -> absl::StatusOr<gpu::CutWord> {
+    v1::PeerCutReply r;
+    *r.mutable_gpu_round() = ToProto(round, w);
+    if (!write(r)) return absl::UnavailableError("the driving node went away at the GPU cut");
+    v1::PeerCutMessage m;
+    if (!stream->Read(&m)) return absl::AbortedError("the driving node went away at the GPU cut");
+    if (m.has_abort())
+      return absl::AbortedError(absl::StrCat("the driving node aborted: ", m.abort()));
+    if (!m.has_gpu_round() || m.gpu_round().round() != static_cast<uint32_t>(round)) {
+      return absl::AbortedError(
+          absl::StrCat("the driving node did not answer round ", round, " of the GPU cut"));
+    }
+    return FromProto(m.gpu_round());
+  };
+  auto gpu_left = [&] {
+    v1::PeerCutReply r;
+    r.set_gpu_left(true);
+    write(r);
+  };
   auto res = engine_->CheckpointJobMembers(
       req, op,
       [&](const absl::Status& at) {
@@ -107,7 +129,8 @@ grpc::Status PeerService::JoinJobCheckpoint(
         if (m.has_go() && m.go()) return absl::OkStatus();
         return absl::AbortedError(
             absl::StrCat("the driving node aborted: ", m.has_abort() ? m.abort() : "no go"));
-      });
+      },
+      gpu_up, gpu_left);
   v1::PeerCutReply done;
   if (!res.ok()) {
     done.set_failed(std::string(res.status().message()));

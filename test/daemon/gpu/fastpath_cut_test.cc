@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/engine/job_cut.h"
 #include "daemon/gpu/fastpath.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -242,6 +243,104 @@ TEST_F(FastpathCutTest, ARankThatNeverStopsEndsTheCutInTimeAndEveryRankRunsOnInt
   }
   // And rank 1 still runs: its next launch passes.
   ranks_[1]->Launch();
+}
+
+// Two members of a job checkpoint, one rank each, on two nodes: member a's cryod drives, member
+// b's passes each round of the cut up to it (as the Peer stream carries it). Each member's rank
+// is drained by its own DrainTogether; the cut is one.
+struct TwoNodes {
+  absl::Time deadline = absl::Now() + absl::Seconds(60);
+  engine::JobGpuCut driver{{"member a", "node b"}};
+  engine::JobGpuCut node{{"member b"},
+                         [this](int round, const CutWord& w) -> absl::StatusOr<CutWord> {
+                           return driver.Meet("node b", round, w, deadline);
+                         }};
+  std::unique_ptr<CutParties> a = driver.For("member a", deadline, nullptr);
+  std::unique_ptr<CutParties> b = node.For("member b", deadline, nullptr);
+};
+
+TEST_F(FastpathCutTest, RanksOfMembersOnTwoNodesAreHeldAtOneCutOnTheJobsCollectives) {
+  // As in ARankAheadInItsCollectivesIsHeldWhereItsPeerCatchesUp, but each rank is another
+  // member's: only the job's rounds can align them.
+  for (Rank* k : ranks_) k->mover->collectives().set_counting(true);
+  std::atomic<bool> stop{false};
+  auto job = [&](int r) {
+    while (!stop) {
+      {
+        std::unique_lock<std::mutex> l(g_coll->mu);
+        g_coll->cv.wait(l,
+                        [&] { return stop || g_coll->launched[r] - g_coll->launched[1 - r] < 4; });
+      }
+      if (stop) break;
+      ranks_[r]->Launch();
+      if (r == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+  };
+  std::thread j0(job, 0), j1(job, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  TwoNodes job_cut;
+  std::vector<FastpathProcess> a{procs_[0]}, b{procs_[1]};
+  std::vector<std::unique_ptr<FastpathDrainHandle>> da, db;
+  absl::Status sb;
+  std::thread tb(
+      [&] { sb = DrainTogether(*fp_, b, Options(absl::Seconds(20)), {}, &db, job_cut.b.get()); });
+  absl::Status sa = DrainTogether(*fp_, a, Options(absl::Seconds(20)), {}, &da, job_cut.a.get());
+  tb.join();
+  ASSERT_TRUE(sa.ok()) << sa;
+  ASSERT_TRUE(sb.ok()) << sb;
+  {
+    // Both stopped after the same collective.
+    std::lock_guard<std::mutex> l(g_coll->mu);
+    EXPECT_EQ(g_coll->launched[0], g_coll->launched[1]);
+    EXPECT_GT(g_coll->launched[0], 0);
+  }
+  EXPECT_EQ(ranks_[0]->mover->state(), fastpath::State::kDrained);
+  EXPECT_EQ(ranks_[1]->mover->state(), fastpath::State::kDrained);
+  da.clear();
+  db.clear();
+  for (Rank* k : ranks_) {
+    auto r = fp_->Refill(k->proc, 2, {}, {}, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(k->Intact());
+  }
+  stop = true;
+  {
+    std::lock_guard<std::mutex> l(g_coll->mu);
+    g_coll->cv.notify_all();
+  }
+  j0.join();
+  j1.join();
+  for (Rank* k : ranks_) k->mover->collectives().set_counting(false);
+}
+
+TEST_F(FastpathCutTest, AMemberWhoseRankNeverStopsKeepsTheOtherNodesMemberFromDrainingAlone) {
+  // Member a's rank waits on a collective member b's rank never joins: b's rank could stop at
+  // every attempt, but goes on only with a's, so neither drains and both run on intact.
+  ranks_[0]->Launch();
+  TwoNodes job_cut;
+  std::vector<FastpathProcess> a{procs_[0]}, b{procs_[1]};
+  std::vector<std::unique_ptr<FastpathDrainHandle>> da, db;
+  absl::Status sb;
+  std::thread tb(
+      [&] { sb = DrainTogether(*fp_, b, Options(absl::Seconds(1)), {}, &db, job_cut.b.get()); });
+  absl::Status sa = DrainTogether(*fp_, a, Options(absl::Seconds(1)), {}, &da, job_cut.a.get());
+  tb.join();
+  EXPECT_TRUE(absl::IsDeadlineExceeded(sa)) << sa;
+  EXPECT_FALSE(sb.ok());
+  EXPECT_THAT(std::string(sb.message()),
+              ::testing::AnyOf(HasSubstr("another member of the job could not stop"),
+                               HasSubstr("the job's GPU cut was not reached")));
+  ASSERT_EQ(da.size(), 1u);
+  ASSERT_EQ(db.size(), 1u);
+  EXPECT_EQ(da[0], nullptr);
+  EXPECT_EQ(db[0], nullptr);
+  for (Rank* k : ranks_) {
+    EXPECT_EQ(k->mover->state(), fastpath::State::kRunning);
+    EXPECT_FALSE(k->mover->held());
+    EXPECT_FALSE(k->gate.shut());
+    EXPECT_TRUE(k->Intact());
+  }
+  ranks_[1]->Launch();  // rank 1 runs on: its launch passes
 }
 
 TEST_F(FastpathCutTest, AHeldRankLetsGoWhenCryodGoesAway) {
