@@ -779,7 +779,8 @@ absl::StatusOr<JobRestoreResult> Engine::RestoreJob(const JobRestoreRequest& req
     r.checkpoint_id = m.checkpoint_id;
     r.pid_wait_timeout = req.pid_wait_timeout;
     r.deadline = req.deadline;
-    r.job_lock_held = lock != nullptr;
+    // (With or without connections to hold: a job of GPU members alone has none.)
+    r.job_restore = true;
     Operation sub(absl::StrCat(op.id(), ".", m.member), "restore", m.checkpoint_id);
     auto res = Restore(r, sub);
     if (!res.ok()) {

@@ -42,7 +42,7 @@ Transaction<RestoreState> Engine::RestoreSteps() {
   auto step = [](auto&&... a) { return MakeStep<S>(std::forward<decltype(a)>(a)...); };
   auto image_bytes = [](const S& s) { return StageSize{s.m.TotalBytes(), ""}; };
   // A job member's replacement (a node's RestoreJob holds the job's connections itself).
-  auto job_member = [](const S& s) { return s.m.job.has_value() && !s.req.job_lock_held; };
+  auto job_member = [](const S& s) { return s.m.job.has_value() && !s.req.job_restore; };
   return Transaction<S>({
       step("validate", Stage::kValidate, run(&Engine::ValidateRestore)),
       // From here on, a container waiting for this restore must hear how it went.
@@ -476,7 +476,7 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   }
   CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.m.gpu_processes, nullptr, &ropt.extra_args, &ropt.env));
   // The job's lock holds the connections until every member is restored.
-  ropt.network_lock_held = s.req.job_lock_held || s.job_lock != nullptr;
+  ropt.network_lock_held = s.req.job_restore || s.job_lock != nullptr;
   s.live.criu_pids = s.m.pids;
   s.live.ns_init = s.ctr ? s.ctr->init_pid : 0;
   s.live.criu_started = d_.proc->UptimeTicks();

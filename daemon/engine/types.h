@@ -87,9 +87,10 @@ struct RestoreRequest {
   absl::Duration pid_wait_timeout = absl::ZeroDuration();  // zero: the node's setting
   gpu::DeviceMap gpu_map;
   absl::Time deadline = absl::InfiniteFuture();
-  // A member of a job restored with the others (Engine::RestoreJob): its connections are held
-  // by the job's lock, so CRIU takes none of its own.
-  bool job_lock_held = false;
+  // A member of a job restored with the others by this node (Engine::RestoreJob): it waits for
+  // no replacements (job_gather), and its connections, if any, are held by the job's lock, so
+  // CRIU takes none of its own.
+  bool job_restore = false;
 };
 
 // A job checkpoint restored on this node, every member together (process mode): the job's
