@@ -19,6 +19,7 @@
 #include <fstream>
 #include <future>
 #include <optional>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -202,6 +203,67 @@ TEST_F(FastpathE2e, CheckpointAndRestoreMoveTheGpuMemoryThroughTheLibrary) {
   EXPECT_TRUE(res.stage_ms().count("gpu_refill")) << res.DebugString();
   ExpectRunsOnIntact(w, last_step);
   EXPECT_GE(U(w.Status(), "device_used"), 64 * kMiB) << "the memory is back on the (fake) GPU";
+}
+
+// A job checkpoint of two GPU members on two nodes (issue 37): node-a's cryod drives, node-b's
+// takes its member; both members' GPU memory leaves through the fast path at one cut (the GPU
+// cut's rounds over the Peer stream), leave-running and then at a stop, and the two parts,
+// restored together, run on with every word of their memory.
+TEST_F(FastpathE2e, AJobsGpuMembersOnTwoNodesLeaveTheirGpusAtOneCutAndResumeTogether) {
+  auto [ap, bp] = TwoNodes();
+  Cryod& a = *ap;
+  Cryod& b = *bp;
+  Workload& r0 = GpuJob();
+  Workload& r1 = GpuJob();
+  ASSERT_TRUE(r0.WaitMain(20));
+  ASSERT_TRUE(r1.WaitMain(20));
+  auto job = [&](const std::string& id, bool leave_running) {
+    v1::CheckpointJobRequest r;
+    r.set_namespace_("e2e");
+    r.set_job("gpus");
+    r.set_job_checkpoint_id(id);
+    for (auto [name, w, node] :
+         {std::tuple<const char*, Workload*, const char*>{"0", &r0, ""}, {"1", &r1, "node-b"}}) {
+      v1::JobMember* m = r.add_members();
+      m->set_member(name);
+      m->set_node(node);
+      *m->mutable_checkpoint() = Req(w->pid(), "", leave_running);
+      m->mutable_checkpoint()->set_workload(std::string("e2e.gpus.") + name);
+    }
+    return r;
+  };
+  v1::JobCheckpointInfo info;
+  grpc::Status s = a.CheckpointJob(job("g1", true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message() << "\nnode-a:\n"
+                      << Slurp(a.log()) << "\nnode-b:\n"
+                      << Slurp(b.log());
+  ASSERT_EQ(info.parts_size(), 2);
+  for (const auto& p : info.parts()) {
+    EXPECT_EQ(p.gpu_fastpath_bytes(), 64 * kMiB) << p.checkpoint_id();
+  }
+  // Each node's member was held at the cut with the other node's before its memory moved.
+  for (Cryod* n : {&a, &b}) {
+    EXPECT_NE(Slurp(n->log()).find("held at one cut with the job's other members"),
+              std::string::npos)
+        << n->log();
+  }
+  ExpectRunsOnIntact(r0, U(r0.Status(), "main"));
+  ExpectRunsOnIntact(r1, U(r1.Status(), "main"));
+
+  // At a stop: both leave; restored together on node-b from the shared store.
+  s = a.CheckpointJob(job("g2", false), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  for (Workload* w : {&r0, &r1}) ASSERT_TRUE(WaitGone(*w));
+  const uint64_t at0 = U(r0.Status(), "main"), at1 = U(r1.Status(), "main");
+  v1::RestoreJobRequest rj;
+  rj.set_namespace_("e2e");
+  rj.set_job("gpus");
+  rj.set_job_checkpoint_id("g2");
+  rj.set_pid_wait_timeout_ms(10000);
+  s = b.RestoreJob(rj);
+  ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << Slurp(b.log());
+  ExpectRunsOnIntact(r0, at0);
+  ExpectRunsOnIntact(r1, at1);
 }
 
 // By default the data goes into cryod's memory, the job gets it back from there, and cryod

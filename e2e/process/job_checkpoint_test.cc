@@ -49,27 +49,6 @@ class JobCheckpointE2e : public ProcessFixture {
     }
     return r;
   }
-  // Two nodes' cryods on one machine and store, each serving the Peer service and knowing the
-  // other's, with one token, over mutual TLS with one certificate; node-b gets `b_env`.
-  std::pair<Cryod*, Cryod*> TwoNodes(std::vector<std::string> b_env = {}) {
-    const std::string token = dir_ + "/peer.token";
-    { std::ofstream(token) << "peer-token-of-the-e2e-cluster\n"; }
-    tls_dir_ = dir_ + "/peer-tls";
-    std::filesystem::create_directories(tls_dir_);
-    std::string why;
-    EXPECT_TRUE(MakePeerTls(tls_dir_, "cryo-peer", &why)) << why;
-    const int pa = FreePort();
-    peer_port_b_ = FreePort();
-    auto peer = [&](int self, const std::string& other, int other_port) {
-      return std::vector<std::string>{
-          "--peer-listen=127.0.0.1:" + std::to_string(self), "--peer-token-file=" + token,
-          "--peers=" + other + "=127.0.0.1:" + std::to_string(other_port),
-          "--peer-process-members=true", "--peer-tls-dir=" + tls_dir_};
-    };
-    Cryod& a = Node("node-a", peer(pa, "node-b", peer_port_b_));
-    Cryod& b = Node("node-b", peer(peer_port_b_, "node-a", pa), std::move(b_env));
-    return {&a, &b};
-  }
   // Both members gone (their nodes reclaimed), then restored together by `node` from job
   // checkpoint `id`: each goes on past where it was killed, its sum exact.
   void KillAndResumeTogether(Cryod& node, const std::string& id,
@@ -104,8 +83,6 @@ class JobCheckpointE2e : public ProcessFixture {
 
   Workload* left_ = nullptr;
   Workload* right_ = nullptr;
-  int peer_port_b_ = 0;  // node-b's Peer service (TwoNodes)
-  std::string tls_dir_;  // the nodes' peer certificate (TwoNodes)
 };
 
 TEST_F(JobCheckpointE2e, BothMembersAtOneCutOneCommitAndTheSumsGoOnExactlyAfterARestore) {
