@@ -296,10 +296,12 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   // A pod resumes in another pod, with other addresses: sockets on this one's are refused now,
   // while the job runs (criu/listen_ports.h).
   if (own_netns) {
-    CRYO_RETURN_IF_ERROR(criu::CheckPortableSockets(s.pids, s.ctr->init_pid, s.job.tcp_close));
-    // A job member's: its replacement's connections to the others are rewritten from these.
     if (req.job_part) {
+      // A job member's sockets on its pod's addresses (NCCL listens on the pod's interface) move
+      // with it: its replacement's restore rewrites these to the new pod's (job_hold).
       CRYO_ASSIGN_OR_RETURN(s.pod_ips, criu::PodAddresses(s.ctr->init_pid));
+    } else {
+      CRYO_RETURN_IF_ERROR(criu::CheckPortableSockets(s.pids, s.ctr->init_pid, s.job.tcp_close));
     }
   }
   // What CRIU cannot dump is refused now, not after the GPU was drained and the job frozen.
