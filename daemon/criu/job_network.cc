@@ -176,4 +176,18 @@ absl::StatusOr<bool> RewriteImageAddresses(const std::string& images_dir,
   return true;
 }
 
+std::vector<Listener> RewriteListeners(std::vector<Listener> listeners, const AddressMap& map) {
+  for (Listener& l : listeners) {
+    const bool mapped = l.family == AF_INET6 && std::memcmp(l.addr.data(), kMapped, 12) == 0;
+    const int family = mapped ? AF_INET : l.family;
+    uint8_t* at = mapped ? l.addr.data() + 12 : l.addr.data();
+    auto it = map.find(IpText(family, at));
+    if (it == map.end()) continue;
+    auto to = ParseIp(it->second);
+    if (!to || to->family != family) continue;  // (ValidateAddressMap refuses such a map)
+    std::memcpy(at, to->a.data(), family == AF_INET ? 4 : 16);
+  }
+  return listeners;
+}
+
 }  // namespace cryo::criu

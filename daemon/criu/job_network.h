@@ -35,4 +35,8 @@ absl::StatusOr<bool> RewriteImageAddresses(const std::string& images_dir,
                                            const std::string& out_dir, const std::string& link_base,
                                            const AddressMap& map);
 
+// `listeners` as the rewritten images will listen: each address `map` names replaced (a
+// v4-mapped IPv6 address by its IPv4 part).
+std::vector<Listener> RewriteListeners(std::vector<Listener> listeners, const AddressMap& map);
+
 }  // namespace cryo::criu

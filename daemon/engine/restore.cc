@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
+#include "daemon/criu/job_network.h"
 #include "daemon/criu/listen_ports.h"
 #include "daemon/criu/resources.h"
 #include "daemon/engine/engine.h"
@@ -350,6 +351,8 @@ absl::Status Engine::FreeListenPorts(RestoreState& s) {
   }
   CRYO_ASSIGN_OR_RETURN(auto listeners, criu::ReadImageListeners(images));
   if (listeners.empty()) return absl::OkStatus();
+  // A job member listens where job_hold's rewrite will make it: on its new pod's address.
+  if (!s.job_addresses.empty()) listeners = criu::RewriteListeners(listeners, s.job_addresses);
   criu::FreePortsOptions o;
   o.netns_pid = s.ctr ? s.ctr->init_pid : 0;  // process mode: cryod's own namespace
   o.deadline = s.req.deadline;

@@ -185,6 +185,26 @@ TEST(JobNetworkTest, AV4MappedConnectionOfADualStackSocketIsRewrittenToo) {
   EXPECT_EQ(Ip(files[0].isk().dst_addr()), "::ffff:10.88.1.3");
 }
 
+TEST(JobNetworkTest, AMembersListenersAreCheckedWhereTheRewriteMakesThemListen) {
+  // NCCL listens on the pod's address: the restore's port check must bind the new one.
+  auto listener = [](int family, const char* text, uint16_t port) {
+    Listener l;
+    l.family = family;
+    l.port = port;
+    EXPECT_EQ(::inet_pton(family, text, l.addr.data()), 1) << text;
+    return l;
+  };
+  const std::vector<Listener> in = {
+      listener(AF_INET, "10.88.1.2", 38393), listener(AF_INET6, "::ffff:10.88.1.2", 29561),
+      listener(AF_INET, "0.0.0.0", 7300), listener(AF_INET6, "fd00::2", 80)};
+  const auto out = RewriteListeners(in, {{"10.88.1.2", "10.88.7.9"}, {"fd00::2", "fd00::9"}});
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0].Address(), "10.88.7.9:38393");
+  EXPECT_EQ(out[1].Address(), "[::ffff:10.88.7.9]:29561");
+  EXPECT_EQ(out[2].Address(), "0.0.0.0:7300");
+  EXPECT_EQ(out[3].Address(), "[fd00::9]:80");
+}
+
 TEST(JobNetworkTest, APodsAddressesLeaveOutLoopback) {
   // This process's own namespace: whatever it has, never 127.0.0.1 or ::1.
   auto ips = PodAddresses(::getpid());
