@@ -118,6 +118,18 @@ if [ "${CRYO_BUNDLE_PODS:-1}" = 1 ] && [ -x "$BUILD/e2e/containerd/cri_e2e_test"
     copy_deps "$src"
   done
   cp -L "${BUSYBOX:-/bin/busybox}" "$OUT/pods/bin/busybox"
+  # The pod network (node.sh's bridge CNI) and what the job's restore holds connections with:
+  # the CNI plugins (static Go programs), iproute2's ip and nft, with their libraries.
+  for b in ip nft; do
+    src=$(command -v "$b" || true)
+    [ -n "$src" ] || { echo "bundle: pods: no $b here (iproute2, nftables): pods get the host network" >&2; continue; }
+    cp -L "$src" "$OUT/pods/bin/$b"
+    copy_deps "$src"
+  done
+  if [ -x /usr/lib/cni/bridge ]; then
+    mkdir -p "$OUT/pods/cni"
+    for p in bridge host-local loopback; do cp -L "/usr/lib/cni/$p" "$OUT/pods/cni/"; done
+  fi
   for f in e2e/containerd/cri_e2e_test cri-shim/cryo-cri-shim cri-shim/init/cryo-init \
            daemon/cryo-nsexec e2e/workloads/cryo-testload-static; do
     [ -x "$BUILD/$f" ] || { echo "bundle: pods: skip $f (not built)" >&2; continue; }

@@ -28,6 +28,8 @@ run_pods_part() {
     export PATH="$P/bin:$PATH"
     export LD_LIBRARY_PATH="$B/criu/lib:$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     export CONTAINERD=$P/bin/containerd CTR=$P/bin/ctr RUNC=$P/bin/runc BUSYBOX=$P/bin/busybox
+    # The nodes' pod network (bridge CNI), for the tests that ask for it (the job across nodes).
+    [ -x "$P/cni/bridge" ] && export CNI_PLUGINS=$P/cni
     # CRIU itself, not bin/criu's wrapper: in container mode cryo-nsexec runs it through the
     # ELF loader inside the pod's namespaces, finding its libraries by LD_LIBRARY_PATH.
     export CRYO_E2E_CRYOD_ARGS="--criu $B/criu/sbin/criu --gpu-plugin-dir $B/lib/cryo/gpu"
@@ -55,6 +57,19 @@ run_pods_part() {
           </dev/null >"$RES/pod-ddp.ref.log" 2>&1
         grep -qx "done" "$dref" && export CRYO_GPU_POD_DDP_SCRIPT=$B/ddp_losses.py CRYO_GPU_POD_DDP_REF=$dref
       fi
+      # The DDP job across two nodes (two pods, one rank each, on this machine's first GPU or
+      # one GPU each): its reference, two torchrun agents as two nodes here, told apart as
+      # hosts by NCCL_HOSTID so that NCCL talks over its socket transport, as between the pods.
+      local jref=$RES/pod-ddp2n.ref.txt r
+      for r in 0 1; do
+        NCCL_HOSTID=cryo-ref-node-$r NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo \
+          setsid python3 -m torch.distributed.run --nnodes=2 --node-rank=$r --nproc-per-node=1 \
+          --master-addr=127.0.0.1 --master-port=29561 "$B/ddp_losses.py" --same-gpu \
+          --steps "${CRYO_GPU_POD_DDP_STEPS:-200}" --step-ms 20 --out "$jref" \
+          </dev/null >"$RES/pod-ddp2n.ref.$r.log" 2>&1 &
+      done
+      wait
+      grep -qx "done" "$jref" && export CRYO_GPU_POD_JOB_SCRIPT=$B/ddp_losses.py CRYO_GPU_POD_JOB_REF=$jref
     fi
     "$B/bin/cri_e2e_test" --gtest_filter="${CRYO_GPU_POD_TESTS:-GpuPodE2e.*}" --gtest_color=no
   ) >"$out" 2>&1
