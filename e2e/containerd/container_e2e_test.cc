@@ -90,6 +90,23 @@ std::string TailOf(const std::string& path) {
   return all.size() > 3000 ? all.substr(all.size() - 3000) : all;
 }
 
+// The lines of a pod's log that say what went wrong (a training job's traceback ends in its
+// launcher's summary, which a tail shows instead), at most `most` of them.
+std::string TroubleIn(const std::string& path, size_t most = 80) {
+  std::vector<std::string> hits;
+  for (absl::string_view l : absl::StrSplit(Slurp(path), '\n')) {
+    const std::string low = absl::AsciiStrToLower(l);
+    for (const char* w : {"error", "warn", "exception", "abort", "nccl", "timeout", "refused"}) {
+      if (absl::StrContains(low, w)) {
+        hits.emplace_back(l.substr(0, 400));
+        break;
+      }
+    }
+  }
+  if (hits.size() > most) hits.erase(hits.begin() + most / 2, hits.end() - most / 2);
+  return absl::StrJoin(hits, "\n");
+}
+
 // The uid of the Job the pods belong to (the Job controller's controller-uid label).
 const std::string kJobUid = "5e1f0c2a-0000-4000-8000-000000000001";
 
@@ -1157,7 +1174,7 @@ class GpuPodE2e : public ContainerModeE2e {
   // the control devices and the driver's files), NVIDIA_VISIBLE_DEVICES as the device plugin
   // sets it, and the host's libc (the busybox image has none), read-only.
   void GiveGpus(std::vector<Gpu> gpus) {
-    container_tweak_ = [gpus](cri::ContainerConfig* c) {
+    container_tweak_ = [gpus, nccl_ifname = nccl_ifname_](cri::ContainerConfig* c) {
       const nlohmann::json spec = CdiSpec();
       if (!gpus.empty()) {
         for (const Gpu& g : gpus) {
@@ -1189,11 +1206,28 @@ class GpuPodE2e : public ContainerModeE2e {
                // loopback and not InfiniBand, as the suite's process-mode DDP runs do.
                {"NCCL_NVLS_ENABLE", "0"},
                {"NCCL_IB_DISABLE", "1"},
-               {"NCCL_SOCKET_IFNAME", "lo"}}) {
+               {"NCCL_SOCKET_IFNAME", nccl_ifname}}) {
         cri::KeyValue* e = c->add_envs();
         e->set_key(k);
         e->set_value(v);
       }
+    };
+  }
+
+  // GiveGpus, and a tmpfs of its own at /dev/shm (NCCL wants more than the runtime's 64 MiB;
+  // users mount a memory emptyDir there).
+  void GiveGpusAndShm(const std::vector<Gpu>& gpus, const std::string& shm) {
+    GiveGpus(gpus);
+    std::filesystem::create_directories(shm);
+    ASSERT_EQ(::mount("tmpfs", shm.c_str(), "tmpfs", 0, "size=8g,mode=1777"), 0)
+        << shm << ": " << strerror(errno);
+    shm_mounts_.push_back(shm);
+    auto gpu_tweak = container_tweak_;
+    container_tweak_ = [gpu_tweak, shm](cri::ContainerConfig* c) {
+      gpu_tweak(c);
+      cri::Mount* m = c->add_mounts();
+      m->set_container_path("/dev/shm");
+      m->set_host_path(shm);
     };
   }
 
@@ -1348,18 +1382,7 @@ class GpuPodE2e : public ContainerModeE2e {
     };
     auto count = [](const std::string& t) { return std::count(t.begin(), t.end(), '\n'); };
     auto give = [&](const std::vector<Gpu>& gpus, const std::string& shm) {
-      GiveGpus(gpus);
-      std::filesystem::create_directories(shm);
-      ASSERT_EQ(::mount("tmpfs", shm.c_str(), "tmpfs", 0, "size=8g,mode=1777"), 0)
-          << shm << ": " << strerror(errno);
-      shm_mounts_.push_back(shm);
-      auto gpu_tweak = container_tweak_;
-      container_tweak_ = [gpu_tweak, shm](cri::ContainerConfig* c) {
-        gpu_tweak(c);
-        cri::Mount* m = c->add_mounts();
-        m->set_container_path("/dev/shm");
-        m->set_host_path(shm);
-      };
+      GiveGpusAndShm(gpus, shm);
     };
     std::map<std::string, std::string> annotations = GpuOptIn(true, false);
     annotations.insert(more_annotations.begin(), more_annotations.end());
@@ -1424,6 +1447,7 @@ class GpuPodE2e : public ContainerModeE2e {
 
   std::vector<std::string> shm_mounts_;
   std::vector<Gpu> gpus_;
+  std::string nccl_ifname_ = "lo";  // NCCL's interface in the pods GiveGpus makes
 };
 
 // The product's path with the fast path: a GPU pod stopped (a preemption) is checkpointed, and
@@ -1521,6 +1545,142 @@ TEST_F(GpuPodE2e, ATorchrunDdpPodResumesOnItsGpusInTheOtherOrderWithTheSameLosse
   TrainStopAndResume(
       "ddp", {"-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", script}, ref,
       {gpus_[0], gpus_[1]}, {gpus_[1], gpus_[0]}, {{"cryo.dev/criu-tcp-established", "true"}});
+}
+
+// A training job across two nodes (issue 37, the suite's multi-node test): two pods on the pod
+// network, one per node, each one node of a two-node torchrun DDP job (one rank each; the pods'
+// hostnames tell NCCL they are two hosts, so it talks over its socket transport between the
+// pods, as between machines; on a one-GPU machine both pods share the GPU). Node A's pod is
+// stopped (a preemption): the job is checkpointed as one, its two members' GPU work held at one
+// cut over the Peer service; the replacements on the swapped nodes, with new addresses, resume
+// together (every connection between the pods rewritten) and rank 0 writes the losses of a run
+// without cryo, bit for bit.
+TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) {
+  const char* script = getenv("CRYO_GPU_POD_JOB_SCRIPT");
+  const char* ref_path = getenv("CRYO_GPU_POD_JOB_REF");
+  if (script == nullptr || ref_path == nullptr || Python().empty()) {
+    GTEST_SKIP() << "no two-node reference: pods.sh sets CRYO_GPU_POD_JOB_SCRIPT and "
+                    "CRYO_GPU_POD_JOB_REF (a run without cryo) on a machine with PyTorch";
+  }
+  if (!std::filesystem::exists(world().dir() + "/node-a/cni/conf/10-cryo-e2e.conflist")) {
+    GTEST_SKIP() << "the nodes have no pod network (no CNI plugins: bundle.sh carries Debian's "
+                    "containernetworking-plugins)";
+  }
+  pod_network_ = true;
+  nccl_ifname_ = "eth0";
+  const std::string ref = Slurp(ref_path);
+  const int steps = static_cast<int>(std::count(ref.begin(), ref.end(), '\n')) - 1;
+  ASSERT_GT(steps, 50) << "the reference run " << ref_path << " is too short";
+  // More of the pods' environment ("K=V ..."), to try NCCL's settings.
+  const char* more_env = getenv("CRYO_GPU_POD_JOB_ENV");
+  const std::string job_env = more_env != nullptr ? more_env : "";
+  // More of the script's arguments ("--backend gloo"), and CRYO_GPU_POD_JOB_FASTPATH=0 for the
+  // driver's path: to tell where a failure comes from.
+  const char* more_args = getenv("CRYO_GPU_POD_JOB_ARGS");
+  const std::string job_args = more_args != nullptr ? more_args : "";
+  const char* fp = getenv("CRYO_GPU_POD_JOB_FASTPATH");
+  const bool fastpath = fp == nullptr || std::string(fp) != "0";
+  auto cmd = [&](int node_rank, const std::string& master) {
+    return std::vector<std::string>{
+        "sh", "-c",
+        absl::StrCat("NCCL_DEBUG=WARN ", job_env, " ", Python(),
+                     " -m torch.distributed.run --nnodes=2 --node-rank=", node_rank,
+                     " --nproc-per-node=1 --master-addr=", master, " --master-port=29561 ", script,
+                     " --same-gpu ", job_args, " --steps ", steps,
+                     " --step-ms 20 --out /tmp/losses.txt; echo $? >/tmp/exit; exec sleep 100000")};
+  };
+  auto ann = [&](const std::string& member, bool resume) {
+    std::map<std::string, std::string> a = GpuOptIn(fastpath, resume);
+    a["cryo.dev/job"] = "ddp2";
+    a["cryo.dev/job-size"] = "2";
+    a["cryo.dev/job-member"] = member;
+    a["cryo.dev/criu-tcp-established"] = "true";
+    return a;
+  };
+  auto lines = [&](const std::string& node, const std::string& ctr) {
+    auto r = Exec(node, ctr, "cat /tmp/losses.txt 2>/dev/null");
+    return r.ok() ? r->stdout() : std::string();
+  };
+  auto count = [](const std::string& t) { return std::count(t.begin(), t.end(), '\n'); };
+  const std::string shm = world().dir() + "/ddp2-shm-";
+
+  GiveGpusAndShm({GpuOf("node-a")}, shm + "a");
+  auto r0 = RunPod("node-a", "ddp2-0", ann("0", false), cmd(0, "127.0.0.1"));
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  const std::string ip0 = PodIp("node-a", r0->pod_id);
+  ASSERT_FALSE(ip0.empty());
+  GiveGpusAndShm({GpuOf("node-b")}, shm + "b");
+  auto r1 = RunPod("node-b", "ddp2-1", ann("1", false), cmd(1, ip0));
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  WaitUntil(
+      [&] {
+        return count(lines("node-a", r0->ctr_id)) >= steps / 3 || !Running("node-a", r0->ctr_id) ||
+               !Running("node-b", r1->ctr_id);
+      },
+      absl::Minutes(5));
+  ASSERT_GE(count(lines("node-a", r0->ctr_id)), steps / 3) << TailOf(r0->log_path) << "\n"
+                                                           << TailOf(r1->log_path);
+
+  absl::Time t0 = absl::Now();
+  ASSERT_STOPPED(Shim("node-a").StopContainer(r0->ctr_id, 30));
+  const double stop_s = Secs(t0);
+  for (const auto& [node, ctr] : {std::pair{"node-a", r0->ctr_id}, {"node-b", r1->ctr_id}}) {
+    auto st = ExitedStatus(node, ctr);
+    ASSERT_TRUE(st.ok()) << st.status();
+    EXPECT_EQ(st->exit_code(), 75)
+        << node << " not checkpointed: " << TailOf(world().cryod(node).log());
+  }
+  // Both members' GPU memory left through the fast path, each node's held with the other's.
+  for (const char* node : {"node-a", "node-b"}) {
+    if (!fastpath) break;
+    EXPECT_THAT(Slurp(world().cryod(node).log()),
+                HasSubstr("held at one cut with the job's other members"))
+        << node;
+  }
+  uint64_t fast_bytes = 0;
+  int parts = 0;
+  for (const auto& c : world().cryod("node-a").List()) {
+    if (c.job_checkpoint().empty()) continue;
+    ++parts;
+    EXPECT_EQ(c.gpu_fastpath_bytes() > 0, fastpath) << c.checkpoint_id();
+    fast_bytes += c.gpu_fastpath_bytes();
+  }
+  EXPECT_EQ(parts, 2) << "the job checkpoint's parts in the store";
+
+  // The replacements, on the swapped nodes: new pods, new addresses, started together.
+  GiveGpusAndShm({GpuOf("node-b")}, shm + "a2");
+  auto s0 = RunPod("node-b", "ddp2-0-2", ann("0", true), cmd(0, "127.0.0.1"), /*start=*/false);
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  GiveGpusAndShm({GpuOf("node-a")}, shm + "b2");
+  auto s1 = RunPod("node-a", "ddp2-1-2", ann("1", true), cmd(1, ip0), /*start=*/false);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  absl::Time t1 = absl::Now();
+  absl::Status started = StartTogether({{"node-b", &*s0}, {"node-a", &*s1}});
+  ASSERT_TRUE(started.ok()) << started << "\nnode-b's cryod:\n"
+                            << TailOf(world().cryod("node-b").log()) << "\nnode-a's cryod:\n"
+                            << TailOf(world().cryod("node-a").log());
+  const double restore_s = Secs(t1);
+  EXPECT_NE(PodIp("node-b", s0->pod_id), ip0);
+  const std::string at_resume = lines("node-b", s0->ctr_id);
+  EXPECT_GE(count(at_resume), steps / 3) << "the job started over";
+  // Until either launcher ends (rank 0 writes "done" before its launcher ends).
+  auto ended = [&](const std::string& node, const std::string& ctr) {
+    auto r = Exec(node, ctr, "cat /tmp/exit 2>/dev/null");
+    return !Running(node, ctr) || (r.ok() && !r->stdout().empty());
+  };
+  WaitUntil([&] { return ended("node-b", s0->ctr_id) || ended("node-a", s1->ctr_id); },
+            absl::Minutes(5));
+  const std::string got = lines("node-b", s0->ctr_id);
+  ASSERT_TRUE(absl::EndsWith(got, "done\n")) << "rank 0:\n"
+                                             << TroubleIn(s0->log_path) << "\nrank 1:\n"
+                                             << TroubleIn(s1->log_path) << "\n"
+                                             << TailOf(world().cryod("node-b").log());
+  EXPECT_EQ(got, ref) << "losses differ from the run without cryo";
+  Report(absl::StrCat("ddp2 (two nodes, one rank each, NCCL over sockets between the pods): ",
+                      steps, " steps, stopped after step ", count(at_resume) - 1,
+                      ": StopContainer (job checkpoint, both members) ", stop_s, " s, fast path ",
+                      fast_bytes >> 20, " MiB; replacements started together (restore) ", restore_s,
+                      " s; losses ", got == ref ? "bit-identical" : "DIFFERENT"));
 }
 
 // A GPU pod checkpointed in the background (checkpoint-every, the fast path): the job runs on
