@@ -1676,11 +1676,12 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
                                              << TroubleIn(s1->log_path) << "\n"
                                              << TailOf(world().cryod("node-b").log());
   EXPECT_EQ(got, ref) << "losses differ from the run without cryo";
-  Report(absl::StrCat("ddp2 (two nodes, one rank each, NCCL over sockets between the pods): ",
-                      steps, " steps, stopped after step ", count(at_resume) - 1,
-                      ": StopContainer (job checkpoint, both members) ", stop_s, " s, fast path ",
-                      fast_bytes >> 20, " MiB; replacements started together (restore) ", restore_s,
-                      " s; losses ", got == ref ? "bit-identical" : "DIFFERENT"));
+  Report(absl::StrCat(
+      "ddp2 (two nodes, one rank each, ", absl::StrContains(job_args, "gloo") ? "gloo" : "NCCL",
+      " over TCP between the pods): ", steps, " steps, stopped after step ", count(at_resume) - 1,
+      ": StopContainer (job checkpoint, both members) ", stop_s, " s, fast path ", fast_bytes >> 20,
+      " MiB; replacements started together (restore) ", restore_s, " s; losses ",
+      got == ref ? "bit-identical" : "DIFFERENT"));
 }
 
 // A GPU pod checkpointed in the background (checkpoint-every, the fast path): the job runs on
