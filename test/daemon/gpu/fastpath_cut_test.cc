@@ -141,6 +141,50 @@ class FastpathCutTest : public ::testing::Test {
     return o;
   }
 
+  // As NCCL's ranks run: each launches collective after collective; a rank may run ahead of its
+  // peer by a few (then its launches wait for the peer's), and rank 0 is the slower one. Without
+  // alignment rank 1 nearly always waits inside a collective when the gates shut.
+  void StartCollectives() {
+    for (Rank* k : ranks_) k->mover->collectives().set_counting(true);
+    auto job = [this](int r) {
+      while (!stop_) {
+        {
+          std::unique_lock<std::mutex> l(g_coll->mu);
+          g_coll->cv.wait(
+              l, [&] { return stop_ || g_coll->launched[r] - g_coll->launched[1 - r] < 4; });
+        }
+        if (stop_) break;
+        ranks_[r]->Launch();
+        if (r == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
+      }
+    };
+    stop_ = false;
+    jobs_[0] = std::thread(job, 0);
+    jobs_[1] = std::thread(job, 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  void StopCollectives() {
+    stop_ = true;
+    {
+      std::lock_guard<std::mutex> l(g_coll->mu);
+      g_coll->cv.notify_all();
+    }
+    for (auto& j : jobs_) j.join();
+    for (Rank* k : ranks_) k->mover->collectives().set_counting(false);
+  }
+  // Both ranks stopped after the same collective, and drained.
+  void ExpectOneCut() {
+    {
+      std::lock_guard<std::mutex> l(g_coll->mu);
+      EXPECT_EQ(g_coll->launched[0], g_coll->launched[1]);
+      EXPECT_GT(g_coll->launched[0], 0);
+    }
+    EXPECT_EQ(ranks_[0]->mover->state(), fastpath::State::kDrained);
+    EXPECT_EQ(ranks_[1]->mover->state(), fastpath::State::kDrained);
+  }
+
+  std::atomic<bool> stop_{false};
+  std::thread jobs_[2];
   proc::ProcReader proc_;
   std::unique_ptr<Fastpath> fp_;
   std::vector<Rank*> ranks_;  // never freed (see Rank)
@@ -181,50 +225,18 @@ TEST_F(FastpathCutTest, RanksInsideACollectiveAreDrainedOnlyOnceNeitherWaitsOnTh
 }
 
 TEST_F(FastpathCutTest, ARankAheadInItsCollectivesIsHeldWhereItsPeerCatchesUp) {
-  // As NCCL's ranks run: each launches collective after collective; a rank may run ahead of its
-  // peer by a few (then its launches wait for the peer's), and rank 0 is the slower one. Without
-  // alignment rank 1 nearly always waits inside a collective when the gates shut.
-  for (Rank* k : ranks_) k->mover->collectives().set_counting(true);
-  std::atomic<bool> stop{false};
-  auto job = [&](int r) {
-    while (!stop) {
-      {
-        std::unique_lock<std::mutex> l(g_coll->mu);
-        g_coll->cv.wait(l,
-                        [&] { return stop || g_coll->launched[r] - g_coll->launched[1 - r] < 4; });
-      }
-      if (stop) break;
-      ranks_[r]->Launch();
-      if (r == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
-    }
-  };
-  std::thread j0(job, 0), j1(job, 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  StartCollectives();
   std::vector<std::unique_ptr<FastpathDrainHandle>> drains;
   absl::Status st = DrainTogether(*fp_, procs_, Options(absl::Seconds(20)), {}, &drains);
   ASSERT_TRUE(st.ok()) << st;
-  {
-    // Both stopped after the same collective.
-    std::lock_guard<std::mutex> l(g_coll->mu);
-    EXPECT_EQ(g_coll->launched[0], g_coll->launched[1]);
-    EXPECT_GT(g_coll->launched[0], 0);
-  }
-  EXPECT_EQ(ranks_[0]->mover->state(), fastpath::State::kDrained);
-  EXPECT_EQ(ranks_[1]->mover->state(), fastpath::State::kDrained);
+  ExpectOneCut();
   drains.clear();
   for (Rank* k : ranks_) {
     auto r = fp_->Refill(k->proc, 2, {}, {}, nullptr);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(k->Intact());
   }
-  stop = true;
-  {
-    std::lock_guard<std::mutex> l(g_coll->mu);
-    g_coll->cv.notify_all();
-  }
-  j0.join();
-  j1.join();
-  for (Rank* k : ranks_) k->mover->collectives().set_counting(false);
+  StopCollectives();
 }
 
 TEST_F(FastpathCutTest, ARankThatNeverStopsEndsTheCutInTimeAndEveryRankRunsOnIntact) {
@@ -262,22 +274,7 @@ struct TwoNodes {
 TEST_F(FastpathCutTest, RanksOfMembersOnTwoNodesAreHeldAtOneCutOnTheJobsCollectives) {
   // As in ARankAheadInItsCollectivesIsHeldWhereItsPeerCatchesUp, but each rank is another
   // member's: only the job's rounds can align them.
-  for (Rank* k : ranks_) k->mover->collectives().set_counting(true);
-  std::atomic<bool> stop{false};
-  auto job = [&](int r) {
-    while (!stop) {
-      {
-        std::unique_lock<std::mutex> l(g_coll->mu);
-        g_coll->cv.wait(l,
-                        [&] { return stop || g_coll->launched[r] - g_coll->launched[1 - r] < 4; });
-      }
-      if (stop) break;
-      ranks_[r]->Launch();
-      if (r == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));
-    }
-  };
-  std::thread j0(job, 0), j1(job, 1);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  StartCollectives();
   TwoNodes job_cut;
   std::vector<FastpathProcess> a{procs_[0]}, b{procs_[1]};
   std::vector<std::unique_ptr<FastpathDrainHandle>> da, db;
@@ -288,14 +285,7 @@ TEST_F(FastpathCutTest, RanksOfMembersOnTwoNodesAreHeldAtOneCutOnTheJobsCollecti
   tb.join();
   ASSERT_TRUE(sa.ok()) << sa;
   ASSERT_TRUE(sb.ok()) << sb;
-  {
-    // Both stopped after the same collective.
-    std::lock_guard<std::mutex> l(g_coll->mu);
-    EXPECT_EQ(g_coll->launched[0], g_coll->launched[1]);
-    EXPECT_GT(g_coll->launched[0], 0);
-  }
-  EXPECT_EQ(ranks_[0]->mover->state(), fastpath::State::kDrained);
-  EXPECT_EQ(ranks_[1]->mover->state(), fastpath::State::kDrained);
+  ExpectOneCut();
   da.clear();
   db.clear();
   for (Rank* k : ranks_) {
@@ -303,14 +293,7 @@ TEST_F(FastpathCutTest, RanksOfMembersOnTwoNodesAreHeldAtOneCutOnTheJobsCollecti
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_TRUE(k->Intact());
   }
-  stop = true;
-  {
-    std::lock_guard<std::mutex> l(g_coll->mu);
-    g_coll->cv.notify_all();
-  }
-  j0.join();
-  j1.join();
-  for (Rank* k : ranks_) k->mover->collectives().set_counting(false);
+  StopCollectives();
 }
 
 TEST_F(FastpathCutTest, AMemberWhoseRankNeverStopsKeepsTheOtherNodesMemberFromDrainingAlone) {
