@@ -184,6 +184,19 @@ class ContainerModeE2e : public ContainerdE2e {
     return p;
   }
 
+  static double Secs(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+  // The next pods are on the pod network with cryo-sumpair at /opt/cryo/cryo-sumpair.
+  void SumpairPods() {
+    pod_network_ = true;
+    container_tweak_ = [](cri::ContainerConfig* c) {
+      cri::Mount* m = c->add_mounts();
+      m->set_container_path("/opt/cryo/cryo-sumpair");
+      m->set_host_path(CRYO_SUMPAIR_STATIC);
+      m->set_readonly(true);
+    };
+  }
+
   // Starts the containers at once, as the kubelets of their nodes would: a job's replacements
   // each wait in their start for the others. The first failure, if any.
   absl::Status StartTogether(const std::vector<std::pair<std::string, const Pod*>>& pods) {
@@ -1263,8 +1276,6 @@ class GpuPodE2e : public ContainerModeE2e {
 
   static void Report(const std::string& line) { std::cout << "[gpu-pods] " << line << std::endl; }
 
-  static double Secs(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
-
   // One pod's way from node A's GPU to node B's: a stop with a 30 s grace (the checkpoint),
   // the replacement created and started (the restore), the job's next step. Returns the
   // replacement.
@@ -2217,13 +2228,7 @@ TEST_F(ContainerModeE2e, AMembersStopCheckpointsTheWholeJobAndTheReplacementsRes
 // until both are back: the sums go on exactly (the workload itself stops with ok 0 at a byte
 // lost, duplicated or reordered).
 TEST_F(ContainerModeE2e, AJobsConnectionMovesWithItsPodsToNewAddressesAndTheSumsGoOn) {
-  pod_network_ = true;
-  container_tweak_ = [](cri::ContainerConfig* c) {
-    cri::Mount* m = c->add_mounts();
-    m->set_container_path("/opt/cryo/cryo-sumpair");
-    m->set_host_path(CRYO_SUMPAIR_STATIC);
-    m->set_readonly(true);
-  };
+  SumpairPods();
   auto member = [&](const std::string& node, const std::string& pod, const std::string& name,
                     const std::string& where, bool resume) {
     std::map<std::string, std::string> ann = {{"cryo.dev/checkpoint-on-stop", "true"},
@@ -2294,6 +2299,105 @@ TEST_F(ContainerModeE2e, AJobsConnectionMovesWithItsPodsToNewAddressesAndTheSums
   EXPECT_THAT(conns->stdout(), HasSubstr(absl::StrCat(hex(right2_ip), ":")));
   EXPECT_THAT(conns->stdout(), HasSubstr(absl::StrCat(hex(left2_ip), ":1C84")))
       << "right's connection goes to left's new address, port 7300";
+}
+
+// Benchmark, not a test (gtest runs no DISABLED_ test unless asked; scripts/bench-job-pods.sh
+// asks): a job of two pods against one pod alone, on the container path, in the same run. Each
+// repetition: one pod (cryo-sumpair listening, no job) stopped with its checkpoint on node A and
+// its replacement started on node B; then a two-pod job (the running sums over TCP across the
+// nodes) whose member on node A is stopped, both checkpointed at one cut, and whose
+// replacements on the swapped nodes are started together. Times are the CRI calls' as kubelet
+// would see them (StopContainer; StartContainer of the replacement(s), created beforehand), and
+// the cut's skew from the job checkpoint's record. Medians of CRYO_BENCH_REPS (default 3).
+TEST_F(ContainerModeE2e, DISABLED_BenchJobPodsAgainstOnePodAlone) {
+  SumpairPods();
+  int reps = 3;
+  if (const char* r = getenv("CRYO_BENCH_REPS"); r != nullptr) (void)absl::SimpleAtoi(r, &reps);
+  auto ann = [](const std::string& job, const std::string& member, bool resume) {
+    std::map<std::string, std::string> a = {{"cryo.dev/checkpoint-on-stop", "true"},
+                                            {"cryo.dev/checkpointed-exit-code", "99"}};
+    if (!job.empty()) {
+      a["cryo.dev/job"] = job;
+      a["cryo.dev/job-size"] = "2";
+      a["cryo.dev/job-member"] = member;
+    } else {
+      a["cryo.dev/workload"] = member;
+    }
+    if (resume) a["cryo.dev/resume"] = "auto";
+    return a;
+  };
+  auto sumpair = [](const std::string& how, const std::string& where) {
+    return std::vector<std::string>{"/opt/cryo/cryo-sumpair", "--status", "/tmp/status", how,
+                                    where};
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::vector<double> one_stop, one_start, job_stop, job_start, skew;
+  for (int rep = 0; rep < reps; ++rep) {
+    const std::string n = std::to_string(rep);
+    // One pod doing a member's work alone: both ends of the running sums, over loopback.
+    const std::vector<std::string> alone = {
+        "sh", "-c",
+        "/opt/cryo/cryo-sumpair --status /tmp/peer --listen 127.0.0.1:7301 & exec "
+        "/opt/cryo/cryo-sumpair --status /tmp/status --connect 127.0.0.1:7301"};
+    auto solo = RunPod("node-a", "solo-" + n, ann("", "solo-" + n, false), alone);
+    ASSERT_TRUE(solo.ok()) << solo.status();
+    ASSERT_TRUE(StatusPast("node-a", solo->ctr_id, "main", 20, absl::Seconds(60)));
+    absl::Time t = absl::Now();
+    ASSERT_STOPPED(Shim("node-a").StopContainer(solo->ctr_id, 30));
+    one_stop.push_back(Secs(t));
+    auto solo2 = RunPod("node-b", "solo-" + n + "-2", ann("", "solo-" + n, true), alone,
+                        /*start=*/false);
+    ASSERT_TRUE(solo2.ok()) << solo2.status();
+    t = absl::Now();
+    ASSERT_TRUE(Shim("node-b").StartContainer(solo2->ctr_id).ok());
+    one_start.push_back(Secs(t));
+    EXPECT_GT(U(Status("node-b", solo2->ctr_id), "main"), 20u) << "the pod started over";
+
+    const std::string job = "bench" + n;
+    auto left = RunPod("node-a", job + "-left", ann(job, "left", false),
+                       sumpair("--listen", "0.0.0.0:7300"));
+    ASSERT_TRUE(left.ok()) << left.status();
+    const std::string left_ip = PodIp("node-a", left->pod_id);
+    auto right = RunPod("node-b", job + "-right", ann(job, "right", false),
+                        sumpair("--connect", left_ip + ":7300"));
+    ASSERT_TRUE(right.ok()) << right.status();
+    ASSERT_TRUE(StatusPast("node-b", right->ctr_id, "main", 20, absl::Seconds(60)));
+    t = absl::Now();
+    ASSERT_STOPPED(Shim("node-a").StopContainer(left->ctr_id, 30));
+    job_stop.push_back(Secs(t));
+    ASSERT_EQ(ExitedStatus("node-b", right->ctr_id)->exit_code(), 99);
+    auto left2 = RunPod("node-b", job + "-left-2", ann(job, "left", true),
+                        sumpair("--listen", "0.0.0.0:7300"), false);
+    auto right2 = RunPod("node-a", job + "-right-2", ann(job, "right", true),
+                         sumpair("--connect", left_ip + ":7300"), false);
+    ASSERT_TRUE(left2.ok() && right2.ok());
+    t = absl::Now();
+    ASSERT_TRUE(StartTogether({{"node-b", &*left2}, {"node-a", &*right2}}).ok());
+    job_start.push_back(Secs(t));
+    ASSERT_TRUE(StatusPast("node-b", left2->ctr_id, "main",
+                           U(Status("node-b", left2->ctr_id), "main") + 5, absl::Seconds(60)));
+    EXPECT_EQ(U(Status("node-b", left2->ctr_id), "ok"), 1u);
+    for (const auto& e : std::filesystem::directory_iterator(world().store() + "/jobs")) {
+      const std::string name = e.path().filename().string();
+      if (!absl::StartsWith(name, "cryo-e2e+" + job + "+") || !absl::EndsWith(name, ".json"))
+        continue;
+      auto rec = nlohmann::json::parse(Slurp(e.path().string()), nullptr, false);
+      if (rec.is_object() && rec.contains("cut_ms")) skew.push_back(U(rec["cut_ms"], "cut_skew"));
+    }
+  }
+  ASSERT_FALSE(skew.empty()) << "no job checkpoint record";
+  const double os = median(one_stop), js = median(job_stop);
+  const double ob = median(one_start), jb = median(job_start);
+  std::cout << absl::StrFormat(
+                   "[bench] container path, medians of %d: one pod's stop checkpoint %.3f s "
+                   "(1.00), a job of two pods on two nodes %.3f s (%.2f), cut skew %.0f ms; one "
+                   "pod's resume (StartContainer) %.3f s (1.00), the job's two resumed together "
+                   "%.3f s (%.2f)",
+                   reps, os, js, js / os, median(skew), ob, jb, jb / ob)
+            << std::endl;
 }
 
 // Periodic job checkpoints (issue 37): a job whose pods ask for checkpoint-every is
