@@ -157,7 +157,9 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
       if (init > 0) proc::WriteToStderrOf(init, absl::StrCat("cryo: ", waiting));
       next_report = now + absl::Seconds(5);
     }
-    absl::SleepFor(absl::Milliseconds(200));
+    // (The last member to arrive waits for none; the others see it within one poll, which is
+    // one listing of the store's jobs/.)
+    absl::SleepFor(absl::Milliseconds(50));
   }
 }
 
