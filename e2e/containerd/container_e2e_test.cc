@@ -90,23 +90,6 @@ std::string TailOf(const std::string& path) {
   return all.size() > 3000 ? all.substr(all.size() - 3000) : all;
 }
 
-// The lines of a pod's log that say what went wrong (a training job's traceback ends in its
-// launcher's summary, which a tail shows instead), at most `most` of them.
-std::string TroubleIn(const std::string& path, size_t most = 80) {
-  std::vector<std::string> hits;
-  for (absl::string_view l : absl::StrSplit(Slurp(path), '\n')) {
-    const std::string low = absl::AsciiStrToLower(l);
-    for (const char* w : {"error", "warn", "exception", "abort", "nccl", "timeout", "refused"}) {
-      if (absl::StrContains(low, w)) {
-        hits.emplace_back(l.substr(0, 400));
-        break;
-      }
-    }
-  }
-  if (hits.size() > most) hits.erase(hits.begin() + most / 2, hits.end() - most / 2);
-  return absl::StrJoin(hits, "\n");
-}
-
 // The uid of the Job the pods belong to (the Job controller's controller-uid label).
 const std::string kJobUid = "5e1f0c2a-0000-4000-8000-000000000001";
 
@@ -1242,6 +1225,23 @@ class GpuPodE2e : public ContainerModeE2e {
       m->set_container_path("/dev/shm");
       m->set_host_path(shm);
     };
+  }
+
+  // The lines of a pod's log that say what went wrong (a training job's traceback ends in its
+  // launcher's summary, which a tail shows instead), at most `most` of them.
+  static std::string TroubleIn(const std::string& path, size_t most = 80) {
+    std::vector<std::string> hits;
+    for (absl::string_view l : absl::StrSplit(Slurp(path), '\n')) {
+      const std::string low = absl::AsciiStrToLower(l);
+      for (const char* w : {"error", "warn", "exception", "abort", "nccl", "timeout", "refused"}) {
+        if (absl::StrContains(low, w)) {
+          hits.emplace_back(l.substr(0, 400));
+          break;
+        }
+      }
+    }
+    if (hits.size() > most) hits.erase(hits.begin() + most / 2, hits.end() - most / 2);
+    return absl::StrJoin(hits, "\n");
   }
 
   static std::string Dirname(const std::string& p) { return p.substr(0, p.rfind('/')); }
