@@ -53,8 +53,35 @@ std::string IpText(int family, const void* a) {
   return buf;
 }
 
-// Rewrites the address words of one socket end in place when `map` names the address (a
-// v4-mapped IPv6 address by its IPv4 part). Whether it did.
+// The map's pairs as the kernel compares addresses; a pair that is not two addresses of one
+// family is left out (ValidateAddressMap refuses such a map).
+std::map<Ip, Ip> IpMap(const AddressMap& map) {
+  std::map<Ip, Ip> ips;
+  for (const auto& [from, to] : map) {
+    auto a = ParseIp(from), b = ParseIp(to);
+    if (a && b && a->family == b->family && from != to) ips[*a] = *b;
+  }
+  return ips;
+}
+
+// Rewrites an address in place when `map` names it (a v4-mapped IPv6 address by its IPv4 part):
+// `family` AF_INET for the first 4 bytes of `raw`, AF_INET6 for all 16. Whether it did.
+bool Rewrite(int family, std::array<uint8_t, 16>* raw, const std::map<Ip, Ip>& map) {
+  Ip key;
+  uint8_t* at = raw->data();
+  if (family == AF_INET6 && std::memcmp(raw->data(), kMapped, 12) == 0) {
+    family = AF_INET;
+    at += 12;
+  }
+  key.family = family;
+  std::memcpy(key.a.data(), at, family == AF_INET ? 4 : 16);
+  auto it = map.find(key);
+  if (it == map.end()) return false;
+  std::memcpy(at, it->second.a.data(), family == AF_INET ? 4 : 16);
+  return true;
+}
+
+// The same for the address words of one socket end in CRIU's image (1 word IPv4, 4 IPv6).
 bool Rewrite(google::protobuf::RepeatedField<uint32_t>* words, const std::map<Ip, Ip>& map) {
   std::array<uint8_t, 16> raw{};
   if (words->size() != 1 && words->size() != 4) return false;
@@ -62,26 +89,7 @@ bool Rewrite(google::protobuf::RepeatedField<uint32_t>* words, const std::map<Ip
     const uint32_t w = words->Get(i);
     std::memcpy(raw.data() + 4 * i, &w, 4);
   }
-  Ip key;
-  bool mapped = false;
-  if (words->size() == 1) {
-    key.family = AF_INET;
-    std::memcpy(key.a.data(), raw.data(), 4);
-  } else if (std::memcmp(raw.data(), kMapped, 12) == 0) {
-    key.family = AF_INET;
-    mapped = true;
-    std::memcpy(key.a.data(), raw.data() + 12, 4);
-  } else {
-    key.family = AF_INET6;
-    key.a = raw;
-  }
-  auto it = map.find(key);
-  if (it == map.end()) return false;
-  if (key.family == AF_INET) {
-    std::memcpy(mapped ? raw.data() + 12 : raw.data(), it->second.a.data(), 4);
-  } else {
-    raw = it->second.a;
-  }
+  if (!Rewrite(words->size() == 1 ? AF_INET : AF_INET6, &raw, map)) return false;
   for (int i = 0; i < words->size(); ++i) {
     uint32_t w;
     std::memcpy(&w, raw.data() + 4 * i, 4);
@@ -139,10 +147,7 @@ absl::StatusOr<bool> RewriteImageAddresses(const std::string& images_dir,
                                            const std::string& out_dir, const std::string& link_base,
                                            const AddressMap& map) {
   CRYO_RETURN_IF_ERROR(ValidateAddressMap(map));
-  std::map<Ip, Ip> ips;
-  for (const auto& [from, to] : map) {
-    if (from != to) ips[*ParseIp(from)] = *ParseIp(to);
-  }
+  const std::map<Ip, Ip> ips = IpMap(map);
   auto entries = ReadImageEntries(images_dir, "files.img", kFilesMagic, true, kMaxFilesImage);
   if (absl::IsNotFound(entries.status()) || ips.empty()) return false;
   CRYO_RETURN_IF_ERROR(entries.status());
@@ -177,16 +182,8 @@ absl::StatusOr<bool> RewriteImageAddresses(const std::string& images_dir,
 }
 
 std::vector<Listener> RewriteListeners(std::vector<Listener> listeners, const AddressMap& map) {
-  for (Listener& l : listeners) {
-    const bool mapped = l.family == AF_INET6 && std::memcmp(l.addr.data(), kMapped, 12) == 0;
-    const int family = mapped ? AF_INET : l.family;
-    uint8_t* at = mapped ? l.addr.data() + 12 : l.addr.data();
-    auto it = map.find(IpText(family, at));
-    if (it == map.end()) continue;
-    auto to = ParseIp(it->second);
-    if (!to || to->family != family) continue;  // (ValidateAddressMap refuses such a map)
-    std::memcpy(at, to->a.data(), family == AF_INET ? 4 : 16);
-  }
+  const std::map<Ip, Ip> ips = IpMap(map);
+  for (Listener& l : listeners) Rewrite(l.family, &l.addr, ips);
   return listeners;
 }
 
