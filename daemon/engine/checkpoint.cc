@@ -552,10 +552,16 @@ absl::Status Engine::SaveRootfs(CheckpointState& s) {
   return absl::OkStatus();
 }
 
+std::unique_ptr<gpu::CutParties> Engine::JobGpuParty(const CheckpointState& s) {
+  if (!s.req.job_cut || !s.req.job_cut->gpu() || !s.req.job_part) return nullptr;
+  Operation* op = s.op;
+  return s.req.job_cut->gpu()->For(JobGpuCut::MemberParty(s.req.job_part->member),
+                                   std::min(s.req.deadline, absl::Now() + s.req.job_cut_timeout),
+                                   [op] { return op->cancelled(); });
+}
+
 void Engine::LeaveJobGpuCut(CheckpointState& s) {
-  if (s.req.job_cut && s.req.job_cut->gpu() && s.req.job_part) {
-    s.req.job_cut->gpu()->Leave(absl::StrCat("member ", s.req.job_part->member));
-  }
+  if (auto party = JobGpuParty(s)) party->Leave();
 }
 
 absl::Status Engine::MeetJobCut(CheckpointState& s) {

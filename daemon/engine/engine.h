@@ -271,6 +271,8 @@ class Engine {
                                                               const std::shared_ptr<JobCut>& cut,
                                                               Operation& op);
   absl::Status MeetJobCut(CheckpointState& s);
+  // This member's party in its job checkpoint's GPU cut (job_cut.h); null outside one.
+  std::unique_ptr<gpu::CutParties> JobGpuParty(const CheckpointState& s);
   void LeaveJobGpuCut(CheckpointState& s);
   absl::Status ResumeEarly(CheckpointState& s);
   absl::Status ResumeGpus(CheckpointState& s);

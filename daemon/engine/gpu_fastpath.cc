@@ -193,12 +193,7 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   // The processes of one job (ranks) are drained at one cut (fastpath_cut.h); a job checkpoint's
   // member's, at one cut with every other member's (job_cut.h).
   std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;
-  std::unique_ptr<gpu::CutParties> others;
-  if (s.req.job_cut && s.req.job_cut->gpu() && s.req.job_part) {
-    others = s.req.job_cut->gpu()->For(absl::StrCat("member ", s.req.job_part->member),
-                                       std::min(deadline, absl::Now() + s.req.job_cut_timeout),
-                                       [op] { return op->cancelled(); });
-  }
+  std::unique_ptr<gpu::CutParties> others = JobGpuParty(s);
   if (st.ok()) st = gpu::DrainTogether(*d_.fastpath, s.fast, opt, files, &drains, others.get());
   if (!st.ok() && others) others->Fail(st);  // (also when the drain never began)
   s.live.copy_claim.Release();               // its copies are over: the next drains get its threads

@@ -169,8 +169,8 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
   // The GPU cut's parties: this node's members and each other node (its cryod speaks for its
   // members there).
   std::vector<std::string> gpu_parties;
-  for (int i : local) gpu_parties.push_back(absl::StrCat("member ", req.members[i].member));
-  for (const auto& [node, idx] : remote) gpu_parties.push_back(absl::StrCat("node ", node));
+  for (int i : local) gpu_parties.push_back(JobGpuCut::MemberParty(req.members[i].member));
+  for (const auto& [node, idx] : remote) gpu_parties.push_back(JobGpuCut::NodeParty(node));
   auto cut = std::make_shared<JobCut>(static_cast<int>(local.size() + remote.size()),
                                       std::make_shared<JobGpuCut>(gpu_parties));
   op.Report(
@@ -187,7 +187,7 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
         sub.members.clear();
         for (int i : idx) sub.members.push_back(req.members[i]);
         auto r = d_.peers->Join(node, sub, *cut);
-        if (!r.ok()) cut->Fail(absl::StrCat("node ", node), r.status());
+        if (!r.ok()) cut->Fail(JobGpuCut::NodeParty(node), r.status());
         absl::MutexLock l(&mu);
         from_peers.emplace(node, std::move(r));
       });
@@ -462,7 +462,7 @@ absl::StatusOr<std::vector<CheckpointResult>> Engine::CheckpointJobMembers(
   // This node's members, and the driver's word as one more party; at the GPU cut, this node's
   // members, with the driver deciding each round.
   std::vector<std::string> gpu_parties;
-  for (int i : all) gpu_parties.push_back(absl::StrCat("member ", req.members[i].member));
+  for (int i : all) gpu_parties.push_back(JobGpuCut::MemberParty(req.members[i].member));
   auto cut = std::make_shared<JobCut>(
       n + 1, std::make_shared<JobGpuCut>(gpu_parties, std::move(gpu_up), std::move(gpu_left)));
   std::thread word([&] {

@@ -58,7 +58,8 @@ absl::Status JobCut::WaitFor(int count, absl::Time deadline) {
 
 void JobCut::Fail(const std::string& member, const absl::Status& why) {
   if (gpu_)
-    gpu_->Fail(absl::StartsWith(member, "node ") ? member : absl::StrCat("member ", member), why);
+    // (Another node fails here under its party's name, JobGpuCut::NodeParty.)
+    gpu_->Fail(absl::StartsWith(member, "node ") ? member : JobGpuCut::MemberParty(member), why);
   absl::MutexLock l(&mu_);
   if (failed_.empty()) failed_ = absl::StrCat("member ", member, " failed: ", why.message());
 }

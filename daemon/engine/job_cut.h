@@ -44,6 +44,10 @@ class JobGpuCut {
   void Leave(const std::string& party);
   void Fail(const std::string& party, const absl::Status& why);
 
+  // The names of the parties: a member of this node's, another node.
+  static std::string MemberParty(const std::string& member) { return "member " + member; }
+  static std::string NodeParty(const std::string& node) { return "node " + node; }
+
   // `party`'s view, for DrainTogether.
   std::unique_ptr<gpu::CutParties> For(const std::string& party, absl::Time deadline,
                                        std::function<bool()> cancelled);

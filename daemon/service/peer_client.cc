@@ -61,7 +61,7 @@ absl::StatusOr<std::vector<engine::JobCheckpointRequest::Member>> GrpcJobPeers::
 
 absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
     const std::string& node, const engine::JobCheckpointRequest& members, engine::JobCut& cut) {
-  const std::string party = absl::StrCat("node ", node);
+  const std::string party = engine::JobGpuCut::NodeParty(node);
   auto fail = [&](absl::Status s) {
     cut.Fail(party, s);
     return s;
@@ -103,7 +103,7 @@ absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
     if (!reply.has_gpu_round()) break;
     const uint32_t round = reply.gpu_round().round();
     absl::StatusOr<gpu::CutWord> job = absl::FailedPreconditionError(
-        "this job checkpoint has no GPU cut (the driving cryod is older)");
+        "this cryod's job checkpoint holds no GPU cut to meet node " + node + "'s members at");
     if (gpu != nullptr) {
       job = gpu->Meet(party, static_cast<int>(round), FromProto(reply.gpu_round()), gpu_deadline);
     }
