@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -264,6 +265,60 @@ TEST_F(FastpathE2e, AJobsGpuMembersOnTwoNodesLeaveTheirGpusAtOneCutAndResumeToge
   ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << Slurp(b.log());
   ExpectRunsOnIntact(r0, at0);
   ExpectRunsOnIntact(r1, at1);
+}
+
+// A crafted driver (the nodes' certificate and token, but not keeping to the GPU cut's rounds:
+// its answer names another round) is refused by node-b: its member's checkpoint fails naming the
+// round, nothing is published, and the member runs on with every word of its memory.
+TEST_F(FastpathE2e, ADriverAnsweringAnotherRoundOfTheGpuCutIsRefusedAndTheMemberRunsOn) {
+  auto [ap, bp] = TwoNodes();
+  Cryod& b = *bp;
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  grpc::SslCredentialsOptions tls;
+  tls.pem_root_certs = Slurp(tls_dir_ + "/ca.crt");
+  tls.pem_private_key = Slurp(tls_dir_ + "/tls.key");
+  tls.pem_cert_chain = Slurp(tls_dir_ + "/tls.crt");
+  grpc::ChannelArguments args;
+  args.SetSslTargetNameOverride("cryo-peer");
+  auto stub = v1::Peer::NewStub(grpc::CreateCustomChannel(
+      "127.0.0.1:" + std::to_string(peer_port_b_), grpc::SslCredentials(tls), args));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("authorization", "Bearer peer-token-of-the-e2e-cluster");
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto stream = stub->JoinJobCheckpoint(&ctx);
+  v1::PeerCutMessage start;
+  v1::CheckpointJobRequest* r = start.mutable_start();
+  r->set_namespace_("e2e");
+  r->set_job("gpus");
+  r->set_job_checkpoint_id("crafted");
+  v1::JobMember* m = r->add_members();
+  m->set_member("1");
+  m->set_node("node-b");
+  *m->mutable_checkpoint() = Req(w.pid(), "", /*leave_running=*/true);
+  ASSERT_TRUE(stream->Write(start));
+  v1::PeerCutReply reply;
+  ASSERT_TRUE(stream->Read(&reply));
+  ASSERT_TRUE(reply.has_gpu_round()) << reply.DebugString();
+  EXPECT_EQ(reply.gpu_round().round(), 0u);
+  v1::PeerCutMessage wrong;
+  wrong.mutable_gpu_round()->set_round(5);
+  ASSERT_TRUE(stream->Write(wrong));
+  std::string failed;
+  while (failed.empty() && stream->Read(&reply)) {
+    if (reply.has_failed()) failed = reply.failed();
+    ASSERT_FALSE(reply.has_done()) << reply.DebugString();
+  }
+  stream->WritesDone();
+  while (stream->Read(&reply)) {  // (its last word; Finish waits for every one to be read)
+    ASSERT_FALSE(reply.has_done()) << reply.DebugString();
+  }
+  (void)stream->Finish();  // (the node's answer is in the stream; its end says nothing more)
+  EXPECT_NE(failed.find("did not answer round 0 of the GPU cut"), std::string::npos)
+      << failed << "\n"
+      << Slurp(b.log());
+  for (const auto& c : b.List()) EXPECT_NE(c.job_checkpoint(), "crafted") << c.checkpoint_id();
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
 }
 
 // By default the data goes into cryod's memory, the job gets it back from there, and cryod

@@ -69,5 +69,31 @@ TEST(StageToProto, EveryStageIsTheProtosValueOfItsNumber) {
       << "a stage of the proto has no row in lib/contract/stages.h";
 }
 
+// A peer's word of a round of the GPU cut, as another cryod may send it: what this one does not
+// know is no reason to go on.
+TEST(GpuCutWordFromProto, AnOutcomeThisCryodDoesNotKnowIsAFailureWithAReason) {
+  v1::GpuCutWord p;
+  p.set_round(3);
+  p.set_collectives(41);
+  p.set_outcome(static_cast<v1::GpuCutWord::Outcome>(7));
+  gpu::CutWord w = FromProto(p);
+  EXPECT_EQ(w.outcome, gpu::CutWord::kFailed);
+  EXPECT_FALSE(w.why.empty());
+  EXPECT_EQ(w.collectives, 41u);
+  // And the known ones survive the trip both ways.
+  for (auto o : {gpu::CutWord::kOk, gpu::CutWord::kBusy, gpu::CutWord::kFailed}) {
+    gpu::CutWord in;
+    in.outcome = o;
+    in.collectives = 9;
+    in.why = o == gpu::CutWord::kOk ? "" : "why";
+    v1::GpuCutWord wire = ToProto(5, in);
+    EXPECT_EQ(wire.round(), 5u);
+    gpu::CutWord out = FromProto(wire);
+    EXPECT_EQ(out.outcome, o);
+    EXPECT_EQ(out.collectives, 9u);
+    EXPECT_EQ(out.why, in.why);
+  }
+}
+
 }  // namespace
 }  // namespace cryo::service
