@@ -10,15 +10,19 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <regex>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
+#include "daemon/criu/network_lock.h"
 #include "lib/base/fs.h"
+#include "lib/base/log.h"
 #include "lib/base/netns.h"
 #include "lib/base/proc.h"
 #include "lib/base/status.h"
+#include "lib/base/subprocess.h"
 
 namespace cryo::criu {
 namespace {
@@ -185,6 +189,92 @@ std::vector<Listener> RewriteListeners(std::vector<Listener> listeners, const Ad
   const std::map<Ip, Ip> ips = IpMap(map);
   for (Listener& l : listeners) Rewrite(l.family, &l.addr, ips);
   return listeners;
+}
+
+namespace {
+
+constexpr char kAddressTable[] = "cryo-job-addresses";
+
+absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const std::string& input,
+                                   pid_t netns_pid, const std::string& nsexec, bool* ok) {
+  RunOptions ro;
+  ro.argv = Nft(args, netns_pid, nsexec);
+  ro.input = input;
+  ro.timeout = absl::Seconds(30);
+  ro.merge_stderr = true;
+  CRYO_ASSIGN_OR_RETURN(auto r, Run(ro));
+  *ok = r.exit.exited && r.exit.code == 0;
+  return r.out;
+}
+
+}  // namespace
+
+AddressMap ComposeAddressMaps(const AddressMap& moved, const AddressMap& earlier) {
+  AddressMap all = moved;
+  for (const auto& [from, to] : earlier) {
+    auto it = moved.find(to);
+    const std::string& now = it == moved.end() ? to : it->second;
+    if (now != from && !all.count(from)) all[from] = now;
+  }
+  return all;
+}
+
+absl::Status KeepJobAddresses(const AddressMap& map, pid_t netns_pid, const std::string& nsexec) {
+  CRYO_RETURN_IF_ERROR(ValidateAddressMap(map));
+  if (map.empty()) return absl::OkStatus();
+  if (FindExecutable("nft").empty()) {
+    return absl::FailedPreconditionError(
+        "nft is not on this node: connections the job opens to its members' old addresses "
+        "will not reach them");
+  }
+  std::set<std::string> current;
+  for (const auto& [from, to] : map) current.insert(to);
+  // Created, emptied and filled in one transaction: a second restore into the same namespace
+  // replaces the rules, and nothing is ever half there.
+  std::string script = absl::StrCat("table inet ", kAddressTable, " {}\ndelete table inet ",
+                                    kAddressTable, "\ntable inet ", kAddressTable,
+                                    " {\n  chain output {\n    type nat hook output priority "
+                                    "-100; policy accept;\n");
+  for (const auto& [from, to] : map) {
+    // An old address that is now another member's (a reused pod IP) means that member to
+    // whoever learns the new addresses: it is not redirected.
+    if (current.count(from)) {
+      CRYO_LOG(Warning) << "job addresses: " << from << " is a member's address now; new "
+                        << "connections to it are not redirected to " << to;
+      continue;
+    }
+    const char* ip = from.find(':') == std::string::npos ? "ip" : "ip6";
+    absl::StrAppend(&script, "    ", ip, " daddr ", from, " dnat ", ip, " to ", to,
+                    " comment \"cryo ", from, ">", to, "\"\n");
+  }
+  absl::StrAppend(&script, "  }\n}\n");
+  bool ok = false;
+  CRYO_ASSIGN_OR_RETURN(std::string out, RunNft({"-f", "-"}, script, netns_pid, nsexec, &ok));
+  if (!ok) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "nft could not make the table that redirects the job's old addresses (does the kernel "
+        "have nftables NAT?): ",
+        out));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AddressMap> ReadJobAddresses(pid_t netns_pid, const std::string& nsexec) {
+  if (FindExecutable("nft").empty()) return AddressMap{};  // then none was ever made
+  bool ok = false;
+  CRYO_ASSIGN_OR_RETURN(std::string out, RunNft({"list", "table", "inet", kAddressTable}, "",
+                                                netns_pid, nsexec, &ok));
+  if (!ok) {
+    if (out.find("No such file or directory") != std::string::npos) return AddressMap{};
+    return absl::InternalError(absl::StrCat("nft list table inet ", kAddressTable, ": ", out));
+  }
+  static const std::regex kRule(R"re(comment "cryo ([0-9A-Fa-f.:]+)>([0-9A-Fa-f.:]+)")re");
+  AddressMap map;
+  for (std::sregex_iterator it(out.begin(), out.end(), kRule), end; it != end; ++it) {
+    map[(*it)[1].str()] = (*it)[2].str();
+  }
+  CRYO_RETURN_IF_ERROR(ValidateAddressMap(map));
+  return map;
 }
 
 }  // namespace cryo::criu

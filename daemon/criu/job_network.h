@@ -39,4 +39,21 @@ absl::StatusOr<bool> RewriteImageAddresses(const std::string& images_dir,
 // v4-mapped IPv6 address by its IPv4 part).
 std::vector<Listener> RewriteListeners(std::vector<Listener> listeners, const AddressMap& map);
 
+// A job's memory keeps its members' old addresses: a connection it opens after a move (a
+// launcher's, NCCL's) would go where no member is. In the network namespace of `netns_pid`
+// (through `nsexec`; 0: cryod's own) the nftables table "inet cryo-job-addresses" sends new
+// connections to each old address of `map` to the new one (DNAT on output: the process still
+// sees the address it asked for; the connections it had are rewritten in the images instead).
+// The table is replaced whole. It is also the record of the moves: ReadJobAddresses gives it
+// back at the next checkpoint, so that a job moved twice still reaches its first addresses.
+// An old address that is now a member's own is left out (said in the log).
+absl::Status KeepJobAddresses(const AddressMap& map, pid_t netns_pid, const std::string& nsexec);
+
+// The table's pairs in that namespace; none when it has no table (or the node no nft).
+absl::StatusOr<AddressMap> ReadJobAddresses(pid_t netns_pid, const std::string& nsexec);
+
+// This move's map with the moves before it: each earlier address to where its member is now
+// (`earlier`'s target moved on by `moved`, or kept).
+AddressMap ComposeAddressMaps(const AddressMap& moved, const AddressMap& earlier);
+
 }  // namespace cryo::criu

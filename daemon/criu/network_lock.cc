@@ -20,9 +20,6 @@
 #include "lib/base/subprocess.h"
 
 namespace cryo::criu {
-namespace {
-
-// nft with `args`, in the network namespace of `netns_pid` through `nsexec` (0: cryod's own).
 std::vector<std::string> Nft(const std::vector<std::string>& args, pid_t netns_pid,
                              const std::string& nsexec) {
   std::vector<std::string> argv = {FindExecutable("nft")};
@@ -32,8 +29,6 @@ std::vector<std::string> Nft(const std::vector<std::string>& args, pid_t netns_p
   }
   return argv;
 }
-
-}  // namespace
 
 void RemoveNetworkLock(const std::string& dump_log, pid_t container_init,
                        const std::string& nsexec) {

@@ -15,6 +15,11 @@
 
 namespace cryo::criu {
 
+// The command line of nft with `args`, in the network namespace of `netns_pid` through `nsexec`
+// (0: cryod's own).
+std::vector<std::string> Nft(const std::vector<std::string>& args, pid_t netns_pid,
+                             const std::string& nsexec);
+
 // Deletes every CRIU lock table named in the dump log at `dump_log`. `container_init` > 0: the
 // lock lives in that container's network namespace and is removed from there through
 // `nsexec`. Harmless when there is no lock. Best effort (logged).

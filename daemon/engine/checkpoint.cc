@@ -300,6 +300,9 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
       // A job member's sockets on its pod's addresses (NCCL listens on the pod's interface) move
       // with it: its replacement's restore rewrites these to the new pod's (job_hold).
       CRYO_ASSIGN_OR_RETURN(s.pod_ips, criu::PodAddresses(s.ctr->init_pid));
+      // A job that moved before may still dial its first pods' addresses (the restore's table).
+      CRYO_ASSIGN_OR_RETURN(s.former_addresses,
+                            criu::ReadJobAddresses(s.ctr->init_pid, cfg_.nsexec_path));
     } else {
       CRYO_RETURN_IF_ERROR(criu::CheckPortableSockets(s.pids, s.ctr->init_pid, s.job.tcp_close));
     }
@@ -615,7 +618,10 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
   m.options = s.job;
   m.labels = s.req.labels;
   m.job = s.req.job_part;
-  if (m.job) m.job->pod_ips = s.pod_ips;
+  if (m.job) {
+    m.job->pod_ips = s.pod_ips;
+    m.job->former_addresses = s.former_addresses;
+  }
   m.checksum_algorithm = kChecksumAlgorithm;
   for (const auto& [rel, dg] : s.digests) {
     m.files.push_back({absl::StrCat(store::kImagesDir, "/", rel), dg.size, dg.checksum});

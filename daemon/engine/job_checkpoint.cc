@@ -111,7 +111,7 @@ std::vector<absl::StatusOr<CheckpointResult>> Engine::RunJobMembers(
       const auto& m = req.members[which[k]];
       CheckpointRequest r = m.req;
       r.checkpoint_id = absl::StrCat(req.id, ".", m.member);
-      r.job_part = store::JobPart{req.namespace_, req.job, req.id, m.member, {}};
+      r.job_part = store::JobPart{req.namespace_, req.job, req.id, m.member, {}, {}};
       r.job_cut = cut;
       r.job_cut_timeout = req.cut_timeout;
       r.deadline = std::min(r.deadline, req.deadline);

@@ -126,7 +126,9 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
                      << absl::FormatDuration(absl::Trunc(now - t0, absl::Milliseconds(1)))
                      << "; member " << part.member << " resumes";
       // Where the members were and where they are now: their connections move with them.
+      // And where they were before that, which the job may still dial (any member's record).
       std::map<std::string, std::vector<std::string>> before;
+      criu::AddressMap earlier = part.former_addresses;
       for (const auto& m : jc.members) {
         if (m.member == part.member) {
           before[m.member] = part.pod_ips;
@@ -134,9 +136,11 @@ absl::Status Engine::GatherJobMembers(RestoreState& s) {
         }
         auto other = d_.store->Get(m.checkpoint_id);
         if (!other.ok()) return Annotate(other.status(), absl::StrCat(what, ": member ", m.member));
-        if (other->job) before[m.member] = other->job->pod_ips;
+        if (!other->job) continue;
+        before[m.member] = other->job->pod_ips;
+        earlier.insert(other->job->former_addresses.begin(), other->job->former_addresses.end());
       }
-      s.job_addresses = JobAddressMap(before, here);
+      s.job_addresses = criu::ComposeAddressMaps(JobAddressMap(before, here), earlier);
       std::move(gave_up).Cancel();
       return absl::OkStatus();
     }
@@ -182,6 +186,15 @@ absl::Status Engine::HoldJobConnections(RestoreState& s) {
       CRYO_LOG(Info) << "member " << s.m.job->member
                      << ": the job's connections move with its pods (" << absl::StrJoin(pairs, ", ")
                      << ")";
+    }
+  }
+  // New connections to the old addresses go where the members are now. Without it the job runs
+  // on, but whatever it dials later by an address it remembers fails: said, not fatal.
+  if (!s.job_addresses.empty() && s.ctr && d_.proc->OwnNetns(s.ctr->init_pid)) {
+    if (absl::Status st =
+            criu::KeepJobAddresses(s.job_addresses, s.ctr->init_pid, cfg_.nsexec_path);
+        !st.ok()) {
+      CRYO_LOG(Warning) << "member " << s.m.job->member << ": " << st;
     }
   }
   // Every connection as CRIU will restore it, rewritten or not.

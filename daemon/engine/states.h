@@ -122,7 +122,8 @@ struct CheckpointState {
 
   // validate
   std::optional<container::ContainerTarget> ctr;
-  std::vector<std::string> pod_ips;  // a container job member's own addresses at the cut
+  std::vector<std::string> pod_ips;   // a container job member's own addresses at the cut
+  criu::AddressMap former_addresses;  // its earlier pods' addresses (criu::ReadJobAddresses)
   pid_t target = 0;
   std::vector<proc::ProcInfo> tree;
   proc::ProcInfo root;

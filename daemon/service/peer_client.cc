@@ -139,7 +139,7 @@ absl::StatusOr<std::vector<engine::CheckpointResult>> GrpcJobPeers::Join(
     engine::CheckpointResult r;
     r.manifest.id = p.checkpoint_id();
     r.manifest.job =
-        store::JobPart{members.namespace_, members.job, members.id, p.job_member(), {}};
+        store::JobPart{members.namespace_, members.job, members.id, p.job_member(), {}, {}};
     out.push_back(std::move(r));
   }
   if (!fin.ok()) CRYO_LOG(Warning) << "node " << node << "'s cryod: " << fin.error_message();

@@ -62,6 +62,13 @@ absl::StatusOr<JobPart> JobPartFromJson(const nlohmann::json& j) {
           absl::StrCat("section 'job': pod_ips holds '", ip, "', not an IP address"));
     }
   }
+  CRYO_RETURN_IF_ERROR(f.StrMap("former_addresses", &p.former_addresses));
+  for (const auto& [from, to] : p.former_addresses) {
+    if (!IsIpAddress(from) || !IsIpAddress(to)) {
+      return absl::InvalidArgumentError(absl::StrCat("section 'job': former_addresses holds '",
+                                                     from, "' -> '", to, "', not IP addresses"));
+    }
+  }
   // They name the job checkpoint's record in the store: names it can hold, nothing else.
   if (!contract::IsKubernetesName(p.namespace_) || !contract::IsKubernetesName(p.job) ||
       !contract::IsKubernetesName(p.member)) {
@@ -368,6 +375,9 @@ std::string ManifestToJson(const Manifest& m) {
                 {"job_checkpoint", m.job->job_checkpoint},
                 {"member", m.job->member}};
     if (!m.job->pod_ips.empty()) j["job"]["pod_ips"] = m.job->pod_ips;
+    if (!m.job->former_addresses.empty()) {
+      j["job"]["former_addresses"] = m.job->former_addresses;
+    }
   }
   if (!m.signature.empty()) j["signature"] = m.signature;
   // Replace invalid UTF-8 (a command name is bytes) rather than throw.

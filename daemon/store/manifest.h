@@ -87,6 +87,9 @@ struct JobPart {
   // The pod's own addresses at the cut (a container member): its replacement has others, and
   // the connections between the members are rewritten from these to theirs.
   std::vector<std::string> pod_ips;
+  // The addresses of the members' earlier pods, which the job's memory may still hold, to the
+  // members' addresses at the cut (criu::KeepJobAddresses): empty until the job has moved.
+  std::map<std::string, std::string> former_addresses;
 };
 
 struct Manifest {

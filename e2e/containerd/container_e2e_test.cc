@@ -1681,6 +1681,24 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
   };
   WaitUntil([&] { return ended("node-b", s0->ctr_id) || ended("node-a", s1->ctr_id); },
             absl::Minutes(5));
+  // Then both launchers end, and well: a job that hangs at its end (a launcher or NCCL dialling
+  // an address of the old pods) never completes its Job. Where it hangs, if it does: each
+  // pod's TCP table (a SYN_SENT to an old address) and its threads' syscalls.
+  const absl::Time t_done = absl::Now();
+  const bool both_ended = WaitUntil(
+      [&] { return ended("node-b", s0->ctr_id) && ended("node-a", s1->ctr_id); }, absl::Minutes(2));
+  const double end_s = Secs(t_done);
+  for (const auto& [node, ctr] : {std::pair{"node-b", s0->ctr_id}, {"node-a", s1->ctr_id}}) {
+    auto ex = Exec(node, ctr, "cat /tmp/exit 2>/dev/null");
+    EXPECT_EQ(ex.ok() ? std::string(absl::StripAsciiWhitespace(ex->stdout())) : "", "0")
+        << node << "'s launcher did not end with 0 (old pod " << ip0 << ")";
+    if (both_ended) continue;
+    auto where = Exec(node, ctr,
+                      "cat /proc/net/tcp; for t in /proc/[0-9]*/task/*; do echo \"$t "
+                      "$(cat $t/comm) $(cut -d' ' -f1-3 $t/syscall)\"; done 2>/dev/null");
+    ADD_FAILURE() << node << ": the job has not ended 2 min after its first launcher did:\n"
+                  << (where.ok() ? where->stdout() : where.status().ToString());
+  }
   const std::string got = lines("node-b", s0->ctr_id);
   ASSERT_TRUE(absl::EndsWith(got, "done\n")) << "rank 0:\n"
                                              << TroubleIn(s0->log_path) << "\nrank 1:\n"
@@ -1692,7 +1710,8 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
       " over TCP between the pods): ", steps, " steps, stopped after step ", count(at_resume) - 1,
       ": StopContainer (job checkpoint, both members) ", stop_s, " s, fast path ", fast_bytes >> 20,
       " MiB; replacements started together (restore) ", restore_s, " s; losses ",
-      got == ref ? "bit-identical" : "DIFFERENT"));
+      got == ref ? "bit-identical" : "DIFFERENT", "; the second launcher ended ", end_s,
+      " s after the first"));
 }
 
 // A GPU pod checkpointed in the background (checkpoint-every, the fast path): the job runs on
@@ -2226,7 +2245,8 @@ TEST_F(ContainerModeE2e, AMembersStopCheckpointsTheWholeJobAndTheReplacementsRes
 // member's stop checkpoints both at one cut; the replacements land on the swapped nodes with
 // new addresses, and the connection between them is restored with both ends rewritten and held
 // until both are back: the sums go on exactly (the workload itself stops with ok 0 at a byte
-// lost, duplicated or reordered).
+// lost, duplicated or reordered). A new connection the job opens to an address it remembers
+// reaches the member where it is now, also after a second move.
 TEST_F(ContainerModeE2e, AJobsConnectionMovesWithItsPodsToNewAddressesAndTheSumsGoOn) {
   SumpairPods();
   auto member = [&](const std::string& node, const std::string& pod, const std::string& name,
@@ -2237,9 +2257,28 @@ TEST_F(ContainerModeE2e, AJobsConnectionMovesWithItsPodsToNewAddressesAndTheSums
                                               {"cryo.dev/job-size", "2"},
                                               {"cryo.dev/job-member", name}};
     if (resume) ann["cryo.dev/resume"] = "auto";
-    const std::vector<std::string> cmd = {"/opt/cryo/cryo-sumpair", "--status", "/tmp/status",
-                                          name == "left" ? "--listen" : "--connect", where};
+    const std::vector<std::string> cmd = {"/opt/cryo/cryo-sumpair",
+                                          "--status",
+                                          "/tmp/status",
+                                          name == "left" ? "--listen" : "--connect",
+                                          where,
+                                          "--redial",
+                                          "/tmp/redial"};
     return RunPod(node, pod, ann, cmd, /*start=*/!resume);
+  };
+  // Right dials left again by the address it was started with (as a launcher or NCCL dials
+  // what it remembers); the number of such dials that worked, or the errno of one that failed.
+  auto redial = [&](const std::string& node, const std::string& ctr) -> nlohmann::json {
+    const uint64_t before = U(Status(node, ctr), "redials");
+    auto r = Exec(node, ctr, "touch /tmp/redial");
+    if (!r.ok()) return {{"exec", r.status().ToString()}};
+    WaitUntil(
+        [&] {
+          const nlohmann::json st = Status(node, ctr);
+          return U(st, "redials") > before || U(st, "redial_errno") != 0;
+        },
+        absl::Seconds(60));
+    return Status(node, ctr);
   };
   auto left = member("node-a", "sums-left", "left", "0.0.0.0:7300", false);
   ASSERT_TRUE(left.ok()) << left.status();
@@ -2254,6 +2293,8 @@ TEST_F(ContainerModeE2e, AJobsConnectionMovesWithItsPodsToNewAddressesAndTheSums
       << Status("node-a", left->ctr_id).dump();
   ASSERT_TRUE(StatusPast("node-b", right->ctr_id, "main", 20, absl::Seconds(60)));
   const uint64_t before = U(Status("node-a", left->ctr_id), "main");
+  nlohmann::json dialled = redial("node-b", right->ctr_id);
+  ASSERT_EQ(U(dialled, "redials"), 1u) << dialled.dump();
 
   ASSERT_STOPPED(Shim("node-a").StopContainer(left->ctr_id, 30));
   for (const auto& [node, ctr] : {std::pair{"node-a", left->ctr_id}, {"node-b", right->ctr_id}}) {
@@ -2288,6 +2329,11 @@ TEST_F(ContainerModeE2e, AJobsConnectionMovesWithItsPodsToNewAddressesAndTheSums
     EXPECT_EQ(U(now, "ok"), 1u) << node << ": " << now.dump();
     EXPECT_EQ(U(now, "sum"), n * (n + 1) / 2) << node << ": " << now.dump();
   }
+  // A new connection to left's old address (all right knows) reaches left where it is now.
+  dialled = redial("node-a", right2->ctr_id);
+  EXPECT_EQ(U(dialled, "redial_errno"), 0u)
+      << "dialling left's old address " << left_ip << ": " << dialled.dump();
+  EXPECT_EQ(U(dialled, "redials"), 2u) << dialled.dump();
   // Each side talks to the other's new address: the connection was rewritten, not reopened.
   auto conns = Exec("node-a", right2->ctr_id, "cat /proc/net/tcp");
   ASSERT_TRUE(conns.ok()) << conns.status();
@@ -2299,6 +2345,34 @@ TEST_F(ContainerModeE2e, AJobsConnectionMovesWithItsPodsToNewAddressesAndTheSums
   EXPECT_THAT(conns->stdout(), HasSubstr(absl::StrCat(hex(right2_ip), ":")));
   EXPECT_THAT(conns->stdout(), HasSubstr(absl::StrCat(hex(left2_ip), ":1C84")))
       << "right's connection goes to left's new address, port 7300";
+
+  // Moved again (a spot node taken twice), back to the first nodes with third addresses: the
+  // first address is still all right knows, and still reaches left (the record of the first
+  // move went with the checkpoint).
+  ASSERT_STOPPED(Shim("node-b").StopContainer(left2->ctr_id, 30));
+  for (const auto& [node, ctr] : {std::pair{"node-b", left2->ctr_id}, {"node-a", right2->ctr_id}}) {
+    auto st = ExitedStatus(node, ctr);
+    ASSERT_TRUE(st.ok());
+    ASSERT_EQ(st->exit_code(), 99) << node << ": " << TailOf(world().cryod(node).log());
+  }
+  auto left3 = member("node-a", "sums-left-3", "left", "0.0.0.0:7300", true);
+  ASSERT_TRUE(left3.ok()) << left3.status();
+  auto right3 = member("node-b", "sums-right-3", "right", left_ip + ":7300", true);
+  ASSERT_TRUE(right3.ok()) << right3.status();
+  const std::string left3_ip = PodIp("node-a", left3->pod_id);
+  EXPECT_NE(left3_ip, left_ip);
+  EXPECT_NE(left3_ip, left2_ip);
+  started = StartTogether({{"node-a", &*left3}, {"node-b", &*right3}});
+  ASSERT_TRUE(started.ok()) << started << "\nnode-a's cryod:\n"
+                            << TailOf(world().cryod("node-a").log());
+  const uint64_t from = U(Status("node-b", right3->ctr_id), "main");
+  EXPECT_TRUE(StatusPast("node-b", right3->ctr_id, "main", from + 20, absl::Seconds(60)))
+      << Status("node-b", right3->ctr_id).dump();
+  dialled = redial("node-b", right3->ctr_id);
+  EXPECT_EQ(U(dialled, "redial_errno"), 0u)
+      << "dialling left's first address " << left_ip << " after two moves: " << dialled.dump();
+  EXPECT_EQ(U(dialled, "redials"), 3u) << dialled.dump();
+  EXPECT_EQ(U(Status("node-b", right3->ctr_id), "ok"), 1u);
 }
 
 // Benchmark, not a test (gtest runs no DISABLED_ test unless asked; scripts/bench-job-pods.sh

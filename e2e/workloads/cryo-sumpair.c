@@ -4,24 +4,32 @@
 // duplicated or reordered by a checkpoint and restore shows as a wrong value, and the side that
 // sees it writes ok 0 and stops.
 //
-//   cryo-sumpair --status FILE --listen [ADDR:]PORT    (waits for the peer there)
-//   cryo-sumpair --status FILE --connect [ADDR:]PORT
+//   cryo-sumpair --status FILE --listen [ADDR:]PORT [--redial FILE]   (waits for the peer there)
+//   cryo-sumpair --status FILE --connect [ADDR:]PORT [--redial FILE]
 //
 // ADDR is an IPv4 address, 127.0.0.1 when left out (two pods: the listener on 0.0.0.0, the
 // other connecting to its pod's address).
 //
-// The status file holds one fixed-size record at offset 0: {"main": n, "sum": s, "ok": 1|0}
-// (CRIU restores a regular file only at the size it had when checkpointed).
+// --redial: as a job that dials its peers again by the addresses it remembers (a launcher's
+// store, NCCL's new connections): the listener keeps listening and echoes whatever a new
+// connection sends; the other, each time the file FILE appears, opens a new connection to the
+// address it was given at its start, exchanges one value, closes it and removes FILE.
+//
+// The status file holds one fixed-size record at offset 0: {"main": n, "sum": s, "ok": 1|0,
+// "redials": r, "redial_errno": e} (CRIU restores a regular file only at the size it had when
+// checkpointed).
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,24 +45,63 @@ static int Exact(int fd, void* buf, size_t n, int reading) {
   return 0;
 }
 
+static int redials, redial_errno;
+
 static void Record(int status, unsigned long long n, unsigned long long sum, int ok) {
   char rec[128];
   memset(rec, ' ', sizeof(rec));
   rec[sizeof(rec) - 1] = '\n';
-  int len =
-      snprintf(rec, sizeof(rec) - 1, "{\"main\": %llu, \"sum\": %llu, \"ok\": %d}", n, sum, ok);
+  int len = snprintf(rec, sizeof(rec) - 1,
+                     "{\"main\": %llu, \"sum\": %llu, \"ok\": %d, \"redials\": %d, "
+                     "\"redial_errno\": %d}",
+                     n, sum, ok, redials, redial_errno);
   if (len > 0 && len < (int)sizeof(rec) - 1) rec[len] = ' ';
   if (pwrite(status, rec, sizeof(rec), 0) != (ssize_t)sizeof(rec)) exit(1);
+}
+
+// The listener's side of --redial: every new connection gets back what it sends.
+static void* Echo(void* arg) {
+  int l = (int)(long)arg;
+  for (;;) {
+    int c = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+    if (c < 0) continue;
+    unsigned long long v;
+    if (Exact(c, &v, sizeof(v), 1) == 0) Exact(c, &v, sizeof(v), 0);
+    close(c);
+  }
+  return NULL;
+}
+
+// The other side's: 0 or the errno of what failed (a value that came back wrong: EBADMSG).
+static int Redial(const struct sockaddr_in* addr, unsigned long long v) {
+  int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (c < 0) return errno;
+  struct timeval tv = {10, 0};
+  setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  int err = 0;
+  unsigned long long back = 0;
+  if (connect(c, (const struct sockaddr*)addr, sizeof(*addr)) != 0) {
+    err = errno;
+  } else if (Exact(c, &v, sizeof(v), 0) != 0 || Exact(c, &back, sizeof(back), 1) != 0) {
+    err = errno ? errno : EPIPE;
+  } else if (back != v) {
+    err = EBADMSG;
+  }
+  close(c);
+  return err;
 }
 
 int main(int argc, char** argv) {
   const char* status_path = NULL;
   const char* where = NULL;
+  const char* redial = NULL;
   int listen_side = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!strcmp(argv[i], "--status")) status_path = argv[i + 1];
     if (!strcmp(argv[i], "--listen")) where = argv[i + 1], listen_side = 1;
     if (!strcmp(argv[i], "--connect")) where = argv[i + 1], listen_side = 0;
+    if (!strcmp(argv[i], "--redial")) redial = argv[i + 1];
   }
   if (!status_path || !where || listen_side < 0) return 2;
   char host[64] = "127.0.0.1";
@@ -77,7 +124,12 @@ int main(int argc, char** argv) {
     setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(l, (struct sockaddr*)&addr, sizeof(addr)) != 0 || listen(l, 1) != 0) return 1;
     s = accept4(l, NULL, NULL, SOCK_CLOEXEC);
-    close(l);  // nothing listens any more: the job is its one connection
+    pthread_t echo;
+    if (redial) {
+      if (pthread_create(&echo, NULL, Echo, (void*)(long)l) != 0) return 1;
+    } else {
+      close(l);  // nothing listens any more: the job is its one connection
+    }
   } else {
     for (int tries = 0; tries < 600 && s < 0; ++tries) {
       s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -103,6 +155,12 @@ int main(int argc, char** argv) {
     if (got != n || sum != n * (n + 1) / 2) {
       Record(status, n, sum, 0);
       return 4;
+    }
+    if (redial && !listen_side && access(redial, F_OK) == 0) {
+      const int err = Redial(&addr, n);
+      if (err == 0) ++redials;
+      redial_errno = err;
+      unlink(redial);
     }
     Record(status, n, sum, 1);
     struct timespec ts = {0, 20 * 1000 * 1000};

@@ -2,17 +2,21 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
+#include "lib/base/subprocess.h"
 #include "test/temp_dir.h"
 
 namespace cryo::criu {
@@ -214,6 +218,97 @@ TEST(JobNetworkTest, APodsAddressesLeaveOutLoopback) {
     EXPECT_NE(ip, "::1");
   }
   EXPECT_FALSE(PodAddresses(0x7ffffff0).ok()) << "no such process";
+}
+
+TEST(JobNetworkTest, AddressesFromEarlierMovesFollowTheirMembers) {
+  // First move: left 10.0.0.1 -> 10.0.1.1, right 10.0.0.2 -> 10.0.1.2; now left moves on to
+  // 10.0.2.1 and right to 10.0.2.2.
+  const AddressMap earlier = {{"10.0.0.1", "10.0.1.1"}, {"10.0.0.2", "10.0.1.2"}};
+  const AddressMap moved = {{"10.0.1.1", "10.0.2.1"}, {"10.0.1.2", "10.0.2.2"}};
+  EXPECT_EQ(ComposeAddressMaps(moved, earlier), (AddressMap{{"10.0.0.1", "10.0.2.1"},
+                                                            {"10.0.0.2", "10.0.2.2"},
+                                                            {"10.0.1.1", "10.0.2.1"},
+                                                            {"10.0.1.2", "10.0.2.2"}}));
+  // A member that kept its address keeps its earlier one pointing there; one that came back to
+  // an earlier address needs no redirect of it.
+  EXPECT_EQ(ComposeAddressMaps({{"10.0.1.1", "10.0.0.1"}}, earlier),
+            (AddressMap{{"10.0.0.2", "10.0.1.2"}, {"10.0.1.1", "10.0.0.1"}}));
+  EXPECT_EQ(ComposeAddressMaps(moved, {}), moved);
+}
+
+// In a network namespace of its own (a thread's, with a veth interface as a pod's): the table
+// made, read back, replaced, and doing what it is for: a connection the process opens to a
+// member's old address reaches the listener on the new one, and the process sees the address
+// it asked for.
+TEST(JobNetworkTest, AConnectionToAMembersOldAddressReachesItsNewOne) {
+  if (::geteuid() != 0 || FindExecutable("nft").empty() || FindExecutable("ip").empty()) {
+    GTEST_SKIP() << "needs root, nft and ip (scripts/setup.sh installs them)";
+  }
+  std::thread t([] {
+    ASSERT_EQ(::unshare(CLONE_NEWNET), 0) << std::strerror(errno);
+    for (const std::vector<std::string>& argv :
+         {std::vector<std::string>{"ip", "link", "set", "lo", "up"},
+          {"ip", "link", "add", "pod0", "type", "veth", "peer", "name", "out0"},
+          {"ip", "addr", "add", "10.99.0.2/24", "dev", "pod0"},
+          {"ip", "link", "set", "pod0", "up"}}) {
+      auto r = RunCapture(argv);
+      ASSERT_TRUE(r.ok() && r->exit.exited && r->exit.code == 0)
+          << argv[1] << " " << argv[2] << ": " << (r.ok() ? r->output : r.status().ToString());
+    }
+    const int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_port = htons(7300);
+    at.sin_addr.s_addr = V4("10.99.0.2");
+    ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0) << std::strerror(errno);
+    ASSERT_EQ(::listen(l, 4), 0);
+
+    const AddressMap map = {{"10.99.0.1", "10.99.0.2"}, {"10.99.0.3", "10.99.0.4"}};
+    ASSERT_TRUE(KeepJobAddresses(map, 0, "").ok());
+    auto back = ReadJobAddresses(0, "");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, map);
+
+    const int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    timeval tv{5, 0};  // without the table the SYN goes out to nobody
+    ::setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    sockaddr_in old = at;
+    old.sin_addr.s_addr = V4("10.99.0.1");
+    ASSERT_EQ(::connect(c, reinterpret_cast<sockaddr*>(&old), sizeof(old)), 0)
+        << std::strerror(errno);
+    const int a = ::accept4(l, nullptr, nullptr, SOCK_CLOEXEC);
+    ASSERT_GE(a, 0);
+    sockaddr_in peer{};
+    socklen_t len = sizeof(peer);
+    ASSERT_EQ(::getpeername(c, reinterpret_cast<sockaddr*>(&peer), &len), 0);
+    EXPECT_EQ(peer.sin_addr.s_addr, V4("10.99.0.1")) << "the process sees what it dialled";
+    ASSERT_EQ(::write(c, "x", 1), 1);
+    char got = 0;
+    ASSERT_EQ(::read(a, &got, 1), 1);
+    EXPECT_EQ(got, 'x');
+    for (int fd : {a, c, l}) ::close(fd);
+
+    // Replaced whole by the next restore's map; a bad map changes nothing.
+    ASSERT_TRUE(KeepJobAddresses({{"10.99.0.5", "10.99.0.2"}}, 0, "").ok());
+    back = ReadJobAddresses(0, "");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, (AddressMap{{"10.99.0.5", "10.99.0.2"}}));
+    EXPECT_EQ(KeepJobAddresses({{"10.99.0.6", "fd00::1"}}, 0, "").code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ReadJobAddresses(0, "")->size(), 1u);
+  });
+  t.join();
+}
+
+TEST(JobNetworkTest, ANamespaceWithoutTheTableHasNoFormerAddresses) {
+  if (::geteuid() != 0 || FindExecutable("nft").empty()) GTEST_SKIP() << "needs root and nft";
+  std::thread t([] {
+    ASSERT_EQ(::unshare(CLONE_NEWNET), 0) << std::strerror(errno);
+    auto none = ReadJobAddresses(0, "");
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_TRUE(none->empty());
+  });
+  t.join();
 }
 
 }  // namespace

@@ -1030,7 +1030,7 @@ TEST_F(EngineTest, AJobCheckpointsPartIsRestoredOnlyOnceCommitted) {
   // Made member "left"'s part of job checkpoint j1 of ml/sum, as a job checkpoint writes it.
   const std::string key(32, 'k');
   store::Manifest m = *store_->Get("c1");
-  m.job = store::JobPart{"ml", "sum", "j1", "left", {}};
+  m.job = store::JobPart{"ml", "sum", "j1", "left", {}, {}};
   m.signature = store::SignManifest(m, key);
   ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/c1/manifest.json",
                                   store::ManifestToJson(m))
@@ -1081,7 +1081,7 @@ TEST_F(EngineTest, AJobCheckpointThatCannotFitAStopFallsBackToTheNewestCommitted
   CheckpointAndReap(old, "c1");  // measures this node's pace, too
   const std::string key(32, 'k');
   store::Manifest m = *store_->Get("c1");
-  m.job = store::JobPart{"ml", "sum", "j1", "left", {}};
+  m.job = store::JobPart{"ml", "sum", "j1", "left", {}, {}};
   ASSERT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/c1/manifest.json",
                                   store::ManifestToJson(m))
                   .ok());
@@ -1135,7 +1135,7 @@ TEST_F(EngineTest, AJobMembersPartWaitsForTheOthersAndAnOlderCutGivesWay) {
   const std::string key(32, 'k');
   auto part = [&](const std::string& id, const std::string& member, const std::string& jcid) {
     store::Manifest m = *store_->Get(id);
-    m.job = store::JobPart{"ml", "sum", jcid, member, {}};
+    m.job = store::JobPart{"ml", "sum", jcid, member, {}, {}};
     m.signature = store::SignManifest(m, key);
     EXPECT_TRUE(fs::WriteFileAtomic(dir_.path + "/store/checkpoints/" + id + "/manifest.json",
                                     store::ManifestToJson(m))

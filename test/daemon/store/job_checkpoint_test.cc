@@ -34,7 +34,7 @@ class JobCheckpointTest : public ::testing::Test {
     m.created_at = "2026-11-29T05:00:00Z";
     m.root_pid = 1234;
     m.files = {{"images/pages-1.img", 5, "x"}};
-    m.job = JobPart{"ml", "sum", jcid, member, {}};
+    m.job = JobPart{"ml", "sum", jcid, member, {}, {}};
     auto st = store_->Stage(id);
     EXPECT_TRUE(st.ok()) << st.status();
     if (!st.ok()) return m;
@@ -115,7 +115,7 @@ TEST_F(JobCheckpointTest, ACommitNamingAMissingOrChangedPartWritesNothing) {
   Manifest a = Part("a1", "left", "j1");
   Manifest b;  // the member that died before its part was published
   b.id = "b1";
-  b.job = JobPart{"ml", "sum", "j1", "right", {}};
+  b.job = JobPart{"ml", "sum", "j1", "right", {}, {}};
   auto s = store_->CommitJobCheckpoint(Record("j1", {a, b}));
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(s.message()), HasSubstr("member right's part 'b1' is not in the store"));
@@ -266,12 +266,24 @@ TEST_F(JobCheckpointTest, ArrivalsAndPartsCarryThePodsAddresses) {
   }
   Manifest m = Part("a1", "left", "j1");
   m.job->pod_ips = {"10.88.1.2"};
+  m.job->former_addresses = {{"10.88.0.7", "10.88.1.2"}, {"10.88.0.8", "10.88.2.3"}};
   auto parsed = ParseManifest(ManifestToJson(m));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->job->pod_ips, m.job->pod_ips);
+  EXPECT_EQ(parsed->job->former_addresses, m.job->former_addresses);
   nlohmann::json j = nlohmann::json::parse(ManifestToJson(m));
   j["job"]["pod_ips"] = {"10.88.1.2/24"};
   EXPECT_EQ(ParseManifest(j.dump()).status().code(), absl::StatusCode::kInvalidArgument);
+  j = nlohmann::json::parse(ManifestToJson(m));
+  j["job"]["former_addresses"]["10.88.0.9"] = "10.88.1.2 dnat to 1.2.3.4";
+  EXPECT_EQ(ParseManifest(j.dump()).status().code(), absl::StatusCode::kInvalidArgument)
+      << "what becomes a firewall rule is an address, nothing else";
+  // A part written before the field (a manifest of an older cryod) has moved nowhere.
+  j = nlohmann::json::parse(ManifestToJson(m));
+  j["job"].erase("former_addresses");
+  parsed = ParseManifest(j.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->job->former_addresses.empty());
 }
 
 TEST_F(JobCheckpointTest, ARecordPlantedAsALinkOrForAnotherJobIsRefused) {
