@@ -5,10 +5,12 @@
 // mounts). The processes named in the tree are real children of the test, so whatever the
 // engine does to them (stop, resume, kill, signal) lands on processes of the test's own.
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 #include <vector>
@@ -87,8 +89,38 @@ class FakeProc {
     std::string creds;
   };
 
+  // Whole or not at all, as the kernel shows a process: written aside, then renamed into place
+  // (swapped with the one of the same pid, if any, in one step): a reader in another thread
+  // never sees it half written or missing (found on a loaded machine).
   void Add(const Process& p) {
-    const std::string d = absl::StrCat(root_, "/", p.pid);
+    const std::string d = absl::StrCat(root_, "/.new-", p.pid);
+    (void)fs::RemoveTree(d);
+    Fill(d, p);
+    const std::string at = absl::StrCat(root_, "/", p.pid);
+    if (::renameat2(AT_FDCWD, d.c_str(), AT_FDCWD, at.c_str(), RENAME_EXCHANGE) == 0) {
+      (void)fs::RemoveTree(d);  // the one it replaced
+    } else {
+      ::rename(d.c_str(), at.c_str());
+    }
+  }
+
+  // The credential lines of /proc/self/status (what a restored fake job would have).
+  static std::string OwnCredentialLines() {
+    std::string out;
+    auto st = fs::ReadFile("/proc/self/status");
+    if (!st.ok()) return out;
+    for (absl::string_view line : absl::StrSplit(*st, '\n')) {
+      for (const char* k : {"Uid:", "Gid:", "Groups:", "Cap", "NoNewPrivs:", "Seccomp:"}) {
+        if (absl::StartsWith(line, k)) absl::StrAppend(&out, line, "\n");
+      }
+    }
+    return out;
+  }
+
+  void Remove(pid_t pid) { (void)fs::RemoveTree(absl::StrCat(root_, "/", pid)); }
+
+ private:
+  void Fill(const std::string& d, const Process& p) {
     Write(d + "/stat", absl::StrCat(p.pid, " (", p.comm, ") ", std::string(1, p.state), " ", p.ppid,
                                     " ", p.pid, " ", p.pid, " 0 -1 4194304 0 0 0 0 0 0 0",
                                     " 0 20 0 1 0 ", 1000 + p.pid, " 0 0"));
@@ -112,22 +144,6 @@ class FakeProc {
     if (!p.userns.empty()) ::symlink(p.userns.c_str(), (d + "/ns/user").c_str());
   }
 
-  // The credential lines of /proc/self/status (what a restored fake job would have).
-  static std::string OwnCredentialLines() {
-    std::string out;
-    auto st = fs::ReadFile("/proc/self/status");
-    if (!st.ok()) return out;
-    for (absl::string_view line : absl::StrSplit(*st, '\n')) {
-      for (const char* k : {"Uid:", "Gid:", "Groups:", "Cap", "NoNewPrivs:", "Seccomp:"}) {
-        if (absl::StartsWith(line, k)) absl::StrAppend(&out, line, "\n");
-      }
-    }
-    return out;
-  }
-
-  void Remove(pid_t pid) { (void)fs::RemoveTree(absl::StrCat(root_, "/", pid)); }
-
- private:
   static void Write(const std::string& path, const std::string& data) {
     (void)fs::MakeDirs(path.substr(0, path.rfind('/')));
     (void)fs::WriteFileAtomic(path, data);

@@ -149,8 +149,7 @@ TEST_F(TargetTest, ARestoreTargetJustStartedIsGivenTimeToBecomeCryoInit) {
     now.comm = "init";
     now.cmdline = {CRYO_INIT_CONTAINER_PATH, "sh"};
     now.env = {CRYO_INIT_RESTORE_ENV "=train-1"};
-    proc_fake_.Remove(init_);
-    proc_fake_.Add(now);
+    proc_fake_.Add(now);  // in one step, as exec does
   });
   auto t = ResolveContainer(rt_, proc_, "c0ffee0000000000", ContainerUse::kRestore);
   exec.join();
