@@ -1,0 +1,28 @@
+#pragma once
+
+// What mover.cc and mover_copy.cc share (one Mover, its planning and orchestration in one file,
+// its copies in the other): not for other users.
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "plugins/fastpath/driver.h"
+
+namespace cryo::fastpath::mover_internal {
+
+using Clock = std::chrono::steady_clock;
+
+inline int64_t Ms(Clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
+}
+
+inline std::string Cuda(const Driver& d, const char* what, CUresult r) {
+  return std::string(what) + ": " + d.ErrorText(r) + " (" + std::to_string(static_cast<int>(r)) +
+         ")";
+}
+
+inline std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+}  // namespace cryo::fastpath::mover_internal
