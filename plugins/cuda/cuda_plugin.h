@@ -100,6 +100,8 @@ class CudaPlugin final : public PluginImpl {
   // The node's GPUs, in the driver's order, whose /dev/nvidiaN is among `device_files`.
   std::vector<std::string> GpusOfDeviceFiles(const std::vector<std::string>& device_files) const;
   const Device* FindDevice(const std::string& uuid) const;
+  absl::StatusOr<std::optional<nlohmann::json>> DiscoverProcess(
+      pid_t pid, const std::map<int, std::string>& minors, const nlohmann::json& node_gpus);
   // A one-to-one pairing of every GPU in `domain`: those in `map` go there, the rest stay or
   // take a free GPU of this node.
   absl::StatusOr<std::vector<CUcheckpointGpuPair>> PairAll(pid_t pid,
