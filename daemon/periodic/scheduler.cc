@@ -151,6 +151,103 @@ void Scheduler::WarnAboutGrace(const container::OptedIn& c, const Job& j,
                     << " to checkpoint at the stop";
 }
 
+// What this pass does about one job (`key`, its entry `j`): nothing to report when it has no
+// period; otherwise whether it is due and, if so, started or why not. `running` counts the
+// node's periodic checkpoints in flight.
+std::optional<Decision> Scheduler::Decide(const container::OptedIn& c, const std::string& key,
+                                          Job& j, absl::Time now, int& running) {
+  const std::optional<absl::Duration> every = PeriodOf(c);
+  // Every opted-in job is warned about, with a period or not.
+  WarnAboutGrace(c, j, every);
+  if (!every) return std::nullopt;
+  if (d_.metrics && j.newest != absl::InfinitePast()) {
+    d_.metrics->SetNewestAge(key, absl::ToDoubleSeconds(now - j.newest));
+  }
+  // A checkpoint still running counts from its start: busy only once a period has passed.
+  const absl::Time since = std::max({j.newest, j.last_end, c.created, j.started});
+  Decision d{key, "not_due", ""};
+  if (since != absl::InfinitePast() && now - since < *every) {
+    next_pass_ = std::min(next_pass_, since + *every);
+    if (j.op) next_pass_ = std::min(next_pass_, now + kBusyPoll);
+    return d;
+  }
+  // A skip is logged and counted once per stretch of skips (`reported`), seen every pass.
+  auto skip = [&](const char* action, std::string why, bool* reported) {
+    d.action = action;
+    d.why = std::move(why);
+    if (!*reported) {
+      *reported = true;
+      CRYO_LOG(Warning) << "periodic checkpoint of " << key << " skipped: " << d.why;
+      if (d_.metrics) d_.metrics->CountPeriodic(action);
+    }
+  };
+  if (j.op) {
+    next_pass_ = std::min(next_pass_, now + kBusyPoll);
+    skip("skipped_busy",
+         absl::StrCat("the previous periodic checkpoint (operation ", j.op->id(),
+                      ") is still being written"),
+         &j.busy_reported);
+    return d;
+  }
+  if (limits_.max_running > 0 && running >= limits_.max_running) {
+    next_pass_ = std::min(next_pass_, now + kBusyPoll);
+    skip("skipped_node_cap",
+         absl::StrCat(running,
+                      " periodic checkpoints run on this node already, its cap "
+                      "(periodic_max_running)"),
+         &j.cap_reported);
+    return d;
+  }
+  j.cap_reported = false;
+  if (j.bytes > 0) {
+    auto free = d_.store_free_bytes();
+    if (free.ok() && *free < RoomFor(j.bytes)) {
+      skip("skipped_space",
+           absl::StrCat("the store has ", human::Bytes(*free), " free and the last one took ",
+                        human::Bytes(j.bytes)),
+           &j.space_reported);
+      return d;
+    }
+  }
+  j.space_reported = false;
+  if (!c.job.empty() && d_.drives_job) {
+    // One node drives a job's periodic checkpoint (the one that runs its first member by
+    // name); the others let it be and look again after a period.
+    auto drives = d_.drives_job(c);
+    if (!drives.ok() || !*drives) {
+      d.action = drives.ok() ? "not_driver" : "failed";
+      d.why = drives.ok() ? "another node drives the job's periodic checkpoints"
+                          : std::string(drives.status().message());
+      j.last_end = now;
+      if (!drives.ok()) {
+        CRYO_LOG(Warning) << "periodic checkpoint of " << key << ": " << drives.status();
+        if (d_.metrics) d_.metrics->CountPeriodic("failed");
+      }
+      return d;
+    }
+  }
+  auto op = d_.start(c);
+  if (!op.ok()) {
+    // Another operation holds the job (a stop's checkpoint, a manual one): try after a period.
+    d.action = "failed";
+    d.why = std::string(op.status().message());
+    j.last_end = now;
+    CRYO_LOG(Warning) << "periodic checkpoint of " << key << " not started: " << op.status();
+    if (d_.metrics) d_.metrics->CountPeriodic("failed");
+    return d;
+  }
+  j.op = *op;
+  j.started = now;
+  ++running;
+  next_pass_ = std::min(next_pass_, now + kBusyPoll);
+  d.action = "started";
+  d.why = (*op)->id();
+  CRYO_LOG(Info) << "periodic checkpoint of " << key << " (container " << Short(c.container_id)
+                 << ") started: operation " << (*op)->id();
+  if (d_.metrics) d_.metrics->CountPeriodic("started");
+  return d;
+}
+
 std::vector<Decision> Scheduler::Tick(absl::Time now) {
   absl::MutexLock pass(&pass_mu_);
   std::vector<Decision> out;
@@ -175,7 +272,6 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
     const std::string key =
         c.job.empty() ? c.workload : absl::StrCat("job ", c.job_namespace, "/", c.job);
     if (!c.job.empty() && !job_seen.insert(key).second) continue;
-    const std::optional<absl::Duration> every = PeriodOf(c);
     seen.insert(key);
     auto [it, first] = jobs_.try_emplace(key);
     Job& j = it->second;
@@ -186,99 +282,7 @@ std::vector<Decision> Scheduler::Tick(absl::Time now) {
         j.bytes = m->TotalBytes();
       }
     }
-    // Every opted-in job is warned about, with a period or not.
-    WarnAboutGrace(c, j, every);
-    if (!every) continue;
-    if (d_.metrics && j.newest != absl::InfinitePast()) {
-      d_.metrics->SetNewestAge(key, absl::ToDoubleSeconds(now - j.newest));
-    }
-    // A checkpoint still running counts from its start: busy only once a period has passed.
-    const absl::Time since = std::max({j.newest, j.last_end, c.created, j.started});
-    Decision d{key, "not_due", ""};
-    if (since != absl::InfinitePast() && now - since < *every) {
-      next_pass_ = std::min(next_pass_, since + *every);
-      if (j.op) next_pass_ = std::min(next_pass_, now + kBusyPoll);
-      out.push_back(d);
-      continue;
-    }
-    // A skip is logged and counted once per stretch of skips (`reported`), seen every pass.
-    auto skip = [&](const char* action, std::string why, bool* reported) {
-      d.action = action;
-      d.why = std::move(why);
-      if (!*reported) {
-        *reported = true;
-        CRYO_LOG(Warning) << "periodic checkpoint of " << key << " skipped: " << d.why;
-        if (d_.metrics) d_.metrics->CountPeriodic(action);
-      }
-      out.push_back(d);
-    };
-    if (j.op) {
-      next_pass_ = std::min(next_pass_, now + kBusyPoll);
-      skip("skipped_busy",
-           absl::StrCat("the previous periodic checkpoint (operation ", j.op->id(),
-                        ") is still being written"),
-           &j.busy_reported);
-      continue;
-    }
-    if (limits_.max_running > 0 && running >= limits_.max_running) {
-      next_pass_ = std::min(next_pass_, now + kBusyPoll);
-      skip("skipped_node_cap",
-           absl::StrCat(running,
-                        " periodic checkpoints run on this node already, its cap "
-                        "(periodic_max_running)"),
-           &j.cap_reported);
-      continue;
-    }
-    j.cap_reported = false;
-    if (j.bytes > 0) {
-      auto free = d_.store_free_bytes();
-      if (free.ok() && *free < RoomFor(j.bytes)) {
-        skip("skipped_space",
-             absl::StrCat("the store has ", human::Bytes(*free), " free and the last one took ",
-                          human::Bytes(j.bytes)),
-             &j.space_reported);
-        continue;
-      }
-    }
-    j.space_reported = false;
-    if (!c.job.empty() && d_.drives_job) {
-      // One node drives a job's periodic checkpoint (the one that runs its first member by
-      // name); the others let it be and look again after a period.
-      auto drives = d_.drives_job(c);
-      if (!drives.ok() || !*drives) {
-        d.action = drives.ok() ? "not_driver" : "failed";
-        d.why = drives.ok() ? "another node drives the job's periodic checkpoints"
-                            : std::string(drives.status().message());
-        j.last_end = now;
-        if (!drives.ok()) {
-          CRYO_LOG(Warning) << "periodic checkpoint of " << key << ": " << drives.status();
-          if (d_.metrics) d_.metrics->CountPeriodic("failed");
-        }
-        out.push_back(d);
-        continue;
-      }
-    }
-    auto op = d_.start(c);
-    if (!op.ok()) {
-      // Another operation holds the job (a stop's checkpoint, a manual one): try after a period.
-      d.action = "failed";
-      d.why = std::string(op.status().message());
-      j.last_end = now;
-      CRYO_LOG(Warning) << "periodic checkpoint of " << key << " not started: " << op.status();
-      if (d_.metrics) d_.metrics->CountPeriodic("failed");
-      out.push_back(d);
-      continue;
-    }
-    j.op = *op;
-    j.started = now;
-    ++running;
-    next_pass_ = std::min(next_pass_, now + kBusyPoll);
-    d.action = "started";
-    d.why = (*op)->id();
-    CRYO_LOG(Info) << "periodic checkpoint of " << key << " (container " << Short(c.container_id)
-                   << ") started: operation " << (*op)->id();
-    if (d_.metrics) d_.metrics->CountPeriodic("started");
-    out.push_back(d);
+    if (auto d = Decide(c, key, j, now, running)) out.push_back(*std::move(d));
   }
   // Jobs that ended (or left the node): forget them once nothing of theirs runs.
   for (auto it = jobs_.begin(); it != jobs_.end();) {

@@ -115,6 +115,8 @@ class Scheduler {
   // The period that applies to `c` (nullopt: no period), at least the node's minimum.
   std::optional<absl::Duration> PeriodOf(const container::OptedIn& c);
   void Collect(const std::string& workload, Job& j, absl::Time now);
+  std::optional<Decision> Decide(const container::OptedIn& c, const std::string& key, Job& j,
+                                 absl::Time now, int& running);
   void WarnAboutGrace(const container::OptedIn& c, const Job& j,
                       std::optional<absl::Duration> every);
 
