@@ -180,6 +180,8 @@ class Mover {
   std::string CopyDirect(bool out);
   std::string MapHost(int memfd, bool write);
   void FreeHost();
+  void StartWriters(const std::vector<int>& fds);
+  void WriteUnits(Writer* w);
   void StopWriters();
   CUstream StreamFor(CUcontext ctx);
   void DestroyStreams();
