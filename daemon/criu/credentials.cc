@@ -289,6 +289,76 @@ absl::StatusOr<std::vector<std::string>> ReadSeccompFilters(pid_t pid) {
   return std::vector<std::string>(newest_first.rbegin(), newest_first.rend());
 }
 
+namespace {
+
+// A thread's credentials from its core image `name` (and the images' seccomp filters `se`) into
+// `t`; `sync`: how many of its filters, oldest first, a restore gives the other threads of its
+// process too (the chain up to its newest TSYNC filter).
+absl::Status ThreadCredentials(const std::string& name, const ::criu::core_entry& core,
+                               const ::criu::seccomp_entry& se, TaskCredentials* t, size_t* sync) {
+  const auto& tc = core.thread_core();
+  const auto& ce = tc.creds();
+  t->uid = ce.uid();
+  t->euid = ce.euid();
+  t->suid = ce.suid();
+  t->fsuid = ce.fsuid();
+  t->gid = ce.gid();
+  t->egid = ce.egid();
+  t->sgid = ce.sgid();
+  t->fsgid = ce.fsgid();
+  t->groups.assign(ce.groups().begin(), ce.groups().end());
+  bool over = false;
+  t->caps.inh = CapWords(ce.cap_inh(), &over);
+  t->caps.prm = CapWords(ce.cap_prm(), &over);
+  t->caps.eff = CapWords(ce.cap_eff(), &over);
+  t->caps.bnd = CapWords(ce.cap_bnd(), &over);
+  t->caps.amb = CapWords(ce.cap_amb(), &over);
+  if (over) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("image ", name, ": capability bits beyond 64, which no kernel has"));
+  }
+  t->no_new_privs = ce.no_new_privs() != 0;
+  t->lsm = ce.lsm_profile();
+  t->lsm_sockcreate = ce.lsm_sockcreate();
+  t->apparmor_data = ce.has_apparmor_data() && !ce.apparmor_data().empty();
+  // Old images kept seccomp per task; CRIU lets those fields win.
+  uint32_t mode = tc.seccomp_mode();
+  bool has_filter = tc.has_seccomp_filter();
+  uint32_t filter = tc.seccomp_filter();
+  // A legacy per-task filter is restored with TSYNC forced (cr-restore.c), whatever its flags.
+  bool legacy_filter = false;
+  if (core.has_tc() && core.tc().has_old_seccomp_mode()) mode = core.tc().old_seccomp_mode();
+  if (core.has_tc() && core.tc().has_old_seccomp_filter()) {
+    has_filter = true;
+    legacy_filter = true;
+    filter = core.tc().old_seccomp_filter();
+  }
+  t->seccomp_mode = static_cast<int>(mode);
+  *sync = 0;
+  if (mode == kSeccompFilter && has_filter) {
+    // CRIU starts at the oldest filter and follows `prev` to newer ones.
+    std::set<uint32_t> seen;
+    uint32_t i = filter;
+    for (;;) {
+      if (i >= static_cast<uint32_t>(se.seccomp_filters_size()) || !seen.insert(i).second ||
+          seen.size() > kMaxFilterChain) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("image ", name, ": its seccomp filter chain is broken"));
+      }
+      const auto& f = se.seccomp_filters(static_cast<int>(i));
+      t->seccomp_filters.push_back(f.filter());
+      if (legacy_filter || (f.flags() & kSeccompFilterFlagTsync) != 0) {
+        *sync = t->seccomp_filters.size();
+      }
+      if (!f.has_prev()) break;
+      i = f.prev();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::string& images_dir) {
   CRYO_ASSIGN_OR_RETURN(auto listing, ListImages(images_dir));
   std::vector<std::string> cores;
@@ -348,64 +418,8 @@ absl::StatusOr<std::vector<TaskCredentials>> ReadImageCredentials(const std::str
                        " has no credentials for its thread: CRIU would restore it with its "
                        "own (root, every capability); refused"));
     }
-    const auto& tc = core.thread_core();
-    const auto& ce = tc.creds();
-    t.uid = ce.uid();
-    t.euid = ce.euid();
-    t.suid = ce.suid();
-    t.fsuid = ce.fsuid();
-    t.gid = ce.gid();
-    t.egid = ce.egid();
-    t.sgid = ce.sgid();
-    t.fsgid = ce.fsgid();
-    t.groups.assign(ce.groups().begin(), ce.groups().end());
-    bool over = false;
-    t.caps.inh = CapWords(ce.cap_inh(), &over);
-    t.caps.prm = CapWords(ce.cap_prm(), &over);
-    t.caps.eff = CapWords(ce.cap_eff(), &over);
-    t.caps.bnd = CapWords(ce.cap_bnd(), &over);
-    t.caps.amb = CapWords(ce.cap_amb(), &over);
-    if (over) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("image ", name, ": capability bits beyond 64, which no kernel has"));
-    }
-    t.no_new_privs = ce.no_new_privs() != 0;
-    t.lsm = ce.lsm_profile();
-    t.lsm_sockcreate = ce.lsm_sockcreate();
-    t.apparmor_data = ce.has_apparmor_data() && !ce.apparmor_data().empty();
-    // Old images kept seccomp per task; CRIU lets those fields win.
-    uint32_t mode = tc.seccomp_mode();
-    bool has_filter = tc.has_seccomp_filter();
-    uint32_t filter = tc.seccomp_filter();
-    // A legacy per-task filter is restored with TSYNC forced (cr-restore.c), whatever its flags.
-    bool legacy_filter = false;
-    if (core.has_tc() && core.tc().has_old_seccomp_mode()) mode = core.tc().old_seccomp_mode();
-    if (core.has_tc() && core.tc().has_old_seccomp_filter()) {
-      has_filter = true;
-      legacy_filter = true;
-      filter = core.tc().old_seccomp_filter();
-    }
-    t.seccomp_mode = static_cast<int>(mode);
     size_t sync = 0;
-    if (mode == kSeccompFilter && has_filter) {
-      // CRIU starts at the oldest filter and follows `prev` to newer ones.
-      std::set<uint32_t> seen;
-      uint32_t i = filter;
-      for (;;) {
-        if (i >= static_cast<uint32_t>(se.seccomp_filters_size()) || !seen.insert(i).second ||
-            seen.size() > kMaxFilterChain) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("image ", name, ": its seccomp filter chain is broken"));
-        }
-        const auto& f = se.seccomp_filters(static_cast<int>(i));
-        t.seccomp_filters.push_back(f.filter());
-        if (legacy_filter || (f.flags() & kSeccompFilterFlagTsync) != 0) {
-          sync = t.seccomp_filters.size();
-        }
-        if (!f.has_prev()) break;
-        i = f.prev();
-      }
-    }
+    CRYO_RETURN_IF_ERROR(ThreadCredentials(name, core, se, &t, &sync));
     out.push_back(std::move(t));
     synced.push_back(sync);
   }
