@@ -14,6 +14,49 @@
 namespace cryo::criu {
 namespace {
 
+// Classic BPF's arithmetic on two constants; nullopt for an operation it does not have.
+std::optional<uint32_t> ConstantAlu(uint16_t op, uint32_t a, uint32_t b) {
+  uint32_t r = 0;
+  switch (op) {
+    case BPF_ADD:
+      r = a + b;
+      break;
+    case BPF_SUB:
+      r = a - b;
+      break;
+    case BPF_MUL:
+      r = a * b;
+      break;
+    case BPF_DIV:
+      r = a / b;
+      break;  // b != 0: checked above
+    case BPF_MOD:
+      r = a % b;
+      break;
+    case BPF_OR:
+      r = a | b;
+      break;
+    case BPF_AND:
+      r = a & b;
+      break;
+    case BPF_XOR:
+      r = a ^ b;
+      break;
+    case BPF_LSH:
+      r = b < 32 ? a << b : 0;
+      break;
+    case BPF_RSH:
+      r = b < 32 ? a >> b : 0;
+      break;
+    case BPF_NEG:
+      r = 0u - a;
+      break;
+    default:
+      return std::nullopt;
+  }
+  return r;
+}
+
 constexpr size_t kMaxInsns = 4096;        // BPF_MAXINSNS: the kernel loads no longer program
 constexpr uint32_t kDataWords = 16;       // struct seccomp_data: 64 bytes of 32-bit words
 constexpr uint64_t kBudget = 20'000'000;  // instructions followed, both programs together
@@ -271,46 +314,9 @@ class Comparer {
           }
         }
         if (s.a.kind == Val::kConst && rhs.kind == Val::kConst) {
-          const uint32_t a = s.a.c, b = rhs.c;
-          uint32_t r = 0;
-          switch (op) {
-            case BPF_ADD:
-              r = a + b;
-              break;
-            case BPF_SUB:
-              r = a - b;
-              break;
-            case BPF_MUL:
-              r = a * b;
-              break;
-            case BPF_DIV:
-              r = a / b;
-              break;  // b != 0: checked above
-            case BPF_MOD:
-              r = a % b;
-              break;
-            case BPF_OR:
-              r = a | b;
-              break;
-            case BPF_AND:
-              r = a & b;
-              break;
-            case BPF_XOR:
-              r = a ^ b;
-              break;
-            case BPF_LSH:
-              r = b < 32 ? a << b : 0;
-              break;
-            case BPF_RSH:
-              r = b < 32 ? a >> b : 0;
-              break;
-            case BPF_NEG:
-              r = 0u - a;
-              break;
-            default:
-              return Step::kFail;
-          }
-          s.a = Val{Val::kConst, r, 0, 0};
+          const std::optional<uint32_t> r = ConstantAlu(op, s.a.c, rhs.c);
+          if (!r) return Step::kFail;
+          s.a = Val{Val::kConst, *r, 0, 0};
         } else if (s.a.kind == Val::kWord && op == BPF_AND && rhs.kind == Val::kConst) {
           s.a.mask &= rhs.c;  // masked argument comparisons are the one arithmetic followed
         } else {
