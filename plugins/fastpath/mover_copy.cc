@@ -663,51 +663,6 @@ void Mover::FreeHost() {
   host_len_ = 0;
 }
 
-// One writer per file: the units it owns (every nfiles_-th), each as soon as the copy has it in
-// host memory, hashed in file order.
-void Mover::StartWriters(const std::vector<int>& fds) {
-  for (int k = 0; k < nfiles_; ++k) {
-    auto w = std::make_unique<Writer>();
-    w->fd = fds[k];
-    w->index = k;
-    Writer* wp = w.get();
-    w->thread = std::thread([this, wp] { WriteUnits(wp); });
-    writers_.push_back(std::move(w));
-  }
-}
-
-void Mover::WriteUnits(Writer* w) {
-  GateGuard::MarkLibraryThread();
-  // Writing starts as soon as the first units are in host memory, but the copy threads
-  // need every core to free the GPU fast: the writers (mostly waiting for the disk) yield.
-  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
-  const uint64_t units = (total_ + stripe_ - 1) / stripe_;
-  // Waits until unit c is in host memory; false when the copy failed.
-  auto wait_unit = [this](uint64_t c) {
-    const uint64_t end = std::min<uint64_t>((c + 1) * stripe_, total_);
-    std::unique_lock<std::mutex> l(progress_mu_);
-    progress_cv_.wait(l, [&] { return copied_ >= end || copy_failed_; });
-    return copied_ >= end;
-  };
-  xxh3chunked::Hasher hasher;
-  for (uint64_t c = w->index; c < units; c += nfiles_) {
-    if (!wait_unit(c)) return;  // the copy failed: the drain is rolled back
-    const uint64_t off = c * stripe_;
-    std::vector<iovec> iov;
-    for (const Piece& pc : PiecesOf(off, std::min<uint64_t>(stripe_, total_ - off))) {
-      iov.push_back({pc.phys->host + pc.offset, pc.len});
-      // Hashed here, in file order, paced by the disk: a separate hashing thread (measured
-      // on the H100, 2026-11-25) competed with the copy and slowed the driver's lock.
-      hasher.Update(pc.phys->host + pc.offset, pc.len);
-    }
-    if (!io::WriteAll(w->fd, iov, static_cast<off_t>((c / nfiles_) * stripe_), &w->error)) {
-      w->error = "file " + std::to_string(w->index) + ": " + w->error;
-      return;
-    }
-  }
-  w->sum = hasher.Finish();
-}
-
 void Mover::StopWriters() {
   for (auto& w : writers_) {
     if (w->thread.joinable()) w->thread.join();
