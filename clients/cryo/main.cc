@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "clients/cryo/common.h"
 #include "clients/cryo/output.h"
 #include "cryo/v1/cryo.grpc.pb.h"
 #include "daemon/api/checkpoint_json.h"
@@ -39,209 +40,7 @@ std::chrono::system_clock::time_point UnaryDeadline() {
   return std::chrono::system_clock::now() + std::chrono::seconds(30);
 }
 
-constexpr char kUsage[] = R"(usage: cryo [--socket PATH] [-o text|json] COMMAND [ARGS]
-
-Commands:
-  checkpoint PID   checkpoint the process tree rooted at PID into the store
-      --id ID              checkpoint id (default: <workload>-<time>-<rand>)
-      --workload NAME      group for retention and listing (default: the command name)
-      --leave-running      keep the job running afterwards (default: stop it, as on preemption)
-      --tcp-established    include established TCP connections
-      --tcp-close          ... and restore them closed
-      --skip-in-flight     leave out connections waiting in a listener's queue
-      --link-remap[=false] allow open files unlinked while another link remains
-      --ghost-limit SIZE   largest deleted-but-open file carried (64Mi, 1Gi)
-      --ext-unix-sk        allow unix sockets connected outside the job
-                           (CRIU options; unset ones take the node's defaults)
-      --shell-job          the tree was started from a terminal (detected when needed)
-      --label KEY=VALUE    recorded in the manifest (repeatable)
-      --gpu-lock-timeout D bound on locking GPU processes (e.g. 30s)
-      --detach             print the operation id and leave it running (Ctrl-C otherwise
-                           cancels the operation, which then rolls back)
-  restore ID       restore a checkpoint on this node (it keeps its pids)
-      --pid-wait D         wait this long for the pids to be free (default: node setting)
-      --gpu-map OLD=NEW    map a checkpointed GPU UUID onto one of this node's (repeatable)
-      --detach             print the operation id and leave it running
-  checkpoint-job --job NS/NAME [MEMBER=PID[@NODE]...]
-                   checkpoint every member of a job at one cut; the job checkpoint exists
-                   once all parts are published and its record is committed. Without
-                   MEMBER=PID: the job's running pods, as the Kubernetes API lists them;
-                   @NODE: that member runs on another node (its cryod is asked for it)
-      --id ID              job checkpoint id (each part: ID.MEMBER)
-      --leave-running      keep every member running afterwards
-      --tcp-established    include established TCP connections (between the members too)
-      --cut-timeout D      how long a member dumped first waits for the others (default 2m)
-  restore-job --job NS/NAME ID
-                   restore every member of a committed job checkpoint on this node together
-      --pid-wait D         wait this long for the pids to be free (default: node setting)
-  list             list checkpoints, newest first    [--workload NAME]
-  inspect ID       show a checkpoint's manifest and files
-  rm ID...         delete checkpoints
-  node             show this node: CRIU, kernel, store, GPU plugins, operations in flight
-  watch OP         follow an operation started elsewhere
-  cancel OP        stop an operation: it rolls back unless already published or restored
-  version          print cryo's version
-
-Options:
-  --socket PATH    cryod's socket (default $CRYO_SOCKET or /run/cryo/cryod.sock)
-  -o, --output F   text (default) or json
-)";
-
-struct Global {
-  std::string socket;
-  std::string output = "text";
-  bool json = false;
-};
-
-void DeclareGlobal(flags::FlagSet& fs, Global& g) {
-  fs.String("socket", &g.socket, "cryod's socket", "PATH");
-  fs.String("output", &g.output, "text or json", "FORMAT").Short('o');
-}
-
-absl::Status CheckGlobal(Global& g) {
-  if (g.output != "json" && g.output != "text") {
-    return absl::InvalidArgumentError("output format is text or json");
-  }
-  g.json = g.output == "json";
-  return absl::OkStatus();
-}
-
-int Usage(const std::string& msg) {
-  if (!msg.empty()) std::cerr << "cryo: " << msg << "\n\n";
-  std::cerr << kUsage;
-  return 2;
-}
-
-// Asked for: on stdout, as other tools print their help (`cryo --help | less`).
-int Help() {
-  std::cout << kUsage;
-  return 0;
-}
-
-std::string CodeName(grpc::StatusCode c) { return cryo::CodeName(static_cast<int>(c)); }
-
-// The same JSON as cryod's HTTP API and kubectl-checkpoint print.
-std::string ToJson(const google::protobuf::Message& m) { return api::MessageToJson(m); }
-
-int Fail(const Global& g, const std::string& what, const grpc::Status& s) {
-  std::string msg = s.error_message();
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    msg = absl::StrCat("cannot reach cryod at ", g.socket,
-                       " (is it running, and are you root?): ", msg);
-  }
-  if (g.json) {
-    nlohmann::json j = {{"error", {{"code", CodeName(s.error_code())}, {"message", msg}}}};
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cerr << "cryo: " << what << " failed: " << CodeName(s.error_code()) << ": " << msg << "\n";
-  }
-  return 1;
-}
-
-// A duration flag as the API's milliseconds; the API field is 32 bits, so longer is an error
-// rather than a silent wrap.
-absl::Status ToMs(absl::Duration d, const char* flag, uint32_t* ms) {
-  if (d > absl::Milliseconds(std::numeric_limits<uint32_t>::max())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, " ", absl::FormatDuration(d), " is longer than the ",
-                     absl::FormatDuration(absl::Milliseconds(std::numeric_limits<uint32_t>::max())),
-                     " cryod accepts"));
-  }
-  *ms = static_cast<uint32_t>(absl::ToInt64Milliseconds(d));
-  return absl::OkStatus();
-}
-
-// Parses a command's arguments with its flags plus the global ones (which may follow the
-// command); prints usage and returns false on error.
-bool ParseCommand(Global& g, flags::FlagSet& fs, const std::vector<std::string>& argv,
-                  std::vector<std::string>* pos, int* rc) {
-  DeclareGlobal(fs, g);
-  auto r = fs.Parse(argv);
-  if (!r.ok()) {
-    *rc = Usage(std::string(r.status().message()));
-    return false;
-  }
-  if (r->help) {
-    *rc = Help();
-    return false;
-  }
-  if (absl::Status s = CheckGlobal(g); !s.ok()) {
-    *rc = Usage(std::string(s.message()));
-    return false;
-  }
-  *pos = r->positional;
-  return true;
-}
-
-std::string Ms(const google::protobuf::Map<std::string, uint64_t>& m) {
-  std::vector<std::pair<std::string, uint64_t>> v(m.begin(), m.end());
-  std::sort(v.begin(), v.end());
-  std::vector<std::string> parts;
-  for (const auto& [k, ms] : v) parts.push_back(absl::StrCat(k, " ", ms, "ms"));
-  return absl::StrJoin(parts, ", ");
-}
-
-// --detach: the first event names the operation; then leave it running.
-int Detached(const Global& g, grpc::ClientReaderInterface<v1::OperationEvent>* r,
-             grpc::ClientContext& ctx) {
-  v1::OperationEvent ev;
-  if (!r->Read(&ev)) {
-    grpc::Status s = r->Finish();
-    return Fail(g, "start", s);
-  }
-  if (g.json) {
-    std::cout << nlohmann::json{{"operation_id", ev.operation_id()}}.dump(2) << "\n";
-  } else {
-    std::cout << "operation " << ev.operation_id() << " started; follow it with: cryo watch "
-              << ev.operation_id() << "\n";
-  }
-  ctx.TryCancel();
-  return 0;
-}
-
-// Drains an operation stream, drawing progress, and returns the final event.
-grpc::Status Follow(const Global& g, grpc::ClientReaderInterface<v1::OperationEvent>* r,
-                    v1::OperationEvent* last) {
-  ProgressBar bar(!g.json && ::isatty(STDERR_FILENO));
-  v1::OperationEvent ev;
-  while (r->Read(&ev)) {
-    if (ev.has_progress()) {
-      bar.Update(ev.progress());
-    } else {
-      *last = ev;
-    }
-  }
-  bar.Clear();
-  return r->Finish();
-}
-
-// What a finished checkpoint and restore print (the command that ran them, and `watch`).
-void PrintCheckpointed(const Global& g, const v1::CheckpointInfo& c) {
-  if (g.json) {
-    std::cout << ToJson(c) << "\n";
-    return;
-  }
-  std::cout << "checkpoint " << c.checkpoint_id() << ": " << human::Bytes(c.size_bytes()) << " in "
-            << c.file_count() << " files, pid " << c.root_pid() << " ("
-            << (c.leave_running() ? "left running" : "stopped") << ")\n"
-            << "  stages: " << Ms(c.stage_ms()) << "\n";
-  if (c.gpu_fastpath_bytes() > 0) {
-    std::cout << "  gpu:    " << human::Bytes(c.gpu_fastpath_bytes()) << " by the fast path, "
-              << human::Bytes(c.gpu_driver_bytes()) << " by the driver\n";
-  }
-  std::cout << "  stored: " << c.store_path() << "\n";
-}
-
-void PrintRestored(const Global& g, const v1::RestoreResult& r) {
-  if (g.json) {
-    std::cout << ToJson(r) << "\n";
-    return;
-  }
-  std::cout << "restored " << r.checkpoint_id() << " as pid " << r.root_pid() << "\n"
-            << "  stages: " << Ms(r.stage_ms()) << "\n";
-}
-
-int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int Checkpoint(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   v1::CheckpointRequest req;
   std::string id, workload, op_id;
   std::map<std::string, std::string> labels;
@@ -298,7 +97,7 @@ int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   req.set_shell_job(shell_job);
   req.set_detach(detach);
   grpc::ClientContext ctx;
-  auto reader = stub.Checkpoint(&ctx, req);
+  auto reader = stub->Checkpoint(&ctx, req);
   if (detach) return Detached(g, reader.get(), ctx);
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
@@ -307,7 +106,7 @@ int Checkpoint(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   return 0;
 }
 
-int Restore(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int Restore(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   v1::RestoreRequest req;
   std::string op_id;
   std::map<std::string, std::string> gpu_map;
@@ -333,7 +132,7 @@ int Restore(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
   req.set_pid_wait_timeout_ms(ms);
   for (const auto& [k, v] : gpu_map) (*req.mutable_gpu_map())[k] = v;
   grpc::ClientContext ctx;
-  auto reader = stub.Restore(&ctx, req);
+  auto reader = stub->Restore(&ctx, req);
   if (detach) return Detached(g, reader.get(), ctx);
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
@@ -365,7 +164,7 @@ void PrintJobCheckpointed(const Global& g, const v1::JobCheckpointInfo& j) {
   }
 }
 
-int CheckpointJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int CheckpointJob(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   v1::CheckpointJobRequest req;
   std::string job, id;
   bool leave_running = false, tcp = false;
@@ -414,7 +213,7 @@ int CheckpointJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
       jm->mutable_checkpoint()->mutable_criu()->set_tcp_established(tcp);
   }
   grpc::ClientContext ctx;
-  auto reader = stub.CheckpointJob(&ctx, req);
+  auto reader = stub->CheckpointJob(&ctx, req);
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
   if (!s.ok()) return Fail(g, "checkpoint-job", s);
@@ -422,7 +221,7 @@ int CheckpointJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string
   return 0;
 }
 
-int RestoreJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int RestoreJob(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   v1::RestoreJobRequest req;
   std::string job;
   absl::Duration pid_wait = absl::ZeroDuration();
@@ -444,7 +243,7 @@ int RestoreJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   }
   req.set_pid_wait_timeout_ms(ms);
   grpc::ClientContext ctx;
-  auto reader = stub.RestoreJob(&ctx, req);
+  auto reader = stub->RestoreJob(&ctx, req);
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
   if (!s.ok()) return Fail(g, "restore-job", s);
@@ -459,7 +258,7 @@ int RestoreJob(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& 
   return 0;
 }
 
-int Cancel(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int Cancel(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   std::string reason;
   flags::FlagSet fs;
   fs.String("reason", &reason, "recorded with the operation's result", "TEXT");
@@ -473,7 +272,7 @@ int Cancel(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv
   v1::CancelOperationResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(UnaryDeadline());
-  grpc::Status s = stub.CancelOperation(&ctx, req, &resp);
+  grpc::Status s = stub->CancelOperation(&ctx, req, &resp);
   if (!s.ok()) return Fail(g, "cancel", s);
   if (g.json) {
     std::cout << nlohmann::json{{"operation_id", pos[0]}, {"cancelled", true}}.dump(2) << "\n";
@@ -485,7 +284,7 @@ int Cancel(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv
   return 0;
 }
 
-int Watch(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int Watch(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   flags::FlagSet fs;
   std::vector<std::string> pos;
   int rc = 0;
@@ -494,7 +293,7 @@ int Watch(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv)
   v1::WatchOperationRequest req;
   req.set_operation_id(pos[0]);
   grpc::ClientContext ctx;
-  auto reader = stub.WatchOperation(&ctx, req);
+  auto reader = stub->WatchOperation(&ctx, req);
   v1::OperationEvent last;
   grpc::Status s = Follow(g, reader.get(), &last);
   if (!s.ok()) return Fail(g, "operation", s);
@@ -513,7 +312,7 @@ int Watch(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv)
   return 0;
 }
 
-int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int List(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   std::string workload;
   flags::FlagSet fs;
   fs.String("workload", &workload, "only this workload's checkpoints", "NAME");
@@ -526,7 +325,7 @@ int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
   v1::ListCheckpointsResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(UnaryDeadline());
-  grpc::Status s = stub.ListCheckpoints(&ctx, req, &resp);
+  grpc::Status s = stub->ListCheckpoints(&ctx, req, &resp);
   if (!s.ok()) return Fail(g, "list", s);
   if (resp.omitted() > 0) {
     std::cerr << "cryo: " << resp.omitted()
@@ -562,7 +361,7 @@ int List(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
   return 0;
 }
 
-int Inspect(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int Inspect(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   flags::FlagSet fs;
   std::vector<std::string> pos;
   int rc = 0;
@@ -573,7 +372,7 @@ int Inspect(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
   v1::CheckpointInfo c;
   grpc::ClientContext ctx;
   ctx.set_deadline(UnaryDeadline());
-  grpc::Status s = stub.GetCheckpoint(&ctx, req, &c);
+  grpc::Status s = stub->GetCheckpoint(&ctx, req, &c);
   if (!s.ok()) return Fail(g, "inspect", s);
   if (g.json) {
     // The manifest itself is the most useful thing to a script.
@@ -612,7 +411,7 @@ int Inspect(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& arg
   return 0;
 }
 
-int Remove(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int Remove(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   flags::FlagSet fs;
   std::vector<std::string> pos;
   int rc = 0;
@@ -625,7 +424,7 @@ int Remove(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv
     v1::DeleteCheckpointResponse resp;
     grpc::ClientContext ctx;
     ctx.set_deadline(UnaryDeadline());
-    grpc::Status s = stub.DeleteCheckpoint(&ctx, req, &resp);
+    grpc::Status s = stub->DeleteCheckpoint(&ctx, req, &resp);
     if (!s.ok()) {
       rc = 1;
       if (g.json) {
@@ -647,7 +446,7 @@ int Remove(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv
   return rc;
 }
 
-int Node(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) {
+int Node(Global& g, Cryod& stub, const std::vector<std::string>& argv) {
   flags::FlagSet fs;
   std::vector<std::string> pos;
   int rc = 0;
@@ -656,7 +455,7 @@ int Node(Global& g, v1::Cryo::Stub& stub, const std::vector<std::string>& argv) 
   v1::NodeInfoResponse n;
   grpc::ClientContext ctx;
   ctx.set_deadline(UnaryDeadline());
-  grpc::Status s = stub.NodeInfo(&ctx, v1::NodeInfoRequest(), &n);
+  grpc::Status s = stub->NodeInfo(&ctx, v1::NodeInfoRequest(), &n);
   if (!s.ok()) return Fail(g, "node", s);
   if (g.json) {
     std::cout << ToJson(n) << "\n";
@@ -719,17 +518,16 @@ int main(int argc, char** argv) {
     }
     return 0;
   }
-  auto channel = grpc::CreateChannel("unix://" + g.socket, grpc::InsecureChannelCredentials());
-  auto stub = cryo::v1::Cryo::NewStub(channel);
-  if (cmd == "checkpoint") return Checkpoint(g, *stub, rest);
-  if (cmd == "restore") return Restore(g, *stub, rest);
-  if (cmd == "checkpoint-job") return CheckpointJob(g, *stub, rest);
-  if (cmd == "restore-job") return RestoreJob(g, *stub, rest);
-  if (cmd == "list" || cmd == "ls") return List(g, *stub, rest);
-  if (cmd == "inspect") return Inspect(g, *stub, rest);
-  if (cmd == "rm" || cmd == "delete") return Remove(g, *stub, rest);
-  if (cmd == "node") return Node(g, *stub, rest);
-  if (cmd == "watch") return Watch(g, *stub, rest);
-  if (cmd == "cancel") return Cancel(g, *stub, rest);
+  Cryod stub(g);
+  if (cmd == "checkpoint") return Checkpoint(g, stub, rest);
+  if (cmd == "restore") return Restore(g, stub, rest);
+  if (cmd == "checkpoint-job") return CheckpointJob(g, stub, rest);
+  if (cmd == "restore-job") return RestoreJob(g, stub, rest);
+  if (cmd == "list" || cmd == "ls") return List(g, stub, rest);
+  if (cmd == "inspect") return Inspect(g, stub, rest);
+  if (cmd == "rm" || cmd == "delete") return Remove(g, stub, rest);
+  if (cmd == "node") return Node(g, stub, rest);
+  if (cmd == "watch") return Watch(g, stub, rest);
+  if (cmd == "cancel") return Cancel(g, stub, rest);
   return Usage(absl::StrCat("unknown command '", cmd, "'"));
 }

@@ -167,5 +167,22 @@ TEST_F(CliTest, HelpVersionWatchAndSizesAsAUserExpects) {
   EXPECT_EQ(fake_.ghost_limit.load(), uint64_t{4} << 40);
 }
 
+// Found on 2026-11-29: `cryo list --socket PATH` (the global flag after the command, as the
+// usage allows) said it could not reach cryod "at PATH" while it had dialled the default socket.
+TEST_F(CliTest, ASocketGivenAfterTheCommandIsTheOneDialled) {
+  RunOptions o;
+  o.argv = {CRYO_BIN, "--socket", dir_.path + "/nothing-here.sock", "list", "--socket", socket_};
+  o.timeout = absl::Seconds(60);
+  auto r = ::cryo::Run(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit.code, 0) << r->err;
+  EXPECT_TRUE(absl::StrContains(r->out, "c1")) << r->out;
+  o.argv = {CRYO_BIN, "list", "--socket", dir_.path + "/nothing-here.sock"};
+  r = ::cryo::Run(o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit.code, 1);
+  EXPECT_TRUE(absl::StrContains(r->err, "nothing-here.sock: No such file")) << r->err;
+}
+
 }  // namespace
 }  // namespace cryo
