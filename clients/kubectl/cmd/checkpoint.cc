@@ -27,6 +27,34 @@ namespace cryo::kubectl {
 
 // ---- checkpoint POD
 
+// kubelet's checkpoint API on `node` (through the API server's node proxy): its answer, or the
+// failure as the plugin's exit codes say it.
+absl::StatusOr<json> AskKubelet(Ctx& c, const std::string& node, const std::string& ns,
+                                const std::string& pod_name, const std::string& container,
+                                const std::string& what) {
+  std::string path =
+      absl::StrCat("/api/v1/nodes/", UrlEncode(node), "/proxy/checkpoint/", UrlEncode(ns), "/",
+                   UrlEncode(pod_name), "/", UrlEncode(container));
+  if (c.o.timeout_s > 0) absl::StrAppend(&path, "?timeout=", c.o.timeout_s);
+  auto r = c.kubectl.PostRaw(path, "");
+  if (!r.ok()) {
+    if (ExitCodeOf(r.status()) != kExitError) {
+      return WithContext(r.status(), absl::StrCat("checkpointing ", what, " on node ", node));
+    }
+    if (IsApiNotFound(r.status())) {
+      return Failure(kExitKubeletRefused,
+                     absl::StrCat("kubelet on node ", node,
+                                  " has no checkpoint API: enable its ContainerCheckpoint feature "
+                                  "gate (kubectl said: ",
+                                  r.status().message(), ")"));
+    }
+    return Failure(kExitKubeletRefused,
+                   absl::StrCat("kubelet on node ", node, " refused to checkpoint ", what, ": ",
+                                r.status().message()));
+  }
+  return r;
+}
+
 absl::Status Checkpoint(Ctx& c, const std::vector<std::string>& pos) {
   if (pos.size() != 1) {
     return Failure(kExitUsage, "checkpoint takes one POD: kubectl cryo checkpoint POD");
@@ -77,27 +105,9 @@ absl::Status Checkpoint(Ctx& c, const std::vector<std::string>& pos) {
     known.insert(Str(ck, "/checkpoint_id"));
   }
 
-  std::string path =
-      absl::StrCat("/api/v1/nodes/", UrlEncode(node), "/proxy/checkpoint/", UrlEncode(ns), "/",
-                   UrlEncode(pod_name), "/", UrlEncode(*container));
-  if (c.o.timeout_s > 0) absl::StrAppend(&path, "?timeout=", c.o.timeout_s);
-  auto r = c.kubectl.PostRaw(path, "");
   const std::string what = absl::StrCat(ref, "/", *container);
-  if (!r.ok()) {
-    if (ExitCodeOf(r.status()) != kExitError) {
-      return WithContext(r.status(), absl::StrCat("checkpointing ", what, " on node ", node));
-    }
-    if (IsApiNotFound(r.status())) {
-      return Failure(kExitKubeletRefused,
-                     absl::StrCat("kubelet on node ", node,
-                                  " has no checkpoint API: enable its ContainerCheckpoint feature "
-                                  "gate (kubectl said: ",
-                                  r.status().message(), ")"));
-    }
-    return Failure(kExitKubeletRefused,
-                   absl::StrCat("kubelet on node ", node, " refused to checkpoint ", what, ": ",
-                                r.status().message()));
-  }
+  auto r = AskKubelet(c, node, ns, pod_name, *container, what);
+  if (!r.ok()) return r.status();
   json items = r->value("items", json::array());
   std::vector<std::string> archives;
   if (items.is_array()) {
