@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "daemon/store/job_records.h"
 #include "daemon/store/store.h"
 #include "lib/base/fd.h"
 #include "lib/base/fs.h"
@@ -34,14 +35,9 @@ constexpr char kSep = '+';
 // The store's layout below its root; each is a real directory, never a link.
 constexpr char kPublishedDir[] = "checkpoints";
 constexpr char kStagingDir[] = ".staging";
-constexpr char kTrashDir[] = ".trash";
-// Job checkpoints' records (store/job_checkpoint.h), one file each.
-constexpr char kJobsDir[] = "jobs";
 constexpr const char* kLayout[] = {kPublishedDir, kStagingDir, kTrashDir, kJobsDir};
 // What every store has had since its first version: a directory holding these is a store.
 constexpr const char* kLayoutV1[] = {kPublishedDir, kStagingDir, kTrashDir};
-// A record being written: "<kJobTempPrefix><node>+<random>", renamed to its name when whole.
-constexpr char kJobTempPrefix[] = ".commit+";
 
 class LocalStore;
 
@@ -71,9 +67,13 @@ class LocalStaged final : public StagedCheckpoint {
 
 class LocalStore final : public CheckpointStore {
  public:
-  explicit LocalStore(LocalStoreOptions o) : opts_(std::move(o)) {
-    node_ = SanitizeIdPart(opts_.node_name);
-  }
+  explicit LocalStore(LocalStoreOptions o)
+      : opts_(std::move(o)),
+        node_(SanitizeIdPart(opts_.node_name)),
+        jobs_({opts_.root, node_, opts_.fsync, [this] { return Ready(); },
+               [this](const char* dir) { return Open(dir); },
+               [this](const std::string& id) { return Get(id); },
+               [this](const std::string& id) { return Delete(id); }}) {}
 
   absl::Status Init() {
     CRYO_RETURN_IF_ERROR(Annotate(fs::MakeDirs(opts_.root, 0700), "checkpoint store"));
@@ -469,217 +469,33 @@ class LocalStore final : public CheckpointStore {
   }
   bool durable() const override { return opts_.fsync; }
 
-  absl::Status CommitJobCheckpoint(const JobCheckpoint& jc) override {
-    CRYO_RETURN_IF_ERROR(CheckJobNames(jc.namespace_, jc.job, &jc.id));
-    if (jc.members.empty()) {
-      return absl::InvalidArgumentError("a job checkpoint of no members is none");
-    }
-    CRYO_RETURN_IF_ERROR(Ready());
-    const std::string what =
-        absl::StrCat("job checkpoint '", jc.id, "' of ", jc.namespace_, "/", jc.job);
-    // Every part is in the store as the record names it, before the record exists.
-    for (const auto& mb : jc.members) {
-      auto m = Get(mb.checkpoint_id);
-      if (!m.ok()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(what, ": member ", mb.member, "'s part '", mb.checkpoint_id,
-                         "' is not in the store: ", m.status().message()));
-      }
-      if (!m->job || m->job->namespace_ != jc.namespace_ || m->job->job != jc.job ||
-          m->job->job_checkpoint != jc.id || m->job->member != mb.member) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(what, ": checkpoint '", mb.checkpoint_id, "' is not member ", mb.member,
-                         "'s part of it (its manifest's job section says otherwise)"));
-      }
-      if (ManifestDigest(*m) != mb.manifest_digest) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(what, ": member ", mb.member, "'s part '", mb.checkpoint_id,
-                         "' is not the one the record names (manifest digest differs)"));
-      }
-    }
-    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
-    const std::string name = JobCheckpointFileName(jc.namespace_, jc.job, jc.id);
-    const std::string temp = absl::StrCat(kJobTempPrefix, node_, "+", RandomHex(6));
-    const std::string text = JobCheckpointToJson(jc);
-    {
-      UniqueFd f(::openat(dir.get(), temp.c_str(),
-                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-      if (f.get() < 0) return Annotate(ErrnoStatus(errno, fs::Join(jobs(), temp)), what);
-      std::string err;
-      absl::Status w = absl::OkStatus();
-      if (!io::WriteAll(f.get(), {{const_cast<char*>(text.data()), text.size()}}, 0, &err)) {
-        w = absl::UnavailableError(absl::StrCat(fs::Join(jobs(), temp), ": ", err));
-      } else if (opts_.fsync && ::fsync(f.get()) != 0) {
-        w = ErrnoStatus(errno, absl::StrCat("fsync ", fs::Join(jobs(), temp)));
-      }
-      if (!w.ok()) {
-        ::unlinkat(dir.get(), temp.c_str(), 0);
-        return Annotate(w, what);
-      }
-    }
-    // The commit: the record appears whole or not at all, and never over another.
-    if (::renameat2(dir.get(), temp.c_str(), dir.get(), name.c_str(), RENAME_NOREPLACE) != 0) {
-      const int e = errno;
-      ::unlinkat(dir.get(), temp.c_str(), 0);
-      if (e == EEXIST) return absl::AlreadyExistsError(absl::StrCat(what, " already exists"));
-      return Annotate(ErrnoStatus(e, fs::Join(jobs(), name)), what);
-    }
-    if (opts_.fsync && ::fsync(dir.get()) != 0 && errno != EINVAL) {
-      return ErrnoStatus(errno, absl::StrCat("fsync ", jobs()));
-    }
-    return absl::OkStatus();
-  }
-
+  absl::Status CommitJobCheckpoint(const JobCheckpoint& jc) override { return jobs_.Commit(jc); }
   absl::StatusOr<JobCheckpoint> GetJobCheckpoint(const std::string& ns, const std::string& job,
                                                  const std::string& id) override {
-    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job, &id));
-    CRYO_RETURN_IF_ERROR(Ready());
-    return ReadJobCheckpoint(JobCheckpointFileName(ns, job, id), ns, job, id);
+    return jobs_.Get(ns, job, id);
   }
-
   absl::StatusOr<std::vector<JobCheckpoint>> ListJobCheckpoints(const std::string& ns,
                                                                 const std::string& job) override {
-    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job));
-    CRYO_RETURN_IF_ERROR(Ready());
-    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
-    CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDirAt(dir.get(), jobs()));
-    const std::string prefix = absl::StrCat(ns, "+", job, "+");
-    std::vector<JobCheckpoint> out;
-    for (const auto& e : entries) {
-      if (!absl::StartsWith(e.name, prefix) || !absl::EndsWith(e.name, ".json")) continue;
-      const std::string id =
-          e.name.substr(prefix.size(), e.name.size() - prefix.size() - strlen(".json"));
-      if (!ValidateCheckpointId(id).ok()) continue;
-      auto jc = ReadJobCheckpoint(e.name, ns, job, id);
-      if (jc.ok()) {
-        out.push_back(*std::move(jc));
-      } else if (!absl::IsNotFound(jc.status())) {
-        CRYO_LOG(Warning) << "skipping job checkpoint record " << e.name << ": " << jc.status();
-      }
-    }
-    std::sort(out.begin(), out.end(), [](const JobCheckpoint& a, const JobCheckpoint& b) {
-      if (a.created_at != b.created_at) return a.created_at > b.created_at;
-      return a.id > b.id;
-    });
-    return out;
+    return jobs_.List(ns, job);
   }
-
   absl::Status DeleteJobCheckpoint(const std::string& ns, const std::string& job,
                                    const std::string& id) override {
-    CRYO_ASSIGN_OR_RETURN(JobCheckpoint jc, GetJobCheckpoint(ns, job, id));
-    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
-    CRYO_ASSIGN_OR_RETURN(UniqueFd trash, Open(kTrashDir));
-    const std::string name = JobCheckpointFileName(ns, job, id);
-    const std::string gone = absl::StrCat(name, std::string(1, kSep), RandomHex(6));
-    if (::renameat2(dir.get(), name.c_str(), trash.get(), gone.c_str(), RENAME_NOREPLACE) != 0) {
-      return ErrnoStatus(errno, absl::StrCat("move ", fs::Join(jobs(), name), " to the trash"));
-    }
-    (void)::unlinkat(trash.get(), gone.c_str(), 0);
-    for (const auto& m : jc.members) {
-      absl::Status s = Delete(m.checkpoint_id);
-      if (!s.ok() && !absl::IsNotFound(s)) return s;
-    }
-    return absl::OkStatus();
+    return jobs_.Delete(ns, job, id);
   }
-
   absl::Status MarkJobArrival(const std::string& ns, const std::string& job,
                               const JobArrival& a) override {
-    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job, &a.job_checkpoint));
-    if (!contract::IsKubernetesName(a.member)) {
-      return absl::InvalidArgumentError("a job arrival's member is not a Kubernetes name");
-    }
-    CRYO_RETURN_IF_ERROR(Ready());
-    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
-    const std::string name = JobArrivalFileName(ns, job, a.member);
-    const std::string temp = absl::StrCat(kJobTempPrefix, node_, "+", RandomHex(6));
-    const std::string text = JobArrivalToJson(a);
-    UniqueFd f(::openat(dir.get(), temp.c_str(),
-                        O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (f.get() < 0) return ErrnoStatus(errno, fs::Join(jobs(), temp));
-    std::string err;
-    if (!io::WriteAll(f.get(), {{const_cast<char*>(text.data()), text.size()}}, 0, &err)) {
-      ::unlinkat(dir.get(), temp.c_str(), 0);
-      return absl::UnavailableError(absl::StrCat(fs::Join(jobs(), temp), ": ", err));
-    }
-    // Whole or not at all; a later arrival of the same member replaces it.
-    if (::renameat(dir.get(), temp.c_str(), dir.get(), name.c_str()) != 0) {
-      const int e = errno;
-      ::unlinkat(dir.get(), temp.c_str(), 0);
-      return ErrnoStatus(e, fs::Join(jobs(), name));
-    }
-    return absl::OkStatus();
+    return jobs_.MarkArrival(ns, job, a);
   }
-
   absl::Status RemoveJobArrival(const std::string& ns, const std::string& job,
                                 const std::string& member) override {
-    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job));
-    if (!contract::IsKubernetesName(member)) {
-      return absl::InvalidArgumentError("a job arrival's member is not a Kubernetes name");
-    }
-    CRYO_RETURN_IF_ERROR(Ready());
-    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
-    const std::string name = JobArrivalFileName(ns, job, member);
-    if (::unlinkat(dir.get(), name.c_str(), 0) != 0 && errno != ENOENT) {
-      return ErrnoStatus(errno, fs::Join(jobs(), name));
-    }
-    return absl::OkStatus();
+    return jobs_.RemoveArrival(ns, job, member);
   }
-
   absl::StatusOr<std::vector<JobArrival>> JobArrivals(const std::string& ns,
                                                       const std::string& job) override {
-    CRYO_RETURN_IF_ERROR(CheckJobNames(ns, job));
-    CRYO_RETURN_IF_ERROR(Ready());
-    CRYO_ASSIGN_OR_RETURN(UniqueFd dir, Open(kJobsDir));
-    CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDirAt(dir.get(), jobs()));
-    const std::string prefix = absl::StrCat(ns, "+", job, kJobArrivalInfix);
-    std::vector<JobArrival> out;
-    for (const auto& e : entries) {
-      if (!absl::StartsWith(e.name, prefix)) continue;
-      auto text = fs::ReadRegularBeneath(opts_.root, fs::Join(kJobsDir, e.name), 4096);
-      if (!text.ok()) continue;  // replaced or collected meanwhile
-      auto a = ParseJobArrival(*text);
-      if (!a.ok() || a->member != e.name.substr(prefix.size())) {
-        CRYO_LOG(Warning) << "skipping job arrival " << e.name << ": not one";
-        continue;
-      }
-      out.push_back(*std::move(a));
-    }
-    return out;
+    return jobs_.Arrivals(ns, job);
   }
 
  private:
-  // The names a record's file is made of: a job's, and (unless listing) a job checkpoint's id.
-  static absl::Status CheckJobNames(const std::string& ns, const std::string& job,
-                                    const std::string* id = nullptr) {
-    if (!contract::IsKubernetesName(ns) || !contract::IsKubernetesName(job)) {
-      return absl::InvalidArgumentError(absl::StrCat("job '", ns.substr(0, 64), "/",
-                                                     job.substr(0, 64), "': not Kubernetes names"));
-    }
-    return id == nullptr ? absl::OkStatus() : ValidateCheckpointId(*id);
-  }
-
-  // Read below the store's root, following no link; a record for another job or id than its
-  // name says is refused.
-  absl::StatusOr<JobCheckpoint> ReadJobCheckpoint(const std::string& name, const std::string& ns,
-                                                  const std::string& job, const std::string& id) {
-    const std::string what = absl::StrCat("job checkpoint '", id, "' of ", ns, "/", job);
-    auto text =
-        fs::ReadRegularBeneath(opts_.root, fs::Join(kJobsDir, name), kMaxJobCheckpointBytes);
-    if (!text.ok()) {
-      if (absl::IsNotFound(text.status())) {
-        return absl::NotFoundError(absl::StrCat("no ", what, " in ", opts_.root));
-      }
-      return Annotate(text.status(), what);
-    }
-    auto jc = ParseJobCheckpoint(*text);
-    if (!jc.ok()) return Annotate(jc.status(), what);
-    if (jc->namespace_ != ns || jc->job != job || jc->id != id) {
-      return absl::DataLossError(absl::StrCat("record ", name, " holds job checkpoint '", jc->id,
-                                              "' of ", jc->namespace_, "/", jc->job));
-    }
-    return jc;
-  }
-
   // Parsed manifests, by checkpoint id, with the identity of the file they were read from: a
   // published manifest does not change, and List (which every plan at a stop, every periodic
   // checkpoint's write and every `cryo list` runs) then costs an open and an fstat per
@@ -733,6 +549,7 @@ class LocalStore final : public CheckpointStore {
 
   LocalStoreOptions opts_;
   std::string node_;
+  JobRecords jobs_;
   absl::Mutex cache_mu_;
   std::map<std::string, std::pair<FileKey, absl::StatusOr<Manifest>>> cache_
       ABSL_GUARDED_BY(cache_mu_);
