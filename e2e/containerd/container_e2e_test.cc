@@ -1244,6 +1244,112 @@ class GpuPodE2e : public ContainerModeE2e {
     return absl::StrJoin(hits, "\n");
   }
 
+  // The two-node torchrun DDP job of issue 37 (pods.sh makes its reference without cryo): two
+  // pods on the pod network, one per node, one rank each; the pods' hostnames tell NCCL they are
+  // two hosts, so it talks over its socket transport between them, as between machines.
+  struct TwoNodeJob {
+    std::string script, ref;
+    int steps = 0;
+    std::string env, args;  // CRYO_GPU_POD_JOB_ENV ("K=V ...") and _ARGS ("--backend gloo")
+    bool fastpath = true;   // CRYO_GPU_POD_JOB_FASTPATH=0: the driver's path
+    int step_ms = 20;       // pacing only: the losses do not depend on it
+  };
+  // The job as this machine's reference has it; nullopt with `*skip` saying why not.
+  std::optional<TwoNodeJob> TwoNodeJobHere(std::string* skip) {
+    const char* script = getenv("CRYO_GPU_POD_JOB_SCRIPT");
+    const char* ref_path = getenv("CRYO_GPU_POD_JOB_REF");
+    if (script == nullptr || ref_path == nullptr || Python().empty()) {
+      *skip =
+          "no two-node reference: pods.sh sets CRYO_GPU_POD_JOB_SCRIPT and "
+          "CRYO_GPU_POD_JOB_REF (a run without cryo) on a machine with PyTorch";
+      return std::nullopt;
+    }
+    if (!std::filesystem::exists(world().dir() + "/node-a/cni/conf/10-cryo-e2e.conflist")) {
+      *skip =
+          "the nodes have no pod network (no CNI plugins: bundle.sh carries Debian's "
+          "containernetworking-plugins)";
+      return std::nullopt;
+    }
+    TwoNodeJob j;
+    j.script = script;
+    j.ref = Slurp(ref_path);
+    j.steps = static_cast<int>(std::count(j.ref.begin(), j.ref.end(), '\n')) - 1;
+    if (const char* e = getenv("CRYO_GPU_POD_JOB_ENV"); e != nullptr) j.env = e;
+    if (const char* a = getenv("CRYO_GPU_POD_JOB_ARGS"); a != nullptr) j.args = a;
+    const char* fp = getenv("CRYO_GPU_POD_JOB_FASTPATH");
+    j.fastpath = fp == nullptr || std::string(fp) != "0";
+    pod_network_ = true;
+    nccl_ifname_ = "eth0";
+    return j;
+  }
+  // Node `node_rank`'s launcher; it writes its exit status to /tmp/exit and the pod stays.
+  static std::vector<std::string> TwoNodeCmd(const TwoNodeJob& j, int node_rank,
+                                             const std::string& master) {
+    return {
+        "sh", "-c",
+        absl::StrCat("NCCL_DEBUG=WARN ", j.env, " ", Python(),
+                     " -m torch.distributed.run --nnodes=2 --node-rank=", node_rank,
+                     " --nproc-per-node=1 --master-addr=", master, " --master-port=29561 ",
+                     j.script, " --same-gpu ", j.args, " --steps ", j.steps, " --step-ms ",
+                     j.step_ms, " --out /tmp/losses.txt; echo $? >/tmp/exit; exec sleep 100000")};
+  }
+  static std::map<std::string, std::string> TwoNodeAnnotations(const TwoNodeJob& j,
+                                                               const std::string& member,
+                                                               bool resume) {
+    std::map<std::string, std::string> a = GpuOptIn(j.fastpath, resume);
+    a["cryo.dev/job"] = "ddp2";
+    a["cryo.dev/job-size"] = "2";
+    a["cryo.dev/job-member"] = member;
+    a["cryo.dev/criu-tcp-established"] = "true";
+    return a;
+  }
+  // Rank 0's losses so far ("done" last once it ended).
+  std::string LossesIn(const std::string& node, const std::string& ctr) {
+    auto r = Exec(node, ctr, "cat /tmp/losses.txt 2>/dev/null");
+    return r.ok() ? r->stdout() : std::string();
+  }
+  static int64_t Lines(const std::string& t) { return std::count(t.begin(), t.end(), '\n'); }
+  // Whether the pod's launcher has ended (or the pod has).
+  bool LauncherEnded(const std::string& node, const std::string& ctr) {
+    auto r = Exec(node, ctr, "cat /tmp/exit 2>/dev/null");
+    return !Running(node, ctr) || (r.ok() && !r->stdout().empty());
+  }
+  // Until both launchers end, and well: a job that hangs at its end (a launcher or NCCL dialling
+  // an address of the old pods) never completes its Job. Where it hangs, if it does: each
+  // pod's TCP table (a SYN_SENT to an old address) and its threads' syscalls. How long after the
+  // first the second ended.
+  double ExpectBothLaunchersEndWell(const std::vector<std::pair<std::string, std::string>>& pods,
+                                    const std::string& old_ip) {
+    auto any = [&] {
+      for (const auto& [node, ctr] : pods) {
+        if (LauncherEnded(node, ctr)) return true;
+      }
+      return false;
+    };
+    WaitUntil(any, absl::Minutes(5));
+    const absl::Time t_first = absl::Now();
+    const bool all = WaitUntil(
+        [&] {
+          for (const auto& [node, ctr] : pods) {
+            if (!LauncherEnded(node, ctr)) return false;
+          }
+          return true;
+        },
+        absl::Minutes(2));
+    for (const auto& [node, ctr] : pods) {
+      auto ex = Exec(node, ctr, "cat /tmp/exit 2>/dev/null");
+      EXPECT_EQ(ex.ok() ? std::string(absl::StripAsciiWhitespace(ex->stdout())) : "", "0")
+          << node << "'s launcher did not end with 0 (old pod " << old_ip << ")";
+      if (all) continue;
+      auto where = Exec(node, ctr,
+                        "cat /proc/net/tcp; for t in /proc/[0-9]*/task/*; do echo \"$t "
+                        "$(cat $t/comm) $(cut -d' ' -f1-3 $t/syscall)\"; done 2>/dev/null");
+      ADD_FAILURE() << node << ": the job has not ended 2 min after its first launcher did:\n"
+                    << (where.ok() ? where->stdout() : where.status().ToString());
+    }
+    return Secs(t_first);
+  }
+
   static std::string Dirname(const std::string& p) { return p.substr(0, p.rfind('/')); }
 
   // The test program where it really is: a bundle links the build's paths to its own copy, and
@@ -1567,52 +1673,21 @@ TEST_F(GpuPodE2e, ATorchrunDdpPodResumesOnItsGpusInTheOtherOrderWithTheSameLosse
 // together (every connection between the pods rewritten) and rank 0 writes the losses of a run
 // without cryo, bit for bit.
 TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) {
-  const char* script = getenv("CRYO_GPU_POD_JOB_SCRIPT");
-  const char* ref_path = getenv("CRYO_GPU_POD_JOB_REF");
-  if (script == nullptr || ref_path == nullptr || Python().empty()) {
-    GTEST_SKIP() << "no two-node reference: pods.sh sets CRYO_GPU_POD_JOB_SCRIPT and "
-                    "CRYO_GPU_POD_JOB_REF (a run without cryo) on a machine with PyTorch";
-  }
-  if (!std::filesystem::exists(world().dir() + "/node-a/cni/conf/10-cryo-e2e.conflist")) {
-    GTEST_SKIP() << "the nodes have no pod network (no CNI plugins: bundle.sh carries Debian's "
-                    "containernetworking-plugins)";
-  }
-  pod_network_ = true;
-  nccl_ifname_ = "eth0";
-  const std::string ref = Slurp(ref_path);
-  const int steps = static_cast<int>(std::count(ref.begin(), ref.end(), '\n')) - 1;
-  ASSERT_GT(steps, 50) << "the reference run " << ref_path << " is too short";
-  // More of the pods' environment ("K=V ..."), to try NCCL's settings.
-  const char* more_env = getenv("CRYO_GPU_POD_JOB_ENV");
-  const std::string job_env = more_env != nullptr ? more_env : "";
-  // More of the script's arguments ("--backend gloo"), and CRYO_GPU_POD_JOB_FASTPATH=0 for the
-  // driver's path: to tell where a failure comes from.
-  const char* more_args = getenv("CRYO_GPU_POD_JOB_ARGS");
-  const std::string job_args = more_args != nullptr ? more_args : "";
-  const char* fp = getenv("CRYO_GPU_POD_JOB_FASTPATH");
-  const bool fastpath = fp == nullptr || std::string(fp) != "0";
+  std::string skip;
+  const std::optional<TwoNodeJob> job = TwoNodeJobHere(&skip);
+  if (!job) GTEST_SKIP() << skip;
+  const std::string& ref = job->ref;
+  const int steps = job->steps;
+  ASSERT_GT(steps, 50) << "the reference run is too short";
+  const bool fastpath = job->fastpath;
   auto cmd = [&](int node_rank, const std::string& master) {
-    return std::vector<std::string>{
-        "sh", "-c",
-        absl::StrCat("NCCL_DEBUG=WARN ", job_env, " ", Python(),
-                     " -m torch.distributed.run --nnodes=2 --node-rank=", node_rank,
-                     " --nproc-per-node=1 --master-addr=", master, " --master-port=29561 ", script,
-                     " --same-gpu ", job_args, " --steps ", steps,
-                     " --step-ms 20 --out /tmp/losses.txt; echo $? >/tmp/exit; exec sleep 100000")};
+    return TwoNodeCmd(*job, node_rank, master);
   };
   auto ann = [&](const std::string& member, bool resume) {
-    std::map<std::string, std::string> a = GpuOptIn(fastpath, resume);
-    a["cryo.dev/job"] = "ddp2";
-    a["cryo.dev/job-size"] = "2";
-    a["cryo.dev/job-member"] = member;
-    a["cryo.dev/criu-tcp-established"] = "true";
-    return a;
+    return TwoNodeAnnotations(*job, member, resume);
   };
-  auto lines = [&](const std::string& node, const std::string& ctr) {
-    auto r = Exec(node, ctr, "cat /tmp/losses.txt 2>/dev/null");
-    return r.ok() ? r->stdout() : std::string();
-  };
-  auto count = [](const std::string& t) { return std::count(t.begin(), t.end(), '\n'); };
+  auto lines = [&](const std::string& node, const std::string& ctr) { return LossesIn(node, ctr); };
+  auto count = [](const std::string& t) { return Lines(t); };
   const std::string shm = world().dir() + "/ddp2-shm-";
 
   GiveGpusAndShm({GpuOf("node-a")}, shm + "a");
@@ -1674,31 +1749,9 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
   EXPECT_NE(PodIp("node-b", s0->pod_id), ip0);
   const std::string at_resume = lines("node-b", s0->ctr_id);
   EXPECT_GE(count(at_resume), steps / 3) << "the job started over";
-  // Until either launcher ends (rank 0 writes "done" before its launcher ends).
-  auto ended = [&](const std::string& node, const std::string& ctr) {
-    auto r = Exec(node, ctr, "cat /tmp/exit 2>/dev/null");
-    return !Running(node, ctr) || (r.ok() && !r->stdout().empty());
-  };
-  WaitUntil([&] { return ended("node-b", s0->ctr_id) || ended("node-a", s1->ctr_id); },
-            absl::Minutes(5));
-  // Then both launchers end, and well: a job that hangs at its end (a launcher or NCCL dialling
-  // an address of the old pods) never completes its Job. Where it hangs, if it does: each
-  // pod's TCP table (a SYN_SENT to an old address) and its threads' syscalls.
-  const absl::Time t_done = absl::Now();
-  const bool both_ended = WaitUntil(
-      [&] { return ended("node-b", s0->ctr_id) && ended("node-a", s1->ctr_id); }, absl::Minutes(2));
-  const double end_s = Secs(t_done);
-  for (const auto& [node, ctr] : {std::pair{"node-b", s0->ctr_id}, {"node-a", s1->ctr_id}}) {
-    auto ex = Exec(node, ctr, "cat /tmp/exit 2>/dev/null");
-    EXPECT_EQ(ex.ok() ? std::string(absl::StripAsciiWhitespace(ex->stdout())) : "", "0")
-        << node << "'s launcher did not end with 0 (old pod " << ip0 << ")";
-    if (both_ended) continue;
-    auto where = Exec(node, ctr,
-                      "cat /proc/net/tcp; for t in /proc/[0-9]*/task/*; do echo \"$t "
-                      "$(cat $t/comm) $(cut -d' ' -f1-3 $t/syscall)\"; done 2>/dev/null");
-    ADD_FAILURE() << node << ": the job has not ended 2 min after its first launcher did:\n"
-                  << (where.ok() ? where->stdout() : where.status().ToString());
-  }
+  // Until both launchers end (rank 0 writes "done" before its launcher ends).
+  const double end_s =
+      ExpectBothLaunchersEndWell({{"node-b", s0->ctr_id}, {"node-a", s1->ctr_id}}, ip0);
   const std::string got = lines("node-b", s0->ctr_id);
   ASSERT_TRUE(absl::EndsWith(got, "done\n")) << "rank 0:\n"
                                              << TroubleIn(s0->log_path) << "\nrank 1:\n"
@@ -1706,12 +1759,107 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
                                              << TailOf(world().cryod("node-b").log());
   EXPECT_EQ(got, ref) << "losses differ from the run without cryo";
   Report(absl::StrCat(
-      "ddp2 (two nodes, one rank each, ", absl::StrContains(job_args, "gloo") ? "gloo" : "NCCL",
+      "ddp2 (two nodes, one rank each, ", absl::StrContains(job->args, "gloo") ? "gloo" : "NCCL",
       " over TCP between the pods): ", steps, " steps, stopped after step ", count(at_resume) - 1,
       ": StopContainer (job checkpoint, both members) ", stop_s, " s, fast path ", fast_bytes >> 20,
       " MiB; replacements started together (restore) ", restore_s, " s; losses ",
       got == ref ? "bit-identical" : "DIFFERENT", "; the second launcher ended ", end_s,
       " s after the first"));
+}
+
+// The two-node job's periodic job checkpoints (issue 37, must 6, on GPUs): with checkpoint-every
+// the job is checkpointed in the background, both members at one GPU cut, and runs on; then
+// both pods are lost (plain stops: no checkpoint at them) and their replacements, on the
+// swapped nodes, resume the newest committed job checkpoint together: rank 0's losses are those
+// of the run without cryo, bit for bit, and both launchers end well.
+TEST_F(GpuPodE2e, ATwoNodeTorchrunJobLostWholeResumesFromItsPeriodicJobCheckpoint) {
+  std::string skip;
+  std::optional<TwoNodeJob> job = TwoNodeJobHere(&skip);
+  if (!job) GTEST_SKIP() << skip;
+  ASSERT_GT(job->steps, 50) << "the reference run is too short";
+  // Paced to about 40 s of steps, long enough for a periodic job checkpoint or two.
+  job->step_ms = std::max(20, 40000 / job->steps);
+  auto ann = [&](const std::string& member, bool resume) {
+    std::map<std::string, std::string> a = TwoNodeAnnotations(*job, member, resume);
+    a["cryo.dev/checkpoint-every"] = "12s";
+    a["cryo.dev/checkpoint-on-stop"] = "false";
+    return a;
+  };
+  // The job checkpoints committed with both parts.
+  auto committed = [&] {
+    std::map<std::string, int> parts;
+    for (const auto& c : world().cryod("node-a").List()) {
+      if (!c.job_checkpoint().empty() && c.job_uncommitted().empty()) ++parts[c.job_checkpoint()];
+    }
+    std::set<std::string> whole;
+    for (const auto& [id, n] : parts) {
+      if (n == 2) whole.insert(id);
+    }
+    return whole;
+  };
+  const std::string shm = world().dir() + "/ddp2p-shm-";
+  GiveGpusAndShm({GpuOf("node-a")}, shm + "a");
+  auto r0 = RunPod("node-a", "ddp2p-0", ann("0", false), TwoNodeCmd(*job, 0, "127.0.0.1"));
+  ASSERT_TRUE(r0.ok()) << r0.status();
+  const std::string ip0 = PodIp("node-a", r0->pod_id);
+  ASSERT_FALSE(ip0.empty());
+  GiveGpusAndShm({GpuOf("node-b")}, shm + "b");
+  auto r1 = RunPod("node-b", "ddp2p-1", ann("1", false), TwoNodeCmd(*job, 1, ip0));
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  WaitUntil([&] { return !committed().empty() || !Running("node-a", r0->ctr_id); },
+            absl::Minutes(3));
+  ASSERT_FALSE(committed().empty()) << "no periodic job checkpoint; node-a's cryod:\n"
+                                    << TailOf(world().cryod("node-a").log()) << "\nrank 0:\n"
+                                    << TroubleIn(r0->log_path);
+  const int64_t at_stop = Lines(LossesIn("node-a", r0->ctr_id));
+  ASSERT_LT(at_stop, job->steps) << "the job ended before it was lost: pace it slower";
+  ASSERT_STOPPED(Shim("node-a").StopContainer(r0->ctr_id, 30));
+  ASSERT_STOPPED(Shim("node-b").StopContainer(r1->ctr_id, 30));
+  // One in flight at the stops commits or not within moments: the replacements come once the
+  // job checkpoints have stayed the same for a second.
+  std::set<std::string> before = committed();
+  int same = 0;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        absl::SleepFor(absl::Milliseconds(250));
+        std::set<std::string> now = committed();
+        same = now == before ? same + 1 : 0;
+        before = std::move(now);
+        return same >= 4;
+      },
+      absl::Seconds(60)));
+
+  GiveGpusAndShm({GpuOf("node-b")}, shm + "a2");
+  auto s0 = RunPod("node-b", "ddp2p-0-2", ann("0", true), TwoNodeCmd(*job, 0, "127.0.0.1"),
+                   /*start=*/false);
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  GiveGpusAndShm({GpuOf("node-a")}, shm + "b2");
+  auto s1 =
+      RunPod("node-a", "ddp2p-1-2", ann("1", true), TwoNodeCmd(*job, 1, ip0), /*start=*/false);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  const absl::Time t1 = absl::Now();
+  absl::Status started = StartTogether({{"node-b", &*s0}, {"node-a", &*s1}});
+  ASSERT_TRUE(started.ok()) << started << "\nnode-b's cryod:\n"
+                            << TailOf(world().cryod("node-b").log()) << "\nnode-a's cryod:\n"
+                            << TailOf(world().cryod("node-a").log());
+  const double restore_s = Secs(t1);
+  const int64_t at_resume = Lines(LossesIn("node-b", s0->ctr_id));
+  EXPECT_GT(at_resume, 1) << "the job started over";
+  EXPECT_LE(at_resume, at_stop) << "resumed from after it was lost";
+  const double end_s =
+      ExpectBothLaunchersEndWell({{"node-b", s0->ctr_id}, {"node-a", s1->ctr_id}}, ip0);
+  const std::string got = LossesIn("node-b", s0->ctr_id);
+  ASSERT_TRUE(absl::EndsWith(got, "done\n")) << "rank 0:\n"
+                                             << TroubleIn(s0->log_path) << "\nrank 1:\n"
+                                             << TroubleIn(s1->log_path) << "\n"
+                                             << TailOf(world().cryod("node-b").log());
+  EXPECT_EQ(got, job->ref) << "losses differ from the run without cryo";
+  Report(absl::StrCat(
+      "ddp2 periodic (two nodes, one rank each): ", job->steps, " steps at ", job->step_ms, " ms, ",
+      before.size(), " committed job checkpoint(s) kept; lost after step ", at_stop - 1,
+      ", resumed after step ", at_resume - 1, "; replacements started together (restore) ",
+      restore_s, " s; losses ", got == job->ref ? "bit-identical" : "DIFFERENT",
+      "; the second launcher ended ", end_s, " s after the first"));
 }
 
 // A GPU pod checkpointed in the background (checkpoint-every, the fast path): the job runs on
