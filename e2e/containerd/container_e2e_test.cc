@@ -181,7 +181,8 @@ class ContainerModeE2e : public ContainerdE2e {
   }
 
   // Starts the containers at once, as the kubelets of their nodes would: a job's replacements
-  // each wait in their start for the others. The first failure, if any.
+  // each wait in their start for the others. The first failure, with every node's that failed
+  // (one that waited names the member whose start failed first, not why).
   absl::Status StartTogether(const std::vector<std::pair<std::string, const Pod*>>& pods) {
     std::vector<absl::Status> st(pods.size());
     std::vector<std::thread> threads;
@@ -190,10 +191,15 @@ class ContainerModeE2e : public ContainerdE2e {
       threads.emplace_back([&, i] { st[i] = shim.StartContainer(pods[i].second->ctr_id); });
     }
     for (auto& t : threads) t.join();
-    for (const auto& s : st) {
-      if (!s.ok()) return s;
+    absl::Status first;
+    std::vector<std::string> each;
+    for (size_t i = 0; i < pods.size(); ++i) {
+      if (st[i].ok()) continue;
+      if (first.ok()) first = st[i];
+      each.push_back(absl::StrCat(pods[i].first, ": ", st[i].ToString()));
     }
-    return absl::OkStatus();
+    if (first.ok()) return first;
+    return absl::Status(first.code(), absl::StrJoin(each, "\n"));
   }
 
   CriClient& Shim(const std::string& node) {

@@ -153,8 +153,9 @@ absl::StatusOr<std::unique_ptr<Cryod>> E2eWorld::StartCryod(const std::string& n
                            // mutual TLS with one certificate, as the chart's Secret gives
                            "--peer-tls-dir=" + dir_ + "/peer-tls",
                            "--signing-key-file=" + dir_ + "/cluster-signing.key",
-                           // A job's replacements here start within moments of each other.
-                           "--job-gather-timeout-s=8"});
+                           // A job's replacements here start within moments of each other
+                           // (20 s: on a loaded 2-core CI machine a start can take seconds).
+                           "--job-gather-timeout-s=20"});
   if (!others.empty()) args.push_back("--peers=" + absl::StrJoin(others, ","));
   // The GPU suite's pods (e2e/gpu/pods.sh) name the bundle's CRIU and GPU plugins here.
   if (const char* more = getenv("CRYO_E2E_CRYOD_ARGS"); more != nullptr) {
