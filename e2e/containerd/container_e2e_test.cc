@@ -1851,7 +1851,16 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobLostWholeResumesFromItsPeriodicJobCheckpoin
   const double restore_s = Secs(t1);
   const int64_t at_resume = Lines(LossesIn("node-b", s0->ctr_id));
   EXPECT_GT(at_resume, 1) << "the job started over";
-  EXPECT_LE(at_resume, at_stop) << "resumed from after it was lost";
+  // Both from one of the job checkpoints committed before the replacements came.
+  std::set<std::string> from;
+  for (const auto& [node, ctr] : {std::pair{"node-b", s0->ctr_id}, {"node-a", s1->ctr_id}}) {
+    auto st = RuntimeStatus(node, ctr);
+    ASSERT_TRUE(st.ok()) << st.status();
+    const std::string id = st->status().annotations().at("cryo.dev/resume-from");
+    from.insert(id.substr(0, id.rfind('.')));
+  }
+  ASSERT_EQ(from.size(), 1u) << "the members resumed different cuts";
+  EXPECT_TRUE(before.count(*from.begin())) << *from.begin();
   const double end_s =
       ExpectBothLaunchersEndWell({{"node-b", s0->ctr_id}, {"node-a", s1->ctr_id}}, ip0);
   const std::string got = LossesIn("node-b", s0->ctr_id);
