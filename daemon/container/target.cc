@@ -44,10 +44,13 @@ absl::StatusOr<ContainerTarget> ResolveContainer(runtime::ContainerRuntime& rt,
   t.init_pid = t.info.pid;
   // runc's `start` returns once its init was told to go, before that execs the command: a
   // restore asked for at once can find PID 1 still runc's init (seen on CI's loaded 2 cores:
-  // its exe runc's bind-mounted copy, which reads '/').
+  // its exe runc's bind-mounted copy, which reads '/'). And in the middle of the exec the exe is
+  // already cryo-init's while the environment is not yet there (the kernel sets the new image's
+  // environment after its exe): seen on CI as a container "not created to resume".
   if (use == ContainerUse::kRestore) {
     const absl::Time until = absl::Now() + exec_wait;
-    while (!IsCryoInit(proc, t.init_pid) && proc.Alive(t.init_pid) && absl::Now() < until) {
+    auto execd = [&] { return IsCryoInit(proc, t.init_pid) && !proc.Environ(t.init_pid).empty(); };
+    while (!execd() && proc.Alive(t.init_pid) && absl::Now() < until) {
       absl::SleepFor(absl::Milliseconds(20));
     }
   }

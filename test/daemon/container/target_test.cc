@@ -165,6 +165,30 @@ TEST_F(TargetTest, ARestoreTargetJustStartedIsGivenTimeToBecomeCryoInit) {
       << t.status();
 }
 
+// Found on CI (2026-11-29): in the middle of the exec PID 1's exe was already cryo-init's while
+// its environment was still empty, and the restore was refused as "not created to resume". It
+// is given the same moment to finish the exec.
+TEST_F(TargetTest, ARestoreTargetInTheMiddleOfItsExecIsGivenTimeForItsEnvironment) {
+  proc_fake_.Remove(job_);
+  FakeProc::Process init;
+  init.pid = init_;
+  init.exe = CRYO_INIT_CONTAINER_PATH;
+  init.comm = "init";
+  init.cmdline = {CRYO_INIT_CONTAINER_PATH, "sh"};
+  init.env = {};
+  proc_fake_.Add(init);
+  std::thread exec([&] {
+    absl::SleepFor(absl::Milliseconds(150));
+    FakeProc::Process now = init;
+    now.env = {"PATH=/bin", CRYO_INIT_RESTORE_ENV "=train-1"};
+    proc_fake_.Add(now);
+  });
+  auto t = ResolveContainer(rt_, proc_, "c0ffee0000000000", ContainerUse::kRestore);
+  exec.join();
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->restore_from, "train-1");
+}
+
 TEST_F(TargetTest, OptedInContainersCarryTheirKeyIdentityAndReason) {
   runtime::ContainerInfo other = rt_.containers["c0ffee0000000000"];
   other.id = "0ther";
