@@ -195,18 +195,6 @@ namespace {
 
 constexpr char kAddressTable[] = "cryo-job-addresses";
 
-absl::StatusOr<std::string> RunNft(const std::vector<std::string>& args, const std::string& input,
-                                   pid_t netns_pid, const std::string& nsexec, bool* ok) {
-  RunOptions ro;
-  ro.argv = Nft(args, netns_pid, nsexec);
-  ro.input = input;
-  ro.timeout = absl::Seconds(30);
-  ro.merge_stderr = true;
-  CRYO_ASSIGN_OR_RETURN(auto r, Run(ro));
-  *ok = r.exit.exited && r.exit.code == 0;
-  return r.out;
-}
-
 }  // namespace
 
 AddressMap ComposeAddressMaps(const AddressMap& moved, const AddressMap& earlier) {
@@ -248,23 +236,22 @@ absl::Status KeepJobAddresses(const AddressMap& map, pid_t netns_pid, const std:
                     " comment \"cryo ", from, ">", to, "\"\n");
   }
   absl::StrAppend(&script, "  }\n}\n");
-  bool ok = false;
-  CRYO_ASSIGN_OR_RETURN(std::string out, RunNft({"-f", "-"}, script, netns_pid, nsexec, &ok));
-  if (!ok) {
+  CRYO_ASSIGN_OR_RETURN(NftRun r, RunNft({"-f", "-"}, netns_pid, nsexec, script));
+  if (!r.ok) {
     return absl::FailedPreconditionError(absl::StrCat(
         "nft could not make the table that redirects the job's old addresses (does the kernel "
         "have nftables NAT?): ",
-        out));
+        r.output));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<AddressMap> ReadJobAddresses(pid_t netns_pid, const std::string& nsexec) {
   if (FindExecutable("nft").empty()) return AddressMap{};  // then none was ever made
-  bool ok = false;
-  CRYO_ASSIGN_OR_RETURN(std::string out, RunNft({"list", "table", "inet", kAddressTable}, "",
-                                                netns_pid, nsexec, &ok));
-  if (!ok) {
+  CRYO_ASSIGN_OR_RETURN(NftRun r,
+                        RunNft({"list", "table", "inet", kAddressTable}, netns_pid, nsexec));
+  const std::string& out = r.output;
+  if (!r.ok) {
     if (out.find("No such file or directory") != std::string::npos) return AddressMap{};
     return absl::InternalError(absl::StrCat("nft list table inet ", kAddressTable, ": ", out));
   }

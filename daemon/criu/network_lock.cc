@@ -17,17 +17,23 @@
 #include "absl/strings/str_cat.h"
 #include "lib/base/fs.h"
 #include "lib/base/log.h"
+#include "lib/base/status.h"
 #include "lib/base/subprocess.h"
 
 namespace cryo::criu {
-std::vector<std::string> Nft(const std::vector<std::string>& args, pid_t netns_pid,
-                             const std::string& nsexec) {
-  std::vector<std::string> argv = {FindExecutable("nft")};
-  argv.insert(argv.end(), args.begin(), args.end());
+absl::StatusOr<NftRun> RunNft(const std::vector<std::string>& args, pid_t netns_pid,
+                              const std::string& nsexec, const std::string& script) {
+  RunOptions ro;
+  ro.argv = {FindExecutable("nft")};
+  ro.argv.insert(ro.argv.end(), args.begin(), args.end());
   if (netns_pid > 0) {
-    argv.insert(argv.begin(), {nsexec, "--target", std::to_string(netns_pid), "--"});
+    ro.argv.insert(ro.argv.begin(), {nsexec, "--target", std::to_string(netns_pid), "--"});
   }
-  return argv;
+  ro.input = script;
+  ro.timeout = absl::Seconds(30);
+  ro.merge_stderr = true;
+  CRYO_ASSIGN_OR_RETURN(RunOutput r, Run(ro));
+  return NftRun{r.exit.exited && r.exit.code == 0, std::move(r.out)};
 }
 
 void RemoveNetworkLock(const std::string& dump_log, pid_t container_init,
@@ -41,8 +47,8 @@ void RemoveNetworkLock(const std::string& dump_log, pid_t container_init,
   }
   if (FindExecutable("nft").empty()) return;
   for (const auto& t : tables) {
-    auto r = RunCapture(Nft({"delete", "table", "inet", t}, container_init, nsexec));
-    if (r.ok() && r->exit.exited && r->exit.code == 0) {
+    auto r = RunNft({"delete", "table", "inet", t}, container_init, nsexec);
+    if (r.ok() && r->ok) {
       CRYO_LOG(Info) << "removed CRIU network lock table " << t;
     }
   }
@@ -127,16 +133,10 @@ absl::StatusOr<std::unique_ptr<ConnectionLock>> ConnectionLock::Take(
     absl::StrAppend(&script, "  }\n");
   }
   absl::StrAppend(&script, "}\n");
-  RunOptions ro;
-  ro.argv = Nft({"-f", "-"}, netns_pid, nsexec);
-  ro.input = script;
-  ro.timeout = absl::Seconds(30);
-  ro.merge_stderr = true;
-  auto r = Run(ro);
-  if (!r.ok()) return r.status();
-  if (!r->exit.exited || r->exit.code != 0) {
+  CRYO_ASSIGN_OR_RETURN(NftRun r, RunNft({"-f", "-"}, netns_pid, nsexec, script));
+  if (!r.ok) {
     return absl::InternalError(
-        absl::StrCat("holding the job's connections (nft table ", table, "): ", r->out));
+        absl::StrCat("holding the job's connections (nft table ", table, "): ", r.output));
   }
   CRYO_LOG(Info) << "holding " << conns.size() << " TCP connection(s) of the job (nft table "
                  << table << ")";
@@ -146,11 +146,9 @@ absl::StatusOr<std::unique_ptr<ConnectionLock>> ConnectionLock::Take(
 absl::Status ConnectionLock::Release() {
   if (!held_) return absl::OkStatus();
   held_ = false;
-  auto r = RunCapture(Nft({"delete", "table", "inet", table_}, netns_pid_, nsexec_));
-  if (!r.ok()) return r.status();
-  if (!r->exit.exited || r->exit.code != 0) {
-    return absl::InternalError(absl::StrCat("releasing nft table ", table_, ": ", r->output));
-  }
+  CRYO_ASSIGN_OR_RETURN(NftRun r, RunNft({"delete", "table", "inet", table_}, netns_pid_, nsexec_));
+  if (!r.ok)
+    return absl::InternalError(absl::StrCat("releasing nft table ", table_, ": ", r.output));
   return absl::OkStatus();
 }
 

@@ -15,10 +15,15 @@
 
 namespace cryo::criu {
 
-// The command line of nft with `args`, in the network namespace of `netns_pid` through `nsexec`
-// (0: cryod's own).
-std::vector<std::string> Nft(const std::vector<std::string>& args, pid_t netns_pid,
-                             const std::string& nsexec);
+// nft with `args` (and `script` on its stdin), in the network namespace of `netns_pid` through
+// `nsexec` (0: cryod's own), bounded to 30 s: whether it exited 0, and what it printed (stdout
+// and stderr). An error only when it could not be run.
+struct NftRun {
+  bool ok = false;
+  std::string output;
+};
+absl::StatusOr<NftRun> RunNft(const std::vector<std::string>& args, pid_t netns_pid,
+                              const std::string& nsexec, const std::string& script = "");
 
 // Deletes every CRIU lock table named in the dump log at `dump_log`. `container_init` > 0: the
 // lock lives in that container's network namespace and is removed from there through
