@@ -64,34 +64,42 @@ absl::Status JobRecords::Commit(const JobCheckpoint& jc) {
                        "' is not the one the record names (manifest digest differs)"));
     }
   }
+  // The commit: the record appears whole or not at all, and never over another.
+  absl::Status st = WriteWhole(JobCheckpointFileName(jc.namespace_, jc.job, jc.id),
+                               JobCheckpointToJson(jc), /*commit=*/true);
+  if (absl::IsAlreadyExists(st))
+    return absl::AlreadyExistsError(absl::StrCat(what, " already exists"));
+  return Annotate(st, what);
+}
+
+absl::Status JobRecords::WriteWhole(const std::string& name, const std::string& text, bool commit) {
   CRYO_ASSIGN_OR_RETURN(UniqueFd dir, h_.open(kJobsDir));
-  const std::string name = JobCheckpointFileName(jc.namespace_, jc.job, jc.id);
   const std::string temp = absl::StrCat(kJobTempPrefix, h_.node, "+", RandomHex(6));
-  const std::string text = JobCheckpointToJson(jc);
+  const bool sync = commit && h_.fsync;
   {
     UniqueFd f(::openat(dir.get(), temp.c_str(),
                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    if (f.get() < 0) return Annotate(ErrnoStatus(errno, fs::Join(jobs(), temp)), what);
+    if (f.get() < 0) return ErrnoStatus(errno, fs::Join(jobs(), temp));
     std::string err;
     absl::Status w = absl::OkStatus();
     if (!io::WriteAll(f.get(), {{const_cast<char*>(text.data()), text.size()}}, 0, &err)) {
       w = absl::UnavailableError(absl::StrCat(fs::Join(jobs(), temp), ": ", err));
-    } else if (h_.fsync && ::fsync(f.get()) != 0) {
+    } else if (sync && ::fsync(f.get()) != 0) {
       w = ErrnoStatus(errno, absl::StrCat("fsync ", fs::Join(jobs(), temp)));
     }
     if (!w.ok()) {
       ::unlinkat(dir.get(), temp.c_str(), 0);
-      return Annotate(w, what);
+      return w;
     }
   }
-  // The commit: the record appears whole or not at all, and never over another.
-  if (::renameat2(dir.get(), temp.c_str(), dir.get(), name.c_str(), RENAME_NOREPLACE) != 0) {
+  if (::renameat2(dir.get(), temp.c_str(), dir.get(), name.c_str(),
+                  commit ? RENAME_NOREPLACE : 0) != 0) {
     const int e = errno;
     ::unlinkat(dir.get(), temp.c_str(), 0);
-    if (e == EEXIST) return absl::AlreadyExistsError(absl::StrCat(what, " already exists"));
-    return Annotate(ErrnoStatus(e, fs::Join(jobs(), name)), what);
+    if (e == EEXIST) return absl::AlreadyExistsError(fs::Join(jobs(), name));
+    return ErrnoStatus(e, fs::Join(jobs(), name));
   }
-  if (h_.fsync && ::fsync(dir.get()) != 0 && errno != EINVAL) {
+  if (sync && ::fsync(dir.get()) != 0 && errno != EINVAL) {
     return ErrnoStatus(errno, absl::StrCat("fsync ", jobs()));
   }
   return absl::OkStatus();
@@ -156,25 +164,8 @@ absl::Status JobRecords::MarkArrival(const std::string& ns, const std::string& j
     return absl::InvalidArgumentError("a job arrival's member is not a Kubernetes name");
   }
   CRYO_RETURN_IF_ERROR(h_.ready());
-  CRYO_ASSIGN_OR_RETURN(UniqueFd dir, h_.open(kJobsDir));
-  const std::string name = JobArrivalFileName(ns, job, a.member);
-  const std::string temp = absl::StrCat(kJobTempPrefix, h_.node, "+", RandomHex(6));
-  const std::string text = JobArrivalToJson(a);
-  UniqueFd f(::openat(dir.get(), temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                      0600));
-  if (f.get() < 0) return ErrnoStatus(errno, fs::Join(jobs(), temp));
-  std::string err;
-  if (!io::WriteAll(f.get(), {{const_cast<char*>(text.data()), text.size()}}, 0, &err)) {
-    ::unlinkat(dir.get(), temp.c_str(), 0);
-    return absl::UnavailableError(absl::StrCat(fs::Join(jobs(), temp), ": ", err));
-  }
   // Whole or not at all; a later arrival of the same member replaces it.
-  if (::renameat(dir.get(), temp.c_str(), dir.get(), name.c_str()) != 0) {
-    const int e = errno;
-    ::unlinkat(dir.get(), temp.c_str(), 0);
-    return ErrnoStatus(e, fs::Join(jobs(), name));
-  }
-  return absl::OkStatus();
+  return WriteWhole(JobArrivalFileName(ns, job, a.member), JobArrivalToJson(a), /*commit=*/false);
 }
 
 absl::Status JobRecords::RemoveArrival(const std::string& ns, const std::string& job,

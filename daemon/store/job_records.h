@@ -53,6 +53,10 @@ class JobRecords {
 
  private:
   std::string jobs() const;
+  // `text` written to a temporary file in jobs/ and renamed to `name`: it appears whole or not at
+  // all. `commit`: it never replaces another (ALREADY_EXISTS), and the file and the directory
+  // are fsynced when the store is; otherwise it replaces whatever had its name.
+  absl::Status WriteWhole(const std::string& name, const std::string& text, bool commit);
   absl::StatusOr<JobCheckpoint> ReadJobCheckpoint(const std::string& name, const std::string& ns,
                                                   const std::string& job, const std::string& id);
   Hooks h_;
