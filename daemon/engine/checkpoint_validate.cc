@@ -1,30 +1,21 @@
 // The checkpoint's first step, `validate`: everything that can be refused is refused here,
 // while the job runs and before anything is locked, drained or stopped.
 
-#include <signal.h>
-
 #include <algorithm>
+#include <set>
+#include <vector>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "daemon/container/container_checkpoint.h"
+#include "daemon/criu/credentials.h"
 #include "daemon/criu/dumpable.h"
 #include "daemon/criu/job_network.h"
 #include "daemon/criu/listen_ports.h"
-#include "daemon/criu/network_lock.h"
 #include "daemon/criu/resources.h"
 #include "daemon/engine/engine.h"
-#include "daemon/engine/job_cut.h"
 #include "daemon/engine/states.h"
-#include "daemon/engine/step_hooks.h"
 #include "daemon/engine/validate.h"
-#include "daemon/gpu/host_copy.h"
-#include "daemon/store/signature.h"
-#include "lib/base/fs.h"
 #include "lib/base/ids.h"
-#include "lib/base/log.h"
 #include "lib/base/proc.h"
 #include "lib/base/status.h"
 #include "lib/contract/annotations.h"
