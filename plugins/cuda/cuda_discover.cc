@@ -1,6 +1,7 @@
 // Which processes use which of this node's GPUs, and what of theirs the driver cannot
 // checkpoint (CudaPlugin::Discover and what it reads: the kernel module's minors, NVML's
 // per-process memory, the CUDA_VISIBLE_DEVICES of the process).
+
 #include <algorithm>
 #include <set>
 

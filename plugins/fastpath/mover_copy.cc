@@ -1,11 +1,10 @@
 // The Mover's copies: GPU memory to host memory and back, from files, with their threads and
 // pinned buffers (mover.cc holds the gates, the plan's steps and their undo).
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
