@@ -1355,6 +1355,16 @@ class GpuPodE2e : public ContainerModeE2e {
     }
     return Secs(t_first);
   }
+  // Rank 0's losses (`*got`) once the job ended: all of them ("done" last), and the reference's.
+  void ExpectReferenceLosses(const TwoNodeJob& j, const std::string& node0, const Pod& rank0,
+                             const Pod& rank1, std::string* got) {
+    *got = LossesIn(node0, rank0.ctr_id);
+    ASSERT_TRUE(absl::EndsWith(*got, "done\n")) << "rank 0:\n"
+                                                << TroubleIn(rank0.log_path) << "\nrank 1:\n"
+                                                << TroubleIn(rank1.log_path) << "\n"
+                                                << TailOf(world().cryod(node0).log());
+    EXPECT_EQ(*got, j.ref) << "losses differ from the run without cryo";
+  }
 
   static std::string Dirname(const std::string& p) { return p.substr(0, p.rfind('/')); }
 
@@ -1682,36 +1692,29 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
   std::string skip;
   const std::optional<TwoNodeJob> job = TwoNodeJobHere(&skip);
   if (!job) GTEST_SKIP() << skip;
-  const std::string& ref = job->ref;
   const int steps = job->steps;
   ASSERT_GT(steps, 50) << "the reference run is too short";
   const bool fastpath = job->fastpath;
-  auto cmd = [&](int node_rank, const std::string& master) {
-    return TwoNodeCmd(*job, node_rank, master);
-  };
-  auto ann = [&](const std::string& member, bool resume) {
-    return TwoNodeAnnotations(*job, member, resume);
-  };
-  auto lines = [&](const std::string& node, const std::string& ctr) { return LossesIn(node, ctr); };
-  auto count = [](const std::string& t) { return Lines(t); };
   const std::string shm = world().dir() + "/ddp2-shm-";
 
   GiveGpusAndShm({GpuOf("node-a")}, shm + "a");
-  auto r0 = RunPod("node-a", "ddp2-0", ann("0", false), cmd(0, "127.0.0.1"));
+  auto r0 = RunPod("node-a", "ddp2-0", TwoNodeAnnotations(*job, "0", false),
+                   TwoNodeCmd(*job, 0, "127.0.0.1"));
   ASSERT_TRUE(r0.ok()) << r0.status();
   const std::string ip0 = PodIp("node-a", r0->pod_id);
   ASSERT_FALSE(ip0.empty());
   GiveGpusAndShm({GpuOf("node-b")}, shm + "b");
-  auto r1 = RunPod("node-b", "ddp2-1", ann("1", false), cmd(1, ip0));
+  auto r1 =
+      RunPod("node-b", "ddp2-1", TwoNodeAnnotations(*job, "1", false), TwoNodeCmd(*job, 1, ip0));
   ASSERT_TRUE(r1.ok()) << r1.status();
   WaitUntil(
       [&] {
-        return count(lines("node-a", r0->ctr_id)) >= steps / 3 || !Running("node-a", r0->ctr_id) ||
-               !Running("node-b", r1->ctr_id);
+        return Lines(LossesIn("node-a", r0->ctr_id)) >= steps / 3 ||
+               !Running("node-a", r0->ctr_id) || !Running("node-b", r1->ctr_id);
       },
       absl::Minutes(5));
-  ASSERT_GE(count(lines("node-a", r0->ctr_id)), steps / 3) << TailOf(r0->log_path) << "\n"
-                                                           << TailOf(r1->log_path);
+  ASSERT_GE(Lines(LossesIn("node-a", r0->ctr_id)), steps / 3) << TailOf(r0->log_path) << "\n"
+                                                              << TailOf(r1->log_path);
 
   absl::Time t0 = absl::Now();
   ASSERT_STOPPED(Shim("node-a").StopContainer(r0->ctr_id, 30));
@@ -1741,10 +1744,12 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
 
   // The replacements, on the swapped nodes: new pods, new addresses, started together.
   GiveGpusAndShm({GpuOf("node-b")}, shm + "a2");
-  auto s0 = RunPod("node-b", "ddp2-0-2", ann("0", true), cmd(0, "127.0.0.1"), /*start=*/false);
+  auto s0 = RunPod("node-b", "ddp2-0-2", TwoNodeAnnotations(*job, "0", true),
+                   TwoNodeCmd(*job, 0, "127.0.0.1"), /*start=*/false);
   ASSERT_TRUE(s0.ok()) << s0.status();
   GiveGpusAndShm({GpuOf("node-a")}, shm + "b2");
-  auto s1 = RunPod("node-a", "ddp2-1-2", ann("1", true), cmd(1, ip0), /*start=*/false);
+  auto s1 = RunPod("node-a", "ddp2-1-2", TwoNodeAnnotations(*job, "1", true),
+                   TwoNodeCmd(*job, 1, ip0), /*start=*/false);
   ASSERT_TRUE(s1.ok()) << s1.status();
   absl::Time t1 = absl::Now();
   absl::Status started = StartTogether({{"node-b", &*s0}, {"node-a", &*s1}});
@@ -1753,23 +1758,20 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
                             << TailOf(world().cryod("node-a").log());
   const double restore_s = Secs(t1);
   EXPECT_NE(PodIp("node-b", s0->pod_id), ip0);
-  const std::string at_resume = lines("node-b", s0->ctr_id);
-  EXPECT_GE(count(at_resume), steps / 3) << "the job started over";
+  const std::string at_resume = LossesIn("node-b", s0->ctr_id);
+  EXPECT_GE(Lines(at_resume), steps / 3) << "the job started over";
   // Until both launchers end (rank 0 writes "done" before its launcher ends).
   const double end_s =
       ExpectBothLaunchersEndWell({{"node-b", s0->ctr_id}, {"node-a", s1->ctr_id}}, ip0);
-  const std::string got = lines("node-b", s0->ctr_id);
-  ASSERT_TRUE(absl::EndsWith(got, "done\n")) << "rank 0:\n"
-                                             << TroubleIn(s0->log_path) << "\nrank 1:\n"
-                                             << TroubleIn(s1->log_path) << "\n"
-                                             << TailOf(world().cryod("node-b").log());
-  EXPECT_EQ(got, ref) << "losses differ from the run without cryo";
+  std::string got;
+  ExpectReferenceLosses(*job, "node-b", *s0, *s1, &got);
+  if (HasFatalFailure()) return;
   Report(absl::StrCat(
       "ddp2 (two nodes, one rank each, ", absl::StrContains(job->args, "gloo") ? "gloo" : "NCCL",
-      " over TCP between the pods): ", steps, " steps, stopped after step ", count(at_resume) - 1,
+      " over TCP between the pods): ", steps, " steps, stopped after step ", Lines(at_resume) - 1,
       ": StopContainer (job checkpoint, both members) ", stop_s, " s, fast path ", fast_bytes >> 20,
       " MiB; replacements started together (restore) ", restore_s, " s; losses ",
-      got == ref ? "bit-identical" : "DIFFERENT", "; the second launcher ended ", end_s,
+      got == job->ref ? "bit-identical" : "DIFFERENT", "; the second launcher ended ", end_s,
       " s after the first"));
 }
 
@@ -1863,12 +1865,9 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobLostWholeResumesFromItsPeriodicJobCheckpoin
   EXPECT_TRUE(before.count(*from.begin())) << *from.begin();
   const double end_s =
       ExpectBothLaunchersEndWell({{"node-b", s0->ctr_id}, {"node-a", s1->ctr_id}}, ip0);
-  const std::string got = LossesIn("node-b", s0->ctr_id);
-  ASSERT_TRUE(absl::EndsWith(got, "done\n")) << "rank 0:\n"
-                                             << TroubleIn(s0->log_path) << "\nrank 1:\n"
-                                             << TroubleIn(s1->log_path) << "\n"
-                                             << TailOf(world().cryod("node-b").log());
-  EXPECT_EQ(got, job->ref) << "losses differ from the run without cryo";
+  std::string got;
+  ExpectReferenceLosses(*job, "node-b", *s0, *s1, &got);
+  if (HasFatalFailure()) return;
   Report(absl::StrCat(
       "ddp2 periodic (two nodes, one rank each): ", job->steps, " steps at ", job->step_ms, " ms, ",
       before.size(), " committed job checkpoint(s) kept; lost after step ", at_stop - 1,
