@@ -14,6 +14,7 @@
 
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
+#include "daemon/criu/network_lock.h"
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
 #include "lib/base/subprocess.h"
@@ -307,6 +308,27 @@ TEST(JobNetworkTest, ANamespaceWithoutTheTableHasNoFormerAddresses) {
     auto none = ReadJobAddresses(0, "");
     ASSERT_TRUE(none.ok()) << none.status();
     EXPECT_TRUE(none->empty());
+  });
+  t.join();
+}
+
+// The table lives in the pod's own namespace, where a job with CAP_NET_ADMIN can write one of
+// its own: what the next checkpoint reads back from it becomes the manifest's
+// former_addresses, so a pair that is not two addresses of one family is refused by name.
+TEST(JobNetworkTest, AJobsOwnTableOfAddressesThatAreNotOneFamilyIsRefused) {
+  if (::geteuid() != 0 || FindExecutable("nft").empty()) GTEST_SKIP() << "needs root and nft";
+  std::thread t([] {
+    ASSERT_EQ(::unshare(CLONE_NEWNET), 0) << std::strerror(errno);
+    auto made =
+        RunNft({"-f", "-"}, 0, "",
+               "table inet cryo-job-addresses {\n  chain output {\n"
+               "    type nat hook output priority -100; policy accept;\n"
+               "    ip daddr 10.99.0.1 dnat ip to 10.99.0.2 comment \"cryo 10.99.0.1>fd00::2\"\n"
+               "  }\n}\n");
+    ASSERT_TRUE(made.ok() && made->ok) << (made.ok() ? made->output : made.status().ToString());
+    auto read = ReadJobAddresses(0, "");
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << read.status();
+    EXPECT_NE(read.status().message().find("fd00::2"), std::string::npos) << read.status();
   });
   t.join();
 }
