@@ -1775,6 +1775,23 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
       " s after the first"));
 }
 
+// The baseline of the two-node job's numbers (issue 37: a job checkpoint against one member
+// alone, in the same run): one member's work as a job of one node, the same script and model as
+// one torchrun rank in one pod on node A's GPU, stopped and resumed by its replacement on node
+// B's; it goes on to the losses of its own run without cryo, bit for bit.
+TEST_F(GpuPodE2e, AOneNodeTorchrunJobAloneIsTheTwoNodeJobsBaseline) {
+  const char* script = getenv("CRYO_GPU_POD_JOB_SCRIPT");
+  const char* ref = getenv("CRYO_GPU_POD_JOB1_REF");
+  if (script == nullptr || ref == nullptr || Python().empty()) {
+    GTEST_SKIP() << "no one-node reference: pods.sh sets CRYO_GPU_POD_JOB_SCRIPT and "
+                    "CRYO_GPU_POD_JOB1_REF (a run without cryo) on a machine with PyTorch";
+  }
+  TrainStopAndResume("ddp1",
+                     {"-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", script},
+                     ref, {GpuOf("node-a")}, {GpuOf("node-b")},
+                     {{"cryo.dev/criu-tcp-established", "true"}});
+}
+
 // The two-node job's periodic job checkpoints (issue 37, must 6, on GPUs): with checkpoint-every
 // the job is checkpointed in the background, both members at one GPU cut, and runs on; then
 // both pods are lost (plain stops: no checkpoint at them) and their replacements, on the

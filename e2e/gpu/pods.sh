@@ -70,6 +70,13 @@ run_pods_part() {
       done
       wait
       grep -qx "done" "$jref" && export CRYO_GPU_POD_JOB_SCRIPT=$B/ddp_losses.py CRYO_GPU_POD_JOB_REF=$jref
+      # Its baseline: one member's work as a job of one node (one rank, the same model).
+      local j1ref=$RES/pod-ddp1.ref.txt
+      NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo setsid -w python3 \
+        -m torch.distributed.run --standalone --nproc-per-node=1 "$B/ddp_losses.py" \
+        --steps "${CRYO_GPU_POD_DDP_STEPS:-200}" --step-ms 20 --out "$j1ref" \
+        </dev/null >"$RES/pod-ddp1.ref.log" 2>&1
+      grep -qx "done" "$j1ref" && export CRYO_GPU_POD_JOB1_REF=$j1ref
     fi
     "$B/bin/cri_e2e_test" --gtest_filter="${CRYO_GPU_POD_TESTS:-GpuPodE2e.*}" --gtest_color=no
   ) >"$out" 2>&1

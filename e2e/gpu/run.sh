@@ -8,8 +8,9 @@
 #                       "fastpath-proof", "fastpath", "drain-scale", "periodic-stall", "incremental", "fastpath-multi" and
 #                       "node-preempt" (the fast-path library; the last two need two GPUs) in
 #                       fastpath.sh; "pods" (GPU pods through containerd and the shim) in pods.sh;
-#                       "multi-node" the pods part's jobs across two nodes alone (issue 37: one
-#                       GPU per node on a two-GPU machine; on one GPU both nodes share it)
+#                       "multi-node" the pods part's jobs across two nodes and their one-node
+#                       baseline alone (issue 37: one GPU per node on a two-GPU machine; on one
+#                       GPU both nodes share it)
 #      CRYO_GPU_BENCH_SIZES  GiB per cryod checkpoint/restore and its hand-run baseline (cryod.sh)
 #      CRYO_GPU_SIZES   GiB held by the test program per in-place cycle (default "1 8")
 #      CRYO_GPU_THP     1: repeat the largest size with THP=always during checkpoint
@@ -190,7 +191,7 @@ case " $PARTS " in *" fastpath"*|*" node-preempt "*|*" drain-scale "*|*" periodi
 # GPU pods: the containerd e2e's two nodes on this machine's GPUs.
 . "$B/pods.sh"
 case " $PARTS " in *" pods "*) run_pods_part ;; esac
-case " $PARTS " in *" multi-node "*) CRYO_GPU_POD_TESTS='GpuPodE2e.ATwoNode*' run_pods_part ;; esac
+case " $PARTS " in *" multi-node "*) CRYO_GPU_POD_TESTS='GpuPodE2e.AOneNode*:GpuPodE2e.ATwoNode*' run_pods_part ;; esac
 
 echo
 echo "== GPU e2e summary ($(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)) =="
