@@ -347,37 +347,13 @@ class CreateContainerHandler final
     return CreateUnderInit(ctx, request, pod_name, opt, id, changed);
   }
 
-  // Creates `base` (the request, or the request with its image replaced) under cryo-init.
-  Result CreateUnderInit(CallContext& ctx, const Request& request, const std::string& pod_name,
-                         const OptIn& opt, const std::string& resume_from, const Request& base) {
+  // The pod's cryo annotations onto the container under cryo-init (with the environment and
+  // mounts they ask for), each checked: a bad value fails the creation, not a preemption later.
+  absl::Status CarryPodAnnotations(const Request& request, const std::string& pod_name,
+                                   const std::map<std::string, std::string>& pod_annotations,
+                                   cri::ContainerConfig* config) {
     const cri::PodSandboxConfig& pod = request.sandbox_config();
-    // The pod's CRIU options are checked now: a bad value fails the creation, not a
-    // preemption later.
-    const std::map<std::string, std::string> pod_annotations(pod.annotations().begin(),
-                                                             pod.annotations().end());
-    if (auto criu = contract::ParseCriuAnnotations(pod_annotations, deps_.annotation_prefix);
-        !criu.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("pod ", pod_name, ": ", criu.status().message()));
-    }
-    auto argv = EffectiveArgv(ctx, base.config());
-    if (!argv.ok()) return argv.status();
-    cri::CreateContainerRequest changed = base;
-    cri::ContainerConfig* config = changed.mutable_config();
-    config->clear_command();
-    config->clear_args();
-    config->add_command(CRYO_INIT_CONTAINER_PATH);
-    config->add_command("--");
-    for (const auto& a : *argv) config->add_command(a);
-    cri::Mount* m = config->add_mounts();
-    m->set_container_path(CRYO_INIT_CONTAINER_PATH);
-    m->set_host_path(deps_.init_path);
-    m->set_readonly(true);
-    ManagedKeys keys(deps_.annotation_prefix);
     auto& ann = *config->mutable_annotations();
-    ann[keys.managed] = "true";
-    ann[keys.workload] = opt.workload;
-    if (opt.checkpoint_on_stop) ann[keys.checkpoint_on_stop] = "true";
     // A stop after a checkpoint ends the container with its own exit code, which a Job's
     // podFailurePolicy can ignore; and with a termination message saying why.
     int exit_code = deps_.checkpointed_exit_code;
@@ -464,6 +440,44 @@ class CreateContainerHandler final
           ann[contract::Key(deps_.annotation_prefix, contract::container::kGpuFastPath)] = "true";
         }
       }
+    }
+    return absl::OkStatus();
+  }
+
+  // Creates `base` (the request, or the request with its image replaced) under cryo-init.
+  Result CreateUnderInit(CallContext& ctx, const Request& request, const std::string& pod_name,
+                         const OptIn& opt, const std::string& resume_from, const Request& base) {
+    const cri::PodSandboxConfig& pod = request.sandbox_config();
+    // The pod's CRIU options are checked now: a bad value fails the creation, not a
+    // preemption later.
+    const std::map<std::string, std::string> pod_annotations(pod.annotations().begin(),
+                                                             pod.annotations().end());
+    if (auto criu = contract::ParseCriuAnnotations(pod_annotations, deps_.annotation_prefix);
+        !criu.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("pod ", pod_name, ": ", criu.status().message()));
+    }
+    auto argv = EffectiveArgv(ctx, base.config());
+    if (!argv.ok()) return argv.status();
+    cri::CreateContainerRequest changed = base;
+    cri::ContainerConfig* config = changed.mutable_config();
+    config->clear_command();
+    config->clear_args();
+    config->add_command(CRYO_INIT_CONTAINER_PATH);
+    config->add_command("--");
+    for (const auto& a : *argv) config->add_command(a);
+    cri::Mount* m = config->add_mounts();
+    m->set_container_path(CRYO_INIT_CONTAINER_PATH);
+    m->set_host_path(deps_.init_path);
+    m->set_readonly(true);
+    ManagedKeys keys(deps_.annotation_prefix);
+    auto& ann = *config->mutable_annotations();
+    ann[keys.managed] = "true";
+    ann[keys.workload] = opt.workload;
+    if (opt.checkpoint_on_stop) ann[keys.checkpoint_on_stop] = "true";
+    if (absl::Status carried = CarryPodAnnotations(request, pod_name, pod_annotations, config);
+        !carried.ok()) {
+      return carried;
     }
     if (!resume_from.empty()) {
       ann[keys.resume_from] = resume_from;

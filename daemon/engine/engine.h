@@ -255,7 +255,6 @@ class Engine {
   absl::Status CheckDumpRestorable(CheckpointState& s);
   absl::Status WriteDump(CheckpointState& s);
   absl::Status SaveRootfs(CheckpointState& s);
-  // Each of `which` (indices into req.members) checkpointed on a thread of its own, to `cut`.
   // A job checkpoint's members when it names none (the Kubernetes API, else this node's runtime
   // and the peers'), checked against the job's size.
   absl::StatusOr<std::vector<JobCheckpointRequest::Member>> FindJobMembers(
@@ -266,10 +265,17 @@ class Engine {
   // Keeps the job's newest retention_keep job checkpoints, and those a kept one's parts refer
   // to or a restore here reads; deletes the others (record first, then parts).
   void ApplyJobRetention(const std::string& ns, const std::string& job);
+  // Each of `which` (indices into req.members) checkpointed on a thread of its own, to `cut`.
   std::vector<absl::StatusOr<CheckpointResult>> RunJobMembers(const JobCheckpointRequest& req,
                                                               const std::vector<int>& which,
                                                               const std::shared_ptr<JobCut>& cut,
                                                               Operation& op);
+  // The job checkpoint's record, of every member's part as the shared store holds it, signed
+  // and committed (the commit is the rename that makes the job checkpoint exist).
+  absl::StatusOr<JobCheckpointResult> CommitJob(const JobCheckpointRequest& req,
+                                                const std::string& what,
+                                                std::map<std::string, CheckpointResult> parts,
+                                                absl::Duration skew, size_t nodes);
   absl::Status MeetJobCut(CheckpointState& s);
   // This member's party in its job checkpoint's GPU cut (job_cut.h); null outside one.
   std::unique_ptr<gpu::CutParties> JobGpuParty(const CheckpointState& s);

@@ -214,9 +214,17 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
   }
   CRYO_RETURN_IF_ERROR(JobFailure(what, names, statuses));
 
+  op.Report(Stage::kPublish, 0, 0, "the job checkpoint's record");
+  return CommitJob(req, what, std::move(parts), cut->Skew(), remote.size() + 1);
+}
+
+absl::StatusOr<JobCheckpointResult> Engine::CommitJob(const JobCheckpointRequest& req,
+                                                      const std::string& what,
+                                                      std::map<std::string, CheckpointResult> parts,
+                                                      absl::Duration skew, size_t nodes) {
   JobCheckpointResult out;
   store::JobCheckpoint& jc = out.record;
-  jc.id = id;
+  jc.id = req.id;
   jc.namespace_ = req.namespace_;
   jc.job = req.job;
   jc.created_at = absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
@@ -228,7 +236,7 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
     }
     // The digest of the manifest as the shared store holds it, which is what a restore reads
     // (a peer's answer is not taken for it).
-    auto part = d_.store->Get(absl::StrCat(id, ".", m.member));
+    auto part = d_.store->Get(absl::StrCat(req.id, ".", m.member));
     if (!part.ok()) {
       return Annotate(part.status(),
                       absl::StrCat(what, " not committed: member ", m.member, "'s part"));
@@ -238,14 +246,13 @@ absl::StatusOr<JobCheckpointResult> Engine::CheckpointJob(const JobCheckpointReq
     it->second.manifest = *std::move(part);
     out.parts.push_back(std::move(it->second));
   }
-  jc.cut_ms["cut_skew"] = absl::ToInt64Milliseconds(cut->Skew());
+  jc.cut_ms["cut_skew"] = absl::ToInt64Milliseconds(skew);
   jc.signature = store::SignJobCheckpoint(jc, signing_key_);
-  op.Report(Stage::kPublish, 0, 0, "the job checkpoint's record");
   if (absl::Status s = d_.store->CommitJobCheckpoint(jc); !s.ok()) {
     return Annotate(s, absl::StrCat(what, " not committed (its parts are collected later)"));
   }
-  CRYO_LOG(Info) << what << " committed: " << req.members.size() << " members on "
-                 << remote.size() + 1 << " node(s), cut skew " << jc.cut_ms["cut_skew"] << " ms";
+  CRYO_LOG(Info) << what << " committed: " << req.members.size() << " members on " << nodes
+                 << " node(s), cut skew " << jc.cut_ms["cut_skew"] << " ms";
   ApplyJobRetention(req.namespace_, req.job);
   return out;
 }

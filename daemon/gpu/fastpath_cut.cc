@@ -123,6 +123,34 @@ CutWord WordOf(const std::vector<absl::Status>& st) {
   return w;
 }
 
+// The files of process `i` (none where the caller gave fewer lists).
+const std::vector<int>& FilesOf(const std::vector<std::vector<int>>& files, size_t i) {
+  static const std::vector<int> kNone;
+  return i < files.size() ? files[i] : kNone;
+}
+
+// Processes whose library predates the cut: each drained on its own, as it comes.
+absl::Status DrainOneByOne(Fastpath& fp, std::vector<FastpathProcess>& procs,
+                           const FastpathDrainOptions& opt,
+                           const std::vector<std::vector<int>>& files,
+                           std::vector<std::unique_ptr<FastpathDrainHandle>>* out,
+                           CutParties* others) {
+  const size_t n = procs.size();
+  if (n > 1 || others != nullptr) {
+    CRYO_LOG(Warning) << "a process of this job runs a GPU fast-path library older than version "
+                      << contract::gpu_fastpath::kVersionCut << ": its " << n
+                      << " processes are drained one by one, not at one cut"
+                      << (others != nullptr ? " (nor at the cut of the job's other members)" : "");
+  }
+  if (others != nullptr) others->Leave();
+  return FirstError(EachInParallel(n, [&](size_t i) -> absl::Status {
+    auto d = fp.Drain(procs[i], opt, FilesOf(files, i));
+    if (!d.ok()) return d.status();
+    (*out)[i] = std::move(*d);
+    return absl::OkStatus();
+  }));
+}
+
 }  // namespace
 
 absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
@@ -133,28 +161,12 @@ absl::Status DrainTogether(Fastpath& fp, std::vector<FastpathProcess>& procs,
   const size_t n = procs.size();
   out->clear();
   out->resize(n);
-  auto files_of = [&](size_t i) -> const std::vector<int>& {
-    static const std::vector<int> kNone;
-    return i < files.size() ? files[i] : kNone;
-  };
+  auto files_of = [&](size_t i) -> const std::vector<int>& { return FilesOf(files, i); };
   const bool cut = n > 0 && std::all_of(procs.begin(), procs.end(), [](const FastpathProcess& p) {
                      return p.version >= contract::gpu_fastpath::kVersionCut;
                    });
   if (!cut) {
-    if (n > 1 || others != nullptr) {
-      CRYO_LOG(Warning) << "a process of this job runs a GPU fast-path library older than version "
-                        << contract::gpu_fastpath::kVersionCut << ": its " << n
-                        << " processes are drained one by one, not at one cut"
-                        << (others != nullptr ? " (nor at the cut of the job's other members)"
-                                              : "");
-    }
-    if (others != nullptr) others->Leave();
-    return FirstError(EachInParallel(n, [&](size_t i) -> absl::Status {
-      auto d = fp.Drain(procs[i], opt, files_of(i));
-      if (!d.ok()) return d.status();
-      (*out)[i] = std::move(*d);
-      return absl::OkStatus();
-    }));
+    return DrainOneByOne(fp, procs, opt, files, out, others);
   }
   // Held at the cut, every one of them; only then does any move memory.
   std::vector<std::unique_ptr<FastpathDrainHandle>> held(n);
