@@ -55,6 +55,8 @@ class StartContainerHandler final : public UnaryOwnedMethod<runtime::v1::StartCo
         stop.set_timeout(0);
         runtime::v1::StopContainerResponse ignored;
         auto sctx = ctx.NewRuntimeContext();
+        // The restore's failure is what the caller gets; a container that would not stop is
+        // ended by kubelet's own stop of the failed start.
         (void)ctx.runtime().runtime().StopContainer(sctx.get(), stop, &ignored);
       }
       return absl::Status(r.status().code(),

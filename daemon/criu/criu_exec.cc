@@ -198,7 +198,7 @@ class CriuExec final : public Criu {
       for (auto it = tree->rbegin(); it != tree->rend(); ++it) ::kill(it->pid, SIGKILL);
     }
     ::kill(pid, SIGKILL);
-    (void)WaitChild(pid);
+    (void)WaitChild(pid);  // reaped only: the error the caller returns is the timeout
     const std::string why = absl::StrCat(
         "criu ", action, " did not finish ",
         late ? "by the caller's deadline" : "before it was cancelled",

@@ -238,6 +238,8 @@ absl::Status Engine::StageCheckpoint(CheckpointState& s) {
   return JournalBefore(s.je);
 }
 
+// Best effort: a staging directory that could not go is collected later (CollectIncomplete), and
+// is never listed as a checkpoint.
 void Engine::UndoStage(const journal::Entry& e, CheckpointLive* live) {
   if (live && live->staged) {
     (void)live->staged->Abort();

@@ -132,6 +132,7 @@ void Engine::PruneOpLogs() {
   }
   if (static_cast<int>(dirs.size()) <= cfg_.keep_op_logs) return;
   std::sort(dirs.begin(), dirs.end());
+  // Best effort: a log that could not go is tried again after the next operation.
   for (size_t i = 0; i + cfg_.keep_op_logs < dirs.size(); ++i) (void)fs::RemoveTree(dirs[i].second);
 }
 

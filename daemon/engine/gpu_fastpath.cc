@@ -377,6 +377,7 @@ void Engine::UndoDrain(const journal::Entry& e, CheckpointLive* live) {
     // refill knows (its memory in its own memory, or in the files).
     for (auto& j : live->fast) {
       if (j.drain != nullptr) {
+        // Its failure is the refill's to meet: the files it reads are checked by their digests.
         (void)j.drain->WaitSaved(/*stoppable=*/false, [this] { return PastStopGrace(); });
       }
       j.drain.reset();

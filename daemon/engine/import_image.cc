@@ -57,6 +57,7 @@ absl::StatusOr<ImportedImage> Engine::ImportImage(const std::string& image, absl
     return Result(*std::move(got), "", /*now=*/false);
   }
   CRYO_ASSIGN_OR_RETURN(auto staged, d_.store->Stage(id));
+  // On failure: a stage that could not go is collected later, never listed.
   auto abort = absl::MakeCleanup([&] { (void)staged->Abort(); });
   // Bounded before anything is written: by the store's free space (less what a checkpoint of
   // this node may need next), in files and depth, and by the caller's deadline.

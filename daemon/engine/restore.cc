@@ -110,7 +110,11 @@ absl::StatusOr<RestoreResult> Engine::Restore(const RestoreRequest& req, Operati
   };
   hooks.on_failure = [&](const absl::Status& failure) { s.live.failure = failure; };
   absl::Status st = restore_txn_->Run(s, hooks);
-  if (s.journaled) (void)d_.journal->Remove(op.id());
+  if (s.journaled) {
+    if (absl::Status r = d_.journal->Remove(op.id()); !r.ok()) {
+      CRYO_LOG(Warning) << "restore " << op.id() << ": removing its journal entry failed: " << r;
+    }
+  }
   if (!st.ok()) return st;
   clock.End();
   if (d_.metrics) {

@@ -347,6 +347,7 @@ FastpathDrain::~FastpathDrain() {
     // Let go of the cut and wait for the library's word that its gate is open again: the next
     // attempt at a cut must not find this one still held.
     ::shutdown(fd_, SHUT_WR);
+    // (No reply: the library is gone or its channel closed, which opens its gate too.)
     (void)Receive<wire::QuiescedReply>(fd_, p_, absl::Seconds(10));
   }
   ::close(fd_);

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "lib/base/fs.h"
+#include "lib/base/log.h"
 #include "lib/base/proc.h"
 
 namespace cryo::gpu {
@@ -49,7 +50,10 @@ void ThpSetter::Release() {
   absl::MutexLock l(&mu_);
   if (mode_.empty() || users_ == 0) return;
   if (--users_ > 0 || !changed_) return;
-  (void)WriteMode(path_, previous_);
+  if (absl::Status s = WriteMode(path_, previous_); !s.ok()) {
+    CRYO_LOG(Warning) << "transparent huge pages left at " << mode_ << ", not set back to "
+                      << previous_ << ": " << s;
+  }
   changed_ = false;
 }
 

@@ -475,7 +475,7 @@ void HttpServer::Work() {
     const int64_t ms = absl::ToInt64Milliseconds(opt_.request_timeout);
     timeval tv{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>((ms % 1000) * 1000)};
     ::setsockopt(r.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-    (void)WriteAll(r.fd, Serialize(resp, r.method == "HEAD"));
+    (void)WriteAll(r.fd, Serialize(resp, r.method == "HEAD"));  // a client gone: nothing to do
     ::shutdown(r.fd, SHUT_WR);
     ::close(r.fd);
   }

@@ -31,7 +31,7 @@ Scheduler::~Scheduler() { Stop(); }
 void Scheduler::Start() {
   thread_ = std::thread([this] {
     for (;;) {
-      (void)Tick(absl::Now());
+      (void)Tick(absl::Now());  // its decisions are for tests; each is logged and counted
       const absl::Duration wait = std::max(NextPass() - absl::Now(), absl::Milliseconds(1));
       absl::MutexLock l(&mu_);
       if (mu_.AwaitWithTimeout(absl::Condition(&stop_), wait)) return;

@@ -203,7 +203,7 @@ class LocalStore final : public CheckpointStore {
     const std::string images = fs::Join(name, kImagesDir);
     if (::mkdirat(stage.get(), images.c_str(), 0700) != 0) {
       int e = errno;
-      (void)fs::RemoveTreeAt(stage.get(), name, dir);
+      (void)fs::RemoveTreeAt(stage.get(), name, dir);  // the collector's, if it stays
       return Annotate(ErrnoStatus(e, dir), absl::StrCat("store ", opts_.root));
     }
     return std::unique_ptr<StagedCheckpoint>(new LocalStaged(this, id, name, dir));
