@@ -487,7 +487,9 @@ fp_torch_periodic() {
 # rank shares GPU 0 and reduces through gloo (NCCL refuses two ranks on one GPU).
 fp_ddp_periodic() {
   local ranks=$1 tag=${2:-} name="periodic-stall-ddp-$1${2:-}" i
-  local steps=${CRYO_GPU_STALL_STEPS:-400}
+  # Long enough to outlast two checkpoints whose calls wait for their background writes (a
+  # store at 2 GB/s takes 12 s for a 2-rank job's 24 GB).
+  local steps=${CRYO_GPU_STALL_STEPS:-1000}
   local model=(--width "${CRYO_GPU_STALL_WIDTH:-8192}" --depth "${CRYO_GPU_STALL_DEPTH:-6}" --adamw --step-ms 50)
   local envs=(env NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo) launch how
   if [ "$(nvidia-smi -L | wc -l)" -ge "$ranks" ]; then
@@ -508,6 +510,10 @@ fp_ddp_periodic() {
   PIDS+=("$tpid")
   for i in 1 2; do
     wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps * i / 4 )) ]" || { result "$name" FAIL "training did not reach checkpoint $i: $(tail -3 "$RES/$name.log")"; kill -9 -- -"$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null; return; }
+    if grep -qx done "$run"; then
+      result "$name" FAIL "the job ended before checkpoint $i: raise CRYO_GPU_STALL_STEPS (now $steps)"
+      wait "$tpid" 2>/dev/null; return
+    fi
     date +%s.%N >"$RES/$name-$i.t0"
     # The ranks talk over TCP (the store, gloo or NCCL's sockets): their connections are saved.
     if ! "${CRYO[@]}" -o json checkpoint "$tpid" --id "$name-$i" --leave-running --tcp-established >"$RES/$name-$i.ckpt.json" 2>"$RES/$name-$i.ckpt.err"; then
