@@ -1741,6 +1741,13 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
     fast_bytes += c.gpu_fastpath_bytes();
   }
   EXPECT_EQ(parts, 2) << "the job checkpoint's parts in the store";
+  // The cut's skew (the first member's dump to the last's), as the driving cryod logs the commit.
+  std::string skew = "?";
+  {
+    const std::string log = Slurp(world().cryod("node-a").log());
+    const size_t at = log.rfind("cut skew ");
+    if (at != std::string::npos) skew = log.substr(at + 9, log.find(' ', at + 9) - at - 9);
+  }
 
   // The replacements, on the swapped nodes: new pods, new addresses, started together.
   GiveGpusAndShm({GpuOf("node-b")}, shm + "a2");
@@ -1769,10 +1776,10 @@ TEST_F(GpuPodE2e, ATwoNodeTorchrunJobResumesOnTheSwappedNodesWithTheSameLosses) 
   Report(absl::StrCat(
       "ddp2 (two nodes, one rank each, ", absl::StrContains(job->args, "gloo") ? "gloo" : "NCCL",
       " over TCP between the pods): ", steps, " steps, stopped after step ", Lines(at_resume) - 1,
-      ": StopContainer (job checkpoint, both members) ", stop_s, " s, fast path ", fast_bytes >> 20,
-      " MiB; replacements started together (restore) ", restore_s, " s; losses ",
-      got == job->ref ? "bit-identical" : "DIFFERENT", "; the second launcher ended ", end_s,
-      " s after the first"));
+      ": StopContainer (job checkpoint, both members) ", stop_s, " s, cut skew ", skew,
+      " ms, fast path ", fast_bytes >> 20, " MiB; replacements started together (restore) ",
+      restore_s, " s; losses ", got == job->ref ? "bit-identical" : "DIFFERENT",
+      "; the second launcher ended ", end_s, " s after the first"));
 }
 
 // The baseline of the two-node job's numbers (issue 37: a job checkpoint against one member
