@@ -75,8 +75,8 @@ std::string SiblingBinary(const std::string& name) {
 }
 
 // Starts a leave-running checkpoint of a managed container as an operation of its own; the
-// schedule's get ids beginning with engine::kPeriodicOpPrefix (a stop's checkpoint cancels
-// them), the others ids of the runner's making (empty prefix).
+// schedule's are kBackground (a stop's checkpoint cancels them) with ids beginning with
+// engine::kPeriodicOpPrefix, the others kNormal with ids of the runner's making (empty prefix).
 absl::StatusOr<std::shared_ptr<engine::Operation>> StartContainerCheckpoint(
     State& st, const container::OptedIn& c, const std::string& id_prefix) {
   engine::CheckpointRequest req;
@@ -87,6 +87,8 @@ absl::StatusOr<std::shared_ptr<engine::Operation>> StartContainerCheckpoint(
   req.criu = {c.criu.tcp_established, c.criu.tcp_close,   c.criu.skip_in_flight,
               c.criu.link_remap,      c.criu.ghost_limit, c.criu.ext_unix_sk};
   engine::Engine* e = st.engine.get();
+  engine::OperationRunner::StartOptions opt;
+  if (!id_prefix.empty()) opt.priority = engine::Priority::kBackground;
   if (!c.job.empty()) {
     // A member of a job of several pods: the job, every member at one cut (each with its own
     // container's workload key and pod labels), and every member runs on.
@@ -110,7 +112,8 @@ absl::StatusOr<std::shared_ptr<engine::Operation>> StartContainerCheckpoint(
           auto r = e->CheckpointJob(jr, op);
           if (!r.ok()) return r.status();
           return engine::OperationResult(*std::move(r));
-        });
+        },
+        opt);
   }
   return st.runner->Start(
       id_prefix.empty() ? "" : absl::StrCat(id_prefix, RandomHex(8)), "checkpoint",
@@ -119,7 +122,8 @@ absl::StatusOr<std::shared_ptr<engine::Operation>> StartContainerCheckpoint(
         auto r = e->Checkpoint(req, op);
         if (!r.ok()) return r.status();
         return engine::OperationResult(*std::move(r));
-      });
+      },
+      opt);
 }
 
 // Starts a checkpoint (leave running: a notice may be withdrawn, and kubelet's own stop, if it

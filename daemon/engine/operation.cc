@@ -85,7 +85,8 @@ OperationResult Operation::result() const {
 
 absl::StatusOr<std::shared_ptr<Operation>> OperationRegistry::Start(const std::string& id,
                                                                     const std::string& kind,
-                                                                    const std::string& target) {
+                                                                    const std::string& target,
+                                                                    Priority priority) {
   absl::MutexLock l(&mu_);
   // Drop retired operations older than five minutes.
   const absl::Time cutoff = absl::Now() - absl::Minutes(5);
@@ -97,7 +98,7 @@ absl::StatusOr<std::shared_ptr<Operation>> OperationRegistry::Start(const std::s
   if (ops_.count(id)) {
     return absl::AlreadyExistsError(absl::StrCat("operation '", id, "' already exists"));
   }
-  auto op = std::make_shared<Operation>(id, kind, target);
+  auto op = std::make_shared<Operation>(id, kind, target, priority);
   ops_[id] = op;
   return op;
 }

@@ -21,9 +21,16 @@
 
 namespace cryo::engine {
 
-// Operation ids of the periodic schedule's checkpoints begin so (their kind is "checkpoint"): a
-// stop's checkpoint of the same container cancels them first.
+// Operation ids of the periodic schedule's checkpoints begin so, for people reading them; what
+// they yield to is their Priority, not their id.
 inline constexpr char kPeriodicOpPrefix[] = "periodic-";
+
+// Who gives way to whom on one target (OperationRunner::Start): a stop outranks the background.
+enum class Priority {
+  kBackground,  // the periodic schedule's checkpoints: cancelled by a stop of their target
+  kNormal,      // a client's call
+  kStop,        // a stop's checkpoint (the plan at a stop): the background on its target yields
+};
 
 struct Progress {
   Stage stage = Stage::kUnspecified;
@@ -36,15 +43,18 @@ struct Progress {
 
 class Operation {
  public:
-  Operation(std::string id, std::string kind, std::string target)
+  Operation(std::string id, std::string kind, std::string target,
+            Priority priority = Priority::kNormal)
       : id_(std::move(id)),
         kind_(std::move(kind)),
         target_(std::move(target)),
+        priority_(priority),
         start_(absl::Now()) {}
 
   const std::string& id() const { return id_; }
   const std::string& kind() const { return kind_; }
   const std::string& target() const { return target_; }
+  Priority priority() const { return priority_; }
   absl::Time start() const { return start_; }
 
   void Report(Stage stage, uint64_t done, uint64_t total, std::string message = "");
@@ -69,6 +79,7 @@ class Operation {
 
  private:
   const std::string id_, kind_, target_;
+  const Priority priority_;
   const absl::Time start_;
   std::atomic<bool> cancelled_{false};
   mutable absl::Mutex mu_;
@@ -85,7 +96,8 @@ class OperationRegistry {
  public:
   // ALREADY_EXISTS if an operation with this id is known.
   absl::StatusOr<std::shared_ptr<Operation>> Start(const std::string& id, const std::string& kind,
-                                                   const std::string& target);
+                                                   const std::string& target,
+                                                   Priority priority = Priority::kNormal);
   std::shared_ptr<Operation> Find(const std::string& id);
   // Ended operations stay findable for a while so late watchers get the result.
   void Retire(const std::string& id);

@@ -35,8 +35,9 @@ void OperationRunner::JoinFinished() {
 absl::StatusOr<std::shared_ptr<Operation>> OperationRunner::Start(const std::string& requested_id,
                                                                   const std::string& kind,
                                                                   const std::string& target,
-                                                                  Body body) {
+                                                                  Body body, StartOptions opt) {
   JoinFinished();
+  if (opt.priority == Priority::kStop) YieldBackground(target, opt.yield_by);
   const std::string id =
       requested_id.empty() ? absl::StrCat(kind.substr(0, 2), "-", RandomHex(8)) : requested_id;
   if (absl::Status s = ValidateCheckpointId(id); !s.ok()) {
@@ -46,7 +47,7 @@ absl::StatusOr<std::shared_ptr<Operation>> OperationRunner::Start(const std::str
   if (shutting_down_) {
     return absl::UnavailableError("cryod is shutting down; it takes no new operations");
   }
-  auto op = ops_->Start(id, kind, target);
+  auto op = ops_->Start(id, kind, target, opt.priority);
   if (!op.ok()) return op.status();
   std::shared_ptr<Operation> shared = *op;
   ++running_;
@@ -73,6 +74,19 @@ absl::StatusOr<std::shared_ptr<Operation>> OperationRunner::Start(const std::str
     w->finished = true;
   });
   return shared;
+}
+
+void OperationRunner::YieldBackground(const std::string& target, absl::Time deadline) {
+  for (const auto& op : ops_->Running()) {
+    if (op->target() != target || op->priority() != Priority::kBackground) continue;
+    op->Cancel("the container is being stopped");
+    uint64_t seen = 0;
+    while (!op->done() && absl::Now() < deadline) {
+      seen = op->WaitForChange(seen, std::min(deadline, absl::Now() + absl::Seconds(1)));
+    }
+    CRYO_LOG(Info) << op->kind() << " " << op->id() << " of " << target
+                   << " gave way to its stop: " << op->status();
+  }
 }
 
 void OperationRunner::Shutdown(absl::Duration grace) {

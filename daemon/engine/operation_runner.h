@@ -33,11 +33,25 @@ class OperationRunner {
   OperationRunner(const OperationRunner&) = delete;
   OperationRunner& operator=(const OperationRunner&) = delete;
 
+  struct StartOptions {
+    Priority priority = Priority::kNormal;
+    // How long a kStop start waits for the background operations of its target to give way.
+    absl::Time yield_by = absl::InfinitePast();
+  };
+
   // Registers the operation (id: `requested_id`, or made from `kind`) and runs `body` on a
-  // thread of its own. UNAVAILABLE once shutting down; ALREADY_EXISTS for a known id.
+  // thread of its own. UNAVAILABLE once shutting down; ALREADY_EXISTS for a known id. A kStop
+  // operation first cancels the kBackground ones on its target and waits (until `yield_by`) for
+  // each to roll back or, past its publish, finish: the job is not left stopped by them.
   absl::StatusOr<std::shared_ptr<Operation>> Start(const std::string& requested_id,
                                                    const std::string& kind,
-                                                   const std::string& target, Body body);
+                                                   const std::string& target, Body body,
+                                                   StartOptions opt);
+  absl::StatusOr<std::shared_ptr<Operation>> Start(const std::string& requested_id,
+                                                   const std::string& kind,
+                                                   const std::string& target, Body body) {
+    return Start(requested_id, kind, target, std::move(body), StartOptions{});
+  }
 
   void Shutdown(absl::Duration grace);
   int running() const;
@@ -50,6 +64,7 @@ class OperationRunner {
     bool finished = false;
   };
   void JoinFinished();
+  void YieldBackground(const std::string& target, absl::Time deadline);
 
   OperationRegistry* ops_;
   metrics::Metrics* metrics_;

@@ -39,8 +39,9 @@ grpc::Status CryoService::Stream(grpc::ServerContext* ctx, engine::Operation& op
 grpc::Status CryoService::Run(grpc::ServerContext* ctx, const std::string& requested_id,
                               const std::string& kind, const std::string& target, bool detach,
                               engine::OperationRunner::Body body,
-                              grpc::ServerWriter<v1::OperationEvent>* w) {
-  auto op = runner_->Start(requested_id, kind, target, std::move(body));
+                              grpc::ServerWriter<v1::OperationEvent>* w,
+                              engine::OperationRunner::StartOptions opt) {
+  auto op = runner_->Start(requested_id, kind, target, std::move(body), opt);
   if (!op.ok()) return ToGrpc(op.status());
   return Stream(ctx, **op, /*owner=*/!detach, w);
 }
@@ -51,8 +52,10 @@ grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::Checkpo
                                  ? absl::StrCat("pid ", req->pid())
                                  : absl::StrCat("container ", req->container_id().substr(0, 13));
   engine::CheckpointRequest r = FromProto(*req, DeadlineOf(ctx));
-  if (r.plan) YieldPeriodic(target, r.deadline);
   engine::Engine* e = engine_;
+  // The plan at a stop: the stop's checkpoint, which the background on its target gives way to.
+  engine::OperationRunner::StartOptions opt;
+  if (r.plan) opt = {engine::Priority::kStop, r.deadline};
   return Run(
       ctx, req->operation_id(), "checkpoint", target, req->detach(),
       [e, r](engine::Operation& op) -> absl::StatusOr<engine::OperationResult> {
@@ -60,7 +63,7 @@ grpc::Status CryoService::Checkpoint(grpc::ServerContext* ctx, const v1::Checkpo
         if (!res.ok()) return res.status();
         return engine::OperationResult(*std::move(res));
       },
-      w);
+      w, opt);
 }
 
 grpc::Status CryoService::CheckpointJob(grpc::ServerContext* ctx,
@@ -94,21 +97,6 @@ grpc::Status CryoService::RestoreJob(grpc::ServerContext* ctx, const v1::Restore
         return engine::OperationResult(*std::move(res));
       },
       w);
-}
-
-void CryoService::YieldPeriodic(const std::string& target, absl::Time deadline) {
-  // A stop outranks the background: the periodic checkpoint in flight rolls back (the job is
-  // not left stopped by it) or, past its publish, finishes; then the stop's own runs.
-  for (const auto& op : ops_->Running()) {
-    if (op->target() != target || !absl::StartsWith(op->id(), engine::kPeriodicOpPrefix)) continue;
-    op->Cancel("the container is being stopped");
-    uint64_t seen = 0;
-    while (!op->done() && absl::Now() < deadline) {
-      seen = op->WaitForChange(seen, std::min(deadline, absl::Now() + absl::Seconds(1)));
-    }
-    CRYO_LOG(Info) << "periodic checkpoint " << op->id() << " of " << target
-                   << " gave way to its stop: " << op->status();
-  }
 }
 
 grpc::Status CryoService::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,

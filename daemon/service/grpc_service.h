@@ -45,12 +45,10 @@ class CryoService final : public v1::Cryo::Service {
                                v1::CancelOperationResponse* resp) override;
 
  private:
-  // Cancels the periodic checkpoints of `target` in flight and waits (until `deadline`) for them
-  // to end: a stop's checkpoint would otherwise find the job held.
-  void YieldPeriodic(const std::string& target, absl::Time deadline);
   grpc::Status Run(grpc::ServerContext* ctx, const std::string& requested_id,
                    const std::string& kind, const std::string& target, bool detach,
-                   engine::OperationRunner::Body body, grpc::ServerWriter<v1::OperationEvent>* w);
+                   engine::OperationRunner::Body body, grpc::ServerWriter<v1::OperationEvent>* w,
+                   engine::OperationRunner::StartOptions opt = {});
   // `owner`: the call that started the operation; when it goes away (and did not detach), the
   // operation is cancelled.
   grpc::Status Stream(grpc::ServerContext* ctx, engine::Operation& op, bool owner,

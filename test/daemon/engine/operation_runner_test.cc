@@ -63,6 +63,50 @@ TEST(OperationRunnerTest, RunsEachBodyOnAThreadOfItsOwnAndRecordsItsResult) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A body that holds until cancelled (then rolls back), as a checkpoint before its publish does.
+OperationRunner::Body HoldUntilCancelled() {
+  return [](Operation& op) -> absl::StatusOr<OperationResult> {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (!op.cancelled() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+    return absl::CancelledError(op.cancel_reason());
+  };
+}
+
+// The priority decides who gives way, not the id: a stop's operation cancels the background
+// ones on its target (whatever their ids) and starts once they ended; a client's call and the
+// background on other targets are left alone.
+TEST(OperationRunnerTest, AStopsOperationStartsOnceTheBackgroundOnItsTargetGaveWay) {
+  OperationRegistry ops;
+  OperationRunner runner(&ops, nullptr);
+  using Opt = OperationRunner::StartOptions;
+  auto background = runner.Start("bg-1", "checkpoint", "container a", HoldUntilCancelled(),
+                                 Opt{Priority::kBackground, {}});
+  auto other = runner.Start("periodic-other", "checkpoint", "container b", HoldUntilCancelled(),
+                            Opt{Priority::kBackground, {}});
+  auto client = runner.Start("periodic-looking", "checkpoint", "container a", HoldUntilCancelled());
+  ASSERT_TRUE(background.ok() && other.ok() && client.ok());
+  std::atomic<bool> background_done_at_stop{false};
+  auto stop = runner.Start(
+      "stop-1", "checkpoint", "container a",
+      [&](Operation&) -> absl::StatusOr<OperationResult> {
+        background_done_at_stop = (*background)->done();
+        return CheckpointResult();
+      },
+      Opt{Priority::kStop, absl::Now() + absl::Seconds(30)});
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  ASSERT_TRUE(Ended(**stop));
+  EXPECT_TRUE((*stop)->status().ok());
+  EXPECT_EQ((*stop)->priority(), Priority::kStop);
+  EXPECT_TRUE(background_done_at_stop) << "the stop ran while the background one still held";
+  EXPECT_EQ((*background)->status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ((*background)->cancel_reason(), "the container is being stopped");
+  EXPECT_FALSE((*other)->cancelled()) << "another target's background operation";
+  EXPECT_FALSE((*client)->cancelled()) << "a client's operation, whatever its id";
+  (*other)->Cancel("test over");
+  (*client)->Cancel("test over");
+  EXPECT_TRUE(Ended(**other) && Ended(**client));
+}
+
 TEST(OperationRunnerTest, AFailureOrAnExceptionEndsTheOperationNotCryod) {
   OperationRegistry ops;
   metrics::Metrics m;
