@@ -53,13 +53,16 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
       step("validate", Stage::kValidate, run(&Engine::ValidateCheckpoint), nullptr, nullptr,
            expected),
       // A stop's checkpoint that would not finish in time is not taken when an earlier one
-      // can stand in (plan.cc): the transaction ends there.
+      // can stand in (plan.cc)...
+      step("plan", Stage::kUnspecified, run(&Engine::PlanCheckpoint), nullptr,
+           [](const S& s) { return s.req.plan && s.req.deadline != absl::InfiniteFuture(); }),
+      // ...then the job ends as after a checkpoint, its replacement told to resume from that
+      // one, and the transaction ends there.
       [&] {
-        auto p =
-            step("plan", Stage::kUnspecified, run(&Engine::PlanCheckpoint), nullptr,
-                 [](const S& s) { return s.req.plan && s.req.deadline != absl::InfiniteFuture(); });
-        p.ends = [](const S& s) { return s.fallback.has_value(); };
-        return p;
+        auto f = step("fall_back", Stage::kUnspecified, run(&Engine::FallBack), nullptr,
+                      [](const S& s) { return s.fallback.has_value(); });
+        f.ends = [](const S& s) { return true; };
+        return f;
       }(),
       step("stage", Stage::kUnspecified, run(&Engine::StageCheckpoint), undo(&Engine::UndoStage)),
       // A leave-running checkpoint's drain goes into cryod's memory, allocated first while the

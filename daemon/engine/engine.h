@@ -248,6 +248,7 @@ class Engine {
   // Checkpoint steps.
   absl::Status ValidateCheckpoint(CheckpointState& s);
   absl::Status PlanCheckpoint(CheckpointState& s);
+  absl::Status FallBack(CheckpointState& s);
   absl::Status StageCheckpoint(CheckpointState& s);
   absl::Status LockGpus(CheckpointState& s);
   absl::Status CheckpointGpus(CheckpointState& s);

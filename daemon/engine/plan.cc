@@ -84,13 +84,17 @@ absl::Status Engine::PlanCheckpoint(CheckpointState& s) {
   count("fall_back");
   if (d_.metrics) d_.metrics->ObserveWorkLost(absl::ToDoubleSeconds(lost));
   CRYO_LOG(Warning) << what << ": " << f.why;
+  s.fallback = std::move(f);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::FallBack(CheckpointState& s) {
   // The job ends now, as after a checkpoint: its cryo-init first hears that the replacement
   // resumes from an earlier checkpoint (its exit code and termination message say so).
   if (s.ctr && d_.proc->Alive(s.ctr->init_pid)) {
-    container::TellInitResumesEarlier(*d_.proc, s.ctr->init_pid, lost, f.why);
+    container::TellInitResumesEarlier(*d_.proc, s.ctr->init_pid, s.fallback->lost, s.fallback->why);
   }
   jobs_.Kill(s.je.tasks);
-  s.fallback = std::move(f);
   return absl::OkStatus();
 }
 
