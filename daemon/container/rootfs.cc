@@ -262,21 +262,20 @@ absl::StatusOr<std::vector<std::string>> ParseDeletedFiles(absl::string_view jso
   return out;
 }
 
-absl::StatusOr<int> OpenDiffFile(int dir_fd, const char* name) {
+absl::StatusOr<UniqueFd> OpenDiffFile(int dir_fd, const char* name) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: a link is refused.
-  int fd = ::openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-  if (fd < 0) {
+  UniqueFd fd(::openat(dir_fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY));
+  if (!fd.ok()) {
     if (errno == ELOOP) {
       return absl::FailedPreconditionError(absl::StrCat(name, " is a symbolic link"));
     }
     return ErrnoStatus(errno, absl::StrCat("open ", name));
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(name, " is not a regular file"));
   }
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   return fd;
 }
 
@@ -284,7 +283,8 @@ absl::StatusOr<std::vector<std::string>> ReadDeletedFiles(int dir_fd, const char
   auto fd = OpenDiffFile(dir_fd, name);
   if (absl::IsNotFound(fd.status())) return std::vector<std::string>{};
   if (!fd.ok()) return fd.status();
-  CRYO_ASSIGN_OR_RETURN(std::string text, fs::ReadOpenFile(*fd, name, kMaxDeletedFilesBytes));
+  CRYO_ASSIGN_OR_RETURN(std::string text,
+                        fs::ReadOpenFile(*std::move(fd), name, kMaxDeletedFilesBytes));
   if (text.empty()) return std::vector<std::string>{};
   return ParseDeletedFiles(text);
 }

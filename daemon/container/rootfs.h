@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "lib/base/fd.h"
 
 namespace cryo::container {
 
@@ -55,7 +56,7 @@ absl::StatusOr<std::vector<std::string>> ParseDeletedFiles(absl::string_view jso
 // Opens `name` in the directory open at `dir_fd` for reading without following a link, and only
 // if it is a regular file (a FIFO planted there must not hang the restore). FAILED_PRECONDITION
 // names what it found instead; NOT_FOUND when it is absent.
-absl::StatusOr<int> OpenDiffFile(int dir_fd, const char* name);
+absl::StatusOr<UniqueFd> OpenDiffFile(int dir_fd, const char* name);
 // deleted.files read and parsed from the directory open at `dir_fd` (OpenDiffFile, at most
 // kMaxDeletedFilesBytes); an absent file is an empty list.
 absl::StatusOr<std::vector<std::string>> ReadDeletedFiles(int dir_fd, const char* name);

@@ -55,8 +55,7 @@ absl::StatusOr<std::vector<std::string>> ReadImageEntries(const std::string& dir
 
 absl::StatusOr<std::string> ReadFirstImageEntry(const std::string& dir, const std::string& name,
                                                 uint32_t magic, bool common, uint32_t max_entry) {
-  CRYO_ASSIGN_OR_RETURN(int raw, fs::OpenRegularBeneath(dir, name));
-  UniqueFd fd(raw);
+  CRYO_ASSIGN_OR_RETURN(UniqueFd fd, fs::OpenRegularBeneath(dir, name));
   const size_t head = common ? 12 : 8;
   std::string b(head + max_entry, '\0');
   const ssize_t n = ::pread(fd.get(), b.data(), b.size(), 0);
@@ -78,8 +77,7 @@ absl::StatusOr<std::string> ReadFirstImageEntry(const std::string& dir, const st
 }
 
 absl::StatusOr<std::vector<fs::Entry>> ListImages(const std::string& dir) {
-  CRYO_ASSIGN_OR_RETURN(int raw, fs::OpenDirBeneath(dir, ""));
-  UniqueFd dfd(raw);
+  CRYO_ASSIGN_OR_RETURN(UniqueFd dfd, fs::OpenDirBeneath(dir, ""));
   return fs::ListDirAt(dfd.get(), dir);
 }
 

@@ -283,7 +283,7 @@ int ApplyDiff(const std::string& dir_path, int dir_fd) {
   if (!tar.ok()) Die(absl::StrCat(dir_path, ": ", tar.status().message()));
   auto deleted = cryo::container::ReadDeletedFiles(dir_fd, cryo::contract::archive::kDeletedFiles);
   if (!deleted.ok()) Die(absl::StrCat(dir_path, ": ", deleted.status().message()));
-  absl::Status s = cryo::container::ApplyRootfsDiff("/", *tar, *deleted);
+  absl::Status s = cryo::container::ApplyRootfsDiff("/", tar->get(), *deleted);
   if (!s.ok()) {
     std::fprintf(stderr, "cryo-nsexec: applying the rootfs diff: %s\n",
                  std::string(s.message()).c_str());

@@ -65,19 +65,15 @@ FileDigest ChunkedHasher::Finish() {
 
 absl::StatusOr<FileDigest> HashFile(const std::string& path, int threads,
                                     std::atomic<uint64_t>* progress) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
-  return HashFd(fd, path, threads, progress);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) return ErrnoStatus(errno, absl::StrCat("open ", path));
+  return HashFd(fd.get(), path, threads, progress);
 }
 
 absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads,
                                   std::atomic<uint64_t>* progress) {
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int e = errno;
-    ::close(fd);
-    return ErrnoStatus(e, absl::StrCat("stat ", path));
-  }
+  if (::fstat(fd, &st) != 0) return ErrnoStatus(errno, absl::StrCat("stat ", path));
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   const uint64_t size = st.st_size;
   const uint64_t nchunks = std::max<uint64_t>(1, (size + kChecksumChunk - 1) / kChecksumChunk);
@@ -131,7 +127,6 @@ absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads,
   for (int i = 1; i < n; ++i) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
-  ::close(fd);
   if (!err.ok()) return err;
   return FileDigest{size, Combine(digests)};
 }
@@ -152,11 +147,9 @@ absl::Status RefuseUnlistedFiles(const std::string& root, const std::set<std::st
     const std::string rel = std::move(todo.back());
     todo.pop_back();
     // Opened beneath the root, never through a link.
-    CRYO_ASSIGN_OR_RETURN(int dfd, fs::OpenDirBeneath(root, rel));
-    auto entries = fs::ListDirAt(dfd, fs::Join(root, rel));
-    ::close(dfd);
-    CRYO_RETURN_IF_ERROR(entries.status());
-    for (const auto& e : *entries) {
+    CRYO_ASSIGN_OR_RETURN(UniqueFd dfd, fs::OpenDirBeneath(root, rel));
+    CRYO_ASSIGN_OR_RETURN(auto entries, fs::ListDirAt(dfd.get(), fs::Join(root, rel)));
+    for (const auto& e : entries) {
       if (++seen > max_entries) {
         return absl::PermissionDeniedError(
             absl::StrCat(root, " holds more than ", max_entries, " entries; refusing to read it"));
@@ -183,16 +176,10 @@ absl::Status VerifyFiles(const std::string& root, const std::vector<ExpectedFile
   // Every file is opened without following links and must be a regular file inside the
   // checkpoint: a planted link would have its size and digest compared (and reported), a FIFO
   // would hang the restore. Sizes first: a truncated file is named without reading gigabytes.
-  std::vector<int> fds;
-  auto close_all = [&] {
-    for (int fd : fds) {
-      if (fd >= 0) ::close(fd);
-    }
-  };
+  std::vector<UniqueFd> fds;
   for (const auto& f : files) {
-    absl::StatusOr<int> fd = fs::OpenRegularBeneath(root, f.path);
+    absl::StatusOr<UniqueFd> fd = fs::OpenRegularBeneath(root, f.path);
     if (!fd.ok()) {
-      close_all();
       if (absl::IsNotFound(fd.status())) {
         return absl::DataLossError(absl::StrCat(f.path, ": missing"));
       }
@@ -204,30 +191,21 @@ absl::Status VerifyFiles(const std::string& root, const std::vector<ExpectedFile
       }
       return fd.status();
     }
-    fds.push_back(*fd);
     struct stat st;
-    if (::fstat(*fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != f.size) {
-      close_all();
+    if (::fstat(fd->get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != f.size) {
       return absl::DataLossError(absl::StrCat(f.path, ": size ", st.st_size,
                                               " bytes, manifest says ", f.size,
                                               " (truncated or altered)"));
     }
+    fds.push_back(*std::move(fd));
   }
   for (size_t i = 0; i < files.size(); ++i) {
     const ExpectedFile& f = files[i];
-    if (f.size_only) {
-      ::close(fds[i]);
-      fds[i] = -1;
-      continue;
-    }
-    absl::StatusOr<FileDigest> d = HashFd(fds[i], fs::Join(root, f.path), threads, progress);
-    fds[i] = -1;  // HashFd closed it
-    if (!d.ok()) {
-      close_all();
-      return d.status();
-    }
+    UniqueFd fd = std::move(fds[i]);  // closed as each is done
+    if (f.size_only) continue;
+    absl::StatusOr<FileDigest> d = HashFd(fd.get(), fs::Join(root, f.path), threads, progress);
+    if (!d.ok()) return d.status();
     if (d->checksum != f.checksum) {
-      close_all();
       return absl::DataLossError(absl::StrCat(f.path, ": checksum mismatch (manifest ", f.checksum,
                                               ", file ", d->checksum, ")"));
     }

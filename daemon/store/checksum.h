@@ -56,7 +56,7 @@ struct ExpectedFile {
   bool size_only = false;
 };
 
-// The same over an open descriptor, which it closes; `path` names it in errors.
+// The same over an open descriptor, left open (the caller owns it); `path` names it in errors.
 absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads = 1,
                                   std::atomic<uint64_t>* progress = nullptr);
 

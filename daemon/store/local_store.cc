@@ -107,7 +107,7 @@ class LocalStore final : public CheckpointStore {
   absl::StatusOr<UniqueFd> Open(const char* layout_dir) const {
     auto fd = fs::OpenDirBeneath(opts_.root, layout_dir);
     if (!fd.ok()) return Annotate(fd.status(), "checkpoint store layout");
-    return UniqueFd(*fd);
+    return *std::move(fd);
   }
 
   // Notices a store directory that was deleted or replaced since the last call. Deleted: every
@@ -222,13 +222,11 @@ class LocalStore final : public CheckpointStore {
     }
     struct stat st = {};
     std::optional<absl::StatusOr<Manifest>> m;
-    const bool known = ::fstat(*fd, &st) == 0;
+    const bool known = ::fstat(fd->get(), &st) == 0;
     if (known) m = CachedManifest(id, st);
-    if (m) {
-      ::close(*fd);
-    } else {
-      auto text = fs::ReadOpenFile(*fd, fs::Join(opts_.root, fs::Join(rel, kManifestName)),
-                                   kMaxManifestBytes);
+    if (!m) {
+      auto text = fs::ReadOpenFile(
+          *std::move(fd), fs::Join(opts_.root, fs::Join(rel, kManifestName)), kMaxManifestBytes);
       if (!text.ok()) return Annotate(text.status(), absl::StrCat("checkpoint '", id, "'"));
       m = ParseManifestOf(id, *text);
       // A refused manifest is remembered too: one planted in the store is parsed once, not on
@@ -303,7 +301,6 @@ class LocalStore final : public CheckpointStore {
     struct stat st;
     auto manifest =
         fs::OpenRegularBeneath(opts_.root, fs::Join(fs::Join(kPublishedDir, id), kManifestName));
-    if (manifest.ok()) ::close(*manifest);
     if (::fstatat(pub.get(), id.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
         !manifest.ok()) {
       return absl::NotFoundError(absl::StrCat("no checkpoint '", id, "' in ", opts_.root));

@@ -27,8 +27,8 @@ absl::StatusOr<std::string> LoadOrCreateSigningKey(const std::string& path) {
   // Links are followed (a Kubernetes Secret's files are links into its data directory); what
   // they lead to is checked below: a regular file of cryod's user that nobody else may read.
   // O_NONBLOCK: a FIFO planted there must not hang cryod's start (it is refused below).
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0 && errno == ENOENT) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.ok() && errno == ENOENT) {
     std::string key(kSigningKeyBytes, '\0');
     if (::getrandom(key.data(), key.size(), 0) != static_cast<ssize_t>(key.size())) {
       return ErrnoStatus(errno, "generating the manifest signing key");
@@ -46,20 +46,18 @@ absl::StatusOr<std::string> LoadOrCreateSigningKey(const std::string& path) {
       return key;
     }
     if (errno != EEXIST) return ErrnoStatus(errno, absl::StrCat("creating signing key ", path));
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    fd.reset(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   }
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening signing key ", path));
+  if (!fd.ok()) return ErrnoStatus(errno, absl::StrCat("opening signing key ", path));
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat("signing key ", path, " is not a file"));
   }
   if ((st.st_mode & 0077) != 0 || st.st_uid != ::geteuid()) {
-    ::close(fd);
     return absl::FailedPreconditionError(absl::StrCat(
         "signing key ", path, " must belong to cryod's user and be readable by it alone (0600)"));
   }
-  CRYO_ASSIGN_OR_RETURN(std::string key, fs::ReadOpenFile(fd, path, 4096));
+  CRYO_ASSIGN_OR_RETURN(std::string key, fs::ReadOpenFile(std::move(fd), path, 4096));
   if (key.size() < kSigningKeyBytes) {
     return absl::FailedPreconditionError(absl::StrCat("signing key ", path, " holds ", key.size(),
                                                       " bytes; at least ", kSigningKeyBytes,

@@ -27,9 +27,9 @@ std::string Join(absl::string_view a, absl::string_view b) {
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open ", path));
-  return ReadOpenFile(fd, path, UINT64_MAX);
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) return ErrnoStatus(errno, absl::StrCat("open ", path));
+  return ReadOpenFile(std::move(fd), path, UINT64_MAX);
 }
 
 absl::Status FsyncPath(const std::string& path) {
@@ -159,9 +159,7 @@ absl::Status RemoveTreeBeneath(const std::string& root, const std::string& rel) 
   auto dir = OpenDirBeneath(root, parent);
   if (absl::IsNotFound(dir.status())) return absl::OkStatus();
   if (!dir.ok()) return dir.status();
-  absl::Status s = RemoveTreeAt(*dir, name, Join(root, rel));
-  ::close(*dir);
-  return s;
+  return RemoveTreeAt(dir->get(), name, Join(root, rel));
 }
 
 bool Exists(const std::string& path) {
@@ -310,49 +308,50 @@ static absl::StatusOr<int> OpenBeneath(const std::string& root, const std::strin
   return ErrnoStatus(err, absl::StrCat("open ", display));
 }
 
-absl::StatusOr<int> OpenDirBeneath(const std::string& root, const std::string& rel) {
-  return OpenBeneath(root, rel, O_RDONLY | O_DIRECTORY);
+absl::StatusOr<UniqueFd> OpenDirBeneath(const std::string& root, const std::string& rel) {
+  CRYO_ASSIGN_OR_RETURN(int fd, OpenBeneath(root, rel, O_RDONLY | O_DIRECTORY));
+  return UniqueFd(fd);
 }
 
-absl::StatusOr<int> OpenRegularBeneath(const std::string& root, const std::string& rel, int flags) {
+absl::StatusOr<UniqueFd> OpenRegularBeneath(const std::string& root, const std::string& rel,
+                                            int flags) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer.
   CRYO_ASSIGN_OR_RETURN(
-      int fd, OpenBeneath(root, rel, O_RDONLY | O_NONBLOCK | static_cast<uint64_t>(flags)));
+      int raw, OpenBeneath(root, rel, O_RDONLY | O_NONBLOCK | static_cast<uint64_t>(flags)));
+  UniqueFd fd(raw);
   const std::string path = Join(root, rel);
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
   }
   // Reads may block from here on, as for any file.
-  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
   return fd;
 }
 
 absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const std::string& rel,
                                                uint64_t max_bytes) {
-  CRYO_ASSIGN_OR_RETURN(int fd, OpenRegularBeneath(root, rel));
-  return ReadOpenFile(fd, Join(root, rel), max_bytes);
+  CRYO_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularBeneath(root, rel));
+  return ReadOpenFile(std::move(fd), Join(root, rel), max_bytes);
 }
 
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const std::string& what,
                                             uint64_t max_bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening ", what, " ", path));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (!fd.ok()) return ErrnoStatus(errno, absl::StrCat("opening ", what, " ", path));
   struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(absl::StrCat(what, " ", path, " is not a regular file"));
   }
-  return ReadOpenFile(fd, path, max_bytes);
+  return ReadOpenFile(std::move(fd), path, max_bytes);
 }
 
 constexpr size_t kReadChunk = 64 << 10;
 
-absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uint64_t max_bytes) {
+absl::StatusOr<std::string> ReadOpenFile(UniqueFd fd, const std::string& display,
+                                         uint64_t max_bytes) {
   struct stat st;
-  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) > max_bytes) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) > max_bytes) {
     return absl::FailedPreconditionError(
         absl::StrCat(display, " is larger than ", max_bytes, " bytes"));
   }
@@ -361,22 +360,19 @@ absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uin
   std::vector<char> chunk(kReadChunk);
   char* buf = chunk.data();
   for (;;) {
-    ssize_t n = ::read(fd, buf, chunk.size());
+    ssize_t n = ::read(fd.get(), buf, chunk.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int e = errno;
-      ::close(fd);
       return ErrnoStatus(e, absl::StrCat("read ", display));
     }
     if (n == 0) break;
     out.append(buf, n);
     if (out.size() > max_bytes) {
-      ::close(fd);
       return absl::FailedPreconditionError(
           absl::StrCat(display, " is larger than ", max_bytes, " bytes"));
     }
   }
-  ::close(fd);
   return out;
 }
 

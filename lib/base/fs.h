@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/base/fd.h"
 
 namespace cryo::fs {
 
@@ -53,14 +54,15 @@ std::string Join(absl::string_view a, absl::string_view b);
 // only if it is a regular file: what a shared store holds is opened this way, so that a planted
 // link or FIFO can neither leak another file nor hang a reader. FAILED_PRECONDITION names what
 // it found instead; NOT_FOUND when it is not there. `flags` are added to O_RDONLY|O_CLOEXEC.
-absl::StatusOr<int> OpenRegularBeneath(const std::string& root, const std::string& rel,
-                                       int flags = 0);
+absl::StatusOr<UniqueFd> OpenRegularBeneath(const std::string& root, const std::string& rel,
+                                            int flags = 0);
 // ReadFile through OpenRegularBeneath, refusing files larger than `max_bytes`.
 absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const std::string& rel,
                                                uint64_t max_bytes);
-// Reads the regular file open at `fd` (which it closes), refusing more than `max_bytes`
-// (checked on its size before reading, and again while reading). `display` names it in errors.
-absl::StatusOr<std::string> ReadOpenFile(int fd, const std::string& display, uint64_t max_bytes);
+// Reads the regular file open at `fd` (and closes it), refusing more than `max_bytes` (checked
+// on its size before reading, and again while reading). `display` names it in errors.
+absl::StatusOr<std::string> ReadOpenFile(UniqueFd fd, const std::string& display,
+                                         uint64_t max_bytes);
 // A small file handed to cryod (a token, a certificate: a Secret's file), `what` naming it in
 // errors: links followed (a Secret's files are links into its data directory), opened
 // non-blocking and only if a regular file, so a planted FIFO cannot hang the reader
@@ -70,8 +72,8 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const std::
 
 // Opens the directory `rel` below `root` ("" for root itself) as OpenRegularBeneath opens files:
 // no symbolic link followed, nothing outside root. FAILED_PRECONDITION for a link or something
-// that is not a directory, NOT_FOUND when absent. The caller closes the descriptor.
-absl::StatusOr<int> OpenDirBeneath(const std::string& root, const std::string& rel);
+// that is not a directory, NOT_FOUND when absent.
+absl::StatusOr<UniqueFd> OpenDirBeneath(const std::string& root, const std::string& rel);
 // The entries of the directory open at `dirfd` (left open), sorted by name.
 absl::StatusOr<std::vector<Entry>> ListDirAt(int dirfd, const std::string& display);
 // rm -rf of `name` in the directory open at `dirfd`: a link met anywhere below is removed
