@@ -205,7 +205,7 @@ bool LoadsFastpathLibrary(const proc::ProcReader& proc, pid_t pid) {
   return false;
 }
 
-absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const FastpathProcess& p) {
+absl::StatusOr<UniqueFd> ConnectFastpath(const proc::ProcReader& proc, const FastpathProcess& p) {
   const pid_t own_pid = p.ns_pid > 0 ? p.ns_pid : p.pid;
   const std::string name = wire::SocketName(own_pid);
   const std::string theirs = proc.Link(p.pid, "ns/net");
@@ -250,34 +250,32 @@ absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const Fastpath
   // carries.
   absl::StatusOr<criu::TaskCredentials> job = criu::ReadLiveCredentials(proc, p.pid);
   const int64_t job_uid = job.ok() ? int64_t{job->euid} : -1;
+  UniqueFd conn(fd);
   if (cred.pid != p.pid || job_uid < 0 || static_cast<int64_t>(cred.uid) != job_uid) {
-    ::close(fd);
     return absl::PermissionDeniedError(absl::StrCat(
         "the GPU fast path socket @", name, " of pid ", p.pid, " is held by pid ", cred.pid,
         " (uid ", cred.uid, "), not by the job (uid ", job_uid, "): refused to talk to it"));
   }
-  return fd;
+  return conn;
 }
 
 absl::StatusOr<wire::StatusReply> FastpathStatus(const proc::ProcReader& proc,
                                                  const FastpathProcess& p, absl::Duration timeout) {
-  CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
+  CRYO_ASSIGN_OR_RETURN(UniqueFd fd, ConnectFastpath(proc, p));
   wire::Request req;
   req.op = wire::Op::kStatus;
   req.version = wire::kMinVersion;
-  absl::Status st = Send(fd, p, req, {});
-  absl::StatusOr<wire::StatusReply> r = st.ok() ? Receive<wire::StatusReply>(fd, p, timeout) : st;
-  ::close(fd);
-  return r;
+  absl::Status st = Send(fd.get(), p, req, {});
+  return st.ok() ? Receive<wire::StatusReply>(fd.get(), p, timeout) : st;
 }
 
 absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::ProcReader& proc,
                                                                     const FastpathProcess& p,
                                                                     const FastpathDrainOptions& opt,
                                                                     const std::vector<int>& files) {
-  CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
+  CRYO_ASSIGN_OR_RETURN(UniqueFd fd, ConnectFastpath(proc, p));
   std::unique_ptr<FastpathDrain> d(
-      new FastpathDrain(fd, p, opt.reply_timeout, !files.empty(), opt.stop));
+      new FastpathDrain(std::move(fd), p, opt.reply_timeout, !files.empty(), opt.stop));
   wire::Request req;
   req.op = wire::Op::kDrain;
   req.version = wire::kMinVersion;
@@ -295,21 +293,22 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
     req.hold_ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(opt.hold), 1, wire::kMaxHoldMs);
     req.align = opt.align;
   }
-  CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
+  CRYO_RETURN_IF_ERROR(Send(d->fd_.get(), p, req, files));
   if (req.align) {
-    CRYO_ASSIGN_OR_RETURN(d->gated_, Receive<wire::GatedReply>(fd, p, opt.reply_timeout, opt.stop));
+    CRYO_ASSIGN_OR_RETURN(d->gated_,
+                          Receive<wire::GatedReply>(d->fd_.get(), p, opt.reply_timeout, opt.stop));
     d->held_ = true;
     return d;
   }
   if (req.hold_ms > 0) {
-    CRYO_ASSIGN_OR_RETURN(d->quiesced_,
-                          Receive<wire::QuiescedReply>(fd, p, opt.reply_timeout, opt.stop));
+    CRYO_ASSIGN_OR_RETURN(
+        d->quiesced_, Receive<wire::QuiescedReply>(d->fd_.get(), p, opt.reply_timeout, opt.stop));
     d->drained_.quiesce_ms = d->quiesced_.quiesce_ms;
     d->held_ = true;
     return d;
   }
   CRYO_ASSIGN_OR_RETURN(d->drained_,
-                        Receive<wire::DrainedReply>(fd, p, opt.reply_timeout, opt.stop));
+                        Receive<wire::DrainedReply>(d->fd_.get(), p, opt.reply_timeout, opt.stop));
   return d;
 }
 
@@ -319,8 +318,9 @@ absl::Status FastpathDrain::Align(uint64_t to, absl::Duration bound) {
   req.version = wire::kVersionCut;
   req.to = to;
   req.timeout_ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(bound));
-  CRYO_RETURN_IF_ERROR(Send(fd_, p_, req, {}));
-  absl::StatusOr<wire::QuiescedReply> q = Receive<wire::QuiescedReply>(fd_, p_, timeout_, stop_);
+  CRYO_RETURN_IF_ERROR(Send(fd_.get(), p_, req, {}));
+  absl::StatusOr<wire::QuiescedReply> q =
+      Receive<wire::QuiescedReply>(fd_.get(), p_, timeout_, stop_);
   if (!q.ok()) {
     held_ = false;  // the library let go (or is gone): nothing left to release
     return q.status();
@@ -336,21 +336,20 @@ absl::Status FastpathDrain::Go() {
   wire::Request req;
   req.op = wire::Op::kGo;
   req.version = wire::kVersionCut;
-  CRYO_RETURN_IF_ERROR(Send(fd_, p_, req, {}));
-  CRYO_ASSIGN_OR_RETURN(drained_, Receive<wire::DrainedReply>(fd_, p_, timeout_, stop_));
+  CRYO_RETURN_IF_ERROR(Send(fd_.get(), p_, req, {}));
+  CRYO_ASSIGN_OR_RETURN(drained_, Receive<wire::DrainedReply>(fd_.get(), p_, timeout_, stop_));
   return absl::OkStatus();
 }
 
 FastpathDrain::~FastpathDrain() {
-  if (fd_ < 0) return;
+  if (!fd_.ok()) return;
   if (held_) {
     // Let go of the cut and wait for the library's word that its gate is open again: the next
     // attempt at a cut must not find this one still held.
-    ::shutdown(fd_, SHUT_WR);
+    ::shutdown(fd_.get(), SHUT_WR);
     // (No reply: the library is gone or its channel closed, which opens its gate too.)
-    (void)Receive<wire::QuiescedReply>(fd_, p_, absl::Seconds(10));
+    (void)Receive<wire::QuiescedReply>(fd_.get(), p_, absl::Seconds(10));
   }
-  ::close(fd_);
 }
 
 absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved(
@@ -358,12 +357,11 @@ absl::StatusOr<std::vector<FileDigest>> FastpathDrain::WaitSaved(
   if (!files_) return std::vector<FileDigest>{};
   if (saved_) return *saved_;
   absl::StatusOr<wire::SavedReply> saved =
-      Receive<wire::SavedReply>(fd_, p_, timeout_, stoppable ? stop_ : hard_stop);
+      Receive<wire::SavedReply>(fd_.get(), p_, timeout_, stoppable ? stop_ : hard_stop);
   // Stopped waiting, the library still writing: the channel stays open for the undo, which
   // waits for the library's last word before it refills.
   if (absl::IsCancelled(saved.status())) return saved.status();
-  ::close(fd_);
-  fd_ = -1;
+  fd_.reset();
   saved_ = saved.ok() ? absl::StatusOr<std::vector<FileDigest>>(saved->files)
                       : absl::StatusOr<std::vector<FileDigest>>(saved.status());
   return *saved_;
@@ -375,12 +373,12 @@ absl::StatusOr<wire::RefillReply> FastpathRefill(const proc::ProcReader& proc,
                                                  const std::vector<FileDigest>& expected,
                                                  absl::Duration timeout,
                                                  const std::function<bool()>& stop) {
-  CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
+  CRYO_ASSIGN_OR_RETURN(UniqueFd fd, ConnectFastpath(proc, p));
   const wire::Request req = RefillRequest(p, threads, files, expected);
-  absl::Status st = Send(fd, p, req, files);
+  absl::Status st = Send(fd.get(), p, req, files);
   absl::StatusOr<wire::RefillReply> r =
-      st.ok() ? Receive<wire::RefillReply>(fd, p, timeout, stop) : st;
-  ::close(fd);
+      st.ok() ? Receive<wire::RefillReply>(fd.get(), p, timeout, stop) : st;
+  fd.reset();
   if (r.ok()) LogRefill(p, *r);
   return r;
 }
@@ -389,21 +387,21 @@ absl::StatusOr<std::unique_ptr<FastpathHeldRefill>> FastpathHeldRefill::Start(
     const proc::ProcReader& proc, const FastpathProcess& p, int threads,
     const std::vector<int>& files, const std::vector<FileDigest>& expected, absl::Duration timeout,
     std::function<bool()> stop) {
-  CRYO_ASSIGN_OR_RETURN(int fd, ConnectFastpath(proc, p));
-  std::unique_ptr<FastpathHeldRefill> h(new FastpathHeldRefill(fd, p, timeout, std::move(stop)));
+  CRYO_ASSIGN_OR_RETURN(UniqueFd fd, ConnectFastpath(proc, p));
+  std::unique_ptr<FastpathHeldRefill> h(
+      new FastpathHeldRefill(std::move(fd), p, timeout, std::move(stop)));
   wire::Request req = RefillRequest(p, threads, files, expected);
   req.version = std::max(req.version, wire::kVersionCut);
   // Its imports wait for the other processes' refills: as long as a refill may take.
   req.hold_ms = std::min<int64_t>(absl::ToInt64Milliseconds(timeout), wire::kMaxHoldMs);
-  CRYO_RETURN_IF_ERROR(Send(fd, p, req, files));
-  CRYO_ASSIGN_OR_RETURN(h->refilled_, Receive<wire::RefillReply>(fd, p, timeout, h->stop_));
+  CRYO_RETURN_IF_ERROR(Send(h->fd_.get(), p, req, files));
+  CRYO_ASSIGN_OR_RETURN(h->refilled_,
+                        Receive<wire::RefillReply>(h->fd_.get(), p, timeout, h->stop_));
   LogRefill(p, h->refilled_);
   return h;
 }
 
-FastpathHeldRefill::~FastpathHeldRefill() {
-  if (fd_ >= 0) ::close(fd_);
-}
+FastpathHeldRefill::~FastpathHeldRefill() = default;
 
 absl::StatusOr<wire::ImportedReply> FastpathHeldRefill::Go(const std::vector<uint64_t>& ids,
                                                            const std::vector<int>& fds) {
@@ -419,11 +417,10 @@ absl::StatusOr<wire::ImportedReply> FastpathHeldRefill::Go(const std::vector<uin
     req.imports.assign(ids.begin() + at, ids.begin() + at + n);
     req.files = static_cast<int>(n);
     CRYO_RETURN_IF_ERROR(
-        Send(fd_, p_, req, std::vector<int>(fds.begin() + at, fds.begin() + at + n)));
+        Send(fd_.get(), p_, req, std::vector<int>(fds.begin() + at, fds.begin() + at + n)));
   }
-  auto r = Receive<wire::ImportedReply>(fd_, p_, timeout_, stop_);
-  ::close(fd_);
-  fd_ = -1;
+  auto r = Receive<wire::ImportedReply>(fd_.get(), p_, timeout_, stop_);
+  fd_.reset();
   return r;
 }
 

@@ -47,7 +47,7 @@ bool LoadsFastpathLibrary(const proc::ProcReader& proc, pid_t pid);
 // NOT_FOUND when it does not listen (no library, or CUDA not started yet); PERMISSION_DENIED
 // when the name is held by another process than `p` (SO_PEERCRED: its pid and user), which
 // then hears nothing.
-absl::StatusOr<int> ConnectFastpath(const proc::ProcReader& proc, const FastpathProcess& p);
+absl::StatusOr<UniqueFd> ConnectFastpath(const proc::ProcReader& proc, const FastpathProcess& p);
 
 // The library's status: its version (checked), state, what it owns.
 absl::StatusOr<contract::gpu_fastpath::StatusReply> FastpathStatus(const proc::ProcReader& proc,
@@ -77,10 +77,10 @@ class FastpathDrain : public FastpathDrainHandle {
       bool stoppable = true, const std::function<bool()>& hard_stop = nullptr) override;
 
  private:
-  FastpathDrain(int fd, FastpathProcess p, absl::Duration timeout, bool files,
+  FastpathDrain(UniqueFd fd, FastpathProcess p, absl::Duration timeout, bool files,
                 std::function<bool()> stop)
-      : fd_(fd), p_(p), timeout_(timeout), files_(files), stop_(std::move(stop)) {}
-  int fd_;
+      : fd_(std::move(fd)), p_(p), timeout_(timeout), files_(files), stop_(std::move(stop)) {}
+  UniqueFd fd_;
   FastpathProcess p_;
   absl::Duration timeout_;
   bool files_;
@@ -107,9 +107,10 @@ class FastpathHeldRefill : public FastpathRefillHandle {
                                                            const std::vector<int>& fds) override;
 
  private:
-  FastpathHeldRefill(int fd, FastpathProcess p, absl::Duration timeout, std::function<bool()> stop)
-      : fd_(fd), p_(std::move(p)), timeout_(timeout), stop_(std::move(stop)) {}
-  int fd_;
+  FastpathHeldRefill(UniqueFd fd, FastpathProcess p, absl::Duration timeout,
+                     std::function<bool()> stop)
+      : fd_(std::move(fd)), p_(std::move(p)), timeout_(timeout), stop_(std::move(stop)) {}
+  UniqueFd fd_;
   FastpathProcess p_;
   absl::Duration timeout_;
   std::function<bool()> stop_;
