@@ -271,12 +271,7 @@ absl::StatusOr<UniqueFd> OpenDiffFile(int dir_fd, const char* name) {
     }
     return ErrnoStatus(errno, absl::StrCat("open ", name));
   }
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(name, " is not a regular file"));
-  }
-  ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
-  return fd;
+  return fs::KeepRegular(std::move(fd), name);
 }
 
 absl::StatusOr<std::vector<std::string>> ReadDeletedFiles(int dir_fd, const char* name) {

@@ -318,11 +318,13 @@ absl::StatusOr<UniqueFd> OpenRegularBeneath(const std::string& root, const std::
   // O_NONBLOCK: opening a FIFO must not wait for a writer.
   CRYO_ASSIGN_OR_RETURN(
       int raw, OpenBeneath(root, rel, O_RDONLY | O_NONBLOCK | static_cast<uint64_t>(flags)));
-  UniqueFd fd(raw);
-  const std::string path = Join(root, rel);
+  return KeepRegular(UniqueFd(raw), Join(root, rel));
+}
+
+absl::StatusOr<UniqueFd> KeepRegular(UniqueFd fd, const std::string& display) {
   struct stat st;
   if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file"));
+    return absl::FailedPreconditionError(absl::StrCat(display, " is not a regular file"));
   }
   // Reads may block from here on, as for any file.
   ::fcntl(fd.get(), F_SETFL, ::fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);
@@ -339,10 +341,7 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path, const std::
                                             uint64_t max_bytes) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!fd.ok()) return ErrnoStatus(errno, absl::StrCat("opening ", what, " ", path));
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(what, " ", path, " is not a regular file"));
-  }
+  CRYO_ASSIGN_OR_RETURN(fd, KeepRegular(std::move(fd), absl::StrCat(what, " ", path)));
   return ReadOpenFile(std::move(fd), path, max_bytes);
 }
 

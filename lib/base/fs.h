@@ -56,6 +56,9 @@ std::string Join(absl::string_view a, absl::string_view b);
 // it found instead; NOT_FOUND when it is not there. `flags` are added to O_RDONLY|O_CLOEXEC.
 absl::StatusOr<UniqueFd> OpenRegularBeneath(const std::string& root, const std::string& rel,
                                             int flags = 0);
+// `fd` if it is open on a regular file, made blocking again (opened O_NONBLOCK so that a planted
+// FIFO could not hang the open); FAILED_PRECONDITION "`display` is not a regular file" otherwise.
+absl::StatusOr<UniqueFd> KeepRegular(UniqueFd fd, const std::string& display);
 // ReadFile through OpenRegularBeneath, refusing files larger than `max_bytes`.
 absl::StatusOr<std::string> ReadRegularBeneath(const std::string& root, const std::string& rel,
                                                uint64_t max_bytes);
