@@ -14,7 +14,7 @@ namespace cryo::contract::gpu_fastpath {
 
 // Sends one message with optional descriptors; false (errno set) when it could not, e.g. the
 // peer is gone. Never raises SIGPIPE.
-bool SendMessage(int fd, const std::string& text, const std::vector<int>& fds = {});
+[[nodiscard]] bool SendMessage(int fd, const std::string& text, const std::vector<int>& fds = {});
 // Receives one message and its descriptors (the caller's to close); false on EOF or error, and
 // on a message longer than kMaxMessage or with more than kMaxFiles descriptors.
 bool ReceiveMessage(int fd, std::string* text, std::vector<int>* fds);

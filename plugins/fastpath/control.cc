@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 
 #include "lib/base/fd.h"  // header-only: CloseAll
@@ -28,6 +29,21 @@ using wire::ErrorCode;
 using wire::Op;
 
 namespace {
+
+// Every reply is checked. Sent: whether cryod got it, for the callers that act when it did not
+// (a drain nobody heard of is taken back, a held job let go). Answer: where a lost reply leaves
+// nothing to take back (the peer that would read it is gone); it says so on the job's stderr.
+void Say(const std::string& what) { ::fprintf(stderr, "cryo fast path: %s\n", what.c_str()); }
+
+[[nodiscard]] bool Sent(int conn, const std::string& text, const std::vector<int>& fds = {}) {
+  return wire::SendMessage(conn, text, fds);
+}
+
+void Answer(int conn, const std::string& text, const std::vector<int>& fds = {}) {
+  if (!Sent(conn, text, fds)) Say(std::string("a reply to cryod was lost: ") + strerror(errno));
+}
+
+void Answer(int conn, const Result& r) { Answer(conn, Encode(r.Reply())); }
 
 // How long a peer may take to send its request: the channel serves one peer at a time, so one
 // that connects and says nothing must not hold off cryod's next checkpoint.
@@ -62,8 +78,8 @@ bool PeerProves(int conn) {
   alignas(16) unsigned char nonce[wire::kChallengeBytes];
   if (::getrandom(nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) return false;
   bool proved = false;
-  if (wire::SendMessage(conn, Encode(wire::Challenge{reinterpret_cast<uintptr_t>(nonce),
-                                                     static_cast<uint32_t>(sizeof(nonce))}))) {
+  if (Sent(conn, Encode(wire::Challenge{reinterpret_cast<uintptr_t>(nonce),
+                                        static_cast<uint32_t>(sizeof(nonce))}))) {
     std::string text, why;
     std::vector<int> fds;
     wire::Request proof;
@@ -83,11 +99,11 @@ bool PeerProves(int conn) {
 
 }  // namespace
 
-std::string Control::Start(pid_t pid) {
-  if (started_.exchange(true)) return "";
+Result Control::Start(pid_t pid) {
+  if (started_.exchange(true)) return {};
   pid_ = pid != 0 ? pid : ::getpid();
   int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::string("socket: ") + strerror(errno);
+  if (fd < 0) return Result::Failed(std::string("socket: ") + strerror(errno));
   // The name is another process's when a process of another pid namespace on this network
   // namespace has our pid (pods on the host's network): then the next free alternate.
   std::string name;
@@ -102,7 +118,7 @@ std::string Control::Start(pid_t pid) {
     if (bound != 0 && errno != EADDRINUSE) break;
   }
   if (bound != 0 || ::listen(fd, 4) != 0) {
-    std::string err = std::string("listening on @") + name + ": " + strerror(errno);
+    Result err = Result::Failed(std::string("listening on @") + name + ": " + strerror(errno));
     ::close(fd);
     return err;
   }
@@ -115,7 +131,7 @@ std::string Control::Start(pid_t pid) {
   pthread_setname_np(t.native_handle(), "cryo-fastpath");
   t.detach();  // lives as long as the process; CRIU saves it with the rest
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  return "";
+  return {};
 }
 
 void Control::ForgetAfterFork() {
@@ -174,45 +190,38 @@ void Control::Serve(int conn) {
   std::string why;
   try {
     if (!wire::Decode(text, &req, &why)) {
-      wire::SendMessage(conn,
-                        Encode(wire::Error{"bad request: " + why, false, ErrorCode::kBadRequest}));
+      Answer(conn, Result::Failed("bad request: " + why, ErrorCode::kBadRequest));
     } else if (req.version < wire::kMinVersion || req.version > wire::kVersion) {
-      wire::SendMessage(conn,
-                        Encode(wire::Error{"request of version " + std::to_string(req.version) +
-                                               "; this library speaks versions " +
-                                               std::to_string(wire::kMinVersion) + " to " +
-                                               std::to_string(wire::kVersion),
-                                           false, ErrorCode::kVersion}));
+      Answer(conn, Result::Failed("request of version " + std::to_string(req.version) +
+                                      "; this library speaks versions " +
+                                      std::to_string(wire::kMinVersion) + " to " +
+                                      std::to_string(wire::kVersion),
+                                  ErrorCode::kVersion));
     } else if ((req.op == Op::kStatus || req.op == Op::kDrain || req.op == Op::kRefill) &&
                !PeerProves(conn)) {
       // ("share" carries its own secret: the job's other processes, which may not ptrace this
       // one, ask for its exports with it. A stray "go" or "align" is refused below.)
-      wire::SendMessage(
-          conn, Encode(wire::Error{"refused: the peer did not prove that it may read this "
-                                   "process's memory (only cryod, or a process that may ptrace "
-                                   "the job, drives its GPU memory)",
-                                   false, ErrorCode::kDenied}));
+      Answer(conn, Result::Failed("refused: the peer did not prove that it may read this "
+                                  "process's memory (only cryod, or a process that may ptrace "
+                                  "the job, drives its GPU memory)",
+                                  ErrorCode::kDenied));
     } else if (req.op == Op::kStatus) {
-      wire::SendMessage(conn, Encode(Status()));
+      Answer(conn, Encode(Status()));
     } else if (req.op == Op::kDrain) {
       HandleDrain(conn, req, fds);
     } else if (req.op == Op::kRefill) {
       HandleRefill(conn, req, fds);
     } else if (req.op == Op::kShare) {
       HandleShare(conn, req);
-    } else if (req.op == Op::kAlign) {
-      wire::SendMessage(conn, Encode(wire::Error{"\"align\" with no drain held on this connection",
-                                                 false, ErrorCode::kBadRequest}));
-    } else if (req.op == Op::kProve) {
-      wire::SendMessage(conn, Encode(wire::Error{"\"prove\" with no challenge on this connection",
-                                                 false, ErrorCode::kBadRequest}));
     } else {
-      wire::SendMessage(conn, Encode(wire::Error{"\"go\" with no drain held on this connection",
-                                                 false, ErrorCode::kBadRequest}));
+      Answer(conn, Result::Failed(std::string("\"") + wire::OpName(req.op) + "\" with no " +
+                                      (req.op == Op::kProve ? "challenge" : "drain held") +
+                                      " on this connection",
+                                  ErrorCode::kBadRequest));
     }
   } catch (const std::exception& e) {
     // Nothing may escape into the job; the state says what happened.
-    wire::SendMessage(conn, Encode(wire::Error{std::string("fast path: ") + e.what(), false}));
+    Answer(conn, Result::Failed(std::string("fast path: ") + e.what()));
   }
   CloseAll(fds);
 }
@@ -233,15 +242,14 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
   opt.timeout = std::chrono::milliseconds(req.timeout_ms);
   if (req.stripe_bytes != 0) opt.stripe_bytes = req.stripe_bytes;
   if (req.files != static_cast<int>(fds.size())) {
-    wire::SendMessage(conn,
-                      Encode(wire::Error{"the request names " + std::to_string(req.files) +
-                                             " files but carries " + std::to_string(fds.size()),
-                                         true}));
+    Answer(conn, Result("the request names " + std::to_string(req.files) + " files but carries " +
+                            std::to_string(fds.size()),
+                        true));
     return;
   }
   if (req.memory) {
     if (fds.size() != 1) {
-      wire::SendMessage(conn, Encode(wire::Error{"a drain into memory carries one memfd", true}));
+      Answer(conn, Result("a drain into memory carries one memfd", true));
       return;
     }
     opt.memfd = fds[0];
@@ -250,39 +258,40 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
   }
   if (req.hold_ms > 0 && !HoldForGo(conn, req)) return;
   DrainResult r;
-  Outcome o = mover_.Drain(opt, &r);
+  Result o = mover_.Drain(opt, &r);
   if (!o.ok()) {
-    wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back, o.code}));
+    Answer(conn, o);
     return;
   }
   // If nobody heard that the memory is out, nobody will bring it back: do it now.
-  if (!wire::SendMessage(conn, Encode(r))) {
-    mover_.Abort();
+  if (!Sent(conn, Encode(r))) {
+    if (!mover_.Abort()) Say("a drain cryod did not hear of could not be taken back");
     return;
   }
   if (fds.empty()) return;
   // Into cryod's memory: once this process lets go of it, only cryod holds the data. A cryod
   // gone by now cannot give it back, so the job takes its memory back from it instead.
   if (req.memory && PeerGone(conn)) {
-    mover_.Abort();
+    if (!mover_.Abort()) Say("a drain whose cryod left could not be taken back");
     return;
   }
   SaveResult s;
   o = mover_.FinishSave(&s);
   CloseAll(fds);  // before the reply: CRIU must find no descriptor of the store in the job
+  // A saved reply that is lost leaves the data in the files: cryod's journal refills the job
+  // from them when it comes back (its undo), so the answer is all there is to do here.
   if (!o.ok()) {
-    wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back}));
+    Answer(conn, o);
     return;
   }
-  wire::SendMessage(conn, Encode(s));
+  Answer(conn, Encode(s));
 }
 
 namespace {
 
 // Waits up to hold_ms for cryod's next request on `conn`, which must be `want` ("go", "align"):
-// true with it (and its descriptors), false with why not.
-bool WaitFor(int conn, int64_t hold_ms, Op want, wire::Request* next, std::vector<int>* fds,
-             std::string* why) {
+// ok with it (and its descriptors), else why not.
+Result WaitFor(int conn, int64_t hold_ms, Op want, wire::Request* next, std::vector<int>* fds) {
   pollfd pfd{conn, POLLIN, 0};
   int r;
   do {
@@ -291,14 +300,13 @@ bool WaitFor(int conn, int64_t hold_ms, Op want, wire::Request* next, std::vecto
   std::string text, bad;
   const std::string name = std::string("\"") + wire::OpName(want) + "\"";
   if (r == 0) {
-    *why = "no " + name + " came within " + std::to_string(hold_ms) + " ms";
-    return false;
+    return Result::Failed("no " + name + " came within " + std::to_string(hold_ms) + " ms");
   }
-  *why = "cryod let go before its " + name;
-  if (r < 0 || !wire::ReceiveMessage(conn, &text, fds)) return false;
-  if (wire::Decode(text, next, &bad) && next->op == want) return true;
+  const Result gone = Result::Failed("cryod let go before its " + name);
+  if (r < 0 || !wire::ReceiveMessage(conn, &text, fds)) return gone;
+  if (wire::Decode(text, next, &bad) && next->op == want) return {};
   CloseAll(*fds);
-  return false;
+  return gone;
 }
 
 }  // namespace
@@ -306,26 +314,24 @@ bool WaitFor(int conn, int64_t hold_ms, Op want, wire::Request* next, std::vecto
 bool Control::HoldForGo(int conn, const wire::Request& req) {
   wire::QuiescedReply q;
   const std::chrono::milliseconds timeout(req.timeout_ms);
-  Outcome o;
+  Result o;
   if (req.align) {
     // Gates shut; then on to the collective every rank reaches (cryod's "align"), then held.
     wire::GatedReply g;
     o = mover_.GateShut(timeout, &g.collectives);
     g.counting = mover_.collectives().counting();
-    if (o.ok() && !wire::SendMessage(conn, Encode(g))) {
+    if (o.ok() && !Sent(conn, Encode(g))) {
       mover_.Unhold();
       return false;
     }
     if (o.ok()) {
       wire::Request align;
       std::vector<int> fds;
-      std::string why;
-      const bool got = WaitFor(conn, req.hold_ms, Op::kAlign, &align, &fds, &why);
+      const Result got = WaitFor(conn, req.hold_ms, Op::kAlign, &align, &fds);
       CloseAll(fds);
-      if (!got) {
+      if (!got.ok()) {
         mover_.Unhold();
-        wire::SendMessage(conn,
-                          Encode(wire::Error{"the cut was called off before its align", true}));
+        Answer(conn, Result("the cut was called off before its align", true));
         return false;
       }
       o = mover_.Align(align.to, std::chrono::milliseconds(align.timeout_ms), &q.quiesce_ms);
@@ -334,7 +340,7 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
     o = mover_.Hold(timeout, &q.quiesce_ms);
   }
   if (!o.ok()) {
-    wire::SendMessage(conn, Encode(wire::Error{o.error, o.rolled_back, o.code}));
+    Answer(conn, o);
     return false;
   }
   // What it shares, for cryod to find who imports what (nothing changes it while held).
@@ -342,7 +348,7 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
   q.exports = Refs(shares.exports);
   q.imports = Refs(shares.imports);
   q.foreign_shares = reg_.Stats().foreign_allocations;
-  if (!wire::SendMessage(conn, Encode(q))) {
+  if (!Sent(conn, Encode(q))) {
     mover_.Unhold();
     return false;
   }
@@ -350,13 +356,13 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
   // connection. Whatever else happens, the job goes on untouched.
   wire::Request go;
   std::vector<int> fds;
-  std::string why;
-  if (WaitFor(conn, req.hold_ms, Op::kGo, &go, &fds, &why)) {
+  Result got = WaitFor(conn, req.hold_ms, Op::kGo, &go, &fds);
+  if (got.ok()) {
     CloseAll(fds);
     return true;
   }
   mover_.Unhold();
-  wire::SendMessage(conn, Encode(wire::Error{"the cut was called off: " + why, true}));
+  Answer(conn, Result("the cut was called off: " + got.error, true));
   return false;
 }
 
@@ -368,17 +374,17 @@ void Control::HandleShare(int conn, const wire::Request& req) {
                                         ? reg_.IpcShare(req.id, secret, &fd, &size)
                                         : Registry::IpcLookup::kUnknown;
   if (found == Registry::IpcLookup::kBusy) {
-    wire::SendMessage(conn, Encode(wire::Error{"its memory is out of the GPU for a checkpoint",
-                                               false, ErrorCode::kBusy}));
+    Answer(conn, Result::Failed("its memory is out of the GPU for a checkpoint", ErrorCode::kBusy));
     return;
   }
   if (found != Registry::IpcLookup::kFound) {
-    wire::SendMessage(conn, Encode(wire::Error{"no legacy IPC export " + std::to_string(req.id) +
-                                                   " with that secret in this process",
-                                               false, ErrorCode::kBadRequest}));
+    Answer(conn, Result::Failed("no legacy IPC export " + std::to_string(req.id) +
+                                    " with that secret in this process",
+                                ErrorCode::kBadRequest));
     return;
   }
-  wire::SendMessage(conn, Encode(wire::ShareReply{size}), {fd});
+  // A share that does not arrive: the asking process sees its channel close and asks again.
+  Answer(conn, Encode(wire::ShareReply{size}), {fd});
   ::close(fd);
 }
 
@@ -387,7 +393,7 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>&
   opt.threads = req.threads;
   if (req.memory) {
     if (fds.size() != 1) {
-      wire::SendMessage(conn, Encode(wire::Error{"a refill from memory carries one memfd", false}));
+      Answer(conn, Result::Failed("a refill from memory carries one memfd"));
       CloseAll(fds);
       return;
     }
@@ -397,38 +403,44 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>&
   }
   opt.expected = req.expected;
   RefillResult r;
-  Outcome o = mover_.Refill(opt, &r);
+  Result o = mover_.Refill(opt, &r);
   CloseAll(fds);
   if (!o.ok()) {
-    wire::SendMessage(conn, Encode(wire::Error{o.error, false, o.code}));
+    Answer(conn, o);
     return;
   }
   r.importing = mover_.state() == State::kImporting;
   r.exports = Refs(reg_.CurrentShares().exports);
   if (!r.importing) {
-    wire::SendMessage(conn, Encode(r));
+    // The job runs again whether or not cryod hears it: nothing to take back.
+    Answer(conn, Encode(r));
     return;
   }
   // Memory it imported from other processes of the job comes back only with their new
   // descriptors, which cryod brings in its "go": until then the gate stays shut.
   if (req.hold_ms <= 0) {
-    wire::SendMessage(conn,
-                      Encode(wire::Error{"its own memory is back, but what it imported from other "
-                                         "processes waits for their descriptors (a held refill)",
-                                         false}));
+    Answer(conn, Result::Failed("its own memory is back, but what it imported from other "
+                                "processes waits for their descriptors (a held refill)"));
     return;
   }
-  if (!wire::SendMessage(conn, Encode(r))) return;
+  // Unheard, no "go" follows: the gate stays shut, as for any refill whose imports never came.
+  if (!Sent(conn, Encode(r))) {
+    Say("a held refill's reply was lost: its imports wait for cryod");
+    return;
+  }
+  ImportAndAnswer(conn, req.hold_ms);
+}
+
+void Control::ImportAndAnswer(int conn, int64_t hold_ms) {
   wire::Request go;
   std::vector<int> go_fds;
-  std::string why;
   // Its imports, in one "go" or, past what one message carries, several ("more").
   std::map<uint64_t, int> by_id;
   std::vector<int> all_fds;
   for (;;) {
-    if (!WaitFor(conn, req.hold_ms, Op::kGo, &go, &go_fds, &why)) {
+    if (Result got = WaitFor(conn, hold_ms, Op::kGo, &go, &go_fds); !got.ok()) {
       CloseAll(all_fds);
-      wire::SendMessage(conn, Encode(wire::Error{"imports wait: " + why, false}));
+      Answer(conn, Result::Failed("imports wait: " + got.error));
       return;
     }
     for (size_t i = 0; i < go.imports.size() && i < go_fds.size(); ++i)
@@ -437,22 +449,20 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>&
     if (!go.more) break;
     if (all_fds.size() > wire::kMaxShares) {
       CloseAll(all_fds);
-      wire::SendMessage(conn, Encode(wire::Error{"imports wait: more descriptors than " +
-                                                     std::to_string(wire::kMaxShares),
-                                                 false}));
+      Answer(conn, Result::Failed("imports wait: more descriptors than " +
+                                  std::to_string(wire::kMaxShares)));
       return;
     }
   }
-  go_fds = std::move(all_fds);
   wire::ImportedReply done;
   done.imports = by_id.size();
-  o = mover_.Import(by_id, &done.import_ms);
-  CloseAll(go_fds);
+  Result o = mover_.Import(by_id, &done.import_ms);
+  CloseAll(all_fds);
   if (!o.ok()) {
-    wire::SendMessage(conn, Encode(wire::Error{o.error, false, o.code}));
+    Answer(conn, o);
     return;
   }
-  wire::SendMessage(conn, Encode(done));
+  Answer(conn, Encode(done));
 }
 
 }  // namespace cryo::fastpath

@@ -13,6 +13,7 @@
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "plugins/fastpath/mover.h"
 #include "plugins/fastpath/registry.h"
+#include "plugins/fastpath/result.h"
 
 namespace cryo::fastpath {
 
@@ -24,8 +25,8 @@ class Control {
       : mover_(mover), reg_(reg), extra_status_(std::move(extra_status)) {}
 
   // Listens on kSocketPrefix + `pid` (0: getpid()) and starts the serving thread. Idempotent.
-  // The error when the socket cannot be made (the fast path is then unavailable).
-  std::string Start(pid_t pid = 0);
+  // Fails when the socket cannot be made (the fast path is then unavailable).
+  Result Start(pid_t pid = 0);
   // In a child after fork(): the parent's socket is not ours to serve.
   void ForgetAfterFork();
   // Serves one connection (the thread's loop calls this; tests too).
@@ -41,6 +42,8 @@ class Control {
   // A held drain's cut: quiesced, answered, then true once cryod says "go" (false: the job
   // goes on, and cryod has been answered).
   bool HoldForGo(int conn, const contract::gpu_fastpath::Request& req);
+  // A held refill's imports: their descriptors in cryod's "go" (or several), imported, answered.
+  void ImportAndAnswer(int conn, int64_t hold_ms);
 
   Mover& mover_;
   Registry& reg_;

@@ -71,11 +71,10 @@ bool Lib::EnsureCuda() {
     for (int i = 0; i < kSlots; ++i) {
       if (g_real[i] != nullptr) wrappers_[g_real[i]] = Wrapper(i);
     }
-    std::string err = control_->Start();
-    if (!err.empty()) {
+    if (Result r = control_->Start(); !r.ok()) {
       // Without the channel nobody can drive the fast path: let every call pass.
       disabled_ = true;
-      why_disabled_ = err;
+      why_disabled_ = r.error;
       wrappers_.clear();
     }
   }

@@ -72,16 +72,17 @@ bool SecretFromHex(const std::string& hex, uint64_t secret[2]) {
   return true;
 }
 
-int FetchIpcShare(const IpcHandle& h, bool* busy, std::string* why) {
-  *busy = false;
+Result FetchIpcShare(const IpcHandle& h, int* fd) {
+  *fd = -1;
   // The exporter is in our pid namespace (a handle names it by its pid there): only that process
   // is asked, never another that took its name on a shared network namespace.
   const int conn = wire::ConnectToProcess(h.pid, h.pid);
+  const std::string who = "process " + std::to_string(h.pid);
   if (conn < 0) {
-    *why = "no fast-path library answers in process " + std::to_string(h.pid) + ": " +
-           (errno == EPERM ? std::string("its channel's name is held by another process")
-                           : std::string(strerror(errno)));
-    return -1;
+    return Result::Failed("no fast-path library answers in " + who + ": " +
+                          (errno == EPERM
+                               ? std::string("its channel's name is held by another process")
+                               : std::string(strerror(errno))));
   }
   timeval tv{kAnswerSeconds, 0};
   ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -95,27 +96,28 @@ int FetchIpcShare(const IpcHandle& h, bool* busy, std::string* why) {
   if (!wire::SendMessage(conn, wire::Encode(req)) || !wire::ReceiveMessage(conn, &text, &fds)) {
     const int err = errno;  // before close() may change it
     ::close(conn);
-    *busy = err == EAGAIN || err == EWOULDBLOCK;
-    *why = std::string("process ") + std::to_string(h.pid) + " did not answer: " + strerror(err);
-    return -1;
+    // No answer in time: the exporter may be held at a cut, as busy as one that says so.
+    return Result::Failed(
+        who + " did not answer: " + strerror(err),
+        err == EAGAIN || err == EWOULDBLOCK ? ErrorCode::kBusy : ErrorCode::kNone);
   }
   ::close(conn);
   wire::Reply<wire::ShareReply> r;
   std::string bad;
   const bool decoded = wire::Decode(text, &r, &bad);
-  if (decoded && r.ok && fds.size() == 1 && r.body.size == h.size) return fds[0];
-  for (int f : fds) ::close(f);
-  if (!decoded) {
-    *why = "process " + std::to_string(h.pid) + " answered what is not a share: " + bad;
-  } else if (!r.ok) {
-    *busy = r.error.code == wire::ErrorCode::kBusy;
-    *why = "process " + std::to_string(h.pid) + ": " + r.error.message;
-  } else {
-    *why = "process " + std::to_string(h.pid) + " shared " + std::to_string(fds.size()) +
-           " descriptors of " + std::to_string(r.body.size) + " bytes, not one of " +
-           std::to_string(h.size);
+  if (decoded && r.ok && fds.size() == 1 && r.body.size == h.size) {
+    *fd = fds[0];
+    return {};
   }
-  return -1;
+  for (int f : fds) ::close(f);
+  if (!decoded) return Result::Failed(who + " answered what is not a share: " + bad);
+  if (!r.ok) {
+    return Result::Failed(who + ": " + r.error.message,
+                          r.error.code == ErrorCode::kBusy ? ErrorCode::kBusy : ErrorCode::kNone);
+  }
+  return Result::Failed(who + " shared " + std::to_string(fds.size()) + " descriptors of " +
+                        std::to_string(r.body.size) + " bytes, not one of " +
+                        std::to_string(h.size));
 }
 
 CUresult OpenIpcHandle(Registry& reg, Mover& mover, Gate& gate, const IpcHandle& h,
@@ -127,15 +129,14 @@ CUresult OpenIpcHandle(Registry& reg, Mover& mover, Gate& gate, const IpcHandle&
       if (reg.IpcOpened(h, dptr)) return CUDA_SUCCESS;
     }
     const uint64_t drains = mover.drains();
-    bool busy = false;
-    std::string why;
-    const int fd = FetchIpcShare(h, &busy, &why);
-    if (fd < 0) {
+    int fd = -1;
+    if (Result got = FetchIpcShare(h, &fd); !got.ok()) {
+      const bool busy = got.code == ErrorCode::kBusy;
       if (busy && std::chrono::steady_clock::now() < until) {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
       }
-      ::fprintf(stderr, "cryo fast path: cuIpcOpenMemHandle: %s\n", why.c_str());
+      ::fprintf(stderr, "cryo fast path: cuIpcOpenMemHandle: %s\n", got.error.c_str());
       return busy ? CUDA_ERROR_NOT_READY : CUDA_ERROR_INVALID_HANDLE;
     }
     GateGuard g(gate);

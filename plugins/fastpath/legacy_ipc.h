@@ -22,6 +22,7 @@
 #include "plugins/fastpath/gate.h"
 #include "plugins/fastpath/mover.h"
 #include "plugins/fastpath/registry.h"
+#include "plugins/fastpath/result.h"
 
 namespace cryo::fastpath {
 
@@ -32,9 +33,9 @@ bool DecodeIpcHandle(const CUipcMemHandle& in, IpcHandle* out);
 std::string SecretHex(const uint64_t secret[2]);
 bool SecretFromHex(const std::string& hex, uint64_t secret[2]);
 
-// Asks the exporter's library for the descriptor of h's export: the descriptor (the caller's),
-// or -1 with *why; *busy when the exporter's memory is out of the GPU just now (ask again).
-int FetchIpcShare(const IpcHandle& h, bool* busy, std::string* why);
+// Asks the exporter's library for the descriptor of h's export: *fd (the caller's), or why not,
+// with ErrorCode::kBusy when the exporter's memory is out of the GPU just now (ask again).
+Result FetchIpcShare(const IpcHandle& h, int* fd);
 
 // cuIpcOpenMemHandle of the library's handle: the descriptor fetched outside the gate (the
 // exporter may be held at a cut that waits for this process's gate), imported and mapped inside

@@ -60,12 +60,12 @@ void Mover::OpenGates() {
   capture_.Release();
 }
 
-Outcome Mover::Hold(std::chrono::milliseconds timeout, int64_t* quiesce_ms) {
+Result Mover::Hold(std::chrono::milliseconds timeout, int64_t* quiesce_ms) {
   if (state_ != State::kRunning || held_ || gated_) {
     return {std::string("the job's GPU memory is already out or held (") + StateName(state_) + ")",
             false};
   }
-  Outcome q = Quiesce(timeout, &held_quiesce_ms_);
+  Result q = Quiesce(timeout, &held_quiesce_ms_);
   if (!q.ok()) return q;
   held_ = true;
   *quiesce_ms = held_quiesce_ms_;
@@ -79,7 +79,7 @@ void Mover::Unhold() {
   OpenGates();
 }
 
-Outcome Mover::ShutGates(std::chrono::milliseconds timeout) {
+Result Mover::ShutGates(std::chrono::milliseconds timeout) {
   if (!capture_.Quiesce(timeout)) {
     return {"a CUDA graph capture of the job did not end within " +
                 std::to_string(timeout.count()) + " ms",
@@ -94,7 +94,7 @@ Outcome Mover::ShutGates(std::chrono::milliseconds timeout) {
   return {};
 }
 
-Outcome Mover::SyncWork(std::chrono::milliseconds timeout) {
+Result Mover::SyncWork(std::chrono::milliseconds timeout) {
   // Work already submitted must finish before its memory moves. A synchronize cannot be
   // interrupted, so it runs on a thread of its own and is given up on at the deadline (a kernel
   // that waits for something outside the job never ends: the job runs on untouched).
@@ -102,62 +102,62 @@ Outcome Mover::SyncWork(std::chrono::milliseconds timeout) {
     std::mutex mu;
     std::condition_variable cv;
     bool done = false;
-    std::string error;
+    Result result;
   };
   auto sync = std::make_shared<Sync>();
   std::set<CUcontext> ctxs = reg_.contexts();
   Driver d = d_;
   std::thread([d, ctxs, sync] {
     GateGuard::MarkLibraryThread();
-    std::string err;
+    Result err;
     for (CUcontext c : ctxs) {
       CUresult r = d.cuCtxSetCurrent(c);
       if (r == CUDA_SUCCESS) r = d.cuCtxSynchronize();
-      if (r != CUDA_SUCCESS && err.empty()) err = Cuda(d, "synchronizing the job's GPU work", r);
+      if (r != CUDA_SUCCESS && err.ok()) err = Cuda(d, "synchronizing the job's GPU work", r);
     }
     std::lock_guard<std::mutex> l(sync->mu);
     sync->done = true;
-    sync->error = err;
+    sync->result = err;
     sync->cv.notify_all();
   }).detach();
   std::unique_lock<std::mutex> l(sync->mu);
-  if (!sync->cv.wait_for(l, timeout, [&] { return sync->done; }) || !sync->error.empty()) {
-    const bool late = !sync->done;
-    std::string why =
-        late ? "the job's GPU work did not finish within " + std::to_string(timeout.count()) + " ms"
-             : sync->error;
+  if (!sync->cv.wait_for(l, timeout, [&] { return sync->done; }) || !sync->result.ok()) {
+    Result why = sync->done ? sync->result
+                            : Result::Failed("the job's GPU work did not finish within " +
+                                                 std::to_string(timeout.count()) + " ms",
+                                             ErrorCode::kDeadline);
     l.unlock();
     OpenGates();
-    return {why, true, late ? ErrorCode::kDeadline : ErrorCode::kNone};
+    return std::move(why).RolledBack();
   }
   return {};
 }
 
-Outcome Mover::Quiesce(std::chrono::milliseconds timeout, int64_t* ms) {
+Result Mover::Quiesce(std::chrono::milliseconds timeout, int64_t* ms) {
   const auto t0 = Clock::now();
-  Outcome o = ShutGates(timeout);
+  Result o = ShutGates(timeout);
   if (o.ok()) o = SyncWork(timeout);
   if (o.ok()) *ms = Ms(t0);
   return o;
 }
 
-Outcome Mover::GateShut(std::chrono::milliseconds timeout, uint64_t* collectives) {
+Result Mover::GateShut(std::chrono::milliseconds timeout, uint64_t* collectives) {
   if (state_ != State::kRunning || held_ || gated_) {
     return {std::string("the job's GPU memory is already out or held (") + StateName(state_) + ")",
             false};
   }
-  Outcome o = ShutGates(timeout);
+  Result o = ShutGates(timeout);
   if (!o.ok()) return o;
   gated_ = true;
   *collectives = collectives_.count();
   return {};
 }
 
-Outcome Mover::Align(uint64_t target, std::chrono::milliseconds timeout, int64_t* quiesce_ms) {
+Result Mover::Align(uint64_t target, std::chrono::milliseconds timeout, int64_t* quiesce_ms) {
   if (!gated_) return {"no cut to align: the gates are not shut", false};
   const auto t0 = Clock::now();
   gated_ = false;
-  auto fail = [&](Outcome o) {
+  auto fail = [&](Result o) {
     collectives_.Unlimit();
     OpenGates();
     o.rolled_back = true;
@@ -181,7 +181,7 @@ Outcome Mover::Align(uint64_t target, std::chrono::milliseconds timeout, int64_t
   } else if (collectives_.counting()) {
     collectives_.Limit(collectives_.count());
   }
-  Outcome o = SyncWork(timeout);
+  Result o = SyncWork(timeout);
   if (!o.ok()) {
     collectives_.Unlimit();
     return o;
@@ -236,15 +236,16 @@ void Mover::WriteUnits(Writer* w) {
       // on the H100, 2026-11-25) competed with the copy and slowed the driver's lock.
       hasher.Update(pc.phys->host + pc.offset, pc.len);
     }
-    if (!io::WriteAll(w->fd, iov, static_cast<off_t>((c / nfiles_) * stripe_), &w->error)) {
-      w->error = "file " + std::to_string(w->index) + ": " + w->error;
+    std::string why;
+    if (!io::WriteAll(w->fd, iov, static_cast<off_t>((c / nfiles_) * stripe_), &why)) {
+      w->result = Result::Failed("file " + std::to_string(w->index) + ": " + why);
       return;
     }
   }
   w->sum = hasher.Finish();
 }
 
-Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
+Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   if (state_ != State::kRunning) {
     return {std::string("the job's GPU memory is already out (") + StateName(state_) + ")", false};
   }
@@ -259,7 +260,7 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     held_ = false;
     out->quiesce_ms = held_quiesce_ms_;
   } else {
-    Outcome q = Quiesce(opt.timeout, &out->quiesce_ms);
+    Result q = Quiesce(opt.timeout, &out->quiesce_ms);
     if (!q.ok()) return q;
   }
   // From here on a failure takes back, newest first, what the steps before it did: the job's
@@ -269,14 +270,14 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   Plan();
   undo.Push([this] { FreeHost(); });
   in_memfd_ = opt.memfd >= 0;
-  if (std::string err = MapHost(opt.memfd, true); !err.empty()) return {err, true};
+  if (Result r = MapHost(opt.memfd, true); !r.ok()) return std::move(r).RolledBack();
   {
     std::lock_guard<std::mutex> l(progress_mu_);
     copied_ = 0;
     copy_failed_ = false;
   }
   undo.Push([this] { UnmapTemporaries(); });
-  if (std::string err = FindSources(); !err.empty()) return {err, true};
+  if (Result r = FindSources(); !r.ok()) return std::move(r).RolledBack();
   // Writers go beside the copy: each file's units are written as soon as they are in memory.
   stripe_ = opt.stripe_bytes;
   nfiles_ = static_cast<int>(opt.fds.size());
@@ -289,9 +290,9 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   StartWriters(opt.fds);
   undo.Push([this] { DestroyStreams(); });
   const auto t_copy = Clock::now();
-  std::string err = CopyOut(opt.threads);
+  Result err = CopyOut(opt.threads);
   out->copy_ms = Ms(t_copy);
-  if (!err.empty()) return {err, true};
+  if (!err.ok()) return std::move(err).RolledBack();
   DestroyStreams();
   // Device memory goes from here on: only a copy back from host memory takes that back (and
   // when even that fails, the gates open on whatever memory the job still has).
@@ -314,10 +315,10 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     }
   }
   err = Release();
-  if (!err.empty()) {
+  if (!err.ok()) {
     out->release_ms = Ms(t_rel);
     undo.Run();
-    return {err, back};
+    return std::move(err).RolledBack(back);
   }
   // Then what it imported: its data is its exporter's, who saves it.
   ReleaseImports();
@@ -330,19 +331,19 @@ Outcome Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   return {};
 }
 
-Outcome Mover::FinishSave(SaveResult* out) {
+Result Mover::FinishSave(SaveResult* out) {
   if (state_ != State::kDrained) return {"no drain to finish", false};
   StopWriters();
-  std::string err;
+  Result err;
   for (auto& w : writers_) {
-    if (err.empty() && !w->error.empty()) err = w->error;
+    if (err.ok() && !w->result.ok()) err = w->result;
     out->files.push_back(w->sum);
   }
   writers_.clear();
   out->write_ms = Ms(save_start_);
-  if (!err.empty()) {
-    bool back = RestoreFromHost();
-    return {err, back};
+  if (!err.ok()) {
+    const bool back = RestoreFromHost();
+    return std::move(err).RolledBack(back);
   }
   if (nfiles_ > 0 || in_memfd_) {
     FreeHost();
@@ -374,11 +375,11 @@ bool Mover::RestoreFromHost() {
   for (Phys* p : plan_) {
     if (p->real == 0 && p->host == nullptr) return false;
   }
-  std::string err = Recreate();
-  if (err.empty()) err = CopyInFromHost(4);
+  Result err = Recreate();
+  if (err.ok()) err = CopyInFromHost(4);
   DestroyStreams();
   UnmapTemporaries();
-  if (!err.empty()) return false;
+  if (!err.ok()) return false;
   BackToRunning();
   return state_ == State::kRunning;
 }
@@ -387,8 +388,8 @@ void Mover::BackToRunning() {
   DropUnheldReferences(d_, plan_);
   FreeHost();
   // Importers of this memory import it again from new descriptors (cryod carries them).
-  if (std::string err = ExportAgain(); !err.empty()) {
-    ::fprintf(stderr, "cryo fast path: %s\n", err.c_str());
+  if (Result r = ExportAgain(); !r.ok()) {
+    ::fprintf(stderr, "cryo fast path: %s\n", r.error.c_str());
   }
   plan_.clear();
   sources_.clear();
@@ -400,9 +401,9 @@ void Mover::BackToRunning() {
   OpenGates();
 }
 
-std::string Mover::ExportAgain() {
+Result Mover::ExportAgain() {
   std::lock_guard<std::mutex> l(reg_.mu());
-  std::string err;
+  Result err;
   for (auto& [id, p] : reg_.phys()) {
     if (p->real == 0 || p->imported) continue;
     for (Share& e : p->exports) {
@@ -410,7 +411,7 @@ std::string Mover::ExportAgain() {
       int fd = -1;
       CUresult r = d_.cuMemExportToShareableHandle(&fd, p->real,
                                                    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-      if (r != CUDA_SUCCESS && err.empty()) err = Cuda(d_, "exporting device memory again", r);
+      if (r != CUDA_SUCCESS && err.ok()) err = Cuda(d_, "exporting device memory again", r);
       if (r == CUDA_SUCCESS) e.fd = fd;
     }
   }
@@ -438,7 +439,7 @@ void Mover::ReleaseImports() {
   }
 }
 
-Outcome Mover::Import(const std::map<uint64_t, int>& fds, int64_t* ms) {
+Result Mover::Import(const std::map<uint64_t, int>& fds, int64_t* ms) {
   const auto t0 = Clock::now();
   if (state_ != State::kImporting) {
     return {std::string("nothing to import: the job is ") + StateName(state_), false};
@@ -454,7 +455,7 @@ Outcome Mover::Import(const std::map<uint64_t, int>& fds, int64_t* ms) {
     CUresult r = d_.cuMemImportFromShareableHandle(
         &h, reinterpret_cast<void*>(static_cast<intptr_t>(it->second)),
         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
-    if (r != CUDA_SUCCESS) return {Cuda(d_, "importing shared device memory again", r), false};
+    if (r != CUDA_SUCCESS) return Cuda(d_, "importing shared device memory again", r);
     p->real = h;
     p->import.fd = ::fcntl(it->second, F_DUPFD_CLOEXEC, 3);
     for (auto& [va, m] : reg_.mappings()) {
@@ -463,8 +464,7 @@ Outcome Mover::Import(const std::map<uint64_t, int>& fds, int64_t* ms) {
       for (size_t i = 0; r == CUDA_SUCCESS && i < m.access.size(); ++i) {
         r = d_.cuMemSetAccess(va, m.size, m.access[i].data(), m.access[i].size());
       }
-      if (r != CUDA_SUCCESS)
-        return {Cuda(d_, "mapping imported memory at its old address", r), false};
+      if (r != CUDA_SUCCESS) return Cuda(d_, "mapping imported memory at its old address", r);
     }
     // The job had let go of its handle (its mappings kept the memory): so does the library.
     if (!Registry::HoldsReference(*p) && p->mappings > 0) d_.cuMemRelease(h);
@@ -475,7 +475,7 @@ Outcome Mover::Import(const std::map<uint64_t, int>& fds, int64_t* ms) {
   return {};
 }
 
-Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
+Result Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   const auto t0 = Clock::now();
   const State s = state_;
   if (s == State::kRunning) return {"nothing to refill: the job's GPU memory is in place", false};
@@ -486,12 +486,12 @@ Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   // From cryod's memfd: read as the host copy it was.
   const bool from_memfd = s == State::kSaved && opt.memfd >= 0;
   if (from_memfd) {
-    if (std::string err = MapHost(opt.memfd, false); !err.empty()) return {err, false};
+    if (Result r = MapHost(opt.memfd, false); !r.ok()) return r;
   }
-  std::string err = Recreate();
+  Result err = Recreate();
   out->allocate_ms = Ms(t0);
   const auto t_copy = Clock::now();
-  if (err.empty()) {
+  if (err.ok()) {
     if (s == State::kDrained || from_memfd) {
       err = CopyInFromHost(opt.threads);
     } else {
@@ -501,26 +501,26 @@ Outcome Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   out->copy_ms = Ms(t_copy);
   DestroyStreams();
   UnmapTemporaries();
-  if (from_memfd && !err.empty()) FreeHost();
-  bool mismatch = false;
-  if (err.empty() && s == State::kSaved && !from_memfd) {
+  if (from_memfd && !err.ok()) FreeHost();
+  if (err.ok() && s == State::kSaved && !from_memfd) {
     if (!opt.expected.empty() && opt.expected.size() != out->files.size()) {
-      err = "expected " + std::to_string(opt.expected.size()) + " files, got " +
-            std::to_string(out->files.size());
+      err = Result::Failed("expected " + std::to_string(opt.expected.size()) + " files, got " +
+                           std::to_string(out->files.size()));
     }
-    for (size_t i = 0; err.empty() && i < opt.expected.size(); ++i) {
+    for (size_t i = 0; err.ok() && i < opt.expected.size(); ++i) {
       if (opt.expected[i].size != out->files[i].size ||
           opt.expected[i].checksum != out->files[i].checksum) {
-        mismatch = true;
-        err = "file " + std::to_string(i) + " does not hold what the checkpoint recorded (size " +
-              std::to_string(out->files[i].size) + ", checksum " + out->files[i].checksum +
-              "; recorded " + std::to_string(opt.expected[i].size) + ", " +
-              opt.expected[i].checksum + ")";
+        err = Result::Failed(
+            "file " + std::to_string(i) + " does not hold what the checkpoint recorded (size " +
+                std::to_string(out->files[i].size) + ", checksum " + out->files[i].checksum +
+                "; recorded " + std::to_string(opt.expected[i].size) + ", " +
+                opt.expected[i].checksum + ")",
+            ErrorCode::kDataLoss);
       }
     }
   }
   // A failed refill keeps the gate shut: the job must not run on memory that is not its own.
-  if (!err.empty()) return {err, false, mismatch ? ErrorCode::kDataLoss : ErrorCode::kNone};
+  if (!err.ok()) return err;
   out->bytes = total_;
   BackToRunning();
   out->total_ms = Ms(t0);

@@ -34,26 +34,14 @@
 #include "plugins/fastpath/driver.h"
 #include "plugins/fastpath/gate.h"
 #include "plugins/fastpath/registry.h"
+#include "plugins/fastpath/result.h"
 
 namespace cryo::fastpath {
 
 // The states and file sums are the channel's own (lib/contract/gpu_fastpath_messages.h).
 using State = contract::gpu_fastpath::State;
 using FileSum = contract::gpu_fastpath::FileSum;
-using ErrorCode = contract::gpu_fastpath::ErrorCode;
 using contract::gpu_fastpath::StateName;
-
-struct Outcome {
-  Outcome() = default;
-  Outcome(std::string e, bool rb, ErrorCode c = ErrorCode::kNone)
-      : error(std::move(e)), rolled_back(rb), code(c) {}
-  std::string error;         // empty: done
-  bool rolled_back = false;  // on error: the job's memory is back on the GPU and it runs on
-  // What kind of failure, for cryod's status code: kDeadline (the job's GPU work did not stop
-  // in time), kDataLoss (a file is not what the drain wrote), or kNone.
-  ErrorCode code = ErrorCode::kNone;
-  bool ok() const { return error.empty(); }
-};
 
 struct DrainOptions {
   int threads = 8;
@@ -108,28 +96,28 @@ class Mover {
   // The first half of a drain held at a cut across processes (gpu_fastpath.h, version 2): the
   // gates shut and the work synchronized, nothing moved. A Drain then goes on from there;
   // Unhold lets the job go on instead. A failure leaves the gates open.
-  Outcome Hold(std::chrono::milliseconds timeout, int64_t* quiesce_ms);
+  Result Hold(std::chrono::milliseconds timeout, int64_t* quiesce_ms);
   void Unhold();
   // The cut in two steps, aligned on NCCL's collectives: GateShut shuts the gates (no sync: a
   // rank ahead waits on its peers) and says how many collectives the job launched; Align lets
   // the job run on until it has launched `target` of them (held at the next), shuts the gates
   // again and synchronizes. Then the job is held as after Hold. A failure leaves it running.
-  Outcome GateShut(std::chrono::milliseconds timeout, uint64_t* collectives);
-  Outcome Align(uint64_t target, std::chrono::milliseconds timeout, int64_t* quiesce_ms);
+  Result GateShut(std::chrono::milliseconds timeout, uint64_t* collectives);
+  Result Align(uint64_t target, std::chrono::milliseconds timeout, int64_t* quiesce_ms);
   CollectiveGate& collectives() { return collectives_; }
   bool held() const { return held_; }
 
-  Outcome Drain(const DrainOptions& opt, DrainResult* out);
+  Result Drain(const DrainOptions& opt, DrainResult* out);
   // After a Drain with files: waits for the writers, then frees the host copies. A failure
   // refills from the host copies (rolled back). After a Drain into a memfd: unmaps it.
-  Outcome FinishSave(SaveResult* out);
+  Result FinishSave(SaveResult* out);
   // Brings the job's own memory back, exports it again (new descriptors, kept in the registry),
   // and opens the gates unless memory it imported is still to be imported (then: kImporting,
   // gates shut, until Import). In kImporting, does nothing but say so.
-  Outcome Refill(const RefillOptions& opt, RefillResult* out);
+  Result Refill(const RefillOptions& opt, RefillResult* out);
   // kImporting -> running: each imported allocation imported again from its exporter's new
   // descriptor (by import id), mapped where it was, its access granted again; the gates open.
-  Outcome Import(const std::map<uint64_t, int>& fds, int64_t* ms);
+  Result Import(const std::map<uint64_t, int>& fds, int64_t* ms);
   // Whatever the state, back to running if the data is still in host memory (a drain whose
   // caller went away). False when the data is only in files: a refill with them must come.
   bool RollBackFromHost();
@@ -151,34 +139,34 @@ class Mover {
     int fd = -1;
     int index = 0;
     std::thread thread;
-    std::string error;
+    Result result;
     FileSum sum;
   };
 
-  Outcome Quiesce(std::chrono::milliseconds timeout, int64_t* ms);
-  Outcome ShutGates(std::chrono::milliseconds timeout);
-  Outcome SyncWork(std::chrono::milliseconds timeout);
+  Result Quiesce(std::chrono::milliseconds timeout, int64_t* ms);
+  Result ShutGates(std::chrono::milliseconds timeout);
+  Result SyncWork(std::chrono::milliseconds timeout);
   void OpenGates();
   bool Plan();
   std::vector<Piece> PiecesOf(uint64_t stream_off, uint64_t len) const;
   CUdeviceptr SourceOf(Phys* p);
-  std::string FindSources();
-  std::string MapTemporary(Phys* p);
+  Result FindSources();
+  Result MapTemporary(Phys* p);
   bool RestoreFromHost();
   void BackToRunning();
   void ReleaseImports();
   bool ImportsPending();
-  std::string ExportAgain();
+  Result ExportAgain();
   void UnmapTemporaries();
-  std::string CopyOut(int threads);
-  std::string Release();
-  std::string Recreate();
-  std::string CopyInFromHost(int threads);
-  std::string CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums);
+  Result CopyOut(int threads);
+  Result Release();
+  Result Recreate();
+  Result CopyInFromHost(int threads);
+  Result CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums);
   // The copies straight between the GPU and registered host memory (MapHost's, registered):
   // out of the GPU (a drain), or back into it.
-  std::string CopyDirect(bool out);
-  std::string MapHost(int memfd, bool write);
+  Result CopyDirect(bool out);
+  Result MapHost(int memfd, bool write);
   void FreeHost();
   void StartWriters(const std::vector<int>& fds);
   void WriteUnits(Writer* w);

@@ -165,7 +165,7 @@ std::vector<Mover::Piece> Mover::PiecesOf(uint64_t stream_off, uint64_t len) con
   return out;
 }
 
-std::string Mover::MapTemporary(Phys* p) {
+Result Mover::MapTemporary(Phys* p) {
   CUdeviceptr va = 0;
   CUresult r = d_.cuMemAddressReserve(&va, p->size, 0, 0, 0);
   if (r != CUDA_SUCCESS) return Cuda(d_, "reserving a range to copy through", r);
@@ -189,7 +189,7 @@ std::string Mover::MapTemporary(Phys* p) {
     return Cuda(d_, "mapping an allocation to copy it", r);
   }
   temp_maps_[p] = va;
-  return "";
+  return {};
 }
 
 void Mover::UnmapTemporaries() {
@@ -205,7 +205,7 @@ CUdeviceptr Mover::SourceOf(Phys* p) {
   return it == sources_.end() ? 0 : it->second;
 }
 
-std::string Mover::FindSources() {
+Result Mover::FindSources() {
   sources_.clear();
   {
     std::lock_guard<std::mutex> l(reg_.mu());
@@ -217,11 +217,11 @@ std::string Mover::FindSources() {
   }
   for (Phys* p : plan_) {
     if (sources_.count(p)) continue;
-    std::string err = MapTemporary(p);
-    if (!err.empty()) return err;
+    Result err = MapTemporary(p);
+    if (!err.ok()) return err;
     sources_[p] = temp_maps_[p];
   }
-  return "";
+  return {};
 }
 
 CUstream Mover::StreamFor(CUcontext ctx) {
@@ -242,37 +242,37 @@ void Mover::DestroyStreams() {
   streams_.clear();
 }
 
-std::string Mover::CopyDirect(bool out) {
+Result Mover::CopyDirect(bool out) {
   // Every allocation in slot-sized pieces, spread over a stream per slot so that the copy
   // engines stay busy; then all of them waited for.
   const char* what = out ? "copying device memory out" : "copying memory back to the GPU";
   std::map<std::pair<CUcontext, size_t>, CUstream> streams;
-  std::string err;
+  Result err;
   size_t n = 0;
   uint64_t issued = 0;
   for (Phys* p : plan_) {
     d_.cuCtxSetCurrent(p->ctx);
     const CUdeviceptr dev = SourceOf(p);
-    for (uint64_t off = 0; off < p->size && err.empty(); off += cfg_.ring_slot_bytes, ++n) {
+    for (uint64_t off = 0; off < p->size && err.ok(); off += cfg_.ring_slot_bytes, ++n) {
       const uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
       CUstream& st = streams[{p->ctx, n % std::max(2, cfg_.ring_slots)}];
       if (st == nullptr && d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
         st = nullptr;
-        err = "no stream to copy on";
+        err = Result::Failed("no stream to copy on");
       } else if (out && dev == 0) {
-        err = "no mapping to copy an allocation from";
+        err = Result::Failed("no mapping to copy an allocation from");
       } else if (CUresult r = out ? d_.cuMemcpyDtoHAsync_v2(p->host + off, dev + off, len, st)
                                   : d_.cuMemcpyHtoDAsync_v2(dev + off, p->host + off, len, st);
                  r != CUDA_SUCCESS) {
         err = Cuda(d_, what, r);
       }
-      issued += err.empty() ? len : 0;
+      issued += err.ok() ? len : 0;
     }
-    if (!err.empty()) break;
+    if (!err.ok()) break;
   }
   for (auto& [key, st] : streams) {
     d_.cuCtxSetCurrent(key.first);
-    if (CUresult r = d_.cuStreamSynchronize(st); r != CUDA_SUCCESS && err.empty()) {
+    if (CUresult r = d_.cuStreamSynchronize(st); r != CUDA_SUCCESS && err.ok()) {
       err = Cuda(d_, what, r);
     }
     d_.cuStreamDestroy_v2(st);
@@ -280,14 +280,14 @@ std::string Mover::CopyDirect(bool out) {
   if (out) {
     // The writers follow a drain's progress.
     std::lock_guard<std::mutex> l(progress_mu_);
-    if (err.empty()) copied_ += issued;
-    if (!err.empty()) copy_failed_ = true;
+    if (err.ok()) copied_ += issued;
+    if (!err.ok()) copy_failed_ = true;
     progress_cv_.notify_all();
   }
   return err;
 }
 
-std::string Mover::CopyOut(int threads) {
+Result Mover::CopyOut(int threads) {
   if (host_registered_) return CopyDirect(/*out=*/true);
   struct Item {
     Phys* phys;
@@ -300,7 +300,7 @@ std::string Mover::CopyOut(int threads) {
       items.push_back({p, off, std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off)});
     }
   }
-  if (items.empty()) return "";
+  if (items.empty()) return {};
   d_.cuCtxSetCurrent(plan_.front()->ctx);
   std::vector<std::unique_ptr<Pinned>> ring;
   for (int i = 0; i < cfg_.ring_slots; ++i) {
@@ -318,11 +318,11 @@ std::string Mover::CopyOut(int threads) {
     while (next_done < items.size() && item_done[next_done]) copied_ += items[next_done++].len;
     progress_cv_.notify_all();
   };
-  std::string err;
+  Result err;
   {
     Pool pool(std::max(1, threads));
     CUcontext cur = plan_.front()->ctx;
-    for (size_t i = 0; i < items.size() && err.empty(); ++i) {
+    for (size_t i = 0; i < items.size() && err.ok(); ++i) {
       const Item& it = items[i];
       const size_t slot = i % ring.size();
       slot_busy[slot].Wait();
@@ -333,7 +333,7 @@ std::string Mover::CopyOut(int threads) {
       CUstream stream = StreamFor(cur);
       CUdeviceptr src = SourceOf(it.phys);
       if (stream == nullptr || src == 0) {
-        err = "no stream or no mapping to copy an allocation from";
+        err = Result::Failed("no stream or no mapping to copy an allocation from");
         break;
       }
       char* buf = ring[slot]->get();
@@ -364,7 +364,7 @@ std::string Mover::CopyOut(int threads) {
     for (auto& s : slot_busy) s.Wait();
   }
   ring.clear();
-  if (!err.empty()) {
+  if (!err.ok()) {
     std::lock_guard<std::mutex> l(progress_mu_);
     copy_failed_ = true;
     progress_cv_.notify_all();
@@ -372,7 +372,7 @@ std::string Mover::CopyOut(int threads) {
   return err;
 }
 
-std::string Mover::Release() {
+Result Mover::Release() {
   for (Phys* p : plan_) {
     std::vector<std::pair<CUdeviceptr, size_t>> maps;
     {
@@ -401,10 +401,10 @@ std::string Mover::Release() {
     if (Registry::HoldsReference(*p)) d_.cuMemRelease(p->real);
     p->real = 0;
   }
-  return "";
+  return {};
 }
 
-std::string Mover::Recreate() {
+Result Mover::Recreate() {
   for (Phys* p : plan_) {
     if (p->real != 0) continue;
     d_.cuCtxSetCurrent(p->ctx);
@@ -431,8 +431,8 @@ std::string Mover::Recreate() {
   return FindSources();
 }
 
-std::string Mover::CopyInFromHost(int threads) {
-  if (plan_.empty()) return "";
+Result Mover::CopyInFromHost(int threads) {
+  if (plan_.empty()) return {};
   if (host_registered_) return CopyDirect(/*out=*/false);
   d_.cuCtxSetCurrent(plan_.front()->ctx);
   std::vector<std::unique_ptr<Pinned>> ring;
@@ -458,9 +458,9 @@ std::string Mover::CopyInFromHost(int threads) {
   Pool pool(std::max(1, threads));
   CUcontext cur = plan_.front()->ctx;
   size_t n_item = 0;
-  std::string err;
+  Result err;
   for (Phys* p : plan_) {
-    for (uint64_t off = 0; off < p->size && err.empty(); off += cfg_.ring_slot_bytes, ++n_item) {
+    for (uint64_t off = 0; off < p->size && err.ok(); off += cfg_.ring_slot_bytes, ++n_item) {
       const uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
       if (p->ctx != cur) {
         cur = p->ctx;
@@ -470,7 +470,7 @@ std::string Mover::CopyInFromHost(int threads) {
       CUstream& stream = streams[{cur, slot}];
       if (stream == nullptr && d_.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
         stream = nullptr;
-        err = "no stream to copy on";
+        err = Result::Failed("no stream to copy on");
         break;
       }
       char* buf = ring[slot]->get();
@@ -494,36 +494,36 @@ std::string Mover::CopyInFromHost(int threads) {
       CUresult r = d_.cuMemcpyHtoDAsync_v2(SourceOf(p) + off, buf, len, stream);
       if (r != CUDA_SUCCESS) err = Cuda(d_, "copying memory back to the GPU", r);
     }
-    if (!err.empty()) break;
+    if (!err.ok()) break;
   }
   destroy();  // waits for every copy: the ring goes next
   return err;
 }
 
-std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums) {
+Result Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums) {
   const int w = static_cast<int>(fds.size());
   // After a drain into cryod's memory, cryod chose how many files it wrote (in the same layout).
   if (w != nfiles_ && !(in_memfd_ && w > 0)) {
-    return "the drain wrote " + std::to_string(nfiles_) + " files, " + std::to_string(w) +
-           " were given";
+    return Result::Failed("the drain wrote " + std::to_string(nfiles_) + " files, " +
+                          std::to_string(w) + " were given");
   }
   sums->assign(w, FileSum{});
-  std::vector<std::string> errs(w);
+  std::vector<Result> errs(w);
   std::vector<std::unique_ptr<xxh3chunked::Hasher>> hashers;
   for (int k = 0; k < w; ++k) hashers.push_back(std::make_unique<xxh3chunked::Hasher>());
   const uint64_t units = stripe_ == 0 ? 0 : (total_ + stripe_ - 1) / stripe_;
   // Per file, a reader keeps the disk busy (direct I/O into a few pinned buffers) while a second
   // thread hashes each buffer and copies it to the GPU: neither waits for the other's work.
   // A file must hold exactly what the drain wrote to it: nothing appended, nothing cut.
-  auto size_error = [&](int k, uint64_t written) -> std::string {
+  auto size_error = [&](int k, uint64_t written) -> Result {
     struct stat st;
-    if (::fstat(fds[k], &st) != 0 || static_cast<uint64_t>(st.st_size) == written) return "";
-    return "file " + std::to_string(k) + " holds " + std::to_string(st.st_size) +
-           " bytes, the drain wrote " + std::to_string(written);
+    if (::fstat(fds[k], &st) != 0 || static_cast<uint64_t>(st.st_size) == written) return {};
+    return Result::Failed("file " + std::to_string(k) + " holds " + std::to_string(st.st_size) +
+                          " bytes, the drain wrote " + std::to_string(written));
   };
   auto reader = [&](int k) {
     GateGuard::MarkLibraryThread();
-    std::string& err = errs[k];
+    Result& err = errs[k];
     if (static_cast<uint64_t>(k) >= units) {
       // No part of the stream went to this file: nothing to read or pin buffers for (a process
       // that owns nothing may have no context to pin them with).
@@ -546,9 +546,8 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
     // The consumer hashes each buffer in file order and copies it to where its bytes belong,
     // on a stream per context of its own (destroyed once it is done).
     std::map<CUcontext, CUstream> streams;
-    std::string consumer_err;
     {
-      PinnedPipeline pipe(bufs, [&](const PinnedPipeline::Item& it) -> std::string {
+      PinnedPipeline pipe(bufs, [&](const PinnedPipeline::Item& it) -> Result {
         hashers[k]->Update(it.buf, it.n);
         uint64_t delta = 0;
         for (const Piece& pc : PiecesOf(it.tag, it.n)) {
@@ -568,27 +567,27 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
           if (r != CUDA_SUCCESS) return Cuda(d_, "copying a file's data to the GPU", r);
           delta += pc.len;
         }
-        return "";
+        return {};
       });
       uint64_t file_size = 0;
-      for (uint64_t c = k; c < units && err.empty(); c += w) {
+      for (uint64_t c = k; c < units && err.ok(); c += w) {
         const uint64_t unit_off = c * stripe_;
         const uint64_t unit_len = std::min<uint64_t>(stripe_, total_ - unit_off);
         const off_t file_off = static_cast<off_t>((c / w) * stripe_);
-        for (uint64_t pos = 0; pos < unit_len && err.empty(); pos += cfg_.read_bytes) {
+        for (uint64_t pos = 0; pos < unit_len && err.ok(); pos += cfg_.read_bytes) {
           const uint64_t n = std::min<uint64_t>(cfg_.read_bytes, unit_len - pos);
           char* b = pipe.Acquire();
-          if (!io::ReadAll(fds[k], b, n, file_off + pos, &err)) {
-            err = "file " + std::to_string(k) + ": " + err;
+          if (std::string why; !io::ReadAll(fds[k], b, n, file_off + pos, &why)) {
+            err = Result::Failed("file " + std::to_string(k) + ": " + why);
             break;
           }
           pipe.Submit(b, unit_off + pos, n);
         }
         file_size += unit_len;
       }
-      consumer_err = pipe.Finish();
-      if (err.empty()) err = consumer_err;
-      if (err.empty()) err = size_error(k, file_size);
+      Result consumer_err = pipe.Finish();
+      if (err.ok()) err = std::move(consumer_err);
+      if (err.ok()) err = size_error(k, file_size);
     }
     for (auto& [c, st] : streams) {
       d_.cuCtxSetCurrent(c);
@@ -599,15 +598,15 @@ std::string Mover::CopyInFromFiles(const std::vector<int>& fds, std::vector<File
   std::vector<std::thread> ts;
   for (int k = 0; k < w; ++k) ts.emplace_back(reader, k);
   for (auto& t : ts) t.join();
-  for (const std::string& e : errs) {
-    if (!e.empty()) return e;
+  for (Result& e : errs) {
+    if (!e.ok()) return std::move(e);
   }
-  return "";
+  return {};
 }
 
 // Host memory for plan_'s data: fresh anonymous memory per allocation, or (memfd >= 0) the
 // memfd mapped shared, in stream order (grown to the drain's size when `write`).
-std::string Mover::MapHost(int memfd, bool write) {
+Result Mover::MapHost(int memfd, bool write) {
   if (memfd < 0) {
     for (Phys* p : plan_) {
       void* m = ::mmap(nullptr, p->size, PROT_READ | PROT_WRITE,
@@ -616,16 +615,16 @@ std::string Mover::MapHost(int memfd, bool write) {
       if (cfg_.huge_pages) ::madvise(m, p->size, MADV_HUGEPAGE);
       p->host = static_cast<char*>(m);
     }
-    return "";
+    return {};
   }
-  if (total_ == 0) return "";
+  if (total_ == 0) return {};
   struct stat st;
   if (::fstat(memfd, &st) != 0) return Errno("cryod's host memory");
   if (static_cast<uint64_t>(st.st_size) < total_) {
     // cryod sized it from an earlier status; the job allocated since. The rest is the job's.
     if (!write) {
-      return "cryod's host memory holds " + std::to_string(st.st_size) + " bytes; the drain put " +
-             std::to_string(total_) + " there";
+      return Result::Failed("cryod's host memory holds " + std::to_string(st.st_size) +
+                            " bytes; the drain put " + std::to_string(total_) + " there");
     }
     if (::ftruncate(memfd, static_cast<off_t>(total_)) != 0)
       return Errno("growing cryod's host memory");
@@ -644,7 +643,7 @@ std::string Mover::MapHost(int memfd, bool write) {
     const unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | (write ? 0 : CU_MEMHOSTREGISTER_READ_ONLY);
     host_registered_ = d_.cuMemHostRegister_v2(host_base_, host_len_, flags) == CUDA_SUCCESS;
   }
-  return "";
+  return {};
 }
 
 void Mover::FreeHost() {

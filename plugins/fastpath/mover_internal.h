@@ -9,6 +9,7 @@
 #include <string>
 
 #include "plugins/fastpath/driver.h"
+#include "plugins/fastpath/result.h"
 
 namespace cryo::fastpath::mover_internal {
 
@@ -18,11 +19,14 @@ inline int64_t Ms(Clock::time_point since) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - since).count();
 }
 
-inline std::string Cuda(const Driver& d, const char* what, CUresult r) {
-  return std::string(what) + ": " + d.ErrorText(r) + " (" + std::to_string(static_cast<int>(r)) +
-         ")";
+// The failure of a driver call, and of a system call (errno).
+inline Result Cuda(const Driver& d, const char* what, CUresult r) {
+  return Result::Failed(std::string(what) + ": " + d.ErrorText(r) + " (" +
+                        std::to_string(static_cast<int>(r)) + ")");
 }
 
-inline std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+inline Result Errno(const std::string& what) {
+  return Result::Failed(what + ": " + std::strerror(errno));
+}
 
 }  // namespace cryo::fastpath::mover_internal

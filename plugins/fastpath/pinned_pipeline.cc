@@ -4,13 +4,15 @@
 
 namespace cryo::fastpath {
 
-PinnedPipeline::PinnedPipeline(std::vector<char*> bufs,
-                               std::function<std::string(const Item&)> consume)
+PinnedPipeline::PinnedPipeline(std::vector<char*> bufs, std::function<Result(const Item&)> consume)
     : consume_(std::move(consume)), free_(bufs.begin(), bufs.end()) {
   thread_ = std::thread([this] { Consume(); });
 }
 
-PinnedPipeline::~PinnedPipeline() { Finish(); }
+PinnedPipeline::~PinnedPipeline() {
+  // Dropped without Finish() only on its owner's early return, which reports its own error.
+  (void)Finish();
+}
 
 char* PinnedPipeline::Acquire() {
   std::unique_lock<std::mutex> l(mu_);
@@ -28,7 +30,7 @@ void PinnedPipeline::Submit(char* buf, uint64_t tag, uint64_t n) {
   cv_.notify_all();
 }
 
-std::string PinnedPipeline::Finish() {
+Result PinnedPipeline::Finish() {
   {
     std::lock_guard<std::mutex> l(mu_);
     closed_ = true;
@@ -50,7 +52,7 @@ void PinnedPipeline::Consume() {
       it = filled_.front();
       filled_.pop_front();
     }
-    if (error_.empty()) error_ = consume_(it);
+    if (error_.ok()) error_ = consume_(it);
     {
       std::lock_guard<std::mutex> l(mu_);
       free_.push_back(it.buf);

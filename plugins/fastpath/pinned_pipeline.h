@@ -8,7 +8,7 @@
 //
 //   PinnedPipeline p(bufs, [&](const PinnedPipeline::Item& it) { return Use(it); });
 //   while (more) { char* b = p.Acquire(); Fill(b); p.Submit(b, offset, n); }
-//   std::string err = p.Finish();  // the consumer's first error, "" when none
+//   Result r = p.Finish();  // the consumer's first error, ok when none
 
 #include <condition_variable>
 #include <cstdint>
@@ -18,6 +18,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "plugins/fastpath/result.h"
 
 namespace cryo::fastpath {
 
@@ -30,7 +32,7 @@ class PinnedPipeline {
   };
   // `consume` runs on the pipeline's thread, once per item in order, until it returns an error;
   // after that the items are only given back.
-  PinnedPipeline(std::vector<char*> bufs, std::function<std::string(const Item&)> consume);
+  PinnedPipeline(std::vector<char*> bufs, std::function<Result(const Item&)> consume);
   ~PinnedPipeline();  // Finish()
   PinnedPipeline(const PinnedPipeline&) = delete;
   PinnedPipeline& operator=(const PinnedPipeline&) = delete;
@@ -39,20 +41,20 @@ class PinnedPipeline {
   char* Acquire();
   // `buf` (from Acquire) holds `n` bytes for `tag`.
   void Submit(char* buf, uint64_t tag, uint64_t n);
-  // No more items: waits until the consumer has seen every one; its first error ("": none).
+  // No more items: waits until the consumer has seen every one; its first error (ok: none).
   // Idempotent.
-  std::string Finish();
+  Result Finish();
 
  private:
   void Consume();
 
-  std::function<std::string(const Item&)> consume_;
+  std::function<Result(const Item&)> consume_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<char*> free_;
   std::deque<Item> filled_;
   bool closed_ = false;
-  std::string error_;  // the consumer's (its thread only, until joined)
+  Result error_;  // the consumer's (its thread only, until joined)
   std::thread thread_;
 };
 

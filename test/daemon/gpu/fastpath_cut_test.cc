@@ -103,7 +103,7 @@ class FastpathCutTest : public ::testing::Test {
       k->control = std::make_unique<fastpath::Control>(*k->mover, *k->reg, nullptr);
       // Channel names of their own: the "ranks" are this process under pids of their own.
       const pid_t ns_pid = 1000000 + (::getpid() % 100000) * 100 + next_name++;
-      ASSERT_EQ(k->control->Start(ns_pid), "");
+      ASSERT_EQ(k->control->Start(ns_pid).error, "");
       ASSERT_EQ(k->reg->MemAlloc(&k->mem, kBytes), CUDA_SUCCESS);
       auto* w = reinterpret_cast<uint64_t*>(k->mem);
       for (size_t i = 0; i < kBytes / 8; ++i) w[i] = Word(r, i);

@@ -267,7 +267,7 @@ TEST_F(FastpathMoveTest, ADrainFreesTheGpuAndARefillPutsEveryByteBackAtTheSameAd
   DrainOptions opt;
   opt.threads = 3;
   DrainResult r;
-  Outcome o = mover_->Drain(opt, &r);
+  Result o = mover_->Drain(opt, &r);
   ASSERT_TRUE(o.ok()) << o.error;
   EXPECT_EQ(mover_->state(), State::kDrained);
   EXPECT_EQ(r.bytes, 24 * kMiB);
@@ -313,7 +313,7 @@ TEST_F(FastpathMoveTest, ACopyThatFailsHalfWayLeavesTheJobAsItWas) {
   DrainOptions opt;
   opt.fds = fds;
   DrainResult r;
-  Outcome o = mover_->Drain(opt, &r);
+  Result o = mover_->Drain(opt, &r);
   d_ = testing::FakeDriver();
   CloseAll(fds);
   EXPECT_FALSE(o.ok());
@@ -333,7 +333,7 @@ TEST_F(FastpathMoveTest, AReleaseThatFailsHalfWayPutsEveryByteBackFromHostMemory
   d_.cuMemUnmap = &FailingUnmap;
   DrainOptions opt;
   DrainResult r;
-  Outcome o = mover_->Drain(opt, &r);
+  Result o = mover_->Drain(opt, &r);
   d_ = testing::FakeDriver();
   EXPECT_FALSE(o.ok());
   EXPECT_TRUE(o.rolled_back) << o.error;
@@ -355,7 +355,7 @@ TEST_F(FastpathMoveTest, FilesCarryTheStoresChecksumsAndRefillFromThem) {
   DrainResult r;
   ASSERT_TRUE(mover_->Drain(opt, &r).ok());
   SaveResult s;
-  Outcome o = mover_->FinishSave(&s);
+  Result o = mover_->FinishSave(&s);
   ASSERT_TRUE(o.ok()) << o.error;
   CloseAll(out);
   EXPECT_EQ(mover_->state(), State::kSaved);
@@ -396,7 +396,7 @@ TEST_F(FastpathMoveTest, AProcessThatOwnsNothingDrainsAndRefillsEmptyFiles) {
   ASSERT_TRUE(mover_->Drain(opt, &r).ok());
   EXPECT_EQ(r.bytes, 0u);
   SaveResult s;
-  Outcome o = mover_->FinishSave(&s);
+  Result o = mover_->FinishSave(&s);
   ASSERT_TRUE(o.ok()) << o.error;
   CloseAll(out);
   ASSERT_EQ(s.files.size(), 2u);
@@ -437,7 +437,7 @@ TEST_F(FastpathMoveTest, ManyUnitsStripeOverTheFilesAndComeBackInOrder) {
   ro.fds = in;
   ro.expected = s.files;
   RefillResult rr;
-  Outcome o = mover_->Refill(ro, &rr);
+  Result o = mover_->Refill(ro, &rr);
   CloseAll(in);
   ASSERT_TRUE(o.ok()) << o.error;
   for (size_t i = 0; i < ps.size(); ++i) {
@@ -487,7 +487,7 @@ TEST_F(FastpathMoveTest, ADrainIntoCryodsMemoryLeavesTheJobNoCopyAndRefillsFromI
     opt.memfd = memfd->get();
     opt.threads = 4;
     DrainResult r;
-    Outcome o = mover_->Drain(opt, &r);
+    Result o = mover_->Drain(opt, &r);
     ASSERT_TRUE(o.ok()) << o.error;
     EXPECT_EQ(fake_cuda_registered_bytes(), registered ? 200 * kMiB : 0)
         << "until it lets go of it, the job has cryod's memory registered, or not at all";
@@ -730,7 +730,7 @@ TEST_F(FastpathMoveTest, ADamagedFileIsRefusedAndTheJobStaysHeld) {
   ro.fds = in;
   ro.expected = s.files;
   RefillResult rr;
-  Outcome o = mover_->Refill(ro, &rr);
+  Result o = mover_->Refill(ro, &rr);
   CloseAll(in);
   EXPECT_THAT(o.error, HasSubstr("does not hold what the checkpoint recorded"));
   EXPECT_TRUE(gate_.shut()) << "the job must not run on memory that is not its own";
@@ -761,7 +761,7 @@ TEST_F(FastpathMoveTest, ACallThatDoesNotLeaveInTimeCancelsTheDrainAndTouchesNot
   DrainOptions opt;
   opt.timeout = std::chrono::milliseconds(50);
   DrainResult r;
-  Outcome o = mover_->Drain(opt, &r);
+  Result o = mover_->Drain(opt, &r);
   EXPECT_THAT(o.error, HasSubstr("still in flight"));
   EXPECT_TRUE(o.rolled_back);
   EXPECT_FALSE(gate_.shut());
@@ -800,7 +800,7 @@ TEST_F(FastpathMoveTest, AGraphCaptureInProgressHoldsTheDrainBackUntilItEnds) {
   DrainOptions opt;
   opt.timeout = std::chrono::milliseconds(50);
   DrainResult r;
-  Outcome o = mover_->Drain(opt, &r);
+  Result o = mover_->Drain(opt, &r);
   EXPECT_THAT(o.error, HasSubstr("graph capture"));
   EXPECT_EQ(mover_->state(), State::kRunning);
   opt.timeout = std::chrono::seconds(30);
@@ -1076,10 +1076,12 @@ TEST_F(FastpathMoveTest, LegacyIpcOfOwnedMemoryIsServedByTheLibraryAndCarriedLik
   EXPECT_EQ(r.bytes, 6 * kMiB);
   EXPECT_EQ(pr.bytes, 0u);
   EXPECT_EQ(Used(), 0u);
-  bool busy = false;
-  std::string why;
-  EXPECT_EQ(FetchIpcShare(h, &busy, &why), -1);
-  EXPECT_TRUE(busy) << "drained: asked again later (" << why << ")";
+  int fd = -1;
+  const Result fetched = FetchIpcShare(h, &fd);
+  EXPECT_FALSE(fetched.ok());
+  EXPECT_EQ(fd, -1);
+  EXPECT_EQ(fetched.code, ErrorCode::kBusy)
+      << "drained: asked again later (" << fetched.error << ")";
 
   RefillResult rr, prr;
   ASSERT_TRUE(mover_->Refill(RefillOptions{}, &rr).ok());
@@ -1113,7 +1115,7 @@ TEST_F(FastpathMoveTest, ASecondDrainIsRefusedAndAbortRollsBack) {
   JobMemory m = Allocate();
   DrainResult r;
   ASSERT_TRUE(mover_->Drain(DrainOptions{}, &r).ok());
-  Outcome o = mover_->Drain(DrainOptions{}, &r);
+  Result o = mover_->Drain(DrainOptions{}, &r);
   EXPECT_THAT(o.error, HasSubstr("already out"));
   // The caller went away: back to the GPU from the job's memory.
   EXPECT_TRUE(mover_->Abort());
@@ -1239,7 +1241,7 @@ TEST_F(FastpathTest, AJobWhoseChannelNameIsTakenListensOnAnAlternateFoundByItsPi
   ::close(ready[1]);
 
   Control control(*mover_, *reg_, nullptr);
-  EXPECT_EQ(control.Start(pid), "") << "the library did not listen on an alternate";
+  EXPECT_EQ(control.Start(pid).error, "") << "the library did not listen on an alternate";
   pid_t held_by = -1;
   const int conn = wire::ConnectToProcess(pid, ::getpid(), &held_by);
   ASSERT_GE(conn, 0) << strerror(errno);
