@@ -29,7 +29,7 @@ trap cleanup EXIT
 if "$CRYO" node >/dev/null 2>&1; then
   say "using the cryod already serving $SOCK"
 else
-  say "starting cryod (defaults: socket $SOCK, state and store under /var/lib/cryo)"
+  say "starting cryod (defaults: socket $SOCK, store under /var/lib/cryo, journal on /run/cryo)"
   "$CRYOD" --metrics-address 127.0.0.1:9464 >"$WORK/cryod.log" 2>&1 &
   started_cryod=$!
   for _ in $(seq 100); do "$CRYO" node >/dev/null 2>&1 && break; sleep 0.1; done

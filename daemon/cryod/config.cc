@@ -384,7 +384,8 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"socket", d.socket},
       {"state_dir", d.state_dir},
       {"store", "<state_dir>/store"},
-      {"journal_dir", "<state_dir>/journal"},
+      {"journal_dir", std::string(Config::kDefaultJournalDir) +
+                          " with the state_dir built in, else <state_dir>/journal"},
       {"signing_key_file", "<state_dir>/signing.key"},
       {"node_name", "<hostname>"},
       {"criu", "criu from PATH, /usr/local/sbin first"},
@@ -496,7 +497,10 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
   }
   for (const auto& [k, v] : pending) CRYO_RETURN_IF_ERROR(k->set(c, v));
   if (c.store.empty()) c.store = fs::Join(c.state_dir, "store");
-  if (c.journal_dir.empty()) c.journal_dir = fs::Join(c.state_dir, "journal");
+  if (c.journal_dir.empty()) {
+    c.journal_dir = c.state_dir == Config::kDefaultStateDir ? Config::kDefaultJournalDir
+                                                            : fs::Join(c.state_dir, "journal");
+  }
   if (c.signing_key_file.empty()) c.signing_key_file = fs::Join(c.state_dir, "signing.key");
   if (c.node_name.empty()) {
     char host[256] = {0};

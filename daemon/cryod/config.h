@@ -15,11 +15,16 @@ namespace cryo::cryod {
 struct Config {
   std::string config_file;  // empty: /etc/cryo/cryod.json if it exists
   std::string socket = "/run/cryo/cryod.sock";
-  std::string state_dir = "/var/lib/cryo";
+  static constexpr const char* kDefaultStateDir = "/var/lib/cryo";
+  // The default state_dir's journal: on the tmpfs beside the socket, off the store's disk.
+  static constexpr const char* kDefaultJournalDir = "/run/cryo/journal";
+  std::string state_dir = kDefaultStateDir;
   std::string store;  // empty: <state_dir>/store
   // The journal of operations in flight. It need outlive cryod only, not the node, and every
   // checkpoint step waits for its writes: a tmpfs (the chart's /run/cryo/journal) keeps them off
-  // a disk the store's writes keep busy. Empty: <state_dir>/journal.
+  // a disk the store's writes keep busy. Empty: kDefaultJournalDir with the default state_dir,
+  // else <state_dir>/journal (a state_dir of its own, as each test's cryod has, keeps its
+  // journal with it).
   std::string journal_dir;
   // The key manifests are signed with (created when absent). Nodes that restore each other's
   // process-mode checkpoints share it; empty: <state_dir>/signing.key.

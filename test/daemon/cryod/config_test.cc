@@ -32,6 +32,20 @@ TEST(Config, DefaultsFileThenFlags) {
   EXPECT_EQ(c->socket, "/run/cryo/cryod.sock");
 }
 
+// The embedded defaults keep the journal off the store's disk (issue 39): with the default
+// state_dir it is on /run, the tmpfs the socket is on; a cryod of its own state_dir keeps it
+// there, and a journal_dir given wins.
+TEST(Config, TheDefaultStateDirsJournalIsOnRunNotBesideTheStore) {
+  auto c = Load({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->state_dir, "/var/lib/cryo");
+  EXPECT_EQ(c->store, "/var/lib/cryo/store");
+  EXPECT_EQ(c->journal_dir, "/run/cryo/journal");
+  EXPECT_EQ(Load({"--state-dir", "/srv/cryo"})->journal_dir, "/srv/cryo/journal");
+  EXPECT_EQ(Load({"--journal-dir", "/var/lib/cryo/journal"})->journal_dir,
+            "/var/lib/cryo/journal");
+}
+
 TEST(Config, ClearErrors) {
   TempDir d;
   EXPECT_EQ(Load({"--no-such-flag", "1"}).status().code(), absl::StatusCode::kInvalidArgument);
