@@ -42,8 +42,7 @@ TEST(Config, TheDefaultStateDirsJournalIsOnRunNotBesideTheStore) {
   EXPECT_EQ(c->store, "/var/lib/cryo/store");
   EXPECT_EQ(c->journal_dir, "/run/cryo/journal");
   EXPECT_EQ(Load({"--state-dir", "/srv/cryo"})->journal_dir, "/srv/cryo/journal");
-  EXPECT_EQ(Load({"--journal-dir", "/var/lib/cryo/journal"})->journal_dir,
-            "/var/lib/cryo/journal");
+  EXPECT_EQ(Load({"--journal-dir", "/var/lib/cryo/journal"})->journal_dir, "/var/lib/cryo/journal");
 }
 
 TEST(Config, ClearErrors) {
