@@ -41,12 +41,8 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
   auto undo = [this](void (Engine::*f)(const journal::Entry&, CheckpointLive*)) {
     return [this, f](const journal::Entry& e, CheckpointLive* live) { (this->*f)(e, live); };
   };
-  auto has_gpu = [](const S& s) { return !s.gpu.empty(); };
-  auto fast_bytes = [](const S& s) {
-    uint64_t b = 0;
-    for (const auto& f : s.fast) b += f.bytes;
-    return b;
-  };
+  auto has_gpu = [](const S& s) { return !s.live.driver.empty(); };
+  auto fast_bytes = [](const S& s) { return s.live.fast.bytes(); };
   auto expected = [](const S& s) { return StageSize{s.expected, ""}; };
   auto step = [](auto&&... a) { return MakeStep<S>(std::forward<decltype(a)>(a)...); };
   return Transaction<S>({
@@ -78,14 +74,15 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
       // gave the driver's state back: undos run newest first).
       step(
           "gpu_drain", Stage::kGpuDrain, run(&Engine::DrainGpus), undo(&Engine::UndoDrain),
-          [](const S& s) { return !s.fast.empty(); },
+          [](const S& s) { return !s.live.fast.empty(); },
           [fast_bytes](const S& s) {
-            return StageSize{fast_bytes(s), absl::StrCat(s.fast.size(), " fast-path processes")};
+            return StageSize{fast_bytes(s),
+                             absl::StrCat(s.live.fast.size(), " fast-path processes")};
           }),
       // gpu_lock's undo takes the GPU state back from wherever it got (locked or checkpointed).
       step("gpu_lock", Stage::kGpuLock, run(&Engine::LockGpus), undo(&Engine::UndoGpu), has_gpu,
            [](const S& s) {
-             return StageSize{0, absl::StrCat(s.gpu.size(), " GPU processes")};
+             return StageSize{0, absl::StrCat(s.live.driver.size(), " GPU processes")};
            }),
       step("gpu_checkpoint", Stage::kGpuCheckpoint, run(&Engine::CheckpointGpus), nullptr, has_gpu),
       // The fast path's files are written beside the driver's checkpoint; done before CRIU
@@ -111,23 +108,18 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
       step("resume_early", Stage::kUnspecified, run(&Engine::ResumeEarly), nullptr,
            [](const S& s) { return s.left_stopped && s.req.leave_running; }),
       step("gpu_resume", Stage::kGpuRestore, run(&Engine::ResumeGpus), nullptr,
-           [](const S& s) { return s.req.leave_running && !s.gpu.empty(); }),
+           [](const S& s) { return s.req.leave_running && !s.live.driver.empty(); }),
       // A leave-running checkpoint: the job goes on with its memory back on the GPU.
       step(
           "gpu_refill", Stage::kGpuRefill, run(&Engine::RefillGpus), nullptr,
-          [](const S& s) { return s.req.leave_running && !s.fast.empty(); },
+          [](const S& s) { return s.req.leave_running && !s.live.fast.empty(); },
           [fast_bytes](const S& s) {
             return StageSize{fast_bytes(s), ""};
           }),
       // ... and, when it drained into cryod's memory, its files are written as it runs on.
       step(
           "gpu_write", Stage::kGpuWrite, run(&Engine::WriteGpuData), nullptr,
-          [](const S& s) {
-            for (const auto& f : s.fast) {
-              if (f.memory) return true;
-            }
-            return false;
-          },
+          [](const S& s) { return s.live.fast.in_memory(); },
           [fast_bytes](const S& s) {
             return StageSize{fast_bytes(s), "written while the job runs on"};
           }),
@@ -191,7 +183,7 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
     // irreversible happens.
     if (name == "stage") return absl::OkStatus();  // written by the step itself
     journaled = true;
-    return JournalBefore(s.je);
+    return JournalBefore(s.JournalEntry());
   };
   hooks.on_rolled_back = [&] {
     if (!s.je.staging_dir.empty() || journaled) {
@@ -238,7 +230,7 @@ absl::Status Engine::StageCheckpoint(CheckpointState& s) {
   s.op_dir = OpDir(s.op->id());
   CRYO_RETURN_IF_ERROR(fs::MakeDirs(s.op_dir, 0700));
   // The journal's first record: from here on a crash is undone at the next start.
-  return JournalBefore(s.je);
+  return JournalBefore(s.JournalEntry());
 }
 
 // Best effort: a staging directory that could not go is collected later (CollectIncomplete), and
@@ -252,16 +244,14 @@ void Engine::UndoStage(const journal::Entry& e, CheckpointLive* live) {
 }
 
 absl::Status Engine::LockGpus(CheckpointState& s) {
-  s.je.gpu = s.gpu;
-  CRYO_RETURN_IF_ERROR(JournalBefore(s.je));
   const absl::Duration timeout = s.req.gpu_lock_timeout > absl::ZeroDuration()
                                      ? s.req.gpu_lock_timeout
                                      : cfg_.gpu_lock_timeout;
-  return d_.gpu->Lock(s.gpu, timeout);
+  return s.live.driver.Lock(*d_.gpu, timeout);
 }
 
 absl::Status Engine::CheckpointGpus(CheckpointState& s) {
-  CRYO_RETURN_IF_ERROR(d_.gpu->Checkpoint(s.gpu));
+  CRYO_RETURN_IF_ERROR(s.live.driver.Checkpoint(*d_.gpu));
   // Device memory now sits in the processes: CRIU will write it, so count it.
   for (pid_t p : s.pids) s.expected = std::max(s.expected, d_.proc->MemoryBytes(p));
   s.claim->HoldSpace(s.expected);
@@ -269,9 +259,7 @@ absl::Status Engine::CheckpointGpus(CheckpointState& s) {
 }
 
 void Engine::UndoGpu(const journal::Entry& e, CheckpointLive* live) {
-  if (e.gpu.empty() || (live && live->gpu_back)) return;
-  d_.gpu->Rollback(e.gpu);
-  if (live) live->gpu_back = true;
+  gpu::DriverSession::Undo(*d_.gpu, e.gpu, live ? &live->driver : nullptr);
 }
 
 absl::Status Engine::Dump(CheckpointState& s) {
@@ -309,14 +297,15 @@ absl::Status Engine::Dump(CheckpointState& s) {
     // checkpoint's member, until every member is dumped.
     dopt.leave_running = s.req.leave_running && !s.ctr && !s.req.job_cut;
     if (s.ctr) dopt.in_container = criu::InContainer{s.ctr->init_pid, cfg_.nsexec_path, {}};
-    CRYO_RETURN_IF_ERROR(AddGpuCriuOptions(s.gpu, &s.job, &dopt.extra_args, &dopt.env));
+    CRYO_RETURN_IF_ERROR(
+        AddGpuCriuOptions(s.live.driver.records(), &s.job, &dopt.extra_args, &dopt.env));
     dopt.job = s.job;
     dumped = d_.criu->Dump(dopt, [&](pid_t criu_pid) {
       s.je.state = journal::OpState::kDumping;
       s.je.criu_pid = criu_pid;
       auto info = d_.proc->Read(criu_pid);
       s.je.criu_start_time = info.ok() ? info->start_time : 0;
-      JournalAfter(s.je);  // CRIU runs: recovery waits for it
+      JournalAfter(s.JournalEntry());  // CRIU runs: recovery waits for it
     });
   }
   auto digests = hasher.Finish();
@@ -351,7 +340,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
   }
   s.je.state = journal::OpState::kDumped;
   s.je.criu_pid = 0;
-  CRYO_RETURN_IF_ERROR(JournalBefore(s.je));  // before the publish
+  CRYO_RETURN_IF_ERROR(JournalBefore(s.JournalEntry()));  // before the publish
   if (!digests.ok()) return Annotate(digests.status(), "checksumming images");
   s.digests = *std::move(digests);
   hooks_.At("after-dump");
@@ -436,7 +425,7 @@ absl::Status Engine::ResumeEarly(CheckpointState& s) {
                             cfg_.nsexec_path);
     criu::LeaveTcpRepair(PidsOf(s.je.tasks));
   }
-  if (s.gpu.empty()) jobs_.Resume(s.je.tasks);
+  if (s.live.driver.empty()) jobs_.Resume(s.je.tasks);
   return absl::OkStatus();
 }
 
@@ -447,10 +436,7 @@ absl::Status Engine::ResumeGpus(CheckpointState& s) {
   // returned (H200, driver 580, kubelet's CheckpointContainer of a GPU pod). Until the unlock
   // its CUDA calls wait, as in process mode, where CRIU resumes the job first.
   if (s.left_stopped) jobs_.Resume(s.je.tasks);
-  CRYO_RETURN_IF_ERROR(d_.gpu->Restore(s.gpu, {}));
-  CRYO_RETURN_IF_ERROR(d_.gpu->Unlock(s.gpu));
-  s.live.gpu_back = true;
-  return absl::OkStatus();
+  return s.live.driver.Resume(*d_.gpu);
 }
 
 absl::Status Engine::BuildManifest(CheckpointState& s) {
@@ -482,12 +468,13 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
     m.files.push_back({absl::StrCat(store::kImagesDir, "/", rel), dg.size, dg.checksum});
   }
   m.files.insert(m.files.end(), s.container_files.begin(), s.container_files.end());
-  m.files.insert(m.files.end(), s.fast_files.begin(), s.fast_files.end());
-  if (!s.gpu.empty()) {
-    m.gpu = d_.gpu->Describe(s.gpu);
-    m.gpu_processes = s.gpu;
+  const std::vector<store::ManifestFile> fast_files = s.live.fast.ManifestFiles();
+  m.files.insert(m.files.end(), fast_files.begin(), fast_files.end());
+  if (!s.live.driver.empty()) {
+    m.gpu = d_.gpu->Describe(s.live.driver.records());
+    m.gpu_processes = s.live.driver.records();
   }
-  m.gpu_fastpath = s.fast;
+  m.gpu_fastpath = s.live.fast.records();
   m.credentials = s.credentials;
   if (s.ctr) m.container = container::SectionOf(*s.ctr, d_.runtime->name());
   // Before the publish step's deadline check, so a test can let the deadline pass here.
@@ -505,7 +492,7 @@ absl::Status Engine::Publish(CheckpointState& s) {
       Annotate(s.live.staged->Publish(s.manifest), absl::StrCat("publishing checkpoint ", s.id)));
   hooks_.At("after-publish");
   s.je.state = journal::OpState::kPublished;
-  JournalAfter(s.je);
+  JournalAfter(s.JournalEntry());
   s.published_path = fs::Join(fs::Join(d_.store->location(), "checkpoints"), s.id);
   s.published_at = absl::Now();
   if (d_.metrics) {

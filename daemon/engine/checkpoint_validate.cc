@@ -97,20 +97,22 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   // What CRIU cannot dump is refused now, not after the GPU was drained and the job frozen.
   CRYO_RETURN_IF_ERROR(criu::CheckDumpable(*d_.proc, s.pids));
   // A GPU feature the driver cannot checkpoint is refused here, before anything is locked.
-  CRYO_ASSIGN_OR_RETURN(s.gpu, d_.gpu->Discover(s.pids));
+  CRYO_ASSIGN_OR_RETURN(std::vector<gpu::GpuProcess> gpu, d_.gpu->Discover(s.pids));
   if (s.ctr) {
-    for (auto& g : s.gpu) g.ns_pid = d_.proc->NsPid(g.pid);
+    for (auto& g : gpu) g.ns_pid = d_.proc->NsPid(g.pid);
   }
+  s.live.driver = gpu::DriverSession(std::move(gpu));
   // Processes that run the fast-path library move what it owns themselves.
   if (d_.fastpath != nullptr && cfg_.fastpath.enabled) {
-    CRYO_ASSIGN_OR_RETURN(s.fast, d_.fastpath->Find(s.pids));
+    CRYO_ASSIGN_OR_RETURN(std::vector<gpu::FastpathProcess> found, d_.fastpath->Find(s.pids));
+    s.live.fast = gpu::FastpathSession(std::move(found));
     // Claimed now, well before the drain: jobs preempted together see each other there.
-    s.live.copy_claim = copy_share_.Take(static_cast<int>(s.fast.size()));
+    s.live.copy_claim = copy_share_.Take(static_cast<int>(s.live.fast.size()));
   }
   // A job's member with no GPU memory of the fast path's takes no part in the GPU cut: the
   // others do not wait for it there (job_cut.h).
-  if (s.fast.empty()) LeaveJobGpuCut(s);
-  return CheckNcclSharing(s.gpu, s.fast);
+  if (s.live.fast.empty()) LeaveJobGpuCut(s);
+  return CheckNcclSharing(s.live.driver.records(), s.live.fast.records());
 }
 
 absl::Status CheckNcclSharing(const std::vector<gpu::GpuProcess>& gpu,

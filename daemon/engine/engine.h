@@ -294,6 +294,8 @@ class Engine {
   absl::Status AllocateHostCopies(CheckpointState& s);
   // Whether a leave-running drain may go into cryod's memory: on, and every library speaks it.
   bool MayDrainIntoMemory(const CheckpointState& s) const;
+  // The node's settings for this checkpoint's drains (copy threads, bounds, when to stop).
+  gpu::FastpathDrainOptions DrainOptionsFor(const CheckpointState& s) const;
   // Their undos: they read the journal entry and, in a live rollback, the live handles (null
   // in recovery, which runs them too).
   void UndoStage(const journal::Entry& e, CheckpointLive* live);

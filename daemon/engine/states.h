@@ -21,7 +21,9 @@
 #include "daemon/engine/dump_staging.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/stage_clock.h"
+#include "daemon/fastpath/session.h"
 #include "daemon/gpu/copy_share.h"
+#include "daemon/gpu/driver_session.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/job_checkpoint.h"
 #include "lib/base/fd.h"
@@ -51,28 +53,20 @@ class Engine::Claim {
   uint64_t space_ = 0;
 };
 
-// One fast-path process's drain as this cryod holds it: gone after a crash.
-struct FastpathJob {
-  std::unique_ptr<gpu::FastpathDrainHandle> drain;
-  std::vector<int> fds;             // its files, open for writing
-  std::vector<FileDigest> digests;  // what the files hold, once written
-  UniqueFd memfd;                   // a drain into cryod's memory: the data, until gpu_write
-};
-
 // What a checkpoint's undos may read besides the journal entry: this process's handles, null
 // (absent) during recovery.
 struct CheckpointLive {
   CheckpointLive() = default;
   CheckpointLive(const CheckpointLive&) = delete;
   CheckpointLive& operator=(const CheckpointLive&) = delete;
-  ~CheckpointLive();                                // closes the fast path's files still open
   std::unique_ptr<store::StagedCheckpoint> staged;  // stage
-  std::vector<FastpathJob> fast;                    // gpu_drain, gpu_save: per fast-path process
+  // validate on: the processes the fast path moves, and all the checkpoint holds of them. Their
+  // records are journaled (CheckpointState::JournalEntry); their handles die with this cryod.
+  gpu::FastpathSession fast;
+  // validate on: the GPU processes on the driver's path (its lock and checkpoint).
+  gpu::DriverSession driver;
   // validate to gpu_drain: this job's share of the node's copy threads (copy_share.h).
   gpu::CopyShare::Claim copy_claim;
-  // The GPU state is back in the job (rolled back, or restored for a leave-running checkpoint):
-  // no undo needs to touch it again.
-  bool gpu_back = false;
   // dump: a leave-running checkpoint's images in node memory, until dump_write has copied them
   // into `staged` (inactive: CRIU wrote them there itself).
   DumpStaging dump_staging;
@@ -102,6 +96,13 @@ struct CheckpointState {
   // Where CRIU writes the images: node memory (dump_staging) or the stage.
   std::string images_dir() const {
     return live.dump_staging.active() ? live.dump_staging.dir() : live.staged->images_dir();
+  }
+  // The journal entry: the transaction's own fields and its participants' durable records. Every
+  // write of the journal goes through it, so that no record is copied in by hand.
+  journal::Entry& JournalEntry() {
+    je.gpu = live.driver.records();
+    je.fastpath = live.fast.records();
+    return je;
   }
   // What the dump wrote.
   uint64_t DumpBytes() const {
@@ -133,8 +134,6 @@ struct CheckpointState {
   uint64_t expected = 0;
   criu::JobOptions job;  // what CRIU dumps with (resolved in validate)
   std::unique_ptr<Engine::Claim> claim;
-  std::vector<gpu::GpuProcess> gpu;
-  std::vector<gpu::FastpathProcess> fast;  // processes the fast path moves
   // The most any of the job's threads holds (uids, capabilities, ...): recorded in the
   // manifest, the bound of a process-mode restore.
   criu::CredentialCeiling credentials;
@@ -147,9 +146,6 @@ struct CheckpointState {
     absl::Duration lost;
   };
   std::optional<Fallback> fallback;
-
-  // gpu_save: the fast path's files, as the manifest lists them.
-  std::vector<store::ManifestFile> fast_files;
 
   // stage
   std::string op_dir;

@@ -139,7 +139,7 @@ std::string DigestsPath(const Opts& o, pid_t ns_pid) {
 absl::Status FastpathDrainOnce(const Opts& o, cryo::proc::ProcReader& proc,
                                const cryo::gpu::FastpathProcess& p, nlohmann::json& out) {
   const auto t0 = Clock::now();
-  std::vector<int> fds;
+  std::vector<cryo::UniqueFd> fds;
   if (!o.files_dir.empty()) {
     CRYO_ASSIGN_OR_RETURN(fds,
                           cryo::gpu::OpenFastpathFiles(o.files_dir, p.ns_pid, o.writers, true));
@@ -147,15 +147,12 @@ absl::Status FastpathDrainOnce(const Opts& o, cryo::proc::ProcReader& proc,
   cryo::gpu::FastpathDrainOptions dopt;
   dopt.threads = std::max(1, o.threads);
   dopt.quiesce_timeout = o.timeout;
-  auto d = cryo::gpu::FastpathDrain::Start(proc, p, dopt, fds);
-  if (!d.ok()) {
-    cryo::CloseAll(fds);
-    return d.status();
-  }
+  auto d = cryo::gpu::FastpathDrain::Start(proc, p, dopt, cryo::Borrow(fds));
+  if (!d.ok()) return d.status();
   out["drained"] = AsJson((*d)->drained());
   out["drain_ms"] = Ms(t0, Clock::now());
   auto saved = (*d)->WaitSaved();
-  cryo::CloseAll(fds);
+  fds.clear();
   if (!saved.ok()) return saved.status();
   out["saved_ms"] = Ms(t0, Clock::now());
   nlohmann::json ds = nlohmann::json::array();
@@ -175,7 +172,7 @@ absl::Status FastpathDrainOnce(const Opts& o, cryo::proc::ProcReader& proc,
 absl::Status FastpathRefillOnce(const Opts& o, cryo::proc::ProcReader& proc,
                                 const cryo::gpu::FastpathProcess& p, nlohmann::json& out) {
   const auto t0 = Clock::now();
-  std::vector<int> fds;
+  std::vector<cryo::UniqueFd> fds;
   std::vector<cryo::FileDigest> expected;
   if (!o.files_dir.empty()) {
     const std::string path = DigestsPath(o, p.ns_pid);
@@ -195,9 +192,9 @@ absl::Status FastpathRefillOnce(const Opts& o, cryo::proc::ProcReader& proc,
         fds, cryo::gpu::OpenFastpathFiles(o.files_dir, p.ns_pid, static_cast<int>(expected.size()),
                                           false));
   }
-  auto r =
-      cryo::gpu::FastpathRefill(proc, p, std::max(1, o.threads), fds, expected, absl::Minutes(10));
-  cryo::CloseAll(fds);
+  auto r = cryo::gpu::FastpathRefill(proc, p, std::max(1, o.threads), cryo::Borrow(fds), expected,
+                                     absl::Minutes(10));
+  fds.clear();
   out["refill_ms"] = Ms(t0, Clock::now());
   if (!r.ok()) return r.status();
   out["refilled"] = AsJson(*r);
@@ -216,7 +213,7 @@ int FastpathStepCommand(const Opts& o) {
 // One process of a --fast cycle: its files, its drain, what it saved.
 struct Fast {
   cryo::gpu::FastpathProcess p;
-  std::vector<int> files;
+  std::vector<cryo::UniqueFd> files;
   std::unique_ptr<cryo::gpu::FastpathDrain> drain;
   std::vector<cryo::FileDigest> digests;
   absl::Status st;
@@ -239,9 +236,9 @@ absl::Status DrainAll(const Opts& o, cryo::proc::ProcReader& proc, cryo::gpu::Gp
           f.st = opened.status();
           return;
         }
-        f.files = *opened;
+        f.files = *std::move(opened);
       }
-      auto d = cryo::gpu::FastpathDrain::Start(proc, f.p, dopt, f.files);
+      auto d = cryo::gpu::FastpathDrain::Start(proc, f.p, dopt, cryo::Borrow(f.files));
       if (!d.ok()) {
         f.st = d.status();
         return;
@@ -259,17 +256,16 @@ absl::Status DrainAll(const Opts& o, cryo::proc::ProcReader& proc, cryo::gpu::Gp
     // A drained process gets its memory back: from the files once they are written, else
     // from its own memory.
     undo.push_back([&f, &proc, &o] {
-      std::vector<int> in;
+      std::vector<cryo::UniqueFd> in;
       if (!f.files.empty()) {
         auto saved = f.drain->WaitSaved(/*stoppable=*/false);
-        cryo::CloseAll(f.files);
+        f.files.clear();
         if (saved.ok()) f.digests = *saved;
         auto opened = cryo::gpu::OpenFastpathFiles(o.files_dir, f.p.ns_pid, o.writers, false);
-        if (opened.ok()) in = *opened;
+        if (opened.ok()) in = *std::move(opened);
       }
-      auto r = cryo::gpu::FastpathRefill(proc, f.p, std::max(1, o.threads), in, f.digests,
-                                         absl::Minutes(10));
-      cryo::CloseAll(in);
+      auto r = cryo::gpu::FastpathRefill(proc, f.p, std::max(1, o.threads), cryo::Borrow(in),
+                                         f.digests, absl::Minutes(10));
       if (!r.ok()) std::cerr << "rollback: refill of pid " << f.p.pid << ": " << r.status() << "\n";
     });
   }
@@ -290,18 +286,17 @@ absl::Status RefillAll(const Opts& o, cryo::proc::ProcReader& proc, std::vector<
   for (size_t i = 0; i < fasts.size(); ++i) {
     ts.emplace_back([&, i] {
       Fast& f = fasts[i];
-      std::vector<int> in;
+      std::vector<cryo::UniqueFd> in;
       if (!o.files_dir.empty()) {
         auto opened = cryo::gpu::OpenFastpathFiles(o.files_dir, f.p.ns_pid, o.writers, false);
         if (!opened.ok()) {
           results[i] = opened.status();
           return;
         }
-        in = *opened;
+        in = *std::move(opened);
       }
-      results[i] = cryo::gpu::FastpathRefill(proc, f.p, std::max(1, o.threads), in, f.digests,
-                                             absl::Minutes(10));
-      cryo::CloseAll(in);
+      results[i] = cryo::gpu::FastpathRefill(proc, f.p, std::max(1, o.threads), cryo::Borrow(in),
+                                             f.digests, absl::Minutes(10));
     });
   }
   for (auto& t : ts) t.join();
@@ -367,10 +362,7 @@ int Cycle(const Opts& o, cryo::gpu::GpuManager& m, nlohmann::json& out) {
     if (!saved.ok()) return fail(saved.status());
     f.digests = *saved;
   }
-  for (Fast& f : fasts) {
-    cryo::CloseAll(f.files);
-    f.files.clear();
-  }
+  for (Fast& f : fasts) f.files.clear();
   if (o.fast) out["saved_ms"] = Ms(t0, Clock::now());
   const uint64_t free_after = FreeBytes(m);
   out["gpu_free_after_checkpoint_bytes"] = free_after;

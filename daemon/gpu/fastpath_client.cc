@@ -178,9 +178,9 @@ std::string FastpathFileName(pid_t ns_pid, int k) {
   return absl::StrCat("gpu/fastpath-", ns_pid, ".", k, ".bin");
 }
 
-absl::StatusOr<std::vector<int>> OpenFastpathFiles(const std::string& dir, pid_t ns_pid, int n,
-                                                   bool write) {
-  std::vector<int> fds;
+absl::StatusOr<std::vector<UniqueFd>> OpenFastpathFiles(const std::string& dir, pid_t ns_pid, int n,
+                                                        bool write) {
+  std::vector<UniqueFd> fds;
   if (write) CRYO_RETURN_IF_ERROR(fs::MakeDirs(absl::StrCat(dir, "/gpu"), 0700));
   for (int k = 0; k < n; ++k) {
     const std::string path = absl::StrCat(dir, "/", FastpathFileName(ns_pid, k));
@@ -188,12 +188,8 @@ absl::StatusOr<std::vector<int>> OpenFastpathFiles(const std::string& dir, pid_t
     // The store's data never passes through the page cache twice: written and read once.
     int fd = ::open(path.c_str(), base | O_CLOEXEC | O_NOFOLLOW | O_DIRECT, 0600);
     if (fd < 0 && errno == EINVAL) fd = ::open(path.c_str(), base | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0) {
-      absl::Status st = ErrnoStatus(errno, absl::StrCat("opening ", path));
-      CloseAll(fds);
-      return st;
-    }
-    fds.push_back(fd);
+    if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening ", path));
+    fds.emplace_back(fd);
   }
   return fds;
 }

@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "daemon/gpu/fastpath.h"
 #include "daemon/records/gpu_process.h"
-#include "lib/base/fd.h"  // CloseAll, for the descriptors OpenFastpathFiles gives
+#include "lib/base/fd.h"
 #include "lib/base/file_digest.h"
 #include "lib/base/proc.h"
 #include "lib/contract/gpu_fastpath_messages.h"
@@ -36,9 +36,9 @@ absl::StatusOr<T> ParseFastpathReply(absl::string_view text, const FastpathProce
 std::string FastpathFileName(pid_t ns_pid, int k);
 
 // Opens the n files of a process under `dir` (created, 0600, direct I/O where the file system
-// has it) for a drain, or the existing ones read-only for a refill. The caller closes them.
-absl::StatusOr<std::vector<int>> OpenFastpathFiles(const std::string& dir, pid_t ns_pid, int n,
-                                                   bool write);
+// has it) for a drain, or the existing ones read-only for a refill.
+absl::StatusOr<std::vector<UniqueFd>> OpenFastpathFiles(const std::string& dir, pid_t ns_pid, int n,
+                                                        bool write);
 
 // Whether the process maps the library (it may still not have started CUDA).
 bool LoadsFastpathLibrary(const proc::ProcReader& proc, pid_t pid);

@@ -34,6 +34,22 @@ class UniqueFd {
   int fd_ = -1;
 };
 
+// The descriptors of `fds`, lent (they stay owned there): for the calls that take a list of ints.
+inline std::vector<int> Borrow(const std::vector<UniqueFd>& fds) {
+  std::vector<int> out;
+  out.reserve(fds.size());
+  for (const UniqueFd& f : fds) out.push_back(f.get());
+  return out;
+}
+
+// ... and of each list of `lists`.
+inline std::vector<std::vector<int>> Borrow(const std::vector<std::vector<UniqueFd>>& lists) {
+  std::vector<std::vector<int>> out;
+  out.reserve(lists.size());
+  for (const auto& fds : lists) out.push_back(Borrow(fds));
+  return out;
+}
+
 // Closes every descriptor of `fds` and empties it.
 inline void CloseAll(std::vector<int>& fds) {
   for (int f : fds) ::close(f);

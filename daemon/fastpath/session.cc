@@ -1,0 +1,277 @@
+#include "daemon/fastpath/session.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/gpu/fastpath_client.h"
+#include "daemon/gpu/host_copy.h"
+#include "lib/base/log.h"
+#include "lib/base/parallel.h"
+#include "lib/base/status.h"
+#include "lib/contract/gpu_fastpath.h"
+
+namespace cryo::gpu {
+namespace {
+
+// What striping may add to a drain's bytes in its files (alignment of the last unit of each).
+constexpr uint64_t kMaxStripeSlack = uint64_t{contract::gpu_fastpath::kMaxFiles} << 20;
+
+// The device memory the GPU plugins saw a process use (NVML), 0 when unknown.
+uint64_t UsedBytes(const std::vector<GpuProcess>& gpu, pid_t pid) {
+  uint64_t used = 0;
+  for (const auto& g : gpu) {
+    if (g.pid != pid || !g.facts.is_object()) continue;
+    auto it = g.facts.find("devices");
+    if (it == g.facts.end() || !it->is_array()) continue;
+    for (const auto& d : *it) {
+      if (d.is_object() && d.contains("memory_used_bytes") &&
+          d["memory_used_bytes"].is_number_unsigned()) {
+        used += d["memory_used_bytes"].get<uint64_t>();
+      }
+    }
+  }
+  return used;
+}
+
+// A drain's files, written (by the library with direct I/O, or by cryod), made durable with
+// their metadata when the store is, before the checkpoint that names them is published.
+absl::Status SyncFiles(const std::vector<UniqueFd>& fds, bool durable) {
+  if (!durable) return absl::OkStatus();
+  for (const UniqueFd& fd : fds) {
+    if (::fsync(fd.get()) != 0) return ErrnoStatus(errno, "fsync of a fast-path file");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+FastpathSession::FastpathSession(std::vector<FastpathProcess> procs)
+    : records_(std::move(procs)), held_(records_.size()) {}
+
+uint64_t FastpathSession::bytes() const {
+  uint64_t b = 0;
+  for (const auto& f : records_) b += f.bytes;
+  return b;
+}
+
+bool FastpathSession::in_memory() const {
+  return std::any_of(records_.begin(), records_.end(),
+                     [](const FastpathProcess& f) { return f.memory; });
+}
+
+absl::Status FastpathSession::AllocateHostCopies(int threads, int host_copy_fs) {
+  for (size_t i = 0; i < records_.size(); ++i) {
+    auto m = NewHostCopy(records_[i].bytes, threads, host_copy_fs);
+    if (!m.ok()) {
+      for (Held& h : held_) h.host_copy = UniqueFd();
+      return Annotate(m.status(), absl::StrCat("the GPU data of pid ", records_[i].pid));
+    }
+    held_[i].host_copy = std::move(*m);
+  }
+  return absl::OkStatus();
+}
+
+bool FastpathSession::has_host_copies() const {
+  return !held_.empty() &&
+         std::all_of(held_.begin(), held_.end(), [](const Held& h) { return h.host_copy.ok(); });
+}
+
+void FastpathSession::PlaceData(bool memory, int writers) {
+  for (auto& f : records_) {
+    f.memory = memory;
+    f.files = memory ? 0 : writers;
+  }
+}
+
+absl::Status FastpathSession::OpenDrainFiles(const std::string& dir) {
+  for (size_t i = 0; i < records_.size(); ++i) {
+    if (records_[i].memory || records_[i].files <= 0) continue;
+    CRYO_ASSIGN_OR_RETURN(held_[i].files,
+                          OpenFastpathFiles(dir, records_[i].ns_pid, records_[i].files, true));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::vector<int>> FastpathSession::DrainTargets() const {
+  std::vector<std::vector<int>> out(records_.size());
+  for (size_t i = 0; i < records_.size(); ++i) {
+    out[i] = records_[i].memory ? std::vector<int>{held_[i].host_copy.get()}
+                                : Borrow(held_[i].files);
+  }
+  return out;
+}
+
+void FastpathSession::TakeDrains(std::vector<std::unique_ptr<FastpathDrainHandle>> drains,
+                                 const std::vector<GpuProcess>& gpu) {
+  for (size_t i = 0; i < drains.size() && i < records_.size(); ++i) {
+    if (drains[i] == nullptr) continue;
+    FastpathProcess& f = records_[i];
+    held_[i].drain = std::move(drains[i]);
+    f.bytes = held_[i].drain->bytes();
+    f.allocations = held_[i].drain->allocations();
+    const auto& d = held_[i].drain->drained();
+    CRYO_LOG(Info) << "fast path of pid " << f.pid << ": " << f.bytes << " bytes off the GPU in "
+                   << d.total_ms << " ms (quiesce " << d.quiesce_ms << ", copy " << d.copy_ms
+                   << ", release " << d.release_ms << ")"
+                   << (f.memory ? ", into cryod's memory" : "");
+    const uint64_t used = UsedBytes(gpu, f.pid);
+    f.driver_bytes = used > f.bytes ? used - f.bytes : 0;
+  }
+}
+
+absl::Status FastpathSession::CheckSaved(size_t i, bool durable) {
+  const FastpathProcess& f = records_[i];
+  Held& h = held_[i];
+  if (h.drain == nullptr) {
+    return absl::InternalError(absl::StrCat("no drain of pid ", f.pid, " to wait for"));
+  }
+  CRYO_ASSIGN_OR_RETURN(h.digests, h.drain->WaitSaved());
+  // Into cryod's memory: "saved" says the job holds no copy (CRIU dumps next); gpu_write
+  // writes the files after the refill.
+  if (f.memory) return absl::OkStatus();
+  if (h.digests.size() != h.files.size()) {
+    return absl::InternalError(absl::StrCat("the fast path of pid ", f.pid, " wrote ",
+                                            h.digests.size(), " files, not ", h.files.size()));
+  }
+  // What the job says it wrote is checked against what the files hold: a job (or whoever
+  // answers for it) cannot have a size published that the files do not have.
+  uint64_t total = 0;
+  for (size_t k = 0; k < h.digests.size(); ++k) {
+    struct stat st;
+    if (::fstat(h.files[k].get(), &st) != 0) return ErrnoStatus(errno, "fstat");
+    const uint64_t claimed = h.digests[k].size;
+    if (static_cast<uint64_t>(st.st_size) != claimed) {
+      return absl::DataLossError(absl::StrCat("the fast path of pid ", f.pid, " says its file ",
+                                              k, " holds ", claimed, " bytes; it holds ",
+                                              st.st_size));
+    }
+    total += claimed;
+  }
+  if (total < f.bytes || total - f.bytes > kMaxStripeSlack) {
+    return absl::DataLossError(absl::StrCat("the fast path of pid ", f.pid, " drained ", f.bytes,
+                                            " bytes but its files hold ", total));
+  }
+  CRYO_RETURN_IF_ERROR(SyncFiles(h.files, durable));
+  h.files.clear();
+  return absl::OkStatus();
+}
+
+absl::Status FastpathSession::WaitSaved(bool durable) {
+  CRYO_RETURN_IF_ERROR(FirstError(
+      EachInParallel(records_.size(), [&](size_t i) { return CheckSaved(i, durable); })));
+  for (size_t i = 0; i < records_.size(); ++i) List(i);
+  return absl::OkStatus();
+}
+
+void FastpathSession::List(size_t i) {
+  Held& h = held_[i];
+  h.listed.clear();
+  for (size_t k = 0; k < h.digests.size(); ++k) {
+    h.listed.push_back({FastpathFileName(records_[i].ns_pid, static_cast<int>(k)),
+                        h.digests[k].size, h.digests[k].checksum});
+  }
+}
+
+absl::StatusOr<FastpathSession::Sources> FastpathSession::RefillSources(
+    const std::string& dir) const {
+  Sources s;
+  s.files.resize(records_.size());
+  s.expected.resize(records_.size());
+  for (size_t i = 0; i < records_.size(); ++i) {
+    const FastpathProcess& f = records_[i];
+    if (f.memory) {
+      // From cryod's memory, at host memory speed (the library is given its own descriptor).
+      UniqueFd m(::dup(held_[i].host_copy.get()));
+      if (!m.ok()) return ErrnoStatus(errno, "dup of cryod's host memory");
+      s.files[i].push_back(std::move(m));
+      continue;
+    }
+    s.expected[i] = held_[i].digests;
+    if (f.files == 0) continue;
+    CRYO_ASSIGN_OR_RETURN(s.files[i], OpenFastpathFiles(dir, f.ns_pid, f.files, false));
+  }
+  return s;
+}
+
+absl::StatusOr<uint64_t> FastpathSession::WriteHostCopies(
+    const std::string& dir, int writers, const store::Manifest* prev, bool durable,
+    const std::function<bool()>& stop, const std::function<void(pid_t, uint64_t)>& written) {
+  std::map<std::string, const store::ManifestFile*> prev_files;
+  if (prev != nullptr) {
+    for (const auto& mf : prev->files) {
+      if (!mf.chunks.empty()) prev_files[mf.path] = &mf;
+    }
+  }
+  std::vector<std::vector<WrittenFile>> out(records_.size());
+  CRYO_RETURN_IF_ERROR(FirstError(EachInParallel(records_.size(), [&](size_t i) -> absl::Status {
+    const FastpathProcess& f = records_[i];
+    if (!f.memory) return absl::OkStatus();
+    std::vector<ChunkDigests> previous(writers);
+    for (int k = 0; k < writers; ++k) {
+      auto it = prev_files.find(FastpathFileName(f.ns_pid, k));
+      if (it != prev_files.end()) previous[k] = {it->second->size, it->second->chunks};
+    }
+    CRYO_ASSIGN_OR_RETURN(std::vector<UniqueFd> fds,
+                          OpenFastpathFiles(dir, f.ns_pid, writers, true));
+    CRYO_ASSIGN_OR_RETURN(out[i], WriteHostCopy(held_[i].host_copy.get(), f.bytes,
+                                                kFastpathStripeBytes, Borrow(fds), previous, stop));
+    CRYO_RETURN_IF_ERROR(SyncFiles(fds, durable));
+    held_[i].digests.clear();
+    for (const auto& wf : out[i]) held_[i].digests.push_back(wf.digest);
+    if (written) written(f.pid, f.bytes);
+    return absl::OkStatus();
+  })));
+  uint64_t referenced = 0;
+  for (size_t i = 0; i < records_.size(); ++i) {
+    FastpathProcess& f = records_[i];
+    if (!f.memory) continue;
+    f.memory = false;
+    f.files = writers;
+    held_[i].host_copy = UniqueFd();  // the memory goes back to the node
+    List(i);
+    for (size_t k = 0; k < out[i].size(); ++k) {
+      store::ManifestFile& mf = held_[i].listed[k];
+      mf.chunks = out[i][k].chunks.chunks;
+      const store::ManifestFile* pf = prev_files.count(mf.path) ? prev_files[mf.path] : nullptr;
+      for (uint32_t j : out[i][k].skipped) {
+        // Where the previous checkpoint refers on, so does this one: to the holder.
+        std::string holder = prev->id;
+        for (const auto& [id, list] : pf->refs) {
+          if (std::find(list.begin(), list.end(), j) != list.end()) holder = id;
+        }
+        mf.refs[holder].push_back(j);
+      }
+      referenced += mf.ReferencedBytes();
+    }
+  }
+  return referenced;
+}
+
+std::vector<store::ManifestFile> FastpathSession::ManifestFiles() const {
+  std::vector<store::ManifestFile> out;
+  for (const Held& h : held_) out.insert(out.end(), h.listed.begin(), h.listed.end());
+  return out;
+}
+
+std::vector<int> FastpathSession::Settle(const std::function<bool()>& hard_stop) {
+  std::vector<int> host_copies;
+  for (Held& h : held_) {
+    // A drain still writing its files is finished first: the library then is in a state a
+    // refill knows (its memory in its own memory, or in the files).
+    if (h.drain != nullptr) {
+      // Its failure is the refill's to meet: the files it reads are checked by their digests.
+      (void)h.drain->WaitSaved(/*stoppable=*/false, hard_stop);
+    }
+    h.drain.reset();
+    h.files.clear();
+    host_copies.push_back(h.host_copy.get());
+  }
+  return host_copies;
+}
+
+}  // namespace cryo::gpu

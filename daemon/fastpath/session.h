@@ -1,0 +1,109 @@
+#pragma once
+
+// A checkpoint's GPU fast-path participants (docs/architecture.md, "Participants"): the
+// processes whose library moves their device memory (docs/gpu.md, "Fast path"). The session owns
+// all a checkpoint holds of them: each process's durable record (FastpathProcess: what the
+// journal entry and the manifest say of it), its drain in flight, the files the library writes
+// (open until they are written), what those hold, and its data in cryod's memory for a drain
+// into memory. The engine's steps (engine/fastpath_steps.cc) are its operations, in order; the
+// undo needs only the records (Engine::RefillFastpath) and what Settle lends it.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/gpu/fastpath.h"
+#include "daemon/records/gpu_process.h"
+#include "daemon/store/manifest.h"
+#include "lib/base/fd.h"
+#include "lib/base/file_digest.h"
+
+namespace cryo::gpu {
+
+class FastpathSession {
+ public:
+  FastpathSession() = default;
+  explicit FastpathSession(std::vector<FastpathProcess> procs);
+  FastpathSession(FastpathSession&&) = default;
+  FastpathSession& operator=(FastpathSession&&) = default;
+
+  bool empty() const { return records_.empty(); }
+  size_t size() const { return records_.size(); }
+  // The durable records, as the journal entry and the manifest hold them.
+  const std::vector<FastpathProcess>& records() const { return records_; }
+  // DrainTogether's: it records what each process shares.
+  std::vector<FastpathProcess>& mutable_records() { return records_; }
+  // What the processes own (before the drain) or moved (after).
+  uint64_t bytes() const;
+  // Their data is in cryod's memory, for gpu_write to write while the job runs on.
+  bool in_memory() const;
+
+  // gpu_host_copy: one copy of cryod's memory per process (NewHostCopy), all or none: the
+  // error says why none.
+  absl::Status AllocateHostCopies(int threads, int host_copy_fs);
+  bool has_host_copies() const;
+
+  // gpu_drain, before it: where each process's data goes, into its host copy (`memory`) or
+  // into `writers` files each (none: it stays in the job's memory). Only the records change:
+  // they are journaled before anything moves.
+  void PlaceData(bool memory, int writers);
+  // Then the files the records name, created under `dir` for the drains to write.
+  absl::Status OpenDrainFiles(const std::string& dir);
+  // The descriptors each process's drain writes into, lent for DrainTogether.
+  std::vector<std::vector<int>> DrainTargets() const;
+  // gpu_drain, after it: the drains that began (null where none did), what each moved, and the
+  // device memory it left to the driver (what the GPU plugins saw it use, less what moved).
+  void TakeDrains(std::vector<std::unique_ptr<FastpathDrainHandle>> drains,
+                  const std::vector<GpuProcess>& gpu);
+  const FastpathDrainHandle* drain(size_t i) const { return held_[i].drain.get(); }
+
+  // gpu_save: every drain's answer that its data is out of the job. Into files: each file
+  // checked against what the library says it wrote, made durable with its metadata when
+  // `durable`, closed, and listed for the manifest.
+  absl::Status WaitSaved(bool durable);
+
+  // gpu_refill of a leave-running checkpoint: each process's source (its host copy, or its
+  // files under `dir`) and what those must hold.
+  struct Sources {
+    std::vector<std::vector<UniqueFd>> files;
+    std::vector<std::vector<FileDigest>> expected;
+  };
+  absl::StatusOr<Sources> RefillSources(const std::string& dir) const;
+
+  // gpu_write: each host copy into `writers` files under `dir`, made durable when `durable`;
+  // chunks unchanged since `prev` (the workload's newest good checkpoint, or null) are not
+  // written but referred to. The copies go back to the node; the records say files from then
+  // on. `written(pid, bytes)` after each process; `stop` ends it with CANCELLED. Returns the
+  // bytes referred to.
+  absl::StatusOr<uint64_t> WriteHostCopies(const std::string& dir, int writers,
+                                           const store::Manifest* prev, bool durable,
+                                           const std::function<bool()>& stop,
+                                           const std::function<void(pid_t, uint64_t)>& written);
+
+  // The manifest's entries for the files written (gpu_save or gpu_write), in process order.
+  std::vector<store::ManifestFile> ManifestFiles() const;
+
+  // A live undo's first half: drains still writing their files finished (`hard_stop` ends the
+  // wait), files closed. The host copies, lent (-1: none), for the refill.
+  std::vector<int> Settle(const std::function<bool()>& hard_stop);
+
+ private:
+  // What only this cryod holds of one process, gone after a crash.
+  struct Held {
+    std::unique_ptr<FastpathDrainHandle> drain;
+    std::vector<UniqueFd> files;            // open for writing until gpu_save
+    std::vector<FileDigest> digests;        // what the files hold, once written
+    UniqueFd host_copy;                     // a drain into cryod's memory: the data
+    std::vector<store::ManifestFile> listed;  // its files as the manifest lists them
+  };
+  absl::Status CheckSaved(size_t i, bool durable);
+  void List(size_t i);
+
+  std::vector<FastpathProcess> records_;
+  std::vector<Held> held_;  // one per record
+};
+
+}  // namespace cryo::gpu
