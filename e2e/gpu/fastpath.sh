@@ -488,8 +488,9 @@ fp_torch_periodic() {
 fp_ddp_periodic() {
   local ranks=$1 tag=${2:-} name="periodic-stall-ddp-$1${2:-}" i
   # Long enough to outlast two checkpoints whose calls wait for their background writes (a
-  # store at 2 GB/s takes 12 s for a 2-rank job's 24 GB).
-  local steps=${CRYO_GPU_STALL_STEPS:-1000}
+  # store at 2 GB/s takes 12 s for a 2-rank job's 24 GB) and still be running at the stop: at
+  # 1000 steps a 2-rank job ended during the stop's call on 2026-11-30 (H200 x2).
+  local steps=${CRYO_GPU_STALL_STEPS:-2000}
   local model=(--width "${CRYO_GPU_STALL_WIDTH:-8192}" --depth "${CRYO_GPU_STALL_DEPTH:-6}" --adamw --step-ms 50)
   local envs=(env NCCL_NVLS_ENABLE=0 NCCL_IB_DISABLE=1 NCCL_SOCKET_IFNAME=lo) launch how
   if [ "$(nvidia-smi -L | wc -l)" -ge "$ranks" ]; then
@@ -547,7 +548,10 @@ for i in (1, 2):
 print("; ".join(out) + "; median step %d ms" % (median * 1000))
 PY
 )
-  if [ "${CRYO_GPU_STALL_RESTORE:-1}" = 1 ]; then
+  if grep -qx done "$run"; then
+    result "$name" FAIL "the job ended before its stop: raise CRYO_GPU_STALL_STEPS (now $steps); $summary"
+    wait "$tpid" 2>/dev/null
+  elif [ "${CRYO_GPU_STALL_RESTORE:-1}" = 1 ]; then
     fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" "$ranks ranks ($how), 2 leave-running checkpoints: $summary; then " --tcp-established
   else
     kill -9 -- -"$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null
