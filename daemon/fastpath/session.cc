@@ -100,8 +100,8 @@ absl::Status FastpathSession::OpenDrainFiles(const std::string& dir) {
 std::vector<std::vector<int>> FastpathSession::DrainTargets() const {
   std::vector<std::vector<int>> out(records_.size());
   for (size_t i = 0; i < records_.size(); ++i) {
-    out[i] = records_[i].memory ? std::vector<int>{held_[i].host_copy.get()}
-                                : Borrow(held_[i].files);
+    out[i] =
+        records_[i].memory ? std::vector<int>{held_[i].host_copy.get()} : Borrow(held_[i].files);
   }
   return out;
 }
@@ -146,9 +146,8 @@ absl::Status FastpathSession::CheckSaved(size_t i, bool durable) {
     if (::fstat(h.files[k].get(), &st) != 0) return ErrnoStatus(errno, "fstat");
     const uint64_t claimed = h.digests[k].size;
     if (static_cast<uint64_t>(st.st_size) != claimed) {
-      return absl::DataLossError(absl::StrCat("the fast path of pid ", f.pid, " says its file ",
-                                              k, " holds ", claimed, " bytes; it holds ",
-                                              st.st_size));
+      return absl::DataLossError(absl::StrCat("the fast path of pid ", f.pid, " says its file ", k,
+                                              " holds ", claimed, " bytes; it holds ", st.st_size));
     }
     total += claimed;
   }

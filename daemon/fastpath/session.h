@@ -94,9 +94,9 @@ class FastpathSession {
   // What only this cryod holds of one process, gone after a crash.
   struct Held {
     std::unique_ptr<FastpathDrainHandle> drain;
-    std::vector<UniqueFd> files;            // open for writing until gpu_save
-    std::vector<FileDigest> digests;        // what the files hold, once written
-    UniqueFd host_copy;                     // a drain into cryod's memory: the data
+    std::vector<UniqueFd> files;              // open for writing until gpu_save
+    std::vector<FileDigest> digests;          // what the files hold, once written
+    UniqueFd host_copy;                       // a drain into cryod's memory: the data
     std::vector<store::ManifestFile> listed;  // its files as the manifest lists them
   };
   absl::Status CheckSaved(size_t i, bool durable);
