@@ -11,6 +11,7 @@
 #include "lib/base/fs.h"
 #include "lib/base/ids.h"
 #include "lib/base/json.h"
+#include "lib/base/json_table.h"
 #include "lib/base/log.h"
 #include "lib/base/status.h"
 
@@ -45,73 +46,74 @@ std::optional<OpState> ParseOpState(const std::string& s) {
   return std::nullopt;
 }
 
-nlohmann::json EntryToJson(const Entry& e) {
-  nlohmann::json tasks = nlohmann::json::array();
-  for (const auto& t : e.tasks) {
-    tasks.push_back({{"pid", t.pid}, {"start_time", t.start_time}, {"was_stopped", t.was_stopped}});
-  }
-  return {{"op_id", e.op_id},
-          {"kind", Name(e.kind)},
-          {"checkpoint_id", e.checkpoint_id},
-          {"state", Name(e.state)},
-          {"steps", e.steps},
-          {"tasks", tasks},
-          {"criu_pid", e.criu_pid},
-          {"criu_start_time", e.criu_start_time},
-          {"staging_dir", e.staging_dir},
-          {"leave_running", e.leave_running},
-          {"tcp_established", e.tcp_established},
-          {"gpu", gpu::ToJson(e.gpu)},
-          {"fastpath", gpu::ToJson(e.fastpath)},
-          {"container_init_pid", e.container_init_pid},
-          {"started_at", e.started_at},
-          {"boot_id", e.boot_id}};
+namespace {
+
+// The journal entry's one description: what EntryToJson writes and EntryFromJson reads.
+const json::Table<Task>& TaskTable() {
+  static const json::Table<Task> t = {
+      json::Member("pid", &Task::pid, json::kRequired),
+      json::Member("start_time", &Task::start_time, json::kRequired),
+      json::Member("was_stopped", &Task::was_stopped),
+  };
+  return t;
 }
+
+const json::Table<Entry>& EntryTable() {
+  static const json::Table<Entry> t = {
+      json::Member("op_id", &Entry::op_id, json::kRequired),
+      json::Custom<Entry>(
+          "kind", [](const Entry& e, nlohmann::json& j) { j["kind"] = Name(e.kind); },
+          [](const json::Fields& in, Entry& e) -> absl::Status {
+            std::string kind;
+            CRYO_RETURN_IF_ERROR(in.Str("kind", &kind, true));
+            auto k = ParseOpKind(kind);
+            if (!k)
+              return absl::InvalidArgumentError("journal entry of unknown kind '" + kind + "'");
+            e.kind = *k;
+            return absl::OkStatus();
+          }),
+      json::Member("checkpoint_id", &Entry::checkpoint_id),
+      json::Custom<Entry>(
+          "state", [](const Entry& e, nlohmann::json& j) { j["state"] = Name(e.state); },
+          [](const json::Fields& in, Entry& e) -> absl::Status {
+            std::string state;
+            CRYO_RETURN_IF_ERROR(in.Str("state", &state, true));
+            auto s = ParseOpState(state);
+            if (!s) {
+              return absl::InvalidArgumentError("journal entry of unknown state '" + state + "'");
+            }
+            e.state = *s;
+            return absl::OkStatus();
+          }),
+      json::Member("steps", &Entry::steps),
+      json::Records("tasks", &Entry::tasks, TaskTable(), false,
+                    [](const Task& t, const std::string&) {
+                      return t.pid > 0 ? absl::OkStatus()
+                                       : absl::InvalidArgumentError(
+                                             "journal entry has a task without a pid");
+                    }),
+      json::Member("criu_pid", &Entry::criu_pid),
+      json::Member("criu_start_time", &Entry::criu_start_time),
+      json::Member("staging_dir", &Entry::staging_dir),
+      json::Member("leave_running", &Entry::leave_running),
+      json::Member("tcp_established", &Entry::tcp_established),
+      gpu::ProcessesField("gpu", &Entry::gpu, /*null_when_empty=*/false),
+      gpu::ProcessesField("fastpath", &Entry::fastpath, /*null_when_empty=*/false),
+      json::Member("container_init_pid", &Entry::container_init_pid),
+      json::Member("started_at", &Entry::started_at),
+      json::Member("boot_id", &Entry::boot_id),
+  };
+  return t;
+}
+
+}  // namespace
+
+nlohmann::json EntryToJson(const Entry& e) { return json::Write(e, EntryTable()); }
 
 absl::StatusOr<Entry> EntryFromJson(const nlohmann::json& j) {
   if (!j.is_object()) return absl::InvalidArgumentError("journal entry is not an object");
   Entry e;
-  json::Fields f(j, "");
-  std::string kind, state;
-  CRYO_RETURN_IF_ERROR(f.Str("op_id", &e.op_id, true));
-  CRYO_RETURN_IF_ERROR(f.Str("kind", &kind, true));
-  CRYO_RETURN_IF_ERROR(f.Str("checkpoint_id", &e.checkpoint_id));
-  CRYO_RETURN_IF_ERROR(f.Str("state", &state, true));
-  auto k = ParseOpKind(kind);
-  auto st = ParseOpState(state);
-  if (!k || !st) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("journal entry of unknown kind '", kind, "' or state '", state, "'"));
-  }
-  e.kind = *k;
-  e.state = *st;
-  CRYO_RETURN_IF_ERROR(f.Strs("steps", &e.steps));
-  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* tasks, f.Array("tasks"));
-  if (tasks != nullptr) {
-    for (size_t i = 0; i < tasks->size(); ++i) {
-      json::Fields tf((*tasks)[i], absl::StrCat("tasks[", i, "]"));
-      Task t;
-      CRYO_RETURN_IF_ERROR(tf.Int("pid", &t.pid, true));
-      CRYO_RETURN_IF_ERROR(tf.Uint64("start_time", &t.start_time, true));
-      CRYO_RETURN_IF_ERROR(tf.Bool("was_stopped", &t.was_stopped));
-      if (t.pid <= 0) return absl::InvalidArgumentError("journal entry has a task without a pid");
-      e.tasks.push_back(t);
-    }
-  }
-  CRYO_RETURN_IF_ERROR(f.Int("criu_pid", &e.criu_pid));
-  CRYO_RETURN_IF_ERROR(f.Uint64("criu_start_time", &e.criu_start_time));
-  CRYO_RETURN_IF_ERROR(f.Str("staging_dir", &e.staging_dir));
-  CRYO_RETURN_IF_ERROR(f.Bool("leave_running", &e.leave_running));
-  CRYO_RETURN_IF_ERROR(f.Bool("tcp_established", &e.tcp_established));
-  nlohmann::json gpu;
-  CRYO_RETURN_IF_ERROR(f.Any("gpu", &gpu));
-  CRYO_ASSIGN_OR_RETURN(e.gpu, gpu::GpuProcessesFromJson(gpu));
-  nlohmann::json fastpath;
-  CRYO_RETURN_IF_ERROR(f.Any("fastpath", &fastpath));
-  CRYO_ASSIGN_OR_RETURN(e.fastpath, gpu::FastpathProcessesFromJson(fastpath));
-  CRYO_RETURN_IF_ERROR(f.Int("container_init_pid", &e.container_init_pid));
-  CRYO_RETURN_IF_ERROR(f.Str("started_at", &e.started_at));
-  CRYO_RETURN_IF_ERROR(f.Str("boot_id", &e.boot_id));
+  CRYO_RETURN_IF_ERROR(json::Read(json::Fields(j, ""), EntryTable(), e));
   if (!ValidateCheckpointId(e.op_id).ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("journal entry has a bad op id '", e.op_id, "'"));

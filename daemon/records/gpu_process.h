@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "lib/base/json_table.h"
 #include "nlohmann/json.hpp"
 
 namespace cryo::gpu {
@@ -57,5 +58,27 @@ struct FastpathProcess {
 
 nlohmann::json ToJson(const std::vector<FastpathProcess>& procs);
 absl::StatusOr<std::vector<FastpathProcess>> FastpathProcessesFromJson(const nlohmann::json& j);
+
+// A record's list of these (P: GpuProcess or FastpathProcess) as a field of its table
+// (lib/base/json_table.h): written in the form above, or null when empty and `null_when_empty`
+// (the manifest), read back by the matching FromJson.
+template <typename T, typename P>
+json::Field<T> ProcessesField(const char* key, std::vector<P> T::*m, bool null_when_empty) {
+  return json::Custom<T>(
+      key,
+      [key, m, null_when_empty](const T& t, nlohmann::json& j) {
+        j[key] = null_when_empty && (t.*m).empty() ? nlohmann::json() : ToJson(t.*m);
+      },
+      [key, m](const json::Fields& in, T& t) -> absl::Status {
+        nlohmann::json v;
+        CRYO_RETURN_IF_ERROR(in.Any(key, &v));
+        if constexpr (std::is_same_v<P, GpuProcess>) {
+          CRYO_ASSIGN_OR_RETURN(t.*m, GpuProcessesFromJson(v));
+        } else {
+          CRYO_ASSIGN_OR_RETURN(t.*m, FastpathProcessesFromJson(v));
+        }
+        return absl::OkStatus();
+      });
+}
 
 }  // namespace cryo::gpu

@@ -8,6 +8,7 @@
 #include "lib/base/chunked_xxh3.h"
 #include "lib/base/ids.h"
 #include "lib/base/json.h"
+#include "lib/base/json_table.h"
 #include "lib/base/limits.h"
 #include "lib/base/status.h"
 #include "lib/contract/job.h"
@@ -15,54 +16,46 @@
 namespace cryo::store {
 namespace {
 
-nlohmann::json ContainerToJson(const ContainerSection& c) {
-  return {{"id", c.id},
-          {"name", c.name},
-          {"image", c.image},
-          {"image_ref", c.image_ref},
-          {"labels", c.labels},
-          {"annotations", c.annotations},
-          {"runtime", c.runtime},
-          {"created_at_ns", c.created_at_ns},
-          {"stdout_pipe", c.stdout_pipe},
-          {"stderr_pipe", c.stderr_pipe},
-          {"rootfs_diff", c.rootfs_diff},
-          {"deleted_files", c.deleted_files}};
+// The container section's one description (container mode's facts).
+const json::Table<ContainerSection>& ContainerTable() {
+  using C = ContainerSection;
+  static const json::Table<C> t = {
+      json::Member("id", &C::id, json::kRequired),
+      json::Member("name", &C::name),
+      json::Member("image", &C::image),
+      json::Member("image_ref", &C::image_ref),
+      json::Member("labels", &C::labels),
+      json::Member("annotations", &C::annotations),
+      json::Member("runtime", &C::runtime),
+      json::Member("created_at_ns", &C::created_at_ns),
+      json::Member("stdout_pipe", &C::stdout_pipe),
+      json::Member("stderr_pipe", &C::stderr_pipe),
+      json::Member("rootfs_diff", &C::rootfs_diff),
+      json::Member("deleted_files", &C::deleted_files),
+  };
+  return t;
 }
 
-absl::StatusOr<ContainerSection> ContainerFromJson(const nlohmann::json& j) {
-  json::Fields f(j, "container");
-  ContainerSection c;
-  CRYO_RETURN_IF_ERROR(f.Str("id", &c.id, true));
-  CRYO_RETURN_IF_ERROR(f.Str("name", &c.name));
-  CRYO_RETURN_IF_ERROR(f.Str("image", &c.image));
-  CRYO_RETURN_IF_ERROR(f.Str("image_ref", &c.image_ref));
-  CRYO_RETURN_IF_ERROR(f.StrMap("labels", &c.labels));
-  CRYO_RETURN_IF_ERROR(f.StrMap("annotations", &c.annotations));
-  CRYO_RETURN_IF_ERROR(f.Str("runtime", &c.runtime));
-  CRYO_RETURN_IF_ERROR(f.Int64("created_at_ns", &c.created_at_ns));
-  CRYO_RETURN_IF_ERROR(f.Str("stdout_pipe", &c.stdout_pipe));
-  CRYO_RETURN_IF_ERROR(f.Str("stderr_pipe", &c.stderr_pipe));
-  CRYO_RETURN_IF_ERROR(f.Str("rootfs_diff", &c.rootfs_diff));
-  CRYO_RETURN_IF_ERROR(f.Str("deleted_files", &c.deleted_files));
-  return c;
+// A job checkpoint's part: which job, which member, and the addresses its connections name.
+const json::Table<JobPart>& JobPartTable() {
+  static const json::Table<JobPart> t = {
+      json::Member("namespace", &JobPart::namespace_, json::kRequired),
+      json::Member("job", &JobPart::job, json::kRequired),
+      json::Member("job_checkpoint", &JobPart::job_checkpoint, json::kRequired),
+      json::Member("member", &JobPart::member, json::kRequired),
+      json::Member("pod_ips", &JobPart::pod_ips, false, json::Emit::kUnlessEmpty),
+      json::Member("former_addresses", &JobPart::former_addresses, false, json::Emit::kUnlessEmpty),
+  };
+  return t;
 }
 
-absl::StatusOr<JobPart> JobPartFromJson(const nlohmann::json& j) {
-  json::Fields f(j, "job");
-  JobPart p;
-  CRYO_RETURN_IF_ERROR(f.Str("namespace", &p.namespace_, true));
-  CRYO_RETURN_IF_ERROR(f.Str("job", &p.job, true));
-  CRYO_RETURN_IF_ERROR(f.Str("job_checkpoint", &p.job_checkpoint, true));
-  CRYO_RETURN_IF_ERROR(f.Str("member", &p.member, true));
-  CRYO_RETURN_IF_ERROR(f.Strs("pod_ips", &p.pod_ips));
+absl::Status CheckJobPart(const JobPart& p) {
   for (const auto& ip : p.pod_ips) {
     if (!IsIpAddress(ip)) {
       return absl::InvalidArgumentError(
           absl::StrCat("section 'job': pod_ips holds '", ip, "', not an IP address"));
     }
   }
-  CRYO_RETURN_IF_ERROR(f.StrMap("former_addresses", &p.former_addresses));
   for (const auto& [from, to] : p.former_addresses) {
     if (!IsIpAddress(from) || !IsIpAddress(to)) {
       return absl::InvalidArgumentError(absl::StrCat("section 'job': former_addresses holds '",
@@ -77,7 +70,32 @@ absl::StatusOr<JobPart> JobPartFromJson(const nlohmann::json& j) {
   if (absl::Status s = ValidateCheckpointId(p.job_checkpoint); !s.ok()) {
     return Annotate(s, "section 'job'");
   }
-  return p;
+  return absl::OkStatus();
+}
+
+// An optional section of its own record type, read by its table and checked by `check`.
+template <typename S>
+json::Field<Manifest> Optional(const char* key, std::optional<S> Manifest::*m,
+                               const json::Table<S>& table, bool null_when_absent,
+                               absl::Status (*check)(const S&) = nullptr) {
+  return json::Custom<Manifest>(
+      key,
+      [key, m, &table, null_when_absent](const Manifest& man, nlohmann::json& j) {
+        if (man.*m) {
+          j[key] = json::Write(*(man.*m), table);
+        } else if (null_when_absent) {
+          j[key] = nullptr;
+        }
+      },
+      [key, m, &table, check](const json::Fields& in, Manifest& man) -> absl::Status {
+        CRYO_ASSIGN_OR_RETURN(const nlohmann::json* obj, in.Object(key));
+        if (obj == nullptr) return absl::OkStatus();
+        S section;
+        CRYO_RETURN_IF_ERROR(json::Read(json::Fields(*obj, key), table, section));
+        if (check != nullptr) CRYO_RETURN_IF_ERROR(check(section));
+        man.*m = std::move(section);
+        return absl::OkStatus();
+      });
 }
 
 bool IsDigestHex(const std::string& s) {
@@ -173,97 +191,147 @@ absl::Status CheckBounds(const Manifest& m) {
   return absl::OkStatus();
 }
 
+const json::Table<ManifestFile>& FileTable() {
+  static const json::Table<ManifestFile> t = {
+      json::Member("path", &ManifestFile::path, json::kRequired),
+      json::Member("size", &ManifestFile::size, json::kRequired),
+      json::Member("checksum", &ManifestFile::checksum, json::kRequired),
+      // "chunks" and "refs" are read together, checked against each other and the size, once
+      // the file is read (ChunksFromJson in ParseBody).
+      json::Custom<ManifestFile>(
+          "chunks",
+          [](const ManifestFile& f, nlohmann::json& j) {
+            if (!f.chunks.empty()) j["chunks"] = f.chunks;
+          },
+          [](const json::Fields&, ManifestFile&) { return absl::OkStatus(); }),
+      json::Custom<ManifestFile>(
+          "refs",
+          [](const ManifestFile& f, nlohmann::json& j) {
+            if (!f.refs.empty()) j["refs"] = f.refs;
+          },
+          [](const json::Fields&, ManifestFile&) { return absl::OkStatus(); }),
+  };
+  return t;
+}
+
+// The manifest's one description: what ManifestToJson writes and ParseManifest reads (the
+// "format" key is checked before, the checks across fields after).
+const json::Table<Manifest>& ManifestTable() {
+  using M = Manifest;
+  auto opt = [](const char* key, auto get) { return json::Member<M>(key, get); };
+  static const json::Table<M> t = {
+      json::Custom<M>(
+          "format", [](const M&, nlohmann::json& j) { j["format"] = kManifestFormat; },
+          [](const json::Fields&, M&) { return absl::OkStatus(); }),
+      json::Member("id", &M::id, json::kRequired),
+      json::Member("workload", &M::workload),
+      json::Member("node", &M::node),
+      json::Member("created_at", &M::created_at),
+      json::Custom<M>(
+          "kind", [](const M& m, nlohmann::json& j) { j["kind"] = KindName(m.kind); },
+          [](const json::Fields& in, M& m) -> absl::Status {
+            std::string kind = "process";
+            CRYO_RETURN_IF_ERROR(in.Str("kind", &kind));
+            auto k = ParseKind(kind);
+            if (!k) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("unknown checkpoint kind '", kind, "'"));
+            }
+            m.kind = *k;
+            return absl::OkStatus();
+          }),
+      json::Section<M>("target",
+                       {json::Member("root_pid", &M::root_pid, json::kRequired),
+                        json::Member("pids", &M::pids), json::Member("tids", &M::tids),
+                        json::Member("command", &M::command), json::Member("cmdline", &M::cmdline)},
+                       json::kRequired),
+      json::Section<M>("source",
+                       {json::Member("kernel", &M::kernel), json::Member("arch", &M::arch),
+                        json::Member("criu_version", &M::criu_version),
+                        json::Member("cryo_version", &M::cryo_version)},
+                       json::kRequired),
+      json::Section<M>(
+          "options",
+          {json::Member("leave_running", &M::leave_running),
+           opt(
+               "tcp_established", [](auto& m) -> auto& { return m.options.tcp_established; }),
+           opt(
+               "tcp_close", [](auto& m) -> auto& { return m.options.tcp_close; }),
+           opt(
+               "skip_in_flight", [](auto& m) -> auto& { return m.options.skip_in_flight; }),
+           opt(
+               "link_remap", [](auto& m) -> auto& { return m.options.link_remap; }),
+           opt(
+               "ghost_limit", [](auto& m) -> auto& { return m.options.ghost_limit; }),
+           opt(
+               "ext_unix_sk", [](auto& m) -> auto& { return m.options.ext_unix_sk; }),
+           opt(
+               "shell_job", [](auto& m) -> auto& { return m.options.shell_job; })}),
+      json::Member("labels", &M::labels),
+      json::Member("stage_ms", &M::stage_ms),
+      json::Member("checksum_algorithm", &M::checksum_algorithm),
+      json::Records("files", &M::files, FileTable(), json::kRequired,
+                    [](const ManifestFile& mf, const std::string& where) -> absl::Status {
+                      if (!SafeRelativePath(mf.path)) {
+                        return absl::InvalidArgumentError(
+                            absl::StrCat("manifest lists an unsafe file path '", mf.path, "'"));
+                      }
+                      return absl::OkStatus();
+                    }),
+      // Written for readers of the store (du, listings); derived, so not read back.
+      json::Custom<M>(
+          "total_bytes", [](const M& m, nlohmann::json& j) { j["total_bytes"] = m.TotalBytes(); },
+          [](const json::Fields&, M&) { return absl::OkStatus(); }),
+      json::Custom<M>(
+          "bytes_referenced",
+          [](const M& m, nlohmann::json& j) {
+            if (const uint64_t r = m.ReferencedBytes(); r > 0) j["bytes_referenced"] = r;
+          },
+          [](const json::Fields&, M&) { return absl::OkStatus(); }),
+      json::Custom<M>(
+          "gpu", [](const M& m, nlohmann::json& j) { j["gpu"] = m.gpu; },
+          [](const json::Fields& in, M& m) -> absl::Status {
+            CRYO_RETURN_IF_ERROR(in.Any("gpu", &m.gpu));
+            if (!m.gpu.is_null() && !m.gpu.is_object()) {
+              return absl::InvalidArgumentError("field 'gpu' is not an object");
+            }
+            return absl::OkStatus();
+          }),
+      gpu::ProcessesField("gpu_processes", &M::gpu_processes, /*null_when_empty=*/true),
+      gpu::ProcessesField("gpu_fastpath", &M::gpu_fastpath, /*null_when_empty=*/true),
+      Optional("container", &M::container, ContainerTable(), /*null_when_absent=*/true),
+      json::Custom<M>(
+          "credentials",
+          [](const M& m, nlohmann::json& j) {
+            if (m.credentials) j["credentials"] = criu::CeilingToJson(*m.credentials);
+          },
+          [](const json::Fields& in, M& m) -> absl::Status {
+            nlohmann::json creds;
+            CRYO_RETURN_IF_ERROR(in.Any("credentials", &creds));
+            if (creds.is_null()) return absl::OkStatus();
+            CRYO_ASSIGN_OR_RETURN(m.credentials, criu::CeilingFromJson(creds));
+            return absl::OkStatus();
+          }),
+      Optional("job", &M::job, JobPartTable(), /*null_when_absent=*/false, &CheckJobPart),
+      json::Member("signature", &M::signature, false, json::Emit::kUnlessEmpty),
+  };
+  return t;
+}
+
 absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
-  json::Fields f(j, "");
-  CRYO_RETURN_IF_ERROR(f.Str("id", &m.id, true));
-  CRYO_RETURN_IF_ERROR(f.Str("workload", &m.workload));
-  CRYO_RETURN_IF_ERROR(f.Str("node", &m.node));
-  CRYO_RETURN_IF_ERROR(f.Str("created_at", &m.created_at));
-  std::string kind = "process";
-  CRYO_RETURN_IF_ERROR(f.Str("kind", &kind));
-  auto k = ParseKind(kind);
-  if (!k) return absl::InvalidArgumentError(absl::StrCat("unknown checkpoint kind '", kind, "'"));
-  m.kind = *k;
-
-  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* target, f.Object("target", true));
-  json::Fields t(*target, "target");
-  CRYO_RETURN_IF_ERROR(t.Int("root_pid", &m.root_pid, true));
-  CRYO_RETURN_IF_ERROR(t.Ints("pids", &m.pids));
-  CRYO_RETURN_IF_ERROR(t.Ints("tids", &m.tids));
-  CRYO_RETURN_IF_ERROR(t.Str("command", &m.command));
-  CRYO_RETURN_IF_ERROR(t.Strs("cmdline", &m.cmdline));
-
-  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* source, f.Object("source", true));
-  json::Fields s(*source, "source");
-  CRYO_RETURN_IF_ERROR(s.Str("kernel", &m.kernel));
-  CRYO_RETURN_IF_ERROR(s.Str("arch", &m.arch));
-  CRYO_RETURN_IF_ERROR(s.Str("criu_version", &m.criu_version));
-  CRYO_RETURN_IF_ERROR(s.Str("cryo_version", &m.cryo_version));
-
-  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* options, f.Object("options"));
-  if (options != nullptr) {
-    json::Fields o(*options, "options");
-    CRYO_RETURN_IF_ERROR(o.Bool("leave_running", &m.leave_running));
-    CRYO_RETURN_IF_ERROR(o.Bool("tcp_established", &m.options.tcp_established));
-    CRYO_RETURN_IF_ERROR(o.Bool("tcp_close", &m.options.tcp_close));
-    CRYO_RETURN_IF_ERROR(o.Bool("skip_in_flight", &m.options.skip_in_flight));
-    CRYO_RETURN_IF_ERROR(o.Bool("link_remap", &m.options.link_remap));
-    CRYO_RETURN_IF_ERROR(o.Uint64("ghost_limit", &m.options.ghost_limit));
-    CRYO_RETURN_IF_ERROR(o.Bool("ext_unix_sk", &m.options.ext_unix_sk));
-    CRYO_RETURN_IF_ERROR(o.Bool("shell_job", &m.options.shell_job));
-  }
-  CRYO_RETURN_IF_ERROR(f.StrMap("labels", &m.labels));
-  CRYO_RETURN_IF_ERROR(f.Uint64Map("stage_ms", &m.stage_ms));
-  CRYO_RETURN_IF_ERROR(f.Str("checksum_algorithm", &m.checksum_algorithm));
-
-  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* files, f.Array("files", true));
-  for (size_t i = 0; i < files->size(); ++i) {
-    const nlohmann::json& e = (*files)[i];
+  CRYO_RETURN_IF_ERROR(json::Read(json::Fields(j, ""), ManifestTable(), m));
+  // "chunks" and "refs" of every file, against each other and the file's size.
+  const nlohmann::json& files = j.at("files");
+  for (size_t i = 0; i < m.files.size(); ++i) {
     const std::string where = absl::StrCat("files[", i, "]");
-    if (!e.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
-    json::Fields ff(e, where);
-    ManifestFile mf;
-    CRYO_RETURN_IF_ERROR(ff.Str("path", &mf.path, true));
-    CRYO_RETURN_IF_ERROR(ff.Uint64("size", &mf.size, true));
-    CRYO_RETURN_IF_ERROR(ff.Str("checksum", &mf.checksum, true));
-    if (!SafeRelativePath(mf.path)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("manifest lists an unsafe file path '", mf.path, "'"));
-    }
-    CRYO_RETURN_IF_ERROR(ChunksFromJson(ff, where, &mf));
-    m.files.push_back(std::move(mf));
+    CRYO_RETURN_IF_ERROR(ChunksFromJson(json::Fields(files[i], where), where, &m.files[i]));
   }
-
-  CRYO_RETURN_IF_ERROR(f.Any("gpu", &m.gpu));
-  if (!m.gpu.is_null() && !m.gpu.is_object()) {
-    return absl::InvalidArgumentError("field 'gpu' is not an object");
+  if (m.kind == CheckpointKind::kContainer && !m.container) {
+    return absl::InvalidArgumentError("a container checkpoint without its 'container' section");
   }
-  nlohmann::json gp;
-  CRYO_RETURN_IF_ERROR(f.Any("gpu_processes", &gp));
-  CRYO_ASSIGN_OR_RETURN(m.gpu_processes, gpu::GpuProcessesFromJson(gp));
-  nlohmann::json fp;
-  CRYO_RETURN_IF_ERROR(f.Any("gpu_fastpath", &fp));
-  CRYO_ASSIGN_OR_RETURN(m.gpu_fastpath, gpu::FastpathProcessesFromJson(fp));
-
-  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* container, f.Object("container"));
-  if (m.kind == CheckpointKind::kContainer) {
-    if (container == nullptr) {
-      return absl::InvalidArgumentError("a container checkpoint without its 'container' section");
-    }
-    CRYO_ASSIGN_OR_RETURN(m.container, ContainerFromJson(*container));
-  } else if (container != nullptr) {
+  if (m.kind != CheckpointKind::kContainer && m.container) {
     return absl::InvalidArgumentError("a process checkpoint with a 'container' section");
   }
-  nlohmann::json creds;
-  CRYO_RETURN_IF_ERROR(f.Any("credentials", &creds));
-  if (!creds.is_null()) {
-    CRYO_ASSIGN_OR_RETURN(m.credentials, criu::CeilingFromJson(creds));
-  }
-  CRYO_ASSIGN_OR_RETURN(const nlohmann::json* job, f.Object("job"));
-  if (job != nullptr) {
-    CRYO_ASSIGN_OR_RETURN(m.job, JobPartFromJson(*job));
-  }
-  CRYO_RETURN_IF_ERROR(f.Str("signature", &m.signature));
   if (m.signature.size() > 256) return absl::InvalidArgumentError("field 'signature' too long");
   if (m.root_pid <= 0) return absl::InvalidArgumentError("manifest has no root pid");
   for (const auto& mf : m.files) {
@@ -330,58 +398,10 @@ bool SafeRelativePath(absl::string_view p) {
 }
 
 std::string ManifestToJson(const Manifest& m) {
-  nlohmann::json j;
-  j["format"] = kManifestFormat;
-  j["id"] = m.id;
-  j["workload"] = m.workload;
-  j["node"] = m.node;
-  j["created_at"] = m.created_at;
-  j["kind"] = KindName(m.kind);
-  j["target"] = {{"root_pid", m.root_pid},
-                 {"pids", m.pids},
-                 {"tids", m.tids},
-                 {"command", m.command},
-                 {"cmdline", m.cmdline}};
-  j["source"] = {{"kernel", m.kernel},
-                 {"arch", m.arch},
-                 {"criu_version", m.criu_version},
-                 {"cryo_version", m.cryo_version}};
-  j["options"] = {
-      {"leave_running", m.leave_running},     {"tcp_established", m.options.tcp_established},
-      {"tcp_close", m.options.tcp_close},     {"skip_in_flight", m.options.skip_in_flight},
-      {"link_remap", m.options.link_remap},   {"ghost_limit", m.options.ghost_limit},
-      {"ext_unix_sk", m.options.ext_unix_sk}, {"shell_job", m.options.shell_job}};
-  j["labels"] = m.labels;
-  j["stage_ms"] = m.stage_ms;
-  j["checksum_algorithm"] = m.checksum_algorithm;
-  nlohmann::json files = nlohmann::json::array();
-  for (const auto& f : m.files) {
-    nlohmann::json e = {{"path", f.path}, {"size", f.size}, {"checksum", f.checksum}};
-    if (!f.chunks.empty()) e["chunks"] = f.chunks;
-    if (!f.refs.empty()) e["refs"] = f.refs;
-    files.push_back(std::move(e));
-  }
-  j["files"] = files;
-  j["total_bytes"] = m.TotalBytes();
-  if (const uint64_t r = m.ReferencedBytes(); r > 0) j["bytes_referenced"] = r;
-  j["gpu"] = m.gpu;
-  j["gpu_processes"] = m.gpu_processes.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_processes);
-  j["gpu_fastpath"] = m.gpu_fastpath.empty() ? nlohmann::json() : gpu::ToJson(m.gpu_fastpath);
-  j["container"] = m.container ? ContainerToJson(*m.container) : nlohmann::json();
-  if (m.credentials) j["credentials"] = criu::CeilingToJson(*m.credentials);
-  if (m.job) {
-    j["job"] = {{"namespace", m.job->namespace_},
-                {"job", m.job->job},
-                {"job_checkpoint", m.job->job_checkpoint},
-                {"member", m.job->member}};
-    if (!m.job->pod_ips.empty()) j["job"]["pod_ips"] = m.job->pod_ips;
-    if (!m.job->former_addresses.empty()) {
-      j["job"]["former_addresses"] = m.job->former_addresses;
-    }
-  }
-  if (!m.signature.empty()) j["signature"] = m.signature;
   // Replace invalid UTF-8 (a command name is bytes) rather than throw.
-  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return json::Write(m, ManifestTable())
+             .dump(2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
 absl::StatusOr<Manifest> ParseManifest(absl::string_view text) {

@@ -1,0 +1,162 @@
+#pragma once
+
+// One table per record cryo writes to disk (issue 35, must 4): each row is a field's key, how it
+// is written and how it is read, so that a field is added in one place and the writer and the
+// reader cannot disagree. The journal entry (daemon/journal/journal.cc) and the manifest
+// (daemon/store/manifest.cc) are described by such tables; checks across fields stay beside
+// them, after the read.
+//
+//   const json::Table<Task> kTask = {json::Member("pid", &Task::pid, json::kRequired), ...};
+//   nlohmann::json j = json::Write(task, kTask);
+//   CRYO_RETURN_IF_ERROR(json::Read(json::Fields(j, "tasks[0]"), kTask, task));
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "lib/base/json.h"
+#include "lib/base/status.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::json {
+
+template <typename T>
+struct Field {
+  std::string key;
+  std::function<void(const T&, nlohmann::json&)> write;  // sets obj[key], or leaves it out
+  std::function<absl::Status(const Fields&, T&)> read;
+};
+
+template <typename T>
+using Table = std::vector<Field<T>>;
+
+inline constexpr bool kRequired = true;
+// How a member is written: always, or left out when it is empty (a key older readers lack).
+enum class Emit { kAlways, kUnlessEmpty };
+
+template <typename T>
+nlohmann::json Write(const T& t, const Table<T>& table) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const Field<T>& f : table) f.write(t, j);
+  return j;
+}
+
+template <typename T>
+absl::Status Read(const Fields& in, const Table<T>& table, T& t) {
+  for (const Field<T>& f : table) CRYO_RETURN_IF_ERROR(f.read(in, t));
+  return absl::OkStatus();
+}
+
+namespace table_internal {
+
+template <typename M>
+absl::Status ReadValue(const Fields& in, const char* key, M* out, bool required) {
+  if constexpr (std::is_same_v<M, std::string>) {
+    return in.Str(key, out, required);
+  } else if constexpr (std::is_same_v<M, bool>) {
+    return in.Bool(key, out, required);
+  } else if constexpr (std::is_same_v<M, int>) {
+    return in.Int(key, out, required);
+  } else if constexpr (std::is_same_v<M, int64_t>) {
+    return in.Int64(key, out, required);
+  } else if constexpr (std::is_same_v<M, uint64_t>) {
+    return in.Uint64(key, out, required);
+  } else if constexpr (std::is_same_v<M, std::vector<int>>) {
+    return in.Ints(key, out);
+  } else if constexpr (std::is_same_v<M, std::vector<std::string>>) {
+    return in.Strs(key, out);
+  } else if constexpr (std::is_same_v<M, std::map<std::string, std::string>>) {
+    return in.StrMap(key, out);
+  } else {
+    static_assert(std::is_same_v<M, std::map<std::string, uint64_t>>, "no reader for this type");
+    return in.Uint64Map(key, out);
+  }
+}
+
+template <typename M>
+bool Empty(const M& v) {
+  if constexpr (requires { v.empty(); }) {
+    return v.empty();
+  } else {
+    return false;
+  }
+}
+
+}  // namespace table_internal
+
+// A member reached by `get` (a callable T& -> M&, called with a const T& too: a generic lambda).
+template <typename T, typename Get>
+Field<T> Member(const char* key, Get get, bool required = false, Emit emit = Emit::kAlways) {
+  return {key,
+          [key, get, emit](const T& t, nlohmann::json& j) {
+            const auto& v = get(t);
+            if (emit == Emit::kUnlessEmpty && table_internal::Empty(v)) return;
+            j[key] = v;
+          },
+          [key, get, required](const Fields& in, T& t) {
+            return table_internal::ReadValue(in, key, &get(t), required);
+          }};
+}
+
+// A plain member.
+template <typename T, typename M>
+Field<T> Member(const char* key, M T::*m, bool required = false, Emit emit = Emit::kAlways) {
+  return Member<T>(
+      key, [m](auto& t) -> auto& { return t.*m; }, required, emit);
+}
+
+// A field with its own writer and reader (an enum's name, a section another module reads).
+template <typename T>
+Field<T> Custom(const char* key, std::function<void(const T&, nlohmann::json&)> write,
+                std::function<absl::Status(const Fields&, T&)> read) {
+  return {key, std::move(write), std::move(read)};
+}
+
+// A nested object holding more of the same record's members ("target", "source").
+template <typename T>
+Field<T> Section(const char* key, Table<T> inner, bool required = false) {
+  return {key, [key, inner](const T& t, nlohmann::json& j) { j[key] = Write(t, inner); },
+          [key, inner, required](const Fields& in, T& t) -> absl::Status {
+            CRYO_ASSIGN_OR_RETURN(const nlohmann::json* obj, in.Object(key, required));
+            if (obj == nullptr) return absl::OkStatus();
+            return Read(Fields(*obj, key), inner, t);
+          }};
+}
+
+// A list of records of type E, each an object described by `table` and checked by `check`
+// (may be empty) once read; `where` of an element is "<key>[i]".
+template <typename T, typename E>
+Field<T> Records(const char* key, std::vector<E> T::*m, std::type_identity_t<Table<E>> table,
+                 bool required = false,
+                 std::type_identity_t<std::function<absl::Status(const E&, const std::string&)>>
+                     check = nullptr) {
+  return {key,
+          [key, m, table](const T& t, nlohmann::json& j) {
+            nlohmann::json list = nlohmann::json::array();
+            for (const E& e : t.*m) list.push_back(Write(e, table));
+            j[key] = std::move(list);
+          },
+          [key, m, table, required, check](const Fields& in, T& t) -> absl::Status {
+            CRYO_ASSIGN_OR_RETURN(const nlohmann::json* list, in.Array(key, required));
+            if (list == nullptr) return absl::OkStatus();
+            for (size_t i = 0; i < list->size(); ++i) {
+              const std::string where = absl::StrCat(key, "[", i, "]");
+              if (!(*list)[i].is_object()) {
+                return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+              }
+              E e;
+              CRYO_RETURN_IF_ERROR(Read(Fields((*list)[i], where), table, e));
+              if (check) CRYO_RETURN_IF_ERROR(check(e, where));
+              (t.*m).push_back(std::move(e));
+            }
+            return absl::OkStatus();
+          }};
+}
+
+}  // namespace cryo::json
