@@ -55,12 +55,11 @@ absl::StatusOr<T> Receive(int fd, const FastpathProcess& p, absl::Duration timeo
     if (r < 0) return ErrnoStatus(errno, "poll");
     if (r == 0) continue;
     std::string text;
-    std::vector<int> fds;
+    std::vector<UniqueFd> fds;  // the library sends none: closed as they go
     if (!wire::ReceiveMessage(fd, &text, &fds)) {
       return absl::UnavailableError(absl::StrCat("the GPU fast path of pid ", p.pid,
                                                  " closed its channel without an answer"));
     }
-    for (int f : fds) ::close(f);  // the library sends none
     // A library of version kVersionProve first asks cryod to prove that it may read the job's
     // memory (gpu_fastpath.h), once per connection; then it answers the request.
     wire::Challenge challenge;

@@ -714,7 +714,7 @@ TEST_F(FastpathE2e, AnImpostorHoldingTheJobsChannelHearsNothing) {
       int c = ::accept(fd, nullptr, nullptr);
       if (c < 0) continue;
       std::string text;
-      std::vector<int> fds;
+      std::vector<UniqueFd> fds;
       if (contract::gpu_fastpath::ReceiveMessage(c, &text, &fds)) {
         // What it would have been told, and how many descriptors it was handed.
         const char got = static_cast<char>('0' + std::min<size_t>(fds.size(), 9));

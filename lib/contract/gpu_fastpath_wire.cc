@@ -41,7 +41,7 @@ bool SendMessage(int fd, const std::string& text, const std::vector<int>& fds) {
   }
 }
 
-bool ReceiveMessage(int fd, std::string* text, std::vector<int>* fds) {
+bool ReceiveMessage(int fd, std::string* text, std::vector<UniqueFd>* fds) {
   std::string buf(kMaxMessage + 1, '\0');
   iovec iov{buf.data(), buf.size()};
   std::vector<char> cbuf(CMSG_SPACE(sizeof(int) * kMaxFiles), 0);
@@ -61,12 +61,11 @@ bool ReceiveMessage(int fd, std::string* text, std::vector<int>* fds) {
     for (size_t i = 0; i < count; ++i) {
       int got;
       memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      fds->push_back(got);
+      fds->emplace_back(got);
     }
   }
   const bool too_big = n > static_cast<ssize_t>(kMaxMessage) || (msg.msg_flags & MSG_CTRUNC) != 0;
   if (n <= 0 || too_big) {
-    for (int f : *fds) ::close(f);
     fds->clear();
     if (too_big) errno = EMSGSIZE;
     return false;

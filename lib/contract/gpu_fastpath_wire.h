@@ -10,14 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "lib/base/fd.h"
+
 namespace cryo::contract::gpu_fastpath {
 
 // Sends one message with optional descriptors; false (errno set) when it could not, e.g. the
 // peer is gone. Never raises SIGPIPE.
 [[nodiscard]] bool SendMessage(int fd, const std::string& text, const std::vector<int>& fds = {});
-// Receives one message and its descriptors (the caller's to close); false on EOF or error, and
+// Receives one message and its descriptors (the caller's); false on EOF or error, and
 // on a message longer than kMaxMessage or with more than kMaxFiles descriptors.
-bool ReceiveMessage(int fd, std::string* text, std::vector<int>* fds);
+bool ReceiveMessage(int fd, std::string* text, std::vector<UniqueFd>* fds);
 // The abstract socket address of a process's channel (pid as the process sees itself).
 std::string SocketName(pid_t pid);
 // Connects to `name` in the abstract namespace of the calling thread's network namespace; -1

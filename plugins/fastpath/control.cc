@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <map>
 
-#include "lib/base/fd.h"  // header-only: CloseAll
+#include "lib/base/fd.h"  // header-only: UniqueFd
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
@@ -81,7 +81,7 @@ bool PeerProves(int conn) {
   if (Sent(conn, Encode(wire::Challenge{reinterpret_cast<uintptr_t>(nonce),
                                         static_cast<uint32_t>(sizeof(nonce))}))) {
     std::string text, why;
-    std::vector<int> fds;
+    std::vector<UniqueFd> fds;
     wire::Request proof;
     unsigned char sent[sizeof(nonce)];
     if (Speaks(conn) && wire::ReceiveMessage(conn, &text, &fds) &&
@@ -91,7 +91,6 @@ bool PeerProves(int conn) {
       for (size_t i = 0; i < sizeof(nonce); ++i) diff |= static_cast<unsigned>(sent[i] ^ nonce[i]);
       proved = diff == 0;
     }
-    CloseAll(fds);
   }
   explicit_bzero(nonce, sizeof(nonce));
   return proved;
@@ -184,7 +183,7 @@ wire::StatusReply Control::Status() {
 
 void Control::Serve(int conn) {
   std::string text;
-  std::vector<int> fds;
+  std::vector<UniqueFd> fds;
   if (!Speaks(conn) || !wire::ReceiveMessage(conn, &text, &fds)) return;
   wire::Request req;
   std::string why;
@@ -223,7 +222,6 @@ void Control::Serve(int conn) {
     // Nothing may escape into the job; the state says what happened.
     Answer(conn, Result::Failed(std::string("fast path: ") + e.what()));
   }
-  CloseAll(fds);
 }
 
 namespace {
@@ -236,7 +234,7 @@ bool PeerGone(int conn) {
 
 }  // namespace
 
-void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& fds) {
+void Control::HandleDrain(int conn, const wire::Request& req, std::vector<UniqueFd>& fds) {
   DrainOptions opt;
   opt.threads = req.threads;
   opt.timeout = std::chrono::milliseconds(req.timeout_ms);
@@ -252,9 +250,9 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
       Answer(conn, Result("a drain into memory carries one memfd", true));
       return;
     }
-    opt.memfd = fds[0];
+    opt.memfd = fds[0].get();
   } else {
-    opt.fds = fds;
+    opt.fds = Borrow(fds);
   }
   if (req.hold_ms > 0 && !HoldForGo(conn, req)) return;
   DrainResult r;
@@ -277,7 +275,7 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<int>& 
   }
   SaveResult s;
   o = mover_.FinishSave(&s);
-  CloseAll(fds);  // before the reply: CRIU must find no descriptor of the store in the job
+  fds.clear();  // before the reply: CRIU must find no descriptor of the store in the job
   // A saved reply that is lost leaves the data in the files: cryod's journal refills the job
   // from them when it comes back (its undo), so the answer is all there is to do here.
   if (!o.ok()) {
@@ -291,7 +289,8 @@ namespace {
 
 // Waits up to hold_ms for cryod's next request on `conn`, which must be `want` ("go", "align"):
 // ok with it (and its descriptors), else why not.
-Result WaitFor(int conn, int64_t hold_ms, Op want, wire::Request* next, std::vector<int>* fds) {
+Result WaitFor(int conn, int64_t hold_ms, Op want, wire::Request* next,
+               std::vector<UniqueFd>* fds) {
   pollfd pfd{conn, POLLIN, 0};
   int r;
   do {
@@ -305,7 +304,7 @@ Result WaitFor(int conn, int64_t hold_ms, Op want, wire::Request* next, std::vec
   const Result gone = Result::Failed("cryod let go before its " + name);
   if (r < 0 || !wire::ReceiveMessage(conn, &text, fds)) return gone;
   if (wire::Decode(text, next, &bad) && next->op == want) return {};
-  CloseAll(*fds);
+  fds->clear();
   return gone;
 }
 
@@ -326,9 +325,9 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
     }
     if (o.ok()) {
       wire::Request align;
-      std::vector<int> fds;
+      std::vector<UniqueFd> fds;
       const Result got = WaitFor(conn, req.hold_ms, Op::kAlign, &align, &fds);
-      CloseAll(fds);
+      fds.clear();
       if (!got.ok()) {
         mover_.Unhold();
         Answer(conn, Result("the cut was called off before its align", true));
@@ -355,12 +354,9 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
   // The job stays held only as long as cryod says so: its "go" within hold_ms, on this
   // connection. Whatever else happens, the job goes on untouched.
   wire::Request go;
-  std::vector<int> fds;
+  std::vector<UniqueFd> fds;
   Result got = WaitFor(conn, req.hold_ms, Op::kGo, &go, &fds);
-  if (got.ok()) {
-    CloseAll(fds);
-    return true;
-  }
+  if (got.ok()) return true;
   mover_.Unhold();
   Answer(conn, Result("the cut was called off: " + got.error, true));
   return false;
@@ -388,23 +384,22 @@ void Control::HandleShare(int conn, const wire::Request& req) {
   ::close(fd);
 }
 
-void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>& fds) {
+void Control::HandleRefill(int conn, const wire::Request& req, std::vector<UniqueFd>& fds) {
   RefillOptions opt;
   opt.threads = req.threads;
   if (req.memory) {
     if (fds.size() != 1) {
       Answer(conn, Result::Failed("a refill from memory carries one memfd"));
-      CloseAll(fds);
       return;
     }
-    opt.memfd = fds[0];
+    opt.memfd = fds[0].get();
   } else {
-    opt.fds = fds;
+    opt.fds = Borrow(fds);
   }
   opt.expected = req.expected;
   RefillResult r;
   Result o = mover_.Refill(opt, &r);
-  CloseAll(fds);
+  fds.clear();
   if (!o.ok()) {
     Answer(conn, o);
     return;
@@ -433,22 +428,21 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<int>&
 
 void Control::ImportAndAnswer(int conn, int64_t hold_ms) {
   wire::Request go;
-  std::vector<int> go_fds;
+  std::vector<UniqueFd> go_fds;
   // Its imports, in one "go" or, past what one message carries, several ("more").
-  std::map<uint64_t, int> by_id;
-  std::vector<int> all_fds;
+  std::map<uint64_t, int> by_id;  // lent from all_fds
+  std::vector<UniqueFd> all_fds;
   for (;;) {
     if (Result got = WaitFor(conn, hold_ms, Op::kGo, &go, &go_fds); !got.ok()) {
-      CloseAll(all_fds);
       Answer(conn, Result::Failed("imports wait: " + got.error));
       return;
     }
     for (size_t i = 0; i < go.imports.size() && i < go_fds.size(); ++i)
-      by_id[go.imports[i]] = go_fds[i];
-    all_fds.insert(all_fds.end(), go_fds.begin(), go_fds.end());
+      by_id[go.imports[i]] = go_fds[i].get();
+    for (UniqueFd& f : go_fds) all_fds.push_back(std::move(f));
+    go_fds.clear();
     if (!go.more) break;
     if (all_fds.size() > wire::kMaxShares) {
-      CloseAll(all_fds);
       Answer(conn, Result::Failed("imports wait: more descriptors than " +
                                   std::to_string(wire::kMaxShares)));
       return;
@@ -457,7 +451,7 @@ void Control::ImportAndAnswer(int conn, int64_t hold_ms) {
   wire::ImportedReply done;
   done.imports = by_id.size();
   Result o = mover_.Import(by_id, &done.import_ms);
-  CloseAll(all_fds);
+  all_fds.clear();
   if (!o.ok()) {
     Answer(conn, o);
     return;

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "lib/base/fd.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "plugins/fastpath/mover.h"
 #include "plugins/fastpath/registry.h"
@@ -35,8 +36,10 @@ class Control {
  private:
   void Loop();
   contract::gpu_fastpath::StatusReply Status();
-  void HandleDrain(int conn, const contract::gpu_fastpath::Request& req, std::vector<int>& fds);
-  void HandleRefill(int conn, const contract::gpu_fastpath::Request& req, std::vector<int>& fds);
+  void HandleDrain(int conn, const contract::gpu_fastpath::Request& req,
+                   std::vector<UniqueFd>& fds);
+  void HandleRefill(int conn, const contract::gpu_fastpath::Request& req,
+                    std::vector<UniqueFd>& fds);
   // Legacy IPC: the descriptor of an export, to another process of the job (legacy_ipc.h).
   void HandleShare(int conn, const contract::gpu_fastpath::Request& req);
   // A held drain's cut: quiesced, answered, then true once cryod says "go" (false: the job

@@ -76,40 +76,39 @@ Result FetchIpcShare(const IpcHandle& h, int* fd) {
   *fd = -1;
   // The exporter is in our pid namespace (a handle names it by its pid there): only that process
   // is asked, never another that took its name on a shared network namespace.
-  const int conn = wire::ConnectToProcess(h.pid, h.pid);
+  UniqueFd conn(wire::ConnectToProcess(h.pid, h.pid));
   const std::string who = "process " + std::to_string(h.pid);
-  if (conn < 0) {
+  if (!conn.ok()) {
     return Result::Failed("no fast-path library answers in " + who + ": " +
                           (errno == EPERM
                                ? std::string("its channel's name is held by another process")
                                : std::string(strerror(errno))));
   }
   timeval tv{kAnswerSeconds, 0};
-  ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  ::setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   wire::Request req;
   req.op = wire::Op::kShare;
   req.version = wire::kVersionLegacyIpc;
   req.id = h.id;
   req.secret = SecretHex(h.secret);
   std::string text;
-  std::vector<int> fds;
-  if (!wire::SendMessage(conn, wire::Encode(req)) || !wire::ReceiveMessage(conn, &text, &fds)) {
-    const int err = errno;  // before close() may change it
-    ::close(conn);
+  std::vector<UniqueFd> fds;
+  if (!wire::SendMessage(conn.get(), wire::Encode(req)) ||
+      !wire::ReceiveMessage(conn.get(), &text, &fds)) {
+    const int err = errno;
     // No answer in time: the exporter may be held at a cut, as busy as one that says so.
     return Result::Failed(
         who + " did not answer: " + strerror(err),
         err == EAGAIN || err == EWOULDBLOCK ? ErrorCode::kBusy : ErrorCode::kNone);
   }
-  ::close(conn);
+  conn.reset();
   wire::Reply<wire::ShareReply> r;
   std::string bad;
   const bool decoded = wire::Decode(text, &r, &bad);
   if (decoded && r.ok && fds.size() == 1 && r.body.size == h.size) {
-    *fd = fds[0];
+    *fd = fds[0].release();
     return {};
   }
-  for (int f : fds) ::close(f);
   if (!decoded) return Result::Failed(who + " answered what is not a share: " + bad);
   if (!r.ok) {
     return Result::Failed(who + ": " + r.error.message,

@@ -952,7 +952,7 @@ TEST_F(FastpathMoveTest, SharedHostMemoryIsMovedByItsExporterAndUnsharedHostMemo
 
 // Receives the library's answer on `conn`, first proving (as cryod does, with process_vm_readv:
 // this test is the job's own process) when the library challenges.
-bool ReceiveProving(int conn, std::string* reply, std::vector<int>* fds, std::string* why,
+bool ReceiveProving(int conn, std::string* reply, std::vector<UniqueFd>* fds, std::string* why,
                     pid_t job = ::getpid()) {
   namespace wire = contract::gpu_fastpath;
   for (int round = 0; round < 2; ++round) {
@@ -982,7 +982,7 @@ bool AskStatus(int conn, contract::gpu_fastpath::Reply<contract::gpu_fastpath::S
     return false;
   }
   std::string reply;
-  std::vector<int> fds;
+  std::vector<UniqueFd> fds;
   if (!ReceiveProving(conn, &reply, &fds, why)) return false;
   return wire::Decode(reply, r, why);
 }
@@ -1178,7 +1178,7 @@ TEST_F(FastpathTest, TheChannelAnswersInTypesAndRefusesAVersionItDoesNotSpeak) {
     EXPECT_TRUE(wire::SendMessage(sv[0], text));
     std::thread serve([&] { control.Serve(sv[1]); });
     std::string reply, why_not;
-    std::vector<int> fds;
+    std::vector<UniqueFd> fds;
     EXPECT_TRUE(ReceiveProving(sv[0], &reply, &fds, &why_not)) << why_not;
     serve.join();
     wire::Reply<wire::StatusReply> r;
@@ -1323,7 +1323,7 @@ TEST_F(FastpathTest, ARootPeerWithoutCapabilitiesCannotDriveTheJob) {
     wire::Request req;
     req.op = wire::Op::kStatus;
     if (!wire::SendMessage(conn, wire::Encode(req))) return -1;
-    std::vector<int> fds;
+    std::vector<UniqueFd> fds;
     const bool got = ReceiveProving(conn, reply, &fds, why, job);
     ::close(conn);
     return got ? 1 : 0;
@@ -1345,7 +1345,7 @@ TEST_F(FastpathTest, ARootPeerWithoutCapabilitiesCannotDriveTheJob) {
                        wire::Request req;
                        req.op = wire::Op::kDrain;
                        std::string text, why;
-                       std::vector<int> fds;
+                       std::vector<UniqueFd> fds;
                        wire::Challenge c;
                        if (conn < 0 || !wire::SendMessage(conn, wire::Encode(req)) ||
                            !wire::ReceiveMessage(conn, &text, &fds) ||
@@ -1393,7 +1393,7 @@ TEST_F(FastpathMoveTest, AHeldDrainGoesOnAtGoAndLetsTheJobGoWhenNoGoComes) {
     EXPECT_TRUE(wire::SendMessage(sv[0], wire::Encode(req)));
     std::thread serve([&control, fd = sv[1]] { control.Serve(fd); });
     std::string text, why_not;
-    std::vector<int> fds;
+    std::vector<UniqueFd> fds;
     EXPECT_TRUE(ReceiveProving(sv[0], &text, &fds, &why_not)) << why_not;
     wire::Reply<wire::QuiescedReply> q;
     std::string why;
@@ -1403,7 +1403,7 @@ TEST_F(FastpathMoveTest, AHeldDrainGoesOnAtGoAndLetsTheJobGoWhenNoGoComes) {
   };
   auto next_reply = [](int fd) {
     std::string text;
-    std::vector<int> fds;
+    std::vector<UniqueFd> fds;
     EXPECT_TRUE(wire::ReceiveMessage(fd, &text, &fds));
     return text;
   };
