@@ -243,11 +243,13 @@ void Engine::UndoStage(const journal::Entry& e, CheckpointLive* live) {
   }
 }
 
+absl::Duration Engine::GpuLockTimeout(const CheckpointRequest& req) const {
+  return req.gpu_lock_timeout > absl::ZeroDuration() ? req.gpu_lock_timeout
+                                                     : cfg_.gpu_lock_timeout;
+}
+
 absl::Status Engine::LockGpus(CheckpointState& s) {
-  const absl::Duration timeout = s.req.gpu_lock_timeout > absl::ZeroDuration()
-                                     ? s.req.gpu_lock_timeout
-                                     : cfg_.gpu_lock_timeout;
-  return s.live.driver.Lock(*d_.gpu, timeout);
+  return s.live.driver.Lock(*d_.gpu, GpuLockTimeout(s.req));
 }
 
 absl::Status Engine::CheckpointGpus(CheckpointState& s) {

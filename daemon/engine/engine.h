@@ -294,6 +294,9 @@ class Engine {
   absl::Status AllocateHostCopies(CheckpointState& s);
   // Whether a leave-running drain may go into cryod's memory: on, and every library speaks it.
   bool MayDrainIntoMemory(const CheckpointState& s) const;
+  // How long the job's GPU work may take to stop (the lock's bound, the drain's too): the
+  // request's, else the node's.
+  absl::Duration GpuLockTimeout(const CheckpointRequest& req) const;
   // The node's settings for this checkpoint's drains (copy threads, bounds, when to stop).
   gpu::FastpathDrainOptions DrainOptionsFor(const CheckpointState& s) const;
   // Their undos: they read the journal entry and, in a live rollback, the live handles (null

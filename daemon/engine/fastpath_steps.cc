@@ -64,8 +64,7 @@ gpu::FastpathDrainOptions Engine::DrainOptionsFor(const CheckpointState& s) cons
                    << copy_share_.claimed() << " processes of the node drain now)";
   }
   // The bound on the job's GPU work stopping is the lock's: the drain stops it first.
-  opt.quiesce_timeout = s.req.gpu_lock_timeout > absl::ZeroDuration() ? s.req.gpu_lock_timeout
-                                                                      : cfg_.gpu_lock_timeout;
+  opt.quiesce_timeout = GpuLockTimeout(s.req);
   // The waits on the library end with the operation: cancelled, past its deadline, or cryod
   // stopping (which cancels every operation). The undo then brings the memory back.
   Operation* op = s.op;
