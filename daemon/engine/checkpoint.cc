@@ -244,8 +244,7 @@ void Engine::UndoStage(const journal::Entry& e, CheckpointLive* live) {
 }
 
 absl::Duration Engine::GpuLockTimeout(const CheckpointRequest& req) const {
-  return req.gpu_lock_timeout > absl::ZeroDuration() ? req.gpu_lock_timeout
-                                                     : cfg_.gpu_lock_timeout;
+  return req.gpu_lock_timeout > absl::ZeroDuration() ? req.gpu_lock_timeout : cfg_.gpu_lock_timeout;
 }
 
 absl::Status Engine::LockGpus(CheckpointState& s) {
