@@ -61,30 +61,11 @@ const json::Table<Task>& TaskTable() {
 const json::Table<Entry>& EntryTable() {
   static const json::Table<Entry> t = {
       json::Member("op_id", &Entry::op_id, json::kRequired),
-      json::Custom<Entry>(
-          "kind", [](const Entry& e, nlohmann::json& j) { j["kind"] = Name(e.kind); },
-          [](const json::Fields& in, Entry& e) -> absl::Status {
-            std::string kind;
-            CRYO_RETURN_IF_ERROR(in.Str("kind", &kind, true));
-            auto k = ParseOpKind(kind);
-            if (!k)
-              return absl::InvalidArgumentError("journal entry of unknown kind '" + kind + "'");
-            e.kind = *k;
-            return absl::OkStatus();
-          }),
+      json::Enum("kind", &Entry::kind, &Name, &ParseOpKind, "journal entry of unknown kind",
+                 json::kRequired),
       json::Member("checkpoint_id", &Entry::checkpoint_id),
-      json::Custom<Entry>(
-          "state", [](const Entry& e, nlohmann::json& j) { j["state"] = Name(e.state); },
-          [](const json::Fields& in, Entry& e) -> absl::Status {
-            std::string state;
-            CRYO_RETURN_IF_ERROR(in.Str("state", &state, true));
-            auto s = ParseOpState(state);
-            if (!s) {
-              return absl::InvalidArgumentError("journal entry of unknown state '" + state + "'");
-            }
-            e.state = *s;
-            return absl::OkStatus();
-          }),
+      json::Enum("state", &Entry::state, &Name, &ParseOpState, "journal entry of unknown state",
+                 json::kRequired),
       json::Member("steps", &Entry::steps),
       json::Records("tasks", &Entry::tasks, TaskTable(), false,
                     [](const Task& t, const std::string&) {

@@ -196,20 +196,20 @@ const json::Table<ManifestFile>& FileTable() {
       json::Member("path", &ManifestFile::path, json::kRequired),
       json::Member("size", &ManifestFile::size, json::kRequired),
       json::Member("checksum", &ManifestFile::checksum, json::kRequired),
-      // "chunks" and "refs" are read together, checked against each other and the size, once
-      // the file is read (ChunksFromJson in ParseBody).
+      // "chunks" and "refs" are read together, checked against each other and the size read
+      // above (ChunksFromJson).
       json::Custom<ManifestFile>(
           "chunks",
           [](const ManifestFile& f, nlohmann::json& j) {
             if (!f.chunks.empty()) j["chunks"] = f.chunks;
           },
-          [](const json::Fields&, ManifestFile&) { return absl::OkStatus(); }),
-      json::Custom<ManifestFile>(
-          "refs",
-          [](const ManifestFile& f, nlohmann::json& j) {
-            if (!f.refs.empty()) j["refs"] = f.refs;
-          },
-          [](const json::Fields&, ManifestFile&) { return absl::OkStatus(); }),
+          [](const json::Fields& in, ManifestFile& f) {
+            return ChunksFromJson(in, in.where(), &f);
+          }),
+      json::WriteOnly<ManifestFile>("refs",
+                                    [](const ManifestFile& f, nlohmann::json& j) {
+                                      if (!f.refs.empty()) j["refs"] = f.refs;
+                                    }),
   };
   return t;
 }
@@ -218,28 +218,14 @@ const json::Table<ManifestFile>& FileTable() {
 // "format" key is checked before, the checks across fields after).
 const json::Table<Manifest>& ManifestTable() {
   using M = Manifest;
-  auto opt = [](const char* key, auto get) { return json::Member<M>(key, get); };
   static const json::Table<M> t = {
-      json::Custom<M>(
-          "format", [](const M&, nlohmann::json& j) { j["format"] = kManifestFormat; },
-          [](const json::Fields&, M&) { return absl::OkStatus(); }),
+      json::WriteOnly<M>("format",
+                         [](const M&, nlohmann::json& j) { j["format"] = kManifestFormat; }),
       json::Member("id", &M::id, json::kRequired),
       json::Member("workload", &M::workload),
       json::Member("node", &M::node),
       json::Member("created_at", &M::created_at),
-      json::Custom<M>(
-          "kind", [](const M& m, nlohmann::json& j) { j["kind"] = KindName(m.kind); },
-          [](const json::Fields& in, M& m) -> absl::Status {
-            std::string kind = "process";
-            CRYO_RETURN_IF_ERROR(in.Str("kind", &kind));
-            auto k = ParseKind(kind);
-            if (!k) {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("unknown checkpoint kind '", kind, "'"));
-            }
-            m.kind = *k;
-            return absl::OkStatus();
-          }),
+      json::Enum("kind", &M::kind, &KindName, &ParseKind, "unknown checkpoint kind"),
       json::Section<M>("target",
                        {json::Member("root_pid", &M::root_pid, json::kRequired),
                         json::Member("pids", &M::pids), json::Member("tids", &M::tids),
@@ -253,20 +239,13 @@ const json::Table<Manifest>& ManifestTable() {
       json::Section<M>(
           "options",
           {json::Member("leave_running", &M::leave_running),
-           opt(
-               "tcp_established", [](auto& m) -> auto& { return m.options.tcp_established; }),
-           opt(
-               "tcp_close", [](auto& m) -> auto& { return m.options.tcp_close; }),
-           opt(
-               "skip_in_flight", [](auto& m) -> auto& { return m.options.skip_in_flight; }),
-           opt(
-               "link_remap", [](auto& m) -> auto& { return m.options.link_remap; }),
-           opt(
-               "ghost_limit", [](auto& m) -> auto& { return m.options.ghost_limit; }),
-           opt(
-               "ext_unix_sk", [](auto& m) -> auto& { return m.options.ext_unix_sk; }),
-           opt(
-               "shell_job", [](auto& m) -> auto& { return m.options.shell_job; })}),
+           json::Member("tcp_established", &M::options, &criu::JobOptions::tcp_established),
+           json::Member("tcp_close", &M::options, &criu::JobOptions::tcp_close),
+           json::Member("skip_in_flight", &M::options, &criu::JobOptions::skip_in_flight),
+           json::Member("link_remap", &M::options, &criu::JobOptions::link_remap),
+           json::Member("ghost_limit", &M::options, &criu::JobOptions::ghost_limit),
+           json::Member("ext_unix_sk", &M::options, &criu::JobOptions::ext_unix_sk),
+           json::Member("shell_job", &M::options, &criu::JobOptions::shell_job)}),
       json::Member("labels", &M::labels),
       json::Member("stage_ms", &M::stage_ms),
       json::Member("checksum_algorithm", &M::checksum_algorithm),
@@ -279,15 +258,14 @@ const json::Table<Manifest>& ManifestTable() {
                       return absl::OkStatus();
                     }),
       // Written for readers of the store (du, listings); derived, so not read back.
-      json::Custom<M>(
-          "total_bytes", [](const M& m, nlohmann::json& j) { j["total_bytes"] = m.TotalBytes(); },
-          [](const json::Fields&, M&) { return absl::OkStatus(); }),
-      json::Custom<M>(
-          "bytes_referenced",
-          [](const M& m, nlohmann::json& j) {
-            if (const uint64_t r = m.ReferencedBytes(); r > 0) j["bytes_referenced"] = r;
-          },
-          [](const json::Fields&, M&) { return absl::OkStatus(); }),
+      json::WriteOnly<M>("total_bytes",
+                         [](const M& m, nlohmann::json& j) { j["total_bytes"] = m.TotalBytes(); }),
+      json::WriteOnly<M>("bytes_referenced",
+                         [](const M& m, nlohmann::json& j) {
+                           if (const uint64_t r = m.ReferencedBytes(); r > 0) {
+                             j["bytes_referenced"] = r;
+                           }
+                         }),
       json::Custom<M>(
           "gpu", [](const M& m, nlohmann::json& j) { j["gpu"] = m.gpu; },
           [](const json::Fields& in, M& m) -> absl::Status {
@@ -320,12 +298,6 @@ const json::Table<Manifest>& ManifestTable() {
 
 absl::Status ParseBody(const nlohmann::json& j, Manifest& m) {
   CRYO_RETURN_IF_ERROR(json::Read(json::Fields(j, ""), ManifestTable(), m));
-  // "chunks" and "refs" of every file, against each other and the file's size.
-  const nlohmann::json& files = j.at("files");
-  for (size_t i = 0; i < m.files.size(); ++i) {
-    const std::string where = absl::StrCat("files[", i, "]");
-    CRYO_RETURN_IF_ERROR(ChunksFromJson(json::Fields(files[i], where), where, &m.files[i]));
-  }
   if (m.kind == CheckpointKind::kContainer && !m.container) {
     return absl::InvalidArgumentError("a container checkpoint without its 'container' section");
   }

@@ -47,6 +47,7 @@ class Fields {
   absl::StatusOr<const nlohmann::json*> Array(const char* key, bool required = false) const;
 
   std::string Where(const char* key) const;
+  const std::string& where() const { return where_; }  // this object's place ("" at the top)
 
  private:
   const nlohmann::json* Find(const char* key) const;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -109,6 +110,37 @@ template <typename T, typename M>
 Field<T> Member(const char* key, M T::*m, bool required = false, Emit emit = Emit::kAlways) {
   return Member<T>(
       key, [m](auto& t) -> auto& { return t.*m; }, required, emit);
+}
+
+// A member of a member ("options": the manifest's criu::JobOptions).
+template <typename T, typename S, typename M>
+Field<T> Member(const char* key, S T::*outer, M S::*inner, bool required = false,
+                Emit emit = Emit::kAlways) {
+  return Member<T>(
+      key, [ outer, inner ](auto& t) -> auto& { return (t.*outer).*inner; }, required, emit);
+}
+
+// An enum written by its name: `name` gives it, `parse` reads it back (nullopt: unknown, the
+// error `unknown` and the name read). Absent and not required: the member's value stays.
+template <typename T, typename E>
+Field<T> Enum(const char* key, E T::*m, const char* (*name)(E),
+              std::optional<E> (*parse)(const std::string&), const char* unknown,
+              bool required = false) {
+  return {key, [key, m, name](const T& t, nlohmann::json& j) { j[key] = name(t.*m); },
+          [key, m, name, parse, unknown, required](const Fields& in, T& t) -> absl::Status {
+            std::string text = name(t.*m);
+            CRYO_RETURN_IF_ERROR(in.Str(key, &text, required));
+            const std::optional<E> e = parse(text);
+            if (!e) return absl::InvalidArgumentError(absl::StrCat(unknown, " '", text, "'"));
+            t.*m = *e;
+            return absl::OkStatus();
+          }};
+}
+
+// A field only written: derived from the record (a total) or fixed (a format), not read back.
+template <typename T>
+Field<T> WriteOnly(const char* key, std::function<void(const T&, nlohmann::json&)> write) {
+  return {key, std::move(write), [](const Fields&, T&) { return absl::OkStatus(); }};
 }
 
 // A field with its own writer and reader (an enum's name, a section another module reads).

@@ -142,5 +142,31 @@ TEST(SchemaCompat, AFastPathCheckpointsJournalEntryReadsAndWritesBackTheSame) {
   EXPECT_EQ(journal::EntryToJson(*e).dump(2) + "\n", text);
 }
 
+// The tables' enum fields: a name out of the list is refused naming what was read; a manifest
+// without "kind" is a process checkpoint, as before the tables.
+TEST(SchemaCompat, AnEnumOutsideItsNamesIsRefusedNamingItAndAnAbsentKindIsAProcess) {
+  nlohmann::json m = nlohmann::json::parse(Fixture("manifest-fastpath-2026-11-30.json"));
+  m["kind"] = "vm";
+  auto bad = store::ParseManifest(m.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown checkpoint kind 'vm'"), std::string::npos)
+      << bad.status();
+  m.erase("kind");
+  auto absent = store::ParseManifest(m.dump());
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_EQ(absent->kind, store::CheckpointKind::kProcess);
+
+  nlohmann::json e = nlohmann::json::parse(Fixture("journal-entry-fastpath-2026-11-30.json"));
+  e["kind"] = "migrate";
+  auto entry = journal::ParseEntry(e.dump());
+  ASSERT_FALSE(entry.ok());
+  EXPECT_EQ(entry.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(entry.status().message().find("unknown kind 'migrate'"), std::string::npos)
+      << entry.status();
+  e["kind"] = "checkpoint";
+  e.erase("state");
+  EXPECT_FALSE(journal::ParseEntry(e.dump()).ok()) << "a journal entry's state is required";
+}
+
 }  // namespace
 }  // namespace cryo
