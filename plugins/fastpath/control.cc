@@ -30,17 +30,13 @@ using wire::Op;
 
 namespace {
 
-// Every reply is checked. Sent: whether cryod got it, for the callers that act when it did not
-// (a drain nobody heard of is taken back, a held job let go). Answer: where a lost reply leaves
-// nothing to take back (the peer that would read it is gone); it says so on the job's stderr.
-void Say(const std::string& what) { ::fprintf(stderr, "cryo fast path: %s\n", what.c_str()); }
-
-[[nodiscard]] bool Sent(int conn, const std::string& text, const std::vector<int>& fds = {}) {
-  return wire::SendMessage(conn, text, fds);
-}
-
+// Every reply is checked (SendMessage is [[nodiscard]]): the callers that act when cryod did not
+// get it check it themselves (a drain nobody heard of is taken back, a held job let go); the rest
+// Answer, where a lost reply leaves nothing to take back (the peer that would read it is gone),
+// and it says so on the job's stderr.
 void Answer(int conn, const std::string& text, const std::vector<int>& fds = {}) {
-  if (!Sent(conn, text, fds)) Say(std::string("a reply to cryod was lost: ") + strerror(errno));
+  if (!wire::SendMessage(conn, text, fds))
+    Say(std::string("a reply to cryod was lost: ") + strerror(errno));
 }
 
 void Answer(int conn, const Result& r) { Answer(conn, Encode(r.Reply())); }
@@ -78,8 +74,8 @@ bool PeerProves(int conn) {
   alignas(16) unsigned char nonce[wire::kChallengeBytes];
   if (::getrandom(nonce, sizeof(nonce), 0) != static_cast<ssize_t>(sizeof(nonce))) return false;
   bool proved = false;
-  if (Sent(conn, Encode(wire::Challenge{reinterpret_cast<uintptr_t>(nonce),
-                                        static_cast<uint32_t>(sizeof(nonce))}))) {
+  if (wire::SendMessage(conn, Encode(wire::Challenge{reinterpret_cast<uintptr_t>(nonce),
+                                                     static_cast<uint32_t>(sizeof(nonce))}))) {
     std::string text, why;
     std::vector<UniqueFd> fds;
     wire::Request proof;
@@ -262,7 +258,7 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<Unique
     return;
   }
   // If nobody heard that the memory is out, nobody will bring it back: do it now.
-  if (!Sent(conn, Encode(r))) {
+  if (!wire::SendMessage(conn, Encode(r))) {
     if (!mover_.Abort()) Say("a drain cryod did not hear of could not be taken back");
     return;
   }
@@ -319,7 +315,7 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
     wire::GatedReply g;
     o = mover_.GateShut(timeout, &g.collectives);
     g.counting = mover_.collectives().counting();
-    if (o.ok() && !Sent(conn, Encode(g))) {
+    if (o.ok() && !wire::SendMessage(conn, Encode(g))) {
       mover_.Unhold();
       return false;
     }
@@ -347,7 +343,7 @@ bool Control::HoldForGo(int conn, const wire::Request& req) {
   q.exports = Refs(shares.exports);
   q.imports = Refs(shares.imports);
   q.foreign_shares = reg_.Stats().foreign_allocations;
-  if (!Sent(conn, Encode(q))) {
+  if (!wire::SendMessage(conn, Encode(q))) {
     mover_.Unhold();
     return false;
   }
@@ -419,7 +415,7 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<Uniqu
     return;
   }
   // Unheard, no "go" follows: the gate stays shut, as for any refill whose imports never came.
-  if (!Sent(conn, Encode(r))) {
+  if (!wire::SendMessage(conn, Encode(r))) {
     Say("a held refill's reply was lost: its imports wait for cryod");
     return;
   }

@@ -135,7 +135,7 @@ CUresult OpenIpcHandle(Registry& reg, Mover& mover, Gate& gate, const IpcHandle&
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
       }
-      ::fprintf(stderr, "cryo fast path: cuIpcOpenMemHandle: %s\n", got.error.c_str());
+      Say("cuIpcOpenMemHandle: " + got.error);
       return busy ? CUDA_ERROR_NOT_READY : CUDA_ERROR_INVALID_HANDLE;
     }
     GateGuard g(gate);

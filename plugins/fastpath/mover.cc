@@ -389,7 +389,7 @@ void Mover::BackToRunning() {
   FreeHost();
   // Importers of this memory import it again from new descriptors (cryod carries them).
   if (Result r = ExportAgain(); !r.ok()) {
-    ::fprintf(stderr, "cryo fast path: %s\n", r.error.c_str());
+    Say(r.error);
   }
   plan_.clear();
   sources_.clear();

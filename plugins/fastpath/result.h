@@ -6,6 +6,7 @@
 // reply, so what a step says reaches cryod unchanged. Not absl::Status: the library is loaded
 // into jobs and links nothing it does not carry.
 
+#include <cstdio>
 #include <string>
 #include <utility>
 
@@ -39,5 +40,10 @@ struct [[nodiscard]] Result {
   // time), kDataLoss (a file is not what the drain wrote), kBusy (ask again), or kNone.
   ErrorCode code = ErrorCode::kNone;
 };
+
+// The library's one line on the job's stderr: what failed with nobody to answer to.
+inline void Say(const std::string& what) {
+  ::fprintf(stderr, "cryo fast path: %s\n", what.c_str());
+}
 
 }  // namespace cryo::fastpath
