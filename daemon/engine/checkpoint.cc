@@ -23,16 +23,6 @@
 
 namespace cryo::engine {
 
-namespace {
-
-std::vector<pid_t> PidsOf(const std::vector<journal::Task>& tasks) {
-  std::vector<pid_t> out;
-  for (const auto& t : tasks) out.push_back(t.pid);
-  return out;
-}
-
-}  // namespace
-
 Transaction<CheckpointState> Engine::CheckpointSteps() {
   using S = CheckpointState;
   auto run = [this](absl::Status (Engine::*f)(S&)) {
@@ -43,7 +33,7 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
   };
   auto has_gpu = [](const S& s) { return !s.live.driver.empty(); };
   auto fast_bytes = [](const S& s) { return s.live.fast.bytes(); };
-  auto expected = [](const S& s) { return StageSize{s.expected, ""}; };
+  auto expected = [](const S& s) { return StageSize{s.procs.expected(), ""}; };
   auto step = [](auto&&... a) { return MakeStep<S>(std::forward<decltype(a)>(a)...); };
   return Transaction<S>({
       step("validate", Stage::kValidate, run(&Engine::ValidateCheckpoint), nullptr, nullptr,
@@ -106,7 +96,7 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
       // A container (or a job's member) asked to run on goes on as soon as its files are saved
       // too (and the cut is reached).
       step("resume_early", Stage::kUnspecified, run(&Engine::ResumeEarly), nullptr,
-           [](const S& s) { return s.left_stopped && s.req.leave_running; }),
+           [](const S& s) { return s.procs.left_stopped() && s.req.leave_running; }),
       step("gpu_resume", Stage::kGpuRestore, run(&Engine::ResumeGpus), nullptr,
            [](const S& s) { return s.req.leave_running && !s.live.driver.empty(); }),
       // A leave-running checkpoint: the job goes on with its memory back on the GPU.
@@ -128,7 +118,7 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
           "dump_write", Stage::kDumpWrite, run(&Engine::WriteDump), nullptr,
           [](const S& s) { return s.live.dump_staging.active(); },
           [](const S& s) {
-            return StageSize{s.DumpBytes(), "written while the job runs on"};
+            return StageSize{s.procs.DumpBytes(), "written while the job runs on"};
           }),
       step("manifest", Stage::kChecksum, run(&Engine::BuildManifest), nullptr, nullptr, expected),
       // Publish begins its stage itself: the manifest records the stages before it.
@@ -153,11 +143,6 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
   s.op = &op;
   s.clock = &clock;
   s.t_start = absl::Now();
-  s.je.op_id = op.id();
-  s.je.kind = journal::OpKind::kCheckpoint;
-  s.je.state = journal::OpState::kStarted;
-  s.je.leave_running = req.leave_running;
-  s.je.started_at = absl::FormatTime(absl::RFC3339_sec, s.t_start, absl::UTCTimeZone());
   bool journaled = false;
 
   // Once the dump has started, the deadline is checked again right before the publish: a dump
@@ -178,7 +163,7 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
   auto hooks = StepHooks<CheckpointState>(cfg_.fault, op, clock, "checkpoint", deadline,
                                           "; not published, the job was resumed");
   hooks.on_begin = [&](const std::string& name) -> absl::Status {
-    s.je.steps.push_back(name);
+    s.steps.push_back(name);
     // The first step with an undo (stage) creates the entry; it must exist before anything
     // irreversible happens.
     if (name == "stage") return absl::OkStatus();  // written by the step itself
@@ -186,14 +171,14 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
     return JournalBefore(s.JournalEntry());
   };
   hooks.on_rolled_back = [&] {
-    if (!s.je.staging_dir.empty() || journaled) {
+    if (s.live.staged != nullptr || journaled) {
       if (absl::Status st = d_.journal->Remove(op.id()); !st.ok()) {
         CRYO_LOG(Error) << "journal: " << st;
       }
     }
   };
   absl::Status st = checkpoint_txn_->Run(s, hooks);
-  if (s.je.state == journal::OpState::kPublished) {
+  if (s.progress == journal::OpState::kPublished) {
     // Committed: the journal entry has done its job, whatever the completion steps said.
     if (absl::Status r = d_.journal->Remove(op.id()); !r.ok()) CRYO_LOG(Error) << "journal: " << r;
   }
@@ -213,7 +198,7 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
   s.manifest.stage_ms = clock.ms();
   CRYO_LOG(Info) << "checkpoint " << s.id << " of "
                  << (s.ctr ? absl::StrCat("container ", s.ctr->info.id.substr(0, 13))
-                           : absl::StrCat("pid ", s.target))
+                           : absl::StrCat("pid ", s.procs.target()))
                  << " published (" << s.manifest.TotalBytes() << " bytes, "
                  << s.manifest.files.size() << " files)";
   CheckpointResult r;
@@ -226,7 +211,6 @@ absl::StatusOr<CheckpointResult> Engine::Checkpoint(const CheckpointRequest& req
 absl::Status Engine::StageCheckpoint(CheckpointState& s) {
   CRYO_RETURN_IF_ERROR(d_.store->CheckWritable());
   CRYO_ASSIGN_OR_RETURN(s.live.staged, d_.store->Stage(s.id));
-  s.je.staging_dir = s.live.staged->staging_dir();
   s.op_dir = OpDir(s.op->id());
   CRYO_RETURN_IF_ERROR(fs::MakeDirs(s.op_dir, 0700));
   // The journal's first record: from here on a crash is undone at the next start.
@@ -254,8 +238,8 @@ absl::Status Engine::LockGpus(CheckpointState& s) {
 absl::Status Engine::CheckpointGpus(CheckpointState& s) {
   CRYO_RETURN_IF_ERROR(s.live.driver.Checkpoint(*d_.gpu));
   // Device memory now sits in the processes: CRIU will write it, so count it.
-  for (pid_t p : s.pids) s.expected = std::max(s.expected, d_.proc->MemoryBytes(p));
-  s.claim->HoldSpace(s.expected);
+  s.procs.Remeasure(*d_.proc);
+  s.claim->HoldSpace(s.procs.expected());
   return absl::OkStatus();
 }
 
@@ -268,7 +252,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
   // A leave-running checkpoint dumps into node memory when the node holds it: the job is then
   // held for CRIU, not for the store, and dump_write copies the images as it runs on.
   if (s.req.leave_running && cfg_.dump_staging_fs >= 0) {
-    if (gpu::HostMemoryHolds(s.expected)) {
+    if (gpu::HostMemoryHolds(s.procs.expected())) {
       auto staging = DumpStaging::Make(cfg_.dump_staging_fs, s.op->id());
       if (staging.ok()) {
         s.live.dump_staging = *std::move(staging);
@@ -279,7 +263,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
       CRYO_LOG(Info) << "checkpoint " << s.id << " dumps into the store (the job is held until it "
                      << "is written): cryod can have " << gpu::AvailableHostMemory()
                      << " bytes of memory (the node's available memory, or its cgroup's limit), "
-                     << "short of the job's " << s.expected << " and a margin";
+                     << "short of the job's " << s.procs.expected() << " and a margin";
     }
   }
   const std::string images = s.images_dir();
@@ -289,8 +273,8 @@ absl::Status Engine::Dump(CheckpointState& s) {
   absl::Status dumped;
   {
     ProgressTicker ticker(
-        *s.op, Stage::kDump, [&] { return hasher.bytes_hashed(); }, s.expected);
-    dopt.pid = s.ctr ? d_.proc->NsPid(s.target) : s.target;
+        *s.op, Stage::kDump, [&] { return hasher.bytes_hashed(); }, s.procs.expected());
+    dopt.pid = s.ctr ? d_.proc->NsPid(s.procs.target()) : s.procs.target();
     dopt.images_dir = images;
     dopt.work_dir = s.op_dir;
     // A container's job stays stopped until its writable layer is saved too, so that files
@@ -302,77 +286,41 @@ absl::Status Engine::Dump(CheckpointState& s) {
         AddGpuCriuOptions(s.live.driver.records(), &s.job, &dopt.extra_args, &dopt.env));
     dopt.job = s.job;
     dumped = d_.criu->Dump(dopt, [&](pid_t criu_pid) {
-      s.je.state = journal::OpState::kDumping;
-      s.je.criu_pid = criu_pid;
-      auto info = d_.proc->Read(criu_pid);
-      s.je.criu_start_time = info.ok() ? info->start_time : 0;
+      s.progress = journal::OpState::kDumping;
+      s.procs.CriuStarted(criu_pid, *d_.proc);
       JournalAfter(s.JournalEntry());  // CRIU runs: recovery waits for it
     });
   }
   auto digests = hasher.Finish();
   // CRIU resumes the tree itself when a dump fails.
   CRYO_RETURN_IF_ERROR(dumped);
-  s.left_stopped = !dopt.leave_running;
-  if (s.left_stopped) {
-    // Short-lived children come and go between validation and the dump; what CRIU left
-    // stopped is the tree as it is now, and that is what must be resumed or killed.
-    auto frozen = d_.proc->Tree(s.target);
-    if (frozen.ok()) {
-      std::vector<journal::Task> before = s.je.tasks;
-      s.tree = *std::move(frozen);
-      s.je.tasks = jobs_.TasksOf(s.tree);
-      // CRIU stopped them all now: who was stopped before is what validation saw.
-      for (auto& t : s.je.tasks) {
-        t.was_stopped = false;
-        for (const auto& b : before) {
-          if (b.pid == t.pid && b.start_time == t.start_time) t.was_stopped = b.was_stopped;
-        }
-      }
-    }
-  }
-  // The pids a restore needs free; a container's job keeps the ones it has inside.
-  for (const auto& p : s.tree) {
-    s.saved_pids.push_back(s.ctr ? d_.proc->NsPid(p.pid) : p.pid);
-    if (s.ctr) {
-      for (pid_t t : container::NsThreadIds(*d_.proc, p.pid)) s.saved_tids.push_back(t);
-    } else {
-      for (pid_t t : d_.proc->Threads(p.pid)) s.saved_tids.push_back(t);
-    }
-  }
-  s.je.state = journal::OpState::kDumped;
-  s.je.criu_pid = 0;
+  s.procs.Dumped(!dopt.leave_running, s.ctr.has_value(), *d_.proc, jobs_);
+  s.progress = journal::OpState::kDumped;
   CRYO_RETURN_IF_ERROR(JournalBefore(s.JournalEntry()));  // before the publish
   if (!digests.ok()) return Annotate(digests.status(), "checksumming images");
-  s.digests = *std::move(digests);
+  s.procs.SetDigests(*std::move(digests));
   hooks_.At("after-dump");
   return absl::OkStatus();
 }
 
 void Engine::UndoDump(const journal::Entry& e, CheckpointLive* live) {
-  // Harmless when there is no lock (a leave-running dump of a process keeps none), and when
-  // the job already runs (a failed dump resumed it; SIGCONT to a running task is a no-op).
-  if (e.tcp_established) {
-    criu::RemoveNetworkLock(fs::Join(OpDir(e.op_id), "dump.log"), e.container_init_pid,
-                            cfg_.nsexec_path);
-    criu::LeaveTcpRepair(PidsOf(jobs_.WithDescendants(e.tasks)));
-  }
   // The GPU state is rolled back here, not only in gpu_lock's undo (which runs after this
   // one), and after the job runs again: the driver restores a process only while it runs (see
   // ResumeGpus); until the unlock its CUDA calls wait.
-  jobs_.Resume(jobs_.WithDescendants(e.tasks));
+  ProcessSet::Undo(e, jobs_, fs::Join(OpDir(e.op_id), "dump.log"), cfg_.nsexec_path);
   UndoGpu(e, live);
   CRYO_LOG(Warning) << "checkpoint " << e.checkpoint_id << " not published; job resumed";
 }
 
 absl::Status Engine::WriteDump(CheckpointState& s) {
   hooks_.At("before-dump-write");
-  const uint64_t total = s.DumpBytes();
+  const uint64_t total = s.procs.DumpBytes();
   auto report = [&](uint64_t done) {
     s.op->Report(Stage::kDumpWrite, done, total, "CRIU's images, from node memory");
   };
   report(0);
-  CRYO_RETURN_IF_ERROR(s.live.dump_staging.CopyTo(s.live.staged->images_dir(), s.digests, report,
-                                                  [op = s.op] { return op->cancelled(); }));
+  CRYO_RETURN_IF_ERROR(s.live.dump_staging.CopyTo(s.live.staged->images_dir(), s.procs.digests(),
+                                                  report, [op = s.op] { return op->cancelled(); }));
   s.live.dump_staging = DumpStaging();  // its memory goes back now, not at the operation's end
   return absl::OkStatus();
 }
@@ -421,12 +369,9 @@ absl::Status Engine::MeetJobCut(CheckpointState& s) {
 }
 
 absl::Status Engine::ResumeEarly(CheckpointState& s) {
-  if (s.job.tcp_established) {
-    criu::RemoveNetworkLock(fs::Join(s.op_dir, "dump.log"), s.ctr ? s.ctr->init_pid : 0,
-                            cfg_.nsexec_path);
-    criu::LeaveTcpRepair(PidsOf(s.je.tasks));
-  }
-  if (s.live.driver.empty()) jobs_.Resume(s.je.tasks);
+  ProcessSet::LeaveRepair(s.procs.tasks(), s.job.tcp_established, fs::Join(s.op_dir, "dump.log"),
+                          s.ctr ? s.ctr->init_pid : 0, cfg_.nsexec_path);
+  if (s.live.driver.empty()) s.procs.Resume(jobs_);
   return absl::OkStatus();
 }
 
@@ -436,7 +381,7 @@ absl::Status Engine::ResumeGpus(CheckpointState& s) {
   // run before the driver restores it: the driver's restore of a stopped process never
   // returned (H200, driver 580, kubelet's CheckpointContainer of a GPU pod). Until the unlock
   // its CUDA calls wait, as in process mode, where CRIU resumes the job first.
-  if (s.left_stopped) jobs_.Resume(s.je.tasks);
+  if (s.procs.left_stopped()) s.procs.Resume(jobs_);
   return s.live.driver.Resume(*d_.gpu);
 }
 
@@ -447,11 +392,11 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
   m.workload = s.workload;
   m.node = cfg_.node_name;
   m.created_at = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", s.t_start, absl::UTCTimeZone());
-  m.root_pid = s.ctr ? d_.proc->NsPid(s.target) : s.target;
-  m.pids = s.saved_pids;
-  m.tids = s.saved_tids;
-  m.command = s.root.comm;
-  m.cmdline = d_.proc->Cmdline(s.target);
+  m.root_pid = s.ctr ? d_.proc->NsPid(s.procs.target()) : s.procs.target();
+  m.pids = s.procs.saved_pids();
+  m.tids = s.procs.saved_tids();
+  m.command = s.procs.root().comm;
+  m.cmdline = d_.proc->Cmdline(s.procs.target());
   m.kernel = proc::KernelRelease();
   m.arch = proc::MachineArch();
   m.criu_version = d_.criu->version();
@@ -465,7 +410,7 @@ absl::Status Engine::BuildManifest(CheckpointState& s) {
     m.job->former_addresses = s.former_addresses;
   }
   m.checksum_algorithm = kChecksumAlgorithm;
-  for (const auto& [rel, dg] : s.digests) {
+  for (const auto& [rel, dg] : s.procs.digests()) {
     m.files.push_back({absl::StrCat(store::kImagesDir, "/", rel), dg.size, dg.checksum});
   }
   m.files.insert(m.files.end(), s.container_files.begin(), s.container_files.end());
@@ -492,7 +437,7 @@ absl::Status Engine::Publish(CheckpointState& s) {
   CRYO_RETURN_IF_ERROR(
       Annotate(s.live.staged->Publish(s.manifest), absl::StrCat("publishing checkpoint ", s.id)));
   hooks_.At("after-publish");
-  s.je.state = journal::OpState::kPublished;
+  s.progress = journal::OpState::kPublished;
   JournalAfter(s.JournalEntry());
   s.published_path = fs::Join(fs::Join(d_.store->location(), "checkpoints"), s.id);
   s.published_at = absl::Now();
@@ -530,7 +475,7 @@ void Engine::EndCheckpointedJob(const journal::Entry& e, const std::vector<journ
 }
 
 absl::Status Engine::Finish(CheckpointState& s) {
-  if (!s.req.leave_running) EndCheckpointedJob(s.je, s.je.tasks);
+  if (!s.req.leave_running) EndCheckpointedJob(s.JournalEntry(), s.procs.tasks());
   // The pace stands for a whole checkpoint's write (a stop's writes everything): one that
   // referred to an earlier one's chunks wrote less in its time than the store can, so it would
   // make the node look slower than it is (and the plan skip a stop's checkpoint that fits).

@@ -27,18 +27,18 @@ namespace cryo::engine {
 absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
   const CheckpointRequest& req = s.req;
   CRYO_RETURN_IF_ERROR(ValidateRequest(req));
-  s.target = req.pid;
+  pid_t target = req.pid;
   if (!req.container_id.empty()) {
     CRYO_ASSIGN_OR_RETURN(s.ctr, Container(req.container_id, /*restore=*/false));
-    s.target = s.ctr->job_pid;
+    target = s.ctr->job_pid;
   }
-  CRYO_RETURN_IF_ERROR(ValidateTarget(s.target, &s.tree));
-  for (const auto& p : s.tree) {
+  std::vector<proc::ProcInfo> tree;
+  CRYO_RETURN_IF_ERROR(ValidateTarget(target, &tree));
+  for (const auto& p : tree) {
     CRYO_RETURN_IF_ERROR(CheckNodeUserNamespace(
         p.pid, absl::StrCat("pid ", p.pid, " runs in a user namespace of its own"),
         "nothing was stopped"));
   }
-  s.root = s.tree.front();  // a copy: tree is re-read after the dump
   if (s.ctr && s.req.job_part) {
     // A job's member found by lookup comes with the job's options only: its own workload key
     // and pod, as the shim recorded them on its container, are its part's (what its
@@ -54,32 +54,23 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
       if (it != info.labels.end()) s.req.labels.emplace(k, it->second);
     }
   }
-  s.workload = !req.workload.empty() ? req.workload : (s.ctr ? s.ctr->info.name : s.root.comm);
+  s.workload =
+      !req.workload.empty() ? req.workload : (s.ctr ? s.ctr->info.name : tree.front().comm);
   s.id = req.checkpoint_id.empty() ? MakeCheckpointId(s.workload, absl::Now()) : req.checkpoint_id;
-  s.je.checkpoint_id = s.id;
 
-  std::vector<pid_t> tree_pids;
-  for (const auto& p : s.tree) tree_pids.push_back(p.pid);
+  s.procs.Take(target, std::move(tree), *d_.proc, jobs_);
+  const ProcessSet& procs = s.procs;
   s.claim = std::make_unique<Claim>(this);
-  CRYO_RETURN_IF_ERROR(s.claim->Take(tree_pids, s.id, /*id_is_new=*/true));
-
-  std::set<pid_t> in_tree;
-  for (const auto& p : s.tree) {
-    in_tree.insert(p.pid);
-    s.pids.push_back(p.pid);
-    for (pid_t t : d_.proc->Threads(p.pid)) s.tids.push_back(t);
-    s.expected += d_.proc->MemoryBytes(p.pid);
-  }
-  s.claim->HoldSpace(s.expected);
-  s.je.tasks = jobs_.TasksOf(s.tree);
-  s.je.container_init_pid = s.ctr ? s.ctr->init_pid : 0;
-  CRYO_ASSIGN_OR_RETURN(s.credentials, LiveCredentials(s.tree));
+  CRYO_RETURN_IF_ERROR(s.claim->Take(procs.pids(), s.id, /*id_is_new=*/true));
+  s.claim->HoldSpace(procs.expected());
+  CRYO_ASSIGN_OR_RETURN(s.credentials, LiveCredentials(procs.tree()));
   // CRIU refuses a tree whose session or group leader is outside it unless told it is a shell
   // job (started from a terminal); that is what the user means, so say it for them.
   const bool own_netns = s.ctr && d_.proc->OwnNetns(s.ctr->init_pid);
   CRYO_RETURN_IF_ERROR(criu::Resolve(cfg_.criu_defaults, req.criu, own_netns, &s.job));
-  s.job.shell_job = req.shell_job || !in_tree.count(s.root.sid) || !in_tree.count(s.root.pgid);
-  s.je.tcp_established = s.job.tcp_established;
+  const std::set<pid_t> in_tree(procs.pids().begin(), procs.pids().end());
+  s.job.shell_job =
+      req.shell_job || !in_tree.count(procs.root().sid) || !in_tree.count(procs.root().pgid);
   // A pod resumes in another pod, with other addresses: sockets on this one's are refused now,
   // while the job runs (criu/listen_ports.h).
   if (own_netns) {
@@ -91,20 +82,21 @@ absl::Status Engine::ValidateCheckpoint(CheckpointState& s) {
       CRYO_ASSIGN_OR_RETURN(s.former_addresses,
                             criu::ReadJobAddresses(s.ctr->init_pid, cfg_.nsexec_path));
     } else {
-      CRYO_RETURN_IF_ERROR(criu::CheckPortableSockets(s.pids, s.ctr->init_pid, s.job.tcp_close));
+      CRYO_RETURN_IF_ERROR(
+          criu::CheckPortableSockets(procs.pids(), s.ctr->init_pid, s.job.tcp_close));
     }
   }
   // What CRIU cannot dump is refused now, not after the GPU was drained and the job frozen.
-  CRYO_RETURN_IF_ERROR(criu::CheckDumpable(*d_.proc, s.pids));
+  CRYO_RETURN_IF_ERROR(criu::CheckDumpable(*d_.proc, procs.pids()));
   // A GPU feature the driver cannot checkpoint is refused here, before anything is locked.
-  CRYO_ASSIGN_OR_RETURN(std::vector<gpu::GpuProcess> gpu, d_.gpu->Discover(s.pids));
+  CRYO_ASSIGN_OR_RETURN(std::vector<gpu::GpuProcess> gpu, d_.gpu->Discover(procs.pids()));
   if (s.ctr) {
     for (auto& g : gpu) g.ns_pid = d_.proc->NsPid(g.pid);
   }
   s.live.driver = gpu::DriverSession(std::move(gpu));
   // Processes that run the fast-path library move what it owns themselves.
   if (d_.fastpath != nullptr && cfg_.fastpath.enabled) {
-    CRYO_ASSIGN_OR_RETURN(std::vector<gpu::FastpathProcess> found, d_.fastpath->Find(s.pids));
+    CRYO_ASSIGN_OR_RETURN(std::vector<gpu::FastpathProcess> found, d_.fastpath->Find(procs.pids()));
     s.live.fast = gpu::FastpathSession(std::move(found));
     // Claimed now, well before the drain: jobs preempted together see each other there.
     s.live.copy_claim = copy_share_.Take(static_cast<int>(s.live.fast.size()));

@@ -80,7 +80,7 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   // memory (gpu_host_copy) and gpu_write writes it after the refill.
   const bool memory = fast.has_host_copies();
   // The GPU data goes into the store too (at most this much: unchanged chunks are not written).
-  s.claim->HoldSpace(s.expected + owned);
+  s.claim->HoldSpace(s.procs.expected() + owned);
   if (s.req.leave_running && !memory) {
     CRYO_LOG(Info) << "the GPU data of this leave-running checkpoint goes through files (the "
                    << "job stalls until they are written): the libraries' versions, the memory "

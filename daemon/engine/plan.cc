@@ -45,7 +45,7 @@ absl::Status Engine::PlanCheckpoint(CheckpointState& s) {
   std::optional<store::Manifest> newest = NewestGood(s.workload);
   // The job's size: its newest checkpoint's (GPU memory included, measured as the pace is),
   // else what its processes hold now.
-  const uint64_t bytes = newest ? newest->TotalBytes() : s.expected;
+  const uint64_t bytes = newest ? newest->TotalBytes() : s.procs.expected();
   const std::optional<absl::Duration> predicted = pace_.Predict(s.workload, bytes);
   auto count = [this](const char* decision) {
     if (d_.metrics) d_.metrics->CountPlan(decision);
@@ -94,7 +94,7 @@ absl::Status Engine::FallBack(CheckpointState& s) {
   if (s.ctr && d_.proc->Alive(s.ctr->init_pid)) {
     container::TellInitResumesEarlier(*d_.proc, s.ctr->init_pid, s.fallback->lost, s.fallback->why);
   }
-  jobs_.Kill(s.je.tasks);
+  jobs_.Kill(s.procs.tasks());
   return absl::OkStatus();
 }
 

@@ -1,9 +1,10 @@
 #pragma once
 
 // The state objects of the engine's two transactions (engine.h). Each is split the way its
-// undos are typed (transaction.h): the journal entry `je`, all that survives a crash and all
-// that recovery has, and the live handles `live` (descriptors, drains in flight, the stage),
-// which only a live rollback has. Everything else is the steps' own and no undo can see it.
+// undos are typed (transaction.h): the journal entry (JournalEntry()), all that survives a crash
+// and all that recovery has, and the live handles `live` (descriptors, drains in flight, the
+// stage), which only a live rollback has. Everything else is the steps' own and no undo can see
+// it.
 
 #include <sys/types.h>
 
@@ -15,11 +16,13 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "daemon/container/target.h"
 #include "daemon/criu/job_network.h"
 #include "daemon/criu/network_lock.h"
 #include "daemon/engine/dump_staging.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/process_set.h"
 #include "daemon/engine/stage_clock.h"
 #include "daemon/fastpath/session.h"
 #include "daemon/gpu/copy_share.h"
@@ -86,6 +89,9 @@ struct RestoreLive {
   std::string job_namespace, job_name;
 };
 
+// A checkpoint: the request, its ids, where it stands, and its participants, each of which owns
+// its own state (docs/architecture.md, "Participants"). The journal entry is not kept by hand:
+// JournalEntry() sums the transaction's own fields and the participants' durable records.
 struct CheckpointState {
   using Durable = journal::Entry;
   using Live = CheckpointLive;
@@ -97,69 +103,71 @@ struct CheckpointState {
   std::string images_dir() const {
     return live.dump_staging.active() ? live.dump_staging.dir() : live.staged->images_dir();
   }
-  // The journal entry: the transaction's own fields and its participants' durable records. Every
-  // write of the journal goes through it, so that no record is copied in by hand.
-  journal::Entry& JournalEntry() {
-    je.gpu = live.driver.records();
-    je.fastpath = live.fast.records();
-    return je;
-  }
-  // What the dump wrote.
-  uint64_t DumpBytes() const {
-    uint64_t b = 0;
-    for (const auto& [rel, d] : digests) b += d.size;
-    return b;
+  // The journal entry as it stands: every write of the journal, and the undos of a live
+  // rollback, read it from here.
+  const journal::Entry& JournalEntry() {
+    je_.op_id = op->id();
+    je_.kind = journal::OpKind::kCheckpoint;
+    je_.checkpoint_id = id;
+    je_.state = progress;
+    je_.steps = steps;
+    je_.staging_dir = live.staged ? live.staged->staging_dir() : "";
+    je_.leave_running = req.leave_running;
+    je_.tcp_established = job.tcp_established;
+    je_.container_init_pid = ctr ? ctr->init_pid : 0;
+    je_.started_at = absl::FormatTime(absl::RFC3339_sec, t_start, absl::UTCTimeZone());
+    procs.Record(&je_);
+    je_.gpu = live.driver.records();
+    je_.fastpath = live.fast.records();
+    return je_;
   }
 
-  // Inputs.
+  // The request.
   CheckpointRequest req;
   Operation* op = nullptr;
   StageClock* clock = nullptr;
   absl::Time t_start;
-
-  // Durable: the journal entry (all that recovery has), and the live handles.
-  journal::Entry je;
-  CheckpointLive live;
-
-  // validate
-  std::optional<container::ContainerTarget> ctr;
-  std::vector<std::string> pod_ips;   // a container job member's own addresses at the cut
-  criu::AddressMap former_addresses;  // its earlier pods' addresses (criu::ReadJobAddresses)
-  pid_t target = 0;
-  std::vector<proc::ProcInfo> tree;
-  proc::ProcInfo root;
-  std::string workload;
-  std::string id;
-  std::vector<int> pids, tids;
-  uint64_t expected = 0;
   criu::JobOptions job;  // what CRIU dumps with (resolved in validate)
   std::unique_ptr<Engine::Claim> claim;
+
+  // The ids (validate, stage).
+  std::string id;
+  std::string workload;
+  std::string op_dir;
+
+  // Where it stands: the journal's state, and the steps with an undo begun (in order).
+  journal::OpState progress = journal::OpState::kStarted;
+  std::vector<std::string> steps;
+
+  // The participants: the job's processes (the dump's), and the live handles of the stage, the
+  // GPU's two paths and the dump's staging.
+  ProcessSet procs;
+  CheckpointLive live;
+  // A container's job (validate): its container, its addresses at the cut when it is a job's
+  // member and its earlier pods' (criu::ReadJobAddresses), and its writable layer (rootfs).
+  std::optional<container::ContainerTarget> ctr;
+  std::vector<std::string> pod_ips;
+  criu::AddressMap former_addresses;
+  std::vector<store::ManifestFile> container_files;
   // The most any of the job's threads holds (uids, capabilities, ...): recorded in the
   // manifest, the bound of a process-mode restore.
   criu::CredentialCeiling credentials;
 
-  // plan: set when the stop's checkpoint is not taken (the job ended; the replacement resumes
-  // from `newest`).
+  // The outcome. plan: set when the stop's checkpoint is not taken (the job ended; the
+  // replacement resumes from `newest`).
   struct Fallback {
     store::Manifest newest;
     std::string why;
     absl::Duration lost;
   };
   std::optional<Fallback> fallback;
-
-  // stage
-  std::string op_dir;
-
-  // dump
-  bool left_stopped = false;  // the dump left the job stopped (cryod resumes or kills it)
-  std::map<std::string, FileDigest> digests;
-  std::vector<int> saved_pids, saved_tids;
-  std::vector<store::ManifestFile> container_files;
-
   // manifest, publish
   store::Manifest manifest;
   std::string published_path;
   absl::Time published_at = absl::InfinitePast();
+
+ private:
+  journal::Entry je_;
 };
 
 struct RestoreState {
@@ -173,6 +181,7 @@ struct RestoreState {
   journal::Entry je;
   RestoreLive live;
   bool journaled = false;  // je has been written once
+  const journal::Entry& JournalEntry() const { return je; }
 
   store::Manifest m;
   std::unique_ptr<Engine::Claim> claim;

@@ -9,9 +9,9 @@
 // Crash recovery uses the same undos: before a step with an undo runs, its name is recorded
 // (the journal, through `on_begin`), and cryod replays the recorded names through Undo() at its
 // next start. An undo must be safe whatever part of its step ran, and its type says what it may
-// read: the state's durable part (`State::Durable`, member `je`: what the journal holds) and its
-// live handles (`State::Live`, member `live`: descriptors, drains in flight, the stage), which
-// are there in a live rollback and null during recovery.
+// read: the state's durable part (`State::Durable`, from `JournalEntry()`: what the journal holds)
+// and its live handles (`State::Live`, member `live`: descriptors, drains in flight, the stage),
+// which are there in a live rollback and null during recovery.
 //
 // Steps declare themselves: whether they apply to this job (a step that does not is skipped:
 // not run, not journaled, its stage not begun, its undo never needed), and the progress stage
@@ -129,7 +129,9 @@ class Transaction {
       if (!st.ok()) {
         if (committed) return st;
         if (hooks.on_failure) hooks.on_failure(st);
-        for (auto it = begun.rbegin(); it != begun.rend(); ++it) (*it)->undo(s.je, &s.live);
+        const typename State::Durable& je =
+            s.JournalEntry();  // as it stands now, the same for every undo
+        for (auto it = begun.rbegin(); it != begun.rend(); ++it) (*it)->undo(je, &s.live);
         if (hooks.on_rolled_back) hooks.on_rolled_back();
         return st;
       }

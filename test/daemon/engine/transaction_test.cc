@@ -28,6 +28,7 @@ struct Log {
   bool gpu = false;  // whether the "gpu" step applies
   Durable je;
   Live live;
+  const Durable& JournalEntry() const { return je; }
 };
 
 Step<Log> Make(const std::string& name, bool with_undo, absl::Status result = absl::OkStatus(),
