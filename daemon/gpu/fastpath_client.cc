@@ -209,25 +209,25 @@ absl::StatusOr<UniqueFd> ConnectFastpath(const proc::ProcReader& proc, const Fas
   }
   // By its name, or an alternate when another pid namespace's process on the same network
   // has its pid; only the job's own process is kept (SO_PEERCRED), never whoever holds a name.
-  int fd = -1;
+  UniqueFd conn;
   int err = 0;
   pid_t held_by = 0;
   struct ucred cred {};
   if (theirs == proc::ProcReader().Link(::getpid(), "ns/net")) {
-    fd = wire::ConnectToProcess(own_pid, p.pid, &held_by, &cred);
+    conn = wire::ConnectToProcess(own_pid, p.pid, &held_by, &cred);
     err = errno;
   } else {
     // The socket lives in the job's network namespace: connect from a thread that joined it
     // (a socket stays in the namespace it was made in; the thread ends there).
     absl::Status entered = InNetNamespace(proc.PidPath(p.pid, "ns/net"), [&] {
-      fd = wire::ConnectToProcess(own_pid, p.pid, &held_by, &cred);
+      conn = wire::ConnectToProcess(own_pid, p.pid, &held_by, &cred);
       err = errno;
     });
     if (!entered.ok()) {
       return Annotate(entered, absl::StrCat("connecting to the GPU fast path of pid ", p.pid));
     }
   }
-  if (fd < 0) {
+  if (!conn.ok()) {
     if (err == ECONNREFUSED || err == ENOENT) {
       return absl::NotFoundError(
           absl::StrCat("pid ", p.pid, " has no GPU fast path listening (@", name, ")"));
@@ -245,7 +245,6 @@ absl::StatusOr<UniqueFd> ConnectFastpath(const proc::ProcReader& proc, const Fas
   // carries.
   absl::StatusOr<criu::TaskCredentials> job = criu::ReadLiveCredentials(proc, p.pid);
   const int64_t job_uid = job.ok() ? int64_t{job->euid} : -1;
-  UniqueFd conn(fd);
   if (cred.pid != p.pid || job_uid < 0 || static_cast<int64_t>(cred.uid) != job_uid) {
     return absl::PermissionDeniedError(absl::StrCat(
         "the GPU fast path socket @", name, " of pid ", p.pid, " is held by pid ", cred.pid,

@@ -80,46 +80,44 @@ std::string AlternateSocketName(pid_t pid, int k) {
   return k == 0 ? SocketName(pid) : SocketName(pid) + "." + std::to_string(k);
 }
 
-int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by, ucred* peer) {
+UniqueFd ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by, ucred* peer) {
   bool someone = false;
   for (int k = 0; k < kAlternateNames; ++k) {
-    const int fd = ConnectAbstract(AlternateSocketName(pid, k));
-    if (fd < 0) continue;
+    UniqueFd fd = ConnectAbstract(AlternateSocketName(pid, k));
+    if (!fd.ok()) continue;
     ucred cred{};
     socklen_t len = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == peer_pid &&
+    if (::getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid == peer_pid &&
         peer_pid > 0) {
       if (peer != nullptr) *peer = cred;
       return fd;
     }
     if (!someone && held_by != nullptr) *held_by = cred.pid;
     someone = true;
-    ::close(fd);
   }
   errno = someone ? EPERM : ECONNREFUSED;
-  return -1;
+  return UniqueFd();
 }
 
-int ConnectAbstract(const std::string& name) {
+UniqueFd ConnectAbstract(const std::string& name) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
   if (name.size() + 1 > sizeof(a.sun_path)) {
     errno = ENAMETOOLONG;
-    return -1;
+    return UniqueFd();
   }
   memcpy(a.sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
   const socklen_t len = offsetof(sockaddr_un, sun_path) + 1 + name.size();
-  int fd = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
+  UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!fd.ok()) return fd;
   int r;
   do {
-    r = ::connect(fd, reinterpret_cast<sockaddr*>(&a), len);
+    r = ::connect(fd.get(), reinterpret_cast<sockaddr*>(&a), len);
   } while (r < 0 && errno == EINTR);
   if (r < 0) {
-    int e = errno;
-    ::close(fd);
-    errno = e;
-    return -1;
+    const int e = errno;
+    fd.reset();
+    errno = e;  // (close may have set its own)
   }
   return fd;
 }

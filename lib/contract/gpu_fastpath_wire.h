@@ -22,9 +22,9 @@ namespace cryo::contract::gpu_fastpath {
 bool ReceiveMessage(int fd, std::string* text, std::vector<UniqueFd>* fds);
 // The abstract socket address of a process's channel (pid as the process sees itself).
 std::string SocketName(pid_t pid);
-// Connects to `name` in the abstract namespace of the calling thread's network namespace; -1
-// (errno set) when nobody listens.
-int ConnectAbstract(const std::string& name);
+// Connects to `name` in the abstract namespace of the calling thread's network namespace; an
+// empty descriptor (errno set) when nobody listens.
+UniqueFd ConnectAbstract(const std::string& name);
 
 // Processes of different pid namespaces share a network namespace (pods on the host's network):
 // two of them with the same pid would want one name. A process whose name is taken listens on
@@ -34,11 +34,12 @@ std::string AlternateSocketName(pid_t pid, int k);  // k = 0: SocketName(pid)
 
 // Connects to the channel of the process that calls itself `pid`, which is `peer_pid` as the
 // caller sees it (the same in one pid namespace; cryod passes the host's pid): each of its
-// names in turn, keeping the connection whose peer (SO_PEERCRED) is `peer_pid`. -1 with errno
+// names in turn, keeping the connection whose peer (SO_PEERCRED) is `peer_pid`. Empty with errno
 // ECONNREFUSED when nobody listens on any, EPERM when only other processes do (then `*held_by`,
 // when given, is the pid that holds the first name: 0 for one outside the caller's namespace).
 // `*peer`, when given, receives the kept peer's credentials.
-int ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by = nullptr, ucred* peer = nullptr);
+UniqueFd ConnectToProcess(pid_t pid, pid_t peer_pid, pid_t* held_by = nullptr,
+                          ucred* peer = nullptr);
 
 struct Challenge;  // gpu_fastpath_messages.h
 // Answers a library's challenge on `fd`: reads its bytes in process `pid` (as the caller sees it)

@@ -76,7 +76,7 @@ Result FetchIpcShare(const IpcHandle& h, int* fd) {
   *fd = -1;
   // The exporter is in our pid namespace (a handle names it by its pid there): only that process
   // is asked, never another that took its name on a shared network namespace.
-  UniqueFd conn(wire::ConnectToProcess(h.pid, h.pid));
+  UniqueFd conn = wire::ConnectToProcess(h.pid, h.pid);
   const std::string who = "process " + std::to_string(h.pid);
   if (!conn.ok()) {
     return Result::Failed("no fast-path library answers in " + who + ": " +

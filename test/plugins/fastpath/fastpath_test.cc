@@ -1243,23 +1243,24 @@ TEST_F(FastpathTest, AJobWhoseChannelNameIsTakenListensOnAnAlternateFoundByItsPi
   Control control(*mover_, *reg_, nullptr);
   EXPECT_EQ(control.Start(pid).error, "") << "the library did not listen on an alternate";
   pid_t held_by = -1;
-  const int conn = wire::ConnectToProcess(pid, ::getpid(), &held_by);
-  ASSERT_GE(conn, 0) << strerror(errno);
+  UniqueFd owned = wire::ConnectToProcess(pid, ::getpid(), &held_by);
+  ASSERT_TRUE(owned.ok()) << strerror(errno);
+  const int conn = owned.get();
   timeval tv{10, 0};
   ::setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   wire::Reply<wire::StatusReply> st;
   std::string why;
   ASSERT_TRUE(AskStatus(conn, &st, &why)) << "the job's library: " << why;
   EXPECT_TRUE(st.ok);
-  ::close(conn);
+  owned.reset();
 
   // Asked for a process that holds none of the names: refused, naming who holds the first.
   errno = 0;
-  EXPECT_LT(wire::ConnectToProcess(pid, other + 1000000, &held_by), 0);
+  EXPECT_FALSE(wire::ConnectToProcess(pid, other + 1000000, &held_by).ok());
   EXPECT_EQ(errno, EPERM);
   EXPECT_EQ(held_by, other);
   // Nobody at all on a pid's names.
-  EXPECT_LT(wire::ConnectToProcess(pid + 1, ::getpid()), 0);
+  EXPECT_FALSE(wire::ConnectToProcess(pid + 1, ::getpid()).ok());
   EXPECT_EQ(errno, ECONNREFUSED);
   ::kill(other, SIGKILL);
   ::waitpid(other, nullptr, 0);
@@ -1272,10 +1273,11 @@ TEST_F(FastpathTest, APeerThatSaysNothingIsDroppedAndTheNextIsServed) {
   Control control(*mover_, *reg_, nullptr);
   const pid_t pid = 41000000 + ::getpid() % 1000000;  // no process has it
   FakeChannel channel(control, pid);
-  const int idle = wire::ConnectAbstract(wire::SocketName(pid));
-  ASSERT_GE(idle, 0);
-  const int asks = wire::ConnectAbstract(wire::SocketName(pid));
-  ASSERT_GE(asks, 0);
+  const UniqueFd idle_fd = wire::ConnectAbstract(wire::SocketName(pid));
+  ASSERT_TRUE(idle_fd.ok());
+  const UniqueFd asks_fd = wire::ConnectAbstract(wire::SocketName(pid));
+  ASSERT_TRUE(asks_fd.ok());
+  const int idle = idle_fd.get(), asks = asks_fd.get();
   timeval tv{20, 0};  // far beyond the library's wait for a first message
   ::setsockopt(asks, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   wire::Reply<wire::StatusReply> r;
@@ -1285,8 +1287,6 @@ TEST_F(FastpathTest, APeerThatSaysNothingIsDroppedAndTheNextIsServed) {
   // The idle one was hung up on.
   char b;
   EXPECT_EQ(::recv(idle, &b, 1, 0), 0);
-  ::close(idle);
-  ::close(asks);
 }
 
 // Issue 34: a root process without capabilities (a sidecar, a debug container, a pod on the
@@ -1318,14 +1318,14 @@ TEST_F(FastpathTest, ARootPeerWithoutCapabilitiesCannotDriveTheJob) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   };
   auto ask_status = [&](std::string* reply, std::string* why) {
-    const int conn = wire::ConnectAbstract(wire::SocketName(pid));
-    if (conn < 0) return -1;
+    const UniqueFd owned = wire::ConnectAbstract(wire::SocketName(pid));
+    if (!owned.ok()) return -1;
+    const int conn = owned.get();
     wire::Request req;
     req.op = wire::Op::kStatus;
     if (!wire::SendMessage(conn, wire::Encode(req))) return -1;
     std::vector<UniqueFd> fds;
     const bool got = ReceiveProving(conn, reply, &fds, why, job);
-    ::close(conn);
     return got ? 1 : 0;
   };
 
@@ -1341,7 +1341,8 @@ TEST_F(FastpathTest, ARootPeerWithoutCapabilitiesCannotDriveTheJob) {
   // Nor can it guess: a forged proof is refused, and nothing was done.
   EXPECT_EQ(in_child(true,
                      [&] {
-                       const int conn = wire::ConnectAbstract(wire::SocketName(pid));
+                       const UniqueFd owned = wire::ConnectAbstract(wire::SocketName(pid));
+                       const int conn = owned.get();
                        wire::Request req;
                        req.op = wire::Op::kDrain;
                        std::string text, why;
