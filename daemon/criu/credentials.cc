@@ -20,6 +20,7 @@
 #include "daemon/criu/image_file.h"
 #include "daemon/criu/seccomp_compare.h"
 #include "lib/base/fs.h"
+#include "lib/base/json_table.h"
 #include "lib/base/status.h"
 
 namespace cryo::criu {
@@ -511,75 +512,47 @@ absl::Status CheckCredentials(const std::vector<TaskCredentials>& threads,
   return absl::OkStatus();
 }
 
-nlohmann::json CeilingToJson(const CredentialCeiling& c) {
-  nlohmann::json j = {
-      {"uids", c.uids},
-      {"gids", c.gids},
-      {"groups", c.groups},
-      {"cap_inh", c.caps.inh},
-      {"cap_prm", c.caps.prm},
-      {"cap_eff", c.caps.eff},
-      {"cap_bnd", c.caps.bnd},
-      {"cap_amb", c.caps.amb},
-      {"no_new_privs", c.no_new_privs},
-      {"seccomp_mode", c.seccomp_mode},
-      {"lsm", c.lsm},
+namespace {
+
+// The record's table (lib/base/json_table.h): the manifest's "credentials" section.
+const json::Table<CredentialCeiling>& CeilingTable() {
+  using C = CredentialCeiling;
+  static const json::Table<C> t = {
+      json::Member("uids", &C::uids, json::kRequired),
+      json::Member("gids", &C::gids, json::kRequired),
+      json::Member("groups", &C::groups, json::kRequired),
+      json::Member("cap_inh", &C::caps, &CapSets::inh, json::kRequired),
+      json::Member("cap_prm", &C::caps, &CapSets::prm, json::kRequired),
+      json::Member("cap_eff", &C::caps, &CapSets::eff, json::kRequired),
+      json::Member("cap_bnd", &C::caps, &CapSets::bnd, json::kRequired),
+      json::Member("cap_amb", &C::caps, &CapSets::amb, json::kRequired),
+      json::Member("no_new_privs", &C::no_new_privs, json::kRequired),
+      json::Member("seccomp_mode", &C::seccomp_mode, json::kRequired),
+      json::Member("lsm", &C::lsm, json::kRequired),
+      // Absent in manifests written before cryo kept the limits.
+      json::Member("rlimit_max", &C::rlimit_max, false, json::Emit::kUnlessEmpty),
   };
-  if (!c.rlimit_max.empty()) j["rlimit_max"] = c.rlimit_max;
-  return j;
+  return t;
 }
 
+}  // namespace
+
+nlohmann::json CeilingToJson(const CredentialCeiling& c) { return json::Write(c, CeilingTable()); }
+
 absl::StatusOr<CredentialCeiling> CeilingFromJson(const nlohmann::json& j) {
-  auto bad = [](absl::string_view f) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("credentials: field ", f, " missing or mistyped"));
-  };
-  if (!j.is_object()) return bad("(the record)");
+  if (!j.is_object()) return absl::InvalidArgumentError("credentials: not an object");
   CredentialCeiling c;
-  auto ids = [&](const char* f, std::set<uint32_t>* out) {
-    auto it = j.find(f);
-    if (it == j.end() || !it->is_array() || it->size() > 65536) return false;
-    for (const auto& v : *it) {
-      if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX) return false;
-      out->insert(v.get<uint32_t>());
-    }
-    return true;
+  CRYO_RETURN_IF_ERROR(json::Read(json::Fields(j, "credentials"), CeilingTable(), c));
+  // Bounds of what is read back (a crafted record is refused, never taken as a huge ceiling).
+  auto bad = [](absl::string_view f) {
+    return absl::InvalidArgumentError(absl::StrCat("credentials: field ", f, " out of range"));
   };
-  auto u64 = [&](const char* f, uint64_t* out) {
-    auto it = j.find(f);
-    if (it == j.end() || !it->is_number_unsigned()) return false;
-    *out = it->get<uint64_t>();
-    return true;
-  };
-  if (!ids("uids", &c.uids)) return bad("uids");
-  if (!ids("gids", &c.gids)) return bad("gids");
-  if (!ids("groups", &c.groups)) return bad("groups");
-  if (!u64("cap_inh", &c.caps.inh)) return bad("cap_inh");
-  if (!u64("cap_prm", &c.caps.prm)) return bad("cap_prm");
-  if (!u64("cap_eff", &c.caps.eff)) return bad("cap_eff");
-  if (!u64("cap_bnd", &c.caps.bnd)) return bad("cap_bnd");
-  if (!u64("cap_amb", &c.caps.amb)) return bad("cap_amb");
-  auto nnp = j.find("no_new_privs");
-  if (nnp == j.end() || !nnp->is_boolean()) return bad("no_new_privs");
-  c.no_new_privs = nnp->get<bool>();
-  auto mode = j.find("seccomp_mode");
-  if (mode == j.end() || !mode->is_number_integer() || mode->get<int64_t>() < 0 ||
-      mode->get<int64_t>() > kSeccompFilter) {
-    return bad("seccomp_mode");
-  }
-  c.seccomp_mode = mode->get<int>();
-  auto lsm = j.find("lsm");
-  if (lsm == j.end() || !lsm->is_string() || lsm->get_ref<const std::string&>().size() > 4096) {
-    return bad("lsm");
-  }
-  c.lsm = lsm->get<std::string>();
-  if (auto rl = j.find("rlimit_max"); rl != j.end()) {
-    if (!rl->is_array() || rl->size() > 64) return bad("rlimit_max");
-    for (const auto& v : *rl) {
-      if (!v.is_number_unsigned()) return bad("rlimit_max");
-      c.rlimit_max.push_back(v.get<uint64_t>());
-    }
-  }
+  if (c.uids.size() > 65536) return bad("uids");
+  if (c.gids.size() > 65536) return bad("gids");
+  if (c.groups.size() > 65536) return bad("groups");
+  if (c.seccomp_mode < 0 || c.seccomp_mode > kSeccompFilter) return bad("seccomp_mode");
+  if (c.lsm.size() > 4096) return bad("lsm");
+  if (c.rlimit_max.size() > 64) return bad("rlimit_max");
   return c;
 }
 

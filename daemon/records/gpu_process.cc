@@ -5,112 +5,120 @@
 
 namespace cryo::gpu {
 
-nlohmann::json ToJson(const std::vector<GpuProcess>& procs) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& p : procs) {
-    nlohmann::json e = {{"pid", p.pid}, {"plugin", p.plugin}, {"facts", p.facts}};
-    if (p.ns_pid > 0) e["ns_pid"] = p.ns_pid;
-    out.push_back(std::move(e));
+namespace {
+
+// The records' tables (lib/base/json_table.h): the one place a field is added.
+const json::Table<GpuProcess>& GpuProcessTable() {
+  using P = GpuProcess;
+  static const json::Table<P> t = {
+      json::Member("pid", &P::pid, json::kRequired),
+      json::Member("plugin", &P::plugin, json::kRequired),
+      json::Member("ns_pid", &P::ns_pid, false, json::Emit::kUnlessEmpty),
+      // The plugin's own facts: any object, kept as it is.
+      json::Custom<P>(
+          "facts", [](const P& p, nlohmann::json& j) { j["facts"] = p.facts; },
+          [](const json::Fields& in, P& p) -> absl::Status {
+            nlohmann::json v;
+            CRYO_RETURN_IF_ERROR(in.Any("facts", &v));
+            if (v.is_null()) return absl::OkStatus();
+            if (!v.is_object()) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat(in.Where("facts"), " is not an object"));
+            }
+            p.facts = std::move(v);
+            return absl::OkStatus();
+          }),
+  };
+  return t;
+}
+
+const json::Table<FastpathProcess>& FastpathProcessTable() {
+  using P = FastpathProcess;
+  using I = FastpathImport;
+  static const json::Table<P> t = {
+      json::Member("pid", &P::pid, json::kRequired),
+      json::Member("ns_pid", &P::ns_pid, json::kRequired),
+      json::Member("files", &P::files),
+      json::Member("bytes", &P::bytes),
+      json::Member("allocations", &P::allocations),
+      json::Member("driver_bytes", &P::driver_bytes),
+      json::Member("memory", &P::memory, false, json::Emit::kUnlessEmpty),
+      json::Records(
+          "imports", &P::imports,
+          {json::Member("id", &I::id, json::kRequired),
+           json::Member("from", &I::from, json::kRequired),
+           json::Member("export", &I::export_id, json::kRequired)},
+          false,
+          [](const I& i, const std::string& where) {
+            return i.from > 0
+                       ? absl::OkStatus()
+                       : absl::InvalidArgumentError(absl::StrCat(where, ": from out of range"));
+          },
+          json::Emit::kUnlessEmpty),
+  };
+  return t;
+}
+
+absl::Status Check(const GpuProcess& p, const std::string& where) {
+  if (p.pid <= 0 || p.plugin.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " has no pid or plugin"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Check(const FastpathProcess& p, const std::string& where) {
+  // The files' names come from these numbers: bound them.
+  if (p.pid <= 0 || p.ns_pid <= 0 || p.files < 0 || p.files > 64) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": pid, ns_pid or files out of range"));
+  }
+  if (p.imports.size() > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": imports is not a short list"));
+  }
+  return absl::OkStatus();
+}
+
+template <typename P>
+nlohmann::json ListToJson(const std::vector<P>& procs, const json::Table<P>& table) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const P& p : procs) out.push_back(json::Write(p, table));
   return out;
 }
 
-absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::json& j) {
-  std::vector<GpuProcess> out;
+template <typename P>
+absl::StatusOr<std::vector<P>> ListFromJson(const nlohmann::json& j, const char* name,
+                                            const json::Table<P>& table) {
+  std::vector<P> out;
   if (j.is_null()) return out;
-  if (!j.is_array()) return absl::InvalidArgumentError("gpu_processes is not an array");
+  if (!j.is_array()) return absl::InvalidArgumentError(absl::StrCat(name, " is not an array"));
   for (size_t i = 0; i < j.size(); ++i) {
-    const nlohmann::json& e = j[i];
-    const std::string where = absl::StrCat("gpu_processes[", i, "]");
-    if (!e.is_object()) return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
-    json::Fields f(e, where);
-    GpuProcess p;
-    int pid = 0, ns_pid = 0;
-    if (absl::Status s = f.Int("pid", &pid, true); !s.ok()) return s;
-    if (absl::Status s = f.Str("plugin", &p.plugin, true); !s.ok()) return s;
-    if (absl::Status s = f.Int("ns_pid", &ns_pid); !s.ok()) return s;
-    if (pid <= 0 || p.plugin.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, " has no pid or plugin"));
+    const std::string where = absl::StrCat(name, "[", i, "]");
+    if (!j[i].is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
     }
-    p.pid = pid;
-    p.ns_pid = ns_pid;
-    if (e.contains("facts") && !e["facts"].is_null()) {
-      if (!e["facts"].is_object()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ".facts is not an object"));
-      }
-      p.facts = e["facts"];
-    }
+    P p;
+    CRYO_RETURN_IF_ERROR(json::Read(json::Fields(j[i], where), table, p));
+    CRYO_RETURN_IF_ERROR(Check(p, where));
     out.push_back(std::move(p));
   }
   return out;
 }
 
+}  // namespace
+
+nlohmann::json ToJson(const std::vector<GpuProcess>& procs) {
+  return ListToJson(procs, GpuProcessTable());
+}
+
+absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::json& j) {
+  return ListFromJson(j, "gpu_processes", GpuProcessTable());
+}
+
 nlohmann::json ToJson(const std::vector<FastpathProcess>& procs) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& p : procs) {
-    nlohmann::json e = {
-        {"pid", p.pid},     {"ns_pid", p.ns_pid},           {"files", p.files},
-        {"bytes", p.bytes}, {"allocations", p.allocations}, {"driver_bytes", p.driver_bytes}};
-    if (p.memory) e["memory"] = true;
-    if (!p.imports.empty()) {
-      nlohmann::json imports = nlohmann::json::array();
-      for (const auto& i : p.imports) {
-        imports.push_back({{"id", i.id}, {"from", i.from}, {"export", i.export_id}});
-      }
-      e["imports"] = std::move(imports);
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
+  return ListToJson(procs, FastpathProcessTable());
 }
 
 absl::StatusOr<std::vector<FastpathProcess>> FastpathProcessesFromJson(const nlohmann::json& j) {
-  std::vector<FastpathProcess> out;
-  if (j.is_null()) return out;
-  if (!j.is_array()) return absl::InvalidArgumentError("gpu_fastpath is not an array");
-  for (size_t i = 0; i < j.size(); ++i) {
-    const std::string where = absl::StrCat("gpu_fastpath[", i, "]");
-    if (!j[i].is_object())
-      return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
-    json::Fields f(j[i], where);
-    FastpathProcess p;
-    int pid = 0, ns_pid = 0;
-    if (absl::Status s = f.Int("pid", &pid, true); !s.ok()) return s;
-    if (absl::Status s = f.Int("ns_pid", &ns_pid, true); !s.ok()) return s;
-    if (absl::Status s = f.Int("files", &p.files); !s.ok()) return s;
-    if (absl::Status s = f.Uint64("bytes", &p.bytes); !s.ok()) return s;
-    if (absl::Status s = f.Uint64("allocations", &p.allocations); !s.ok()) return s;
-    if (absl::Status s = f.Uint64("driver_bytes", &p.driver_bytes); !s.ok()) return s;
-    if (absl::Status s = f.Bool("memory", &p.memory); !s.ok()) return s;
-    // The files' names come from these numbers: bound them.
-    if (pid <= 0 || ns_pid <= 0 || p.files < 0 || p.files > 64) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": pid, ns_pid or files out of range"));
-    }
-    p.pid = pid;
-    p.ns_pid = ns_pid;
-    if (auto it = j[i].find("imports"); it != j[i].end()) {
-      if (!it->is_array() || it->size() > 4096) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": imports is not a short list"));
-      }
-      for (size_t k = 0; k < it->size(); ++k) {
-        const std::string at = absl::StrCat(where, ".imports[", k, "]");
-        if (!(*it)[k].is_object()) {
-          return absl::InvalidArgumentError(absl::StrCat(at, " is not an object"));
-        }
-        json::Fields g((*it)[k], at);
-        FastpathImport imp;
-        int from = 0;
-        if (absl::Status s = g.Uint64("id", &imp.id, true); !s.ok()) return s;
-        if (absl::Status s = g.Int("from", &from, true); !s.ok()) return s;
-        if (absl::Status s = g.Uint64("export", &imp.export_id, true); !s.ok()) return s;
-        if (from <= 0) return absl::InvalidArgumentError(absl::StrCat(at, ": from out of range"));
-        imp.from = from;
-        p.imports.push_back(imp);
-      }
-    }
-    out.push_back(p);
-  }
-  return out;
+  return ListFromJson(j, "gpu_fastpath", FastpathProcessTable());
 }
 
 }  // namespace cryo::gpu

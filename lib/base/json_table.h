@@ -12,8 +12,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -38,7 +40,8 @@ template <typename T>
 using Table = std::vector<Field<T>>;
 
 inline constexpr bool kRequired = true;
-// How a member is written: always, or left out when it is empty (a key older readers lack).
+// How a member is written: always, or left out when it is empty, zero or false (a key older
+// readers lack, or one that is there only when it says something).
 enum class Emit { kAlways, kUnlessEmpty };
 
 template <typename T>
@@ -74,16 +77,35 @@ absl::Status ReadValue(const Fields& in, const char* key, M* out, bool required)
     return in.Strs(key, out);
   } else if constexpr (std::is_same_v<M, std::map<std::string, std::string>>) {
     return in.StrMap(key, out);
+  } else if constexpr (std::is_same_v<M, std::set<uint32_t>> ||
+                       std::is_same_v<M, std::vector<uint64_t>>) {
+    // A list of non-negative integers that fit the element.
+    using V = typename M::value_type;
+    CRYO_ASSIGN_OR_RETURN(const nlohmann::json* v, in.Array(key, required));
+    if (v == nullptr) return absl::OkStatus();
+    M r;
+    for (const auto& e : *v) {
+      if (!e.is_number_unsigned() || e.template get<uint64_t>() > std::numeric_limits<V>::max()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("field '", in.Where(key), "' is not a list of non-negative integers"));
+      }
+      r.insert(r.end(), e.template get<V>());
+    }
+    *out = std::move(r);
+    return absl::OkStatus();
   } else {
     static_assert(std::is_same_v<M, std::map<std::string, uint64_t>>, "no reader for this type");
     return in.Uint64Map(key, out);
   }
 }
 
+// Empty: a container with nothing in it, a zero number, false.
 template <typename M>
 bool Empty(const M& v) {
   if constexpr (requires { v.empty(); }) {
     return v.empty();
+  } else if constexpr (std::is_arithmetic_v<M>) {
+    return v == M{};
   } else {
     return false;
   }
@@ -164,12 +186,14 @@ Field<T> Section(const char* key, Table<T> inner, bool required = false) {
 // A list of records of type E, each an object described by `table` and checked by `check`
 // (may be empty) once read; `where` of an element is "<key>[i]".
 template <typename T, typename E>
-Field<T> Records(const char* key, std::vector<E> T::*m, std::type_identity_t<Table<E>> table,
-                 bool required = false,
-                 std::type_identity_t<std::function<absl::Status(const E&, const std::string&)>>
-                     check = nullptr) {
+Field<T> Records(
+    const char* key, std::vector<E> T::*m, std::type_identity_t<Table<E>> table,
+    bool required = false,
+    std::type_identity_t<std::function<absl::Status(const E&, const std::string&)>> check = nullptr,
+    Emit emit = Emit::kAlways) {
   return {key,
-          [key, m, table](const T& t, nlohmann::json& j) {
+          [key, m, table, emit](const T& t, nlohmann::json& j) {
+            if (emit == Emit::kUnlessEmpty && (t.*m).empty()) return;
             nlohmann::json list = nlohmann::json::array();
             for (const E& e : t.*m) list.push_back(Write(e, table));
             j[key] = std::move(list);

@@ -363,6 +363,30 @@ TEST(CredentialsTest, CeilingOfTasksAndItsJsonRoundTrip) {
   nlohmann::json j = CeilingToJson(c);
   j["cap_eff"] = "all";
   EXPECT_EQ(CeilingFromJson(j).status().code(), absl::StatusCode::kInvalidArgument);
+  // Crafted records are refused naming what is wrong, never read as a wider ceiling.
+  auto refused = [&](const char* key, nlohmann::json v) {
+    nlohmann::json r = CeilingToJson(c);
+    if (v.is_discarded()) {
+      r.erase(key);
+    } else {
+      r[key] = std::move(v);
+    }
+    absl::StatusOr<CredentialCeiling> got = CeilingFromJson(r);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_THAT(std::string(got.status().message()), HasSubstr(key));
+  };
+  refused("uids", nlohmann::json::array({uint64_t{1} << 32}));  // not a uid
+  refused("gids", nlohmann::json::array({-1}));
+  refused("groups", nlohmann::json::value_t::discarded);  // missing
+  refused("seccomp_mode", 3);
+  refused("lsm", std::string(5000, 'x'));
+  refused("rlimit_max", nlohmann::json::array({"unlimited"}));
+  // A record from before cryo kept the limits reads with none.
+  nlohmann::json old = CeilingToJson(c);
+  old.erase("rlimit_max");
+  auto without = CeilingFromJson(old);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_TRUE(without->rlimit_max.empty());
 }
 
 TEST(CredentialsTest, LiveCredentialsAndSeccompFiltersOfAProcess) {

@@ -168,5 +168,28 @@ TEST(SchemaCompat, AnEnumOutsideItsNamesIsRefusedNamingItAndAnAbsentKindIsAProce
   EXPECT_FALSE(journal::ParseEntry(e.dump()).ok()) << "a journal entry's state is required";
 }
 
+// The GPU process records are read by their tables too: what names a file or a process out of
+// range is refused, naming the record.
+TEST(SchemaCompat, GpuProcessRecordsOutOfRangeAreRefusedNamingTheRecord) {
+  const nlohmann::json m = nlohmann::json::parse(Fixture("manifest-fastpath-2026-11-30.json"));
+  auto refused = [&](const char* section, const char* key, nlohmann::json v, const char* says) {
+    nlohmann::json c = m;
+    c[section][0][key] = std::move(v);
+    auto got = store::ParseManifest(c.dump());
+    ASSERT_FALSE(got.ok()) << section << "." << key;
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(got.status().message().find(says), std::string::npos) << got.status();
+  };
+  refused("gpu_fastpath", "files", 65, "gpu_fastpath[0]: pid, ns_pid or files out of range");
+  refused("gpu_fastpath", "ns_pid", 0, "gpu_fastpath[0]: pid, ns_pid or files out of range");
+  refused("gpu_fastpath", "imports",
+          nlohmann::json::array({{{"id", 1}, {"from", 0}, {"export", 2}}}),
+          "imports[0]: from out of range");
+  refused("gpu_fastpath", "imports", nlohmann::json::array({{{"id", 1}, {"from", 3}}}),
+          "imports[0].export' is missing");
+  refused("gpu_processes", "plugin", "", "gpu_processes[0] has no pid or plugin");
+  refused("gpu_processes", "facts", "none", "gpu_processes[0].facts is not an object");
+}
+
 }  // namespace
 }  // namespace cryo
