@@ -36,7 +36,16 @@ cleanup() {
 }
 trap cleanup EXIT
 now() { date +%s.%N; }
-settle() { sync; if [ "$DROP_CACHES" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi; }
+# Then as much memory as the step will fill is touched and freed: on these VMs memory the guest
+# has not used for a while comes back through the host at a fraction of the speed of memory just
+# freed (2026-11-30: after an unrelated 1 GiB CRIU round trip, cryod's 1 GiB dump took 2.0-3.1 s;
+# with 3 GiB touched and freed first, 0.54-0.60 s; caches dropped, freed, fast as well). Without
+# this, whichever side ran second paid for the VM, not for its own work.
+settle() {
+  sync
+  if [ "$DROP_CACHES" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
+  python3 -c "b = b'x' * ((${CUR_MIB:-0} * 3 + 512) << 20)"
+}
 start_job() {  # $1 MiB; sets JOB
   rm -f "$W/status"
   setsid "$LOAD" --status "$W/status" --mem-mib "$1" --threads 4 </dev/null >/dev/null 2>&1 &
@@ -62,8 +71,10 @@ until "$CRYO" --socket "$SOCK" node >/dev/null 2>&1; do sleep 0.05; done
 until "$CRYO" --socket "$W/cryod-store.sock" node >/dev/null 2>&1; do sleep 0.05; done
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+stage_ms() { python3 -c 'import json,sys; print(int(json.load(sys.stdin)["stage_ms"].get(sys.argv[1], 0)))' "$1"; }
 printf '%-8s %-22s %10s %10s %8s\n' SIZE STEP "criu s" "cryod s" "ratio"
 for mib in "${SIZES[@]}"; do
+  CUR_MIB=$mib
   : >"$W/t"
   for rep in $(seq "$REPS"); do
     # Baseline: criu dump (kills the job), then criu restore.
@@ -80,29 +91,37 @@ for mib in "${SIZES[@]}"; do
     start_job "$mib"
     id=b$mib-$rep
     settle
-    t4=$(now); "$CRYO" --socket "$SOCK" checkpoint "$JOB" --id "$id" >/dev/null; t5=$(now)
+    t4=$(now); "$CRYO" --socket "$SOCK" -o json checkpoint "$JOB" --id "$id" >"$W/c.json"; t5=$(now)
     { gone "$JOB"; } 2>/dev/null; wait_pid_free "$JOB" "$CHILD"
     settle
-    t6=$(now); "$CRYO" --socket "$SOCK" restore "$id" >/dev/null; t7=$(now)
+    t6=$(now); "$CRYO" --socket "$SOCK" -o json restore "$id" >"$W/r.json"; t7=$(now)
     kill_restored "$JOB" "$CHILD"
     "$CRYO" --socket "$SOCK" rm "$id" >/dev/null
-    echo "$(echo "$t1-$t0" | bc) $(echo "$t5-$t4" | bc) $(echo "$t3-$t2" | bc) $(echo "$t7-$t6" | bc) $raw_bytes" >>"$W/t"
+    # cryod's own account of its longest stages: CRIU's part (dump, restore) and the checksums
+    # (verify), beside the CLI's wall time.
+    echo "$(echo "$t1-$t0" | bc) $(echo "$t5-$t4" | bc) $(echo "$t3-$t2" | bc) $(echo "$t7-$t6" | bc) $raw_bytes" \
+      "$(stage_ms dump <"$W/c.json") $(stage_ms restore <"$W/r.json") $(stage_ms verify <"$W/r.json")" >>"$W/t"
     rm -rf "$W/raw"
   done
   for col in dump restore; do
     if [ $col = dump ]; then a=1; b=2; else a=3; b=4; fi
     ra=$(cut -d' ' -f$a "$W/t" | median); rb=$(cut -d' ' -f$b "$W/t" | median)
     bytes=$(cut -d' ' -f5 "$W/t" | median)
-    printf '%-8s %-22s %10.3f %10.3f %8.3f   (%s MB/s criu, %s MB/s cryod; %s MiB of images)\n' \
+    if [ $col = dump ]; then
+      inside="dump $(cut -d' ' -f6 "$W/t" | median) ms"
+    else
+      inside="restore $(cut -d' ' -f7 "$W/t" | median) ms, verify $(cut -d' ' -f8 "$W/t" | median) ms"
+    fi
+    printf '%-8s %-22s %10.3f %10.3f %8.3f   (%s MB/s criu, %s MB/s cryod; %s MiB of images; cryod: %s)\n' \
       "${mib}MiB" "$([ $col = dump ] && echo checkpoint || echo restore)" "$ra" "$rb" \
       "$(echo "$rb/$ra" | bc -l)" "$(echo "$bytes/$ra/1000000" | bc)" \
-      "$(echo "$bytes/$rb/1000000" | bc)" "$((bytes >> 20))"
+      "$(echo "$bytes/$rb/1000000" | bc)" "$((bytes >> 20))" "$inside"
   done
 done
 # Leave-running: the job held for the dump, into the store (baseline) and into node memory.
-stage_ms() { python3 -c 'import json,sys; print(int(json.load(sys.stdin)["stage_ms"].get(sys.argv[1], 0)))' "$1"; }
 printf '\n%-8s %-22s %10s %10s %8s\n' SIZE "LEAVE-RUNNING" "store s" "memory s" "ratio"
 for mib in "${SIZES[@]}"; do
+  CUR_MIB=$mib
   : >"$W/lr"
   for rep in $(seq "$REPS"); do
     start_job "$mib"
@@ -122,4 +141,4 @@ for mib in "${SIZES[@]}"; do
     "${mib}MiB" "job held (dump)" "$(echo "$hs/1000" | bc -l)" "$(echo "$hm/1000" | bc -l)" \
     "$(echo "$hm/$hs" | bc -l)" "$(echo "$cp_/1000" | bc -l)"
 done
-echo "median of $REPS runs each; cryod store_fsync=$STORE_FSYNC; caches dropped before each step: $DROP_CACHES; machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r); $(date -u +%F)"
+echo "median of $REPS runs each; cryod store_fsync=$STORE_FSYNC; caches dropped before each step: $DROP_CACHES (memory touched and freed before each: 3x the job's); machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r); $(date -u +%F)"
