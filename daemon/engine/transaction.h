@@ -129,8 +129,8 @@ class Transaction {
       if (!st.ok()) {
         if (committed) return st;
         if (hooks.on_failure) hooks.on_failure(st);
-        const typename State::Durable& je =
-            s.JournalEntry();  // as it stands now, the same for every undo
+        // The journal entry as it stands now, the same for every undo.
+        const typename State::Durable& je = s.JournalEntry();
         for (auto it = begun.rbegin(); it != begun.rend(); ++it) (*it)->undo(je, &s.live);
         if (hooks.on_rolled_back) hooks.on_rolled_back();
         return st;

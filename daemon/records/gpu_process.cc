@@ -78,35 +78,20 @@ absl::Status Check(const FastpathProcess& p, const std::string& where) {
 }
 
 template <typename P>
-nlohmann::json ListToJson(const std::vector<P>& procs, const json::Table<P>& table) {
-  nlohmann::json out = nlohmann::json::array();
-  for (const P& p : procs) out.push_back(json::Write(p, table));
-  return out;
-}
-
-template <typename P>
 absl::StatusOr<std::vector<P>> ListFromJson(const nlohmann::json& j, const char* name,
                                             const json::Table<P>& table) {
   std::vector<P> out;
   if (j.is_null()) return out;
   if (!j.is_array()) return absl::InvalidArgumentError(absl::StrCat(name, " is not an array"));
-  for (size_t i = 0; i < j.size(); ++i) {
-    const std::string where = absl::StrCat(name, "[", i, "]");
-    if (!j[i].is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
-    }
-    P p;
-    CRYO_RETURN_IF_ERROR(json::Read(json::Fields(j[i], where), table, p));
-    CRYO_RETURN_IF_ERROR(Check(p, where));
-    out.push_back(std::move(p));
-  }
+  CRYO_RETURN_IF_ERROR(json::ReadList<P>(
+      j, name, table, [](const P& p, const std::string& where) { return Check(p, where); }, &out));
   return out;
 }
 
 }  // namespace
 
 nlohmann::json ToJson(const std::vector<GpuProcess>& procs) {
-  return ListToJson(procs, GpuProcessTable());
+  return json::WriteList(procs, GpuProcessTable());
 }
 
 absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::json& j) {
@@ -114,7 +99,7 @@ absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::jso
 }
 
 nlohmann::json ToJson(const std::vector<FastpathProcess>& procs) {
-  return ListToJson(procs, FastpathProcessTable());
+  return json::WriteList(procs, FastpathProcessTable());
 }
 
 absl::StatusOr<std::vector<FastpathProcess>> FastpathProcessesFromJson(const nlohmann::json& j) {

@@ -183,8 +183,34 @@ Field<T> Section(const char* key, Table<T> inner, bool required = false) {
           }};
 }
 
-// A list of records of type E, each an object described by `table` and checked by `check`
-// (may be empty) once read; `where` of an element is "<key>[i]".
+// A JSON array of records of type E, each written by `table`.
+template <typename E>
+nlohmann::json WriteList(const std::vector<E>& list, const Table<E>& table) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const E& e : list) out.push_back(Write(e, table));
+  return out;
+}
+
+// Appends the records of the array `list` to `out`, each an object described by `table` and
+// checked by `check` (may be empty) once read; `where` of an element is "<name>[i]".
+template <typename E>
+absl::Status ReadList(const nlohmann::json& list, const std::string& name, const Table<E>& table,
+                      const std::function<absl::Status(const E&, const std::string&)>& check,
+                      std::vector<E>* out) {
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string where = absl::StrCat(name, "[", i, "]");
+    if (!list[i].is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
+    }
+    E e;
+    CRYO_RETURN_IF_ERROR(Read(Fields(list[i], where), table, e));
+    if (check) CRYO_RETURN_IF_ERROR(check(e, where));
+    out->push_back(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
+// A list of records of type E as a member (WriteList, ReadList under `key`).
 template <typename T, typename E>
 Field<T> Records(
     const char* key, std::vector<E> T::*m, std::type_identity_t<Table<E>> table,
@@ -194,24 +220,12 @@ Field<T> Records(
   return {key,
           [key, m, table, emit](const T& t, nlohmann::json& j) {
             if (emit == Emit::kUnlessEmpty && (t.*m).empty()) return;
-            nlohmann::json list = nlohmann::json::array();
-            for (const E& e : t.*m) list.push_back(Write(e, table));
-            j[key] = std::move(list);
+            j[key] = WriteList(t.*m, table);
           },
           [key, m, table, required, check](const Fields& in, T& t) -> absl::Status {
             CRYO_ASSIGN_OR_RETURN(const nlohmann::json* list, in.Array(key, required));
             if (list == nullptr) return absl::OkStatus();
-            for (size_t i = 0; i < list->size(); ++i) {
-              const std::string where = absl::StrCat(key, "[", i, "]");
-              if (!(*list)[i].is_object()) {
-                return absl::InvalidArgumentError(absl::StrCat(where, " is not an object"));
-              }
-              E e;
-              CRYO_RETURN_IF_ERROR(Read(Fields((*list)[i], where), table, e));
-              if (check) CRYO_RETURN_IF_ERROR(check(e, where));
-              (t.*m).push_back(std::move(e));
-            }
-            return absl::OkStatus();
+            return ReadList(*list, key, table, check, &(t.*m));
           }};
 }
 
