@@ -270,6 +270,8 @@ expectations() {
       expect_has "$n" '"gpu_thp_during_checkpoint": "always"' "THP during checkpoints"
       expect_has "$n" '^ +path: /sys/kernel/mm/transparent_hugepage$' "the THP mount"
       expect_has "$n" '"gpu_lock_timeout_ms": 30000' "the lock timeout"
+      expect_has "$n" '"gpu_staging_mib": 163840' "the staging memory"
+      expect_has "$n" '"gpu_staging_slots": 2' "its slots"
       expect_has "$n" '^ +nvidia.com/gpu.present: "true"$' "the GPU nodeSelector"
       expect_has "$n" '^ +kubernetes.io/arch: amd64$' "merged with the default nodeSelector"
       ;;

@@ -231,6 +231,15 @@ const std::vector<Key>& Keys() {
            "fast path, leave-running checkpoints: the data goes into cryod's memory and is written "
            "while the job runs on (it stalls only for the copies), when the node's memory holds it",
            &Config::gpu_fast_path_in_memory),
+      Int("gpu_staging_mib",
+          "fast path: MiB of cryod's memory held faulted in for drains (0: none); stop checkpoints "
+          "drain into it too, so that the GPUs of a node vacate at memory speed (it stays taken "
+          "from the node, less while the node runs short)",
+          &Config::gpu_staging_mib),
+      Int("gpu_staging_slots",
+          "fast path: that memory in this many equal slots, one per process drained at once (0: "
+          "one per GPU of the node)",
+          &Config::gpu_staging_slots),
       Bool("dump_in_memory",
            "leave-running checkpoints (periodic ones too): CRIU dumps the job into node memory and "
            "cryod copies the images into the store as the job runs on (it is held for the dump "
@@ -419,6 +428,8 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"gpu_fast_path_in_memory", "true"},
       {"gpu_fast_path_incremental", "true"},
       {"dump_in_memory", "true"},
+      {"gpu_staging_mib", "0 (none)"},
+      {"gpu_staging_slots", "0 (one per GPU)"},
       {"gpu_fast_path_library", d.gpu_fast_path_library},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},
@@ -523,6 +534,14 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
   }
   if (c.gpu_fast_path_writers < 0 || c.gpu_fast_path_writers > 64) {
     return absl::InvalidArgumentError("gpu_fast_path_writers must be 0..64");
+  }
+  if (c.gpu_staging_slots > 256) {
+    return absl::InvalidArgumentError("gpu_staging_slots must be 0..256");
+  }
+  if (c.gpu_staging_mib > 0 && !c.gpu_fast_path_in_memory) {
+    return absl::InvalidArgumentError(
+        "gpu_staging_mib needs gpu_fast_path_in_memory: the staging memory is for drains into "
+        "cryod's memory");
   }
   if (c.http_max_connections <= 0 || c.http_request_timeout_ms <= 0) {
     return absl::InvalidArgumentError(

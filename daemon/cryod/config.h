@@ -83,6 +83,10 @@ struct Config {
   int gpu_fast_path_writers = 4;
   // Leave-running checkpoints drain into cryod's memory and write the files as the job runs on.
   bool gpu_fast_path_in_memory = true;
+  // Memory held faulted in for drains (MiB, 0: none) in this many slots (0: one per GPU): stop
+  // checkpoints drain into it too (daemon/gpu/host_copy_pool.h).
+  int gpu_staging_mib = 0;
+  int gpu_staging_slots = 0;
   // ... and CRIU dumps them into node memory, copied into the store as the job runs on.
   bool dump_in_memory = true;
   // ... referring to the chunks the workload's newest good checkpoint holds unchanged.

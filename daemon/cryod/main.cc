@@ -36,6 +36,7 @@
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/gpu_manager_factory.h"
 #include "daemon/gpu/host_copy.h"
+#include "daemon/gpu/host_copy_pool.h"
 #include "daemon/journal/journal.h"
 #include "daemon/kube/api_client.h"
 #include "daemon/kube/job_members.h"
@@ -337,6 +338,30 @@ Result StartRuntime(State& st) {
   return Result::kOk;
 }
 
+// The staging memory (gpu_staging_mib): filled in the background, slot by slot, as the node's
+// memory allows.
+void StartStaging(State& st, engine::EngineConfig& ec) {
+  const Config& c = st.config;
+  if (c.gpu_staging_mib <= 0) return;
+  gpu::HostCopyPool::Options o;
+  o.slots = c.gpu_staging_slots;
+  if (o.slots == 0) o.slots = std::max<int>(1, static_cast<int>(st.gpu->Devices().size()));
+  // Whole huge pages per slot.
+  constexpr uint64_t kHuge = 2ull << 20;
+  const uint64_t total = uint64_t(c.gpu_staging_mib) << 20;
+  o.slot_bytes = std::max(kHuge, (total / o.slots + kHuge - 1) / kHuge * kHuge);
+  o.fs = st.host_copy_fs.get();
+  o.threads = std::max(2, static_cast<int>(std::thread::hardware_concurrency() / 4));
+  // A node short of memory gets the staging memory back first: under a sixteenth of it (at
+  // least 1 GiB) available, slots are let go.
+  o.low_water = std::max<uint64_t>(1ull << 30, gpu::TotalHostMemory() / 16);
+  st.staging = std::make_unique<gpu::HostCopyPool>(o);
+  ec.fastpath.staging = st.staging.get();
+  CRYO_LOG(Info) << "staging memory for drains: " << st.staging->Describe()
+                 << ", filled in the background; let go while the node has under "
+                 << (o.low_water >> 20) << " MiB available";
+}
+
 Result StartRecover(State& st) {
   engine::EngineConfig ec;
   ec.node_name = st.config.node_name;
@@ -367,6 +392,7 @@ Result StartRecover(State& st) {
       CRYO_LOG(Warning) << "host copies of GPU data go into memfds (4 KiB pages, slower copies): "
                         << hc.status();
     }
+    StartStaging(st, ec);
   }
   if (st.config.dump_in_memory) {
     auto ds = gpu::MountPrivateTmpfs(fs::Join(st.config.state_dir, "dump-staging"),

@@ -24,6 +24,7 @@
 #include "daemon/engine/operation_runner.h"
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_manager.h"
+#include "daemon/gpu/host_copy_pool.h"
 #include "daemon/journal/journal.h"
 #include "daemon/kube/api_client.h"
 #include "daemon/kube/job_members.h"
@@ -95,6 +96,7 @@ struct State {
   std::unique_ptr<gpu::Fastpath> fastpath;
   UniqueFd host_copy_fs;     // the huge-page tmpfs of leave-running drains (host_copy.h)
   UniqueFd dump_staging_fs;  // the tmpfs of leave-running dumps (engine/dump_staging.h)
+  std::unique_ptr<gpu::HostCopyPool> staging;  // gpu_staging_mib (in host_copy_fs)
   std::unique_ptr<runtime::ContainerRuntime> runtime;
   std::unique_ptr<metrics::Metrics> metrics;
   std::unique_ptr<metrics::HttpServer> http;

@@ -52,7 +52,8 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
       }(),
       step("stage", Stage::kUnspecified, run(&Engine::StageCheckpoint), undo(&Engine::UndoStage)),
       // A leave-running checkpoint's drain goes into cryod's memory, allocated first while the
-      // job runs on (the job then stalls only for the copies).
+      // job runs on (the job then stalls only for the copies); a stop checkpoint's, when the
+      // staging memory has it ready (the GPUs then vacate at memory speed).
       step(
           "gpu_host_copy", Stage::kGpuHostCopy, run(&Engine::AllocateHostCopies), nullptr,
           [this](const S& s) { return MayDrainIntoMemory(s); },

@@ -44,6 +44,7 @@
 #include "daemon/gpu/copy_share.h"
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_manager.h"
+#include "daemon/gpu/host_copy_pool.h"
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/store/store.h"
@@ -68,6 +69,9 @@ struct FastpathConfig {
   // instead of writing them again.
   bool incremental = true;
   int host_copy_fs = -1;  // a tmpfs with huge pages for that memory (MountHostCopyFs; -1: memfds)
+  // Memory held faulted in for those drains (gpu_staging_mib); with it, stop checkpoints drain
+  // into cryod's memory too, and the GPUs of a node vacate at memory speed. Null: none.
+  gpu::HostCopyPool* staging = nullptr;
 };
 
 struct EngineConfig {

@@ -24,8 +24,13 @@
 namespace cryo::engine {
 
 bool Engine::MayDrainIntoMemory(const CheckpointState& s) const {
-  if (!s.req.leave_running || s.live.fast.empty() || !cfg_.fastpath.in_memory) return false;
-  if (cfg_.fastpath.writers <= 0) return false;
+  if (s.live.fast.empty() || !cfg_.fastpath.in_memory || cfg_.fastpath.writers <= 0) return false;
+  // A stop checkpoint, only into staging memory held ready: fresh memory fills no faster than
+  // the job's own, and the library writes its files itself sooner.
+  if (!s.req.leave_running &&
+      (cfg_.fastpath.staging == nullptr || cfg_.fastpath.staging->counts().ready == 0)) {
+    return false;
+  }
   const auto& procs = s.live.fast.records();
   return std::all_of(procs.begin(), procs.end(), [](const gpu::FastpathProcess& f) {
     return f.version >= contract::gpu_fastpath::kVersionMemory;
@@ -34,25 +39,35 @@ bool Engine::MayDrainIntoMemory(const CheckpointState& s) const {
 
 absl::Status Engine::AllocateHostCopies(CheckpointState& s) {
   const uint64_t owned = s.live.fast.bytes();
-  // (The step runs only where MayDrainIntoMemory holds.) The job's data and a margin for the
-  // rest of the node (what it allocates meanwhile).
-  if (!gpu::HostMemoryHolds(owned)) {
-    CRYO_LOG(Info) << "cryod can have " << gpu::AvailableHostMemory()
-                   << " bytes of memory (the node's available "
-                   << "memory, or its cgroup's limit), short of the " << owned
-                   << " bytes of GPU data and a margin: they go through files, and the job "
-                   << "stalls until they are written (raise cryod's memory limit: the chart's "
-                   << "cryod.resources)";
-    return absl::OkStatus();
-  }
-  if (absl::Status st =
-          s.live.fast.AllocateHostCopies(cfg_.fastpath.threads, cfg_.fastpath.host_copy_fs);
-      !st.ok()) {
-    CRYO_LOG(Warning) << "GPU data goes through files: " << st;
+  const bool stop = !s.req.leave_running;
+  // What the staging memory has no ready slot for gets fresh memory: the job's data and a
+  // margin for the rest of the node (what it allocates meanwhile).
+  auto fresh = [stop](uint64_t bytes) -> absl::Status {
+    if (stop) {
+      return absl::UnavailableError(
+          "the staging memory (gpu_staging_mib) has no ready slot for every process of the job, "
+          "so this stop checkpoint's GPU data goes through files");
+    }
+    if (gpu::HostMemoryHolds(bytes)) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cryod can have ", gpu::AvailableHostMemory(), " bytes of memory (the node's available ",
+        "memory, or its cgroup's limit), short of the ", bytes, " bytes of GPU data and a ",
+        "margin: they go through files, and the job stalls until they are written (raise ",
+        "cryod's memory limit: the chart's cryod.resources)"));
+  };
+  auto pooled = s.live.fast.AllocateHostCopies(cfg_.fastpath.threads, cfg_.fastpath.host_copy_fs,
+                                               cfg_.fastpath.staging, fresh);
+  if (!pooled.ok()) {
+    if (absl::IsUnavailable(pooled.status()) || absl::IsResourceExhausted(pooled.status())) {
+      CRYO_LOG(Info) << pooled.status().message();
+    } else {
+      CRYO_LOG(Warning) << "GPU data goes through files: " << pooled.status();
+    }
     return absl::OkStatus();
   }
   s.op->Report(Stage::kGpuHostCopy, owned, owned,
-               absl::StrCat(owned, " bytes of cryod's memory for the drain"));
+               absl::StrCat(owned, " bytes of cryod's memory for the drain (", *pooled, " of ",
+                            s.live.fast.size(), " processes into staging memory held ready)"));
   return absl::OkStatus();
 }
 

@@ -64,16 +64,35 @@ bool FastpathSession::in_memory() const {
                      [](const FastpathProcess& f) { return f.memory; });
 }
 
-absl::Status FastpathSession::AllocateHostCopies(int threads, int host_copy_fs) {
+absl::StatusOr<size_t> FastpathSession::AllocateHostCopies(
+    int threads, int host_copy_fs, HostCopyPool* pool,
+    const std::function<absl::Status(uint64_t)>& fresh) {
+  size_t pooled = 0;
+  uint64_t rest = 0;
   for (size_t i = 0; i < records_.size(); ++i) {
+    UniqueFd slot = pool != nullptr ? pool->Take(records_[i].bytes) : UniqueFd();
+    if (slot.ok()) {
+      held_[i].host_copy = HostCopy(std::move(slot), pool, records_[i].bytes);
+      ++pooled;
+    } else {
+      rest += records_[i].bytes;
+    }
+  }
+  absl::Status st = rest > 0 ? fresh(rest) : absl::OkStatus();
+  for (size_t i = 0; i < records_.size() && st.ok(); ++i) {
+    if (held_[i].host_copy.ok()) continue;
     auto m = NewHostCopy(records_[i].bytes, threads, host_copy_fs);
     if (!m.ok()) {
-      for (Held& h : held_) h.host_copy = UniqueFd();
-      return Annotate(m.status(), absl::StrCat("the GPU data of pid ", records_[i].pid));
+      st = Annotate(m.status(), absl::StrCat("the GPU data of pid ", records_[i].pid));
+    } else {
+      held_[i].host_copy = HostCopy(*std::move(m), nullptr, 0);
     }
-    held_[i].host_copy = std::move(*m);
   }
-  return absl::OkStatus();
+  if (!st.ok()) {
+    for (Held& h : held_) h.host_copy.reset();
+    return st;
+  }
+  return pooled;
 }
 
 bool FastpathSession::has_host_copies() const {
@@ -113,6 +132,7 @@ void FastpathSession::TakeDrains(std::vector<std::unique_ptr<FastpathDrainHandle
     FastpathProcess& f = records_[i];
     held_[i].drain = std::move(drains[i]);
     f.bytes = held_[i].drain->bytes();
+    held_[i].host_copy.use(f.bytes);  // (the library may have grown it)
     f.allocations = held_[i].drain->allocations();
     const auto& d = held_[i].drain->drained();
     CRYO_LOG(Info) << "fast path of pid " << f.pid << ": " << f.bytes << " bytes off the GPU in "
@@ -231,7 +251,7 @@ absl::StatusOr<uint64_t> FastpathSession::WriteHostCopies(
     if (!f.memory) continue;
     f.memory = false;
     f.files = writers;
-    held_[i].host_copy = UniqueFd();  // the memory goes back to the node
+    held_[i].host_copy.reset();  // the memory goes back to the node, or to the pool
     List(i);
     for (size_t k = 0; k < out[i].size(); ++k) {
       store::ManifestFile& mf = held_[i].listed[k];

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/gpu/fastpath.h"
+#include "daemon/gpu/host_copy_pool.h"
 #include "daemon/records/gpu_process.h"
 #include "daemon/store/manifest.h"
 #include "lib/base/fd.h"
@@ -41,9 +42,12 @@ class FastpathSession {
   // Their data is in cryod's memory, for gpu_write to write while the job runs on.
   bool in_memory() const;
 
-  // gpu_host_copy: one copy of cryod's memory per process (NewHostCopy), all or none: the
-  // error says why none.
-  absl::Status AllocateHostCopies(int threads, int host_copy_fs);
+  // gpu_host_copy: one copy of cryod's memory per process, all or none: a ready slot of `pool`
+  // (may be null) where it has one, fresh memory (NewHostCopy) for the rest once `fresh(bytes)`
+  // allows that much. The error (fresh's, or the allocation's) says why none. Returns the
+  // processes given a slot.
+  absl::StatusOr<size_t> AllocateHostCopies(int threads, int host_copy_fs, HostCopyPool* pool,
+                                            const std::function<absl::Status(uint64_t)>& fresh);
   bool has_host_copies() const;
 
   // gpu_drain, before it: where each process's data goes, into its host copy (`memory`) or
@@ -96,7 +100,7 @@ class FastpathSession {
     std::unique_ptr<FastpathDrainHandle> drain;
     std::vector<UniqueFd> files;              // open for writing until gpu_save
     std::vector<FileDigest> digests;          // what the files hold, once written
-    UniqueFd host_copy;                       // a drain into cryod's memory: the data
+    HostCopy host_copy;                       // a drain into cryod's memory: the data
     std::vector<store::ManifestFile> listed;  // its files as the manifest lists them
   };
   absl::Status CheckSaved(size_t i, bool durable);

@@ -97,17 +97,27 @@ uint64_t AvailableUnderCgroups(uint64_t avail, const std::string& proc_cgroup,
   return avail;
 }
 
-uint64_t AvailableHostMemory() {
-  uint64_t avail = 0;
+namespace {
+
+// One line of /proc/meminfo, in bytes; 0 when absent.
+uint64_t Meminfo(const std::string& key) {
   std::ifstream in("/proc/meminfo");
-  std::string key, unit;
+  std::string k, unit;
   uint64_t kib = 0;
-  while (in >> key >> kib) {
+  while (in >> k >> kib) {
     std::getline(in, unit);
-    if (key == "MemAvailable:") avail = kib << 10;
+    if (k == key) return kib << 10;
   }
-  return AvailableUnderCgroups(avail, "/proc/self/cgroup", "/sys/fs/cgroup");
+  return 0;
 }
+
+}  // namespace
+
+uint64_t AvailableHostMemory() {
+  return AvailableUnderCgroups(Meminfo("MemAvailable:"), "/proc/self/cgroup", "/sys/fs/cgroup");
+}
+
+uint64_t TotalHostMemory() { return Meminfo("MemTotal:"); }
 
 absl::StatusOr<UniqueFd> MountPrivateTmpfs(const std::string& where, const std::string& source,
                                            bool huge_pages) {

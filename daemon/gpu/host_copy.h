@@ -19,6 +19,8 @@ namespace cryo::gpu {
 // What the node can give cryod now: MemAvailable, or less when cryod's cgroup (or one above it)
 // has a memory limit closer to its usage; 0 when unknown.
 uint64_t AvailableHostMemory();
+// The node's memory (MemTotal); 0 when unknown.
+uint64_t TotalHostMemory();
 // The same below the cgroups `proc_cgroup` (as /proc/self/cgroup) names under `sys_fs_cgroup`.
 uint64_t AvailableUnderCgroups(uint64_t avail, const std::string& proc_cgroup,
                                const std::string& sys_fs_cgroup);

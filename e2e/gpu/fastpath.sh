@@ -299,8 +299,17 @@ PY
 # fp_stop_restore KEYS...: the jobs started as KEYS (LOAD_PID_<key>, LOAD_STATUS_<key>) stopped
 # through cryod at once, then restored at once; wall times in NODE_CKPT_MS / NODE_RESTORE_MS.
 # False (with NODE_WHY) when a checkpoint or a restore failed.
+# With staging memory (CRYO_GPU_CRYOD_ARGS="--gpu-staging-mib ..."), waits until cryod says every
+# slot is ready (filled, or zeroed after the last drain): each measured drain gets one.
+wait_staging() {
+  grep -q "staging memory: " "$RES/cryod.log" 2>/dev/null || return 0
+  wait_until 180 bash -c "grep -o '([0-9]* of [0-9]* ready)' '$RES/cryod.log' | tail -1 | grep -Eq '\\(([0-9]+) of \\1 ready\\)'" ||
+    echo "staging memory not all ready: $(grep 'staging memory' "$RES/cryod.log" | tail -1)" >&2
+}
+
 fp_stop_restore() {
   local k pids=() rc=0 t0
+  wait_staging
   t0=$(date +%s%N)
   for k in "$@"; do
     local v="LOAD_PID_$k"
@@ -376,7 +385,7 @@ one_ckpt, one_rest, two_ckpt, two_rest = map(int, sys.argv[3:7])
 def stages(k, kind):
     return {s: int(v) for s, v in json.load(open(f"{res}/{k}.{kind}.json"))["stage_ms"].items()}
 def vacate(s):
-    return s.get("gpu_drain", 0) + s.get("gpu_lock", 0) + s.get("gpu_checkpoint", 0)
+    return s.get("gpu_host_copy", 0) + s.get("gpu_drain", 0) + s.get("gpu_lock", 0) + s.get("gpu_checkpoint", 0)
 f = json.load(open(f"{res}/fpfloor{sys.argv[2]}.json"))
 one = stages("np1", "ckpt")
 two = [stages("np20", "ckpt"), stages("np21", "ckpt")]
@@ -386,7 +395,9 @@ out = {"gib": gib, "round": int(rnd),
                "checkpoint_ms": one_ckpt, "restore_ms": one_rest},
        "two": [{"vacate_ms": vacate(s), "gpu_lock_ms": s.get("gpu_lock", 0), "gpu_drain_ms": s.get("gpu_drain", 0)} for s in two],
        "two_checkpoint_ms": two_ckpt, "two_restore_ms": two_rest,
-       "floor_write_ms": f["write_ms"], "floor_read_ms": f["read_ms"]}
+       "floor_write_ms": f["write_ms"], "floor_read_ms": f["read_ms"],
+       # Drained into cryod's staging memory (gpu_staging_mib), which cryod then wrote.
+       "staged": sum("gpu_write" in s for s in [one] + two)}
 out["vacate_ratio"] = round(max(t["vacate_ms"] for t in out["two"]) / max(1, out["one"]["vacate_ms"]), 2)
 out["one_checkpoint_vs_write_floor"] = round(one_ckpt / f["write_ms"], 2)
 out["two_checkpoint_vs_node_write_floor"] = round(two_ckpt / (2 * f["write_ms"]), 2)
@@ -401,7 +412,7 @@ out["drain_gbps_node"] = round((moved("np20") + moved("np21")) / max(1, max(s.ge
 out["fill_floor_gbps"] = round(float(f["fill_gbps"]), 1)
 print(json.dumps(out))
 PY
-  result "$name" PASS "$(jget "$RES/$name.json" '"%g GiB per job, round %d. vacate: alone %d ms, two at once %d and %d ms (%.2fx; goal 1.3x); gpu_lock alone %d, together %d and %d ms; gpu_drain alone %d, together %d and %d ms. checkpoint: alone %d ms (%.2fx its write floor), both %d ms (%.2fx twice the floor); restore: alone %d ms (%.2fx the read floor), both %d ms (%.2fx twice it); drains into host memory: alone %.1f GB/s, both together %.1f GB/s, fresh-fill floor of the node %.1f GB/s; both jobs verified every word" % (d["gib"], d["round"], d["one"]["vacate_ms"], d["two"][0]["vacate_ms"], d["two"][1]["vacate_ms"], d["vacate_ratio"], d["one"]["gpu_lock_ms"], d["two"][0]["gpu_lock_ms"], d["two"][1]["gpu_lock_ms"], d["one"]["gpu_drain_ms"], d["two"][0]["gpu_drain_ms"], d["two"][1]["gpu_drain_ms"], d["one"]["checkpoint_ms"], d["one_checkpoint_vs_write_floor"], d["two_checkpoint_ms"], d["two_checkpoint_vs_node_write_floor"], d["one"]["restore_ms"], d["one_restore_vs_read_floor"], d["two_restore_ms"], d["two_restore_vs_node_read_floor"], d["drain_gbps_one"], d["drain_gbps_node"], d["fill_floor_gbps"])')"
+  result "$name" PASS "$(jget "$RES/$name.json" '"%g GiB per job, round %d. vacate: alone %d ms, two at once %d and %d ms (%.2fx; goal 1.3x); gpu_lock alone %d, together %d and %d ms; gpu_drain alone %d, together %d and %d ms. checkpoint: alone %d ms (%.2fx its write floor), both %d ms (%.2fx twice the floor); restore: alone %d ms (%.2fx the read floor), both %d ms (%.2fx twice it); drains into host memory: alone %.1f GB/s, both together %.1f GB/s, fresh-fill floor of the node %.1f GB/s; %d of 3 drains into staging memory; both jobs verified every word" % (d["gib"], d["round"], d["one"]["vacate_ms"], d["two"][0]["vacate_ms"], d["two"][1]["vacate_ms"], d["vacate_ratio"], d["one"]["gpu_lock_ms"], d["two"][0]["gpu_lock_ms"], d["two"][1]["gpu_lock_ms"], d["one"]["gpu_drain_ms"], d["two"][0]["gpu_drain_ms"], d["two"][1]["gpu_drain_ms"], d["one"]["checkpoint_ms"], d["one_checkpoint_vs_write_floor"], d["two_checkpoint_ms"], d["two_checkpoint_vs_node_write_floor"], d["one"]["restore_ms"], d["one_restore_vs_read_floor"], d["two_restore_ms"], d["two_restore_vs_node_read_floor"], d["drain_gbps_one"], d["drain_gbps_node"], d["fill_floor_gbps"], d["staged"])')"
 }
 
 fp_torch_cryod() {  # fp_torch_cryod NAME ALLOC_CONF: the loop stopped and restored through cryod

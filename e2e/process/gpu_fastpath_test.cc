@@ -354,6 +354,53 @@ void FastpathE2e::LeaveRunning(Cryod& a, bool in_memory) {
   ExpectRunsOnIntact(w, 0);
 }
 
+// With staging memory held ready (gpu_staging_mib), a stop checkpoint drains into cryod's
+// memory too (the GPUs of a node then vacate at memory speed) and cryod writes the files; the
+// job restored from it runs on with every word of its memory. A job larger than a slot goes
+// through files as before.
+TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) {
+  Cryod& a = Node("node-a", {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1"});
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(Slurp(a.log()), "(1 of 1 ready)"); }))
+      << Slurp(a.log());
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  v1::CheckpointInfo info;
+  std::vector<v1::Progress> progress;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-staged"), &info, &progress);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 64 * kMiB);
+  EXPECT_EQ(info.stage_ms().count("gpu_write"), 1u) << info.DebugString();
+  bool staged = false;
+  for (const auto& p : progress) {
+    if (p.stage() == v1::STAGE_GPU_HOST_COPY &&
+        absl::StrContains(p.message(), "1 of 1 processes into staging memory")) {
+      staged = true;
+    }
+  }
+  EXPECT_TRUE(staged) << "the drain did not go into the staging memory";
+  const std::string ckpt = store_ + "/checkpoints/fp-staged";
+  EXPECT_EQ(BytesUnder(ckpt, "gpu/"), 64 * kMiB);
+  EXPECT_LT(BytesUnder(ckpt, "images/"), 32 * kMiB) << "CRIU dumped the GPU data too";
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last_step = U(w.Status(), "main");
+  s = a.Restore(RestoreReq("fp-staged"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, last_step);
+
+  // 80 MiB of GPU data: more than the slot holds.
+  Workload& big = GpuJob({"--mib", "64"});
+  ASSERT_TRUE(big.WaitMain(20));
+  s = a.Checkpoint(Req(big.pid(), "fp-unstaged"), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 80 * kMiB);
+  EXPECT_EQ(info.stage_ms().count("gpu_write"), 0u) << info.DebugString();
+  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "no ready slot for every process"));
+  ASSERT_TRUE(WaitGone(big));
+  s = a.Restore(RestoreReq("fp-unstaged"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(big, 0);
+}
+
 // Incremental GPU data: a job with 128 MiB of weights it never writes (two whole 64 MiB units at
 // the front of its stream) and 64 MiB it rewrites every step. Its second leave-running
 // checkpoint writes only what changed and refers to the first for the weights; restored from

@@ -124,6 +124,10 @@ app.kubernetes.io/part-of: cryo
 {{- range $v.cryod.allowedUids -}}
 {{- $_ := set $c "allowed_uids" (append $c.allowed_uids (int .)) -}}
 {{- end -}}
+{{- if gt (int ($v.gpu.stagingMiB | default 0)) 0 -}}
+{{- $_ := set $c "gpu_staging_mib" (int $v.gpu.stagingMiB) -}}
+{{- $_ := set $c "gpu_staging_slots" (int ($v.gpu.stagingSlots | default 0)) -}}
+{{- end -}}
 {{- if ne $v.annotationPrefix "cryo.dev" -}}
 {{- $_ := set $c "annotation_prefix" $v.annotationPrefix -}}
 {{- end -}}

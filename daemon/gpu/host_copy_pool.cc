@@ -1,0 +1,179 @@
+#include "daemon/gpu/host_copy_pool.h"
+
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/gpu/host_copy.h"
+#include "lib/base/log.h"
+#include "lib/base/parallel.h"
+
+namespace cryo::gpu {
+namespace {
+
+std::pair<dev_t, ino_t> Identity(int fd) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return {0, 0};
+  return {st.st_dev, st.st_ino};
+}
+
+// Zeroes the first `len` bytes of `fd` with `threads` threads; false when it cannot be mapped.
+bool Zero(int fd, uint64_t len, int threads) {
+  if (len == 0) return true;
+  void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) return false;
+  constexpr uint64_t kPiece = 64ull << 20;
+  const uint64_t pieces = (len + kPiece - 1) / kPiece;
+  std::atomic<uint64_t> next{0};
+  EachInParallel(static_cast<size_t>(std::max(1, threads)), [&](size_t) {
+    for (uint64_t i = next++; i < pieces; i = next++) {
+      const uint64_t off = i * kPiece;
+      std::memset(static_cast<char*>(m) + off, 0, std::min(kPiece, len - off));
+    }
+    return absl::OkStatus();
+  });
+  ::munmap(m, len);
+  return true;
+}
+
+}  // namespace
+
+HostCopyPool::HostCopyPool(Options o) : o_(std::move(o)) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+HostCopyPool::~HostCopyPool() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+UniqueFd HostCopyPool::Take(uint64_t bytes) {
+  absl::MutexLock l(&mu_);
+  if (bytes > o_.slot_bytes || ready_.empty()) return UniqueFd();
+  UniqueFd fd = std::move(ready_.back());
+  ready_.pop_back();
+  ++taken_;
+  CRYO_LOG(Info) << "staging memory: a drain took a slot (" << ready_.size() << " of " << o_.slots
+                 << " ready)";
+  return fd;
+}
+
+void HostCopyPool::Give(UniqueFd fd, uint64_t used) {
+  if (!fd.ok()) return;
+  const auto id = Identity(fd.get());
+  absl::MutexLock l(&mu_);
+  if (std::find(mine_.begin(), mine_.end(), id) == mine_.end()) return;  // closed
+  --taken_;
+  dirty_.emplace_back(std::move(fd), used);
+}
+
+HostCopyPool::Counts HostCopyPool::counts() const {
+  absl::MutexLock l(&mu_);
+  Counts c;
+  c.ready = static_cast<int>(ready_.size());
+  c.busy = taken_ + zeroing_ + static_cast<int>(dirty_.size());
+  c.released = o_.slots - static_cast<int>(mine_.size());
+  c.slot_bytes = o_.slot_bytes;
+  return c;
+}
+
+bool HostCopyPool::WaitReady(int slots, absl::Duration timeout) const {
+  absl::MutexLock l(&mu_);
+  auto ready = [this, slots]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return static_cast<int>(ready_.size()) >= slots;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+}
+
+std::string HostCopyPool::Describe() const {
+  const Counts c = counts();
+  return absl::StrCat(o_.slots, " slots of ", c.slot_bytes >> 20, " MiB (", c.ready, " ready, ",
+                      c.busy, " in use, ", c.released, " not held)");
+}
+
+void HostCopyPool::Run() {
+  while (true) {
+    const bool worked = Step();
+    absl::MutexLock l(&mu_);
+    if (stop_) return;
+    if (worked) continue;
+    auto wake = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_ || !dirty_.empty(); };
+    mu_.AwaitWithTimeout(absl::Condition(&wake), o_.poll);
+  }
+}
+
+bool HostCopyPool::Step() {
+  // A slot given back is zeroed first: a drain may be waiting for it.
+  std::pair<UniqueFd, uint64_t> dirty;
+  {
+    absl::MutexLock l(&mu_);
+    if (stop_) return false;
+    if (!dirty_.empty()) {
+      dirty = std::move(dirty_.back());
+      dirty_.pop_back();
+      ++zeroing_;
+    }
+  }
+  if (dirty.first.ok()) {
+    const int fd = dirty.first.get();
+    const absl::Time t0 = absl::Now();
+    const uint64_t len = std::min(dirty.second, o_.slot_bytes);
+    const bool ok =
+        ::ftruncate(fd, static_cast<off_t>(o_.slot_bytes)) == 0 && Zero(fd, len, o_.threads);
+    absl::MutexLock l(&mu_);
+    --zeroing_;
+    if (ok) {
+      ready_.push_back(std::move(dirty.first));
+      CRYO_LOG(Info) << "staging memory: a slot is ready again, " << (len >> 20)
+                     << " MiB zeroed in " << absl::ToInt64Milliseconds(absl::Now() - t0) << " ms ("
+                     << ready_.size() << " of " << o_.slots << " ready)";
+    } else {
+      // Never handed on unzeroed: let go, and filled afresh when the node allows.
+      CRYO_LOG(Warning) << "staging memory: a slot could not be zeroed; it is let go";
+      const auto id = Identity(fd);
+      mine_.erase(std::remove(mine_.begin(), mine_.end(), id), mine_.end());
+    }
+    return true;
+  }
+  const uint64_t avail = o_.available ? o_.available() : AvailableHostMemory();
+  int held = 0;
+  {
+    absl::MutexLock l(&mu_);
+    if (avail < o_.low_water && !ready_.empty()) {
+      const auto id = Identity(ready_.back().get());
+      ready_.pop_back();
+      mine_.erase(std::remove(mine_.begin(), mine_.end(), id), mine_.end());
+      CRYO_LOG(Warning) << "staging memory: the node has " << (avail >> 20)
+                        << " MiB available, under the low-water mark of " << (o_.low_water >> 20)
+                        << " MiB: a slot of " << (o_.slot_bytes >> 20) << " MiB is let go";
+      return false;  // one per poll: the node's memory is looked at again first
+    }
+    held = static_cast<int>(mine_.size());
+  }
+  if (held >= o_.slots || avail < o_.low_water + o_.slot_bytes + o_.slot_bytes / 8) return false;
+  const absl::Time t0 = absl::Now();
+  auto fd = NewHostCopy(o_.slot_bytes, o_.threads, o_.fs);
+  if (!fd.ok()) {
+    CRYO_LOG(Warning) << "staging memory: a slot of " << (o_.slot_bytes >> 20)
+                      << " MiB could not be filled: " << fd.status();
+    return false;
+  }
+  absl::MutexLock l(&mu_);
+  mine_.push_back(Identity(fd->get()));
+  ready_.push_back(*std::move(fd));
+  CRYO_LOG(Info) << "staging memory: a slot of " << (o_.slot_bytes >> 20) << " MiB filled in "
+                 << absl::ToInt64Milliseconds(absl::Now() - t0) << " ms (" << ready_.size()
+                 << " of " << o_.slots << " ready)";
+  return true;
+}
+
+}  // namespace cryo::gpu
