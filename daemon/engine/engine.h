@@ -294,6 +294,9 @@ class Engine {
   absl::Status DrainGpus(CheckpointState& s);
   absl::Status SaveGpuData(CheckpointState& s);
   absl::Status RefillGpus(CheckpointState& s);
+  // gpu_write's previous checkpoint (incremental), held from deletion; and its write begun early.
+  std::optional<store::Manifest> WritePrevious(CheckpointState& s);
+  void BeginGpuWrite(CheckpointState& s);
   absl::Status WriteGpuData(CheckpointState& s);
   absl::Status AllocateHostCopies(CheckpointState& s);
   // Whether a leave-running drain may go into cryod's memory: on, and every library speaks it.

@@ -217,49 +217,133 @@ absl::StatusOr<FastpathSession::Sources> FastpathSession::RefillSources(
   return s;
 }
 
+// What a write of the host copies needs, held apart from the session (which may move while a
+// write begun early runs).
+struct FastpathSession::Pending {
+  struct Copy {
+    int memfd = -1;  // -1: this process's data is not in cryod's memory
+    uint64_t bytes = 0;
+    pid_t pid = 0, ns_pid = 0;
+  };
+  std::vector<Copy> copies;
+  std::string dir;
+  int writers = 1;
+  bool durable = false;
+  std::optional<store::Manifest> prev;
+  std::map<std::string, const store::ManifestFile*> prev_files;  // into prev
+  std::function<bool()> stop;
+  std::atomic<bool> cancel{false};
+  std::future<absl::StatusOr<Written>> result;
+};
+
+FastpathSession::FastpathSession() = default;
+FastpathSession::FastpathSession(FastpathSession&&) noexcept = default;
+FastpathSession& FastpathSession::operator=(FastpathSession&& o) noexcept {
+  if (this != &o) {
+    EndPending(/*cancel=*/true);
+    pending_ = std::move(o.pending_);
+    records_ = std::move(o.records_);
+    held_ = std::move(o.held_);
+  }
+  return *this;
+}
+
+FastpathSession::~FastpathSession() { EndPending(/*cancel=*/true); }
+
+void FastpathSession::EndPending(bool cancel) {
+  if (pending_ == nullptr) return;
+  if (cancel) pending_->cancel = true;
+  if (pending_->result.valid()) pending_->result.wait();
+  pending_.reset();
+}
+
+absl::StatusOr<FastpathSession::Written> FastpathSession::WriteFiles(
+    const Pending& p, const std::function<void(pid_t, uint64_t)>& written) {
+  Written out(p.copies.size());
+  auto stop = [&p] { return p.cancel.load() || (p.stop && p.stop()); };
+  CRYO_RETURN_IF_ERROR(FirstError(EachInParallel(p.copies.size(), [&](size_t i) -> absl::Status {
+    const Pending::Copy& c = p.copies[i];
+    if (c.memfd < 0) return absl::OkStatus();
+    std::vector<ChunkDigests> previous(p.writers);
+    for (int k = 0; k < p.writers; ++k) {
+      auto it = p.prev_files.find(FastpathFileName(c.ns_pid, k));
+      if (it != p.prev_files.end()) previous[k] = {it->second->size, it->second->chunks};
+    }
+    CRYO_ASSIGN_OR_RETURN(std::vector<UniqueFd> fds,
+                          OpenFastpathFiles(p.dir, c.ns_pid, p.writers, true));
+    CRYO_ASSIGN_OR_RETURN(
+        out[i], WriteHostCopy(c.memfd, c.bytes, kFastpathStripeBytes, Borrow(fds), previous, stop));
+    CRYO_RETURN_IF_ERROR(SyncFiles(fds, p.durable));
+    if (written) written(c.pid, c.bytes);
+    return absl::OkStatus();
+  })));
+  return out;
+}
+
+std::unique_ptr<FastpathSession::Pending> FastpathSession::NewPending(
+    const std::string& dir, int writers, const store::Manifest* prev, bool durable,
+    std::function<bool()> stop) const {
+  auto p = std::make_unique<Pending>();
+  for (size_t i = 0; i < records_.size(); ++i) {
+    const FastpathProcess& f = records_[i];
+    p->copies.push_back({f.memory ? held_[i].host_copy.get() : -1, f.bytes, f.pid, f.ns_pid});
+  }
+  p->dir = dir;
+  p->writers = std::max(1, writers);
+  p->durable = durable;
+  if (prev != nullptr) p->prev = *prev;
+  if (p->prev) {
+    for (const auto& mf : p->prev->files) {
+      if (!mf.chunks.empty()) p->prev_files[mf.path] = &mf;
+    }
+  }
+  p->stop = std::move(stop);
+  return p;
+}
+
+void FastpathSession::BeginWrite(const std::string& dir, int writers, const store::Manifest* prev,
+                                 bool durable, std::function<bool()> stop) {
+  EndPending(/*cancel=*/true);
+  pending_ = NewPending(dir, writers, prev, durable, std::move(stop));
+  const Pending* raw = pending_.get();
+  pending_->result = std::async(std::launch::async, [raw] { return WriteFiles(*raw, nullptr); });
+}
+
 absl::StatusOr<uint64_t> FastpathSession::WriteHostCopies(
     const std::string& dir, int writers, const store::Manifest* prev, bool durable,
     const std::function<bool()>& stop, const std::function<void(pid_t, uint64_t)>& written) {
-  std::map<std::string, const store::ManifestFile*> prev_files;
-  if (prev != nullptr) {
-    for (const auto& mf : prev->files) {
-      if (!mf.chunks.empty()) prev_files[mf.path] = &mf;
+  // Begun early (the progress then comes at once), or written now.
+  std::unique_ptr<Pending> p = std::move(pending_);
+  absl::StatusOr<Written> got;
+  if (p != nullptr) {
+    got = p->result.get();
+    for (const auto& c : p->copies) {
+      if (got.ok() && written && c.memfd >= 0) written(c.pid, c.bytes);
     }
+  } else {
+    p = NewPending(dir, writers, prev, durable, stop);
+    got = WriteFiles(*p, written);
   }
-  std::vector<std::vector<WrittenFile>> out(records_.size());
-  CRYO_RETURN_IF_ERROR(FirstError(EachInParallel(records_.size(), [&](size_t i) -> absl::Status {
-    const FastpathProcess& f = records_[i];
-    if (!f.memory) return absl::OkStatus();
-    std::vector<ChunkDigests> previous(writers);
-    for (int k = 0; k < writers; ++k) {
-      auto it = prev_files.find(FastpathFileName(f.ns_pid, k));
-      if (it != prev_files.end()) previous[k] = {it->second->size, it->second->chunks};
-    }
-    CRYO_ASSIGN_OR_RETURN(std::vector<UniqueFd> fds,
-                          OpenFastpathFiles(dir, f.ns_pid, writers, true));
-    CRYO_ASSIGN_OR_RETURN(out[i], WriteHostCopy(held_[i].host_copy.get(), f.bytes,
-                                                kFastpathStripeBytes, Borrow(fds), previous, stop));
-    CRYO_RETURN_IF_ERROR(SyncFiles(fds, durable));
-    held_[i].digests.clear();
-    for (const auto& wf : out[i]) held_[i].digests.push_back(wf.digest);
-    if (written) written(f.pid, f.bytes);
-    return absl::OkStatus();
-  })));
+  CRYO_RETURN_IF_ERROR(got.status());
+  const Written& out = *got;
   uint64_t referenced = 0;
   for (size_t i = 0; i < records_.size(); ++i) {
     FastpathProcess& f = records_[i];
     if (!f.memory) continue;
     f.memory = false;
-    f.files = writers;
+    f.files = p->writers;
+    held_[i].digests.clear();
+    for (const auto& wf : out[i]) held_[i].digests.push_back(wf.digest);
     held_[i].host_copy.reset();  // the memory goes back to the node, or to the pool
     List(i);
     for (size_t k = 0; k < out[i].size(); ++k) {
       store::ManifestFile& mf = held_[i].listed[k];
       mf.chunks = out[i][k].chunks.chunks;
-      const store::ManifestFile* pf = prev_files.count(mf.path) ? prev_files[mf.path] : nullptr;
+      auto pit = p->prev_files.find(mf.path);
+      const store::ManifestFile* pf = pit != p->prev_files.end() ? pit->second : nullptr;
       for (uint32_t j : out[i][k].skipped) {
         // Where the previous checkpoint refers on, so does this one: to the holder.
-        std::string holder = prev->id;
+        std::string holder = p->prev->id;
         for (const auto& [id, list] : pf->refs) {
           if (std::find(list.begin(), list.end(), j) != list.end()) holder = id;
         }
@@ -278,6 +362,7 @@ std::vector<store::ManifestFile> FastpathSession::ManifestFiles() const {
 }
 
 std::vector<int> FastpathSession::Settle(const std::function<bool()>& hard_stop) {
+  EndPending(/*cancel=*/true);  // its files go with the checkpoint's staging
   std::vector<int> host_copies;
   for (Held& h : held_) {
     // A drain still writing its files is finished first: the library then is in a state a

@@ -9,13 +9,17 @@
 // undo needs only the records (Engine::RefillFastpath) and what Settle lends it.
 
 #include <functional>
+#include <future>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/gpu/fastpath.h"
+#include "daemon/gpu/host_copy.h"
 #include "daemon/gpu/host_copy_pool.h"
 #include "daemon/records/gpu_process.h"
 #include "daemon/store/manifest.h"
@@ -26,10 +30,12 @@ namespace cryo::gpu {
 
 class FastpathSession {
  public:
-  FastpathSession() = default;
+  FastpathSession();
   explicit FastpathSession(std::vector<FastpathProcess> procs);
-  FastpathSession(FastpathSession&&) = default;
-  FastpathSession& operator=(FastpathSession&&) = default;
+  FastpathSession(FastpathSession&&) noexcept;
+  FastpathSession& operator=(FastpathSession&&) noexcept;
+  // Ends a write begun early (BeginWrite) before the host copies it reads go.
+  ~FastpathSession();
 
   bool empty() const { return records_.empty(); }
   size_t size() const { return records_.size(); }
@@ -77,6 +83,14 @@ class FastpathSession {
   };
   absl::StatusOr<Sources> RefillSources(const std::string& dir) const;
 
+  // A stop checkpoint's gpu_write begun as soon as the drain is over: the host copies are
+  // written in the background while the driver's checkpoint and CRIU's dump run (nothing
+  // refills from them: the job is stopped). WriteHostCopies then waits for it, with the same
+  // arguments as given here (`prev` is copied).
+  void BeginWrite(const std::string& dir, int writers, const store::Manifest* prev, bool durable,
+                  std::function<bool()> stop);
+  bool writing() const { return pending_ != nullptr; }
+
   // gpu_write: each host copy into `writers` files under `dir`, made durable when `durable`;
   // chunks unchanged since `prev` (the workload's newest good checkpoint, or null) are not
   // written but referred to. The copies go back to the node; the records say files from then
@@ -105,7 +119,19 @@ class FastpathSession {
   };
   absl::Status CheckSaved(size_t i, bool durable);
   void List(size_t i);
+  struct Pending;
+  using Written = std::vector<std::vector<WrittenFile>>;
+  // The files of every process in memory, written (the part BeginWrite runs in the background).
+  std::unique_ptr<Pending> NewPending(const std::string& dir, int writers,
+                                      const store::Manifest* prev, bool durable,
+                                      std::function<bool()> stop) const;
+  static absl::StatusOr<Written> WriteFiles(const Pending& p,
+                                            const std::function<void(pid_t, uint64_t)>& written);
+  // Ends a write begun early: cancelled (when `cancel`) and waited for.
+  void EndPending(bool cancel);
 
+  // First: a write begun early ends before the host copies it reads are closed.
+  std::unique_ptr<Pending> pending_;
   std::vector<FastpathProcess> records_;
   std::vector<Held> held_;  // one per record
 };

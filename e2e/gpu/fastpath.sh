@@ -58,6 +58,11 @@
 #   job's vacate, gpu_lock and gpu_drain beside the lone job's, and the node's checkpoint and
 #   restore against twice the floors; every word of both jobs verified after the restore.
 #
+# Part "fast-store": fast-store-N (N from CRYO_GPU_FAST_STORE_GIB, default 32): fp-cryod-N with
+#   cryod's store on a tmpfs, the tmpfs's write and read floors measured before and after in the
+#   same call; checkpoint and restore against the better of them (with staging memory, pass
+#   CRYO_GPU_CRYOD_ARGS="--gpu-staging-mib ...").
+#
 # Part "periodic-stall": periodic-stall-N (N from CRYO_GPU_STALL_GIB, default 32): two
 #   leave-running checkpoints through cryod of a job holding N GiB, its data drained into cryod's
 #   memory, refilled from there and written while the job runs on: the job's stall (the stages
@@ -243,14 +248,14 @@ fp_launch_overhead() {  # ns per wrapped launch, with the library over without (
   done
 }
 
-fp_floors() {  # fp_floors GIB
-  local gib=$1
-  mkdir -p "$W/store"
-  if ! "$B/bin/cryo-gpu-floors" --gib "$gib" --dir "$W/store" --threads "$FP_THREADS" \
-      --files "$FP_WRITERS" >"$RES/fpfloor$gib.json" 2>&1; then
-    result "fp-floors-$gib" FAIL "$(cat "$RES/fpfloor$gib.json")"; return
+fp_floors() {  # fp_floors GIB [DIR NAME]: the floors of the store (DIR; default the suite's) as NAME
+  local gib=$1 dir=${2:-$W/store} fname=${3:-fpfloor$1}
+  mkdir -p "$dir"
+  if ! "$B/bin/cryo-gpu-floors" --gib "$gib" --dir "$dir" --threads "$FP_THREADS" \
+      --files "$FP_WRITERS" >"$RES/$fname.json" 2>&1; then
+    result "${fname/fpfloor/fp-floors-}" FAIL "$(cat "$RES/$fname.json")"; return 1
   fi
-  result "fp-floors-$gib" PASS "$(jget "$RES/fpfloor$gib.json" '"pinned d2h %.1f GB/s, fresh host fill %.1f GB/s (%d threads), store write %.2f GB/s, read %.2f GB/s (%d files, direct I/O): write %d ms, read %d ms" % (d["d2h_gbps"], d["fill_gbps"], d["threads"], d["write_gbps"], d["read_gbps"], d["files"], d["write_ms"], d["read_ms"])')"
+  result "${fname/fpfloor/fp-floors-}" PASS "$(jget "$RES/$fname.json" '"pinned d2h %.1f GB/s, fresh host fill %.1f GB/s (%d threads), store write %.2f GB/s, read %.2f GB/s (%d files, direct I/O): write %d ms, read %d ms" % (d["d2h_gbps"], d["fill_gbps"], d["threads"], d["write_gbps"], d["read_gbps"], d["files"], d["write_ms"], d["read_ms"])')"
 }
 
 fp_cryod() {  # fp_cryod GIB: checkpoint (stop) and restore through cryod with the fast path
@@ -274,14 +279,14 @@ fp_cryod() {  # fp_cryod GIB: checkpoint (stop) and restore through cryod with t
   if ! msg=$(verified_pass "$k" "$LOAD_STATUS" "$gib"); then
     result "$name" FAIL "$msg"; end_job "$pid"; "${CRYO[@]}" rm "$k" >/dev/null 2>&1; return
   fi
-  python3 - "$RES/$k.ckpt.json" "$RES/$k.restore.json" "$gib" "${held:-0}" "$ckpt_ms" "$restore_ms" "$RES/fpfloor$gib.json" >"$RES/$k.summary.json" <<'PY'
+  python3 - "$RES/$k.ckpt.json" "$RES/$k.restore.json" "$gib" "${held:-0}" "$ckpt_ms" "$restore_ms" "$RES/${FLOOR_NAME:-fpfloor$gib}.json" >"$RES/$k.summary.json" <<'PY'
 import json, os, sys
 c = json.load(open(sys.argv[1])); r = json.load(open(sys.argv[2]))
 cs = {k: int(v) for k, v in c["stage_ms"].items()}; rs = {k: int(v) for k, v in r["stage_ms"].items()}
 f = json.load(open(sys.argv[7])) if os.path.exists(sys.argv[7]) else {}
 out = {"gib": float(sys.argv[3]), "held_gib": float(sys.argv[4] or 0),
        "checkpoint_ms": int(sys.argv[5]), "restore_ms": int(sys.argv[6]),
-       "vacate_ms": cs.get("gpu_drain", 0) + cs.get("gpu_lock", 0) + cs.get("gpu_checkpoint", 0),
+       "vacate_ms": cs.get("gpu_host_copy", 0) + cs.get("gpu_drain", 0) + cs.get("gpu_lock", 0) + cs.get("gpu_checkpoint", 0),
        "checkpoint_stages": cs, "restore_stages": rs,
        "fastpath_bytes": int(c.get("gpu_fastpath_bytes", 0)), "driver_bytes": int(c.get("gpu_driver_bytes", 0)),
        "image_bytes": int(c.get("size_bytes", 0))}
@@ -291,9 +296,43 @@ if f:
     out["restore_vs_read_floor"] = round(out["restore_ms"] / f["read_ms"], 3)
 print(json.dumps(out))
 PY
-  result "$name" PASS "$(jget "$RES/$k.summary.json" '"vacate %d ms (drain %d, lock %d, driver %d), checkpoint %d ms (%.2fx the store-write floor; save %d, dump %d), restore %d ms (%.2fx the read floor; verify %d, criu %d, driver %d, refill %d); fast path %.2f GiB, driver %.2f GiB" % (d["vacate_ms"], d["checkpoint_stages"].get("gpu_drain",0), d["checkpoint_stages"].get("gpu_lock",0), d["checkpoint_stages"].get("gpu_checkpoint",0), d["checkpoint_ms"], d.get("checkpoint_vs_write_floor", 0), d["checkpoint_stages"].get("gpu_save",0), d["checkpoint_stages"].get("dump",0), d["restore_ms"], d.get("restore_vs_read_floor", 0), d["restore_stages"].get("verify",0), d["restore_stages"].get("restore",0), d["restore_stages"].get("gpu_restore",0), d["restore_stages"].get("gpu_refill",0), d["fastpath_bytes"]/2**30, d["driver_bytes"]/2**30)')"
+  result "$name" PASS "$(jget "$RES/$k.summary.json" '"vacate %d ms (drain %d, lock %d, driver %d), checkpoint %d ms (%.2fx the store-write floor; save %d, dump %d, write %d), restore %d ms (%.2fx the read floor; verify %d, criu %d, driver %d, refill %d); fast path %.2f GiB, driver %.2f GiB" % (d["vacate_ms"], d["checkpoint_stages"].get("gpu_drain",0), d["checkpoint_stages"].get("gpu_lock",0), d["checkpoint_stages"].get("gpu_checkpoint",0), d["checkpoint_ms"], d.get("checkpoint_vs_write_floor", 0), d["checkpoint_stages"].get("gpu_save",0), d["checkpoint_stages"].get("dump",0), d["checkpoint_stages"].get("gpu_write",0), d["restore_ms"], d.get("restore_vs_read_floor", 0), d["restore_stages"].get("verify",0), d["restore_stages"].get("restore",0), d["restore_stages"].get("gpu_restore",0), d["restore_stages"].get("gpu_refill",0), d["fastpath_bytes"]/2**30, d["driver_bytes"]/2**30)')"
   end_job "$pid"
   "${CRYO[@]}" rm "$k" >/dev/null 2>&1
+}
+
+# fp_fast_store GIB: fp_cryod with the store on a tmpfs (a stand-in for local NVMe RAID or a
+# parallel file system), cryod restarted onto it, the tmpfs's floors measured before and after.
+fp_fast_store() {
+  local gib=$1 name="fast-store-$1" fs=/var/tmp/cryo-fast-store
+  mkdir -p "$fs"
+  if ! mount -t tmpfs -o size=$(( gib * 2 + 16 ))g,mode=0700 cryo-fast-store "$fs"; then
+    result "$name" SKIP "no tmpfs of $(( gib * 2 + 16 )) GiB"; return
+  fi
+  stop_cryod
+  if STORE_DIR="$fs/store" start_cryod && fp_floors "$gib" "$fs/store" "fastfloor$gib-before"; then
+    FLOOR_NAME="fastfloor$gib-before" fp_cryod "$gib"
+    fp_floors "$gib" "$fs/store" "fastfloor$gib-after"
+    local k="kf$gib"
+    if [ -s "$RES/$k.summary.json" ] && [ -s "$RES/fastfloor$gib-after.json" ]; then
+      python3 - "$RES/$k.summary.json" "$RES/fastfloor$gib-before.json" "$RES/fastfloor$gib-after.json" >"$RES/$name.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2])); a = json.load(open(sys.argv[3]))
+best_w = min(b["write_ms"], a["write_ms"]); best_r = min(b["read_ms"], a["read_ms"])
+d.update({"floor_write_ms_before": b["write_ms"], "floor_write_ms_after": a["write_ms"],
+          "floor_read_ms_before": b["read_ms"], "floor_read_ms_after": a["read_ms"],
+          "checkpoint_vs_best_write_floor": round(d["checkpoint_ms"] / best_w, 2),
+          "restore_vs_best_read_floor": round(d["restore_ms"] / best_r, 2)})
+print(json.dumps(d))
+PY
+      result "$name" PASS "$(jget "$RES/$name.json" '"store on a tmpfs: checkpoint %d ms (goal 2500; %.2fx the better write floor, %d / %d ms before / after), restore %d ms (goal 1500; %.2fx the better read floor, %d / %d ms); vacate %d ms, write %d ms, refill %d ms" % (d["checkpoint_ms"], d["checkpoint_vs_best_write_floor"], d["floor_write_ms_before"], d["floor_write_ms_after"], d["restore_ms"], d["restore_vs_best_read_floor"], d["floor_read_ms_before"], d["floor_read_ms_after"], d["vacate_ms"], d["checkpoint_stages"].get("gpu_write", 0), d["restore_stages"].get("gpu_refill", 0))')"
+    fi
+  else
+    result "$name" FAIL "cryod on the tmpfs store, or its floors: $(tail -3 "$RES/cryod.log")"
+  fi
+  stop_cryod
+  umount "$fs"
+  start_cryod
 }
 
 # fp_stop_restore KEYS...: the jobs started as KEYS (LOAD_PID_<key>, LOAD_STATUS_<key>) stopped
@@ -786,6 +825,10 @@ run_fastpath_parts() {
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result incremental SKIP "bundle has no cryod or CRIU"; return; }
     [ -n "$CRYOD_PID" ] || start_cryod || { result incremental FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }
     fp_incremental "${CRYO_GPU_INC_GIB:-16}" ;;
+  esac
+  case " $PARTS " in *" fast-store "*)
+    [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result fast-store SKIP "bundle has no cryod or CRIU"; return; }
+    fp_fast_store "${CRYO_GPU_FAST_STORE_GIB:-32}" ;;
   esac
   case " $PARTS " in *" node-preempt "*)
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result node-preempt SKIP "bundle has no cryod or CRIU"; return; }

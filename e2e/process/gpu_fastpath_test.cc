@@ -359,11 +359,35 @@ void FastpathE2e::LeaveRunning(Cryod& a, bool in_memory) {
 // job restored from it runs on with every word of its memory. A job larger than a slot goes
 // through files as before.
 TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) {
-  Cryod& a = Node("node-a", {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1"});
-  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(Slurp(a.log()), "(1 of 1 ready)"); }))
-      << Slurp(a.log());
+  Cryod& a = Node("node-a", {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1"}, HookEnv());
+  // cryod's log says how many slots are ready after each change.
+  auto slot_ready = [&] {
+    const std::string log = Slurp(a.log());
+    const size_t at = log.rfind(" of 1 ready)");
+    return at != std::string::npos && at >= 2 && log.compare(at - 2, 2, "(1") == 0;
+  };
+  ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
   Workload& w = GpuJob();
   ASSERT_TRUE(w.WaitMain(20));
+
+  // Cancelled after the drain, while cryod writes the files from its memory: the write ends,
+  // the job gets its memory back from the slot and runs on, and the slot is ready again.
+  {
+    HookPoint hp(hook_dir(), "before-dump");
+    v1::CheckpointRequest req = Req(w.pid(), "fp-staged-cancel");
+    req.set_operation_id("fp-staged-cancel-me");
+    auto fut = std::async(std::launch::async, [&] { return a.Checkpoint(req); });
+    ASSERT_TRUE(hp.Reached());
+    EXPECT_EQ(RunCli(a.socket(), {"cancel", "fp-staged-cancel-me"}).code, 0);
+    hp.Release();
+    EXPECT_EQ(fut.get().error_code(), StatusCode::CANCELLED);
+    EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "a drain took a slot"));
+    ExpectRunsOnIntact(w, U(w.Status(), "main"));
+    EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+    ::unlink((hook_dir() + "/before-dump.enable").c_str());
+    ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
+  }
+
   v1::CheckpointInfo info;
   std::vector<v1::Progress> progress;
   grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-staged"), &info, &progress);
