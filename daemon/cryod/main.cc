@@ -355,6 +355,11 @@ void StartStaging(State& st, engine::EngineConfig& ec) {
   // A node short of memory gets the staging memory back first: under a sixteenth of it (at
   // least 1 GiB) available, slots are let go.
   o.low_water = std::max<uint64_t>(1ull << 30, gpu::TotalHostMemory() / 16);
+  if (metrics::Metrics* m = st.metrics.get()) {
+    o.changed = [m](const gpu::HostCopyPool::Counts& c) {
+      m->SetStagingSlots(c.ready, c.busy, c.released);
+    };
+  }
   st.staging = std::make_unique<gpu::HostCopyPool>(o);
   ec.fastpath.staging = st.staging.get();
   CRYO_LOG(Info) << "staging memory for drains: " << st.staging->Describe()

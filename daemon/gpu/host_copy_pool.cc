@@ -45,6 +45,10 @@ bool Zero(int fd, uint64_t len, int threads) {
 }  // namespace
 
 HostCopyPool::HostCopyPool(Options o) : o_(std::move(o)) {
+  {
+    absl::MutexLock l(&mu_);
+    Changed();
+  }
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -62,6 +66,7 @@ UniqueFd HostCopyPool::Take(uint64_t bytes) {
   UniqueFd fd = std::move(ready_.back());
   ready_.pop_back();
   ++taken_;
+  Changed();
   CRYO_LOG(Info) << "staging memory: a drain took a slot (" << ready_.size() << " of " << o_.slots
                  << " ready)";
   return fd;
@@ -74,10 +79,19 @@ void HostCopyPool::Give(UniqueFd fd, uint64_t used) {
   if (std::find(mine_.begin(), mine_.end(), id) == mine_.end()) return;  // closed
   --taken_;
   dirty_.emplace_back(std::move(fd), used);
+  Changed();
 }
 
 HostCopyPool::Counts HostCopyPool::counts() const {
   absl::MutexLock l(&mu_);
+  return CountsLocked();
+}
+
+void HostCopyPool::Changed() const {
+  if (o_.changed) o_.changed(CountsLocked());
+}
+
+HostCopyPool::Counts HostCopyPool::CountsLocked() const {
   Counts c;
   c.ready = static_cast<int>(ready_.size());
   c.busy = taken_ + zeroing_ + static_cast<int>(dirty_.size());
@@ -133,6 +147,7 @@ bool HostCopyPool::Step() {
     --zeroing_;
     if (ok) {
       ready_.push_back(std::move(dirty.first));
+      Changed();
       CRYO_LOG(Info) << "staging memory: a slot is ready again, " << (len >> 20)
                      << " MiB zeroed in " << absl::ToInt64Milliseconds(absl::Now() - t0) << " ms ("
                      << ready_.size() << " of " << o_.slots << " ready)";
@@ -141,6 +156,7 @@ bool HostCopyPool::Step() {
       CRYO_LOG(Warning) << "staging memory: a slot could not be zeroed; it is let go";
       const auto id = Identity(fd);
       mine_.erase(std::remove(mine_.begin(), mine_.end(), id), mine_.end());
+      Changed();
     }
     return true;
   }
@@ -152,6 +168,7 @@ bool HostCopyPool::Step() {
       const auto id = Identity(ready_.back().get());
       ready_.pop_back();
       mine_.erase(std::remove(mine_.begin(), mine_.end(), id), mine_.end());
+      Changed();
       CRYO_LOG(Warning) << "staging memory: the node has " << (avail >> 20)
                         << " MiB available, under the low-water mark of " << (o_.low_water >> 20)
                         << " MiB: a slot of " << (o_.slot_bytes >> 20) << " MiB is let go";
@@ -170,6 +187,7 @@ bool HostCopyPool::Step() {
   absl::MutexLock l(&mu_);
   mine_.push_back(Identity(fd->get()));
   ready_.push_back(*std::move(fd));
+  Changed();
   CRYO_LOG(Info) << "staging memory: a slot of " << (o_.slot_bytes >> 20) << " MiB filled in "
                  << absl::ToInt64Milliseconds(absl::Now() - t0) << " ms (" << ready_.size()
                  << " of " << o_.slots << " ready)";

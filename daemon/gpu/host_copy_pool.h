@@ -31,6 +31,13 @@ namespace cryo::gpu {
 
 class HostCopyPool {
  public:
+  struct Counts {
+    int ready = 0;
+    int busy = 0;      // taken, or being zeroed
+    int released = 0;  // not held now (being filled, or let go for the node's memory)
+    uint64_t slot_bytes = 0;
+  };
+
   struct Options {
     int slots = 0;
     uint64_t slot_bytes = 0;
@@ -41,6 +48,8 @@ class HostCopyPool {
     std::function<uint64_t()> available;
     uint64_t low_water = 1ull << 30;
     absl::Duration poll = absl::Seconds(1);
+    // Told the counts after every change (under the pool's lock: keep it short).
+    std::function<void(const Counts&)> changed;
   };
 
   // Starts the thread that fills the slots (as the node's memory allows) and keeps watch.
@@ -56,12 +65,6 @@ class HostCopyPool {
   // size (a library may have grown it), then ready again. A file not of this pool is closed.
   void Give(UniqueFd fd, uint64_t used);
 
-  struct Counts {
-    int ready = 0;
-    int busy = 0;      // taken, or being zeroed
-    int released = 0;  // not held now (being filled, or let go for the node's memory)
-    uint64_t slot_bytes = 0;
-  };
   Counts counts() const;
   // Until every slot the node's memory allows is ready, or `timeout` (tests, cryod's log).
   bool WaitReady(int slots, absl::Duration timeout) const;
@@ -69,6 +72,8 @@ class HostCopyPool {
 
  private:
   void Run();
+  Counts CountsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Changed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One step of the thread's work, outside the lock; false when there was none.
   bool Step();
 

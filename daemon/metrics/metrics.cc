@@ -83,6 +83,10 @@ Metrics::Metrics() : registry_(NewRegistry("cryod")) {
                     .Help("Checkpoints and restores running now")
                     .Register(*registry_)
                     .Add({});
+  staging_ = &prometheus::BuildGauge()
+                  .Name("cryo_gpu_staging_slots")
+                  .Help("Slots of cryod's staging memory for drains (gpu_staging_mib), by state")
+                  .Register(*registry_);
   stored_ = &prometheus::BuildGauge()
                  .Name("cryo_checkpoints_stored")
                  .Help("Published checkpoints in the store at the last listing")

@@ -78,6 +78,13 @@ class Metrics {
   void ForgetWorkload(const std::string& workload);
   // Opted-in containers whose predicted checkpoint exceeds their pod's grace period.
   void CountGraceWarning() { grace_warnings_->Increment(); }
+  // The staging memory's slots (gpu_staging_mib): ready, in use (taken or being zeroed), and
+  // not held (being filled, or let go while the node is short of memory).
+  void SetStagingSlots(int ready, int in_use, int not_held) {
+    staging_->Add({{"state", "ready"}}).Set(ready);
+    staging_->Add({{"state", "in_use"}}).Set(in_use);
+    staging_->Add({{"state", "not_held"}}).Set(not_held);
+  }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
@@ -97,6 +104,7 @@ class Metrics {
   prometheus::Histogram* stall_;
   prometheus::Family<prometheus::Gauge>* newest_age_;
   prometheus::Counter* grace_warnings_;
+  prometheus::Family<prometheus::Gauge>* staging_;
 };
 
 }  // namespace cryo::metrics

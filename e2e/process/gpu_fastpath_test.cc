@@ -28,6 +28,7 @@
 #include "e2e/process/harness.h"
 #include "gtest/gtest.h"
 #include "lib/contract/gpu_fastpath_wire.h"
+#include "test/http_get_local.h"
 
 #if !defined(FASTPATH_LIB) || !defined(FAKE_CUDA_DIR) || !defined(FAKEGPU_BIN)
 #error "FASTPATH_LIB, FAKE_CUDA_DIR and FAKEGPU_BIN must name the built artifacts"
@@ -367,6 +368,8 @@ TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) 
     return at != std::string::npos && at >= 2 && log.compare(at - 2, 2, "(1") == 0;
   };
   ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
+  EXPECT_TRUE(absl::StrContains(HttpGetLocal(a.metrics_port(), "/metrics"),
+                                "cryo_gpu_staging_slots{state=\"ready\"} 1"));
   Workload& w = GpuJob();
   ASSERT_TRUE(w.WaitMain(20));
 

@@ -43,7 +43,13 @@ bool AllZero(int fd, uint64_t len) {
 
 TEST(HostCopyPoolTest, SlotsAreFilledAndTakenUpToTheirSize) {
   std::atomic<uint64_t> avail{1ull << 40};
-  HostCopyPool pool(Small(2, &avail));
+  HostCopyPool::Options o = Small(2, &avail);
+  std::atomic<int> told_ready{-1}, told_busy{-1};
+  o.changed = [&](const HostCopyPool::Counts& c) {
+    told_ready = c.ready;
+    told_busy = c.busy;
+  };
+  HostCopyPool pool(o);
   ASSERT_TRUE(pool.WaitReady(2, absl::Seconds(30))) << pool.Describe();
   EXPECT_FALSE(pool.Take(4 * kMiB + 1).ok()) << "larger than a slot";
   UniqueFd a = pool.Take(3 * kMiB);
@@ -56,6 +62,8 @@ TEST(HostCopyPoolTest, SlotsAreFilledAndTakenUpToTheirSize) {
   EXPECT_EQ(c.ready, 0);
   EXPECT_EQ(c.busy, 2);
   EXPECT_EQ(c.released, 0);
+  EXPECT_EQ(told_ready, 0) << "the metrics' callback is told every change";
+  EXPECT_EQ(told_busy, 2);
 }
 
 // What one job's drain put into a slot is gone before another job gets it, and a slot a
