@@ -69,13 +69,20 @@ absl::StatusOr<size_t> FastpathSession::AllocateHostCopies(
     const std::function<absl::Status(uint64_t)>& fresh) {
   size_t pooled = 0;
   uint64_t rest = 0;
-  for (size_t i = 0; i < records_.size(); ++i) {
-    UniqueFd slot = pool != nullptr ? pool->Take(records_[i].bytes) : UniqueFd();
+  // The largest first: a slot holds any of them, and a process that owns nothing (a job's
+  // launcher under the library) needs none.
+  std::vector<size_t> order(records_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return records_[a].bytes > records_[b].bytes; });
+  for (size_t i : order) {
+    const uint64_t bytes = records_[i].bytes;
+    UniqueFd slot = pool != nullptr && bytes > 0 ? pool->Take(bytes) : UniqueFd();
     if (slot.ok()) {
-      held_[i].host_copy = HostCopy(std::move(slot), pool, records_[i].bytes);
+      held_[i].host_copy = HostCopy(std::move(slot), pool, bytes);
       ++pooled;
     } else {
-      rest += records_[i].bytes;
+      rest += bytes;
     }
   }
   absl::Status st = rest > 0 ? fresh(rest) : absl::OkStatus();

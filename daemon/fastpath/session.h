@@ -49,9 +49,10 @@ class FastpathSession {
   bool in_memory() const;
 
   // gpu_host_copy: one copy of cryod's memory per process, all or none: a ready slot of `pool`
-  // (may be null) where it has one, fresh memory (NewHostCopy) for the rest once `fresh(bytes)`
-  // allows that much. The error (fresh's, or the allocation's) says why none. Returns the
-  // processes given a slot.
+  // (may be null) where it has one, the largest processes first (one that owns nothing needs
+  // none), fresh memory (NewHostCopy) for the rest once `fresh(bytes)` allows that much (not
+  // asked when the rest owns nothing). The error (fresh's, or the allocation's) says why none.
+  // Returns the processes given a slot.
   absl::StatusOr<size_t> AllocateHostCopies(int threads, int host_copy_fs, HostCopyPool* pool,
                                             const std::function<absl::Status(uint64_t)>& fresh);
   bool has_host_copies() const;
