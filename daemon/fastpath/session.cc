@@ -96,7 +96,7 @@ absl::StatusOr<size_t> FastpathSession::AllocateHostCopies(
     }
   }
   if (!st.ok()) {
-    for (Held& h : held_) h.host_copy.reset();
+    for (Held& h : held_) h.host_copy.ResetUnused();  // no library has seen them yet
     return st;
   }
   return pooled;

@@ -113,6 +113,11 @@ class HostCopy {
   bool pooled() const { return pool_ != nullptr; }
   // What of it may hold a job's data (zeroed when a pool's slot goes back).
   void use(uint64_t bytes) { used_ = std::max(used_, bytes); }
+  // Back without zeroing: only for a slot no library was ever given.
+  void ResetUnused() {
+    used_ = 0;
+    reset();
+  }
   void reset() {
     if (pool_ != nullptr) pool_->Give(std::move(fd_), used_);
     fd_ = UniqueFd();
