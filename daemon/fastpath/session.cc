@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <future>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/gpu/fastpath_client.h"

@@ -9,10 +9,7 @@
 // undo needs only the records (Engine::RefillFastpath) and what Settle lends it.
 
 #include <functional>
-#include <future>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 

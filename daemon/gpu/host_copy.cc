@@ -145,6 +145,29 @@ bool HostMemoryHolds(uint64_t bytes) {
   return AvailableHostMemory() >= bytes + bytes / 8 + (1ull << 30);
 }
 
+absl::Status EachPieceMapped(int fd, uint64_t bytes, int threads,
+                             const std::function<absl::Status(char*, uint64_t)>& each) {
+  if (bytes == 0) return absl::OkStatus();
+  Mapping m(fd, bytes, PROT_READ | PROT_WRITE);
+  if (m.get() == nullptr) return ErrnoStatus(errno, "mapping cryod's host memory");
+  constexpr uint64_t kPiece = 256ull << 20;
+  const uint64_t pieces = (bytes + kPiece - 1) / kPiece;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> failed{false};
+  return FirstError(
+      EachInParallel(static_cast<size_t>(std::max(1, threads)), [&](size_t) -> absl::Status {
+        for (uint64_t i = next++; i < pieces && !failed; i = next++) {
+          const uint64_t off = i * kPiece;
+          absl::Status st = each(m.get() + off, std::min(kPiece, bytes - off));
+          if (!st.ok()) {
+            failed = true;
+            return st;
+          }
+        }
+        return absl::OkStatus();
+      }));
+}
+
 absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads, int fs) {
   UniqueFd fd(fs < 0 ? ::memfd_create("cryo-gpu-host-copy", MFD_CLOEXEC)
                      : ::openat(fs, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
@@ -156,33 +179,17 @@ absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads, int fs) {
     return ErrnoStatus(errno, "sizing cryod's host memory for the GPU data");
   }
   // Allocated by several threads at once: one thread fills fresh pages at a few GB/s.
-  Mapping m(fd.get(), bytes, PROT_READ | PROT_WRITE);
-  if (m.get() == nullptr) return ErrnoStatus(errno, "mapping cryod's host memory");
-  ::madvise(m.get(), bytes, MADV_HUGEPAGE);
-  constexpr uint64_t kPiece = 256ull << 20;
-  const size_t pieces = (bytes + kPiece - 1) / kPiece;
-  std::atomic<size_t> next{0};
-  std::atomic<int> err{0};
-  auto work = [&](size_t) -> absl::Status {
-    for (size_t i = next++; i < pieces && err == 0; i = next++) {
-      const uint64_t off = i * kPiece;
-      const uint64_t len = std::min(kPiece, bytes - off);
-      if (::madvise(m.get() + off, len, MADV_POPULATE_WRITE) != 0) {
-        if (errno != EINVAL) {
-          err = errno;
-          break;
-        }
-        // A kernel without MADV_POPULATE_WRITE: touch each page.
-        for (uint64_t o = 0; o < len; o += 4096) m.get()[off + o] = 0;
-      }
+  CRYO_RETURN_IF_ERROR(EachPieceMapped(fd.get(), bytes, threads, [bytes](char* p, uint64_t n) {
+    ::madvise(p, n, MADV_HUGEPAGE);
+    if (::madvise(p, n, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
+    if (errno != EINVAL) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cryod's host memory for ", bytes, " bytes of GPU data: ", std::strerror(errno)));
     }
+    // A kernel without MADV_POPULATE_WRITE: touch each page.
+    for (uint64_t o = 0; o < n; o += 4096) p[o] = 0;
     return absl::OkStatus();
-  };
-  EachInParallel(static_cast<size_t>(std::max(1, threads)), work);
-  if (err != 0) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cryod's host memory for ", bytes, " bytes of GPU data: ", std::strerror(err.load())));
-  }
+  }));
   return fd;
 }
 

@@ -45,6 +45,11 @@ bool HostMemoryHolds(uint64_t bytes);
 // the node cannot give them.
 absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads, int fs = -1);
 
+// `each(piece, length)` over the first `bytes` of `fd`, mapped shared for writing, in pieces of
+// 256 MiB that `threads` threads take in turn; the first error stops the rest and is returned.
+absl::Status EachPieceMapped(int fd, uint64_t bytes, int threads,
+                             const std::function<absl::Status(char*, uint64_t)>& each);
+
 // One file's chunk digests (the store's checksum chunks, hex) and its size.
 struct ChunkDigests {
   uint64_t size = 0;

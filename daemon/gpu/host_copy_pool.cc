@@ -1,18 +1,15 @@
 #include "daemon/gpu/host_copy_pool.h"
 
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/gpu/host_copy.h"
 #include "lib/base/log.h"
-#include "lib/base/parallel.h"
 
 namespace cryo::gpu {
 namespace {
@@ -25,21 +22,12 @@ std::pair<dev_t, ino_t> Identity(int fd) {
 
 // Zeroes the first `len` bytes of `fd` with `threads` threads; false when it cannot be mapped.
 bool Zero(int fd, uint64_t len, int threads) {
-  if (len == 0) return true;
-  void* m = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) return false;
-  constexpr uint64_t kPiece = 64ull << 20;
-  const uint64_t pieces = (len + kPiece - 1) / kPiece;
-  std::atomic<uint64_t> next{0};
-  EachInParallel(static_cast<size_t>(std::max(1, threads)), [&](size_t) {
-    for (uint64_t i = next++; i < pieces; i = next++) {
-      const uint64_t off = i * kPiece;
-      std::memset(static_cast<char*>(m) + off, 0, std::min(kPiece, len - off));
-    }
-    return absl::OkStatus();
-  });
-  ::munmap(m, len);
-  return true;
+  return EachPieceMapped(fd, len, threads,
+                         [](char* p, uint64_t n) {
+                           std::memset(p, 0, n);
+                           return absl::OkStatus();
+                         })
+      .ok();
 }
 
 }  // namespace
@@ -96,7 +84,6 @@ HostCopyPool::Counts HostCopyPool::CountsLocked() const {
   c.ready = static_cast<int>(ready_.size());
   c.busy = taken_ + zeroing_ + static_cast<int>(dirty_.size());
   c.released = o_.slots - static_cast<int>(mine_.size());
-  c.slot_bytes = o_.slot_bytes;
   return c;
 }
 
@@ -110,7 +97,7 @@ bool HostCopyPool::WaitReady(int slots, absl::Duration timeout) const {
 
 std::string HostCopyPool::Describe() const {
   const Counts c = counts();
-  return absl::StrCat(o_.slots, " slots of ", c.slot_bytes >> 20, " MiB (", c.ready, " ready, ",
+  return absl::StrCat(o_.slots, " slots of ", o_.slot_bytes >> 20, " MiB (", c.ready, " ready, ",
                       c.busy, " in use, ", c.released, " not held)");
 }
 

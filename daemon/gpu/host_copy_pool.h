@@ -35,7 +35,6 @@ class HostCopyPool {
     int ready = 0;
     int busy = 0;      // taken, or being zeroed
     int released = 0;  // not held now (being filled, or let go for the node's memory)
-    uint64_t slot_bytes = 0;
   };
 
   struct Options {
