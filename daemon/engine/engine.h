@@ -44,6 +44,7 @@
 #include "daemon/gpu/copy_share.h"
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/gpu_manager.h"
+#include "daemon/gpu/host_copy.h"
 #include "daemon/gpu/host_copy_pool.h"
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/metrics.h"
@@ -334,7 +335,17 @@ class Engine {
   absl::Status ApplyRootfs(RestoreState& s);
   absl::Status RunCriuRestore(RestoreState& s);
   absl::Status RestoreGpus(RestoreState& s);
+  // Starts reading the GPU data into staging memory when it has a slot for every process
+  // (gpu_prefetch.h); never fails the restore: without it the library reads the files.
+  absl::Status PrefetchGpuData(RestoreState& s);
   absl::Status RefillRestoredGpus(RestoreState& s);
+  // Where process f's GPU data of checkpoint `m` (in `dir`) is: each file's chunks in the file
+  // that holds them (this checkpoint's, or the same file of one it refers to), with the digests
+  // recorded; the files opened are added to `open`.
+  absl::StatusOr<std::vector<gpu::ChunkSources>> FastpathSources(const store::Manifest& m,
+                                                                 const std::string& dir,
+                                                                 const gpu::FastpathProcess& f,
+                                                                 std::vector<UniqueFd>* open);
   // Process f's GPU data of checkpoint `m` (in `dir`), read into cryod's memory where some of
   // its chunks are another checkpoint's (incremental), each chunk checked; an empty descriptor
   // where the files hold it all (the library reads those itself).

@@ -175,29 +175,31 @@ absl::Status Engine::CheckReferences(const store::Manifest& m) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<UniqueFd> Engine::ReadThrough(const store::Manifest& m, const std::string& dir,
-                                             const gpu::FastpathProcess& f) {
+absl::StatusOr<std::vector<gpu::ChunkSources>> Engine::FastpathSources(
+    const store::Manifest& m, const std::string& dir, const gpu::FastpathProcess& f,
+    std::vector<UniqueFd>* open) {
   CRYO_ASSIGN_OR_RETURN(std::vector<const store::ManifestFile*> listed, ListedFastpathFiles(m, f));
-  if (!Refers(listed)) return UniqueFd();
-  // Each chunk from the file that holds it: this checkpoint's, or the same file of the one it
-  // refers to (at the same offset), each checked against the digest this manifest recorded.
-  std::vector<UniqueFd> open;
   auto open_file = [&](const std::string& d, const std::string& name) -> absl::StatusOr<int> {
     UniqueFd fd(::open(fs::Join(d, name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
     if (fd.get() < 0) return ErrnoStatus(errno, fs::Join(d, name));
-    open.push_back(std::move(fd));
-    return open.back().get();
+    open->push_back(std::move(fd));
+    return open->back().get();
   };
   std::vector<gpu::ChunkSources> src(listed.size());
   for (size_t k = 0; k < listed.size(); ++k) {
     const store::ManifestFile& mf = *listed[k];
-    if (mf.chunks.empty()) {
-      return absl::DataLossError(absl::StrCat(mf.path, " has no chunk digests to read it by"));
-    }
     CRYO_ASSIGN_OR_RETURN(int own, open_file(dir, mf.path));
+    src[k].expected = {mf.size, mf.checksum};
+    if (mf.chunks.empty()) {
+      // Written by the library: read whole, checked whole.
+      if (!mf.refs.empty()) {
+        return absl::DataLossError(absl::StrCat(mf.path, " has no chunk digests to read it by"));
+      }
+      src[k].fds = {own};
+      continue;
+    }
     src[k].fds.assign(mf.chunks.size(), own);
     src[k].chunks = mf.chunks;
-    src[k].expected = {mf.size, mf.checksum};
     for (const auto& [id, list] : mf.refs) {
       auto where = d_.store->LocalPath(id);
       absl::StatusOr<int> fd = where.ok() ? open_file(*where, mf.path) : where.status();
@@ -209,6 +211,17 @@ absl::StatusOr<UniqueFd> Engine::ReadThrough(const store::Manifest& m, const std
       for (uint32_t j : list) src[k].fds[j] = *fd;
     }
   }
+  return src;
+}
+
+absl::StatusOr<UniqueFd> Engine::ReadThrough(const store::Manifest& m, const std::string& dir,
+                                             const gpu::FastpathProcess& f) {
+  CRYO_ASSIGN_OR_RETURN(std::vector<const store::ManifestFile*> listed, ListedFastpathFiles(m, f));
+  if (!Refers(listed)) return UniqueFd();
+  // Each chunk from the file that holds it: this checkpoint's, or the same file of the one it
+  // refers to (at the same offset), each checked against the digest this manifest recorded.
+  std::vector<UniqueFd> open;
+  CRYO_ASSIGN_OR_RETURN(std::vector<gpu::ChunkSources> src, FastpathSources(m, dir, f, &open));
   const uint64_t avail = gpu::AvailableHostMemory();
   if (avail < f.bytes + (1ull << 30)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -219,6 +232,34 @@ absl::StatusOr<UniqueFd> Engine::ReadThrough(const store::Manifest& m, const std
       UniqueFd memfd, gpu::NewHostCopy(f.bytes, cfg_.fastpath.threads, cfg_.fastpath.host_copy_fs));
   CRYO_RETURN_IF_ERROR(gpu::ReadHostCopy(memfd.get(), f.bytes, gpu::kFastpathStripeBytes, src));
   return memfd;
+}
+
+absl::Status Engine::PrefetchGpuData(RestoreState& s) {
+  std::vector<GpuPrefetch::Process> procs(s.m.gpu_fastpath.size());
+  std::vector<UniqueFd> open;
+  for (size_t i = 0; i < procs.size(); ++i) {
+    const gpu::FastpathProcess& f = s.m.gpu_fastpath[i];
+    if (f.files == 0 || f.bytes == 0) continue;
+    auto src = FastpathSources(s.m, s.dir, f, &open);
+    if (!src.ok()) {
+      // The refill meets it again, and fails the restore with it.
+      CRYO_LOG(Warning) << "restore " << s.m.id
+                        << ": the GPU data is not read ahead: " << src.status();
+      return absl::OkStatus();
+    }
+    procs[i] = {f.bytes, *std::move(src)};
+  }
+  auto started = GpuPrefetch::Start(*cfg_.fastpath.staging, std::move(procs), std::move(open),
+                                    gpu::kFastpathStripeBytes);
+  if (!started.ok()) {
+    CRYO_LOG(Info) << "restore " << s.m.id << ": the library reads the GPU data from the store: "
+                   << started.status().message();
+    return absl::OkStatus();
+  }
+  s.prefetch = *std::move(started);
+  CRYO_LOG(Info) << "restore " << s.m.id << ": reading " << s.prefetch->bytes()
+                 << " bytes of GPU data into staging memory while the processes are restored";
+  return absl::OkStatus();
 }
 
 absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
@@ -251,12 +292,45 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
       }
     }
   }
+  // Read ahead into staging memory (gpu_prefetch): refilled from there, each file checked
+  // against what the checkpoint recorded before any of it reaches the job.
+  std::vector<char> ahead(s.fast.size(), 0);
+  if (st.ok() && s.prefetch != nullptr) {
+    const absl::Time t0 = absl::Now();
+    absl::Status read = s.prefetch->Wait();
+    std::vector<UniqueFd> slots(s.fast.size());
+    for (size_t i = 0; i < s.fast.size() && read.ok(); ++i) {
+      if (!s.prefetch->copy(i).ok()) continue;
+      slots[i] = UniqueFd(::fcntl(s.prefetch->copy(i).get(), F_DUPFD_CLOEXEC, 3));
+      if (!slots[i].ok()) read = ErrnoStatus(errno, "a descriptor of the staging memory");
+    }
+    const double secs = absl::ToDoubleSeconds(s.prefetch->read_time());
+    CRYO_LOG(Info) << "restore " << s.m.id << ": " << s.prefetch->bytes()
+                   << " bytes of GPU data read into staging memory in "
+                   << absl::ToInt64Milliseconds(s.prefetch->read_time()) << " ms ("
+                   << (secs > 0 ? s.prefetch->bytes() / secs / 1e9 : 0) << " GB/s), waited "
+                   << absl::ToInt64Milliseconds(absl::Now() - t0) << " ms for it: " << read;
+    if (read.ok()) {
+      for (size_t i = 0; i < s.fast.size(); ++i) {
+        if (!slots[i].ok()) continue;
+        files[i].push_back(std::move(slots[i]));
+        s.fast[i].memory = true;
+        expected[i].clear();
+        ahead[i] = 1;
+      }
+    } else if (absl::IsDataLoss(read)) {
+      st = read;
+    } else {
+      s.prefetch.reset();  // not the data's fault: the library reads the files instead
+    }
+  }
   // Incremental: a process whose files refer to an earlier checkpoint's is read through into
   // cryod's memory, checked there, and refilled from it; all of them at once, within the memory
   // the node has for them. The others' files the library reads itself.
   std::vector<char> refers(s.fast.size(), 0);
   uint64_t through_bytes = 0;
   for (size_t i = 0; i < s.fast.size() && st.ok(); ++i) {
+    if (ahead[i]) continue;
     // (Every file is listed: checked above.)
     auto listed = ListedFastpathFiles(s.m, s.fast[i]);
     refers[i] = listed.ok() && Refers(*listed);
@@ -274,7 +348,7 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
   if (st.ok()) {
     st = FirstError(EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
       const gpu::FastpathProcess& f = s.fast[i];
-      if (f.files == 0) return absl::OkStatus();
+      if (f.files == 0 || ahead[i]) return absl::OkStatus();
       if (refers[i]) {
         CRYO_ASSIGN_OR_RETURN(UniqueFd through, ReadThrough(s.m, s.dir, f));
         files[i].push_back(std::move(through));
@@ -292,6 +366,7 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
                              {}, RefillStop(s.op, s.req.deadline));
   }
   files.clear();
+  s.prefetch.reset();  // its slots go back to be zeroed
   if (absl::IsDataLoss(st)) {
     if (absl::Status ms = d_.store->MarkDamaged(s.m.id, std::string(st.message())); !ms.ok()) {
       CRYO_LOG(Warning) << "recording checkpoint " << s.m.id << " as damaged: " << ms;

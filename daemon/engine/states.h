@@ -22,6 +22,7 @@
 #include "daemon/criu/network_lock.h"
 #include "daemon/engine/dump_staging.h"
 #include "daemon/engine/engine.h"
+#include "daemon/engine/gpu_prefetch.h"
 #include "daemon/engine/process_set.h"
 #include "daemon/engine/stage_clock.h"
 #include "daemon/fastpath/session.h"
@@ -199,6 +200,9 @@ struct RestoreState {
   pid_t host_root = 0;  // on the host
   std::vector<gpu::GpuProcess> gpu;        // with the restored processes' host pids
   std::vector<gpu::FastpathProcess> fast;  // likewise
+  // gpu_prefetch: the GPU data being read into staging memory while CRIU restores (null: the
+  // library reads the files itself).
+  std::unique_ptr<GpuPrefetch> prefetch;
 };
 
 }  // namespace cryo::engine

@@ -299,17 +299,19 @@ absl::Status ReadHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
     CRYO_RETURN_IF_ERROR(EachChunkOfFile(
         bytes, stripe, w, k,
         [&](uint32_t j, uint64_t at, uint64_t file_off, uint64_t len) -> absl::Status {
-          if (j >= src.fds.size() || j >= src.chunks.size()) {
+          const bool whole = src.chunks.empty();  // one file, checked whole
+          if (whole ? src.fds.empty() : (j >= src.fds.size() || j >= src.chunks.size())) {
             return absl::DataLossError(
                 absl::StrCat("the GPU data's file ", k, " has no chunk ", j, " recorded"));
           }
           std::string err;
-          if (!io::ReadAll(src.fds[j], m.get() + at, len, static_cast<off_t>(file_off), &err)) {
+          if (!io::ReadAll(src.fds[whole ? 0 : j], m.get() + at, len, static_cast<off_t>(file_off),
+                           &err)) {
             return absl::DataLossError(
                 absl::StrCat("reading chunk ", j, " of the GPU data's file ", k, ": ", err));
           }
           hashes.push_back(XXH3_128bits(m.get() + at, len));
-          if (xxh3chunked::Hex(hashes.back()) != src.chunks[j]) {
+          if (!whole && xxh3chunked::Hex(hashes.back()) != src.chunks[j]) {
             return absl::DataLossError(absl::StrCat("chunk ", j, " of the GPU data's file ", k,
                                                     " does not hold what the checkpoint recorded"));
           }
@@ -319,9 +321,10 @@ absl::Status ReadHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
     if (hashes.empty()) hashes.push_back(XXH3_128bits(nullptr, 0));
     const FileDigest got{size, xxh3chunked::Combine(hashes)};
     if (!(got == src.expected)) {
-      return absl::DataLossError(absl::StrCat("the GPU data's file ", k, " reads as ", got.size,
-                                              " bytes, checksum ", got.checksum, "; recorded ",
-                                              src.expected.size, ", ", src.expected.checksum));
+      return absl::DataLossError(absl::StrCat(
+          "the GPU data's file ", k, " does not hold what the checkpoint recorded: it reads as ",
+          got.size, " bytes, checksum ", got.checksum, "; recorded ", src.expected.size, ", ",
+          src.expected.checksum));
     }
     return absl::OkStatus();
   });

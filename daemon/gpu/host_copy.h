@@ -77,7 +77,8 @@ absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(int memfd, uint64_t bytes
 
 // One file of GPU data to read back: chunk j from `fds[j]` (the file itself, or the same file
 // of the checkpoint that holds that chunk, at the same offset), checked against `chunks[j]`;
-// then the whole against `expected`.
+// then the whole against `expected`. With no chunk digests (the library wrote the file), every
+// chunk comes from `fds[0]` and only the whole is checked.
 struct ChunkSources {
   std::vector<int> fds;
   std::vector<std::string> chunks;

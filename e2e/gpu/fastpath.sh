@@ -270,6 +270,9 @@ fp_cryod() {  # fp_cryod GIB: checkpoint (stop) and restore through cryod with t
   fi
   local ckpt_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   wait "$pid" 2>/dev/null
+  # With staging memory, restored as on a node whose slots are ready (the replacement's node),
+  # not while this one zeroes the slot its drain used.
+  wait_staging
   t0=$(date +%s%N)
   if ! "${CRYO[@]}" -o json restore "$k" >"$RES/$k.restore.json" 2>"$RES/$k.restore.err"; then
     result "$name" FAIL "restore: $(tail -2 "$RES/$k.restore.err")"; return

@@ -409,10 +409,39 @@ TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) 
   EXPECT_EQ(BytesUnder(ckpt, "gpu/"), 64 * kMiB);
   EXPECT_LT(BytesUnder(ckpt, "images/"), 32 * kMiB) << "CRIU dumped the GPU data too";
   ASSERT_TRUE(WaitGone(w));
-  const uint64_t last_step = U(w.Status(), "main");
+  uint64_t last_step = U(w.Status(), "main");
+  // The restore reads the GPU data into the slot while CRIU restores, and refills from it.
+  ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
   s = a.Restore(RestoreReq("fp-staged"));
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunsOnIntact(w, last_step);
+  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), absl::StrCat(64 * kMiB,
+                                                             " bytes of GPU data read into staging "
+                                                             "memory")))
+      << Slurp(a.log());
+
+  // Read ahead, a damaged file is refused before any of it reaches the job.
+  ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "fp-staged-bad")).ok());
+  ASSERT_TRUE(WaitGone(w));
+  last_step = U(w.Status(), "main");
+  const std::string f =
+      absl::StrCat(store_, "/checkpoints/fp-staged-bad/gpu/fastpath-", w.pid(), ".0.bin");
+  int fd = ::open(f.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << f;
+  char c = 0;
+  ASSERT_EQ(::pread(fd, &c, 1, 5 << 20), 1);
+  c ^= 4;
+  ASSERT_EQ(::pwrite(fd, &c, 1, 5 << 20), 1);
+  ::close(fd);
+  ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
+  s = a.Restore(RestoreReq("fp-staged-bad"));
+  EXPECT_EQ(s.error_code(), StatusCode::DATA_LOSS) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "does not hold what the checkpoint recorded"))
+      << s.error_message();
+  EXPECT_TRUE(WaitGone(w)) << "the restored job must not run on data that is not its own";
+  EXPECT_LE(U(w.Status(), "main"), last_step + 1) << "the job took steps after the failed restore";
+  ASSERT_TRUE(WaitFor(slot_ready)) << "the slot comes back after a refused read";
 
   // 80 MiB of GPU data: more than the slot holds.
   Workload& big = GpuJob({"--mib", "64"});
@@ -423,9 +452,11 @@ TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) 
   EXPECT_EQ(info.stage_ms().count("gpu_write"), 0u) << info.DebugString();
   EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "no ready slot for every process"));
   ASSERT_TRUE(WaitGone(big));
+  // No slot holds it: the library reads the files, as without staging memory.
   s = a.Restore(RestoreReq("fp-unstaged"));
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunsOnIntact(big, 0);
+  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "the library reads the GPU data from the store"));
 }
 
 // Incremental GPU data: a job with 128 MiB of weights it never writes (two whole 64 MiB units at

@@ -636,9 +636,9 @@ TEST_F(EngineTest, StepNamesArePinned) {
           "manifest", "publish",        "finish",     "export"}));
   EXPECT_EQ(engine_->RestoreStepNames(),
             (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
-                                      "credentials", "job_gather", "wait_pids", "ports", "journal",
-                                      "rootfs", "job_hold", "criu_restore", "gpu_restore",
-                                      "gpu_refill", "job_release", "done"}));
+                                      "credentials", "gpu_prefetch", "job_gather", "wait_pids",
+                                      "ports", "journal", "rootfs", "job_hold", "criu_restore",
+                                      "gpu_restore", "gpu_refill", "job_release", "done"}));
 }
 
 // docs/architecture.md lists the steps of both transactions: the same names, in the same order.

@@ -690,10 +690,22 @@ TEST(HostCopyTest, UnchangedChunksAreNotWrittenAgainAndReadBackThroughTheFilesTh
   ASSERT_NE(q, MAP_FAILED);
   EXPECT_EQ(std::memcmp(p, q, kBytes), 0) << "what was drained, byte for byte";
 
+  // Files without chunk digests (the library wrote them) are read whole and checked whole.
+  std::vector<gpu::ChunkSources> whole(2);
+  for (int k = 0; k < 2; ++k) whole[k] = {{first[k]}, {}, (*a)[k].digest};
+  ASSERT_TRUE(gpu::ReadHostCopy(back->get(), kBytes, 64 * kMiB, whole).ok());
+  EXPECT_EQ(std::memcmp(q, p, 64 * kMiB), 0);
+  EXPECT_NE(std::memcmp(q + 64 * kMiB, p + 64 * kMiB, 64 * kMiB), 0)
+      << "unit 1 as the first checkpoint held it, before the change";
+  whole[1].expected = (*b)[1].digest;
+  auto r = gpu::ReadHostCopy(back->get(), kBytes, 64 * kMiB, whole);
+  EXPECT_TRUE(absl::IsDataLoss(r)) << r;
+  EXPECT_NE(r.message().find("the GPU data's file 1 does not hold"), std::string::npos) << r;
+
   // Reading the hole instead of the file that holds the chunk, or a damaged holder, is refused.
   auto wrong = sources();
   wrong[0].fds[1] = second[0];
-  auto r = gpu::ReadHostCopy(back->get(), kBytes, 64 * kMiB, wrong);
+  r = gpu::ReadHostCopy(back->get(), kBytes, 64 * kMiB, wrong);
   EXPECT_TRUE(absl::IsDataLoss(r)) << r;
   EXPECT_NE(r.message().find("chunk 1 of the GPU data's file 0"), std::string::npos) << r;
   ASSERT_EQ(::pwrite(first[1], "x", 1, 64 * kMiB + 7), 1);
