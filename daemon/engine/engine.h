@@ -339,6 +339,9 @@ class Engine {
   // (gpu_prefetch.h); never fails the restore: without it the library reads the files.
   absl::Status PrefetchGpuData(RestoreState& s);
   absl::Status RefillRestoredGpus(RestoreState& s);
+  // Whether the library of every process read ahead follows a read still running (version).
+  bool FollowsReads(RestoreState& s);
+  void LogPrefetch(RestoreState& s, const absl::Status& read, absl::Duration after);
   // Where process f's GPU data of checkpoint `m` (in `dir`) is: each file's chunks in the file
   // that holds them (this checkpoint's, or the same file of one it refers to), with the digests
   // recorded; the files opened are added to `open`.

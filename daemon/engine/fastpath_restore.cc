@@ -26,6 +26,7 @@
 #include "lib/base/log.h"
 #include "lib/base/parallel.h"
 #include "lib/base/status.h"
+#include "lib/contract/gpu_fastpath_messages.h"
 
 namespace cryo::engine {
 namespace {
@@ -262,6 +263,31 @@ absl::Status Engine::PrefetchGpuData(RestoreState& s) {
   return absl::OkStatus();
 }
 
+bool Engine::FollowsReads(RestoreState& s) {
+  std::vector<char> follows(s.fast.size(), 1);
+  EachInParallel(s.fast.size(), [&](size_t i) -> absl::Status {
+    if (!s.prefetch->copy(i).ok()) return absl::OkStatus();
+    auto st = d_.fastpath->Status(s.fast[i]);
+    follows[i] = st.ok() && st->version >= contract::gpu_fastpath::kVersionFollow;
+    return absl::OkStatus();
+  });
+  return std::all_of(follows.begin(), follows.end(), [](char c) { return c != 0; });
+}
+
+void Engine::LogPrefetch(RestoreState& s, const absl::Status& read, absl::Duration after) {
+  const double secs = absl::ToDoubleSeconds(s.prefetch->read_time());
+  CRYO_LOG(Info) << "restore " << s.m.id << ": " << s.prefetch->bytes()
+                 << " bytes of GPU data read into staging memory in "
+                 << absl::ToInt64Milliseconds(s.prefetch->read_time()) << " ms ("
+                 << (secs > 0 ? s.prefetch->bytes() / secs / 1e9 : 0) << " GB/s)"
+                 << (after > absl::ZeroDuration()
+                         ? absl::StrCat(", the libraries copying behind it; done ",
+                                        absl::ToInt64Milliseconds(after),
+                                        " ms after they were given it")
+                         : ", then copied to the GPU")
+                 << ": " << read;
+}
+
 absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
   s.fast = s.m.gpu_fastpath;
   uint64_t total = 0;
@@ -292,36 +318,42 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
       }
     }
   }
-  // Read ahead into staging memory (gpu_prefetch): refilled from there, each file checked
-  // against what the checkpoint recorded before any of it reaches the job.
+  // Read ahead into staging memory (gpu_prefetch): refilled from there. A library that follows
+  // (gpu_fastpath.h, "Following") is given the slots now and copies behind the read, its gate
+  // opening on the read's verdict; an older one once the read is done and checked.
   std::vector<char> ahead(s.fast.size(), 0);
+  bool follow = false;
+  absl::Time waited_from;
   if (st.ok() && s.prefetch != nullptr) {
-    const absl::Time t0 = absl::Now();
-    absl::Status read = s.prefetch->Wait();
-    std::vector<UniqueFd> slots(s.fast.size());
+    follow = FollowsReads(s);
+    absl::Status read = follow ? absl::OkStatus() : s.prefetch->Wait();
+    if (!follow) LogPrefetch(s, read, absl::Duration());
+    std::vector<std::vector<UniqueFd>> given(s.fast.size());
     for (size_t i = 0; i < s.fast.size() && read.ok(); ++i) {
       if (!s.prefetch->copy(i).ok()) continue;
-      slots[i] = UniqueFd(::fcntl(s.prefetch->copy(i).get(), F_DUPFD_CLOEXEC, 3));
-      if (!slots[i].ok()) read = ErrnoStatus(errno, "a descriptor of the staging memory");
+      for (int fd : {s.prefetch->copy(i).get(), follow ? s.prefetch->progress(i) : -1}) {
+        if (fd < 0) continue;
+        given[i].emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 3));
+        if (!given[i].back().ok()) read = ErrnoStatus(errno, "a descriptor of the staging memory");
+      }
     }
-    const double secs = absl::ToDoubleSeconds(s.prefetch->read_time());
-    CRYO_LOG(Info) << "restore " << s.m.id << ": " << s.prefetch->bytes()
-                   << " bytes of GPU data read into staging memory in "
-                   << absl::ToInt64Milliseconds(s.prefetch->read_time()) << " ms ("
-                   << (secs > 0 ? s.prefetch->bytes() / secs / 1e9 : 0) << " GB/s), waited "
-                   << absl::ToInt64Milliseconds(absl::Now() - t0) << " ms for it: " << read;
     if (read.ok()) {
       for (size_t i = 0; i < s.fast.size(); ++i) {
-        if (!slots[i].ok()) continue;
-        files[i].push_back(std::move(slots[i]));
+        if (given[i].empty()) continue;
+        files[i] = std::move(given[i]);
         s.fast[i].memory = true;
+        s.fast[i].follow = follow;
         expected[i].clear();
         ahead[i] = 1;
       }
+      waited_from = absl::Now();
     } else if (absl::IsDataLoss(read)) {
       st = read;
     } else {
-      s.prefetch.reset();  // not the data's fault: the library reads the files instead
+      // Not the data's fault: the library reads the files instead.
+      (void)s.prefetch->Wait();
+      s.prefetch.reset();
+      follow = false;
     }
   }
   // Incremental: a process whose files refer to an earlier checkpoint's is read through into
@@ -366,7 +398,16 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
                              {}, RefillStop(s.op, s.req.deadline));
   }
   files.clear();
-  s.prefetch.reset();  // its slots go back to be zeroed
+  if (follow) {
+    // What the read found is the restore's answer whatever the libraries said (theirs is only
+    // that it was bad); read well, a refill that failed failed on its own.
+    absl::Status read = s.prefetch->Wait();
+    LogPrefetch(s, read, absl::Now() - waited_from);
+    if (!read.ok()) st = read;
+  }
+  // Its slots go back, to be zeroed, once no library can be copying from them: after a failed
+  // refill, when the restore has ended the processes it restored.
+  if (st.ok()) s.prefetch.reset();
   if (absl::IsDataLoss(st)) {
     if (absl::Status ms = d_.store->MarkDamaged(s.m.id, std::string(st.message())); !ms.ok()) {
       CRYO_LOG(Warning) << "recording checkpoint " << s.m.id << " as damaged: " << ms;

@@ -4,8 +4,13 @@
 // restores the processes. The refill then copies it from memory at PCIe speed instead of the
 // library reading the store after CRIU is done: with the store on a tmpfs, that read was 2.2 s
 // of a 3.1 s restore of 32 GiB (docs/benchmarks.md, "A fast store"). Every file is checked
-// against the checksums the checkpoint recorded before any of it reaches the job.
+// against the checksums the checkpoint recorded; the job's gate opens only after that.
+//
+// A library that follows (gpu_fastpath.h, "Following") is given the slot while the read is still
+// running, with a progress page per process: it copies each piece to the GPU once the read has
+// passed it, and opens the gate on the verdict written when the read is done.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -40,15 +45,29 @@ class GpuPrefetch {
   // Waits for the reads: OK, or the first error (DATA_LOSS for a file that does not hold what
   // the checkpoint recorded).
   absl::Status Wait();
-  // Process i's data (after an OK Wait); invalid for one without data.
+  // Process i's data (complete after an OK Wait); invalid for one without data.
   const gpu::HostCopy& copy(size_t i) const { return copies_[i]; }
+  // Process i's progress page (-1 for one without data).
+  int progress(size_t i) const { return pages_[i].fd.get(); }
   uint64_t bytes() const { return bytes_; }
   absl::Duration read_time() const { return read_time_; }
 
  private:
   GpuPrefetch() = default;
+  // A process's progress page, and where each of its files' readers is (file offsets).
+  struct Page {
+    UniqueFd fd;
+    uint64_t* words = nullptr;
+    std::unique_ptr<std::atomic<uint64_t>[]> next;
+    ~Page();
+  };
+  static absl::Status MakePage(Page& pg, size_t files);
+  // File k of process i has its first `read` bytes in memory: "ready" moves up to the first
+  // byte of the stream some file has not read yet.
+  void Advance(size_t i, size_t k, uint64_t read, uint64_t stripe);
 
   std::vector<Process> procs_;
+  std::vector<Page> pages_;
   std::vector<UniqueFd> open_;
   std::vector<gpu::HostCopy> copies_;
   uint64_t bytes_ = 0;

@@ -93,6 +93,9 @@ wire::Request RefillRequest(const FastpathProcess& p, int threads, const std::ve
   // (None while the library still holds its copy mapped: it refills from that.)
   req.memory = p.memory && !files.empty();
   req.version = req.memory ? wire::kVersionMemory : wire::kMinVersion;
+  // The memfd, then the progress page.
+  req.follow = req.memory && p.follow && files.size() == 2;
+  if (req.follow) req.version = wire::kVersionFollow;
   req.threads = threads;
   req.files = static_cast<int>(files.size());
   req.expected = expected;
@@ -102,7 +105,8 @@ wire::Request RefillRequest(const FastpathProcess& p, int threads, const std::ve
 void LogRefill(const FastpathProcess& p, const wire::RefillReply& r) {
   CRYO_LOG(Info) << "fast path of pid " << p.pid << ": " << r.bytes << " bytes back on the GPU in "
                  << r.total_ms << " ms (allocate " << r.allocate_ms << ", copy " << r.copy_ms << ")"
-                 << (p.memory ? ", from cryod's memory" : "");
+                 << (p.memory ? ", from cryod's memory" : "")
+                 << (p.follow ? " as cryod read it from the store" : "");
 }
 
 absl::Status ReplyError(const wire::Error& e, const FastpathProcess& p) {

@@ -88,7 +88,10 @@ struct ChunkSources {
 // The reverse of WriteHostCopy: reads `files` (in the fast path's layout) into the first
 // `bytes` of `memfd` (at least that large), so that the library refills from cryod's memory.
 // DATA_LOSS naming the file and chunk that does not hold what the checkpoint recorded.
+// `progress` (may be empty) is told, from the file's reader, each time file k has its first
+// `read` bytes in memory (checked or not yet).
 absl::Status ReadHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
-                          const std::vector<ChunkSources>& files);
+                          const std::vector<ChunkSources>& files,
+                          const std::function<void(size_t k, uint64_t read)>& progress = {});
 
 }  // namespace cryo::gpu

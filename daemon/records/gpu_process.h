@@ -54,6 +54,9 @@ struct FastpathProcess {
   // The version of its library, as its status said (0: not asked). Not recorded: a restored
   // process is asked again.
   int version = 0;
+  // With `memory`: cryod is still reading the data into that memfd, and a progress page comes
+  // with it (gpu_fastpath.h, "Following"). Not recorded.
+  bool follow = false;
 };
 
 nlohmann::json ToJson(const std::vector<FastpathProcess>& procs);

@@ -415,10 +415,12 @@ TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) 
   s = a.Restore(RestoreReq("fp-staged"));
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunsOnIntact(w, last_step);
-  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), absl::StrCat(64 * kMiB,
-                                                             " bytes of GPU data read into staging "
-                                                             "memory")))
+  // The library (this tree's, so one that follows) copied behind cryod's read.
+  EXPECT_TRUE(absl::StrContains(
+      Slurp(a.log()), absl::StrCat(64 * kMiB, " bytes of GPU data read into staging memory")))
       << Slurp(a.log());
+  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "the libraries copying behind it"));
+  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "as cryod read it from the store"));
 
   // Read ahead, a damaged file is refused before any of it reaches the job.
   ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());

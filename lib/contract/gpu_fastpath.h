@@ -95,6 +95,15 @@
 // job runs on, so that a leave-running checkpoint stalls the job only for the copies; a refill
 // from those files later names them as usual (any number of them).
 //
+// Following (version 7): a refill with "memory": true and "follow": true carries a second
+// descriptor, a progress page of cryod's (kProgressBytes, the layout below), because cryod is
+// still reading the data into the memfd from the store (a restore's read ahead). The library
+// copies each piece to the GPU once "ready" (bytes of the stream, from its start) has passed it,
+// and after the last piece waits for "verdict": kVerdictGood opens the gate as any refill does;
+// kVerdictBad (a file did not hold what the checkpoint recorded, or cryod could not read it)
+// fails the refill with "code": "data_loss" and the job stays held. cryod writes "ready" only
+// upwards and the verdict once, after the last byte.
+//
 // Shared memory (version 2): an allocation the job exports as a POSIX descriptor
 // (cuMemExportToShareableHandle) is moved by the exporting process like its own; the library
 // keeps a duplicate of each descriptor it exported ("exports", id and number) and of each it
@@ -111,13 +120,22 @@
 
 namespace cryo::contract::gpu_fastpath {
 
-inline constexpr int kVersion = 6;
+inline constexpr int kVersion = 7;
 inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
 inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
 inline constexpr uint32_t kMaxMessage = 64 << 10;
 inline constexpr int kMaxFiles = 64;
 // The first 8 bytes of a legacy IPC handle of the library's making ("Legacy IPC" above).
 inline constexpr char kIpcMagic[8] = {'c', 'r', 'y', 'o', 'i', 'p', 'c', '1'};
+
+// A following refill's progress page: two 64-bit words, written by cryod with release order and
+// read by the library with acquire order.
+inline constexpr uint64_t kProgressBytes = 4096;
+inline constexpr uint64_t kProgressReadyOffset = 0;    // bytes of the stream in the memfd
+inline constexpr uint64_t kProgressVerdictOffset = 8;  // kVerdict*
+inline constexpr uint64_t kVerdictPending = 0;
+inline constexpr uint64_t kVerdictGood = 1;
+inline constexpr uint64_t kVerdictBad = 2;
 
 // The library's states, as "state" says them.
 inline constexpr char kStateRunning[] = "running";

@@ -266,6 +266,7 @@ std::string Encode(const Request& r) {
     j["expected"] = FilesJson(r.expected);
     if (r.hold_ms > 0) j["hold_ms"] = r.hold_ms;
     if (r.memory) j["memory"] = true;
+    if (r.follow) j["follow"] = true;
   } else if (r.op == Op::kGo && !r.imports.empty()) {
     j["files"] = r.files;
     j["imports"] = r.imports;
@@ -406,6 +407,7 @@ bool Decode(const std::string& text, Request* out, std::string* why) {
   r.Ids("imports", &out->imports);
   r.Bool("align", &out->align, false);
   r.Bool("memory", &out->memory, false);
+  r.Bool("follow", &out->follow, false);
   r.Bool("more", &out->more, false);
   r.Uint("to", &out->to, false);
   r.Uint("id", &out->id, false);

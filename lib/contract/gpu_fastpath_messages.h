@@ -38,6 +38,8 @@ inline constexpr int kVersionLegacyIpc = 5;
 // The first version that asks its peer to prove it may read the process's memory before it
 // answers anything but "share" (gpu_fastpath.h, "Who may drive it").
 inline constexpr int kVersionProve = 6;
+// The first version that follows cryod's read of a refill's memory (a refill's "follow").
+inline constexpr int kVersionFollow = 7;
 // The bytes of a challenge (at most what a "prove" may send back).
 inline constexpr uint32_t kChallengeBytes = 16;
 // The longest a held drain waits for its "go".
@@ -85,6 +87,9 @@ struct Request {
   // drain, refill: the one attached descriptor is a memfd of cryod's that holds the data in
   // host memory (version kVersionMemory), not a file.
   bool memory = false;
+  // refill with memory: a second descriptor, cryod's progress page, follows its read of the
+  // memfd (version kVersionFollow).
+  bool follow = false;
   uint64_t id = 0;     // share: the export asked for
   std::string secret;  // share: the secret its legacy IPC handle carries; prove: the bytes (hex)
 };

@@ -384,11 +384,14 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<Uniqu
   RefillOptions opt;
   opt.threads = req.threads;
   if (req.memory) {
-    if (fds.size() != 1) {
-      Answer(conn, Result::Failed("a refill from memory carries one memfd"));
+    if (fds.size() != (req.follow ? 2u : 1u)) {
+      Answer(conn, Result::Failed(req.follow ? "a following refill carries a memfd and a progress "
+                                               "page"
+                                             : "a refill from memory carries one memfd"));
       return;
     }
     opt.memfd = fds[0].get();
+    if (req.follow) opt.progress = fds[1].get();
   } else {
     opt.fds = Borrow(fds);
   }

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -488,6 +489,15 @@ Result Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   if (from_memfd) {
     if (Result r = MapHost(opt.memfd, false); !r.ok()) return r;
   }
+  if (from_memfd && opt.progress >= 0) {
+    void* pg = ::mmap(nullptr, contract::gpu_fastpath::kProgressBytes, PROT_READ, MAP_SHARED,
+                      opt.progress, 0);
+    if (pg == MAP_FAILED) {
+      FreeHost();
+      return {std::string("mapping cryod's progress page: ") + std::strerror(errno), false};
+    }
+    followed_ = static_cast<const uint64_t*>(pg);
+  }
   Result err = Recreate();
   out->allocate_ms = Ms(t0);
   const auto t_copy = Clock::now();
@@ -497,6 +507,12 @@ Result Mover::Refill(const RefillOptions& opt, RefillResult* out) {
     } else {
       err = CopyInFromFiles(opt.fds, &out->files);
     }
+  }
+  // Every piece is on the GPU; the gate opens only on what cryod found when its read was done.
+  if (err.ok() && followed_ != nullptr) err = WaitFollowed(total_, /*verdict=*/true);
+  if (followed_ != nullptr) {
+    ::munmap(const_cast<uint64_t*>(followed_), contract::gpu_fastpath::kProgressBytes);
+    followed_ = nullptr;
   }
   out->copy_ms = Ms(t_copy);
   DestroyStreams();

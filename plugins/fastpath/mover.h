@@ -63,6 +63,9 @@ struct RefillOptions {
   std::vector<int> fds;           // the drain's files, when the data is only there
   std::vector<FileSum> expected;  // what each file must be (checked before the gate opens)
   int memfd = -1;                 // the data is in this memfd (a drain's `memfd`), not in files
+  // cryod is still reading the data into `memfd`: its progress page (gpu_fastpath.h,
+  // "Following"); each piece is copied once it is there, and the gate waits for the verdict.
+  int progress = -1;
 };
 
 using RefillResult = contract::gpu_fastpath::RefillReply;
@@ -168,6 +171,10 @@ class Mover {
   Result CopyDirect(bool out);
   Result MapHost(int memfd, bool write);
   void FreeHost();
+  // A following refill (RefillOptions::progress): until cryod's read has passed stream byte
+  // `end`; then, with `verdict`, until cryod says what it found. DATA_LOSS when it found the data
+  // damaged.
+  Result WaitFollowed(uint64_t end, bool verdict = false);
   void StartWriters(const std::vector<int>& fds);
   void WriteUnits(Writer* w);
   void StopWriters();
@@ -197,7 +204,8 @@ class Mover {
   bool in_memfd_ = false;      // the drain's host memory was a memfd of cryod's
   char* host_base_ = nullptr;  // that memfd, mapped (stream order)
   uint64_t host_len_ = 0;
-  bool host_registered_ = false;  // host_base_ is registered with the driver (register_host)
+  bool host_registered_ = false;        // host_base_ is registered with the driver (register_host)
+  const uint64_t* followed_ = nullptr;  // a following refill's progress page, mapped
   std::map<Phys*, CUdeviceptr> temp_maps_;  // physical allocations mapped only for a copy
   std::map<Phys*, CUdeviceptr> sources_;    // where each one is mapped whole
   std::map<CUcontext, CUstream> streams_;

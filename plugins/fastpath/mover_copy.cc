@@ -8,10 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <thread>
 
 #include "plugins/fastpath/mover.h"
 
@@ -256,6 +258,8 @@ Result Mover::CopyDirect(bool out) {
     for (uint64_t off = 0; off < p->size && err.ok(); off += cfg_.ring_slot_bytes, ++n) {
       const uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
       CUstream& st = streams[{p->ctx, n % std::max(2, cfg_.ring_slots)}];
+      if (!out) err = WaitFollowed(p->stream_offset + off + len);
+      if (!err.ok()) break;
       if (st == nullptr && d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
         st = nullptr;
         err = Result::Failed("no stream to copy on");
@@ -474,6 +478,8 @@ Result Mover::CopyInFromHost(int threads) {
         break;
       }
       char* buf = ring[slot]->get();
+      err = WaitFollowed(p->stream_offset + off + len);
+      if (!err.ok()) break;
       // This slot's copy to the GPU before must be done before it is filled again.
       if (last[slot] != nullptr) d_.cuStreamSynchronize(last[slot]);
       last[slot] = stream;
@@ -644,6 +650,35 @@ Result Mover::MapHost(int memfd, bool write) {
     host_registered_ = d_.cuMemHostRegister_v2(host_base_, host_len_, flags) == CUDA_SUCCESS;
   }
   return {};
+}
+
+Result Mover::WaitFollowed(uint64_t end, bool verdict) {
+  namespace wire = contract::gpu_fastpath;
+  if (followed_ == nullptr) return {};
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(wire::kMaxHoldMs);
+  for (;;) {
+    const uint64_t v =
+        __atomic_load_n(followed_ + wire::kProgressVerdictOffset / 8, __ATOMIC_ACQUIRE);
+    const uint64_t ready =
+        __atomic_load_n(followed_ + wire::kProgressReadyOffset / 8, __ATOMIC_ACQUIRE);
+    if (v == wire::kVerdictBad) {
+      return Result::Failed(
+          "cryod's read of this refill's data from the checkpoint found it damaged: the data "
+          "copied to the GPU is not the job's, and the job stays held",
+          ErrorCode::kDataLoss);
+    }
+    if (verdict ? v == wire::kVerdictGood : ready >= end) return {};
+    if (v != wire::kVerdictPending) {
+      return Result::Failed("cryod's progress page says " + std::to_string(v) + " after " +
+                            std::to_string(ready) + " bytes");
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Result::Failed("cryod's read of this refill's data stopped at " +
+                            std::to_string(ready) + " bytes");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
 }
 
 void Mover::FreeHost() {

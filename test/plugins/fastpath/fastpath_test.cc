@@ -551,6 +551,88 @@ TEST_F(FastpathMoveTest, ADrainIntoCryodsMemoryLeavesTheJobNoCopyAndRefillsFromI
   for (CUdeviceptr p : ps) reg_->MemFree(p);
 }
 
+// A refill that follows cryod's read (gpu_fastpath.h, "Following"): cryod is still reading the
+// data into its memory from the store. The library copies only what the progress page says is
+// there (the rest of the memfd is zeros until then: copied early, the job's data would be
+// wrong), and its gate opens only on a good verdict; on a bad one the refill fails with
+// data_loss and the job stays held.
+TEST_F(FastpathMoveTest, ARefillThatFollowsCryodsReadCopiesWhatIsReadAndOpensOnlyOnItsVerdict) {
+  namespace wire = contract::gpu_fastpath;
+  std::vector<CUdeviceptr> ps(5);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    ASSERT_EQ(reg_->MemAlloc(&ps[i], 40 * kMiB), CUDA_SUCCESS);
+    Fill(ps[i], 40 * kMiB, 90 + i);
+  }
+  constexpr uint64_t kBytes = 200 * kMiB;
+  MoverConfig cfg;
+  cfg.ring_slot_bytes = 4 * kMiB;
+  mover_ = std::make_unique<Mover>(d_, *reg_, gate_, capture_, cfg);
+  auto drained = gpu::NewHostCopy(kBytes, 2);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  for (uint64_t verdict : {wire::kVerdictBad, wire::kVerdictGood}) {
+    SCOPED_TRACE(verdict == wire::kVerdictGood ? "good" : "bad");
+    DrainOptions opt;
+    opt.memfd = drained->get();
+    DrainResult r;
+    if (mover_->state() == State::kRunning) {
+      ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+      SaveResult s;
+      ASSERT_TRUE(mover_->FinishSave(&s).ok());
+    }
+    ASSERT_EQ(mover_->state(), State::kSaved);
+    // What cryod reads into (zeros until read), and its progress page.
+    auto slot = gpu::NewHostCopy(kBytes, 2);
+    ASSERT_TRUE(slot.ok());
+    UniqueFd page(::memfd_create("progress", MFD_CLOEXEC));
+    ASSERT_EQ(::ftruncate(page.get(), wire::kProgressBytes), 0);
+    auto* words = static_cast<uint64_t*>(
+        ::mmap(nullptr, wire::kProgressBytes, PROT_READ | PROT_WRITE, MAP_SHARED, page.get(), 0));
+    ASSERT_NE(words, MAP_FAILED);
+    const char* from =
+        static_cast<const char*>(::mmap(nullptr, kBytes, PROT_READ, MAP_SHARED, drained->get(), 0));
+    char* to = static_cast<char*>(
+        ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, slot->get(), 0));
+    ASSERT_NE(from, MAP_FAILED);
+    ASSERT_NE(to, MAP_FAILED);
+    bool held_at_verdict = false;
+    std::thread cryod([&] {
+      for (uint64_t off = 0; off < kBytes; off += 8 * kMiB) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        std::memcpy(to + off, from + off, 8 * kMiB);
+        __atomic_store_n(words, off + 8 * kMiB, __ATOMIC_RELEASE);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      held_at_verdict = gate_.shut() && mover_->state() != State::kRunning;
+      __atomic_store_n(words + 1, verdict, __ATOMIC_RELEASE);
+    });
+    RefillOptions ro;
+    ro.memfd = slot->get();
+    ro.progress = page.get();
+    RefillResult rr;
+    Result o = mover_->Refill(ro, &rr);
+    cryod.join();
+    EXPECT_TRUE(held_at_verdict) << "the gate opened before cryod's verdict";
+    if (verdict == wire::kVerdictBad) {
+      EXPECT_FALSE(o.ok());
+      EXPECT_EQ(o.code, ErrorCode::kDataLoss) << o.error;
+      EXPECT_THAT(o.error, HasSubstr("found it damaged"));
+      EXPECT_TRUE(gate_.shut()) << "the job must not run on memory that is not its own";
+      EXPECT_EQ(mover_->state(), State::kSaved);
+    } else {
+      ASSERT_TRUE(o.ok()) << o.error;
+      EXPECT_FALSE(gate_.shut());
+      for (size_t i = 0; i < ps.size(); ++i) {
+        EXPECT_TRUE(Holds(ps[i], 40 * kMiB, 90 + i)) << "allocation " << i;
+      }
+    }
+    ::munmap(const_cast<char*>(from), kBytes);
+    ::munmap(to, kBytes);
+    ::munmap(words, wire::kProgressBytes);
+    EXPECT_FALSE(MapsHostCopy()) << "the library still maps cryod's memory";
+  }
+  for (CUdeviceptr p : ps) reg_->MemFree(p);
+}
+
 // cryod's huge-page tmpfs for host copies is held by its descriptor alone: no mount is left for
 // the node to see (or for a killed cryod to leak), and files made in it hold what is written.
 TEST(HostCopyTest, TheHugePageFileSystemLeavesNoMountBehindAndHoldsTheCopies) {
