@@ -57,6 +57,18 @@ class FastpathE2e : public ProcessFixture {
     return *workloads_.back();
   }
 
+  // Flips `mask` in the byte at `at` of a checkpoint's first GPU data file of process `pid`, in
+  // place: the size stays right, so only the checksum can tell.
+  bool DamageGpuFile(const std::string& id, pid_t pid, off_t at, char mask) {
+    const std::string f =
+        absl::StrCat(store_, "/checkpoints/", id, "/gpu/fastpath-", pid, ".0.bin");
+    UniqueFd fd(::open(f.c_str(), O_RDWR | O_CLOEXEC));
+    char c = 0;
+    if (!fd.ok() || ::pread(fd.get(), &c, 1, at) != 1) return false;
+    c ^= mask;
+    return ::pwrite(fd.get(), &c, 1, at) == 1;
+  }
+
   static uint64_t U(const nlohmann::json& j, const char* key) {
     return j.is_object() && j.contains(key) ? j[key].get<uint64_t>() : 0;
   }
@@ -427,15 +439,7 @@ TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) 
   ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "fp-staged-bad")).ok());
   ASSERT_TRUE(WaitGone(w));
   last_step = U(w.Status(), "main");
-  const std::string f =
-      absl::StrCat(store_, "/checkpoints/fp-staged-bad/gpu/fastpath-", w.pid(), ".0.bin");
-  int fd = ::open(f.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << f;
-  char c = 0;
-  ASSERT_EQ(::pread(fd, &c, 1, 5 << 20), 1);
-  c ^= 4;
-  ASSERT_EQ(::pwrite(fd, &c, 1, 5 << 20), 1);
-  ::close(fd);
+  ASSERT_TRUE(DamageGpuFile("fp-staged-bad", w.pid(), 5 << 20, 4));
   ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
   s = a.Restore(RestoreReq("fp-staged-bad"));
   EXPECT_EQ(s.error_code(), StatusCode::DATA_LOSS) << s.error_message();
@@ -555,15 +559,7 @@ TEST_F(FastpathE2e, ADamagedFastPathFileIsRefusedAndTheJobNeverRunsOnIt) {
   ASSERT_TRUE(WaitGone(w));
   const uint64_t last = U(w.Status(), "main");
   // One bit of the GPU data flipped in place: the size is right, the restore's size check passes.
-  const std::string f =
-      absl::StrCat(store_, "/checkpoints/fp-bad/gpu/fastpath-", w.pid(), ".0.bin");
-  int fd = ::open(f.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0) << f;
-  char c = 0;
-  ASSERT_EQ(::pread(fd, &c, 1, 3 << 20), 1);
-  c ^= 1;
-  ASSERT_EQ(::pwrite(fd, &c, 1, 3 << 20), 1);
-  ::close(fd);
+  ASSERT_TRUE(DamageGpuFile("fp-bad", w.pid(), 3 << 20, 1));
 
   grpc::Status s = a.Restore(RestoreReq("fp-bad"));
   EXPECT_EQ(s.error_code(), StatusCode::DATA_LOSS) << s.error_message();
