@@ -110,6 +110,13 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   // member's, at one cut with every other member's (job_cut.h).
   std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;
   std::unique_ptr<gpu::CutParties> others = JobGpuParty(s);
+  // A stop checkpoint's files are written behind the drain into staging memory, each chunk
+  // once the library says it is there (gpu_fastpath.h, "Following"), where every library
+  // follows; else once the driver's checkpoint is done (SaveGpuData).
+  if (st.ok() && memory && !s.req.leave_running && fast.FollowDrains()) {
+    CRYO_LOG(Info) << "checkpoint " << s.id << ": its GPU data is written behind the drain";
+    BeginGpuWrite(s);
+  }
   if (st.ok()) {
     st = gpu::DrainTogether(*d_.fastpath, fast.mutable_records(), opt, fast.DrainTargets(), &drains,
                             others.get());
@@ -126,10 +133,11 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
 
 absl::Status Engine::SaveGpuData(CheckpointState& s) {
   CRYO_RETURN_IF_ERROR(Annotate(s.live.fast.WaitSaved(d_.store->durable()), "GPU fast path"));
-  // A stop checkpoint's data in cryod's memory is written from now on, beside CRIU's dump;
-  // gpu_write waits for it. (Not before: written beside the driver's checkpoint, it made that
-  // 0.4-0.5 s slower, and the GPU is free only after it.)
-  if (s.live.fast.in_memory() && !s.req.leave_running) BeginGpuWrite(s);
+  // A stop checkpoint's data in cryod's memory, unless its write follows the drain already, is
+  // written from now on, beside CRIU's dump; gpu_write waits for it.
+  if (s.live.fast.in_memory() && !s.req.leave_running && !s.live.fast.writing()) {
+    BeginGpuWrite(s);
+  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,5 @@
 #include "daemon/engine/gpu_prefetch.h"
 
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -42,12 +41,15 @@ absl::StatusOr<std::unique_ptr<GpuPrefetch>> GpuPrefetch::Start(gpu::HostCopyPoo
   }
   p->pages_ = std::vector<Page>(procs.size());
   for (size_t i = 0; i < procs.size(); ++i) {
-    absl::Status st =
-        procs[i].bytes == 0 ? absl::OkStatus() : MakePage(p->pages_[i], procs[i].files.size());
-    if (!st.ok()) {
+    if (procs[i].bytes == 0) continue;
+    auto page = gpu::ProgressPage::Make();
+    if (!page.ok()) {
       for (auto& c : p->copies_) c.ResetUnused();
-      return st;
+      return page.status();
     }
+    p->pages_[i].page = *std::move(page);
+    p->pages_[i].next.reset(new std::atomic<uint64_t>[procs[i].files.size()]);
+    for (size_t k = 0; k < procs[i].files.size(); ++k) p->pages_[i].next[k] = 0;
   }
   p->procs_ = std::move(procs);
   p->open_ = std::move(open);
@@ -64,8 +66,7 @@ absl::StatusOr<std::unique_ptr<GpuPrefetch>> GpuPrefetch::Start(gpu::HostCopyPoo
       absl::Status st =
           gpu::ReadHostCopy(q->copies_[i].get(), pr.bytes, stripe, pr.files,
                             [&](size_t k, uint64_t read) { q->Advance(i, k, read, stripe); });
-      __atomic_store_n(q->pages_[i].words + wire::kProgressVerdictOffset / 8,
-                       st.ok() ? wire::kVerdictGood : wire::kVerdictBad, __ATOMIC_RELEASE);
+      q->pages_[i].page->SetVerdict(st.ok() ? wire::kVerdictGood : wire::kVerdictBad);
       return st;
     }));
     q->read_time_ = absl::Now() - t0;
@@ -73,27 +74,7 @@ absl::StatusOr<std::unique_ptr<GpuPrefetch>> GpuPrefetch::Start(gpu::HostCopyPoo
   return p;
 }
 
-absl::Status GpuPrefetch::MakePage(Page& pg, size_t files) {
-  namespace wire = contract::gpu_fastpath;
-  pg.fd = UniqueFd(::memfd_create("cryo-refill-progress", MFD_CLOEXEC));
-  if (!pg.fd.ok() || ::ftruncate(pg.fd.get(), wire::kProgressBytes) != 0) {
-    return ErrnoStatus(errno, "a progress page for the refill");
-  }
-  void* m =
-      ::mmap(nullptr, wire::kProgressBytes, PROT_READ | PROT_WRITE, MAP_SHARED, pg.fd.get(), 0);
-  if (m == MAP_FAILED) return ErrnoStatus(errno, "mapping a progress page for the refill");
-  pg.words = static_cast<uint64_t*>(m);
-  pg.next.reset(new std::atomic<uint64_t>[files]);
-  for (size_t k = 0; k < files; ++k) pg.next[k] = 0;
-  return absl::OkStatus();
-}
-
-GpuPrefetch::Page::~Page() {
-  if (words != nullptr) ::munmap(words, contract::gpu_fastpath::kProgressBytes);
-}
-
 void GpuPrefetch::Advance(size_t i, size_t k, uint64_t read, uint64_t stripe) {
-  namespace wire = contract::gpu_fastpath;
   Page& pg = pages_[i];
   const uint64_t bytes = procs_[i].bytes;
   const size_t w = procs_[i].files.size();
@@ -105,12 +86,7 @@ void GpuPrefetch::Advance(size_t i, size_t k, uint64_t read, uint64_t stripe) {
     const uint64_t f = pg.next[j].load(std::memory_order_acquire);
     ready = std::min(ready, (j + (f / stripe) * w) * stripe + f % stripe);
   }
-  // Readers race to write it: it only ever goes up.
-  uint64_t* word = pg.words + wire::kProgressReadyOffset / 8;
-  uint64_t cur = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-  while (cur < ready && !__atomic_compare_exchange_n(word, &cur, ready, false, __ATOMIC_RELEASE,
-                                                     __ATOMIC_ACQUIRE)) {
-  }
+  pg.page->Raise(ready);  // readers race to raise it: it only ever goes up
 }
 
 absl::Status GpuPrefetch::Wait() {

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "daemon/gpu/host_copy.h"
 #include "daemon/gpu/host_copy_pool.h"
+#include "daemon/gpu/progress_page.h"
 #include "lib/base/fd.h"
 
 namespace cryo::engine {
@@ -48,7 +49,7 @@ class GpuPrefetch {
   // Process i's data (complete after an OK Wait); invalid for one without data.
   const gpu::HostCopy& copy(size_t i) const { return copies_[i]; }
   // Process i's progress page (-1 for one without data).
-  int progress(size_t i) const { return pages_[i].fd.get(); }
+  int progress(size_t i) const { return pages_[i].page ? pages_[i].page->fd() : -1; }
   uint64_t bytes() const { return bytes_; }
   absl::Duration read_time() const { return read_time_; }
 
@@ -56,12 +57,9 @@ class GpuPrefetch {
   GpuPrefetch() = default;
   // A process's progress page, and where each of its files' readers is (file offsets).
   struct Page {
-    UniqueFd fd;
-    uint64_t* words = nullptr;
+    std::unique_ptr<gpu::ProgressPage> page;
     std::unique_ptr<std::atomic<uint64_t>[]> next;
-    ~Page();
   };
-  static absl::Status MakePage(Page& pg, size_t files);
   // File k of process i has its first `read` bytes in memory: "ready" moves up to the first
   // byte of the stream some file has not read yet.
   void Advance(size_t i, size_t k, uint64_t read, uint64_t stripe);

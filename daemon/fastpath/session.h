@@ -18,6 +18,7 @@
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/host_copy.h"
 #include "daemon/gpu/host_copy_pool.h"
+#include "daemon/gpu/progress_page.h"
 #include "daemon/records/gpu_process.h"
 #include "daemon/store/manifest.h"
 #include "lib/base/fd.h"
@@ -60,6 +61,11 @@ class FastpathSession {
   void PlaceData(bool memory, int writers);
   // Then the files the records name, created under `dir` for the drains to write.
   absl::Status OpenDrainFiles(const std::string& dir);
+  // A stop checkpoint's drains into host copies, followed (gpu_fastpath.h, "Following"): a
+  // progress page per process, so that the write (BeginWrite) runs behind the drain instead of
+  // after it. False, with nothing changed, where a library is older than that or a page cannot
+  // be made.
+  bool FollowDrains();
   // The descriptors each process's drain writes into, lent for DrainTogether.
   std::vector<std::vector<int>> DrainTargets() const;
   // gpu_drain, after it: the drains that began (null where none did), what each moved, and the
@@ -110,10 +116,11 @@ class FastpathSession {
   // What only this cryod holds of one process, gone after a crash.
   struct Held {
     std::unique_ptr<FastpathDrainHandle> drain;
-    std::vector<UniqueFd> files;              // open for writing until gpu_save
-    std::vector<FileDigest> digests;          // what the files hold, once written
-    HostCopy host_copy;                       // a drain into cryod's memory: the data
-    std::vector<store::ManifestFile> listed;  // its files as the manifest lists them
+    std::vector<UniqueFd> files;               // open for writing until gpu_save
+    std::vector<FileDigest> digests;           // what the files hold, once written
+    HostCopy host_copy;                        // a drain into cryod's memory: the data
+    std::shared_ptr<const ProgressPage> page;  // that drain's, when followed
+    std::vector<store::ManifestFile> listed;   // its files as the manifest lists them
   };
   absl::Status CheckSaved(size_t i, bool durable);
   void List(size_t i);

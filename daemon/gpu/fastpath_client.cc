@@ -285,6 +285,11 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
     // files is cryod's memfd (gpu_fastpath.h, "Memory").
     req.version = wire::kVersionMemory;
     req.memory = true;
+    // And a progress page, when cryod writes the files behind the drain.
+    if (p.follow && files.size() == 2) {
+      req.version = wire::kVersionFollow;
+      req.follow = true;
+    }
   }
   if (opt.hold > absl::ZeroDuration()) {
     req.version = std::max(req.version, wire::kVersionCut);

@@ -234,10 +234,10 @@ uint64_t ChunkLength(uint64_t size, uint32_t j) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
-                                                       const std::vector<int>& files,
-                                                       const std::vector<ChunkDigests>& previous,
-                                                       const std::function<bool()>& stop) {
+absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(
+    int memfd, uint64_t bytes, uint64_t stripe, const std::vector<int>& files,
+    const std::vector<ChunkDigests>& previous, const std::function<bool()>& stop,
+    const std::function<absl::Status(uint64_t end)>& ready) {
   CRYO_RETURN_IF_ERROR(CheckLayout(memfd, bytes, stripe, files.size()));
   Mapping m(memfd, bytes, PROT_READ);
   if (bytes > 0 && m.get() == nullptr) return ErrnoStatus(errno, "mapping cryod's host memory");
@@ -251,6 +251,7 @@ absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(int memfd, uint64_t bytes
         bytes, stripe, w, k,
         [&](uint32_t j, uint64_t at, uint64_t file_off, uint64_t len) -> absl::Status {
           if (stop && stop()) return absl::CancelledError("the GPU data's write was stopped");
+          if (ready) CRYO_RETURN_IF_ERROR(ready(at + len));
           hashes.push_back(XXH3_128bits(m.get() + at, len));
           const std::string hex = xxh3chunked::Hex(hashes.back());
           out[k].chunks.chunks.push_back(hex);

@@ -69,11 +69,13 @@ struct WrittenFile {
 // of the same chunk of `previous[k]` (the same file of an earlier checkpoint; may be shorter
 // than `files` or empty) is not written: the file keeps a hole there, and the caller records
 // where the bytes are. `stop` (may be empty) is asked between chunks: true ends it with
-// CANCELLED.
-absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
-                                                       const std::vector<int>& files,
-                                                       const std::vector<ChunkDigests>& previous,
-                                                       const std::function<bool()>& stop);
+// CANCELLED. `ready` (may be empty; a drain still copying into `memfd`) is asked before each
+// chunk whether the stream's first `end` bytes are there, and waits until they are; its error
+// ends the write.
+absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(
+    int memfd, uint64_t bytes, uint64_t stripe, const std::vector<int>& files,
+    const std::vector<ChunkDigests>& previous, const std::function<bool()>& stop,
+    const std::function<absl::Status(uint64_t end)>& ready = {});
 
 // One file of GPU data to read back: chunk j from `fds[j]` (the file itself, or the same file
 // of the checkpoint that holds that chunk, at the same offset), checked against `chunks[j]`;

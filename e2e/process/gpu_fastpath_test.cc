@@ -417,6 +417,9 @@ TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) 
     }
   }
   EXPECT_TRUE(staged) << "the drain did not go into the staging memory";
+  EXPECT_TRUE(absl::StrContains(Slurp(a.log()),
+                                "checkpoint fp-staged: its GPU data is written behind the drain"))
+      << "this tree's library follows: the write begins with the drain";
   const std::string ckpt = store_ + "/checkpoints/fp-staged";
   EXPECT_EQ(BytesUnder(ckpt, "gpu/"), 64 * kMiB);
   EXPECT_LT(BytesUnder(ckpt, "images/"), 32 * kMiB) << "CRIU dumped the GPU data too";

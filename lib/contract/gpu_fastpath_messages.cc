@@ -257,6 +257,7 @@ std::string Encode(const Request& r) {
     if (r.hold_ms > 0) j["hold_ms"] = r.hold_ms;
     if (r.align) j["align"] = true;
     if (r.memory) j["memory"] = true;
+    if (r.follow) j["follow"] = true;
   } else if (r.op == Op::kAlign) {
     j["to"] = r.to;
     j["timeout_ms"] = r.timeout_ms;

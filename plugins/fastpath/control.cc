@@ -242,11 +242,14 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<Unique
     return;
   }
   if (req.memory) {
-    if (fds.size() != 1) {
-      Answer(conn, Result("a drain into memory carries one memfd", true));
+    if (fds.size() != (req.follow ? 2u : 1u)) {
+      Answer(conn, Result(req.follow ? "a followed drain carries a memfd and a progress page"
+                                     : "a drain into memory carries one memfd",
+                          true));
       return;
     }
     opt.memfd = fds[0].get();
+    if (req.follow) opt.progress = fds[1].get();
   } else {
     opt.fds = Borrow(fds);
   }

@@ -277,6 +277,28 @@ Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     copied_ = 0;
     copy_failed_ = false;
   }
+  // Followed by cryod: told how far the copy is, then whether it succeeded (bad, unless it did).
+  struct Told {
+    Mover* m;
+    ~Told() {
+      std::lock_guard<std::mutex> l(m->progress_mu_);
+      if (m->told_ == nullptr) return;
+      uint64_t bad = contract::gpu_fastpath::kVerdictBad, pending = 0;
+      __atomic_compare_exchange_n(m->told_ + contract::gpu_fastpath::kProgressVerdictOffset / 8,
+                                  &pending, bad, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+      ::munmap(m->told_, contract::gpu_fastpath::kProgressBytes);
+      m->told_ = nullptr;
+    }
+  } told{this};
+  if (opt.memfd >= 0 && opt.progress >= 0) {
+    void* pg = ::mmap(nullptr, contract::gpu_fastpath::kProgressBytes, PROT_READ | PROT_WRITE,
+                      MAP_SHARED, opt.progress, 0);
+    if (pg == MAP_FAILED) {
+      return Result(std::string("mapping cryod's progress page: ") + std::strerror(errno), true);
+    }
+    std::lock_guard<std::mutex> l(progress_mu_);
+    told_ = static_cast<uint64_t*>(pg);
+  }
   undo.Push([this] { UnmapTemporaries(); });
   if (Result r = FindSources(); !r.ok()) return std::move(r).RolledBack();
   // Writers go beside the copy: each file's units are written as soon as they are in memory.
@@ -294,6 +316,14 @@ Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   Result err = CopyOut(opt.threads);
   out->copy_ms = Ms(t_copy);
   if (!err.ok()) return std::move(err).RolledBack();
+  {
+    // All of it is in cryod's memory: what cryod writes from here on is the job's.
+    std::lock_guard<std::mutex> l(progress_mu_);
+    if (told_ != nullptr) {
+      __atomic_store_n(told_ + contract::gpu_fastpath::kProgressVerdictOffset / 8,
+                       contract::gpu_fastpath::kVerdictGood, __ATOMIC_RELEASE);
+    }
+  }
   DestroyStreams();
   // Device memory goes from here on: only a copy back from host memory takes that back (and
   // when even that fails, the gates open on whatever memory the job still has).

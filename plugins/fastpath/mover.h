@@ -51,6 +51,10 @@ struct DrainOptions {
   // >= 0: the host memory is this memfd (cryod's), mapped shared; FinishSave unmaps it
   // (gpu_fastpath.h, "Memory"). No files then.
   int memfd = -1;
+  // With memfd: cryod's progress page (gpu_fastpath.h, "Following"), where the drain says how
+  // much of the stream is in the memfd as it goes, and then whether the copy succeeded, so that
+  // cryod writes the files behind it.
+  int progress = -1;
 };
 
 // What the channel reports is what the mover measures (lib/contract/gpu_fastpath_messages.h).
@@ -175,6 +179,8 @@ class Mover {
   // `end`; then, with `verdict`, until cryod says what it found. DATA_LOSS when it found the data
   // damaged.
   Result WaitFollowed(uint64_t end, bool verdict = false);
+  // A followed drain: copied_ onto cryod's progress page (under progress_mu_).
+  void Tell();
   void StartWriters(const std::vector<int>& fds);
   void WriteUnits(Writer* w);
   void StopWriters();
@@ -206,6 +212,7 @@ class Mover {
   uint64_t host_len_ = 0;
   bool host_registered_ = false;        // host_base_ is registered with the driver (register_host)
   const uint64_t* followed_ = nullptr;  // a following refill's progress page, mapped
+  uint64_t* told_ = nullptr;  // a followed drain's progress page, mapped (under progress_mu_)
   std::map<Phys*, CUdeviceptr> temp_maps_;  // physical allocations mapped only for a copy
   std::map<Phys*, CUdeviceptr> sources_;    // where each one is mapped whole
   std::map<CUcontext, CUstream> streams_;

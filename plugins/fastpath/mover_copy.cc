@@ -286,6 +286,7 @@ Result Mover::CopyDirect(bool out) {
     std::lock_guard<std::mutex> l(progress_mu_);
     if (err.ok()) copied_ += issued;
     if (!err.ok()) copy_failed_ = true;
+    Tell();
     progress_cv_.notify_all();
   }
   return err;
@@ -320,6 +321,7 @@ Result Mover::CopyOut(int threads) {
     std::lock_guard<std::mutex> l(progress_mu_);
     item_done[i] = 1;
     while (next_done < items.size() && item_done[next_done]) copied_ += items[next_done++].len;
+    Tell();
     progress_cv_.notify_all();
   };
   Result err;
@@ -650,6 +652,13 @@ Result Mover::MapHost(int memfd, bool write) {
     host_registered_ = d_.cuMemHostRegister_v2(host_base_, host_len_, flags) == CUDA_SUCCESS;
   }
   return {};
+}
+
+void Mover::Tell() {
+  if (told_ != nullptr) {
+    __atomic_store_n(told_ + contract::gpu_fastpath::kProgressReadyOffset / 8, copied_,
+                     __ATOMIC_RELEASE);
+  }
 }
 
 Result Mover::WaitFollowed(uint64_t end, bool verdict) {

@@ -54,6 +54,28 @@ TEST(FastpathClientTest, ALibraryVersionThisCryodDoesNotSpeakIsRefusedNamingBoth
   }
 }
 
+// "follow" (version 7) goes on the wire with a drain and a refill into memory: a library that
+// missed it would take the progress page for a second memfd, or copy ahead of cryod's read.
+TEST(FastpathClientTest, AFollowedDrainAndRefillSayFollowOnTheWire) {
+  for (wire::Op op : {wire::Op::kDrain, wire::Op::kRefill}) {
+    wire::Request req;
+    req.op = op;
+    req.version = wire::kVersionFollow;
+    req.files = 2;
+    req.memory = true;
+    req.follow = true;
+    wire::Request back;
+    std::string why;
+    ASSERT_TRUE(wire::Decode(wire::Encode(req), &back, &why)) << why;
+    EXPECT_TRUE(back.memory) << wire::OpName(op);
+    EXPECT_TRUE(back.follow) << wire::OpName(op);
+    EXPECT_EQ(back.version, wire::kVersionFollow);
+    req.follow = false;
+    ASSERT_TRUE(wire::Decode(wire::Encode(req), &back, &why)) << why;
+    EXPECT_FALSE(back.follow) << wire::OpName(op);
+  }
+}
+
 TEST(FastpathClientTest, AStatusForAnotherProcessIsRefused) {
   auto st = ParseFastpathReply<wire::StatusReply>(wire::Encode(Status(wire::kVersion, 43)), Job());
   EXPECT_EQ(st.status().code(), absl::StatusCode::kPermissionDenied) << st.status();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "daemon/gpu/host_copy.h"
+#include "daemon/gpu/progress_page.h"
 #include "daemon/store/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -322,6 +323,56 @@ TEST_F(FastpathMoveTest, ACopyThatFailsHalfWayLeavesTheJobAsItWas) {
   EXPECT_EQ(mover_->state(), State::kRunning);
   EXPECT_FALSE(gate_.shut());
   EXPECT_EQ(Used(), used) << "the device memory never left";
+  ExpectIntact(m);
+  Free(m);
+}
+
+// A stop checkpoint's drain into cryod's memory, followed (gpu_fastpath.h, "Following"): the
+// library says on cryod's progress page how much of the stream is in the memfd, and then that
+// the copy succeeded; a copy that fails says so instead, and cryod keeps none of what it wrote.
+TEST_F(FastpathMoveTest, AFollowedDrainSaysHowFarItIsAndThenWhetherItSucceeded) {
+  namespace wire = contract::gpu_fastpath;
+  JobMemory m = Allocate();
+  uint64_t total = 0;
+  for (bool fail : {false, true}) {
+    SCOPED_TRACE(fail ? "failing" : "succeeding");
+    auto memfd = gpu::NewHostCopy(64 * kMiB, 2);
+    ASSERT_TRUE(memfd.ok()) << memfd.status();
+    auto page = gpu::ProgressPage::Make();
+    ASSERT_TRUE(page.ok()) << page.status();
+    if (fail) {
+      g_calls_left = 3;  // the fourth piece fails
+      d_.cuMemcpyDtoHAsync_v2 = &FailingCopyOut;
+    }
+    DrainOptions opt;
+    opt.memfd = memfd->get();
+    opt.progress = (*page)->fd();
+    DrainResult r;
+    Result o = mover_->Drain(opt, &r);
+    d_ = testing::FakeDriver();
+    if (fail) {
+      EXPECT_FALSE(o.ok());
+      EXPECT_EQ((*page)->verdict(), wire::kVerdictBad);
+      EXPECT_LT((*page)->ready(), total) << "the stream stopped where the copy failed";
+      auto st = (*page)->WaitVerdict({});
+      EXPECT_FALSE(st.ok()) << "cryod's write behind it must fail";
+      EXPECT_EQ(mover_->state(), State::kRunning);
+      continue;
+    }
+    ASSERT_TRUE(o.ok()) << o.error;
+    total = r.bytes;
+    EXPECT_GT(total, 0u);
+    EXPECT_EQ((*page)->ready(), total) << "all of the stream";
+    EXPECT_EQ((*page)->verdict(), wire::kVerdictGood);
+    EXPECT_TRUE((*page)->WaitReady(r.bytes, {}).ok());
+    EXPECT_TRUE((*page)->WaitVerdict({}).ok());
+    SaveResult s;
+    ASSERT_TRUE(mover_->FinishSave(&s).ok());
+    RefillOptions ro;
+    ro.memfd = memfd->get();
+    RefillResult rr;
+    ASSERT_TRUE(mover_->Refill(ro, &rr).ok());
+  }
   ExpectIntact(m);
   Free(m);
 }
@@ -705,6 +756,21 @@ TEST(HostCopyTest, AWriteThatIsStoppedSaysSoAndAStripeOffTheChecksumsChunksIsRef
   struct stat st;
   ASSERT_EQ(::fstat(fd, &st), 0);
   EXPECT_EQ(st.st_size, static_cast<off_t>(64 * kMiB)) << "one unit written, then stopped";
+  // Behind a drain: each chunk waits for the drain to have put it there; the drain's failure
+  // ends the write.
+  ASSERT_EQ(::ftruncate(fd, 0), 0);
+  std::vector<uint64_t> waited;
+  r = gpu::WriteHostCopy(memfd->get(), 130 * kMiB, 64 * kMiB, {fd}, {}, {},
+                         [&](uint64_t end) -> absl::Status {
+                           waited.push_back(end);
+                           if (end > 64 * kMiB)
+                             return absl::FailedPreconditionError("drain failed");
+                           return absl::OkStatus();
+                         });
+  EXPECT_TRUE(absl::IsFailedPrecondition(r.status())) << r.status();
+  EXPECT_EQ(waited, (std::vector<uint64_t>{64 * kMiB, 128 * kMiB}));
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  EXPECT_EQ(st.st_size, static_cast<off_t>(64 * kMiB)) << "only what the drain had put there";
   r = gpu::WriteHostCopy(memfd->get(), 130 * kMiB, 4 * kMiB, {fd}, {}, {});
   EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
   // The drain cannot have put more there than the memfd holds.
