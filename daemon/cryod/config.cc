@@ -240,6 +240,11 @@ const std::vector<Key>& Keys() {
           "fast path: that memory in this many equal slots, one per process drained at once (0: "
           "one per GPU of the node)",
           &Config::gpu_staging_slots),
+      Bool("gpu_write_behind_drain",
+           "fast path, stop checkpoints into staging memory: cryod writes the files behind the "
+           "drain instead of after the driver's checkpoint (the checkpoint ends sooner, the GPU "
+           "is free later: docs/operations.md)",
+           &Config::gpu_write_behind_drain),
       Bool("dump_in_memory",
            "leave-running checkpoints (periodic ones too): CRIU dumps the job into node memory and "
            "cryod copies the images into the store as the job runs on (it is held for the dump "
@@ -430,6 +435,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"dump_in_memory", "true"},
       {"gpu_staging_mib", "0 (none)"},
       {"gpu_staging_slots", "0 (one per GPU)"},
+      {"gpu_write_behind_drain", "false"},
       {"gpu_fast_path_library", d.gpu_fast_path_library},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},

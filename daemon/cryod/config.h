@@ -87,6 +87,7 @@ struct Config {
   // checkpoints drain into it too (daemon/gpu/host_copy_pool.h).
   int gpu_staging_mib = 0;
   int gpu_staging_slots = 0;
+  bool gpu_write_behind_drain = false;
   // ... and CRIU dumps them into node memory, copied into the store as the job runs on.
   bool dump_in_memory = true;
   // ... referring to the chunks the workload's newest good checkpoint holds unchanged.

@@ -387,6 +387,7 @@ Result StartRecover(State& st) {
   }
   ec.fastpath.writers = st.config.gpu_fast_path_writers;
   ec.fastpath.in_memory = st.config.gpu_fast_path_in_memory;
+  ec.fastpath.write_behind_drain = st.config.gpu_write_behind_drain;
   ec.fastpath.incremental = st.config.gpu_fast_path_incremental;
   if (ec.fastpath.in_memory) {
     auto hc = gpu::MountHostCopyFs(fs::Join(st.config.state_dir, "gpu-host-copy"));

@@ -73,6 +73,9 @@ struct FastpathConfig {
   // Memory held faulted in for those drains (gpu_staging_mib); with it, stop checkpoints drain
   // into cryod's memory too, and the GPUs of a node vacate at memory speed. Null: none.
   gpu::HostCopyPool* staging = nullptr;
+  // A stop checkpoint's write from staging memory follows the drain (gpu_write_behind_drain)
+  // instead of starting after the driver's checkpoint.
+  bool write_behind_drain = false;
 };
 
 struct EngineConfig {

@@ -372,7 +372,10 @@ void FastpathE2e::LeaveRunning(Cryod& a, bool in_memory) {
 // job restored from it runs on with every word of its memory. A job larger than a slot goes
 // through files as before.
 TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) {
-  Cryod& a = Node("node-a", {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1"}, HookEnv());
+  Cryod& a = Node(
+      "node-a",
+      {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1", "--gpu-write-behind-drain", "true"},
+      HookEnv());
   // cryod's log says how many slots are ready after each change.
   auto slot_ready = [&] {
     const std::string log = Slurp(a.log());
