@@ -76,16 +76,10 @@ absl::StatusOr<std::unique_ptr<GpuPrefetch>> GpuPrefetch::Start(gpu::HostCopyPoo
 
 void GpuPrefetch::Advance(size_t i, size_t k, uint64_t read, uint64_t stripe) {
   Page& pg = pages_[i];
-  const uint64_t bytes = procs_[i].bytes;
-  const size_t w = procs_[i].files.size();
   pg.next[k].store(read, std::memory_order_release);
-  // Unit c of the stream is in file c % w at (c / w) * stripe: the next byte file j lacks is at
-  // stream offset (j + (f / stripe) * w) * stripe + f % stripe, where f is its next offset.
-  uint64_t ready = bytes;
-  for (size_t j = 0; j < w; ++j) {
-    const uint64_t f = pg.next[j].load(std::memory_order_acquire);
-    ready = std::min(ready, (j + (f / stripe) * w) * stripe + f % stripe);
-  }
+  const uint64_t ready =
+      gpu::StreamBytesRead([&](size_t j) { return pg.next[j].load(std::memory_order_acquire); },
+                           procs_[i].files.size(), stripe, procs_[i].bytes);
   pg.page->Raise(ready);  // readers race to raise it: it only ever goes up
 }
 

@@ -288,6 +288,18 @@ absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(
   return out;
 }
 
+uint64_t StreamBytesRead(const std::function<uint64_t(size_t k)>& next, size_t w, uint64_t stripe,
+                         uint64_t bytes) {
+  // The next byte file j lacks, at its offset f, is at stream offset
+  // (j + (f / stripe) * w) * stripe + f % stripe.
+  uint64_t ready = bytes;
+  for (size_t j = 0; j < w && stripe > 0; ++j) {
+    const uint64_t f = next(j);
+    ready = std::min(ready, (j + (f / stripe) * w) * stripe + f % stripe);
+  }
+  return ready;
+}
+
 constexpr uint64_t kHashPiece = 1ull << 20;
 
 absl::Status ReadHostCopy(int memfd, uint64_t bytes, uint64_t stripe,

@@ -77,6 +77,12 @@ absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(
     const std::vector<ChunkDigests>& previous, const std::function<bool()>& stop,
     const std::function<absl::Status(uint64_t end)>& ready = {});
 
+// How much of the stream, from its start, is in memory when each of the `w` files of the fast
+// path's layout (unit c of `stripe` bytes in file c % w at (c / w) * stripe) has its first
+// `next(k)` bytes read: up to the first byte some file still lacks, at most `bytes`.
+uint64_t StreamBytesRead(const std::function<uint64_t(size_t k)>& next, size_t w, uint64_t stripe,
+                         uint64_t bytes);
+
 // One file of GPU data to read back: chunk j from `fds[j]` (the file itself, or the same file
 // of the checkpoint that holds that chunk, at the same offset), checked against `chunks[j]`;
 // then the whole against `expected`. With no chunk digests (the library wrote the file), every

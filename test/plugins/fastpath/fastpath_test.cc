@@ -743,6 +743,26 @@ TEST(HostCopyTest, TheMemoryCryodMayTakeIsWhatTheTightestCgroupLimitLeaves) {
 }
 
 // cryod's write of its memory is stopped between units when the checkpoint is called off.
+// What a refill following cryod's read may copy: the stream up to the first byte some file
+// still lacks. Units of 4 bytes over 3 files, 30 bytes: units 0..7 go to files 0,1,2,0,1,2,0,1
+// (unit 7 is 2 bytes long).
+TEST(HostCopyTest, TheStreamIsReadUpToTheFirstByteAFileStillLacks) {
+  auto read = [](std::vector<uint64_t> next) {
+    return gpu::StreamBytesRead([&](size_t k) { return next[k]; }, next.size(), 4, 30);
+  };
+  EXPECT_EQ(read({0, 0, 0}), 0u);
+  EXPECT_EQ(read({4, 0, 0}), 4u) << "unit 0 whole";
+  EXPECT_EQ(read({4, 3, 0}), 7u) << "and 3 bytes of unit 1";
+  EXPECT_EQ(read({8, 8, 0}), 8u) << "file 2 holds unit 2: nothing past it";
+  EXPECT_EQ(read({8, 8, 4}), 20u) << "units 0 to 4 whole";
+  EXPECT_EQ(read({12, 8, 8}), 28u) << "file 1 lacks unit 7";
+  EXPECT_EQ(read({12, 9, 8}), 29u);
+  EXPECT_EQ(read({12, 10, 8}), 30u) << "all of it";
+  EXPECT_EQ(read({12, 10, 0}), 8u) << "file 2 has nothing yet";
+  // More files than units: the ones beyond hold nothing and lack nothing.
+  EXPECT_EQ(gpu::StreamBytesRead([](size_t k) { return k == 0 ? 4u : 0u; }, 4, 4, 4), 4u);
+}
+
 TEST(HostCopyTest, AWriteThatIsStoppedSaysSoAndAStripeOffTheChecksumsChunksIsRefused) {
   auto memfd = gpu::NewHostCopy(130 * kMiB, 1);
   ASSERT_TRUE(memfd.ok()) << memfd.status();
