@@ -471,6 +471,27 @@ TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) 
   EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "the library reads the GPU data from the store"));
 }
 
+// By default (gpu_write_behind_drain off) a stop checkpoint's write from staging memory begins
+// after the driver's checkpoint, not with the drain; restored, the job runs on intact.
+TEST_F(FastpathE2e, AStopCheckpointIntoStagingMemoryWritesAfterTheDriversCheckpointByDefault) {
+  Cryod& a = Node("node-a", {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1"});
+  auto slot_ready = [&] { return absl::StrContains(Slurp(a.log()), "(1 of 1 ready)"); };
+  ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-after"), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.stage_ms().count("gpu_write"), 1u) << info.DebugString();
+  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "a drain took a slot"));
+  EXPECT_FALSE(absl::StrContains(Slurp(a.log()), "written behind the drain"));
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last_step = U(w.Status(), "main");
+  s = a.Restore(RestoreReq("fp-after"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, last_step);
+}
+
 // Incremental GPU data: a job with 128 MiB of weights it never writes (two whole 64 MiB units at
 // the front of its stream) and 64 MiB it rewrites every step. Its second leave-running
 // checkpoint writes only what changed and refers to the first for the weights; restored from
