@@ -178,6 +178,18 @@ absl::Status E2eWorld::RestartCryod(const std::string& node,
   return absl::OkStatus();
 }
 
+std::string E2eWorld::LogTails() const {
+  std::string out;
+  for (const auto& [node, cryod] : cryods_) {
+    if (cryod == nullptr) continue;
+    absl::StrAppend(&out, "---- cryod of ", node, " (", cryod->log(), "), its end:\n",
+                    Tail(cryod->log()), "\n");
+    absl::StrAppend(&out, "---- shim of ", node, ", its end:\n",
+                    Tail(absl::StrCat(dir_, "/shim-", node, ".log")), "\n");
+  }
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<E2eWorld>> E2eWorld::Create(const std::vector<std::string>& nodes) {
   std::string tmpl = absl::StrCat(E2eTempRoot(), "/cryo-e2e-containerd.XXXXXX");
   if (mkdtemp(tmpl.data()) == nullptr) {

@@ -60,6 +60,9 @@ class E2eWorld {
   std::string ShimSocket(const std::string& node) const;
   ShimProcess& shim(const std::string& node) { return *shims_.at(node); }
   Cryod& cryod(const std::string& node) { return *cryods_.at(node); }
+  // The last lines of every node's cryod and shim logs: the world goes with its logs, so a
+  // suite with a failed test prints them first.
+  std::string LogTails() const;
   // Where a node's shim writes its metrics (--metrics-file), which its cryod serves at
   // /metrics/shim (shim_metrics_file), as the chart sets them up.
   std::string ShimMetricsFile(const std::string& node) const {

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <iostream>
 #include <memory>
 #include <string>
 
@@ -26,6 +27,9 @@ class ContainerdE2e : public ::testing::Test {
   }
 
   static void TearDownTestSuite() {
+    if (world_ != nullptr && ::testing::UnitTest::GetInstance()->failed_test_count() > 0) {
+      std::cerr << world_->LogTails();
+    }
     delete world_;
     world_ = nullptr;
   }
