@@ -350,8 +350,7 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
     } else if (absl::IsDataLoss(read)) {
       st = read;
     } else {
-      // Not the data's fault: the library reads the files instead.
-      (void)s.prefetch->Wait();
+      // Not the data's fault: the library reads the files instead (the reset waits for the read).
       s.prefetch.reset();
       follow = false;
     }

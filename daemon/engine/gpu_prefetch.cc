@@ -1,9 +1,5 @@
 #include "daemon/engine/gpu_prefetch.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -58,7 +54,7 @@ absl::StatusOr<std::unique_ptr<GpuPrefetch>> GpuPrefetch::Start(gpu::HostCopyPoo
     // Below CRIU and the driver, which restore the job meanwhile on the same cores (CRIU took
     // 1.1 s instead of 0.45 beside 16 readers on 16 cores, one H200 host, 2026-11-30); the
     // readers it starts inherit this.
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kReaderNice);
+    NiceThisThread(kReaderNice);
     const absl::Time t0 = absl::Now();
     q->status_ = FirstError(EachInParallel(q->procs_.size(), [&](size_t i) -> absl::Status {
       const Process& pr = q->procs_[i];

@@ -1,8 +1,6 @@
 #include "daemon/fastpath/session.h"
 
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -349,7 +347,7 @@ void FastpathSession::BeginWrite(const std::string& dir, int writers, const stor
     // Below the drain, the driver's checkpoint and CRIU's dump, which it runs beside (written
     // beside the driver's checkpoint at the same priority, it made that 0.4-0.5 s slower); its
     // writers inherit this.
-    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+    NiceThisThread(10);
     return WriteFiles(*raw, nullptr);
   });
 }

@@ -85,6 +85,13 @@ absl::Status Send(int fd, const FastpathProcess& p, const wire::Request& req,
   return absl::OkStatus();
 }
 
+// A drain or refill into or from cryod's memfd (`req` says memory) that one side follows
+// (p.follow, gpu_fastpath.h "Following"): the memfd, then the progress page.
+void AskToFollow(const FastpathProcess& p, const std::vector<int>& files, wire::Request* req) {
+  req->follow = req->memory && p.follow && files.size() == 2;
+  if (req->follow) req->version = wire::kVersionFollow;
+}
+
 // A process whose data is in cryod's memfd (p.memory) is given that memfd as its one file.
 wire::Request RefillRequest(const FastpathProcess& p, int threads, const std::vector<int>& files,
                             const std::vector<FileDigest>& expected) {
@@ -93,9 +100,7 @@ wire::Request RefillRequest(const FastpathProcess& p, int threads, const std::ve
   // (None while the library still holds its copy mapped: it refills from that.)
   req.memory = p.memory && !files.empty();
   req.version = req.memory ? wire::kVersionMemory : wire::kMinVersion;
-  // The memfd, then the progress page.
-  req.follow = req.memory && p.follow && files.size() == 2;
-  if (req.follow) req.version = wire::kVersionFollow;
+  AskToFollow(p, files, &req);
   req.threads = threads;
   req.files = static_cast<int>(files.size());
   req.expected = expected;
@@ -285,11 +290,7 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
     // files is cryod's memfd (gpu_fastpath.h, "Memory").
     req.version = wire::kVersionMemory;
     req.memory = true;
-    // And a progress page, when cryod writes the files behind the drain.
-    if (p.follow && files.size() == 2) {
-      req.version = wire::kVersionFollow;
-      req.follow = true;
-    }
+    AskToFollow(p, files, &req);  // when cryod writes the files behind the drain
   }
   if (opt.hold > absl::ZeroDuration()) {
     req.version = std::max(req.version, wire::kVersionCut);

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "lib/base/fd.h"
+#include "lib/contract/gpu_fastpath.h"
 
 namespace cryo::gpu {
 
@@ -24,11 +25,11 @@ class ProgressPage {
   ProgressPage& operator=(const ProgressPage&) = delete;
 
   int fd() const { return fd_.get(); }
-  uint64_t ready() const;
-  uint64_t verdict() const;
+  uint64_t ready() const { return words_.ready(); }
+  uint64_t verdict() const { return words_.verdict(); }
   // Raises "ready" to `bytes` (never lowers it: writers may race).
-  void Raise(uint64_t bytes);
-  void SetVerdict(uint64_t v);
+  void Raise(uint64_t bytes) { words_.Raise(bytes); }
+  void SetVerdict(uint64_t v) { words_.SetVerdict(v); }
   // Until "ready" reaches `end`: FAILED_PRECONDITION on a bad verdict (or ready stuck under
   // `end` after a good one), CANCELLED when `stop` says so.
   absl::Status WaitReady(uint64_t end, const std::function<bool()>& stop) const;
@@ -37,8 +38,9 @@ class ProgressPage {
 
  private:
   ProgressPage() = default;
+  absl::Status Waited(uint64_t end, bool until_verdict, const std::function<bool()>& stop) const;
   UniqueFd fd_;
-  uint64_t* words_ = nullptr;
+  contract::gpu_fastpath::ProgressWords words_;
 };
 
 }  // namespace cryo::gpu

@@ -116,7 +116,9 @@
 // stripe_bytes is a multiple of the store's checksum chunk, so each file's checksum is the
 // store's own (lib/base/chunked_xxh3.h).
 
+#include <chrono>
 #include <cstdint>
+#include <thread>
 
 namespace cryo::contract::gpu_fastpath {
 
@@ -136,6 +138,61 @@ inline constexpr uint64_t kProgressVerdictOffset = 8;  // kVerdict*
 inline constexpr uint64_t kVerdictPending = 0;
 inline constexpr uint64_t kVerdictGood = 1;
 inline constexpr uint64_t kVerdictBad = 2;
+
+// A mapped progress page's two words: the one place, for cryod and the library alike, that
+// reads and writes them (layout and memory order above).
+class ProgressWords {
+ public:
+  ProgressWords() = default;
+  explicit ProgressWords(void* page) : w_(static_cast<uint64_t*>(page)) {}
+  void* page() const { return w_; }
+  explicit operator bool() const { return w_ != nullptr; }
+
+  uint64_t ready() const {
+    return __atomic_load_n(w_ + kProgressReadyOffset / 8, __ATOMIC_ACQUIRE);
+  }
+  uint64_t verdict() const {
+    return __atomic_load_n(w_ + kProgressVerdictOffset / 8, __ATOMIC_ACQUIRE);
+  }
+  // "ready" up to `bytes`, never down (several writers may race).
+  void Raise(uint64_t bytes) {
+    uint64_t* word = w_ + kProgressReadyOffset / 8;
+    uint64_t cur = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+    while (cur < bytes && !__atomic_compare_exchange_n(word, &cur, bytes, false, __ATOMIC_RELEASE,
+                                                       __ATOMIC_ACQUIRE)) {
+    }
+  }
+  void SetVerdict(uint64_t v) {
+    __atomic_store_n(w_ + kProgressVerdictOffset / 8, v, __ATOMIC_RELEASE);
+  }
+  // The verdict, unless one was given already.
+  void SetVerdictIfPending(uint64_t v) {
+    uint64_t pending = kVerdictPending;
+    __atomic_compare_exchange_n(w_ + kProgressVerdictOffset / 8, &pending, v, false,
+                                __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+  }
+
+  enum class Waited { kDone, kBad, kEndedShort, kStopped };
+  // Polls until "ready" reaches `end` (with `until_verdict`: until a good verdict): kDone; kBad on
+  // a bad verdict first; kEndedShort on another verdict with "ready" short of `end`; kStopped when
+  // `stop()` says so.
+  template <typename Stop>
+  Waited Wait(uint64_t end, bool until_verdict, Stop&& stop) const {
+    for (;;) {
+      // The verdict before "ready": a good one is given after the last "ready", which is then
+      // final.
+      const uint64_t v = verdict();
+      if (until_verdict ? v == kVerdictGood : ready() >= end) return Waited::kDone;
+      if (v == kVerdictBad) return Waited::kBad;
+      if (v != kVerdictPending) return Waited::kEndedShort;
+      if (stop()) return Waited::kStopped;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+ private:
+  uint64_t* w_ = nullptr;
+};
 
 // The library's states, as "state" says them.
 inline constexpr char kStateRunning[] = "running";

@@ -282,12 +282,10 @@ Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     Mover* m;
     ~Told() {
       std::lock_guard<std::mutex> l(m->progress_mu_);
-      if (m->told_ == nullptr) return;
-      uint64_t bad = contract::gpu_fastpath::kVerdictBad, pending = 0;
-      __atomic_compare_exchange_n(m->told_ + contract::gpu_fastpath::kProgressVerdictOffset / 8,
-                                  &pending, bad, false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
-      ::munmap(m->told_, contract::gpu_fastpath::kProgressBytes);
-      m->told_ = nullptr;
+      if (!m->told_) return;
+      m->told_.SetVerdictIfPending(contract::gpu_fastpath::kVerdictBad);
+      ::munmap(m->told_.page(), contract::gpu_fastpath::kProgressBytes);
+      m->told_ = {};
     }
   } told{this};
   if (opt.memfd >= 0 && opt.progress >= 0) {
@@ -297,7 +295,7 @@ Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
       return Result(std::string("mapping cryod's progress page: ") + std::strerror(errno), true);
     }
     std::lock_guard<std::mutex> l(progress_mu_);
-    told_ = static_cast<uint64_t*>(pg);
+    told_ = contract::gpu_fastpath::ProgressWords(pg);
   }
   undo.Push([this] { UnmapTemporaries(); });
   if (Result r = FindSources(); !r.ok()) return std::move(r).RolledBack();
@@ -319,10 +317,7 @@ Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   {
     // All of it is in cryod's memory: what cryod writes from here on is the job's.
     std::lock_guard<std::mutex> l(progress_mu_);
-    if (told_ != nullptr) {
-      __atomic_store_n(told_ + contract::gpu_fastpath::kProgressVerdictOffset / 8,
-                       contract::gpu_fastpath::kVerdictGood, __ATOMIC_RELEASE);
-    }
+    if (told_) told_.SetVerdict(contract::gpu_fastpath::kVerdictGood);
   }
   DestroyStreams();
   // Device memory goes from here on: only a copy back from host memory takes that back (and
@@ -526,7 +521,7 @@ Result Mover::Refill(const RefillOptions& opt, RefillResult* out) {
       FreeHost();
       return {std::string("mapping cryod's progress page: ") + std::strerror(errno), false};
     }
-    followed_ = static_cast<const uint64_t*>(pg);
+    followed_ = contract::gpu_fastpath::ProgressWords(pg);
   }
   Result err = Recreate();
   out->allocate_ms = Ms(t0);
@@ -539,10 +534,10 @@ Result Mover::Refill(const RefillOptions& opt, RefillResult* out) {
     }
   }
   // Every piece is on the GPU; the gate opens only on what cryod found when its read was done.
-  if (err.ok() && followed_ != nullptr) err = WaitFollowed(total_, /*verdict=*/true);
-  if (followed_ != nullptr) {
-    ::munmap(const_cast<uint64_t*>(followed_), contract::gpu_fastpath::kProgressBytes);
-    followed_ = nullptr;
+  if (err.ok() && followed_) err = WaitFollowed(total_, /*verdict=*/true);
+  if (followed_) {
+    ::munmap(followed_.page(), contract::gpu_fastpath::kProgressBytes);
+    followed_ = {};
   }
   out->copy_ms = Ms(t_copy);
   DestroyStreams();

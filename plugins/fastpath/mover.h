@@ -210,9 +210,11 @@ class Mover {
   bool in_memfd_ = false;      // the drain's host memory was a memfd of cryod's
   char* host_base_ = nullptr;  // that memfd, mapped (stream order)
   uint64_t host_len_ = 0;
-  bool host_registered_ = false;        // host_base_ is registered with the driver (register_host)
-  const uint64_t* followed_ = nullptr;  // a following refill's progress page, mapped
-  uint64_t* told_ = nullptr;  // a followed drain's progress page, mapped (under progress_mu_)
+  bool host_registered_ = false;  // host_base_ is registered with the driver (register_host)
+  // A following refill's progress page, mapped read-only (only read through).
+  contract::gpu_fastpath::ProgressWords followed_;
+  // A followed drain's progress page, mapped (under progress_mu_).
+  contract::gpu_fastpath::ProgressWords told_;
   std::map<Phys*, CUdeviceptr> temp_maps_;  // physical allocations mapped only for a copy
   std::map<Phys*, CUdeviceptr> sources_;    // where each one is mapped whole
   std::map<CUcontext, CUstream> streams_;

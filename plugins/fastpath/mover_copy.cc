@@ -655,39 +655,31 @@ Result Mover::MapHost(int memfd, bool write) {
 }
 
 void Mover::Tell() {
-  if (told_ != nullptr) {
-    __atomic_store_n(told_ + contract::gpu_fastpath::kProgressReadyOffset / 8, copied_,
-                     __ATOMIC_RELEASE);
-  }
+  if (told_) told_.Raise(copied_);
 }
 
 Result Mover::WaitFollowed(uint64_t end, bool verdict) {
-  namespace wire = contract::gpu_fastpath;
-  if (followed_ == nullptr) return {};
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(wire::kMaxHoldMs);
-  for (;;) {
-    const uint64_t v =
-        __atomic_load_n(followed_ + wire::kProgressVerdictOffset / 8, __ATOMIC_ACQUIRE);
-    const uint64_t ready =
-        __atomic_load_n(followed_ + wire::kProgressReadyOffset / 8, __ATOMIC_ACQUIRE);
-    if (v == wire::kVerdictBad) {
+  using Words = contract::gpu_fastpath::ProgressWords;
+  if (!followed_) return {};
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(contract::gpu_fastpath::kMaxHoldMs);
+  switch (
+      followed_.Wait(end, verdict, [&] { return std::chrono::steady_clock::now() > deadline; })) {
+    case Words::Waited::kDone:
+      return {};
+    case Words::Waited::kBad:
       return Result::Failed(
           "cryod's read of this refill's data from the checkpoint found it damaged: the data "
           "copied to the GPU is not the job's, and the job stays held",
           ErrorCode::kDataLoss);
-    }
-    if (verdict ? v == wire::kVerdictGood : ready >= end) return {};
-    if (v != wire::kVerdictPending) {
-      return Result::Failed("cryod's progress page says " + std::to_string(v) + " after " +
-                            std::to_string(ready) + " bytes");
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      return Result::Failed("cryod's read of this refill's data stopped at " +
-                            std::to_string(ready) + " bytes");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    case Words::Waited::kEndedShort:
+      return Result::Failed("cryod's progress page says " + std::to_string(followed_.verdict()) +
+                            " after " + std::to_string(followed_.ready()) + " bytes");
+    case Words::Waited::kStopped:
+      break;
   }
+  return Result::Failed("cryod's read of this refill's data stopped at " +
+                        std::to_string(followed_.ready()) + " bytes");
 }
 
 void Mover::FreeHost() {
