@@ -5,20 +5,30 @@
 //              asked for as the library asks for them
 //   write_ms   N GiB written into W files of DIR with direct I/O, one writer per file
 //   read_ms    the same files read back with direct I/O, one reader per file
+//   pipe_write_ms  a checkpoint's shape: device-to-host into the (registered) host memory, each
+//              256 MiB written to its file as soon as it is there
+//   pipe_read_ms   a restore's shape: the files read into that memory, each 256 MiB copied to the
+//              device as soon as it is read; the best a restore through host memory can do
+//   d2h_one_ms / d2h_all_ms  with two GPUs or more (and --node 1, the default): N GiB from GPU 0
+//              alone, then from every GPU at once, each into its own faulted, registered host
+//              memory (staging memory's kind): what the node allows drains side by side
 //
 //   cryo-gpu-floors --gib 8 --dir /var/tmp/store --threads 16 --files 4
 // Prints one JSON object. The files are removed afterwards.
 
 #include <cuda_runtime.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +52,7 @@ int main(int argc, char** argv) {
   std::string dir = "/var/tmp";
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   int files = 4;
+  int node = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string a = argv[i];
     if (a == "--gib")
@@ -52,6 +63,8 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[i + 1]);
     else if (a == "--files")
       files = std::atoi(argv[i + 1]);
+    else if (a == "--node")
+      node = std::atoi(argv[i + 1]);
     else
       return Fail("unknown argument");
   }
@@ -125,13 +138,141 @@ int main(int argc, char** argv) {
   t0 = Clock::now();
   io(false);
   const double read_ms = Ms(t0);
+
+  // The pipelines: one 256 MiB unit at a time handed between the GPU's copy and the file I/O,
+  // the way cryod's staging slot hands it to the library. Registering the memory (what the
+  // library does to a slot once) is not counted.
+  const size_t units = total / slot;
+  std::unique_ptr<std::atomic<int>[]> ready(new std::atomic<int>[units]);
+  auto wait_for = [&](size_t u) {
+    while (!ready[u].load(std::memory_order_acquire)) sched_yield();
+  };
+  double reg_ms = -1, pipe_write_ms = -1, pipe_read_ms = -1;
+  t0 = Clock::now();
+  if (cudaHostRegister(host, total, cudaHostRegisterPortable) == cudaSuccess) {
+    reg_ms = Ms(t0);
+    cudaStream_t stream;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    auto pipe = [&](bool write) {
+      for (size_t u = 0; u < units; ++u) ready[u].store(0);
+      std::vector<std::thread> ts;
+      for (int k = 0; k < files; ++k) {
+        ts.emplace_back([&, k] {
+          int fd = open(paths[k].c_str(),
+                        (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0600);
+          if (fd < 0)
+            fd = open(paths[k].c_str(), write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0600);
+          for (size_t u = k; u < units; u += files) {
+            char* p = host + u * slot;
+            off_t at = static_cast<off_t>((u / files) * slot);
+            if (write) {
+              wait_for(u);
+              if (fd >= 0) (void)!pwrite(fd, p, slot, at);
+            } else {
+              if (fd >= 0) (void)!pread(fd, p, slot, at);
+              ready[u].store(1, std::memory_order_release);
+            }
+          }
+          if (fd >= 0) {
+            if (write) fdatasync(fd);
+            close(fd);
+          }
+        });
+      }
+      for (size_t u = 0; u < units; ++u) {
+        char* d = static_cast<char*>(dev) + (u * slot) % dev_bytes;
+        if (write) {
+          cudaMemcpyAsync(host + u * slot, d, slot, cudaMemcpyDeviceToHost, stream);
+          cudaStreamSynchronize(stream);
+          ready[u].store(1, std::memory_order_release);
+        } else {
+          wait_for(u);
+          cudaMemcpyAsync(d, host + u * slot, slot, cudaMemcpyHostToDevice, stream);
+        }
+      }
+      cudaStreamSynchronize(stream);
+      for (auto& t : ts) t.join();
+    };
+    t0 = Clock::now();
+    pipe(true);
+    pipe_write_ms = Ms(t0);
+    t0 = Clock::now();
+    pipe(false);
+    pipe_read_ms = Ms(t0);
+    cudaStreamDestroy(stream);
+    cudaHostUnregister(host);
+  }
   for (const auto& p : paths) unlink(p.c_str());
+
+  // The node's drains side by side: every GPU into host memory of its own at once, against
+  // GPU 0 alone into the same kind of memory.
+  int gpus = 0;
+  cudaGetDeviceCount(&gpus);
+  double d2h_one_ms = -1, d2h_all_ms = -1;
+  if (node == 1 && gpus >= 2) {
+    std::vector<char*> regions(gpus, nullptr);
+    std::vector<void*> devs(gpus, nullptr);
+    std::vector<int> ok(gpus, 0);
+    std::vector<std::thread> ts;
+    for (int g = 0; g < gpus; ++g) {
+      ts.emplace_back([&, g] {
+        cudaSetDevice(g);
+        void* r = mmap(nullptr, total, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (r == MAP_FAILED) return;
+        madvise(r, total, MADV_HUGEPAGE);
+        std::memset(r, 0, total);
+        regions[g] = static_cast<char*>(r);
+        if (cudaHostRegister(r, total, cudaHostRegisterPortable) != cudaSuccess) return;
+        if (cudaMalloc(&devs[g], dev_bytes) != cudaSuccess) return;
+        cudaMemset(devs[g], 3, dev_bytes);
+        cudaDeviceSynchronize();
+        ok[g] = 1;
+      });
+    }
+    for (auto& t : ts) t.join();
+    ts.clear();
+    auto drain = [&](int g) {
+      cudaSetDevice(g);
+      cudaStream_t st;
+      cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+      for (size_t off = 0; off < total; off += slot) {
+        cudaMemcpyAsync(regions[g] + off, static_cast<char*>(devs[g]) + off % dev_bytes, slot,
+                        cudaMemcpyDeviceToHost, st);
+      }
+      cudaStreamSynchronize(st);
+      cudaStreamDestroy(st);
+    };
+    bool all_ok = true;
+    for (int g = 0; g < gpus; ++g) all_ok = all_ok && ok[g];
+    if (all_ok) {
+      t0 = Clock::now();
+      drain(0);
+      d2h_one_ms = Ms(t0);
+      t0 = Clock::now();
+      for (int g = 0; g < gpus; ++g) ts.emplace_back([&, g] { drain(g); });
+      for (auto& t : ts) t.join();
+      d2h_all_ms = Ms(t0);
+    }
+    for (int g = 0; g < gpus; ++g) {
+      cudaSetDevice(g);
+      if (devs[g] != nullptr) cudaFree(devs[g]);
+      if (regions[g] != nullptr) {
+        cudaHostUnregister(regions[g]);
+        munmap(regions[g], total);
+      }
+    }
+    cudaSetDevice(0);
+  }
 
   std::printf(
       "{\"gib\": %.3f, \"bytes\": %zu, \"threads\": %d, \"files\": %d, \"d2h_ms\": %.1f, "
       "\"fill_ms\": %.1f, \"write_ms\": %.1f, \"read_ms\": %.1f, \"d2h_gbps\": %.2f, "
-      "\"fill_gbps\": %.2f, \"write_gbps\": %.2f, \"read_gbps\": %.2f}\n",
+      "\"fill_gbps\": %.2f, \"write_gbps\": %.2f, \"read_gbps\": %.2f, \"register_ms\": %.1f, "
+      "\"pipe_write_ms\": %.1f, \"pipe_read_ms\": %.1f, \"gpus\": %d, \"d2h_one_ms\": %.1f, "
+      "\"d2h_all_ms\": %.1f}\n",
       gib, total, threads, files, d2h_ms, fill_ms, write_ms, read_ms, total / d2h_ms / 1e6,
-      total / fill_ms / 1e6, total / write_ms / 1e6, total / read_ms / 1e6);
+      total / fill_ms / 1e6, total / write_ms / 1e6, total / read_ms / 1e6, reg_ms, pipe_write_ms,
+      pipe_read_ms, gpus, d2h_one_ms, d2h_all_ms);
   return 0;
 }
