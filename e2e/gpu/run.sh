@@ -6,7 +6,7 @@
 #                       in-place cycles through cryo-gpuctl (no CRIU); the others, and "export"
 #                       / "import" (the cross-node test over two machines), are in cryod.sh;
 #                       "fastpath-proof", "fastpath", "fast-store", "drain-scale", "periodic-stall", "incremental", "fastpath-multi" and
-#                       "node-preempt" (the fast-path library; the last two need two GPUs) in
+#                       "node-preempt" (the fast-path library; the last two need two GPUs or more) in
 #                       fastpath.sh; "pods" (GPU pods through containerd and the shim) in pods.sh;
 #                       "multi-node" the pods part's jobs across two nodes and their one-node
 #                       baseline alone (issue 37: one GPU per node on a two-GPU machine; on one
