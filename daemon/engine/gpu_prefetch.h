@@ -33,8 +33,9 @@ class GpuPrefetch {
   };
 
   // Takes a slot of `pool` for every process with data and reads them in the background, each
-  // in the fast path's layout of `stripe`. FAILED_PRECONDITION, with no slot kept and nothing
-  // started, when the pool has not a ready slot for every one.
+  // in the fast path's layout of `stripe`. A slot given back and being zeroed is waited for a
+  // few seconds. FAILED_PRECONDITION, with no slot kept and nothing started, when the pool has
+  // not a slot for every one.
   static absl::StatusOr<std::unique_ptr<GpuPrefetch>> Start(gpu::HostCopyPool& pool,
                                                             std::vector<Process> procs,
                                                             std::vector<UniqueFd> open,

@@ -48,14 +48,26 @@ HostCopyPool::~HostCopyPool() {
   thread_.join();
 }
 
-UniqueFd HostCopyPool::Take(uint64_t bytes) {
+UniqueFd HostCopyPool::Take(uint64_t bytes, absl::Duration wait) {
   absl::MutexLock l(&mu_);
-  if (bytes > o_.slot_bytes || ready_.empty()) return UniqueFd();
+  if (bytes > o_.slot_bytes) return UniqueFd();
+  if (ready_.empty() && wait > absl::ZeroDuration()) {
+    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || !ready_.empty() || (dirty_.empty() && zeroing_ == 0);
+    };
+    const absl::Time t0 = absl::Now();
+    mu_.AwaitWithTimeout(absl::Condition(&settled), wait);
+    if (!ready_.empty()) {
+      CRYO_LOG(Info) << "staging memory: waited " << absl::ToInt64Milliseconds(absl::Now() - t0)
+                     << " ms for a slot being zeroed";
+    }
+  }
+  if (ready_.empty()) return UniqueFd();
   UniqueFd fd = std::move(ready_.back());
   ready_.pop_back();
   ++taken_;
   Changed();
-  CRYO_LOG(Info) << "staging memory: a drain took a slot (" << ready_.size() << " of " << o_.slots
+  CRYO_LOG(Info) << "staging memory: a slot taken (" << ready_.size() << " of " << o_.slots
                  << " ready)";
   return fd;
 }

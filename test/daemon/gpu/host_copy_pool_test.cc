@@ -86,6 +86,37 @@ TEST(HostCopyPoolTest, ASlotGivenBackIsZeroedAndCutBackBeforeItIsTakenAgain) {
   EXPECT_TRUE(AllZero(again.get(), 4 * kMiB)) << "another job's data is still there";
 }
 
+// A restore right after a checkpoint on the same node: the slot the checkpoint gave back is
+// still being zeroed, and a Take that may wait gets it once it is zeroed.
+TEST(HostCopyPoolTest, ATakeThatMayWaitGetsASlotGivenBackOnceItIsZeroed) {
+  std::atomic<uint64_t> avail{1ull << 40};
+  HostCopyPool pool(Small(1, &avail));
+  ASSERT_TRUE(pool.WaitReady(1, absl::Seconds(30))) << pool.Describe();
+  UniqueFd a = pool.Take(4 * kMiB);
+  ASSERT_TRUE(a.ok());
+  const std::string secret(4 * kMiB, 'j');
+  ASSERT_EQ(::pwrite(a.get(), secret.data(), secret.size(), 0),
+            static_cast<ssize_t>(secret.size()));
+  pool.Give(std::move(a), 4 * kMiB);
+  UniqueFd again = pool.Take(4 * kMiB, absl::Seconds(30));
+  ASSERT_TRUE(again.ok()) << pool.Describe();
+  EXPECT_TRUE(AllZero(again.get(), 4 * kMiB)) << "taken before it was zeroed";
+}
+
+// Every slot held by a job and none coming back: a Take that may wait gets nothing, and the
+// slots' holders keep them.
+TEST(HostCopyPoolTest, ATakeThatMayWaitGetsNothingWhenNoSlotIsComingBack) {
+  std::atomic<uint64_t> avail{1ull << 40};
+  HostCopyPool pool(Small(1, &avail));
+  ASSERT_TRUE(pool.WaitReady(1, absl::Seconds(30))) << pool.Describe();
+  UniqueFd held = pool.Take(4 * kMiB);
+  ASSERT_TRUE(held.ok());
+  EXPECT_FALSE(pool.Take(4 * kMiB, absl::Seconds(1)).ok());
+  const auto c = pool.counts();
+  EXPECT_EQ(c.ready, 0);
+  EXPECT_EQ(c.busy, 1);
+}
+
 // A file that is not one of the pool's is closed, not taken in.
 TEST(HostCopyPoolTest, AFileNotOfThePoolIsNotTakenIn) {
   std::atomic<uint64_t> avail{1ull << 40};
