@@ -27,7 +27,7 @@ absl::StatusOr<std::unique_ptr<GpuPrefetch>> GpuPrefetch::Start(gpu::HostCopyPoo
   for (size_t i = 0; i < procs.size(); ++i) {
     if (procs[i].bytes == 0) continue;
     ++wanted;
-    UniqueFd slot = pool.Take(procs[i].bytes, kSlotWait);
+    UniqueFd slot = pool.Take(procs[i].bytes, kSlotWait, "a restore");
     if (!slot.ok()) continue;
     ++taken;
     p->copies_[i] = gpu::HostCopy(std::move(slot), &pool, procs[i].bytes);

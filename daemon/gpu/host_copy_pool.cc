@@ -48,7 +48,7 @@ HostCopyPool::~HostCopyPool() {
   thread_.join();
 }
 
-UniqueFd HostCopyPool::Take(uint64_t bytes, absl::Duration wait) {
+UniqueFd HostCopyPool::Take(uint64_t bytes, absl::Duration wait, std::string_view taker) {
   absl::MutexLock l(&mu_);
   if (bytes > o_.slot_bytes) return UniqueFd();
   if (ready_.empty() && wait > absl::ZeroDuration()) {
@@ -58,7 +58,8 @@ UniqueFd HostCopyPool::Take(uint64_t bytes, absl::Duration wait) {
     const absl::Time t0 = absl::Now();
     mu_.AwaitWithTimeout(absl::Condition(&settled), wait);
     if (!ready_.empty()) {
-      CRYO_LOG(Info) << "staging memory: waited " << absl::ToInt64Milliseconds(absl::Now() - t0)
+      CRYO_LOG(Info) << "staging memory: " << taker << " waited "
+                     << absl::ToInt64Milliseconds(absl::Now() - t0)
                      << " ms for a slot being zeroed";
     }
   }
@@ -67,8 +68,8 @@ UniqueFd HostCopyPool::Take(uint64_t bytes, absl::Duration wait) {
   ready_.pop_back();
   ++taken_;
   Changed();
-  CRYO_LOG(Info) << "staging memory: a slot taken (" << ready_.size() << " of " << o_.slots
-                 << " ready)";
+  CRYO_LOG(Info) << "staging memory: " << taker << " took a slot (" << ready_.size() << " of "
+                 << o_.slots << " ready)";
   return fd;
 }
 

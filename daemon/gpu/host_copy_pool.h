@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -63,7 +64,9 @@ class HostCopyPool {
   // for one of them (none coming back: returns at once). A restore right after a checkpoint on
   // the same node finds its slots still being zeroed (under a second for 32 GiB); without
   // them it reads at half the speed.
-  UniqueFd Take(uint64_t bytes, absl::Duration wait = absl::ZeroDuration());
+  // `taker` names the caller in cryod's log ("a drain", "a restore").
+  UniqueFd Take(uint64_t bytes, absl::Duration wait = absl::ZeroDuration(),
+                std::string_view taker = "a drain");
   // A slot back, `used` being how much of it may hold a job's data: zeroed, cut back to its
   // size (a library may have grown it), then ready again. A file not of this pool is closed.
   void Give(UniqueFd fd, uint64_t used);

@@ -429,7 +429,8 @@ TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) 
   ASSERT_TRUE(WaitGone(w));
   uint64_t last_step = U(w.Status(), "main");
   // The restore reads the GPU data into the slot while CRIU restores, and refills from it.
-  ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
+  // Started at once: the slot the checkpoint gave back may still be being zeroed, and the
+  // restore waits for it rather than reading through the library.
   s = a.Restore(RestoreReq("fp-staged"));
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunsOnIntact(w, last_step);
