@@ -110,15 +110,18 @@ int main(int argc, char** argv) {
   // The store's floors: W files, direct I/O, one thread each, the same striping as the library.
   std::vector<std::string> paths;
   for (int k = 0; k < files; ++k) paths.push_back(dir + "/cryo-floor." + std::to_string(k));
+  // File k, with direct I/O where the file system takes it.
+  auto open_floor = [&](int k, bool write) {
+    const int flags = write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY;
+    int fd = open(paths[k].c_str(), flags | O_DIRECT, 0600);
+    return fd >= 0 ? fd : open(paths[k].c_str(), flags, 0600);
+  };
   auto io = [&](bool write) {
     std::vector<std::thread> ts;
     const size_t units = total / slot;
     for (int k = 0; k < files; ++k) {
       ts.emplace_back([&, k] {
-        int fd = open(paths[k].c_str(),
-                      (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0600);
-        if (fd < 0)
-          fd = open(paths[k].c_str(), write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0600);
+        int fd = open_floor(k, write);
         if (fd < 0) return;
         for (size_t u = k; u < units; u += files) {
           char* p = host + u * slot;
@@ -158,10 +161,7 @@ int main(int argc, char** argv) {
       std::vector<std::thread> ts;
       for (int k = 0; k < files; ++k) {
         ts.emplace_back([&, k] {
-          int fd = open(paths[k].c_str(),
-                        (write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY) | O_DIRECT, 0600);
-          if (fd < 0)
-            fd = open(paths[k].c_str(), write ? O_WRONLY | O_CREAT | O_TRUNC : O_RDONLY, 0600);
+          int fd = open_floor(k, write);
           for (size_t u = k; u < units; u += files) {
             char* p = host + u * slot;
             off_t at = static_cast<off_t>((u / files) * slot);

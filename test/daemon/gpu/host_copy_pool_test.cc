@@ -41,6 +41,20 @@ bool AllZero(int fd, uint64_t len) {
   return true;
 }
 
+// Takes a 4 MiB slot, writes `used` bytes of a job's data into it (growing it past its size, as
+// a library may) and gives it back.
+void GiveBackWritten(HostCopyPool& pool, uint64_t used) {
+  UniqueFd a = pool.Take(4 * kMiB);
+  ASSERT_TRUE(a.ok());
+  if (used > 4 * kMiB) {
+    ASSERT_EQ(::ftruncate(a.get(), static_cast<off_t>(used)), 0);
+  }
+  const std::string secret(used, 'j');
+  ASSERT_EQ(::pwrite(a.get(), secret.data(), secret.size(), 0),
+            static_cast<ssize_t>(secret.size()));
+  pool.Give(std::move(a), used);
+}
+
 TEST(HostCopyPoolTest, SlotsAreFilledAndTakenUpToTheirSize) {
   std::atomic<uint64_t> avail{1ull << 40};
   HostCopyPool::Options o = Small(2, &avail);
@@ -72,13 +86,7 @@ TEST(HostCopyPoolTest, ASlotGivenBackIsZeroedAndCutBackBeforeItIsTakenAgain) {
   std::atomic<uint64_t> avail{1ull << 40};
   HostCopyPool pool(Small(1, &avail));
   ASSERT_TRUE(pool.WaitReady(1, absl::Seconds(30))) << pool.Describe();
-  UniqueFd a = pool.Take(4 * kMiB);
-  ASSERT_TRUE(a.ok());
-  ASSERT_EQ(::ftruncate(a.get(), 6 * kMiB), 0);
-  const std::string secret(6 * kMiB, 'j');
-  ASSERT_EQ(::pwrite(a.get(), secret.data(), secret.size(), 0),
-            static_cast<ssize_t>(secret.size()));
-  pool.Give(std::move(a), 6 * kMiB);
+  GiveBackWritten(pool, 6 * kMiB);
   ASSERT_TRUE(pool.WaitReady(1, absl::Seconds(30))) << pool.Describe();
   UniqueFd again = pool.Take(4 * kMiB);
   ASSERT_TRUE(again.ok());
@@ -92,12 +100,7 @@ TEST(HostCopyPoolTest, ATakeThatMayWaitGetsASlotGivenBackOnceItIsZeroed) {
   std::atomic<uint64_t> avail{1ull << 40};
   HostCopyPool pool(Small(1, &avail));
   ASSERT_TRUE(pool.WaitReady(1, absl::Seconds(30))) << pool.Describe();
-  UniqueFd a = pool.Take(4 * kMiB);
-  ASSERT_TRUE(a.ok());
-  const std::string secret(4 * kMiB, 'j');
-  ASSERT_EQ(::pwrite(a.get(), secret.data(), secret.size(), 0),
-            static_cast<ssize_t>(secret.size()));
-  pool.Give(std::move(a), 4 * kMiB);
+  GiveBackWritten(pool, 4 * kMiB);
   UniqueFd again = pool.Take(4 * kMiB, absl::Seconds(30));
   ASSERT_TRUE(again.ok()) << pool.Describe();
   EXPECT_TRUE(AllZero(again.get(), 4 * kMiB)) << "taken before it was zeroed";
