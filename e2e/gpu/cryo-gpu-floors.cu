@@ -9,6 +9,8 @@
 //              256 MiB written to its file as soon as it is there
 //   pipe_read_ms   a restore's shape: the files read into that memory, each 256 MiB copied to the
 //              device as soon as it is read; the best a restore through host memory can do
+//   register_pieces_ms / register_pieces8_ms  the same memory registered 256 MiB at a time, by
+//              one thread and by eight
 //   d2h_one_ms / d2h_all_ms  with two GPUs or more (and --node 1, the default): N GiB from GPU 0
 //              alone, then from every GPU at once, each into its own faulted, registered host
 //              memory (staging memory's kind): what the node allows drains side by side
@@ -204,6 +206,28 @@ int main(int argc, char** argv) {
   }
   for (const auto& p : paths) unlink(p.c_str());
 
+  // Registering the same memory 256 MiB at a time, by one thread and by eight: whether a
+  // library could register a slot piece by piece behind a read instead of all of it first.
+  auto register_pieces = [&](int n) {
+    const auto t = Clock::now();
+    std::vector<std::thread> ts;
+    std::atomic<int> bad{0};
+    for (int k = 0; k < n; ++k) {
+      ts.emplace_back([&, k] {
+        for (size_t u = k; u < units; u += n) {
+          if (cudaHostRegister(host + u * slot, slot, cudaHostRegisterPortable) != cudaSuccess)
+            ++bad;
+        }
+      });
+    }
+    for (auto& th : ts) th.join();
+    const double took = bad == 0 ? Ms(t) : -1;
+    for (size_t u = 0; u < units; ++u) cudaHostUnregister(host + u * slot);
+    return took;
+  };
+  const double reg_pieces_ms = register_pieces(1);
+  const double reg_pieces8_ms = register_pieces(8);
+
   // The node's drains side by side: every GPU into host memory of its own at once, against
   // GPU 0 alone into the same kind of memory.
   int gpus = 0;
@@ -270,9 +294,9 @@ int main(int argc, char** argv) {
       "\"fill_ms\": %.1f, \"write_ms\": %.1f, \"read_ms\": %.1f, \"d2h_gbps\": %.2f, "
       "\"fill_gbps\": %.2f, \"write_gbps\": %.2f, \"read_gbps\": %.2f, \"register_ms\": %.1f, "
       "\"pipe_write_ms\": %.1f, \"pipe_read_ms\": %.1f, \"gpus\": %d, \"d2h_one_ms\": %.1f, "
-      "\"d2h_all_ms\": %.1f}\n",
+      "\"d2h_all_ms\": %.1f, \"register_pieces_ms\": %.1f, \"register_pieces8_ms\": %.1f}\n",
       gib, total, threads, files, d2h_ms, fill_ms, write_ms, read_ms, total / d2h_ms / 1e6,
       total / fill_ms / 1e6, total / write_ms / 1e6, total / read_ms / 1e6, reg_ms, pipe_write_ms,
-      pipe_read_ms, gpus, d2h_one_ms, d2h_all_ms);
+      pipe_read_ms, gpus, d2h_one_ms, d2h_all_ms, reg_pieces_ms, reg_pieces8_ms);
   return 0;
 }

@@ -90,7 +90,9 @@
 # CRYO_GPU_FP_TORCH (default 1: the torch parts of part fastpath).
 
 FPLIB="$B/lib/cryo/libcryo_gpu_fastpath.so"
-JOB_EXTRA_ENV=()
+# CRYO_GPU_FP_JOB_ENV: VAR=value words for every job with the library (e.g. the library's
+# CRYO_GPU_FASTPATH_HOST_REGISTER=1: cryod's memory registered, the DMA straight into it).
+read -r -a JOB_EXTRA_ENV <<<"${CRYO_GPU_FP_JOB_ENV:-}"
 FP_SIZES=${CRYO_GPU_FP_SIZES:-1 8}
 FP_WRITERS=${CRYO_GPU_FP_WRITERS:-4}
 FP_THREADS=${CRYO_GPU_FP_THREADS:-$(nproc)}
@@ -845,9 +847,10 @@ run_fastpath_parts() {
     # The same with cryod's memory registered with the driver (the DMA straight into it, not
     # through the pinned ring): the two ways compared on one machine (CRYO_GPU_STALL_COMPARE=1).
     if [ "${CRYO_GPU_STALL_COMPARE:-0}" = 1 ]; then
+      local saved=("${JOB_EXTRA_ENV[@]}")
       JOB_EXTRA_ENV=(CRYO_GPU_FASTPATH_HOST_REGISTER=1)
       for gib in ${CRYO_GPU_STALL_GIB:-32}; do STALL_TAG=-registered fp_periodic_stall "$gib"; done
-      JOB_EXTRA_ENV=()
+      JOB_EXTRA_ENV=("${saved[@]}")
     fi
     if ! fp_torch_ok; then
       result fp-torch-periodic SKIP "no PyTorch with CUDA here"
