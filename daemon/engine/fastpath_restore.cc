@@ -180,9 +180,15 @@ absl::StatusOr<std::vector<gpu::ChunkSources>> Engine::FastpathSources(
     const store::Manifest& m, const std::string& dir, const gpu::FastpathProcess& f,
     std::vector<UniqueFd>* open) {
   CRYO_ASSIGN_OR_RETURN(std::vector<const store::ManifestFile*> listed, ListedFastpathFiles(m, f));
+  // With direct I/O where the file system takes it, as the library reads them: two restores'
+  // buffered reads at once from one disk took 1.5x twice one's (two H200s, 2026-11-30).
   auto open_file = [&](const std::string& d, const std::string& name) -> absl::StatusOr<int> {
-    UniqueFd fd(::open(fs::Join(d, name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-    if (fd.get() < 0) return ErrnoStatus(errno, fs::Join(d, name));
+    const std::string path = fs::Join(d, name);
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_DIRECT));
+    if (fd.get() < 0 && errno == EINVAL) {
+      fd = UniqueFd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    }
+    if (fd.get() < 0) return ErrnoStatus(errno, path);
     open->push_back(std::move(fd));
     return open->back().get();
   };
