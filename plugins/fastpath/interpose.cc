@@ -59,6 +59,7 @@ bool Lib::EnsureCuda() {
   registry_ = new Registry(driver_, min_bytes_);
   MoverConfig mc;
   mc.register_host = register_host_;
+  mc.register_windows = register_windows_;
   mover_ = new Mover(driver_, *registry_, gate_, capture_, mc, &collectives_);
   // NCCL's kernels are told apart by name: without the driver's names, no counting (the cut
   // then stops ranks without aligning them on a collective).
@@ -104,6 +105,9 @@ Lib::Lib() {
   }
   if (const char* r = ::getenv(cryo::contract::gpu_fastpath::kEnvHostRegister)) {
     register_host_ = strcmp(r, "1") == 0;
+  }
+  if (const char* r = ::getenv(cryo::contract::gpu_fastpath::kEnvRegisterWindows)) {
+    register_windows_ = strcmp(r, "1") == 0;
   }
   pthread_atfork(nullptr, nullptr, [] { Lib::Get().AfterForkInChild(); });
 }

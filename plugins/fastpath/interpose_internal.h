@@ -278,7 +278,8 @@ class Lib {
   bool disabled_ = false;
   std::string why_disabled_;
   size_t min_bytes_ = 2ull << 20;
-  bool register_host_ = false;  // kEnvHostRegister
+  bool register_host_ = false;     // kEnvHostRegister
+  bool register_windows_ = false;  // kEnvRegisterWindows
   Driver driver_;
   Gate gate_;
   CaptureGate capture_;

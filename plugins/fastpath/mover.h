@@ -84,6 +84,9 @@ struct MoverConfig {
   // DMA goes straight into it rather than through the ring and a copy by the threads (the job's
   // kEnvHostRegister; off by default, see there).
   bool register_host = false;
+  // A followed refill registers cryod's memory a window at a time and copies straight from it
+  // (the job's kEnvRegisterWindows; off by default, see there).
+  bool register_windows = false;
 };
 
 class Mover {
@@ -169,6 +172,11 @@ class Mover {
   Result Release();
   Result Recreate();
   Result CopyInFromHost(int threads);
+  // A followed refill (cryod reading into its memory meanwhile) with no pass through the ring:
+  // that memory registered with the driver a window at a time, ahead of the copies, and each
+  // piece copied to the GPU from it once cryod's read has passed it. `*fallback`: the first
+  // window could not be registered and nothing was copied (the ring does it).
+  Result CopyInRegistered(bool* fallback);
   Result CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums);
   // The copies straight between the GPU and registered host memory (MapHost's, registered):
   // out of the GPU (a drain), or back into it.

@@ -617,6 +617,7 @@ TEST_F(FastpathMoveTest, ARefillThatFollowsCryodsReadCopiesWhatIsReadAndOpensOnl
   constexpr uint64_t kBytes = 200 * kMiB;
   MoverConfig cfg;
   cfg.ring_slot_bytes = 4 * kMiB;
+  cfg.register_windows = true;
   mover_ = std::make_unique<Mover>(d_, *reg_, gate_, capture_, cfg);
   auto drained = gpu::NewHostCopy(kBytes, 2);
   ASSERT_TRUE(drained.ok()) << drained.status();
@@ -646,10 +647,13 @@ TEST_F(FastpathMoveTest, ARefillThatFollowsCryodsReadCopiesWhatIsReadAndOpensOnl
     ASSERT_NE(from, MAP_FAILED);
     ASSERT_NE(to, MAP_FAILED);
     bool held_at_verdict = false;
+    uint64_t seen_registered = 0;
     std::thread cryod([&] {
       for (uint64_t off = 0; off < kBytes; off += 8 * kMiB) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
         std::memcpy(to + off, from + off, 8 * kMiB);
+        // Before the last word is written the library cannot be done copying.
+        seen_registered = std::max(seen_registered, fake_cuda_registered_bytes());
         __atomic_store_n(words, off + 8 * kMiB, __ATOMIC_RELEASE);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -663,6 +667,9 @@ TEST_F(FastpathMoveTest, ARefillThatFollowsCryodsReadCopiesWhatIsReadAndOpensOnl
     Result o = mover_->Refill(ro, &rr);
     cryod.join();
     EXPECT_TRUE(held_at_verdict) << "the gate opened before cryod's verdict";
+    // Copied straight from cryod's memory, registered a window at a time, and all given back.
+    EXPECT_GT(seen_registered, 0u) << "the copy went through the ring";
+    EXPECT_EQ(fake_cuda_registered_bytes(), 0u) << "cryod's memory is still registered";
     if (verdict == wire::kVerdictBad) {
       EXPECT_FALSE(o.ok());
       EXPECT_EQ(o.code, ErrorCode::kDataLoss) << o.error;
