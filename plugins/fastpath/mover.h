@@ -23,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -180,7 +181,10 @@ class Mover {
   Result CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums);
   // The copies straight between the GPU and registered host memory (MapHost's, registered):
   // out of the GPU (a drain), or back into it.
-  Result CopyDirect(bool out);
+  // `window` (0: none): no piece spans a multiple of it; `ahead` (may be empty) runs before the
+  // piece ending at stream byte `end` is copied (CopyInRegistered registers its windows there).
+  Result CopyDirect(bool out, uint64_t window = 0,
+                    const std::function<Result(uint64_t end)>& ahead = nullptr);
   Result MapHost(int memfd, bool write);
   void FreeHost();
   // A following refill (RefillOptions::progress): until cryod's read has passed stream byte

@@ -244,7 +244,8 @@ void Mover::DestroyStreams() {
   streams_.clear();
 }
 
-Result Mover::CopyDirect(bool out) {
+Result Mover::CopyDirect(bool out, uint64_t window,
+                         const std::function<Result(uint64_t end)>& ahead) {
   // Every allocation in slot-sized pieces, spread over a stream per slot so that the copy
   // engines stay busy; then all of them waited for.
   const char* what = out ? "copying device memory out" : "copying memory back to the GPU";
@@ -255,11 +256,15 @@ Result Mover::CopyDirect(bool out) {
   for (Phys* p : plan_) {
     d_.cuCtxSetCurrent(p->ctx);
     const CUdeviceptr dev = SourceOf(p);
-    for (uint64_t off = 0; off < p->size && err.ok(); off += cfg_.ring_slot_bytes, ++n) {
-      const uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
-      CUstream& st = streams[{p->ctx, n % std::max(2, cfg_.ring_slots)}];
-      if (!out) err = WaitFollowed(p->stream_offset + off + len);
+    for (uint64_t off = 0; off < p->size && err.ok(); ++n) {
+      const uint64_t at = p->stream_offset + off;
+      uint64_t len = std::min<uint64_t>(cfg_.ring_slot_bytes, p->size - off);
+      if (window > 0) len = std::min(len, (at / window + 1) * window - at);
+      if (ahead) err = ahead(at + len);
+      if (err.ok() && !out) err = WaitFollowed(at + len);
       if (!err.ok()) break;
+      if (ahead) d_.cuCtxSetCurrent(p->ctx);  // it may have made another context current
+      CUstream& st = streams[{p->ctx, n % std::max(2, cfg_.ring_slots)}];
       if (st == nullptr && d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
         st = nullptr;
         err = Result::Failed("no stream to copy on");
@@ -271,6 +276,7 @@ Result Mover::CopyDirect(bool out) {
         err = Cuda(d_, what, r);
       }
       issued += err.ok() ? len : 0;
+      off += len;
     }
     if (!err.ok()) break;
   }
@@ -470,39 +476,8 @@ Result Mover::CopyInRegistered(bool* fallback) {
     }
     return {};
   };
-  std::map<std::pair<CUcontext, size_t>, CUstream> streams;
-  Result err;
-  size_t n = 0;
-  for (Phys* p : plan_) {
-    const CUdeviceptr dev = SourceOf(p);
-    for (uint64_t off = 0; off < p->size && err.ok(); ++n) {
-      // A piece never spans two windows: each DMA reads one registration.
-      const uint64_t at = p->stream_offset + off;
-      const uint64_t len = std::min<uint64_t>(
-          {cfg_.ring_slot_bytes, p->size - off, (at / kWindow + 1) * kWindow - at});
-      err = register_to(at + len);
-      if (err.ok()) err = WaitFollowed(at + len);
-      if (!err.ok()) break;
-      d_.cuCtxSetCurrent(p->ctx);
-      CUstream& st = streams[{p->ctx, n % std::max(2, cfg_.ring_slots)}];
-      if (st == nullptr && d_.cuStreamCreate(&st, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-        st = nullptr;
-        err = Result::Failed("no stream to copy on");
-      } else if (CUresult r = d_.cuMemcpyHtoDAsync_v2(dev + off, p->host + off, len, st);
-                 r != CUDA_SUCCESS) {
-        err = Cuda(d_, "copying memory back to the GPU", r);
-      }
-      off += len;
-    }
-    if (!err.ok()) break;
-  }
-  for (auto& [key, st] : streams) {
-    d_.cuCtxSetCurrent(key.first);
-    if (CUresult r = d_.cuStreamSynchronize(st); r != CUDA_SUCCESS && err.ok()) {
-      err = Cuda(d_, "copying memory back to the GPU", r);
-    }
-    d_.cuStreamDestroy_v2(st);
-  }
+  // A piece never spans two windows: each DMA reads one registration.
+  Result err = CopyDirect(/*out=*/false, kWindow, register_to);
   if (!plan_.empty()) d_.cuCtxSetCurrent(plan_.front()->ctx);
   for (char* w : windows) d_.cuMemHostUnregister(w);
   return err;
