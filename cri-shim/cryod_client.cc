@@ -11,7 +11,7 @@
 namespace cryo::shim {
 namespace {
 
-absl::Status FromGrpc(const grpc::Status& s, const std::string& socket) {
+absl::Status FromCryod(const grpc::Status& s, const std::string& socket) {
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     return Annotate(cryo::FromGrpc(s), absl::StrCat("cryod at ", socket, " is unreachable"));
   }
@@ -45,7 +45,7 @@ class CryodClient final : public Cryod {
       if (ev.has_checkpoint()) out = ev.checkpoint();
     }
     grpc::Status s = stream->Finish();
-    if (!s.ok()) return FromGrpc(s, socket_);
+    if (!s.ok()) return FromCryod(s, socket_);
     return out;
   }
 
@@ -60,7 +60,7 @@ class CryodClient final : public Cryod {
       if (ev.has_job_checkpoint()) out = ev.job_checkpoint();
     }
     grpc::Status s = stream->Finish();
-    if (!s.ok()) return FromGrpc(s, socket_);
+    if (!s.ok()) return FromCryod(s, socket_);
     return out;
   }
 
@@ -75,7 +75,7 @@ class CryodClient final : public Cryod {
       if (ev.has_restored()) out = ev.restored();
     }
     grpc::Status s = stream->Finish();
-    if (!s.ok()) return FromGrpc(s, socket_);
+    if (!s.ok()) return FromCryod(s, socket_);
     return out;
   }
 
@@ -86,7 +86,7 @@ class CryodClient final : public Cryod {
     req.set_checkpoint_id(id);
     v1::CheckpointInfo out;
     grpc::Status s = stub_->GetCheckpoint(&ctx, req, &out);
-    if (!s.ok()) return FromGrpc(s, socket_);
+    if (!s.ok()) return FromCryod(s, socket_);
     return out;
   }
 
@@ -97,7 +97,7 @@ class CryodClient final : public Cryod {
     req.set_workload(workload);
     v1::ListCheckpointsResponse resp;
     grpc::Status s = stub_->ListCheckpoints(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpc(s, socket_);
+    if (!s.ok()) return FromCryod(s, socket_);
     return std::vector<v1::CheckpointInfo>(resp.checkpoints().begin(), resp.checkpoints().end());
   }
 
@@ -109,7 +109,7 @@ class CryodClient final : public Cryod {
     req.set_image(image);
     v1::ImportCheckpointImageResponse resp;
     grpc::Status s = stub_->ImportCheckpointImage(&ctx, req, &resp);
-    if (!s.ok()) return FromGrpc(s, socket_);
+    if (!s.ok()) return FromCryod(s, socket_);
     return resp;
   }
 

@@ -11,7 +11,8 @@ namespace cryo::kubectl {
 
 using nlohmann::json;
 
-namespace {
+// Named, not anonymous: Node holds it, and Node is not in an anonymous namespace.
+namespace jsonpath_detail {
 
 struct Step {
   enum Kind { kField, kIndex, kAll, kRecursive } kind = kField;
@@ -19,18 +20,19 @@ struct Step {
   long index = 0;    // kIndex
 };
 
-}  // namespace
+}  // namespace jsonpath_detail
 
 struct JsonPath::Node {
   enum Kind { kText, kPath, kRange } kind = kText;
-  std::string text;                  // kText (literal text and quoted strings)
-  std::string source;                // kPath, kRange: the expression as written
-  std::vector<Step> steps;           // kPath, kRange
-  std::vector<JsonPath::Node> body;  // kRange
+  std::string text;                          // kText (literal text and quoted strings)
+  std::string source;                        // kPath, kRange: the expression as written
+  std::vector<jsonpath_detail::Step> steps;  // kPath, kRange
+  std::vector<JsonPath::Node> body;          // kRange
 };
 
 namespace {
 
+using jsonpath_detail::Step;
 using Node = JsonPath::Node;
 
 absl::Status Bad(const std::string& text, size_t at, const std::string& why) {

@@ -27,6 +27,10 @@ inline constexpr uint32_t kFilesMagic = 0x56303138;
 inline constexpr uint32_t kPstreeMagic = 0x50273030;
 inline constexpr uint32_t kGhostFileMagic = 0x52583605;
 
+// files.img: the fd_types value of an inet socket's entry, and the most of it any reader takes.
+inline constexpr uint32_t kInetSk = 4;
+inline constexpr uint64_t kMaxFilesImage = 64 << 20;
+
 // The messages of image `name` in `dir` (opened beneath it, never following a link out), at
 // most `max_bytes` in all. `common`: whether the image starts with the common magic.
 // INVALID_ARGUMENT, naming the image, for one that is not CRIU's or is cut short.

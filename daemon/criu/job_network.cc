@@ -27,8 +27,6 @@
 namespace cryo::criu {
 namespace {
 
-constexpr uint32_t kInetSk = 4;  // fd_types INETSK
-constexpr uint64_t kMaxFilesImage = 64 << 20;
 constexpr uint8_t kMapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
 
 // An address as the kernel compares it: IPv4 (4 bytes) or IPv6 (16).

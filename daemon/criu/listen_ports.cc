@@ -32,10 +32,8 @@
 namespace cryo::criu {
 namespace {
 
-constexpr uint32_t kInetSk = 4;  // fd_types INETSK
 constexpr uint32_t kTcpEstablished = 1;
 constexpr uint32_t kTcpListen = 10;
-constexpr uint64_t kMaxFilesImage = 64 << 20;
 
 const char* StateName(int st) {
   static const char* const kNames[] = {"?",          "ESTABLISHED", "SYN_SENT",  "SYN_RECV",

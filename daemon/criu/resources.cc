@@ -23,12 +23,11 @@
 namespace cryo::criu {
 namespace {
 
-constexpr uint64_t kMaxFilesImage = 64 << 20;
 constexpr uint32_t kMaxGhostEntry = 4096;
 constexpr uint64_t kCapNetAdmin = uint64_t{1} << 12;
 constexpr uint64_t kCapNetRaw = uint64_t{1} << 13;
 // fd_types (CRIU's fdinfo.proto).
-constexpr uint32_t kInetSk = 4, kPacketSk = 10, kNetlinkSk = 13, kTunFile = 15;
+constexpr uint32_t kPacketSk = 10, kNetlinkSk = 13, kTunFile = 15;
 
 // The names /proc/<pid>/limits gives the RLIMIT_* resources, in their order.
 constexpr const char* kLimitNames[] = {

@@ -15,7 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-Manifest Sample() {
+Manifest SampleToSign() {
   Manifest m;
   m.id = "train-1";
   m.root_pid = 42;
@@ -31,7 +31,7 @@ Manifest Sample() {
 
 TEST(SignatureTest, AnyChangeBreaksIt) {
   const std::string key(32, 'k');
-  Manifest m = Sample();
+  Manifest m = SampleToSign();
   m.signature = SignManifest(m, key);
   EXPECT_TRUE(VerifyManifestSignature(m, key).ok());
   // What the parser reads back verifies too (the signature is over the manifest as written).
