@@ -210,10 +210,10 @@ inline constexpr char kEnvMinBytes[] = "CRYO_GPU_FASTPATH_MIN_BYTES";  // smalle
 // registration of 32 GiB cost about what it saved, and the driver's lock then took 0.6 s more
 // (docs/benchmarks.md, "Stalling only for the copies").
 inline constexpr char kEnvHostRegister[] = "CRYO_GPU_FASTPATH_HOST_REGISTER";
-// "1": a refill that follows cryod's read (version 7) registers cryod's memory 256 MiB at a
-// time, ahead of its copies, and the DMA takes each piece straight from it: no pass through the
-// ring and the CPU. Off by default until it is measured on a GPU (docs/benchmarks.md,
-// "Registering instead of copying").
+// "1": a drain into cryod's memory, and a refill that follows cryod's read (version 7), register
+// that memory 256 MiB at a time, ahead of their copies, and the DMA writes or reads each piece
+// straight there: no pass through the ring and the CPU. Off by default until it is measured on
+// a GPU (docs/benchmarks.md, "Registering instead of copying").
 inline constexpr char kEnvRegisterWindows[] = "CRYO_GPU_FASTPATH_REGISTER_WINDOWS";
 // "1": io_uring_setup through syscall(2) reaches the kernel. By default the library answers it
 // ENOSYS, because CRIU cannot checkpoint an io_uring and libuv (PyTorch's TCPStore, and so every

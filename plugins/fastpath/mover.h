@@ -85,8 +85,8 @@ struct MoverConfig {
   // DMA goes straight into it rather than through the ring and a copy by the threads (the job's
   // kEnvHostRegister; off by default, see there).
   bool register_host = false;
-  // A followed refill registers cryod's memory a window at a time and copies straight from it
-  // (the job's kEnvRegisterWindows; off by default, see there).
+  // A drain into cryod's memory, and a followed refill from it, register that memory a window
+  // at a time and copy straight to or from it (the job's kEnvRegisterWindows; off by default).
   bool register_windows = false;
 };
 
@@ -173,16 +173,17 @@ class Mover {
   Result Release();
   Result Recreate();
   Result CopyInFromHost(int threads);
-  // A followed refill (cryod reading into its memory meanwhile) with no pass through the ring:
-  // that memory registered with the driver a window at a time, ahead of the copies, and each
-  // piece copied to the GPU from it once cryod's read has passed it. `*fallback`: the first
-  // window could not be registered and nothing was copied (the ring does it).
-  Result CopyInRegistered(bool* fallback);
+  // Copies between the GPU and cryod's memory with no pass through the ring: that memory
+  // registered with the driver a window at a time, ahead of the copies. Out: a drain into it.
+  // In: a followed refill (cryod reading into it meanwhile), each piece copied once cryod's
+  // read has passed it. `*fallback`: the first window could not be registered and nothing was
+  // copied (the ring does it).
+  Result CopyRegistered(bool out, bool* fallback);
   Result CopyInFromFiles(const std::vector<int>& fds, std::vector<FileSum>* sums);
   // The copies straight between the GPU and registered host memory (MapHost's, registered):
   // out of the GPU (a drain), or back into it.
   // `window` (0: none): no piece spans a multiple of it; `ahead` (may be empty) runs before the
-  // piece ending at stream byte `end` is copied (CopyInRegistered registers its windows there).
+  // piece ending at stream byte `end` is copied (CopyRegistered registers its windows there).
   Result CopyDirect(bool out, uint64_t window = 0,
                     const std::function<Result(uint64_t end)>& ahead = nullptr);
   Result MapHost(int memfd, bool write);

@@ -300,6 +300,13 @@ Result Mover::CopyDirect(bool out, uint64_t window,
 
 Result Mover::CopyOut(int threads) {
   if (host_registered_) return CopyDirect(/*out=*/true);
+  // Into cryod's memory (already faulted in when it is a staging slot): the DMA writes it
+  // directly, and the CPU neither copies nor reads the ring.
+  if (host_base_ != nullptr && cfg_.register_windows && !plan_.empty()) {
+    bool fallback = false;
+    Result r = CopyRegistered(/*out=*/true, &fallback);
+    if (!fallback) return r;
+  }
   struct Item {
     Phys* phys;
     uint64_t off;
@@ -443,26 +450,27 @@ Result Mover::Recreate() {
   return FindSources();
 }
 
-Result Mover::CopyInRegistered(bool* fallback) {
+Result Mover::CopyRegistered(bool out, bool* fallback) {
   // Registering 32 GiB whole took 0.7-3.0 s, longer than the copy it saves; 256 MiB at a time
   // it went at 39 GB/s, faster than a fast store reads, so it keeps ahead of cryod's read
   // (two H200s, 2026-11-30).
   constexpr uint64_t kWindow = 256ull << 20;
   constexpr uint64_t kPage = 4096;
+  // A refill's DMA only reads cryod's memory; a drain's writes it.
+  const unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | (out ? 0 : CU_MEMHOSTREGISTER_READ_ONLY);
   *fallback = false;
   std::vector<char*> windows;
   uint64_t reg_end = 0;
   bool registering = true;
   // Windows up to the one holding stream byte `end - 1`, and the next. A window the driver
-  // refuses after the first is copied from as plain memory (the driver stages it itself).
+  // refuses after the first is copied as plain memory (the driver stages it itself).
   auto register_to = [&](uint64_t end) -> Result {
     end = std::min(total_, end + kWindow);
     d_.cuCtxSetCurrent(plan_.front()->ctx);
     while (registering && reg_end < end) {
       const uint64_t b = std::min(total_, reg_end + kWindow);
       const uint64_t len = (b - reg_end + kPage - 1) & ~(kPage - 1);
-      CUresult r = d_.cuMemHostRegister_v2(
-          host_base_ + reg_end, len, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY);
+      CUresult r = d_.cuMemHostRegister_v2(host_base_ + reg_end, len, flags);
       if (r != CUDA_SUCCESS) {
         if (windows.empty()) {
           *fallback = true;
@@ -476,8 +484,11 @@ Result Mover::CopyInRegistered(bool* fallback) {
     }
     return {};
   };
-  // A piece never spans two windows: each DMA reads one registration.
-  Result err = CopyDirect(/*out=*/false, kWindow, register_to);
+  // The first window before any copy: refused, the caller copies through the ring instead,
+  // and nothing has told a drain's writers that the copy failed.
+  if (Result r = register_to(0); !r.ok()) return r;
+  // A piece never spans two windows: each DMA touches one registration.
+  Result err = CopyDirect(out, kWindow, register_to);
   if (!plan_.empty()) d_.cuCtxSetCurrent(plan_.front()->ctx);
   for (char* w : windows) d_.cuMemHostUnregister(w);
   return err;
@@ -488,7 +499,7 @@ Result Mover::CopyInFromHost(int threads) {
   if (host_registered_) return CopyDirect(/*out=*/false);
   if (followed_ && cfg_.register_windows) {
     bool fallback = false;
-    Result r = CopyInRegistered(&fallback);
+    Result r = CopyRegistered(/*out=*/false, &fallback);
     if (!fallback) return r;
   }
   d_.cuCtxSetCurrent(plan_.front()->ctx);

@@ -62,7 +62,9 @@ struct State {
   std::map<uintptr_t, size_t> legacy;  // cuMemAlloc: va -> size
   std::map<uintptr_t, int> legacy_dev;
   CUmemGenericAllocationHandle next_handle = 0x1000;
-  std::map<const void*, size_t> registered;  // host memory registered: start -> bytes
+  std::map<const void*, size_t> registered;          // host memory registered: start -> bytes
+  std::map<const void*, bool> registered_read_only;  // start -> CU_MEMHOSTREGISTER_READ_ONLY
+  uint64_t registered_dma = 0;  // bytes async copies moved to or from registered memory
   State() {
     if (const char* d = getenv("FAKE_CUDA_DEVICES"))
       devices = atoi(d) > 0 && atoi(d) <= 8 ? atoi(d) : 1;
@@ -126,6 +128,11 @@ uint64_t fake_cuda_registered_bytes() {
   uint64_t n = 0;
   for (const auto& [p, b] : S().registered) n += b;
   return n;
+}
+
+uint64_t fake_cuda_registered_dma_bytes() {
+  std::lock_guard<std::mutex> l(S().mu);
+  return S().registered_dma;
 }
 
 uint64_t fake_cuda_host_used_bytes() {
@@ -511,16 +518,18 @@ CUresult cuMemFreeHost(void* p) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int) {
+CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   if (t_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (p == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> l(S().mu);
   if (!S().registered.emplace(p, bytes).second) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  S().registered_read_only[p] = (flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0;
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemHostUnregister(void* p) {
   std::lock_guard<std::mutex> l(S().mu);
+  S().registered_read_only.erase(p);
   return S().registered.erase(p) == 1 ? CUDA_SUCCESS : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
 }
 
@@ -539,12 +548,29 @@ CUresult cuStreamEndCapture(CUstream, CUgraph* g) {
   return CUDA_SUCCESS;
 }
 
+// A copy whose host side lies in one registration is counted (registered_dma); one that would
+// write into memory registered read-only is refused, as the device could not write there.
+static CUresult CountRegisteredDma(const void* host, size_t n, bool device_writes) {
+  std::lock_guard<std::mutex> l(S().mu);
+  auto it = S().registered.upper_bound(host);
+  if (it == S().registered.begin()) return CUDA_SUCCESS;
+  --it;
+  const char* start = static_cast<const char*>(it->first);
+  const char* h = static_cast<const char*>(host);
+  if (h + n > start + it->second) return CUDA_SUCCESS;
+  if (device_writes && S().registered_read_only[it->first]) return CUDA_ERROR_INVALID_VALUE;
+  S().registered_dma += n;
+  return CUDA_SUCCESS;
+}
+
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream) {
+  if (CUresult r = CountRegisteredDma(dst, n, true); r != CUDA_SUCCESS) return r;
   memcpy(dst, reinterpret_cast<void*>(src), n);
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream) {
+  if (CUresult r = CountRegisteredDma(src, n, false); r != CUDA_SUCCESS) return r;
   memcpy(reinterpret_cast<void*>(dst), src, n);
   return CUDA_SUCCESS;
 }

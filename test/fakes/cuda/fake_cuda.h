@@ -8,6 +8,8 @@
 
 extern "C" uint64_t fake_cuda_used_bytes(int device);
 extern "C" uint64_t fake_cuda_registered_bytes();
+// Bytes the async copies moved to or from host memory registered with the driver.
+extern "C" uint64_t fake_cuda_registered_dma_bytes();
 extern "C" uint64_t fake_cuda_host_used_bytes();
 
 namespace cryo::fastpath::testing {

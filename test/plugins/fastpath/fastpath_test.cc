@@ -627,7 +627,11 @@ TEST_F(FastpathMoveTest, ARefillThatFollowsCryodsReadCopiesWhatIsReadAndOpensOnl
     opt.memfd = drained->get();
     DrainResult r;
     if (mover_->state() == State::kRunning) {
+      // The drain too goes straight into cryod's registered memory, every byte of it.
+      const uint64_t dma_before = fake_cuda_registered_dma_bytes();
       ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+      EXPECT_EQ(fake_cuda_registered_dma_bytes() - dma_before, kBytes) << "some went by the ring";
+      EXPECT_EQ(fake_cuda_registered_bytes(), 0u) << "cryod's memory is still registered";
       SaveResult s;
       ASSERT_TRUE(mover_->FinishSave(&s).ok());
     }
@@ -664,11 +668,13 @@ TEST_F(FastpathMoveTest, ARefillThatFollowsCryodsReadCopiesWhatIsReadAndOpensOnl
     ro.memfd = slot->get();
     ro.progress = page.get();
     RefillResult rr;
+    const uint64_t dma_before = fake_cuda_registered_dma_bytes();
     Result o = mover_->Refill(ro, &rr);
     cryod.join();
     EXPECT_TRUE(held_at_verdict) << "the gate opened before cryod's verdict";
     // Copied straight from cryod's memory, registered a window at a time, and all given back.
     EXPECT_GT(seen_registered, 0u) << "the copy went through the ring";
+    EXPECT_EQ(fake_cuda_registered_dma_bytes() - dma_before, kBytes) << "some went by the ring";
     EXPECT_EQ(fake_cuda_registered_bytes(), 0u) << "cryod's memory is still registered";
     if (verdict == wire::kVerdictBad) {
       EXPECT_FALSE(o.ok());
