@@ -39,6 +39,11 @@ namespace cryo::fastpath {
   X(cuStreamCreate)                         \
   X(cuStreamDestroy_v2)                     \
   X(cuStreamSynchronize)                    \
+  X(cuEventCreate)                          \
+  X(cuEventRecord)                          \
+  X(cuEventQuery)                           \
+  X(cuEventSynchronize)                     \
+  X(cuEventDestroy_v2)                      \
   X(cuMemcpyDtoHAsync_v2)                   \
   X(cuMemcpyHtoDAsync_v2)
 

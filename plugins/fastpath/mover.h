@@ -88,6 +88,7 @@ struct MoverConfig {
   // A drain into cryod's memory, and a followed refill from it, register that memory a window
   // at a time and copy straight to or from it (the job's kEnvRegisterWindows; off by default).
   bool register_windows = false;
+  uint64_t register_window_bytes = 256ull << 20;  // one such window
 };
 
 class Mover {

@@ -253,6 +253,30 @@ Result Mover::CopyDirect(bool out, uint64_t window,
   Result err;
   size_t n = 0;
   uint64_t issued = 0;
+  // A drain in windows tells its progress a window at a time, as the DMA finishes each (so
+  // cryod's write behind it starts early): after a window's last piece, an event on every
+  // stream, and the windows told in order once all their events have happened.
+  struct Mark {
+    uint64_t end;
+    std::vector<std::pair<CUcontext, CUevent>> events;
+  };
+  std::vector<Mark> marks;
+  size_t told = 0;
+  auto tell_done = [&](bool wait) {
+    for (; told < marks.size(); ++told) {
+      for (auto& [ctx, ev] : marks[told].events) {
+        if (ev == nullptr) continue;
+        d_.cuCtxSetCurrent(ctx);
+        if ((wait ? d_.cuEventSynchronize(ev) : d_.cuEventQuery(ev)) != CUDA_SUCCESS) return;
+        d_.cuEventDestroy_v2(ev);
+        ev = nullptr;
+      }
+      std::lock_guard<std::mutex> l(progress_mu_);
+      copied_ = std::max(copied_, marks[told].end);
+      Tell();
+      progress_cv_.notify_all();
+    }
+  };
   for (Phys* p : plan_) {
     d_.cuCtxSetCurrent(p->ctx);
     const CUdeviceptr dev = SourceOf(p);
@@ -277,8 +301,35 @@ Result Mover::CopyDirect(bool out, uint64_t window,
       }
       issued += err.ok() ? len : 0;
       off += len;
+      if (err.ok() && out && window > 0 && (at + len) % window == 0 && at + len < total_) {
+        Mark m{at + len, {}};
+        for (auto& [key, s] : streams) {
+          CUevent ev = nullptr;
+          d_.cuCtxSetCurrent(key.first);
+          // Without an event this window is told with the next one that has its events.
+          if (s == nullptr || d_.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            continue;
+          }
+          if (d_.cuEventRecord(ev, s) != CUDA_SUCCESS) {
+            d_.cuEventDestroy_v2(ev);
+            continue;
+          }
+          m.events.push_back({key.first, ev});
+        }
+        d_.cuCtxSetCurrent(p->ctx);
+        marks.push_back(std::move(m));
+        tell_done(/*wait=*/false);
+      }
     }
     if (!err.ok()) break;
+  }
+  if (err.ok()) tell_done(/*wait=*/true);
+  for (Mark& m : marks) {
+    for (auto& [ctx, ev] : m.events) {
+      if (ev == nullptr) continue;
+      d_.cuCtxSetCurrent(ctx);
+      d_.cuEventDestroy_v2(ev);
+    }
   }
   for (auto& [key, st] : streams) {
     d_.cuCtxSetCurrent(key.first);
@@ -290,7 +341,7 @@ Result Mover::CopyDirect(bool out, uint64_t window,
   if (out) {
     // The writers follow a drain's progress.
     std::lock_guard<std::mutex> l(progress_mu_);
-    if (err.ok()) copied_ += issued;
+    if (err.ok()) copied_ = std::max(copied_, issued);
     if (!err.ok()) copy_failed_ = true;
     Tell();
     progress_cv_.notify_all();
@@ -454,8 +505,8 @@ Result Mover::CopyRegistered(bool out, bool* fallback) {
   // Registering 32 GiB whole took 0.7-3.0 s, longer than the copy it saves; 256 MiB at a time
   // it went at 39 GB/s, faster than a fast store reads, so it keeps ahead of cryod's read
   // (two H200s, 2026-11-30).
-  constexpr uint64_t kWindow = 256ull << 20;
   constexpr uint64_t kPage = 4096;
+  const uint64_t window = std::max(kPage, cfg_.register_window_bytes & ~(kPage - 1));
   // A refill's DMA only reads cryod's memory; a drain's writes it.
   const unsigned flags = CU_MEMHOSTREGISTER_PORTABLE | (out ? 0 : CU_MEMHOSTREGISTER_READ_ONLY);
   *fallback = false;
@@ -465,10 +516,10 @@ Result Mover::CopyRegistered(bool out, bool* fallback) {
   // Windows up to the one holding stream byte `end - 1`, and the next. A window the driver
   // refuses after the first is copied as plain memory (the driver stages it itself).
   auto register_to = [&](uint64_t end) -> Result {
-    end = std::min(total_, end + kWindow);
+    end = std::min(total_, end + window);
     d_.cuCtxSetCurrent(plan_.front()->ctx);
     while (registering && reg_end < end) {
-      const uint64_t b = std::min(total_, reg_end + kWindow);
+      const uint64_t b = std::min(total_, reg_end + window);
       const uint64_t len = (b - reg_end + kPage - 1) & ~(kPage - 1);
       CUresult r = d_.cuMemHostRegister_v2(host_base_ + reg_end, len, flags);
       if (r != CUDA_SUCCESS) {
@@ -488,7 +539,7 @@ Result Mover::CopyRegistered(bool out, bool* fallback) {
   // and nothing has told a drain's writers that the copy failed.
   if (Result r = register_to(0); !r.ok()) return r;
   // A piece never spans two windows: each DMA touches one registration.
-  Result err = CopyDirect(out, kWindow, register_to);
+  Result err = CopyDirect(out, window, register_to);
   if (!plan_.empty()) d_.cuCtxSetCurrent(plan_.front()->ctx);
   for (char* w : windows) d_.cuMemHostUnregister(w);
   return err;

@@ -377,6 +377,61 @@ TEST_F(FastpathMoveTest, AFollowedDrainSaysHowFarItIsAndThenWhetherItSucceeded) 
   Free(m);
 }
 
+// A drain into cryod's memory registered a window at a time says how far it is window by
+// window, as the DMA finishes each, not only at its end: cryod's write behind it starts early.
+const gpu::ProgressPage* g_page = nullptr;
+std::vector<uint64_t> g_ready_when_asked;
+CUresult RecordingEventQuery(CUevent e) {
+  g_ready_when_asked.push_back(g_page->ready());
+  return ::cuEventQuery(e);
+}
+
+TEST_F(FastpathMoveTest, AWindowedDrainSaysHowFarItIsWindowByWindow) {
+  namespace wire = contract::gpu_fastpath;
+  MoverConfig cfg;
+  cfg.ring_slot_bytes = 2 * kMiB;
+  cfg.register_windows = true;
+  cfg.register_window_bytes = 8 * kMiB;
+  mover_ = std::make_unique<Mover>(d_, *reg_, gate_, capture_, cfg);
+  JobMemory m = Allocate();
+  auto memfd = gpu::NewHostCopy(64 * kMiB, 2);
+  ASSERT_TRUE(memfd.ok()) << memfd.status();
+  auto page = gpu::ProgressPage::Make();
+  ASSERT_TRUE(page.ok()) << page.status();
+  g_page = page->get();
+  g_ready_when_asked.clear();
+  d_.cuEventQuery = &RecordingEventQuery;
+  DrainOptions opt;
+  opt.memfd = memfd->get();
+  opt.progress = (*page)->fd();
+  DrainResult r;
+  const uint64_t dma_before = fake_cuda_registered_dma_bytes();
+  Result o = mover_->Drain(opt, &r);
+  d_ = testing::FakeDriver();
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(fake_cuda_registered_dma_bytes() - dma_before, r.bytes) << "some went by the ring";
+  EXPECT_EQ(fake_cuda_registered_bytes(), 0u) << "cryod's memory is still registered";
+  // Asked about each window's copies after its last piece: by then the ones before were told,
+  // one window further each time.
+  std::vector<uint64_t> told;
+  for (uint64_t v : g_ready_when_asked) {
+    if (told.empty() || told.back() != v) told.push_back(v);
+  }
+  ASSERT_GE(told.size(), 2u) << "told only at the end";
+  for (size_t i = 0; i < told.size(); ++i) EXPECT_EQ(told[i], i * 8 * kMiB) << i;
+  EXPECT_LT(told.back(), r.bytes);
+  EXPECT_EQ((*page)->ready(), r.bytes) << "all of the stream at the end";
+  EXPECT_EQ((*page)->verdict(), wire::kVerdictGood);
+  SaveResult s;
+  ASSERT_TRUE(mover_->FinishSave(&s).ok());
+  RefillOptions ro;
+  ro.memfd = memfd->get();
+  RefillResult rr;
+  ASSERT_TRUE(mover_->Refill(ro, &rr).ok());
+  ExpectIntact(m);
+  Free(m);
+}
+
 TEST_F(FastpathMoveTest, AReleaseThatFailsHalfWayPutsEveryByteBackFromHostMemory) {
   JobMemory m = Allocate();
   const uint64_t used = Used();
@@ -618,6 +673,7 @@ TEST_F(FastpathMoveTest, ARefillThatFollowsCryodsReadCopiesWhatIsReadAndOpensOnl
   MoverConfig cfg;
   cfg.ring_slot_bytes = 4 * kMiB;
   cfg.register_windows = true;
+  cfg.register_window_bytes = 16 * kMiB;
   mover_ = std::make_unique<Mover>(d_, *reg_, gate_, capture_, cfg);
   auto drained = gpu::NewHostCopy(kBytes, 2);
   ASSERT_TRUE(drained.ok()) << drained.status();
@@ -652,12 +708,14 @@ TEST_F(FastpathMoveTest, ARefillThatFollowsCryodsReadCopiesWhatIsReadAndOpensOnl
     ASSERT_NE(to, MAP_FAILED);
     bool held_at_verdict = false;
     uint64_t seen_registered = 0;
+    uint64_t registered_at_half = 0;
     std::thread cryod([&] {
       for (uint64_t off = 0; off < kBytes; off += 8 * kMiB) {
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
         std::memcpy(to + off, from + off, 8 * kMiB);
         // Before the last word is written the library cannot be done copying.
         seen_registered = std::max(seen_registered, fake_cuda_registered_bytes());
+        if (off == kBytes / 2) registered_at_half = fake_cuda_registered_bytes();
         __atomic_store_n(words, off + 8 * kMiB, __ATOMIC_RELEASE);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -672,8 +730,11 @@ TEST_F(FastpathMoveTest, ARefillThatFollowsCryodsReadCopiesWhatIsReadAndOpensOnl
     Result o = mover_->Refill(ro, &rr);
     cryod.join();
     EXPECT_TRUE(held_at_verdict) << "the gate opened before cryod's verdict";
-    // Copied straight from cryod's memory, registered a window at a time, and all given back.
+    // Copied straight from cryod's memory, registered a window at a time (at most the piece
+    // waited for and two windows past what cryod has read), and all given back.
     EXPECT_GT(seen_registered, 0u) << "the copy went through the ring";
+    EXPECT_LE(registered_at_half, kBytes / 2 + 4 * kMiB + 2 * 16 * kMiB)
+        << "registered ahead of cryod's read, not a window at a time";
     EXPECT_EQ(fake_cuda_registered_dma_bytes() - dma_before, kBytes) << "some went by the ring";
     EXPECT_EQ(fake_cuda_registered_bytes(), 0u) << "cryod's memory is still registered";
     if (verdict == wire::kVerdictBad) {
