@@ -246,6 +246,15 @@ class FastpathMoveTest : public FastpathTest {
     Fill(m.small, 64 << 10, 14);
     return m;
   }
+  // After a drain into cryod's memory `memfd`: the save finished, and the refill from it.
+  void SaveAndRefillFrom(int memfd) {
+    SaveResult s;
+    ASSERT_TRUE(mover_->FinishSave(&s).ok());
+    RefillOptions ro;
+    ro.memfd = memfd;
+    RefillResult rr;
+    ASSERT_TRUE(mover_->Refill(ro, &rr).ok());
+  }
   void ExpectIntact(const JobMemory& m) {
     EXPECT_TRUE(Holds(m.a, 8 * kMiB, 11));
     EXPECT_TRUE(Holds(m.b, 6 * kMiB, 12));
@@ -366,12 +375,7 @@ TEST_F(FastpathMoveTest, AFollowedDrainSaysHowFarItIsAndThenWhetherItSucceeded) 
     EXPECT_EQ((*page)->verdict(), wire::kVerdictGood);
     EXPECT_TRUE((*page)->WaitReady(r.bytes, {}).ok());
     EXPECT_TRUE((*page)->WaitVerdict({}).ok());
-    SaveResult s;
-    ASSERT_TRUE(mover_->FinishSave(&s).ok());
-    RefillOptions ro;
-    ro.memfd = memfd->get();
-    RefillResult rr;
-    ASSERT_TRUE(mover_->Refill(ro, &rr).ok());
+    SaveAndRefillFrom(memfd->get());
   }
   ExpectIntact(m);
   Free(m);
@@ -422,12 +426,7 @@ TEST_F(FastpathMoveTest, AWindowedDrainSaysHowFarItIsWindowByWindow) {
   EXPECT_LT(told.back(), r.bytes);
   EXPECT_EQ((*page)->ready(), r.bytes) << "all of the stream at the end";
   EXPECT_EQ((*page)->verdict(), wire::kVerdictGood);
-  SaveResult s;
-  ASSERT_TRUE(mover_->FinishSave(&s).ok());
-  RefillOptions ro;
-  ro.memfd = memfd->get();
-  RefillResult rr;
-  ASSERT_TRUE(mover_->Refill(ro, &rr).ok());
+  SaveAndRefillFrom(memfd->get());
   ExpectIntact(m);
   Free(m);
 }
