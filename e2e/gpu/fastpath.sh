@@ -62,7 +62,10 @@
 # Part "fast-store": fast-store-N (N from CRYO_GPU_FAST_STORE_GIB, default 32): fp-cryod-N with
 #   cryod's store on a tmpfs, the tmpfs's write and read floors measured before and after in the
 #   same call; checkpoint and restore against the better of them (with staging memory, pass
-#   CRYO_GPU_CRYOD_ARGS="--gpu-staging-mib ...").
+#   CRYO_GPU_CRYOD_ARGS="--gpu-staging-mib ..."). CRYO_GPU_FAST_STORE_AB (VAR=value words): the
+#   job runs a second time with those added to its environment, as fast-store-N-ab, between the
+#   same floors (an A/B of a library option on one machine, e.g.
+#   CRYO_GPU_FASTPATH_REGISTER_WINDOWS=1).
 #
 # Part "periodic-stall": periodic-stall-N (N from CRYO_GPU_STALL_GIB, default 32): two
 #   leave-running checkpoints through cryod of a job holding N GiB, its data drained into cryod's
@@ -262,8 +265,8 @@ fp_floors() {  # fp_floors GIB [DIR NAME]: the floors of the store (DIR; default
   result "${fname/fpfloor/fp-floors-}" PASS "$(jget "$RES/$fname.json" '"pinned d2h %.1f GB/s, fresh host fill %.1f GB/s (%d threads), store write %.2f GB/s, read %.2f GB/s (%d files, direct I/O): write %d ms, read %d ms; pipelined with the GPU through registered host memory (registered in %d ms): write %d ms, read %d ms" % (d["d2h_gbps"], d["fill_gbps"], d["threads"], d["write_gbps"], d["read_gbps"], d["files"], d["write_ms"], d["read_ms"], d.get("register_ms", -1), d.get("pipe_write_ms", -1), d.get("pipe_read_ms", -1)) + ("; into faulted host memory: GPU 0 alone %d ms, all %d GPUs at once %d ms (%.2fx)" % (d["d2h_one_ms"], d["gpus"], d["d2h_all_ms"], d["d2h_all_ms"] / d["d2h_one_ms"]) if d.get("d2h_one_ms", -1) > 0 else "")')"
 }
 
-fp_cryod() {  # fp_cryod GIB: checkpoint (stop) and restore through cryod with the fast path
-  local gib=$1 k="kf$1" name="fp-cryod-$1"
+fp_cryod() {  # fp_cryod GIB [KEY NAME]: checkpoint (stop) and restore through cryod with the fast path
+  local gib=$1 k=${2:-kf$1} name=${3:-fp-cryod-$1}
   fp_start_job "$k" --gib "$gib" || { result "$name" FAIL "job did not start"; return; }
   local pid=$LOAD_PID
   wait_until 120 steps_past "$LOAD_STATUS" 10
@@ -319,10 +322,35 @@ fp_fast_store() {
   stop_cryod
   if STORE_DIR="$fs/store" start_cryod && fp_floors "$gib" "$fs/store" "fastfloor$gib-before"; then
     FLOOR_NAME="fastfloor$gib-before" fp_cryod "$gib"
+    local runs=("kf$gib:$name")
+    if [ -n "${CRYO_GPU_FAST_STORE_AB:-}" ]; then
+      local plain=("${JOB_EXTRA_ENV[@]}") ab
+      read -r -a ab <<<"$CRYO_GPU_FAST_STORE_AB"
+      JOB_EXTRA_ENV+=("${ab[@]}")
+      wait_staging
+      FLOOR_NAME="fastfloor$gib-before" fp_cryod "$gib" "kf${gib}ab" "fp-cryod-$gib-ab"
+      JOB_EXTRA_ENV=("${plain[@]}")
+      runs+=("kf${gib}ab:$name-ab")
+    fi
     fp_floors "$gib" "$fs/store" "fastfloor$gib-after"
-    local k="kf$gib"
-    if [ -s "$RES/$k.summary.json" ] && [ -s "$RES/fastfloor$gib-after.json" ]; then
-      python3 - "$RES/$k.summary.json" "$RES/fastfloor$gib-before.json" "$RES/fastfloor$gib-after.json" >"$RES/$name.json" <<'PY'
+    local run k
+    for run in "${runs[@]}"; do
+      k=${run%%:*}
+      fp_fast_store_result "$gib" "$k" "${run#*:}"
+    done
+  else
+    result "$name" FAIL "cryod on the tmpfs store, or its floors: $(tail -3 "$RES/cryod.log")"
+  fi
+  stop_cryod
+  umount "$fs"
+  start_cryod
+}
+
+# fp_fast_store_result GIB KEY NAME: run KEY of fast-store against the floors before and after.
+fp_fast_store_result() {
+  local gib=$1 k=$2 name=$3
+  if [ -s "$RES/$k.summary.json" ] && [ -s "$RES/fastfloor$gib-after.json" ]; then
+    python3 - "$RES/$k.summary.json" "$RES/fastfloor$gib-before.json" "$RES/fastfloor$gib-after.json" >"$RES/$name.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); b = json.load(open(sys.argv[2])); a = json.load(open(sys.argv[3]))
 best_w = min(b["write_ms"], a["write_ms"]); best_r = min(b["read_ms"], a["read_ms"])
@@ -340,14 +368,8 @@ if pw and pr:
               "restore_vs_pipe_read_floor": round(d["restore_ms"] / min(pr), 2)})
 print(json.dumps(d))
 PY
-      result "$name" PASS "$(jget "$RES/$name.json" '"store on a tmpfs: checkpoint %d ms (goal 2500; %.2fx the better write floor, %d / %d ms before / after), restore %d ms (goal 1500; %.2fx the better read floor, %d / %d ms); vacate %d ms, write %d ms, refill %d ms" % (d["checkpoint_ms"], d["checkpoint_vs_best_write_floor"], d["floor_write_ms_before"], d["floor_write_ms_after"], d["restore_ms"], d["restore_vs_best_read_floor"], d["floor_read_ms_before"], d["floor_read_ms_after"], d["vacate_ms"], d["checkpoint_stages"].get("gpu_write", 0), d["restore_stages"].get("gpu_refill", 0)) + ("; pipelines through host memory at best: checkpoint %d ms (%.2fx), restore %d ms (%.2fx)" % (d["floor_pipe_write_ms"], d["checkpoint_vs_pipe_write_floor"], d["floor_pipe_read_ms"], d["restore_vs_pipe_read_floor"]) if "floor_pipe_read_ms" in d else "")')"
-    fi
-  else
-    result "$name" FAIL "cryod on the tmpfs store, or its floors: $(tail -3 "$RES/cryod.log")"
+    result "$name" PASS "$(jget "$RES/$name.json" '"store on a tmpfs: checkpoint %d ms (goal 2500; %.2fx the better write floor, %d / %d ms before / after), restore %d ms (goal 1500; %.2fx the better read floor, %d / %d ms); vacate %d ms, write %d ms, refill %d ms" % (d["checkpoint_ms"], d["checkpoint_vs_best_write_floor"], d["floor_write_ms_before"], d["floor_write_ms_after"], d["restore_ms"], d["restore_vs_best_read_floor"], d["floor_read_ms_before"], d["floor_read_ms_after"], d["vacate_ms"], d["checkpoint_stages"].get("gpu_write", 0), d["restore_stages"].get("gpu_refill", 0)) + ("; pipelines through host memory at best: checkpoint %d ms (%.2fx), restore %d ms (%.2fx)" % (d["floor_pipe_write_ms"], d["checkpoint_vs_pipe_write_floor"], d["floor_pipe_read_ms"], d["restore_vs_pipe_read_floor"]) if "floor_pipe_read_ms" in d else "")')"
   fi
-  stop_cryod
-  umount "$fs"
-  start_cryod
 }
 
 # fp_stop_restore KEYS...: the jobs started as KEYS (LOAD_PID_<key>, LOAD_STATUS_<key>) stopped
