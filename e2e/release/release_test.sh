@@ -147,7 +147,9 @@ bash "$NODE" start "$WORK" release 2>"$WORK/node.log" || { cat "$WORK/node.log" 
 ctr_() { "$CTR" --address "$WORK/release/containerd.sock" -n k8s.io "$@"; }
 # k8s.io: the namespace of containerd's CRI, where kubelet would find the image.
 ctr_ images import "$image_archive" >/dev/null || fail "ctr images import $image_archive"
-ctr_ images ls -q | grep -qx "$image" || fail "containerd does not list $image after the import"
+# The list read whole before it is searched: grep -q leaving early would end ctr with SIGPIPE.
+listed=$(ctr_ images ls -q) || fail "ctr images ls"
+grep -qx "$image" <<<"$listed" || fail "containerd does not list $image after the import (it lists: ${listed:-nothing})"
 n=0
 run_in_image() {  # run_in_image ARGS...: runs ARGS in a fresh container of the image, prints its output
   n=$((n + 1))
