@@ -34,8 +34,8 @@ class DumpStaging {
 
   // Copies each file of `digests` (paths relative to dir()) into `to`, several at once, hashing
   // as it goes: DATA_LOSS naming the file whose copy does not hash to its digest. `progress`
-  // (may be empty) gets the bytes copied so far; `stop` (may be empty), asked between pieces,
-  // ends it with CANCELLED.
+  // (may be empty) gets the bytes copied so far, from the copying threads (several at once);
+  // `stop` (may be empty), asked between pieces, ends it with CANCELLED.
   absl::Status CopyTo(const std::string& to, const std::map<std::string, FileDigest>& digests,
                       const std::function<void(uint64_t)>& progress,
                       const std::function<bool()>& stop) const;

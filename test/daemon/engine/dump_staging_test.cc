@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include "daemon/store/checksum.h"
 #include "gmock/gmock.h"
@@ -51,9 +53,14 @@ TEST_F(DumpStagingTest, TheImagesAreCopiedAsTheDumpHashedThemAndTheMemoryGoesBac
   auto digests =
       Dump(*d, {{"pages-1.img", pages}, {"core-1.img", "core"}, {"inventory.img", "inv"}});
   std::vector<uint64_t> progress;
+  std::mutex progress_mu;  // the files are copied on several threads, each reporting
   ASSERT_TRUE(d->CopyTo(
                    store_.path + "/images", digests,
-                   [&](uint64_t done) { progress.push_back(done); }, nullptr)
+                   [&](uint64_t done) {
+                     std::lock_guard<std::mutex> l(progress_mu);
+                     progress.push_back(done);
+                   },
+                   nullptr)
                   .ok());
   for (const auto& [rel, dg] : digests) {
     auto copied = HashFile(store_.path + "/images/" + rel);
