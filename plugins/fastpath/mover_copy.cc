@@ -277,6 +277,23 @@ Result Mover::CopyDirect(bool out, uint64_t window,
       progress_cv_.notify_all();
     }
   };
+  auto mark = [&](uint64_t end, CUcontext current) {
+    Mark m{end, {}};
+    for (auto& [key, s] : streams) {
+      CUevent ev = nullptr;
+      d_.cuCtxSetCurrent(key.first);
+      // Without an event this window is told with the next one that has its events.
+      if (s == nullptr || d_.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) continue;
+      if (d_.cuEventRecord(ev, s) != CUDA_SUCCESS) {
+        d_.cuEventDestroy_v2(ev);
+        continue;
+      }
+      m.events.push_back({key.first, ev});
+    }
+    d_.cuCtxSetCurrent(current);
+    marks.push_back(std::move(m));
+    tell_done(/*wait=*/false);
+  };
   for (Phys* p : plan_) {
     d_.cuCtxSetCurrent(p->ctx);
     const CUdeviceptr dev = SourceOf(p);
@@ -302,23 +319,7 @@ Result Mover::CopyDirect(bool out, uint64_t window,
       issued += err.ok() ? len : 0;
       off += len;
       if (err.ok() && out && window > 0 && (at + len) % window == 0 && at + len < total_) {
-        Mark m{at + len, {}};
-        for (auto& [key, s] : streams) {
-          CUevent ev = nullptr;
-          d_.cuCtxSetCurrent(key.first);
-          // Without an event this window is told with the next one that has its events.
-          if (s == nullptr || d_.cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-            continue;
-          }
-          if (d_.cuEventRecord(ev, s) != CUDA_SUCCESS) {
-            d_.cuEventDestroy_v2(ev);
-            continue;
-          }
-          m.events.push_back({key.first, ev});
-        }
-        d_.cuCtxSetCurrent(p->ctx);
-        marks.push_back(std::move(m));
-        tell_done(/*wait=*/false);
+        mark(at + len, p->ctx);
       }
     }
     if (!err.ok()) break;
