@@ -96,7 +96,8 @@ struct EngineConfig {
   // Operation log directories kept under state_dir/ops.
   int keep_op_logs = 50;
   pid_t self_pid = 0;
-  // cryo-nsexec, which runs CRIU inside containers (container mode).
+  // cryo-nsexec, which runs CRIU inside containers (container mode) and is CRIU's restore gate
+  // (criu/restore_gate.h) in process mode.
   std::string nsexec_path;
   // Prefix of the annotations the shim puts on the containers it manages.
   std::string annotation_prefix = "cryo.dev";
@@ -324,6 +325,8 @@ class Engine {
   absl::Status ValidateRestore(RestoreState& s);
   absl::Status CheckRestore(RestoreState& s);
   absl::Status Verify(RestoreState& s);
+  // A checkpoint that failed its checks: recorded as damaged (DATA_LOSS) and said so.
+  absl::Status RefuseUnverified(RestoreState& s, const absl::Status& st);
   absl::Status CheckRestoreCredentials(RestoreState& s);
   // A job member's part waits until the replacements of every member of its job checkpoint are
   // ready to resume it, so that they resume one cut together (job_checkpoint.cc).

@@ -1,8 +1,11 @@
 // The restore transaction (see engine.h for the steps and transaction.h for the rules).
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <set>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
@@ -15,6 +18,7 @@
 #include "daemon/criu/job_network.h"
 #include "daemon/criu/listen_ports.h"
 #include "daemon/criu/resources.h"
+#include "daemon/criu/restore_gate.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/step_hooks.h"
@@ -264,43 +268,69 @@ absl::Status Engine::CheckRestore(RestoreState& s) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A pages image of CRIU's ("images/pages-3.img"): what CRIU copies into the restored memory
+// as it is, without parsing it.
+bool IsPagesImage(absl::string_view path) {
+  return absl::ConsumePrefix(&path, store::kImagesDir) && absl::ConsumePrefix(&path, "/pages-") &&
+         absl::ConsumeSuffix(&path, ".img") && !path.empty() &&
+         path.find('/') == absl::string_view::npos;
+}
+
+}  // namespace
+
 absl::Status Engine::Verify(RestoreState& s) {
-  // Every file before anything starts: a bad image must never half-restore a job.
+  // Every file before anything starts: a bad image must never half-restore a job. In process
+  // mode the pages images (most of the bytes) are only checked for size and kind here and
+  // hashed while CRIU restores from them: CRIU copies them into memory without parsing them,
+  // and the tasks it restored are held at its post-restore gate, before any of them runs,
+  // until they pass (RunCriuRestore). In container mode CRIU runs inside the new container,
+  // where the gate program cannot be reached, so everything is hashed first.
+  const bool pages_later =
+      !s.ctr && !cfg_.nsexec_path.empty() && ::access(cfg_.nsexec_path.c_str(), X_OK) == 0;
+  s.pages_beside_criu.clear();
   std::atomic<uint64_t> verified{0};
   absl::Status st;
   {
-    ProgressTicker ticker(
-        *s.op, Stage::kVerify, [&] { return verified.load(); }, s.m.TotalBytes());
     std::vector<ExpectedFile> files;
     std::set<std::string> listed;
+    uint64_t now_bytes = 0;
     for (const auto& f : s.m.files) {
       // The fast path's files are checked by the library as it reads them, before the job may
       // use a byte of them: reading them twice would double the restore.
       const bool fast = absl::StartsWith(f.path, "gpu/fastpath-");
-      files.push_back({f.path, f.size, f.checksum, fast});
+      const bool pages = pages_later && IsPagesImage(f.path);
+      files.push_back({f.path, f.size, f.checksum, fast || pages});
+      if (pages) s.pages_beside_criu.push_back({f.path, f.size, f.checksum, false});
+      if (!fast && !pages) now_bytes += f.size;
       listed.insert(f.path);
     }
+    ProgressTicker ticker(
+        *s.op, Stage::kVerify, [&] { return verified.load(); }, now_bytes);
     // Nothing the manifest does not list: CRIU reads every image of the directory by name.
     st = RefuseUnlistedFiles(s.dir, listed, {store::kManifestName, store::kDamagedName});
     if (st.ok()) st = VerifyFiles(s.dir, files, cfg_.verify_threads, &verified);
     // And what other checkpoints hold for it (incremental GPU data).
     if (st.ok()) st = CheckReferences(s.m);
   }
-  if (!st.ok()) {
-    if (absl::IsDataLoss(st)) {
-      // Remembered, so that automatic resumes pick an older checkpoint next time; an I/O
-      // error (store unreachable) says nothing about the checkpoint and is not recorded.
-      if (absl::Status ms = d_.store->MarkDamaged(s.m.id, std::string(st.message())); !ms.ok()) {
-        CRYO_LOG(Warning) << "recording checkpoint " << s.m.id << " as damaged: " << ms;
-      }
-    }
-    // (Files it does not list are someone's addition, not damage of its own.)
-    return Annotate(st, absl::StrCat("checkpoint '", s.m.id, "' ",
-                                     absl::IsDataLoss(st) ? "is damaged" : "was refused",
-                                     ", refusing to restore"));
-  }
+  if (!st.ok()) return RefuseUnverified(s, st);
   if (d_.metrics) d_.metrics->AddBytesRead(s.m.TotalBytes());
   return absl::OkStatus();
+}
+
+absl::Status Engine::RefuseUnverified(RestoreState& s, const absl::Status& st) {
+  if (absl::IsDataLoss(st)) {
+    // Remembered, so that automatic resumes pick an older checkpoint next time; an I/O
+    // error (store unreachable) says nothing about the checkpoint and is not recorded.
+    if (absl::Status ms = d_.store->MarkDamaged(s.m.id, std::string(st.message())); !ms.ok()) {
+      CRYO_LOG(Warning) << "recording checkpoint " << s.m.id << " as damaged: " << ms;
+    }
+  }
+  // (Files it does not list are someone's addition, not damage of its own.)
+  return Annotate(st, absl::StrCat("checkpoint '", s.m.id, "' ",
+                                   absl::IsDataLoss(st) ? "is damaged" : "was refused",
+                                   ", refusing to restore"));
 }
 
 absl::StatusOr<criu::CredentialCeiling> Engine::ContainerCeiling(pid_t init_pid) {
@@ -492,10 +522,51 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   s.live.criu_pids = s.m.pids;
   s.live.ns_init = s.ctr ? s.ctr->init_pid : 0;
   s.live.criu_started = d_.proc->UptimeTicks();
-  CRYO_ASSIGN_OR_RETURN(s.root, d_.criu->Restore(ropt, [&](pid_t criu_pid) {
+  // The pages images hashed while CRIU restores from them, its tasks held until they pass.
+  std::unique_ptr<criu::RestoreGate> gate;
+  std::thread pages;
+  absl::Status pages_st;
+  absl::Duration pages_took;
+  if (!s.pages_beside_criu.empty()) {
+    auto opened = criu::RestoreGate::Open(fs::Join(s.op_dir, "restore-gate"), cfg_.nsexec_path);
+    if (!opened.ok()) {
+      // Without the gate, the pages are checked before CRIU starts, as everything else.
+      CRYO_LOG(Warning) << "restore of " << s.m.id << ": " << opened.status()
+                        << "; verifying the pages images before CRIU instead";
+      if (absl::Status st = VerifyFiles(s.dir, s.pages_beside_criu, cfg_.verify_threads);
+          !st.ok()) {
+        return RefuseUnverified(s, st);
+      }
+    } else {
+      gate = *std::move(opened);
+    }
+  }
+  if (gate) {
+    for (auto& a : gate->Args()) ropt.extra_args.push_back(std::move(a));
+    for (auto& e : gate->Env()) ropt.env.push_back(std::move(e));
+    pages = std::thread([&] {
+      const absl::Time t0 = absl::Now();
+      // Half the threads: CRIU is copying the same pages into memory beside them.
+      pages_st = VerifyFiles(s.dir, s.pages_beside_criu, std::max(1, cfg_.verify_threads / 2));
+      pages_took = absl::Now() - t0;
+      if (absl::Status told = gate->Tell(pages_st.ok()); !told.ok()) {
+        // The gate then ends without a verdict when cryod's end of it closes: refused.
+        CRYO_LOG(Warning) << "restore of " << s.m.id << ": " << told;
+      }
+    });
+  }
+  absl::StatusOr<pid_t> root = d_.criu->Restore(ropt, [&](pid_t criu_pid) {
     s.je.criu_pid = criu_pid;
     JournalAfter(s.je);
-  }));
+  });
+  if (pages.joinable()) {
+    pages.join();
+    // CRIU killed the tasks at its gate: none of them ran.
+    if (!pages_st.ok()) return RefuseUnverified(s, pages_st);
+    CRYO_LOG(Info) << "restore of " << s.m.id << ": pages images verified beside CRIU's restore in "
+                   << absl::ToInt64Milliseconds(pages_took) << " ms";
+  }
+  CRYO_ASSIGN_OR_RETURN(s.root, std::move(root));
   s.host_root = s.ctr ? container::HostPidInNamespace(*d_.proc, s.ctr->init_pid, s.root) : s.root;
   s.gpu = s.m.gpu_processes;
   if (s.ctr) {
@@ -549,8 +620,7 @@ void Engine::UndoCriuRestore(const journal::Entry& e, RestoreLive* live) {
                                          : absl::StrCat(host));
     }
     if (!killed.empty()) {
-      CRYO_LOG(Warning) << "restore of " << e.checkpoint_id
-                        << " ended before CRIU finished; killing pid(s) "
+      CRYO_LOG(Warning) << "restore of " << e.checkpoint_id << " did not finish; killing pid(s) "
                         << absl::StrJoin(killed, ", ") << " it had restored";
     }
   }

@@ -190,6 +190,9 @@ struct RestoreState {
   gpu::DeviceMap map;
   std::string dir;  // the checkpoint's local directory
   std::string op_dir;
+  // verify: the pages images left to be verified while CRIU restores from them (process mode),
+  // the restored tasks held at CRIU's post-restore until they pass (criu/restore_gate.h).
+  std::vector<ExpectedFile> pages_beside_criu;
 
   // job_gather, job_hold: a job member's replacement (issue 37)
   criu::AddressMap job_addresses;                  // the members' old addresses to their new

@@ -16,6 +16,10 @@
 //
 // cryod runs it for CRIU in container mode. It must stay single-threaded: setns into a mount
 // namespace is refused to a multi-threaded process.
+//
+// Run with no arguments by CRIU as its action script (CRTOOLS_SCRIPT_ACTION set), it is the
+// restore gate instead (daemon/criu/restore_gate.h): at post-restore it waits for cryod's verdict
+// on the images CRIU read, and fails the restore unless cryod says they are good.
 #include <elf.h>
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -28,6 +32,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 #include <string>
@@ -41,6 +46,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "daemon/container/rootfs.h"
+#include "daemon/criu/restore_gate.h"
 #include "lib/base/flags.h"
 #include "lib/base/fs.h"
 #include "lib/contract/archive.h"
@@ -295,6 +301,9 @@ int ApplyDiff(const std::string& dir_path, int dir_fd) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 1 && std::getenv("CRTOOLS_SCRIPT_ACTION") != nullptr) {
+    return cryo::criu::WaitAtRestoreGate();
+  }
   Options o = Parse(argc, argv);
   for (const auto& [n, path] : o.fds) OpenFixed(n, path);
 

@@ -66,6 +66,8 @@ add_bin "$BUILD/e2e/gpu/cryo-gpu-floors"
 add_bin "$BUILD/e2e/gpu/cryo-gpu-launchbench"
 # Later parts of the suite: picked up when built.
 add_bin "$BUILD/daemon/cryod" || true
+# Beside cryod: its restore gate in process mode (criu/restore_gate.h).
+add_bin "$BUILD/daemon/cryo-nsexec" || true
 add_bin "$BUILD/clients/cryo" || true
 
 for so in "$BUILD"/lib/cryo/gpu/libcryo_gpu_*.so; do

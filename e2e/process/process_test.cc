@@ -57,8 +57,11 @@ class ProcessTest : public ProcessFixture {
     grpc::Status s = b.Restore(RestoreReq(id), &res, &progress);
     ASSERT_TRUE(s.ok()) << s.error_message();
     ExpectStagesInOrder(progress, {v1::STAGE_VERIFY, v1::STAGE_RESTORE});
+    // The verify stage hashes every image but the pages images, which are hashed while CRIU
+    // restores from them (CorruptedOrTruncatedImageIsRefused shows a bad one refused).
     const v1::Progress verify = LastOf(progress, v1::STAGE_VERIFY);
-    EXPECT_GT(verify.bytes_total(), static_cast<uint64_t>(mem_mib) << 20);
+    EXPECT_GT(verify.bytes_total(), 0u);
+    EXPECT_LT(verify.bytes_total(), static_cast<uint64_t>(mem_mib) << 20);
     EXPECT_EQ(verify.bytes_done(), verify.bytes_total()) << "every byte verified";
     EXPECT_EQ(res.root_pid(), w.pid()) << "restored tree keeps its pids";
     ASSERT_TRUE(w.WaitMain(last.value("main", uint64_t{0}) + 10)) << "job does not run on";
@@ -244,7 +247,10 @@ TEST_F(ProcessTest, CorruptedOrTruncatedImageIsRefused) {
   EXPECT_EQ(s.error_code(), StatusCode::DATA_LOSS) << s.error_message();
   EXPECT_TRUE(absl::StrContains(s.error_message(), "images/pages-1.img")) << s.error_message();
   EXPECT_TRUE(absl::StrContains(s.error_message(), "checksum")) << s.error_message();
-  EXPECT_EQ(w.State(), '-') << "nothing may start from a damaged checkpoint";
+  // The pages images are hashed while CRIU restores from them, and CRIU kills what it restored
+  // at its gate, before any of it runs: the pid is free, or a zombie that init has yet to reap.
+  const auto dead = [&] { return w.State() == '-' || w.State() == 'Z'; };
+  EXPECT_TRUE(dead()) << "nothing may run from a damaged checkpoint: state " << w.State();
   // Remembered in the store, for `cryo list` and automatic resumes.
   auto listed = a.List();
   ASSERT_EQ(listed.size(), 1u);
@@ -257,7 +263,7 @@ TEST_F(ProcessTest, CorruptedOrTruncatedImageIsRefused) {
   EXPECT_EQ(s.error_code(), StatusCode::DATA_LOSS) << s.error_message();
   EXPECT_TRUE(absl::StrContains(s.error_message(), "images/pages-1.img")) << s.error_message();
   EXPECT_TRUE(absl::StrContains(s.error_message(), "truncated")) << s.error_message();
-  EXPECT_EQ(w.State(), '-');
+  EXPECT_TRUE(dead()) << "state " << w.State();
 }
 
 TEST_F(ProcessTest, GpuCheckpointOnANodeWithoutItsDriverIsRefusedBeforeAnythingStarts) {
