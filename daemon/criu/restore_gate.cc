@@ -38,8 +38,10 @@ absl::StatusOr<std::unique_ptr<RestoreGate>> RestoreGate::Open(std::string fifo,
 
 RestoreGate::~RestoreGate() {
   ::close(fd_);
-  ::unlink(fifo_.c_str());
+  Withdraw();
 }
+
+void RestoreGate::Withdraw() { ::unlink(fifo_.c_str()); }
 
 std::vector<std::string> RestoreGate::Args() const { return {"--action-script", script_}; }
 
@@ -92,6 +94,7 @@ int WaitAtRestoreGate(int poll_ms) {
     if (::kill(owner, 0) != 0 && errno == ESRCH) {
       return refuse(absl::StrCat("cryod (pid ", owner, ") is gone"));
     }
+    if (::access(fifo, F_OK) != 0) return refuse("cryod withdrew the gate without a verdict");
   }
   ::close(fd);
   const std::string verdict(absl::StripAsciiWhitespace(got.substr(0, got.find('\n'))));

@@ -8,8 +8,8 @@
 // (the pages images: most of a restore's bytes, and read by CRIU as memory contents only), and
 // nothing of the job runs unless they pass. cryod names cryo-nsexec as that script: run with no
 // arguments and CRTOOLS_SCRIPT_ACTION set, it waits for one line on the FIFO that kGateFifoEnv
-// names. kGateOk lets CRIU go on; anything else, an end of the FIFO, or cryod (kGateOwnerEnv)
-// gone, fails the restore.
+// names. kGateOk lets CRIU go on; anything else, an end of the FIFO, the FIFO's name taken away,
+// or cryod (kGateOwnerEnv) gone, fails the restore.
 
 #include <sys/types.h>
 
@@ -43,6 +43,9 @@ class RestoreGate {
 
   // The verdict, once. Never blocks: it waits in the FIFO for the script.
   absl::Status Tell(bool ok);
+  // Takes the FIFO's name away: a script waiting at the gate then fails the restore (what a
+  // verdict that could not be told comes to).
+  void Withdraw();
 
  private:
   RestoreGate(std::string fifo, std::string script, int fd)

@@ -550,8 +550,9 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
       pages_st = VerifyFiles(s.dir, s.pages_beside_criu, std::max(1, cfg_.verify_threads / 2));
       pages_took = absl::Now() - t0;
       if (absl::Status told = gate->Tell(pages_st.ok()); !told.ok()) {
-        // The gate then ends without a verdict when cryod's end of it closes: refused.
+        // A gate without a verdict refuses: CRIU kills what it restored, and the restore fails.
         CRYO_LOG(Warning) << "restore of " << s.m.id << ": " << told;
+        gate->Withdraw();
       }
     });
   }

@@ -64,6 +64,18 @@ TEST(RestoreGateTest, TheGateWaitsForAVerdictThatComesLater) {
   later.join();
 }
 
+TEST(RestoreGateTest, AGateWithdrawnWithoutAVerdictFails) {
+  TempDir dir;
+  auto gate = RestoreGate::Open(dir / "gate", "/x");
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  std::thread later([&] {
+    ::usleep(100 * 1000);  // the gate is waiting by then
+    (*gate)->Withdraw();
+  });
+  EXPECT_EQ(RunGate("post-restore", (*gate)->Env()), 1);
+  later.join();
+}
+
 TEST(RestoreGateTest, OtherActionsPassAndAGateWithoutVerdictOrOwnerFails) {
   TempDir dir;
   auto gate = RestoreGate::Open(dir / "gate", "/x");
