@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/criu/criu.h"
+#include "lib/base/fd.h"
 #include "lib/base/fs.h"
 #include "lib/base/log.h"
 #include "lib/base/proc.h"
@@ -184,23 +185,21 @@ class CriuExec final : public Criu {
     bool late = false;
     // Woken by CRIU's exit itself (a pidfd polls readable then), so that a restore is not
     // longer by up to a tick; the deadline and `stop` are still looked at every 20 ms.
-    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    const UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
     for (;;) {
       siginfo_t si{};
       if (::waitid(P_PID, pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
-        if (pidfd >= 0) ::close(pidfd);
         return absl::OkStatus();
       }
       late = absl::Now() > deadline;
       if (late || (stop && stop())) break;
-      if (pidfd >= 0) {
-        pollfd p{pidfd, POLLIN, 0};
+      if (pidfd.ok()) {
+        pollfd p{pidfd.get(), POLLIN, 0};
         (void)::poll(&p, 1, 20);
       } else {
         absl::SleepFor(absl::Milliseconds(20));
       }
     }
-    if (pidfd >= 0) ::close(pidfd);
     // Children first, deepest last read: a stopped tree cannot fork meanwhile once CRIU is
     // frozen, so stop CRIU, collect, then kill everything.
     ::kill(pid, SIGSTOP);

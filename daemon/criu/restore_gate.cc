@@ -26,20 +26,18 @@ absl::StatusOr<std::unique_ptr<RestoreGate>> RestoreGate::Open(std::string fifo,
   }
   // O_RDWR: opening never waits for the other side, and the verdict stays in the FIFO until
   // the script reads it.
-  const int fd = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) {
+  UniqueFd fd(::open(fifo.c_str(), O_RDWR | O_CLOEXEC));
+  if (!fd.ok()) {
     const int err = errno;
     ::unlink(fifo.c_str());
     return absl::InternalError(
         absl::StrCat("opening the restore gate ", fifo, ": ", std::strerror(err)));
   }
-  return std::unique_ptr<RestoreGate>(new RestoreGate(std::move(fifo), std::move(script), fd));
+  return std::unique_ptr<RestoreGate>(
+      new RestoreGate(std::move(fifo), std::move(script), std::move(fd)));
 }
 
-RestoreGate::~RestoreGate() {
-  ::close(fd_);
-  Withdraw();
-}
+RestoreGate::~RestoreGate() { Withdraw(); }
 
 void RestoreGate::Withdraw() { ::unlink(fifo_.c_str()); }
 
@@ -51,7 +49,7 @@ std::vector<std::string> RestoreGate::Env() const {
 
 absl::Status RestoreGate::Tell(bool ok) {
   const std::string line = absl::StrCat(ok ? kGateOk : "refused", "\n");
-  if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+  if (::write(fd_.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
     return absl::InternalError(
         absl::StrCat("telling the restore gate ", fifo_, ": ", std::strerror(errno)));
   }
@@ -75,16 +73,16 @@ int WaitAtRestoreGate(int poll_ms) {
   }
   // Read and write, like cryod: never waits to open, and is not ended by cryod's close (whose
   // being gone is seen by its pid instead).
-  const int fd = ::open(fifo, O_RDWR | O_CLOEXEC);
-  if (fd < 0) return refuse(absl::StrCat("opening ", fifo, ": ", std::strerror(errno)));
+  const UniqueFd fd(::open(fifo, O_RDWR | O_CLOEXEC));
+  if (!fd.ok()) return refuse(absl::StrCat("opening ", fifo, ": ", std::strerror(errno)));
   std::string got;
   for (;;) {
-    pollfd p{fd, POLLIN, 0};
+    pollfd p{fd.get(), POLLIN, 0};
     const int n = ::poll(&p, 1, poll_ms);
     if (n < 0 && errno != EINTR) return refuse(absl::StrCat("poll: ", std::strerror(errno)));
     if (n > 0) {
       char buf[64];
-      const ssize_t r = ::read(fd, buf, sizeof(buf));
+      const ssize_t r = ::read(fd.get(), buf, sizeof(buf));
       if (r <= 0) return refuse("the gate closed without a verdict");
       got.append(buf, static_cast<size_t>(r));
       if (got.find('\n') != std::string::npos) break;
@@ -96,7 +94,6 @@ int WaitAtRestoreGate(int poll_ms) {
     }
     if (::access(fifo, F_OK) != 0) return refuse("cryod withdrew the gate without a verdict");
   }
-  ::close(fd);
   const std::string verdict(absl::StripAsciiWhitespace(got.substr(0, got.find('\n'))));
   if (verdict == kGateOk) return 0;
   return refuse(absl::StrCat("cryod's verdict: ", verdict));

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/base/fd.h"
 
 namespace cryo::criu {
 
@@ -48,11 +49,11 @@ class RestoreGate {
   void Withdraw();
 
  private:
-  RestoreGate(std::string fifo, std::string script, int fd)
-      : fifo_(std::move(fifo)), script_(std::move(script)), fd_(fd) {}
+  RestoreGate(std::string fifo, std::string script, UniqueFd fd)
+      : fifo_(std::move(fifo)), script_(std::move(script)), fd_(std::move(fd)) {}
   std::string fifo_;
   std::string script_;
-  int fd_ = -1;
+  UniqueFd fd_;
 };
 
 // The gate's side, in the script's process: 0 lets CRIU resume the tasks, 1 makes it kill them.
