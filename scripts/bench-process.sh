@@ -2,10 +2,13 @@
 # Benchmark (not a test): checkpoint and restore of one process through cryod, beside plain
 # `criu dump` / `criu restore` of the same kind of process in the same run. Prints times,
 # throughput and the ratio cryod/criu. Then, for leave-running (periodic) checkpoints, how long
-# the job is held (the dump stage) when CRIU dumps into node memory (dump_in_memory, the default)
-# against a second cryod on the same store with it off (CRIU writing into the store), and the
-# copy into the store that follows while the job runs on (dump_write).
-# Usage: bench-process.sh [SIZE_MIB ...] (default 1024 4096)
+# the job is held (the dump stage) by three cryods on the same store: CRIU writing everything into
+# the store (dump_in_memory off, dump_copy_threads 0: the baseline), CRIU dumping into node memory
+# (dump_copy_threads 0), and the default (into node memory, the job's private memory copied by
+# cryod's threads at CRIU's post-dump); and the copy into the store that follows while the job
+# runs on (dump_write).
+# Usage: bench-process.sh [SIZE_MIB ...] (default 1024 4096); PARTS="stop leave" (default) or
+# either alone.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -21,6 +24,7 @@ DROP_CACHES=${DROP_CACHES:-1}
 # Hand-run CRIU in the mode cryod uses by default (criu_hw_breakpoints=false), so both do
 # the same work; on some VMs CRIU otherwise hangs (docs/troubleshooting.md).
 export CRIU_FAULT=${CRIU_FAULT:-130}
+PARTS=${PARTS:-stop leave}
 SIZES=("$@")
 [ ${#SIZES[@]} -gt 0 ] || SIZES=(1024 4096)
 for b in "$CRYOD" "$CRYO" "$LOAD"; do [ -x "$b" ] || { echo "missing $b: run scripts/setup.sh" >&2; exit 1; }; done
@@ -32,6 +36,7 @@ cleanup() {
   [ -n "$JOB" ] && kill -9 "$JOB" 2>/dev/null || true
   [ -n "${DPID:-}" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null || true
   [ -n "${DPID2:-}" ] && kill "$DPID2" 2>/dev/null && wait "$DPID2" 2>/dev/null || true
+  [ -n "${DPID3:-}" ] && kill "$DPID3" 2>/dev/null && wait "$DPID3" 2>/dev/null || true
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -60,20 +65,28 @@ kill_restored() { kill -9 "$1" "$2" 2>/dev/null || true; wait_pid_free "$1" "$2"
 
 # store_fsync=false by default: raw criu leaves its images in the page cache too, so this
 # compares the same work. STORE_FSYNC=true measures cryod's default (durable publish).
+# cryod's copy at CRIU's post-dump with a thread per core (below 4 cores its default is none).
 "$CRYOD" --socket "$SOCK" --state-dir "$W/state" --store "$W/store" --metrics-address "" \
-  --store-fsync "$STORE_FSYNC" >"$W/cryod.log" 2>&1 &
+  --store-fsync "$STORE_FSYNC" --dump-copy-threads "${DUMP_COPY_THREADS:-$(nproc)}" >"$W/cryod.log" 2>&1 &
 DPID=$!
 # The baseline of the leave-running rows: CRIU dumps into the store.
 "$CRYOD" --socket "$W/cryod-store.sock" --state-dir "$W/state-store" --store "$W/store" \
-  --metrics-address "" --store-fsync "$STORE_FSYNC" --dump-in-memory=false >"$W/cryod-store.log" 2>&1 &
+  --metrics-address "" --store-fsync "$STORE_FSYNC" --dump-in-memory=false --dump-copy-threads 0 \
+  >"$W/cryod-store.log" 2>&1 &
 DPID2=$!
+# CRIU dumps into node memory and copies the memory itself, with one thread.
+"$CRYOD" --socket "$W/cryod-criu.sock" --state-dir "$W/state-criu" --store "$W/store" \
+  --metrics-address "" --store-fsync "$STORE_FSYNC" --dump-copy-threads 0 >"$W/cryod-criu.log" 2>&1 &
+DPID3=$!
 until "$CRYO" --socket "$SOCK" node >/dev/null 2>&1; do sleep 0.05; done
 until "$CRYO" --socket "$W/cryod-store.sock" node >/dev/null 2>&1; do sleep 0.05; done
+until "$CRYO" --socket "$W/cryod-criu.sock" node >/dev/null 2>&1; do sleep 0.05; done
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 stage_ms() { python3 -c 'import json,sys; print(int(json.load(sys.stdin)["stage_ms"].get(sys.argv[1], 0)))' "$1"; }
 printf '%-8s %-22s %10s %10s %8s\n' SIZE STEP "criu s" "cryod s" "ratio"
 for mib in "${SIZES[@]}"; do
+  case " $PARTS " in *" stop "*) ;; *) break ;; esac
   CUR_MIB=$mib
   : >"$W/t"
   for rep in $(seq "$REPS"); do
@@ -119,8 +132,10 @@ for mib in "${SIZES[@]}"; do
   done
 done
 # Leave-running: the job held for the dump, into the store (baseline) and into node memory.
-printf '\n%-8s %-22s %10s %10s %8s\n' SIZE "LEAVE-RUNNING" "store s" "memory s" "ratio"
+printf '\n%-8s %-22s %10s %10s %10s %8s %8s\n' SIZE "LEAVE-RUNNING" "store s" "memory s" "+copy s" \
+  "mem/st" "+cp/mem"
 for mib in "${SIZES[@]}"; do
+  case " $PARTS " in *" leave "*) ;; *) break ;; esac
   CUR_MIB=$mib
   : >"$W/lr"
   for rep in $(seq "$REPS"); do
@@ -130,15 +145,21 @@ for mib in "${SIZES[@]}"; do
     held_store=$(stage_ms dump <<<"$j")
     "$CRYO" --socket "$SOCK" rm "s$mib-$rep" >/dev/null
     settle
+    j=$("$CRYO" --socket "$W/cryod-criu.sock" -o json checkpoint "$JOB" --id "c$mib-$rep" --leave-running)
+    held_criu=$(stage_ms dump <<<"$j")
+    "$CRYO" --socket "$SOCK" rm "c$mib-$rep" >/dev/null
+    settle
     j=$("$CRYO" --socket "$SOCK" -o json checkpoint "$JOB" --id "m$mib-$rep" --leave-running)
     held_memory=$(stage_ms dump <<<"$j"); copy=$(stage_ms dump_write <<<"$j")
     "$CRYO" --socket "$SOCK" rm "m$mib-$rep" >/dev/null
     kill -9 "$JOB" 2>/dev/null || true; wait_pid_free "$JOB" "$CHILD"
-    echo "$held_store $held_memory $copy" >>"$W/lr"
+    echo "$held_store $held_criu $held_memory $copy" >>"$W/lr"
   done
-  hs=$(cut -d' ' -f1 "$W/lr" | median); hm=$(cut -d' ' -f2 "$W/lr" | median); cp_=$(cut -d' ' -f3 "$W/lr" | median)
-  printf '%-8s %-22s %10.3f %10.3f %8.3f   (then dump_write %.3f s while the job runs on)\n' \
-    "${mib}MiB" "job held (dump)" "$(echo "$hs/1000" | bc -l)" "$(echo "$hm/1000" | bc -l)" \
-    "$(echo "$hm/$hs" | bc -l)" "$(echo "$cp_/1000" | bc -l)"
+  hs=$(cut -d' ' -f1 "$W/lr" | median); hc=$(cut -d' ' -f2 "$W/lr" | median)
+  hm=$(cut -d' ' -f3 "$W/lr" | median); cp_=$(cut -d' ' -f4 "$W/lr" | median)
+  printf '%-8s %-22s %10.3f %10.3f %10.3f %8.3f %8.3f   (then dump_write %.3f s while the job runs on)\n' \
+    "${mib}MiB" "job held (dump)" "$(echo "$hs/1000" | bc -l)" "$(echo "$hc/1000" | bc -l)" \
+    "$(echo "$hm/1000" | bc -l)" "$(echo "$hc/$hs" | bc -l)" "$(echo "$hm/$hc" | bc -l)" \
+    "$(echo "$cp_/1000" | bc -l)"
 done
 echo "median of $REPS runs each; cryod store_fsync=$STORE_FSYNC; caches dropped before each step: $DROP_CACHES (memory touched and freed before each: 3x the job's); machine: $(nproc) cores, $(free -g | awk '/Mem/{print $2}') GiB, $(uname -r); $(date -u +%F)"

@@ -250,6 +250,10 @@ const std::vector<Key>& Keys() {
            "cryod copies the images into the store as the job runs on (it is held for the dump "
            "only), when the node's memory holds them",
            &Config::dump_in_memory),
+      Int("dump_copy_threads",
+          "process mode: threads that copy the job's anonymous memory at CRIU's post-dump, "
+          "instead of CRIU's one (0: CRIU copies it)",
+          &Config::dump_copy_threads),
       Bool(
           "gpu_fast_path_incremental",
           "fast path, that write: chunks unchanged since the workload's newest good checkpoint are "
@@ -433,6 +437,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"gpu_fast_path_in_memory", "true"},
       {"gpu_fast_path_incremental", "true"},
       {"dump_in_memory", "true"},
+      {"dump_copy_threads", "one per core, at most 16; 0 below 4 cores"},
       {"gpu_staging_mib", "0 (none)"},
       {"gpu_staging_slots", "0 (one per GPU)"},
       {"gpu_write_behind_drain", "false"},
@@ -537,6 +542,9 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
   // The library takes at most 256 threads and 64 files (lib/contract/gpu_fastpath.h).
   if (c.gpu_fast_path_threads < 0 || c.gpu_fast_path_threads > 256) {
     return absl::InvalidArgumentError("gpu_fast_path_threads must be 0..256");
+  }
+  if (c.dump_copy_threads < 0 || c.dump_copy_threads > 256) {
+    return absl::InvalidArgumentError("dump_copy_threads must be 0..256");
   }
   if (c.gpu_fast_path_writers < 0 || c.gpu_fast_path_writers > 64) {
     return absl::InvalidArgumentError("gpu_fast_path_writers must be 0..64");

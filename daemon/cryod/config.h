@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/criu/anon_pages.h"
 #include "daemon/criu/options.h"
 
 namespace cryo::cryod {
@@ -90,6 +91,8 @@ struct Config {
   bool gpu_write_behind_drain = false;
   // ... and CRIU dumps them into node memory, copied into the store as the job runs on.
   bool dump_in_memory = true;
+  // Threads that copy a process-mode dump's private anonymous memory (0: CRIU copies it).
+  int dump_copy_threads = criu::DefaultDumpCopyThreads();
   // ... referring to the chunks the workload's newest good checkpoint holds unchanged.
   bool gpu_fast_path_incremental = true;
   std::string gpu_fast_path_library = "/usr/local/lib/cryo/libcryo_gpu_fastpath.so";

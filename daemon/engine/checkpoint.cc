@@ -1,14 +1,20 @@
 // The checkpoint transaction (see engine.h for the steps and transaction.h for the rules).
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <thread>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
+#include "daemon/criu/action_gate.h"
+#include "daemon/criu/anon_pages.h"
 #include "daemon/criu/network_lock.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/job_cut.h"
@@ -248,6 +254,64 @@ void Engine::UndoGpu(const journal::Entry& e, CheckpointLive* live) {
   gpu::DriverSession::Undo(*d_.gpu, e.gpu, live ? &live->driver : nullptr);
 }
 
+// cryod's copy of a dump's private anonymous memory (criu/anon_pages.h): CRIU leaves it out,
+// its post-dump gate holds the frozen tasks, and a thread here copies the pages with several
+// threads and lets CRIU go on.
+class PostDumpPages {
+ public:
+  PostDumpPages(std::unique_ptr<criu::ActionGate> gate, std::string images, int threads)
+      : gate_(std::move(gate)), images_(std::move(images)), threads_(threads) {}
+  ~PostDumpPages() { Join(); }
+
+  void AddTo(criu::DumpOptions* d) const {
+    for (auto& a : gate_->Args()) d->extra_args.push_back(std::move(a));
+    for (auto& e : gate_->Env()) d->env.push_back(std::move(e));
+    d->env.push_back(absl::StrCat(criu::kAnonPagesEnv, "=1"));
+  }
+  void Start() {
+    thread_ = std::thread([this] {
+      while (!criu_done_.load()) {
+        if (!gate_->WaitArrival(absl::Milliseconds(100))) continue;
+        arrived_ = true;
+        auto w = criu::WriteAnonPages(images_, threads_);
+        st_ = w.status();
+        if (w.ok()) result_ = *std::move(w);
+        if (absl::Status told = gate_->Tell(st_.ok()); !told.ok()) {
+          // No verdict: the gate refuses, CRIU resumes the tasks and fails.
+          CRYO_LOG(Warning) << told;
+          gate_->Withdraw();
+          if (st_.ok()) st_ = told;
+        }
+        return;
+      }
+    });
+  }
+  // After CRIU: its own status, or the copy's error where that is what failed it.
+  absl::Status Finish(absl::Status criu_status) {
+    Join();
+    if (arrived_ && !st_.ok()) {
+      return Annotate(st_, "copying the job's anonymous memory at CRIU's post-dump");
+    }
+    return criu_status;
+  }
+  bool wrote() const { return arrived_ && st_.ok(); }
+  const criu::AnonPagesResult& result() const { return result_; }
+
+ private:
+  void Join() {
+    criu_done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::unique_ptr<criu::ActionGate> gate_;
+  std::string images_;
+  int threads_;
+  std::thread thread_;
+  std::atomic<bool> criu_done_{false};
+  bool arrived_ = false;
+  absl::Status st_;
+  criu::AnonPagesResult result_;
+};
+
 absl::Status Engine::Dump(CheckpointState& s) {
   hooks_.At("before-dump");
   // A leave-running checkpoint dumps into node memory when the node holds it: the job is then
@@ -286,11 +350,32 @@ absl::Status Engine::Dump(CheckpointState& s) {
     CRYO_RETURN_IF_ERROR(
         AddGpuCriuOptions(s.live.driver.records(), &s.job, &dopt.extra_args, &dopt.env));
     dopt.job = s.job;
+    std::unique_ptr<PostDumpPages> pages = AnonPagesBesideCriu(s, images);
+    if (pages) {
+      pages->AddTo(&dopt);
+      pages->Start();
+    }
     dumped = d_.criu->Dump(dopt, [&](pid_t criu_pid) {
       s.progress = journal::OpState::kDumping;
       s.procs.CriuStarted(criu_pid, *d_.proc);
       JournalAfter(s.JournalEntry());  // CRIU runs: recovery waits for it
     });
+    if (pages) {
+      dumped = pages->Finish(std::move(dumped));
+      if (pages->wrote()) {
+        const criu::AnonPagesResult& r = pages->result();
+        CRYO_LOG(Info) << "checkpoint " << s.id << ": " << r.bytes << " bytes of anonymous "
+                       << "memory (" << r.tasks << " task(s), " << r.segments
+                       << " shared segment(s)) copied at CRIU's post-dump by "
+                       << cfg_.dump_copy_threads << " threads in "
+                       << absl::ToInt64Milliseconds(r.copy) << " ms (scan "
+                       << absl::ToInt64Milliseconds(r.scan) << " ms, images "
+                       << absl::ToInt64Milliseconds(r.replace) << " ms); CRIU copied "
+                       << r.criu_bytes << " bytes of pages itself"
+                       << (r.left_to_criu ? " (some dumped by CRIU itself)" : "");
+        hasher.Provide(r.pages);
+      }
+    }
   }
   auto digests = hasher.Finish();
   // CRIU resumes the tree itself when a dump fails.
@@ -302,6 +387,30 @@ absl::Status Engine::Dump(CheckpointState& s) {
   s.procs.SetDigests(*std::move(digests));
   hooks_.At("after-dump");
   return absl::OkStatus();
+}
+
+std::unique_ptr<PostDumpPages> Engine::AnonPagesBesideCriu(const CheckpointState& s,
+                                                           const std::string& images) {
+  // Process mode only (a container's CRIU runs inside it, with pids of its own), and only where
+  // the job's pids are cryod's: the images name the tasks by their pids.
+  if (s.ctr || cfg_.dump_copy_threads <= 0 || cfg_.nsexec_path.empty() ||
+      ::access(cfg_.nsexec_path.c_str(), X_OK) != 0) {
+    return nullptr;
+  }
+  struct stat mine, theirs;
+  if (::stat("/proc/self/ns/pid", &mine) != 0 ||
+      ::stat(d_.proc->PidPath(s.procs.target(), "ns/pid").c_str(), &theirs) != 0 ||
+      mine.st_ino != theirs.st_ino || mine.st_dev != theirs.st_dev) {
+    return nullptr;
+  }
+  auto gate =
+      criu::ActionGate::Open(fs::Join(s.op_dir, "dump-gate"), cfg_.nsexec_path, criu::kDumpAction);
+  if (!gate.ok()) {
+    CRYO_LOG(Warning) << "checkpoint " << s.id << ": " << gate.status()
+                      << "; CRIU copies the job's memory itself";
+    return nullptr;
+  }
+  return std::make_unique<PostDumpPages>(*std::move(gate), images, cfg_.dump_copy_threads);
 }
 
 void Engine::UndoDump(const journal::Entry& e, CheckpointLive* live) {

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "daemon/container/runtime.h"
 #include "daemon/container/target.h"
+#include "daemon/criu/anon_pages.h"
 #include "daemon/criu/credentials.h"
 #include "daemon/criu/criu.h"
 #include "daemon/engine/job_control.h"
@@ -93,11 +94,14 @@ struct EngineConfig {
   // Threads that verify checksums before a restore (the images are read from the page cache
   // or the store's network link: several streams go faster than one).
   int verify_threads = std::clamp<int>(std::thread::hardware_concurrency(), 2, 8);
+  // Threads that copy a process-mode dump's private anonymous memory at CRIU's post-dump
+  // (criu/anon_pages.h); 0: CRIU copies it, with one thread.
+  int dump_copy_threads = criu::DefaultDumpCopyThreads();
   // Operation log directories kept under state_dir/ops.
   int keep_op_logs = 50;
   pid_t self_pid = 0;
-  // cryo-nsexec, which runs CRIU inside containers (container mode) and is CRIU's restore gate
-  // (criu/restore_gate.h) in process mode.
+  // cryo-nsexec, which runs CRIU inside containers (container mode) and is CRIU's post-restore
+  // and post-dump gate (criu/action_gate.h) in process mode.
   std::string nsexec_path;
   // Prefix of the annotations the shim puts on the containers it manages.
   std::string annotation_prefix = "cryo.dev";
@@ -146,6 +150,7 @@ struct CheckpointState;
 struct RestoreState;
 struct CheckpointLive;
 struct RestoreLive;
+class PostDumpPages;  // checkpoint.cc
 
 // Refuses a multi-process NCCL job whose ranks share GPU memory, unless every such rank runs the
 // GPU fast path of a version that carries it (checkpoint.cc).
@@ -262,6 +267,8 @@ class Engine {
   absl::Status LockGpus(CheckpointState& s);
   absl::Status CheckpointGpus(CheckpointState& s);
   absl::Status Dump(CheckpointState& s);
+  std::unique_ptr<PostDumpPages> AnonPagesBesideCriu(const CheckpointState& s,
+                                                     const std::string& images);
   absl::Status CheckDumpRestorable(CheckpointState& s);
   absl::Status WriteDump(CheckpointState& s);
   absl::Status SaveRootfs(CheckpointState& s);

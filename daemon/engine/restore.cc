@@ -15,10 +15,10 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
+#include "daemon/criu/action_gate.h"
 #include "daemon/criu/job_network.h"
 #include "daemon/criu/listen_ports.h"
 #include "daemon/criu/resources.h"
-#include "daemon/criu/restore_gate.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/step_hooks.h"
@@ -523,12 +523,12 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   s.live.ns_init = s.ctr ? s.ctr->init_pid : 0;
   s.live.criu_started = d_.proc->UptimeTicks();
   // The pages images hashed while CRIU restores from them, its tasks held until they pass.
-  std::unique_ptr<criu::RestoreGate> gate;
+  std::unique_ptr<criu::ActionGate> gate;
   std::thread pages;
   absl::Status pages_st;
   absl::Duration pages_took;
   if (!s.pages_beside_criu.empty()) {
-    auto opened = criu::RestoreGate::Open(fs::Join(s.op_dir, "restore-gate"), cfg_.nsexec_path);
+    auto opened = criu::ActionGate::Open(fs::Join(s.op_dir, "restore-gate"), cfg_.nsexec_path);
     if (!opened.ok()) {
       // Without the gate, the pages are checked before CRIU starts, as everything else.
       CRYO_LOG(Warning) << "restore of " << s.m.id << ": " << opened.status()

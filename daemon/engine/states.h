@@ -191,7 +191,7 @@ struct RestoreState {
   std::string dir;  // the checkpoint's local directory
   std::string op_dir;
   // verify: the pages images left to be verified while CRIU restores from them (process mode),
-  // the restored tasks held at CRIU's post-restore until they pass (criu/restore_gate.h).
+  // the restored tasks held at CRIU's post-restore until they pass (criu/action_gate.h).
   std::vector<ExpectedFile> pages_beside_criu;
 
   // job_gather, job_hold: a job member's replacement (issue 37)

@@ -17,9 +17,9 @@
 // cryod runs it for CRIU in container mode. It must stay single-threaded: setns into a mount
 // namespace is refused to a multi-threaded process.
 //
-// Run with no arguments by CRIU as its action script (CRTOOLS_SCRIPT_ACTION set), it is the
-// restore gate instead (daemon/criu/restore_gate.h): at post-restore it waits for cryod's verdict
-// on the images CRIU read, and fails the restore unless cryod says they are good.
+// Run with no arguments by CRIU as its action script (CRTOOLS_SCRIPT_ACTION set), it is cryod's
+// gate instead (daemon/criu/action_gate.h): at post-restore it waits for cryod's verdict on the
+// images CRIU read; at post-dump, for cryod to write the pages of private anonymous memory.
 #include <elf.h>
 #include <fcntl.h>
 #include <linux/sched.h>
@@ -46,7 +46,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "daemon/container/rootfs.h"
-#include "daemon/criu/restore_gate.h"
+#include "daemon/criu/action_gate.h"
 #include "lib/base/flags.h"
 #include "lib/base/fs.h"
 #include "lib/contract/archive.h"
@@ -302,7 +302,7 @@ int ApplyDiff(const std::string& dir_path, int dir_fd) {
 
 int main(int argc, char** argv) {
   if (argc == 1 && std::getenv("CRTOOLS_SCRIPT_ACTION") != nullptr) {
-    return cryo::criu::WaitAtRestoreGate();
+    return cryo::criu::WaitAtGate();
   }
   Options o = Parse(argc, argv);
   for (const auto& [n, path] : o.fds) OpenFixed(n, path);

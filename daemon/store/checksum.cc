@@ -295,10 +295,16 @@ absl::StatusOr<std::map<std::string, FileDigest>> TailHasher::Finish() {
     std::string path = fs::Join(dir_, rel);
     struct stat a, b;
     if (::stat(path.c_str(), &b) != 0) continue;  // a temporary the writer removed
-    // A file replaced or rewritten behind us is hashed again from the start.
+    // A file replaced or rewritten behind us is hashed again from the start, unless its writer
+    // gave its digest.
     if (::fstat(t->fd, &a) != 0 || a.st_ino != b.st_ino ||
         static_cast<uint64_t>(b.st_size) != t->offset) {
-      CRYO_ASSIGN_OR_RETURN(out[rel], HashFile(path));
+      auto given = provided_.find(rel);
+      if (given != provided_.end() && given->second.size == static_cast<uint64_t>(b.st_size)) {
+        out[rel] = given->second;
+      } else {
+        CRYO_ASSIGN_OR_RETURN(out[rel], HashFile(path));
+      }
       continue;
     }
     out[rel] = t->hasher.Finish();

@@ -66,7 +66,7 @@ add_bin "$BUILD/e2e/gpu/cryo-gpu-floors"
 add_bin "$BUILD/e2e/gpu/cryo-gpu-launchbench"
 # Later parts of the suite: picked up when built.
 add_bin "$BUILD/daemon/cryod" || true
-# Beside cryod: its restore gate in process mode (criu/restore_gate.h).
+# Beside cryod: CRIU's post-restore and post-dump gate in process mode (criu/action_gate.h).
 add_bin "$BUILD/daemon/cryo-nsexec" || true
 add_bin "$BUILD/clients/cryo" || true
 

@@ -79,7 +79,8 @@
 #   GPU 0 over gloo), two leave-running checkpoints with the job's own stall beside the stages,
 #   then stopped and restored, losses bit-identical (CRYO_GPU_STALL_RESTORE=0: not stopped);
 #   CRYO_GPU_STALL_MODES "memory store" (default): again as periodic-stall-ddp-R-store, cryod
-#   restarted with dump_in_memory off, in the same call.
+#   restarted with dump_in_memory off, in the same call; "criu" adds periodic-stall-ddp-R-criu,
+#   cryod restarted with dump_copy_threads 0 (CRIU copies the job's memory, one thread).
 #
 # Part "incremental": a job with CRYO_GPU_INC_GIB GiB of weights it never writes (default 16) and
 #   half a GiB it rewrites, checkpointed twice leave-running through cryod: the second's bytes
@@ -643,6 +644,8 @@ fp_ddp_periodic() {
       kill -9 -- -"$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null; return
     fi
     date +%s.%N >"$RES/$name-$i.t1"
+    # CRIU's log of the first (which mappings it still copied itself, and how long each took).
+    [ "$i" = 1 ] && cp "$(ls -td "$W"/state/ops/*/ | head -1)dump.log" "$RES/$name-1.dump.log" 2>/dev/null
     "${CRYO[@]}" rm "$name-$((i - 1))" >/dev/null 2>&1
   done
   wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps * 3 / 4 )) ]"
@@ -883,13 +886,15 @@ run_fastpath_parts() {
       # CRYO_GPU_STALL_MODES: "memory" (dump_in_memory, the default) and/or "store" (cryod
       # restarted with it off), in the same call.
       local r mode
+      # "criu": CRIU copies the job's private memory itself, with one thread (dump_copy_threads
+      # 0), instead of cryod's threads at CRIU's post-dump.
       for mode in ${CRYO_GPU_STALL_MODES:-memory store}; do
-        if [ "$mode" = store ]; then
-          stop_cryod
-          CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-in-memory=false" start_cryod
-        fi
-        for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" "$([ "$mode" = store ] && echo -store)"; done
-        if [ "$mode" = store ]; then stop_cryod; start_cryod; fi
+        case $mode in
+          store) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-in-memory=false" start_cryod ;;
+          criu) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-copy-threads 0" start_cryod ;;
+        esac
+        for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" "$([ "$mode" = memory ] || echo "-$mode")"; done
+        if [ "$mode" != memory ]; then stop_cryod; start_cryod; fi
       done
     fi ;;
   esac

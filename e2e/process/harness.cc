@@ -119,21 +119,13 @@ absl::StatusOr<std::unique_ptr<Cryod>> Cryod::Start(const std::string& dir,
   c->state_ = dir + "/" + node + "-state";
   c->log_ = dir + "/" + node + ".log";
   // The nodes of one test share a signing key, as a cluster's nodes do (the chart's Secret).
-  std::vector<std::string> argv = {CRYOD_BIN,
-                                   "--socket",
-                                   c->socket_,
-                                   "--state-dir",
-                                   c->state_,
-                                   "--store",
-                                   store,
-                                   "--node-name",
-                                   node,
-                                   "--metrics-address",
-                                   "127.0.0.1:0",
-                                   "--log-level",
-                                   "debug",
-                                   "--signing-key-file",
-                                   dir + "/cluster-signing.key"};
+  std::vector<std::string> argv = {CRYOD_BIN, "--socket", c->socket_, "--state-dir", c->state_,
+                                   "--store", store, "--node-name", node, "--metrics-address",
+                                   "127.0.0.1:0", "--log-level", "debug", "--signing-key-file",
+                                   dir + "/cluster-signing.key",
+                                   // cryod's copy of the job's memory at CRIU's post-dump, which
+                                   // a node of fewer than 4 cores leaves to CRIU by default.
+                                   "--dump-copy-threads", "2"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   c->pid_ = SpawnArgs(argv, env, c->log_, false);
   // Connect only once the socket exists: a channel that failed once backs off for seconds.

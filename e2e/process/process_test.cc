@@ -35,6 +35,32 @@ using grpc::StatusCode;
 class ProcessTest : public ProcessFixture {
  protected:
   // Checkpoint (stop), reap the dead job, restore, and check the job went on from where it was.
+  // A CRIU that, asked to dump, touches `gate`.started and waits for `gate`.go first: cryod
+  // is then held in its "dumping" state. Its path; empty if it could not be written.
+  std::string SlowCriu(const std::string& gate) {
+    const std::string slow = dir_ + "/criu-slow";
+    std::ofstream(slow) << "#!/bin/sh\n"
+                        << "if [ \"$1\" = dump ]; then touch " << gate << ".started\n"
+                        << "  while [ ! -e " << gate << ".go ]; do sleep 0.01; done\nfi\n"
+                        << "PATH=/usr/local/sbin:$PATH exec criu \"$@\"\n";
+    return ::chmod(slow.c_str(), 0755) == 0 ? slow : "";
+  }
+
+  // The bytes of anonymous memory cryod's log says it copied for checkpoint `id`.
+  static uint64_t AnonBytesCopied(const Cryod& c, const std::string& id) {
+    const std::string log = Slurp(c.log());
+    const std::string key = absl::StrCat("checkpoint ", id, ": ");
+    const size_t at = log.find(key);
+    if (at == std::string::npos) return 0;
+    const size_t end = log.find(" bytes of anonymous memory", at);
+    uint64_t n = 0;
+    if (end == std::string::npos ||
+        !absl::SimpleAtoi(log.substr(at + key.size(), end - at - key.size()), &n)) {
+      return 0;
+    }
+    return n;
+  }
+
   void CheckpointKillRestore(Cryod& a, Cryod& b, int mem_mib, const std::string& id) {
     Workload& w = Job(mem_mib);
     ASSERT_TRUE(w.WaitMain(20));
@@ -47,6 +73,11 @@ class ProcessTest : public ProcessFixture {
     // Progress came as it happened: stages in order, the dump counting the bytes written.
     ExpectStagesInOrder(progress, {v1::STAGE_DUMP, v1::STAGE_PUBLISH});
     EXPECT_GT(LastOf(progress, v1::STAGE_DUMP).bytes_done(), 0u);
+    // The job's memory was copied by cryod at CRIU's post-dump, not by CRIU (criu/anon_pages.h):
+    // the restore below reads the images cryod wrote.
+    EXPECT_GE(AnonBytesCopied(a, id), static_cast<uint64_t>(mem_mib) << 20);
+    // The counter the job shares with its child (MAP_SHARED | MAP_ANONYMOUS) too.
+    EXPECT_NE(Slurp(a.log()).find("(2 task(s), 1 shared segment(s)) copied"), std::string::npos);
     // Preemption semantics: the job is gone once the checkpoint is published.
     ASSERT_TRUE(WaitGone(w));
     const auto last = w.Status();  // what the job wrote last before it was stopped
@@ -474,13 +505,11 @@ TEST_F(ProcessTest, CryodKilledMidCheckpointLeavesJobRunningAndNothingVisible) {
 TEST_F(ProcessTest, CryodKilledWhileCriuDumpsWaitsForCriuThenRollsBack) {
   // A CRIU that waits at a gate before dumping holds cryod in its "dumping" state.
   const std::string gate = dir_ + "/criu-gate";
-  const std::string slow = dir_ + "/criu-slow";
-  std::ofstream(slow) << "#!/bin/sh\n"
-                      << "if [ \"$1\" = dump ]; then touch " << gate << ".started\n"
-                      << "  while [ ! -e " << gate << ".go ]; do sleep 0.01; done\nfi\n"
-                      << "PATH=/usr/local/sbin:$PATH exec criu \"$@\"\n";
-  ASSERT_EQ(::chmod(slow.c_str(), 0755), 0);
-  auto* a = &Node("node-a", {"--criu", slow});
+  const std::string slow = SlowCriu(gate);
+  ASSERT_FALSE(slow.empty());
+  // CRIU copies the memory itself here: with cryod's copy at its post-dump gate, CRIU would
+  // find cryod gone there and resume the job (CryodKilledBeforeCriusPostDumpLeavesTheJobRunning).
+  auto* a = &Node("node-a", {"--criu", slow, "--dump-copy-threads", "0"});
   Workload& w = Job(64);
   ASSERT_TRUE(w.WaitMain(10));
   auto fut = std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "mid")); });
@@ -495,13 +524,45 @@ TEST_F(ProcessTest, CryodKilledWhileCriuDumpsWaitsForCriuThenRollsBack) {
   std::ofstream(gate + ".go") << "1";
   ASSERT_TRUE(WaitFor([&] { return w.State() == 'T'; })) << "state " << w.State();
   // The restarted cryod waits for that CRIU to end, then undoes the checkpoint.
-  a = &Node("node-a", {"--criu", slow});
+  a = &Node("node-a", {"--criu", slow, "--dump-copy-threads", "0"});
   ExpectRunning(w);
   EXPECT_EQ(w.Verify(), 1);
   EXPECT_TRUE(a->List().empty());
   EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
   EXPECT_TRUE(NoJournalEntries(journal));
   EXPECT_NE(Slurp(a->log()).find("rolled_back"), std::string::npos);
+}
+
+// cryod copies the job's memory at CRIU's post-dump (criu/anon_pages.h). Killed before that,
+// its gate refuses: CRIU resumes the job at once, even before cryod is back, and nothing of the
+// checkpoint is left.
+TEST_F(ProcessTest, CryodKilledBeforeCriusPostDumpLeavesTheJobRunning) {
+  const std::string gate = dir_ + "/criu-gate";
+  const std::string slow = SlowCriu(gate);
+  ASSERT_FALSE(slow.empty());
+  auto* a = &Node("node-a", {"--criu", slow});
+  Workload& w = Job(64);
+  ASSERT_TRUE(w.WaitMain(10));
+  auto fut = std::async(std::launch::async, [&] { return a->Checkpoint(Req(w.pid(), "gate")); });
+  ASSERT_TRUE(WaitFor([&] { return ::access((gate + ".started").c_str(), F_OK) == 0; }));
+  const std::string ops = a->state_dir() + "/ops";
+  a->Kill9();
+  EXPECT_FALSE(fut.get().ok());
+  std::ofstream(gate + ".go") << "1";
+  // CRIU dumps, its gate finds cryod gone, and CRIU resumes the job instead of ending it.
+  ASSERT_TRUE(WaitFor(
+      [&] { return std::system(("grep -qr 'Post dump script passed with' " + ops).c_str()) == 0; },
+      absl::Seconds(60)))
+      << "CRIU's gate did not refuse";
+  ExpectRunning(w);
+  const uint64_t at = w.Status().value("main", uint64_t{0});
+  EXPECT_TRUE(w.WaitMain(at + 3)) << "the job does not run on";
+  a = &Node("node-a", {"--criu", slow});
+  ExpectRunning(w);
+  EXPECT_EQ(w.Verify(), 1);
+  EXPECT_TRUE(a->List().empty());
+  EXPECT_TRUE(EmptyDir(store_ + "/.staging"));
+  EXPECT_TRUE(NoJournalEntries(a->state_dir() + "/journal"));
 }
 
 TEST_F(ProcessTest, CryodKilledRightAfterPublishFinishesTheCheckpoint) {

@@ -1,4 +1,4 @@
-#include "daemon/criu/restore_gate.h"
+#include "daemon/criu/action_gate.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -26,16 +26,16 @@ int RunGate(const std::string& action, const std::vector<std::string>& env) {
       const auto eq = e.find('=');
       ::setenv(e.substr(0, eq).c_str(), e.substr(eq + 1).c_str(), 1);
     }
-    ::_exit(WaitAtRestoreGate(/*poll_ms=*/20));
+    ::_exit(WaitAtGate(/*poll_ms=*/20));
   }
   int status = 0;
   if (pid < 0 || ::waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
 }
 
-TEST(RestoreGateTest, CriuIsLetOnOnlyByTheVerdictOk) {
+TEST(ActionGateTest, CriuIsLetOnOnlyByTheVerdictOk) {
   TempDir dir;
-  auto gate = RestoreGate::Open(dir / "gate", "/usr/libexec/cryo-nsexec");
+  auto gate = ActionGate::Open(dir / "gate", "/usr/libexec/cryo-nsexec");
   ASSERT_TRUE(gate.ok()) << gate.status();
   struct stat st;
   ASSERT_EQ(::stat((dir / "gate").c_str(), &st), 0);
@@ -46,15 +46,15 @@ TEST(RestoreGateTest, CriuIsLetOnOnlyByTheVerdictOk) {
   ASSERT_TRUE((*gate)->Tell(true).ok());
   EXPECT_EQ(RunGate("post-restore", (*gate)->Env()), 0);
 
-  auto refused = RestoreGate::Open(dir / "gate2", "/x");
+  auto refused = ActionGate::Open(dir / "gate2", "/x");
   ASSERT_TRUE(refused.ok()) << refused.status();
   ASSERT_TRUE((*refused)->Tell(false).ok());
   EXPECT_EQ(RunGate("post-restore", (*refused)->Env()), 1);
 }
 
-TEST(RestoreGateTest, TheGateWaitsForAVerdictThatComesLater) {
+TEST(ActionGateTest, TheGateWaitsForAVerdictThatComesLater) {
   TempDir dir;
-  auto gate = RestoreGate::Open(dir / "gate", "/x");
+  auto gate = ActionGate::Open(dir / "gate", "/x");
   ASSERT_TRUE(gate.ok()) << gate.status();
   std::thread later([&] {
     ::usleep(150 * 1000);  // several of the gate's polls go by first
@@ -64,9 +64,9 @@ TEST(RestoreGateTest, TheGateWaitsForAVerdictThatComesLater) {
   later.join();
 }
 
-TEST(RestoreGateTest, AGateWithdrawnWithoutAVerdictFails) {
+TEST(ActionGateTest, AGateWithdrawnWithoutAVerdictFails) {
   TempDir dir;
-  auto gate = RestoreGate::Open(dir / "gate", "/x");
+  auto gate = ActionGate::Open(dir / "gate", "/x");
   ASSERT_TRUE(gate.ok()) << gate.status();
   std::thread later([&] {
     ::usleep(100 * 1000);  // the gate is waiting by then
@@ -76,9 +76,9 @@ TEST(RestoreGateTest, AGateWithdrawnWithoutAVerdictFails) {
   later.join();
 }
 
-TEST(RestoreGateTest, OtherActionsPassAndAGateWithoutVerdictOrOwnerFails) {
+TEST(ActionGateTest, OtherActionsPassAndAGateWithoutVerdictOrOwnerFails) {
   TempDir dir;
-  auto gate = RestoreGate::Open(dir / "gate", "/x");
+  auto gate = ActionGate::Open(dir / "gate", "/x");
   ASSERT_TRUE(gate.ok()) << gate.status();
   // CRIU runs every script at every action; only post-restore waits.
   EXPECT_EQ(RunGate("pre-restore", {}), 0);
@@ -99,6 +99,35 @@ TEST(RestoreGateTest, OtherActionsPassAndAGateWithoutVerdictOrOwnerFails) {
   gate->reset();
   EXPECT_NE(::access((dir / "gate").c_str(), F_OK), 0);
   EXPECT_EQ(RunGate("post-restore", env), 1);
+}
+
+TEST(ActionGateTest, TheDumpGateSaysItHasArrivedAndWaitsForCryodsWork) {
+  TempDir dir;
+  auto gate = ActionGate::Open(dir / "gate", "/x", kDumpAction);
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  EXPECT_FALSE((*gate)->WaitArrival(absl::Milliseconds(10)));
+  // Not this gate's action: passes, and does not say it arrived.
+  EXPECT_EQ(RunGate("post-restore", (*gate)->Env()), 0);
+  EXPECT_FALSE((*gate)->WaitArrival(absl::Milliseconds(10)));
+
+  bool arrived = false;
+  std::thread cryod([&] {
+    // The work is done only once the script is there (the tasks frozen), then CRIU goes on.
+    arrived = (*gate)->WaitArrival(absl::Seconds(30));
+    EXPECT_TRUE((*gate)->Tell(arrived).ok());
+  });
+  EXPECT_EQ(RunGate("post-dump", (*gate)->Env()), 0);
+  cryod.join();
+  EXPECT_TRUE(arrived);
+
+  auto refused = ActionGate::Open(dir / "gate2", "/x", kDumpAction);
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  std::thread fails([&] {
+    EXPECT_TRUE((*refused)->WaitArrival(absl::Seconds(30)));
+    EXPECT_TRUE((*refused)->Tell(false).ok());
+  });
+  EXPECT_EQ(RunGate("post-dump", (*refused)->Env()), 1);
+  fails.join();
 }
 
 }  // namespace

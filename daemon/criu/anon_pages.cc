@@ -1,0 +1,695 @@
+#include "daemon/criu/anon_pages.h"
+
+#include <fcntl.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "criu/images.pb.h"
+#include "daemon/criu/image_file.h"
+#include "lib/base/chunked_xxh3.h"
+#include "lib/base/fs.h"
+#include "lib/base/status.h"
+
+namespace cryo::criu {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+constexpr uint64_t kPieceBytes = 8ull << 20;  // what one thread copies at a time
+constexpr uint64_t kMaxMmImage = 256ull << 20;
+constexpr uint64_t kMaxPagemapImage = 1ull << 30;
+constexpr uint64_t kMaxPstreeImage = 64ull << 20;
+
+// /proc/<pid>/pagemap: one u64 per page.
+constexpr uint64_t kPmPresent = 1ull << 63;
+constexpr uint64_t kPmSwap = 1ull << 62;
+constexpr uint64_t kPmPfnMask = (1ull << 55) - 1;
+
+// PAGEMAP_SCAN (Linux 6.7, linux/fs.h; Debian 12's headers predate it): the present or swapped
+// pages of a range, as runs, with the zero page left out, as CRIU asks for them.
+struct PmScanArg {
+  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
+  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
+};
+struct PageRegion {
+  uint64_t start, end, categories;
+};
+constexpr uint64_t kPageIsFile = 1u << 2;
+constexpr uint64_t kPageIsPresent = 1u << 3;
+constexpr uint64_t kPageIsSwapped = 1u << 4;
+constexpr uint64_t kPageIsPfnZero = 1u << 5;
+constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);  // NOLINT(runtime/int)
+
+struct Run {
+  uint64_t vaddr = 0;
+  uint64_t pages = 0;
+};
+
+// One entry of the new pagemap: CRIU's as it was, or a run of cryod's.
+struct Segment {
+  ::criu::pagemap_entry entry;
+  bool has_data = false;
+  bool from_task = false;
+  uint64_t src = 0;  // CRIU's: its offset in the old pages file
+};
+
+// One pagemap and its pages file to write: a task's private memory (from the task), or a
+// shared memory segment or memfd (from its file, `shm`).
+struct TaskPlan {
+  pid_t pid = 0;
+  std::string pagemap;  // its name in the directory
+  UniqueFd shm;
+  uint32_t pages_id = 0;
+  std::vector<Segment> segments;
+  uint64_t out_bytes = 0;
+  UniqueFd old_pages;
+  UniqueFd new_pages;
+  UniqueFd mem;  // /proc/<pid>/mem, for pages the task cannot read itself (PROT_NONE)
+  std::vector<XXH128_hash_t> chunks;  // the new pages file's checksum, per 64 MiB chunk
+  // The new pages file, mapped: the threads copy into it at once. Writes through the file
+  // (pwrite) would take its inode lock, one thread at a time.
+  char* map = nullptr;
+  TaskPlan() = default;
+  TaskPlan(const TaskPlan&) = delete;
+  TaskPlan& operator=(const TaskPlan&) = delete;
+  ~TaskPlan() {
+    if (map != nullptr) ::munmap(map, out_bytes);
+  }
+};
+
+struct Piece {
+  TaskPlan* task = nullptr;
+  uint64_t out = 0;
+  uint64_t len = 0;
+  bool from_task = false;
+  uint64_t src = 0;  // the task's address, or the old file's offset
+};
+
+// What one thread does at a time: one checksum chunk of one new pages file, its pieces in file
+// order, so that the checksum is taken from the copy as it passes (no second read).
+struct ChunkWork {
+  TaskPlan* task = nullptr;
+  size_t index = 0;
+  std::vector<Piece> pieces;
+  uint64_t bytes = 0;
+};
+
+std::string PagemapName(pid_t pid) { return absl::StrCat("pagemap-", pid, ".img"); }
+std::string PagesName(uint32_t id) { return absl::StrCat("pages-", id, ".img"); }
+
+bool HasData(const ::criu::pagemap_entry& e) {
+  if (e.has_flags()) return (e.flags() & kPagemapPresent) != 0;
+  return !e.in_parent();  // images older than the flags
+}
+
+// The pfn of the zero page, which CRIU never dumps: read through this process's own mapping of
+// it. 0 when the kernel hides pfns (no CAP_SYS_ADMIN): every present page is then copied.
+uint64_t ZeroPagePfn() {
+  void* p = ::mmap(nullptr, kPage, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 0;
+  (void)*static_cast<volatile const char*>(p);
+  uint64_t e = 0;
+  const UniqueFd fd(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+  if (fd.ok()) {
+    const off_t off = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / kPage * 8);
+    if (::pread(fd.get(), &e, sizeof(e), off) != sizeof(e)) e = 0;
+  }
+  ::munmap(p, kPage);
+  return (e & kPmPresent) ? (e & kPmPfnMask) : 0;
+}
+
+void AddPage(std::vector<Run>* runs, uint64_t vaddr) {
+  if (!runs->empty() && runs->back().vaddr + runs->back().pages * kPage == vaddr) {
+    ++runs->back().pages;
+  } else {
+    runs->push_back(Run{vaddr, 1});
+  }
+}
+
+// The pages of [start, end) CRIU would dump: present or swapped, not the zero page.
+absl::Status ScanRange(int pagemap, uint64_t start, uint64_t end, uint64_t zero_pfn, bool* use_scan,
+                       std::vector<Run>* runs) {
+  if (*use_scan) {
+    std::vector<PageRegion> regions(4096);
+    uint64_t at = start;
+    while (at < end) {
+      PmScanArg a{};
+      a.size = sizeof(a);
+      a.start = at;
+      a.end = end;
+      a.vec = reinterpret_cast<uintptr_t>(regions.data());
+      a.vec_len = regions.size();
+      a.category_inverted = kPageIsPfnZero | kPageIsFile;
+      a.category_mask = kPageIsPfnZero | kPageIsFile;
+      a.category_anyof_mask = kPageIsPresent | kPageIsSwapped;
+      a.return_mask = kPageIsPresent | kPageIsSwapped;
+      const int n = ::ioctl(pagemap, kPagemapScan, &a);
+      if (n < 0) {
+        if ((errno == EINVAL || errno == ENOTTY) && at == start && runs->empty()) {
+          *use_scan = false;  // an older kernel: read the pagemap page by page below
+          break;
+        }
+        return ErrnoStatus(errno, "PAGEMAP_SCAN");
+      }
+      for (int i = 0; i < n; ++i) {
+        const uint64_t s = regions[i].start;
+        const uint64_t pages = (regions[i].end - s) / kPage;
+        if (!runs->empty() && runs->back().vaddr + runs->back().pages * kPage == s) {
+          runs->back().pages += pages;
+        } else {
+          runs->push_back(Run{s, pages});
+        }
+      }
+      if (a.walk_end <= at) return absl::InternalError("PAGEMAP_SCAN made no progress");
+      at = a.walk_end;
+    }
+    if (*use_scan) return absl::OkStatus();
+  }
+  std::vector<uint64_t> buf(65536);
+  for (uint64_t at = start; at < end;) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), (end - at) / kPage);
+    const ssize_t got = ::pread(pagemap, buf.data(), n * 8, static_cast<off_t>(at / kPage * 8));
+    if (got < 0) return ErrnoStatus(errno, "reading the pagemap");
+    if (got == 0) return absl::InternalError("the pagemap ended early");
+    const uint64_t entries = static_cast<uint64_t>(got) / 8;
+    for (uint64_t i = 0; i < entries; ++i) {
+      const uint64_t e = buf[i];
+      const bool dump =
+          (e & kPmSwap) || ((e & kPmPresent) && !(zero_pfn != 0 && (e & kPmPfnMask) == zero_pfn));
+      if (dump) AddPage(runs, at + i * kPage);
+    }
+    at += entries * kPage;
+  }
+  return absl::OkStatus();
+}
+
+template <typename M>
+absl::StatusOr<M> ParseEntry(const std::string& raw, const std::string& image) {
+  M m;
+  if (!m.ParseFromString(raw)) {
+    return absl::InvalidArgumentError(absl::StrCat("CRIU image ", image, " does not parse"));
+  }
+  return m;
+}
+
+// A file in `dir` with no name yet: the hasher that follows the directory (TailHasher) and
+// anyone listing it never see it half-written.
+absl::StatusOr<UniqueFd> OpenUnnamed(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.ok()) return ErrnoStatus(errno, absl::StrCat("making a file in ", dir));
+  return fd;
+}
+
+// Puts the unnamed file `fd` at `name` in `dir`, in place of what was there.
+absl::Status NameFile(int fd, const std::string& dir, const std::string& name) {
+  const std::string path = fs::Join(dir, name);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, absl::StrCat("removing CRIU's ", name));
+  }
+  const std::string self = absl::StrCat("/proc/self/fd/", fd);
+  if (::linkat(AT_FDCWD, self.c_str(), AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("writing ", name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteAll(int fd, const char* p, uint64_t len, uint64_t off, const char* what) {
+  while (len > 0) {
+    const ssize_t n = ::pwrite(fd, p, len, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus(n < 0 ? errno : ENOSPC, what);
+    p += n;
+    off += static_cast<uint64_t>(n);
+    len -= static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadAll(int fd, char* p, uint64_t len, uint64_t off, const std::string& what) {
+  while (len > 0) {
+    const ssize_t n = ::pread(fd, p, len, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, what);
+    if (n == 0) return absl::DataLossError(absl::StrCat(what, ": ended early"));
+    p += n;
+    off += static_cast<uint64_t>(n);
+    len -= static_cast<uint64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash) {
+  TaskPlan& t = *p.task;
+  char* dst = buf;
+  if (t.map != nullptr) {
+    dst = t.map + p.out;
+    // The pages of the file are allocated here, where a full tmpfs or disk is an error; a write
+    // into a mapping that cannot get its page would be a SIGBUS instead.
+    if (::madvise(dst, p.len, MADV_POPULATE_WRITE) != 0) {
+      // EFAULT is how it reports a page the file system could not give (a full tmpfs or disk).
+      const int err = errno;
+      if (err == EFAULT || err == ENOSPC || err == ENOMEM) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "no room for the pages image (", t.out_bytes,
+            " bytes) where the dump is written: ", std::strerror(err == EFAULT ? ENOSPC : err)));
+      }
+      return ErrnoStatus(err, "allocating the pages image");
+    }
+  }
+  if (p.from_task && t.shm.ok()) {
+    CRYO_RETURN_IF_ERROR(
+        ReadAll(t.shm.get(), dst, p.len, p.src, absl::StrCat("reading shared memory ", t.pagemap)));
+  } else if (p.from_task) {
+    iovec local{dst, p.len};
+    iovec remote{reinterpret_cast<void*>(p.src), p.len};
+    const ssize_t n = ::process_vm_readv(t.pid, &local, 1, &remote, 1, 0);
+    const uint64_t got = n > 0 ? static_cast<uint64_t>(n) : 0;
+    if (got < p.len) {
+      // A page the task cannot read (PROT_NONE): the kernel still reads it for /proc/<pid>/mem.
+      CRYO_RETURN_IF_ERROR(ReadAll(
+          t.mem.get(), dst + got, p.len - got, p.src + got,
+          absl::StrCat("reading the memory of pid ", t.pid, " at 0x", absl::Hex(p.src + got))));
+    }
+  } else {
+    CRYO_RETURN_IF_ERROR(ReadAll(t.old_pages.get(), dst, p.len, p.src,
+                                 absl::StrCat("reading CRIU's ", PagesName(t.pages_id))));
+  }
+  XXH3_128bits_update(hash, dst, p.len);
+  if (t.map != nullptr) return absl::OkStatus();
+  return WriteAll(t.new_pages.get(), buf, p.len, p.out, "writing the pages image");
+}
+
+// The old pages file (CRIU's) and the new one, sized and mapped.
+absl::Status OpenOutput(const std::string& dir, TaskPlan* plan) {
+  CRYO_ASSIGN_OR_RETURN(plan->old_pages, fs::OpenRegularBeneath(dir, PagesName(plan->pages_id)));
+  CRYO_ASSIGN_OR_RETURN(plan->new_pages, OpenUnnamed(dir));
+  if (plan->out_bytes > 0) {
+    if (::ftruncate(plan->new_pages.get(), static_cast<off_t>(plan->out_bytes)) != 0) {
+      return ErrnoStatus(errno, "sizing the pages image");
+    }
+    void* m = ::mmap(nullptr, plan->out_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                     plan->new_pages.get(), 0);
+    if (m == MAP_FAILED) return ErrnoStatus(errno, "mapping the pages image");
+    plan->map = static_cast<char*>(m);
+    // Kernels before 5.14 cannot allocate a mapping's pages ahead (MADV_POPULATE_WRITE): the
+    // copy then writes through the file.
+    if (::madvise(plan->map, std::min<uint64_t>(plan->out_bytes, kPage), MADV_POPULATE_WRITE) !=
+            0 &&
+        errno == EINVAL) {
+      ::munmap(plan->map, plan->out_bytes);
+      plan->map = nullptr;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Plans one task: CRIU's entries and cryod's runs, merged in address order. nullopt-like
+// (tasks == 0 in `plan`) when CRIU dumped the mappings itself.
+absl::Status PlanTask(const std::string& dir, pid_t pid, uint64_t zero_pfn, bool* use_scan,
+                      TaskPlan* plan, bool* criu_did_it) {
+  *criu_did_it = false;
+  const std::string mm_name = absl::StrCat("mm-", pid, ".img");
+  CRYO_ASSIGN_OR_RETURN(auto mm_raw, ReadImageEntries(dir, mm_name, kMmMagic, true, kMaxMmImage));
+  if (mm_raw.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("CRIU image ", mm_name, ": not one entry"));
+  }
+  CRYO_ASSIGN_OR_RETURN(auto mm, ParseEntry<::criu::mm_entry>(mm_raw[0], mm_name));
+  const std::string pm_name = PagemapName(pid);
+  CRYO_ASSIGN_OR_RETURN(auto pm_raw,
+                        ReadImageEntries(dir, pm_name, kPagemapMagic, true, kMaxPagemapImage));
+  if (pm_raw.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("CRIU image ", pm_name, ": no head"));
+  }
+  CRYO_ASSIGN_OR_RETURN(auto head, ParseEntry<::criu::pagemap_head>(pm_raw[0], pm_name));
+  plan->pid = pid;
+  plan->pagemap = pm_name;
+  plan->pages_id = head.pages_id();
+
+  std::vector<Segment> criu;
+  uint64_t old_off = 0;
+  for (size_t i = 1; i < pm_raw.size(); ++i) {
+    Segment s;
+    CRYO_ASSIGN_OR_RETURN(s.entry, ParseEntry<::criu::pagemap_entry>(pm_raw[i], pm_name));
+    s.has_data = HasData(s.entry);
+    s.src = old_off;
+    if (s.has_data) old_off += static_cast<uint64_t>(s.entry.nr_pages()) * kPage;
+    criu.push_back(std::move(s));
+  }
+
+  std::vector<Run> runs;
+  {
+    const UniqueFd pagemap(
+        ::open(absl::StrCat("/proc/", pid, "/pagemap").c_str(), O_RDONLY | O_CLOEXEC));
+    if (!pagemap.ok()) return ErrnoStatus(errno, absl::StrCat("opening the pagemap of pid ", pid));
+    for (const auto& v : mm.vmas()) {
+      if (!IsExternalAnonVma(v.status(), v.flags())) continue;
+      // CRIU's pagemap holds pages of this mapping: it dumped them itself (no patch).
+      for (const Segment& s : criu) {
+        const uint64_t b = s.entry.vaddr();
+        const uint64_t e = b + static_cast<uint64_t>(s.entry.nr_pages()) * kPage;
+        if (b < v.end() && v.start() < e) {
+          *criu_did_it = true;
+          return absl::OkStatus();
+        }
+      }
+      CRYO_RETURN_IF_ERROR(ScanRange(pagemap.get(), v.start(), v.end(), zero_pfn, use_scan, &runs));
+    }
+  }
+
+  // Merge: both lists in address order (CRIU lists mappings so; sorted here all the same), and
+  // never overlapping (different mappings).
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.vaddr < b.vaddr; });
+  std::vector<Segment>& out = plan->segments;
+  out.reserve(criu.size() + runs.size());
+  size_t ci = 0;
+  for (const Run& r : runs) {
+    while (ci < criu.size() && criu[ci].entry.vaddr() < r.vaddr)
+      out.push_back(std::move(criu[ci++]));
+    for (uint64_t done = 0; done < r.pages;) {
+      const uint64_t take = std::min<uint64_t>(r.pages - done, 1u << 30);  // nr_pages is 32-bit
+      Segment s;
+      s.entry.set_vaddr(r.vaddr + done * kPage);
+      s.entry.set_nr_pages(static_cast<uint32_t>(take));
+      s.entry.set_flags(kPagemapPresent);
+      s.has_data = true;
+      s.from_task = true;
+      s.src = r.vaddr + done * kPage;
+      out.push_back(std::move(s));
+      done += take;
+    }
+  }
+  while (ci < criu.size()) out.push_back(std::move(criu[ci++]));
+  for (const Segment& s : out) {
+    if (s.has_data) plan->out_bytes += static_cast<uint64_t>(s.entry.nr_pages()) * kPage;
+  }
+
+  CRYO_RETURN_IF_ERROR(OpenOutput(dir, plan));
+  plan->mem.reset(::open(absl::StrCat("/proc/", pid, "/mem").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!plan->mem.ok()) return ErrnoStatus(errno, absl::StrCat("opening the memory of pid ", pid));
+  return absl::OkStatus();
+}
+
+// Shared memory CRIU left to cryod: segments of MAP_SHARED | MAP_ANONYMOUS mappings, and
+// memfds (not hugetlb ones), each by its shmid (the inode number of its file).
+struct SharedSegment {
+  uint64_t size = 0;
+  pid_t pid = 0;  // a task that maps it (start, end) or holds it open (fd)
+  uint64_t start = 0, end = 0;
+  int fd = -1;
+};
+
+// The file of segment `shmid`: through the mapping of a task, or its open descriptor.
+absl::StatusOr<UniqueFd> OpenShared(uint64_t shmid, const SharedSegment& seg) {
+  const std::string path = seg.fd >= 0
+                               ? absl::StrCat("/proc/", seg.pid, "/fd/", seg.fd)
+                               : absl::StrCat("/proc/", seg.pid, "/map_files/",
+                                              absl::Hex(seg.start), "-", absl::Hex(seg.end));
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.ok()) return ErrnoStatus(errno, absl::StrCat("opening shared memory ", shmid));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint32_t>(st.st_ino) != static_cast<uint32_t>(shmid)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory ", shmid, ": ", path, " is another file"));
+  }
+  return fd;
+}
+
+// Plans one segment: its data as runs of offsets (SEEK_DATA), as CRIU would dump it. Leaves
+// `plan` without a pagemap name when CRIU dumped it itself (its pagemap has entries).
+absl::Status PlanShared(const std::string& dir, uint64_t shmid, const SharedSegment& seg,
+                        TaskPlan* plan) {
+  const std::string pm_name = absl::StrCat("pagemap-shmem-", shmid, ".img");
+  if (!fs::Exists(fs::Join(dir, pm_name))) return absl::OkStatus();  // not CRIU's to dump
+  CRYO_ASSIGN_OR_RETURN(auto pm_raw,
+                        ReadImageEntries(dir, pm_name, kPagemapMagic, true, kMaxPagemapImage));
+  if (pm_raw.size() != 1) return absl::OkStatus();  // entries: CRIU dumped it
+  CRYO_ASSIGN_OR_RETURN(auto head, ParseEntry<::criu::pagemap_head>(pm_raw[0], pm_name));
+  CRYO_ASSIGN_OR_RETURN(plan->shm, OpenShared(shmid, seg));
+  plan->pagemap = pm_name;
+  plan->pages_id = head.pages_id();
+  const uint64_t end = (seg.size + kPage - 1) / kPage * kPage;
+  for (uint64_t at = 0; at < end;) {
+    const off_t data = ::lseek(plan->shm.get(), static_cast<off_t>(at), SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;
+    if (data < 0) return ErrnoStatus(errno, absl::StrCat("SEEK_DATA in shared memory ", shmid));
+    const off_t hole = ::lseek(plan->shm.get(), data, SEEK_HOLE);
+    if (hole < 0) return ErrnoStatus(errno, absl::StrCat("SEEK_HOLE in shared memory ", shmid));
+    const uint64_t b = static_cast<uint64_t>(data) / kPage * kPage;
+    const uint64_t e =
+        std::min<uint64_t>(end, (static_cast<uint64_t>(hole) + kPage - 1) / kPage * kPage);
+    if (b >= end) break;
+    for (uint64_t done = b; done < e;) {
+      const uint64_t take = std::min<uint64_t>((e - done) / kPage, 1u << 30);
+      Segment sg;
+      sg.entry.set_vaddr(done);
+      sg.entry.set_nr_pages(static_cast<uint32_t>(take));
+      sg.entry.set_flags(kPagemapPresent);
+      sg.has_data = true;
+      sg.from_task = true;
+      sg.src = done;
+      plan->segments.push_back(std::move(sg));
+      plan->out_bytes += take * kPage;
+      done += take * kPage;
+    }
+    at = e;
+  }
+  return OpenOutput(dir, plan);
+}
+
+// The shared segments the tasks map or hold: the mappings from their mm images, the memfds
+// from memfd.img, found open in a task.
+absl::StatusOr<std::map<uint64_t, SharedSegment>> FindShared(const std::string& dir,
+                                                             const std::vector<pid_t>& pids) {
+  std::map<uint64_t, SharedSegment> out;
+  for (pid_t pid : pids) {
+    const std::string mm_name = absl::StrCat("mm-", pid, ".img");
+    CRYO_ASSIGN_OR_RETURN(auto mm_raw, ReadImageEntries(dir, mm_name, kMmMagic, true, kMaxMmImage));
+    if (mm_raw.size() != 1) continue;
+    CRYO_ASSIGN_OR_RETURN(auto mm, ParseEntry<::criu::mm_entry>(mm_raw[0], mm_name));
+    for (const auto& v : mm.vmas()) {
+      const bool anon =
+          (v.status() & (vma::kRegular | vma::kAnonShared)) == (vma::kRegular | vma::kAnonShared) &&
+          (v.status() & vma::kSysVIpc) == 0;
+      const bool memfd = (v.status() & vma::kMemfd) != 0;
+      if (!anon && !memfd) continue;
+      // A memfd's mapping names its file by CRIU's file id: its inode is the shmid.
+      uint64_t shmid = v.shmid();
+      if (memfd) {
+        struct stat st;
+        const std::string link = absl::StrCat("/proc/", pid, "/map_files/", absl::Hex(v.start()),
+                                              "-", absl::Hex(v.end()));
+        if (::stat(link.c_str(), &st) != 0) {
+          return ErrnoStatus(errno, absl::StrCat("reading ", link));
+        }
+        shmid = st.st_ino;
+      }
+      SharedSegment& seg = out[shmid];
+      if (seg.pid == 0) {
+        seg.pid = pid;
+        seg.start = v.start();
+        seg.end = v.end();
+      }
+      // As CRIU sizes a segment of anonymous mappings; a memfd's size is its file's (below).
+      if (anon) seg.size = std::max(seg.size, v.pgoff() + (v.end() - v.start()));
+    }
+  }
+  if (fs::Exists(fs::Join(dir, "memfd.img"))) {
+    CRYO_ASSIGN_OR_RETURN(auto raw,
+                          ReadImageEntries(dir, "memfd.img", kMemfdInodeMagic, true, kMaxMmImage));
+    for (const auto& r : raw) {
+      CRYO_ASSIGN_OR_RETURN(auto m, ParseEntry<::criu::memfd_inode_entry>(r, "memfd.img"));
+      if (m.has_hugetlb_flag()) continue;  // CRIU dumps those itself
+      SharedSegment& seg = out[m.shmid()];
+      seg.size = m.size();
+      if (seg.pid != 0) continue;
+      // Held open only: find the descriptor.
+      for (pid_t pid : pids) {
+        for (const std::string& name : fs::ListNames(absl::StrCat("/proc/", pid, "/fd"))) {
+          struct stat st;
+          int n = 0;
+          if (!absl::SimpleAtoi(name, &n) ||
+              ::stat(absl::StrCat("/proc/", pid, "/fd/", name).c_str(), &st) != 0 ||
+              !S_ISREG(st.st_mode) || static_cast<uint32_t>(st.st_ino) != m.shmid()) {
+            continue;
+          }
+          seg.pid = pid;
+          seg.fd = n;
+          break;
+        }
+        if (seg.pid != 0) break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+bool IsExternalAnonVma(uint32_t status, uint32_t flags) {
+  constexpr uint32_t kNeed = vma::kRegular | vma::kAnonPrivate;
+  constexpr uint32_t kNot = vma::kVdso | vma::kVvar | vma::kVsyscall | vma::kAioRing |
+                            vma::kShadowStack | vma::kSysVIpc | vma::kSocket | vma::kMemfd |
+                            vma::kFilePrivate | vma::kFileShared | vma::kAnonShared |
+                            vma::kUnsupported;
+  return (status & kNeed) == kNeed && (status & kNot) == 0 && (flags & MAP_HUGETLB) == 0;
+}
+
+absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, int threads) {
+  AnonPagesResult r;
+  const absl::Time t0 = absl::Now();
+  CRYO_ASSIGN_OR_RETURN(
+      auto tree, ReadImageEntries(images_dir, "pstree.img", kPstreeMagic, true, kMaxPstreeImage));
+  const uint64_t zero_pfn = ZeroPagePfn();
+  bool use_scan = true;
+  std::vector<std::unique_ptr<TaskPlan>> plans;
+  for (const auto& raw : tree) {
+    CRYO_ASSIGN_OR_RETURN(auto pe, ParseEntry<::criu::pstree_entry>(raw, "pstree.img"));
+    const pid_t pid = static_cast<pid_t>(pe.pid());
+    // A zombie has no memory, and no mm image.
+    if (!fs::Exists(fs::Join(images_dir, absl::StrCat("mm-", pid, ".img")))) continue;
+    auto plan = std::make_unique<TaskPlan>();
+    bool criu_did_it = false;
+    CRYO_RETURN_IF_ERROR(PlanTask(images_dir, pid, zero_pfn, &use_scan, plan.get(), &criu_did_it));
+    if (criu_did_it) {
+      ++r.left_to_criu;
+      continue;
+    }
+    plans.push_back(std::move(plan));
+  }
+  std::vector<pid_t> pids;
+  for (const auto& t : plans) pids.push_back(t->pid);
+  CRYO_ASSIGN_OR_RETURN(auto shared, FindShared(images_dir, pids));
+  for (const auto& [shmid, seg] : shared) {
+    auto plan = std::make_unique<TaskPlan>();
+    if (seg.pid == 0) {
+      // CRIU saw it (memfd.img) in a task cryod does not copy for: nothing to find it by.
+      if (fs::Exists(fs::Join(images_dir, absl::StrCat("pagemap-shmem-", shmid, ".img")))) {
+        auto pm = ReadImageEntries(images_dir, absl::StrCat("pagemap-shmem-", shmid, ".img"),
+                                   kPagemapMagic, true, kMaxPagemapImage);
+        if (pm.ok() && pm->size() == 1) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("shared memory ", shmid, " left to cryod, but no task holds it"));
+        }
+      }
+      continue;
+    }
+    CRYO_RETURN_IF_ERROR(PlanShared(images_dir, shmid, seg, plan.get()));
+    if (!plan->pagemap.empty()) plans.push_back(std::move(plan));
+  }
+  r.scan = absl::Now() - t0;
+
+  std::vector<ChunkWork> work;
+  for (auto& t : plans) {
+    t->chunks.assign(
+        std::max<uint64_t>(1, (t->out_bytes + xxh3chunked::kChunk - 1) / xxh3chunked::kChunk),
+        XXH128_hash_t{});
+    for (size_t c = 0; c < t->chunks.size(); ++c) work.push_back(ChunkWork{t.get(), c, {}, 0});
+    ChunkWork* first = &work[work.size() - t->chunks.size()];
+    uint64_t out = 0;
+    for (const Segment& s : t->segments) {
+      if (!s.has_data) continue;
+      const uint64_t len = static_cast<uint64_t>(s.entry.nr_pages()) * kPage;
+      for (uint64_t done = 0; done < len;) {
+        // Pieces end at checksum chunk boundaries (both are multiples of the page).
+        const uint64_t at = out + done;
+        const uint64_t chunk_end = (at / xxh3chunked::kChunk + 1) * xxh3chunked::kChunk;
+        const uint64_t n = std::min({kPieceBytes, len - done, chunk_end - at});
+        ChunkWork& w = first[at / xxh3chunked::kChunk];
+        w.pieces.push_back(Piece{t.get(), at, n, s.from_task, s.src + done});
+        w.bytes += n;
+        if (s.from_task) r.bytes += n;
+        done += n;
+      }
+      out += len;
+    }
+  }
+  // The largest first, so that no thread is left with a long one at the end.
+  std::stable_sort(work.begin(), work.end(),
+                   [](const ChunkWork& a, const ChunkWork& b) { return a.bytes > b.bytes; });
+  const absl::Time t1 = absl::Now();
+  std::atomic<size_t> next{0};
+  absl::Mutex mu;
+  absl::Status failed;
+  auto worker = [&] {
+    std::unique_ptr<char[]> buf(new char[kPieceBytes]);  // where a file is not mapped
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
+                                                                  &XXH3_freeState);
+    for (size_t i = next++; i < work.size(); i = next++) {
+      XXH3_128bits_reset(hash.get());
+      absl::Status st;
+      for (const Piece& p : work[i].pieces) {
+        st = CopyPiece(p, buf.get(), hash.get());
+        if (!st.ok()) break;
+      }
+      if (!st.ok()) {
+        absl::MutexLock l(&mu);
+        if (failed.ok()) failed = std::move(st);
+        next = work.size();
+        return;
+      }
+      TaskPlan& t = *work[i].task;
+      t.chunks[work[i].index] = XXH3_128bits_digest(hash.get());
+      if (t.map != nullptr) {
+        // Drop this chunk's page tables now, in parallel (mmap_lock taken for reading), not in
+        // one munmap of the whole file while the tasks wait.
+        const uint64_t b = work[i].index * xxh3chunked::kChunk;
+        const uint64_t e = std::min<uint64_t>(b + xxh3chunked::kChunk, t.out_bytes);
+        ::madvise(t.map + b, (e - b + kPage - 1) / kPage * kPage, MADV_DONTNEED);
+      }
+    }
+  };
+  const int n = std::clamp<int>(threads, 1, std::max<int>(1, static_cast<int>(work.size())));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  CRYO_RETURN_IF_ERROR(failed);
+  r.copy = absl::Now() - t1;
+
+  const absl::Time t2 = absl::Now();
+  for (auto& t : plans) {
+    ::criu::pagemap_head head;
+    head.set_pages_id(t->pages_id);
+    std::vector<const google::protobuf::MessageLite*> entries{&head};
+    for (const Segment& s : t->segments) entries.push_back(&s.entry);
+    const std::string image = FrameImage({kImgCommonMagic, kPagemapMagic}, entries);
+    CRYO_ASSIGN_OR_RETURN(UniqueFd pm, OpenUnnamed(images_dir));
+    CRYO_RETURN_IF_ERROR(WriteAll(pm.get(), image.data(), image.size(), 0, "writing a pagemap"));
+    CRYO_RETURN_IF_ERROR(NameFile(t->new_pages.get(), images_dir, PagesName(t->pages_id)));
+    CRYO_RETURN_IF_ERROR(NameFile(pm.get(), images_dir, t->pagemap));
+    r.pages[PagesName(t->pages_id)] = FileDigest{t->out_bytes, xxh3chunked::Combine(t->chunks)};
+    r.pagemaps.push_back(t->pagemap);
+    ++(t->shm.ok() ? r.segments : r.tasks);
+  }
+  r.replace = absl::Now() - t2;
+  // What CRIU still copied itself: its pages images of other memory (shared, file-backed).
+  for (const std::string& name : fs::ListNames(images_dir)) {
+    struct stat st;
+    if (name.rfind("pages-", 0) != 0 || r.pages.count(name) != 0 ||
+        ::stat(fs::Join(images_dir, name).c_str(), &st) != 0) {
+      continue;
+    }
+    r.criu_bytes += static_cast<uint64_t>(st.st_size);
+  }
+  for (const auto& t : plans) {
+    for (const Segment& s : t->segments) {
+      if (s.has_data && !s.from_task) r.criu_bytes += uint64_t{s.entry.nr_pages()} * kPage;
+    }
+  }
+  return r;
+}
+
+}  // namespace cryo::criu

@@ -1,0 +1,341 @@
+#include "daemon/criu/anon_pages.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "criu/images.pb.h"
+#include "daemon/criu/image_file.h"
+#include "daemon/store/checksum.h"
+#include "gtest/gtest.h"
+#include "lib/base/fs.h"
+#include "test/temp_dir.h"
+
+namespace cryo::criu {
+namespace {
+
+constexpr uint64_t kPg = 4096;
+
+std::string PageOf(char c) { return std::string(kPg, c); }
+
+// A child that holds the parent's memory as it was at the fork and waits to be killed: its
+// pages are present (shared copy-on-write), its addresses the parent's.
+class Child {
+ public:
+  Child() {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      for (;;) ::pause();
+    }
+  }
+  ~Child() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+::criu::vma_entry Vma(uint64_t start, uint64_t pages, uint32_t status) {
+  ::criu::vma_entry v;
+  v.set_start(start);
+  v.set_end(start + pages * kPg);
+  v.set_status(status);
+  v.set_flags(MAP_PRIVATE | MAP_ANONYMOUS);
+  v.set_prot(PROT_READ | PROT_WRITE);
+  return v;
+}
+
+::criu::pagemap_entry Entry(uint64_t vaddr, uint32_t pages) {
+  ::criu::pagemap_entry e;
+  e.set_vaddr(vaddr);
+  e.set_nr_pages(pages);
+  e.set_flags(kPagemapPresent);
+  return e;
+}
+
+// Images as the patched CRIU leaves them for task `pid`: its mappings, and CRIU's own pagemap
+// entries (`criu`, with `criu_pages` as their pages).
+void WriteImages(const std::string& dir, pid_t pid, const std::vector<::criu::vma_entry>& vmas,
+                 const std::vector<::criu::pagemap_entry>& criu, const std::string& criu_pages) {
+  ::criu::pstree_entry pe;
+  pe.set_pid(static_cast<uint32_t>(pid));
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir, "pstree.img"),
+                                  FrameImage({kImgCommonMagic, kPstreeMagic}, {&pe}))
+                  .ok());
+  ::criu::mm_entry mm;
+  for (const auto& v : vmas) *mm.add_vmas() = v;
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir, absl::StrCat("mm-", pid, ".img")),
+                                  FrameImage({kImgCommonMagic, kMmMagic}, {&mm}))
+                  .ok());
+  ::criu::pagemap_head head;
+  head.set_pages_id(1);
+  std::vector<const google::protobuf::MessageLite*> entries{&head};
+  for (const auto& e : criu) entries.push_back(&e);
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir, absl::StrCat("pagemap-", pid, ".img")),
+                                  FrameImage({kImgCommonMagic, kPagemapMagic}, entries))
+                  .ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir, "pages-1.img"), criu_pages).ok());
+}
+
+std::vector<::criu::pagemap_entry> ReadPagemap(const std::string& dir, pid_t pid) {
+  auto raw =
+      ReadImageEntries(dir, absl::StrCat("pagemap-", pid, ".img"), kPagemapMagic, true, 1 << 20);
+  EXPECT_TRUE(raw.ok()) << raw.status();
+  std::vector<::criu::pagemap_entry> out;
+  if (!raw.ok() || raw->empty()) return out;
+  ::criu::pagemap_head head;
+  EXPECT_TRUE(head.ParseFromString((*raw)[0]));
+  EXPECT_EQ(head.pages_id(), 1u);
+  for (size_t i = 1; i < raw->size(); ++i) {
+    out.emplace_back();
+    EXPECT_TRUE(out.back().ParseFromString((*raw)[i]));
+  }
+  return out;
+}
+
+// Eight pages of which 0-2 and 5 were written, and two written pages made unreadable
+// (PROT_NONE: the copy reads them through /proc/<pid>/mem).
+struct Memory {
+  Memory() {
+    rw = static_cast<char*>(
+        ::mmap(nullptr, 8 * kPg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    none = static_cast<char*>(
+        ::mmap(nullptr, 2 * kPg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    for (int p : {0, 1, 2, 5}) std::memset(rw + p * kPg, 'a' + p, kPg);
+    std::memset(none, 'x', kPg);
+    std::memset(none + kPg, 'y', kPg);
+    ::mprotect(none, 2 * kPg, PROT_NONE);
+  }
+  ~Memory() {
+    ::munmap(rw, 8 * kPg);
+    ::munmap(none, 2 * kPg);
+  }
+  uint64_t rw_at() const { return reinterpret_cast<uintptr_t>(rw); }
+  uint64_t none_at() const { return reinterpret_cast<uintptr_t>(none); }
+  char* rw = nullptr;
+  char* none = nullptr;
+};
+
+TEST(AnonPagesTest, OnlyRegularPrivateAnonymousMappingsAreCryods) {
+  const uint32_t anon = vma::kRegular | vma::kAnonPrivate;
+  EXPECT_TRUE(IsExternalAnonVma(anon, MAP_PRIVATE | MAP_ANONYMOUS));
+  EXPECT_TRUE(IsExternalAnonVma(anon | (1u << 1) /* stack */, MAP_PRIVATE | MAP_ANONYMOUS));
+  EXPECT_FALSE(IsExternalAnonVma(anon, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB));
+  EXPECT_FALSE(IsExternalAnonVma(anon | vma::kVdso, MAP_PRIVATE));
+  EXPECT_FALSE(IsExternalAnonVma(anon | vma::kAioRing, MAP_PRIVATE));
+  EXPECT_FALSE(IsExternalAnonVma(anon | vma::kShadowStack, MAP_PRIVATE));
+  EXPECT_FALSE(IsExternalAnonVma(vma::kRegular | vma::kFilePrivate, MAP_PRIVATE));
+  EXPECT_FALSE(IsExternalAnonVma(vma::kRegular | vma::kAnonShared, MAP_SHARED));
+  EXPECT_FALSE(IsExternalAnonVma(vma::kAnonPrivate, MAP_PRIVATE));  // not regular
+}
+
+TEST(AnonPagesTest, ThePagesOfTheTaskAreMergedWithCriusInAddressOrder) {
+  Memory m;
+  Child child;
+  ASSERT_GT(child.pid(), 0);
+  TempDir dir;
+  const uint32_t anon = vma::kRegular | vma::kAnonPrivate;
+  // CRIU's own pages: one below the mappings, one above (file-private, say).
+  const uint64_t below = std::min(m.rw_at(), m.none_at()) - 64 * kPg;
+  const uint64_t above = std::max(m.rw_at(), m.none_at()) + 64 * kPg;
+  WriteImages(dir.path, child.pid(),
+              {Vma(below, 1, vma::kRegular | vma::kFilePrivate), Vma(m.rw_at(), 8, anon),
+               Vma(m.none_at(), 2, anon), Vma(above, 1, vma::kRegular | vma::kFilePrivate)},
+              {Entry(below, 1), Entry(above, 1)}, PageOf('C') + PageOf('D'));
+
+  auto r = WriteAnonPages(dir.path, 3);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tasks, 1);
+  EXPECT_EQ(r->left_to_criu, 0);
+  EXPECT_EQ(r->bytes, 6 * kPg) << "the written pages only";
+
+  std::vector<::criu::pagemap_entry> pm = ReadPagemap(dir.path, child.pid());
+  std::vector<std::pair<uint64_t, uint32_t>> runs;
+  for (const auto& e : pm) {
+    runs.emplace_back(e.vaddr(), e.nr_pages());
+    EXPECT_EQ(e.flags(), kPagemapPresent);
+  }
+  std::vector<std::pair<uint64_t, uint32_t>> want = {
+      {below, 1}, {m.rw_at(), 3}, {m.rw_at() + 5 * kPg, 1}, {m.none_at(), 2}, {above, 1}};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(runs, want);
+
+  // The pages file in the same order: CRIU's pages where they were, the task's between them.
+  std::string expect;
+  for (const auto& [vaddr, pages] : want) {
+    if (vaddr == below) expect += PageOf('C');
+    if (vaddr == above) expect += PageOf('D');
+    if (vaddr == m.rw_at()) expect += PageOf('a') + PageOf('b') + PageOf('c');
+    if (vaddr == m.rw_at() + 5 * kPg) expect += PageOf('f');
+    if (vaddr == m.none_at()) expect += PageOf('x') + PageOf('y');
+  }
+  auto pages = fs::ReadFile(fs::Join(dir.path, "pages-1.img"));
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_TRUE(*pages == expect) << "pages file differs (" << pages->size() << " bytes, expected "
+                                << expect.size() << ")";
+  EXPECT_EQ(r->pagemaps, (std::vector<std::string>{absl::StrCat("pagemap-", child.pid(), ".img")}));
+  // Its checksum, taken as it was copied, is the store's checksum of the file.
+  ASSERT_EQ(r->pages.size(), 1u);
+  auto hashed = HashFile(fs::Join(dir.path, "pages-1.img"));
+  ASSERT_TRUE(hashed.ok()) << hashed.status();
+  EXPECT_EQ(r->pages.at("pages-1.img"), *hashed);
+}
+
+TEST(AnonPagesTest, APagesFileOfSeveralChecksumChunksIsHashedAsTheStoreHashesIt) {
+  // 70 MiB written, a page in the middle left out: two runs, over 64 MiB of file.
+  const uint64_t pages = (70ull << 20) / kPg;
+  char* big = static_cast<char*>(
+      ::mmap(nullptr, pages * kPg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(big, MAP_FAILED);
+  for (uint64_t p = 0; p < pages; ++p) {
+    if (p == pages / 2) continue;
+    for (uint64_t w = 0; w < kPg / 8; ++w)
+      reinterpret_cast<uint64_t*>(big + p * kPg)[w] = p * 977 + w;
+  }
+  {
+    Child child;
+    ASSERT_GT(child.pid(), 0);
+    TempDir dir;
+    const uint64_t at = reinterpret_cast<uintptr_t>(big);
+    WriteImages(dir.path, child.pid(), {Vma(at, pages, vma::kRegular | vma::kAnonPrivate)}, {}, "");
+    auto r = WriteAnonPages(dir.path, 4);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->bytes, (pages - 1) * kPg);
+    std::vector<::criu::pagemap_entry> pm = ReadPagemap(dir.path, child.pid());
+    ASSERT_EQ(pm.size(), 2u);
+    EXPECT_EQ(pm[0].nr_pages(), pages / 2);
+    EXPECT_EQ(pm[1].vaddr(), at + (pages / 2 + 1) * kPg);
+    auto hashed = HashFile(fs::Join(dir.path, "pages-1.img"));
+    ASSERT_TRUE(hashed.ok()) << hashed.status();
+    EXPECT_EQ(r->pages.at("pages-1.img"), *hashed);
+    auto file = fs::ReadFile(fs::Join(dir.path, "pages-1.img"));
+    ASSERT_TRUE(file.ok()) << file.status();
+    const std::string want =
+        std::string(big, (pages / 2) * kPg) +
+        std::string(big + (pages / 2 + 1) * kPg, (pages - pages / 2 - 1) * kPg);
+    EXPECT_TRUE(*file == want) << "the pages differ from the task's";
+  }
+  ::munmap(big, pages * kPg);
+}
+
+TEST(AnonPagesTest, SharedMemoryAndAMemfdLeftToCryodAreWrittenFromTheirFiles) {
+  // A MAP_SHARED | MAP_ANONYMOUS segment of 4 pages (1 and 2 written), and a memfd of 3 pages
+  // (page 0 written) the task only holds open.
+  char* anon = static_cast<char*>(
+      ::mmap(nullptr, 4 * kPg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(anon, MAP_FAILED);
+  std::memset(anon + kPg, 's', kPg);
+  std::memset(anon + 2 * kPg, 't', kPg);
+  const int memfd = ::memfd_create("cryo-test", 0);
+  ASSERT_GE(memfd, 0);
+  ASSERT_EQ(::ftruncate(memfd, 3 * kPg), 0);
+  ASSERT_EQ(::pwrite(memfd, PageOf('m').data(), kPg, 0), static_cast<ssize_t>(kPg));
+  struct stat anon_st, memfd_st;
+  const std::string self =
+      absl::StrCat("/proc/self/map_files/", absl::Hex(reinterpret_cast<uintptr_t>(anon)), "-",
+                   absl::Hex(reinterpret_cast<uintptr_t>(anon) + 4 * kPg));
+  ASSERT_EQ(::stat(self.c_str(), &anon_st), 0);
+  ASSERT_EQ(::fstat(memfd, &memfd_st), 0);
+  {
+    Child child;
+    ASSERT_GT(child.pid(), 0);
+    TempDir dir;
+    ::criu::vma_entry shared =
+        Vma(reinterpret_cast<uintptr_t>(anon), 4, vma::kRegular | vma::kAnonShared);
+    shared.set_shmid(anon_st.st_ino);
+    shared.set_flags(MAP_SHARED | MAP_ANONYMOUS);
+    WriteImages(dir.path, child.pid(), {shared}, {}, "");
+    ::criu::memfd_inode_entry mi;
+    mi.set_name("memfd:cryo-test");
+    mi.set_size(3 * kPg);
+    mi.set_shmid(static_cast<uint32_t>(memfd_st.st_ino));
+    ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir.path, "memfd.img"),
+                                    FrameImage({kImgCommonMagic, kMemfdInodeMagic}, {&mi}))
+                    .ok());
+    // As the patched CRIU leaves them: heads only, empty pages files.
+    uint32_t id = 2;
+    for (uint64_t shmid :
+         {static_cast<uint64_t>(anon_st.st_ino), static_cast<uint64_t>(memfd_st.st_ino)}) {
+      ::criu::pagemap_head head;
+      head.set_pages_id(id);
+      ASSERT_TRUE(
+          fs::WriteFileAtomic(fs::Join(dir.path, absl::StrCat("pagemap-shmem-", shmid, ".img")),
+                              FrameImage({kImgCommonMagic, kPagemapMagic}, {&head}))
+              .ok());
+      ASSERT_TRUE(
+          fs::WriteFileAtomic(fs::Join(dir.path, absl::StrCat("pages-", id, ".img")), "").ok());
+      ++id;
+    }
+    auto r = WriteAnonPages(dir.path, 2);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->segments, 2);
+    EXPECT_EQ(r->bytes, 3 * kPg);
+    auto pm = ReadImageEntries(dir.path, absl::StrCat("pagemap-shmem-", anon_st.st_ino, ".img"),
+                               kPagemapMagic, true, 1 << 20);
+    ASSERT_TRUE(pm.ok()) << pm.status();
+    ASSERT_EQ(pm->size(), 2u);
+    ::criu::pagemap_entry e;
+    ASSERT_TRUE(e.ParseFromString((*pm)[1]));
+    EXPECT_EQ(e.vaddr(), kPg) << "offsets in the segment";
+    EXPECT_EQ(e.nr_pages(), 2u);
+    auto pages = fs::ReadFile(fs::Join(dir.path, "pages-2.img"));
+    ASSERT_TRUE(pages.ok());
+    EXPECT_TRUE(*pages == PageOf('s') + PageOf('t'));
+    pages = fs::ReadFile(fs::Join(dir.path, "pages-3.img"));
+    ASSERT_TRUE(pages.ok());
+    EXPECT_TRUE(*pages == PageOf('m'));
+  }
+  ::close(memfd);
+  ::munmap(anon, 4 * kPg);
+}
+
+TEST(AnonPagesTest, ImagesOfACriuThatDumpedThePagesItselfAreLeftAsTheyAre) {
+  Memory m;
+  Child child;
+  ASSERT_GT(child.pid(), 0);
+  TempDir dir;
+  // CRIU without the patch: its pagemap already covers the mapping.
+  WriteImages(dir.path, child.pid(), {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)},
+              {Entry(m.rw_at(), 3)}, PageOf('a') + PageOf('b') + PageOf('c'));
+  struct stat before, after;
+  ASSERT_EQ(::stat(fs::Join(dir.path, "pages-1.img").c_str(), &before), 0);
+  auto r = WriteAnonPages(dir.path, 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tasks, 0);
+  EXPECT_EQ(r->left_to_criu, 1);
+  EXPECT_EQ(r->bytes, 0u);
+  ASSERT_EQ(::stat(fs::Join(dir.path, "pages-1.img").c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino) << "rewritten";
+  EXPECT_EQ(ReadPagemap(dir.path, child.pid()).size(), 1u);
+}
+
+TEST(AnonPagesTest, ATaskThatIsGoneFailsTheCopy) {
+  Memory m;
+  pid_t gone;
+  {
+    Child child;
+    gone = child.pid();
+  }
+  TempDir dir;
+  WriteImages(dir.path, gone, {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)}, {}, "");
+  auto r = WriteAnonPages(dir.path, 2);
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat("pid ", gone))) << r.status();
+}
+
+}  // namespace
+}  // namespace cryo::criu
