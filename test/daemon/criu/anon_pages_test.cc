@@ -69,8 +69,9 @@ class Child {
 
 // Images as the patched CRIU leaves them for task `pid`: its mappings, and CRIU's own pagemap
 // entries (`criu`, with `criu_pages` as their pages).
-void WriteImages(const std::string& dir, pid_t pid, const std::vector<::criu::vma_entry>& vmas,
-                 const std::vector<::criu::pagemap_entry>& criu, const std::string& criu_pages) {
+void WriteDumpImages(const std::string& dir, pid_t pid, const std::vector<::criu::vma_entry>& vmas,
+                     const std::vector<::criu::pagemap_entry>& criu,
+                     const std::string& criu_pages) {
   ::criu::pstree_entry pe;
   pe.set_pid(static_cast<uint32_t>(pid));
   ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir, "pstree.img"),
@@ -152,10 +153,10 @@ TEST(AnonPagesTest, ThePagesOfTheTaskAreMergedWithCriusInAddressOrder) {
   // CRIU's own pages: one below the mappings, one above (file-private, say).
   const uint64_t below = std::min(m.rw_at(), m.none_at()) - 64 * kPg;
   const uint64_t above = std::max(m.rw_at(), m.none_at()) + 64 * kPg;
-  WriteImages(dir.path, child.pid(),
-              {Vma(below, 1, vma::kRegular | vma::kFilePrivate), Vma(m.rw_at(), 8, anon),
-               Vma(m.none_at(), 2, anon), Vma(above, 1, vma::kRegular | vma::kFilePrivate)},
-              {Entry(below, 1), Entry(above, 1)}, PageOf('C') + PageOf('D'));
+  WriteDumpImages(dir.path, child.pid(),
+                  {Vma(below, 1, vma::kRegular | vma::kFilePrivate), Vma(m.rw_at(), 8, anon),
+                   Vma(m.none_at(), 2, anon), Vma(above, 1, vma::kRegular | vma::kFilePrivate)},
+                  {Entry(below, 1), Entry(above, 1)}, PageOf('C') + PageOf('D'));
 
   auto r = WriteAnonPages(dir.path, 3);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -211,7 +212,8 @@ TEST(AnonPagesTest, APagesFileOfSeveralChecksumChunksIsHashedAsTheStoreHashesIt)
     ASSERT_GT(child.pid(), 0);
     TempDir dir;
     const uint64_t at = reinterpret_cast<uintptr_t>(big);
-    WriteImages(dir.path, child.pid(), {Vma(at, pages, vma::kRegular | vma::kAnonPrivate)}, {}, "");
+    WriteDumpImages(dir.path, child.pid(), {Vma(at, pages, vma::kRegular | vma::kAnonPrivate)}, {},
+                    "");
     auto r = WriteAnonPages(dir.path, 4);
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->bytes, (pages - 1) * kPg);
@@ -258,7 +260,7 @@ TEST(AnonPagesTest, SharedMemoryAndAMemfdLeftToCryodAreWrittenFromTheirFiles) {
         Vma(reinterpret_cast<uintptr_t>(anon), 4, vma::kRegular | vma::kAnonShared);
     shared.set_shmid(anon_st.st_ino);
     shared.set_flags(MAP_SHARED | MAP_ANONYMOUS);
-    WriteImages(dir.path, child.pid(), {shared}, {}, "");
+    WriteDumpImages(dir.path, child.pid(), {shared}, {}, "");
     ::criu::memfd_inode_entry mi;
     mi.set_name("memfd:cryo-test");
     mi.set_size(3 * kPg);
@@ -309,8 +311,8 @@ TEST(AnonPagesTest, ImagesOfACriuThatDumpedThePagesItselfAreLeftAsTheyAre) {
   ASSERT_GT(child.pid(), 0);
   TempDir dir;
   // CRIU without the patch: its pagemap already covers the mapping.
-  WriteImages(dir.path, child.pid(), {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)},
-              {Entry(m.rw_at(), 3)}, PageOf('a') + PageOf('b') + PageOf('c'));
+  WriteDumpImages(dir.path, child.pid(), {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)},
+                  {Entry(m.rw_at(), 3)}, PageOf('a') + PageOf('b') + PageOf('c'));
   struct stat before, after;
   ASSERT_EQ(::stat(fs::Join(dir.path, "pages-1.img").c_str(), &before), 0);
   auto r = WriteAnonPages(dir.path, 2);
@@ -331,7 +333,7 @@ TEST(AnonPagesTest, ATaskThatIsGoneFailsTheCopy) {
     gone = child.pid();
   }
   TempDir dir;
-  WriteImages(dir.path, gone, {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)}, {}, "");
+  WriteDumpImages(dir.path, gone, {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)}, {}, "");
   auto r = WriteAnonPages(dir.path, 2);
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat("pid ", gone))) << r.status();
