@@ -21,6 +21,7 @@
 #include "daemon/criu/image_file.h"
 #include "lib/base/chunked_xxh3.h"
 #include "lib/base/fs.h"
+#include "lib/base/io_all.h"
 #include "lib/base/status.h"
 
 namespace cryo::criu {
@@ -130,11 +131,12 @@ uint64_t ZeroPagePfn() {
   return (e & kPmPresent) ? (e & kPmPfnMask) : 0;
 }
 
-void AddPage(std::vector<Run>* runs, uint64_t vaddr) {
+// Adds `pages` pages at `vaddr`, extending the last run where they follow it.
+void AddPages(std::vector<Run>* runs, uint64_t vaddr, uint64_t pages) {
   if (!runs->empty() && runs->back().vaddr + runs->back().pages * kPage == vaddr) {
-    ++runs->back().pages;
+    runs->back().pages += pages;
   } else {
-    runs->push_back(Run{vaddr, 1});
+    runs->push_back(Run{vaddr, pages});
   }
 }
 
@@ -164,13 +166,7 @@ absl::Status ScanRange(int pagemap, uint64_t start, uint64_t end, uint64_t zero_
         return ErrnoStatus(errno, "PAGEMAP_SCAN");
       }
       for (int i = 0; i < n; ++i) {
-        const uint64_t s = regions[i].start;
-        const uint64_t pages = (regions[i].end - s) / kPage;
-        if (!runs->empty() && runs->back().vaddr + runs->back().pages * kPage == s) {
-          runs->back().pages += pages;
-        } else {
-          runs->push_back(Run{s, pages});
-        }
+        AddPages(runs, regions[i].start, (regions[i].end - regions[i].start) / kPage);
       }
       if (a.walk_end <= at) return absl::InternalError("PAGEMAP_SCAN made no progress");
       at = a.walk_end;
@@ -188,7 +184,7 @@ absl::Status ScanRange(int pagemap, uint64_t start, uint64_t end, uint64_t zero_
       const uint64_t e = buf[i];
       const bool dump =
           (e & kPmSwap) || ((e & kPmPresent) && !(zero_pfn != 0 && (e & kPmPfnMask) == zero_pfn));
-      if (dump) AddPage(runs, at + i * kPage);
+      if (dump) AddPages(runs, at + i * kPage, 1);
     }
     at += entries * kPage;
   }
@@ -225,29 +221,23 @@ absl::Status NameFile(int fd, const std::string& dir, const std::string& name) {
   return absl::OkStatus();
 }
 
+// lib/base/io_all.h's whole reads and writes, their errors as statuses: a read that ends early is
+// DATA_LOSS, a write that makes no progress a full file system.
 absl::Status WriteAll(int fd, const char* p, uint64_t len, uint64_t off, const char* what) {
-  while (len > 0) {
-    const ssize_t n = ::pwrite(fd, p, len, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoStatus(n < 0 ? errno : ENOSPC, what);
-    p += n;
-    off += static_cast<uint64_t>(n);
-    len -= static_cast<uint64_t>(n);
+  std::string err;
+  errno = 0;
+  if (io::WriteAll(fd, {iovec{const_cast<char*>(p), len}}, static_cast<off_t>(off), &err)) {
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  return ErrnoStatus(errno != 0 ? errno : ENOSPC, what);
 }
 
 absl::Status ReadAll(int fd, char* p, uint64_t len, uint64_t off, const std::string& what) {
-  while (len > 0) {
-    const ssize_t n = ::pread(fd, p, len, static_cast<off_t>(off));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, what);
-    if (n == 0) return absl::DataLossError(absl::StrCat(what, ": ended early"));
-    p += n;
-    off += static_cast<uint64_t>(n);
-    len -= static_cast<uint64_t>(n);
-  }
-  return absl::OkStatus();
+  std::string err;
+  errno = 0;
+  if (io::ReadAll(fd, p, len, static_cast<off_t>(off), &err)) return absl::OkStatus();
+  if (errno == 0) return absl::DataLossError(absl::StrCat(what, ": ended early"));
+  return ErrnoStatus(errno, what);
 }
 
 absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash) {
@@ -291,6 +281,23 @@ absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash) {
   return WriteAll(t.new_pages.get(), buf, p.len, p.out, "writing the pages image");
 }
 
+// cryod's entries for `pages` pages of data at `vaddr` (a task's address, or an offset in a
+// segment), read from `src`: as many as nr_pages (32 bits) needs.
+void AddEntries(std::vector<Segment>* out, uint64_t vaddr, uint64_t src, uint64_t pages) {
+  for (uint64_t done = 0; done < pages;) {
+    const uint64_t take = std::min<uint64_t>(pages - done, 1u << 30);
+    Segment s;
+    s.entry.set_vaddr(vaddr + done * kPage);
+    s.entry.set_nr_pages(static_cast<uint32_t>(take));
+    s.entry.set_flags(kPagemapPresent);
+    s.has_data = true;
+    s.from_task = true;
+    s.src = src + done * kPage;
+    out->push_back(std::move(s));
+    done += take;
+  }
+}
+
 // The old pages file (CRIU's) and the new one, sized and mapped.
 absl::Status OpenOutput(const std::string& dir, TaskPlan* plan) {
   CRYO_ASSIGN_OR_RETURN(plan->old_pages, fs::OpenRegularBeneath(dir, PagesName(plan->pages_id)));
@@ -315,17 +322,21 @@ absl::Status OpenOutput(const std::string& dir, TaskPlan* plan) {
   return absl::OkStatus();
 }
 
-// Plans one task: CRIU's entries and cryod's runs, merged in address order. nullopt-like
-// (tasks == 0 in `plan`) when CRIU dumped the mappings itself.
-absl::Status PlanTask(const std::string& dir, pid_t pid, uint64_t zero_pfn, bool* use_scan,
-                      TaskPlan* plan, bool* criu_did_it) {
-  *criu_did_it = false;
+// Task `pid`'s mappings, as mm-<pid>.img lists them.
+absl::StatusOr<::criu::mm_entry> ReadMm(const std::string& dir, pid_t pid) {
   const std::string mm_name = absl::StrCat("mm-", pid, ".img");
   CRYO_ASSIGN_OR_RETURN(auto mm_raw, ReadImageEntries(dir, mm_name, kMmMagic, true, kMaxMmImage));
   if (mm_raw.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat("CRIU image ", mm_name, ": not one entry"));
   }
-  CRYO_ASSIGN_OR_RETURN(auto mm, ParseEntry<::criu::mm_entry>(mm_raw[0], mm_name));
+  return ParseEntry<::criu::mm_entry>(mm_raw[0], mm_name);
+}
+
+// Plans one task: CRIU's entries and cryod's runs, merged in address order. Sets `criu_did_it`
+// when CRIU dumped the mappings itself.
+absl::Status PlanTask(const std::string& dir, pid_t pid, const ::criu::mm_entry& mm,
+                      uint64_t zero_pfn, bool* use_scan, TaskPlan* plan, bool* criu_did_it) {
+  *criu_did_it = false;
   const std::string pm_name = PagemapName(pid);
   CRYO_ASSIGN_OR_RETURN(auto pm_raw,
                         ReadImageEntries(dir, pm_name, kPagemapMagic, true, kMaxPagemapImage));
@@ -377,18 +388,7 @@ absl::Status PlanTask(const std::string& dir, pid_t pid, uint64_t zero_pfn, bool
   for (const Run& r : runs) {
     while (ci < criu.size() && criu[ci].entry.vaddr() < r.vaddr)
       out.push_back(std::move(criu[ci++]));
-    for (uint64_t done = 0; done < r.pages;) {
-      const uint64_t take = std::min<uint64_t>(r.pages - done, 1u << 30);  // nr_pages is 32-bit
-      Segment s;
-      s.entry.set_vaddr(r.vaddr + done * kPage);
-      s.entry.set_nr_pages(static_cast<uint32_t>(take));
-      s.entry.set_flags(kPagemapPresent);
-      s.has_data = true;
-      s.from_task = true;
-      s.src = r.vaddr + done * kPage;
-      out.push_back(std::move(s));
-      done += take;
-    }
+    AddEntries(&out, r.vaddr, r.vaddr, r.pages);
   }
   while (ci < criu.size()) out.push_back(std::move(criu[ci++]));
   for (const Segment& s : out) {
@@ -436,6 +436,11 @@ absl::Status PlanShared(const std::string& dir, uint64_t shmid, const SharedSegm
   CRYO_ASSIGN_OR_RETURN(auto pm_raw,
                         ReadImageEntries(dir, pm_name, kPagemapMagic, true, kMaxPagemapImage));
   if (pm_raw.size() != 1) return absl::OkStatus();  // entries: CRIU dumped it
+  if (seg.pid == 0) {
+    // CRIU saw it (memfd.img) in a task cryod does not copy for: nothing to find it by.
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared memory ", shmid, " left to cryod, but no task holds it"));
+  }
   CRYO_ASSIGN_OR_RETURN(auto head, ParseEntry<::criu::pagemap_head>(pm_raw[0], pm_name));
   CRYO_ASSIGN_OR_RETURN(plan->shm, OpenShared(shmid, seg));
   plan->pagemap = pm_name;
@@ -451,19 +456,8 @@ absl::Status PlanShared(const std::string& dir, uint64_t shmid, const SharedSegm
     const uint64_t e =
         std::min<uint64_t>(end, (static_cast<uint64_t>(hole) + kPage - 1) / kPage * kPage);
     if (b >= end) break;
-    for (uint64_t done = b; done < e;) {
-      const uint64_t take = std::min<uint64_t>((e - done) / kPage, 1u << 30);
-      Segment sg;
-      sg.entry.set_vaddr(done);
-      sg.entry.set_nr_pages(static_cast<uint32_t>(take));
-      sg.entry.set_flags(kPagemapPresent);
-      sg.has_data = true;
-      sg.from_task = true;
-      sg.src = done;
-      plan->segments.push_back(std::move(sg));
-      plan->out_bytes += take * kPage;
-      done += take * kPage;
-    }
+    AddEntries(&plan->segments, b, b, (e - b) / kPage);
+    plan->out_bytes += e - b;
     at = e;
   }
   return OpenOutput(dir, plan);
@@ -471,14 +465,10 @@ absl::Status PlanShared(const std::string& dir, uint64_t shmid, const SharedSegm
 
 // The shared segments the tasks map or hold: the mappings from their mm images, the memfds
 // from memfd.img, found open in a task.
-absl::StatusOr<std::map<uint64_t, SharedSegment>> FindShared(const std::string& dir,
-                                                             const std::vector<pid_t>& pids) {
+absl::StatusOr<std::map<uint64_t, SharedSegment>> FindShared(
+    const std::string& dir, const std::vector<std::pair<pid_t, ::criu::mm_entry>>& tasks) {
   std::map<uint64_t, SharedSegment> out;
-  for (pid_t pid : pids) {
-    const std::string mm_name = absl::StrCat("mm-", pid, ".img");
-    CRYO_ASSIGN_OR_RETURN(auto mm_raw, ReadImageEntries(dir, mm_name, kMmMagic, true, kMaxMmImage));
-    if (mm_raw.size() != 1) continue;
-    CRYO_ASSIGN_OR_RETURN(auto mm, ParseEntry<::criu::mm_entry>(mm_raw[0], mm_name));
+  for (const auto& [pid, mm] : tasks) {
     for (const auto& v : mm.vmas()) {
       const bool anon =
           (v.status() & (vma::kRegular | vma::kAnonShared)) == (vma::kRegular | vma::kAnonShared) &&
@@ -516,7 +506,7 @@ absl::StatusOr<std::map<uint64_t, SharedSegment>> FindShared(const std::string& 
       seg.size = m.size();
       if (seg.pid != 0) continue;
       // Held open only: find the descriptor.
-      for (pid_t pid : pids) {
+      for (const auto& [pid, mm] : tasks) {
         for (const std::string& name : fs::ListNames(absl::StrCat("/proc/", pid, "/fd"))) {
           struct stat st;
           int n = 0;
@@ -555,37 +545,27 @@ absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, in
   const uint64_t zero_pfn = ZeroPagePfn();
   bool use_scan = true;
   std::vector<std::unique_ptr<TaskPlan>> plans;
+  std::vector<std::pair<pid_t, ::criu::mm_entry>> tasks;  // those planned, with their mappings
   for (const auto& raw : tree) {
     CRYO_ASSIGN_OR_RETURN(auto pe, ParseEntry<::criu::pstree_entry>(raw, "pstree.img"));
     const pid_t pid = static_cast<pid_t>(pe.pid());
     // A zombie has no memory, and no mm image.
     if (!fs::Exists(fs::Join(images_dir, absl::StrCat("mm-", pid, ".img")))) continue;
+    CRYO_ASSIGN_OR_RETURN(auto mm, ReadMm(images_dir, pid));
     auto plan = std::make_unique<TaskPlan>();
     bool criu_did_it = false;
-    CRYO_RETURN_IF_ERROR(PlanTask(images_dir, pid, zero_pfn, &use_scan, plan.get(), &criu_did_it));
+    CRYO_RETURN_IF_ERROR(
+        PlanTask(images_dir, pid, mm, zero_pfn, &use_scan, plan.get(), &criu_did_it));
     if (criu_did_it) {
       ++r.left_to_criu;
       continue;
     }
     plans.push_back(std::move(plan));
+    tasks.emplace_back(pid, std::move(mm));
   }
-  std::vector<pid_t> pids;
-  for (const auto& t : plans) pids.push_back(t->pid);
-  CRYO_ASSIGN_OR_RETURN(auto shared, FindShared(images_dir, pids));
+  CRYO_ASSIGN_OR_RETURN(auto shared, FindShared(images_dir, tasks));
   for (const auto& [shmid, seg] : shared) {
     auto plan = std::make_unique<TaskPlan>();
-    if (seg.pid == 0) {
-      // CRIU saw it (memfd.img) in a task cryod does not copy for: nothing to find it by.
-      if (fs::Exists(fs::Join(images_dir, absl::StrCat("pagemap-shmem-", shmid, ".img")))) {
-        auto pm = ReadImageEntries(images_dir, absl::StrCat("pagemap-shmem-", shmid, ".img"),
-                                   kPagemapMagic, true, kMaxPagemapImage);
-        if (pm.ok() && pm->size() == 1) {
-          return absl::FailedPreconditionError(
-              absl::StrCat("shared memory ", shmid, " left to cryod, but no task holds it"));
-        }
-      }
-      continue;
-    }
     CRYO_RETURN_IF_ERROR(PlanShared(images_dir, shmid, seg, plan.get()));
     if (!plan->pagemap.empty()) plans.push_back(std::move(plan));
   }

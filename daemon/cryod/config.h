@@ -91,7 +91,7 @@ struct Config {
   bool gpu_write_behind_drain = false;
   // ... and CRIU dumps them into node memory, copied into the store as the job runs on.
   bool dump_in_memory = true;
-  // Threads that copy a process-mode dump's private anonymous memory (0: CRIU copies it).
+  // Threads that copy a process-mode dump's anonymous memory (0: CRIU copies it).
   int dump_copy_threads = criu::DefaultDumpCopyThreads();
   // ... referring to the chunks the workload's newest good checkpoint holds unchanged.
   bool gpu_fast_path_incremental = true;

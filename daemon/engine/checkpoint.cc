@@ -254,7 +254,7 @@ void Engine::UndoGpu(const journal::Entry& e, CheckpointLive* live) {
   gpu::DriverSession::Undo(*d_.gpu, e.gpu, live ? &live->driver : nullptr);
 }
 
-// cryod's copy of a dump's private anonymous memory (criu/anon_pages.h): CRIU leaves it out,
+// cryod's copy of a dump's anonymous memory (criu/anon_pages.h): CRIU leaves it out,
 // its post-dump gate holds the frozen tasks, and a thread here copies the pages with several
 // threads and lets CRIU go on.
 class PostDumpPages {
@@ -389,14 +389,15 @@ absl::Status Engine::Dump(CheckpointState& s) {
   return absl::OkStatus();
 }
 
+bool Engine::GateProgramUsable() const {
+  return !cfg_.nsexec_path.empty() && ::access(cfg_.nsexec_path.c_str(), X_OK) == 0;
+}
+
 std::unique_ptr<PostDumpPages> Engine::AnonPagesBesideCriu(const CheckpointState& s,
                                                            const std::string& images) {
   // Process mode only (a container's CRIU runs inside it, with pids of its own), and only where
   // the job's pids are cryod's: the images name the tasks by their pids.
-  if (s.ctr || cfg_.dump_copy_threads <= 0 || cfg_.nsexec_path.empty() ||
-      ::access(cfg_.nsexec_path.c_str(), X_OK) != 0) {
-    return nullptr;
-  }
+  if (s.ctr || cfg_.dump_copy_threads <= 0 || !GateProgramUsable()) return nullptr;
   struct stat mine, theirs;
   if (::stat("/proc/self/ns/pid", &mine) != 0 ||
       ::stat(d_.proc->PidPath(s.procs.target(), "ns/pid").c_str(), &theirs) != 0 ||

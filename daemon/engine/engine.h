@@ -94,7 +94,7 @@ struct EngineConfig {
   // Threads that verify checksums before a restore (the images are read from the page cache
   // or the store's network link: several streams go faster than one).
   int verify_threads = std::clamp<int>(std::thread::hardware_concurrency(), 2, 8);
-  // Threads that copy a process-mode dump's private anonymous memory at CRIU's post-dump
+  // Threads that copy a process-mode dump's anonymous memory at CRIU's post-dump
   // (criu/anon_pages.h); 0: CRIU copies it, with one thread.
   int dump_copy_threads = criu::DefaultDumpCopyThreads();
   // Operation log directories kept under state_dir/ops.
@@ -269,6 +269,8 @@ class Engine {
   absl::Status Dump(CheckpointState& s);
   std::unique_ptr<PostDumpPages> AnonPagesBesideCriu(const CheckpointState& s,
                                                      const std::string& images);
+  // Whether cryo-nsexec is there to be CRIU's action gate (criu/action_gate.h).
+  bool GateProgramUsable() const;
   absl::Status CheckDumpRestorable(CheckpointState& s);
   absl::Status WriteDump(CheckpointState& s);
   absl::Status SaveRootfs(CheckpointState& s);

@@ -287,8 +287,7 @@ absl::Status Engine::Verify(RestoreState& s) {
   // and the tasks it restored are held at its post-restore gate, before any of them runs,
   // until they pass (RunCriuRestore). In container mode CRIU runs inside the new container,
   // where the gate program cannot be reached, so everything is hashed first.
-  const bool pages_later =
-      !s.ctr && !cfg_.nsexec_path.empty() && ::access(cfg_.nsexec_path.c_str(), X_OK) == 0;
+  const bool pages_later = !s.ctr && GateProgramUsable();
   s.pages_beside_criu.clear();
   std::atomic<uint64_t> verified{0};
   absl::Status st;

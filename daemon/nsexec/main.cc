@@ -19,7 +19,7 @@
 //
 // Run with no arguments by CRIU as its action script (CRTOOLS_SCRIPT_ACTION set), it is cryod's
 // gate instead (daemon/criu/action_gate.h): at post-restore it waits for cryod's verdict on the
-// images CRIU read; at post-dump, for cryod to write the pages of private anonymous memory.
+// images CRIU read; at post-dump, for cryod to write the pages of the job's anonymous memory.
 #include <elf.h>
 #include <fcntl.h>
 #include <linux/sched.h>
