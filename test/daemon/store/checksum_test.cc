@@ -141,5 +141,25 @@ TEST(Checksum, TailHasherMatchesWhileFilesAreWritten) {
   EXPECT_EQ((*got)["sub/core"].checksum, HashFile(d.path + "/sub/core")->checksum);
 }
 
+// A file replaced behind the hasher by a writer that hashed it (cryod's pages images) keeps
+// the writer's digest; one given with a size the file does not have is not trusted.
+TEST(Checksum, TailHasherTakesAReplacedFilesDigestFromItsWriterOnlyWhereTheSizeAgrees) {
+  TempDir d;
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/pages-1.img", RandomData(4096, 6)).ok());
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/pages-2.img", RandomData(4096, 7)).ok());
+  TailHasher t(d.path);
+  t.Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both followed by then
+  const std::string one = RandomData(8192, 8), two = RandomData(8192, 9);
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/pages-1.img", one).ok());  // a new inode
+  ASSERT_TRUE(fs::WriteFileAtomic(d.path + "/pages-2.img", two).ok());
+  const FileDigest writers{one.size(), "writer's digest"};
+  t.Provide({{"pages-1.img", writers}, {"pages-2.img", FileDigest{two.size() + 1, "wrong size"}}});
+  auto got = t.Finish();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ((*got)["pages-1.img"], writers) << "taken from its writer, not read again";
+  EXPECT_EQ((*got)["pages-2.img"], *HashFile(d.path + "/pages-2.img")) << "read again";
+}
+
 }  // namespace
 }  // namespace cryo
