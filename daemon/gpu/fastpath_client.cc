@@ -29,7 +29,8 @@ namespace {
 // is asked at least every 100 ms.
 template <typename T>
 absl::StatusOr<T> Receive(int fd, const FastpathProcess& p, absl::Duration timeout,
-                          const std::function<bool()>& stop = nullptr) {
+                          const std::function<bool()>& stop = nullptr,
+                          std::vector<UniqueFd>* attached = nullptr) {
   if (fd < 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("the channel to the GPU fast path of pid ", p.pid, " is closed"));
@@ -55,7 +56,7 @@ absl::StatusOr<T> Receive(int fd, const FastpathProcess& p, absl::Duration timeo
     if (r < 0) return ErrnoStatus(errno, "poll");
     if (r == 0) continue;
     std::string text;
-    std::vector<UniqueFd> fds;  // the library sends none: closed as they go
+    std::vector<UniqueFd> fds;  // closed as they go, unless the caller takes them
     if (!wire::ReceiveMessage(fd, &text, &fds)) {
       return absl::UnavailableError(absl::StrCat("the GPU fast path of pid ", p.pid,
                                                  " closed its channel without an answer"));
@@ -73,6 +74,7 @@ absl::StatusOr<T> Receive(int fd, const FastpathProcess& p, absl::Duration timeo
       proved = true;
       continue;
     }
+    if (attached != nullptr) *attached = std::move(fds);
     return ParseFastpathReply<T>(text, p);
   }
 }
@@ -181,6 +183,8 @@ template absl::StatusOr<wire::SavedReply> ParseFastpathReply(absl::string_view,
                                                              const FastpathProcess&);
 template absl::StatusOr<wire::RefillReply> ParseFastpathReply(absl::string_view,
                                                               const FastpathProcess&);
+template absl::StatusOr<wire::TrackReply> ParseFastpathReply(absl::string_view,
+                                                             const FastpathProcess&);
 
 std::string FastpathFileName(pid_t ns_pid, int k) {
   return absl::StrCat("gpu/fastpath-", ns_pid, ".", k, ".bin");
@@ -270,6 +274,28 @@ absl::StatusOr<wire::StatusReply> FastpathStatus(const proc::ProcReader& proc,
   req.version = wire::kMinVersion;
   absl::Status st = Send(fd.get(), p, req, {});
   return st.ok() ? Receive<wire::StatusReply>(fd.get(), p, timeout) : st;
+}
+
+absl::StatusOr<UniqueFd> FastpathWriteTracker(const proc::ProcReader& proc,
+                                              const FastpathProcess& p, absl::Duration timeout) {
+  CRYO_ASSIGN_OR_RETURN(UniqueFd fd, ConnectFastpath(proc, p));
+  wire::Request req;
+  req.op = wire::Op::kTrack;
+  req.version = wire::kVersionTrack;
+  CRYO_RETURN_IF_ERROR(Send(fd.get(), p, req, {}));
+  std::vector<UniqueFd> fds;
+  CRYO_RETURN_IF_ERROR(Receive<wire::TrackReply>(fd.get(), p, timeout, nullptr, &fds).status());
+  if (fds.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("the GPU fast path of pid ", p.pid, " sent ",
+                                                   fds.size(), " descriptors for a userfaultfd"));
+  }
+  // Only a userfaultfd is taken: anything else the job sends is not cryod's to use.
+  const std::string what = proc::ProcReader().Link(::getpid(), absl::StrCat("fd/", fds[0].get()));
+  if (what != "anon_inode:[userfaultfd]") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the GPU fast path of pid ", p.pid, " sent a descriptor of ", what, ", not a userfaultfd"));
+  }
+  return std::move(fds[0]);
 }
 
 absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::ProcReader& proc,

@@ -104,6 +104,18 @@
 // fails the refill with "code": "data_loss" and the job stays held. cryod writes "ready" only
 // upwards and the verdict once, after the last byte.
 //
+// Tracking (version 8): before a leave-running checkpoint freezes the job, cryod asks each
+// process of it (after the challenge above)
+//   {"op": "track", "version": 8}
+//     -> {"ok", "features"} with a userfaultfd of the process attached
+// The library creates it (user-mode faults only, close-on-exec), does its API handshake with
+// UFFD_FEATURE_WP_ASYNC (the kernel itself resolves a write to a protected page) and closes its
+// own copy once sent: CRIU refuses to dump a process that holds one. A kernel without that
+// feature (before 6.7) or a process that may not create one answers an error; cryod then copies
+// the process's memory only while it is frozen, as before. cryod registers and write-protects the
+// process's private anonymous memory through it, copies that memory while the job runs, and at
+// the freeze copies again only the pages written since (daemon/criu/pre_copy.h).
+//
 // Shared memory (version 2): an allocation the job exports as a POSIX descriptor
 // (cuMemExportToShareableHandle) is moved by the exporting process like its own; the library
 // keeps a duplicate of each descriptor it exported ("exports", id and number) and of each it
@@ -122,7 +134,7 @@
 
 namespace cryo::contract::gpu_fastpath {
 
-inline constexpr int kVersion = 7;
+inline constexpr int kVersion = 8;
 inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
 inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
 inline constexpr uint32_t kMaxMessage = 64 << 10;

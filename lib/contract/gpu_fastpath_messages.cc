@@ -15,7 +15,7 @@ namespace json_text = ::cryo::json;
 // The one spelling of each op, state and error code on the wire.
 constexpr std::pair<Op, const char*> kOps[] = {
     {Op::kStatus, "status"}, {Op::kDrain, "drain"}, {Op::kRefill, "refill"}, {Op::kGo, "go"},
-    {Op::kAlign, "align"},   {Op::kShare, "share"}, {Op::kProve, "prove"}};
+    {Op::kAlign, "align"},   {Op::kShare, "share"}, {Op::kProve, "prove"},   {Op::kTrack, "track"}};
 constexpr std::pair<State, const char*> kStates[] = {{State::kRunning, kStateRunning},
                                                      {State::kDrained, kStateDrained},
                                                      {State::kSaved, kStateSaved},
@@ -357,6 +357,10 @@ std::string Encode(const RefillReply& r) {
 
 std::string Encode(const ShareReply& r) { return json{{"ok", true}, {"size", r.size}}.dump(); }
 
+std::string Encode(const TrackReply& r) {
+  return json{{"ok", true}, {"features", r.features}}.dump();
+}
+
 std::string Encode(const Challenge& c) {
   return json{{"ok", false},
               {"code", NameOf(kCodes, ErrorCode::kProve)},
@@ -512,6 +516,12 @@ bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why) 
 bool Decode(const std::string& text, Reply<ShareReply>* out, std::string* why) {
   return DecodeReply(text, out, why,
                      [](Reader& r, const json&, ShareReply* b) { r.Uint("size", &b->size, true); });
+}
+
+bool Decode(const std::string& text, Reply<TrackReply>* out, std::string* why) {
+  return DecodeReply(text, out, why, [](Reader& r, const json&, TrackReply* b) {
+    r.Uint("features", &b->features, true);
+  });
 }
 
 }  // namespace cryo::contract::gpu_fastpath

@@ -40,12 +40,14 @@ inline constexpr int kVersionLegacyIpc = 5;
 inline constexpr int kVersionProve = 6;
 // The first version that follows cryod's read of a refill's memory (a refill's "follow").
 inline constexpr int kVersionFollow = 7;
+// The first version that gives cryod a userfaultfd of the process to track its writes ("track").
+inline constexpr int kVersionTrack = 8;
 // The bytes of a challenge (at most what a "prove" may send back).
 inline constexpr uint32_t kChallengeBytes = 16;
 // The longest a held drain waits for its "go".
 inline constexpr int64_t kMaxHoldMs = 600000;
 
-enum class Op { kStatus, kDrain, kRefill, kGo, kAlign, kShare, kProve };
+enum class Op { kStatus, kDrain, kRefill, kGo, kAlign, kShare, kProve, kTrack };
 enum class State { kRunning, kDrained, kSaved, kImporting };
 enum class ErrorCode {
   kNone,
@@ -168,6 +170,12 @@ struct ShareReply {
   uint64_t size = 0;
 };
 
+// A track's reply: a userfaultfd of the process is attached, its API handshake done with
+// `features` (write-protect resolved by the kernel itself: UFFD_FEATURE_WP_ASYNC).
+struct TrackReply {
+  uint64_t features = 0;
+};
+
 // A reply as received: the body, or the error (ok false).
 template <typename T>
 struct Reply {
@@ -186,6 +194,7 @@ std::string Encode(const DrainedReply& r);
 std::string Encode(const SavedReply& r);
 std::string Encode(const RefillReply& r);
 std::string Encode(const ShareReply& r);
+std::string Encode(const TrackReply& r);
 std::string Encode(const Challenge& c);
 
 // false, with *why, for text that is not such a message.
@@ -198,6 +207,7 @@ bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why)
 bool Decode(const std::string& text, Reply<SavedReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<RefillReply>* out, std::string* why);
 bool Decode(const std::string& text, Reply<ShareReply>* out, std::string* why);
+bool Decode(const std::string& text, Reply<TrackReply>* out, std::string* why);
 // Whether `text` is a challenge (then *out holds it; a length over kChallengeBytes is not one).
 bool DecodeChallenge(const std::string& text, Challenge* out);
 

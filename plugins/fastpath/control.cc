@@ -1,13 +1,17 @@
 #include "plugins/fastpath/control.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -192,7 +196,8 @@ void Control::Serve(int conn) {
                                       std::to_string(wire::kMinVersion) + " to " +
                                       std::to_string(wire::kVersion),
                                   ErrorCode::kVersion));
-    } else if ((req.op == Op::kStatus || req.op == Op::kDrain || req.op == Op::kRefill) &&
+    } else if ((req.op == Op::kStatus || req.op == Op::kDrain || req.op == Op::kRefill ||
+                req.op == Op::kTrack) &&
                !PeerProves(conn)) {
       // ("share" carries its own secret: the job's other processes, which may not ptrace this
       // one, ask for its exports with it. A stray "go" or "align" is refused below.)
@@ -208,6 +213,8 @@ void Control::Serve(int conn) {
       HandleRefill(conn, req, fds);
     } else if (req.op == Op::kShare) {
       HandleShare(conn, req);
+    } else if (req.op == Op::kTrack) {
+      HandleTrack(conn);
     } else {
       Answer(conn, Result::Failed(std::string("\"") + wire::OpName(req.op) + "\" with no " +
                                       (req.op == Op::kProve ? "challenge" : "drain held") +
@@ -381,6 +388,37 @@ void Control::HandleShare(int conn, const wire::Request& req) {
   // A share that does not arrive: the asking process sees its channel close and asks again.
   Answer(conn, Encode(wire::ShareReply{size}), {fd});
   ::close(fd);
+}
+
+namespace {
+// Newer than Debian 12's kernel headers: WP_UNPOPULATED (6.4), WP_ASYNC (6.7). PAGEMAP_SCAN
+// reports anonymous memory as tracked only with both.
+constexpr uint64_t kUffdFeatureWpUnpopulated = 1ull << 13;
+constexpr uint64_t kUffdFeatureWpAsync = 1ull << 15;
+}  // namespace
+
+void Control::HandleTrack(int conn) {
+  // User-mode faults only: what an unprivileged process may create (vm.unprivileged_userfaultfd
+  // 0). The kernel resolves the write-protect faults itself (WP_ASYNC), so kernel-mode writes
+  // into the job's memory are not refused either.
+  UniqueFd fd(
+      static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY)));
+  if (!fd.ok()) {
+    Answer(conn, Result::Failed(std::string("userfaultfd: ") + strerror(errno)));
+    return;
+  }
+  uffdio_api api{};
+  api.api = UFFD_API;
+  api.features = kUffdFeatureWpAsync | kUffdFeatureWpUnpopulated;
+  if (::ioctl(fd.get(), UFFDIO_API, &api) != 0) {
+    Answer(conn, Result::Failed(
+                     std::string("userfaultfd without write-protect resolved by the "
+                                 "kernel (UFFD_FEATURE_WP_ASYNC and WP_UNPOPULATED, Linux 6.7): ") +
+                     strerror(errno)));
+    return;
+  }
+  // Sent, then closed here (fd's destructor): only cryod holds it.
+  Answer(conn, Encode(wire::TrackReply{api.features}), {fd.get()});
 }
 
 void Control::HandleRefill(int conn, const wire::Request& req, std::vector<UniqueFd>& fds) {

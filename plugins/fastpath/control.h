@@ -42,6 +42,9 @@ class Control {
                     std::vector<UniqueFd>& fds);
   // Legacy IPC: the descriptor of an export, to another process of the job (legacy_ipc.h).
   void HandleShare(int conn, const contract::gpu_fastpath::Request& req);
+  // A userfaultfd of this process for cryod, which tracks the job's writes through it while it
+  // copies the job's memory ahead of a checkpoint's freeze (gpu_fastpath.h, "Tracking").
+  void HandleTrack(int conn);
   // A held drain's cut: quiesced, answered, then true once cryod says "go" (false: the job
   // goes on, and cryod has been answered).
   bool HoldForGo(int conn, const contract::gpu_fastpath::Request& req);
