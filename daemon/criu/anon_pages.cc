@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -19,6 +20,8 @@
 #include "absl/synchronization/mutex.h"
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
+#include "daemon/criu/page_scan.h"
+#include "daemon/criu/pre_copy.h"
 #include "lib/base/chunked_xxh3.h"
 #include "lib/base/fs.h"
 #include "lib/base/io_all.h"
@@ -27,43 +30,19 @@
 namespace cryo::criu {
 namespace {
 
-constexpr uint64_t kPage = 4096;
+constexpr uint64_t kPage = kPageBytes;
 constexpr uint64_t kPieceBytes = 8ull << 20;  // what one thread copies at a time
 constexpr uint64_t kMaxMmImage = 256ull << 20;
 constexpr uint64_t kMaxPagemapImage = 1ull << 30;
 constexpr uint64_t kMaxPstreeImage = 64ull << 20;
-
-// /proc/<pid>/pagemap: one u64 per page.
-constexpr uint64_t kPmPresent = 1ull << 63;
-constexpr uint64_t kPmSwap = 1ull << 62;
-constexpr uint64_t kPmPfnMask = (1ull << 55) - 1;
-
-// PAGEMAP_SCAN (Linux 6.7, linux/fs.h; Debian 12's headers predate it): the present or swapped
-// pages of a range, as runs, with the zero page left out, as CRIU asks for them.
-struct PmScanArg {
-  uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages;
-  uint64_t category_inverted, category_mask, category_anyof_mask, return_mask;
-};
-struct PageRegion {
-  uint64_t start, end, categories;
-};
-constexpr uint64_t kPageIsFile = 1u << 2;
-constexpr uint64_t kPageIsPresent = 1u << 3;
-constexpr uint64_t kPageIsSwapped = 1u << 4;
-constexpr uint64_t kPageIsPfnZero = 1u << 5;
-constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);  // NOLINT(runtime/int)
-
-struct Run {
-  uint64_t vaddr = 0;
-  uint64_t pages = 0;
-};
 
 // One entry of the new pagemap: CRIU's as it was, or a run of cryod's.
 struct Segment {
   ::criu::pagemap_entry entry;
   bool has_data = false;
   bool from_task = false;
-  uint64_t src = 0;  // CRIU's: its offset in the old pages file
+  uint64_t src = 0;             // CRIU's: its offset in the old pages file
+  const char* ahead = nullptr;  // cryod's copy ahead of the freeze (pre_copy.h), when from it
 };
 
 // One pagemap and its pages file to write: a task's private memory (from the task), or a
@@ -95,7 +74,8 @@ struct Piece {
   uint64_t out = 0;
   uint64_t len = 0;
   bool from_task = false;
-  uint64_t src = 0;  // the task's address, or the old file's offset
+  uint64_t src = 0;             // the task's address, or the old file's offset
+  const char* ahead = nullptr;  // taken from the copy ahead, after the thaw
 };
 
 // What one thread does at a time: one checksum chunk of one new pages file, its pieces in file
@@ -105,6 +85,7 @@ struct ChunkWork {
   size_t index = 0;
   std::vector<Piece> pieces;
   uint64_t bytes = 0;
+  bool ahead = false;  // some of it comes from the copy ahead: finished after the thaw
 };
 
 std::string PagemapName(pid_t pid) { return absl::StrCat("pagemap-", pid, ".img"); }
@@ -113,82 +94,6 @@ std::string PagesName(uint32_t id) { return absl::StrCat("pages-", id, ".img"); 
 bool HasData(const ::criu::pagemap_entry& e) {
   if (e.has_flags()) return (e.flags() & kPagemapPresent) != 0;
   return !e.in_parent();  // images older than the flags
-}
-
-// The pfn of the zero page, which CRIU never dumps: read through this process's own mapping of
-// it. 0 when the kernel hides pfns (no CAP_SYS_ADMIN): every present page is then copied.
-uint64_t ZeroPagePfn() {
-  void* p = ::mmap(nullptr, kPage, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return 0;
-  (void)*static_cast<volatile const char*>(p);
-  uint64_t e = 0;
-  const UniqueFd fd(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
-  if (fd.ok()) {
-    const off_t off = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / kPage * 8);
-    if (::pread(fd.get(), &e, sizeof(e), off) != sizeof(e)) e = 0;
-  }
-  ::munmap(p, kPage);
-  return (e & kPmPresent) ? (e & kPmPfnMask) : 0;
-}
-
-// Adds `pages` pages at `vaddr`, extending the last run where they follow it.
-void AddPages(std::vector<Run>* runs, uint64_t vaddr, uint64_t pages) {
-  if (!runs->empty() && runs->back().vaddr + runs->back().pages * kPage == vaddr) {
-    runs->back().pages += pages;
-  } else {
-    runs->push_back(Run{vaddr, pages});
-  }
-}
-
-// The pages of [start, end) CRIU would dump: present or swapped, not the zero page.
-absl::Status ScanRange(int pagemap, uint64_t start, uint64_t end, uint64_t zero_pfn, bool* use_scan,
-                       std::vector<Run>* runs) {
-  if (*use_scan) {
-    std::vector<PageRegion> regions(4096);
-    uint64_t at = start;
-    while (at < end) {
-      PmScanArg a{};
-      a.size = sizeof(a);
-      a.start = at;
-      a.end = end;
-      a.vec = reinterpret_cast<uintptr_t>(regions.data());
-      a.vec_len = regions.size();
-      a.category_inverted = kPageIsPfnZero | kPageIsFile;
-      a.category_mask = kPageIsPfnZero | kPageIsFile;
-      a.category_anyof_mask = kPageIsPresent | kPageIsSwapped;
-      a.return_mask = kPageIsPresent | kPageIsSwapped;
-      const int n = ::ioctl(pagemap, kPagemapScan, &a);
-      if (n < 0) {
-        if ((errno == EINVAL || errno == ENOTTY) && at == start && runs->empty()) {
-          *use_scan = false;  // an older kernel: read the pagemap page by page below
-          break;
-        }
-        return ErrnoStatus(errno, "PAGEMAP_SCAN");
-      }
-      for (int i = 0; i < n; ++i) {
-        AddPages(runs, regions[i].start, (regions[i].end - regions[i].start) / kPage);
-      }
-      if (a.walk_end <= at) return absl::InternalError("PAGEMAP_SCAN made no progress");
-      at = a.walk_end;
-    }
-    if (*use_scan) return absl::OkStatus();
-  }
-  std::vector<uint64_t> buf(65536);
-  for (uint64_t at = start; at < end;) {
-    const uint64_t n = std::min<uint64_t>(buf.size(), (end - at) / kPage);
-    const ssize_t got = ::pread(pagemap, buf.data(), n * 8, static_cast<off_t>(at / kPage * 8));
-    if (got < 0) return ErrnoStatus(errno, "reading the pagemap");
-    if (got == 0) return absl::InternalError("the pagemap ended early");
-    const uint64_t entries = static_cast<uint64_t>(got) / 8;
-    for (uint64_t i = 0; i < entries; ++i) {
-      const uint64_t e = buf[i];
-      const bool dump =
-          (e & kPmSwap) || ((e & kPmPresent) && !(zero_pfn != 0 && (e & kPmPfnMask) == zero_pfn));
-      if (dump) AddPages(runs, at + i * kPage, 1);
-    }
-    at += entries * kPage;
-  }
-  return absl::OkStatus();
 }
 
 template <typename M>
@@ -240,7 +145,10 @@ absl::Status ReadAll(int fd, char* p, uint64_t len, uint64_t off, const std::str
   return ErrnoStatus(errno, what);
 }
 
-absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash) {
+// Copies piece `p` into its place in the new pages file (through `buf` where the file is not
+// mapped), and adds it to `hash` (may be null: hashed later). A piece from the copy ahead is left
+// for the thaw unless `ahead`.
+absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash, bool ahead = false) {
   TaskPlan& t = *p.task;
   char* dst = buf;
   if (t.map != nullptr) {
@@ -257,8 +165,13 @@ absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash) {
       }
       return ErrnoStatus(err, "allocating the pages image");
     }
+  } else if (p.ahead != nullptr) {
+    return absl::InternalError("a pages image taken from the copy ahead must be mapped");
   }
-  if (p.from_task && t.shm.ok()) {
+  if (p.ahead != nullptr) {
+    if (!ahead) return absl::OkStatus();
+    std::memcpy(dst, p.ahead, p.len);
+  } else if (p.from_task && t.shm.ok()) {
     CRYO_RETURN_IF_ERROR(
         ReadAll(t.shm.get(), dst, p.len, p.src, absl::StrCat("reading shared memory ", t.pagemap)));
   } else if (p.from_task) {
@@ -276,14 +189,29 @@ absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash) {
     CRYO_RETURN_IF_ERROR(ReadAll(t.old_pages.get(), dst, p.len, p.src,
                                  absl::StrCat("reading CRIU's ", PagesName(t.pages_id))));
   }
-  XXH3_128bits_update(hash, dst, p.len);
+  if (hash != nullptr) XXH3_128bits_update(hash, dst, p.len);
   if (t.map != nullptr) return absl::OkStatus();
   return WriteAll(t.new_pages.get(), buf, p.len, p.out, "writing the pages image");
 }
 
+// With CRYO_PRE_COPY_VERIFY=1: the pages of piece `p` (from the copy ahead) that differ from the
+// frozen task's, which the tracking said were not written.
+uint64_t AheadMismatches(const Piece& p, char* buf) {
+  iovec local{buf, p.len};
+  iovec remote{reinterpret_cast<void*>(p.src), p.len};
+  const ssize_t n = ::process_vm_readv(p.task->pid, &local, 1, &remote, 1, 0);
+  const uint64_t got = n > 0 ? static_cast<uint64_t>(n) : 0;
+  uint64_t bad = (p.len - got) / kPage;
+  for (uint64_t off = 0; off + kPage <= got; off += kPage) {
+    if (std::memcmp(buf + off, p.ahead + off, kPage) != 0) ++bad;
+  }
+  return bad;
+}
+
 // cryod's entries for `pages` pages of data at `vaddr` (a task's address, or an offset in a
 // segment), read from `src`: as many as nr_pages (32 bits) needs.
-void AddEntries(std::vector<Segment>* out, uint64_t vaddr, uint64_t src, uint64_t pages) {
+void AddEntries(std::vector<Segment>* out, uint64_t vaddr, uint64_t src, uint64_t pages,
+                const char* ahead = nullptr) {
   for (uint64_t done = 0; done < pages;) {
     const uint64_t take = std::min<uint64_t>(pages - done, 1u << 30);
     Segment s;
@@ -291,8 +219,9 @@ void AddEntries(std::vector<Segment>* out, uint64_t vaddr, uint64_t src, uint64_
     s.entry.set_nr_pages(static_cast<uint32_t>(take));
     s.entry.set_flags(kPagemapPresent);
     s.has_data = true;
-    s.from_task = true;
+    s.from_task = ahead == nullptr;
     s.src = src + done * kPage;
+    s.ahead = ahead != nullptr ? ahead + done * kPage : nullptr;
     out->push_back(std::move(s));
     done += take;
   }
@@ -334,8 +263,47 @@ absl::StatusOr<::criu::mm_entry> ReadMm(const std::string& dir, pid_t pid) {
 
 // Plans one task: CRIU's entries and cryod's runs, merged in address order. Sets `criu_did_it`
 // when CRIU dumped the mappings itself.
+// A run of pages to copy: from the task, or (ahead) from the copy taken before the freeze.
+struct PlannedRun {
+  uint64_t vaddr = 0, pages = 0;
+  const char* ahead = nullptr;
+};
+
+// The pages of mapping [start, end) to copy, into `runs`: with `ahead` (the task's copy ahead),
+// those not written since it was taken come from it.
+absl::Status PlanMapping(int pagemap, uint64_t start, uint64_t end, uint64_t zero_pfn,
+                         bool* use_scan, const PreCopy::Task* ahead, std::vector<PlannedRun>* runs,
+                         uint64_t* ahead_bytes) {
+  std::vector<PageRun> found;
+  absl::Status tracked = absl::FailedPreconditionError("no copy ahead");
+  if (ahead != nullptr) tracked = ScanWritten(pagemap, start, end, /*protect=*/false, &found);
+  if (!tracked.ok()) {
+    // Not tracked (a mapping made or made anew since): all of it from the task.
+    if (!absl::IsFailedPrecondition(tracked)) return tracked;
+    found.clear();
+    CRYO_RETURN_IF_ERROR(ScanRange(pagemap, start, end, zero_pfn, use_scan, &found));
+    for (const PageRun& r : found) runs->push_back(PlannedRun{r.vaddr, r.pages, nullptr});
+    return absl::OkStatus();
+  }
+  for (const PageRun& r : found) {
+    if (r.written) {
+      runs->push_back(PlannedRun{r.vaddr, r.pages, nullptr});
+      continue;
+    }
+    for (uint64_t done = 0; done < r.pages;) {
+      const char* src = nullptr;
+      const uint64_t n = ahead->Cover(r.vaddr + done * kPage, r.pages - done, &src);
+      runs->push_back(PlannedRun{r.vaddr + done * kPage, n, src});
+      if (src != nullptr) *ahead_bytes += n * kPage;
+      done += n;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PlanTask(const std::string& dir, pid_t pid, const ::criu::mm_entry& mm,
-                      uint64_t zero_pfn, bool* use_scan, TaskPlan* plan, bool* criu_did_it) {
+                      uint64_t zero_pfn, bool* use_scan, const PreCopy::Task* ahead, TaskPlan* plan,
+                      bool* criu_did_it, uint64_t* ahead_bytes) {
   *criu_did_it = false;
   const std::string pm_name = PagemapName(pid);
   CRYO_ASSIGN_OR_RETURN(auto pm_raw,
@@ -359,7 +327,7 @@ absl::Status PlanTask(const std::string& dir, pid_t pid, const ::criu::mm_entry&
     criu.push_back(std::move(s));
   }
 
-  std::vector<Run> runs;
+  std::vector<PlannedRun> runs;
   {
     const UniqueFd pagemap(
         ::open(absl::StrCat("/proc/", pid, "/pagemap").c_str(), O_RDONLY | O_CLOEXEC));
@@ -375,20 +343,22 @@ absl::Status PlanTask(const std::string& dir, pid_t pid, const ::criu::mm_entry&
           return absl::OkStatus();
         }
       }
-      CRYO_RETURN_IF_ERROR(ScanRange(pagemap.get(), v.start(), v.end(), zero_pfn, use_scan, &runs));
+      CRYO_RETURN_IF_ERROR(PlanMapping(pagemap.get(), v.start(), v.end(), zero_pfn, use_scan, ahead,
+                                       &runs, ahead_bytes));
     }
   }
 
   // Merge: both lists in address order (CRIU lists mappings so; sorted here all the same), and
   // never overlapping (different mappings).
-  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.vaddr < b.vaddr; });
+  std::sort(runs.begin(), runs.end(),
+            [](const PlannedRun& a, const PlannedRun& b) { return a.vaddr < b.vaddr; });
   std::vector<Segment>& out = plan->segments;
   out.reserve(criu.size() + runs.size());
   size_t ci = 0;
-  for (const Run& r : runs) {
+  for (const PlannedRun& r : runs) {
     while (ci < criu.size() && criu[ci].entry.vaddr() < r.vaddr)
       out.push_back(std::move(criu[ci++]));
-    AddEntries(&out, r.vaddr, r.vaddr, r.pages);
+    AddEntries(&out, r.vaddr, r.vaddr, r.pages, r.ahead);
   }
   while (ci < criu.size()) out.push_back(std::move(criu[ci++]));
   for (const Segment& s : out) {
@@ -537,14 +507,73 @@ bool IsExternalAnonVma(uint32_t status, uint32_t flags) {
   return (status & kNeed) == kNeed && (status & kNot) == 0 && (flags & MAP_HUGETLB) == 0;
 }
 
-absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, int threads) {
+struct AnonPagesCopy::State {
+  std::string dir;
+  int threads = 1;
   AnonPagesResult r;
+  std::vector<std::unique_ptr<TaskPlan>> plans;
+  std::vector<ChunkWork> work;
+};
+
+AnonPagesCopy::AnonPagesCopy() : s_(std::make_unique<State>()) {}
+AnonPagesCopy::~AnonPagesCopy() = default;
+
+namespace {
+
+// Runs `one(chunk, buf, hash)` over `work` with `threads` threads: the first error stops them.
+absl::Status EachChunk(std::vector<ChunkWork*>& work, int threads,
+                       const std::function<absl::Status(ChunkWork&, char*, XXH3_state_t*)>& one) {
+  std::atomic<size_t> next{0};
+  absl::Mutex mu;
+  absl::Status failed;
+  auto worker = [&] {
+    std::unique_ptr<char[]> buf(new char[kPieceBytes]);  // where a file is not mapped
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
+                                                                  &XXH3_freeState);
+    for (size_t i = next++; i < work.size(); i = next++) {
+      absl::Status st = one(*work[i], buf.get(), hash.get());
+      if (!st.ok()) {
+        absl::MutexLock l(&mu);
+        if (failed.ok()) failed = std::move(st);
+        next = work.size();
+        return;
+      }
+    }
+  };
+  const int n = std::clamp<int>(threads, 1, std::max<int>(1, static_cast<int>(work.size())));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  return failed;
+}
+
+// A chunk done: its checksum kept, and (where mapped) its page tables dropped now, in parallel
+// (mmap_lock taken for reading), not in one munmap of the whole file at the end.
+void ChunkDone(ChunkWork& w, XXH3_state_t* hash) {
+  TaskPlan& t = *w.task;
+  t.chunks[w.index] = XXH3_128bits_digest(hash);
+  if (t.map == nullptr) return;
+  const uint64_t b = w.index * xxh3chunked::kChunk;
+  const uint64_t e = std::min<uint64_t>(b + xxh3chunked::kChunk, t.out_bytes);
+  ::madvise(t.map + b, (e - b + kPage - 1) / kPage * kPage, MADV_DONTNEED);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
+    const std::string& images_dir, int threads, const PreCopy* ahead) {
+  std::unique_ptr<AnonPagesCopy> c(new AnonPagesCopy());
+  State& st = *c->s_;
+  st.dir = images_dir;
+  st.threads = threads;
+  AnonPagesResult& r = st.r;
   const absl::Time t0 = absl::Now();
   CRYO_ASSIGN_OR_RETURN(
       auto tree, ReadImageEntries(images_dir, "pstree.img", kPstreeMagic, true, kMaxPstreeImage));
   const uint64_t zero_pfn = ZeroPagePfn();
   bool use_scan = true;
-  std::vector<std::unique_ptr<TaskPlan>> plans;
+  std::vector<std::unique_ptr<TaskPlan>>& plans = st.plans;
   std::vector<std::pair<pid_t, ::criu::mm_entry>> tasks;  // those planned, with their mappings
   for (const auto& raw : tree) {
     CRYO_ASSIGN_OR_RETURN(auto pe, ParseEntry<::criu::pstree_entry>(raw, "pstree.img"));
@@ -554,8 +583,9 @@ absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, in
     CRYO_ASSIGN_OR_RETURN(auto mm, ReadMm(images_dir, pid));
     auto plan = std::make_unique<TaskPlan>();
     bool criu_did_it = false;
-    CRYO_RETURN_IF_ERROR(
-        PlanTask(images_dir, pid, mm, zero_pfn, &use_scan, plan.get(), &criu_did_it));
+    const PreCopy::Task* task_ahead = ahead != nullptr ? ahead->Find(pid) : nullptr;
+    CRYO_RETURN_IF_ERROR(PlanTask(images_dir, pid, mm, zero_pfn, &use_scan, task_ahead, plan.get(),
+                                  &criu_did_it, &r.ahead_bytes));
     if (criu_did_it) {
       ++r.left_to_criu;
       continue;
@@ -571,12 +601,12 @@ absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, in
   }
   r.scan = absl::Now() - t0;
 
-  std::vector<ChunkWork> work;
+  std::vector<ChunkWork>& work = st.work;
   for (auto& t : plans) {
     t->chunks.assign(
         std::max<uint64_t>(1, (t->out_bytes + xxh3chunked::kChunk - 1) / xxh3chunked::kChunk),
         XXH128_hash_t{});
-    for (size_t c = 0; c < t->chunks.size(); ++c) work.push_back(ChunkWork{t.get(), c, {}, 0});
+    for (size_t k = 0; k < t->chunks.size(); ++k) work.push_back(ChunkWork{t.get(), k, {}, 0});
     ChunkWork* first = &work[work.size() - t->chunks.size()];
     uint64_t out = 0;
     for (const Segment& s : t->segments) {
@@ -588,9 +618,14 @@ absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, in
         const uint64_t chunk_end = (at / xxh3chunked::kChunk + 1) * xxh3chunked::kChunk;
         const uint64_t n = std::min({kPieceBytes, len - done, chunk_end - at});
         ChunkWork& w = first[at / xxh3chunked::kChunk];
-        w.pieces.push_back(Piece{t.get(), at, n, s.from_task, s.src + done});
+        w.pieces.push_back(Piece{t.get(), at, n, s.from_task, s.src + done,
+                                 s.ahead != nullptr ? s.ahead + done : nullptr});
         w.bytes += n;
-        if (s.from_task) r.bytes += n;
+        if (s.ahead != nullptr) {
+          w.ahead = true;
+        } else if (s.from_task) {
+          r.bytes += n;
+        }
         done += n;
       }
       out += len;
@@ -600,47 +635,53 @@ absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, in
   std::stable_sort(work.begin(), work.end(),
                    [](const ChunkWork& a, const ChunkWork& b) { return a.bytes > b.bytes; });
   const absl::Time t1 = absl::Now();
-  std::atomic<size_t> next{0};
-  absl::Mutex mu;
-  absl::Status failed;
-  auto worker = [&] {
-    std::unique_ptr<char[]> buf(new char[kPieceBytes]);  // where a file is not mapped
-    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
-                                                                  &XXH3_freeState);
-    for (size_t i = next++; i < work.size(); i = next++) {
-      XXH3_128bits_reset(hash.get());
-      absl::Status st;
-      for (const Piece& p : work[i].pieces) {
-        st = CopyPiece(p, buf.get(), hash.get());
-        if (!st.ok()) break;
-      }
-      if (!st.ok()) {
-        absl::MutexLock l(&mu);
-        if (failed.ok()) failed = std::move(st);
-        next = work.size();
-        return;
-      }
-      TaskPlan& t = *work[i].task;
-      t.chunks[work[i].index] = XXH3_128bits_digest(hash.get());
-      if (t.map != nullptr) {
-        // Drop this chunk's page tables now, in parallel (mmap_lock taken for reading), not in
-        // one munmap of the whole file while the tasks wait.
-        const uint64_t b = work[i].index * xxh3chunked::kChunk;
-        const uint64_t e = std::min<uint64_t>(b + xxh3chunked::kChunk, t.out_bytes);
-        ::madvise(t.map + b, (e - b + kPage - 1) / kPage * kPage, MADV_DONTNEED);
-      }
-    }
-  };
-  const int n = std::clamp<int>(threads, 1, std::max<int>(1, static_cast<int>(work.size())));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < n; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
-  CRYO_RETURN_IF_ERROR(failed);
+  const bool verify = ahead != nullptr && PreCopyVerify();
+  std::atomic<uint64_t> mismatches{0};
+  std::vector<ChunkWork*> all;
+  for (ChunkWork& w : work) all.push_back(&w);
+  CRYO_RETURN_IF_ERROR(
+      EachChunk(all, threads, [&](ChunkWork& w, char* buf, XXH3_state_t* hash) -> absl::Status {
+        // A chunk with pages from the copy ahead is checksummed after the thaw, as a whole.
+        XXH3_128bits_reset(hash);
+        for (const Piece& p : w.pieces) {
+          CRYO_RETURN_IF_ERROR(CopyPiece(p, buf, w.ahead ? nullptr : hash));
+          if (verify && p.ahead != nullptr) mismatches += AheadMismatches(p, buf);
+        }
+        if (!w.ahead) ChunkDone(w, hash);
+        return absl::OkStatus();
+      }));
   r.copy = absl::Now() - t1;
+  r.ahead_mismatches = mismatches.load();
+  return c;
+}
+
+absl::StatusOr<AnonPagesResult> AnonPagesCopy::Finish() {
+  State& st = *s_;
+  AnonPagesResult& r = st.r;
+  const absl::Time t0 = absl::Now();
+  std::vector<ChunkWork*> ahead;
+  for (ChunkWork& w : st.work) {
+    if (w.ahead) ahead.push_back(&w);
+  }
+  CRYO_RETURN_IF_ERROR(
+      EachChunk(ahead, st.threads, [](ChunkWork& w, char* buf, XXH3_state_t* hash) {
+        XXH3_128bits_reset(hash);
+        for (const Piece& p : w.pieces) {
+          if (p.ahead != nullptr) {
+            CRYO_RETURN_IF_ERROR(CopyPiece(p, buf, hash, /*ahead=*/true));
+          } else {
+            // Copied while frozen: in the mapping already (CopyPiece insists on one).
+            XXH3_128bits_update(hash, p.task->map + p.out, p.len);
+          }
+        }
+        ChunkDone(w, hash);
+        return absl::OkStatus();
+      }));
+  r.after_thaw = absl::Now() - t0;
 
   const absl::Time t2 = absl::Now();
-  for (auto& t : plans) {
+  const std::string& images_dir = st.dir;
+  for (auto& t : st.plans) {
     ::criu::pagemap_head head;
     head.set_pages_id(t->pages_id);
     std::vector<const google::protobuf::MessageLite*> entries{&head};
@@ -657,19 +698,28 @@ absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, in
   r.replace = absl::Now() - t2;
   // What CRIU still copied itself: its pages images of other memory (shared, file-backed).
   for (const std::string& name : fs::ListNames(images_dir)) {
-    struct stat st;
+    struct stat sb;
     if (name.rfind("pages-", 0) != 0 || r.pages.count(name) != 0 ||
-        ::stat(fs::Join(images_dir, name).c_str(), &st) != 0) {
+        ::stat(fs::Join(images_dir, name).c_str(), &sb) != 0) {
       continue;
     }
-    r.criu_bytes += static_cast<uint64_t>(st.st_size);
+    r.criu_bytes += static_cast<uint64_t>(sb.st_size);
   }
-  for (const auto& t : plans) {
+  for (const auto& t : st.plans) {
     for (const Segment& s : t->segments) {
-      if (s.has_data && !s.from_task) r.criu_bytes += uint64_t{s.entry.nr_pages()} * kPage;
+      if (s.has_data && !s.from_task && s.ahead == nullptr) {
+        r.criu_bytes += uint64_t{s.entry.nr_pages()} * kPage;
+      }
     }
   }
-  return r;
+  st.plans.clear();  // unmaps the new files
+  return std::move(r);
+}
+
+absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, int threads,
+                                               const PreCopy* ahead) {
+  CRYO_ASSIGN_OR_RETURN(auto c, AnonPagesCopy::WhileFrozen(images_dir, threads, ahead));
+  return c->Finish();
 }
 
 }  // namespace cryo::criu

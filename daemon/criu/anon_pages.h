@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -69,23 +70,47 @@ inline int DefaultDumpCopyThreads() {
 bool IsExternalAnonVma(uint32_t status, uint32_t flags);
 
 struct AnonPagesResult {
-  int tasks = 0;            // tasks whose pages cryod wrote
-  int segments = 0;         // shared memory segments and memfds whose pages cryod wrote
-  int left_to_criu = 0;     // tasks whose images already held them (a CRIU without the patch)
-  uint64_t bytes = 0;       // bytes of memory copied from the tasks
-  uint64_t criu_bytes = 0;  // pages CRIU copied itself (shared memory, file-backed private)
-  absl::Duration scan;      // reading the images and the tasks' pagemaps
-  absl::Duration copy;      // copying, with `threads` threads
-  absl::Duration replace;   // writing the pagemaps, putting the new files in place
+  int tasks = 0;                  // tasks whose pages cryod wrote
+  int segments = 0;               // shared memory segments and memfds whose pages cryod wrote
+  int left_to_criu = 0;           // tasks whose images already held them (a CRIU without the patch)
+  uint64_t bytes = 0;             // bytes of memory copied from the tasks
+  uint64_t criu_bytes = 0;        // pages CRIU copied itself (shared memory, file-backed private)
+  absl::Duration scan;            // reading the images and the tasks' pagemaps
+  absl::Duration copy;            // copying while the tasks are frozen, with `threads` threads
+  absl::Duration after_thaw;      // copying the pages taken ahead, checksumming what holds them
+  absl::Duration replace;         // writing the pagemaps, putting the new files in place
+  uint64_t ahead_bytes = 0;       // pages taken from the copy ahead (pre_copy.h), not written since
+  uint64_t ahead_mismatches = 0;  // CRYO_PRE_COPY_VERIFY=1: pages of those that were wrong
   // The pages images rewritten, with their checksums (taken from the copy as it went), and the
   // pagemaps rewritten (small: hashed by whoever lists the directory).
   std::map<std::string, FileDigest> pages;
   std::vector<std::string> pagemaps;
 };
 
-// Copies the private anonymous pages of every task of the dump in `images_dir` (pstree.img) into
-// its images, with `threads` threads. The tasks must be frozen and in cryod's pid namespace
-// (pids as in the images). Any error leaves the images incomplete: the dump must fail.
-absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, int threads);
+class PreCopy;
+
+// Copies the anonymous pages of every task of the dump in `images_dir` (pstree.img) into its
+// images, with `threads` threads, in two parts: WhileFrozen copies what only the frozen tasks
+// hold; Finish, once they run on, copies the pages `ahead` (may be null) holds of them (copied
+// before the freeze and not written since: pre_copy.h), checksums the files and puts them in
+// place. The tasks must be in cryod's pid namespace (pids as in the images). Any error leaves the
+// images incomplete: the dump must fail.
+class AnonPagesCopy {
+ public:
+  static absl::StatusOr<std::unique_ptr<AnonPagesCopy>> WhileFrozen(const std::string& images_dir,
+                                                                    int threads,
+                                                                    const PreCopy* ahead);
+  absl::StatusOr<AnonPagesResult> Finish();
+  ~AnonPagesCopy();
+
+ private:
+  AnonPagesCopy();
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+// Both parts at once (the tasks frozen throughout).
+absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, int threads,
+                                               const PreCopy* ahead = nullptr);
 
 }  // namespace cryo::criu

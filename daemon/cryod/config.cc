@@ -255,6 +255,12 @@ const std::vector<Key>& Keys() {
           "instead of CRIU's one (0: CRIU copies it)",
           &Config::dump_copy_threads),
       Bool(
+          "dump_pre_copy",
+          "process mode, leave-running checkpoints with dump_copy_threads: copy the private "
+          "memory of processes under the GPU fast-path library while the job runs, tracking its "
+          "writes (userfaultfd, Linux 6.7), so that the freeze copies only the pages written since",
+          &Config::dump_pre_copy),
+      Bool(
           "gpu_fast_path_incremental",
           "fast path, that write: chunks unchanged since the workload's newest good checkpoint are "
           "referred to in it instead of written again",

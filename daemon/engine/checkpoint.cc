@@ -11,6 +11,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "daemon/container/container_checkpoint.h"
 #include "daemon/criu/action_gate.h"
@@ -20,7 +21,9 @@
 #include "daemon/engine/job_cut.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/step_hooks.h"
+#include "daemon/gpu/fastpath_client.h"
 #include "daemon/gpu/host_copy.h"
+#include "daemon/store/checksum.h"
 #include "daemon/store/signature.h"
 #include "lib/base/fs.h"
 #include "lib/base/log.h"
@@ -69,6 +72,14 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
       // The fast path moves what its library owns before the driver's lock, which would block
       // the library's own copies too; its undo brings the memory back (after gpu_lock's undo
       // gave the driver's state back: undos run newest first).
+      // A leave-running checkpoint of processes under the fast-path library: their private
+      // memory copied while the job runs on, its writes tracked, so that the freeze copies only
+      // what it wrote since (criu/pre_copy.h).
+      step("pre_copy", Stage::kUnspecified, run(&Engine::PreCopyMemory), undo(&Engine::UndoPreCopy),
+           [this](const S& s) {
+             return s.req.leave_running && !s.req.job_cut && cfg_.dump_pre_copy &&
+                    !s.live.fast.empty() && CopiesDumpPages(s);
+           }),
       step(
           "gpu_drain", Stage::kGpuDrain, run(&Engine::DrainGpus), undo(&Engine::UndoDrain),
           [](const S& s) { return !s.live.fast.empty(); },
@@ -113,6 +124,9 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
           [fast_bytes](const S& s) {
             return StageSize{fast_bytes(s), ""};
           }),
+      // The pages copied ahead go into the images as the job runs on.
+      step("dump_pages", Stage::kUnspecified, run(&Engine::FinishDumpPages), nullptr,
+           [](const S& s) { return s.live.dump_pages != nullptr; }),
       // ... and, when it drained into cryod's memory, its files are written as it runs on.
       step(
           "gpu_write", Stage::kGpuWrite, run(&Engine::WriteGpuData), nullptr,
@@ -256,11 +270,13 @@ void Engine::UndoGpu(const journal::Entry& e, CheckpointLive* live) {
 
 // cryod's copy of a dump's anonymous memory (criu/anon_pages.h): CRIU leaves it out,
 // its post-dump gate holds the frozen tasks, and a thread here copies the pages with several
-// threads and lets CRIU go on.
+// threads and lets CRIU go on. With a copy ahead (pre_copy.h) the pages taken from it are copied
+// after that, as the job runs on (dump_pages).
 class PostDumpPages {
  public:
-  PostDumpPages(std::unique_ptr<criu::ActionGate> gate, std::string images, int threads)
-      : gate_(std::move(gate)), images_(std::move(images)), threads_(threads) {}
+  PostDumpPages(std::unique_ptr<criu::ActionGate> gate, std::string images, int threads,
+                const criu::PreCopy* ahead)
+      : gate_(std::move(gate)), images_(std::move(images)), threads_(threads), ahead_(ahead) {}
   ~PostDumpPages() { Join(); }
 
   void AddTo(criu::DumpOptions* d) const {
@@ -270,23 +286,38 @@ class PostDumpPages {
   }
   void Start() {
     thread_ = std::thread([this] {
+      auto done = absl::MakeCleanup([this] {
+        if (!frozen_.HasBeenNotified()) frozen_.Notify();
+      });
       while (!criu_done_.load()) {
         if (!gate_->WaitArrival(absl::Milliseconds(100))) continue;
         arrived_ = true;
-        auto w = criu::WriteAnonPages(images_, threads_);
-        st_ = w.status();
-        if (w.ok()) result_ = *std::move(w);
+        auto c = criu::AnonPagesCopy::WhileFrozen(images_, threads_, ahead_);
+        st_ = c.status();
+        // Without a copy ahead the images are finished before CRIU goes on, as they always were.
+        if (c.ok() && ahead_ == nullptr) Complete(**c);
         if (absl::Status told = gate_->Tell(st_.ok()); !told.ok()) {
           // No verdict: the gate refuses, CRIU resumes the tasks and fails.
           CRYO_LOG(Warning) << told;
           gate_->Withdraw();
           if (st_.ok()) st_ = told;
         }
+        frozen_.Notify();
+        if (st_.ok() && ahead_ != nullptr) Complete(**c);
         return;
       }
     });
   }
-  // After CRIU: its own status, or the copy's error where that is what failed it.
+  // After CRIU: its own status, or the frozen copy's error where that is what failed it.
+  absl::Status Frozen(absl::Status criu_status) {
+    criu_done_ = true;
+    frozen_.WaitForNotification();
+    if (arrived_ && !st_.ok()) {
+      return Annotate(st_, "copying the job's anonymous memory at CRIU's post-dump");
+    }
+    return criu_status;
+  }
+  // ... and once the whole copy is done.
   absl::Status Finish(absl::Status criu_status) {
     Join();
     if (arrived_ && !st_.ok()) {
@@ -294,10 +325,17 @@ class PostDumpPages {
     }
     return criu_status;
   }
+  // Whether the pages copied ahead are still to go into the images (Finish does it).
+  bool finishes_after_thaw() const { return arrived_ && st_.ok() && ahead_ != nullptr; }
   bool wrote() const { return arrived_ && st_.ok(); }
   const criu::AnonPagesResult& result() const { return result_; }
 
  private:
+  void Complete(criu::AnonPagesCopy& c) {
+    auto r = c.Finish();
+    st_ = r.status();
+    if (r.ok()) result_ = *std::move(r);
+  }
   void Join() {
     criu_done_ = true;
     if (thread_.joinable()) thread_.join();
@@ -305,12 +343,39 @@ class PostDumpPages {
   std::unique_ptr<criu::ActionGate> gate_;
   std::string images_;
   int threads_;
+  const criu::PreCopy* ahead_;
   std::thread thread_;
   std::atomic<bool> criu_done_{false};
+  absl::Notification frozen_;
   bool arrived_ = false;
   absl::Status st_;
   criu::AnonPagesResult result_;
 };
+
+namespace {
+
+void LogDumpPages(const CheckpointState& s, const criu::AnonPagesResult& r, int threads) {
+  CRYO_LOG(Info) << "checkpoint " << s.id << ": " << r.bytes << " bytes of anonymous "
+                 << "memory (" << r.tasks << " task(s), " << r.segments
+                 << " shared segment(s)) copied at CRIU's post-dump by " << threads
+                 << " threads in " << absl::ToInt64Milliseconds(r.copy) << " ms (scan "
+                 << absl::ToInt64Milliseconds(r.scan) << " ms, images "
+                 << absl::ToInt64Milliseconds(r.replace) << " ms); CRIU copied " << r.criu_bytes
+                 << " bytes of pages itself"
+                 << (r.left_to_criu ? " (some dumped by CRIU itself)" : "");
+  if (r.ahead_bytes > 0 || r.after_thaw > absl::ZeroDuration()) {
+    CRYO_LOG(Info) << "checkpoint " << s.id << ": " << r.ahead_bytes
+                   << " bytes taken from the copy ahead of the freeze (not written since), put "
+                   << "into the images after the thaw in "
+                   << absl::ToInt64Milliseconds(r.after_thaw) << " ms"
+                   << (criu::PreCopyVerify()
+                           ? absl::StrCat("; verified: ", r.ahead_mismatches,
+                                          " page(s) of them differed from the frozen job's")
+                           : "");
+  }
+}
+
+}  // namespace
 
 absl::Status Engine::Dump(CheckpointState& s) {
   hooks_.At("before-dump");
@@ -350,7 +415,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
     CRYO_RETURN_IF_ERROR(
         AddGpuCriuOptions(s.live.driver.records(), &s.job, &dopt.extra_args, &dopt.env));
     dopt.job = s.job;
-    std::unique_ptr<PostDumpPages> pages = AnonPagesBesideCriu(s, images);
+    std::shared_ptr<PostDumpPages> pages = AnonPagesBesideCriu(s, images);
     if (pages) {
       pages->AddTo(&dopt);
       pages->Start();
@@ -361,19 +426,16 @@ absl::Status Engine::Dump(CheckpointState& s) {
       JournalAfter(s.JournalEntry());  // CRIU runs: recovery waits for it
     });
     if (pages) {
-      dumped = pages->Finish(std::move(dumped));
-      if (pages->wrote()) {
-        const criu::AnonPagesResult& r = pages->result();
-        CRYO_LOG(Info) << "checkpoint " << s.id << ": " << r.bytes << " bytes of anonymous "
-                       << "memory (" << r.tasks << " task(s), " << r.segments
-                       << " shared segment(s)) copied at CRIU's post-dump by "
-                       << cfg_.dump_copy_threads << " threads in "
-                       << absl::ToInt64Milliseconds(r.copy) << " ms (scan "
-                       << absl::ToInt64Milliseconds(r.scan) << " ms, images "
-                       << absl::ToInt64Milliseconds(r.replace) << " ms); CRIU copied "
-                       << r.criu_bytes << " bytes of pages itself"
-                       << (r.left_to_criu ? " (some dumped by CRIU itself)" : "");
-        hasher.Provide(r.pages);
+      dumped = pages->Frozen(std::move(dumped));
+      if (dumped.ok() && pages->finishes_after_thaw()) {
+        // The job goes on (gpu_resume, gpu_refill) before the pages copied ahead are in place.
+        s.live.dump_pages = std::move(pages);
+      } else {
+        dumped = pages->Finish(std::move(dumped));
+        if (pages->wrote()) {
+          LogDumpPages(s, pages->result(), cfg_.dump_copy_threads);
+          hasher.Provide(pages->result().pages);
+        }
       }
     }
   }
@@ -393,17 +455,87 @@ bool Engine::GateProgramUsable() const {
   return !cfg_.nsexec_path.empty() && ::access(cfg_.nsexec_path.c_str(), X_OK) == 0;
 }
 
-std::unique_ptr<PostDumpPages> Engine::AnonPagesBesideCriu(const CheckpointState& s,
-                                                           const std::string& images) {
+bool Engine::CopiesDumpPages(const CheckpointState& s) const {
   // Process mode only (a container's CRIU runs inside it, with pids of its own), and only where
   // the job's pids are cryod's: the images name the tasks by their pids.
-  if (s.ctr || cfg_.dump_copy_threads <= 0 || !GateProgramUsable()) return nullptr;
+  if (s.ctr || cfg_.dump_copy_threads <= 0 || !GateProgramUsable()) return false;
   struct stat mine, theirs;
-  if (::stat("/proc/self/ns/pid", &mine) != 0 ||
-      ::stat(d_.proc->PidPath(s.procs.target(), "ns/pid").c_str(), &theirs) != 0 ||
-      mine.st_ino != theirs.st_ino || mine.st_dev != theirs.st_dev) {
-    return nullptr;
+  return ::stat("/proc/self/ns/pid", &mine) == 0 &&
+         ::stat(d_.proc->PidPath(s.procs.target(), "ns/pid").c_str(), &theirs) == 0 &&
+         mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+}
+
+absl::Status Engine::PreCopyMemory(CheckpointState& s) {
+  auto pre = std::make_unique<criu::PreCopy>();
+  for (const auto& p : s.live.fast.records()) {
+    auto status = gpu::FastpathStatus(*d_.proc, p, absl::Seconds(10));
+    if (!status.ok()) {
+      CRYO_LOG(Warning) << "checkpoint " << s.id << ": pid " << p.pid
+                        << " is copied at the freeze only: " << status.status();
+      continue;
+    }
+    // Host memory registered with the GPU is written by DMA, which no write-protect sees.
+    if (status->calls.count("cuMemHostRegister_v2") > 0) {
+      CRYO_LOG(Info) << "checkpoint " << s.id << ": pid " << p.pid
+                     << " registered host memory with the GPU (cuMemHostRegister): its memory "
+                     << "is copied at the freeze only";
+      continue;
+    }
+    // The copy takes as much of the node's memory as the process's private memory, beside the
+    // dump's images.
+    const uint64_t rss = d_.proc->MemoryBytes(p.pid);
+    if (!gpu::HostMemoryHolds(pre->bytes() + rss + s.procs.expected())) {
+      CRYO_LOG(Info) << "checkpoint " << s.id << ": pid " << p.pid
+                     << " is copied at the freeze only: the node's memory cannot also hold a copy"
+                     << " of its " << rss << " bytes";
+      continue;
+    }
+    auto uffd = gpu::FastpathWriteTracker(*d_.proc, p, absl::Seconds(10));
+    if (!uffd.ok()) {
+      CRYO_LOG(Warning) << "checkpoint " << s.id << ": pid " << p.pid
+                        << " is copied at the freeze only: " << uffd.status();
+      continue;
+    }
+    if (absl::Status a = pre->Add(p.pid, *std::move(uffd), cfg_.dump_copy_threads); !a.ok()) {
+      CRYO_LOG(Warning) << "checkpoint " << s.id << ": pid " << p.pid
+                        << " is copied at the freeze only: " << a;
+    }
   }
+  if (pre->empty()) return absl::OkStatus();
+  CRYO_LOG(Info) << "checkpoint " << s.id << ": " << pre->bytes() << " bytes of private memory of "
+                 << pre->tasks() << " process(es) copied ahead of the freeze by "
+                 << cfg_.dump_copy_threads << " threads in "
+                 << absl::ToInt64Milliseconds(pre->took()) << " ms";
+  s.live.pre_copy = std::move(pre);
+  return absl::OkStatus();
+}
+
+void Engine::UndoPreCopy(const journal::Entry&, CheckpointLive* live) {
+  if (live == nullptr) return;  // a cryod that died took its copy and its descriptors with it
+  live->dump_pages.reset();     // waits for its copy from pre_copy's memory
+  live->pre_copy.reset();
+}
+
+absl::Status Engine::FinishDumpPages(CheckpointState& s) {
+  std::shared_ptr<PostDumpPages> pages = std::move(s.live.dump_pages);
+  absl::Status st = pages->Finish(absl::OkStatus());
+  s.live.pre_copy.reset();  // the job's writes are no longer tracked
+  CRYO_RETURN_IF_ERROR(st);
+  const criu::AnonPagesResult& r = pages->result();
+  LogDumpPages(s, r, cfg_.dump_copy_threads);
+  // The dump's checksums were taken before these files were in place.
+  std::map<std::string, FileDigest> digests = s.procs.digests();
+  for (const auto& [name, d] : r.pages) digests[name] = d;
+  for (const std::string& name : r.pagemaps) {
+    CRYO_ASSIGN_OR_RETURN(digests[name], HashFile(fs::Join(s.images_dir(), name)));
+  }
+  s.procs.SetDigests(std::move(digests));
+  return absl::OkStatus();
+}
+
+std::shared_ptr<PostDumpPages> Engine::AnonPagesBesideCriu(const CheckpointState& s,
+                                                           const std::string& images) {
+  if (!CopiesDumpPages(s)) return nullptr;
   auto gate =
       criu::ActionGate::Open(fs::Join(s.op_dir, "dump-gate"), cfg_.nsexec_path, criu::kDumpAction);
   if (!gate.ok()) {
@@ -411,7 +543,8 @@ std::unique_ptr<PostDumpPages> Engine::AnonPagesBesideCriu(const CheckpointState
                       << "; CRIU copies the job's memory itself";
     return nullptr;
   }
-  return std::make_unique<PostDumpPages>(*std::move(gate), images, cfg_.dump_copy_threads);
+  return std::make_shared<PostDumpPages>(*std::move(gate), images, cfg_.dump_copy_threads,
+                                         s.live.pre_copy.get());
 }
 
 void Engine::UndoDump(const journal::Entry& e, CheckpointLive* live) {

@@ -97,6 +97,8 @@ struct EngineConfig {
   // Threads that copy a process-mode dump's anonymous memory at CRIU's post-dump
   // (criu/anon_pages.h); 0: CRIU copies it, with one thread.
   int dump_copy_threads = criu::DefaultDumpCopyThreads();
+  // Copy ahead of the freeze, with the writes tracked (criu/pre_copy.h).
+  bool dump_pre_copy = true;
   // Operation log directories kept under state_dir/ops.
   int keep_op_logs = 50;
   pid_t self_pid = 0;
@@ -267,8 +269,17 @@ class Engine {
   absl::Status LockGpus(CheckpointState& s);
   absl::Status CheckpointGpus(CheckpointState& s);
   absl::Status Dump(CheckpointState& s);
-  std::unique_ptr<PostDumpPages> AnonPagesBesideCriu(const CheckpointState& s,
+  std::shared_ptr<PostDumpPages> AnonPagesBesideCriu(const CheckpointState& s,
                                                      const std::string& images);
+  // Whether cryod copies the job's memory at CRIU's post-dump (criu/anon_pages.h): process mode,
+  // the job's pids cryod's own.
+  bool CopiesDumpPages(const CheckpointState& s) const;
+  // pre_copy: the memory of the fast path's processes copied ahead of the freeze (never fails
+  // the checkpoint: what it could not copy is copied at the freeze).
+  absl::Status PreCopyMemory(CheckpointState& s);
+  void UndoPreCopy(const journal::Entry& e, CheckpointLive* live);
+  // dump_pages: the pages copied ahead put into the images after the thaw, their checksums.
+  absl::Status FinishDumpPages(CheckpointState& s);
   // Whether cryo-nsexec is there to be CRIU's action gate (criu/action_gate.h).
   bool GateProgramUsable() const;
   absl::Status CheckDumpRestorable(CheckpointState& s);

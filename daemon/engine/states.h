@@ -20,6 +20,7 @@
 #include "daemon/container/target.h"
 #include "daemon/criu/job_network.h"
 #include "daemon/criu/network_lock.h"
+#include "daemon/criu/pre_copy.h"
 #include "daemon/engine/dump_staging.h"
 #include "daemon/engine/engine.h"
 #include "daemon/engine/gpu_prefetch.h"
@@ -74,6 +75,12 @@ struct CheckpointLive {
   // dump: a leave-running checkpoint's images in node memory, until dump_write has copied them
   // into `staged` (inactive: CRIU wrote them there itself).
   DumpStaging dump_staging;
+  // pre_copy to dump_pages: the job's private memory copied while it ran, its writes tracked
+  // (criu/pre_copy.h). Declared before dump_pages, which reads it: destroyed after it.
+  std::unique_ptr<criu::PreCopy> pre_copy;
+  // dump to dump_pages: cryod's copy of the dump's anonymous memory, finished after the thaw
+  // (checkpoint.cc; shared_ptr: the type is complete there only).
+  std::shared_ptr<PostDumpPages> dump_pages;
 };
 
 // ... and a restore's.

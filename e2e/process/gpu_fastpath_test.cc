@@ -23,6 +23,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "e2e/process/fixture.h"
 #include "e2e/process/harness.h"
@@ -365,6 +366,52 @@ void FastpathE2e::LeaveRunning(Cryod& a, bool in_memory) {
   s = a.Restore(RestoreReq("fp-lr"));
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunsOnIntact(w, 0);
+}
+
+// A leave-running checkpoint copies the private memory of a process under the library while the
+// job runs (the library gives cryod a userfaultfd that tracks the job's writes: criu/pre_copy.h),
+// and the freeze copies again only what the job wrote since; the rest goes into the images after
+// the thaw. The job rewrites its 64 MiB of host memory all along, so both kinds are there. Then
+// the job is restored from that checkpoint, and every page of its host memory is the one its
+// stamp (kept in shared memory, which is never copied ahead) says it wrote last: a page taken
+// from the copy ahead that the job had written since would be older than its stamp.
+TEST_F(FastpathE2e, ALeaveRunningCheckpointCopiesHostMemoryAheadAndTheRestoreHasEveryWrite) {
+  Cryod& a = Node("node-a");
+  Workload& w = GpuJob({"--host-mib", "64"});
+  ASSERT_TRUE(w.WaitMain(20));
+  ASSERT_TRUE(WaitFor([&] { return U(w.Status(), "host_cycles") >= 1; })) << w.Status().dump();
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-ahead", /*leave_running=*/true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string log = Slurp(a.log());
+  // How much went which way: cryod's log lines for this checkpoint.
+  auto number_before = [&](const std::string& text) -> uint64_t {
+    const size_t at = log.find(text);
+    if (at == std::string::npos) return 0;
+    size_t b = log.rfind(": ", at);
+    uint64_t v = 0;
+    return b != std::string::npos && absl::SimpleAtoi(log.substr(b + 2, at - b - 2), &v) ? v : 0;
+  };
+  const uint64_t ahead = number_before(" bytes of private memory of 1 process(es) copied ahead");
+  const uint64_t taken = number_before(" bytes taken from the copy ahead of the freeze");
+  const uint64_t frozen = number_before(" bytes of anonymous memory (");
+  EXPECT_GE(ahead, 64 * kMiB) << log;
+  EXPECT_GT(taken, 0u) << log;
+  EXPECT_LE(taken, ahead) << log;
+  EXPECT_GT(frozen, 0u) << "the pages the job wrote since, at least, are copied frozen\n" << log;
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
+  EXPECT_EQ(U(w.Status(), "host_mismatches"), 0u) << w.Status().dump();
+
+  w.Kill();
+  ASSERT_TRUE(WaitGone(w));
+  s = a.Restore(RestoreReq("fp-ahead"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, 0);
+  // Two whole passes over the host memory after the restore: every page checked.
+  const uint64_t cycles = U(w.Status(), "host_cycles");
+  ASSERT_TRUE(WaitFor([&] { return U(w.Status(), "host_cycles") >= cycles + 2; }))
+      << w.Status().dump();
+  EXPECT_EQ(U(w.Status(), "host_mismatches"), 0u) << w.Status().dump();
 }
 
 // With staging memory held ready (gpu_staging_mib), a stop checkpoint drains into cryod's

@@ -27,6 +27,13 @@
 // with NCCL_CUMEM_ENABLE=0. With --share-host the shared allocations are host memory
 // (CU_MEM_LOCATION_TYPE_HOST_NUMA), as NCCL's SHM transport makes them when P2P is unavailable.
 //
+// With --host-mib N it also holds N MiB of private host memory it rewrites as it runs, a few pages
+// every step, each page filled from its index and a stamp (the step that wrote it); the stamps
+// are kept apart in shared anonymous memory. Every page is checked against its stamp before it is
+// rewritten: a restore that brought back a page older than its stamp (a copy taken ahead of a
+// checkpoint's freeze and wrongly thought unchanged) counts as "host_mismatches";
+// "host_cycles" counts the passes over the whole region.
+//
 // With --io-uring it first sets up an io_uring as libuv's loop does (through syscall(2), keeping
 // the descriptor and the mapped ring) and goes on without one when the kernel or the fast-path
 // library refuses it; "io_uring" in the status says which ("ring" or "none").
@@ -233,6 +240,7 @@ int main(int argc, char** argv) {
   std::string status_path;
   long mib = 24, chunk_mib = 4, vmm_mib = 8, small = 2, interval_ms = 20, share_mib = 0;
   long static_mib = 0;
+  long host_mib = 0;
   long share_count = 1;
   std::vector<int> import_fds;
   bool share_ipc = false, share_host = false;
@@ -249,6 +257,8 @@ int main(int argc, char** argv) {
       chunk_mib = atol(v), ++i;
     else if (a == "--static-mib")
       static_mib = atol(v), ++i;
+    else if (a == "--host-mib")
+      host_mib = atol(v), ++i;
     else if (a == "--vmm-mib")
       vmm_mib = atol(v), ++i;
     else if (a == "--small")
@@ -299,6 +309,7 @@ int main(int argc, char** argv) {
   uint64_t bad = 0;
   std::atomic<bool> ready{false};
   std::atomic<uint64_t> peer_steps{0}, peer_bad{0};
+  std::atomic<uint64_t> host_bad{0}, host_cycles{0};
   const char* io_uring = "none";
   if (want_io_uring) {
     // struct io_uring_params is 120 bytes; the ring is mapped at offset 0 (the submission ring).
@@ -315,12 +326,14 @@ int main(int argc, char** argv) {
                      "{\"pid\": %d, \"ready\": %s, \"steps\": %llu, \"main\": %llu, "
                      "\"mismatches\": %llu, "
                      "\"verified\": %s, \"api\": \"%s\", \"device_used\": %zu, "
-                     "\"peer_steps\": %llu, \"peer_mismatches\": %llu, \"io_uring\": \"%s\"}",
+                     "\"peer_steps\": %llu, \"peer_mismatches\": %llu, \"io_uring\": \"%s\", "
+                     "\"host_mismatches\": %llu, \"host_cycles\": %llu}",
                      getpid(), ready ? "true" : "false", (unsigned long long)steps.load(),
                      (unsigned long long)steps.load(), (unsigned long long)bad,
                      ready && bad == 0 ? "true" : "false", api_result.c_str(), used,
                      (unsigned long long)peer_steps.load(), (unsigned long long)peer_bad.load(),
-                     io_uring);
+                     io_uring, (unsigned long long)host_bad.load(),
+                     (unsigned long long)host_cycles.load());
     std::string out(rec, n);
     out.resize(sizeof(rec) - 1, ' ');
     out.push_back('\n');
@@ -517,6 +530,27 @@ int main(int argc, char** argv) {
     auto* w = reinterpret_cast<uint64_t*>(chunks[c].p);
     for (size_t i = 0; i < chunks[c].bytes / 8; ++i) w[i] = Pattern(c, i, 0);
   }
+  // Host memory: private pages, their stamps in shared memory (never copied ahead).
+  constexpr size_t kHostPage = 4096, kHostWords = kHostPage / 8, kHostPerStep = 64;
+  const size_t host_pages = size_t(host_mib) << 8;
+  uint64_t* host = nullptr;
+  uint64_t* stamps = nullptr;
+  size_t host_at = 0;
+  auto host_word = [](size_t page, uint64_t stamp, size_t j) {
+    return (page * 0x9E3779B97F4A7C15ull) ^ (stamp * 0xC2B2AE3D27D4EB4Full) ^ j;
+  };
+  if (host_pages > 0) {
+    host = static_cast<uint64_t*>(mmap(nullptr, host_pages * kHostPage, PROT_READ | PROT_WRITE,
+                                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    stamps = static_cast<uint64_t*>(
+        mmap(nullptr, host_pages * 8, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    if (host == MAP_FAILED || stamps == MAP_FAILED) return fprintf(stderr, "host memory\n"), 1;
+    for (size_t p = 0; p < host_pages; ++p) {
+      for (size_t j = 0; j < kHostWords; ++j) host[p * kHostWords + j] = host_word(p, 1, j);
+      stamps[p] = 1;
+    }
+  }
+
   ready = true;
   auto used = [&] {
     size_t free_b = 0, total = 0;
@@ -537,6 +571,25 @@ int main(int argc, char** argv) {
   const pid_t parent = getppid();
   while (!g_stop) {
     if (importer && getppid() != parent) break;
+    for (size_t k = 0; k < kHostPerStep && host_pages > 0; ++k) {
+      const size_t p = host_at;
+      uint64_t* w = host + p * kHostWords;
+      // Stamp 0: frozen in the middle of this page's rewrite (a checkpoint): nothing to check.
+      for (size_t j = 0; j < kHostWords && stamps[p] != 0; ++j) {
+        if (w[j] != host_word(p, stamps[p], j)) {
+          ++host_bad;
+          break;
+        }
+      }
+      const uint64_t stamp = steps.load() + 2;
+      stamps[p] = 0;
+      for (size_t j = 0; j < kHostWords; ++j) w[j] = host_word(p, stamp, j);
+      stamps[p] = stamp;
+      if (++host_at == host_pages) {
+        host_at = 0;
+        ++host_cycles;
+      }
+    }
     if (shared != nullptr) {
       // Device memory is touched only by kernels (the fast path moves it between them).
       int as_importer = importer;
