@@ -404,7 +404,7 @@ Result StartRecover(State& st) {
   }
   if (st.config.dump_in_memory) {
     auto ds = gpu::MountPrivateTmpfs(fs::Join(st.config.state_dir, "dump-staging"),
-                                     "cryo-dump-staging", /*huge_pages=*/false);
+                                     "cryo-dump-staging", gpu::TmpfsHuge::kWithinSize);
     if (ds.ok()) {
       st.dump_staging_fs = std::move(*ds);
       ec.dump_staging_fs = st.dump_staging_fs.get();

@@ -363,7 +363,7 @@ void LogDumpPages(const CheckpointState& s, const criu::AnonPagesResult& r, int 
                  << absl::ToInt64Milliseconds(r.replace) << " ms); CRIU copied " << r.criu_bytes
                  << " bytes of pages itself"
                  << (r.left_to_criu ? " (some dumped by CRIU itself)" : "");
-  if (r.ahead_bytes > 0 || r.after_thaw > absl::ZeroDuration()) {
+  if (s.live.pre_copy != nullptr) {
     CRYO_LOG(Info) << "checkpoint " << s.id << ": " << r.ahead_bytes
                    << " bytes taken from the copy ahead of the freeze (not written since), put "
                    << "into the images after the thaw in "
@@ -519,10 +519,10 @@ void Engine::UndoPreCopy(const journal::Entry&, CheckpointLive* live) {
 absl::Status Engine::FinishDumpPages(CheckpointState& s) {
   std::shared_ptr<PostDumpPages> pages = std::move(s.live.dump_pages);
   absl::Status st = pages->Finish(absl::OkStatus());
+  if (st.ok()) LogDumpPages(s, pages->result(), cfg_.dump_copy_threads);
   s.live.pre_copy.reset();  // the job's writes are no longer tracked
   CRYO_RETURN_IF_ERROR(st);
   const criu::AnonPagesResult& r = pages->result();
-  LogDumpPages(s, r, cfg_.dump_copy_threads);
   // The dump's checksums were taken before these files were in place.
   std::map<std::string, FileDigest> digests = s.procs.digests();
   for (const auto& [name, d] : r.pages) digests[name] = d;

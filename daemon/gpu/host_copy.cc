@@ -121,14 +121,16 @@ uint64_t AvailableHostMemory() {
 uint64_t TotalHostMemory() { return Meminfo("MemTotal:"); }
 
 absl::StatusOr<UniqueFd> MountPrivateTmpfs(const std::string& where, const std::string& source,
-                                           bool huge_pages) {
+                                           TmpfsHuge huge) {
   if (::mkdir(where.c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoStatus(errno, absl::StrCat("making ", where));
   }
   // Huge pages for the GPU data whatever the node's shmem_enabled says: with 4 KiB pages the
-  // copies into and out of it ran at a third of the speed (H100, 2026-11-27). Not for CRIU's
-  // images: dozens of small files per process would each take a huge page.
-  const char* options = huge_pages ? "huge=always,mode=0700,size=100%" : "mode=0700,size=100%";
+  // copies into and out of it ran at a third of the speed (H100, 2026-11-27). CRIU's images only
+  // where the file is sized first (cryod's pages images, criu/anon_pages.h): dozens of small
+  // files per process, appended to, would each take a huge page.
+  const char* options = huge == TmpfsHuge::kAlways ? "huge=always,mode=0700,size=100%"
+                                                   : "huge=within_size,mode=0700,size=100%";
   if (::mount(source.c_str(), where.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options) !=
       0) {
     return ErrnoStatus(errno, absl::StrCat("mounting a tmpfs (", options, ") on ", where));

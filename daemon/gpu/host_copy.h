@@ -27,12 +27,15 @@ uint64_t AvailableUnderCgroups(uint64_t avail, const std::string& proc_cgroup,
 
 // A private tmpfs mounted on `where` (made if need be) and detached at once: the O_PATH
 // descriptor returned is all that holds it, so it goes with cryod however cryod ends. `source`
-// names it in /proc/self/mountinfo.
+// names it in /proc/self/mountinfo. Its huge pages (tmpfs "huge="): always, or only where a
+// file's size already covers one (a file sized before it is written gets them; one that grows
+// as it is appended to does not).
+enum class TmpfsHuge { kAlways, kWithinSize };
 absl::StatusOr<UniqueFd> MountPrivateTmpfs(const std::string& where, const std::string& source,
-                                           bool huge_pages);
+                                           TmpfsHuge huge);
 // The one with huge pages for NewHostCopy.
 inline absl::StatusOr<UniqueFd> MountHostCopyFs(const std::string& where) {
-  return MountPrivateTmpfs(where, "cryo-gpu-host-copy", /*huge_pages=*/true);
+  return MountPrivateTmpfs(where, "cryo-gpu-host-copy", TmpfsHuge::kAlways);
 }
 
 // Whether cryod can take `bytes` more of the node's memory (AvailableHostMemory) and leave a
