@@ -1,8 +1,13 @@
 #include "daemon/criu/anon_pages.h"
 
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
+#include "daemon/criu/pre_copy.h"
 #include "daemon/store/checksum.h"
 #include "gtest/gtest.h"
 #include "lib/base/fs.h"
@@ -337,6 +343,174 @@ TEST(AnonPagesTest, ATaskThatIsGoneFailsTheCopy) {
   auto r = WriteAnonPages(dir.path, 2);
   EXPECT_FALSE(r.ok());
   EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat("pid ", gone))) << r.status();
+}
+
+// A child that gives the parent a userfaultfd of its own (as the fast-path library gives cryod
+// one), then does what the parent asks: 'w' writes page 1 of `m.rw` ('Z') and page 6, never
+// written before ('N'); 'r' maps `m.rw` anew ('Q' in pages 0 and 5). Each answered with a byte.
+class TrackedChild {
+ public:
+  explicit TrackedChild(const Memory& m) {
+    int sv[2], cmd[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || ::pipe(cmd) != 0) return;
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
+      uffdio_api api{};
+      api.api = UFFD_API;
+      api.features = (1ull << 15) | (1ull << 13);  // WP_ASYNC, WP_UNPOPULATED
+      if (fd < 0 || ::ioctl(fd, UFFDIO_API, &api) != 0) ::_exit(1);
+      char c = 'u';
+      iovec iov{&c, 1};
+      char ctl[CMSG_SPACE(sizeof(int))] = {};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = ctl;
+      msg.msg_controllen = sizeof(ctl);
+      cmsghdr* h = CMSG_FIRSTHDR(&msg);
+      h->cmsg_level = SOL_SOCKET;
+      h->cmsg_type = SCM_RIGHTS;
+      h->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(h), &fd, sizeof(int));
+      if (::sendmsg(sv[1], &msg, 0) != 1) ::_exit(1);
+      ::close(fd);
+      while (::read(cmd[0], &c, 1) == 1) {
+        if (c == 'w') {
+          std::memset(m.rw + kPg, 'Z', kPg);
+          std::memset(m.rw + 6 * kPg, 'N', kPg);
+        } else if (c == 'r') {
+          void* again = ::mmap(m.rw, 8 * kPg, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+          if (again == MAP_FAILED) ::_exit(1);
+          std::memset(m.rw, 'Q', kPg);
+          std::memset(m.rw + 5 * kPg, 'Q', kPg);
+        }
+        if (::write(sv[1], &c, 1) != 1) ::_exit(1);
+      }
+      ::_exit(0);
+    }
+    ::close(sv[1]);
+    ::close(cmd[0]);
+    sock_ = sv[0];
+    cmd_ = cmd[1];
+  }
+  ~TrackedChild() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (sock_ >= 0) ::close(sock_);
+    if (cmd_ >= 0) ::close(cmd_);
+  }
+  pid_t pid() const { return pid_; }
+  UniqueFd TakeUffd() {
+    char c = 0;
+    iovec iov{&c, 1};
+    char ctl[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = sizeof(ctl);
+    if (::recvmsg(sock_, &msg, 0) != 1) return UniqueFd();
+    cmsghdr* h = CMSG_FIRSTHDR(&msg);
+    if (h == nullptr || h->cmsg_type != SCM_RIGHTS) return UniqueFd();
+    int fd = -1;
+    std::memcpy(&fd, CMSG_DATA(h), sizeof(int));
+    return UniqueFd(fd);
+  }
+  bool Do(char c) {
+    char back = 0;
+    return ::write(cmd_, &c, 1) == 1 && ::read(sock_, &back, 1) == 1 && back == c;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int sock_ = -1, cmd_ = -1;
+};
+
+// The copy ahead, then the pages written since: those come from the task at the freeze, the
+// others from the copy, and the pages file holds the task's memory as it is at the end.
+TEST(PreCopyTest, PagesWrittenSinceTheCopyAheadAreTakenFromTheTaskTheRestFromTheCopy) {
+  Memory m;
+  TrackedChild child(m);
+  ASSERT_GT(child.pid(), 0);
+  UniqueFd uffd = child.TakeUffd();
+  ASSERT_TRUE(uffd.ok());
+  PreCopy ahead;
+  ASSERT_TRUE(ahead.Add(child.pid(), std::move(uffd), 2).ok());
+  const PreCopy::Task* t = ahead.Find(child.pid());
+  ASSERT_NE(t, nullptr);
+  EXPECT_GT(t->mappings, 0);
+  const char* src = nullptr;
+  ASSERT_EQ(t->Cover(m.rw_at(), 8, &src), 3u) << "pages 0-2 copied ahead in one piece";
+  ASSERT_NE(src, nullptr);
+  EXPECT_EQ(std::string(src, kPg), PageOf('a'));
+  EXPECT_EQ(t->Cover(m.rw_at() + 3 * kPg, 5, &src), 2u) << "pages 3-4 were never written";
+  EXPECT_EQ(src, nullptr);
+
+  ASSERT_TRUE(child.Do('w'));
+  TempDir dir;
+  const uint32_t anon = vma::kRegular | vma::kAnonPrivate;
+  WriteDumpImages(dir.path, child.pid(), {Vma(m.rw_at(), 8, anon), Vma(m.none_at(), 2, anon)}, {},
+                  "");
+  auto r = WriteAnonPages(dir.path, 2, &ahead);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Pages 0, 2 and 5 from the copy (and the two PROT_NONE pages, where the kernel tracks them);
+  // 1 (rewritten) and 6 (new) from the task.
+  EXPECT_GE(r->ahead_bytes, 3 * kPg);
+  EXPECT_GE(r->bytes, 2 * kPg);
+  EXPECT_EQ(r->ahead_bytes + r->bytes, 7 * kPg);
+  std::string expect = PageOf('a') + PageOf('Z') + PageOf('c') + PageOf('f') + PageOf('N');
+  expect = m.rw_at() < m.none_at() ? expect + PageOf('x') + PageOf('y')
+                                   : PageOf('x') + PageOf('y') + expect;
+  auto pages = fs::ReadFile(fs::Join(dir.path, "pages-1.img"));
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_TRUE(*pages == expect) << "pages file differs";
+  auto hashed = HashFile(fs::Join(dir.path, "pages-1.img"));
+  ASSERT_TRUE(hashed.ok()) << hashed.status();
+  EXPECT_EQ(r->pages.at("pages-1.img"), *hashed) << "checksummed after the thaw as a whole";
+}
+
+// A mapping made anew at the same address after the copy ahead is not tracked: all of it comes
+// from the task, none from the copy of the mapping it replaced.
+TEST(PreCopyTest, AMappingMadeAnewSinceTheCopyAheadIsCopiedFromTheTaskWhole) {
+  Memory m;
+  TrackedChild child(m);
+  ASSERT_GT(child.pid(), 0);
+  PreCopy ahead;
+  ASSERT_TRUE(ahead.Add(child.pid(), child.TakeUffd(), 2).ok());
+  ASSERT_TRUE(child.Do('r'));
+  TempDir dir;
+  WriteDumpImages(dir.path, child.pid(), {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)}, {},
+                  "");
+  auto r = WriteAnonPages(dir.path, 2, &ahead);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ahead_bytes, 0u);
+  EXPECT_EQ(r->bytes, 2 * kPg);
+  auto pages = fs::ReadFile(fs::Join(dir.path, "pages-1.img"));
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_TRUE(*pages == PageOf('Q') + PageOf('Q'));
+}
+
+// What the library would send is not a userfaultfd, or one without WP_ASYNC: nothing is tracked,
+// and the freeze copies everything from the task.
+TEST(PreCopyTest, ADescriptorThatTracksNothingLeavesEveryPageToTheFreeze) {
+  Memory m;
+  Child child;
+  ASSERT_GT(child.pid(), 0);
+  PreCopy ahead;
+  UniqueFd not_uffd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(ahead.Add(child.pid(), std::move(not_uffd), 2).ok());
+  EXPECT_EQ(ahead.bytes(), 0u);
+  TempDir dir;
+  WriteDumpImages(dir.path, child.pid(), {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)}, {},
+                  "");
+  auto r = WriteAnonPages(dir.path, 2, &ahead);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->ahead_bytes, 0u);
+  EXPECT_EQ(r->bytes, 4 * kPg);
 }
 
 }  // namespace
