@@ -44,6 +44,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     RoundTrips(*d, p);
   if (auto s = cryo::gpu::ParseFastpathReply<wire::SavedReply>(text, p); s.ok()) RoundTrips(*s, p);
   if (auto r = cryo::gpu::ParseFastpathReply<wire::RefillReply>(text, p); r.ok()) RoundTrips(*r, p);
+  if (auto t = cryo::gpu::ParseFastpathReply<wire::TrackReply>(text, p); t.ok()) {
+    auto again = cryo::gpu::ParseFastpathReply<wire::TrackReply>(wire::Encode(*t), p);
+    if (!again.ok() || again->features != t->features) std::abort();
+  }
   std::string why;
   // A share's reply comes from another process of the job, to the library in a rank.
   wire::Reply<wire::ShareReply> share;

@@ -630,10 +630,10 @@ TEST_F(EngineTest, StepNamesArePinned) {
   EXPECT_EQ(
       engine_->CheckpointStepNames(),
       (std::vector<std::string>{
-          "validate", "plan",           "fall_back",  "stage",      "gpu_host_copy", "gpu_drain",
-          "gpu_lock", "gpu_checkpoint", "gpu_save",   "dump",       "credentials",   "rootfs",
-          "job_cut",  "resume_early",   "gpu_resume", "gpu_refill", "gpu_write",     "dump_write",
-          "manifest", "publish",        "finish",     "export"}));
+          "validate",  "plan",       "fall_back",      "stage",      "gpu_host_copy", "pre_copy",
+          "gpu_drain", "gpu_lock",   "gpu_checkpoint", "gpu_save",   "dump",          "credentials",
+          "rootfs",    "job_cut",    "resume_early",   "gpu_resume", "gpu_refill",    "dump_pages",
+          "gpu_write", "dump_write", "manifest",       "publish",    "finish",        "export"}));
   EXPECT_EQ(engine_->RestoreStepNames(),
             (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
                                       "credentials", "gpu_prefetch", "job_gather", "wait_pids",

@@ -178,6 +178,19 @@ TEST(FastpathClientTest, RequestsAndRepliesRoundTrip) {
       << why;
   EXPECT_FALSE(shared.ok);
   EXPECT_EQ(shared.error.code, wire::ErrorCode::kBusy);
+  // A track (version 8): the userfaultfd is attached; the reply says its features.
+  wire::Request track;
+  track.op = wire::Op::kTrack;
+  track.version = wire::kVersionTrack;
+  ASSERT_TRUE(wire::Decode(wire::Encode(track), &back, &why)) << why;
+  EXPECT_EQ(back.op, wire::Op::kTrack);
+  EXPECT_EQ(back.version, wire::kVersionTrack);
+  auto tracked =
+      ParseFastpathReply<wire::TrackReply>(wire::Encode(wire::TrackReply{1u << 15}), Job());
+  ASSERT_TRUE(tracked.ok()) << tracked.status();
+  EXPECT_EQ(tracked->features, 1u << 15);
+  EXPECT_FALSE(
+      ParseFastpathReply<wire::TrackReply>(R"({"ok": true, "features": "all"})", Job()).ok());
   wire::SavedReply saved{{{1, "ab"}, {2, "cd"}}, 12};
   auto s = ParseFastpathReply<wire::SavedReply>(wire::Encode(saved), Job());
   ASSERT_TRUE(s.ok()) << s.status();
