@@ -345,6 +345,22 @@ TEST(AnonPagesTest, ATaskThatIsGoneFailsTheCopy) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), absl::StrCat("pid ", gone))) << r.status();
 }
 
+// One byte with room for one descriptor (SCM_RIGHTS), for sendmsg and recvmsg.
+struct OneFdMessage {
+  OneFdMessage() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl;
+    msg.msg_controllen = sizeof(ctl);
+  }
+  OneFdMessage(const OneFdMessage&) = delete;
+  OneFdMessage& operator=(const OneFdMessage&) = delete;
+  char byte = 'u';
+  iovec iov{&byte, 1};
+  char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+};
+
 // A child that gives the parent a userfaultfd of its own (as the fast-path library gives cryod
 // one), then does what the parent asks: 'w' writes page 1 of `m.rw` ('Z') and page 6, never
 // written before ('N'); 'r' maps `m.rw` anew ('Q' in pages 0 and 5). Each answered with a byte.
@@ -360,21 +376,15 @@ class TrackedChild {
       api.api = UFFD_API;
       api.features = (1ull << 15) | (1ull << 13);  // WP_ASYNC, WP_UNPOPULATED
       if (fd < 0 || ::ioctl(fd, UFFDIO_API, &api) != 0) ::_exit(1);
-      char c = 'u';
-      iovec iov{&c, 1};
-      char ctl[CMSG_SPACE(sizeof(int))] = {};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      msg.msg_control = ctl;
-      msg.msg_controllen = sizeof(ctl);
-      cmsghdr* h = CMSG_FIRSTHDR(&msg);
+      OneFdMessage out;
+      cmsghdr* h = CMSG_FIRSTHDR(&out.msg);
       h->cmsg_level = SOL_SOCKET;
       h->cmsg_type = SCM_RIGHTS;
       h->cmsg_len = CMSG_LEN(sizeof(int));
       std::memcpy(CMSG_DATA(h), &fd, sizeof(int));
-      if (::sendmsg(sv[1], &msg, 0) != 1) ::_exit(1);
+      if (::sendmsg(sv[1], &out.msg, 0) != 1) ::_exit(1);
       ::close(fd);
+      char c = 0;
       while (::read(cmd[0], &c, 1) == 1) {
         if (c == 'w') {
           std::memset(m.rw + kPg, 'Z', kPg);
@@ -405,16 +415,9 @@ class TrackedChild {
   }
   pid_t pid() const { return pid_; }
   UniqueFd TakeUffd() {
-    char c = 0;
-    iovec iov{&c, 1};
-    char ctl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctl;
-    msg.msg_controllen = sizeof(ctl);
-    if (::recvmsg(sock_, &msg, 0) != 1) return UniqueFd();
-    cmsghdr* h = CMSG_FIRSTHDR(&msg);
+    OneFdMessage in;
+    if (::recvmsg(sock_, &in.msg, 0) != 1) return UniqueFd();
+    cmsghdr* h = CMSG_FIRSTHDR(&in.msg);
     if (h == nullptr || h->cmsg_type != SCM_RIGHTS) return UniqueFd();
     int fd = -1;
     std::memcpy(&fd, CMSG_DATA(h), sizeof(int));
