@@ -77,7 +77,8 @@
 #   default "2 4"): a DDP training job of R ranks (AdamW, CRYO_GPU_STALL_WIDTH x
 #   CRYO_GPU_STALL_DEPTH, default 8192 x 6; torchrun over NCCL with a GPU per rank, else all on
 #   GPU 0 over gloo), two leave-running checkpoints with the job's own stall beside the stages,
-#   then stopped and restored, losses bit-identical (CRYO_GPU_STALL_RESTORE=0: not stopped);
+#   then stopped and restored, losses bit-identical (CRYO_GPU_STALL_RESTORE=0: not stopped;
+#   =periodic: killed and restored from the second periodic checkpoint instead);
 #   CRYO_GPU_STALL_MODES "memory store" (default): again as periodic-stall-ddp-R-store, cryod
 #   restarted with dump_in_memory off, in the same call; "criu" adds periodic-stall-ddp-R-criu,
 #   cryod restarted with dump_copy_threads 0 (CRIU copies the job's memory, one thread); "nopre"
@@ -680,11 +681,77 @@ PY
     wait "$tpid" 2>/dev/null
   elif [ "${CRYO_GPU_STALL_RESTORE:-1}" = 1 ]; then
     fp_torch_stop_restore "$name" "$tpid" "$run" "$ref" "$steps" "$ranks ranks ($how), 2 leave-running checkpoints: $summary; then " --tcp-established
+  elif [ "${CRYO_GPU_STALL_RESTORE:-1}" = periodic ]; then
+    fp_restore_periodic "$name" "$tpid" "$run" "$ref" "$name-2" "$ranks ranks ($how), 2 leave-running checkpoints: $summary; then "
   else
     kill -9 -- -"$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null
     result "$name" PASS "$ranks ranks ($how), 2 leave-running checkpoints: $summary (not stopped and restored: CRYO_GPU_STALL_RESTORE=0)"
   fi
   for i in "" -2 -1; do "${CRYO[@]}" rm "$name$i" >/dev/null 2>&1; done
+}
+
+# fp_restore_periodic NAME TPID RUN REF CHECKPOINT WHAT: the training job killed (a preemption
+# with no checkpoint of its own) and restored from periodic checkpoint CHECKPOINT; its losses
+# bit-identical to a run never checkpointed. The files under $RES it appends to (losses, times)
+# are cut back first to their offset at that checkpoint, read from the checkpoint's files.img:
+# it appends after whatever is there.
+fp_restore_periodic() {
+  local name=$1 tpid=$2 run=$3 ref=$4 ckpt=$5 what=$6
+  kill -9 -- -"$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null
+  local cut
+  if ! cut=$(python3 - "${STORE_DIR:-$W/store}/checkpoints/$ckpt/images/files.img" "$RES" <<'PY'
+import os, struct, sys
+img, under = sys.argv[1], sys.argv[2]
+data = open(img, "rb").read()
+def varint(b, i):
+    v = s = 0
+    while True:
+        c = b[i]; i += 1; v |= (c & 0x7f) << s; s += 7
+        if c < 0x80: return v, i
+def fields(b):
+    i, out = 0, []
+    while i < len(b):
+        key, i = varint(b, i)
+        f, t = key >> 3, key & 7
+        if t == 0: v, i = varint(b, i)
+        elif t == 2:
+            n, i = varint(b, i); v = b[i:i + n]; i += n
+        elif t == 1: v = b[i:i + 8]; i += 8
+        elif t == 5: v = b[i:i + 4]; i += 4
+        else: raise SystemExit("files.img: wire type %d" % t)
+        out.append((f, v))
+    return out
+i, cut = 8, []  # the common magic and files.img's own
+while i + 4 <= len(data):
+    (n,) = struct.unpack_from("<I", data, i); i += 4
+    for f, v in fields(data[i:i + n]):
+        if f != 3: continue  # FileEntry.reg
+        reg = dict(fields(v))
+        name = "/" + reg.get(6, b"").decode().lstrip("/")
+        # Appended to by the job alone: its offset then (field pos) is the file's size then.
+        at = reg.get(3)
+        if name.startswith(under.rstrip("/") + "/") and at is not None and os.path.exists(name) \
+                and os.path.getsize(name) > at:
+            os.truncate(name, at); cut.append("%s to %d" % (os.path.basename(name), at))
+    i += n
+print(", ".join(cut) or "none")
+PY
+  ); then
+    result "$name" FAIL "reading $ckpt's files.img: $cut"; return
+  fi
+  local at; at=$(($(wc -l <"$run") - 1))
+  if ! "${CRYO[@]}" -o json restore "$ckpt" >"$RES/$name.restore.json" 2>"$RES/$name.restore.err"; then
+    result "$name" FAIL "restore from $ckpt: $(tail -2 "$RES/$name.restore.err")"; return
+  fi
+  if ! wait_until 300 grep -qx done "$run"; then
+    result "$name" FAIL "training restored from $ckpt did not finish ($(wc -l <"$run") lines)"
+    end_job "$(jget "$RES/$name.restore.json" 'd["root_pid"]')"; return
+  fi
+  if cmp -s "$ref" "$run"; then
+    result "$name" PASS "${what}killed, restored from $ckpt (after step $at; files cut back: $cut), losses bit-identical"
+  else
+    result "$name" FAIL "restored from $ckpt: losses differ: $(diff "$ref" "$run" | head -3 | tr '\n' ' ')"
+  fi
 }
 
 # The fast path beside the driver's path, the hand-run baseline and the floors, per size.
