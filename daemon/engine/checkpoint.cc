@@ -293,17 +293,17 @@ class PostDumpPages {
         if (!gate_->WaitArrival(absl::Milliseconds(100))) continue;
         arrived_ = true;
         auto c = criu::AnonPagesCopy::WhileFrozen(images_, threads_, ahead_);
-        st_ = c.status();
+        frozen_st_ = c.status();
         // Without a copy ahead the images are finished before CRIU goes on, as they always were.
-        if (c.ok() && ahead_ == nullptr) Complete(**c);
-        if (absl::Status told = gate_->Tell(st_.ok()); !told.ok()) {
+        if (c.ok() && ahead_ == nullptr) frozen_st_ = Complete(**c);
+        if (absl::Status told = gate_->Tell(frozen_st_.ok()); !told.ok()) {
           // No verdict: the gate refuses, CRIU resumes the tasks and fails.
           CRYO_LOG(Warning) << told;
           gate_->Withdraw();
-          if (st_.ok()) st_ = told;
+          if (frozen_st_.ok()) frozen_st_ = told;
         }
-        frozen_.Notify();
-        if (st_.ok() && ahead_ != nullptr) Complete(**c);
+        frozen_.Notify();  // what it says is fixed from here on (Frozen reads it)
+        if (frozen_st_.ok() && ahead_ != nullptr) finish_st_ = Complete(**c);
         return;
       }
     });
@@ -312,29 +312,32 @@ class PostDumpPages {
   absl::Status Frozen(absl::Status criu_status) {
     criu_done_ = true;
     frozen_.WaitForNotification();
-    if (arrived_ && !st_.ok()) {
-      return Annotate(st_, "copying the job's anonymous memory at CRIU's post-dump");
+    if (arrived_ && !frozen_st_.ok()) {
+      return Annotate(frozen_st_, "copying the job's anonymous memory at CRIU's post-dump");
     }
     return criu_status;
   }
   // ... and once the whole copy is done.
   absl::Status Finish(absl::Status criu_status) {
+    absl::Status st = Frozen(std::move(criu_status));
     Join();
-    if (arrived_ && !st_.ok()) {
-      return Annotate(st_, "copying the job's anonymous memory at CRIU's post-dump");
+    if (st.ok() && arrived_ && !finish_st_.ok()) {
+      return Annotate(finish_st_, "putting the pages copied ahead of the freeze into the images");
     }
-    return criu_status;
+    return st;
   }
-  // Whether the pages copied ahead are still to go into the images (Finish does it).
-  bool finishes_after_thaw() const { return arrived_ && st_.ok() && ahead_ != nullptr; }
-  bool wrote() const { return arrived_ && st_.ok(); }
+  // After Frozen: whether the pages copied ahead are still to go into the images (Finish).
+  bool finishes_after_thaw() const { return arrived_ && frozen_st_.ok() && ahead_ != nullptr; }
+  // After Finish.
+  bool wrote() const { return arrived_ && frozen_st_.ok() && finish_st_.ok(); }
   const criu::AnonPagesResult& result() const { return result_; }
 
  private:
-  void Complete(criu::AnonPagesCopy& c) {
+  absl::Status Complete(criu::AnonPagesCopy& c) {
     auto r = c.Finish();
-    st_ = r.status();
-    if (r.ok()) result_ = *std::move(r);
+    if (!r.ok()) return r.status();
+    result_ = *std::move(r);
+    return absl::OkStatus();
   }
   void Join() {
     criu_done_ = true;
@@ -348,7 +351,8 @@ class PostDumpPages {
   std::atomic<bool> criu_done_{false};
   absl::Notification frozen_;
   bool arrived_ = false;
-  absl::Status st_;
+  absl::Status frozen_st_;  // the copy while frozen (and, without a copy ahead, the rest)
+  absl::Status finish_st_;  // with a copy ahead, the rest, after the thaw
   criu::AnonPagesResult result_;
 };
 
