@@ -150,6 +150,8 @@ absl::Status ReadAll(int fd, char* p, uint64_t len, uint64_t off, const std::str
 // for the thaw unless `ahead`.
 absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash, bool ahead = false) {
   TaskPlan& t = *p.task;
+  // Not even its pages allocated while the tasks are frozen.
+  if (p.ahead != nullptr && !ahead) return absl::OkStatus();
   char* dst = buf;
   if (t.map != nullptr) {
     dst = t.map + p.out;
@@ -169,7 +171,6 @@ absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash, bool ahead
     return absl::InternalError("a pages image taken from the copy ahead must be mapped");
   }
   if (p.ahead != nullptr) {
-    if (!ahead) return absl::OkStatus();
     std::memcpy(dst, p.ahead, p.len);
   } else if (p.from_task && t.shm.ok()) {
     CRYO_RETURN_IF_ERROR(
