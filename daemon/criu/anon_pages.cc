@@ -28,13 +28,8 @@
 #include "lib/base/status.h"
 
 namespace cryo::criu {
-namespace {
-
-constexpr uint64_t kPage = kPageBytes;
-constexpr uint64_t kPieceBytes = 8ull << 20;  // what one thread copies at a time
-constexpr uint64_t kMaxMmImage = 256ull << 20;
-constexpr uint64_t kMaxPagemapImage = 1ull << 30;
-constexpr uint64_t kMaxPstreeImage = 64ull << 20;
+// The plan of a copy, named (not anonymous): AnonPagesCopy::State holds it across the thaw.
+namespace anon_pages_detail {
 
 // One entry of the new pagemap: CRIU's as it was, or a run of cryod's.
 struct Segment {
@@ -87,6 +82,21 @@ struct ChunkWork {
   uint64_t bytes = 0;
   bool ahead = false;  // some of it comes from the copy ahead: finished after the thaw
 };
+
+}  // namespace anon_pages_detail
+
+namespace {
+
+constexpr uint64_t kPage = kPageBytes;
+constexpr uint64_t kPieceBytes = 8ull << 20;  // what one thread copies at a time
+constexpr uint64_t kMaxMmImage = 256ull << 20;
+constexpr uint64_t kMaxPagemapImage = 1ull << 30;
+constexpr uint64_t kMaxPstreeImage = 64ull << 20;
+
+using anon_pages_detail::ChunkWork;
+using anon_pages_detail::Piece;
+using anon_pages_detail::Segment;
+using anon_pages_detail::TaskPlan;
 
 std::string PagemapName(pid_t pid) { return absl::StrCat("pagemap-", pid, ".img"); }
 std::string PagesName(uint32_t id) { return absl::StrCat("pages-", id, ".img"); }
@@ -607,7 +617,8 @@ absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
     t->chunks.assign(
         std::max<uint64_t>(1, (t->out_bytes + xxh3chunked::kChunk - 1) / xxh3chunked::kChunk),
         XXH128_hash_t{});
-    for (size_t k = 0; k < t->chunks.size(); ++k) work.push_back(ChunkWork{t.get(), k, {}, 0});
+    for (size_t k = 0; k < t->chunks.size(); ++k)
+      work.push_back(ChunkWork{t.get(), k, {}, 0, false});
     ChunkWork* first = &work[work.size() - t->chunks.size()];
     uint64_t out = 0;
     for (const Segment& s : t->segments) {

@@ -154,7 +154,7 @@ absl::Status PreCopy::Add(pid_t pid, UniqueFd uffd, int threads) {
   for (const PageRun& r : pages) {
     for (uint64_t done = 0; done < r.pages * kPageBytes;) {
       const uint64_t n = std::min(kAheadPieceBytes, r.pages * kPageBytes - done);
-      pieces.push_back(Piece{r.vaddr + done, n, task->bytes});
+      pieces.push_back(Piece{r.vaddr + done, n, task->bytes, false});
       task->bytes += n;
       done += n;
     }
