@@ -433,6 +433,14 @@ class TrackedChild {
   int sock_ = -1, cmd_ = -1;
 };
 
+// Task `pid`'s images of `m.rw` alone, as the patched CRIU leaves them, and cryod's copy into
+// them with `ahead`.
+absl::StatusOr<AnonPagesResult> DumpRwMapping(const std::string& dir, pid_t pid, const Memory& m,
+                                              const PreCopy& ahead) {
+  WriteDumpImages(dir, pid, {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)}, {}, "");
+  return WriteAnonPages(dir, 2, &ahead);
+}
+
 // The copy ahead, then the pages written since: those come from the task at the freeze, the
 // others from the copy, and the pages file holds the task's memory as it is at the end.
 TEST(PreCopyTest, PagesWrittenSinceTheCopyAheadAreTakenFromTheTaskTheRestFromTheCopy) {
@@ -486,9 +494,7 @@ TEST(PreCopyTest, AMappingMadeAnewSinceTheCopyAheadIsCopiedFromTheTaskWhole) {
   ASSERT_TRUE(ahead.Add(child.pid(), child.TakeUffd(), 2).ok());
   ASSERT_TRUE(child.Do('r'));
   TempDir dir;
-  WriteDumpImages(dir.path, child.pid(), {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)}, {},
-                  "");
-  auto r = WriteAnonPages(dir.path, 2, &ahead);
+  auto r = DumpRwMapping(dir.path, child.pid(), m, ahead);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->ahead_bytes, 0u);
   EXPECT_EQ(r->bytes, 2 * kPg);
@@ -508,9 +514,7 @@ TEST(PreCopyTest, ADescriptorThatTracksNothingLeavesEveryPageToTheFreeze) {
   ASSERT_TRUE(ahead.Add(child.pid(), std::move(not_uffd), 2).ok());
   EXPECT_EQ(ahead.bytes(), 0u);
   TempDir dir;
-  WriteDumpImages(dir.path, child.pid(), {Vma(m.rw_at(), 8, vma::kRegular | vma::kAnonPrivate)}, {},
-                  "");
-  auto r = WriteAnonPages(dir.path, 2, &ahead);
+  auto r = DumpRwMapping(dir.path, child.pid(), m, ahead);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->ahead_bytes, 0u);
   EXPECT_EQ(r->bytes, 4 * kPg);
