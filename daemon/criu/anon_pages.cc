@@ -13,11 +13,9 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
 #include "daemon/criu/page_scan.h"
@@ -25,6 +23,7 @@
 #include "lib/base/chunked_xxh3.h"
 #include "lib/base/fs.h"
 #include "lib/base/io_all.h"
+#include "lib/base/parallel.h"
 #include "lib/base/status.h"
 
 namespace cryo::criu {
@@ -136,8 +135,8 @@ absl::Status NameFile(int fd, const std::string& dir, const std::string& name) {
   return absl::OkStatus();
 }
 
-// lib/base/io_all.h's whole reads and writes, their errors as statuses: a read that ends early is
-// DATA_LOSS, a write that makes no progress a full file system.
+// lib/base/io_all.h's whole write, its error as a status: one that makes no progress is a full
+// file system. (Reads: PreadAll, page_scan.h.)
 absl::Status WriteAll(int fd, const char* p, uint64_t len, uint64_t off, const char* what) {
   std::string err;
   errno = 0;
@@ -145,14 +144,6 @@ absl::Status WriteAll(int fd, const char* p, uint64_t len, uint64_t off, const c
     return absl::OkStatus();
   }
   return ErrnoStatus(errno != 0 ? errno : ENOSPC, what);
-}
-
-absl::Status ReadAll(int fd, char* p, uint64_t len, uint64_t off, const std::string& what) {
-  std::string err;
-  errno = 0;
-  if (io::ReadAll(fd, p, len, static_cast<off_t>(off), &err)) return absl::OkStatus();
-  if (errno == 0) return absl::DataLossError(absl::StrCat(what, ": ended early"));
-  return ErrnoStatus(errno, what);
 }
 
 // Copies piece `p` into its place in the new pages file (through `buf` where the file is not
@@ -183,22 +174,13 @@ absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash, bool ahead
   if (p.ahead != nullptr) {
     std::memcpy(dst, p.ahead, p.len);
   } else if (p.from_task && t.shm.ok()) {
-    CRYO_RETURN_IF_ERROR(
-        ReadAll(t.shm.get(), dst, p.len, p.src, absl::StrCat("reading shared memory ", t.pagemap)));
+    CRYO_RETURN_IF_ERROR(PreadAll(t.shm.get(), dst, p.len, p.src,
+                                  absl::StrCat("reading shared memory ", t.pagemap)));
   } else if (p.from_task) {
-    iovec local{dst, p.len};
-    iovec remote{reinterpret_cast<void*>(p.src), p.len};
-    const ssize_t n = ::process_vm_readv(t.pid, &local, 1, &remote, 1, 0);
-    const uint64_t got = n > 0 ? static_cast<uint64_t>(n) : 0;
-    if (got < p.len) {
-      // A page the task cannot read (PROT_NONE): the kernel still reads it for /proc/<pid>/mem.
-      CRYO_RETURN_IF_ERROR(ReadAll(
-          t.mem.get(), dst + got, p.len - got, p.src + got,
-          absl::StrCat("reading the memory of pid ", t.pid, " at 0x", absl::Hex(p.src + got))));
-    }
+    CRYO_RETURN_IF_ERROR(ReadTaskMemory(t.pid, t.mem.get(), p.src, dst, p.len));
   } else {
-    CRYO_RETURN_IF_ERROR(ReadAll(t.old_pages.get(), dst, p.len, p.src,
-                                 absl::StrCat("reading CRIU's ", PagesName(t.pages_id))));
+    CRYO_RETURN_IF_ERROR(PreadAll(t.old_pages.get(), dst, p.len, p.src,
+                                  absl::StrCat("reading CRIU's ", PagesName(t.pages_id))));
   }
   if (hash != nullptr) XXH3_128bits_update(hash, dst, p.len);
   if (t.map != nullptr) return absl::OkStatus();
@@ -208,12 +190,10 @@ absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash, bool ahead
 // With CRYO_PRE_COPY_VERIFY=1: the pages of piece `p` (from the copy ahead) that differ from the
 // frozen task's, which the tracking said were not written.
 uint64_t AheadMismatches(const Piece& p, char* buf) {
-  iovec local{buf, p.len};
-  iovec remote{reinterpret_cast<void*>(p.src), p.len};
-  const ssize_t n = ::process_vm_readv(p.task->pid, &local, 1, &remote, 1, 0);
-  const uint64_t got = n > 0 ? static_cast<uint64_t>(n) : 0;
-  uint64_t bad = (p.len - got) / kPage;
-  for (uint64_t off = 0; off + kPage <= got; off += kPage) {
+  const uint64_t pages = p.len / kPage;
+  if (!ReadTaskMemory(p.task->pid, p.task->mem.get(), p.src, buf, p.len).ok()) return pages;
+  uint64_t bad = 0;
+  for (uint64_t off = 0; off < p.len; off += kPage) {
     if (std::memcmp(buf + off, p.ahead + off, kPage) != 0) ++bad;
   }
   return bad;
@@ -272,8 +252,6 @@ absl::StatusOr<::criu::mm_entry> ReadMm(const std::string& dir, pid_t pid) {
   return ParseEntry<::criu::mm_entry>(mm_raw[0], mm_name);
 }
 
-// Plans one task: CRIU's entries and cryod's runs, merged in address order. Sets `criu_did_it`
-// when CRIU dumped the mappings itself.
 // A run of pages to copy: from the task, or (ahead) from the copy taken before the freeze.
 struct PlannedRun {
   uint64_t vaddr = 0, pages = 0;
@@ -312,6 +290,8 @@ absl::Status PlanMapping(int pagemap, uint64_t start, uint64_t end, uint64_t zer
   return absl::OkStatus();
 }
 
+// Plans one task: CRIU's entries and cryod's runs, merged in address order. Sets `criu_did_it`
+// when CRIU dumped the mappings itself.
 absl::Status PlanTask(const std::string& dir, pid_t pid, const ::criu::mm_entry& mm,
                       uint64_t zero_pfn, bool* use_scan, const PreCopy::Task* ahead, TaskPlan* plan,
                       bool* criu_did_it, uint64_t* ahead_bytes) {
@@ -535,28 +515,20 @@ namespace {
 absl::Status EachChunk(std::vector<ChunkWork*>& work, int threads,
                        const std::function<absl::Status(ChunkWork&, char*, XXH3_state_t*)>& one) {
   std::atomic<size_t> next{0};
-  absl::Mutex mu;
-  absl::Status failed;
-  auto worker = [&] {
+  const size_t n = std::min<size_t>(std::max(threads, 1), std::max<size_t>(1, work.size()));
+  return FirstError(EachInParallel(n, [&](size_t) -> absl::Status {
     std::unique_ptr<char[]> buf(new char[kPieceBytes]);  // where a file is not mapped
     std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> hash(XXH3_createState(),
                                                                   &XXH3_freeState);
     for (size_t i = next++; i < work.size(); i = next++) {
       absl::Status st = one(*work[i], buf.get(), hash.get());
       if (!st.ok()) {
-        absl::MutexLock l(&mu);
-        if (failed.ok()) failed = std::move(st);
-        next = work.size();
-        return;
+        next = work.size();  // the others stop after their current chunk
+        return st;
       }
     }
-  };
-  const int n = std::clamp<int>(threads, 1, std::max<int>(1, static_cast<int>(work.size())));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < n; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
-  return failed;
+    return absl::OkStatus();
+  }));
 }
 
 // A chunk done: its checksum kept, and (where mapped) its page tables dropped now, in parallel

@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 
+#include "absl/strings/str_cat.h"
 #include "lib/base/fd.h"
+#include "lib/base/io_all.h"
 #include "lib/base/status.h"
 
 namespace cryo::criu {
@@ -132,6 +135,26 @@ absl::Status ScanWritten(int pagemap, uint64_t start, uint64_t end, bool protect
   // EPERM: a mapping of the range is not write-protected asynchronously by a userfaultfd.
   if (err == EPERM) return absl::FailedPreconditionError("not tracked");
   return ErrnoStatus(err, "PAGEMAP_SCAN of written pages");
+}
+
+absl::Status PreadAll(int fd, char* dst, uint64_t len, uint64_t off, const std::string& what) {
+  std::string err;
+  errno = 0;
+  if (io::ReadAll(fd, dst, len, static_cast<off_t>(off), &err)) return absl::OkStatus();
+  if (errno == 0) return absl::DataLossError(absl::StrCat(what, ": ended early"));
+  return ErrnoStatus(errno, what);
+}
+
+absl::Status ReadTaskMemory(pid_t pid, int mem, uint64_t addr, char* dst, uint64_t len) {
+  iovec local{dst, len};
+  iovec remote{reinterpret_cast<void*>(addr), len};
+  const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+  const uint64_t got = n > 0 ? static_cast<uint64_t>(n) : 0;
+  if (got == len) return absl::OkStatus();
+  const std::string what =
+      absl::StrCat("reading the memory of pid ", pid, " at 0x", absl::Hex(addr + got));
+  if (mem < 0) return ErrnoStatus(n < 0 ? errno : EFAULT, what);
+  return PreadAll(mem, dst + got, len - got, addr + got, what);
 }
 
 }  // namespace cryo::criu

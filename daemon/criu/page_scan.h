@@ -1,11 +1,14 @@
 #pragma once
 
 // Which pages of a task's address range hold data, read from /proc/<pid>/pagemap: with the
-// PAGEMAP_SCAN ioctl (Linux 6.7) where the kernel has it, page by page where it does not. Shared
-// by cryod's copy at CRIU's post-dump (anon_pages.h) and its copy ahead of the freeze
-// (pre_copy.h).
+// PAGEMAP_SCAN ioctl (Linux 6.7) where the kernel has it, page by page where it does not; and
+// reading them. Shared by cryod's copy at CRIU's post-dump (anon_pages.h) and its copy ahead of
+// the freeze (pre_copy.h).
+
+#include <sys/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -39,5 +42,14 @@ absl::Status ScanRange(int pagemap, uint64_t start, uint64_t end, uint64_t zero_
 // tracked so (not registered, or no longer: a new mapping in its place).
 absl::Status ScanWritten(int pagemap, uint64_t start, uint64_t end, bool protect,
                          std::vector<PageRun>* runs);
+
+// `len` bytes of `fd` at `off`, whole (lib/base/io_all.h), into `dst`: DATA_LOSS naming `what`
+// when the file ends first, its errno otherwise.
+absl::Status PreadAll(int fd, char* dst, uint64_t len, uint64_t off, const std::string& what);
+
+// Reads [addr, addr + len) of task `pid` into `dst`: process_vm_readv, then `mem` (the task's
+// /proc/<pid>/mem, may be -1) for what that could not read (PROT_NONE pages, which the kernel
+// still reads there). An error when some of it could not be read (unmapped, the task gone).
+absl::Status ReadTaskMemory(pid_t pid, int mem, uint64_t addr, char* dst, uint64_t len);
 
 }  // namespace cryo::criu

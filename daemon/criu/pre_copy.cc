@@ -4,7 +4,6 @@
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,8 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -21,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "daemon/criu/page_scan.h"
-#include "lib/base/io_all.h"
+#include "lib/base/parallel.h"
 #include "lib/base/status.h"
 
 namespace cryo::criu {
@@ -171,32 +168,16 @@ absl::Status PreCopy::Add(pid_t pid, UniqueFd uffd, int threads) {
   }
   const UniqueFd mem(::open(absl::StrCat("/proc/", pid, "/mem").c_str(), O_RDONLY | O_CLOEXEC));
   std::atomic<size_t> next{0};
-  auto worker = [&] {
+  const size_t n = std::min<size_t>(std::max(threads, 1), std::max<size_t>(1, pieces.size()));
+  (void)EachInParallel(n, [&](size_t) {
     for (size_t i = next++; i < pieces.size(); i = next++) {
       Piece& p = pieces[i];
-      char* dst = task->copy + p.offset;
-      iovec local{dst, p.len};
-      iovec remote{reinterpret_cast<void*>(p.vaddr), p.len};
-      const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
-      uint64_t got = n > 0 ? static_cast<uint64_t>(n) : 0;
-      if (got < p.len && mem.ok()) {
-        // PROT_NONE pages: the kernel still reads them for /proc/<pid>/mem.
-        std::string err;
-        if (io::ReadAll(mem.get(), dst + got, p.len - got, static_cast<off_t>(p.vaddr + got),
-                        &err)) {
-          got = p.len;
-        }
-      }
       // A piece the job unmapped meanwhile is not in the copy: its pages, if any are there at
       // the freeze, are copied then.
-      p.ok = got == p.len;
+      p.ok = ReadTaskMemory(pid, mem.get(), p.vaddr, task->copy + p.offset, p.len).ok();
     }
-  };
-  const int n = std::clamp<int>(threads, 1, std::max<int>(1, static_cast<int>(pieces.size())));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < n; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
+    return absl::OkStatus();
+  });
   for (const Piece& p : pieces) {
     if (!p.ok) continue;
     if (!task->runs.empty() &&

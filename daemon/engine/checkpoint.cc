@@ -21,7 +21,6 @@
 #include "daemon/engine/job_cut.h"
 #include "daemon/engine/states.h"
 #include "daemon/engine/step_hooks.h"
-#include "daemon/gpu/fastpath_client.h"
 #include "daemon/gpu/host_copy.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/signature.h"
@@ -471,38 +470,30 @@ bool Engine::CopiesDumpPages(const CheckpointState& s) const {
 
 absl::Status Engine::PreCopyMemory(CheckpointState& s) {
   auto pre = std::make_unique<criu::PreCopy>();
+  auto freeze_only = [&](pid_t pid, bool failed, const std::string& why) {
+    if (failed) {
+      CRYO_LOG(Warning) << "checkpoint " << s.id << ": pid " << pid
+                        << " is copied at the freeze only: " << why;
+    } else {
+      CRYO_LOG(Info) << "checkpoint " << s.id << ": pid " << pid
+                     << " is copied at the freeze only: " << why;
+    }
+  };
   for (const auto& p : s.live.fast.records()) {
-    auto status = gpu::FastpathStatus(*d_.proc, p, absl::Seconds(10));
-    if (!status.ok()) {
-      CRYO_LOG(Warning) << "checkpoint " << s.id << ": pid " << p.pid
-                        << " is copied at the freeze only: " << status.status();
-      continue;
-    }
-    // Host memory registered with the GPU is written by DMA, which no write-protect sees.
-    if (status->calls.count("cuMemHostRegister_v2") > 0) {
-      CRYO_LOG(Info) << "checkpoint " << s.id << ": pid " << p.pid
-                     << " registered host memory with the GPU (cuMemHostRegister): its memory "
-                     << "is copied at the freeze only";
-      continue;
-    }
     // The copy takes as much of the node's memory as the process's private memory, beside the
     // dump's images.
     const uint64_t rss = d_.proc->MemoryBytes(p.pid);
-    if (!gpu::HostMemoryHolds(pre->bytes() + rss + s.procs.expected())) {
-      CRYO_LOG(Info) << "checkpoint " << s.id << ": pid " << p.pid
-                     << " is copied at the freeze only: the node's memory cannot also hold a copy"
-                     << " of its " << rss << " bytes";
-      continue;
-    }
-    auto uffd = gpu::FastpathWriteTracker(*d_.proc, p, absl::Seconds(10));
-    if (!uffd.ok()) {
-      CRYO_LOG(Warning) << "checkpoint " << s.id << ": pid " << p.pid
-                        << " is copied at the freeze only: " << uffd.status();
-      continue;
-    }
-    if (absl::Status a = pre->Add(p.pid, *std::move(uffd), cfg_.dump_copy_threads); !a.ok()) {
-      CRYO_LOG(Warning) << "checkpoint " << s.id << ": pid " << p.pid
-                        << " is copied at the freeze only: " << a;
+    if (p.host_registered) {
+      // Host memory registered with the GPU is written by DMA, which no write-protect sees.
+      freeze_only(p.pid, false, "it registered host memory with the GPU (cuMemHostRegister)");
+    } else if (!gpu::HostMemoryHolds(pre->bytes() + rss + s.procs.expected())) {
+      freeze_only(p.pid, false,
+                  absl::StrCat("the node's memory cannot also hold a copy of its ", rss, " bytes"));
+    } else if (auto uffd = d_.fastpath->WriteTracker(p); !uffd.ok()) {
+      freeze_only(p.pid, true, uffd.status().ToString());
+    } else if (absl::Status a = pre->Add(p.pid, *std::move(uffd), cfg_.dump_copy_threads);
+               !a.ok()) {
+      freeze_only(p.pid, true, a.ToString());
     }
   }
   if (pre->empty()) return absl::OkStatus();

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/records/gpu_process.h"
+#include "lib/base/fd.h"
 #include "lib/base/file_digest.h"
 #include "lib/base/proc.h"
 #include "lib/contract/gpu_fastpath_messages.h"
@@ -111,6 +112,10 @@ class Fastpath {
   }
   // Its state (running, drained, saved), what it owns, its version.
   virtual absl::StatusOr<contract::gpu_fastpath::StatusReply> Status(const FastpathProcess& p) = 0;
+  // A userfaultfd of the process, to track its writes through ("track", criu/pre_copy.h).
+  virtual absl::StatusOr<UniqueFd> WriteTracker(const FastpathProcess& p) {
+    return absl::UnimplementedError("this fast path tracks no writes");
+  }
 };
 
 // The fast path through the library's channel in each process.

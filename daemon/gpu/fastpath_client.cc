@@ -494,6 +494,7 @@ class ClientFastpath : public Fastpath {
       p.bytes = st->owned_bytes;
       p.allocations = st->owned_allocations;
       p.version = st->version;
+      p.host_registered = st->calls.count("cuMemHostRegister_v2") > 0;
       out.push_back(p);
     }
     return out;
@@ -527,6 +528,10 @@ class ClientFastpath : public Fastpath {
 
   absl::StatusOr<wire::StatusReply> Status(const FastpathProcess& p) override {
     return FastpathStatus(proc_, p, absl::Seconds(10));
+  }
+
+  absl::StatusOr<UniqueFd> WriteTracker(const FastpathProcess& p) override {
+    return FastpathWriteTracker(proc_, p, absl::Seconds(10));
   }
 
  private:

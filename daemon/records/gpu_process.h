@@ -57,6 +57,9 @@ struct FastpathProcess {
   // With `memory`: cryod is still reading the data into that memfd, and a progress page comes
   // with it (gpu_fastpath.h, "Following"). Not recorded.
   bool follow = false;
+  // Its status counted calls of cuMemHostRegister: host memory the GPU writes by DMA, which no
+  // write-protect sees (criu/pre_copy.h). Not recorded.
+  bool host_registered = false;
 };
 
 nlohmann::json ToJson(const std::vector<FastpathProcess>& procs);
