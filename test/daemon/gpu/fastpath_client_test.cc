@@ -1,14 +1,28 @@
 // cryod's reading of the fast path's replies (fastpath_client.h): each reply in its type, every
-// failure of the library as its status code, and a library version this cryod does not speak
-// refused before anything is asked of it.
+// failure of the library as its status code, a library version this cryod does not speak
+// refused before anything is asked of it, and a "track" reply that attaches anything but one
+// userfaultfd refused.
 
 #include "daemon/gpu/fastpath_client.h"
 
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "lib/base/proc.h"
 #include "lib/contract/gpu_fastpath_messages.h"
+#include "lib/contract/gpu_fastpath_wire.h"
 
 namespace cryo::gpu {
 namespace {
@@ -196,6 +210,74 @@ TEST(FastpathClientTest, RequestsAndRepliesRoundTrip) {
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->files, saved.files);
   EXPECT_EQ(s->write_ms, 12);
+}
+
+// A library of this very process: it listens on the process's channel and answers one "track"
+// with `attach` attached, as a job's library could (crafted or wrong).
+class OneTrackReply {
+ public:
+  explicit OneTrackReply(std::vector<int> attach) {
+    listen_ = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    const std::string name = wire::AlternateSocketName(::getpid(), 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path + 1, name.data(), name.size());
+    const socklen_t len = offsetof(sockaddr_un, sun_path) + 1 + name.size();
+    bound_ =
+        ::bind(listen_, reinterpret_cast<sockaddr*>(&a), len) == 0 && ::listen(listen_, 1) == 0;
+    if (!bound_) return;
+    thread_ = std::thread([this, attach] {
+      const int conn = ::accept4(listen_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0) return;
+      std::string text;
+      std::vector<UniqueFd> in;
+      if (wire::ReceiveMessage(conn, &text, &in)) {
+        (void)wire::SendMessage(conn, wire::Encode(wire::TrackReply{1u << 15}), attach);
+      }
+      ::close(conn);
+    });
+  }
+  ~OneTrackReply() {
+    if (thread_.joinable()) thread_.join();
+    if (listen_ >= 0) ::close(listen_);
+  }
+  bool bound() const { return bound_; }
+
+ private:
+  int listen_ = -1;
+  bool bound_ = false;
+  std::thread thread_;
+};
+
+absl::StatusOr<UniqueFd> TrackThisProcess(std::vector<int> attach) {
+  OneTrackReply lib(std::move(attach));
+  EXPECT_TRUE(lib.bound());
+  const pid_t me = ::getpid();
+  return FastpathWriteTracker(proc::ProcReader(), FastpathProcess{me, me}, absl::Seconds(10));
+}
+
+TEST(FastpathClientTest, ATrackReplyWithAnythingButOneUserfaultfdIsRefusedNamingIt) {
+  UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(null.ok());
+  auto r = TrackThisProcess({null.get()});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "/dev/null, not a userfaultfd"))
+      << r.status();
+
+  r = TrackThisProcess({});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "sent 0 descriptors")) << r.status();
+
+  UniqueFd uffd(static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY)));
+  ASSERT_TRUE(uffd.ok());
+  r = TrackThisProcess({uffd.get(), uffd.get()});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(absl::StrContains(r.status().message(), "sent 2 descriptors")) << r.status();
+
+  r = TrackThisProcess({uffd.get()});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->ok());
 }
 
 }  // namespace
