@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <memory>
 
@@ -191,7 +192,12 @@ absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash, bool ahead
 // frozen task's, which the tracking said were not written.
 uint64_t AheadMismatches(const Piece& p, char* buf) {
   const uint64_t pages = p.len / kPage;
-  if (!ReadTaskMemory(p.task->pid, p.task->mem.get(), p.src, buf, p.len).ok()) return pages;
+  const TaskPlan& t = *p.task;
+  if (!(t.shm.ok() ? PreadAll(t.shm.get(), buf, p.len, p.src, "shared memory")
+                   : ReadTaskMemory(t.pid, t.mem.get(), p.src, buf, p.len))
+           .ok()) {
+    return pages;
+  }
   uint64_t bad = 0;
   for (uint64_t off = 0; off < p.len; off += kPage) {
     if (std::memcmp(buf + off, p.ahead + off, kPage) != 0) ++bad;
@@ -240,6 +246,18 @@ absl::Status OpenOutput(const std::string& dir, TaskPlan* plan) {
     }
   }
   return absl::OkStatus();
+}
+
+// The node's shared memory in huge pages (ShmemHugePages of /proc/meminfo), in bytes.
+uint64_t ShmemHugeBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  while (in >> key) {
+    if (key == "ShmemHugePages:" && (in >> kb)) return kb << 10;
+    in.ignore(4096, '\n');
+  }
+  return 0;
 }
 
 // Task `pid`'s mappings, as mm-<pid>.img lists them.
@@ -366,9 +384,10 @@ absl::Status PlanTask(const std::string& dir, pid_t pid, const ::criu::mm_entry&
 // memfds (not hugetlb ones), each by its shmid (the inode number of its file).
 struct SharedSegment {
   uint64_t size = 0;
-  pid_t pid = 0;  // a task that maps it (start, end) or holds it open (fd)
-  uint64_t start = 0, end = 0;
+  pid_t pid = 0;  // a task that maps it (start, end, at pgoff) or holds it open (fd)
+  uint64_t start = 0, end = 0, pgoff = 0;
   int fd = -1;
+  int maps = 0;  // the tasks' mappings of it
 };
 
 // The file of segment `shmid`: through the mapping of a task, or its open descriptor.
@@ -388,10 +407,54 @@ absl::StatusOr<UniqueFd> OpenShared(uint64_t shmid, const SharedSegment& seg) {
   return fd;
 }
 
+// Offsets [b, e) of a segment copied ahead (`g`), as entries: the pages of its mapping known not
+// written since from the copy, the rest (written, outside the mapping, or not known) from its
+// file.
+absl::Status PlanTrackedShared(int pagemap, const PreCopy::Segment& g, uint64_t b, uint64_t e,
+                               std::vector<Segment>* out, uint64_t* ahead_bytes) {
+  const uint64_t mb = std::max(b, g.pgoff);
+  const uint64_t me = std::min(e, g.pgoff + (g.end - g.start));
+  if (mb >= me) {
+    AddEntries(out, b, b, (e - b) / kPage);
+    return absl::OkStatus();
+  }
+  std::vector<PageRun> found;
+  const absl::Status st =
+      ScanSharedWritten(pagemap, g.start + (mb - g.pgoff), g.start + (me - g.pgoff), false, &found);
+  if (!st.ok() && !absl::IsFailedPrecondition(st)) return st;
+  uint64_t at = b;  // offsets up to here are planned
+  auto from_file = [&](uint64_t to) {
+    if (to > at) AddEntries(out, at, at, (to - at) / kPage);
+    at = std::max(at, to);
+  };
+  for (const PageRun& r : found) {
+    const uint64_t rb = g.pgoff + (r.vaddr - g.start);
+    const uint64_t re = rb + r.pages * kPage;
+    from_file(rb);
+    if (r.written) {
+      from_file(re);
+      continue;
+    }
+    while (at < re) {
+      const char* src = nullptr;
+      const uint64_t n = g.Cover(at, (re - at) / kPage, &src);
+      if (src == nullptr) {
+        from_file(at + n * kPage);
+      } else {
+        AddEntries(out, at, at, n, src);
+        *ahead_bytes += n * kPage;
+        at += n * kPage;
+      }
+    }
+  }
+  from_file(e);
+  return absl::OkStatus();
+}
+
 // Plans one segment: its data as runs of offsets (SEEK_DATA), as CRIU would dump it. Leaves
 // `plan` without a pagemap name when CRIU dumped it itself (its pagemap has entries).
 absl::Status PlanShared(const std::string& dir, uint64_t shmid, const SharedSegment& seg,
-                        TaskPlan* plan) {
+                        const PreCopy* ahead, TaskPlan* plan, uint64_t* ahead_bytes) {
   const std::string pm_name = absl::StrCat("pagemap-shmem-", shmid, ".img");
   if (!fs::Exists(fs::Join(dir, pm_name))) return absl::OkStatus();  // not CRIU's to dump
   CRYO_ASSIGN_OR_RETURN(auto pm_raw,
@@ -406,6 +469,22 @@ absl::Status PlanShared(const std::string& dir, uint64_t shmid, const SharedSegm
   CRYO_ASSIGN_OR_RETURN(plan->shm, OpenShared(shmid, seg));
   plan->pagemap = pm_name;
   plan->pages_id = head.pages_id();
+  // Copied ahead (pre_copy.h) through this, its one mapping: the pages not written since are
+  // taken from that copy.
+  const PreCopy::Segment* tracked = nullptr;
+  UniqueFd pagemap;
+  if (ahead != nullptr && seg.maps == 1 && seg.fd < 0) {
+    tracked = ahead->FindShared(shmid);
+    if (tracked != nullptr && (tracked->pid != seg.pid || tracked->start != seg.start ||
+                               tracked->end != seg.end || tracked->pgoff != seg.pgoff)) {
+      tracked = nullptr;
+    }
+    if (tracked != nullptr) {
+      pagemap.reset(
+          ::open(absl::StrCat("/proc/", seg.pid, "/pagemap").c_str(), O_RDONLY | O_CLOEXEC));
+      if (!pagemap.ok()) tracked = nullptr;
+    }
+  }
   const uint64_t end = (seg.size + kPage - 1) / kPage * kPage;
   for (uint64_t at = 0; at < end;) {
     const off_t data = ::lseek(plan->shm.get(), static_cast<off_t>(at), SEEK_DATA);
@@ -417,7 +496,12 @@ absl::Status PlanShared(const std::string& dir, uint64_t shmid, const SharedSegm
     const uint64_t e =
         std::min<uint64_t>(end, (static_cast<uint64_t>(hole) + kPage - 1) / kPage * kPage);
     if (b >= end) break;
-    AddEntries(&plan->segments, b, b, (e - b) / kPage);
+    if (tracked != nullptr) {
+      CRYO_RETURN_IF_ERROR(
+          PlanTrackedShared(pagemap.get(), *tracked, b, e, &plan->segments, ahead_bytes));
+    } else {
+      AddEntries(&plan->segments, b, b, (e - b) / kPage);
+    }
     plan->out_bytes += e - b;
     at = e;
   }
@@ -448,10 +532,12 @@ absl::StatusOr<std::map<uint64_t, SharedSegment>> FindShared(
         shmid = st.st_ino;
       }
       SharedSegment& seg = out[shmid];
+      ++seg.maps;
       if (seg.pid == 0) {
         seg.pid = pid;
         seg.start = v.start();
         seg.end = v.end();
+        seg.pgoff = v.pgoff();
       }
       // As CRIU sizes a segment of anonymous mappings; a memfd's size is its file's (below).
       if (anon) seg.size = std::max(seg.size, v.pgoff() + (v.end() - v.start()));
@@ -579,7 +665,7 @@ absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
   CRYO_ASSIGN_OR_RETURN(auto shared, FindShared(images_dir, tasks));
   for (const auto& [shmid, seg] : shared) {
     auto plan = std::make_unique<TaskPlan>();
-    CRYO_RETURN_IF_ERROR(PlanShared(images_dir, shmid, seg, plan.get()));
+    CRYO_RETURN_IF_ERROR(PlanShared(images_dir, shmid, seg, ahead, plan.get(), &r.ahead_bytes));
     if (!plan->pagemap.empty()) plans.push_back(std::move(plan));
   }
   r.scan = absl::Now() - t0;
@@ -619,6 +705,7 @@ absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
   std::stable_sort(work.begin(), work.end(),
                    [](const ChunkWork& a, const ChunkWork& b) { return a.bytes > b.bytes; });
   const absl::Time t1 = absl::Now();
+  const uint64_t huge_before = ShmemHugeBytes();
   const bool verify = ahead != nullptr && PreCopyVerify();
   std::atomic<uint64_t> mismatches{0};
   std::vector<ChunkWork*> all;
@@ -635,6 +722,8 @@ absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
         return absl::OkStatus();
       }));
   r.copy = absl::Now() - t1;
+  const uint64_t huge_after = ShmemHugeBytes();
+  r.huge_bytes = huge_after > huge_before ? huge_after - huge_before : 0;
   r.ahead_mismatches = mismatches.load();
   return c;
 }

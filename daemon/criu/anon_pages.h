@@ -81,6 +81,7 @@ struct AnonPagesResult {
   absl::Duration replace;         // writing the pagemaps, putting the new files in place
   uint64_t ahead_bytes = 0;       // pages taken from the copy ahead (pre_copy.h), not written since
   uint64_t ahead_mismatches = 0;  // CRYO_PRE_COPY_VERIFY=1: pages of those that were wrong
+  uint64_t huge_bytes = 0;        // the node's shared memory in huge pages grew so much in the copy
   // The pages images rewritten, with their checksums (taken from the copy as it went), and the
   // pagemaps rewritten (small: hashed by whoever lists the directory).
   std::map<std::string, FileDigest> pages;

@@ -42,7 +42,8 @@ constexpr unsigned long kPagemapScan = _IOWR('f', 16, PmScanArg);  // NOLINT(run
 // One PAGEMAP_SCAN walk of [start, end) for the data pages (as CRIU takes them), calling
 // `add(region)` for each; its errno on failure (0: done).
 template <typename F>
-int Scan(int pagemap, uint64_t start, uint64_t end, uint64_t flags, uint64_t returned, F add) {
+int Scan(int pagemap, uint64_t start, uint64_t end, uint64_t flags, uint64_t returned, F add,
+         bool every_page = false) {
   std::vector<PageRegion> regions(4096);
   for (uint64_t at = start; at < end;) {
     PmScanArg a{};
@@ -52,9 +53,11 @@ int Scan(int pagemap, uint64_t start, uint64_t end, uint64_t flags, uint64_t ret
     a.end = end;
     a.vec = reinterpret_cast<uintptr_t>(regions.data());
     a.vec_len = regions.size();
-    a.category_inverted = kPageIsPfnZero | kPageIsFile;
-    a.category_mask = kPageIsPfnZero | kPageIsFile;
-    a.category_anyof_mask = kPageIsPresent | kPageIsSwapped;
+    if (!every_page) {
+      a.category_inverted = kPageIsPfnZero | kPageIsFile;
+      a.category_mask = kPageIsPfnZero | kPageIsFile;
+      a.category_anyof_mask = kPageIsPresent | kPageIsSwapped;
+    }
     a.return_mask = returned;
     const int n = ::ioctl(pagemap, kPagemapScan, &a);
     if (n < 0) return errno;
@@ -135,6 +138,26 @@ absl::Status ScanWritten(int pagemap, uint64_t start, uint64_t end, bool protect
   // EPERM: a mapping of the range is not write-protected asynchronously by a userfaultfd.
   if (err == EPERM) return absl::FailedPreconditionError("not tracked");
   return ErrnoStatus(err, "PAGEMAP_SCAN of written pages");
+}
+
+absl::Status ScanSharedWritten(int pagemap, uint64_t start, uint64_t end, bool protect,
+                               std::vector<PageRun>* runs) {
+  const size_t before = runs->size();
+  const int err = Scan(
+      pagemap, start, end, kScanCheckWpAsync | (protect ? kScanWpMatching : 0),
+      kPageIsPresent | kPageIsSwapped | kPageIsWritten,
+      [&](const PageRegion& r) {
+        // A page mapped (or its protection kept by a marker when unmapped) and not written is
+        // the only one known unwritten; a hole may be a written page unmapped since.
+        const bool known = (r.categories & (kPageIsPresent | kPageIsSwapped)) != 0;
+        AddPageRun(runs, r.start, (r.end - r.start) / kPageBytes,
+                   !known || (r.categories & kPageIsWritten) != 0);
+      },
+      /*every_page=*/true);
+  if (err == 0) return absl::OkStatus();
+  runs->resize(before);
+  if (err == EPERM) return absl::FailedPreconditionError("not tracked");
+  return ErrnoStatus(err, "PAGEMAP_SCAN of written shared pages");
 }
 
 absl::Status PreadAll(int fd, char* dst, uint64_t len, uint64_t off, const std::string& what) {

@@ -43,6 +43,12 @@ absl::Status ScanRange(int pagemap, uint64_t start, uint64_t end, uint64_t zero_
 absl::Status ScanWritten(int pagemap, uint64_t start, uint64_t end, bool protect,
                          std::vector<PageRun>* runs);
 
+// The same for a shared memory mapping (pre_copy.h's shared segments), over every page of
+// [start, end): protecting holes too (the kernel keeps a marker), and calling a page written
+// unless it is mapped or marked and not written (a hole may be a page written, then unmapped).
+absl::Status ScanSharedWritten(int pagemap, uint64_t start, uint64_t end, bool protect,
+                               std::vector<PageRun>* runs);
+
 // `len` bytes of `fd` at `off`, whole (lib/base/io_all.h), into `dst`: DATA_LOSS naming `what`
 // when the file ends first, its errno otherwise.
 absl::Status PreadAll(int fd, char* dst, uint64_t len, uint64_t off, const std::string& what);

@@ -4,6 +4,7 @@
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -73,6 +75,39 @@ absl::StatusOr<std::vector<TrackedMapping>> TrackableMappings(pid_t pid) {
   return out;
 }
 
+// A mapping of anonymous shared memory ("/dev/zero (deleted)", rw-s), from /proc/<pid>/smaps.
+struct AnonSharedMapping {
+  pid_t pid = 0;
+  uint64_t start = 0, end = 0, pgoff = 0, inode = 0;
+  bool trackable = false;
+};
+
+void ListAnonShared(pid_t pid, std::vector<AnonSharedMapping>* out) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/smaps"));
+  AnonSharedMapping cur;
+  bool candidate = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (absl::StartsWith(line, "VmFlags:")) {
+      std::vector<std::string> flags = absl::StrSplit(line.substr(8), ' ', absl::SkipEmpty());
+      if (candidate) {
+        cur.trackable = !Untrackable(flags);
+        out->push_back(cur);
+      }
+      candidate = false;
+      continue;
+    }
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (f.size() < 5 || f[0].find('-') == std::string::npos || f[1].size() != 4) continue;
+    const std::vector<std::string> range = absl::StrSplit(f[0], '-');
+    candidate = range.size() == 2 && absl::SimpleHexAtoi(range[0], &cur.start) &&
+                absl::SimpleHexAtoi(range[1], &cur.end) && absl::SimpleHexAtoi(f[2], &cur.pgoff) &&
+                absl::SimpleAtoi(f[4], &cur.inode) && f[1] == "rw-s" && f.size() == 7 &&
+                f[5] == "/dev/zero" && f[6] == "(deleted)";
+    cur.pid = pid;
+  }
+}
+
 }  // namespace
 
 bool PreCopyVerify() {
@@ -87,7 +122,26 @@ PreCopy::Task::~Task() {
   if (copy != nullptr) ::munmap(copy, bytes);
 }
 
-uint64_t PreCopy::Task::Cover(uint64_t vaddr, uint64_t pages, const char** src) const {
+PreCopy::Segment::~Segment() {
+  if (copy != nullptr) ::munmap(copy, bytes);
+}
+
+PreCopy::~PreCopy() { WaitShared(); }
+
+void PreCopy::StopTracking() {
+  WaitShared();
+  // Closing the last descriptor unregisters its ranges and lifts their protection.
+  for (auto& t : tasks_) t->uffd.reset();
+}
+
+void PreCopy::Release() {
+  WaitShared();
+  segments_.clear();
+  tasks_.clear();
+}
+
+uint64_t CoverRuns(const std::vector<PreCopyRun>& runs, const char* copy, uint64_t vaddr,
+                   uint64_t pages, const char** src) {
   auto it = std::upper_bound(runs.begin(), runs.end(), vaddr,
                              [](uint64_t v, const PreCopyRun& r) { return v < r.vaddr; });
   if (it != runs.begin()) {
@@ -103,6 +157,28 @@ uint64_t PreCopy::Task::Cover(uint64_t vaddr, uint64_t pages, const char** src) 
   return std::min(pages, (it->vaddr - vaddr) / kPageBytes);
 }
 
+uint64_t PreCopy::shared_bytes() const {
+  uint64_t n = 0;
+  for (const auto& g : segments_) n += g->bytes;
+  return n;
+}
+
+const PreCopy::Segment* PreCopy::FindShared(uint64_t shmid) const {
+  for (const auto& g : segments_) {
+    if (g->shmid != shmid) continue;
+    const Task* t = Find(g->pid);
+    uint64_t forks = 0;
+    if (t == nullptr ||
+        !ReadTaskMemory(t->pid, -1, t->fork_counter, reinterpret_cast<char*>(&forks), sizeof(forks))
+             .ok() ||
+        forks != t->forks) {
+      return nullptr;  // it forked since: a child may have written the segment
+    }
+    return g.get();
+  }
+  return nullptr;
+}
+
 const PreCopy::Task* PreCopy::Find(pid_t pid) const {
   for (const auto& t : tasks_) {
     if (t->pid == pid) return t.get();
@@ -116,11 +192,14 @@ uint64_t PreCopy::bytes() const {
   return n;
 }
 
-absl::Status PreCopy::Add(pid_t pid, UniqueFd uffd, int threads) {
+absl::Status PreCopy::Add(pid_t pid, UniqueFd uffd, int threads, uint64_t features,
+                          uint64_t fork_counter) {
   const absl::Time t0 = absl::Now();
   auto task = std::make_unique<Task>();
   task->pid = pid;
   task->uffd = std::move(uffd);
+  task->features = features;
+  task->fork_counter = fork_counter;
   CRYO_ASSIGN_OR_RETURN(std::vector<TrackedMapping> maps, TrackableMappings(pid));
   const UniqueFd pagemap(
       ::open(absl::StrCat("/proc/", pid, "/pagemap").c_str(), O_RDONLY | O_CLOEXEC));
@@ -191,6 +270,128 @@ absl::Status PreCopy::Add(pid_t pid, UniqueFd uffd, int threads) {
   tasks_.push_back(std::move(task));
   took_ += absl::Now() - t0;
   return absl::OkStatus();
+}
+
+void PreCopy::AddShared(const std::function<std::vector<pid_t>()>& tree, int threads,
+                        const std::function<bool(uint64_t)>& holds) {
+  const absl::Time t0 = absl::Now();
+  // The fork counts first: a fork after this is seen at the freeze, one before it is in the tree.
+  std::map<pid_t, Task*> able;
+  for (auto& t : tasks_) {
+    if ((t->features & kUffdFeatureWpShmem) == 0 || t->fork_counter == 0) continue;
+    if (ReadTaskMemory(t->pid, -1, t->fork_counter, reinterpret_cast<char*>(&t->forks),
+                       sizeof(t->forks))
+            .ok()) {
+      able[t->pid] = t.get();
+    }
+  }
+  if (able.empty()) return;
+  std::vector<AnonSharedMapping> maps;
+  for (pid_t pid : tree()) ListAnonShared(pid, &maps);
+  std::map<uint64_t, int> holders;
+  for (const AnonSharedMapping& m : maps) ++holders[m.inode];
+
+  struct Piece {
+    Segment* seg;
+    int fd;
+    uint64_t offset, len, at;
+    bool ok = false;
+  };
+  std::vector<Piece> pieces;
+  std::vector<UniqueFd> files;
+  files.reserve(maps.size());
+  uint64_t total = 0;
+  for (const AnonSharedMapping& m : maps) {
+    auto t = able.find(m.pid);
+    if (holders[m.inode] != 1 || !m.trackable || t == able.end()) continue;
+    uffdio_register reg{};
+    reg.range.start = m.start;
+    reg.range.len = m.end - m.start;
+    reg.mode = UFFDIO_REGISTER_MODE_WP;
+    if (::ioctl(t->second->uffd.get(), UFFDIO_REGISTER, &reg) != 0) continue;
+    const UniqueFd pagemap(
+        ::open(absl::StrCat("/proc/", m.pid, "/pagemap").c_str(), O_RDONLY | O_CLOEXEC));
+    std::vector<PageRun> ignored;
+    // Protected before it is read: a page written after this is written at the freeze.
+    if (!pagemap.ok() ||
+        !ScanSharedWritten(pagemap.get(), m.start, m.end, /*protect=*/true, &ignored).ok()) {
+      continue;
+    }
+    UniqueFd file(::open(
+        absl::StrCat("/proc/", m.pid, "/map_files/", absl::Hex(m.start), "-", absl::Hex(m.end))
+            .c_str(),
+        O_RDONLY | O_CLOEXEC));
+    struct stat st;
+    if (!file.ok() || ::fstat(file.get(), &st) != 0 || st.st_ino != m.inode) continue;
+    auto seg = std::make_unique<Segment>();
+    seg->shmid = m.inode;
+    seg->pid = m.pid;
+    seg->start = m.start;
+    seg->end = m.end;
+    seg->pgoff = m.pgoff;
+    // Its data (SEEK_DATA), as the freeze would take it.
+    std::vector<Piece> mine;
+    const uint64_t end = m.pgoff + (m.end - m.start);
+    for (uint64_t at = m.pgoff; at < end;) {
+      const off_t data = ::lseek(file.get(), static_cast<off_t>(at), SEEK_DATA);
+      if (data < 0) break;
+      const off_t hole = ::lseek(file.get(), data, SEEK_HOLE);
+      if (hole < 0) break;
+      const uint64_t b = static_cast<uint64_t>(data) / kPageBytes * kPageBytes;
+      const uint64_t e = std::min<uint64_t>(
+          end, (static_cast<uint64_t>(hole) + kPageBytes - 1) / kPageBytes * kPageBytes);
+      if (b >= end) break;
+      for (uint64_t o = b; o < e;) {
+        const uint64_t n = std::min(kAheadPieceBytes, e - o);
+        mine.push_back(Piece{seg.get(), file.get(), o, n, seg->bytes});
+        seg->bytes += n;
+        o += n;
+      }
+      at = e;
+    }
+    if (seg->bytes == 0 || !holds(total + seg->bytes)) continue;
+    void* c = ::mmap(nullptr, seg->bytes, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (c == MAP_FAILED) continue;
+    seg->copy = static_cast<char*>(c);
+    ::madvise(seg->copy, seg->bytes, MADV_HUGEPAGE);
+    total += seg->bytes;
+    pieces.insert(pieces.end(), mine.begin(), mine.end());
+    files.push_back(std::move(file));
+    segments_.push_back(std::move(seg));
+  }
+  std::atomic<size_t> next{0};
+  const size_t n = std::min<size_t>(std::max(threads, 1), std::max<size_t>(1, pieces.size()));
+  (void)EachInParallel(n, [&](size_t) {
+    for (size_t i = next++; i < pieces.size(); i = next++) {
+      Piece& p = pieces[i];
+      p.ok = PreadAll(p.fd, p.seg->copy + p.at, p.len, p.offset, "shared memory").ok();
+    }
+    return absl::OkStatus();
+  });
+  for (const Piece& p : pieces) {
+    if (!p.ok) continue;  // left out of the runs: taken at the freeze
+    std::vector<PreCopyRun>& runs = p.seg->runs;
+    if (!runs.empty() && runs.back().vaddr + runs.back().pages * kPageBytes == p.offset &&
+        runs.back().offset + runs.back().pages * kPageBytes == p.at) {
+      runs.back().pages += p.len / kPageBytes;
+    } else {
+      runs.push_back(PreCopyRun{p.offset, p.len / kPageBytes, p.at});
+    }
+  }
+  shared_took_ += absl::Now() - t0;
+}
+
+void PreCopy::StartShared(std::function<std::vector<pid_t>()> tree, int threads,
+                          std::function<bool(uint64_t)> holds) {
+  WaitShared();
+  shared_thread_ = std::thread([this, tree = std::move(tree), threads, holds = std::move(holds)] {
+    AddShared(tree, threads, holds);
+  });
+}
+
+void PreCopy::WaitShared() {
+  if (shared_thread_.joinable()) shared_thread_.join();
 }
 
 }  // namespace cryo::criu

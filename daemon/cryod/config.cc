@@ -260,6 +260,10 @@ const std::vector<Key>& Keys() {
           "memory of processes under the GPU fast-path library while the job runs, tracking its "
           "writes (userfaultfd, Linux 6.7), so that the freeze copies only the pages written since",
           &Config::dump_pre_copy),
+      Bool("dump_pre_copy_shared",
+           "with dump_pre_copy: also copy those processes' shared memory (pinned host memory) "
+           "after the GPU drain, while the driver checkpoints, instead of while the job is frozen",
+           &Config::dump_pre_copy_shared),
       Bool(
           "gpu_fast_path_incremental",
           "fast path, that write: chunks unchanged since the workload's newest good checkpoint are "

@@ -94,6 +94,8 @@ struct Config {
   // Threads that copy a process-mode dump's anonymous memory (0: CRIU copies it).
   int dump_copy_threads = criu::DefaultDumpCopyThreads();
   bool dump_pre_copy = true;
+  // ... and their shared memory after the drain (off: on the machines measured it did not pay).
+  bool dump_pre_copy_shared = false;
   // ... referring to the chunks the workload's newest good checkpoint holds unchanged.
   bool gpu_fast_path_incremental = true;
   std::string gpu_fast_path_library = "/usr/local/lib/cryo/libcryo_gpu_fastpath.so";

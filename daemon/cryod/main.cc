@@ -388,6 +388,7 @@ Result StartRecover(State& st) {
   ec.fastpath.writers = st.config.gpu_fast_path_writers;
   ec.dump_copy_threads = st.config.dump_copy_threads;
   ec.dump_pre_copy = st.config.dump_pre_copy;
+  ec.dump_pre_copy_shared = st.config.dump_pre_copy_shared;
   ec.fastpath.in_memory = st.config.gpu_fast_path_in_memory;
   ec.fastpath.write_behind_drain = st.config.gpu_write_behind_drain;
   ec.fastpath.incremental = st.config.gpu_fast_path_incremental;

@@ -86,6 +86,10 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
             return StageSize{fast_bytes(s),
                              absl::StrCat(s.live.fast.size(), " fast-path processes")};
           }),
+      // Their shared memory (pinned host memory the GPU writes by DMA) copied once the drain has
+      // stopped the GPU work, in the background as the driver checkpoints; the dump waits for it.
+      step("pre_copy_shared", Stage::kUnspecified, run(&Engine::PreCopySharedMemory), nullptr,
+           [this](const S& s) { return s.live.pre_copy != nullptr && cfg_.dump_pre_copy_shared; }),
       // gpu_lock's undo takes the GPU state back from wherever it got (locked or checkpointed).
       step("gpu_lock", Stage::kGpuLock, run(&Engine::LockGpus), undo(&Engine::UndoGpu), has_gpu,
            [](const S& s) {
@@ -361,8 +365,9 @@ void LogDumpPages(const CheckpointState& s, const criu::AnonPagesResult& r, int 
   CRYO_LOG(Info) << "checkpoint " << s.id << ": " << r.bytes << " bytes of anonymous "
                  << "memory (" << r.tasks << " task(s), " << r.segments
                  << " shared segment(s)) copied at CRIU's post-dump by " << threads
-                 << " threads in " << absl::ToInt64Milliseconds(r.copy) << " ms (scan "
-                 << absl::ToInt64Milliseconds(r.scan) << " ms, images "
+                 << " threads in " << absl::ToInt64Milliseconds(r.copy) << " ms ("
+                 << r.huge_bytes / (1 << 20) << " MiB more of the node's shared memory in huge "
+                 << "pages; scan " << absl::ToInt64Milliseconds(r.scan) << " ms, images "
                  << absl::ToInt64Milliseconds(r.replace) << " ms); CRIU copied " << r.criu_bytes
                  << " bytes of pages itself"
                  << (r.left_to_criu ? " (some dumped by CRIU itself)" : "");
@@ -418,6 +423,15 @@ absl::Status Engine::Dump(CheckpointState& s) {
     CRYO_RETURN_IF_ERROR(
         AddGpuCriuOptions(s.live.driver.records(), &s.job, &dopt.extra_args, &dopt.env));
     dopt.job = s.job;
+    if (s.live.pre_copy != nullptr) {
+      s.live.pre_copy->WaitShared();
+      if (s.live.pre_copy->shared_segments() > 0) {
+        CRYO_LOG(Info) << "checkpoint " << s.id << ": " << s.live.pre_copy->shared_bytes()
+                       << " bytes of shared memory (" << s.live.pre_copy->shared_segments()
+                       << " segment(s)) copied ahead of the freeze, after the drain, in "
+                       << absl::ToInt64Milliseconds(s.live.pre_copy->shared_took()) << " ms";
+      }
+    }
     std::shared_ptr<PostDumpPages> pages = AnonPagesBesideCriu(s, images);
     if (pages) {
       pages->AddTo(&dopt);
@@ -489,9 +503,10 @@ absl::Status Engine::PreCopyMemory(CheckpointState& s) {
     } else if (!gpu::HostMemoryHolds(pre->bytes() + rss + s.procs.expected())) {
       freeze_only(p.pid, false,
                   absl::StrCat("the node's memory cannot also hold a copy of its ", rss, " bytes"));
-    } else if (auto uffd = d_.fastpath->WriteTracker(p); !uffd.ok()) {
-      freeze_only(p.pid, true, uffd.status().ToString());
-    } else if (absl::Status a = pre->Add(p.pid, *std::move(uffd), cfg_.dump_copy_threads);
+    } else if (auto tr = d_.fastpath->TrackWrites(p); !tr.ok()) {
+      freeze_only(p.pid, true, tr.status().ToString());
+    } else if (absl::Status a = pre->Add(p.pid, std::move(tr->uffd), cfg_.dump_copy_threads,
+                                         tr->features, tr->fork_counter);
                !a.ok()) {
       freeze_only(p.pid, true, a.ToString());
     }
@@ -502,6 +517,24 @@ absl::Status Engine::PreCopyMemory(CheckpointState& s) {
                  << cfg_.dump_copy_threads << " threads in "
                  << absl::ToInt64Milliseconds(pre->took()) << " ms";
   s.live.pre_copy = std::move(pre);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::PreCopySharedMemory(CheckpointState& s) {
+  criu::PreCopy* pre = s.live.pre_copy.get();
+  const pid_t root = s.procs.target();
+  const proc::ProcReader* proc = d_.proc;
+  const uint64_t held = pre->bytes() + s.procs.expected();
+  pre->StartShared(
+      [proc, root] {
+        std::vector<pid_t> pids;
+        auto tree = proc->Tree(root);
+        if (tree.ok()) {
+          for (const auto& p : *tree) pids.push_back(p.pid);
+        }
+        return pids;
+      },
+      cfg_.dump_copy_threads, [held](uint64_t more) { return gpu::HostMemoryHolds(held + more); });
   return absl::OkStatus();
 }
 

@@ -99,6 +99,8 @@ struct EngineConfig {
   int dump_copy_threads = criu::DefaultDumpCopyThreads();
   // Copy ahead of the freeze, with the writes tracked (criu/pre_copy.h).
   bool dump_pre_copy = true;
+  // ... shared memory too, after the drain (pre_copy.h).
+  bool dump_pre_copy_shared = false;
   // Operation log directories kept under state_dir/ops.
   int keep_op_logs = 50;
   pid_t self_pid = 0;
@@ -278,6 +280,9 @@ class Engine {
   // the checkpoint: what it could not copy is copied at the freeze).
   absl::Status PreCopyMemory(CheckpointState& s);
   void UndoPreCopy(const journal::Entry& e, CheckpointLive* live);
+  // pre_copy_shared: their shared memory copied after the drain, on a thread of its own until
+  // the dump.
+  absl::Status PreCopySharedMemory(CheckpointState& s);
   // dump_pages: the pages copied ahead put into the images after the thaw, their checksums.
   absl::Status FinishDumpPages(CheckpointState& s);
   // Whether cryo-nsexec is there to be CRIU's action gate (criu/action_gate.h).

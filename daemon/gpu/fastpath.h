@@ -86,6 +86,14 @@ class FastpathRefillHandle {
                                                                    const std::vector<int>& fds) = 0;
 };
 
+// What "track" gives: a userfaultfd of the process, the features its handshake got, and where
+// the library counts the process's forks (0: an older library that does not).
+struct WriteTracker {
+  UniqueFd uffd;
+  uint64_t features = 0;
+  uint64_t fork_counter = 0;
+};
+
 class Fastpath {
  public:
   virtual ~Fastpath() = default;
@@ -113,7 +121,7 @@ class Fastpath {
   // Its state (running, drained, saved), what it owns, its version.
   virtual absl::StatusOr<contract::gpu_fastpath::StatusReply> Status(const FastpathProcess& p) = 0;
   // A userfaultfd of the process, to track its writes through ("track", criu/pre_copy.h).
-  virtual absl::StatusOr<UniqueFd> WriteTracker(const FastpathProcess& p) {
+  virtual absl::StatusOr<WriteTracker> TrackWrites(const FastpathProcess& p) {
     return absl::UnimplementedError("this fast path tracks no writes");
   }
 };

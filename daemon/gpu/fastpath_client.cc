@@ -276,15 +276,17 @@ absl::StatusOr<wire::StatusReply> FastpathStatus(const proc::ProcReader& proc,
   return st.ok() ? Receive<wire::StatusReply>(fd.get(), p, timeout) : st;
 }
 
-absl::StatusOr<UniqueFd> FastpathWriteTracker(const proc::ProcReader& proc,
-                                              const FastpathProcess& p, absl::Duration timeout) {
+absl::StatusOr<WriteTracker> FastpathWriteTracker(const proc::ProcReader& proc,
+                                                  const FastpathProcess& p,
+                                                  absl::Duration timeout) {
   CRYO_ASSIGN_OR_RETURN(UniqueFd fd, ConnectFastpath(proc, p));
   wire::Request req;
   req.op = wire::Op::kTrack;
   req.version = wire::kVersionTrack;
   CRYO_RETURN_IF_ERROR(Send(fd.get(), p, req, {}));
   std::vector<UniqueFd> fds;
-  CRYO_RETURN_IF_ERROR(Receive<wire::TrackReply>(fd.get(), p, timeout, nullptr, &fds).status());
+  CRYO_ASSIGN_OR_RETURN(wire::TrackReply reply,
+                        Receive<wire::TrackReply>(fd.get(), p, timeout, nullptr, &fds));
   if (fds.size() != 1) {
     return absl::InvalidArgumentError(absl::StrCat("the GPU fast path of pid ", p.pid, " sent ",
                                                    fds.size(), " descriptors for a userfaultfd"));
@@ -295,7 +297,7 @@ absl::StatusOr<UniqueFd> FastpathWriteTracker(const proc::ProcReader& proc,
     return absl::InvalidArgumentError(absl::StrCat(
         "the GPU fast path of pid ", p.pid, " sent a descriptor of ", what, ", not a userfaultfd"));
   }
-  return std::move(fds[0]);
+  return WriteTracker{std::move(fds[0]), reply.features, reply.fork_counter};
 }
 
 absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::ProcReader& proc,
@@ -530,7 +532,7 @@ class ClientFastpath : public Fastpath {
     return FastpathStatus(proc_, p, absl::Seconds(10));
   }
 
-  absl::StatusOr<UniqueFd> WriteTracker(const FastpathProcess& p) override {
+  absl::StatusOr<WriteTracker> TrackWrites(const FastpathProcess& p) override {
     return FastpathWriteTracker(proc_, p, absl::Seconds(10));
   }
 

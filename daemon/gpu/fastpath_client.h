@@ -57,8 +57,8 @@ absl::StatusOr<contract::gpu_fastpath::StatusReply> FastpathStatus(const proc::P
 // A userfaultfd of `p`'s process, from its library ("track", version 8), for cryod to track the
 // process's writes through while it copies its memory (criu/pre_copy.h). FAILED_PRECONDITION
 // from an older library, ABORTED where the kernel or the process cannot make one.
-absl::StatusOr<UniqueFd> FastpathWriteTracker(const proc::ProcReader& proc,
-                                              const FastpathProcess& p, absl::Duration timeout);
+absl::StatusOr<WriteTracker> FastpathWriteTracker(const proc::ProcReader& proc,
+                                                  const FastpathProcess& p, absl::Duration timeout);
 
 // One drain, from the request to the library's last word. The library rolls back by itself on
 // a failure it reports; if cryod goes away (or this object is destroyed before WaitSaved),

@@ -125,7 +125,10 @@ absl::StatusOr<std::unique_ptr<Cryod>> Cryod::Start(const std::string& dir,
                                    dir + "/cluster-signing.key",
                                    // cryod's copy of the job's memory at CRIU's post-dump, which
                                    // a node of fewer than 4 cores leaves to CRIU by default.
-                                   "--dump-copy-threads", "2"};
+                                   "--dump-copy-threads", "2",
+                                   // ... and the copy of shared memory ahead (off by default),
+                                   // so that the e2e checks what it writes.
+                                   "--dump-pre-copy-shared=true"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   c->pid_ = SpawnArgs(argv, env, c->log_, false);
   // Connect only once the socket exists: a channel that failed once backs off for seconds.

@@ -530,7 +530,7 @@ int main(int argc, char** argv) {
     auto* w = reinterpret_cast<uint64_t*>(chunks[c].p);
     for (size_t i = 0; i < chunks[c].bytes / 8; ++i) w[i] = Pattern(c, i, 0);
   }
-  // Host memory: private pages, their stamps in shared memory (never copied ahead).
+  // Host memory: private pages, their stamps in shared memory (as pinned host memory is).
   constexpr size_t kHostPage = 4096, kHostWords = kHostPage / 8, kHostPerStep = 64;
   const size_t host_pages = size_t(host_mib) << 8;
   uint64_t* host = nullptr;

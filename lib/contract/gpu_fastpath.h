@@ -107,14 +107,19 @@
 // Tracking (version 8): before a leave-running checkpoint freezes the job, cryod asks each
 // process of it (after the challenge above)
 //   {"op": "track", "version": 8}
-//     -> {"ok", "features"} with a userfaultfd of the process attached
+//     -> {"ok", "features", "fork_counter"} with a userfaultfd of the process attached
 // The library creates it (user-mode faults only, close-on-exec), does its API handshake with
-// UFFD_FEATURE_WP_ASYNC (the kernel itself resolves a write to a protected page) and closes its
-// own copy once sent: CRIU refuses to dump a process that holds one. A kernel without that
-// feature (before 6.7) or a process that may not create one answers an error; cryod then copies
+// UFFD_FEATURE_WP_ASYNC (the kernel itself resolves a write to a protected page), and with
+// UFFD_FEATURE_WP_HUGETLBFS_SHMEM where the kernel has it (shared memory protected too), and
+// closes its own copy once sent: CRIU refuses to dump a process that holds one. A kernel without
+// WP_ASYNC (before 6.7) or a process that may not create one answers an error; cryod then copies
 // the process's memory only while it is frozen, as before. cryod registers and write-protects the
 // process's private anonymous memory through it, copies that memory while the job runs, and at
-// the freeze copies again only the pages written since (daemon/criu/pre_copy.h).
+// the freeze copies again only the pages written since (daemon/criu/pre_copy.h). "fork_counter"
+// (absent from older libraries) is the address of a 64-bit word in which the library counts the
+// process's forks from then on (pthread_atfork); cryod reads it with process_vm_readv when it
+// copies the process's shared memory and again at the freeze, since a child inherits that memory
+// and writes it beyond this descriptor.
 //
 // Shared memory (version 2): an allocation the job exports as a POSIX descriptor
 // (cuMemExportToShareableHandle) is moved by the exporting process like its own; the library

@@ -358,7 +358,9 @@ std::string Encode(const RefillReply& r) {
 std::string Encode(const ShareReply& r) { return json{{"ok", true}, {"size", r.size}}.dump(); }
 
 std::string Encode(const TrackReply& r) {
-  return json{{"ok", true}, {"features", r.features}}.dump();
+  json j{{"ok", true}, {"features", r.features}};
+  if (r.fork_counter != 0) j["fork_counter"] = r.fork_counter;
+  return j.dump();
 }
 
 std::string Encode(const Challenge& c) {
@@ -521,6 +523,7 @@ bool Decode(const std::string& text, Reply<ShareReply>* out, std::string* why) {
 bool Decode(const std::string& text, Reply<TrackReply>* out, std::string* why) {
   return DecodeReply(text, out, why, [](Reader& r, const json&, TrackReply* b) {
     r.Uint("features", &b->features, true);
+    r.Uint("fork_counter", &b->fork_counter, false);
   });
 }
 

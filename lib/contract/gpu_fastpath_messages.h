@@ -174,6 +174,8 @@ struct ShareReply {
 // `features` (write-protect resolved by the kernel itself: UFFD_FEATURE_WP_ASYNC).
 struct TrackReply {
   uint64_t features = 0;
+  // Where the process counts its forks (a 64-bit word; 0: an older library, which does not).
+  uint64_t fork_counter = 0;
 };
 
 // A reply as received: the body, or the error (ok false).

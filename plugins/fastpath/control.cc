@@ -395,6 +395,13 @@ namespace {
 // reports anonymous memory as tracked only with both.
 constexpr uint64_t kUffdFeatureWpUnpopulated = 1ull << 13;
 constexpr uint64_t kUffdFeatureWpAsync = 1ull << 15;
+
+// The process's forks, counted at fork(): cryod reads the count at its copy of the process's
+// shared memory and again at the freeze, since a child that inherits such memory writes it
+// beyond this process's userfaultfd ("Tracking", gpu_fastpath.h). Read by cryod with
+// process_vm_readv, so a plain word at a fixed address.
+volatile uint64_t g_forks = 0;
+void CountFork() { __atomic_add_fetch(&g_forks, 1, __ATOMIC_SEQ_CST); }
 }  // namespace
 
 void Control::HandleTrack(int conn) {
@@ -410,15 +417,23 @@ void Control::HandleTrack(int conn) {
   uffdio_api api{};
   api.api = UFFD_API;
   api.features = kUffdFeatureWpAsync | kUffdFeatureWpUnpopulated;
-  if (::ioctl(fd.get(), UFFDIO_API, &api) != 0) {
+  // Shared memory too where the kernel protects it (5.19): cryod then copies it ahead as well.
+  uffdio_api with_shared = api;
+  with_shared.features |= UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+  if (::ioctl(fd.get(), UFFDIO_API, &with_shared) == 0) {
+    api = with_shared;
+  } else if (::ioctl(fd.get(), UFFDIO_API, &api) != 0) {
     Answer(conn, Result::Failed(
                      std::string("userfaultfd without write-protect resolved by the "
                                  "kernel (UFFD_FEATURE_WP_ASYNC and WP_UNPOPULATED, Linux 6.7): ") +
                      strerror(errno)));
     return;
   }
+  static pthread_once_t counting = PTHREAD_ONCE_INIT;
+  pthread_once(&counting, [] { pthread_atfork(CountFork, nullptr, nullptr); });
   // Sent, then closed here (fd's destructor): only cryod holds it.
-  Answer(conn, Encode(wire::TrackReply{api.features}), {fd.get()});
+  Answer(conn, Encode(wire::TrackReply{api.features, reinterpret_cast<uintptr_t>(&g_forks)}),
+         {fd.get()});
 }
 
 void Control::HandleRefill(int conn, const wire::Request& req, std::vector<UniqueFd>& fds) {

@@ -46,7 +46,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (auto r = cryo::gpu::ParseFastpathReply<wire::RefillReply>(text, p); r.ok()) RoundTrips(*r, p);
   if (auto t = cryo::gpu::ParseFastpathReply<wire::TrackReply>(text, p); t.ok()) {
     auto again = cryo::gpu::ParseFastpathReply<wire::TrackReply>(wire::Encode(*t), p);
-    if (!again.ok() || again->features != t->features) std::abort();
+    if (!again.ok() || again->features != t->features || again->fork_counter != t->fork_counter)
+      std::abort();
   }
   std::string why;
   // A share's reply comes from another process of the job, to the library in a rank.

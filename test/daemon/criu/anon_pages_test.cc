@@ -346,6 +346,9 @@ TEST(AnonPagesTest, ATaskThatIsGoneFailsTheCopy) {
 }
 
 // One byte with room for one descriptor (SCM_RIGHTS), for sendmsg and recvmsg.
+// WP_ASYNC, WP_UNPOPULATED and shared memory (WP_HUGETLBFS_SHMEM), as the library asks.
+constexpr uint64_t kTrackFeatures = (1ull << 15) | (1ull << 13) | kUffdFeatureWpShmem;
+
 struct OneFdMessage {
   OneFdMessage() {
     msg.msg_iov = &iov;
@@ -363,10 +366,12 @@ struct OneFdMessage {
 
 // A child that gives the parent a userfaultfd of its own (as the fast-path library gives cryod
 // one), then does what the parent asks: 'w' writes page 1 of `m.rw` ('Z') and page 6, never
-// written before ('N'); 'r' maps `m.rw` anew ('Q' in pages 0 and 5). Each answered with a byte.
+// written before ('N'); 'r' maps `m.rw` anew ('Q' in pages 0 and 5); 's' writes page 2 of
+// `shared` ('S') and page 6, never written before ('T'); 'f' counts a fork in `forks` (as the
+// library's fork handler does). Each answered with a byte.
 class TrackedChild {
  public:
-  explicit TrackedChild(const Memory& m) {
+  explicit TrackedChild(const Memory& m, char* shared = nullptr, uint64_t* forks = nullptr) {
     int sv[2], cmd[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0 || ::pipe(cmd) != 0) return;
     pid_ = ::fork();
@@ -374,7 +379,7 @@ class TrackedChild {
       int fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
       uffdio_api api{};
       api.api = UFFD_API;
-      api.features = (1ull << 15) | (1ull << 13);  // WP_ASYNC, WP_UNPOPULATED
+      api.features = kTrackFeatures;
       if (fd < 0 || ::ioctl(fd, UFFDIO_API, &api) != 0) ::_exit(1);
       OneFdMessage out;
       cmsghdr* h = CMSG_FIRSTHDR(&out.msg);
@@ -395,6 +400,11 @@ class TrackedChild {
           if (again == MAP_FAILED) ::_exit(1);
           std::memset(m.rw, 'Q', kPg);
           std::memset(m.rw + 5 * kPg, 'Q', kPg);
+        } else if (c == 's') {
+          std::memset(shared + 2 * kPg, 'S', kPg);
+          std::memset(shared + 6 * kPg, 'T', kPg);
+        } else if (c == 'f') {
+          __atomic_add_fetch(forks, 1, __ATOMIC_SEQ_CST);
         }
         if (::write(sv[1], &c, 1) != 1) ::_exit(1);
       }
@@ -518,6 +528,93 @@ TEST(PreCopyTest, ADescriptorThatTracksNothingLeavesEveryPageToTheFreeze) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->ahead_bytes, 0u);
   EXPECT_EQ(r->bytes, 4 * kPg);
+}
+
+// Eight pages of anonymous shared memory (as the GPU driver's pinned host memory is), 0-2 and 5
+// written, mapped before the fork, so the test's child holds it too; its images as the patched
+// CRIU leaves them for that child.
+struct SharedMemory {
+  SharedMemory() {
+    at = static_cast<char*>(
+        ::mmap(nullptr, 8 * kPg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    for (char p : {'0', '1', '2', '5'}) std::memset(at + (p - '0') * kPg, p, kPg);
+    struct stat st;
+    const std::string self = absl::StrCat("/proc/self/map_files/", absl::Hex(start()), "-",
+                                          absl::Hex(start() + 8 * kPg));
+    if (::stat(self.c_str(), &st) == 0) shmid = st.st_ino;
+  }
+  ~SharedMemory() { ::munmap(at, 8 * kPg); }
+  uint64_t start() const { return reinterpret_cast<uintptr_t>(at); }
+  void WriteImages(const std::string& dir, pid_t pid) const {
+    ::criu::vma_entry v = Vma(start(), 8, vma::kRegular | vma::kAnonShared);
+    v.set_shmid(shmid);
+    v.set_flags(MAP_SHARED | MAP_ANONYMOUS);
+    WriteDumpImages(dir, pid, {v}, {}, "");
+    ::criu::pagemap_head head;
+    head.set_pages_id(2);
+    ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir, absl::StrCat("pagemap-shmem-", shmid, ".img")),
+                                    FrameImage({kImgCommonMagic, kPagemapMagic}, {&head}))
+                    .ok());
+    ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir, "pages-2.img"), "").ok());
+  }
+  char* at = nullptr;
+  uint64_t shmid = 0;
+};
+
+uint64_t g_child_forks = 0;  // the child's copy is its library's fork count
+
+// Shared memory copied ahead (after the drain, in cryod): the pages written since come from its
+// file at the freeze, the rest from the copy; a fork since, or a second process holding it,
+// leaves all of it to the freeze.
+TEST(PreCopyTest, SharedMemoryWrittenSinceItsCopyAheadIsTakenFromItsFileAndAForkTakesNothing) {
+  Memory m;
+  SharedMemory sh;
+  ASSERT_NE(sh.shmid, 0u);
+  const std::string expect = PageOf('0') + PageOf('1') + PageOf('S') + PageOf('5') + PageOf('T');
+  const auto always = [](uint64_t) { return true; };
+  for (const bool forked : {false, true}) {
+    SCOPED_TRACE(forked ? "forked since" : "not forked");
+    std::memset(sh.at + 2 * kPg, '2', kPg);  // as before the last round's writes
+    ASSERT_EQ(::madvise(sh.at + 6 * kPg, kPg, MADV_REMOVE), 0);
+    TrackedChild child(m, sh.at, &g_child_forks);
+    ASSERT_GT(child.pid(), 0);
+    PreCopy ahead;
+    ASSERT_TRUE(ahead
+                    .Add(child.pid(), child.TakeUffd(), 2, kTrackFeatures,
+                         reinterpret_cast<uintptr_t>(&g_child_forks))
+                    .ok());
+    const pid_t pid = child.pid();
+    ahead.AddShared([pid] { return std::vector<pid_t>{pid}; }, 2, always);
+    ASSERT_EQ(ahead.shared_segments(), 1);
+    EXPECT_EQ(ahead.shared_bytes(), 4 * kPg) << "its data pages, 0-2 and 5";
+    ASSERT_TRUE(child.Do('s'));
+    if (forked) {
+      ASSERT_TRUE(child.Do('f'));
+    }
+    TempDir dir;
+    sh.WriteImages(dir.path, child.pid());
+    auto r = WriteAnonPages(dir.path, 2, &ahead);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->segments, 1);
+    EXPECT_EQ(r->ahead_bytes, forked ? 0 : 3 * kPg) << "pages 0, 1 and 5";
+    EXPECT_EQ(r->bytes, forked ? 5 * kPg : 2 * kPg);
+    auto pages = fs::ReadFile(fs::Join(dir.path, "pages-2.img"));
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    EXPECT_TRUE(*pages == expect) << "pages file differs";
+    auto hashed = HashFile(fs::Join(dir.path, "pages-2.img"));
+    ASSERT_TRUE(hashed.ok()) << hashed.status();
+    EXPECT_EQ(r->pages.at("pages-2.img"), *hashed);
+  }
+  // This process maps it too: a write here would not be seen.
+  TrackedChild child(m, sh.at, &g_child_forks);
+  PreCopy ahead;
+  ASSERT_TRUE(ahead
+                  .Add(child.pid(), child.TakeUffd(), 2, kTrackFeatures,
+                       reinterpret_cast<uintptr_t>(&g_child_forks))
+                  .ok());
+  const pid_t pids[] = {child.pid(), ::getpid()};
+  ahead.AddShared([&] { return std::vector<pid_t>(std::begin(pids), std::end(pids)); }, 2, always);
+  EXPECT_EQ(ahead.shared_segments(), 0);
 }
 
 }  // namespace

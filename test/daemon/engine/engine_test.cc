@@ -627,13 +627,13 @@ TEST_F(EngineTest, RestoreRunsCriuOnTheVerifiedImages) {
 // names. Renaming one is an incompatible change (as a change of the plugin ABI's layout is);
 // adding one is not.
 TEST_F(EngineTest, StepNamesArePinned) {
-  EXPECT_EQ(
-      engine_->CheckpointStepNames(),
-      (std::vector<std::string>{
-          "validate",  "plan",       "fall_back",      "stage",      "gpu_host_copy", "pre_copy",
-          "gpu_drain", "gpu_lock",   "gpu_checkpoint", "gpu_save",   "dump",          "credentials",
-          "rootfs",    "job_cut",    "resume_early",   "gpu_resume", "gpu_refill",    "dump_pages",
-          "gpu_write", "dump_write", "manifest",       "publish",    "finish",        "export"}));
+  EXPECT_EQ(engine_->CheckpointStepNames(),
+            (std::vector<std::string>{
+                "validate",     "plan",       "fall_back",       "stage",      "gpu_host_copy",
+                "pre_copy",     "gpu_drain",  "pre_copy_shared", "gpu_lock",   "gpu_checkpoint",
+                "gpu_save",     "dump",       "credentials",     "rootfs",     "job_cut",
+                "resume_early", "gpu_resume", "gpu_refill",      "dump_pages", "gpu_write",
+                "dump_write",   "manifest",   "publish",         "finish",     "export"}));
   EXPECT_EQ(engine_->RestoreStepNames(),
             (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
                                       "credentials", "gpu_prefetch", "job_gather", "wait_pids",

@@ -203,6 +203,14 @@ TEST(FastpathClientTest, RequestsAndRepliesRoundTrip) {
       ParseFastpathReply<wire::TrackReply>(wire::Encode(wire::TrackReply{1u << 15}), Job());
   ASSERT_TRUE(tracked.ok()) << tracked.status();
   EXPECT_EQ(tracked->features, 1u << 15);
+  EXPECT_EQ(tracked->fork_counter, 0u);  // an older library's reply: no counter
+  auto counted = ParseFastpathReply<wire::TrackReply>(
+      wire::Encode(wire::TrackReply{1u << 15, 0x7f0012345678}), Job());
+  ASSERT_TRUE(counted.ok()) << counted.status();
+  EXPECT_EQ(counted->fork_counter, 0x7f0012345678u);
+  EXPECT_FALSE(ParseFastpathReply<wire::TrackReply>(
+                   R"({"ok": true, "features": 1, "fork_counter": "here"})", Job())
+                   .ok());
   EXPECT_FALSE(
       ParseFastpathReply<wire::TrackReply>(R"({"ok": true, "features": "all"})", Job()).ok());
   wire::SavedReply saved{{{1, "ab"}, {2, "cd"}}, 12};
@@ -249,7 +257,7 @@ class OneTrackReply {
   std::thread thread_;
 };
 
-absl::StatusOr<UniqueFd> TrackThisProcess(std::vector<int> attach) {
+absl::StatusOr<WriteTracker> TrackThisProcess(std::vector<int> attach) {
   OneTrackReply lib(std::move(attach));
   EXPECT_TRUE(lib.bound());
   const pid_t me = ::getpid();
@@ -277,7 +285,7 @@ TEST(FastpathClientTest, ATrackReplyWithAnythingButOneUserfaultfdIsRefusedNaming
 
   r = TrackThisProcess({uffd.get()});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_TRUE(r->ok());
+  EXPECT_TRUE(r->uffd.ok());
 }
 
 }  // namespace
