@@ -278,7 +278,7 @@ void Engine::UndoGpu(const journal::Entry& e, CheckpointLive* live) {
 class PostDumpPages {
  public:
   PostDumpPages(std::unique_ptr<criu::ActionGate> gate, std::string images, int threads,
-                const criu::PreCopy* ahead)
+                criu::PreCopy* ahead)
       : gate_(std::move(gate)), images_(std::move(images)), threads_(threads), ahead_(ahead) {}
   ~PostDumpPages() { Join(); }
 
@@ -299,14 +299,23 @@ class PostDumpPages {
         frozen_st_ = c.status();
         // Without a copy ahead the images are finished before CRIU goes on, as they always were.
         if (c.ok() && ahead_ == nullptr) frozen_st_ = Complete(**c);
+        // With one, what was written since is known now: the tracking ends before the job runs
+        // on, so that its writes (the driver's restore, the refill) take no more faults.
+        if (ahead_ != nullptr) {
+          const absl::Time t0 = absl::Now();
+          ahead_->StopTracking();
+          untrack_ = absl::Now() - t0;
+        }
         if (absl::Status told = gate_->Tell(frozen_st_.ok()); !told.ok()) {
           // No verdict: the gate refuses, CRIU resumes the tasks and fails.
           CRYO_LOG(Warning) << told;
           gate_->Withdraw();
           if (frozen_st_.ok()) frozen_st_ = told;
         }
+        // The pages copied ahead go into the images in Finish, once the job's GPU stages are
+        // done: copied beside them they slowed the driver's restore and the refill.
+        if (c.ok()) copy_ = *std::move(c);
         frozen_.Notify();  // what it says is fixed from here on (Frozen reads it)
-        if (frozen_st_.ok() && ahead_ != nullptr) finish_st_ = Complete(**c);
         return;
       }
     });
@@ -324,6 +333,8 @@ class PostDumpPages {
   absl::Status Finish(absl::Status criu_status) {
     absl::Status st = Frozen(std::move(criu_status));
     Join();
+    if (finishes_after_thaw() && copy_ != nullptr) finish_st_ = Complete(*copy_);
+    copy_.reset();
     if (st.ok() && arrived_ && !finish_st_.ok()) {
       return Annotate(finish_st_, "putting the pages copied ahead of the freeze into the images");
     }
@@ -334,6 +345,7 @@ class PostDumpPages {
   // After Finish.
   bool wrote() const { return arrived_ && frozen_st_.ok() && finish_st_.ok(); }
   const criu::AnonPagesResult& result() const { return result_; }
+  absl::Duration untrack() const { return untrack_; }
 
  private:
   absl::Status Complete(criu::AnonPagesCopy& c) {
@@ -349,13 +361,15 @@ class PostDumpPages {
   std::unique_ptr<criu::ActionGate> gate_;
   std::string images_;
   int threads_;
-  const criu::PreCopy* ahead_;
+  criu::PreCopy* ahead_;
   std::thread thread_;
   std::atomic<bool> criu_done_{false};
   absl::Notification frozen_;
   bool arrived_ = false;
   absl::Status frozen_st_;  // the copy while frozen (and, without a copy ahead, the rest)
   absl::Status finish_st_;  // with a copy ahead, the rest, after the thaw
+  std::unique_ptr<criu::AnonPagesCopy> copy_;  // with a copy ahead, until Finish
+  absl::Duration untrack_;
   criu::AnonPagesResult result_;
 };
 
@@ -547,7 +561,11 @@ void Engine::UndoPreCopy(const journal::Entry&, CheckpointLive* live) {
 absl::Status Engine::FinishDumpPages(CheckpointState& s) {
   std::shared_ptr<PostDumpPages> pages = std::move(s.live.dump_pages);
   absl::Status st = pages->Finish(absl::OkStatus());
-  if (st.ok()) LogDumpPages(s, pages->result(), cfg_.dump_copy_threads);
+  if (st.ok()) {
+    LogDumpPages(s, pages->result(), cfg_.dump_copy_threads);
+    CRYO_LOG(Info) << "checkpoint " << s.id << ": the tracking of the job's writes ended before "
+                   << "the thaw in " << absl::ToInt64Milliseconds(pages->untrack()) << " ms";
+  }
   s.live.pre_copy.reset();  // the job's writes are no longer tracked
   CRYO_RETURN_IF_ERROR(st);
   const criu::AnonPagesResult& r = pages->result();
