@@ -84,7 +84,9 @@
 #   cryod restarted with dump_copy_threads 0 (CRIU copies the job's memory, one thread); "nopre"
 #   -nopre, cryod restarted with dump_pre_copy off (its copy all while the job is frozen);
 #   "verify" -verify, cryod restarted with CRYO_PRE_COPY_VERIFY=1 (each page taken from the copy
-#   ahead compared with the frozen job's; its log says how many differed).
+#   ahead compared with the frozen job's; its log says how many differed); "shared" -shared,
+#   cryod restarted with dump_pre_copy_shared on (shared memory copied ahead after the drain);
+#   "sharedverify" -sharedverify, both.
 #
 # Part "incremental": a job with CRYO_GPU_INC_GIB GiB of weights it never writes (default 16) and
 #   half a GiB it rewrites, checkpointed twice leave-running through cryod: the second's bytes
@@ -964,6 +966,8 @@ run_fastpath_parts() {
           criu) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-copy-threads 0" start_cryod ;;
           nopre) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pre-copy=false" start_cryod ;;
           verify) stop_cryod; CRYO_PRE_COPY_VERIFY=1 start_cryod ;;
+          shared) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pre-copy-shared=true" start_cryod ;;
+          sharedverify) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pre-copy-shared=true" CRYO_PRE_COPY_VERIFY=1 start_cryod ;;
         esac
         for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" "$([ "$mode" = memory ] || echo "-$mode")"; done
         if [ "$mode" != memory ]; then stop_cryod; start_cryod; fi
