@@ -16,6 +16,8 @@
 #      CRYO_GPU_THP     1: repeat the largest size with THP=always during checkpoint
 #      CRYO_GPU_RESULTS where JSON results and logs go (default ./results)
 #      CRYO_GPU_CRYOD_ARGS more flags for the suite's cryod (e.g. "--gpu-fast-path-threads 8")
+#      CRYO_GPU_TOUCH_GIB  write and free this much host memory twice before the parts, logging
+#                       each pass's rate (results/touch.txt): a VM's memory backed on first touch
 #
 # Tests (each prints PASS/FAIL/SKIP):
 # (A size listed twice runs twice: on VMs whose memory grows on first touch, the first large run
@@ -117,6 +119,29 @@ inplace() {  # inplace NAME GIB [gpuctl options]
 
 log "host memory: $(grep -E 'MemTotal|MemAvailable' /proc/meminfo | tr -s ' ' | tr '\n' ' ')"
 log "parts: $PARTS"
+
+# CRYO_GPU_TOUCH_GIB=N: before any part, write N GiB of host memory (a tmpfs, 16 writers) and
+# free it, twice, logging each pass's rate. On a VM whose hypervisor backs guest memory on first
+# touch the first pass pays for that; a second pass as slow says the guest gives freed memory
+# back (free page reporting), so no warm-up lasts and only memory held (staging) avoids it.
+touch_host_memory() {
+  local gib=$1 dir pass t0 t1 w per
+  dir=$(mktemp -d /tmp/cryo-touch.XXXXXX)
+  mount -t tmpfs -o "size=$(( gib + 1 ))g,huge=within_size" cryo-touch "$dir" || { log "touch: no tmpfs"; rmdir "$dir"; return; }
+  per=$(( gib * 1024 / 16 ))
+  for pass in 1 2; do
+    t0=$(date +%s%N)
+    for w in $(seq 1 16); do dd if=/dev/zero of="$dir/t$w" bs=4M count=$(( per / 4 )) status=none & done
+    wait
+    t1=$(date +%s%N)
+    log "touch pass $pass: $gib GiB in $(( (t1 - t0) / 1000000 )) ms ($(awk -v b="$gib" -v ns=$(( t1 - t0 )) 'BEGIN { printf "%.1f", b * 1.073741824 / (ns / 1e9) }') GB/s)"
+    echo "pass $pass $gib GiB $(( (t1 - t0) / 1000000 )) ms" >>"$RES/touch.txt"
+    rm -f "$dir"/t*
+  done
+  umount "$dir"; rmdir "$dir"
+}
+[ "${CRYO_GPU_TOUCH_GIB:-0}" -gt 0 ] && touch_host_memory "$CRYO_GPU_TOUCH_GIB"
+
 plugin_part() {
 declare -A SEEN=()
 for gib in $SIZES; do
