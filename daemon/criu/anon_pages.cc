@@ -14,12 +14,14 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
 #include "daemon/criu/page_scan.h"
+#include "daemon/criu/pages_pool.h"
 #include "daemon/criu/pre_copy.h"
 #include "lib/base/chunked_xxh3.h"
 #include "lib/base/fs.h"
@@ -56,11 +58,19 @@ struct TaskPlan {
   // The new pages file, mapped: the threads copy into it at once. Writes through the file
   // (pwrite) would take its inode lock, one thread at a time.
   char* map = nullptr;
+  // Where new_pages may come from (pages_pool.h); `pooled` says where it is until it is renamed
+  // into place.
+  PagesPool* pool = nullptr;
+  std::optional<PagesPool::File> pooled;
   TaskPlan() = default;
   TaskPlan(const TaskPlan&) = delete;
   TaskPlan& operator=(const TaskPlan&) = delete;
   ~TaskPlan() {
     if (map != nullptr) ::munmap(map, out_bytes);
+    if (pooled) {
+      pooled->fd = std::move(new_pages);
+      pool->Return(*std::move(pooled));
+    }
   }
 };
 
@@ -225,9 +235,17 @@ void AddEntries(std::vector<Segment>* out, uint64_t vaddr, uint64_t src, uint64_
 }
 
 // The old pages file (CRIU's) and the new one, sized and mapped.
+// With a pool, the new one is a file kept from an earlier dump: its pages are there already, and
+// the copy writes every byte of it (the planned pages are the whole file).
 absl::Status OpenOutput(const std::string& dir, TaskPlan* plan) {
   CRYO_ASSIGN_OR_RETURN(plan->old_pages, fs::OpenRegularBeneath(dir, PagesName(plan->pages_id)));
-  CRYO_ASSIGN_OR_RETURN(plan->new_pages, OpenUnnamed(dir));
+  if (plan->pool != nullptr && plan->out_bytes > 0) {
+    plan->pooled = plan->pool->Take(plan->out_bytes);
+    if (plan->pooled) plan->new_pages = std::move(plan->pooled->fd);
+  }
+  if (!plan->new_pages.ok()) {
+    CRYO_ASSIGN_OR_RETURN(plan->new_pages, OpenUnnamed(dir));
+  }
   if (plan->out_bytes > 0) {
     if (::ftruncate(plan->new_pages.get(), static_cast<off_t>(plan->out_bytes)) != 0) {
       return ErrnoStatus(errno, "sizing the pages image");
@@ -631,7 +649,7 @@ void ChunkDone(ChunkWork& w, XXH3_state_t* hash) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
-    const std::string& images_dir, int threads, const PreCopy* ahead) {
+    const std::string& images_dir, int threads, const PreCopy* ahead, PagesPool* pool) {
   std::unique_ptr<AnonPagesCopy> c(new AnonPagesCopy());
   State& st = *c->s_;
   st.dir = images_dir;
@@ -651,6 +669,7 @@ absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
     if (!fs::Exists(fs::Join(images_dir, absl::StrCat("mm-", pid, ".img")))) continue;
     CRYO_ASSIGN_OR_RETURN(auto mm, ReadMm(images_dir, pid));
     auto plan = std::make_unique<TaskPlan>();
+    plan->pool = pool;
     bool criu_did_it = false;
     const PreCopy::Task* task_ahead = ahead != nullptr ? ahead->Find(pid) : nullptr;
     CRYO_RETURN_IF_ERROR(PlanTask(images_dir, pid, mm, zero_pfn, &use_scan, task_ahead, plan.get(),
@@ -665,10 +684,16 @@ absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
   CRYO_ASSIGN_OR_RETURN(auto shared, FindShared(images_dir, tasks));
   for (const auto& [shmid, seg] : shared) {
     auto plan = std::make_unique<TaskPlan>();
+    plan->pool = pool;
     CRYO_RETURN_IF_ERROR(PlanShared(images_dir, shmid, seg, ahead, plan.get(), &r.ahead_bytes));
     if (!plan->pagemap.empty()) plans.push_back(std::move(plan));
   }
   r.scan = absl::Now() - t0;
+  for (const auto& t : plans) {
+    if (!t->pooled) continue;
+    ++r.pooled;
+    r.pooled_bytes += std::min(t->pooled->bytes, t->out_bytes);
+  }
 
   std::vector<ChunkWork>& work = st.work;
   for (auto& t : plans) {
@@ -762,7 +787,16 @@ absl::StatusOr<AnonPagesResult> AnonPagesCopy::Finish() {
     const std::string image = FrameImage({kImgCommonMagic, kPagemapMagic}, entries);
     CRYO_ASSIGN_OR_RETURN(UniqueFd pm, OpenUnnamed(images_dir));
     CRYO_RETURN_IF_ERROR(WriteAll(pm.get(), image.data(), image.size(), 0, "writing a pagemap"));
-    CRYO_RETURN_IF_ERROR(NameFile(t->new_pages.get(), images_dir, PagesName(t->pages_id)));
+    if (t->pooled) {
+      // In place of CRIU's, at once (the pool is in the same tmpfs).
+      const std::string to = fs::Join(images_dir, PagesName(t->pages_id));
+      if (::rename(t->pooled->path.c_str(), to.c_str()) != 0) {
+        return ErrnoStatus(errno, absl::StrCat("writing ", PagesName(t->pages_id)));
+      }
+      t->pooled.reset();
+    } else {
+      CRYO_RETURN_IF_ERROR(NameFile(t->new_pages.get(), images_dir, PagesName(t->pages_id)));
+    }
     CRYO_RETURN_IF_ERROR(NameFile(pm.get(), images_dir, t->pagemap));
     r.pages[PagesName(t->pages_id)] = FileDigest{t->out_bytes, xxh3chunked::Combine(t->chunks)};
     r.pagemaps.push_back(t->pagemap);
@@ -790,8 +824,8 @@ absl::StatusOr<AnonPagesResult> AnonPagesCopy::Finish() {
 }
 
 absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, int threads,
-                                               const PreCopy* ahead) {
-  CRYO_ASSIGN_OR_RETURN(auto c, AnonPagesCopy::WhileFrozen(images_dir, threads, ahead));
+                                               const PreCopy* ahead, PagesPool* pool) {
+  CRYO_ASSIGN_OR_RETURN(auto c, AnonPagesCopy::WhileFrozen(images_dir, threads, ahead, pool));
   return c->Finish();
 }
 

@@ -81,6 +81,8 @@ struct AnonPagesResult {
   absl::Duration replace;         // writing the pagemaps, putting the new files in place
   uint64_t ahead_bytes = 0;       // pages taken from the copy ahead (pre_copy.h), not written since
   uint64_t ahead_mismatches = 0;  // CRYO_PRE_COPY_VERIFY=1: pages of those that were wrong
+  int pooled = 0;                 // pages images written over files kept from an earlier dump
+  uint64_t pooled_bytes = 0;      // ... so much of them in pages already there
   uint64_t huge_bytes = 0;        // the node's shared memory in huge pages grew so much in the copy
   // The pages images rewritten, with their checksums (taken from the copy as it went), and the
   // pagemaps rewritten (small: hashed by whoever lists the directory).
@@ -89,18 +91,22 @@ struct AnonPagesResult {
 };
 
 class PreCopy;
+class PagesPool;
 
 // Copies the anonymous pages of every task of the dump in `images_dir` (pstree.img) into its
 // images, with `threads` threads, in two parts: WhileFrozen copies what only the frozen tasks
 // hold; Finish, once they run on, copies the pages `ahead` (may be null) holds of them (copied
 // before the freeze and not written since: pre_copy.h), checksums the files and puts them in
 // place. The tasks must be in cryod's pid namespace (pids as in the images). Any error leaves the
-// images incomplete: the dump must fail.
+// images incomplete: the dump must fail. With `pool`, whose directory is in the same file system
+// as `images_dir`, the new pages images are written over files kept from earlier dumps
+// (pages_pool.h).
 class AnonPagesCopy {
  public:
   static absl::StatusOr<std::unique_ptr<AnonPagesCopy>> WhileFrozen(const std::string& images_dir,
                                                                     int threads,
-                                                                    const PreCopy* ahead);
+                                                                    const PreCopy* ahead,
+                                                                    PagesPool* pool = nullptr);
   absl::StatusOr<AnonPagesResult> Finish();
   ~AnonPagesCopy();
 
@@ -112,6 +118,7 @@ class AnonPagesCopy {
 
 // Both parts at once (the tasks frozen throughout).
 absl::StatusOr<AnonPagesResult> WriteAnonPages(const std::string& images_dir, int threads,
-                                               const PreCopy* ahead = nullptr);
+                                               const PreCopy* ahead = nullptr,
+                                               PagesPool* pool = nullptr);
 
 }  // namespace cryo::criu

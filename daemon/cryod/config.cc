@@ -250,6 +250,12 @@ const std::vector<Key>& Keys() {
            "cryod copies the images into the store as the job runs on (it is held for the dump "
            "only), when the node's memory holds them",
            &Config::dump_in_memory),
+      Int("dump_pages_pool_mib",
+          "with dump_in_memory: MiB of the pages images' memory of one leave-running dump kept, "
+          "once the images are in the store, for the next dump to copy the job's memory into "
+          "(0: none; pages already there copy about 3x faster than fresh ones; it stays taken "
+          "from the node between checkpoints, less while the node runs short)",
+          &Config::dump_pages_pool_mib),
       Int("dump_copy_threads",
           "process mode: threads that copy the job's anonymous memory at CRIU's post-dump, "
           "instead of CRIU's one (0: CRIU copies it)",
@@ -447,6 +453,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"gpu_fast_path_in_memory", "true"},
       {"gpu_fast_path_incremental", "true"},
       {"dump_in_memory", "true"},
+      {"dump_pages_pool_mib", "0 (none)"},
       {"dump_copy_threads", "one per core, at most 16; 0 below 4 cores"},
       {"gpu_staging_mib", "0 (none)"},
       {"gpu_staging_slots", "0 (one per GPU)"},
@@ -559,6 +566,8 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
   if (c.gpu_fast_path_writers < 0 || c.gpu_fast_path_writers > 64) {
     return absl::InvalidArgumentError("gpu_fast_path_writers must be 0..64");
   }
+  if (c.dump_pages_pool_mib < 0)
+    return absl::InvalidArgumentError("dump_pages_pool_mib must be >= 0");
   if (c.gpu_staging_slots > 256) {
     return absl::InvalidArgumentError("gpu_staging_slots must be 0..256");
   }

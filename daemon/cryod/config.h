@@ -91,6 +91,9 @@ struct Config {
   bool gpu_write_behind_drain = false;
   // ... and CRIU dumps them into node memory, copied into the store as the job runs on.
   bool dump_in_memory = true;
+  // ... and the pages images' memory of one such dump kept for the next, up to this (MiB, 0:
+  // none; criu/pages_pool.h).
+  int dump_pages_pool_mib = 0;
   // Threads that copy a process-mode dump's anonymous memory (0: CRIU copies it).
   int dump_copy_threads = criu::DefaultDumpCopyThreads();
   bool dump_pre_copy = true;

@@ -409,6 +409,17 @@ Result StartRecover(State& st) {
     if (ds.ok()) {
       st.dump_staging_fs = std::move(*ds);
       ec.dump_staging_fs = st.dump_staging_fs.get();
+      if (st.config.dump_pages_pool_mib > 0) {
+        criu::PagesPool::Options po;
+        po.dir = absl::StrCat("/proc/", ::getpid(), "/fd/", ec.dump_staging_fs, "/.pages-pool");
+        po.cap = uint64_t(st.config.dump_pages_pool_mib) << 20;
+        po.available = [] { return gpu::AvailableHostMemory(); };
+        // As the staging memory: under a sixteenth of the node's memory available, let go.
+        po.low_water = std::max<uint64_t>(1ull << 30, gpu::TotalHostMemory() / 16);
+        po.poll = absl::Seconds(1);
+        st.pages_pool = std::make_unique<criu::PagesPool>(std::move(po));
+        ec.pages_pool = st.pages_pool.get();
+      }
     } else {
       CRYO_LOG(Warning) << "leave-running checkpoints dump into the store (the job is held until "
                         << "it is written): " << ds.status();

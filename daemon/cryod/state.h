@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/container/runtime.h"
 #include "daemon/criu/criu.h"
+#include "daemon/criu/pages_pool.h"
 #include "daemon/cryod/config.h"
 #include "daemon/cryod/unix_server.h"
 #include "daemon/engine/engine.h"
@@ -96,7 +97,8 @@ struct State {
   std::unique_ptr<gpu::Fastpath> fastpath;
   UniqueFd host_copy_fs;     // the huge-page tmpfs of leave-running drains (host_copy.h)
   UniqueFd dump_staging_fs;  // the tmpfs of leave-running dumps (engine/dump_staging.h)
-  std::unique_ptr<gpu::HostCopyPool> staging;  // gpu_staging_mib (in host_copy_fs)
+  std::unique_ptr<criu::PagesPool> pages_pool;  // in it (dump_pages_pool_mib)
+  std::unique_ptr<gpu::HostCopyPool> staging;   // gpu_staging_mib (in host_copy_fs)
   std::unique_ptr<runtime::ContainerRuntime> runtime;
   std::unique_ptr<metrics::Metrics> metrics;
   std::unique_ptr<metrics::HttpServer> http;

@@ -278,8 +278,12 @@ void Engine::UndoGpu(const journal::Entry& e, CheckpointLive* live) {
 class PostDumpPages {
  public:
   PostDumpPages(std::unique_ptr<criu::ActionGate> gate, std::string images, int threads,
-                criu::PreCopy* ahead)
-      : gate_(std::move(gate)), images_(std::move(images)), threads_(threads), ahead_(ahead) {}
+                criu::PreCopy* ahead, criu::PagesPool* pool)
+      : gate_(std::move(gate)),
+        images_(std::move(images)),
+        threads_(threads),
+        ahead_(ahead),
+        pool_(pool) {}
   ~PostDumpPages() { Join(); }
 
   void AddTo(criu::DumpOptions* d) const {
@@ -295,7 +299,7 @@ class PostDumpPages {
       while (!criu_done_.load()) {
         if (!gate_->WaitArrival(absl::Milliseconds(100))) continue;
         arrived_ = true;
-        auto c = criu::AnonPagesCopy::WhileFrozen(images_, threads_, ahead_);
+        auto c = criu::AnonPagesCopy::WhileFrozen(images_, threads_, ahead_, pool_);
         frozen_st_ = c.status();
         // Without a copy ahead the images are finished before CRIU goes on, as they always were.
         if (c.ok() && ahead_ == nullptr) frozen_st_ = Complete(**c);
@@ -362,6 +366,7 @@ class PostDumpPages {
   std::string images_;
   int threads_;
   criu::PreCopy* ahead_;
+  criu::PagesPool* pool_;  // only for images in cryod's tmpfs, where the pool is
   std::thread thread_;
   std::atomic<bool> criu_done_{false};
   absl::Notification frozen_;
@@ -381,9 +386,10 @@ void LogDumpPages(const CheckpointState& s, const criu::AnonPagesResult& r, int 
                  << " shared segment(s)) copied at CRIU's post-dump by " << threads
                  << " threads in " << absl::ToInt64Milliseconds(r.copy) << " ms ("
                  << r.huge_bytes / (1 << 20) << " MiB more of the node's shared memory in huge "
-                 << "pages; scan " << absl::ToInt64Milliseconds(r.scan) << " ms, images "
-                 << absl::ToInt64Milliseconds(r.replace) << " ms); CRIU copied " << r.criu_bytes
-                 << " bytes of pages itself"
+                 << "pages; " << r.pooled << " pages image(s) written over " << r.pooled_bytes
+                 << " bytes kept from an earlier dump; scan " << absl::ToInt64Milliseconds(r.scan)
+                 << " ms, images " << absl::ToInt64Milliseconds(r.replace) << " ms); CRIU copied "
+                 << r.criu_bytes << " bytes of pages itself"
                  << (r.left_to_criu ? " (some dumped by CRIU itself)" : "");
   if (s.live.pre_copy != nullptr) {
     CRYO_LOG(Info) << "checkpoint " << s.id << ": " << r.ahead_bytes
@@ -405,7 +411,7 @@ absl::Status Engine::Dump(CheckpointState& s) {
   // held for CRIU, not for the store, and dump_write copies the images as it runs on.
   if (s.req.leave_running && cfg_.dump_staging_fs >= 0) {
     if (gpu::HostMemoryHolds(s.procs.expected())) {
-      auto staging = DumpStaging::Make(cfg_.dump_staging_fs, s.op->id());
+      auto staging = DumpStaging::Make(cfg_.dump_staging_fs, s.op->id(), cfg_.pages_pool);
       if (staging.ok()) {
         s.live.dump_staging = *std::move(staging);
       } else {
@@ -590,7 +596,8 @@ std::shared_ptr<PostDumpPages> Engine::AnonPagesBesideCriu(const CheckpointState
     return nullptr;
   }
   return std::make_shared<PostDumpPages>(*std::move(gate), images, cfg_.dump_copy_threads,
-                                         s.live.pre_copy.get());
+                                         s.live.pre_copy.get(),
+                                         s.live.dump_staging.active() ? cfg_.pages_pool : nullptr);
 }
 
 void Engine::UndoDump(const journal::Entry& e, CheckpointLive* live) {

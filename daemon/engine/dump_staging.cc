@@ -7,7 +7,9 @@
 #include <atomic>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/criu/pages_pool.h"
 #include "daemon/store/checksum.h"
 #include "lib/base/fd.h"
 #include "lib/base/fs.h"
@@ -60,29 +62,41 @@ absl::Status CopyOne(const std::string& from, const std::string& to, const FileD
 
 }  // namespace
 
-absl::StatusOr<DumpStaging> DumpStaging::Make(int fs, const std::string& name) {
+absl::StatusOr<DumpStaging> DumpStaging::Make(int fs, const std::string& name,
+                                              criu::PagesPool* pool) {
   if (fs < 0) return absl::FailedPreconditionError("no tmpfs for dumps into memory");
   if (::mkdirat(fs, name.c_str(), 0700) != 0) {
     return ErrnoStatus(errno, absl::StrCat("making ", name, " in cryod's tmpfs for dumps"));
   }
   DumpStaging d;
   d.dir_ = absl::StrCat("/proc/", ::getpid(), "/fd/", fs, "/", name);
+  d.pool_ = pool;
   return d;
+}
+
+void DumpStaging::Release() {
+  if (!active()) return;
+  if (pool_ != nullptr) {
+    for (const std::string& n : fs::ListNames(dir_)) {
+      if (absl::StartsWith(n, "pages-") && absl::EndsWith(n, ".img"))
+        pool_->Keep(fs::Join(dir_, n));
+    }
+  }
+  (void)fs::RemoveTree(dir_);  // best effort: the tmpfs goes with cryod anyway
+  dir_.clear();
 }
 
 DumpStaging& DumpStaging::operator=(DumpStaging&& o) noexcept {
   if (this != &o) {
-    if (active()) (void)fs::RemoveTree(dir_);  // best effort: the tmpfs goes with cryod anyway
+    Release();
     dir_ = std::move(o.dir_);
+    pool_ = o.pool_;
     o.dir_.clear();
   }
   return *this;
 }
 
-DumpStaging::~DumpStaging() {
-  // Best effort: what is left goes with the tmpfs when cryod ends.
-  if (active()) (void)fs::RemoveTree(dir_);
-}
+DumpStaging::~DumpStaging() { Release(); }
 
 absl::Status DumpStaging::CopyTo(const std::string& to,
                                  const std::map<std::string, FileDigest>& digests,

@@ -15,6 +15,10 @@
 #include "absl/status/statusor.h"
 #include "lib/base/file_digest.h"
 
+namespace cryo::criu {
+class PagesPool;
+}
+
 namespace cryo::engine {
 
 class DumpStaging {
@@ -22,8 +26,10 @@ class DumpStaging {
   DumpStaging() = default;
   // Directory `name` in the tmpfs whose O_PATH descriptor is `fs`; CRIU (and cryo-nsexec, which
   // opens it on the host before entering a container) reach it through /proc/<cryod>/fd/<fs>.
-  static absl::StatusOr<DumpStaging> Make(int fs, const std::string& name);
-  ~DumpStaging();  // removes the directory and everything in it
+  // With `pool` (its directory in the same tmpfs), the pages images go to it when this ends.
+  static absl::StatusOr<DumpStaging> Make(int fs, const std::string& name,
+                                          criu::PagesPool* pool = nullptr);
+  ~DumpStaging();  // removes the directory and everything in it (the pages images kept first)
   DumpStaging(DumpStaging&& o) noexcept { *this = std::move(o); }
   DumpStaging& operator=(DumpStaging&& o) noexcept;
   DumpStaging(const DumpStaging&) = delete;
@@ -41,7 +47,10 @@ class DumpStaging {
                       const std::function<bool()>& stop) const;
 
  private:
+  void Release();
+
   std::string dir_;
+  criu::PagesPool* pool_ = nullptr;
 };
 
 }  // namespace cryo::engine

@@ -116,6 +116,8 @@ struct EngineConfig {
   // the images into the store as it runs on (dump_staging.h), when the node's memory holds them;
   // -1: CRIU writes into the store while the job is frozen.
   int dump_staging_fs = -1;
+  // Pages images' memory kept from one such dump for the next (criu/pages_pool.h); may be null.
+  criu::PagesPool* pages_pool = nullptr;
   // Where the fast-path library is installed on this node (`cryo node` says whether it is).
   std::string fastpath_library;
   // The key manifests are signed with (store/signature.h); empty: a random one for this

@@ -405,9 +405,23 @@ TEST_F(FastpathE2e, ALeaveRunningCheckpointCopiesHostMemoryAheadAndTheRestoreHas
   ExpectRunsOnIntact(w, U(w.Status(), "main"));
   EXPECT_EQ(U(w.Status(), "host_mismatches"), 0u) << w.Status().dump();
 
+  // A second one writes its pages images over the first's, kept for it (dump_pages_pool_mib,
+  // on in the e2e's cryods); the job is restored from that one.
+  s = a.Checkpoint(Req(w.pid(), "fp-ahead-2", /*leave_running=*/true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const std::string log2 = Slurp(a.log());
+  const size_t second = log2.find("checkpoint fp-ahead-2: ");
+  ASSERT_NE(second, std::string::npos) << log2;
+  const size_t over = log2.find(" pages image(s) written over ", second);
+  ASSERT_NE(over, std::string::npos) << log2;
+  const size_t count_at = log2.rfind("; ", over);
+  int pooled = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(log2.substr(count_at + 2, over - count_at - 2), &pooled)) << log2;
+  EXPECT_GE(pooled, 1) << log2;
+
   w.Kill();
   ASSERT_TRUE(WaitGone(w));
-  s = a.Restore(RestoreReq("fp-ahead"));
+  s = a.Restore(RestoreReq("fp-ahead-2"));
   ASSERT_TRUE(s.ok()) << s.error_message();
   ExpectRunsOnIntact(w, 0);
   // Two whole passes over the host memory after the restore: every page checked.

@@ -128,7 +128,11 @@ absl::StatusOr<std::unique_ptr<Cryod>> Cryod::Start(const std::string& dir,
                                    "--dump-copy-threads", "2",
                                    // ... and the copy of shared memory ahead (off by default),
                                    // so that the e2e checks what it writes.
-                                   "--dump-pre-copy-shared=true"};
+                                   "--dump-pre-copy-shared=true",
+                                   // ... and the pages images kept from one leave-running dump
+                                   // for the next (off by default): every later one is written
+                                   // over them, and the restores check what they hold.
+                                   "--dump-pages-pool-mib", "1024"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   c->pid_ = SpawnArgs(argv, env, c->log_, false);
   // Connect only once the socket exists: a channel that failed once backs off for seconds.

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "criu/images.pb.h"
 #include "daemon/criu/image_file.h"
+#include "daemon/criu/pages_pool.h"
 #include "daemon/criu/pre_copy.h"
 #include "daemon/store/checksum.h"
 #include "gtest/gtest.h"
@@ -200,6 +201,40 @@ TEST(AnonPagesTest, ThePagesOfTheTaskAreMergedWithCriusInAddressOrder) {
   auto hashed = HashFile(fs::Join(dir.path, "pages-1.img"));
   ASSERT_TRUE(hashed.ok()) << hashed.status();
   EXPECT_EQ(r->pages.at("pages-1.img"), *hashed);
+}
+
+// Written over files kept from an earlier dump (pages_pool.h), one larger and one smaller than
+// the image, full of other bytes: the images hold the task's pages and nothing of those files.
+TEST(AnonPagesTest, PagesImagesWrittenOverKeptFilesHoldTheTasksPagesOnly) {
+  for (uint64_t kept_bytes : {64 * kPg, 2 * kPg}) {
+    SCOPED_TRACE(kept_bytes);
+    Memory m;
+    Child child;
+    ASSERT_GT(child.pid(), 0);
+    TempDir dir;
+    const uint32_t anon = vma::kRegular | vma::kAnonPrivate;
+    WriteDumpImages(dir.path, child.pid(), {Vma(m.rw_at(), 8, anon), Vma(m.none_at(), 2, anon)}, {},
+                    "");
+    PagesPool pool({fs::Join(dir.path, ".pool"), 1u << 20, nullptr});
+    const std::string old = fs::Join(dir.path, "old-pages");
+    ASSERT_TRUE(fs::WriteFileAtomic(old, std::string(kept_bytes, 'Z')).ok());
+    pool.Keep(old);
+    ASSERT_EQ(pool.files(), 1);
+
+    auto r = WriteAnonPages(dir.path, 2, nullptr, &pool);
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(pool.files(), 0) << "the kept file became the image";
+    auto pages = fs::ReadFile(fs::Join(dir.path, "pages-1.img"));
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    const std::string rw = PageOf('a') + PageOf('b') + PageOf('c') + PageOf('f');
+    const std::string none = PageOf('x') + PageOf('y');
+    const std::string expect = m.rw_at() < m.none_at() ? rw + none : none + rw;
+    EXPECT_TRUE(*pages == expect) << "pages file differs (" << pages->size() << " bytes, expected "
+                                  << expect.size() << ")";
+    auto hashed = HashFile(fs::Join(dir.path, "pages-1.img"));
+    ASSERT_TRUE(hashed.ok()) << hashed.status();
+    EXPECT_EQ(r->pages.at("pages-1.img"), *hashed);
+  }
 }
 
 TEST(AnonPagesTest, APagesFileOfSeveralChecksumChunksIsHashedAsTheStoreHashesIt) {

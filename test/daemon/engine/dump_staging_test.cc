@@ -9,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "daemon/criu/pages_pool.h"
 #include "daemon/store/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -103,6 +104,26 @@ TEST_F(DumpStagingTest, AStagingThatExistsAlreadyIsRefused) {
   auto b = DumpStaging::Make(fs_.get(), "op-4");
   EXPECT_FALSE(b.ok());
   EXPECT_FALSE(DumpStaging::Make(-1, "op-5").ok());
+}
+
+// With a pages pool, the pages images are kept when the staging ends (for the next dump to be
+// written over), and nothing else is.
+TEST_F(DumpStagingTest, WithAPoolItsPagesImagesAreKeptAndTheRestGoes) {
+  criu::PagesPool pool({memory_.path + "/.pages-pool", 1u << 30, nullptr});
+  auto d = DumpStaging::Make(fs_.get(), "op-6", &pool);
+  ASSERT_TRUE(d.ok()) << d.status();
+  Dump(*d, {{"pages-1.img", std::string(8192, 'p')},
+            {"pages-2.img", std::string(4096, 'q')},
+            {"core-1.img", "core"}});
+  *d = DumpStaging();
+  EXPECT_FALSE(fs::Exists(memory_.path + "/op-6"));
+  EXPECT_EQ(pool.files(), 2);
+  EXPECT_EQ(pool.held(), 8192u + 4096u);
+  auto kept = pool.Take(8000);
+  ASSERT_TRUE(kept.has_value());
+  auto body = fs::ReadFile(kept->path);
+  ASSERT_TRUE(body.ok());
+  EXPECT_EQ(*body, std::string(8192, 'p'));
 }
 
 }  // namespace
