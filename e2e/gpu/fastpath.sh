@@ -86,7 +86,9 @@
 #   "verify" -verify, cryod restarted with CRYO_PRE_COPY_VERIFY=1 (each page taken from the copy
 #   ahead compared with the frozen job's; its log says how many differed); "shared" -shared,
 #   cryod restarted with dump_pre_copy_shared on (shared memory copied ahead after the drain);
-#   "sharedverify" -sharedverify, both.
+#   "sharedverify" -sharedverify, both; "pool" -pool, cryod restarted with dump_pages_pool_mib
+#   CRYO_GPU_STALL_POOL_MIB (default 32768): each checkpoint after the first writes its pages
+#   images over the last one's.
 #
 # Part "incremental": a job with CRYO_GPU_INC_GIB GiB of weights it never writes (default 16) and
 #   half a GiB it rewrites, checkpointed twice leave-running through cryod: the second's bytes
@@ -269,7 +271,7 @@ fp_floors() {  # fp_floors GIB [DIR NAME]: the floors of the store (DIR; default
       --files "$FP_WRITERS" --node "${FLOORS_NODE:-0}" >"$RES/$fname.json" 2>&1; then
     result "${fname/fpfloor/fp-floors-}" FAIL "$(cat "$RES/$fname.json")"; return 1
   fi
-  result "${fname/fpfloor/fp-floors-}" PASS "$(jget "$RES/$fname.json" '"pinned d2h %.1f GB/s, fresh host fill %.1f GB/s (%d threads), store write %.2f GB/s, read %.2f GB/s (%d files, direct I/O): write %d ms, read %d ms; pipelined with the GPU through registered host memory (registered in %d ms): write %d ms, read %d ms" % (d["d2h_gbps"], d["fill_gbps"], d["threads"], d["write_gbps"], d["read_gbps"], d["files"], d["write_ms"], d["read_ms"], d.get("register_ms", -1), d.get("pipe_write_ms", -1), d.get("pipe_read_ms", -1)) + ("; into faulted host memory: GPU 0 alone %d ms, all %d GPUs at once %d ms (%.2fx)" % (d["d2h_one_ms"], d["gpus"], d["d2h_all_ms"], d["d2h_all_ms"] / d["d2h_one_ms"]) if d.get("d2h_one_ms", -1) > 0 else "")')"
+  result "${fname/fpfloor/fp-floors-}" PASS "$(jget "$RES/$fname.json" '"pinned d2h %.1f GB/s, fresh host fill %.1f GB/s (faulted in: %.1f; %d threads), store write %.2f GB/s, read %.2f GB/s (%d files, direct I/O): write %d ms, read %d ms; pipelined with the GPU through registered host memory (registered in %d ms): write %d ms, read %d ms" % (d["d2h_gbps"], d["fill_gbps"], d.get("warm_fill_gbps", 0), d["threads"], d["write_gbps"], d["read_gbps"], d["files"], d["write_ms"], d["read_ms"], d.get("register_ms", -1), d.get("pipe_write_ms", -1), d.get("pipe_read_ms", -1)) + ("; into faulted host memory: GPU 0 alone %d ms, all %d GPUs at once %d ms (%.2fx)" % (d["d2h_one_ms"], d["gpus"], d["d2h_all_ms"], d["d2h_all_ms"] / d["d2h_one_ms"]) if d.get("d2h_one_ms", -1) > 0 else "")')"
 }
 
 fp_cryod() {  # fp_cryod GIB [KEY NAME]: checkpoint (stop) and restore through cryod with the fast path
@@ -968,6 +970,7 @@ run_fastpath_parts() {
           verify) stop_cryod; CRYO_PRE_COPY_VERIFY=1 start_cryod ;;
           shared) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pre-copy-shared=true" start_cryod ;;
           sharedverify) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pre-copy-shared=true" CRYO_PRE_COPY_VERIFY=1 start_cryod ;;
+          pool) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pages-pool-mib ${CRYO_GPU_STALL_POOL_MIB:-32768}" start_cryod ;;
         esac
         for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" "$([ "$mode" = memory ] || echo "-$mode")"; done
         if [ "$mode" != memory ]; then stop_cryod; start_cryod; fi
