@@ -161,7 +161,7 @@ if [ "${CRYO_BUNDLE_STRIP:-1}" = 1 ] && command -v strip >/dev/null; then
 fi
 
 cp "$ROOT/e2e/gpu/run.sh" "$ROOT/e2e/gpu/cryod.sh" "$ROOT/e2e/gpu/fastpath.sh" "$ROOT/e2e/gpu/train_losses.py" "$ROOT/e2e/gpu/probe_model.py" \
-  "$ROOT/e2e/gpu/compress_probe.py" "$ROOT/e2e/gpu/ipc_share.py" \
+  "$ROOT/e2e/gpu/compress_probe.py" "$ROOT/e2e/gpu/ipc_share.py" "$ROOT/e2e/gpu/ctx_hold.py" \
   "$ROOT/e2e/gpu/ddp_losses.py" "$ROOT/e2e/gpu/pairs_probe.sh" "$ROOT/e2e/gpu/lease-run.sh" \
   "$ROOT/e2e/gpu/gpu_check.sh" "$ROOT/e2e/gpu/pods.sh" "$ROOT/e2e/gpu/cdi.sh" "$OUT/"
 chmod +x "$OUT/run.sh"

@@ -90,6 +90,15 @@
 #   CRYO_GPU_STALL_POOL_MIB (default 32768): each checkpoint after the first writes its pages
 #   images over the last one's.
 #
+# Part "driver-floor" (issue 41): what the driver's own checkpoint and restore of a context cost,
+#   by what the context holds, through `cryo-gpuctl cycle` (no CRIU). CRYO_GPU_FLOOR_SPECS, words
+#   SHAPE:N (N processes at once on GPU 0; default "cuda:1 cuda:2 cuda:4 torch:1 torch:2 torch:4
+#   train:1 train-lib:1 train-lib:2 train-lib:4"): "cuda" the test program holding 16 MiB (no PyTorch), "torch" a
+#   PyTorch context with one tensor, "train" ctx_hold.py's trained 8192 x 6 model with its AdamW
+#   state resident, "train-lib" the same with the library, its memory drained first (--fast):
+#   what a periodic checkpoint of a training job leaves to the driver. Each process checks its
+#   data after the cycle (ctx_hold.py's output, the test program's pattern).
+#
 # Part "incremental": a job with CRYO_GPU_INC_GIB GiB of weights it never writes (default 16) and
 #   half a GiB it rewrites, checkpointed twice leave-running through cryod: the second's bytes
 #   written against the first's (goal: at most 10%), both background writes, then restored from
@@ -807,6 +816,63 @@ PY
   "${CRYO[@]}" rm "$k-2" >/dev/null 2>&1
 }
 
+# fp_driver_floor: part "driver-floor" (above).
+floor_past() { [ "$(jget "$1" 'd.get("checks", d.get("steps", 0))')" -ge "$2" ] 2>/dev/null; }
+fp_driver_floor() {
+  local spec shape n i name st ok before cyc fast pids
+  # PyTorch maps NCCL: the plugin refuses two such processes together unless NCCL's CUDA IPC is
+  # off (a job's ranks would need it so; these processes never call NCCL).
+  local noipc=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_CUMEM_ENABLE=0 NCCL_CUMEM_HOST_ENABLE=0)
+  for spec in ${CRYO_GPU_FLOOR_SPECS:-cuda:1 cuda:2 cuda:4 torch:1 torch:2 torch:4 train:1 train-lib:1 train-lib:2 train-lib:4}; do
+    shape=${spec%%:*}; n=${spec##*:}; name="driver-floor-$shape-$n"; pids=(); fast=()
+    for i in $(seq 1 "$n"); do
+      st="$RES/$name.$i.status.json"; rm -f "$st"
+      case $shape in
+        cuda) "$LOAD" --status "$st" --gib 0.015625 --chunk-mib 16 >"$RES/$name.$i.log" 2>&1 & ;;
+        torch|train) env "${noipc[@]}" python3 "$B/ctx_hold.py" --shape "$shape" --status "$st" >"$RES/$name.$i.log" 2>&1 & ;;
+        train-lib) env "${noipc[@]}" LD_PRELOAD="$FPLIB" "${JOB_EXTRA_ENV[@]}" python3 "$B/ctx_hold.py" --shape train --status "$st" >"$RES/$name.$i.log" 2>&1 & ;;
+        *) result "$name" FAIL "unknown shape $shape"; continue 2 ;;
+      esac
+      pids+=("$!"); PIDS+=("$!")
+    done
+    [ "$shape" = train-lib ] && fast=(--fast --threads "$FP_THREADS")
+    ok=1
+    for i in $(seq 1 "$n"); do wait_until 300 status_ready "$RES/$name.$i.status.json" || ok=0; done
+    if [ $ok = 0 ]; then
+      result "$name" FAIL "not ready: $(tail -2 "$RES/$name.1.log")"
+      kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; continue
+    fi
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits >"$RES/$name.apps.csv"
+    local owned=""
+    if [ "$shape" = train-lib ]; then
+      "$GPUCTL" fastpath-status "${pids[0]}" >"$RES/$name.fpstatus.json" 2>&1
+      owned=$(jget "$RES/$name.fpstatus.json" '"; the library owned %.2f GiB of the first in %d allocations" % (d["processes"][0]["owned_bytes"] / 2**30, d["processes"][0]["owned_allocations"])')
+    fi
+    # Where each process stood before the cycle: its checks (ctx_hold.py) or steps (the test program).
+    before=()
+    for i in $(seq 1 "$n"); do before+=("$(jget "$RES/$name.$i.status.json" 'd.get("checks", d.get("steps", 0))')"); done
+    if ! "$GPUCTL" "${fast[@]}" --timeout-ms 10000 cycle "${pids[@]}" >"$RES/$name.cycle.json" 2>"$RES/$name.cycle.err"; then
+      result "$name" FAIL "cycle: $(jget "$RES/$name.cycle.json" 'd.get("error")') $(tail -2 "$RES/$name.cycle.err")"
+      kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; continue
+    fi
+    ok=1
+    for i in $(seq 1 "$n"); do
+      st="$RES/$name.$i.status.json"
+      # The test program passes over all its chunks (one here) within a few steps.
+      wait_until 120 floor_past "$st" $(( ${before[i-1]} + 5 )) || ok=0
+      [ "$(jget "$st" 'd.get("bad", 0) == 0 and d.get("verified", True)')" = True ] || ok=0
+    done
+    kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
+    cyc=$(jget "$RES/$name.cycle.json" '"lock %d, checkpoint %d, restore %d, unlock %d ms; GPU memory freed %.2f GiB" % (d["lock_ms"], d["checkpoint_ms"], d["restore_ms"], d["unlock_ms"], d["gpu_freed_bytes"] / 2**30) + ("; drain %d, refill %d ms" % (d["drain_ms"], d["refill_ms"]) if "drain_ms" in d else "")')
+    local mem; mem=$(awk -F', *' -v list=" ${pids[*]} " 'index(list, " " $1 " ") { s = s (s ? "/" : "") $2 } END { print s }' "$RES/$name.apps.csv")
+    if [ $ok = 1 ]; then
+      result "$name" PASS "$n x $shape on GPU 0 (MiB each, nvidia-smi: ${mem:-?})$owned: $cyc; every process ran on with its data intact"
+    else
+      result "$name" FAIL "$n x $shape: a process did not run on or its data changed: $(for i in $(seq 1 "$n"); do cat "$RES/$name.$i.status.json"; done | tr '\n' ' '); $cyc"
+    fi
+  done
+}
+
 # fp_incremental GIB: part "incremental" (above).
 fp_incremental() {
   local gib=$1 k=inc name="incremental-$1" msg r rpid
@@ -976,6 +1042,9 @@ run_fastpath_parts() {
         if [ "$mode" != memory ]; then stop_cryod; start_cryod; fi
       done
     fi ;;
+  esac
+  case " $PARTS " in *" driver-floor "*)
+    if fp_torch_ok; then fp_driver_floor; else result driver-floor SKIP "no PyTorch with CUDA here"; fi ;;
   esac
   case " $PARTS " in *" incremental "*)
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result incremental SKIP "bundle has no cryod or CRIU"; return; }
