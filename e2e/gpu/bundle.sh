@@ -64,6 +64,7 @@ add_bin "$BUILD/daemon/cryo-gpuctl"
 add_bin "$BUILD/e2e/gpu/cryo-gpu-testload"
 add_bin "$BUILD/e2e/gpu/cryo-gpu-floors"
 add_bin "$BUILD/e2e/gpu/cryo-gpu-launchbench"
+add_bin "$BUILD/e2e/gpu/cryo-gpu-park"
 # Later parts of the suite: picked up when built.
 add_bin "$BUILD/daemon/cryod" || true
 # Beside cryod: CRIU's post-restore and post-dump gate in process mode (criu/action_gate.h).

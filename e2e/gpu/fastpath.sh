@@ -99,6 +99,10 @@
 #   what a periodic checkpoint of a training job leaves to the driver. Each process checks its
 #   data after the cycle (ctx_hold.py's output, the test program's pattern).
 #
+# Part "park" (issue 41): cryo-gpu-park (see its header), CRYO_GPU_PARK_GIB (default 9): a job's
+#   GPU data parked in GPU memory another process holds across the driver's checkpoint and
+#   restore, copied back and checked word by word, against the same bytes copied device to host.
+#
 # Part "incremental": a job with CRYO_GPU_INC_GIB GiB of weights it never writes (default 16) and
 #   half a GiB it rewrites, checkpointed twice leave-running through cryod: the second's bytes
 #   written against the first's (goal: at most 10%), both background writes, then restored from
@@ -873,6 +877,31 @@ fp_driver_floor() {
   done
 }
 
+# fp_park: part "park" (above).
+fp_park() {
+  local gib=${CRYO_GPU_PARK_GIB:-9} name="park-${CRYO_GPU_PARK_GIB:-9}" summary
+  if [ ! -x "$B/bin/cryo-gpu-park" ]; then result "$name" SKIP "bundle has no cryo-gpu-park"; return; fi
+  "$B/bin/cryo-gpu-park" --gib "$gib" >"$RES/$name.json" 2>"$RES/$name.err"
+  local rc=$?
+  summary=$(python3 - "$RES/$name.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+print("; ".join(
+    "round %d: %.2f GB parked in %d ms (copy %d), back in %d ms (copy %d), device to host %d ms; "
+    "driver checkpoint %d, restore %d ms; %s" % (
+        r["round"], r["bytes"] / 1e9, r["park_ms"], r["park_copy_ms"], r["unpark_ms"],
+        r["unpark_copy_ms"], r["d2h_ms"], r["checkpoint_ms"], r["restore_ms"],
+        "every word back" if r["verified"] else "%d words differ" % r["bad_words"])
+    for r in rows))
+PY
+)
+  if [ $rc = 0 ] && [ -n "$summary" ]; then
+    result "$name" PASS "$summary"
+  else
+    result "$name" FAIL "rc $rc: ${summary:-no rounds} $(tail -2 "$RES/$name.err")"
+  fi
+}
+
 # fp_incremental GIB: part "incremental" (above).
 fp_incremental() {
   local gib=$1 k=inc name="incremental-$1" msg r rpid
@@ -1046,6 +1075,7 @@ run_fastpath_parts() {
   case " $PARTS " in *" driver-floor "*)
     if fp_torch_ok; then fp_driver_floor; else result driver-floor SKIP "no PyTorch with CUDA here"; fi ;;
   esac
+  case " $PARTS " in *" park "*) fp_park ;; esac
   case " $PARTS " in *" incremental "*)
     [ -x "$B/bin/cryod" ] && [ -x "$B/bin/criu" ] || { result incremental SKIP "bundle has no cryod or CRIU"; return; }
     [ -n "$CRYOD_PID" ] || start_cryod || { result incremental FAIL "cryod did not start: $(tail -3 "$RES/cryod.log")"; return; }

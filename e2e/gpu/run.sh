@@ -6,7 +6,7 @@
 #                       in-place cycles through cryo-gpuctl (no CRIU); the others, and "export"
 #                       / "import" (the cross-node test over two machines), are in cryod.sh;
 #                       "fastpath-proof", "fastpath", "fast-store", "drain-scale", "periodic-stall", "incremental",
-#                       "driver-floor", "fastpath-multi" and
+#                       "driver-floor", "park", "fastpath-multi" and
 #                       "node-preempt" (the fast-path library; the last two need two GPUs or more) in
 #                       fastpath.sh; "pods" (GPU pods through containerd and the shim) in pods.sh;
 #                       "multi-node" the pods part's jobs across two nodes and their one-node
@@ -212,7 +212,7 @@ case " $PARTS " in *" cryod "*|*" torch "*|*" refuse "*|*" multi "*|*" export "*
 
 # The fast path (the library loaded into jobs), alone and through cryod.
 . "$B/fastpath.sh"
-case " $PARTS " in *" fastpath"*|*" fast-store "*|*" node-preempt "*|*" drain-scale "*|*" periodic-stall "*|*" incremental "*|*" driver-floor "*) run_fastpath_parts ;; esac
+case " $PARTS " in *" fastpath"*|*" fast-store "*|*" node-preempt "*|*" drain-scale "*|*" periodic-stall "*|*" incremental "*|*" driver-floor "*|*" park "*) run_fastpath_parts ;; esac
 
 # GPU pods: the containerd e2e's two nodes on this machine's GPUs.
 . "$B/pods.sh"
