@@ -338,6 +338,10 @@ Result StartRuntime(State& st) {
   return Result::kOk;
 }
 
+// What a node keeps available before memory cryod holds for speed (the staging memory, the
+// pages pool) is let go: a sixteenth of it, at least 1 GiB.
+uint64_t NodeLowWater() { return std::max<uint64_t>(1ull << 30, gpu::TotalHostMemory() / 16); }
+
 // The staging memory (gpu_staging_mib): filled in the background, slot by slot, as the node's
 // memory allows.
 void StartStaging(State& st, engine::EngineConfig& ec) {
@@ -352,9 +356,8 @@ void StartStaging(State& st, engine::EngineConfig& ec) {
   o.slot_bytes = std::max(kHuge, (total / o.slots + kHuge - 1) / kHuge * kHuge);
   o.fs = st.host_copy_fs.get();
   o.threads = std::max(2, static_cast<int>(std::thread::hardware_concurrency() / 4));
-  // A node short of memory gets the staging memory back first: under a sixteenth of it (at
-  // least 1 GiB) available, slots are let go.
-  o.low_water = std::max<uint64_t>(1ull << 30, gpu::TotalHostMemory() / 16);
+  // A node short of memory gets the staging memory back first: slots are let go.
+  o.low_water = NodeLowWater();
   if (metrics::Metrics* m = st.metrics.get()) {
     o.changed = [m](const gpu::HostCopyPool::Counts& c) {
       m->SetStagingSlots(c.ready, c.busy, c.released);
@@ -414,8 +417,7 @@ Result StartRecover(State& st) {
         po.dir = absl::StrCat("/proc/", ::getpid(), "/fd/", ec.dump_staging_fs, "/.pages-pool");
         po.cap = uint64_t(st.config.dump_pages_pool_mib) << 20;
         po.available = [] { return gpu::AvailableHostMemory(); };
-        // As the staging memory: under a sixteenth of the node's memory available, let go.
-        po.low_water = std::max<uint64_t>(1ull << 30, gpu::TotalHostMemory() / 16);
+        po.low_water = NodeLowWater();
         po.poll = absl::Seconds(1);
         st.pages_pool = std::make_unique<criu::PagesPool>(std::move(po));
         ec.pages_pool = st.pages_pool.get();

@@ -145,6 +145,21 @@ int Child(int s, size_t size, int rounds) {
   Recv(s, &fd);  // the parent's memory
   if (fd < 0) return 5;
   Send(s, "ready");
+  // The parent's memory imported and mapped at `parked`, `size` bytes copied from `src` to `dst`
+  // (one of them `parked`), the import undone: the job holds none of it afterwards. The copy's ms.
+  auto through_parked = [&](CUdeviceptr dst, CUdeviceptr src) {
+    CUmemGenericAllocationHandle imp = 0;
+    CK(cuMemImportFromShareableHandle(&imp, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    MapAt(parked, size, imp);
+    const auto c0 = Clock::now();
+    CK(cuMemcpyDtoDAsync(dst, src, size, st));
+    CK(cuStreamSynchronize(st));
+    const double ms = Ms(c0);
+    CK(cuMemUnmap(parked, size));
+    CK(cuMemRelease(imp));
+    return ms;
+  };
   for (int round = 0; round < rounds; ++round) {
     for (size_t c = 0; c * kChunk < size; ++c) {
       CK(cuMemsetD32(va + c * kChunk, Pattern(c, round), kChunk / 4));
@@ -159,16 +174,7 @@ int Child(int s, size_t size, int rounds) {
     const double d2h_ms = Ms(t);
     Recv(s);  // "park"
     t = Clock::now();
-    CUmemGenericAllocationHandle imp = 0;
-    CK(cuMemImportFromShareableHandle(&imp, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
-                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-    MapAt(parked, size, imp);
-    const double map_ms = Ms(t);
-    CK(cuMemcpyDtoDAsync(parked, va, size, st));
-    CK(cuStreamSynchronize(st));
-    const double copy_ms = Ms(t) - map_ms;
-    CK(cuMemUnmap(parked, size));
-    CK(cuMemRelease(imp));
+    const double copy_ms = through_parked(parked, va);
     CK(cuMemUnmap(va, size));
     CK(cuMemRelease(own));
     const double park_ms = Ms(t);
@@ -177,15 +183,7 @@ int Child(int s, size_t size, int rounds) {
     t = Clock::now();
     CK(cuMemCreate(&own, size, &prop, 0));
     MapAt(va, size, own);
-    CK(cuMemImportFromShareableHandle(&imp, reinterpret_cast<void*>(static_cast<uintptr_t>(fd)),
-                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
-    MapAt(parked, size, imp);
-    const double remap_ms = Ms(t);
-    CK(cuMemcpyDtoDAsync(va, parked, size, st));
-    CK(cuStreamSynchronize(st));
-    const double back_ms = Ms(t) - remap_ms;
-    CK(cuMemUnmap(parked, size));
-    CK(cuMemRelease(imp));
+    const double back_ms = through_parked(va, parked);
     const double unpark_ms = Ms(t);
     // Every chunk as it was filled.
     uint64_t bad = 0;

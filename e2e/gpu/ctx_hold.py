@@ -4,8 +4,9 @@ The part asks what the driver's own checkpoint and restore of a context cost, by
 context holds: a PyTorch context with one tensor ("torch"), or one that trained a model like
 the periodic-stall job's, its weights and AdamW state resident ("train"). Once ready it writes
 --status (JSON: ready, the caching allocator's reserved bytes, the output's checksum) and then,
-every 0.2 s, runs the model forward again and counts the checks whose output matched the one
-taken at ready: after a checkpoint and restore the count must keep growing and no check fail.
+every 0.2 s, runs the model forward again, counting these steps and those whose output differed
+from the one taken at ready ("bad"): after a checkpoint and restore the steps must go on and none
+differ ("steps" as the suite's test program counts them, so that the suite waits on both alike).
 
     python3 ctx_hold.py --shape train --status s.json [--width 8192 --depth 6 --steps 10]
 """
@@ -52,14 +53,14 @@ else:
 
 want = out().item()
 torch.cuda.synchronize()
-checks = bad = 0
+steps = bad = 0
 
 
 def status(ready=True):
     tmp = args.status + ".tmp"
     with open(tmp, "w") as f:
         json.dump({"pid": os.getpid(), "ready": ready, "reserved": torch.cuda.memory_reserved(),
-                   "want": want, "checks": checks, "bad": bad}, f)
+                   "want": want, "steps": steps, "bad": bad}, f)
     os.replace(tmp, args.status)
 
 
@@ -67,7 +68,7 @@ status()
 while True:
     time.sleep(0.2)
     got = out().item()
-    checks += 1
+    steps += 1
     if got != want:
         bad += 1
     status()

@@ -821,7 +821,6 @@ PY
 }
 
 # fp_driver_floor: part "driver-floor" (above).
-floor_past() { [ "$(jget "$1" 'd.get("checks", d.get("steps", 0))')" -ge "$2" ] 2>/dev/null; }
 fp_driver_floor() {
   local spec shape n i name st ok before cyc fast pids
   # PyTorch maps NCCL: the plugin refuses two such processes together unless NCCL's CUDA IPC is
@@ -852,9 +851,9 @@ fp_driver_floor() {
       "$GPUCTL" fastpath-status "${pids[0]}" >"$RES/$name.fpstatus.json" 2>&1
       owned=$(jget "$RES/$name.fpstatus.json" '"; the library owned %.2f GiB of the first in %d allocations" % (d["processes"][0]["owned_bytes"] / 2**30, d["processes"][0]["owned_allocations"])')
     fi
-    # Where each process stood before the cycle: its checks (ctx_hold.py) or steps (the test program).
+    # Where each process stood before the cycle (ctx_hold.py and the test program count steps).
     before=()
-    for i in $(seq 1 "$n"); do before+=("$(jget "$RES/$name.$i.status.json" 'd.get("checks", d.get("steps", 0))')"); done
+    for i in $(seq 1 "$n"); do before+=("$(jget "$RES/$name.$i.status.json" 'd["steps"]')"); done
     if ! "$GPUCTL" "${fast[@]}" --timeout-ms 10000 cycle "${pids[@]}" >"$RES/$name.cycle.json" 2>"$RES/$name.cycle.err"; then
       result "$name" FAIL "cycle: $(jget "$RES/$name.cycle.json" 'd.get("error")') $(tail -2 "$RES/$name.cycle.err")"
       kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null; continue
@@ -863,7 +862,7 @@ fp_driver_floor() {
     for i in $(seq 1 "$n"); do
       st="$RES/$name.$i.status.json"
       # The test program passes over all its chunks (one here) within a few steps.
-      wait_until 120 floor_past "$st" $(( ${before[i-1]} + 5 )) || ok=0
+      wait_until 120 steps_past "$st" $(( ${before[i-1]} + 5 )) || ok=0
       [ "$(jget "$st" 'd.get("bad", 0) == 0 and d.get("verified", True)')" = True ] || ok=0
     done
     kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
