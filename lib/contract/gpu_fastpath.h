@@ -121,6 +121,22 @@
 // copies the process's shared memory and again at the freeze, since a child inherits that memory
 // and writes it beyond this descriptor.
 //
+// Parking (version 9): a leave-running drain into cryod's memfd may carry one more descriptor,
+// last: device memory of cryod's parking process (a POSIX descriptor of
+// cuMemExportToShareableHandle) of "park" bytes on the GPU whose PCI bus id is "park_device". The
+// status reply's "device" names the one GPU that holds all the device memory the library moves (""
+// when none or several, or when it moves host memory). When that is the park's GPU and the data
+// fits, the library imports the park, copies every allocation into it at its place in the stream
+// (below) within the GPU, unmaps and releases it, and releases its own memory; "drained" then says
+// "parked": true, the memfd and progress page are left alone, and "saved" follows at once.
+// Otherwise it drains into the memfd as without the park ("parked": false). The drain closes every
+// descriptor before its "saved", so CRIU finds none of the park in the job. A refill with "park": P
+// > 0 carries the park as its last descriptor and copies the data back from it within the GPU; a
+// refill of a parked drain without one copies it from the memfd, which cryod has filled from the
+// park first. cryod's parking process copies the park into the memfd after the thaw, raising the
+// progress page as a followed drain does, and cryod writes the files behind it (docs/gpu.md,
+// "Parking").
+//
 // Shared memory (version 2): an allocation the job exports as a POSIX descriptor
 // (cuMemExportToShareableHandle) is moved by the exporting process like its own; the library
 // keeps a duplicate of each descriptor it exported ("exports", id and number) and of each it
@@ -139,7 +155,7 @@
 
 namespace cryo::contract::gpu_fastpath {
 
-inline constexpr int kVersion = 8;
+inline constexpr int kVersion = 9;
 inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
 inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
 inline constexpr uint32_t kMaxMessage = 64 << 10;

@@ -258,6 +258,10 @@ std::string Encode(const Request& r) {
     if (r.align) j["align"] = true;
     if (r.memory) j["memory"] = true;
     if (r.follow) j["follow"] = true;
+    if (r.park > 0) {
+      j["park"] = r.park;
+      j["park_device"] = r.park_device;
+    }
   } else if (r.op == Op::kAlign) {
     j["to"] = r.to;
     j["timeout_ms"] = r.timeout_ms;
@@ -268,6 +272,7 @@ std::string Encode(const Request& r) {
     if (r.hold_ms > 0) j["hold_ms"] = r.hold_ms;
     if (r.memory) j["memory"] = true;
     if (r.follow) j["follow"] = true;
+    if (r.park > 0) j["park"] = r.park;
   } else if (r.op == Op::kGo && !r.imports.empty()) {
     j["files"] = r.files;
     j["imports"] = r.imports;
@@ -302,6 +307,7 @@ std::string Encode(const StatusReply& r) {
   if (!r.disabled.empty()) j["disabled"] = r.disabled;
   if (!r.exports.empty()) j["exports"] = SharesJson(r.exports);
   if (r.imports > 0) j["imports"] = r.imports;
+  if (!r.device.empty()) j["device"] = r.device;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
@@ -330,15 +336,16 @@ std::string Encode(const ImportedReply& r) {
 }
 
 std::string Encode(const DrainedReply& r) {
-  return json{{"ok", true},
-              {"event", kEventDrained},
-              {"bytes", r.bytes},
-              {"allocations", r.allocations},
-              {"quiesce_ms", r.quiesce_ms},
-              {"copy_ms", r.copy_ms},
-              {"release_ms", r.release_ms},
-              {"total_ms", r.total_ms}}
-      .dump();
+  json j{{"ok", true},
+         {"event", kEventDrained},
+         {"bytes", r.bytes},
+         {"allocations", r.allocations},
+         {"quiesce_ms", r.quiesce_ms},
+         {"copy_ms", r.copy_ms},
+         {"release_ms", r.release_ms},
+         {"total_ms", r.total_ms}};
+  if (r.parked) j["parked"] = true;
+  return j.dump();
 }
 
 std::string Encode(const SavedReply& r) {
@@ -415,6 +422,9 @@ bool Decode(const std::string& text, Request* out, std::string* why) {
   r.Bool("align", &out->align, false);
   r.Bool("memory", &out->memory, false);
   r.Bool("follow", &out->follow, false);
+  r.Uint("park", &out->park, false);
+  r.Str("park_device", &out->park_device, false);
+  if (r.ok() && out->park_device.size() > 64) r.Fail("park_device", "is longer than a bus id");
   r.Bool("more", &out->more, false);
   r.Uint("to", &out->to, false);
   r.Uint("id", &out->id, false);
@@ -439,6 +449,7 @@ bool Decode(const std::string& text, Reply<StatusReply>* out, std::string* why) 
     r.Str("disabled", &b->disabled, false);
     r.Shares("exports", &b->exports);
     r.Uint("imports", &b->imports, false);
+    r.Str("device", &b->device, false);
     if (auto it = j.find("calls"); it != j.end()) {
       if (!it->is_object() || it->size() > 4096) {
         r.Fail("calls", "is not a small object");
@@ -491,6 +502,7 @@ bool Decode(const std::string& text, Reply<DrainedReply>* out, std::string* why)
     r.Int<int64_t>("copy_ms", &b->copy_ms, false, 0, kMax);
     r.Int<int64_t>("release_ms", &b->release_ms, false, 0, kMax);
     r.Int<int64_t>("total_ms", &b->total_ms, false, 0, kMax);
+    r.Bool("parked", &b->parked, false);
   });
 }
 

@@ -42,6 +42,9 @@ inline constexpr int kVersionProve = 6;
 inline constexpr int kVersionFollow = 7;
 // The first version that gives cryod a userfaultfd of the process to track its writes ("track").
 inline constexpr int kVersionTrack = 8;
+// The first version that parks a leave-running drain in GPU memory cryod holds (a drain's and a
+// refill's "park", the status's "device").
+inline constexpr int kVersionPark = 9;
 // The bytes of a challenge (at most what a "prove" may send back).
 inline constexpr uint32_t kChallengeBytes = 16;
 // The longest a held drain waits for its "go".
@@ -92,6 +95,10 @@ struct Request {
   // refill with memory: a second descriptor, cryod's progress page, follows its read of the
   // memfd (version kVersionFollow).
   bool follow = false;
+  // drain, refill with memory: the last descriptor is device memory of this many bytes that cryod
+  // parks the data in (version kVersionPark), on the GPU of this PCI bus id (drain).
+  uint64_t park = 0;
+  std::string park_device;
   uint64_t id = 0;     // share: the export asked for
   std::string secret;  // share: the secret its legacy IPC handle carries; prove: the bytes (hex)
 };
@@ -123,6 +130,9 @@ struct StatusReply {
   std::string disabled;                   // why the library passes everything through, if it does
   std::vector<ShareRef> exports;          // its exports as POSIX descriptors now
   uint64_t imports = 0;                   // allocations it imported as POSIX descriptors
+  // The PCI bus id of the one GPU that holds all the memory it moves; "" when none or several
+  // (version kVersionPark).
+  std::string device;
 };
 
 // An aligned held drain's first reply: the gates are shut (nothing synchronized yet), and how many
@@ -149,6 +159,7 @@ struct ImportedReply {
 struct DrainedReply {
   uint64_t bytes = 0, allocations = 0;
   int64_t quiesce_ms = 0, copy_ms = 0, release_ms = 0, total_ms = 0;
+  bool parked = false;  // into cryod's park on the GPU, not into its memfd (version kVersionPark)
 };
 
 // The drain's second reply, with files: the data is in them and out of the job's memory.

@@ -177,6 +177,7 @@ wire::StatusReply Control::Status() {
   r.min_bytes = reg_.min_bytes();
   r.exports = Refs(reg_.CurrentShares().exports);
   r.imports = st.imports;
+  r.device = mover_.Device();
   if (extra_status_) extra_status_(r);
   return r;
 }
@@ -249,14 +250,22 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<Unique
     return;
   }
   if (req.memory) {
-    if (fds.size() != (req.follow ? 2u : 1u)) {
-      Answer(conn, Result(req.follow ? "a followed drain carries a memfd and a progress page"
-                                     : "a drain into memory carries one memfd",
-                          true));
+    const size_t want = 1 + (req.follow ? 1 : 0) + (req.park > 0 ? 1 : 0);
+    if (fds.size() != want) {
+      Answer(conn,
+             Result("a drain into memory carries a memfd, then a progress page if followed, "
+                    "then a park if parked: " +
+                        std::to_string(want) + " descriptors, not " + std::to_string(fds.size()),
+                    true));
       return;
     }
     opt.memfd = fds[0].get();
     if (req.follow) opt.progress = fds[1].get();
+    if (req.park > 0) {
+      opt.park = fds.back().get();
+      opt.park_bytes = req.park;
+      opt.park_device = req.park_device;
+    }
   } else {
     opt.fds = Borrow(fds);
   }
@@ -440,14 +449,20 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<Uniqu
   RefillOptions opt;
   opt.threads = req.threads;
   if (req.memory) {
-    if (fds.size() != (req.follow ? 2u : 1u)) {
-      Answer(conn, Result::Failed(req.follow ? "a following refill carries a memfd and a progress "
-                                               "page"
-                                             : "a refill from memory carries one memfd"));
+    const size_t want = 1 + (req.follow ? 1 : 0) + (req.park > 0 ? 1 : 0);
+    if (fds.size() != want) {
+      Answer(conn, Result::Failed("a refill from memory carries a memfd, then a progress page if "
+                                  "following, then a park if parked: " +
+                                  std::to_string(want) + " descriptors, not " +
+                                  std::to_string(fds.size())));
       return;
     }
     opt.memfd = fds[0].get();
     if (req.follow) opt.progress = fds[1].get();
+    if (req.park > 0) {
+      opt.park = fds.back().get();
+      opt.park_bytes = req.park;
+    }
   } else {
     opt.fds = Borrow(fds);
   }

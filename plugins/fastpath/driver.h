@@ -12,6 +12,7 @@ namespace cryo::fastpath {
   X(cuGetErrorString)                       \
   X(cuDeviceGetCount)                       \
   X(cuDeviceGet)                            \
+  X(cuDeviceGetPCIBusId)                    \
   X(cuDevicePrimaryCtxRetain)               \
   X(cuDevicePrimaryCtxRelease_v2)           \
   X(cuCtxGetCurrent)                        \
@@ -45,6 +46,7 @@ namespace cryo::fastpath {
   X(cuEventSynchronize)                     \
   X(cuEventDestroy_v2)                      \
   X(cuMemcpyDtoHAsync_v2)                   \
+  X(cuMemcpyDtoDAsync_v2)                   \
   X(cuMemcpyHtoDAsync_v2)
 
 struct Driver {

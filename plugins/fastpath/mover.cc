@@ -269,9 +269,14 @@ Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   UndoStack undo;
   undo.Push([this] { OpenGates(); });
   Plan();
-  undo.Push([this] { FreeHost(); });
+  // Parked: the data stays on the GPU, in cryod's memory there, and nothing touches the memfd.
+  const bool park = opt.memfd >= 0 && opt.park >= 0 && FitsPark(opt.park_device, opt.park_bytes);
+  out->parked = false;
   in_memfd_ = opt.memfd >= 0;
-  if (Result r = MapHost(opt.memfd, true); !r.ok()) return std::move(r).RolledBack();
+  if (!park) {
+    undo.Push([this] { FreeHost(); });
+    if (Result r = MapHost(opt.memfd, true); !r.ok()) return std::move(r).RolledBack();
+  }
   {
     std::lock_guard<std::mutex> l(progress_mu_);
     copied_ = 0;
@@ -288,7 +293,7 @@ Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
       m->told_ = {};
     }
   } told{this};
-  if (opt.memfd >= 0 && opt.progress >= 0) {
+  if (opt.memfd >= 0 && opt.progress >= 0 && !park) {
     void* pg = ::mmap(nullptr, contract::gpu_fastpath::kProgressBytes, PROT_READ | PROT_WRITE,
                       MAP_SHARED, opt.progress, 0);
     if (pg == MAP_FAILED) {
@@ -311,9 +316,17 @@ Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
   StartWriters(opt.fds);
   undo.Push([this] { DestroyStreams(); });
   const auto t_copy = Clock::now();
-  Result err = CopyOut(opt.threads);
+  Result err = park ? CopyPark(opt.park, opt.park_bytes, /*out=*/true) : CopyOut(opt.threads);
   out->copy_ms = Ms(t_copy);
   if (!err.ok()) return std::move(err).RolledBack();
+  if (park) {
+    // Until FinishSave the drain's descriptor of the park stays open: a rollback copies back
+    // from it.
+    parked_ = true;
+    park_fd_ = opt.park;
+    park_bytes_ = opt.park_bytes;
+    out->parked = true;
+  }
   {
     // All of it is in cryod's memory: what cryod writes from here on is the job's.
     std::lock_guard<std::mutex> l(progress_mu_);
@@ -328,6 +341,8 @@ Result Mover::Drain(const DrainOptions& opt, DrainResult* out) {
     writers_.clear();
     back = RestoreFromHost();
     if (!back) OpenGates();
+    parked_ = false;
+    park_fd_ = -1;
   });
   const auto t_rel = Clock::now();
   // Exports first: the duplicates the library keeps would keep the memory alive.
@@ -375,6 +390,7 @@ Result Mover::FinishSave(SaveResult* out) {
     FreeHost();
     state_ = State::kSaved;
   }
+  park_fd_ = -1;  // the caller closes it now: only the refill's brings the park back
   return {};
 }
 
@@ -398,11 +414,13 @@ bool Mover::Abort() {
 }
 
 bool Mover::RestoreFromHost() {
+  // Parked: from the park, while the drain still holds its descriptor.
+  const bool from_park = parked_ && park_fd_ >= 0;
   for (Phys* p : plan_) {
-    if (p->real == 0 && p->host == nullptr) return false;
+    if (p->real == 0 && p->host == nullptr && !from_park) return false;
   }
   Result err = Recreate();
-  if (err.ok()) err = CopyInFromHost(4);
+  if (err.ok()) err = from_park ? CopyPark(park_fd_, park_bytes_, false) : CopyInFromHost(4);
   DestroyStreams();
   UnmapTemporaries();
   if (!err.ok()) return false;
@@ -411,6 +429,8 @@ bool Mover::RestoreFromHost() {
 }
 
 void Mover::BackToRunning() {
+  parked_ = false;
+  park_fd_ = -1;
   DropUnheldReferences(d_, plan_);
   FreeHost();
   // Importers of this memory import it again from new descriptors (cryod carries them).
@@ -509,8 +529,13 @@ Result Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   if (s == State::kSaved && opt.fds.empty() && opt.memfd < 0) {
     return {"the job's GPU data is in the drain's files: they must be given", false};
   }
+  // Parked: back from the park within the GPU, when the refill brings it; else from the memfd,
+  // which cryod filled from the park (gpu_fastpath.h, "Parking").
+  const int park_fd = opt.park >= 0 ? opt.park : (s == State::kDrained ? park_fd_ : -1);
+  const uint64_t park_bytes = opt.park >= 0 ? opt.park_bytes : park_bytes_;
+  const bool from_park = parked_ && park_fd >= 0;
   // From cryod's memfd: read as the host copy it was.
-  const bool from_memfd = s == State::kSaved && opt.memfd >= 0;
+  const bool from_memfd = s == State::kSaved && opt.memfd >= 0 && !from_park;
   if (from_memfd) {
     if (Result r = MapHost(opt.memfd, false); !r.ok()) return r;
   }
@@ -527,7 +552,9 @@ Result Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   out->allocate_ms = Ms(t0);
   const auto t_copy = Clock::now();
   if (err.ok()) {
-    if (s == State::kDrained || from_memfd) {
+    if (from_park) {
+      err = CopyPark(park_fd, park_bytes, /*out=*/false);
+    } else if (s == State::kDrained || from_memfd) {
       err = CopyInFromHost(opt.threads);
     } else {
       err = CopyInFromFiles(opt.fds, &out->files);

@@ -56,6 +56,12 @@ struct DrainOptions {
   // much of the stream is in the memfd as it goes, and then whether the copy succeeded, so that
   // cryod writes the files behind it.
   int progress = -1;
+  // With memfd: device memory of cryod's parking process (gpu_fastpath.h, "Parking"), `park_bytes`
+  // of it on the GPU of PCI bus id `park_device`. The data goes there instead when it fits and
+  // lives on that GPU alone; the memfd and the progress page are then left to cryod.
+  int park = -1;
+  uint64_t park_bytes = 0;
+  std::string park_device;
 };
 
 // What the channel reports is what the mover measures (lib/contract/gpu_fastpath_messages.h).
@@ -71,6 +77,9 @@ struct RefillOptions {
   // cryod is still reading the data into `memfd`: its progress page (gpu_fastpath.h,
   // "Following"); each piece is copied once it is there, and the gate waits for the verdict.
   int progress = -1;
+  // A parked drain's park, `park_bytes` of it: the data comes back from it within the GPU.
+  int park = -1;
+  uint64_t park_bytes = 0;
 };
 
 using RefillResult = contract::gpu_fastpath::RefillReply;
@@ -137,6 +146,9 @@ class Mover {
   bool Abort();
 
   State state() const { return state_.load(); }
+  // The PCI bus id of the one GPU that holds all the memory a drain would move now; "" when
+  // there is none, or several, or host memory among it (gpu_fastpath.h, "Parking").
+  std::string Device();
   // Drains begun so far: a legacy IPC open that saw this change while it fetched its descriptor
   // fetches again (the exporter's memory moved meanwhile; legacy_ipc.h).
   uint64_t drains() const { return drains_.load(); }
@@ -188,6 +200,11 @@ class Mover {
   Result CopyDirect(bool out, uint64_t window = 0,
                     const std::function<Result(uint64_t end)>& ahead = nullptr);
   Result MapHost(int memfd, bool write);
+  // Whether the planned data can go into a park of `bytes` on the GPU `device` (Device()).
+  bool FitsPark(const std::string& device, uint64_t bytes);
+  // Every planned allocation copied within the GPU into the park (`out`) or back from it, at its
+  // place in the stream; the park imported from `fd` and let go again before it returns.
+  Result CopyPark(int fd, uint64_t bytes, bool out);
   void FreeHost();
   // A following refill (RefillOptions::progress): until cryod's read has passed stream byte
   // `end`; then, with `verdict`, until cryod says what it found. DATA_LOSS when it found the data
@@ -221,7 +238,12 @@ class Mover {
   uint64_t total_ = 0;
   uint64_t stripe_ = 0;
   int nfiles_ = 0;
-  bool in_memfd_ = false;      // the drain's host memory was a memfd of cryod's
+  bool in_memfd_ = false;  // the drain's host memory was a memfd of cryod's
+  // The drain's data went into cryod's park (and not into the memfd): until the refill, only
+  // the park holds it. park_fd_ is the drain's descriptor of it, until FinishSave.
+  bool parked_ = false;
+  int park_fd_ = -1;
+  uint64_t park_bytes_ = 0;
   char* host_base_ = nullptr;  // that memfd, mapped (stream order)
   uint64_t host_len_ = 0;
   bool host_registered_ = false;  // host_base_ is registered with the driver (register_host)

@@ -90,6 +90,50 @@ TEST(FastpathClientTest, AFollowedDrainAndRefillSayFollowOnTheWire) {
   }
 }
 
+// Parking (version 9): a drain names the park's size and GPU, a refill the park's size, a
+// status the one GPU of the process's memory, and "drained" whether the data went into the park.
+// A library that missed "park" would take the park for a progress page or a second memfd.
+TEST(FastpathClientTest, AParkedDrainAndRefillSayParkOnTheWire) {
+  for (wire::Op op : {wire::Op::kDrain, wire::Op::kRefill}) {
+    wire::Request req;
+    req.op = op;
+    req.version = wire::kVersionPark;
+    req.files = 2;
+    req.memory = true;
+    req.park = 10ull << 30;
+    req.park_device = "0000:19:00.0";
+    wire::Request back;
+    std::string why;
+    ASSERT_TRUE(wire::Decode(wire::Encode(req), &back, &why)) << why;
+    EXPECT_EQ(back.park, 10ull << 30) << wire::OpName(op);
+    EXPECT_EQ(back.park_device, op == wire::Op::kDrain ? "0000:19:00.0" : "")
+        << "only a drain chooses the GPU";
+    EXPECT_FALSE(back.follow);
+  }
+  wire::Request back;
+  std::string why;
+  EXPECT_FALSE(wire::Decode(R"({"op": "drain", "park": -1})", &back, &why)) << "a size";
+  EXPECT_FALSE(wire::Decode(
+      absl::StrCat(R"({"op": "drain", "park": 1, "park_device": ")", std::string(65, '0'), "\"}"),
+      &back, &why))
+      << "no bus id is that long";
+  wire::StatusReply st = Status(wire::kVersion, 42);
+  st.device = "0000:19:00.0";
+  auto got = ParseFastpathReply<wire::StatusReply>(wire::Encode(st), Job());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->device, "0000:19:00.0");
+  wire::DrainedReply d;
+  d.bytes = 5;
+  d.allocations = 1;
+  d.parked = true;
+  wire::Reply<wire::DrainedReply> drained;
+  ASSERT_TRUE(wire::Decode(wire::Encode(d), &drained, &why)) << why;
+  EXPECT_TRUE(drained.body.parked);
+  d.parked = false;
+  ASSERT_TRUE(wire::Decode(wire::Encode(d), &drained, &why)) << why;
+  EXPECT_FALSE(drained.body.parked);
+}
+
 TEST(FastpathClientTest, AStatusForAnotherProcessIsRefused) {
   auto st = ParseFastpathReply<wire::StatusReply>(wire::Encode(Status(wire::kVersion, 43)), Job());
   EXPECT_EQ(st.status().code(), absl::StatusCode::kPermissionDenied) << st.status();

@@ -16,6 +16,7 @@
 
 #include <cuda.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -175,6 +176,22 @@ CUresult cuDeviceGetCount(int* n) {
 }
 
 CUresult cuDeviceGet(CUdevice* d, int ordinal) {
+  if (ordinal < 0 || ordinal >= S().devices) return CUDA_ERROR_INVALID_DEVICE;
+  *d = ordinal;
+  return CUDA_SUCCESS;
+}
+
+// A device's PCI bus id: "0000:NN:00.0", NN its ordinal + 0x10 in hex.
+CUresult cuDeviceGetPCIBusId(char* out, int len, CUdevice d) {
+  if (d < 0 || d >= S().devices || out == nullptr || len < 13) return CUDA_ERROR_INVALID_VALUE;
+  snprintf(out, static_cast<size_t>(len), "0000:%02x:00.0", d + 0x10);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetByPCIBusId(CUdevice* d, const char* id) {
+  unsigned bus = 0;
+  if (id == nullptr || sscanf(id, "0000:%x:00.0", &bus) != 1) return CUDA_ERROR_INVALID_VALUE;
+  const int ordinal = static_cast<int>(bus) - 0x10;
   if (ordinal < 0 || ordinal >= S().devices) return CUDA_ERROR_INVALID_DEVICE;
   *d = ordinal;
   return CUDA_SUCCESS;
@@ -586,6 +603,11 @@ CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstre
   return CUDA_SUCCESS;
 }
 
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream) {
+  memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  return CUDA_SUCCESS;
+}
+
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) {
   return cuMemcpyDtoHAsync_v2(dst, src, n, nullptr);
 }
@@ -624,6 +646,8 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
       FAKE_ENTRY("cuGetErrorString", cuGetErrorString)
       FAKE_ENTRY("cuDeviceGetCount", cuDeviceGetCount)
       FAKE_ENTRY("cuDeviceGet", cuDeviceGet)
+      FAKE_ENTRY("cuDeviceGetPCIBusId", cuDeviceGetPCIBusId)
+      FAKE_ENTRY("cuDeviceGetByPCIBusId", cuDeviceGetByPCIBusId)
       FAKE_ENTRY("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain)
       FAKE_ENTRY("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2)
       FAKE_ENTRY("cuCtxGetCurrent", cuCtxGetCurrent)
@@ -664,6 +688,7 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int, cuuint64_t fla
       FAKE_ENTRY("cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2)
       FAKE_ENTRY("cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2)
       FAKE_ENTRY("cuMemcpyDtoH", cuMemcpyDtoH_v2)
+      FAKE_ENTRY("cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2)
       FAKE_ENTRY("cuMemcpyHtoD", cuMemcpyHtoD_v2)
       FAKE_ENTRY("cuMemsetD8", cuMemsetD8_v2)
       FAKE_ENTRY("cuLaunchKernel", cuLaunchKernel)

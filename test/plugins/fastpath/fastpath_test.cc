@@ -656,6 +656,124 @@ TEST_F(FastpathMoveTest, ADrainIntoCryodsMemoryLeavesTheJobNoCopyAndRefillsFromI
   for (CUdeviceptr p : ps) reg_->MemFree(p);
 }
 
+// cryod's parking process's memory (gpu_fastpath.h, "Parking"): exportable device memory on GPU
+// 0 that another process would hold, mapped here as that process would to read it.
+struct Park {
+  Park(const Driver& d, size_t bytes) : d(d), bytes(bytes) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    EXPECT_EQ(d.cuMemCreate(&h, bytes, &prop, 0), CUDA_SUCCESS);
+    int raw = -1;
+    EXPECT_EQ(d.cuMemExportToShareableHandle(&raw, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+              CUDA_SUCCESS);
+    fd.reset(raw);
+    EXPECT_EQ(d.cuMemAddressReserve(&va, bytes, 0, 0, 0), CUDA_SUCCESS);
+    EXPECT_EQ(d.cuMemMap(va, bytes, 0, h, 0), CUDA_SUCCESS);
+    CUmemAccessDesc a{};
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    EXPECT_EQ(d.cuMemSetAccess(va, bytes, &a, 1), CUDA_SUCCESS);
+  }
+  ~Park() {
+    d.cuMemUnmap(va, bytes);
+    d.cuMemAddressFree(va, bytes);
+    d.cuMemRelease(h);
+  }
+  const Driver& d;
+  size_t bytes;
+  CUmemGenericAllocationHandle h = 0;
+  UniqueFd fd;
+  CUdeviceptr va = 0;
+};
+
+// A leave-running drain parked on the GPU: the data goes within the GPU into cryod's park, at
+// its place in the stream, the job's own device memory is released, and cryod's memfd and
+// progress page are left alone (cryod's parking process fills them after the thaw). The refill
+// copies it back from the park; a refill without the park copies it from the memfd once cryod
+// has filled it (a rollback). A park on another GPU, or too small, is not used: the drain goes
+// into the memfd as before.
+TEST_F(FastpathMoveTest, AParkedDrainStaysOnTheGpuAndComesBackFromTheParkOrTheMemfd) {
+  JobMemory m = Allocate();
+  const std::string gpu0 = mover_->Device();
+  EXPECT_EQ(gpu0, "0000:10:00.0") << "the fake's bus id of GPU 0";
+  const uint64_t used = Used();
+  Park park(d_, 24 * kMiB);
+  auto memfd = gpu::NewHostCopy(24 * kMiB, 1);
+  ASSERT_TRUE(memfd.ok()) << memfd.status();
+  auto page = gpu::ProgressPage::Make();
+  ASSERT_TRUE(page.ok()) << page.status();
+  auto* host = static_cast<const uint64_t*>(
+      ::mmap(nullptr, 24 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, memfd->get(), 0));
+  ASSERT_NE(host, MAP_FAILED);
+  DrainOptions opt;
+  opt.memfd = memfd->get();
+  opt.progress = (*page)->fd();
+  opt.park = park.fd.get();
+  opt.park_bytes = park.bytes;
+  opt.park_device = gpu0;
+  DrainResult r;
+  Result o = mover_->Drain(opt, &r);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_TRUE(r.parked);
+  EXPECT_EQ(r.bytes, 24 * kMiB);
+  EXPECT_EQ(Used(), used - 24 * kMiB + park.bytes) << "the job's memory is released, the park held";
+  // The stream in the park: a (8 MiB), b (6 MiB), the VMM allocation (10 MiB), in that order.
+  EXPECT_TRUE(Holds(park.va, 8 * kMiB, 11));
+  EXPECT_TRUE(Holds(park.va + 8 * kMiB, 6 * kMiB, 12));
+  EXPECT_TRUE(Holds(park.va + 14 * kMiB, 10 * kMiB, 13));
+  EXPECT_EQ((*page)->ready(), 0u) << "the progress page is the parking process's";
+  EXPECT_EQ((*page)->verdict(), contract::gpu_fastpath::kVerdictPending);
+  EXPECT_EQ(host[0], 0u) << "nothing went into the memfd";
+  SaveResult s;
+  ASSERT_TRUE(mover_->FinishSave(&s).ok());
+  EXPECT_EQ(mover_->state(), State::kSaved);
+  // The park's memory changes nothing of the job's until the refill.
+  RefillOptions ro;
+  ro.memfd = memfd->get();
+  ro.park = park.fd.get();
+  ro.park_bytes = park.bytes;
+  RefillResult rr;
+  o = mover_->Refill(ro, &rr);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  EXPECT_FALSE(gate_.shut());
+  ExpectIntact(m);
+  EXPECT_EQ(host[0], 0u) << "nor came anything from it";
+
+  // Parked again; the refill comes from the memfd, filled from the park as cryod's parking
+  // process does (the job's memory is changed first, so that only the memfd can bring it back).
+  ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+  ASSERT_TRUE(r.parked);
+  ASSERT_TRUE(mover_->FinishSave(&s).ok());
+  std::memcpy(const_cast<uint64_t*>(host), reinterpret_cast<const void*>(park.va), 24 * kMiB);
+  Fill(park.va, 24 * kMiB, 99);
+  RefillOptions from_memfd;
+  from_memfd.memfd = memfd->get();
+  ASSERT_TRUE(mover_->Refill(from_memfd, &rr).ok());
+  ExpectIntact(m);
+
+  // A park on another GPU, or smaller than the data: into the memfd as without one.
+  for (const auto& [device, bytes] :
+       {std::pair<std::string, uint64_t>{"0000:11:00.0", park.bytes}, {gpu0, 20 * kMiB}}) {
+    SCOPED_TRACE(device + " " + std::to_string(bytes));
+    opt.park_device = device;
+    opt.park_bytes = bytes;
+    ASSERT_TRUE(mover_->Drain(opt, &r).ok());
+    EXPECT_FALSE(r.parked);
+    EXPECT_TRUE(Holds(reinterpret_cast<CUdeviceptr>(host), 8 * kMiB, 11)) << "the memfd has it";
+    EXPECT_EQ((*page)->verdict(), contract::gpu_fastpath::kVerdictGood);
+    ASSERT_TRUE(mover_->FinishSave(&s).ok());
+    ASSERT_TRUE(mover_->Refill(from_memfd, &rr).ok());
+    ExpectIntact(m);
+    std::memset(const_cast<uint64_t*>(host), 0, 24 * kMiB);
+  }
+  ::munmap(const_cast<uint64_t*>(host), 24 * kMiB);
+  Free(m);
+}
+
 // A refill that follows cryod's read (gpu_fastpath.h, "Following"): cryod is still reading the
 // data into its memory from the store. The library copies only what the progress page says is
 // there (the rest of the memfd is zeros until then: copied early, the job's data would be
