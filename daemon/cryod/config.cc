@@ -245,6 +245,16 @@ const std::vector<Key>& Keys() {
            "drain instead of after the driver's checkpoint (the checkpoint ends sooner, the GPU "
            "is free later: docs/operations.md)",
            &Config::gpu_write_behind_drain),
+      Bool("gpu_park",
+           "fast path, leave-running checkpoints: the library parks the job's GPU data in GPU "
+           "memory a process of cryod's holds (cryo-gpu-parker), copied within the GPU, instead of "
+           "copying it to cryod's memory while the job is held; that process copies it to cryod's "
+           "memory after the thaw. Needs the job's GPU data free on its GPU beside it, else the "
+           "drain goes to host memory as without it",
+           &Config::gpu_park),
+      Str("gpu_parker", "cryo-gpu-parker binary (gpu_park)", &Config::gpu_parker),
+      Str("gpu_parker_libcuda", "the CUDA driver library cryo-gpu-parker opens (gpu_park)",
+          &Config::gpu_parker_libcuda),
       Bool("dump_in_memory",
            "leave-running checkpoints (periodic ones too): CRIU dumps the job into node memory and "
            "cryod copies the images into the store as the job runs on (it is held for the dump "
@@ -458,6 +468,9 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"gpu_staging_mib", "0 (none)"},
       {"gpu_staging_slots", "0 (one per GPU)"},
       {"gpu_write_behind_drain", "false"},
+      {"gpu_park", "false"},
+      {"gpu_parker", "<dir of cryod>/cryo-gpu-parker"},
+      {"gpu_parker_libcuda", "libcuda.so.1"},
       {"gpu_fast_path_library", d.gpu_fast_path_library},
       {"shutdown_grace_s", std::to_string(d.shutdown_grace_s)},
       {"allowed_uids", "0"},

@@ -89,6 +89,11 @@ struct Config {
   int gpu_staging_mib = 0;
   int gpu_staging_slots = 0;
   bool gpu_write_behind_drain = false;
+  // Leave-running drains park the job's GPU data in GPU memory a process of cryod's holds
+  // (cryo-gpu-parker), instead of copying it to host memory while the job is held.
+  bool gpu_park = false;
+  std::string gpu_parker;          // cryo-gpu-parker (empty: next to the cryod binary)
+  std::string gpu_parker_libcuda;  // the driver it opens (empty: libcuda.so.1)
   // ... and CRIU dumps them into node memory, copied into the store as the job runs on.
   bool dump_in_memory = true;
   // ... and the pages images' memory of one such dump kept for the next, up to this (MiB, 0:

@@ -394,6 +394,11 @@ Result StartRecover(State& st) {
   ec.dump_pre_copy_shared = st.config.dump_pre_copy_shared;
   ec.fastpath.in_memory = st.config.gpu_fast_path_in_memory;
   ec.fastpath.write_behind_drain = st.config.gpu_write_behind_drain;
+  if (st.config.gpu_park) {
+    ec.fastpath.parker.binary =
+        st.config.gpu_parker.empty() ? SiblingBinary("cryo-gpu-parker") : st.config.gpu_parker;
+    ec.fastpath.parker.libcuda = st.config.gpu_parker_libcuda;
+  }
   ec.fastpath.incremental = st.config.gpu_fast_path_incremental;
   if (ec.fastpath.in_memory) {
     auto hc = gpu::MountHostCopyFs(fs::Join(st.config.state_dir, "gpu-host-copy"));

@@ -47,6 +47,7 @@
 #include "daemon/gpu/gpu_manager.h"
 #include "daemon/gpu/host_copy.h"
 #include "daemon/gpu/host_copy_pool.h"
+#include "daemon/gpu/parker.h"
 #include "daemon/journal/journal.h"
 #include "daemon/metrics/metrics.h"
 #include "daemon/store/store.h"
@@ -77,6 +78,8 @@ struct FastpathConfig {
   // A stop checkpoint's write from staging memory follows the drain (gpu_write_behind_drain)
   // instead of starting after the driver's checkpoint.
   bool write_behind_drain = false;
+  // Leave-running drains park the GPU data on the GPU (gpu_park; empty binary: off).
+  gpu::ParkerOptions parker;
 };
 
 struct EngineConfig {

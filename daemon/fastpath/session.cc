@@ -142,6 +142,72 @@ bool FastpathSession::FollowDrains() {
   return true;
 }
 
+size_t FastpathSession::StartParkers(const ParkerOptions& opt) {
+  // All at once: each waits for its process's driver to start.
+  std::atomic<size_t> parked{0};
+  (void)EachInParallel(records_.size(), [&](size_t i) -> absl::Status {
+    FastpathProcess& f = records_[i];
+    if (f.bytes == 0 || !held_[i].host_copy.ok()) return absl::OkStatus();
+    if (f.version < contract::gpu_fastpath::kVersionPark || f.device.empty()) {
+      CRYO_LOG(Info) << "fast path of pid " << f.pid << ": not parked on its GPU ("
+                     << (f.version < contract::gpu_fastpath::kVersionPark
+                             ? "its library is older"
+                             : "its memory is not all device memory of one GPU")
+                     << "): drained into cryod's memory";
+      return absl::OkStatus();
+    }
+    auto p = Parker::Start(opt, f.device, f.bytes);
+    if (!p.ok()) {
+      CRYO_LOG(Info) << "fast path of pid " << f.pid << ": no park on GPU " << f.device << " ("
+                     << p.status().message() << "): drained into cryod's memory";
+      return absl::OkStatus();
+    }
+    f.park = (*p)->bytes();
+    held_[i].parker = *std::move(p);
+    ++parked;
+    return absl::OkStatus();
+  });
+  return parked;
+}
+
+bool FastpathSession::CopyParkNow(size_t i) {
+  Held& h = held_[i];
+  if (!records_[i].parked || h.parker == nullptr) return true;
+  if (!h.parker->copying()) {
+    if (h.page == nullptr) {
+      auto page = ProgressPage::Make();
+      if (!page.ok()) return false;
+      h.page = *std::move(page);
+    }
+    if (!h.parker->BeginCopy(h.host_copy.get(), h.page, records_[i].bytes).ok()) return false;
+  }
+  absl::Status st = h.parker->WaitCopied();
+  h.parker.reset();
+  if (!st.ok()) {
+    CRYO_LOG(Error) << "fast path of pid " << records_[i].pid << ": its park could not be copied "
+                    << "into cryod's memory: " << st;
+  }
+  return st.ok();
+}
+
+absl::Status FastpathSession::BeginParkCopies() {
+  for (size_t i = 0; i < records_.size(); ++i) {
+    Held& h = held_[i];
+    if (!records_[i].parked || h.parker == nullptr || h.parker->copying()) continue;
+    const std::string what = absl::StrCat("the park of pid ", records_[i].pid);
+    // The write must follow the copy: it reads the host copy only where the page says.
+    if (h.page == nullptr) {
+      auto page = ProgressPage::Make();
+      CRYO_RETURN_IF_ERROR(Annotate(page.status(), what));
+      h.page = *std::move(page);
+    }
+    records_[i].follow = true;
+    CRYO_RETURN_IF_ERROR(
+        Annotate(h.parker->BeginCopy(h.host_copy.get(), h.page, records_[i].bytes), what));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<std::vector<int>> FastpathSession::DrainTargets() const {
   std::vector<std::vector<int>> out(records_.size());
   for (size_t i = 0; i < records_.size(); ++i) {
@@ -150,7 +216,11 @@ std::vector<std::vector<int>> FastpathSession::DrainTargets() const {
       continue;
     }
     out[i] = {held_[i].host_copy.get()};
-    if (records_[i].follow && held_[i].page) out[i].push_back(held_[i].page->fd());
+    if (held_[i].parker != nullptr) {
+      out[i].push_back(held_[i].parker->fd());  // (no page: gpu_fastpath.h, "Parking")
+    } else if (records_[i].follow && held_[i].page) {
+      out[i].push_back(held_[i].page->fd());
+    }
   }
   return out;
 }
@@ -165,10 +235,19 @@ void FastpathSession::TakeDrains(std::vector<std::unique_ptr<FastpathDrainHandle
     held_[i].host_copy.use(f.bytes);  // (the library may have grown it)
     f.allocations = held_[i].drain->allocations();
     const auto& d = held_[i].drain->drained();
+    // Parked: the write will follow the parking process's copy into the host copy
+    // (BeginParkCopies); not parked, the park is not needed.
+    f.parked = d.parked && held_[i].parker != nullptr;
+    if (!f.parked) {
+      held_[i].parker.reset();  // its memory goes back to the GPU now
+      f.park = 0;
+    }
     CRYO_LOG(Info) << "fast path of pid " << f.pid << ": " << f.bytes << " bytes off the GPU in "
                    << d.total_ms << " ms (quiesce " << d.quiesce_ms << ", copy " << d.copy_ms
                    << ", release " << d.release_ms << ")"
-                   << (f.memory ? ", into cryod's memory" : "");
+                   << (f.parked   ? ", parked on its GPU"
+                       : f.memory ? ", into cryod's memory"
+                                  : "");
     const uint64_t used = UsedBytes(gpu, f.pid);
     f.driver_bytes = used > f.bytes ? used - f.bytes : 0;
   }
@@ -234,10 +313,16 @@ absl::StatusOr<FastpathSession::Sources> FastpathSession::RefillSources(
   for (size_t i = 0; i < records_.size(); ++i) {
     const FastpathProcess& f = records_[i];
     if (f.memory) {
-      // From cryod's memory, at host memory speed (the library is given its own descriptor).
+      // From cryod's memory, at host memory speed (the library is given its own descriptor),
+      // or from its park within the GPU.
       UniqueFd m(::dup(held_[i].host_copy.get()));
       if (!m.ok()) return ErrnoStatus(errno, "dup of cryod's host memory");
       s.files[i].push_back(std::move(m));
+      if (f.parked && held_[i].parker != nullptr) {
+        UniqueFd park(::dup(held_[i].parker->fd()));
+        if (!park.ok()) return ErrnoStatus(errno, "dup of a park's descriptor");
+        s.files[i].push_back(std::move(park));
+      }
       continue;
     }
     s.expected[i] = held_[i].digests;
@@ -367,6 +452,14 @@ absl::StatusOr<uint64_t> FastpathSession::WriteHostCopies(
     p = NewPending(dir, writers, prev, durable, stop);
     got = WriteFiles(*p, written);
   }
+  // The parks, copied (the write followed them), go back to their GPUs.
+  for (size_t i = 0; i < records_.size(); ++i) {
+    if (held_[i].parker == nullptr) continue;
+    absl::Status copied =
+        held_[i].parker->copying() ? held_[i].parker->WaitCopied() : absl::OkStatus();
+    held_[i].parker.reset();
+    if (got.ok() && !copied.ok()) got = copied;
+  }
   CRYO_RETURN_IF_ERROR(got.status());
   const Written& out = *got;
   uint64_t referenced = 0;
@@ -375,6 +468,8 @@ absl::StatusOr<uint64_t> FastpathSession::WriteHostCopies(
     if (!f.memory) continue;
     f.memory = false;
     f.follow = false;
+    f.parked = false;
+    f.park = 0;
     f.files = p->writers;
     held_[i].digests.clear();
     for (const auto& wf : out[i]) held_[i].digests.push_back(wf.digest);
@@ -417,7 +512,10 @@ std::vector<int> FastpathSession::Settle(const std::function<bool()>& hard_stop)
     }
     h.drain.reset();
     h.files.clear();
-    host_copies.push_back(h.host_copy.get());
+    // Parked: the refill that undoes comes from the host copy, once the park is in it; a park
+    // that cannot be copied leaves none (the process's data is lost, as with cryod's memory).
+    const bool held = CopyParkNow(host_copies.size());
+    host_copies.push_back(held ? h.host_copy.get() : -1);
   }
   return host_copies;
 }

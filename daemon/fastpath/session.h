@@ -18,6 +18,7 @@
 #include "daemon/gpu/fastpath.h"
 #include "daemon/gpu/host_copy.h"
 #include "daemon/gpu/host_copy_pool.h"
+#include "daemon/gpu/parker.h"
 #include "daemon/gpu/progress_page.h"
 #include "daemon/records/gpu_process.h"
 #include "daemon/store/manifest.h"
@@ -66,6 +67,15 @@ class FastpathSession {
   // after it. False, with nothing changed, where a library is older than that or a page cannot
   // be made.
   bool FollowDrains();
+  // gpu_host_copy of a leave-running checkpoint, after the host copies: its drain parked on the
+  // GPU where it can be (gpu_fastpath.h, "Parking"), all processes at once: a parking process
+  // with room for each process's data on its GPU, whose memory the drain is given. A process whose
+  // library is older, whose memory is not on one GPU, or whose GPU has no room, drains into its
+  // host copy as before. Returns how many were given a park.
+  size_t StartParkers(const ParkerOptions& opt);
+  // gpu_write, before it: each parked process's data copied from the park into its host copy,
+  // which the write follows (its progress page).
+  absl::Status BeginParkCopies();
   // The descriptors each process's drain writes into, lent for DrainTogether.
   std::vector<std::vector<int>> DrainTargets() const;
   // gpu_drain, after it: the drains that began (null where none did), what each moved, and the
@@ -121,7 +131,11 @@ class FastpathSession {
     HostCopy host_copy;                        // a drain into cryod's memory: the data
     std::shared_ptr<const ProgressPage> page;  // that drain's, when followed
     std::vector<store::ManifestFile> listed;   // its files as the manifest lists them
+    std::unique_ptr<Parker> parker;            // its park on the GPU (StartParkers)
   };
+  // A parked process's park copied into its host copy and waited for; false when it could not
+  // be (the host copy then does not hold the data).
+  bool CopyParkNow(size_t i);
   absl::Status CheckSaved(size_t i, bool durable);
   void List(size_t i);
   struct Pending;

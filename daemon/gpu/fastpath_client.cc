@@ -102,7 +102,13 @@ wire::Request RefillRequest(const FastpathProcess& p, int threads, const std::ve
   // (None while the library still holds its copy mapped: it refills from that.)
   req.memory = p.memory && !files.empty();
   req.version = req.memory ? wire::kVersionMemory : wire::kMinVersion;
-  AskToFollow(p, files, &req);
+  if (req.memory && p.parked && p.park > 0 && files.size() == 2) {
+    // Back from its park (the memfd, then the park): nothing to follow.
+    req.park = p.park;
+    req.version = wire::kVersionPark;
+  } else {
+    AskToFollow(p, files, &req);
+  }
   req.threads = threads;
   req.files = static_cast<int>(files.size());
   req.expected = expected;
@@ -112,8 +118,10 @@ wire::Request RefillRequest(const FastpathProcess& p, int threads, const std::ve
 void LogRefill(const FastpathProcess& p, const wire::RefillReply& r) {
   CRYO_LOG(Info) << "fast path of pid " << p.pid << ": " << r.bytes << " bytes back on the GPU in "
                  << r.total_ms << " ms (allocate " << r.allocate_ms << ", copy " << r.copy_ms << ")"
-                 << (p.memory ? ", from cryod's memory" : "")
-                 << (p.follow ? " as cryod read it from the store" : "");
+                 << (p.parked   ? ", from its park on the GPU"
+                     : p.memory ? ", from cryod's memory"
+                                : "")
+                 << (p.follow && !p.parked ? " as cryod read it from the store" : "");
 }
 
 absl::Status ReplyError(const wire::Error& e, const FastpathProcess& p) {
@@ -318,7 +326,14 @@ absl::StatusOr<std::unique_ptr<FastpathDrain>> FastpathDrain::Start(const proc::
     // files is cryod's memfd (gpu_fastpath.h, "Memory").
     req.version = wire::kVersionMemory;
     req.memory = true;
-    AskToFollow(p, files, &req);  // when cryod writes the files behind the drain
+    if (p.park > 0 && files.size() == 2) {
+      // The memfd, then the park (gpu_fastpath.h, "Parking").
+      req.version = wire::kVersionPark;
+      req.park = p.park;
+      req.park_device = p.device;
+    } else {
+      AskToFollow(p, files, &req);  // when cryod writes the files behind the drain
+    }
   }
   if (opt.hold > absl::ZeroDuration()) {
     req.version = std::max(req.version, wire::kVersionCut);
@@ -497,6 +512,7 @@ class ClientFastpath : public Fastpath {
       p.allocations = st->owned_allocations;
       p.version = st->version;
       p.host_registered = st->calls.count("cuMemHostRegister_v2") > 0;
+      p.device = st->device;
       out.push_back(p);
     }
     return out;

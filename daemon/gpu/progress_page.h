@@ -30,6 +30,11 @@ class ProgressPage {
   // Raises "ready" to `bytes` (never lowers it: writers may race).
   void Raise(uint64_t bytes) { words_.Raise(bytes); }
   void SetVerdict(uint64_t v) { words_.SetVerdict(v); }
+  // A bad verdict unless one was given (the writer on the other side died before its own).
+  void FailIfPending() const {
+    contract::gpu_fastpath::ProgressWords w = words_;
+    w.SetVerdictIfPending(contract::gpu_fastpath::kVerdictBad);
+  }
   // Until "ready" reaches `end`: FAILED_PRECONDITION on a bad verdict (or ready stuck under
   // `end` after a good one), CANCELLED when `stop` says so.
   absl::Status WaitReady(uint64_t end, const std::function<bool()>& stop) const;

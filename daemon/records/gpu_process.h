@@ -60,6 +60,13 @@ struct FastpathProcess {
   // Its status counted calls of cuMemHostRegister: host memory the GPU writes by DMA, which no
   // write-protect sees (criu/pre_copy.h). Not recorded.
   bool host_registered = false;
+  // The PCI bus id of the one GPU that holds the memory it moves, as its status said ("": none
+  // or several, or an older library). Not recorded.
+  std::string device{};
+  // Its drain is given a park of this many bytes on that GPU (gpu_fastpath.h, "Parking"), and
+  // whether it parked its data there. Not recorded: a cryod that stops takes the park with it.
+  uint64_t park = 0;
+  bool parked = false;
 };
 
 nlohmann::json ToJson(const std::vector<FastpathProcess>& procs);

@@ -69,6 +69,8 @@ add_bin "$BUILD/e2e/gpu/cryo-gpu-park"
 add_bin "$BUILD/daemon/cryod" || true
 # Beside cryod: CRIU's post-restore and post-dump gate in process mode (criu/action_gate.h).
 add_bin "$BUILD/daemon/cryo-nsexec" || true
+# Beside cryod too: its parking process (gpu_park).
+add_bin "$BUILD/daemon/cryo-gpu-parker" || true
 add_bin "$BUILD/clients/cryo" || true
 
 for so in "$BUILD"/lib/cryo/gpu/libcryo_gpu_*.so; do

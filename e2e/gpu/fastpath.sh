@@ -88,7 +88,10 @@
 #   cryod restarted with dump_pre_copy_shared on (shared memory copied ahead after the drain);
 #   "sharedverify" -sharedverify, both; "pool" -pool, cryod restarted with dump_pages_pool_mib
 #   CRYO_GPU_STALL_POOL_MIB (default 32768): each checkpoint after the first writes its pages
-#   images over the last one's.
+#   images over the last one's; "park" -park, cryod restarted with gpu_park on (each rank's GPU
+#   data parked in GPU memory cryo-gpu-parker holds, instead of drained to the host while the
+#   job is held; gpu_fastpath.h "Parking"). CRYO_GPU_STALL_PARK=1 runs the single-process job
+#   parked too (periodic-stall-GIB-park).
 #
 # Part "driver-floor" (issue 41): what the driver's own checkpoint and restore of a context cost,
 #   by what the context holds, through `cryo-gpuctl cycle` (no CRIU). CRYO_GPU_FLOOR_SPECS, words
@@ -1045,6 +1048,12 @@ run_fastpath_parts() {
       for gib in ${CRYO_GPU_STALL_GIB:-32}; do STALL_TAG=-registered fp_periodic_stall "$gib"; done
       JOB_EXTRA_ENV=("${saved[@]}")
     fi
+    # And parked on the GPU (gpu_park), cryod restarted with it on (CRYO_GPU_STALL_PARK=1).
+    if [ "${CRYO_GPU_STALL_PARK:-0}" = 1 ]; then
+      stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --gpu-park=true" start_cryod
+      for gib in ${CRYO_GPU_STALL_GIB:-32}; do STALL_TAG=-park fp_periodic_stall "$gib"; done
+      stop_cryod; start_cryod
+    fi
     if ! fp_torch_ok; then
       result fp-torch-periodic SKIP "no PyTorch with CUDA here"
     else
@@ -1065,6 +1074,7 @@ run_fastpath_parts() {
           shared) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pre-copy-shared=true" start_cryod ;;
           sharedverify) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pre-copy-shared=true" CRYO_PRE_COPY_VERIFY=1 start_cryod ;;
           pool) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pages-pool-mib ${CRYO_GPU_STALL_POOL_MIB:-32768}" start_cryod ;;
+          park) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --gpu-park=true" start_cryod ;;
         esac
         for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" "$([ "$mode" = memory ] || echo "-$mode")"; done
         if [ "$mode" != memory ]; then stop_cryod; start_cryod; fi

@@ -368,6 +368,34 @@ void FastpathE2e::LeaveRunning(Cryod& a, bool in_memory) {
   ExpectRunsOnIntact(w, 0);
 }
 
+// gpu_park (gpu_fastpath.h, "Parking"): a leave-running checkpoint parks the job's GPU data in
+// memory that cryod's parking process holds (cryo-gpu-parker, over the fake driver too, whose
+// "GPU memory" is a memfd both processes map), gives it back from there, and after the thaw has
+// the parking process copy it into cryod's memory, which the files are written from. The job runs
+// on intact, and the checkpoint restores it with every word as its kernels expect.
+TEST_F(FastpathE2e, AParkedLeaveRunningCheckpointIsWrittenFromTheParkAndRestores) {
+  Cryod& a = Node("node-a", {"--gpu-park", "true", "--gpu-parker-libcuda",
+                             absl::StrCat(FAKE_CUDA_DIR, "/libcuda.so.1")});
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-park", /*leave_running=*/true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 64 * kMiB);
+  const std::string log = Slurp(a.log());
+  EXPECT_TRUE(absl::StrContains(log, "1 of 1 processes have a park on their GPU")) << log;
+  EXPECT_TRUE(absl::StrContains(log, ", parked on its GPU")) << log;
+  EXPECT_TRUE(absl::StrContains(log, ", from its park on the GPU")) << log;
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
+  const std::string ckpt = store_ + "/checkpoints/fp-park";
+  EXPECT_EQ(BytesUnder(ckpt, "gpu/"), 64 * kMiB);
+  w.Kill();
+  ASSERT_TRUE(WaitGone(w));
+  s = a.Restore(RestoreReq("fp-park"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ExpectRunsOnIntact(w, 0);
+}
+
 // A leave-running checkpoint copies the private memory of a process under the library while the
 // job runs (the library gives cryod a userfaultfd that tracks the job's writes: criu/pre_copy.h),
 // and the freeze copies again only what the job wrote since; the rest goes into the images after

@@ -1,0 +1,123 @@
+#include "daemon/gpu/parker.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "lib/base/poll.h"
+#include "lib/base/status.h"
+#include "lib/base/subprocess.h"
+#include "lib/contract/gpu_fastpath_wire.h"
+#include "nlohmann/json.hpp"
+
+namespace cryo::gpu {
+namespace {
+
+namespace wire = contract::gpu_fastpath;
+
+// One message from the parking process within `timeout`: its JSON and descriptors.
+absl::StatusOr<nlohmann::json> ReceiveFrom(int sock, absl::Duration timeout,
+                                           std::vector<UniqueFd>* fds) {
+  pollfd p{sock, POLLIN, 0};
+  int r;
+  do {
+    r = ::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  } while (r < 0 && errno == EINTR);
+  if (r == 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the parking process said nothing within ", absl::FormatDuration(timeout)));
+  }
+  std::string text;
+  if (r < 0 || !wire::ReceiveMessage(sock, &text, fds)) {
+    return absl::UnavailableError("the parking process ended before it answered");
+  }
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_object()) return absl::InternalError("the parking process answered no JSON");
+  if (!j.value("ok", false)) {
+    return absl::UnavailableError(
+        absl::StrCat("the parking process: ", j.value("error", std::string("failed"))));
+  }
+  return j;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Parker>> Parker::Start(const ParkerOptions& opt,
+                                                      const std::string& device, uint64_t bytes) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    return ErrnoStatus(errno, "socketpair for a parking process");
+  }
+  UniqueFd mine(sv[0]), theirs(sv[1]);
+  SpawnOptions so;
+  so.argv = {opt.binary, "--device", device, "--bytes", std::to_string(bytes)};
+  if (!opt.libcuda.empty()) {
+    so.argv.push_back("--libcuda");
+    so.argv.push_back(opt.libcuda);
+  }
+  so.stdin_fd = theirs.get();
+  so.die_with_parent = true;
+  std::unique_ptr<Parker> p(new Parker());
+  CRYO_ASSIGN_OR_RETURN(p->pid_, Spawn(so));
+  theirs.reset();
+  p->sock_ = std::move(mine);
+  p->device_ = device;
+  p->timeout_ = opt.timeout;
+  std::vector<UniqueFd> fds;
+  CRYO_ASSIGN_OR_RETURN(nlohmann::json hello, ReceiveFrom(p->sock_.get(), opt.timeout, &fds));
+  if (fds.size() != 1 || !hello.contains("bytes") || !hello["bytes"].is_number_unsigned() ||
+      hello["bytes"].get<uint64_t>() < bytes) {
+    return absl::InternalError("the parking process answered without its memory");
+  }
+  p->bytes_ = hello["bytes"].get<uint64_t>();
+  p->park_ = std::move(fds[0]);
+  return p;
+}
+
+Parker::~Parker() {
+  if (copied_.valid()) {
+    // A copy nobody waits for (the checkpoint gave up): its wait ends with the socket.
+    ::shutdown(sock_.get(), SHUT_RDWR);
+    copied_.wait();
+  }
+  sock_.reset();  // it ends on its own once the socket closes
+  park_.reset();
+  if (pid_ <= 0) return;
+  if (!PollUntil([&] { return ::waitpid(pid_, nullptr, WNOHANG) == pid_; }, absl::Seconds(5))) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+absl::Status Parker::BeginCopy(int memfd, std::shared_ptr<const ProgressPage> page,
+                               uint64_t bytes) {
+  if (copied_.valid()) return absl::FailedPreconditionError("the park is being copied already");
+  const std::string req = nlohmann::json{{"op", "copy"}, {"bytes", bytes}}.dump();
+  if (!wire::SendMessage(sock_.get(), req, {memfd, page->fd()})) {
+    page->FailIfPending();
+    return ErrnoStatus(errno, "asking the parking process for its copy");
+  }
+  const int sock = sock_.get();
+  // Its answer comes once the copy is done: as long as the copy takes (minutes for a whole
+  // GPU at the slowest), so only its death or a failure ends the wait early.
+  copied_ = std::async(std::launch::async, [sock, page]() -> absl::Status {
+    std::vector<UniqueFd> fds;
+    absl::StatusOr<nlohmann::json> r = ReceiveFrom(sock, absl::Hours(1), &fds);
+    if (!r.ok()) page->FailIfPending();
+    return r.status();
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Parker::WaitCopied() {
+  if (!copied_.valid()) return absl::FailedPreconditionError("the park was never copied");
+  return copied_.get();
+}
+
+}  // namespace cryo::gpu

@@ -1,0 +1,60 @@
+#pragma once
+
+// cryod's end of a parking process (cryo-gpu-parker; lib/contract/gpu_fastpath.h, "Parking"):
+// device memory on one GPU, held by a process of cryod's, that a leave-running drain parks a
+// job's data in while the job is held; after the thaw it copies that memory into cryod's memfd
+// and cryod writes the files behind it (the progress page says how far it is).
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/gpu/progress_page.h"
+#include "lib/base/fd.h"
+
+namespace cryo::gpu {
+
+struct ParkerOptions {
+  std::string binary;                          // cryo-gpu-parker
+  std::string libcuda;                         // the driver it opens (empty: libcuda.so.1)
+  absl::Duration timeout = absl::Seconds(30);  // for its memory, and for each reply
+};
+
+class Parker {
+ public:
+  // A parking process with `bytes` (or a little more) of device memory on the GPU of PCI bus id
+  // `device`. UNAVAILABLE when the GPU has not that much free, or the process fails to start.
+  static absl::StatusOr<std::unique_ptr<Parker>> Start(const ParkerOptions& opt,
+                                                       const std::string& device, uint64_t bytes);
+  ~Parker();  // the process ends, and its memory with it
+  Parker(const Parker&) = delete;
+  Parker& operator=(const Parker&) = delete;
+
+  int fd() const { return park_.get(); }  // the memory's POSIX descriptor, for the library
+  uint64_t bytes() const { return bytes_; }
+  const std::string& device() const { return device_; }
+
+  // Has the process copy its first `bytes` into `memfd`, raising `page` (bad on any failure,
+  // the process's death included) as it goes. WaitCopied then waits for its word.
+  absl::Status BeginCopy(int memfd, std::shared_ptr<const ProgressPage> page, uint64_t bytes);
+  absl::Status WaitCopied();
+  bool copying() const { return copied_.valid(); }
+
+ private:
+  Parker() = default;
+  UniqueFd sock_, park_;
+  pid_t pid_ = -1;
+  uint64_t bytes_ = 0;
+  std::string device_;
+  absl::Duration timeout_;
+  std::future<absl::Status> copied_;
+};
+
+}  // namespace cryo::gpu

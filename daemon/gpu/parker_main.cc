@@ -1,0 +1,188 @@
+// cryo-gpu-parker: cryod's parking process for one process of a leave-running checkpoint
+// (lib/contract/gpu_fastpath.h, "Parking"; daemon/gpu/parker.h is cryod's side). It holds device
+// memory on one GPU that the job's library copies its data into within the GPU while the job is
+// held, so that the driver's checkpoint finds the job's context empty without a copy over PCIe;
+// after the thaw it copies that memory into cryod's memfd, and cryod writes the files behind it.
+//
+//   cryo-gpu-parker --device PCI_BUS_ID --bytes N [--libcuda PATH]
+//
+// Its stdin is a SOCK_SEQPACKET socket to cryod (messages of lib/contract/gpu_fastpath_wire.h):
+//   -> {"ok": true, "bytes": M} with the memory's POSIX descriptor attached (M: N rounded up to
+//      the GPU's granularity), or {"ok": false, "error"}
+//   <- {"op": "copy", "bytes": B} with a memfd and a progress page attached: the first B bytes
+//      into the memfd, "ready" raised after each piece, then the verdict (bad on any failure)
+//   -> {"ok": true, "copy_ms"} or {"ok": false, "error"}
+// It exits when the socket closes, or when cryod dies (PR_SET_PDEATHSIG), at any step: the
+// memory goes with it. libcuda is opened at run time (the node's driver; a fake one in tests).
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "lib/base/fd.h"
+#include "lib/contract/gpu_fastpath.h"
+#include "lib/contract/gpu_fastpath_wire.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+namespace wire = cryo::contract::gpu_fastpath;
+constexpr int kSocket = 0;  // stdin: the socket to cryod
+constexpr uint64_t kPiece = 64ull << 20;
+
+#define PARKER_FUNCS(X)            \
+  X(cuInit)                        \
+  X(cuGetErrorString)              \
+  X(cuDeviceGetByPCIBusId)         \
+  X(cuDevicePrimaryCtxRetain)      \
+  X(cuCtxSetCurrent)               \
+  X(cuMemGetAllocationGranularity) \
+  X(cuMemCreate)                   \
+  X(cuMemRelease)                  \
+  X(cuMemExportToShareableHandle)  \
+  X(cuMemAddressReserve)           \
+  X(cuMemMap)                      \
+  X(cuMemSetAccess)                \
+  X(cuMemcpyDtoH_v2)
+
+struct Cuda {
+#define PARKER_FIELD(name) decltype(&::name) name = nullptr;
+  PARKER_FUNCS(PARKER_FIELD)
+#undef PARKER_FIELD
+};
+
+[[noreturn]] void Fail(const std::string& why) {
+  (void)wire::SendMessage(kSocket, nlohmann::json{{"ok", false}, {"error", why}}.dump());
+  std::fprintf(stderr, "cryo-gpu-parker: %s\n", why.c_str());
+  std::exit(1);
+}
+
+std::string Err(const Cuda& c, const char* what, CUresult r) {
+  const char* s = nullptr;
+  if (c.cuGetErrorString == nullptr || c.cuGetErrorString(r, &s) != CUDA_SUCCESS || !s) s = "?";
+  return std::string(what) + ": " + s;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string device, libcuda = "libcuda.so.1";
+  uint64_t bytes = 0;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--device") device = argv[i + 1];
+    if (k == "--bytes") bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    if (k == "--libcuda") libcuda = argv[i + 1];
+  }
+  // Its memory is cryod's: it does not outlive cryod.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() == 1) return 1;
+  if (device.empty() || bytes == 0) Fail("usage: cryo-gpu-parker --device PCI_BUS_ID --bytes N");
+  void* lib = ::dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) Fail(std::string("cannot open ") + libcuda + ": " + ::dlerror());
+  Cuda c;
+#define PARKER_LOAD(name)                                           \
+  c.name = reinterpret_cast<decltype(c.name)>(::dlsym(lib, #name)); \
+  if (c.name == nullptr) Fail(std::string(libcuda) + " lacks " + #name);
+  PARKER_FUNCS(PARKER_LOAD)
+#undef PARKER_LOAD
+
+  CUresult r = c.cuInit(0);
+  if (r != CUDA_SUCCESS) Fail(Err(c, "cuInit", r));
+  CUdevice dev = 0;
+  r = c.cuDeviceGetByPCIBusId(&dev, device.c_str());
+  if (r != CUDA_SUCCESS) Fail(Err(c, ("no GPU " + device).c_str(), r));
+  CUcontext ctx = nullptr;
+  r = c.cuDevicePrimaryCtxRetain(&ctx, dev);
+  if (r == CUDA_SUCCESS) r = c.cuCtxSetCurrent(ctx);
+  if (r != CUDA_SUCCESS) Fail(Err(c, "a context on the GPU", r));
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t gran = 0;
+  r = c.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS || gran == 0) Fail(Err(c, "the allocation granularity", r));
+  bytes = (bytes + gran - 1) / gran * gran;
+  CUmemGenericAllocationHandle h = 0;
+  r = c.cuMemCreate(&h, bytes, &prop, 0);
+  if (r != CUDA_SUCCESS) {
+    Fail(Err(c, ("creating " + std::to_string(bytes) + " bytes on GPU " + device).c_str(), r));
+  }
+  int raw = -1;
+  r = c.cuMemExportToShareableHandle(&raw, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS) Fail(Err(c, "exporting the park", r));
+  cryo::UniqueFd exported(raw);
+  if (!wire::SendMessage(kSocket, nlohmann::json{{"ok", true}, {"bytes", bytes}}.dump(),
+                         {exported.get()})) {
+    return 1;
+  }
+  exported.reset();
+
+  std::string text;
+  std::vector<cryo::UniqueFd> fds;
+  if (!wire::ReceiveMessage(kSocket, &text, &fds)) return 0;  // not wanted: the memory goes
+  const nlohmann::json req = nlohmann::json::parse(text, nullptr, false);
+  if (!req.is_object() || req.value("op", "") != "copy" || fds.size() != 2 ||
+      !req.contains("bytes") || !req["bytes"].is_number_unsigned()) {
+    Fail("expected a copy with a memfd and a progress page");
+  }
+  const uint64_t want = req["bytes"].get<uint64_t>();
+  void* pg =
+      ::mmap(nullptr, wire::kProgressBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds[1].get(), 0);
+  if (pg == MAP_FAILED) Fail(std::string("mapping the progress page: ") + std::strerror(errno));
+  wire::ProgressWords progress(pg);
+  auto fail = [&](const std::string& why) {
+    progress.SetVerdictIfPending(wire::kVerdictBad);
+    Fail(why);
+  };
+  if (want > bytes) fail("asked to copy more than the park holds");
+  const auto t0 = std::chrono::steady_clock::now();
+  struct stat st {};
+  if (::fstat(fds[0].get(), &st) != 0) fail("fstat of the memfd");
+  if (static_cast<uint64_t>(st.st_size) < want && ::ftruncate(fds[0].get(), want) != 0) {
+    fail(std::string("growing the memfd: ") + std::strerror(errno));
+  }
+  char* host = want == 0 ? nullptr
+                         : static_cast<char*>(::mmap(nullptr, want, PROT_READ | PROT_WRITE,
+                                                     MAP_SHARED, fds[0].get(), 0));
+  if (host == MAP_FAILED) fail(std::string("mapping the memfd: ") + std::strerror(errno));
+  CUdeviceptr va = 0;
+  r = c.cuMemAddressReserve(&va, bytes, 0, 0, 0);
+  if (r == CUDA_SUCCESS) r = c.cuMemMap(va, bytes, 0, h, 0);
+  CUmemAccessDesc a{};
+  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  a.location.id = dev;
+  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (r == CUDA_SUCCESS) r = c.cuMemSetAccess(va, bytes, &a, 1);
+  if (r != CUDA_SUCCESS) fail(Err(c, "mapping the park", r));
+  for (uint64_t off = 0; off < want; off += kPiece) {
+    const uint64_t n = std::min(kPiece, want - off);
+    r = c.cuMemcpyDtoH_v2(host + off, va + off, n);
+    if (r != CUDA_SUCCESS) fail(Err(c, "copying the park into cryod's memory", r));
+    progress.Raise(off + n);
+  }
+  progress.SetVerdict(wire::kVerdictGood);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  (void)wire::SendMessage(kSocket, nlohmann::json{{"ok", true}, {"copy_ms", ms}}.dump());
+  // Until cryod lets go: the memory is freed as the process ends.
+  (void)wire::ReceiveMessage(kSocket, &text, &fds);
+  c.cuMemRelease(h);
+  return 0;
+}
