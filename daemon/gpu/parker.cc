@@ -62,7 +62,9 @@ absl::StatusOr<std::unique_ptr<Parker>> Parker::Start(const ParkerOptions& opt,
     so.argv.push_back(opt.libcuda);
   }
   so.stdin_fd = theirs.get();
-  so.die_with_parent = true;
+  // Not die_with_parent: that signal follows the thread that spawns, and StartParkers spawns
+  // from threads that end at once. The socket closing (with cryod, at the latest) ends it.
+  so.die_with_parent = false;
   std::unique_ptr<Parker> p(new Parker());
   CRYO_ASSIGN_OR_RETURN(p->pid_, Spawn(so));
   theirs.reset();

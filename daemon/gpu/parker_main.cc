@@ -12,15 +12,16 @@
 //   <- {"op": "copy", "bytes": B} with a memfd and a progress page attached: the first B bytes
 //      into the memfd, "ready" raised after each piece, then the verdict (bad on any failure)
 //   -> {"ok": true, "copy_ms"} or {"ok": false, "error"}
-// It exits when the socket closes, or when cryod dies (PR_SET_PDEATHSIG), at any step: the
-// memory goes with it. libcuda is opened at run time (the node's driver; a fake one in tests).
+// It exits when the socket closes (cryod let go of it, or died), at any step: the memory goes
+// with it. (Not PR_SET_PDEATHSIG: that follows the cryod thread that started it, which may end
+// before the checkpoint does.) libcuda is opened at run time (the node's driver; a fake one in
+// tests).
 
 #include <cuda.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -87,9 +88,6 @@ int main(int argc, char** argv) {
     if (k == "--bytes") bytes = std::strtoull(argv[i + 1], nullptr, 10);
     if (k == "--libcuda") libcuda = argv[i + 1];
   }
-  // Its memory is cryod's: it does not outlive cryod.
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() == 1) return 1;
   if (device.empty() || bytes == 0) Fail("usage: cryo-gpu-parker --device PCI_BUS_ID --bytes N");
   void* lib = ::dlopen(libcuda.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) Fail(std::string("cannot open ") + libcuda + ": " + ::dlerror());

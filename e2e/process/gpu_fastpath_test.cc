@@ -396,6 +396,33 @@ TEST_F(FastpathE2e, AParkedLeaveRunningCheckpointIsWrittenFromTheParkAndRestores
   ExpectRunsOnIntact(w, 0);
 }
 
+// The same for a job of two processes that share memory as NCCL's P2P transport does, each with
+// memory of its own: a park each, started at once (a parking process must outlive the thread that
+// starts it), the shared allocation parked by its exporter. Both run on with every word, the
+// peer's own memory and the shared memory included.
+TEST_F(FastpathE2e, TwoProcessesOfAJobAreParkedAtOnceAndRunOnIntact) {
+  Cryod& a = Node("node-a", {"--gpu-park", "true", "--gpu-parker-libcuda",
+                             absl::StrCat(FAKE_CUDA_DIR, "/libcuda.so.1")});
+  Workload& w = GpuJob({"--share-mib", "8", "--peer-mib", "16"});
+  ASSERT_TRUE(w.WaitMain(20));
+  ASSERT_TRUE(PeerRuns(w)) << w.Status().dump();
+  const std::string peer_status = w.status_path() + ".peer";
+  auto peer = [&] { return nlohmann::json::parse(Slurp(peer_status), nullptr, false); };
+  const uint64_t peer_main = U(peer(), "main");
+  v1::CheckpointInfo info;
+  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-park-two", /*leave_running=*/true), &info);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(info.gpu_fastpath_bytes(), 88 * kMiB) << "64 + the shared 8, and the peer's 16";
+  const std::string log = Slurp(a.log());
+  EXPECT_TRUE(absl::StrContains(log, "2 of 2 processes have a park on their GPU")) << log;
+  ExpectRunsOnIntact(w, U(w.Status(), "main"));
+  EXPECT_TRUE(PeerRuns(w)) << w.Status().dump();
+  EXPECT_EQ(U(w.Status(), "peer_mismatches"), 0u) << w.Status().dump();
+  ASSERT_TRUE(WaitFor([&] { return U(peer(), "main") > peer_main + 30; })) << Slurp(peer_status);
+  EXPECT_EQ(U(peer(), "mismatches"), 0u) << Slurp(peer_status);
+  EXPECT_EQ(peer()["verified"], true) << Slurp(peer_status);
+}
+
 // A leave-running checkpoint copies the private memory of a process under the library while the
 // job runs (the library gives cryod a userfaultfd that tracks the job's writes: criu/pre_copy.h),
 // and the freeze copies again only what the job wrote since; the rest goes into the images after

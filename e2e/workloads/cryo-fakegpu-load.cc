@@ -16,16 +16,17 @@
 // With --share-mib N it also maps N MiB the way NCCL's P2P transport shares memory: created with
 // a POSIX descriptor handle type, exported (cuMemExportToShareableHandle), and imported by a
 // second process of the job (this program again, started with --import-fd, inheriting the
-// descriptor), which maps it too. --share-count K makes that K such allocations of N MiB side by
-// side, each exported and imported on its own (as NCCL's buffers, one per peer and channel). Word 0
-// of that memory is the peer's step counter, word 1 its count of wrong words, the rest a fixed
-// pattern both check every step; "peer_steps" and "peer_mismatches" in the status are read from
-// there (so they advance only while the two processes map the same memory). With --share-ipc the
-// shared memory is one cudaMalloc of N MiB passed by legacy CUDA IPC instead (cuIpcGetMemHandle;
-// the second process gets --import-ipc with the handle in hex and opens it with
-// cuIpcOpenMemHandle), as PyTorch shares CUDA tensors and NCCL's P2P transport shares buffers
-// with NCCL_CUMEM_ENABLE=0. With --share-host the shared allocations are host memory
-// (CU_MEM_LOCATION_TYPE_HOST_NUMA), as NCCL's SHM transport makes them when P2P is unavailable.
+// descriptor), which maps it too (holding --peer-mib of its own, default none). --share-count K
+// makes that K such allocations of N MiB side by side, each exported and imported on its own (as
+// NCCL's buffers, one per peer and channel). Word 0 of that memory is the peer's step counter, word
+// 1 its count of wrong words, the rest a fixed pattern both check every step; "peer_steps" and
+// "peer_mismatches" in the status are read from there (so they advance only while the two processes
+// map the same memory). With --share-ipc the shared memory is one cudaMalloc of N MiB passed by
+// legacy CUDA IPC instead (cuIpcGetMemHandle; the second process gets --import-ipc with the handle
+// in hex and opens it with cuIpcOpenMemHandle), as PyTorch shares CUDA tensors and NCCL's P2P
+// transport shares buffers with NCCL_CUMEM_ENABLE=0. With --share-host the shared allocations are
+// host memory (CU_MEM_LOCATION_TYPE_HOST_NUMA), as NCCL's SHM transport makes them when P2P is
+// unavailable.
 //
 // With --host-mib N it also holds N MiB of private host memory it rewrites as it runs, a few pages
 // every step, each page filled from its index and a stamp (the step that wrote it); the stamps
@@ -242,6 +243,7 @@ int main(int argc, char** argv) {
   long static_mib = 0;
   long host_mib = 0;
   long share_count = 1;
+  long peer_mib = 0;  // --peer-mib: the importer's own cudaMalloc memory (--share-mib's process)
   std::vector<int> import_fds;
   bool share_ipc = false, share_host = false;
   std::string import_ipc;  // the exporter's legacy IPC handle, hex
@@ -269,6 +271,8 @@ int main(int argc, char** argv) {
       g_kernel_ms = atol(v), ++i;
     else if (a == "--share-mib")
       share_mib = atol(v), ++i;
+    else if (a == "--peer-mib")
+      peer_mib = atol(v), ++i;
     else if (a == "--share-count")
       share_count = atol(v), ++i;
     else if (a == "--import-fd") {
@@ -512,10 +516,10 @@ int main(int argc, char** argv) {
       if (peer == 0) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         std::string mibs = std::to_string(share_mib), count = std::to_string(share_count);
-        std::string st = status_path + ".peer";
+        std::string st = status_path + ".peer", own = std::to_string(peer_mib);
         execl("/proc/self/exe", argv[0], "--import-fd", fds.c_str(), "--share-mib", mibs.c_str(),
-              "--share-count", count.c_str(), "--mib", "0", "--vmm-mib", "0", "--small", "0",
-              "--status", st.c_str(), static_cast<char*>(nullptr));
+              "--share-count", count.c_str(), "--mib", own.c_str(), "--vmm-mib", "0", "--small",
+              "0", "--status", st.c_str(), static_cast<char*>(nullptr));
         _exit(127);
       }
       for (int fd : exported) close(fd);  // passed on: NCCL closes its copies too
