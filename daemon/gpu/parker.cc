@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "lib/base/log.h"
 #include "lib/base/poll.h"
 #include "lib/base/status.h"
 #include "lib/base/subprocess.h"
@@ -106,13 +107,20 @@ absl::Status Parker::BeginCopy(int memfd, std::shared_ptr<const ProgressPage> pa
     return ErrnoStatus(errno, "asking the parking process for its copy");
   }
   const int sock = sock_.get();
+  const std::string device = device_;
   // Its answer comes once the copy is done: as long as the copy takes (minutes for a whole
   // GPU at the slowest), so only its death or a failure ends the wait early.
-  copied_ = std::async(std::launch::async, [sock, page]() -> absl::Status {
+  copied_ = std::async(std::launch::async, [sock, page, bytes, device]() -> absl::Status {
     std::vector<UniqueFd> fds;
     absl::StatusOr<nlohmann::json> r = ReceiveFrom(sock, absl::Hours(1), &fds);
-    if (!r.ok()) page->FailIfPending();
-    return r.status();
+    if (!r.ok()) {
+      page->FailIfPending();
+      return r.status();
+    }
+    CRYO_LOG(Info) << "park on GPU " << device << ": " << bytes
+                   << " bytes copied into cryod's memory in " << r->value("copy_ms", int64_t{-1})
+                   << " ms; its GPU memory is free again";
+    return absl::OkStatus();
   });
   return absl::OkStatus();
 }

@@ -11,7 +11,7 @@
 //      the GPU's granularity), or {"ok": false, "error"}
 //   <- {"op": "copy", "bytes": B} with a memfd and a progress page attached: the first B bytes
 //      into the memfd, "ready" raised after each piece, then the verdict (bad on any failure)
-//   -> {"ok": true, "copy_ms"} or {"ok": false, "error"}
+//   -> {"ok": true, "copy_ms"} once its memory is freed, or {"ok": false, "error"}
 // It exits when the socket closes (cryod let go of it, or died), at any step: the memory goes
 // with it. (Not PR_SET_PDEATHSIG: that follows the cryod thread that started it, which may end
 // before the checkpoint does.) libcuda is opened at run time (the node's driver; a fake one in
@@ -57,6 +57,8 @@ constexpr uint64_t kPiece = 64ull << 20;
   X(cuMemAddressReserve)           \
   X(cuMemMap)                      \
   X(cuMemSetAccess)                \
+  X(cuMemUnmap)                    \
+  X(cuMemAddressFree)              \
   X(cuMemcpyDtoH_v2)
 
 struct Cuda {
@@ -178,9 +180,11 @@ int main(int argc, char** argv) {
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
           .count();
-  (void)wire::SendMessage(kSocket, nlohmann::json{{"ok", true}, {"copy_ms", ms}}.dump());
-  // Until cryod lets go: the memory is freed as the process ends.
-  (void)wire::ReceiveMessage(kSocket, &text, &fds);
+  // The GPU memory goes back at once: the job runs on beside it and may want it (cryod's write
+  // from the memfd takes as long as the store does).
+  c.cuMemUnmap(va, bytes);
+  c.cuMemAddressFree(va, bytes);
   c.cuMemRelease(h);
+  (void)wire::SendMessage(kSocket, nlohmann::json{{"ok", true}, {"copy_ms", ms}}.dump());
   return 0;
 }

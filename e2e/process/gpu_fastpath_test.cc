@@ -386,6 +386,7 @@ TEST_F(FastpathE2e, AParkedLeaveRunningCheckpointIsWrittenFromTheParkAndRestores
   EXPECT_TRUE(absl::StrContains(log, "1 of 1 processes have a park on their GPU")) << log;
   EXPECT_TRUE(absl::StrContains(log, ", parked on its GPU")) << log;
   EXPECT_TRUE(absl::StrContains(log, ", from its park on the GPU")) << log;
+  EXPECT_TRUE(absl::StrContains(log, "bytes copied into cryod's memory in")) << log;
   ExpectRunsOnIntact(w, U(w.Status(), "main"));
   const std::string ckpt = store_ + "/checkpoints/fp-park";
   EXPECT_EQ(BytesUnder(ckpt, "gpu/"), 64 * kMiB);
