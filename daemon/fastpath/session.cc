@@ -170,19 +170,33 @@ size_t FastpathSession::StartParkers(const ParkerOptions& opt) {
   return parked;
 }
 
-bool FastpathSession::CopyParkNow(size_t i) {
+absl::Status FastpathSession::BeginParkCopy(size_t i) {
   Held& h = held_[i];
-  if (!records_[i].parked || h.parker == nullptr) return true;
-  if (!h.parker->copying()) {
-    if (h.page == nullptr) {
-      auto page = ProgressPage::Make();
-      if (!page.ok()) return false;
-      h.page = *std::move(page);
-    }
-    if (!h.parker->BeginCopy(h.host_copy.get(), h.page, records_[i].bytes).ok()) return false;
+  if (!records_[i].parked || h.parker == nullptr || h.parker->copying()) return absl::OkStatus();
+  const std::string what = absl::StrCat("the park of pid ", records_[i].pid);
+  // The write must follow the copy: it reads the host copy only where the page says.
+  if (h.page == nullptr) {
+    auto page = ProgressPage::Make();
+    CRYO_RETURN_IF_ERROR(Annotate(page.status(), what));
+    h.page = *std::move(page);
   }
-  absl::Status st = h.parker->WaitCopied();
+  records_[i].follow = true;
+  return Annotate(h.parker->BeginCopy(h.host_copy.get(), h.page, records_[i].bytes), what);
+}
+
+absl::Status FastpathSession::EndPark(size_t i) {
+  Held& h = held_[i];
+  if (h.parker == nullptr) return absl::OkStatus();
+  absl::Status copied = h.parker->copying() ? h.parker->WaitCopied() : absl::OkStatus();
   h.parker.reset();
+  return copied;
+}
+
+bool FastpathSession::CopyParkNow(size_t i) {
+  if (!records_[i].parked || held_[i].parker == nullptr) return true;
+  absl::Status st = BeginParkCopy(i);
+  absl::Status copied = EndPark(i);
+  if (st.ok()) st = copied;
   if (!st.ok()) {
     CRYO_LOG(Error) << "fast path of pid " << records_[i].pid << ": its park could not be copied "
                     << "into cryod's memory: " << st;
@@ -191,20 +205,7 @@ bool FastpathSession::CopyParkNow(size_t i) {
 }
 
 absl::Status FastpathSession::BeginParkCopies() {
-  for (size_t i = 0; i < records_.size(); ++i) {
-    Held& h = held_[i];
-    if (!records_[i].parked || h.parker == nullptr || h.parker->copying()) continue;
-    const std::string what = absl::StrCat("the park of pid ", records_[i].pid);
-    // The write must follow the copy: it reads the host copy only where the page says.
-    if (h.page == nullptr) {
-      auto page = ProgressPage::Make();
-      CRYO_RETURN_IF_ERROR(Annotate(page.status(), what));
-      h.page = *std::move(page);
-    }
-    records_[i].follow = true;
-    CRYO_RETURN_IF_ERROR(
-        Annotate(h.parker->BeginCopy(h.host_copy.get(), h.page, records_[i].bytes), what));
-  }
+  for (size_t i = 0; i < records_.size(); ++i) CRYO_RETURN_IF_ERROR(BeginParkCopy(i));
   return absl::OkStatus();
 }
 
@@ -454,10 +455,7 @@ absl::StatusOr<uint64_t> FastpathSession::WriteHostCopies(
   }
   // The parks, copied (the write followed them), go back to their GPUs.
   for (size_t i = 0; i < records_.size(); ++i) {
-    if (held_[i].parker == nullptr) continue;
-    absl::Status copied =
-        held_[i].parker->copying() ? held_[i].parker->WaitCopied() : absl::OkStatus();
-    held_[i].parker.reset();
+    absl::Status copied = EndPark(i);
     if (got.ok() && !copied.ok()) got = copied;
   }
   CRYO_RETURN_IF_ERROR(got.status());

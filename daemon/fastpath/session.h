@@ -133,8 +133,13 @@ class FastpathSession {
     std::vector<store::ManifestFile> listed;   // its files as the manifest lists them
     std::unique_ptr<Parker> parker;            // its park on the GPU (StartParkers)
   };
-  // A parked process's park copied into its host copy and waited for; false when it could not
-  // be (the host copy then does not hold the data).
+  // A parked process's park copied into its host copy, the write to follow (its progress page);
+  // nothing when it is not parked or its copy began already.
+  absl::Status BeginParkCopy(size_t i);
+  // Its parking process's copy waited for, if one began, and the process let go (its GPU
+  // memory with it).
+  absl::Status EndPark(size_t i);
+  // Both: false when the park could not be copied (the host copy then does not hold the data).
   bool CopyParkNow(size_t i);
   absl::Status CheckSaved(size_t i, bool durable);
   void List(size_t i);

@@ -236,6 +236,27 @@ bool PeerGone(int conn) {
   return ::poll(&pfd, 1, 0) > 0 && (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR)) != 0;
 }
 
+// A drain's or refill's descriptors from cryod's memory (gpu_fastpath.h, "Memory", "Following",
+// "Parking"), lent from `fds`: the memfd, then the progress page if followed, then the park.
+struct MemoryFds {
+  int memfd = -1, progress = -1, park = -1;
+};
+// False, with *why, when `fds` is not that (`what`: "a drain into memory", ...).
+bool TakeMemoryFds(const wire::Request& req, const std::vector<UniqueFd>& fds, const char* what,
+                   MemoryFds* out, std::string* why) {
+  const size_t want = 1 + (req.follow ? 1 : 0) + (req.park > 0 ? 1 : 0);
+  if (fds.size() != want) {
+    *why = std::string(what) +
+           " carries a memfd, then a progress page if followed, then a park if parked: " +
+           std::to_string(want) + " descriptors, not " + std::to_string(fds.size());
+    return false;
+  }
+  out->memfd = fds[0].get();
+  if (req.follow) out->progress = fds[1].get();
+  if (req.park > 0) out->park = fds.back().get();
+  return true;
+}
+
 }  // namespace
 
 void Control::HandleDrain(int conn, const wire::Request& req, std::vector<UniqueFd>& fds) {
@@ -250,22 +271,17 @@ void Control::HandleDrain(int conn, const wire::Request& req, std::vector<Unique
     return;
   }
   if (req.memory) {
-    const size_t want = 1 + (req.follow ? 1 : 0) + (req.park > 0 ? 1 : 0);
-    if (fds.size() != want) {
-      Answer(conn,
-             Result("a drain into memory carries a memfd, then a progress page if followed, "
-                    "then a park if parked: " +
-                        std::to_string(want) + " descriptors, not " + std::to_string(fds.size()),
-                    true));
+    MemoryFds m;
+    std::string why;
+    if (!TakeMemoryFds(req, fds, "a drain into memory", &m, &why)) {
+      Answer(conn, Result(why, true));
       return;
     }
-    opt.memfd = fds[0].get();
-    if (req.follow) opt.progress = fds[1].get();
-    if (req.park > 0) {
-      opt.park = fds.back().get();
-      opt.park_bytes = req.park;
-      opt.park_device = req.park_device;
-    }
+    opt.memfd = m.memfd;
+    opt.progress = m.progress;
+    opt.park = m.park;
+    opt.park_bytes = req.park;
+    opt.park_device = req.park_device;
   } else {
     opt.fds = Borrow(fds);
   }
@@ -449,20 +465,16 @@ void Control::HandleRefill(int conn, const wire::Request& req, std::vector<Uniqu
   RefillOptions opt;
   opt.threads = req.threads;
   if (req.memory) {
-    const size_t want = 1 + (req.follow ? 1 : 0) + (req.park > 0 ? 1 : 0);
-    if (fds.size() != want) {
-      Answer(conn, Result::Failed("a refill from memory carries a memfd, then a progress page if "
-                                  "following, then a park if parked: " +
-                                  std::to_string(want) + " descriptors, not " +
-                                  std::to_string(fds.size())));
+    MemoryFds m;
+    std::string why;
+    if (!TakeMemoryFds(req, fds, "a refill from memory", &m, &why)) {
+      Answer(conn, Result::Failed(why));
       return;
     }
-    opt.memfd = fds[0].get();
-    if (req.follow) opt.progress = fds[1].get();
-    if (req.park > 0) {
-      opt.park = fds.back().get();
-      opt.park_bytes = req.park;
-    }
+    opt.memfd = m.memfd;
+    opt.progress = m.progress;
+    opt.park = m.park;
+    opt.park_bytes = req.park;
   } else {
     opt.fds = Borrow(fds);
   }

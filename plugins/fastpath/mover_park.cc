@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "plugins/fastpath/mover.h"
 #include "plugins/fastpath/mover_internal.h"
@@ -13,37 +14,41 @@ namespace cryo::fastpath {
 
 using mover_internal::Cuda;
 
-std::string Mover::Device() {
+namespace {
+
+// The PCI bus id (the one name processes with different device numbers agree on) of the one GPU
+// that holds all of `phys`; "" when it is none or several, or host memory (NCCL's SHM buffers,
+// which have no place in a GPU's park) is among it.
+std::string OneGpu(const Driver& d, const std::vector<Phys*>& phys) {
   std::set<int> devices;
-  {
-    std::lock_guard<std::mutex> l(reg_.mu());
-    for (auto& [id, p] : reg_.phys()) {
-      if (!Registry::Moved(*p) || p->real == 0) continue;
-      // Host memory (NCCL's SHM buffers) has no place in a GPU's park.
-      if (p->host_mem) return "";
-      devices.insert(p->prop.location.id);
-    }
+  for (const Phys* p : phys) {
+    if (p->host_mem) return "";
+    devices.insert(p->prop.location.id);
   }
-  if (devices.size() != 1) return "";
   CUdevice dev = 0;
   char bus[32] = {0};
-  if (d_.cuDeviceGet(&dev, *devices.begin()) != CUDA_SUCCESS ||
-      d_.cuDeviceGetPCIBusId(bus, sizeof(bus), dev) != CUDA_SUCCESS) {
+  if (devices.size() != 1 || d.cuDeviceGet(&dev, *devices.begin()) != CUDA_SUCCESS ||
+      d.cuDeviceGetPCIBusId(bus, sizeof(bus), dev) != CUDA_SUCCESS) {
     return "";
   }
   return bus;
 }
 
-bool Mover::FitsPark(const std::string& device, uint64_t bytes) {
-  if (plan_.empty() || total_ > bytes || device.empty()) return false;
-  for (Phys* p : plan_) {
-    if (p->host_mem || p->prop.location.id != plan_.front()->prop.location.id) return false;
+}  // namespace
+
+std::string Mover::Device() {
+  std::vector<Phys*> moved;
+  {
+    std::lock_guard<std::mutex> l(reg_.mu());
+    for (auto& [id, p] : reg_.phys()) {
+      if (Registry::Moved(*p) && p->real != 0) moved.push_back(p.get());
+    }
   }
-  // The plan's GPU, by the bus id that names it across processes (their device numbers differ).
-  CUdevice dev = 0;
-  char bus[32] = {0};
-  return d_.cuDeviceGet(&dev, plan_.front()->prop.location.id) == CUDA_SUCCESS &&
-         d_.cuDeviceGetPCIBusId(bus, sizeof(bus), dev) == CUDA_SUCCESS && device == bus;
+  return OneGpu(d_, moved);
+}
+
+bool Mover::FitsPark(const std::string& device, uint64_t bytes) {
+  return !plan_.empty() && total_ <= bytes && !device.empty() && OneGpu(d_, plan_) == device;
 }
 
 Result Mover::CopyPark(int fd, uint64_t bytes, bool out) {
