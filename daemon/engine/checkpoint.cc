@@ -127,9 +127,14 @@ Transaction<CheckpointState> Engine::CheckpointSteps() {
           [fast_bytes](const S& s) {
             return StageSize{fast_bytes(s), ""};
           }),
-      // The pages copied ahead go into the images as the job runs on.
-      step("dump_pages", Stage::kUnspecified, run(&Engine::FinishDumpPages), nullptr,
-           [](const S& s) { return s.live.dump_pages != nullptr; }),
+      // The pages copied ahead go into the images as the job runs on: timed as the images'
+      // write (dump_write), not in gpu_refill, whose stage would otherwise hold it.
+      step(
+          "dump_pages", Stage::kDumpWrite, run(&Engine::FinishDumpPages), nullptr,
+          [](const S& s) { return s.live.dump_pages != nullptr; },
+          [](const S&) {
+            return StageSize{0, "pages copied ahead put into the images while the job runs on"};
+          }),
       // ... and, when it drained into cryod's memory, its files are written as it runs on.
       step(
           "gpu_write", Stage::kGpuWrite, run(&Engine::WriteGpuData), nullptr,

@@ -90,7 +90,8 @@
 #   CRYO_GPU_STALL_POOL_MIB (default 32768): each checkpoint after the first writes its pages
 #   images over the last one's; "park" -park, cryod restarted with gpu_park on (each rank's GPU
 #   data parked in GPU memory cryo-gpu-parker holds, instead of drained to the host while the
-#   job is held; gpu_fastpath.h "Parking"). CRYO_GPU_STALL_PARK=1 runs the single-process job
+#   job is held; gpu_fastpath.h "Parking"); "parkshared" -parkshared, both gpu_park and
+#   dump_pre_copy_shared on. CRYO_GPU_STALL_PARK=1 runs the single-process job
 #   parked too (periodic-stall-GIB-park).
 #
 # Part "driver-floor" (issue 41): what the driver's own checkpoint and restore of a context cost,
@@ -1075,6 +1076,9 @@ run_fastpath_parts() {
           sharedverify) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pre-copy-shared=true" CRYO_PRE_COPY_VERIFY=1 start_cryod ;;
           pool) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --dump-pages-pool-mib ${CRYO_GPU_STALL_POOL_MIB:-32768}" start_cryod ;;
           park) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --gpu-park=true" start_cryod ;;
+          # Parked, and the shared (pinned) host memory copied beside the driver's checkpoint:
+          # with the drain off the host's memory bus, that copy may no longer slow the rest.
+          parkshared) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --gpu-park=true --dump-pre-copy-shared=true" start_cryod ;;
         esac
         for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" "$([ "$mode" = memory ] || echo "-$mode")"; done
         if [ "$mode" != memory ]; then stop_cryod; start_cryod; fi
