@@ -160,16 +160,28 @@ absl::Status WriteAll(int fd, const char* p, uint64_t len, uint64_t off, const c
 // Copies piece `p` into its place in the new pages file (through `buf` where the file is not
 // mapped), and adds it to `hash` (may be null: hashed later). A piece from the copy ahead is left
 // for the thaw unless `ahead`.
+// The destination is filled a window at a time, each window ending at a huge page's boundary:
+// its pages allocated (the kernel zeroes them), filled and checksummed while they are still in the
+// CPU's cache. Allocating, filling and hashing a whole 8 MiB piece one pass after the other went
+// through memory three times; the frozen copy is bound by memory bandwidth (docs/benchmarks.md).
+constexpr uint64_t kWindowBytes = 2ull << 20;
+
 absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash, bool ahead = false) {
   TaskPlan& t = *p.task;
   // Not even its pages allocated while the tasks are frozen.
   if (p.ahead != nullptr && !ahead) return absl::OkStatus();
-  char* dst = buf;
-  if (t.map != nullptr) {
-    dst = t.map + p.out;
+  if (t.map == nullptr && p.ahead != nullptr) {
+    return absl::InternalError("a pages image taken from the copy ahead must be mapped");
+  }
+  char* const base = t.map != nullptr ? t.map + p.out : buf;
+  for (uint64_t done = 0; done < p.len;) {
+    char* dst = base + done;
+    const uint64_t to_boundary =
+        kWindowBytes - (reinterpret_cast<uintptr_t>(dst) & (kWindowBytes - 1));
+    const uint64_t n = std::min(p.len - done, to_boundary);
     // The pages of the file are allocated here, where a full tmpfs or disk is an error; a write
     // into a mapping that cannot get its page would be a SIGBUS instead.
-    if (::madvise(dst, p.len, MADV_POPULATE_WRITE) != 0) {
+    if (t.map != nullptr && ::madvise(dst, n, MADV_POPULATE_WRITE) != 0) {
       // EFAULT is how it reports a page the file system could not give (a full tmpfs or disk).
       const int err = errno;
       if (err == EFAULT || err == ENOSPC || err == ENOMEM) {
@@ -179,21 +191,20 @@ absl::Status CopyPiece(const Piece& p, char* buf, XXH3_state_t* hash, bool ahead
       }
       return ErrnoStatus(err, "allocating the pages image");
     }
-  } else if (p.ahead != nullptr) {
-    return absl::InternalError("a pages image taken from the copy ahead must be mapped");
+    if (p.ahead != nullptr) {
+      std::memcpy(dst, p.ahead + done, n);
+    } else if (p.from_task && t.shm.ok()) {
+      CRYO_RETURN_IF_ERROR(PreadAll(t.shm.get(), dst, n, p.src + done,
+                                    absl::StrCat("reading shared memory ", t.pagemap)));
+    } else if (p.from_task) {
+      CRYO_RETURN_IF_ERROR(ReadTaskMemory(t.pid, t.mem.get(), p.src + done, dst, n));
+    } else {
+      CRYO_RETURN_IF_ERROR(PreadAll(t.old_pages.get(), dst, n, p.src + done,
+                                    absl::StrCat("reading CRIU's ", PagesName(t.pages_id))));
+    }
+    if (hash != nullptr) XXH3_128bits_update(hash, dst, n);
+    done += n;
   }
-  if (p.ahead != nullptr) {
-    std::memcpy(dst, p.ahead, p.len);
-  } else if (p.from_task && t.shm.ok()) {
-    CRYO_RETURN_IF_ERROR(PreadAll(t.shm.get(), dst, p.len, p.src,
-                                  absl::StrCat("reading shared memory ", t.pagemap)));
-  } else if (p.from_task) {
-    CRYO_RETURN_IF_ERROR(ReadTaskMemory(t.pid, t.mem.get(), p.src, dst, p.len));
-  } else {
-    CRYO_RETURN_IF_ERROR(PreadAll(t.old_pages.get(), dst, p.len, p.src,
-                                  absl::StrCat("reading CRIU's ", PagesName(t.pages_id))));
-  }
-  if (hash != nullptr) XXH3_128bits_update(hash, dst, p.len);
   if (t.map != nullptr) return absl::OkStatus();
   return WriteAll(t.new_pages.get(), buf, p.len, p.out, "writing the pages image");
 }
@@ -615,6 +626,19 @@ AnonPagesCopy::~AnonPagesCopy() = default;
 
 namespace {
 
+// one(i) for every i in [0, n), on at most `threads` threads; every call's status, in order.
+std::vector<absl::Status> EachIndex(size_t n, int threads,
+                                    const std::function<absl::Status(size_t)>& one) {
+  std::vector<absl::Status> out(n);
+  std::atomic<size_t> next{0};
+  const size_t k = std::min<size_t>(std::max(threads, 1), std::max<size_t>(1, n));
+  EachInParallel(k, [&](size_t) {
+    for (size_t i = next++; i < n; i = next++) out[i] = one(i);
+    return absl::OkStatus();
+  });
+  return out;
+}
+
 // Runs `one(chunk, buf, hash)` over `work` with `threads` threads: the first error stops them.
 absl::Status EachChunk(std::vector<ChunkWork*>& work, int threads,
                        const std::function<absl::Status(ChunkWork&, char*, XXH3_state_t*)>& one) {
@@ -659,34 +683,58 @@ absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
   CRYO_ASSIGN_OR_RETURN(
       auto tree, ReadImageEntries(images_dir, "pstree.img", kPstreeMagic, true, kMaxPstreeImage));
   const uint64_t zero_pfn = ZeroPagePfn();
-  bool use_scan = true;
   std::vector<std::unique_ptr<TaskPlan>>& plans = st.plans;
-  std::vector<std::pair<pid_t, ::criu::mm_entry>> tasks;  // those planned, with their mappings
+  // Each task, then each shared segment, planned by the copy's threads at once: reading the
+  // tasks' pagemaps and opening the pages images took 0.17 s for a 4-rank job frozen meanwhile
+  // (docs/benchmarks.md). The plans keep the images' order.
+  struct TaskIn {
+    pid_t pid = 0;
+    ::criu::mm_entry mm;
+    std::unique_ptr<TaskPlan> plan;
+    bool criu_did_it = false;
+    uint64_t ahead_bytes = 0;
+  };
+  std::vector<TaskIn> ins;
   for (const auto& raw : tree) {
     CRYO_ASSIGN_OR_RETURN(auto pe, ParseEntry<::criu::pstree_entry>(raw, "pstree.img"));
     const pid_t pid = static_cast<pid_t>(pe.pid());
     // A zombie has no memory, and no mm image.
     if (!fs::Exists(fs::Join(images_dir, absl::StrCat("mm-", pid, ".img")))) continue;
-    CRYO_ASSIGN_OR_RETURN(auto mm, ReadMm(images_dir, pid));
-    auto plan = std::make_unique<TaskPlan>();
-    plan->pool = pool;
-    bool criu_did_it = false;
-    const PreCopy::Task* task_ahead = ahead != nullptr ? ahead->Find(pid) : nullptr;
-    CRYO_RETURN_IF_ERROR(PlanTask(images_dir, pid, mm, zero_pfn, &use_scan, task_ahead, plan.get(),
-                                  &criu_did_it, &r.ahead_bytes));
-    if (criu_did_it) {
+    ins.emplace_back().pid = pid;
+  }
+  CRYO_RETURN_IF_ERROR(FirstError(EachIndex(ins.size(), threads, [&](size_t i) -> absl::Status {
+    TaskIn& in = ins[i];
+    CRYO_ASSIGN_OR_RETURN(in.mm, ReadMm(images_dir, in.pid));
+    in.plan = std::make_unique<TaskPlan>();
+    in.plan->pool = pool;
+    bool use_scan = true;  // this thread's: an older kernel's answer is found by each
+    const PreCopy::Task* task_ahead = ahead != nullptr ? ahead->Find(in.pid) : nullptr;
+    return PlanTask(images_dir, in.pid, in.mm, zero_pfn, &use_scan, task_ahead, in.plan.get(),
+                    &in.criu_did_it, &in.ahead_bytes);
+  })));
+  std::vector<std::pair<pid_t, ::criu::mm_entry>> tasks;  // those planned, with their mappings
+  for (TaskIn& in : ins) {
+    r.ahead_bytes += in.ahead_bytes;
+    if (in.criu_did_it) {
       ++r.left_to_criu;
       continue;
     }
-    plans.push_back(std::move(plan));
-    tasks.emplace_back(pid, std::move(mm));
+    plans.push_back(std::move(in.plan));
+    tasks.emplace_back(in.pid, std::move(in.mm));
   }
-  CRYO_ASSIGN_OR_RETURN(auto shared, FindShared(images_dir, tasks));
-  for (const auto& [shmid, seg] : shared) {
-    auto plan = std::make_unique<TaskPlan>();
-    plan->pool = pool;
-    CRYO_RETURN_IF_ERROR(PlanShared(images_dir, shmid, seg, ahead, plan.get(), &r.ahead_bytes));
-    if (!plan->pagemap.empty()) plans.push_back(std::move(plan));
+  CRYO_ASSIGN_OR_RETURN(auto found, FindShared(images_dir, tasks));
+  const std::vector<std::pair<uint64_t, SharedSegment>> shared(found.begin(), found.end());
+  std::vector<std::unique_ptr<TaskPlan>> shared_plans(shared.size());
+  std::vector<uint64_t> shared_ahead(shared.size(), 0);
+  CRYO_RETURN_IF_ERROR(FirstError(EachIndex(shared.size(), threads, [&](size_t i) {
+    shared_plans[i] = std::make_unique<TaskPlan>();
+    shared_plans[i]->pool = pool;
+    return PlanShared(images_dir, shared[i].first, shared[i].second, ahead, shared_plans[i].get(),
+                      &shared_ahead[i]);
+  })));
+  for (size_t i = 0; i < shared.size(); ++i) {
+    r.ahead_bytes += shared_ahead[i];
+    if (!shared_plans[i]->pagemap.empty()) plans.push_back(std::move(shared_plans[i]));
   }
   r.scan = absl::Now() - t0;
   for (const auto& t : plans) {

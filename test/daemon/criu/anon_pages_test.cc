@@ -366,6 +366,60 @@ TEST(AnonPagesTest, ImagesOfACriuThatDumpedThePagesItselfAreLeftAsTheyAre) {
   EXPECT_EQ(ReadPagemap(dir.path, child.pid()).size(), 1u);
 }
 
+TEST(AnonPagesTest, TheTasksOfATreePlannedAtOnceEachGetTheirOwnPagesInTheTreesOrder) {
+  // Each child holds the mapping as it was at its fork: 'p', 'q', 'r', 's' in turn.
+  const uint64_t n = 4;
+  char* mem = static_cast<char*>(
+      ::mmap(nullptr, n * kPg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(mem, MAP_FAILED);
+  const uint64_t at = reinterpret_cast<uintptr_t>(mem);
+  const std::string letters = "pqrs";
+  std::vector<std::unique_ptr<Child>> kids;
+  for (char c : letters) {
+    std::memset(mem, c, n * kPg);
+    kids.push_back(std::make_unique<Child>());
+    ASSERT_GT(kids.back()->pid(), 0);
+  }
+  ::munmap(mem, n * kPg);
+  TempDir dir;
+  std::vector<::criu::pstree_entry> tree(kids.size());
+  std::vector<const google::protobuf::MessageLite*> tree_entries;
+  for (size_t i = 0; i < kids.size(); ++i) {
+    const pid_t pid = kids[i]->pid();
+    tree[i].set_pid(static_cast<uint32_t>(pid));
+    tree_entries.push_back(&tree[i]);
+    ::criu::mm_entry mm;
+    *mm.add_vmas() = Vma(at, n, vma::kRegular | vma::kAnonPrivate);
+    ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir.path, absl::StrCat("mm-", pid, ".img")),
+                                    FrameImage({kImgCommonMagic, kMmMagic}, {&mm}))
+                    .ok());
+    ::criu::pagemap_head head;
+    head.set_pages_id(static_cast<uint32_t>(i + 1));
+    ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir.path, absl::StrCat("pagemap-", pid, ".img")),
+                                    FrameImage({kImgCommonMagic, kPagemapMagic}, {&head}))
+                    .ok());
+    ASSERT_TRUE(
+        fs::WriteFileAtomic(fs::Join(dir.path, absl::StrCat("pages-", i + 1, ".img")), "").ok());
+  }
+  ASSERT_TRUE(fs::WriteFileAtomic(fs::Join(dir.path, "pstree.img"),
+                                  FrameImage({kImgCommonMagic, kPstreeMagic}, tree_entries))
+                  .ok());
+
+  auto r = WriteAnonPages(dir.path, 3);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tasks, static_cast<int>(kids.size()));
+  EXPECT_EQ(r->bytes, kids.size() * n * kPg);
+  std::vector<std::string> want_pagemaps;
+  for (size_t i = 0; i < kids.size(); ++i) {
+    want_pagemaps.push_back(absl::StrCat("pagemap-", kids[i]->pid(), ".img"));
+    auto pages = fs::ReadFile(fs::Join(dir.path, absl::StrCat("pages-", i + 1, ".img")));
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    EXPECT_TRUE(*pages == std::string(n * kPg, letters[i]))
+        << "task " << i << ": its pages file is not its own memory";
+  }
+  EXPECT_EQ(r->pagemaps, want_pagemaps) << "the tree's order";
+}
+
 TEST(AnonPagesTest, ATaskThatIsGoneFailsTheCopy) {
   Memory m;
   pid_t gone;
