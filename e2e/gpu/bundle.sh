@@ -17,6 +17,9 @@
 #   pods/                 part "pods" (pods.sh): containerd, runc, ctr, busybox in pods/bin, the
 #                         containerd e2e's scripts, and `paths` (build path -> bundle path);
 #                         CRYO_BUNDLE_PODS=0 leaves it out
+#   bin/cryod-base        with CRYO_BUNDLE_CRYOD_BASE=PATH: another cryod (a baseline build of the
+#                         same tree, e.g. the commit before a change) for the suite to compare
+#                         with in the same call (periodic-stall's mode "base")
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -72,6 +75,7 @@ add_bin "$BUILD/daemon/cryo-nsexec" || true
 # Beside cryod too: its parking process (gpu_park).
 add_bin "$BUILD/daemon/cryo-gpu-parker" || true
 add_bin "$BUILD/clients/cryo" || true
+if [ -n "${CRYO_BUNDLE_CRYOD_BASE:-}" ]; then add_bin "$CRYO_BUNDLE_CRYOD_BASE" cryod-base; fi
 
 for so in "$BUILD"/lib/cryo/gpu/libcryo_gpu_*.so; do
   [ -e "$so" ] || die "no GPU plugins in $BUILD/lib/cryo/gpu (build cryo_gpu_cuda)"

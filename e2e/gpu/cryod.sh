@@ -45,7 +45,8 @@ CRYO=("$B/bin/cryo" --socket "$W/cryod.sock")
 JOB_ENV=()  # extra environment of the next start_job (e.g. CUDA_VISIBLE_DEVICES=1)
 
 start_cryod() {
-  "$B/bin/cryod" --socket "$W/cryod.sock" --state-dir "$W/state" --store "${STORE_DIR:-$W/store}" --journal-dir "$JOURNAL" \
+  # CRYO_GPU_CRYOD_BIN: another cryod (a baseline build measured in the same call).
+  "${CRYO_GPU_CRYOD_BIN:-$B/bin/cryod}" --socket "$W/cryod.sock" --state-dir "$W/state" --store "${STORE_DIR:-$W/store}" --journal-dir "$JOURNAL" \
     --node-name "${CRYO_GPU_NODE:-gpu-node}" --criu "$B/bin/criu" --gpu-plugin-dir "$B/lib/cryo/gpu" \
     --store-fsync "$STORE_FSYNC" --metrics-address 127.0.0.1:0 --log-level info \
     ${CRYO_GPU_CRYOD_ARGS:-} >>"$RES/cryod.log" 2>&1 &

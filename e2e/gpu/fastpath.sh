@@ -91,8 +91,10 @@
 #   images over the last one's; "park" -park, cryod restarted with gpu_park on (each rank's GPU
 #   data parked in GPU memory cryo-gpu-parker holds, instead of drained to the host while the
 #   job is held; gpu_fastpath.h "Parking"); "parkshared" -parkshared, both gpu_park and
-#   dump_pre_copy_shared on. CRYO_GPU_STALL_PARK=1 runs the single-process job
-#   parked too (periodic-stall-GIB-park).
+#   dump_pre_copy_shared on; "base" -base, cryod restarted from $B/bin/cryod-base, a build to
+#   compare with in the same call (bundle.sh with CRYO_BUNDLE_CRYOD_BASE), with the same
+#   CRYO_GPU_CRYOD_ARGS. CRYO_GPU_STALL_PARK=1 runs the single-process job parked too
+#   (periodic-stall-GIB-park).
 #
 # Part "driver-floor" (issue 41): what the driver's own checkpoint and restore of a context cost,
 #   by what the context holds, through `cryo-gpuctl cycle` (no CRIU). CRYO_GPU_FLOOR_SPECS, words
@@ -669,8 +671,8 @@ fp_ddp_periodic() {
       kill -9 -- -"$tpid" 2>/dev/null; wait "$tpid" 2>/dev/null; return
     fi
     date +%s.%N >"$RES/$name-$i.t1"
-    # CRIU's log of the first (which mappings it still copied itself, and how long each took).
-    [ "$i" = 1 ] && cp "$(ls -td "$W"/state/ops/*/ | head -1)dump.log" "$RES/$name-1.dump.log" 2>/dev/null
+    # CRIU's log of each (which mappings it still copied itself, and where its time went).
+    cp "$(ls -td "$W"/state/ops/*/ | head -1)dump.log" "$RES/$name-$i.dump.log" 2>/dev/null
     "${CRYO[@]}" rm "$name-$((i - 1))" >/dev/null 2>&1
   done
   wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps * 3 / 4 )) ]"
@@ -1079,6 +1081,9 @@ run_fastpath_parts() {
           # Parked, and the shared (pinned) host memory copied beside the driver's checkpoint:
           # with the drain off the host's memory bus, that copy may no longer slow the rest.
           parkshared) stop_cryod; CRYO_GPU_CRYOD_ARGS="${CRYO_GPU_CRYOD_ARGS:-} --gpu-park=true --dump-pre-copy-shared=true" start_cryod ;;
+          base)
+            [ -x "$B/bin/cryod-base" ] || { result periodic-stall-base SKIP "no $B/bin/cryod-base in the bundle"; continue; }
+            stop_cryod; CRYO_GPU_CRYOD_BIN="$B/bin/cryod-base" start_cryod ;;
         esac
         for r in ${CRYO_GPU_STALL_RANKS:-2 4}; do fp_ddp_periodic "$r" "$([ "$mode" = memory ] || echo "-$mode")"; done
         if [ "$mode" != memory ]; then stop_cryod; start_cryod; fi
