@@ -58,8 +58,8 @@ inline constexpr uint32_t kPagemapLazy = 1u << 1;
 inline constexpr uint32_t kPagemapPresent = 1u << 2;
 
 // The threads that copy by default: one per core, at most 16; none (CRIU copies) below 4
-// cores, where the copy's cost of filling the image's pages with zeros first made it slower than
-// CRIU's one thread (docs/benchmarks.md).
+// cores, where two threads are no faster than CRIU's one (0.83-1.03x on a 2-core VM since the
+// copy stays in the cache; 1.26x before: docs/benchmarks.md).
 inline int DefaultDumpCopyThreads() {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
   return cores < 4 ? 0 : std::min(cores, 16);
