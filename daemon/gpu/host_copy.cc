@@ -1,9 +1,11 @@
 #include "daemon/gpu/host_copy.h"
 
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -234,7 +236,17 @@ uint64_t ChunkLength(uint64_t size, uint32_t j) {
   return off < size ? std::min(xxh3chunked::kChunk, size - off) : 0;
 }
 
+// What a writer or reader hashes at a time: small enough to stay in a core's cache.
+constexpr uint64_t kHashPiece = 1ull << 20;
+
 }  // namespace
+
+bool WriteCopiesThroughTheCpu(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || (flags & O_DIRECT) == 0) return true;
+  struct statfs fs;
+  return ::fstatfs(fd, &fs) == 0 && (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC);
+}
 
 absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(
     int memfd, uint64_t bytes, uint64_t stripe, const std::vector<int>& files,
@@ -247,31 +259,52 @@ absl::StatusOr<std::vector<WrittenFile>> WriteHostCopy(
   std::vector<WrittenFile> out(w);
   std::vector<absl::Status> st_each = EachInParallel(w, [&](size_t k) -> absl::Status {
     const ChunkDigests* prev = k < previous.size() ? &previous[k] : nullptr;
+    std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                   &XXH3_freeState);
     std::vector<XXH128_hash_t> hashes;
     uint64_t size = 0;
+    const uint64_t piece = WriteCopiesThroughTheCpu(files[k]) ? kHashPiece : xxh3chunked::kChunk;
+    auto write = [&](uint64_t at, uint64_t file_off, uint64_t n) -> absl::Status {
+      std::string err;
+      errno = 0;
+      if (!io::WriteAll(files[k], {iovec{m.get() + at, n}}, static_cast<off_t>(file_off), &err)) {
+        // A write that makes no progress is a full store too.
+        const int e = errno != 0 ? errno : ENOSPC;
+        return absl::Status(ErrnoToCode(e),
+                            absl::StrCat("writing the GPU data's file ", k, ": ", err));
+      }
+      return absl::OkStatus();
+    };
     CRYO_RETURN_IF_ERROR(EachChunkOfFile(
         bytes, stripe, w, k,
         [&](uint32_t j, uint64_t at, uint64_t file_off, uint64_t len) -> absl::Status {
           if (stop && stop()) return absl::CancelledError("the GPU data's write was stopped");
           if (ready) CRYO_RETURN_IF_ERROR(ready(at + len));
-          hashes.push_back(XXH3_128bits(m.get() + at, len));
-          const std::string hex = xxh3chunked::Hex(hashes.back());
-          out[k].chunks.chunks.push_back(hex);
           size = file_off + len;
-          if (prev != nullptr && j < prev->chunks.size() && prev->chunks[j] == hex &&
-              ChunkLength(prev->size, j) == len) {
-            out[k].skipped.push_back(j);
-            return absl::OkStatus();
+          const bool may_skip =
+              prev != nullptr && j < prev->chunks.size() && ChunkLength(prev->size, j) == len;
+          if (may_skip) {
+            // Whether to write it at all hangs on the whole chunk's digest.
+            hashes.push_back(XXH3_128bits(m.get() + at, len));
+            const std::string hex = xxh3chunked::Hex(hashes.back());
+            out[k].chunks.chunks.push_back(hex);
+            if (prev->chunks[j] == hex) {
+              out[k].skipped.push_back(j);
+              return absl::OkStatus();
+            }
+            return write(at, file_off, len);
           }
-          std::string err;
-          errno = 0;
-          if (!io::WriteAll(files[k], {iovec{m.get() + at, len}}, static_cast<off_t>(file_off),
-                            &err)) {
-            // A write that makes no progress is a full store too.
-            const int e = errno != 0 ? errno : ENOSPC;
-            return absl::Status(ErrnoToCode(e),
-                                absl::StrCat("writing the GPU data's file ", k, ": ", err));
+          // Hashed piece by piece and each piece written while it is in the cache: hashing the
+          // whole chunk first read it from memory twice (a tmpfs store goes at the memory's
+          // pace).
+          XXH3_128bits_reset(state.get());
+          for (uint64_t o = 0; o < len; o += piece) {
+            const uint64_t n = std::min(piece, len - o);
+            XXH3_128bits_update(state.get(), m.get() + at + o, n);
+            CRYO_RETURN_IF_ERROR(write(at + o, file_off + o, n));
           }
+          hashes.push_back(XXH3_128bits_digest(state.get()));
+          out[k].chunks.chunks.push_back(xxh3chunked::Hex(hashes.back()));
           return absl::OkStatus();
         }));
     // Chunks not written at the end leave the file short of its size otherwise.
@@ -301,8 +334,6 @@ uint64_t StreamBytesRead(const std::function<uint64_t(size_t k)>& next, size_t w
   }
   return ready;
 }
-
-constexpr uint64_t kHashPiece = 1ull << 20;
 
 absl::Status ReadHostCopy(int memfd, uint64_t bytes, uint64_t stripe,
                           const std::vector<ChunkSources>& files,

@@ -66,6 +66,11 @@ struct WrittenFile {
   std::vector<uint32_t> skipped;  // chunks not written (a hole): `previous` holds them
 };
 
+// Whether a write to `fd` copies the bytes through the CPU: buffered, or a tmpfs (which takes
+// O_DIRECT and still copies). If not, the device reads them itself and wants large writes.
+// WriteHostCopy writes the former a cache-sized piece at a time, each right after hashing it.
+bool WriteCopiesThroughTheCpu(int fd);
+
 // Writes the first `bytes` of `memfd` into `files` in the fast path's layout (unit c of
 // `stripe` bytes goes to file c % W at offset (c / W) * stripe), one writer per file, each
 // hashing what it writes with the store's checksum. A chunk whose digest and length are those

@@ -28,6 +28,7 @@
 #include "daemon/store/checksum.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/base/chunked_xxh3.h"
 #include "lib/base/fd.h"
 #include "lib/contract/gpu_fastpath_messages.h"
 #include "lib/contract/gpu_fastpath_wire.h"
@@ -989,6 +990,79 @@ TEST(HostCopyTest, AWriteThatIsStoppedSaysSoAndAStripeOffTheChecksumsChunksIsRef
   EXPECT_TRUE(absl::IsDataLoss(r.status())) << r.status();
   ::close(fd);
   ::unlink(path.c_str());
+}
+
+// The files hold the same bytes and digests however they are written: through the page cache
+// and into a tmpfs that takes O_DIRECT (both hashed and written a piece at a time), or straight
+// to a disk (whole chunks, the device reading them itself). The last piece is short.
+TEST(HostCopyTest, BufferedDirectAndTmpfsFilesHoldTheSameBytesAndDigests) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  constexpr uint64_t kBytes = 130 * kMiB + 4096;  // units 0, 2 in file 0; 1 in file 1
+  auto memfd = gpu::NewHostCopy(kBytes, 2);
+  ASSERT_TRUE(memfd.ok()) << memfd.status();
+  char* p = static_cast<char*>(
+      ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, memfd->get(), 0));
+  ASSERT_NE(p, MAP_FAILED);
+  for (uint64_t i = 0; i < kBytes / 8; ++i)
+    reinterpret_cast<uint64_t*>(p)[i] = i * 0x9e3779b97f4a7c15u;
+  const std::string base = "host-copy-direct-" + std::to_string(::getpid());  // the disk
+  const std::string where = ::testing::TempDir() + "/host-copy-fs-" + std::to_string(::getpid());
+  auto tmpfs = gpu::MountHostCopyFs(where);
+  ASSERT_TRUE(tmpfs.ok()) << tmpfs.status();
+  struct Way {
+    const char* name;
+    int dir;
+    int flags;
+    bool cpu;
+  };
+  const Way ways[] = {{"buffered", AT_FDCWD, 0, true},
+                      {"direct", AT_FDCWD, O_DIRECT, false},
+                      {"tmpfs", tmpfs->get(), O_DIRECT, true}};
+  std::vector<std::vector<gpu::WrittenFile>> got;
+  for (const Way& w : ways) {
+    std::vector<int> fds;
+    for (int k = 0; k < 2; ++k) {
+      const std::string name = base + "-" + w.name + "-" + std::to_string(k);
+      fds.push_back(
+          ::openat(w.dir, name.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | w.flags, 0600));
+      ASSERT_GE(fds.back(), 0) << w.name << ": " << std::strerror(errno);
+      if (w.dir == AT_FDCWD) ::unlink(name.c_str());  // held by its descriptor alone
+    }
+    EXPECT_EQ(gpu::WriteCopiesThroughTheCpu(fds[0]), w.cpu) << w.name;
+    auto r = gpu::WriteHostCopy(memfd->get(), kBytes, 64 * kMiB, fds, {}, {});
+    ASSERT_TRUE(r.ok()) << w.name << ": " << r.status();
+    ASSERT_EQ(r->size(), 2u);
+    // Every byte in its place, read back through the cache.
+    for (int k = 0; k < 2; ++k) {
+      const int fd =
+          ::open(("/proc/self/fd/" + std::to_string(fds[k])).c_str(), O_RDONLY | O_CLOEXEC);
+      ASSERT_GE(fd, 0);
+      const uint64_t size = k == 0 ? 66 * kMiB + 4096 : 64 * kMiB;
+      EXPECT_EQ((*r)[k].digest.size, size) << w.name << " " << k;
+      std::string back(size, '\0');
+      ASSERT_EQ(::pread(fd, back.data(), size, 0), static_cast<ssize_t>(size));
+      const uint64_t at = k == 0 ? 0 : 64 * kMiB;
+      EXPECT_EQ(std::memcmp(back.data(), p + at, 64 * kMiB), 0) << w.name << " " << k;
+      if (k == 0) {
+        EXPECT_EQ(std::memcmp(back.data() + 64 * kMiB, p + 128 * kMiB, 2 * kMiB + 4096), 0)
+            << w.name;
+      }
+      ::close(fd);
+    }
+    for (int fd : fds) ::close(fd);
+    got.push_back(*std::move(r));
+  }
+  for (size_t i = 1; i < got.size(); ++i) {
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(got[i][k].digest, got[0][k].digest) << ways[i].name << " " << k;
+      EXPECT_EQ(got[i][k].chunks.chunks, got[0][k].chunks.chunks) << ways[i].name << " " << k;
+    }
+  }
+  // And the digests are the store's checksum of the bytes.
+  EXPECT_EQ(got[0][1].chunks.chunks,
+            (std::vector<std::string>{xxh3chunked::Hex(XXH3_128bits(p + 64 * kMiB, 64 * kMiB))}));
+  ::munmap(p, kBytes);
+  ::rmdir(where.c_str());
 }
 
 // Incremental GPU data: a second write of the same memory writes only the chunk that changed,
