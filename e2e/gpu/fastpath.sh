@@ -65,7 +65,9 @@
 #   CRYO_GPU_CRYOD_ARGS="--gpu-staging-mib ..."). CRYO_GPU_FAST_STORE_AB (VAR=value words): the
 #   job runs a second time with those added to its environment, as fast-store-N-ab, between the
 #   same floors (an A/B of a library option on one machine, e.g.
-#   CRYO_GPU_FASTPATH_REGISTER_WINDOWS=1).
+#   CRYO_GPU_FASTPATH_REGISTER_WINDOWS=1). CRYO_GPU_FAST_STORE_BASE=1: then fast-store-N-base1,
+#   -new2, -base2: the same job under $B/bin/cryod-base (bundle.sh with CRYO_BUNDLE_CRYOD_BASE),
+#   the current cryod, and the baseline again, on the same store between the same floors.
 #
 # Part "periodic-stall": periodic-stall-N (N from CRYO_GPU_STALL_GIB, default 32): two
 #   leave-running checkpoints through cryod of a job holding N GiB, its data drained into cryod's
@@ -304,6 +306,7 @@ fp_cryod() {  # fp_cryod GIB [KEY NAME]: checkpoint (stop) and restore through c
     result "$name" FAIL "checkpoint: $(tail -2 "$RES/$k.ckpt.err")"; end_job "$pid"; return
   fi
   local ckpt_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  cp "$(ls -td "$W"/state/ops/*/ | head -1)dump.log" "$RES/$k.dump.log" 2>/dev/null
   wait "$pid" 2>/dev/null
   # With staging memory, restored as on a node whose slots are ready (the replacement's node),
   # not while this one zeroes the slot its drain used.
@@ -313,6 +316,7 @@ fp_cryod() {  # fp_cryod GIB [KEY NAME]: checkpoint (stop) and restore through c
     result "$name" FAIL "restore: $(tail -2 "$RES/$k.restore.err")"; return
   fi
   local restore_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  cp "$(ls -td "$W"/state/ops/*/ | head -1)restore.log" "$RES/$k.restore.log" 2>/dev/null
   local msg
   if ! msg=$(verified_pass "$k" "$LOAD_STATUS" "$gib"); then
     result "$name" FAIL "$msg"; end_job "$pid"; "${CRYO[@]}" rm "$k" >/dev/null 2>&1; return
@@ -359,6 +363,25 @@ fp_fast_store() {
       FLOOR_NAME="fastfloor$gib-before" fp_cryod "$gib" "kf${gib}ab" "fp-cryod-$gib-ab"
       JOB_EXTRA_ENV=("${plain[@]}")
       runs+=("kf${gib}ab:$name-ab")
+    fi
+    if [ "${CRYO_GPU_FAST_STORE_BASE:-0}" = 1 ]; then
+      if [ -x "$B/bin/cryod-base" ]; then
+        # The baseline, then the current cryod again, then the baseline again: neither side
+        # has the VM's memory warmer than the other.
+        local round bin
+        for round in base1 new2 base2; do
+          bin=$B/bin/cryod; case $round in base*) bin=$B/bin/cryod-base ;; esac
+          stop_cryod
+          STORE_DIR="$fs/store" CRYO_GPU_CRYOD_BIN=$bin start_cryod
+          wait_staging
+          FLOOR_NAME="fastfloor$gib-before" fp_cryod "$gib" "kf$gib$round" "fp-cryod-$gib-$round"
+          runs+=("kf$gib$round:$name-$round")
+        done
+        stop_cryod
+        STORE_DIR="$fs/store" start_cryod
+      else
+        result "$name-base1" SKIP "no $B/bin/cryod-base in the bundle"
+      fi
     fi
     fp_floors "$gib" "$fs/store" "fastfloor$gib-after"
     local run k
