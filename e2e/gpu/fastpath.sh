@@ -428,9 +428,16 @@ PY
 # False (with NODE_WHY) when a checkpoint or a restore failed.
 # With staging memory (CRYO_GPU_CRYOD_ARGS="--gpu-staging-mib ..."), waits until cryod says every
 # slot is ready (filled, or zeroed after the last drain): each measured drain gets one.
+# The slots' count as the running cryod last logged it: a restarted cryod's log follows its
+# predecessor's in the same file, so only what comes after its own first line counts.
+staging_all_ready() {
+  awk '/staging memory for drains:/ { s = "" } /\([0-9]+ of [0-9]+ ready\)/ { s = $0 } END { print s }' \
+    "$RES/cryod.log" | grep -o '([0-9]* of [0-9]* ready)' | grep -Eq '\(([0-9]+) of \1 ready\)'
+}
+
 wait_staging() {
-  grep -q "staging memory: " "$RES/cryod.log" 2>/dev/null || return 0
-  wait_until 180 bash -c "grep -o '([0-9]* of [0-9]* ready)' '$RES/cryod.log' | tail -1 | grep -Eq '\\(([0-9]+) of \\1 ready\\)'" ||
+  grep -q "staging memory" "$RES/cryod.log" 2>/dev/null || return 0
+  wait_until 180 staging_all_ready ||
     echo "staging memory not all ready: $(grep 'staging memory' "$RES/cryod.log" | tail -1)" >&2
 }
 
