@@ -627,30 +627,10 @@ AnonPagesCopy::~AnonPagesCopy() = default;
 
 namespace {
 
-// one(i) for every i in [0, n), on at most `threads` threads, each taking the next i in turn;
-// `worker()` runs once on each thread and gives that thread's `one` (with its own buffers). The
-// first failure stops the others after their current call.
-absl::Status EachIndex(size_t n, int threads,
-                       const std::function<std::function<absl::Status(size_t)>()>& worker) {
-  std::atomic<size_t> next{0};
-  const size_t k = std::min<size_t>(std::max(threads, 1), std::max<size_t>(1, n));
-  return FirstError(EachInParallel(k, [&](size_t) -> absl::Status {
-    const std::function<absl::Status(size_t)> one = worker();
-    for (size_t i = next++; i < n; i = next++) {
-      absl::Status st = one(i);
-      if (!st.ok()) {
-        next = n;
-        return st;
-      }
-    }
-    return absl::OkStatus();
-  }));
-}
-
 // Runs `one(chunk, buf, hash)` over `work` with `threads` threads: the first error stops them.
 absl::Status EachChunk(std::vector<ChunkWork*>& work, int threads,
                        const std::function<absl::Status(ChunkWork&, char*, XXH3_state_t*)>& one) {
-  return EachIndex(work.size(), threads, [&] {
+  return EachIndexWith(work.size(), threads, [&] {
     std::shared_ptr<char[]> buf(new char[kPieceBytes]);  // where a file is not mapped
     std::shared_ptr<XXH3_state_t> hash(XXH3_createState(), &XXH3_freeState);
     return [&work, &one, buf, hash](size_t i) { return one(*work[i], buf.get(), hash.get()); };
@@ -700,17 +680,15 @@ absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
     if (!fs::Exists(fs::Join(images_dir, absl::StrCat("mm-", pid, ".img")))) continue;
     ins.emplace_back().pid = pid;
   }
-  CRYO_RETURN_IF_ERROR(EachIndex(ins.size(), threads, [&] {
-    return [&](size_t i) -> absl::Status {
-      TaskIn& in = ins[i];
-      CRYO_ASSIGN_OR_RETURN(in.mm, ReadMm(images_dir, in.pid));
-      in.plan = std::make_unique<TaskPlan>();
-      in.plan->pool = pool;
-      bool use_scan = true;  // this call's: an older kernel's answer is found by each
-      const PreCopy::Task* task_ahead = ahead != nullptr ? ahead->Find(in.pid) : nullptr;
-      return PlanTask(images_dir, in.pid, in.mm, zero_pfn, &use_scan, task_ahead, in.plan.get(),
-                      &in.criu_did_it, &in.ahead_bytes);
-    };
+  CRYO_RETURN_IF_ERROR(EachIndex(ins.size(), threads, [&](size_t i) -> absl::Status {
+    TaskIn& in = ins[i];
+    CRYO_ASSIGN_OR_RETURN(in.mm, ReadMm(images_dir, in.pid));
+    in.plan = std::make_unique<TaskPlan>();
+    in.plan->pool = pool;
+    bool use_scan = true;  // this call's: an older kernel's answer is found by each
+    const PreCopy::Task* task_ahead = ahead != nullptr ? ahead->Find(in.pid) : nullptr;
+    return PlanTask(images_dir, in.pid, in.mm, zero_pfn, &use_scan, task_ahead, in.plan.get(),
+                    &in.criu_did_it, &in.ahead_bytes);
   }));
   std::vector<std::pair<pid_t, ::criu::mm_entry>> tasks;  // those planned, with their mappings
   for (TaskIn& in : ins) {
@@ -726,13 +704,11 @@ absl::StatusOr<std::unique_ptr<AnonPagesCopy>> AnonPagesCopy::WhileFrozen(
   const std::vector<std::pair<uint64_t, SharedSegment>> shared(found.begin(), found.end());
   std::vector<std::unique_ptr<TaskPlan>> shared_plans(shared.size());
   std::vector<uint64_t> shared_ahead(shared.size(), 0);
-  CRYO_RETURN_IF_ERROR(EachIndex(shared.size(), threads, [&] {
-    return [&](size_t i) {
-      shared_plans[i] = std::make_unique<TaskPlan>();
-      shared_plans[i]->pool = pool;
-      return PlanShared(images_dir, shared[i].first, shared[i].second, ahead, shared_plans[i].get(),
-                        &shared_ahead[i]);
-    };
+  CRYO_RETURN_IF_ERROR(EachIndex(shared.size(), threads, [&](size_t i) {
+    shared_plans[i] = std::make_unique<TaskPlan>();
+    shared_plans[i]->pool = pool;
+    return PlanShared(images_dir, shared[i].first, shared[i].second, ahead, shared_plans[i].get(),
+                      &shared_ahead[i]);
   }));
   for (size_t i = 0; i < shared.size(); ++i) {
     r.ahead_bytes += shared_ahead[i];

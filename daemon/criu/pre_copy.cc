@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -246,15 +245,11 @@ absl::Status PreCopy::Add(pid_t pid, UniqueFd uffd, int threads, uint64_t featur
     ::madvise(task->copy, task->bytes, MADV_HUGEPAGE);
   }
   const UniqueFd mem(::open(absl::StrCat("/proc/", pid, "/mem").c_str(), O_RDONLY | O_CLOEXEC));
-  std::atomic<size_t> next{0};
-  const size_t n = std::min<size_t>(std::max(threads, 1), std::max<size_t>(1, pieces.size()));
-  (void)EachInParallel(n, [&](size_t) {
-    for (size_t i = next++; i < pieces.size(); i = next++) {
-      Piece& p = pieces[i];
-      // A piece the job unmapped meanwhile is not in the copy: its pages, if any are there at
-      // the freeze, are copied then.
-      p.ok = ReadTaskMemory(pid, mem.get(), p.vaddr, task->copy + p.offset, p.len).ok();
-    }
+  (void)EachIndex(pieces.size(), threads, [&](size_t i) {
+    Piece& p = pieces[i];
+    // A piece the job unmapped meanwhile is not in the copy: its pages, if any are there at the
+    // freeze, are copied then.
+    p.ok = ReadTaskMemory(pid, mem.get(), p.vaddr, task->copy + p.offset, p.len).ok();
     return absl::OkStatus();
   });
   for (const Piece& p : pieces) {
@@ -360,13 +355,9 @@ void PreCopy::AddShared(const std::function<std::vector<pid_t>()>& tree, int thr
     files.push_back(std::move(file));
     segments_.push_back(std::move(seg));
   }
-  std::atomic<size_t> next{0};
-  const size_t n = std::min<size_t>(std::max(threads, 1), std::max<size_t>(1, pieces.size()));
-  (void)EachInParallel(n, [&](size_t) {
-    for (size_t i = next++; i < pieces.size(); i = next++) {
-      Piece& p = pieces[i];
-      p.ok = PreadAll(p.fd, p.seg->copy + p.at, p.len, p.offset, "shared memory").ok();
-    }
+  (void)EachIndex(pieces.size(), threads, [&](size_t i) {
+    Piece& p = pieces[i];
+    p.ok = PreadAll(p.fd, p.seg->copy + p.at, p.len, p.offset, "shared memory").ok();
     return absl::OkStatus();
   });
   for (const Piece& p : pieces) {

@@ -22,7 +22,7 @@ namespace {
 constexpr size_t kPiece = 8u << 20;
 // Files copied at once: the pages of several processes go side by side; more would only
 // contend for the store.
-constexpr size_t kCopiers = 4;
+constexpr int kCopiers = 4;
 
 absl::Status CopyOne(const std::string& from, const std::string& to, const FileDigest& want,
                      std::atomic<uint64_t>& copied, const std::function<void(uint64_t)>& progress,
@@ -104,20 +104,16 @@ absl::Status DumpStaging::CopyTo(const std::string& to,
                                  const std::function<bool()>& stop) const {
   std::vector<const std::pair<const std::string, FileDigest>*> files;
   for (const auto& e : digests) files.push_back(&e);
-  std::atomic<size_t> next{0};
   std::atomic<uint64_t> copied{0};
   std::atomic<bool> failed{false};
-  auto work = [&](size_t) -> absl::Status {
-    for (size_t i = next++; i < files.size() && !failed; i = next++) {
-      const auto& [rel, want] = *files[i];
-      absl::Status st = CopyOne(fs::Join(dir_, rel), fs::Join(to, rel), want, copied, progress,
-                                [&] { return failed.load() || (stop && stop()); });
-      // The first failure is the one to report; the others stopped because of it.
-      if (!st.ok()) return failed.exchange(true) ? absl::OkStatus() : st;
-    }
+  return EachIndex(files.size(), kCopiers, [&](size_t i) -> absl::Status {
+    const auto& [rel, want] = *files[i];
+    absl::Status st = CopyOne(fs::Join(dir_, rel), fs::Join(to, rel), want, copied, progress,
+                              [&] { return failed.load() || (stop && stop()); });
+    // The first failure is the one to report; the others stopped because of it.
+    if (!st.ok()) return failed.exchange(true) ? absl::OkStatus() : st;
     return absl::OkStatus();
-  };
-  return FirstError(EachInParallel(std::min(kCopiers, std::max<size_t>(files.size(), 1)), work));
+  });
 }
 
 }  // namespace cryo::engine

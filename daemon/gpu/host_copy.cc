@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -157,20 +156,10 @@ absl::Status EachPieceMapped(int fd, uint64_t bytes, int threads,
   if (m.get() == nullptr) return ErrnoStatus(errno, "mapping cryod's host memory");
   constexpr uint64_t kPiece = 256ull << 20;
   const uint64_t pieces = (bytes + kPiece - 1) / kPiece;
-  std::atomic<uint64_t> next{0};
-  std::atomic<bool> failed{false};
-  return FirstError(
-      EachInParallel(static_cast<size_t>(std::max(1, threads)), [&](size_t) -> absl::Status {
-        for (uint64_t i = next++; i < pieces && !failed; i = next++) {
-          const uint64_t off = i * kPiece;
-          absl::Status st = each(m.get() + off, std::min(kPiece, bytes - off));
-          if (!st.ok()) {
-            failed = true;
-            return st;
-          }
-        }
-        return absl::OkStatus();
-      }));
+  return EachIndex(pieces, threads, [&](size_t i) {
+    const uint64_t off = i * kPiece;
+    return each(m.get() + off, std::min(kPiece, bytes - off));
+  });
 }
 
 absl::StatusOr<UniqueFd> NewHostCopy(uint64_t bytes, int threads, int fs) {

@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "lib/base/chunked_xxh3.h"
 #include "lib/base/fs.h"
+#include "lib/base/parallel.h"
 #include "lib/base/status.h"
 
 namespace cryo {
@@ -78,56 +80,39 @@ absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads,
   const uint64_t size = st.st_size;
   const uint64_t nchunks = std::max<uint64_t>(1, (size + kChecksumChunk - 1) / kChecksumChunk);
   std::vector<XXH128_hash_t> digests(nchunks);
-  std::atomic<uint64_t> next{0};
-  absl::Mutex mu;
-  absl::Status err;
-
-  auto worker = [&] {
-    std::vector<char> buf(kReadBuf);
-    XXH3_state_t* st3 = XXH3_createState();
-    for (uint64_t c; (c = next.fetch_add(1)) < nchunks;) {
-      XXH3_128bits_reset(st3);
+  const int n = std::clamp<int>(threads, 1, 64);
+  CRYO_RETURN_IF_ERROR(EachIndexWith(nchunks, n, [&] {
+    std::shared_ptr<char[]> buf(new char[kReadBuf]);  // where the file cannot be mapped
+    std::shared_ptr<XXH3_state_t> st3(XXH3_createState(), &XXH3_freeState);
+    return [&, buf, st3](size_t c) -> absl::Status {
+      XXH3_128bits_reset(st3.get());
       uint64_t off = c * kChecksumChunk;
-      uint64_t end = std::min(size, off + kChecksumChunk);
+      const uint64_t end = std::min(size, off + kChecksumChunk);
       // Hash the page cache in place: no copy into a buffer, about twice as fast as pread.
       if (end > off) {
         void* p = ::mmap(nullptr, end - off, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, off);
         if (p != MAP_FAILED) {
           ::madvise(p, end - off, MADV_SEQUENTIAL);
-          XXH3_128bits_update(st3, p, end - off);
+          XXH3_128bits_update(st3.get(), p, end - off);
           ::munmap(p, end - off);
           if (progress) progress->fetch_add(end - off);
-          digests[c] = XXH3_128bits_digest(st3);
-          continue;
+          digests[c] = XXH3_128bits_digest(st3.get());
+          return absl::OkStatus();
         }
       }
       while (off < end) {
-        ssize_t n = ::pread(fd, buf.data(), std::min<uint64_t>(buf.size(), end - off), off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-          absl::MutexLock l(&mu);
-          if (err.ok()) {
-            err = n < 0 ? ErrnoStatus(errno, absl::StrCat("read ", path))
-                        : absl::DataLossError(absl::StrCat(path, ": file shrank while reading"));
-          }
-          XXH3_freeState(st3);
-          return;
-        }
-        XXH3_128bits_update(st3, buf.data(), n);
-        off += n;
-        if (progress) progress->fetch_add(n);
+        const ssize_t got = ::pread(fd, buf.get(), std::min<uint64_t>(kReadBuf, end - off), off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return ErrnoStatus(errno, absl::StrCat("read ", path));
+        if (got == 0) return absl::DataLossError(absl::StrCat(path, ": file shrank while reading"));
+        XXH3_128bits_update(st3.get(), buf.get(), got);
+        off += got;
+        if (progress) progress->fetch_add(got);
       }
-      digests[c] = XXH3_128bits_digest(st3);
-    }
-    XXH3_freeState(st3);
-  };
-
-  int n = std::clamp<int>(threads, 1, static_cast<int>(std::min<uint64_t>(nchunks, 64)));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < n; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  if (!err.ok()) return err;
+      digests[c] = XXH3_128bits_digest(st3.get());
+      return absl::OkStatus();
+    };
+  }));
   return FileDigest{size, Combine(digests)};
 }
 
