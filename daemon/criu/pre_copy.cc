@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -129,8 +130,14 @@ PreCopy::~PreCopy() { WaitShared(); }
 
 void PreCopy::StopTracking() {
   WaitShared();
-  // Closing the last descriptor unregisters its ranges and lifts their protection.
-  for (auto& t : tasks_) t->uffd.reset();
+  // Closing the last descriptor unregisters its ranges and lifts their protection: a walk of
+  // each process's page tables (30-45 ms for four ranks one after another, while the job is
+  // frozen), so the processes are done side by side.
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  (void)EachIndex(tasks_.size(), threads, [&](size_t i) {
+    tasks_[i]->uffd.reset();
+    return absl::OkStatus();
+  });
 }
 
 void PreCopy::Release() {

@@ -583,6 +583,44 @@ TEST(PreCopyTest, PagesWrittenSinceTheCopyAheadAreTakenFromTheTaskTheRestFromThe
   EXPECT_EQ(r->pages.at("pages-1.img"), *hashed) << "checksummed after the thaw as a whole";
 }
 
+// Whether page `vaddr` of `pid` is write-protected for its userfaultfd (/proc/PID/pagemap bit 57).
+bool WriteProtected(pid_t pid, uint64_t vaddr) {
+  UniqueFd fd(::open(absl::StrCat("/proc/", pid, "/pagemap").c_str(), O_RDONLY | O_CLOEXEC));
+  uint64_t e = 0;
+  if (!fd.ok() || ::pread(fd.get(), &e, sizeof(e), static_cast<off_t>(vaddr / kPg * 8)) != 8) {
+    ADD_FAILURE() << "pagemap of pid " << pid;
+    return false;
+  }
+  return (e >> 57) & 1;
+}
+
+// Ending the tracking lifts the write protection from every tracked process (they are done side
+// by side), keeping the copies ahead.
+TEST(PreCopyTest, EndingTheTrackingLiftsTheProtectionOfEveryProcessAndKeepsTheCopies) {
+  Memory m;
+  TrackedChild a(m), b(m);
+  ASSERT_GT(a.pid(), 0);
+  ASSERT_GT(b.pid(), 0);
+  PreCopy ahead;
+  for (TrackedChild* c : {&a, &b}) {
+    UniqueFd uffd = c->TakeUffd();
+    ASSERT_TRUE(uffd.ok());
+    ASSERT_TRUE(ahead.Add(c->pid(), std::move(uffd), 2).ok());
+    EXPECT_TRUE(WriteProtected(c->pid(), m.rw_at())) << "tracked: page 0 protected";
+  }
+  ahead.StopTracking();
+  for (TrackedChild* c : {&a, &b}) {
+    EXPECT_FALSE(WriteProtected(c->pid(), m.rw_at())) << c->pid();
+    EXPECT_FALSE(WriteProtected(c->pid(), m.rw_at() + 2 * kPg)) << c->pid();
+    const PreCopy::Task* t = ahead.Find(c->pid());
+    ASSERT_NE(t, nullptr);
+    const char* src = nullptr;
+    ASSERT_EQ(t->Cover(m.rw_at(), 8, &src), 3u) << "the copy ahead is kept";
+    EXPECT_EQ(std::string(src, kPg), PageOf('a'));
+    EXPECT_TRUE(c->Do('w')) << "and the process writes on";
+  }
+}
+
 // A mapping made anew at the same address after the copy ahead is not tracked: all of it comes
 // from the task, none from the copy of the mapping it replaced.
 TEST(PreCopyTest, AMappingMadeAnewSinceTheCopyAheadIsCopiedFromTheTaskWhole) {
