@@ -324,6 +324,7 @@ class ContainerModeE2e : public ContainerdE2e {
   }
 
   void TearDown() override {
+    if (world_ == nullptr) return;  // no world was made: nothing to clean up
     for (const auto& [node, pod] : pods_) RemovePodQuietly(Shim(node), pod);
     DeleteAllCheckpoints();
   }

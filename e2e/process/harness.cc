@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -64,19 +65,44 @@ bool MakePeerTls(const std::string& dir, const std::string& name, std::string* w
   return true;
 }
 
-int FreePort() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+namespace {
+
+// Binds 127.0.0.1:`port` (0: any) and lets it go; the port bound, or -1.
+int BindAndRelease(int port) {
+  int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (s < 0) return -1;
   struct sockaddr_in a = {};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(a);
-  int port = -1;
+  int got = -1;
   if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
       ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
+    got = ntohs(a.sin_port);
   }
   ::close(s);
-  return port;
+  return got;
+}
+
+}  // namespace
+
+int FreePort() {
+  // Below the kernel's ephemeral range: a port from bind(0) is the kernel's to hand out again
+  // to anyone's connect() or bind(0) (a containerd, another cryod's metrics) before the daemon
+  // it was meant for binds it ("Address already in use", seen on CI once).
+  int low = 32768, high = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  if (!(range >> low >> high)) low = 32768;
+  constexpr int kFirst = 10000;
+  if (low - kFirst >= 1000) {
+    static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+    for (int tries = 0; tries < 100; ++tries) {
+      const int port = kFirst + static_cast<int>(rng() % static_cast<unsigned>(low - kFirst));
+      if (BindAndRelease(port) == port) return port;
+    }
+  }
+  return BindAndRelease(0);
 }
 
 std::string Slurp(const std::string& path) {

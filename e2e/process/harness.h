@@ -105,7 +105,8 @@ class Workload {
 
 std::string Slurp(const std::string& path);
 
-// A TCP port on 127.0.0.1 that was free a moment ago (for a server the test starts next); -1
+// A TCP port on 127.0.0.1 that was free a moment ago (for a server the test starts next), taken
+// below the kernel's ephemeral range so that no connect() or bind(0) is given it meanwhile; -1
 // when none could be had.
 int FreePort();
 
