@@ -14,7 +14,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -96,10 +98,16 @@ int FreePort() {
   if (!(range >> low >> high)) low = 32768;
   constexpr int kFirst = 10000;
   if (low - kFirst >= 1000) {
+    static std::mutex mu;
     static std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(::getpid()));
+    static std::set<int> given;  // a second call before the first port is bound gets another
+    std::lock_guard<std::mutex> l(mu);
     for (int tries = 0; tries < 100; ++tries) {
       const int port = kFirst + static_cast<int>(rng() % static_cast<unsigned>(low - kFirst));
-      if (BindAndRelease(port) == port) return port;
+      if (given.count(port) == 0 && BindAndRelease(port) == port) {
+        given.insert(port);
+        return port;
+      }
     }
   }
   return BindAndRelease(0);
