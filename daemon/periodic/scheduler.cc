@@ -251,13 +251,14 @@ std::optional<Decision> Scheduler::Decide(const container::OptedIn& c, const std
 std::vector<Decision> Scheduler::Tick(absl::Time now) {
   absl::MutexLock pass(&pass_mu_);
   std::vector<Decision> out;
+  // Set first: a runtime that fails to answer is asked again a tick later, not at once.
+  next_pass_ = now + tick_;
   auto containers = d_.containers();
   if (!containers.ok()) {
     CRYO_LOG(Warning) << "periodic checkpoints: " << containers.status();
     return out;
   }
   std::set<std::string> seen;
-  next_pass_ = now + tick_;
   // Periodic checkpoints in flight on the node (ended ones are collected below, per job).
   int running = 0;
   for (auto& [w, j] : jobs_) {

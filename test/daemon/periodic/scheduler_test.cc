@@ -55,6 +55,7 @@ class SchedulerTest : public ::testing::Test {
                                   SchedulerLimits limits = {}) {
     SchedulerDeps d;
     d.containers = [this]() -> absl::StatusOr<std::vector<container::OptedIn>> {
+      if (!containers_error_.ok()) return containers_error_;
       return containers_;
     };
     d.newest_good = [this](const std::string& w) -> std::optional<store::Manifest> {
@@ -99,6 +100,7 @@ class SchedulerTest : public ::testing::Test {
   }
 
   std::vector<container::OptedIn> containers_;
+  absl::Status containers_error_;  // what the runtime answers instead of its containers
   std::map<std::string, store::Manifest> newest_;
   uint64_t free_ = 1ull << 40;
   double bytes_per_s_ = 0;
@@ -135,6 +137,21 @@ TEST_F(SchedulerTest, ADueJobIsCheckpointedNeverTwiceAtOnceAndAgainAPeriodAfterT
   EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(62))), ElementsAre("w not_due"));
   EXPECT_THAT(Actions(s->Tick(kT0 + absl::Minutes(63))), ElementsAre("w started"));
   EXPECT_EQ(Metric("cryo_periodic_checkpoints_total{result=\"started\"}"), "2");
+}
+
+// A runtime that does not answer (containerd's ListContainers timing out) is asked again a tick
+// later, not at once: the schedule's thread asked again every millisecond (1000 calls a second
+// into a runtime already too slow to answer, two cryods' logs full of it, a CI rehearsal's
+// restores timed out beside it).
+TEST_F(SchedulerTest, ARuntimeThatDoesNotAnswerIsAskedAgainATickLaterNotAtOnce) {
+  containers_ = {Container("c1", "w", absl::Seconds(10))};
+  auto s = Make();  // a tick of 10 s
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Seconds(3))), ElementsAre("w not_due"));
+  containers_error_ = absl::DeadlineExceededError("ListContainers: Deadline Exceeded");
+  EXPECT_TRUE(s->Tick(kT0 + absl::Seconds(20)).empty());
+  EXPECT_EQ(s->NextPass(), kT0 + absl::Seconds(30)) << "a tick after the failed call";
+  containers_error_ = absl::OkStatus();
+  EXPECT_THAT(Actions(s->Tick(kT0 + absl::Seconds(30))), ElementsAre("w started"));
 }
 
 // Issue 42: with a period of 10 s and cryod's default tick of 10 s, checkpoints started every
