@@ -295,6 +295,12 @@ fp_floors() {  # fp_floors GIB [DIR NAME]: the floors of the store (DIR; default
   result "${fname/fpfloor/fp-floors-}" PASS "$(jget "$RES/$fname.json" '"pinned d2h %.1f GB/s, fresh host fill %.1f GB/s (faulted in: %.1f; %d threads), store write %.2f GB/s, read %.2f GB/s (%d files, direct I/O): write %d ms, read %d ms; pipelined with the GPU through registered host memory (registered in %d ms): write %d ms, read %d ms" % (d["d2h_gbps"], d["fill_gbps"], d.get("warm_fill_gbps", 0), d["threads"], d["write_gbps"], d["read_gbps"], d["files"], d["write_ms"], d["read_ms"], d.get("register_ms", -1), d.get("pipe_write_ms", -1), d.get("pipe_read_ms", -1)) + ("; into faulted host memory: GPU 0 alone %d ms, all %d GPUs at once %d ms (%.2fx)" % (d["d2h_one_ms"], d["gpus"], d["d2h_all_ms"], d["d2h_all_ms"] / d["d2h_one_ms"]) if d.get("d2h_one_ms", -1) > 0 else "")')"
 }
 
+# keep_criu_log LOG DEST: CRIU's LOG (dump.log, restore.log) of cryod's newest operation, copied
+# to DEST (nothing when there is none).
+keep_criu_log() {
+  cp "$(ls -td "$W"/state/ops/*/ | head -1)$1" "$2" 2>/dev/null
+}
+
 fp_cryod() {  # fp_cryod GIB [KEY NAME]: checkpoint (stop) and restore through cryod with the fast path
   local gib=$1 k=${2:-kf$1} name=${3:-fp-cryod-$1}
   fp_start_job "$k" --gib "$gib" || { result "$name" FAIL "job did not start"; return; }
@@ -306,7 +312,7 @@ fp_cryod() {  # fp_cryod GIB [KEY NAME]: checkpoint (stop) and restore through c
     result "$name" FAIL "checkpoint: $(tail -2 "$RES/$k.ckpt.err")"; end_job "$pid"; return
   fi
   local ckpt_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  cp "$(ls -td "$W"/state/ops/*/ | head -1)dump.log" "$RES/$k.dump.log" 2>/dev/null
+  keep_criu_log dump.log "$RES/$k.dump.log"
   wait "$pid" 2>/dev/null
   # With staging memory, restored as on a node whose slots are ready (the replacement's node),
   # not while this one zeroes the slot its drain used.
@@ -316,7 +322,7 @@ fp_cryod() {  # fp_cryod GIB [KEY NAME]: checkpoint (stop) and restore through c
     result "$name" FAIL "restore: $(tail -2 "$RES/$k.restore.err")"; return
   fi
   local restore_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
-  cp "$(ls -td "$W"/state/ops/*/ | head -1)restore.log" "$RES/$k.restore.log" 2>/dev/null
+  keep_criu_log restore.log "$RES/$k.restore.log"
   local msg
   if ! msg=$(verified_pass "$k" "$LOAD_STATUS" "$gib"); then
     result "$name" FAIL "$msg"; end_job "$pid"; "${CRYO[@]}" rm "$k" >/dev/null 2>&1; return
@@ -702,7 +708,7 @@ fp_ddp_periodic() {
     fi
     date +%s.%N >"$RES/$name-$i.t1"
     # CRIU's log of each (which mappings it still copied itself, and where its time went).
-    cp "$(ls -td "$W"/state/ops/*/ | head -1)dump.log" "$RES/$name-$i.dump.log" 2>/dev/null
+    keep_criu_log dump.log "$RES/$name-$i.dump.log"
     "${CRYO[@]}" rm "$name-$((i - 1))" >/dev/null 2>&1
   done
   wait_until 300 bash -c "[ \$(wc -l 2>/dev/null <'$run' || echo 0) -ge $(( steps * 3 / 4 )) ]"
