@@ -68,6 +68,8 @@
 #   CRYO_GPU_FASTPATH_REGISTER_WINDOWS=1). CRYO_GPU_FAST_STORE_BASE=1: then fast-store-N-base1,
 #   -new2, -base2: the same job under $B/bin/cryod-base (bundle.sh with CRYO_BUNDLE_CRYOD_BASE),
 #   the current cryod, and the baseline again, on the same store between the same floors.
+#   CRYO_GPU_FAST_STORE_CRYOD_AB="--flag value": instead, fast-store-N-ab1, -new2, -ab2: this
+#   cryod with those arguments added, as it is, and with them again (an A/B of a cryod option).
 #
 # Part "periodic-stall": periodic-stall-N (N from CRYO_GPU_STALL_GIB, default 32): two
 #   leave-running checkpoints through cryod of a job holding N GiB, its data drained into cryod's
@@ -370,24 +372,34 @@ fp_fast_store() {
       JOB_EXTRA_ENV=("${plain[@]}")
       runs+=("kf${gib}ab:$name-ab")
     fi
+    # Rounds against a baseline, interleaved so that neither side has the VM's memory warmer:
+    # base* under $B/bin/cryod-base, ab* under this cryod with CRYO_GPU_FAST_STORE_CRYOD_AB
+    # added to its arguments, new2 this cryod as it is.
+    local rounds=() round bin args
     if [ "${CRYO_GPU_FAST_STORE_BASE:-0}" = 1 ]; then
       if [ -x "$B/bin/cryod-base" ]; then
-        # The baseline, then the current cryod again, then the baseline again: neither side
-        # has the VM's memory warmer than the other.
-        local round bin
-        for round in base1 new2 base2; do
-          bin=$B/bin/cryod; case $round in base*) bin=$B/bin/cryod-base ;; esac
-          stop_cryod
-          STORE_DIR="$fs/store" CRYO_GPU_CRYOD_BIN=$bin start_cryod
-          wait_staging
-          FLOOR_NAME="fastfloor$gib-before" fp_cryod "$gib" "kf$gib$round" "fp-cryod-$gib-$round"
-          runs+=("kf$gib$round:$name-$round")
-        done
-        stop_cryod
-        STORE_DIR="$fs/store" start_cryod
+        rounds=(base1 new2 base2)
       else
         result "$name-base1" SKIP "no $B/bin/cryod-base in the bundle"
       fi
+    elif [ -n "${CRYO_GPU_FAST_STORE_CRYOD_AB:-}" ]; then
+      rounds=(ab1 new2 ab2)
+    fi
+    if [ ${#rounds[@]} -gt 0 ]; then
+      for round in "${rounds[@]}"; do
+        bin=$B/bin/cryod args=${CRYO_GPU_CRYOD_ARGS:-}
+        case $round in
+          base*) bin=$B/bin/cryod-base ;;
+          ab*) args="$args $CRYO_GPU_FAST_STORE_CRYOD_AB" ;;
+        esac
+        stop_cryod
+        STORE_DIR="$fs/store" CRYO_GPU_CRYOD_BIN=$bin CRYO_GPU_CRYOD_ARGS=$args start_cryod
+        wait_staging
+        FLOOR_NAME="fastfloor$gib-before" fp_cryod "$gib" "kf$gib$round" "fp-cryod-$gib-$round"
+        runs+=("kf$gib$round:$name-$round")
+      done
+      stop_cryod
+      STORE_DIR="$fs/store" start_cryod
     fi
     fp_floors "$gib" "$fs/store" "fastfloor$gib-after"
     local run k
