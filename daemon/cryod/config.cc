@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "daemon/engine/gpu_write_start.h"
 #include "lib/base/flags.h"
 #include "lib/base/fs.h"
 #include "lib/base/human.h"
@@ -240,11 +241,12 @@ const std::vector<Key>& Keys() {
           "fast path: that memory in this many equal slots, one per process drained at once (0: "
           "one per GPU of the node)",
           &Config::gpu_staging_slots),
-      Bool("gpu_write_behind_drain",
-           "fast path, stop checkpoints into staging memory: cryod writes the files behind the "
-           "drain instead of after the driver's checkpoint (the checkpoint ends sooner, the GPU "
-           "is free later: docs/operations.md)",
-           &Config::gpu_write_behind_drain),
+      Str("gpu_write_start",
+          "fast path, stop checkpoints into staging memory: when cryod begins writing the files: "
+          "checkpointed (after the driver's checkpoint), drained (once the drain is done, beside "
+          "the driver's checkpoint) or draining (behind the drain: the checkpoint ends sooner, the "
+          "GPU is free later; docs/operations.md)",
+          &Config::gpu_write_start),
       Bool("gpu_park",
            "fast path, leave-running checkpoints: the library parks the job's GPU data in GPU "
            "memory a process of cryod's holds (cryo-gpu-parker), copied within the GPU, instead of "
@@ -467,7 +469,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"dump_copy_threads", "one per core, at most 16; 0 below 4 cores"},
       {"gpu_staging_mib", "0 (none)"},
       {"gpu_staging_slots", "0 (one per GPU)"},
-      {"gpu_write_behind_drain", "false"},
+      {"gpu_write_start", d.gpu_write_start},
       {"gpu_park", "false"},
       {"gpu_parker", "<dir of cryod>/cryo-gpu-parker"},
       {"gpu_parker_libcuda", "libcuda.so.1"},
@@ -578,6 +580,9 @@ absl::StatusOr<Config> LoadConfig(int argc, char** argv) {
   }
   if (c.gpu_fast_path_writers < 0 || c.gpu_fast_path_writers > 64) {
     return absl::InvalidArgumentError("gpu_fast_path_writers must be 0..64");
+  }
+  if (auto ws = engine::ParseGpuWriteStart(c.gpu_write_start); !ws.ok()) {
+    return ws.status();
   }
   if (c.dump_pages_pool_mib < 0)
     return absl::InvalidArgumentError("dump_pages_pool_mib must be >= 0");

@@ -88,7 +88,7 @@ struct Config {
   // checkpoints drain into it too (daemon/gpu/host_copy_pool.h).
   int gpu_staging_mib = 0;
   int gpu_staging_slots = 0;
-  bool gpu_write_behind_drain = false;
+  std::string gpu_write_start = "drained";
   // Leave-running drains park the job's GPU data in GPU memory a process of cryod's holds
   // (cryo-gpu-parker), instead of copying it to host memory while the job is held.
   bool gpu_park = false;

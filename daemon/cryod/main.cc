@@ -393,7 +393,7 @@ Result StartRecover(State& st) {
   ec.dump_pre_copy = st.config.dump_pre_copy;
   ec.dump_pre_copy_shared = st.config.dump_pre_copy_shared;
   ec.fastpath.in_memory = st.config.gpu_fast_path_in_memory;
-  ec.fastpath.write_behind_drain = st.config.gpu_write_behind_drain;
+  ec.fastpath.write_start = *engine::ParseGpuWriteStart(st.config.gpu_write_start);
   if (st.config.gpu_park) {
     ec.fastpath.parker.binary =
         st.config.gpu_parker.empty() ? SiblingBinary("cryo-gpu-parker") : st.config.gpu_parker;

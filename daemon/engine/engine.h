@@ -35,6 +35,7 @@
 #include "daemon/criu/anon_pages.h"
 #include "daemon/criu/credentials.h"
 #include "daemon/criu/criu.h"
+#include "daemon/engine/gpu_write_start.h"
 #include "daemon/engine/job_control.h"
 #include "daemon/engine/job_cut.h"
 #include "daemon/engine/operation.h"
@@ -75,9 +76,8 @@ struct FastpathConfig {
   // Memory held faulted in for those drains (gpu_staging_mib); with it, stop checkpoints drain
   // into cryod's memory too, and the GPUs of a node vacate at memory speed. Null: none.
   gpu::HostCopyPool* staging = nullptr;
-  // A stop checkpoint's write from staging memory follows the drain (gpu_write_behind_drain)
-  // instead of starting after the driver's checkpoint.
-  bool write_behind_drain = false;
+  // When a stop checkpoint's write from staging memory begins (gpu_write_start).
+  GpuWriteStart write_start = GpuWriteStart::kDrained;
   // Leave-running drains park the GPU data on the GPU (gpu_park; empty binary: off).
   gpu::ParkerOptions parker;
 };

@@ -118,12 +118,14 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   // member's, at one cut with every other member's (job_cut.h).
   std::vector<std::unique_ptr<gpu::FastpathDrainHandle>> drains;
   std::unique_ptr<gpu::CutParties> others = JobGpuParty(s);
-  // With gpu_write_behind_drain, a stop checkpoint's files are written behind the drain into
+  // With gpu_write_start "draining", a stop checkpoint's files are written behind the drain into
   // staging memory, each chunk once the library says it is there (gpu_fastpath.h, "Following"),
-  // where every library follows; else once the driver's checkpoint is done (SaveGpuData). Off by
-  // default: the drain and the write share the node's memory bandwidth, and beside the write
-  // the drain took 2.0 s instead of 0.85 (one H200 host, 2026-11-30).
-  if (st.ok() && memory && !s.req.leave_running && cfg_.fastpath.write_behind_drain &&
+  // where every library follows; else once the drain is done ("drained") or once the driver's
+  // checkpoint is (SaveGpuData). Not by default: the drain and the write share the node's memory
+  // bandwidth, and beside the write the drain took 2.0 s instead of 0.85 (one H200 host,
+  // 2026-11-30).
+  const bool stop_into_memory = memory && !s.req.leave_running;
+  if (st.ok() && stop_into_memory && cfg_.fastpath.write_start == GpuWriteStart::kDraining &&
       fast.FollowDrains()) {
     CRYO_LOG(Info) << "checkpoint " << s.id << ": its GPU data is written behind the drain";
     BeginGpuWrite(s);
@@ -139,6 +141,12 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
   if (!st.ok()) return Annotate(st, "GPU fast path");
   s.op->Report(Stage::kGpuDrain, fast.bytes(), owned,
                absl::StrCat(fast.bytes(), " bytes off the GPU through the fast path"));
+  // "drained": the slot holds all of it now; the write goes beside the driver's lock and
+  // checkpoint, which move little memory, at nice 10 below them.
+  if (stop_into_memory && cfg_.fastpath.write_start == GpuWriteStart::kDrained && !fast.writing()) {
+    CRYO_LOG(Info) << "checkpoint " << s.id << ": its GPU data is written from the drain's end";
+    BeginGpuWrite(s);
+  }
   return absl::OkStatus();
 }
 

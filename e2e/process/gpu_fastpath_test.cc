@@ -492,10 +492,10 @@ TEST_F(FastpathE2e, ALeaveRunningCheckpointCopiesHostMemoryAheadAndTheRestoreHas
 // job restored from it runs on with every word of its memory. A job larger than a slot goes
 // through files as before.
 TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) {
-  Cryod& a = Node(
-      "node-a",
-      {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1", "--gpu-write-behind-drain", "true"},
-      HookEnv());
+  Cryod& a =
+      Node("node-a",
+           {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1", "--gpu-write-start", "draining"},
+           HookEnv());
   // cryod's log says how many slots are ready after each change.
   auto slot_ready = [&] {
     const std::string log = Slurp(a.log());
@@ -592,25 +592,35 @@ TEST_F(FastpathE2e, AStopCheckpointDrainsIntoTheStagingMemoryAndRestoresIntact) 
   EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "the library reads the GPU data from the store"));
 }
 
-// By default (gpu_write_behind_drain off) a stop checkpoint's write from staging memory begins
-// after the driver's checkpoint, not with the drain; restored, the job runs on intact.
-TEST_F(FastpathE2e, AStopCheckpointIntoStagingMemoryWritesAfterTheDriversCheckpointByDefault) {
+// By default (gpu_write_start "drained") a stop checkpoint's write from staging memory begins
+// once the drain is done, not with it; with "checkpointed" (node-b) after the driver's
+// checkpoint. Each restored, the job runs on intact.
+TEST_F(FastpathE2e, AStopCheckpointIntoStagingMemoryWritesFromTheDrainsEndByDefault) {
   Cryod& a = Node("node-a", {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1"});
-  auto slot_ready = [&] { return absl::StrContains(Slurp(a.log()), "(1 of 1 ready)"); };
-  ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(a.log());
+  Cryod& b = Node("node-b", {"--gpu-staging-mib", "64", "--gpu-staging-slots", "1",
+                             "--gpu-write-start", "checkpointed"});
+  for (Cryod* n : {&a, &b}) {
+    auto slot_ready = [&] { return absl::StrContains(Slurp(n->log()), "(1 of 1 ready)"); };
+    ASSERT_TRUE(WaitFor(slot_ready)) << Slurp(n->log());
+  }
   Workload& w = GpuJob();
   ASSERT_TRUE(w.WaitMain(20));
-  v1::CheckpointInfo info;
-  grpc::Status s = a.Checkpoint(Req(w.pid(), "fp-after"), &info);
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(info.stage_ms().count("gpu_write"), 1u) << info.DebugString();
-  EXPECT_TRUE(absl::StrContains(Slurp(a.log()), "a drain took a slot"));
-  EXPECT_FALSE(absl::StrContains(Slurp(a.log()), "written behind the drain"));
-  ASSERT_TRUE(WaitGone(w));
-  const uint64_t last_step = U(w.Status(), "main");
-  s = a.Restore(RestoreReq("fp-after"));
-  ASSERT_TRUE(s.ok()) << s.error_message();
-  ExpectRunsOnIntact(w, last_step);
+  for (Cryod* n : {&a, &b}) {
+    const std::string id = n == &a ? "fp-drained" : "fp-after";
+    v1::CheckpointInfo info;
+    grpc::Status s = n->Checkpoint(Req(w.pid(), id), &info);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(info.stage_ms().count("gpu_write"), 1u) << info.DebugString();
+    const std::string log = Slurp(n->log());
+    EXPECT_TRUE(absl::StrContains(log, "a drain took a slot")) << log;
+    EXPECT_FALSE(absl::StrContains(log, "written behind the drain")) << log;
+    EXPECT_EQ(absl::StrContains(log, "written from the drain's end"), n == &a) << log;
+    ASSERT_TRUE(WaitGone(w));
+    const uint64_t last_step = U(w.Status(), "main");
+    s = n->Restore(RestoreReq(id));
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    ExpectRunsOnIntact(w, last_step);
+  }
 }
 
 // Incremental GPU data: a job with 128 MiB of weights it never writes (two whole 64 MiB units at

@@ -60,6 +60,11 @@ TEST(Config, ClearErrors) {
   EXPECT_EQ(Load({"--config", d.path + "/missing.json"}).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_EQ(Load({"--help"}).status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(Load({"--gpu-write-start", "drained"})->gpu_write_start, "drained");
+  auto early = Load({"--gpu-write-start", "early"});
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(early.status().message().find("checkpointed, drained or draining"), std::string::npos)
+      << early.status();
   EXPECT_NE(Usage().find("--pid-wait-timeout-ms"), std::string::npos);
 }
 

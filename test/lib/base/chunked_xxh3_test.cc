@@ -1,6 +1,8 @@
 // The store's checksum through libxxhash's runtime dispatch (AVX2 or AVX-512 where the CPU has
 // them) gives the digests of plain scalar XXH3: a mismatch would refuse every checkpoint written
 // by a node of another CPU, or by the fast-path library, which hashes with its own copy.
+#include "lib/base/chunked_xxh3.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,8 +11,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "lib/base/chunked_xxh3.h"
 
 std::pair<uint64_t, uint64_t> ScalarXxh3For128(const void* p, size_t n);
 
@@ -34,9 +34,9 @@ TEST(ChunkedXxh3Test, DispatchedDigestsAreTheScalarOnesAtEverySizeAndSplit) {
   std::vector<unsigned char> buf((3u << 20) + 777);
   for (auto& b : buf) b = static_cast<unsigned char>(rng());
   // Sizes around XXH3's internal boundaries (16, 128, 240 bytes, its 1 KiB stripes' block).
-  for (size_t n : {size_t{0}, size_t{1}, size_t{16}, size_t{17}, size_t{128}, size_t{129},
-                   size_t{240}, size_t{241}, size_t{1024}, size_t{4099}, size_t{(1u << 20) + 7},
-                   buf.size()}) {
+  for (size_t n :
+       {size_t{0}, size_t{1}, size_t{16}, size_t{17}, size_t{128}, size_t{129}, size_t{240},
+        size_t{241}, size_t{1024}, size_t{4099}, size_t{(1u << 20) + 7}, buf.size()}) {
     const auto want = ScalarXxh3For128(buf.data(), n);
     const XXH128_hash_t one = XXH3_128bits(buf.data(), n);
     EXPECT_EQ(one.low64, want.first) << n;
