@@ -143,7 +143,7 @@ absl::Status Engine::DrainGpus(CheckpointState& s) {
                absl::StrCat(fast.bytes(), " bytes off the GPU through the fast path"));
   // "drained": the slot holds all of it now; the write goes beside the driver's lock and
   // checkpoint, which move little memory, at nice 10 below them.
-  if (stop_into_memory && cfg_.fastpath.write_start == GpuWriteStart::kDrained && !fast.writing()) {
+  if (stop_into_memory && cfg_.fastpath.write_start == GpuWriteStart::kDrained) {
     CRYO_LOG(Info) << "checkpoint " << s.id << ": its GPU data is written from the drain's end";
     BeginGpuWrite(s);
   }
