@@ -10,6 +10,11 @@
 //              256 MiB written to its file as soon as it is there
 //   pipe_read_ms   a restore's shape: the files read into that memory, each 256 MiB copied to the
 //              device as soon as it is read; the best a restore through host memory can do
+//   ring_read_ms   the files read straight to the device through a small ring of pinned buffers
+//              per reader (2 x 8 MiB, a stream each: the ring stays in the CPU's cache), with no
+//              host copy of the whole; ring_read_hash_ms the same with each piece hashed as the
+//              store's checksum (chunked_xxh3.h) before its copy: what a restore that reads the
+//              store into GPU memory from its start could do (docs/proposals/restore-into-gpu.md)
 //   register_pieces_ms / register_pieces8_ms  the same memory registered 256 MiB at a time, by
 //              one thread and by eight
 //   d2h_one_ms / d2h_all_ms  with two GPUs or more (and --node 1, the default): N GiB from GPU 0
@@ -35,6 +40,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "lib/base/chunked_xxh3.h"
 
 namespace {
 
@@ -211,6 +218,60 @@ int main(int argc, char** argv) {
     cudaStreamDestroy(stream);
     cudaHostUnregister(host);
   }
+  // Each file read by its own thread into two pinned 8 MiB buffers in turn, each copied to the
+  // device on its own stream as soon as it is read (and hashed, with `hash`): the GPU memory is
+  // the only place the whole lands.
+  auto ring_read = [&](bool hash) {
+    constexpr size_t kPiece = 8ull << 20;
+    std::atomic<int> bad{0};
+    std::vector<std::thread> ts;
+    const auto start = Clock::now();
+    for (int k = 0; k < files; ++k) {
+      ts.emplace_back([&, k] {
+        int fd = open_floor(k, false);
+        char* buf[2] = {nullptr, nullptr};
+        cudaStream_t st[2] = {nullptr, nullptr};
+        for (int b = 0; b < 2; ++b) {
+          if (cudaHostAlloc(reinterpret_cast<void**>(&buf[b]), kPiece, cudaHostAllocPortable) !=
+                  cudaSuccess ||
+              cudaStreamCreateWithFlags(&st[b], cudaStreamNonBlocking) != cudaSuccess) {
+            ++bad;
+          }
+        }
+        cryo::xxh3chunked::Hasher hasher;
+        int b = 0;
+        for (size_t u = k; fd >= 0 && bad == 0 && u < units; u += files) {
+          const off_t at = static_cast<off_t>((u / files) * slot);
+          for (size_t off = 0; off < slot; off += kPiece, b ^= 1) {
+            cudaStreamSynchronize(st[b]);  // this buffer's last copy is done
+            if (pread(fd, buf[b], kPiece, at + static_cast<off_t>(off)) !=
+                static_cast<ssize_t>(kPiece)) {
+              ++bad;
+              break;
+            }
+            if (hash) hasher.Update(buf[b], kPiece);
+            char* d = static_cast<char*>(dev) + (u * slot + off) % dev_bytes;
+            cudaMemcpyAsync(d, buf[b], kPiece, cudaMemcpyHostToDevice, st[b]);
+          }
+        }
+        if (hash) (void)hasher.Finish();
+        for (int i = 0; i < 2; ++i) {
+          if (st[i] != nullptr) {
+            cudaStreamSynchronize(st[i]);
+            cudaStreamDestroy(st[i]);
+          }
+          if (buf[i] != nullptr) cudaFreeHost(buf[i]);
+        }
+        if (fd >= 0) close(fd);
+      });
+    }
+    for (auto& t : ts) t.join();
+    return bad == 0 ? Ms(start) : -1.0;
+  };
+  // The files as the pipelines left them: in the page cache, as for the read floor above, and on
+  // a tmpfs the store itself.
+  const double ring_read_ms = ring_read(false);
+  const double ring_read_hash_ms = ring_read(true);
   for (const auto& p : paths) unlink(p.c_str());
 
   // Registering the same memory 256 MiB at a time, by one thread and by eight: whether a
@@ -302,10 +363,11 @@ int main(int argc, char** argv) {
       "\"fill_gbps\": %.2f, \"write_gbps\": %.2f, \"read_gbps\": %.2f, \"register_ms\": %.1f, "
       "\"pipe_write_ms\": %.1f, \"pipe_read_ms\": %.1f, \"gpus\": %d, \"d2h_one_ms\": %.1f, "
       "\"d2h_all_ms\": %.1f, \"register_pieces_ms\": %.1f, \"register_pieces8_ms\": %.1f, "
-      "\"warm_fill_ms\": %.1f, \"warm_fill_gbps\": %.2f}\n",
+      "\"warm_fill_ms\": %.1f, \"warm_fill_gbps\": %.2f, \"ring_read_ms\": %.1f, "
+      "\"ring_read_hash_ms\": %.1f}\n",
       gib, total, threads, files, d2h_ms, fill_ms, write_ms, read_ms, total / d2h_ms / 1e6,
       total / fill_ms / 1e6, total / write_ms / 1e6, total / read_ms / 1e6, reg_ms, pipe_write_ms,
       pipe_read_ms, gpus, d2h_one_ms, d2h_all_ms, reg_pieces_ms, reg_pieces8_ms, warm_fill_ms,
-      total / warm_fill_ms / 1e6);
+      total / warm_fill_ms / 1e6, ring_read_ms, ring_read_hash_ms);
   return 0;
 }
