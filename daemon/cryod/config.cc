@@ -254,8 +254,17 @@ const std::vector<Key>& Keys() {
            "memory after the thaw. Needs the job's GPU data free on its GPU beside it, else the "
            "drain goes to host memory as without it",
            &Config::gpu_park),
-      Str("gpu_parker", "cryo-gpu-parker binary (gpu_park)", &Config::gpu_parker),
-      Str("gpu_parker_libcuda", "the CUDA driver library cryo-gpu-parker opens (gpu_park)",
+      Bool("gpu_restore_into_gpu",
+           "fast path, restores onto the GPUs the job was checkpointed on: a process of cryod's "
+           "(cryo-gpu-parker) reads the job's GPU data from the store straight into GPU memory "
+           "beside CRIU's restore, checked against the checkpoint's checksums, and the library "
+           "copies it within the GPU. Needs the job's GPU data free on its GPU beside it, else "
+           "the data is read as without it",
+           &Config::gpu_restore_into_gpu),
+      Str("gpu_parker", "cryo-gpu-parker binary (gpu_park, gpu_restore_into_gpu)",
+          &Config::gpu_parker),
+      Str("gpu_parker_libcuda",
+          "the CUDA driver library cryo-gpu-parker opens (gpu_park, gpu_restore_into_gpu)",
           &Config::gpu_parker_libcuda),
       Bool("dump_in_memory",
            "leave-running checkpoints (periodic ones too): CRIU dumps the job into node memory and "
@@ -471,6 +480,7 @@ void DeclareFlags(flags::FlagSet& fs, std::string* config_file,
       {"gpu_staging_slots", "0 (one per GPU)"},
       {"gpu_write_start", d.gpu_write_start},
       {"gpu_park", "false"},
+      {"gpu_restore_into_gpu", "false"},
       {"gpu_parker", "<dir of cryod>/cryo-gpu-parker"},
       {"gpu_parker_libcuda", "libcuda.so.1"},
       {"gpu_fast_path_library", d.gpu_fast_path_library},

@@ -92,6 +92,9 @@ struct Config {
   // Leave-running drains park the job's GPU data in GPU memory a process of cryod's holds
   // (cryo-gpu-parker), instead of copying it to host memory while the job is held.
   bool gpu_park = false;
+  // Restores onto the same GPUs read the fast path's data from the store into GPU memory a
+  // process of cryod's holds, beside CRIU (docs/proposals/restore-into-gpu.md).
+  bool gpu_restore_into_gpu = false;
   std::string gpu_parker;          // cryo-gpu-parker (empty: next to the cryod binary)
   std::string gpu_parker_libcuda;  // the driver it opens (empty: libcuda.so.1)
   // ... and CRIU dumps them into node memory, copied into the store as the job runs on.

@@ -394,7 +394,9 @@ Result StartRecover(State& st) {
   ec.dump_pre_copy_shared = st.config.dump_pre_copy_shared;
   ec.fastpath.in_memory = st.config.gpu_fast_path_in_memory;
   ec.fastpath.write_start = *engine::ParseGpuWriteStart(st.config.gpu_write_start);
-  if (st.config.gpu_park) {
+  ec.fastpath.park = st.config.gpu_park;
+  ec.fastpath.restore_into_gpu = st.config.gpu_restore_into_gpu;
+  if (st.config.gpu_park || st.config.gpu_restore_into_gpu) {
     ec.fastpath.parker.binary =
         st.config.gpu_parker.empty() ? SiblingBinary("cryo-gpu-parker") : st.config.gpu_parker;
     ec.fastpath.parker.libcuda = st.config.gpu_parker_libcuda;

@@ -78,8 +78,11 @@ struct FastpathConfig {
   gpu::HostCopyPool* staging = nullptr;
   // When a stop checkpoint's write from staging memory begins (gpu_write_start).
   GpuWriteStart write_start = GpuWriteStart::kDrained;
-  // Leave-running drains park the GPU data on the GPU (gpu_park; empty binary: off).
-  gpu::ParkerOptions parker;
+  // Leave-running drains park the GPU data on the GPU (gpu_park).
+  bool park = false;
+  // Restores onto the same GPUs read the GPU data into a park first (gpu_restore_into_gpu).
+  bool restore_into_gpu = false;
+  gpu::ParkerOptions parker;  // for both
 };
 
 struct EngineConfig {
@@ -374,6 +377,12 @@ class Engine {
   // Starts reading the GPU data into staging memory when it has a slot for every process
   // (gpu_prefetch.h); never fails the restore: without it the library reads the files.
   absl::Status PrefetchGpuData(RestoreState& s);
+  // gpu_restore_into_gpu: which fast-path processes may have their files read into GPU memory
+  // (onto the GPU they were checkpointed on, from files of this checkpoint alone), and a parking
+  // process for each, reading them (s.fills). Never fails the restore: a process without one is
+  // read as before.
+  std::vector<char> FillCandidates(const RestoreState& s);
+  void StartFills(RestoreState& s, const std::vector<char>& filling);
   absl::Status RefillRestoredGpus(RestoreState& s);
   // Whether the library of every process read ahead follows a read still running (version).
   bool FollowsReads(RestoreState& s);

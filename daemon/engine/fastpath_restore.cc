@@ -241,12 +241,79 @@ absl::StatusOr<UniqueFd> Engine::ReadThrough(const store::Manifest& m, const std
   return memfd;
 }
 
+std::vector<char> Engine::FillCandidates(const RestoreState& s) {
+  std::vector<char> out(s.m.gpu_fastpath.size(), 0);
+  // Only onto the GPUs it was checkpointed on (a map of each onto itself, or none): the park's
+  // GPU is then the one the library re-creates its memory on, which it checks before it copies.
+  const bool moved =
+      std::any_of(s.map.begin(), s.map.end(), [](const auto& kv) { return kv.first != kv.second; });
+  if (moved) {
+    CRYO_LOG(Info) << "restore " << s.m.id
+                   << ": the GPU data is not read into GPU memory first: the restore maps it "
+                      "onto other GPUs";
+    return out;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    const gpu::FastpathProcess& f = s.m.gpu_fastpath[i];
+    if (f.files == 0 || f.bytes == 0 || f.device.empty()) continue;
+    // An incremental checkpoint's chunks come from several checkpoints' files: read ahead.
+    auto listed = ListedFastpathFiles(s.m, f);
+    out[i] = listed.ok() && !Refers(*listed);
+  }
+  return out;
+}
+
+void Engine::StartFills(RestoreState& s, const std::vector<char>& filling) {
+  (void)EachInParallel(filling.size(), [&](size_t i) -> absl::Status {
+    if (!filling[i]) return absl::OkStatus();
+    const gpu::FastpathProcess& f = s.m.gpu_fastpath[i];
+    absl::StatusOr<std::vector<UniqueFd>> files =
+        gpu::OpenFastpathFiles(s.dir, f.ns_pid, f.files, false);
+    std::unique_ptr<gpu::Parker> p;
+    absl::Status st = files.status();
+    if (st.ok()) {
+      auto started = gpu::Parker::Start(cfg_.fastpath.parker, f.device, f.bytes);
+      st = started.status();
+      if (st.ok()) p = *std::move(started);
+    }
+    if (st.ok()) {
+      std::vector<int> fds;
+      for (const UniqueFd& fd : *files) fds.push_back(fd.get());
+      st = p->BeginFill(fds, gpu::kFastpathStripeBytes, f.bytes);
+    }
+    if (!st.ok()) {
+      // The library reads the files at the refill, as without it.
+      CRYO_LOG(Info) << "restore " << s.m.id << ": the GPU data of pid " << f.ns_pid
+                     << " is not read into GPU memory first (GPU " << f.device
+                     << "): " << st.message();
+      return absl::OkStatus();
+    }
+    CRYO_LOG(Info) << "restore " << s.m.id << ": reading " << f.bytes
+                   << " bytes of GPU data of pid " << f.ns_pid << " into GPU memory on " << f.device
+                   << " while the processes are restored";
+    s.fills[i] = std::move(p);
+    return absl::OkStatus();
+  });
+}
+
 absl::Status Engine::PrefetchGpuData(RestoreState& s) {
+  // The parking processes start (each opens the driver and takes its memory) beside CRIU's
+  // restore; the read ahead below leaves their processes to them.
+  std::vector<char> filling(s.m.gpu_fastpath.size(), 0);
+  if (cfg_.fastpath.restore_into_gpu) filling = FillCandidates(s);
+  if (std::find(filling.begin(), filling.end(), 1) != filling.end()) {
+    s.fills.resize(s.m.gpu_fastpath.size());
+    s.fills_starting = std::jthread([this, &s, filling] { StartFills(s, filling); });
+  }
+  if (cfg_.fastpath.staging == nullptr) return absl::OkStatus();
   std::vector<GpuPrefetch::Process> procs(s.m.gpu_fastpath.size());
   std::vector<UniqueFd> open;
+  bool any = false;
   for (size_t i = 0; i < procs.size(); ++i) {
     const gpu::FastpathProcess& f = s.m.gpu_fastpath[i];
     if (f.files == 0 || f.bytes == 0) continue;
+    if (filling[i]) continue;  // read into GPU memory
+    any = true;
     auto src = FastpathSources(s.m, s.dir, f, &open);
     if (!src.ok()) {
       // The refill meets it again, and fails the restore with it.
@@ -256,6 +323,7 @@ absl::Status Engine::PrefetchGpuData(RestoreState& s) {
     }
     procs[i] = {f.bytes, *std::move(src)};
   }
+  if (!any) return absl::OkStatus();
   auto started = GpuPrefetch::Start(*cfg_.fastpath.staging, std::move(procs), std::move(open),
                                     gpu::kFastpathStripeBytes);
   if (!started.ok()) {
@@ -324,10 +392,58 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
       }
     }
   }
+  // Read into GPU memory (gpu_restore_into_gpu): refilled from there within the GPU, once every
+  // file is found to hold what the checkpoint recorded. A read that failed on its own leaves the
+  // files to the library; a file that differs fails the restore.
+  std::vector<char> ahead(s.fast.size(), 0);
+  if (s.fills_starting.joinable()) s.fills_starting.join();
+  for (size_t i = 0; i < s.fills.size() && i < s.fast.size() && st.ok(); ++i) {
+    if (s.fills[i] == nullptr) continue;
+    std::unique_ptr<gpu::Parker> p = std::move(s.fills[i]);
+    auto got = p->WaitFilled();
+    if (got.ok() && *got != expected[i]) {
+      for (size_t k = 0; k < got->size() && k < expected[i].size(); ++k) {
+        if ((*got)[k] == expected[i][k]) continue;
+        st = absl::DataLossError(absl::StrCat(
+            gpu::FastpathFileName(s.fast[i].ns_pid, k), " does not hold what the checkpoint ",
+            "recorded (size ", (*got)[k].size, ", checksum ", (*got)[k].checksum, "; recorded ",
+            expected[i][k].size, ", ", expected[i][k].checksum, ")"));
+        break;
+      }
+      if (st.ok()) st = absl::DataLossError("the GPU data's files differ from the checkpoint's");
+      break;
+    }
+    absl::Status use = got.status();
+    if (use.ok()) {
+      auto status = d_.fastpath->Status(s.fast[i]);
+      if (!status.ok()) {
+        use = status.status();
+      } else if (status->version < contract::gpu_fastpath::kVersionFill) {
+        use = absl::FailedPreconditionError(absl::StrCat("its library speaks version ",
+                                                         status->version, ", the read needs ",
+                                                         contract::gpu_fastpath::kVersionFill));
+      }
+    }
+    if (!use.ok()) {
+      CRYO_LOG(Warning) << "restore " << s.m.id << ": pid " << s.fast[i].ns_pid
+                        << " reads its GPU data from the store itself: " << use.message();
+      continue;
+    }
+    files[i].emplace_back(::fcntl(p->fd(), F_DUPFD_CLOEXEC, 3));
+    if (!files[i].back().ok()) {
+      st = ErrnoStatus(errno, "a descriptor of the GPU memory read into");
+      break;
+    }
+    s.fast[i].filled = true;
+    s.fast[i].park = p->bytes();
+    s.fast[i].device = p->device();
+    expected[i].clear();
+    ahead[i] = 1;
+    s.fills[i] = std::move(p);  // held until the refill is done
+  }
   // Read ahead into staging memory (gpu_prefetch): refilled from there. A library that follows
   // (gpu_fastpath.h, "Following") is given the slots now and copies behind the read, its gate
   // opening on the read's verdict; an older one once the read is done and checked.
-  std::vector<char> ahead(s.fast.size(), 0);
   bool follow = false;
   absl::Time waited_from;
   if (st.ok() && s.prefetch != nullptr) {
@@ -403,6 +519,7 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
                              {}, RefillStop(s.op, s.req.deadline));
   }
   files.clear();
+  s.fills.clear();  // the library has copied from them, or failed: their GPU memory goes
   if (follow) {
     // What the read found is the restore's answer whatever the libraries said (theirs is only
     // that it was bad); read well, a refill that failed failed on its own.

@@ -71,7 +71,7 @@ absl::Status Engine::AllocateHostCopies(CheckpointState& s) {
   // gpu_park: a leave-running drain stays on the GPU where it has room (gpu_fastpath.h,
   // "Parking"). The parking processes start here, while the job runs: each initializes the
   // driver (0.2-0.4 s on an H200).
-  if (!stop && !cfg_.fastpath.parker.binary.empty()) {
+  if (!stop && cfg_.fastpath.park && !cfg_.fastpath.parker.binary.empty()) {
     const size_t parked = s.live.fast.StartParkers(cfg_.fastpath.parker);
     CRYO_LOG(Info) << "checkpoint " << s.id << ": " << parked << " of " << s.live.fast.size()
                    << " processes have a park on their GPU";

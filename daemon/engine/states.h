@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -29,6 +30,7 @@
 #include "daemon/fastpath/session.h"
 #include "daemon/gpu/copy_share.h"
 #include "daemon/gpu/driver_session.h"
+#include "daemon/gpu/parker.h"
 #include "daemon/store/checksum.h"
 #include "daemon/store/job_checkpoint.h"
 #include "lib/base/fd.h"
@@ -213,6 +215,11 @@ struct RestoreState {
   // gpu_prefetch: the GPU data being read into staging memory while CRIU restores (null: the
   // library reads the files itself).
   std::unique_ptr<GpuPrefetch> prefetch;
+  // gpu_prefetch with gpu_restore_into_gpu: per fast-path process, the parking process reading
+  // its data from the store into GPU memory (null: read as without it).
+  std::vector<std::unique_ptr<gpu::Parker>> fills;
+  // Starts them (a driver's start each) beside CRIU; joined before `fills` is read or dropped.
+  std::jthread fills_starting;
 };
 
 }  // namespace cryo::engine

@@ -102,7 +102,14 @@ wire::Request RefillRequest(const FastpathProcess& p, int threads, const std::ve
   // (None while the library still holds its copy mapped: it refills from that.)
   req.memory = p.memory && !files.empty();
   req.version = req.memory ? wire::kVersionMemory : wire::kMinVersion;
-  if (req.memory && p.parked && p.park > 0 && files.size() == 2) {
+  if (p.filled && p.park > 0 && files.size() == 1) {
+    // Its data read into a park from the store (gpu_fastpath.h, "Filled"): the park alone.
+    req.memory = false;
+    req.filled = true;
+    req.park = p.park;
+    req.park_device = p.device;
+    req.version = wire::kVersionFill;
+  } else if (req.memory && p.parked && p.park > 0 && files.size() == 2) {
     // Back from its park (the memfd, then the park): nothing to follow.
     req.park = p.park;
     req.version = wire::kVersionPark;
@@ -119,6 +126,7 @@ void LogRefill(const FastpathProcess& p, const wire::RefillReply& r) {
   CRYO_LOG(Info) << "fast path of pid " << p.pid << ": " << r.bytes << " bytes back on the GPU in "
                  << r.total_ms << " ms (allocate " << r.allocate_ms << ", copy " << r.copy_ms << ")"
                  << (p.parked   ? ", from its park on the GPU"
+                     : p.filled ? ", from the GPU memory cryod read it into"
                      : p.memory ? ", from cryod's memory"
                                 : "")
                  << (p.follow && !p.parked ? " as cryod read it from the store" : "");

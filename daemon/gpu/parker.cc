@@ -84,10 +84,11 @@ absl::StatusOr<std::unique_ptr<Parker>> Parker::Start(const ParkerOptions& opt,
 }
 
 Parker::~Parker() {
-  if (copied_.valid()) {
+  if (copied_.valid() || filled_.valid()) {
     // A copy nobody waits for (the checkpoint gave up): its wait ends with the socket.
     ::shutdown(sock_.get(), SHUT_RDWR);
-    copied_.wait();
+    if (copied_.valid()) copied_.wait();
+    if (filled_.valid()) filled_.wait();
   }
   sock_.reset();  // it ends on its own once the socket closes
   park_.reset();
@@ -128,6 +129,48 @@ absl::Status Parker::BeginCopy(int memfd, std::shared_ptr<const ProgressPage> pa
 absl::Status Parker::WaitCopied() {
   if (!copied_.valid()) return absl::FailedPreconditionError("the park was never copied");
   return copied_.get();
+}
+
+absl::Status Parker::BeginFill(const std::vector<int>& files, uint64_t stripe, uint64_t bytes) {
+  if (copied_.valid() || filled_.valid()) {
+    return absl::FailedPreconditionError("the park is in use already");
+  }
+  const std::string req =
+      nlohmann::json{{"op", "fill"}, {"bytes", bytes}, {"stripe", stripe}}.dump();
+  if (!wire::SendMessage(sock_.get(), req, files)) {
+    return ErrnoStatus(errno, "asking the parking process to read the GPU data");
+  }
+  const int sock = sock_.get();
+  const size_t n = files.size();
+  const std::string device = device_;
+  // As long as the read takes (the store's pace): only its death or a failure ends it early.
+  filled_ = std::async(
+      std::launch::async, [sock, n, bytes, device]() -> absl::StatusOr<std::vector<FileDigest>> {
+        std::vector<UniqueFd> fds;
+        CRYO_ASSIGN_OR_RETURN(nlohmann::json r, ReceiveFrom(sock, absl::Hours(1), &fds));
+        const nlohmann::json& list = r.contains("files") ? r["files"] : r;
+        if (!list.is_array() || list.size() != n) {
+          return absl::InternalError("the parking process answered the read without its files");
+        }
+        std::vector<FileDigest> out;
+        for (const auto& f : list) {
+          if (!f.is_object() || !f.contains("size") || !f["size"].is_number_unsigned() ||
+              !f.contains("checksum") || !f["checksum"].is_string()) {
+            return absl::InternalError(
+                "the parking process answered a file without its size and checksum");
+          }
+          out.push_back({f["size"].get<uint64_t>(), f["checksum"].get<std::string>()});
+        }
+        CRYO_LOG(Info) << "park on GPU " << device << ": " << bytes << " bytes read from " << n
+                       << " files of the store in " << r.value("fill_ms", int64_t{-1}) << " ms";
+        return out;
+      });
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<FileDigest>> Parker::WaitFilled() {
+  if (!filled_.valid()) return absl::FailedPreconditionError("the park was never filled");
+  return filled_.get();
 }
 
 }  // namespace cryo::gpu

@@ -12,12 +12,14 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/gpu/progress_page.h"
 #include "lib/base/fd.h"
+#include "lib/base/file_digest.h"
 
 namespace cryo::gpu {
 
@@ -47,6 +49,14 @@ class Parker {
   absl::Status WaitCopied();
   bool copying() const { return copied_.valid(); }
 
+  // For a restore (docs/proposals/restore-into-gpu.md): has the process read `files` (the fast
+  // path's layout: unit c of `stripe` bytes of the stream in file c % W) into its memory, the
+  // first `bytes` of it. WaitFilled then gives each file's size and checksum as read, for the
+  // caller to compare with what the checkpoint recorded; the memory stays until the Parker goes.
+  absl::Status BeginFill(const std::vector<int>& files, uint64_t stripe, uint64_t bytes);
+  absl::StatusOr<std::vector<FileDigest>> WaitFilled();
+  bool filling() const { return filled_.valid(); }
+
  private:
   Parker() = default;
   UniqueFd sock_, park_;
@@ -55,6 +65,7 @@ class Parker {
   std::string device_;
   absl::Duration timeout_;
   std::future<absl::Status> copied_;
+  std::future<absl::StatusOr<std::vector<FileDigest>>> filled_;
 };
 
 }  // namespace cryo::gpu

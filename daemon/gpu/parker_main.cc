@@ -12,6 +12,14 @@
 //   <- {"op": "copy", "bytes": B} with a memfd and a progress page attached: the first B bytes
 //      into the memfd, "ready" raised after each piece, then the verdict (bad on any failure)
 //   -> {"ok": true, "copy_ms"} once its memory is freed, or {"ok": false, "error"}
+// or, for a restore (docs/proposals/restore-into-gpu.md), instead of the copy:
+//   <- {"op": "fill", "bytes": B, "stripe": S} with the W files of the fast path's layout
+//      attached (unit c of S bytes of the stream is in file c % W at (c / W) * S): each file read
+//      by a thread of its own through two small pinned buffers, each piece hashed as the store
+//      checksums (lib/base/chunked_xxh3.h) and copied to the memory at its place in the stream
+//   -> {"ok": true, "files": [{"size", "checksum"}, ...], "fill_ms"} once all of it is there;
+//      the memory is kept until the socket closes (the job's library copies it within the GPU)
+//      cryod compares the files with what the checkpoint recorded: the process only reads.
 // It exits when the socket closes (cryod let go of it, or died), at any step: the memory goes
 // with it. (Not PR_SET_PDEATHSIG: that follows the cryod thread that started it, which may end
 // before the checkpoint does.) libcuda is opened at run time (the node's driver; a fake one in
@@ -31,8 +39,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "lib/base/chunked_xxh3.h"
 #include "lib/base/fd.h"
 #include "lib/contract/gpu_fastpath.h"
 #include "lib/contract/gpu_fastpath_wire.h"
@@ -59,7 +69,13 @@ constexpr uint64_t kPiece = 64ull << 20;
   X(cuMemSetAccess)                \
   X(cuMemUnmap)                    \
   X(cuMemAddressFree)              \
-  X(cuMemcpyDtoH_v2)
+  X(cuMemcpyDtoH_v2)               \
+  X(cuMemHostAlloc)                \
+  X(cuMemFreeHost)                 \
+  X(cuStreamCreate)                \
+  X(cuStreamSynchronize)           \
+  X(cuStreamDestroy_v2)            \
+  X(cuMemcpyHtoDAsync_v2)
 
 struct Cuda {
 #define PARKER_FIELD(name) decltype(&::name) name = nullptr;
@@ -77,6 +93,134 @@ std::string Err(const Cuda& c, const char* what, CUresult r) {
   const char* s = nullptr;
   if (c.cuGetErrorString == nullptr || c.cuGetErrorString(r, &s) != CUDA_SUCCESS || !s) s = "?";
   return std::string(what) + ": " + s;
+}
+
+// The park mapped into this process, readable and writable by its GPU.
+CUresult MapPark(const Cuda& c, CUmemGenericAllocationHandle h, uint64_t bytes, CUdevice dev,
+                 CUdeviceptr* va) {
+  CUresult r = c.cuMemAddressReserve(va, bytes, 0, 0, 0);
+  if (r == CUDA_SUCCESS) r = c.cuMemMap(*va, bytes, 0, h, 0);
+  CUmemAccessDesc a{};
+  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  a.location.id = dev;
+  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (r == CUDA_SUCCESS) r = c.cuMemSetAccess(*va, bytes, &a, 1);
+  return r;
+}
+
+constexpr uint64_t kFillPiece = 8ull << 20;
+constexpr uint64_t kAlign = 4096;  // direct I/O's reads: whole blocks
+
+struct FileFill {
+  uint64_t size = 0;  // the file's, as found
+  std::string checksum;
+  std::string error;
+};
+
+// File k of the stream's W files read into the device memory at `va`, through two pinned
+// buffers in turn (each with its stream, so a read overlaps the last piece's copy). The checksum
+// is taken only when the file is exactly the size the layout gives it: any other size is
+// refused by cryod from the size alone.
+FileFill FillOne(const Cuda& c, CUcontext ctx, CUdeviceptr va, int fd, int k, int w,
+                 uint64_t stripe, uint64_t total) {
+  FileFill out;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    out.error = std::string("fstat of file ") + std::to_string(k) + ": " + std::strerror(errno);
+    return out;
+  }
+  out.size = static_cast<uint64_t>(st.st_size);
+  const uint64_t units = (total + stripe - 1) / stripe;
+  uint64_t want = 0;
+  for (uint64_t u = k; u < units; u += w) want += std::min(stripe, total - u * stripe);
+  if (out.size != want) return out;
+  c.cuCtxSetCurrent(ctx);
+  char* buf[2] = {nullptr, nullptr};
+  CUstream strm[2] = {nullptr, nullptr};
+  CUresult r = CUDA_SUCCESS;
+  for (int b = 0; b < 2 && r == CUDA_SUCCESS; ++b) {
+    r = c.cuMemHostAlloc(reinterpret_cast<void**>(&buf[b]), kFillPiece, CU_MEMHOSTALLOC_PORTABLE);
+    if (r == CUDA_SUCCESS) r = c.cuStreamCreate(&strm[b], CU_STREAM_NON_BLOCKING);
+  }
+  if (r != CUDA_SUCCESS) out.error = Err(c, "pinned buffers for the read", r);
+  cryo::xxh3chunked::Hasher hasher;
+  int b = 0;
+  for (uint64_t u = k; out.error.empty() && u < units; u += w) {
+    const uint64_t len = std::min(stripe, total - u * stripe);
+    const uint64_t at = (u / w) * stripe;
+    for (uint64_t off = 0; out.error.empty() && off < len; off += kFillPiece, b ^= 1) {
+      const uint64_t n = std::min(kFillPiece, len - off);
+      r = c.cuStreamSynchronize(strm[b]);  // this buffer's last copy is done
+      if (r != CUDA_SUCCESS) {
+        out.error = Err(c, "copying to the GPU", r);
+        break;
+      }
+      const size_t ask = static_cast<size_t>((n + kAlign - 1) / kAlign * kAlign);
+      uint64_t got = 0;
+      while (got < n) {
+        const ssize_t m = ::pread(fd, buf[b] + got, ask - got, static_cast<off_t>(at + off + got));
+        if (m < 0 && errno == EINTR) continue;
+        if (m <= 0) break;
+        got += static_cast<uint64_t>(m);
+      }
+      if (got < n) {
+        out.error = "file " + std::to_string(k) + " ended or failed at byte " +
+                    std::to_string(at + off + got) + ": " + std::strerror(errno);
+        break;
+      }
+      hasher.Update(buf[b], n);
+      r = c.cuMemcpyHtoDAsync_v2(va + u * stripe + off, buf[b], n, strm[b]);
+      if (r != CUDA_SUCCESS) out.error = Err(c, "copying to the GPU", r);
+    }
+  }
+  for (int i = 0; i < 2; ++i) {
+    if (strm[i] != nullptr) {
+      r = c.cuStreamSynchronize(strm[i]);
+      if (r != CUDA_SUCCESS && out.error.empty()) out.error = Err(c, "copying to the GPU", r);
+      c.cuStreamDestroy_v2(strm[i]);
+    }
+    if (buf[i] != nullptr) c.cuMemFreeHost(buf[i]);
+  }
+  if (out.error.empty()) out.checksum = hasher.Finish().checksum;
+  return out;
+}
+
+// The "fill" request: the files read into the park, every one at once; the answer names each
+// file's size and checksum. The memory stays: the socket closing ends the process.
+[[noreturn]] void Fill(const Cuda& c, CUcontext ctx, CUdeviceptr va, uint64_t park_bytes,
+                       const nlohmann::json& req, const std::vector<cryo::UniqueFd>& fds) {
+  if (!req.contains("bytes") || !req["bytes"].is_number_unsigned() || !req.contains("stripe") ||
+      !req["stripe"].is_number_unsigned() || fds.empty()) {
+    Fail("expected a fill with its bytes, its stripe and the files");
+  }
+  const uint64_t total = req["bytes"].get<uint64_t>();
+  const uint64_t stripe = req["stripe"].get<uint64_t>();
+  if (total > park_bytes) Fail("asked to fill more than the park holds");
+  if (stripe == 0 || stripe % kFillPiece != 0) Fail("the stripe is not a multiple of 8 MiB");
+  const auto t0 = std::chrono::steady_clock::now();
+  const int w = static_cast<int>(fds.size());
+  std::vector<FileFill> files(fds.size());
+  std::vector<std::thread> ts;
+  for (int k = 0; k < w; ++k) {
+    ts.emplace_back([&, k] { files[k] = FillOne(c, ctx, va, fds[k].get(), k, w, stripe, total); });
+  }
+  for (auto& t : ts) t.join();
+  nlohmann::json list = nlohmann::json::array();
+  for (const FileFill& f : files) {
+    if (!f.error.empty()) Fail(f.error);
+    list.push_back({{"size", f.size}, {"checksum", f.checksum}});
+  }
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  (void)wire::SendMessage(kSocket,
+                          nlohmann::json{{"ok", true}, {"files", list}, {"fill_ms", ms}}.dump());
+  // Held until cryod lets go: the job's library copies from it within the GPU.
+  std::string text;
+  std::vector<cryo::UniqueFd> more;
+  while (wire::ReceiveMessage(kSocket, &text, &more)) {
+  }
+  std::exit(0);
 }
 
 }  // namespace
@@ -137,6 +281,12 @@ int main(int argc, char** argv) {
   std::vector<cryo::UniqueFd> fds;
   if (!wire::ReceiveMessage(kSocket, &text, &fds)) return 0;  // not wanted: the memory goes
   const nlohmann::json req = nlohmann::json::parse(text, nullptr, false);
+  if (req.is_object() && req.value("op", "") == "fill") {
+    CUdeviceptr fva = 0;
+    r = MapPark(c, h, bytes, dev, &fva);
+    if (r != CUDA_SUCCESS) Fail(Err(c, "mapping the park", r));
+    Fill(c, ctx, fva, bytes, req, fds);
+  }
   if (!req.is_object() || req.value("op", "") != "copy" || fds.size() != 2 ||
       !req.contains("bytes") || !req["bytes"].is_number_unsigned()) {
     Fail("expected a copy with a memfd and a progress page");
@@ -162,13 +312,7 @@ int main(int argc, char** argv) {
                                                      MAP_SHARED, fds[0].get(), 0));
   if (host == MAP_FAILED) fail(std::string("mapping the memfd: ") + std::strerror(errno));
   CUdeviceptr va = 0;
-  r = c.cuMemAddressReserve(&va, bytes, 0, 0, 0);
-  if (r == CUDA_SUCCESS) r = c.cuMemMap(va, bytes, 0, h, 0);
-  CUmemAccessDesc a{};
-  a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  a.location.id = dev;
-  a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  if (r == CUDA_SUCCESS) r = c.cuMemSetAccess(va, bytes, &a, 1);
+  r = MapPark(c, h, bytes, dev, &va);
   if (r != CUDA_SUCCESS) fail(Err(c, "mapping the park", r));
   for (uint64_t off = 0; off < want; off += kPiece) {
     const uint64_t n = std::min(kPiece, want - off);

@@ -43,6 +43,9 @@ const json::Table<FastpathProcess>& FastpathProcessTable() {
       json::Member("allocations", &P::allocations),
       json::Member("driver_bytes", &P::driver_bytes),
       json::Member("memory", &P::memory, false, json::Emit::kUnlessEmpty),
+      // Where a restore may read the data into GPU memory ahead of the library
+      // (docs/proposals/restore-into-gpu.md).
+      json::Member("device", &P::device, false, json::Emit::kUnlessEmpty),
       json::Records(
           "imports", &P::imports,
           {json::Member("id", &I::id, json::kRequired),
@@ -70,6 +73,11 @@ absl::Status Check(const FastpathProcess& p, const std::string& where) {
   // The files' names come from these numbers: bound them.
   if (p.pid <= 0 || p.ns_pid <= 0 || p.files < 0 || p.files > 64) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": pid, ns_pid or files out of range"));
+  }
+  // A PCI bus id ("0000:18:00.0"): it is given to the parking process's command line.
+  if (p.device.size() > 32 ||
+      p.device.find_first_not_of("0123456789abcdefABCDEF:.") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": device is not a PCI bus id"));
   }
   if (p.imports.size() > 4096) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": imports is not a short list"));

@@ -30,7 +30,7 @@ absl::StatusOr<std::vector<GpuProcess>> GpuProcessesFromJson(const nlohmann::jso
 
 // One process of a job whose device memory the GPU fast-path library moves (docs/gpu.md), as the
 // journal and the manifest record it; one JSON form ({"pid", "ns_pid", "files", "bytes",
-// "allocations", "driver_bytes", "imports": [{"id", "from", "export"}]}).
+// "allocations", "driver_bytes", "device", "imports": [{"id", "from", "export"}]}).
 // Memory a fast-path process imported from another process of the same job (docs/proposals/
 // nccl-shared-memory.md): its import id, the exporter (by the pid it sees itself as) and the
 // exporter's export id. A refill imports it again from the exporter's new descriptor.
@@ -61,12 +61,16 @@ struct FastpathProcess {
   // write-protect sees (criu/pre_copy.h). Not recorded.
   bool host_registered = false;
   // The PCI bus id of the one GPU that holds the memory it moves, as its status said ("": none
-  // or several, or an older library). Not recorded.
+  // or several, or an older library). Recorded: a restore onto the same GPUs may read the data
+  // into memory on that GPU ahead of the library (gpu_restore_into_gpu).
   std::string device{};
   // Its drain is given a park of this many bytes on that GPU (gpu_fastpath.h, "Parking"), and
   // whether it parked its data there. Not recorded: a cryod that stops takes the park with it.
   uint64_t park = 0;
   bool parked = false;
+  // A restore's park of `park` bytes on `device`, filled from the store and checked: its one
+  // file is the park (gpu_restore_into_gpu). Not recorded.
+  bool filled = false;
 };
 
 nlohmann::json ToJson(const std::vector<FastpathProcess>& procs);

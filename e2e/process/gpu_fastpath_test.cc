@@ -397,6 +397,47 @@ TEST_F(FastpathE2e, AParkedLeaveRunningCheckpointIsWrittenFromTheParkAndRestores
   ExpectRunsOnIntact(w, 0);
 }
 
+// gpu_restore_into_gpu (gpu_fastpath.h, "Filled"): the restore has cryod's parking process read
+// the fast path's files into GPU memory while CRIU restores the job, checks each file against
+// the checkpoint's checksum, and the library copies the data from there within the GPU. The job
+// runs on with every word; a file damaged in place is refused and the job never runs on it.
+TEST_F(FastpathE2e, ARestoreReadsTheGpuDataIntoGpuMemoryFirstAndRefusesADamagedFile) {
+  Cryod& a = Node("node-a", {"--gpu-restore-into-gpu", "true", "--gpu-parker-libcuda",
+                             absl::StrCat(FAKE_CUDA_DIR, "/libcuda.so.1")});
+  Workload& w = GpuJob();
+  ASSERT_TRUE(w.WaitMain(20));
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "fp-fill")).ok());
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last = U(w.Status(), "main");
+  // The GPU the data was on is recorded: the restore reads onto it.
+  auto m = nlohmann::json::parse(Slurp(store_ + "/checkpoints/fp-fill/manifest.json"));
+  ASSERT_EQ(m["gpu_fastpath"].size(), 1u) << m.dump(1);
+  EXPECT_FALSE(m["gpu_fastpath"][0].value("device", "").empty()) << m.dump(1);
+
+  grpc::Status s = a.Restore(RestoreReq("fp-fill"));
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::string log = Slurp(a.log());
+  EXPECT_TRUE(absl::StrContains(log, "bytes of GPU data of pid")) << log;
+  EXPECT_TRUE(absl::StrContains(log, ", from the GPU memory cryod read it into")) << log;
+  ExpectRunsOnIntact(w, last);
+
+  // Again, with one bit of a file flipped in place (its size right).
+  ASSERT_TRUE(a.Checkpoint(Req(w.pid(), "fp-fill-bad")).ok());
+  ASSERT_TRUE(WaitGone(w));
+  const uint64_t last2 = U(w.Status(), "main");
+  ASSERT_TRUE(DamageGpuFile("fp-fill-bad", w.pid(), 3 << 20, 1));
+  s = a.Restore(RestoreReq("fp-fill-bad"));
+  EXPECT_EQ(s.error_code(), StatusCode::DATA_LOSS) << s.error_message();
+  EXPECT_TRUE(absl::StrContains(s.error_message(), "does not hold what the checkpoint recorded"))
+      << s.error_message();
+  EXPECT_TRUE(WaitGone(w)) << "the restored job must not run on data that is not its own";
+  EXPECT_LE(U(w.Status(), "main"), last2 + 1) << "the job took steps after the failed restore";
+  log = Slurp(a.log());
+  EXPECT_EQ(log.find(", from the GPU memory cryod read it into"),
+            log.rfind(", from the GPU memory cryod read it into"))
+      << "the damaged checkpoint's data reached the job";
+}
+
 // The same for a job of two processes that share memory as NCCL's P2P transport does, each with
 // memory of its own: a park each, started at once (a parking process must outlive the thread that
 // starts it), the shared allocation parked by its exporter. Both run on with every word, the

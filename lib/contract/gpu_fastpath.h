@@ -137,6 +137,14 @@
 // progress page as a followed drain does, and cryod writes the files behind it (docs/gpu.md,
 // "Parking").
 //
+// Filled (version 10): for a restore onto the GPU the data was checkpointed on
+// (gpu_restore_into_gpu), cryod's parking process reads the drain's files from the store into its
+// device memory while CRIU restores the job, and cryod checks each file against what the
+// checkpoint recorded. The refill then carries "filled": true, "park": P, "park_device" and that
+// park as its one descriptor: the library re-creates its allocations, checks that they are on
+// that GPU, and copies the data from the park within the GPU, as a parked drain's refill does.
+// A library whose allocations are elsewhere fails the refill and the job stays held.
+//
 // Shared memory (version 2): an allocation the job exports as a POSIX descriptor
 // (cuMemExportToShareableHandle) is moved by the exporting process like its own; the library
 // keeps a duplicate of each descriptor it exported ("exports", id and number) and of each it
@@ -155,7 +163,7 @@
 
 namespace cryo::contract::gpu_fastpath {
 
-inline constexpr int kVersion = 9;
+inline constexpr int kVersion = 10;
 inline constexpr char kSocketPrefix[] = "cryo-gpu-fastpath.";
 inline constexpr char kLibraryName[] = "libcryo_gpu_fastpath.so";
 inline constexpr uint32_t kMaxMessage = 64 << 10;

@@ -273,6 +273,10 @@ std::string Encode(const Request& r) {
     if (r.memory) j["memory"] = true;
     if (r.follow) j["follow"] = true;
     if (r.park > 0) j["park"] = r.park;
+    if (r.filled) {
+      j["filled"] = true;
+      j["park_device"] = r.park_device;
+    }
   } else if (r.op == Op::kGo && !r.imports.empty()) {
     j["files"] = r.files;
     j["imports"] = r.imports;
@@ -425,6 +429,7 @@ bool Decode(const std::string& text, Request* out, std::string* why) {
   r.Uint("park", &out->park, false);
   r.Str("park_device", &out->park_device, false);
   if (r.ok() && out->park_device.size() > 64) r.Fail("park_device", "is longer than a bus id");
+  r.Bool("filled", &out->filled, false);
   r.Bool("more", &out->more, false);
   r.Uint("to", &out->to, false);
   r.Uint("id", &out->id, false);

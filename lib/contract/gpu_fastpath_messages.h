@@ -45,6 +45,8 @@ inline constexpr int kVersionTrack = 8;
 // The first version that parks a leave-running drain in GPU memory cryod holds (a drain's and a
 // refill's "park", the status's "device").
 inline constexpr int kVersionPark = 9;
+// The first version that refills from a park cryod filled from the store (a refill's "filled").
+inline constexpr int kVersionFill = 10;
 // The bytes of a challenge (at most what a "prove" may send back).
 inline constexpr uint32_t kChallengeBytes = 16;
 // The longest a held drain waits for its "go".
@@ -99,6 +101,9 @@ struct Request {
   // parks the data in (version kVersionPark), on the GPU of this PCI bus id (drain).
   uint64_t park = 0;
   std::string park_device;
+  // refill, not with memory: the one descriptor is such a park that cryod read the data into from
+  // the store, checked (version kVersionFill), on the GPU of `park_device`.
+  bool filled = false;
   uint64_t id = 0;     // share: the export asked for
   std::string secret;  // share: the secret its legacy IPC handle carries; prove: the bytes (hex)
 };

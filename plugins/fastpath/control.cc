@@ -464,7 +464,17 @@ void Control::HandleTrack(int conn) {
 void Control::HandleRefill(int conn, const wire::Request& req, std::vector<UniqueFd>& fds) {
   RefillOptions opt;
   opt.threads = req.threads;
-  if (req.memory) {
+  if (req.filled) {
+    // (gpu_fastpath.h, "Filled") the park alone.
+    if (req.memory || req.park == 0 || fds.size() != 1) {
+      Answer(conn, Result::Failed("a refill from a filled park carries the park alone"));
+      return;
+    }
+    opt.filled = true;
+    opt.park = fds[0].get();
+    opt.park_bytes = req.park;
+    opt.park_device = req.park_device;
+  } else if (req.memory) {
     MemoryFds m;
     std::string why;
     if (!TakeMemoryFds(req, fds, "a refill from memory", &m, &why)) {

@@ -526,14 +526,19 @@ Result Mover::Refill(const RefillOptions& opt, RefillResult* out) {
   const State s = state_;
   if (s == State::kRunning) return {"nothing to refill: the job's GPU memory is in place", false};
   if (s == State::kImporting) return {};  // its own memory is back; its imports come next
-  if (s == State::kSaved && opt.fds.empty() && opt.memfd < 0) {
+  if (opt.filled && (opt.park < 0 || !FitsPark(opt.park_device, opt.park_bytes))) {
+    return {"the data cryod read into GPU " + opt.park_device +
+                " is not for this process's memory (its GPU or its size differ)",
+            false};
+  }
+  if (s == State::kSaved && opt.fds.empty() && opt.memfd < 0 && !opt.filled) {
     return {"the job's GPU data is in the drain's files: they must be given", false};
   }
   // Parked: back from the park within the GPU, when the refill brings it; else from the memfd,
   // which cryod filled from the park (gpu_fastpath.h, "Parking").
   const int park_fd = opt.park >= 0 ? opt.park : (s == State::kDrained ? park_fd_ : -1);
   const uint64_t park_bytes = opt.park >= 0 ? opt.park_bytes : park_bytes_;
-  const bool from_park = parked_ && park_fd >= 0;
+  const bool from_park = (parked_ || opt.filled) && park_fd >= 0;
   // From cryod's memfd: read as the host copy it was.
   const bool from_memfd = s == State::kSaved && opt.memfd >= 0 && !from_park;
   if (from_memfd) {

@@ -80,6 +80,10 @@ struct RefillOptions {
   // A parked drain's park, `park_bytes` of it: the data comes back from it within the GPU.
   int park = -1;
   uint64_t park_bytes = 0;
+  // Or a park cryod filled from the store and checked (gpu_fastpath.h, "Filled"), on the GPU of
+  // PCI bus id `park_device`, whatever the drain was.
+  bool filled = false;
+  std::string park_device;
 };
 
 using RefillResult = contract::gpu_fastpath::RefillReply;

@@ -90,6 +90,30 @@ TEST(FastpathClientTest, AFollowedDrainAndRefillSayFollowOnTheWire) {
   }
 }
 
+// Filled (version 10): a refill from a park cryod read the store into carries "filled", the
+// park's size and its GPU, which the library checks its memory against (a library that missed
+// the GPU could copy from a park on another GPU).
+TEST(FastpathClientTest, ARefillFromAFilledParkSaysFilledAndItsGpuOnTheWire) {
+  wire::Request req;
+  req.op = wire::Op::kRefill;
+  req.version = wire::kVersionFill;
+  req.files = 1;
+  req.filled = true;
+  req.park = 10ull << 30;
+  req.park_device = "0000:19:00.0";
+  const std::string sent = wire::Encode(req);
+  wire::Request back;
+  std::string why;
+  ASSERT_TRUE(wire::Decode(sent, &back, &why)) << why;
+  EXPECT_TRUE(back.filled) << sent;
+  EXPECT_FALSE(back.memory) << sent;
+  EXPECT_EQ(back.park, 10ull << 30);
+  EXPECT_EQ(back.park_device, "0000:19:00.0");
+  req.filled = false;
+  ASSERT_TRUE(wire::Decode(wire::Encode(req), &back, &why)) << why;
+  EXPECT_FALSE(back.filled);
+}
+
 // Parking (version 9): a drain names the park's size and GPU, a refill the park's size, a
 // status the one GPU of the process's memory, and "drained" whether the data went into the park.
 // A library that missed "park" would take the park for a progress page or a second memfd.

@@ -775,6 +775,61 @@ TEST_F(FastpathMoveTest, AParkedDrainStaysOnTheGpuAndComesBackFromTheParkOrTheMe
   Free(m);
 }
 
+// A restore's park that cryod filled from the store (gpu_fastpath.h, "Filled"): whatever the
+// drain was, the refill copies the data from the park within the GPU. A filled park on another
+// GPU, or smaller than the data, is refused before anything is copied, and the gate stays shut.
+TEST_F(FastpathMoveTest, ARefillFromAFilledParkCopiesItWithinTheGpuOnlyOnItsOwnGpu) {
+  JobMemory m = Allocate();
+  const std::string gpu0 = mover_->Device();
+  Park park(d_, 24 * kMiB);
+  auto memfd = gpu::NewHostCopy(24 * kMiB, 1);
+  ASSERT_TRUE(memfd.ok()) << memfd.status();
+  DrainOptions opt;
+  opt.memfd = memfd->get();
+  DrainResult r;
+  Result o = mover_->Drain(opt, &r);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_FALSE(r.parked);
+  SaveResult s;
+  ASSERT_TRUE(mover_->FinishSave(&s).ok());
+  // The stream, as the parking process reads it from the files; the memfd is then spoiled, so
+  // that only the park can bring the data back.
+  auto* host = static_cast<uint64_t*>(
+      ::mmap(nullptr, 24 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, memfd->get(), 0));
+  ASSERT_NE(host, MAP_FAILED);
+  std::memcpy(reinterpret_cast<void*>(park.va), host, 24 * kMiB);
+  std::memset(host, 0, 24 * kMiB);
+  ::munmap(host, 24 * kMiB);
+
+  for (const auto& [device, bytes] :
+       {std::pair<std::string, uint64_t>{"0000:11:00.0", park.bytes}, {gpu0, 20 * kMiB}}) {
+    SCOPED_TRACE(device + " " + std::to_string(bytes));
+    RefillOptions wrong;
+    wrong.filled = true;
+    wrong.park = park.fd.get();
+    wrong.park_bytes = bytes;
+    wrong.park_device = device;
+    RefillResult rr;
+    o = mover_->Refill(wrong, &rr);
+    EXPECT_FALSE(o.ok());
+    EXPECT_NE(o.error.find("is not for this process's memory"), std::string::npos) << o.error;
+    EXPECT_EQ(mover_->state(), State::kSaved);
+    EXPECT_TRUE(gate_.shut());
+  }
+  RefillOptions ro;
+  ro.filled = true;
+  ro.park = park.fd.get();
+  ro.park_bytes = park.bytes;
+  ro.park_device = gpu0;
+  RefillResult rr;
+  o = mover_->Refill(ro, &rr);
+  ASSERT_TRUE(o.ok()) << o.error;
+  EXPECT_EQ(mover_->state(), State::kRunning);
+  EXPECT_FALSE(gate_.shut());
+  ExpectIntact(m);
+  Free(m);
+}
+
 // A refill that follows cryod's read (gpu_fastpath.h, "Following"): cryod is still reading the
 // data into its memory from the store. The library copies only what the progress page says is
 // there (the rest of the memfd is zeros until then: copied early, the job's data would be
