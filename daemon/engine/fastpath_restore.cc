@@ -272,7 +272,8 @@ void Engine::StartFills(RestoreState& s, const std::vector<char>& filling) {
     std::unique_ptr<gpu::Parker> p;
     absl::Status st = files.status();
     if (st.ok()) {
-      auto started = gpu::Parker::Start(cfg_.fastpath.parker, f.device, f.bytes);
+      auto started = gpu::Parker::Start(cfg_.fastpath.parker, f.device, f.bytes,
+                                        static_cast<uint32_t>(f.files));
       st = started.status();
       if (st.ok()) p = *std::move(started);
     }

@@ -50,7 +50,8 @@ absl::StatusOr<nlohmann::json> ReceiveFrom(int sock, absl::Duration timeout,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Parker>> Parker::Start(const ParkerOptions& opt,
-                                                      const std::string& device, uint64_t bytes) {
+                                                      const std::string& device, uint64_t bytes,
+                                                      uint32_t fill_files) {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
     return ErrnoStatus(errno, "socketpair for a parking process");
@@ -58,6 +59,10 @@ absl::StatusOr<std::unique_ptr<Parker>> Parker::Start(const ParkerOptions& opt,
   UniqueFd mine(sv[0]), theirs(sv[1]);
   SpawnOptions so;
   so.argv = {opt.binary, "--device", device, "--bytes", std::to_string(bytes)};
+  if (fill_files > 0) {
+    so.argv.push_back("--ring-files");
+    so.argv.push_back(std::to_string(fill_files));
+  }
   if (!opt.libcuda.empty()) {
     so.argv.push_back("--libcuda");
     so.argv.push_back(opt.libcuda);
@@ -162,7 +167,10 @@ absl::Status Parker::BeginFill(const std::vector<int>& files, uint64_t stripe, u
           out.push_back({f["size"].get<uint64_t>(), f["checksum"].get<std::string>()});
         }
         CRYO_LOG(Info) << "park on GPU " << device << ": " << bytes << " bytes read from " << n
-                       << " files of the store in " << r.value("fill_ms", int64_t{-1}) << " ms";
+                       << " files of the store in " << r.value("fill_ms", int64_t{-1})
+                       << " ms (pinned ring made in " << r.value("setup_ms", int64_t{-1})
+                       << " ms; the first file done at " << r.value("first_ms", int64_t{-1})
+                       << " ms, the last at " << r.value("last_ms", int64_t{-1}) << ")";
         return out;
       });
   return absl::OkStatus();

@@ -33,8 +33,11 @@ class Parker {
  public:
   // A parking process with `bytes` (or a little more) of device memory on the GPU of PCI bus id
   // `device`. UNAVAILABLE when the GPU has not that much free, or the process fails to start.
+  // `fill_files`: a BeginFill of that many files follows, whose pinned ring the process makes
+  // while it starts.
   static absl::StatusOr<std::unique_ptr<Parker>> Start(const ParkerOptions& opt,
-                                                       const std::string& device, uint64_t bytes);
+                                                       const std::string& device, uint64_t bytes,
+                                                       uint32_t fill_files = 0);
   ~Parker();  // the process ends, and its memory with it
   Parker(const Parker&) = delete;
   Parker& operator=(const Parker&) = delete;
