@@ -383,6 +383,7 @@ class Engine {
   // read as before.
   std::vector<char> FillCandidates(const RestoreState& s);
   void StartFills(RestoreState& s, const std::vector<char>& filling);
+  absl::Status StartGpuFills(RestoreState& s);
   absl::Status RefillRestoredGpus(RestoreState& s);
   // Whether the library of every process read ahead follows a read still running (version).
   bool FollowsReads(RestoreState& s);

@@ -297,15 +297,23 @@ void Engine::StartFills(RestoreState& s, const std::vector<char>& filling) {
   });
 }
 
-absl::Status Engine::PrefetchGpuData(RestoreState& s) {
-  // The parking processes start (each opens the driver and takes its memory) beside CRIU's
-  // restore; the read ahead below leaves their processes to them.
-  std::vector<char> filling(s.m.gpu_fastpath.size(), 0);
-  if (cfg_.fastpath.restore_into_gpu) filling = FillCandidates(s);
-  if (std::find(filling.begin(), filling.end(), 1) != filling.end()) {
+absl::Status Engine::StartGpuFills(RestoreState& s) {
+  // From right after the checks on: the parking processes start (each opens the driver and takes
+  // its memory) and read beside verify, CRIU's restore and the driver's. They only read into
+  // memory of cryod's own; nothing of it reaches the job before every file is found to be what
+  // the checkpoint recorded (gpu_refill), and a restore that fails before then frees it.
+  s.filling = FillCandidates(s);
+  if (std::find(s.filling.begin(), s.filling.end(), 1) != s.filling.end()) {
     s.fills.resize(s.m.gpu_fastpath.size());
-    s.fills_starting = std::jthread([this, &s, filling] { StartFills(s, filling); });
+    s.fills_starting = std::jthread([this, &s] { StartFills(s, s.filling); });
   }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::PrefetchGpuData(RestoreState& s) {
+  // The read ahead leaves the processes read into GPU memory (gpu_fill) to it.
+  std::vector<char> filling = s.filling;
+  filling.resize(s.m.gpu_fastpath.size(), 0);
   if (cfg_.fastpath.staging == nullptr) return absl::OkStatus();
   std::vector<GpuPrefetch::Process> procs(s.m.gpu_fastpath.size());
   std::vector<UniqueFd> open;

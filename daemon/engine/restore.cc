@@ -55,15 +55,20 @@ Transaction<RestoreState> Engine::RestoreSteps() {
           "init_handshake", Stage::kUnspecified, [](S&) { return absl::OkStatus(); },
           undo(&Engine::UndoInitHandshake)),
       step("check", Stage::kUnspecified, run(&Engine::CheckRestore)),
+      // With gpu_restore_into_gpu, the GPU data read into GPU memory from here on, beside the
+      // rest (gpu_refill waits for it and checks it).
+      step("gpu_fill", Stage::kUnspecified, run(&Engine::StartGpuFills), nullptr,
+           [this](const S& s) {
+             return cfg_.fastpath.restore_into_gpu && !s.m.gpu_fastpath.empty();
+           }),
       step("verify", Stage::kVerify, run(&Engine::Verify), nullptr, nullptr, image_bytes),
       // What the images would make the restored threads: never more than the target grants.
       step("credentials", Stage::kUnspecified, run(&Engine::CheckRestoreCredentials)),
-      // The GPU data into staging memory, or into GPU memory, while the rest runs (gpu_refill
-      // waits for it).
+      // The rest of the GPU data into staging memory while the rest runs (gpu_refill waits for
+      // it).
       step("gpu_prefetch", Stage::kUnspecified, run(&Engine::PrefetchGpuData), nullptr,
            [this](const S& s) {
-             return (cfg_.fastpath.staging != nullptr || cfg_.fastpath.restore_into_gpu) &&
-                    !s.m.gpu_fastpath.empty();
+             return cfg_.fastpath.staging != nullptr && !s.m.gpu_fastpath.empty();
            }),
       // A job member's replacement waits for the others' (a node's RestoreJob restores them
       // all itself).

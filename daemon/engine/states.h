@@ -215,10 +215,14 @@ struct RestoreState {
   // gpu_prefetch: the GPU data being read into staging memory while CRIU restores (null: the
   // library reads the files itself).
   std::unique_ptr<GpuPrefetch> prefetch;
-  // gpu_prefetch with gpu_restore_into_gpu: per fast-path process, the parking process reading
-  // its data from the store into GPU memory (null: read as without it).
+  // gpu_fill (gpu_restore_into_gpu): per fast-path process, the parking process reading its
+  // data from the store into GPU memory (null: read as without it).
   std::vector<std::unique_ptr<gpu::Parker>> fills;
-  // Starts them (a driver's start each) beside CRIU; joined before `fills` is read or dropped.
+  // gpu_fill: which of the fast path's processes are read into GPU memory (read by
+  // gpu_prefetch, which leaves them out of the read ahead).
+  std::vector<char> filling;
+  // Starts them (a driver's start each) beside verify and CRIU; joined before `fills` is read
+  // or dropped.
   std::jthread fills_starting;
 };
 

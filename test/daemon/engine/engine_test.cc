@@ -635,7 +635,7 @@ TEST_F(EngineTest, StepNamesArePinned) {
                 "resume_early", "gpu_resume", "gpu_refill",      "dump_pages", "gpu_write",
                 "dump_write",   "manifest",   "publish",         "finish",     "export"}));
   EXPECT_EQ(engine_->RestoreStepNames(),
-            (std::vector<std::string>{"validate", "init_handshake", "check", "verify",
+            (std::vector<std::string>{"validate", "init_handshake", "check", "gpu_fill", "verify",
                                       "credentials", "gpu_prefetch", "job_gather", "wait_pids",
                                       "ports", "journal", "rootfs", "job_hold", "criu_restore",
                                       "gpu_restore", "gpu_refill", "job_release", "done"}));
