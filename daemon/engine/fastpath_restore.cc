@@ -528,7 +528,10 @@ absl::Status Engine::RefillRestoredGpus(RestoreState& s) {
                              {}, RefillStop(s.op, s.req.deadline));
   }
   files.clear();
-  s.fills.clear();  // the library has copied from them, or failed: their GPU memory goes
+  // The library has copied from them, or failed: their GPU memory goes as their processes end,
+  // which the job's start need not wait for.
+  gpu::Parker::LetGoInBackground(std::move(s.fills));
+  s.fills.clear();
   if (follow) {
     // What the read found is the restore's answer whatever the libraries said (theirs is only
     // that it was bad); read well, a refill that failed failed on its own.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -102,6 +103,24 @@ Parker::~Parker() {
     ::kill(pid_, SIGKILL);
     ::waitpid(pid_, nullptr, 0);
   }
+}
+
+void Parker::LetGoInBackground(std::vector<std::unique_ptr<Parker>> parkers) {
+  std::erase(parkers, nullptr);
+  if (parkers.empty()) return;
+  for (auto& p : parkers) {
+    if (p->copied_.valid() || p->filled_.valid()) continue;  // the destructor ends those
+    p->sock_.reset();                                        // each begins to exit now
+    p->park_.reset();
+  }
+  std::thread([ps = std::move(parkers), from = absl::Now()]() mutable {
+    for (auto& p : ps) {
+      const std::string device = p->device_;
+      p.reset();
+      CRYO_LOG(Info) << "parking process on GPU " << device << " ended "
+                     << absl::ToInt64Milliseconds(absl::Now() - from) << " ms after it was let go";
+    }
+  }).detach();
 }
 
 absl::Status Parker::BeginCopy(int memfd, std::shared_ptr<const ProgressPage> page,

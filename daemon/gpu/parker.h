@@ -60,6 +60,11 @@ class Parker {
   absl::StatusOr<std::vector<FileDigest>> WaitFilled();
   bool filling() const { return filled_.valid(); }
 
+  // Lets go of `parkers` without waiting for their processes to end: each frees its GPU memory
+  // as it exits (the driver's teardown of that memory and of its context), which a restore
+  // need not wait for once the job's library has copied from the park.
+  static void LetGoInBackground(std::vector<std::unique_ptr<Parker>> parkers);
+
  private:
   Parker() = default;
   UniqueFd sock_, park_;
