@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Parker>> Parker::Start(const ParkerOptions& opt,
   // from threads that end at once. The socket closing (with cryod, at the latest) ends it.
   so.die_with_parent = false;
   std::unique_ptr<Parker> p(new Parker());
+  const absl::Time t0 = absl::Now();
   CRYO_ASSIGN_OR_RETURN(p->pid_, Spawn(so));
   theirs.reset();
   p->sock_ = std::move(mine);
@@ -86,6 +87,7 @@ absl::StatusOr<std::unique_ptr<Parker>> Parker::Start(const ParkerOptions& opt,
   }
   p->bytes_ = hello["bytes"].get<uint64_t>();
   p->park_ = std::move(fds[0]);
+  p->started_in_ = absl::Now() - t0;
   return p;
 }
 
@@ -167,9 +169,11 @@ absl::Status Parker::BeginFill(const std::vector<int>& files, uint64_t stripe, u
   const int sock = sock_.get();
   const size_t n = files.size();
   const std::string device = device_;
+  const absl::Duration started = started_in_;
   // As long as the read takes (the store's pace): only its death or a failure ends it early.
   filled_ = std::async(
-      std::launch::async, [sock, n, bytes, device]() -> absl::StatusOr<std::vector<FileDigest>> {
+      std::launch::async,
+      [sock, n, bytes, device, started]() -> absl::StatusOr<std::vector<FileDigest>> {
         std::vector<UniqueFd> fds;
         CRYO_ASSIGN_OR_RETURN(nlohmann::json r, ReceiveFrom(sock, absl::Hours(1), &fds));
         const nlohmann::json& list = r.contains("files") ? r["files"] : r;
@@ -187,9 +191,14 @@ absl::Status Parker::BeginFill(const std::vector<int>& files, uint64_t stripe, u
         }
         CRYO_LOG(Info) << "park on GPU " << device << ": " << bytes << " bytes read from " << n
                        << " files of the store in " << r.value("fill_ms", int64_t{-1})
-                       << " ms (pinned ring made in " << r.value("setup_ms", int64_t{-1})
-                       << " ms; the first file done at " << r.value("first_ms", int64_t{-1})
-                       << " ms, the last at " << r.value("last_ms", int64_t{-1}) << ")";
+                       << " ms (waited " << r.value("setup_ms", int64_t{-1})
+                       << " ms for the pinned ring; the first file done at "
+                       << r.value("first_ms", int64_t{-1}) << " ms, the last at "
+                       << r.value("last_ms", int64_t{-1}) << "); before it, the process took "
+                       << absl::ToInt64Milliseconds(started) << " ms to start ("
+                       << r.value("start_ms", int64_t{-1})
+                       << " of them its driver and the park) and " << r.value("map_ms", int64_t{-1})
+                       << " ms to map the park";
         return out;
       });
   return absl::OkStatus();

@@ -72,6 +72,7 @@ class Parker {
   uint64_t bytes_ = 0;
   std::string device_;
   absl::Duration timeout_;
+  absl::Duration started_in_;  // from the spawn until it offered its memory
   std::future<absl::Status> copied_;
   std::future<absl::StatusOr<std::vector<FileDigest>>> filled_;
 };

@@ -21,8 +21,9 @@
 //      by a thread of its own through two small pinned buffers, each piece hashed as the store
 //      checksums (lib/base/chunked_xxh3.h) and copied to the memory at its place in the stream
 //   -> {"ok": true, "files": [{"size", "checksum"}, ...], "fill_ms", "setup_ms", "first_ms",
-//      "last_ms"} once all of it is there (the times: the whole, the ring's making, the first
-//      and the last reader done);
+//      "last_ms", "start_ms", "map_ms"} once all of it is there (the times: the whole read, the
+//      wait for its ring, the first and the last reader done; before it, the process's start
+//      until it offered its memory and the park's mapping);
 //      the memory is kept until the socket closes (the job's library copies it within the GPU)
 //      cryod compares the files with what the checkpoint recorded: the process only reads.
 // It exits when the socket closes (cryod let go of it, or died), at any step: the memory goes
@@ -208,11 +209,18 @@ struct EarlyRing {
   }
 };
 
+// What came before a fill, for its answer: the process's start until its memory was offered
+// (the driver's start, the park's creation), and the park's mapping once the fill was asked for.
+struct BeforeFill {
+  double start_ms = 0;
+  double map_ms = 0;
+};
+
 // The "fill" request: the files read into the park, every one at once; the answer names each
 // file's size and checksum. The memory stays: the socket closing ends the process.
 [[noreturn]] void Fill(const Cuda& c, CUcontext ctx, CUdeviceptr va, uint64_t park_bytes,
                        const nlohmann::json& req, const std::vector<cryo::UniqueFd>& fds,
-                       EarlyRing& early) {
+                       EarlyRing& early, const BeforeFill& before) {
   if (!req.contains("bytes") || !req["bytes"].is_number_unsigned() || !req.contains("stripe") ||
       !req["stripe"].is_number_unsigned() || fds.empty()) {
     Fail("expected a fill with its bytes, its stripe and the files");
@@ -270,13 +278,16 @@ struct EarlyRing {
   }
   // Where the time went, for cryod's log: the ring's making, and when the first and the last
   // reader were done.
-  (void)wire::SendMessage(kSocket, nlohmann::json{{"ok", true},
-                                                  {"files", list},
-                                                  {"fill_ms", static_cast<int64_t>(MsSince(t0))},
-                                                  {"setup_ms", static_cast<int64_t>(setup_ms)},
-                                                  {"first_ms", static_cast<int64_t>(first_ms)},
-                                                  {"last_ms", static_cast<int64_t>(last_ms)}}
-                                       .dump());
+  (void)wire::SendMessage(kSocket,
+                          nlohmann::json{{"ok", true},
+                                         {"files", list},
+                                         {"fill_ms", static_cast<int64_t>(MsSince(t0))},
+                                         {"setup_ms", static_cast<int64_t>(setup_ms)},
+                                         {"first_ms", static_cast<int64_t>(first_ms)},
+                                         {"last_ms", static_cast<int64_t>(last_ms)},
+                                         {"start_ms", static_cast<int64_t>(before.start_ms)},
+                                         {"map_ms", static_cast<int64_t>(before.map_ms)}}
+                              .dump());
   // Held until cryod lets go: the job's library copies from it within the GPU.
   std::string text;
   std::vector<cryo::UniqueFd> more;
@@ -288,6 +299,7 @@ struct EarlyRing {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const auto started = FillClock::now();
   std::string device, libcuda = "libcuda.so.1";
   uint64_t bytes = 0, ring_files = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -352,6 +364,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   exported.reset();
+  BeforeFill before;
+  before.start_ms = MsSince(started);
 
   std::string text;
   std::vector<cryo::UniqueFd> fds;
@@ -359,9 +373,11 @@ int main(int argc, char** argv) {
   const nlohmann::json req = nlohmann::json::parse(text, nullptr, false);
   if (req.is_object() && req.value("op", "") == "fill") {
     CUdeviceptr fva = 0;
+    const auto asked = FillClock::now();
     r = MapPark(c, h, bytes, dev, &fva);
     if (r != CUDA_SUCCESS) Fail(Err(c, "mapping the park", r));
-    Fill(c, ctx, fva, bytes, req, fds, early);
+    before.map_ms = MsSince(asked);
+    Fill(c, ctx, fva, bytes, req, fds, early, before);
   }
   if (!req.is_object() || req.value("op", "") != "copy" || fds.size() != 2 ||
       !req.contains("bytes") || !req["bytes"].is_number_unsigned()) {
