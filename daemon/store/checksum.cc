@@ -23,6 +23,17 @@ namespace cryo {
 namespace {
 
 constexpr size_t kReadBuf = 1 << 20;
+// How far ahead of the chunks being hashed the file is asked into the page cache.
+constexpr uint64_t kAheadChunks = 4;
+
+// Asks the kernel to read [from, to) of `fd` into the page cache in the background. A chunk
+// faulted in by MAP_POPULATE alone is read in the device's small readahead steps, one after the
+// other: on a cold 1 GiB file twice the time of this (0.98-1.23 s against 0.53-0.57 on the build
+// VM). Bounded so that a large file does not push the node's page cache out all at once.
+void ReadAhead(int fd, uint64_t from, uint64_t to) {
+  if (to <= from) return;
+  ::posix_fadvise(fd, static_cast<off_t>(from), static_cast<off_t>(to - from), POSIX_FADV_WILLNEED);
+}
 
 using xxh3chunked::Combine;
 
@@ -81,6 +92,7 @@ absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads,
   const uint64_t nchunks = std::max<uint64_t>(1, (size + kChecksumChunk - 1) / kChecksumChunk);
   std::vector<XXH128_hash_t> digests(nchunks);
   const int n = std::clamp<int>(threads, 1, 64);
+  ReadAhead(fd, 0, std::min(size, (n + kAheadChunks) * kChecksumChunk));
   CRYO_RETURN_IF_ERROR(EachIndexWith(nchunks, n, [&] {
     std::shared_ptr<char[]> buf(new char[kReadBuf]);  // where the file cannot be mapped
     std::shared_ptr<XXH3_state_t> st3(XXH3_createState(), &XXH3_freeState);
@@ -88,6 +100,8 @@ absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads,
       XXH3_128bits_reset(st3.get());
       uint64_t off = c * kChecksumChunk;
       const uint64_t end = std::min(size, off + kChecksumChunk);
+      ReadAhead(fd, std::min(size, (c + n) * kChecksumChunk),
+                std::min(size, (c + n + kAheadChunks) * kChecksumChunk));
       // Hash the page cache in place: no copy into a buffer, about twice as fast as pread.
       if (end > off) {
         void* p = ::mmap(nullptr, end - off, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, off);
