@@ -8,7 +8,7 @@
 # cryod's threads at CRIU's post-dump); and the copy into the store that follows while the job
 # runs on (dump_write).
 # Usage: bench-process.sh [SIZE_MIB ...] (default 1024 4096); PARTS="stop leave" (default) or
-# either alone.
+# either alone; KEEP_LOG=FILE keeps cryod's log (its stages, the pages hashed beside CRIU).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$ROOT/build}
@@ -37,6 +37,8 @@ cleanup() {
   [ -n "${DPID:-}" ] && kill "$DPID" 2>/dev/null && wait "$DPID" 2>/dev/null || true
   [ -n "${DPID2:-}" ] && kill "$DPID2" 2>/dev/null && wait "$DPID2" 2>/dev/null || true
   [ -n "${DPID3:-}" ] && kill "$DPID3" 2>/dev/null && wait "$DPID3" 2>/dev/null || true
+  # KEEP_LOG=FILE: cryod's log kept for a look at its stages.
+  [ -n "${KEEP_LOG:-}" ] && cp "$W/cryod.log" "$KEEP_LOG" 2>/dev/null
   rm -rf "$W"
 }
 trap cleanup EXIT
