@@ -3,8 +3,9 @@
 // A gate at one of CRIU's actions: CRIU waits there, with the tasks frozen, until cryod says so.
 //
 // CRIU runs its action scripts (--action-script) at fixed points; a script that fails makes CRIU
-// undo what it did. cryod names cryo-nsexec as that script: run with no arguments and
-// CRTOOLS_SCRIPT_ACTION set, it is the gate (WaitAtGate). At the gate's action it says it has
+// undo what it did. cryod names cryo-gate as that script (cryo-nsexec where cryo-gate is not
+// installed: run with no arguments and CRTOOLS_SCRIPT_ACTION set, it is the gate too); both run
+// WaitAtGate. At the gate's action it says it has
 // arrived (a line on the arrival FIFO, for a cryod that has work to do at that point), then waits
 // for one line on the verdict FIFO. kGateOk lets CRIU go on; anything else, an end of the FIFO,
 // the FIFO's name taken away, or cryod (kGateOwnerEnv) gone, fails CRIU's call. Other actions
@@ -37,6 +38,9 @@ inline constexpr char kGateActionEnv[] = "CRYO_GATE_ACTION";  // unset: kRestore
 inline constexpr char kGateOk[] = "ok";
 inline constexpr char kRestoreAction[] = "post-restore";
 inline constexpr char kDumpAction[] = "post-dump";
+
+// Where the gate's side says it has arrived: beside the verdict FIFO.
+inline std::string GateArrivalFifo(const std::string& fifo) { return fifo + ".arrived"; }
 
 class ActionGate {
  public:

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -497,6 +498,14 @@ bool Engine::GateProgramUsable() const {
   return !cfg_.nsexec_path.empty() && ::access(cfg_.nsexec_path.c_str(), X_OK) == 0;
 }
 
+std::string Engine::GateProgram() const {
+  // cryo-gate beside cryo-nsexec: CRIU starts it at every action, and it loads a few libraries
+  // where cryo-nsexec loads all of cryod's (11-12 ms a start warm, 77 ms cold on the build VM).
+  const std::string gate =
+      (std::filesystem::path(cfg_.nsexec_path).parent_path() / "cryo-gate").string();
+  return ::access(gate.c_str(), X_OK) == 0 ? gate : cfg_.nsexec_path;
+}
+
 bool Engine::CopiesDumpPages(const CheckpointState& s) const {
   // Process mode only (a container's CRIU runs inside it, with pids of its own), and only where
   // the job's pids are cryod's: the images name the tasks by their pids.
@@ -594,7 +603,7 @@ std::shared_ptr<PostDumpPages> Engine::AnonPagesBesideCriu(const CheckpointState
                                                            const std::string& images) {
   if (!CopiesDumpPages(s)) return nullptr;
   auto gate =
-      criu::ActionGate::Open(fs::Join(s.op_dir, "dump-gate"), cfg_.nsexec_path, criu::kDumpAction);
+      criu::ActionGate::Open(fs::Join(s.op_dir, "dump-gate"), GateProgram(), criu::kDumpAction);
   if (!gate.ok()) {
     CRYO_LOG(Warning) << "checkpoint " << s.id << ": " << gate.status()
                       << "; CRIU copies the job's memory itself";

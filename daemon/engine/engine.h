@@ -295,6 +295,8 @@ class Engine {
   absl::Status FinishDumpPages(CheckpointState& s);
   // Whether cryo-nsexec is there to be CRIU's action gate (criu/action_gate.h).
   bool GateProgramUsable() const;
+  // The gate's program: cryo-gate beside cryo-nsexec where it is installed, else cryo-nsexec.
+  std::string GateProgram() const;
   absl::Status CheckDumpRestorable(CheckpointState& s);
   absl::Status WriteDump(CheckpointState& s);
   absl::Status SaveRootfs(CheckpointState& s);

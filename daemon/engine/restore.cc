@@ -534,7 +534,7 @@ absl::Status Engine::RunCriuRestore(RestoreState& s) {
   absl::Status pages_st;
   absl::Duration pages_took;
   if (!s.pages_beside_criu.empty()) {
-    auto opened = criu::ActionGate::Open(fs::Join(s.op_dir, "restore-gate"), cfg_.nsexec_path);
+    auto opened = criu::ActionGate::Open(fs::Join(s.op_dir, "restore-gate"), GateProgram());
     if (!opened.ok()) {
       // Without the gate, the pages are checked before CRIU starts, as everything else.
       CRYO_LOG(Warning) << "restore of " << s.m.id << ": " << opened.status()
