@@ -4,8 +4,8 @@
 #
 #   deploy/image/collect.sh OUT [PREFIX]        (PREFIX: where cmake --install put cryo, /usr/local)
 #
-# OUT/usr/local/bin/       cryod, cryo, cryo-nsexec, cryo-cri-shim, cryo-init, cryo-uninstall (the
-#                          chart's pre-delete hook), kubectl-cryo (and
+# OUT/usr/local/bin/       cryod, cryo, cryo-nsexec, cryo-gate, cryo-cri-shim, cryo-init,
+#                          cryo-uninstall (the chart's pre-delete hook), kubectl-cryo (and
 #                          kubectl-checkpoint, the kubectl plugin's second name: a link to it)
 # OUT/usr/local/sbin/criu, OUT/usr/local/lib/criu/   CRIU 4.1.1 and its amdgpu plugin
 # OUT/usr/local/lib/cryo/gpu/                        GPU plugins
@@ -45,7 +45,7 @@ copy_deps() {  # copy_deps ELF DIR [all]: its libraries into DIR (glibc too when
   done
 }
 
-required=(cryod cryo cryo-nsexec cryo-cri-shim cryo-init cryo-uninstall)
+required=(cryod cryo cryo-nsexec cryo-gate cryo-cri-shim cryo-init cryo-uninstall)
 for b in "${required[@]}" kubectl-cryo; do
   src=$PREFIX/bin/$b
   if [ ! -x "$src" ]; then

@@ -72,6 +72,7 @@ add_bin "$BUILD/e2e/gpu/cryo-gpu-park"
 add_bin "$BUILD/daemon/cryod" || true
 # Beside cryod: CRIU's post-restore and post-dump gate in process mode (criu/action_gate.h).
 add_bin "$BUILD/daemon/cryo-nsexec" || true
+add_bin "$BUILD/daemon/cryo-gate" || true
 # Beside cryod too: its parking process (gpu_park).
 add_bin "$BUILD/daemon/cryo-gpu-parker" || true
 add_bin "$BUILD/clients/cryo" || true
@@ -140,7 +141,7 @@ if [ "${CRYO_BUNDLE_PODS:-1}" = 1 ] && [ -x "$BUILD/e2e/containerd/cri_e2e_test"
     for p in bridge host-local loopback; do cp -L "/usr/lib/cni/$p" "$OUT/pods/cni/"; done
   fi
   for f in e2e/containerd/cri_e2e_test cri-shim/cryo-cri-shim cri-shim/init/cryo-init \
-           daemon/cryo-nsexec e2e/workloads/cryo-testload-static; do
+           daemon/cryo-nsexec daemon/cryo-gate e2e/workloads/cryo-testload-static; do
     [ -x "$BUILD/$f" ] || { echo "bundle: pods: skip $f (not built)" >&2; continue; }
     add_bin "$BUILD/$f"
     echo "$(readlink -f "$BUILD/$f") libexec/$(basename "$f")" >>"$OUT/pods/paths"
