@@ -47,7 +47,7 @@ class ActionGate {
   // Makes the FIFOs `fifo` (the verdict) and `fifo`.arrived (0600, in a directory only cryod
   // reaches) and holds both open for reading and writing: the verdict waits in its FIFO
   // whenever the script comes, and neither side blocks opening them. `script` is the gate
-  // program (cryo-nsexec), `action` the CRIU action it holds.
+  // program (cryo-gate, or cryo-nsexec), `action` the CRIU action it holds.
   static absl::StatusOr<std::unique_ptr<ActionGate>> Open(std::string fifo, std::string script,
                                                           std::string action = kRestoreAction);
   ~ActionGate();  // closes and removes the FIFOs

@@ -110,8 +110,8 @@ struct EngineConfig {
   // Operation log directories kept under state_dir/ops.
   int keep_op_logs = 50;
   pid_t self_pid = 0;
-  // cryo-nsexec, which runs CRIU inside containers (container mode) and is CRIU's post-restore
-  // and post-dump gate (criu/action_gate.h) in process mode.
+  // cryo-nsexec, which runs CRIU inside containers (container mode) and, in process mode, is
+  // CRIU's post-restore and post-dump gate (criu/action_gate.h) where cryo-gate is not beside it.
   std::string nsexec_path;
   // Prefix of the annotations the shim puts on the containers it manages.
   std::string annotation_prefix = "cryo.dev";
