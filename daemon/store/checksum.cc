@@ -92,6 +92,8 @@ absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads,
   const uint64_t nchunks = std::max<uint64_t>(1, (size + kChecksumChunk - 1) / kChecksumChunk);
   std::vector<XXH128_hash_t> digests(nchunks);
   const int n = std::clamp<int>(threads, 1, 64);
+  // The first chunks at once; then each chunk, as a thread takes it, asks for the one
+  // n + kAheadChunks further on, so that every chunk is asked for once.
   ReadAhead(fd, 0, std::min(size, (n + kAheadChunks) * kChecksumChunk));
   CRYO_RETURN_IF_ERROR(EachIndexWith(nchunks, n, [&] {
     std::shared_ptr<char[]> buf(new char[kReadBuf]);  // where the file cannot be mapped
@@ -100,8 +102,8 @@ absl::StatusOr<FileDigest> HashFd(int fd, const std::string& path, int threads,
       XXH3_128bits_reset(st3.get());
       uint64_t off = c * kChecksumChunk;
       const uint64_t end = std::min(size, off + kChecksumChunk);
-      ReadAhead(fd, std::min(size, (c + n) * kChecksumChunk),
-                std::min(size, (c + n + kAheadChunks) * kChecksumChunk));
+      ReadAhead(fd, std::min(size, (c + n + kAheadChunks) * kChecksumChunk),
+                std::min(size, (c + n + kAheadChunks + 1) * kChecksumChunk));
       // Hash the page cache in place: no copy into a buffer, about twice as fast as pread.
       if (end > off) {
         void* p = ::mmap(nullptr, end - off, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, off);
