@@ -1,3 +1,6 @@
+// The gate's side alone (cryo-gate, and cryo-nsexec run as the action script): a library of its
+// own, so that the program CRIU starts at each action loads only what this needs.
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -13,9 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "daemon/criu/action_gate.h"
-
-// The gate's side alone (cryo-gate, and cryo-nsexec run as the action script): a library of its
-// own, so that the program CRIU starts at each action loads only what this needs.
 
 namespace cryo::criu {
 
